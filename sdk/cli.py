@@ -1,0 +1,68 @@
+"""The ``devicefit`` command: parse arguments, call the library, map errors to exit codes.
+
+Each subcommand lives in ``sdk/commands/<name>.py`` and exposes ``register(subparsers)``;
+they are discovered here, so adding a command is one new module. Command modules import
+heavy libraries (TensorFlow, runtimes) inside their handlers, never at module level, so
+``devicefit --help`` and ``check`` stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+
+from sdk import commands
+from simulator.errors import DevicefitError
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits with 2 on usage errors already; keep the message to one line + hint."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"devicefit: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="devicefit",
+        description="Know before flashing: will this model fit the device (flash, RAM, latency)?",
+        epilog="example: devicefit simulate model.tflite --profile stm32l4r5-cortex-m4",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--profiles-dir", action="append", default=[], metavar="DIR",
+                        help="extra folder of device profiles (repeatable; also $DEVICEFIT_PROFILES)")
+    parser.add_argument("--no-color", action="store_true", help="plain output, no colours")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        importlib.import_module(f"{commands.__name__}.{info.name}").register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return int(args.handler(args))
+    except DevicefitError as exc:
+        print(f"devicefit: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("devicefit: interrupted", file=sys.stderr)
+        return 130
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

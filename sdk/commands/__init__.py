@@ -1,0 +1,1 @@
+"""One module per ``devicefit`` subcommand; each exposes ``register(subparsers)``."""

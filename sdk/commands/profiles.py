@@ -1,0 +1,76 @@
+"""``devicefit profiles list|show|validate``."""
+
+from __future__ import annotations
+
+import argparse
+
+from sdk.console import make_console, print_json, table
+from simulator.errors import DevicefitError
+from simulator.profiles import Profile, ProfileStore, dump_resolved, load_profile
+from simulator.units import format_size, format_time_ms
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("profiles", help="list, show and validate device profiles",
+                       description="Device profiles: built-in ones and your own.",
+                       epilog="example: devicefit profiles show stm32l4r5-cortex-m4")
+    psub = p.add_subparsers(dest="profiles_command", metavar="ACTION", required=True)
+    ls = psub.add_parser("list", help="table of the available profiles",
+                         epilog="example: devicefit --profiles-dir ./my_profiles profiles list")
+    ls.add_argument("--all", action="store_true", help="include abstract base profiles")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.set_defaults(handler=_list)
+    show = psub.add_parser("show", help="a profile after inheritance, as YAML",
+                           epilog="example: devicefit profiles show esp32-s3")
+    show.add_argument("name", help="profile name or path to a .yaml file")
+    show.set_defaults(handler=_show)
+    val = psub.add_parser("validate", help="check profile files; exit 2 on the first bad file",
+                          epilog="example: devicefit profiles validate my_board.yaml")
+    val.add_argument("files", nargs="+", help="profile .yaml files")
+    val.set_defaults(handler=_validate)
+
+
+def _summary(p: Profile) -> dict:
+    return {
+        "name": p.name, "class": p.device.kind, "runtime": p.runtime.name,
+        "flash_budget_bytes": p.budgets.flash_bytes, "arena_budget_bytes": p.budgets.arena_bytes,
+        "latency_budget_ms": p.budgets.latency_ms, "description": p.description,
+        "path": str(p.path),
+    }
+
+
+def _list(args: argparse.Namespace) -> int:
+    store = ProfileStore(args.profiles_dir)
+    profiles = [store.load(n) for n in store.names(include_abstract=args.all)]
+    if args.json:
+        print_json([_summary(p) for p in profiles])
+        return 0
+    rows = [(p.name, p.device.kind, p.runtime.name, format_size(p.budgets.flash_bytes),
+             format_size(p.budgets.arena_bytes), format_time_ms(p.budgets.latency_ms),
+             p.description) for p in profiles]
+    make_console(args.no_color).print(table(
+        "Device profiles", ["name", "class", "runtime", "flash", "arena", "latency", "description"],
+        rows))
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    profile = load_profile(args.name, args.profiles_dir)
+    chain = " <- ".join([profile.name, *profile.extends])
+    print(f"# {profile.path}\n# inheritance: {chain}")
+    print(dump_resolved(profile), end="")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    errors: list[str] = []
+    for f in args.files:
+        try:
+            load_profile(f, args.profiles_dir)
+        except DevicefitError as exc:
+            errors.append(str(exc))
+        else:
+            print(f"{f}: ok")
+    if errors:
+        raise DevicefitError("; ".join(errors) if len(errors) > 1 else errors[0])
+    return 0

@@ -1,0 +1,535 @@
+"""Device profiles: YAML files → typed, validated :class:`Profile` objects.
+
+A profile names a target, its budgets, its runtime and the numbers the latency estimate uses.
+Profiles inherit with ``extends:`` (deep merge; lists and scalars of the child replace the
+parent's). Each file is validated on its own, so an error names the file that holds the bad
+value, its key path, the value, what is allowed and the line where the YAML parser saw it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.errors import ProfileError
+from simulator.units import (
+    SIZE_UNITS_HELP,
+    TIME_UNITS_HELP,
+    parse_frequency_hz,
+    parse_size,
+    parse_time_ms,
+)
+
+PROFILE_SUFFIXES = (".yaml", ".yml")
+ENV_PROFILES = "DEVICEFIT_PROFILES"
+
+DEVICE_CLASSES = ("mobile-cpu", "edgetpu", "mcu")
+RUNTIMES = ("litert", "edgetpu", "tflm")
+DELEGATES = ("xnnpack", "gpu", "nnapi", "edgetpu")
+KERNELS = ("reference", "cmsis-nn", "xnnpack", "esp-nn", "edgetpu")
+QUANT_SCHEMES = ("int8", "int16x8", "float16", "dynamic", "float32")
+IO_TYPES = ("int8", "uint8", "int16", "float32")
+SPARSITY_KINDS = ("none", "n:m", "channel")
+OP_TABLES = ("tflm", "litert", "edgetpu")
+
+
+# --------------------------------------------------------------------------- typed profile
+@dataclass(frozen=True)
+class Device:
+    kind: str
+    cpu: str | None = None
+    clock_hz: float | None = None
+    cores: int = 1
+    sram_bytes: int | None = None
+    flash_bytes: int | None = None
+    ram_bytes: int | None = None
+    psram_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Runtime:
+    name: str
+    threads: int = 1
+    delegates: tuple[str, ...] = ()
+    kernels: str = "reference"
+    #: Pointer width of the target; TFLM's persistent tail depends on it.
+    pointer_bytes: int = 8
+    #: Flash taken by the runtime's own code, added to the model bytes for the flash budget.
+    code_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Budgets:
+    flash_bytes: int | None = None
+    arena_bytes: int | None = None
+    latency_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Quantization:
+    schemes: tuple[str, ...] = ("int8",)
+    default: str = "int8"
+    io_types: tuple[str, ...] = ("int8",)
+    per_channel: bool = True
+
+
+@dataclass(frozen=True)
+class Sparsity:
+    kinds: tuple[str, ...] = ("none",)
+    #: The N:M pattern the target can use, e.g. ``"2:4"``.
+    n_m: str | None = None
+
+
+@dataclass(frozen=True)
+class Ops:
+    #: A named op table (the runtime's own support), or None for the runtime's default.
+    table: str | None = None
+    #: An explicit allow-list of builtin op names (e.g. ``CONV_2D``); None allows the table.
+    allow: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Numbers the device-latency estimate uses (see simulator/cost.py for the formula).
+
+    ``cycles_per_mac`` keys are ``"<dtype>"`` or ``"<OP_NAME>.<dtype>"`` (the latter wins),
+    with ``"default"`` as the last resort.
+    """
+
+    cycles_per_mac: Mapping[str, float] = field(default_factory=dict)
+    cycles_per_byte: float | None = None
+    op_overhead_ms: float = 0.0
+    parallel_efficiency: float = 1.0
+    tpu_macs_per_second: float | None = None
+    link_bytes_per_second: float | None = None
+    param_cache_bytes: int | None = None
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    path: Path
+    device: Device
+    runtime: Runtime
+    budgets: Budgets = field(default_factory=Budgets)
+    quantization: Quantization = field(default_factory=Quantization)
+    sparsity: Sparsity = field(default_factory=Sparsity)
+    ops: Ops = field(default_factory=Ops)
+    cost_model: CostModel = field(default_factory=CostModel)
+    abstract: bool = False
+    #: Names of the profiles this one inherits from, nearest first.
+    extends: tuple[str, ...] = ()
+    #: The merged YAML mapping after inheritance, kept for ``profiles show``.
+    resolved: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+# --------------------------------------------------------------------------- value checkers
+Checker = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Leaf:
+    check: Checker
+    allowed: str
+
+
+def _str() -> Leaf:
+    def check(v: Any) -> str:
+        if not isinstance(v, str) or not v.strip():
+            raise ValueError("expected a non-empty string")
+        return v
+    return Leaf(check, "a string")
+
+
+def _bool() -> Leaf:
+    def check(v: Any) -> bool:
+        if not isinstance(v, bool):
+            raise ValueError("expected true or false")
+        return v
+    return Leaf(check, "true or false")
+
+
+def _int(lo: int, hi: int | None = None) -> Leaf:
+    def check(v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+            raise ValueError("out of range or not an integer")
+        return v
+    return Leaf(check, f"an integer >= {lo}" + (f" and <= {hi}" if hi is not None else ""))
+
+
+def _number(lo: float = 0.0) -> Leaf:
+    def check(v: Any) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < lo:
+            raise ValueError("not a number in range")
+        return float(v)
+    return Leaf(check, f"a number >= {lo:g}")
+
+
+def _enum(*choices: str) -> Leaf:
+    def check(v: Any) -> str:
+        if v not in choices:
+            raise ValueError("not one of the allowed values")
+        return v
+    return Leaf(check, "one of " + ", ".join(choices))
+
+
+def _list(item: Leaf) -> Leaf:
+    def check(v: Any) -> tuple:
+        if not isinstance(v, list):
+            raise ValueError("expected a list")
+        return tuple(item.check(x) for x in v)
+    return Leaf(check, f"a list, each {item.allowed}")
+
+
+def _mapping(value: Leaf) -> Leaf:
+    def check(v: Any) -> dict:
+        if not isinstance(v, dict):
+            raise ValueError("expected a mapping")
+        return {str(k): value.check(x) for k, x in v.items()}
+    return Leaf(check, f"a mapping of names to {value.allowed}")
+
+
+def _wrap(parse: Callable[[Any], Any], allowed: str) -> Leaf:
+    return Leaf(parse, allowed)
+
+
+def _nm_pattern(v: Any) -> str:
+    if isinstance(v, str):
+        parts = v.split(":")
+        if len(parts) == 2 and all(p.isdigit() for p in parts):
+            n, m = int(parts[0]), int(parts[1])
+            if 0 < n < m:
+                return v
+    raise ValueError("expected N:M with 0 < N < M")
+
+
+def _bandwidth(v: Any) -> float:
+    """``"320MB/s"`` or a bytes-per-second number."""
+    if isinstance(v, str) and v.strip().endswith("/s"):
+        return float(parse_size(v.strip()[:-2]))
+    return float(parse_size(v))
+
+
+SIZE = _wrap(parse_size, SIZE_UNITS_HELP)
+TIME = _wrap(parse_time_ms, TIME_UNITS_HELP)
+
+#: The profile schema: nested mappings of key → Leaf. Unknown keys are errors.
+SCHEMA: dict[str, Any] = {
+    "name": _str(),
+    "description": _str(),
+    "extends": _str(),
+    "abstract": _bool(),
+    "device": {
+        "class": _enum(*DEVICE_CLASSES),
+        "cpu": _str(),
+        "clock": _wrap(parse_frequency_hz, "a frequency such as 120MHz"),
+        "cores": _int(1),
+        "sram": SIZE,
+        "flash": SIZE,
+        "ram": SIZE,
+        "psram": SIZE,
+    },
+    "runtime": {
+        "name": _enum(*RUNTIMES),
+        "threads": _int(1, 64),
+        "delegates": _list(_enum(*DELEGATES)),
+        "kernels": _enum(*KERNELS),
+        "pointer_size": _int(4, 8),
+        "code_size": SIZE,
+    },
+    "budgets": {"flash": SIZE, "arena": SIZE, "latency": TIME},
+    "quantization": {
+        "schemes": _list(_enum(*QUANT_SCHEMES)),
+        "default": _enum(*QUANT_SCHEMES),
+        "io_types": _list(_enum(*IO_TYPES)),
+        "per_channel": _bool(),
+    },
+    "sparsity": {
+        "kinds": _list(_enum(*SPARSITY_KINDS)),
+        "n_m": _wrap(_nm_pattern, "an N:M pattern such as 2:4"),
+    },
+    "ops": {"table": _enum(*OP_TABLES), "allow": _list(_str())},
+    "cost_model": {
+        "cycles_per_mac": _mapping(_number()),
+        "cycles_per_byte": _number(),
+        "op_overhead": TIME,
+        "parallel_efficiency": _number(),
+        "tpu_macs_per_second": _number(),
+        "link_bandwidth": _wrap(_bandwidth, "a rate such as 320MB/s"),
+        "param_cache": SIZE,
+        "sources": _list(_str()),
+    },
+}
+
+
+# --------------------------------------------------------------------------- YAML with lines
+def _compose(text: str, path: Path) -> tuple[Any, dict[tuple[str, ...], int]]:
+    """Parse YAML safely and record the 1-based line of every mapping key."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ProfileError(f"{path}{where}: YAML syntax error: {problem}") from exc
+    lines: dict[tuple[str, ...], int] = {}
+
+    def walk(n: Any, prefix: tuple[str, ...]) -> None:
+        if isinstance(n, yaml.MappingNode):
+            for key_node, value_node in n.value:
+                key = (*prefix, str(key_node.value))
+                lines[key] = key_node.start_mark.line + 1
+                walk(value_node, key)
+
+    walk(node, ())
+    return data, lines
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _validate(data: Any, schema: dict[str, Any], path: Path, lines: dict, prefix=()) -> dict:
+    """Check one file's mapping against the schema; return the parsed values."""
+    where = f"{path}:{lines[prefix]}" if prefix in lines else str(path)
+    dotted = ".".join(prefix) or "<top level>"
+    if not isinstance(data, dict):
+        raise ProfileError(f"{where}: {dotted} must be a mapping, got {type(data).__name__}")
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        key_path = (*prefix, str(key))
+        kwhere = f"{path}:{lines.get(key_path, '?')}"
+        kdotted = ".".join(key_path)
+        if key not in schema:
+            allowed = sorted(schema)
+            raise ProfileError(
+                f"{kwhere}: unknown key '{kdotted}'{_did_you_mean(str(key), allowed)} "
+                f"(allowed here: {', '.join(allowed)})"
+            )
+        spec = schema[key]
+        if isinstance(spec, dict):
+            out[key] = _validate(value, spec, path, lines, key_path)
+            continue
+        try:
+            out[key] = spec.check(value)
+        except ValueError as exc:
+            raise ProfileError(
+                f"{kwhere}: bad value for '{kdotted}': {value!r} ({exc}); allowed: {spec.allowed}"
+            ) from exc
+    return out
+
+
+def _deep_merge(base: dict, child: dict) -> dict:
+    merged = dict(base)
+    for key, value in child.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+# --------------------------------------------------------------------------- search + load
+def builtin_profiles_dir() -> Path:
+    """Where the shipped profiles are: inside the installed package, or the source tree."""
+    installed = Path(__file__).parent / "device_profiles"
+    return installed if installed.is_dir() else Path(__file__).resolve().parents[1] / "device_profiles"
+
+
+def search_dirs(extra: list[str | Path] | None = None) -> list[Path]:
+    """User folders first (``--profiles-dir``, then ``$DEVICEFIT_PROFILES``), built-ins last."""
+    dirs = [Path(d) for d in (extra or [])]
+    env = os.environ.get(ENV_PROFILES)
+    if env:
+        dirs += [Path(d) for d in env.split(os.pathsep) if d]
+    return [*dirs, builtin_profiles_dir()]
+
+
+def _profile_files(dirs: list[Path]) -> dict[str, Path]:
+    """Profile name (file stem) → file, the first folder that has it winning."""
+    found: dict[str, Path] = {}
+    for d in dirs:
+        if not d.is_dir():
+            continue
+        for f in sorted(d.iterdir()):
+            if f.suffix in PROFILE_SUFFIXES and f.stem not in found:
+                found[f.stem] = f
+    return found
+
+
+@dataclass(frozen=True)
+class _RawFile:
+    path: Path
+    #: Parsed values (bytes, ms, Hz) and the file's own text values, for display.
+    values: dict
+    raw: dict
+    lines: dict
+
+
+def _read_file(path: Path) -> _RawFile:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ProfileError(f"{path}: profile file not found") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{path}: cannot read profile: {exc}") from exc
+    data, lines = _compose(text, path)
+    if data is None:
+        raise ProfileError(f"{path}: profile file is empty")
+    return _RawFile(path, _validate(data, SCHEMA, path, lines), data, lines)
+
+
+def _resolve_ref(ref: str, relative_to: Path | None, files: dict[str, Path]) -> Path:
+    as_path = Path(ref)
+    if as_path.suffix in PROFILE_SUFFIXES or os.sep in ref or "/" in ref:
+        if not as_path.is_absolute() and relative_to is not None:
+            as_path = relative_to.parent / as_path
+        return as_path
+    if ref in files:
+        return files[ref]
+    hint = _did_you_mean(ref, sorted(files))
+    raise ProfileError(f"unknown profile '{ref}'{hint} (see 'devicefit profiles list')")
+
+
+class ProfileStore:
+    """Finds profiles by name or path and resolves their inheritance."""
+
+    def __init__(self, extra_dirs: list[str | Path] | None = None) -> None:
+        self.dirs = search_dirs(extra_dirs)
+        self.files = _profile_files(self.dirs)
+
+    def names(self, include_abstract: bool = False) -> list[str]:
+        names = []
+        for name in sorted(self.files):
+            if include_abstract or not self.load(name).abstract:
+                names.append(name)
+        return names
+
+    def load(self, ref: str | Path) -> Profile:
+        path = _resolve_ref(str(ref), None, self.files)
+        chain: list[_RawFile] = []
+        seen: list[Path] = []
+        while True:
+            resolved = path.resolve()
+            if resolved in seen:
+                loop = " -> ".join(p.stem for p in [*seen, resolved])
+                raise ProfileError(f"{chain[0].path}: 'extends' loop: {loop}")
+            seen.append(resolved)
+            raw = _read_file(path)
+            chain.append(raw)
+            parent = raw.values.get("extends")
+            if parent is None:
+                break
+            try:
+                path = _resolve_ref(parent, raw.path, self.files)
+            except ProfileError as exc:
+                raise ProfileError(f"{raw.path}:{raw.lines.get(('extends',), '?')}: {exc}") from exc
+            if not path.exists():
+                raise ProfileError(
+                    f"{raw.path}:{raw.lines.get(('extends',), '?')}: 'extends' file not found: {path}"
+                )
+        merged: dict = {}
+        shown: dict = {}
+        for raw in reversed(chain):
+            merged = _deep_merge(merged, raw.values)
+            shown = _deep_merge(shown, raw.raw)
+        leaf = chain[0]
+        for m in (merged, shown):
+            m.pop("extends", None)
+            # 'abstract' and 'name' are not inherited: they belong to the file itself.
+            m["abstract"] = leaf.values.get("abstract", False)
+            m["name"] = leaf.values.get("name", leaf.path.stem)
+        return _build(merged, shown, leaf, tuple(r.path.stem for r in chain[1:]))
+
+
+def _require(merged: dict, section: str, key: str, leaf: _RawFile) -> Any:
+    value = merged.get(section, {}).get(key)
+    if value is None:
+        raise ProfileError(
+            f"{leaf.path}: missing required key '{section}.{key}' (set it here or in a profile "
+            f"this one extends)"
+        )
+    return value
+
+
+def _build(m: dict, shown: dict, leaf: _RawFile, parents: tuple[str, ...]) -> Profile:
+    dev, rt = m.get("device", {}), m.get("runtime", {})
+    kind = _require(m, "device", "class", leaf)
+    runtime_name = _require(m, "runtime", "name", leaf)
+    q = m.get("quantization", {})
+    schemes = q.get("schemes", ("int8",))
+    default = q.get("default", schemes[0])
+    if default not in schemes:
+        raise ProfileError(
+            f"{leaf.path}: quantization.default '{default}' is not among quantization.schemes "
+            f"({', '.join(schemes)})"
+        )
+    sp = m.get("sparsity", {})
+    kinds = sp.get("kinds", ("none",))
+    if "n:m" in kinds and not sp.get("n_m"):
+        raise ProfileError(f"{leaf.path}: sparsity.kinds has 'n:m' but sparsity.n_m is not set")
+    cm = m.get("cost_model", {})
+    ops = m.get("ops", {})
+    return Profile(
+        name=m["name"],
+        description=m.get("description", ""),
+        path=leaf.path,
+        device=Device(
+            kind=kind, cpu=dev.get("cpu"), clock_hz=dev.get("clock"), cores=dev.get("cores", 1),
+            sram_bytes=dev.get("sram"), flash_bytes=dev.get("flash"), ram_bytes=dev.get("ram"),
+            psram_bytes=dev.get("psram"),
+        ),
+        runtime=Runtime(
+            name=runtime_name, threads=rt.get("threads", 1), delegates=rt.get("delegates", ()),
+            kernels=rt.get("kernels", "reference"),
+            pointer_bytes=rt.get("pointer_size", 4 if kind == "mcu" else 8),
+            code_bytes=rt.get("code_size"),
+        ),
+        budgets=Budgets(**{f"{k}_{'ms' if k == 'latency' else 'bytes'}": v
+                           for k, v in m.get("budgets", {}).items()}),
+        quantization=Quantization(schemes=schemes, default=default,
+                                  io_types=q.get("io_types", ("int8",)),
+                                  per_channel=q.get("per_channel", True)),
+        sparsity=Sparsity(kinds=kinds, n_m=sp.get("n_m")),
+        ops=Ops(table=ops.get("table"), allow=ops.get("allow")),
+        cost_model=CostModel(
+            cycles_per_mac=cm.get("cycles_per_mac", {}), cycles_per_byte=cm.get("cycles_per_byte"),
+            op_overhead_ms=cm.get("op_overhead", 0.0),
+            parallel_efficiency=cm.get("parallel_efficiency", 1.0),
+            tpu_macs_per_second=cm.get("tpu_macs_per_second"),
+            link_bytes_per_second=cm.get("link_bandwidth"),
+            param_cache_bytes=cm.get("param_cache"), sources=cm.get("sources", ()),
+        ),
+        abstract=m.get("abstract", False),
+        extends=parents,
+        resolved=shown,
+    )
+
+
+def load_profile(ref: str | Path, profiles_dirs: list[str | Path] | None = None) -> Profile:
+    """Load a profile by name (searched in user folders, then built-ins) or by file path."""
+    return ProfileStore(profiles_dirs).load(ref)
+
+
+def dump_resolved(profile: Profile) -> str:
+    """The profile after inheritance as YAML, in the user's own units."""
+    data = {k: v for k, v in profile.resolved.items() if not (k == "abstract" and not v)}
+    return yaml.safe_dump(_plain(data), sort_keys=False, allow_unicode=True)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

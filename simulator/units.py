@@ -1,0 +1,93 @@
+"""Parsing of sizes (``256KiB``, ``1.5 MB``, ``2MiB``) and times (``12ms``, ``500us``).
+
+Decimal prefixes (kB, MB, GB) are powers of 1000 and binary ones (KiB, MiB, GiB) powers of
+1024, as in IEC 80000-13; a bare ``K``/``M`` is read as binary, the way MCU datasheets use it.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SIZE_FACTORS = {
+    "": 1, "b": 1,
+    "kb": 1000, "mb": 1000**2, "gb": 1000**3,
+    "k": 1024, "m": 1024**2, "g": 1024**3,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3,
+}
+_TIME_FACTORS_MS = {"ms": 1.0, "us": 1e-3, "µs": 1e-3, "s": 1000.0, "ns": 1e-6}
+_NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-zµ]*)\s*$")
+
+SIZE_UNITS_HELP = "an integer byte count or a number with B, kB, MB, GB, KiB, MiB, GiB"
+TIME_UNITS_HELP = "a number with ms, us or s (a bare number is milliseconds)"
+
+
+def parse_size(value: object) -> int:
+    """Return a size in bytes, or raise ``ValueError`` naming what is allowed."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a size ({SIZE_UNITS_HELP}), got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"a size cannot be negative, got {value}")
+        return value
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if isinstance(value, str):
+        match = _NUMBER_UNIT.match(value)
+        if match and match.group(2).lower() in _SIZE_FACTORS:
+            number = float(match.group(1)) * _SIZE_FACTORS[match.group(2).lower()]
+            if number.is_integer():
+                return int(number)
+            raise ValueError(f"{value!r} is not a whole number of bytes")
+    raise ValueError(f"expected a size ({SIZE_UNITS_HELP}), got {value!r}")
+
+
+def parse_time_ms(value: object) -> float:
+    """Return a duration in milliseconds, or raise ``ValueError``."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a time ({TIME_UNITS_HELP}), got {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"a time cannot be negative, got {value}")
+        return float(value)
+    if isinstance(value, str):
+        match = _NUMBER_UNIT.match(value)
+        unit = match.group(2).lower() if match else None
+        if match and (unit in _TIME_FACTORS_MS or unit == ""):
+            return float(match.group(1)) * _TIME_FACTORS_MS.get(unit, 1.0)
+    raise ValueError(f"expected a time ({TIME_UNITS_HELP}), got {value!r}")
+
+
+def parse_frequency_hz(value: object) -> float:
+    """Return a clock frequency in Hz from ``120MHz``, ``1.5 GHz`` or a plain number."""
+    factors = {"hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9}
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    if isinstance(value, str):
+        match = _NUMBER_UNIT.match(value)
+        if match and match.group(2).lower() in factors:
+            return float(match.group(1)) * factors[match.group(2).lower()]
+    raise ValueError(f"expected a frequency such as 120MHz or 1.5GHz, got {value!r}")
+
+
+def format_size(num_bytes: int | float | None) -> str:
+    """Human-readable size with binary prefixes, exact bytes below 10 KiB."""
+    if num_bytes is None:
+        return "-"
+    value = float(num_bytes)
+    if abs(value) < 10 * 1024:
+        return f"{int(value)} B"
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def format_time_ms(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    if ms < 1:
+        return f"{ms * 1000:.0f} us"
+    if ms < 1000:
+        return f"{ms:.2f} ms"
+    return f"{ms / 1000:.2f} s"
