@@ -12,9 +12,11 @@ from rich.table import Table
 
 
 def make_console(no_color: bool = False, stderr: bool = False) -> Console:
-    # rich already drops colour when the stream is not a TTY or NO_COLOR is set.
-    return Console(no_color=no_color, stderr=stderr, highlight=False,
-                   soft_wrap=not sys.stdout.isatty())
+    # rich already drops colour when the stream is not a TTY or NO_COLOR is set; off a TTY
+    # its 80-column default would fold every table, so logs and pipes get a wide one.
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else 200
+    return Console(no_color=no_color, stderr=stderr, highlight=False, width=width)
 
 
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
