@@ -1,0 +1,151 @@
+"""Device profiles: every built-in loads, inheritance works, each kind of error is precise."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from sdk.cli import main
+from simulator.errors import ProfileError
+from simulator.profiles import ProfileStore, builtin_profiles_dir, load_profile
+
+BUILTINS = sorted(p.stem for p in builtin_profiles_dir().glob("*.yaml"))
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_builtin_set_is_the_documented_one():
+    assert set(BUILTINS) >= {
+        "android-arm64-cpu", "coral-edgetpu", "stm32l4r5-cortex-m4", "stm32h743-cortex-m7",
+        "nrf52840-cortex-m4", "esp32-s3",
+    }
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_every_builtin_profile_loads(name):
+    profile = load_profile(name)
+    assert profile.name == name
+    assert profile.device.kind in ("mobile-cpu", "edgetpu", "mcu")
+    if not profile.abstract:
+        assert profile.budgets.arena_bytes and profile.budgets.flash_bytes
+        assert profile.cost_model.cycles_per_mac, f"{name} has no cost model"
+
+
+def test_inheritance_merges_deeply_and_child_wins():
+    p = load_profile("stm32l4r5-cortex-m4")
+    assert p.extends == ("tflm-mcu-base",)
+    assert p.runtime.name == "tflm" and p.runtime.kernels == "cmsis-nn"  # from the base
+    assert p.runtime.pointer_bytes == 4
+    assert p.device.clock_hz == 120e6 and p.device.sram_bytes == 640 * 1024  # own values
+    assert p.budgets.arena_bytes == 512 * 1024
+    esp = load_profile("esp32-s3")
+    assert esp.runtime.kernels == "esp-nn" and esp.runtime.name == "tflm"  # override + inherit
+
+
+def test_abstract_profiles_are_hidden_from_the_list():
+    store = ProfileStore()
+    assert "tflm-mcu-base" not in store.names()
+    assert "tflm-mcu-base" in store.names(include_abstract=True)
+
+
+def _write(folder: Path, name: str, text: str) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_extends_chain_across_user_folders(tmp_path):
+    _write(tmp_path, "board-a", "extends: stm32l4r5-cortex-m4\nbudgets:\n  arena: 100KiB\n")
+    _write(tmp_path, "board-b", "extends: board-a\ndevice:\n  clock: 80MHz\n")
+    p = load_profile("board-b", [tmp_path])
+    assert p.extends == ("board-a", "stm32l4r5-cortex-m4", "tflm-mcu-base")
+    assert p.budgets.arena_bytes == 100 * 1024 and p.device.clock_hz == 80e6
+    assert p.budgets.flash_bytes == 1536 * 1024
+
+
+def test_extends_loop_is_detected(tmp_path):
+    _write(tmp_path, "loop-a", "extends: loop-b\ndevice: {class: mcu}\nruntime: {name: tflm}\n")
+    _write(tmp_path, "loop-b", "extends: loop-a\n")
+    with pytest.raises(ProfileError, match="loop: loop-a -> loop-b -> loop-a"):
+        load_profile("loop-a", [tmp_path])
+
+
+def test_env_folder_is_searched(tmp_path, monkeypatch):
+    _write(tmp_path, "from-env", "extends: esp32-s3\n")
+    monkeypatch.setenv("DEVICEFIT_PROFILES", str(tmp_path))
+    assert load_profile("from-env").runtime.kernels == "esp-nn"
+
+
+BAD_PROFILES = [
+    # (id, yaml text, fragments the one-line message must contain)
+    ("unknown-key", "extends: esp32-s3\nbudgets:\n  arenna: 1KiB\n",
+     ["bad.yaml:3", "budgets.arenna", "did you mean 'arena'"]),
+    ("bad-unit", "extends: esp32-s3\nbudgets:\n  flash: 12 parsecs\n",
+     ["bad.yaml:3", "budgets.flash", "12 parsecs", "KiB"]),
+    ("wrong-type", "extends: esp32-s3\nruntime:\n  threads: four\n",
+     ["bad.yaml:3", "runtime.threads", "'four'", "integer"]),
+    ("bad-enum", "extends: esp32-s3\nruntime:\n  name: tensorrt\n",
+     ["bad.yaml:3", "runtime.name", "litert, edgetpu, tflm"]),
+    ("yaml-syntax", "device:\n  class: mcu\n   cpu: [unclosed\n",
+     ["bad.yaml:3", "YAML syntax error"]),
+    ("missing-required", "device:\n  class: mcu\n",
+     ["bad.yaml", "missing required key 'runtime.name'"]),
+    ("unknown-parent", "extends: esp32s3\n",
+     ["bad.yaml:1", "unknown profile 'esp32s3'", "did you mean 'esp32-s3'"]),
+    ("not-a-mapping", "- just\n- a list\n", ["bad.yaml", "must be a mapping"]),
+]
+
+
+@pytest.mark.parametrize("text,fragments", [c[1:] for c in BAD_PROFILES],
+                         ids=[c[0] for c in BAD_PROFILES])
+def test_profile_errors_exit_2_with_one_precise_line(tmp_path, capsys, text, fragments):
+    path = _write(tmp_path, "bad", text)
+    assert main(["profiles", "validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in err
+
+
+def test_missing_profile_file_exits_2(tmp_path, capsys):
+    assert main(["profiles", "validate", str(tmp_path / "nope.yaml")]) == 2
+    assert "profile file not found" in capsys.readouterr().err
+
+
+def test_show_prints_resolved_yaml_in_user_units(capsys):
+    assert main(["profiles", "show", "nrf52840-cortex-m4"]) == 0
+    out = capsys.readouterr().out
+    assert "inheritance: nrf52840-cortex-m4 <- tflm-mcu-base" in out
+    assert "arena: 160KiB" in out and "kernels: cmsis-nn" in out
+
+
+def test_list_json(capsys):
+    import json
+
+    assert main(["profiles", "list", "--json"]) == 0
+    names = [p["name"] for p in json.loads(capsys.readouterr().out)]
+    assert "coral-edgetpu" in names and "tflm-mcu-base" not in names
+
+
+def test_non_editable_install_finds_every_profile(tmp_path):
+    """Build the wheel as `pip install .` would and import devicefit from it alone."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    wheel = next(tmp_path.glob("devicefit-*.whl"))
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(site)
+    code = (
+        "import simulator.profiles as p, sys;"
+        "assert p.__file__.startswith(sys.argv[1]), p.__file__;"
+        "s = p.ProfileStore(); names = s.names(include_abstract=True);"
+        "[s.load(n) for n in names]; print(' '.join(names))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(site)], cwd=tmp_path,
+                         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+                         check=True, capture_output=True, text=True).stdout.split()
+    assert sorted(out) == BUILTINS
