@@ -1,0 +1,40 @@
+"""Headless Chromium for tests that look at pages (Debian's `chromium`, installed by `make test`)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--enable-logging=stderr", "--v=0"]
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@dataclass(frozen=True)
+class Rendered:
+    dom: str
+    console: list[str]
+
+
+def render(page: Path, screenshot: Path | None = None, size: str = "1200,2400") -> Rendered:
+    """Load ``page`` from disk; return the DOM after load and every console message."""
+    binary = chromium()
+    assert binary, "chromium is not installed (make test installs Debian's chromium)"
+    with tempfile.TemporaryDirectory() as profile_dir:
+        args = [binary, *FLAGS, f"--user-data-dir={profile_dir}", f"--window-size={size}"]
+        if screenshot is not None:
+            shot = subprocess.run([*args, f"--screenshot={screenshot}", page.resolve().as_uri()],
+                                  capture_output=True, text=True, timeout=120)
+            assert shot.returncode == 0, shot.stderr[-2000:]
+        run = subprocess.run([*args, "--dump-dom", page.resolve().as_uri()],
+                             capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    console = [line for line in run.stderr.splitlines() if ":CONSOLE" in line]
+    return Rendered(run.stdout, console)
