@@ -149,3 +149,13 @@ def test_non_editable_install_finds_every_profile(tmp_path):
                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
                          check=True, capture_output=True, text=True).stdout.split()
     assert sorted(out) == BUILTINS
+
+
+def test_the_readme_example_profile_loads(tmp_path):
+    """The example in README.md is real: docs cannot drift from the loader."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("```yaml\n# my_board.yaml", 1)[1].split("```", 1)[0]
+    path = _write(tmp_path, "my_board", "# my_board.yaml" + block)
+    p = load_profile(path)
+    assert p.budgets.arena_bytes == 440 * 1024 and p.budgets.latency_ms == 250
+    assert p.extends == ("stm32l4r5-cortex-m4", "tflm-mcu-base")
