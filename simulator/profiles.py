@@ -96,7 +96,7 @@ class Ops:
 
 @dataclass(frozen=True)
 class CostModel:
-    """Numbers the device-latency estimate uses (see simulator/cost.py for the formula).
+    """Numbers the device-latency estimate uses (see simulator/latency.py for the formula).
 
     ``cycles_per_mac`` keys are ``"<dtype>"`` or ``"<OP_NAME>.<dtype>"`` (the latter wins),
     with ``"default"`` as the last resort.
@@ -289,6 +289,12 @@ def _compose(text: str, path: Path) -> tuple[Any, dict[tuple[str, ...], int]]:
                 key = (*prefix, str(key_node.value))
                 lines[key] = key_node.start_mark.line + 1
                 walk(value_node, key)
+        elif isinstance(n, yaml.SequenceNode):
+            # List items are keyed by their index ("models", "0", "path"), for files with lists.
+            for index, item in enumerate(n.value):
+                key = (*prefix, str(index))
+                lines[key] = item.start_mark.line + 1
+                walk(item, key)
 
     walk(node, ())
     return data, lines
@@ -297,6 +303,11 @@ def _compose(text: str, path: Path) -> tuple[Any, dict[tuple[str, ...], int]]:
 def _did_you_mean(word: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(word, choices, n=1)
     return f"; did you mean '{close[0]}'?" if close else ""
+
+
+#: Public for devicefit's other YAML files (the ``check`` project file) that name lines too.
+compose_yaml = _compose
+did_you_mean = _did_you_mean
 
 
 def _validate(data: Any, schema: dict[str, Any], path: Path, lines: dict, prefix=()) -> dict:

@@ -1,9 +1,13 @@
 """Read a ``.tflite`` flatbuffer into devicefit's IR (:mod:`simulator.model`), no TensorFlow.
 
-Uses the flatbuffer schema that LiteRT ships (``ai_edge_litert.schema_py_generated``) through
-its lazy accessors, and checks every vector length against the file size before walking it,
-so a corrupt or hostile file yields one :class:`ModelFormatError` instead of a traceback, a
-multi-gigabyte allocation or a hang.
+The structural fields (tensors, operators, buffers, quantization, metadata) are decoded
+directly with ``struct`` from the TFLite schema's field slots: a Python accessor call per
+field (the generated schema code) costs ~20× more, and the reader is most of the static
+simulation's time. Every read is bounds-checked, every vector length checked against the
+file, and flatbuffer offsets only point forward (vtables aside), so a corrupt or hostile
+file yields one :class:`ModelFormatError` instead of a traceback, a multi-gigabyte
+allocation or a hang. Builtin options, which few stages read, are decoded on first access
+with the schema LiteRT ships (``ai_edge_litert.schema_py_generated``).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +43,17 @@ _ACTIVATION = {v: k for k, v in vars(fb.ActivationFunctionType).items() if not k
 _ENUM_FIELDS = {"padding": _PADDING, "fused_activation_function": _ACTIVATION}
 _DECODE_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError,
                   UnicodeDecodeError, AttributeError, RecursionError, MemoryError)
+
+# Field slots of the schema's tables (schema.fbs order; a union takes two: type, value).
+_MODEL_VERSION, _MODEL_OPCODES, _MODEL_SUBGRAPHS, _MODEL_DESCRIPTION, _MODEL_BUFFERS = 0, 1, 2, 3, 4
+_MODEL_METADATA = 6
+_CODE_DEPRECATED, _CODE_CUSTOM, _CODE_VERSION, _CODE_BUILTIN = 0, 1, 2, 3
+_SG_TENSORS, _SG_INPUTS, _SG_OUTPUTS, _SG_OPERATORS, _SG_NAME = 0, 1, 2, 3, 4
+_T_SHAPE, _T_TYPE, _T_BUFFER, _T_NAME, _T_QUANT, _T_VARIABLE, _T_SPARSITY, _T_SIGNATURE = range(8)
+_Q_SCALE, _Q_ZERO_POINT, _Q_DIMENSION = 2, 3, 6
+_OP_OPCODE, _OP_INPUTS, _OP_OUTPUTS, _OP_INTERMEDIATES = 0, 1, 2, 8
+_BUF_DATA, _BUF_OFFSET, _BUF_SIZE = 0, 1, 2
+_META_NAME, _META_BUFFER = 0, 1
 
 
 def builtin_op_name(code: int) -> str:
@@ -72,7 +88,7 @@ def parse_model(data: bytes, path: str = "<bytes>") -> Model:
             f"{path}: not a .tflite model (file identifier {data[4:8]!r}, expected b'TFL3')"
         )
     try:
-        return _Decoder(data, path).model()
+        return _Decoder(bytes(data), path).model()
     except ModelFormatError:
         raise
     except _DECODE_ERRORS as exc:
@@ -81,146 +97,192 @@ def parse_model(data: bytes, path: str = "<bytes>") -> Model:
         ) from exc
 
 
-class _Decoder:
+_I32, _U32, _U16 = struct.Struct("<i"), struct.Struct("<I"), struct.Struct("<H")
+_SCALARS = {fmt: struct.Struct(fmt) for fmt in ("<b", "<B", "<i", "<I", "<Q")}
+
+
+class _Table:
+    """A table's position and its vtable (field offsets, 0 = absent), read once."""
+
+    __slots__ = ("pos", "slots")
+
+    def __init__(self, pos: int, slots: tuple[int, ...]) -> None:
+        self.pos, self.slots = pos, slots
+
+    def field(self, slot: int) -> int:
+        """Absolute position of field ``slot``, 0 if absent."""
+        off = self.slots[slot] if slot < len(self.slots) else 0
+        return self.pos + off if off else 0
+
+
+class _Flatbuffer:
+    """Bounds-checked reads of flatbuffer tables, vectors and strings at absolute offsets."""
+
     def __init__(self, data: bytes, path: str) -> None:
         self.data = data
+        self.n = len(data)
         self.path = path
-        self.root = fb.Model.GetRootAs(data, 0)
 
     def fail(self, what: str) -> ModelFormatError:
         return ModelFormatError(f"{self.path}: invalid .tflite: {what}")
 
-    def count(self, n: int, what: str, elem_bytes: int = 4) -> int:
-        if n < 0 or n * elem_bytes > len(self.data):
+    def _at(self, fmt: struct.Struct, pos: int) -> Any:
+        if pos < 0 or pos + fmt.size > self.n:
+            raise self.fail(f"an offset points outside the file ({pos})")
+        return fmt.unpack_from(self.data, pos)[0]
+
+    def table_at(self, pos: int) -> _Table:
+        vtable = pos - self._at(_I32, pos)
+        vt_size = self._at(_U16, vtable)
+        if vt_size < 4 or vtable + vt_size > self.n:
+            raise self.fail(f"a table's vtable at {vtable} is {vt_size} bytes")
+        return _Table(pos, struct.unpack_from(f"<{(vt_size - 4) // 2}H", self.data, vtable + 4))
+
+    def scalar(self, t: _Table, slot: int, fmt: str, default: int = 0) -> Any:
+        pos = t.field(slot)
+        return self._at(_SCALARS[fmt], pos) if pos else default
+
+    def table(self, t: _Table, slot: int) -> _Table | None:
+        """The sub-table in field ``slot``, None if absent."""
+        pos = t.field(slot)
+        return self.table_at(pos + self._at(_U32, pos)) if pos else None
+
+    def vector(self, t: _Table, slot: int, elem_bytes: int, what: str) -> tuple[int, int]:
+        """(position of the first element, length) of a vector field; (0, 0) if absent."""
+        pos = t.field(slot)
+        if not pos:
+            return 0, 0
+        start = pos + self._at(_U32, pos)
+        n = self._at(_U32, start)
+        if start + 4 + n * elem_bytes > self.n:
             raise self.fail(f"{what} has {n} entries, more than the file can hold")
-        return n
+        return start + 4, n
 
-    def ints(self, obj: Any, name: str, what: str) -> tuple[int, ...]:
-        n = self.count(getattr(obj, f"{name}Length")(), what)
-        if n == 0:
-            return ()
-        return tuple(int(v) for v in getattr(obj, f"{name}AsNumpy")())
+    def numbers(self, t: _Table, slot: int, code: str, what: str) -> tuple[Any, ...]:
+        start, n = self.vector(t, slot, struct.calcsize(code), what)
+        return struct.unpack_from(f"<{n}{code}", self.data, start) if n else ()
 
+    def tables(self, t: _Table, slot: int, what: str) -> list[_Table]:
+        start, n = self.vector(t, slot, 4, what)
+        offsets = struct.unpack_from(f"<{n}I", self.data, start) if n else ()
+        return [self.table_at(start + 4 * i + off) for i, off in enumerate(offsets)]
+
+    def string(self, t: _Table, slot: int) -> str:
+        start, n = self.vector(t, slot, 1, "a string")
+        return self.data[start:start + n].decode("utf-8", "replace") if n else ""
+
+
+class _Decoder(_Flatbuffer):
     def model(self) -> Model:
-        r = self.root
-        op_codes = [r.OperatorCodes(i) for i in range(self.count(r.OperatorCodesLength(),
-                                                                 "operator_codes"))]
-        buffer_sizes, buffer_data = self.buffers()
-        subgraphs = tuple(
-            self.subgraph(i, r.Subgraphs(i), op_codes, buffer_sizes)
-            for i in range(self.count(r.SubgraphsLength(), "subgraphs"))
-        )
+        root = self.table_at(self._at(_U32, 0))
+        op_codes = [self.op_code(c) for c in self.tables(root, _MODEL_OPCODES, "operator_codes")]
+        buffers = self.tables(root, _MODEL_BUFFERS, "buffers")
+        buffer_sizes = [self.buffer_extent(i, b)[1] for i, b in enumerate(buffers)]
+        subgraphs = tuple(self.subgraph(i, sg, op_codes, buffer_sizes) for i, sg in
+                          enumerate(self.tables(root, _MODEL_SUBGRAPHS, "subgraphs")))
         if not subgraphs:
             raise self.fail("the model has no subgraph")
         metadata = {}
-        for i in range(self.count(r.MetadataLength(), "metadata")):
-            entry = r.Metadata(i)
-            name = (entry.Name() or b"").decode("utf-8")
-            buf = entry.Buffer()
-            if not 0 <= buf < len(buffer_data):
+        for entry in self.tables(root, _MODEL_METADATA, "metadata"):
+            name = self.string(entry, _META_NAME)
+            buf = self.scalar(entry, _META_BUFFER, "<I")
+            if not 0 <= buf < len(buffers):
                 raise self.fail(f"metadata '{name}' points to buffer {buf}, "
-                                f"but there are {len(buffer_data)} buffers")
-            metadata[name] = buffer_data[buf]
+                                f"but there are {len(buffers)} buffers")
+            start, size = self.buffer_extent(buf, buffers[buf])
+            metadata[name] = self.data[start:start + size]
         return Model(
             path=self.path,
-            size_bytes=len(self.data),
+            size_bytes=self.n,
             sha256=hashlib.sha256(self.data).hexdigest(),
-            schema_version=int(r.Version()),
-            description=(r.Description() or b"").decode("utf-8", "replace"),
+            schema_version=self.scalar(root, _MODEL_VERSION, "<I"),
+            description=self.string(root, _MODEL_DESCRIPTION),
             subgraphs=subgraphs,
             buffer_sizes=tuple(buffer_sizes),
             metadata=metadata,
         )
 
-    def buffers(self) -> tuple[list[int], list[bytes]]:
-        r = self.root
-        sizes: list[int] = []
-        datas: list[bytes] = []
-        for i in range(self.count(r.BuffersLength(), "buffers")):
-            b = r.Buffers(i)
-            offset, size = int(b.Offset()), int(b.Size())
-            if offset > 1:
-                # Large models keep buffer data after the flatbuffer, addressed by offset.
-                if offset + size > len(self.data):
-                    raise self.fail(f"buffer {i} data lies beyond the end of the file")
-                sizes.append(size)
-                datas.append(self.data[offset:offset + size])
-                continue
-            n = self.count(b.DataLength(), f"buffer {i}", elem_bytes=1)
-            sizes.append(n)
-            datas.append(b.DataAsNumpy().tobytes() if n else b"")
-        return sizes, datas
+    def op_code(self, code: _Table) -> tuple[str, int]:
+        builtin = max(self.scalar(code, _CODE_BUILTIN, "<i"),
+                      self.scalar(code, _CODE_DEPRECATED, "<b"))
+        name = builtin_op_name(builtin)
+        if name == "CUSTOM":
+            name = "CUSTOM:" + self.string(code, _CODE_CUSTOM)
+        return name, self.scalar(code, _CODE_VERSION, "<i", 1)
 
-    def subgraph(self, index: int, sg: Any, op_codes: list, buffer_sizes: list[int]) -> Subgraph:
-        tensors = tuple(self.tensor(index, t, sg.Tensors(t), buffer_sizes)
-                        for t in range(self.count(sg.TensorsLength(), "tensors")))
+    def buffer_extent(self, index: int, buf: _Table) -> tuple[int, int]:
+        """(start, size) of a buffer's data in the file; large models keep it after the
+        flatbuffer, addressed by offset."""
+        offset = self.scalar(buf, _BUF_OFFSET, "<Q")
+        if offset > 1:
+            size = self.scalar(buf, _BUF_SIZE, "<Q")
+            if offset + size > self.n:
+                raise self.fail(f"buffer {index} data lies beyond the end of the file")
+            return offset, size
+        return self.vector(buf, _BUF_DATA, 1, f"buffer {index}")
+
+    def subgraph(self, index: int, sg: _Table, op_codes: list[tuple[str, int]],
+                 buffer_sizes: list[int]) -> Subgraph:
+        tensors = tuple(self.tensor(index, t, pos, buffer_sizes) for t, pos in
+                        enumerate(self.tables(sg, _SG_TENSORS, "tensors")))
         n_tensors = len(tensors)
 
-        def check_refs(refs: tuple[int, ...], what: str) -> tuple[int, ...]:
-            for t in refs:
+        def refs(table: _Table, slot: int, what: str) -> tuple[int, ...]:
+            values = self.numbers(table, slot, "i", what)
+            for t in values:
                 if t != -1 and not 0 <= t < n_tensors:
                     raise self.fail(f"subgraph {index} {what} refers to tensor {t}, "
                                     f"but it has {n_tensors} tensors")
-            return refs
+            return values
 
         operators = []
-        for i in range(self.count(sg.OperatorsLength(), "operators")):
-            op = sg.Operators(i)
-            code_index = int(op.OpcodeIndex())
+        for i, op in enumerate(self.tables(sg, _SG_OPERATORS, "operators")):
+            code_index = self.scalar(op, _OP_OPCODE, "<I")
             if not 0 <= code_index < len(op_codes):
                 raise self.fail(f"operator {i} uses opcode {code_index}, "
                                 f"but there are {len(op_codes)} operator codes")
-            code = op_codes[code_index]
-            builtin = max(int(code.BuiltinCode()), int(code.DeprecatedBuiltinCode()))
-            name = builtin_op_name(builtin)
-            if name == "CUSTOM":
-                name = "CUSTOM:" + (code.CustomCode() or b"").decode("utf-8", "replace")
+            name, version = op_codes[code_index]
             operators.append(Operator(
                 index=i,
                 op_name=name,
-                version=int(code.Version()),
-                inputs=check_refs(self.ints(op, "Inputs", f"operator {i} inputs"),
-                                  f"operator {i} ({name}) inputs"),
-                outputs=check_refs(self.ints(op, "Outputs", f"operator {i} outputs"),
-                                   f"operator {i} ({name}) outputs"),
-                intermediates=check_refs(
-                    self.ints(op, "Intermediates", f"operator {i} intermediates"),
-                    f"operator {i} ({name}) intermediates"),
-                options=_options(op),
+                version=version,
+                inputs=refs(op, _OP_INPUTS, f"operator {i} ({name}) inputs"),
+                outputs=refs(op, _OP_OUTPUTS, f"operator {i} ({name}) outputs"),
+                intermediates=refs(op, _OP_INTERMEDIATES, f"operator {i} ({name}) intermediates"),
+                options=LazyOptions(self.data, op.pos, f"{self.path}: operator {i} ({name})"),
                 opcode_index=code_index,
             ))
         return Subgraph(
             index=index,
-            name=(sg.Name() or b"").decode("utf-8", "replace"),
+            name=self.string(sg, _SG_NAME),
             tensors=tensors,
             operators=tuple(operators),
-            inputs=check_refs(self.ints(sg, "Inputs", "subgraph inputs"), "inputs"),
-            outputs=check_refs(self.ints(sg, "Outputs", "subgraph outputs"), "outputs"),
+            inputs=refs(sg, _SG_INPUTS, "inputs"),
+            outputs=refs(sg, _SG_OUTPUTS, "outputs"),
         )
 
-    def tensor(self, sg_index: int, index: int, t: Any, buffer_sizes: list[int]) -> Tensor:
-        dtype_code = int(t.Type())
+    def tensor(self, sg_index: int, index: int, t: _Table, buffer_sizes: list[int]) -> Tensor:
+        dtype_code = self.scalar(t, _T_TYPE, "<b")
         if dtype_code not in _DTYPE_NAMES:
             raise self.fail(f"subgraph {sg_index} tensor {index} has unknown dtype {dtype_code}")
         dtype = _DTYPE_NAMES[dtype_code]
-        buffer = int(t.Buffer())
+        buffer = self.scalar(t, _T_BUFFER, "<I")
         if not 0 <= buffer < max(len(buffer_sizes), 1):
             raise self.fail(f"subgraph {sg_index} tensor {index} points to buffer {buffer}, "
                             f"but there are {len(buffer_sizes)} buffers")
-        shape = self.ints(t, "Shape", f"tensor {index} shape")
-        signature = self.ints(t, "ShapeSignature", f"tensor {index} shape_signature") or None
+        signature = self.numbers(t, _T_SIGNATURE, "i", f"tensor {index} shape_signature")
         has_data = bool(buffer_sizes) and buffer_sizes[buffer] > 0
         tensor = Tensor(
             index=index,
-            name=(t.Name() or b"").decode("utf-8", "replace"),
-            shape=shape,
+            name=self.string(t, _T_NAME),
+            shape=self.numbers(t, _T_SHAPE, "i", f"tensor {index} shape"),
             dtype=dtype,
             buffer=buffer,
             has_data=has_data,
-            is_variable=bool(t.IsVariable()),
-            shape_signature=signature,
-            quantization=self.quant(t.Quantization(), index),
-            is_sparse=t.Sparsity() is not None,
+            is_variable=bool(self.scalar(t, _T_VARIABLE, "<B")),
+            shape_signature=signature or None,
+            quantization=self.quant(self.table(t, _T_QUANT), index),
+            is_sparse=t.field(_T_SPARSITY) != 0,
         )
         if has_data and not tensor.is_sparse and dtype != "string":
             expected = tensor.nbytes if dtype != "int4" else (tensor.num_elements + 1) // 2
@@ -229,16 +291,54 @@ class _Decoder:
                                 f"but its buffer {buffer} holds {buffer_sizes[buffer]}")
         return tensor
 
-    def quant(self, q: Any, index: int) -> QuantParams | None:
+    def quant(self, q: _Table | None, index: int) -> QuantParams | None:
         if q is None:
             return None
-        n_scale = self.count(q.ScaleLength(), f"tensor {index} quantization scale")
-        n_zp = self.count(q.ZeroPointLength(), f"tensor {index} quantization zero_point", 8)
-        if n_scale == 0 and n_zp == 0:
+        scale = self.numbers(q, _Q_SCALE, "f", f"tensor {index} quantization scale")
+        zero = self.numbers(q, _Q_ZERO_POINT, "q", f"tensor {index} quantization zero_point")
+        if not scale and not zero:
             return None
-        scale = tuple(float(s) for s in q.ScaleAsNumpy()) if n_scale else ()
-        zero = tuple(int(z) for z in q.ZeroPointAsNumpy()) if n_zp else ()
-        return QuantParams(scale, zero, int(q.QuantizedDimension()))
+        return QuantParams(scale, zero,
+                           self.scalar(q, _Q_DIMENSION, "<i"))
+
+
+class LazyOptions(Mapping[str, Any]):
+    """An operator's builtin options as a read-only dict, decoded on first access.
+
+    Keys are snake_case option names; enum options (``padding``,
+    ``fused_activation_function``) hold their names. A corrupt options table raises
+    :class:`ModelFormatError` when it is first read.
+    """
+
+    __slots__ = ("_data", "_pos", "_where", "_values")
+
+    def __init__(self, data: bytes, pos: int, where: str) -> None:
+        self._data, self._pos, self._where = data, pos, where
+        self._values: dict[str, Any] | None = None
+
+    def _decoded(self) -> dict[str, Any]:
+        if self._values is None:
+            op = fb.Operator()
+            op.Init(self._data, self._pos)
+            try:
+                self._values = _options(op)
+            except _DECODE_ERRORS as exc:
+                raise ModelFormatError(f"{self._where}: corrupt builtin options "
+                                       f"({type(exc).__name__}: {exc})") from exc
+            self._data = b""  # the options are all we needed from the file
+        return self._values
+
+    def __getitem__(self, key: str) -> Any:
+        return self._decoded()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._decoded())
+
+    def __repr__(self) -> str:
+        return repr(self._decoded())
 
 
 def _snake(name: str) -> str:

@@ -14,6 +14,22 @@ Models (int8 = full-integer, int8 I/O, per-channel weights):
 - ``chain_float32``: ``chain`` without quantization.
 - ``dynamic_float32``: an MLP whose batch dimension stays dynamic (-1 in shape_signature).
 - ``large_params_int8``: > 8 MiB of int8 weights (two big dense layers).
+- ``unet_tconv_int8``: a U-Net step TFLM can run: strided conv, TRANSPOSE_CONV up-sampling
+  (a kernel with a scratch buffer), skip concatenation.
+- ``two_heads_int8``: two graph outputs (REDUCE_MAX and MEAN heads, both with scratch buffers).
+- ``gap_float32``: conv → float MEAN → dense.
+- ``if_float32``: an IF whose branches are subgraphs (control flow), float, from a
+  ``tf.function``.
+- ``leaky_mid_int8``: conv → conv → LeakyReLU (not an Edge TPU op) → conv → mean → dense.
+- ``grouped_conv_int8``: one grouped conv (CONV_2D v6, newer than Edge TPU compiler 16.0).
+- ``dynamic_int8``: ``dynamic_float32``'s dynamic-batch MLP, full-integer quantized.
+- ``edgetpu_limits_int8``: conv → stride-2 slice → 4-D softmax → mean over 6 channels → dense
+  (each breaks an Edge TPU op constraint).
+- ``branches_int8``: two wide branches the converter interleaves (both wide tensors live at
+  once in file order; running one branch to its end first lowers the peak).
+- ``mobilenet_v1_96_int8`` / ``mobilenet_v2_96_int8``: MobileNet v1 (α 0.25, 96×96×1, the
+  person-detection layout) and a MobileNetV2-style net (inverted residuals, 96×96×3).
+- ``deep_mlp_int8``: 200 fully connected operators (a long graph for report sizes).
 """
 
 from __future__ import annotations
@@ -108,6 +124,85 @@ def _large_params():
     return k.Model(inp, k.layers.Dense(10)(x))
 
 
+def _leaky_mid():
+    k = _keras()
+    x = inp = k.Input((16, 16, 3), batch_size=1)
+    x = k.layers.Conv2D(8, 3, padding="same", activation="relu")(x)
+    x = k.layers.Conv2D(8, 3, padding="same")(x)
+    x = k.layers.LeakyReLU(0.1)(x)
+    x = k.layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(x)
+    x = k.layers.GlobalAveragePooling2D()(x)
+    return k.Model(inp, k.layers.Dense(4)(x))
+
+
+def _grouped_conv():
+    k = _keras()
+    inp = k.Input((8, 8, 8), batch_size=1)
+    return k.Model(inp, k.layers.Conv2D(8, 3, padding="same", groups=2)(inp))
+
+
+def _unet_tconv():
+    k = _keras()
+    inp = k.Input((16, 16, 2), batch_size=1)
+    d1 = k.layers.Conv2D(8, 3, padding="same", activation="relu")(inp)
+    d2 = k.layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(d1)
+    u1 = k.layers.Conv2DTranspose(8, 3, strides=2, padding="same", activation="relu")(d2)
+    u1 = k.layers.Concatenate()([u1, d1])
+    return k.Model(inp, k.layers.Conv2D(4, 1)(u1))
+
+
+def _two_heads():
+    k = _keras()
+    inp = k.Input((12, 12, 3), batch_size=1)
+    x = k.layers.Conv2D(8, 3, padding="same", activation="relu")(inp)
+    a = k.layers.GlobalMaxPooling2D()(x)
+    b = k.layers.Conv2D(12, 3, strides=2)(x)
+    b = k.layers.Dense(6)(k.layers.GlobalAveragePooling2D()(b))
+    return k.Model(inp, [a, b])
+
+
+def _gap():
+    k = _keras()
+    inp = k.Input((10, 10, 3), batch_size=1)
+    x = k.layers.Conv2D(6, 3, activation="relu")(inp)
+    x = k.layers.GlobalAveragePooling2D()(x)
+    return k.Model(inp, k.layers.Dense(3)(x))
+
+
+def _if_float32() -> bytes:
+    import tensorflow as tf
+
+    w = tf.constant(np.random.default_rng(0).normal(size=(8, 8)).astype(np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 8], tf.float32)])
+    def branchy(x):
+        y = tf.matmul(x, w)
+        return tf.cond(tf.reduce_sum(x) > 0, lambda: tf.nn.relu(tf.matmul(y, w)),
+                       lambda: y * 2.0 + 1.0)
+
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [branchy.get_concrete_function()], branchy)
+    return converter.convert()
+
+
+def _edgetpu_limits():
+    k = _keras()
+    x = inp = k.Input((8, 8, 3), batch_size=1)
+    x = k.layers.Conv2D(6, 3, padding="same", activation="relu")(x)
+    x = k.layers.Softmax(axis=-1)(x[:, ::2, :, :])
+    x = k.layers.Flatten()(k.ops.mean(x, axis=-1, keepdims=True))
+    return k.Model(inp, k.layers.Dense(4)(x))
+
+
+def _deep_mlp(layers: int = 200):
+    """200 fully connected operators: the size test of the HTML report."""
+    k = _keras()
+    x = inp = k.Input((16,), batch_size=1)
+    for i in range(layers):
+        x = k.layers.Dense(16 + 8 * (i % 4), activation="relu")(x)
+    return k.Model(inp, x)
+
+
 def convert_keras(model, quantize: bool, samples: int = 32) -> bytes:
     """Convert an in-memory Keras model with the real TFLite converter (test helper)."""
     import tensorflow as tf
@@ -139,6 +234,46 @@ def _configure(converter, quantize: bool, shape: list[int], samples: int):
     return converter
 
 
+def _branches():
+    k = _keras()
+    x = inp = k.Input((16, 16, 4), batch_size=1)
+    a = k.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
+    b = k.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
+    a = k.layers.Conv2D(4, 3, strides=2, padding="same", activation="relu")(a)
+    b = k.layers.Conv2D(4, 3, strides=2, padding="same", activation="relu")(b)
+    y = k.layers.Concatenate()([a, b])
+    return k.Model(inp, k.layers.GlobalAveragePooling2D()(y))
+
+
+def _mobilenet(v2: bool):
+    """MobileNet v1 (α 0.25, the person-detection layout) or v2-style inverted residuals
+    (α 0.35) at 96×96. He init and a small positive bias keep random activations alive
+    through ~30 layers: a dead tensor quantizes to a zero scale, which TFLM aborts on."""
+    k = _keras()
+    L = k.layers
+    init = {"bias_initializer": k.initializers.Constant(0.1)}
+    conv = {**init, "kernel_initializer": "he_normal"}
+    dw = {**init, "depthwise_initializer": "he_normal", "padding": "same"}
+    x = inp = k.Input((96, 96, 1 if not v2 else 3), batch_size=1)
+    x = L.Conv2D(8 if not v2 else 16, 3, strides=2, padding="same", activation="relu6", **conv)(x)
+    if not v2:
+        for ch, stride in [(16, 1), (32, 2), (32, 1), (64, 2), (64, 1), (128, 2), (128, 1),
+                           (128, 1), (128, 1), (128, 1), (128, 1), (256, 2), (256, 1)]:
+            x = L.DepthwiseConv2D(3, strides=stride, activation="relu6", **dw)(x)
+            x = L.Conv2D(ch, 1, activation="relu6", **conv)(x)
+    else:
+        for ch, stride, repeat in [(8, 1, 1), (8, 2, 2), (16, 2, 3), (24, 2, 4), (32, 1, 3),
+                                   (56, 2, 3), (112, 1, 1)]:
+            for r in range(repeat):
+                y = L.Conv2D(x.shape[-1] * (6 if ch > 8 else 1), 1, activation="relu6", **conv)(x)
+                y = L.DepthwiseConv2D(3, strides=stride if r == 0 else 1, activation="relu6",
+                                      **dw)(y)
+                y = L.Conv2D(ch, 1, **conv)(y)
+                x = L.Add()([x, y]) if r > 0 and x.shape[-1] == ch else y
+    x = L.GlobalAveragePooling2D()(x)
+    return k.Model(inp, L.Dense(2, activation="softmax")(x))
+
+
 BUILDERS: dict[str, Callable[[], bytes]] = {
     "chain_int8": lambda: convert_keras(_chain(), True),
     "residual_int8": lambda: convert_keras(_residual(), True),
@@ -148,6 +283,18 @@ BUILDERS: dict[str, Callable[[], bytes]] = {
     "chain_float32": lambda: convert_keras(_chain(), False),
     "dynamic_float32": lambda: convert_keras(_mlp(batch=None), False),
     "large_params_int8": lambda: convert_keras(_large_params(), True, samples=8),
+    "leaky_mid_int8": lambda: convert_keras(_leaky_mid(), True),
+    "grouped_conv_int8": lambda: convert_keras(_grouped_conv(), True),
+    "dynamic_int8": lambda: convert_keras(_mlp(batch=None), True),
+    "edgetpu_limits_int8": lambda: convert_keras(_edgetpu_limits(), True),
+    "unet_tconv_int8": lambda: convert_keras(_unet_tconv(), True),
+    "two_heads_int8": lambda: convert_keras(_two_heads(), True),
+    "gap_float32": lambda: convert_keras(_gap(), False),
+    "if_float32": _if_float32,
+    "branches_int8": lambda: convert_keras(_branches(), True),
+    "mobilenet_v1_96_int8": lambda: convert_keras(_mobilenet(False), True, samples=8),
+    "mobilenet_v2_96_int8": lambda: convert_keras(_mobilenet(True), True, samples=8),
+    "deep_mlp_int8": lambda: convert_keras(_deep_mlp(), True, samples=8),
 }
 
 

@@ -1,0 +1,317 @@
+"""Parse what TFLite's ``benchmark_model`` prints into a :class:`BenchmarkOutput`.
+
+The tool logs one fact per line, and the wording moved between releases, so each figure
+has its own pattern and any may be missing (None). Lines may carry a prefix: ``INFO: ``
+(TF >= 2.4), ``INFO: [file.cc:12] ``, or an Android logcat header when the output was
+captured from the benchmark APK; the patterns search inside the line rather than anchor.
+
+Formats handled (``tensorflow/lite/tools/benchmark/benchmark_model.cc`` and
+``xla/tsl/util/stats_calculator.h``; real captures are in tests/fixtures/benchmark_model):
+
+- ``The input model file size (MB): X``; ``Initialized session in Xms.``
+- timing statistics, in microseconds, one line per phase (warm-up first, then the timed
+  runs): ``count=N first=A curr=B min=C max=D avg=E std=F`` or, when every run took the
+  same time, ``count=N curr=B(all same)``; builds that keep percentiles append
+  `` p5=P median=M p95=Q``.
+- ``Inference timings in us: Init: A, First inference: B, Warmup (avg): C, Inference
+  (avg): D``; before TF 2.3: ``Average inference timings in us: Warmup: C, Init: A,
+  Inference: D`` (older still: ``no stats: D``).
+- ``Memory footprint delta from the start of the tool (MB): init=X overall=Y`` (called
+  ``Peak memory footprint (MB): init=X overall=Y`` in TF 2.3) and ``Overall peak memory
+  footprint (MB) via periodic monitoring: Z``.
+- ``--enable_op_profiling`` tables: ``Run Order`` rows and ``Summary by node type`` rows
+  of the regular runs (the initialization profile is skipped); columns are read from the
+  bracketed header, since TF dropped ``[start]`` in later releases.
+- delegate coverage: ``Replacing N out of M node(s) with delegate (D) node, yielding K
+  partitions``, the older ``Replacing N node(s) with delegate (D) node, yielding K
+  partitions``, ``D delegate: N nodes delegated out of M nodes with K partitions``, and
+  the GPU/NNAPI "will (not) be executed by the delegate" notices.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+
+from simulator.errors import RuntimeFailure
+
+log = logging.getLogger(__name__)
+
+_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
+#: Android logcat header ("05-31 10:31:13.023 21767 21767 I tflite  : ") and log levels.
+_PREFIX = re.compile(
+    r"^(?:\d\d-\d\d \d\d:\d\d:\d\d\.\d+\s+\d+\s+\d+\s+[VDIWEF]\s+[^:]*:\s?)?"
+    r"(?:(?:INFO|VERBOSE|WARNING|ERROR|DEBUG)\s*:\s*)?(?:\[[^\]]*\.\w+:\d+\]\s*)?"
+)
+_STAT_LINE = re.compile(r"^count=(\d+)\b(.*)$")
+_KEY_VALUE = re.compile(rf"(\w+)=({_NUM})")
+_MODEL_SIZE = re.compile(rf"The input model file size \(MB\):\s*({_NUM})")
+_SESSION_INIT = re.compile(rf"Initialized session in\s*({_NUM})\s*ms")
+_TIMINGS = re.compile(r"(?:Average )?[Ii]nference timings in us:\s*(.*)$")
+_TIMING_ITEM = re.compile(rf"([A-Za-z][A-Za-z ()]*?):\s*({_NUM})")
+_MEMORY_DELTA = re.compile(
+    rf"(?:Memory footprint delta from the start of the tool|Peak memory footprint) \(MB\):"
+    rf"\s*init=({_NUM})\s+overall=({_NUM})")
+_MEMORY_PEAK = re.compile(rf"Overall peak memory footprint \(MB\) via periodic monitoring:\s*({_NUM})")
+_REPLACING = re.compile(
+    r"Replacing (\d+)(?: out of (\d+))? node\(s\) with delegate \(([^)]+)\) node,"
+    r" yielding (\d+) partitions")
+_DELEGATED_OUT_OF = re.compile(
+    r"(\S+) delegate: (\d+) nodes delegated out of (\d+) nodes(?: with (\d+) partitions)?")
+_WHOLE_GRAPH = re.compile(
+    r"(?:Explicitly applied|Though) (\w+) delegate(?: is explicitly applied)?, "
+    r"(?:and )?the model graph will (not )?be (?:completely )?executed by the delegate")
+_CREATED = re.compile(r"Created TensorFlow Lite (?:(\w+) )?delegate for (\w+)")
+_TABLE_TITLE = re.compile(r"^=+ (.+?) =+$")
+_HEADER_CELL = re.compile(r"\[([^\]]+)\]")
+
+#: Timing-line keys (old and new wording) → BenchmarkOutput field (the line is in µs).
+_TIMING_KEYS = {
+    "init": "init_ms",
+    "first inference": "first_inference_ms",
+    "warmup (avg)": "warmup_avg_ms",
+    "warmup": "warmup_avg_ms",
+    "inference (avg)": "inference_avg_ms",
+    "inference": "inference_avg_ms",
+    "no stats": "inference_avg_ms",
+}
+
+
+class BenchmarkOutputError(RuntimeFailure):
+    """benchmark_model ran but printed nothing this parser recognises as a result."""
+
+
+@dataclass
+class RunStats:
+    """One ``count=...`` line; times in milliseconds (the tool prints microseconds)."""
+
+    count: int
+    first_ms: float | None = None
+    curr_ms: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
+    avg_ms: float | None = None
+    std_ms: float | None = None
+    p5_ms: float | None = None
+    median_ms: float | None = None
+    p95_ms: float | None = None
+
+
+@dataclass
+class OpProfileRow:
+    """One node of the ``Run Order`` table (times in ms as the tool prints them)."""
+
+    node_type: str
+    name: str
+    first_ms: float | None
+    avg_ms: float | None
+    percent: float | None
+    cdf_percent: float | None
+    mem_kb: float | None
+    times_called: int | None
+
+
+@dataclass
+class OpTypeSummary:
+    """One row of ``Summary by node type``."""
+
+    node_type: str
+    count: int | None
+    avg_ms: float | None
+    percent: float | None
+    cdf_percent: float | None
+    mem_kb: float | None
+    times_called: int | None
+
+
+@dataclass
+class DelegateCoverage:
+    """How much of the graph a delegate took, as far as the log says."""
+
+    delegate: str
+    nodes_delegated: int | None = None
+    nodes_total: int | None = None
+    partitions: int | None = None
+    #: True/False when the tool stated the whole graph does (not) run on the delegate.
+    whole_graph: bool | None = None
+
+
+@dataclass
+class BenchmarkOutput:
+    model_size_mb: float | None = None
+    init_ms: float | None = None
+    first_inference_ms: float | None = None
+    warmup_avg_ms: float | None = None
+    inference_avg_ms: float | None = None
+    warmup: RunStats | None = None
+    inference: RunStats | None = None
+    memory_init_mb: float | None = None
+    memory_overall_mb: float | None = None
+    memory_peak_mb: float | None = None
+    delegates_created: list[str] = field(default_factory=list)
+    delegate_coverage: list[DelegateCoverage] = field(default_factory=list)
+    op_profile: list[OpProfileRow] = field(default_factory=list)
+    op_summary: list[OpTypeSummary] = field(default_factory=list)
+
+
+def _f(text: str | None) -> float | None:
+    if text is None or text == "":
+        return None
+    try:
+        return float(text.rstrip("%"))
+    except ValueError:
+        return None
+
+
+def _i(text: str | None) -> int | None:
+    value = _f(text)
+    return None if value is None or value != value else int(value)
+
+
+def _us_to_ms(value: float | None) -> float | None:
+    # Rounded so that 56265.8 µs reads 56.2658 ms, not 56.265800000000006.
+    return None if value is None else round(value / 1000.0, 9)
+
+
+def strip_prefix(line: str) -> str:
+    """The message part of a log line (no log level, source location or logcat header)."""
+    return _PREFIX.sub("", line.rstrip("\r\n"), count=1)
+
+
+def parse_stat_line(line: str) -> RunStats | None:
+    """``count=N first=.. curr=..`` (µs) → RunStats (ms); None if ``line`` is not one."""
+    m = _STAT_LINE.match(strip_prefix(line).strip())
+    if not m:
+        return None
+    values = {k: float(v) for k, v in _KEY_VALUE.findall(m.group(2))}
+    curr = values.get("curr")
+    if "(all same)" in m.group(2) or (int(m.group(1)) == 1 and "min" not in values):
+        # Every run took the same time: the tool prints only curr.
+        for key in ("first", "min", "max", "avg"):
+            values.setdefault(key, curr)
+        values.setdefault("std", 0.0)
+    return RunStats(count=int(m.group(1)),
+                    **{f"{k}_ms": _us_to_ms(values.get(k))
+                       for k in ("first", "curr", "min", "max", "avg", "std", "p5", "median",
+                                 "p95")})
+
+
+def _table_rows(lines: list[str], start: int) -> tuple[list[str], list[list[str]], int]:
+    """Header cell names and the tab-separated rows of the table whose header is at start."""
+    header = [h.strip().lower() for h in _HEADER_CELL.findall(lines[start])]
+    rows: list[list[str]] = []
+    i = start + 1
+    while i < len(lines) and strip_prefix(lines[i]).strip():
+        cells = [c.strip() for c in strip_prefix(lines[i]).split("\t") if c.strip()]
+        if len(cells) == len(header):
+            rows.append(cells)
+        else:
+            log.debug("skipping profile row with %d cells (header has %d): %r",
+                      len(cells), len(header), lines[i])
+        i += 1
+    return header, rows, i
+
+
+def _op_row(header: list[str], cells: list[str]) -> OpProfileRow:
+    col = dict(zip(header, cells, strict=True))
+    return OpProfileRow(
+        node_type=col.get("node type", ""), name=col.get("name", "").strip("[]"),
+        first_ms=_f(col.get("first")), avg_ms=_f(col.get("avg ms")), percent=_f(col.get("%")),
+        cdf_percent=_f(col.get("cdf%")), mem_kb=_f(col.get("mem kb")),
+        times_called=_i(col.get("times called")))
+
+
+def _summary_row(header: list[str], cells: list[str]) -> OpTypeSummary:
+    col = dict(zip(header, cells, strict=True))
+    return OpTypeSummary(
+        node_type=col.get("node type", ""), count=_i(col.get("count")),
+        avg_ms=_f(col.get("avg ms")), percent=_f(col.get("avg %")),
+        cdf_percent=_f(col.get("cdf %")), mem_kb=_f(col.get("mem kb")),
+        times_called=_i(col.get("times called")))
+
+
+def _parse_profile(raw_lines: list[str], out: BenchmarkOutput) -> None:
+    # The initialization profile (AllocateTensors, ModifyGraphWithDelegate) comes first under
+    # its own heading; only the tables of the regular runs describe inference.
+    lines = [strip_prefix(line) for line in raw_lines]
+    in_init = False
+    title = ""
+    i = 0
+    while i < len(lines):
+        text = lines[i].strip()
+        if text.startswith("Profiling Info for Benchmark Initialization"):
+            in_init = True
+        elif "Profiling Info for Regular Benchmark Runs" in text:
+            in_init = False
+        elif m := _TABLE_TITLE.match(text):
+            title = m.group(1).strip().lower()
+        elif text.startswith("[node type]") or text.startswith("[Node type]"):
+            header, rows, i = _table_rows(lines, i)
+            if not in_init and title == "run order" and not out.op_profile:
+                out.op_profile = [_op_row(header, r) for r in rows]
+            elif not in_init and title == "summary by node type" and not out.op_summary:
+                out.op_summary = [_summary_row(header, r) for r in rows]
+            continue
+        i += 1
+
+
+def parse_benchmark_output(text: str) -> BenchmarkOutput:
+    """Every figure the output holds; raises :class:`BenchmarkOutputError` if none is a latency."""
+    out = BenchmarkOutput()
+    raw_lines = text.splitlines()
+    stats: list[RunStats] = []
+    coverage: dict[str, DelegateCoverage] = {}
+    for raw in raw_lines:
+        line = strip_prefix(raw)
+        if (s := parse_stat_line(line)) is not None:
+            stats.append(s)
+        elif m := _MODEL_SIZE.search(line):
+            out.model_size_mb = float(m.group(1))
+        elif m := _SESSION_INIT.search(line):
+            out.init_ms = float(m.group(1))
+        elif m := _TIMINGS.search(line):
+            for key, value in _TIMING_ITEM.findall(m.group(1)):
+                attr = _TIMING_KEYS.get(key.strip().lower())
+                if attr:
+                    setattr(out, attr, _us_to_ms(float(value)))
+        elif m := _MEMORY_DELTA.search(line):
+            out.memory_init_mb, out.memory_overall_mb = float(m.group(1)), float(m.group(2))
+        elif m := _MEMORY_PEAK.search(line):
+            out.memory_peak_mb = float(m.group(1))
+        elif m := _REPLACING.search(line):
+            cov = coverage.setdefault(m.group(3), DelegateCoverage(m.group(3)))
+            cov.nodes_delegated, cov.nodes_total = int(m.group(1)), _i(m.group(2))
+            cov.partitions = int(m.group(4))
+        elif m := _DELEGATED_OUT_OF.search(line):
+            cov = coverage.setdefault(m.group(1), DelegateCoverage(m.group(1)))
+            cov.nodes_delegated, cov.nodes_total = int(m.group(2)), int(m.group(3))
+            cov.partitions = _i(m.group(4))
+        elif m := _WHOLE_GRAPH.search(line):
+            cov = coverage.setdefault(m.group(1), DelegateCoverage(m.group(1)))
+            cov.whole_graph = m.group(2) is None
+        elif m := _CREATED.search(line):
+            name = m.group(1) or m.group(2)
+            if name not in out.delegates_created:
+                out.delegates_created.append(name)
+    out.delegate_coverage = list(coverage.values())
+    if stats:
+        out.inference = stats[-1]
+        out.warmup = stats[0] if len(stats) > 1 else None
+    # Pre-2.3 tools print no "First inference": the first warm-up run is the same figure.
+    if out.first_inference_ms is None and out.warmup is not None:
+        out.first_inference_ms = out.warmup.first_ms
+    if out.inference_avg_ms is None and out.inference is not None:
+        out.inference_avg_ms = out.inference.avg_ms
+    _parse_profile(raw_lines, out)
+    if out.inference_avg_ms is None:
+        raise BenchmarkOutputError(
+            "benchmark_model printed no inference timings; its last lines: "
+            + tail(text))
+    return out
+
+
+def tail(text: str, n: int = 6) -> str:
+    """The last ``n`` non-empty lines of ``text`` joined on one line (for one-line errors)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " | ".join(lines[-n:]) if lines else "(no output)"

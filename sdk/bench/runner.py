@@ -1,0 +1,186 @@
+"""``bench()``: run TFLite's benchmark_model on an Android device and return the figures.
+
+Steps: pick the device, check the binary's architecture against the device ABIs, push the
+binary and the model (skipped when the device already holds the same bytes), run with the
+profile's threads/delegate unless overridden, parse the output, remove what was pushed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shlex
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sdk.bench.adb import AdbClient, AdbError, DeviceGone, check_binary_arch, find_adb
+from sdk.bench.benchmark_output import BenchmarkOutput, parse_benchmark_output, tail
+from simulator.errors import InputError, RuntimeFailure, UsageError
+from simulator.profiles import Profile
+
+log = logging.getLogger(__name__)
+
+REMOTE_DIR = "/data/local/tmp/devicefit"
+REMOTE_BINARY = "benchmark_model"
+DELEGATES = ("xnnpack", "gpu", "nnapi")
+#: benchmark_model flag per delegate choice.
+_DELEGATE_FLAGS = {"xnnpack": "--use_xnnpack=true", "gpu": "--use_gpu=true",
+                   "nnapi": "--use_nnapi=true", None: "--use_xnnpack=false"}
+_CPU_MASK = re.compile(r"^(0x)?[0-9a-fA-F]+$")
+DEFAULT_RUN_TIMEOUT_S = 600.0
+
+
+@dataclass
+class BenchSettings:
+    """What was asked of benchmark_model (after profile defaults were applied)."""
+
+    threads: int
+    delegate: str | None
+    runs: int
+    warmup_runs: int
+    cpu_mask: str | None
+    op_profiling: bool
+
+
+@dataclass
+class BenchResult:
+    model: str
+    profile: str
+    serial: str
+    device_model: str
+    abis: list[str]
+    binary_arch: str
+    settings: BenchSettings
+    #: The shell command run on the device.
+    command: str
+    results: BenchmarkOutput
+    #: Remote files pushed by this run, and those already on the device with the same bytes.
+    pushed: list[str] = field(default_factory=list)
+    already_on_device: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    output_tail: list[str] = field(default_factory=list)
+
+
+def default_delegate(profile: Profile) -> str | None:
+    """The first delegate of the profile's runtime that benchmark_model can apply."""
+    return next((d for d in profile.runtime.delegates if d in DELEGATES), None)
+
+
+def _settings(profile: Profile, threads: int | None, delegate: str | None, runs: int,
+              warmup: int, cpu_mask: str | None, op_profiling: bool) -> BenchSettings:
+    if profile.runtime.name != "litert":
+        raise UsageError(f"profile {profile.name} targets {profile.runtime.name}; bench runs "
+                         "LiteRT on Android phones: use a litert profile such as "
+                         "android-arm64-cpu")
+    if delegate is not None and delegate not in DELEGATES:
+        raise UsageError(f"unknown delegate '{delegate}': choose one of {', '.join(DELEGATES)}")
+    if cpu_mask is not None and not _CPU_MASK.match(cpu_mask):
+        raise UsageError(f"--cpu-mask {cpu_mask!r} is not a hex CPU mask such as f0")
+    for name, value, low in (("--runs", runs, 1), ("--warmup", warmup, 0),
+                             ("--threads", threads, 1)):
+        if value is not None and value < low:
+            raise UsageError(f"{name} must be >= {low}, got {value}")
+    return BenchSettings(threads=threads or profile.runtime.threads,
+                         delegate=delegate or default_delegate(profile), runs=runs,
+                         warmup_runs=warmup, cpu_mask=cpu_mask, op_profiling=op_profiling)
+
+
+def _command(s: BenchSettings, remote_binary: str, remote_model: str) -> str:
+    args = [remote_binary, f"--graph={remote_model}", f"--num_threads={s.threads}",
+            f"--warmup_runs={s.warmup_runs}", f"--num_runs={s.runs}",
+            _DELEGATE_FLAGS[s.delegate], "--report_peak_memory_footprint=true"]
+    if s.op_profiling:
+        args.append("--enable_op_profiling=true")
+    if s.cpu_mask:
+        args = ["taskset", s.cpu_mask, *args]
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def _remote_name(model: Path) -> str:
+    # The device shell is plain sh: keep the name to characters that need no quoting there.
+    return re.sub(r"[^A-Za-z0-9._-]", "_", model.name)
+
+
+def _failure(returncode: int, output: str) -> RuntimeFailure:
+    """The error for a benchmark_model run that exited non-zero on a device still online."""
+    last = tail(output)
+    if returncode > 128:
+        try:
+            name = signal.Signals(returncode - 128).name
+        except ValueError:
+            name = f"signal {returncode - 128}"
+        return RuntimeFailure(f"benchmark_model crashed on the device ({name}); its last "
+                              f"lines: {last}")
+    if returncode == 126:
+        return RuntimeFailure(f"the device cannot execute benchmark_model (exit 126): {last}")
+    if returncode == 127:
+        return RuntimeFailure(f"the device shell could not start benchmark_model (exit 127; a "
+                              f"missing file or library): {last}")
+    return RuntimeFailure(f"benchmark_model failed (exit {returncode}); its last lines: {last}")
+
+
+def bench(model: str | Path, profile: Profile, *, benchmark_binary: str | Path | None,
+          serial: str | None = None, adb: str | None = None, runs: int = 50, warmup: int = 1,
+          threads: int | None = None, delegate: str | None = None, cpu_mask: str | None = None,
+          op_profiling: bool = False, keep: bool = False,
+          timeout_s: float = DEFAULT_RUN_TIMEOUT_S) -> BenchResult:
+    """Benchmark ``model`` on an Android device over adb; see the module docstring."""
+    model = Path(model)
+    if not model.is_file():
+        raise InputError(f"model file not found: {model}")
+    if benchmark_binary is None:
+        raise UsageError("bench needs --benchmark-binary PATH: TFLite's prebuilt "
+                         "android_aarch64_benchmark_model (tensorflow.org/lite/performance/"
+                         "measurement), which devicefit cannot download for you")
+    binary = Path(benchmark_binary)
+    if not binary.is_file():
+        raise InputError(f"benchmark binary not found: {binary}")
+    settings = _settings(profile, threads, delegate, runs, warmup, cpu_mask, op_profiling)
+
+    client = AdbClient(find_adb(adb))
+    entry = client.select(serial)
+    abis = client.abis()
+    arch = check_binary_arch(binary, abis)
+    device_model = client.getprop("ro.product.model")
+
+    remote_binary = f"{REMOTE_DIR}/{REMOTE_BINARY}"
+    remote_model = f"{REMOTE_DIR}/{_remote_name(model)}"
+    result = BenchResult(model=str(model), profile=profile.name, serial=entry.serial,
+                         device_model=device_model, abis=abis, binary_arch=arch,
+                         settings=settings, command=_command(settings, remote_binary,
+                                                             remote_model),
+                         results=BenchmarkOutput())
+    try:
+        client.mkdir(REMOTE_DIR)
+        for local, remote in ((binary, remote_binary), (model, remote_model)):
+            if client.same_file(local, remote):
+                result.already_on_device.append(remote)
+            else:
+                client.push(local, remote)
+                result.pushed.append(remote)
+        client.chmod_executable(remote_binary)
+        log.info("running on %s: %s", entry.serial, result.command)
+        run = client.shell(result.command, timeout=timeout_s, what="benchmark_model")
+        output = run.stdout + ("\n" + run.stderr if run.stderr.strip() else "")
+        result.output_tail = [ln for ln in output.splitlines() if ln.strip()][-40:]
+        if run.returncode != 0:
+            if not client.is_online():
+                raise DeviceGone(f"device {entry.serial} disconnected while benchmark_model "
+                                 f"ran; its last lines: {tail(output)}; reconnect it and run "
+                                 "again")
+            raise _failure(run.returncode, output)
+        result.results = parse_benchmark_output(output)
+    finally:
+        if not keep:
+            _cleanup(client, result)
+    return result
+
+
+def _cleanup(client: AdbClient, result: BenchResult) -> None:
+    # Files that were already there are the user's (an earlier --keep run): leave them.
+    try:
+        client.remove(result.pushed)
+        result.removed = list(result.pushed)
+    except (AdbError, DeviceGone) as exc:
+        log.warning("could not remove %s from the device: %s", ", ".join(result.pushed), exc)

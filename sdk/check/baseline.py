@@ -1,0 +1,92 @@
+"""Baselines: the figures of an accepted run, and the regression checks against them.
+
+Regressions compare the *static* figures only (flash and arena from the planner, latency
+from the cost model's device estimate): they are deterministic, so a CI gate on them never
+flakes. A host-measured latency would move with the CI machine's load.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import InputError
+from simulator.report import Report
+
+from .project import RegressionRule
+
+BASELINE_VERSION = 1
+#: Metric → (baseline key, unit).
+METRIC_KEYS = {"flash": ("flash_bytes", "bytes"), "arena": ("arena_bytes", "bytes"),
+               "latency": ("latency_ms", "ms")}
+
+
+@dataclass
+class RegressionCheck:
+    """One metric against its baseline: like a budget check whose limit comes from history."""
+
+    name: str  # "flash" | "arena" | "latency"
+    baseline: float
+    value: float
+    limit: float
+    ok: bool
+    unit: str  # "bytes" | "ms"
+    #: limit − value, as for a budget.
+    margin: float
+    rule: str  # e.g. "5%"
+
+
+def report_metrics(report: Report) -> dict[str, float | None]:
+    """The figures a baseline keeps for one model × profile."""
+    latency = (report.latency or {}).get("estimated_device_ms")
+    return {"flash_bytes": report.memory.flash_bytes, "arena_bytes": report.memory.arena_bytes,
+            "latency_ms": latency}
+
+
+def load_baseline(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """Model name → profile name → metrics; :class:`InputError` if missing or malformed."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InputError(f"{path}: baseline file not found (write it from a run you accept "
+                         f"with 'devicefit check --update-baseline')") from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: cannot read baseline: {exc}") from exc
+    models = data.get("models") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or data.get("version") != BASELINE_VERSION or not (
+            isinstance(models, dict)
+            and all(isinstance(v, dict) and all(isinstance(m, dict) for m in v.values())
+                    for v in models.values())):
+        raise InputError(f"{path}: not a devicefit baseline (version {BASELINE_VERSION}); "
+                         f"rewrite it with 'devicefit check --update-baseline'")
+    return models
+
+
+def baseline_document(entries: list[tuple[str, str, Report]]) -> dict[str, Any]:
+    """The baseline file's content for (model, profile, report) triples."""
+    models: dict[str, dict[str, Any]] = {}
+    for model, profile, report in entries:
+        models.setdefault(model, {})[profile] = {**report_metrics(report),
+                                                 "sha256": report.model.sha256}
+    return {"version": BASELINE_VERSION, "generated_by": "devicefit check", "models": models}
+
+
+def compare(rules: tuple[RegressionRule, ...], entry: dict[str, Any],
+            report: Report) -> tuple[list[RegressionCheck], list[str]]:
+    """Checks for every rule, and notes for the rules that could not be evaluated."""
+    checks: list[RegressionCheck] = []
+    notes: list[str] = []
+    now = report_metrics(report)
+    for rule in rules:
+        key, unit = METRIC_KEYS[rule.metric]
+        base, value = entry.get(key), now[key]
+        if not isinstance(base, (int, float)) or value is None:
+            missing = "the baseline" if not isinstance(base, (int, float)) else "this run"
+            notes.append(f"{rule.metric}: no figure in {missing}, regression not checked")
+            continue
+        limit = rule.limit(float(base))
+        checks.append(RegressionCheck(rule.metric, float(base), float(value), limit,
+                                      value <= limit, unit, limit - value, rule.text))
+    return checks, notes

@@ -1,0 +1,182 @@
+"""The gate: simulate every model × profile of a project, then judge budgets and regressions.
+
+Each target is one :func:`simulator.simulate.simulate` call, in this process or (``jobs`` >
+1) in a pool of worker processes; results come back in project order whatever order they
+finish in, so every view is deterministic. A bad model or a runtime failure is kept as that
+target's error and the others still run: CI then shows every problem of the change at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import DevicefitError
+from simulator.profiles import Profile
+from simulator.report import Report
+from simulator.simulate import simulate
+
+from .baseline import RegressionCheck, compare
+from .project import Project, Target
+
+EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+
+
+@dataclass
+class Outcome:
+    """One model × profile: its report, or the error that stopped it, and its regressions."""
+
+    model: str
+    model_path: str
+    profile: str
+    report: Report | None = None
+    error: str | None = None
+    regressions: list[RegressionCheck] = field(default_factory=list)
+    #: Why some regression rules were not evaluated (no baseline entry, no figure).
+    regression_notes: list[str] = field(default_factory=list)
+    #: Budgets the (overridden) profile sets that the report could not judge → why not.
+    unchecked_budgets: dict[str, str] = field(default_factory=dict)
+    #: The metrics with a regression rule, checked or not.
+    rules: list[str] = field(default_factory=list)
+    overridden: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def status(self) -> str:
+        """``"error"``, ``"fail"`` (a budget or a regression) or ``"pass"``."""
+        if self.report is None:
+            return "error"
+        if not self.report.ok or any(not r.ok for r in self.regressions):
+            return "fail"
+        return "pass"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "model_path": self.model_path, "profile": self.profile,
+            "status": self.status, "seconds": round(self.seconds, 4),
+            "overridden_budgets": self.overridden,
+            "budgets": [asdict(b) for b in self.report.budgets] if self.report else [],
+            "unchecked_budgets": self.unchecked_budgets,
+            "regressions": [asdict(r) for r in self.regressions],
+            "regression_notes": self.regression_notes,
+            "error": self.error,
+            "report": self.report.to_dict() if self.report else None,
+        }
+
+
+@dataclass
+class CheckResult:
+    project: str
+    outcomes: list[Outcome]
+    run: bool
+    baseline: str | None
+    seconds: float
+
+    @property
+    def exit_code(self) -> int:
+        statuses = {o.status for o in self.outcomes}
+        if "error" in statuses:
+            return EXIT_ERROR
+        return EXIT_FAIL if "fail" in statuses else EXIT_PASS
+
+    @property
+    def verdict(self) -> str:
+        return {EXIT_PASS: "pass", EXIT_FAIL: "fail", EXIT_ERROR: "error"}[self.exit_code]
+
+    def counts(self) -> dict[str, int]:
+        out = {"pass": 0, "fail": 0, "error": 0}
+        for o in self.outcomes:
+            out[o.status] += 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "project": self.project, "verdict": self.verdict, "exit_code": self.exit_code,
+            "run": self.run, "baseline": self.baseline, "seconds": round(self.seconds, 3),
+            "summary": self.counts(), "results": [o.to_dict() for o in self.outcomes],
+        }
+
+
+def _simulate(model_path: str, profile: Profile, run: bool,
+              options: dict[str, Any]) -> tuple[Report | None, str | None, float]:
+    """One target; module level so a worker process can run it. Only user errors are caught."""
+    start = time.perf_counter()
+    try:
+        report = simulate(model_path, profile, run=run, **options)
+    except DevicefitError as exc:
+        return None, str(exc), time.perf_counter() - start
+    return report, None, time.perf_counter() - start
+
+
+def _results(targets: tuple[Target, ...], run: bool, jobs: int,
+             options: dict[str, Any]) -> Iterator[tuple[int, tuple[Report | None, str | None,
+                                                                    float]]]:
+    """(index, result) in completion order."""
+    if jobs <= 1 or len(targets) <= 1:
+        for i, t in enumerate(targets):
+            yield i, _simulate(str(t.model_path), t.profile, run, options)
+        return
+    with ProcessPoolExecutor(max_workers=min(jobs, len(targets))) as pool:
+        futures = {pool.submit(_simulate, str(t.model_path), t.profile, run, options): i
+                   for i, t in enumerate(targets)}
+        pending = set(futures)
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in done:
+                    yield futures[f], f.result()
+        except BaseException:
+            # A bug in one target or Ctrl-C: do not wait for the queue to drain first.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def _unchecked(target: Target, report: Report, run: bool) -> dict[str, str]:
+    """A budget set but not judged must show in CI, never read as a pass."""
+    judged = {b.name for b in report.budgets}
+    b = target.profile.budgets
+    why = "no latency estimate in this report" + ("" if run else "; add --run")
+    return {name: (why if name == "latency" else "not judged by the simulator")
+            for name, limit in (("flash", b.flash_bytes), ("arena", b.arena_bytes),
+                                ("latency", b.latency_ms))
+            if limit is not None and name not in judged}
+
+
+def run_check(project: Project, *, run: bool = False, jobs: int = 1,
+              baseline: dict[str, dict[str, dict[str, Any]]] | None = None,
+              baseline_path: Path | None = None, run_options: dict[str, Any] | None = None,
+              on_done: Callable[[Outcome], None] | None = None) -> CheckResult:
+    """Simulate every target of ``project`` and judge it; ``on_done`` sees each as it ends.
+
+    ``baseline`` (from :func:`~sdk.check.baseline.load_baseline`) turns the targets'
+    regression rules into checks; without it the rules are not evaluated.
+    """
+    start = time.perf_counter()
+    outcomes: list[Outcome | None] = [None] * len(project.targets)
+    for i, (report, error, seconds) in _results(project.targets, run, jobs, run_options or {}):
+        t = project.targets[i]
+        o = Outcome(t.model, str(t.model_path), t.profile.name, report, error,
+                    rules=[r.metric for r in t.rules], overridden=list(t.overridden),
+                    seconds=seconds)
+        if report is not None:
+            o.unchecked_budgets = _unchecked(t, report, run)
+        if report is not None and t.rules:
+            if baseline is None:
+                o.regression_notes.append("no baseline given, regression rules not checked")
+            elif t.profile.name not in baseline.get(t.model, {}):
+                o.regression_notes.append(
+                    f"'{t.model}' on '{t.profile.name}' is not in the baseline yet, "
+                    f"regression rules not checked")
+            else:
+                o.regressions, o.regression_notes = compare(
+                    t.rules, baseline[t.model][t.profile.name], report)
+        outcomes[i] = o
+        if on_done is not None:
+            on_done(o)
+    return CheckResult(str(project.path), [o for o in outcomes if o is not None], run,
+                       str(baseline_path) if baseline_path else None,
+                       time.perf_counter() - start)

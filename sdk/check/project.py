@@ -1,0 +1,359 @@
+"""The project file of ``devicefit check`` (``devicefit.yaml``) → a validated :class:`Project`.
+
+A project lists models, the profiles each must fit, optional budget overrides and optional
+regression rules against a baseline. Unlike a profile, which stops at its first error, the
+project file is checked completely before anything runs: a CI log that names every problem
+at once (file:line, key, what is allowed) saves a round trip per typo.
+
+Budgets and rules merge from the outside in: ``defaults`` < the model < one profile entry
+of that model, key by key; ``null`` drops a profile's budget for that model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import DevicefitError, InputError
+from simulator.profiles import Profile, ProfileStore, compose_yaml, did_you_mean
+from simulator.reader import FILE_IDENTIFIER
+from simulator.units import SIZE_UNITS_HELP, TIME_UNITS_HELP, parse_size, parse_time_ms
+
+DEFAULT_PROJECT_FILE = "devicefit.yaml"
+METRICS = ("flash", "arena", "latency")
+#: Budget name → (Budgets field, parser, what is allowed).
+_BUDGET_FIELDS: dict[str, tuple[str, Callable[[Any], float], str]] = {
+    "flash": ("flash_bytes", parse_size, SIZE_UNITS_HELP),
+    "arena": ("arena_bytes", parse_size, SIZE_UNITS_HELP),
+    "latency": ("latency_ms", parse_time_ms, TIME_UNITS_HELP),
+}
+_TOP_KEYS = ("version", "models", "defaults", "profiles_dir", "baseline")
+_DEFAULTS_KEYS = ("profiles", "budgets", "regression")
+_MODEL_KEYS = ("name", "path", "profiles", "budgets", "regression")
+_PROFILE_ENTRY_KEYS = ("name", "budgets", "regression")
+
+
+class ProjectError(InputError):
+    """A project file with one or more problems; the message lists all of them."""
+
+
+@dataclass(frozen=True)
+class RegressionRule:
+    """How much a metric may grow over its baseline: a fraction or an absolute amount."""
+
+    metric: str  # "flash" | "arena" | "latency"
+    #: As written in the project file, e.g. ``"5%"`` or ``"2KiB"``, for messages.
+    text: str
+    relative: float | None = None
+    absolute: float | None = None
+
+    def limit(self, baseline: float) -> float:
+        if self.relative is not None:
+            return baseline * (1.0 + self.relative)
+        return baseline + (self.absolute or 0.0)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One model checked against one profile: the unit of work of the gate."""
+
+    model: str
+    model_path: Path
+    #: The profile with this model's budget overrides applied.
+    profile: Profile
+    rules: tuple[RegressionRule, ...] = ()
+    #: Budget names the project file set for this target (shown as overrides).
+    overridden: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Project:
+    path: Path
+    targets: tuple[Target, ...]
+    #: The baseline file the project names (``baseline:``), resolved against its folder.
+    baseline: Path | None = None
+
+    @property
+    def model_paths(self) -> tuple[Path, ...]:
+        return tuple(dict.fromkeys(t.model_path for t in self.targets))
+
+
+# --------------------------------------------------------------------------- problem list
+class _Problems:
+    """Collects every problem with its file:line and key path instead of raising the first."""
+
+    def __init__(self, path: Path, lines: dict[tuple[str, ...], int]) -> None:
+        self.path = path
+        self.lines = lines
+        self.found: list[tuple[int, str]] = []
+
+    @property
+    def items(self) -> list[str]:
+        """The problems in file order (stable, so the order they were found breaks ties)."""
+        return [text for _, text in sorted(self.found, key=lambda f: f[0])]
+
+    def add(self, key: tuple[str, ...], message: str) -> None:
+        line = self._line(key)
+        where = f"{self.path}:{line}" if line else str(self.path)
+        text = f"{where}: {_dotted(key)}: {message}" if key else f"{where}: {message}"
+        self.found.append((line or 0, text))
+
+    def _line(self, key: tuple[str, ...]) -> int | None:
+        # A missing key has no line of its own: point at the nearest enclosing one.
+        while key:
+            if key in self.lines:
+                return self.lines[key]
+            key = key[:-1]
+        return None
+
+    def mapping(self, value: Any, key: tuple[str, ...], allowed: Sequence[str]) -> dict:
+        """``value`` as a mapping with only ``allowed`` keys; problems for the others."""
+        if not isinstance(value, dict):
+            self.add(key, f"must be a mapping with keys {', '.join(allowed)}, "
+                          f"got {_kind(value)}")
+            return {}
+        for k in value:
+            if k not in allowed:
+                self.add((*key, str(k)), f"unknown key{did_you_mean(str(k), list(allowed))} "
+                                         f"(allowed here: {', '.join(allowed)})")
+        return {k: v for k, v in value.items() if k in allowed}
+
+
+def _dotted(key: tuple[str, ...]) -> str:
+    out = ""
+    for part in key:
+        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
+    return out
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+# --------------------------------------------------------------------------- sections
+def _budgets(p: _Problems, value: Any, key: tuple[str, ...]) -> dict[str, float | None]:
+    """Budget overrides: name → parsed value, or None to drop the profile's budget."""
+    out: dict[str, float | None] = {}
+    for name, raw in p.mapping(value, key, METRICS).items():
+        parse = _BUDGET_FIELDS[name][1]
+        if raw is None:
+            out[name] = None
+            continue
+        try:
+            out[name] = parse(raw)
+        except ValueError as exc:
+            p.add((*key, name), f"{exc}, or null to drop the profile's budget")
+    return out
+
+
+def _rules(p: _Problems, value: Any, key: tuple[str, ...]) -> dict[str, RegressionRule]:
+    out: dict[str, RegressionRule] = {}
+    for name, raw in p.mapping(value, key, METRICS).items():
+        text = str(raw).strip()
+        try:
+            if text.endswith("%"):
+                percent = float(text[:-1])
+                if percent < 0:
+                    raise ValueError("a growth allowance cannot be negative")
+                out[name] = RegressionRule(name, text, relative=percent / 100.0)
+            else:
+                out[name] = RegressionRule(name, text, absolute=_BUDGET_FIELDS[name][1](raw))
+        except ValueError:
+            example = "1ms" if name == "latency" else "2KiB"
+            p.add((*key, name), f"bad value {raw!r}; allowed: how much it may grow, as a "
+                                f"percentage such as 5% or an amount such as {example}")
+    return out
+
+
+def _string_list(p: _Problems, value: Any, key: tuple[str, ...]) -> list[str]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(i, str) and i for i in items):
+        p.add(key, f"must be a path or a list of paths, got {_kind(value)}")
+        return []
+    return items
+
+
+@dataclass
+class _ProfileEntry:
+    name: str
+    key: tuple[str, ...]
+    budgets: dict[str, float | None]
+    rules: dict[str, RegressionRule]
+
+
+def _profile_entries(p: _Problems, value: Any, key: tuple[str, ...]) -> list[_ProfileEntry]:
+    """``[name, ...]`` or ``[{name: ..., budgets: ..., regression: ...}, ...]``, mixed freely."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        p.add(key, f"must be a non-empty list of profile names, got {_kind(value)}")
+        return []
+    entries: list[_ProfileEntry] = []
+    for i, item in enumerate(value):
+        ikey = (*key, str(i))
+        if isinstance(item, str) and item:
+            entries.append(_ProfileEntry(item, ikey, {}, {}))
+            continue
+        body = p.mapping(item, ikey, _PROFILE_ENTRY_KEYS)
+        if not body:
+            continue
+        name = body.get("name")
+        if not isinstance(name, str) or not name:
+            p.add((*ikey, "name"), "missing or empty: the profile name or a path to its .yaml")
+            continue
+        entries.append(_ProfileEntry(
+            name, ikey, _budgets(p, body.get("budgets", {}), (*ikey, "budgets")),
+            _rules(p, body.get("regression", {}), (*ikey, "regression"))))
+    seen: set[str] = set()
+    for e in entries:
+        if e.name in seen:
+            p.add(e.key, f"profile '{e.name}' is listed twice for this model")
+        seen.add(e.name)
+    return entries
+
+
+def _check_model_file(p: _Problems, path: Path, key: tuple[str, ...]) -> None:
+    """Cheap checks here (exists, is a .tflite) so they join the list; simulate reads it fully."""
+    if not path.exists():
+        p.add(key, f"model file not found: {path}")
+    elif not path.is_file():
+        p.add(key, f"not a file: {path}")
+    else:
+        try:
+            with path.open("rb") as f:
+                head = f.read(8)
+        except OSError as exc:
+            p.add(key, f"cannot read {path}: {exc.strerror or exc}")
+            return
+        if head[4:8] != FILE_IDENTIFIER:
+            p.add(key, f"not a .tflite model: {path} (file identifier {head[4:8]!r})")
+
+
+class _Profiles:
+    """Loads each referenced profile once; a bad or unknown profile becomes a problem."""
+
+    def __init__(self, store: ProfileStore, project_dir: Path) -> None:
+        self.store = store
+        self.project_dir = project_dir
+        self.cache: dict[str, Profile | DevicefitError] = {}
+
+    def get(self, p: _Problems, ref: str, key: tuple[str, ...]) -> Profile | None:
+        if ref not in self.cache:
+            # A path (has a suffix or a slash) is relative to the project file, like models.
+            looks_like_path = ref.endswith((".yaml", ".yml")) or "/" in ref
+            target = str(self.project_dir / ref) if looks_like_path else ref
+            try:
+                self.cache[ref] = self.store.load(target)
+            except DevicefitError as exc:
+                self.cache[ref] = exc
+        found = self.cache[ref]
+        if isinstance(found, DevicefitError):
+            p.add(key, str(found))
+            return None
+        if found.abstract:
+            p.add(key, f"profile '{ref}' is abstract (a base for other profiles); name a "
+                       f"concrete one (see 'devicefit profiles list')")
+            return None
+        return found
+
+
+def _apply(profile: Profile, budgets: dict[str, float | None]) -> Profile:
+    if not budgets:
+        return profile
+    fields = {_BUDGET_FIELDS[k][0]: v for k, v in budgets.items()}
+    return dataclasses.replace(profile, budgets=dataclasses.replace(profile.budgets, **fields))
+
+
+# --------------------------------------------------------------------------- load
+def load_project(path: str | Path, profiles_dirs: Sequence[str | Path] = ()) -> Project:
+    """Read and validate a project file; raise :class:`ProjectError` listing every problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        hint = (f" (create one, see examples/ci/{DEFAULT_PROJECT_FILE})"
+                if path.name == DEFAULT_PROJECT_FILE else "")
+        raise ProjectError(f"{path}: project file not found{hint}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProjectError(f"{path}: cannot read project file: {exc}") from exc
+    try:
+        data, lines = compose_yaml(text, path)
+    except DevicefitError as exc:
+        raise ProjectError(str(exc)) from exc
+    p = _Problems(path, lines)
+    top = p.mapping(data, (), _TOP_KEYS) if data is not None else {}
+    if data is None:
+        p.add((), "the project file is empty; it needs a 'models:' list")
+    version = top.get("version", 1)
+    if version != 1:
+        p.add(("version",), f"unsupported version {version!r}; allowed: 1")
+    base = path.parent
+    dirs = [*profiles_dirs, *(base / d for d in _string_list(
+        p, top.get("profiles_dir", []), ("profiles_dir",)))]
+    baseline = top.get("baseline")
+    if baseline is not None and not (isinstance(baseline, str) and baseline):
+        p.add(("baseline",), f"must be a path to a JSON file, got {_kind(baseline)}")
+        baseline = None
+    defaults = p.mapping(top.get("defaults", {}), ("defaults",), _DEFAULTS_KEYS)
+    d_budgets = _budgets(p, defaults.get("budgets", {}), ("defaults", "budgets"))
+    d_rules = _rules(p, defaults.get("regression", {}), ("defaults", "regression"))
+    d_profiles = (_profile_entries(p, defaults["profiles"], ("defaults", "profiles"))
+                  if "profiles" in defaults else None)
+
+    models = top.get("models")
+    if data is not None and isinstance(data, dict) and (not isinstance(models, list) or not models):
+        p.add(("models",), f"must be a non-empty list of models, got {_kind(models)}")
+        models = []
+    profiles = _Profiles(ProfileStore(dirs), base)
+    targets: list[Target] = []
+    names: dict[str, str] = {}
+    for i, item in enumerate(models or []):
+        mkey = ("models", str(i))
+        m = p.mapping(item, mkey, _MODEL_KEYS)
+        if not m:
+            continue
+        raw_path = m.get("path")
+        if not isinstance(raw_path, str) or not raw_path:
+            p.add((*mkey, "path"), "missing: the .tflite file to check (relative to this file)")
+            continue
+        model_path = base / raw_path
+        _check_model_file(p, model_path, (*mkey, "path"))
+        name = m.get("name", Path(raw_path).stem)
+        if not isinstance(name, str) or not name:
+            p.add((*mkey, "name"), f"must be a non-empty string, got {_kind(name)}")
+            continue
+        if name in names:
+            p.add((*mkey, "name") if "name" in m else (*mkey, "path"),
+                  f"model name '{name}' is used twice (also {names[name]}); set a unique 'name'")
+        names[name] = _dotted(mkey)
+        m_budgets = _budgets(p, m.get("budgets", {}), (*mkey, "budgets"))
+        m_rules = _rules(p, m.get("regression", {}), (*mkey, "regression"))
+        if "profiles" in m:
+            entries = _profile_entries(p, m["profiles"], (*mkey, "profiles"))
+        elif d_profiles is not None:
+            entries = d_profiles
+        else:
+            p.add((*mkey, "profiles"), "missing: the device profiles this model must fit "
+                                       "(or set defaults.profiles)")
+            entries = []
+        for e in entries:
+            profile = profiles.get(p, e.name, (*e.key, "name") if (*e.key, "name") in lines
+                                   else e.key)
+            if profile is None:
+                continue
+            budgets = {**d_budgets, **m_budgets, **e.budgets}
+            rules = {**d_rules, **m_rules, **e.rules}
+            targets.append(Target(name, model_path, _apply(profile, budgets),
+                                  tuple(rules[k] for k in METRICS if k in rules),
+                                  tuple(k for k in METRICS if k in budgets)))
+    problems = p.items
+    if problems:
+        count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
+        raise ProjectError(f"{path}: {count}:\n" + "\n".join(f"  {i}" for i in problems))
+    return Project(path, tuple(targets), base / baseline if baseline else None)

@@ -1,0 +1,244 @@
+"""Views of a :class:`~sdk.check.gate.CheckResult`: JUnit XML, Markdown, JSON, table rows.
+
+They only format what the result holds (one report, many views). JUnit: one testsuite per
+model × profile, one testcase per budget and per regression rule; a target that could not be
+simulated is one ``simulate`` testcase with an ``<error>``. Failures carry the limit, the
+value and the margin in both the message and the text, since CI viewers show one or the
+other.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from simulator.report import BudgetCheck
+from simulator.units import format_size, format_time_ms
+
+from .baseline import RegressionCheck, report_metrics
+from .gate import CheckResult, Outcome
+from .project import METRICS
+
+MARKS = {"pass": "✅", "fail": "❌", "error": "⚠️"}
+
+
+def fmt(value: float, unit: str) -> str:
+    """A budget figure in its unit, sign kept outside (``format_time_ms`` expects ≥ 0)."""
+    sign = "-" if value < 0 else ""
+    text = format_size(abs(value)) if unit == "bytes" else format_time_ms(abs(value))
+    return sign + text
+
+
+def budget_message(b: BudgetCheck) -> str:
+    if b.ok:
+        return (f"{b.name} {fmt(b.value, b.unit)} within its {fmt(b.limit, b.unit)} budget "
+                f"({fmt(b.margin, b.unit)} left, {b.basis})")
+    return (f"{b.name} {fmt(b.value, b.unit)} exceeds its {fmt(b.limit, b.unit)} budget by "
+            f"{fmt(-b.margin, b.unit)} ({b.basis})")
+
+
+def regression_message(r: RegressionCheck) -> str:
+    change = _change(r)
+    if r.ok:
+        return (f"{r.name} {fmt(r.value, r.unit)} vs baseline {fmt(r.baseline, r.unit)} "
+                f"({change}; allowed +{r.rule})")
+    return (f"{r.name} grew from {fmt(r.baseline, r.unit)} to {fmt(r.value, r.unit)} "
+            f"({change}), over the +{r.rule} allowed ({fmt(r.limit, r.unit)}) by "
+            f"{fmt(-r.margin, r.unit)}")
+
+
+def _change(r: RegressionCheck) -> str:
+    if r.baseline == 0:
+        return f"{'+' if r.value >= 0 else ''}{fmt(r.value, r.unit)}"
+    return f"{(r.value - r.baseline) / r.baseline:+.1%}"
+
+
+def _details(fields: dict[str, Any]) -> str:
+    return "\n".join(f"{k}: {v}" for k, v in fields.items())
+
+
+def _figures(check: BudgetCheck | RegressionCheck) -> dict[str, str]:
+    """Exact numbers and readable ones, for a failure's text."""
+    names = ["baseline"] if isinstance(check, RegressionCheck) else []
+    out = {n: f"{getattr(check, n):g} {check.unit} ({fmt(getattr(check, n), check.unit)})"
+           for n in [*names, "limit", "value", "margin"]}
+    if isinstance(check, RegressionCheck):
+        out["rule"] = f"may grow by {check.rule}"
+    else:
+        out["basis"] = check.basis
+    return out
+
+
+# --------------------------------------------------------------------------- cells
+def metric_cell(o: Outcome, metric: str) -> tuple[str, bool | None]:
+    """``value / limit`` of a metric (just the value without a budget) and its verdict."""
+    if o.report is None:
+        return "-", None
+    budget = next((b for b in o.report.budgets if b.name == metric), None)
+    if budget is not None:
+        return f"{fmt(budget.value, budget.unit)} / {fmt(budget.limit, budget.unit)}", budget.ok
+    if metric in o.unchecked_budgets:
+        return "not checked", None
+    value = report_metrics(o.report)[f"{metric}_{'ms' if metric == 'latency' else 'bytes'}"]
+    if value is None:
+        return "-", None
+    return fmt(value, "ms" if metric == "latency" else "bytes"), None
+
+
+def regression_cell(o: Outcome) -> tuple[str, bool | None]:
+    if o.regressions:
+        parts = [f"{r.name} {_change(r)}" for r in o.regressions]
+        return ", ".join(parts), all(r.ok for r in o.regressions)
+    return ("not checked" if o.rules else "-"), None
+
+
+def notes(result: CheckResult) -> list[str]:
+    """Why something was not checked, each reason once."""
+    found = [f"{name} budget not checked: {why}" for o in result.outcomes
+             for name, why in o.unchecked_budgets.items()]
+    found += [n for o in result.outcomes for n in o.regression_notes]
+    return list(dict.fromkeys(found))
+
+
+def compatibility_message(compat: dict[str, Any]) -> str | None:
+    """Why the target runtime cannot run the model, or None if it can (or was not checked)."""
+    if compat.get("supported") is not False:
+        return None
+    ops = compat.get("unsupported_ops") or []
+    names = ", ".join(sorted({str(op.get("op")) for op in ops})) or "some operators"
+    return (f"{compat.get('table') or 'the runtime'} cannot run this model: unsupported "
+            f"{names} ({len(ops)} op{'s' if len(ops) != 1 else ''})")
+
+
+def problems(o: Outcome) -> list[str]:
+    """One line per failed budget, unsupported op set or regression, or the error."""
+    if o.report is None:
+        return [o.error or "simulation failed"]
+    found = [budget_message(b) for b in o.report.budgets if not b.ok]
+    compat = compatibility_message(o.report.compatibility or {})
+    found += [compat] if compat else []
+    found += [f"regression: {regression_message(r)}" for r in o.regressions if not r.ok]
+    if not o.report.ok and not found:  # a verdict must never fail unexplained
+        found.append("the simulator's verdict is fail; see the JSON report")
+    return found
+
+
+# --------------------------------------------------------------------------- JUnit
+def junit_xml(result: CheckResult) -> str:
+    root = ET.Element("testsuites", name="devicefit check")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for o in result.outcomes:
+        suite = ET.SubElement(root, "testsuite", name=f"{o.model} @ {o.profile}")
+        props = ET.SubElement(suite, "properties")
+        for name, value in (("model", o.model_path), ("profile", o.profile),
+                            ("run", str(result.run).lower()),
+                            ("overridden_budgets", ",".join(o.overridden))):
+            ET.SubElement(props, "property", name=name, value=value)
+        counts = _suite_cases(suite, o, f"devicefit.{o.model}@{o.profile}")
+        for k, v in counts.items():
+            suite.set(k, str(v))
+            totals[k] += v
+        suite.set("time", f"{o.seconds:.3f}")
+    for k, v in totals.items():
+        root.set(k, str(v))
+    root.set("time", f"{result.seconds:.3f}")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _suite_cases(suite: ET.Element, o: Outcome, classname: str) -> dict[str, int]:
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+
+    def case(name: str) -> ET.Element:
+        counts["tests"] += 1
+        return ET.SubElement(suite, "testcase", classname=classname, name=name, time="0")
+
+    if o.report is None:
+        err = ET.SubElement(case("simulate"), "error", type="DevicefitError",
+                            message=o.error or "simulation failed")
+        err.text = o.error
+        counts["errors"] += 1
+        return counts
+    for b in o.report.budgets:
+        tc = case(f"budget.{b.name}")
+        if not b.ok:
+            failure = ET.SubElement(tc, "failure", type="BudgetExceeded", message=budget_message(b))
+            failure.text = _details(_figures(b))
+            counts["failures"] += 1
+    if o.report.compatibility is not None:
+        tc = case("compatibility")
+        message = compatibility_message(o.report.compatibility)
+        if message:
+            failure = ET.SubElement(tc, "failure", type="UnsupportedOperator", message=message)
+            failure.text = "\n".join(
+                f"op {op.get('op_index')} {op.get('op')}: {op.get('reason')}"
+                for op in o.report.compatibility.get("unsupported_ops") or [])
+            counts["failures"] += 1
+    for name, why in o.unchecked_budgets.items():
+        ET.SubElement(case(f"budget.{name}"), "skipped", message=f"{name} budget not checked: {why}")
+        counts["skipped"] += 1
+    checked = {r.name for r in o.regressions}
+    for r in o.regressions:
+        tc = case(f"regression.{r.name}")
+        if not r.ok:
+            failure = ET.SubElement(tc, "failure", type="Regression",
+                                    message=regression_message(r))
+            failure.text = _details(_figures(r))
+            counts["failures"] += 1
+    for name in o.rules:
+        if name not in checked:
+            ET.SubElement(case(f"regression.{name}"), "skipped",
+                          message="; ".join(o.regression_notes) or "not checked")
+            counts["skipped"] += 1
+    if counts["tests"] == 0:  # no budget and no rule: still say it simulated
+        case("simulate")
+    return counts
+
+
+# --------------------------------------------------------------------------- Markdown
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(result: CheckResult) -> str:
+    """A summary for ``$GITHUB_STEP_SUMMARY`` or a merge-request comment."""
+    counts = result.counts()
+    total = len(result.outcomes)
+    bad = counts["fail"] + counts["error"]
+    headline = (f"all {total} passed" if not bad else
+                ", ".join(f"{counts[k]} {k}ed" if k == "fail" else f"{counts[k]} {k}s"
+                          for k in ("fail", "error") if counts[k]) + f" of {total}")
+    mode = "static analysis + real inference" if result.run else "static analysis"
+    lines = [f"## {MARKS[result.verdict]} devicefit check: {headline}", "",
+             f"`{Path(result.project).name}` · {mode}"
+             + (f" · baseline `{Path(result.baseline).name}`" if result.baseline else "")
+             + f" · {result.seconds:.1f} s", "",
+             "| | model | profile | " + " | ".join(METRICS) + " | regression |",
+             "|---|---|---|" + "---|" * len(METRICS) + "---|"]
+    for o in result.outcomes:
+        cells = [_md_cell(*metric_cell(o, m)) for m in METRICS] + [_md_cell(*regression_cell(o))]
+        lines.append(f"| {MARKS[o.status]} | {_md_escape(o.model)} | {o.profile} | "
+                     + " | ".join(cells) + " |")
+    failing = [o for o in result.outcomes if o.status != "pass"]
+    if failing:
+        lines += ["", "### Problems", ""]
+        for o in failing:
+            for p in problems(o):
+                lines.append(f"- **{_md_escape(o.model)}** on `{o.profile}`: {_md_escape(p)}")
+    why = notes(result)
+    if why:
+        lines += ["", "<details><summary>Not checked</summary>", ""]
+        lines += [f"- {_md_escape(n)}" for n in why] + ["", "</details>"]
+    return "\n".join(lines) + "\n"
+
+
+def _md_cell(text: str, ok: bool | None) -> str:
+    # Only failures are marked: the row's mark already says when all is well.
+    return _md_escape(text) + (" ❌" if ok is False else "")
+
+
+# --------------------------------------------------------------------------- JSON
+def json_text(result: CheckResult) -> str:
+    return json.dumps(result.to_dict(), indent=2) + "\n"

@@ -1,0 +1,131 @@
+"""``devicefit bench``: measure a model on an Android phone and compare with the estimate."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from rich.markup import escape
+
+from sdk.console import make_console, print_json, table
+from simulator.errors import DevicefitError
+from simulator.units import format_time_ms
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench", help="run TFLite's benchmark_model on an Android phone over adb",
+        description="Benchmark a .tflite model on a phone connected over adb with TFLite's "
+                    "benchmark_model (you supply the binary), using the profile's threads and "
+                    "delegate, and show the measurement beside the simulator's estimate.",
+        epilog="example: devicefit bench model.tflite --profile android-arm64-cpu "
+               "--benchmark-binary ./android_aarch64_benchmark_model --cpu-mask f0")
+    p.add_argument("model", help=".tflite model file")
+    p.add_argument("--profile", required=True, help="device profile name or .yaml path")
+    p.add_argument("--serial", help="device serial (required when several are connected)")
+    p.add_argument("--benchmark-binary", metavar="PATH",
+                   help="benchmark_model built for the phone (android_aarch64_benchmark_model)")
+    p.add_argument("--adb", metavar="PATH", help="adb executable (default: adb on PATH)")
+    p.add_argument("--runs", type=int, default=50, help="timed runs (default 50)")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up runs (default 1)")
+    p.add_argument("--threads", type=int, help="CPU threads (default: the profile's)")
+    p.add_argument("--delegate", choices=["xnnpack", "gpu", "nnapi"],
+                   help="delegate (default: the profile's)")
+    p.add_argument("--cpu-mask", metavar="HEX",
+                   help="run under 'taskset HEX', e.g. f0 for the big cores")
+    p.add_argument("--op-profiling", action="store_true", help="per-operator timings")
+    p.add_argument("--keep", action="store_true", help="leave the pushed files on the device")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="limit for the benchmark run itself (default 600)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=_bench)
+
+
+def _estimate(args: argparse.Namespace, profile: Any) -> tuple[Any, float | None, str]:
+    """The simulate report, the estimated device latency (ms) and why it may be missing."""
+    from simulator.simulate import simulate
+
+    try:
+        report = simulate(args.model, profile)
+    except DevicefitError as exc:
+        return None, None, f"simulate failed: {exc}"
+    estimate = (report.latency or {}).get("estimated_device_ms")
+    return report, estimate, "" if estimate is not None else "no latency in the report"
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from sdk.bench import bench
+    from simulator.profiles import load_profile
+
+    profile = load_profile(args.profile, args.profiles_dir)
+    result = bench(args.model, profile, benchmark_binary=args.benchmark_binary,
+                   serial=args.serial, adb=args.adb, runs=args.runs, warmup=args.warmup,
+                   threads=args.threads, delegate=args.delegate, cpu_mask=args.cpu_mask,
+                   op_profiling=args.op_profiling, keep=args.keep, timeout_s=args.timeout)
+    report, estimate, why = _estimate(args, profile)
+    measured = result.results.inference_avg_ms
+    comparison = {"measured_ms": measured, "estimated_ms": estimate,
+                  "ratio": measured / estimate if measured and estimate else None,
+                  "estimate_unavailable": why or None}
+    bench_dict = dataclasses.asdict(result) | {"vs_estimate": comparison}
+    if args.json:
+        if report is not None:
+            report.bench = bench_dict
+            print_json(report.to_dict())
+        else:
+            print_json({"bench": bench_dict})
+        return 0
+    _print(args, result, comparison)
+    return 0
+
+
+def _mb(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} MB"
+
+
+def _print(args: argparse.Namespace, result: Any, comparison: dict) -> None:
+    con = make_console(args.no_color)
+    r, s = result.results, result.settings
+    con.print(f"[bold]{escape(result.model)}[/bold] on {result.serial} ({result.device_model or '?'}, "
+              f"{', '.join(result.abis)}) with profile {result.profile}")
+    con.print(f"threads {s.threads} · delegate {s.delegate or 'none'} · {s.runs} runs after "
+              f"{s.warmup_runs} warm-up · cpu mask {s.cpu_mask or 'none'}")
+    rows = [("model size", _mb(r.model_size_mb)), ("init", format_time_ms(r.init_ms)),
+            ("first inference", format_time_ms(r.first_inference_ms)),
+            ("warm-up avg", format_time_ms(r.warmup_avg_ms)),
+            ("inference avg", format_time_ms(r.inference_avg_ms))]
+    if r.inference is not None:
+        i = r.inference
+        rows.append(("runs / min / max / std", f"{i.count} / {format_time_ms(i.min_ms)} / "
+                     f"{format_time_ms(i.max_ms)} / {format_time_ms(i.std_ms)}"))
+        if i.median_ms is not None:
+            rows.append(("p5 / median / p95", f"{format_time_ms(i.p5_ms)} / "
+                         f"{format_time_ms(i.median_ms)} / {format_time_ms(i.p95_ms)}"))
+    rows += [("memory delta init / overall",
+              f"{_mb(r.memory_init_mb)} / {_mb(r.memory_overall_mb)}"),
+             ("memory peak", _mb(r.memory_peak_mb))]
+    for c in r.delegate_coverage:
+        nodes = (f"{c.nodes_delegated}/{c.nodes_total or '?'} nodes, {c.partitions} partitions"
+                 if c.nodes_delegated is not None else
+                 "whole graph" if c.whole_graph else "not used")
+        rows.append((f"delegate {c.delegate}", nodes))
+    if not r.delegate_coverage and r.delegates_created:
+        rows.append(("delegates created", ", ".join(r.delegates_created)))
+    con.print(table("Measured on the device", ["figure", "value"], rows))
+    if r.op_profile:
+        top = sorted(r.op_profile, key=lambda o: o.avg_ms or 0.0, reverse=True)[:10]
+        con.print(table("Slowest operators", ["node type", "avg", "%", "name"],
+                        [(o.node_type, format_time_ms(o.avg_ms),
+                          "-" if o.percent is None else f"{o.percent:g}%", escape(o.name))
+                         for o in top]))
+    if comparison["ratio"] is not None:
+        con.print(f"measured {format_time_ms(comparison['measured_ms'])} vs simulator estimate "
+                  f"{format_time_ms(comparison['estimated_ms'])}: ratio "
+                  f"{comparison['ratio']:.2f}x (measured / estimated)")
+    else:
+        con.print(f"measured {format_time_ms(comparison['measured_ms'])}; simulator estimate "
+                  f"unavailable ({comparison['estimate_unavailable']})")
+    kept = "kept on the device" if args.keep else "removed from the device"
+    if result.pushed:
+        con.print(f"pushed {', '.join(result.pushed)} ({kept})")

@@ -1,0 +1,182 @@
+"""``devicefit check``: the CI gate over every model × profile of a project file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from simulator.errors import UsageError
+
+if TYPE_CHECKING:
+    from sdk.check import CheckResult, Outcome
+
+# sdk.check (numpy, the simulator, rich tables) is imported inside the handlers so that
+# `devicefit --help` and the other commands do not pay for it.
+
+#: Below this many targets a progress bar only flickers.
+PROGRESS_MIN_TARGETS = 4
+_STATUS = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "error": "[bold red]ERROR[/]"}
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of processes >= 0, got {text!r}")
+    return value or (os.cpu_count() or 1)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "check", help="CI gate: every model of a project against its device budgets",
+        description="Simulate every model x profile listed in a project file (static analysis; "
+                    "--run adds real inference) and fail when a budget or a regression rule "
+                    "fails. Exit 0 all pass, 1 a budget or regression failed, 2 bad config or "
+                    "model. Never imports TensorFlow.",
+        epilog="example: devicefit check --junit devicefit-junit.xml "
+               "--markdown devicefit-summary.md --baseline devicefit-baseline.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", nargs="?", metavar="FILE",
+                   help="project file (default: devicefit.yaml)")
+    p.add_argument("--junit", type=Path, metavar="OUT.xml",
+                   help="write JUnit XML: one testcase per model x profile x budget/regression")
+    p.add_argument("--markdown", type=Path, metavar="OUT.md",
+                   help="write a Markdown summary (for $GITHUB_STEP_SUMMARY or an MR comment)")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON (with every simulate report) instead of the table")
+    p.add_argument("--baseline", type=Path, metavar="FILE.json",
+                   help="baseline for the regression rules (default: 'baseline:' of the project)")
+    p.add_argument("--update-baseline", action="store_true",
+                   help="write the baseline from this run instead of checking regressions")
+    p.add_argument("--run", action="store_true",
+                   help="also run each model in its real runtime (slower; measured figures)")
+    p.add_argument("--jobs", "-j", type=_jobs, default=1, metavar="N",
+                   help="simulate in N parallel processes (0: one per CPU; default 1)")
+    p.set_defaults(handler=_check)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from sdk.check import DEFAULT_PROJECT_FILE, load_baseline, load_project, run_check
+    from sdk.check.views import json_text, junit_xml, markdown
+    from sdk.console import make_console
+
+    project = load_project(args.file or DEFAULT_PROJECT_FILE, args.profiles_dir)
+    baseline_path = args.baseline or project.baseline
+    if args.update_baseline and baseline_path is None:
+        raise UsageError("--update-baseline needs a file: pass --baseline FILE.json or set "
+                         "'baseline:' in the project file")
+    inputs = [project.path, *project.model_paths]
+    if baseline_path is not None and not args.update_baseline:
+        inputs.append(baseline_path)
+    _refuse_inputs([args.junit, args.markdown, baseline_path if args.update_baseline else None],
+                   inputs)
+    has_rules = any(t.rules for t in project.targets)
+    baseline = (load_baseline(baseline_path)
+                if baseline_path is not None and has_rules and not args.update_baseline else None)
+
+    console = make_console(args.no_color)
+    err = make_console(args.no_color, stderr=True)
+    with _Progress(err, len(project.targets)) as advance:
+        result = run_check(project, run=args.run, jobs=args.jobs, baseline=baseline,
+                           baseline_path=baseline_path if baseline is not None else None,
+                           on_done=advance)
+    written = []
+    for path, render in ((args.junit, junit_xml), (args.markdown, markdown)):
+        if path is not None:
+            _write(path, render(result), inputs)
+            written.append(str(path))
+    if args.update_baseline:
+        written += _update_baseline(result, baseline_path, err, inputs)
+    if args.json:
+        sys.stdout.write(json_text(result))
+    else:
+        _print(console, result, written, notes=not args.update_baseline)
+    return result.exit_code
+
+
+def _refuse_inputs(outputs: list[Path | None], inputs: list[Path]) -> None:
+    """Fail before a long run rather than after it: no output may replace an input."""
+    resolved = {p.resolve() for p in inputs}
+    for out in outputs:
+        if out is not None and out.resolve() in resolved:
+            raise UsageError(f"refusing to overwrite the input file {out}; choose another output")
+
+
+def _write(path: Path, text: str, inputs: list[Path]) -> None:
+    from simulator.fileio import write_atomic
+
+    path.parent.mkdir(parents=True, exist_ok=True)  # CI jobs like reports/junit.xml
+    write_atomic(path, text, inputs=inputs)
+
+
+def _update_baseline(result: CheckResult, path: Path, err, inputs: list[Path]) -> list[str]:
+    from sdk.check import baseline_document
+
+    done = [(o.model, o.profile, o.report) for o in result.outcomes if o.report is not None]
+    if len(done) < len(result.outcomes):
+        # A baseline without the broken targets would silently drop their history.
+        err.print(f"baseline not written: {len(result.outcomes) - len(done)} target(s) could "
+                  f"not be simulated; fix them first", markup=False)
+        return []
+    _write(path, json.dumps(baseline_document(done), indent=2, sort_keys=True) + "\n", inputs)
+    return [f"{path} (baseline)"]
+
+
+class _Progress:
+    """A transient progress bar on a TTY for many targets; a no-op callback otherwise."""
+
+    def __init__(self, console, total: int) -> None:
+        self.bar = None
+        if console.is_terminal and total >= PROGRESS_MIN_TARGETS:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self.bar = Progress(TextColumn("simulating"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.description}"), console=console,
+                                transient=True)
+            self.task = self.bar.add_task("", total=total)
+
+    def __enter__(self):
+        if self.bar is None:
+            return None
+        self.bar.start()
+        return self._advance
+
+    def _advance(self, outcome: Outcome) -> None:
+        assert self.bar is not None
+        self.bar.update(self.task, advance=1, description=f"{outcome.model} @ {outcome.profile}")
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _print(console, result: CheckResult, written: list[str], notes: bool) -> None:
+    from rich.markup import escape
+
+    from sdk.check.views import metric_cell, problems, regression_cell
+    from sdk.check.views import notes as check_notes
+    from sdk.console import table
+
+    def _cell(text: str, ok: bool | None) -> str:
+        return escape(text) if ok is not False else f"[red]{escape(text)}[/]"
+
+    rows = [[_STATUS[o.status], escape(o.model), o.profile,
+             *(_cell(*metric_cell(o, m)) for m in ("flash", "arena", "latency")),
+             _cell(*regression_cell(o))] for o in result.outcomes]
+    console.print(table(None, ["", "model", "profile", "flash", "arena", "latency", "regression"],
+                        rows))
+    for o in result.outcomes:
+        for line in problems(o):
+            console.print(f"{o.model} @ {o.profile}: {line}", markup=False, highlight=False)
+    for note in check_notes(result) if notes else ():
+        console.print(f"note: {note}", markup=False)
+    counts = result.counts()
+    summary = (f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors "
+               f"in {result.seconds:.1f} s")
+    console.print(summary + (f"; wrote {', '.join(written)}" if written else ""), markup=False)

@@ -1,0 +1,180 @@
+"""``devicefit fit``: search the compression space a profile allows for the most accurate
+candidate that passes every budget, verify it in the runtime and write it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sdk.console import make_console, print_json, table
+from simulator.errors import UsageError
+from simulator.fileio import write_atomic
+from simulator.units import format_size
+
+EXAMPLE = ("example: devicefit fit model.keras --profile stm32l4r5-cortex-m4 --train train.npz "
+           "--eval test.npz -o model.tflite --max-trials 20 --time-budget 30m")
+TIME_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "fit", help="find the most accurate compressed model that fits a device profile",
+        description="Search quantization scheme, channel pruning, N:M sparsity (where the "
+                    "runtime uses it) and PTQ vs quantization-aware training for the most "
+                    "accurate candidate that passes every budget; verify it in the target's "
+                    "runtime. Exit 0: found and written; 1: nothing fits (the closest miss is "
+                    "shown); 2: bad input. Ctrl-C keeps the best fitting candidate so far.",
+        epilog=EXAMPLE)
+    p.add_argument("model", help=".keras or .h5 file")
+    p.add_argument("--profile", required=True, help="device profile name or .yaml path")
+    p.add_argument("--train", required=True, metavar="DATA",
+                   help="labelled training data (.npz with x, y) for fine-tuning")
+    p.add_argument("--eval", dest="eval_data", required=True, metavar="DATA",
+                   help="labelled evaluation data (.npz with x, y) to rank candidates")
+    p.add_argument("--calibration", metavar="DATA",
+                   help="calibration data (default: the first 300 training samples)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.tflite", help="output file")
+    p.add_argument("--max-trials", type=int, default=20, help="distinct candidates (20)")
+    p.add_argument("--time-budget", metavar="DURATION",
+                   help="stop starting new trials after this long, e.g. 30m, 90s, 2h")
+    p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs per candidate (3)")
+    p.add_argument("--storage", metavar="URL",
+                   help="optuna storage, e.g. sqlite:///fit.db (resume; share across machines)")
+    p.add_argument("--study-name", metavar="NAME", help="study name in --storage")
+    p.add_argument("--jobs", type=int, default=1, help="parallel trial processes (1)")
+    p.add_argument("--seed", type=int, default=0, help="sampler seed (0)")
+    p.add_argument("--distill", action="store_true",
+                   help="fine-tune with the original model as teacher (soft labels)")
+    p.add_argument("--cluster", type=int, metavar="K",
+                   help="cluster each layer's weights to K values (smaller gzip download only)")
+    p.add_argument("--html", metavar="REPORT.html", help="write the report as HTML")
+    p.add_argument("--report", metavar="REPORT.json", help="write the report as JSON")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--unsafe", action="store_true",
+                   help="allow Lambda layers (runs Python code from the model file)")
+    p.set_defaults(handler=_fit)
+
+
+def parse_duration(text: str | None) -> float | None:
+    """'30m' → 1800.0 seconds; a bare number is seconds."""
+    if text is None:
+        return None
+    value, unit = text.strip().lower(), "s"
+    if value and value[-1] in TIME_UNITS:
+        value, unit = value[:-1], value[-1]
+    try:
+        seconds = float(value) * TIME_UNITS[unit]
+    except ValueError:
+        raise UsageError(f"--time-budget {text!r}: give a duration such as 90s, 30m or 2h") \
+            from None
+    if seconds <= 0:
+        raise UsageError(f"--time-budget {text!r}: must be positive")
+    return seconds
+
+
+def _fit(args: argparse.Namespace) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
+    # The converter warns once per full-integer conversion; fit converts dozens of times.
+    warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
+    from sdk.commands.convert import _warnings_to
+    from sdk.fit import SearchSettings, fit
+    from sdk.fit.report import render_fit_html
+
+    settings = SearchSettings(max_trials=args.max_trials,
+                              time_budget_s=parse_duration(args.time_budget),
+                              storage=args.storage, study_name=args.study_name, jobs=args.jobs,
+                              seed=args.seed)
+    console = make_console(args.no_color)
+    with _warnings_to(console), _progress(args.no_color, args.json,
+                                          args.max_trials) as (progress, on_trial):
+        report = fit(args.model, args.profile, args.output, train=args.train,
+                     eval_data=args.eval_data, calibration=args.calibration,
+                     epochs=args.epochs, settings=settings, distill=args.distill,
+                     cluster=args.cluster, unsafe=args.unsafe, profiles_dirs=args.profiles_dir,
+                     progress=progress, on_trial=on_trial)
+    inputs = [p for p in (args.model, args.train, args.eval_data, args.calibration) if p]
+    if args.report:
+        write_atomic(args.report, json.dumps(report.to_dict(), indent=2) + "\n", inputs=inputs)
+    if args.html:
+        write_atomic(args.html, render_fit_html(report), inputs=inputs)
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        _print_summary(console, report)
+    return 0 if report.found else 1
+
+
+def _print_summary(console, report) -> None:
+    from sdk.fit.report import TRIAL_COLUMNS, format_value, trial_rows
+
+    console.print(table(f"Trials on {report.profile} ({report.search_seconds:.0f} s"
+                        + (", interrupted" if report.interrupted else "") + ")",
+                        TRIAL_COLUMNS, trial_rows(report)))
+    chosen = report.trial(report.chosen)
+    if chosen is not None:
+        v = report.verification or {}
+        runtime = (v.get("measured") or {}).get("runtime", report.runtime)
+        loss = report.accuracy_loss_pp
+        console.print(f"[bold green]fits:[/bold green] trial {chosen.number}, "
+                      f"{chosen.candidate.label()}: accuracy {chosen.accuracy:.2%}"
+                      + ("" if loss is None else f" ({-loss:+.2f} pp vs float "
+                         f"{report.float_accuracy:.2%})")
+                      + f", flash {format_size(chosen.flash_bytes)}, arena "
+                      f"{format_size(chosen.arena_bytes)}")
+        console.print(f"why: {report.reason}")
+        budgets = ", ".join(f"{b['name']} {format_value(b['value'], b['unit'])} ≤ "
+                            f"{format_value(b['limit'], b['unit'])} ({b['basis']})"
+                            for b in v.get("budgets", []))
+        console.print(f"verified in {runtime}: {budgets}")
+        if report.clustering:
+            c = report.clustering
+            console.print(f"clustered to {c['clusters']} values per layer: gzip download "
+                          f"{format_size(c['gzip_before'])} → {format_size(c['gzip_after'])}, "
+                          f"accuracy {c['accuracy_after']:.2%}; {c['note']}")
+        console.print(f"wrote {report.output}")
+        return
+    closest = report.trial(report.closest)
+    console.print("[bold red]nothing fits[/bold red] "
+                  f"({len(report.trials)} candidates tried)")
+    if closest is not None:
+        misses = "; ".join(f"{m.budget} {format_value(m.value, m.unit)} > "
+                           f"{format_value(m.limit, m.unit)} by {format_value(m.over, m.unit)} "
+                           f"({m.over_fraction:+.1%})" for m in report.closest_misses)
+        console.print(f"closest: trial {closest.number}, {closest.candidate.label()}: {misses}")
+
+
+def _trial_line(record) -> str:
+    return (f"trial {record.number}: {record.candidate.label()}: "
+            f"{'PASS' if record.fits else 'fail'}"
+            + ("" if record.accuracy is None else f", accuracy {record.accuracy:.2%}")
+            + (f" ({record.note})" if record.note else ""))
+
+
+@contextmanager
+def _progress(no_color: bool, quiet: bool, max_trials: int) -> Iterator[tuple]:
+    """(progress, on_trial): rich bars on a TTY; one plain line per trial off a TTY."""
+    err = make_console(no_color, stderr=True)
+    if quiet or not sys.stderr.isatty():
+        yield None, (None if quiet else lambda record: err.print(_trial_line(record)))
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    tasks: dict[str, int] = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  console=err, transient=True) as bars:
+        search = bars.add_task("search", total=max_trials)
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bars.add_task(f"  {stage}", total=total)
+            bars.update(tasks[stage], completed=done, total=total)
+
+        def on_trial(record) -> None:
+            bars.advance(search)
+            bars.console.print(_trial_line(record))
+        yield update, on_trial

@@ -1,0 +1,102 @@
+"""``devicefit plan-batch``: the largest training batch that fits memory, plus accumulation."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from sdk.console import make_console, print_json, table
+from simulator.errors import InputError, UsageError
+from simulator.units import SIZE_UNITS_HELP, format_size, parse_size
+
+MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from sdk.train.estimate import ACTIVATION_BYTES
+    from sdk.train.optimizers import OPTIMIZERS
+
+    p = sub.add_parser(
+        "plan-batch", help="largest training batch that fits memory, and gradient accumulation",
+        description="Estimate training memory (parameters, gradients, optimizer state, "
+                    "activations kept for the backward pass) and pick the largest micro-batch "
+                    "that fits, with the gradient-accumulation steps that reach the target "
+                    "effective batch.",
+        epilog="example: devicefit plan-batch model.keras --memory 8GiB --target-batch 256")
+    p.add_argument("model", help="Keras model file (.keras or .h5)")
+    p.add_argument("--memory", default="auto", metavar="SIZE|auto",
+                   help=f"memory to plan for: {SIZE_UNITS_HELP}; 'auto' (default) = what this "
+                        "machine has free, with a safety margin")
+    p.add_argument("--optimizer", default="adam", choices=sorted(OPTIMIZERS), metavar="NAME",
+                   help=f"optimizer whose state to count (default adam; one of "
+                        f"{', '.join(sorted(OPTIMIZERS))})")
+    p.add_argument("--target-batch", type=int, default=32, metavar="N",
+                   help="samples per optimizer update to reach (default 32)")
+    p.add_argument("--dtype", default="float32", choices=sorted(ACTIVATION_BYTES),
+                   help="training precision (default float32)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=_handle)
+
+
+def load_keras_model(path: str) -> Any:
+    """Load a Keras model safely (no arbitrary code), or raise ``InputError``."""
+    file = Path(path)
+    if not file.is_file():
+        raise InputError(f"model file not found: {path}")
+    if file.suffix.lower() not in MODEL_SUFFIXES:
+        raise InputError(f"{path} is not a Keras model file (expected "
+                         f"{', '.join(MODEL_SUFFIXES)}); plan-batch needs the trainable model")
+    import keras
+
+    try:
+        return keras.saving.load_model(file, safe_mode=True, compile=False)
+    except Exception as exc:  # Keras raises many types for a bad file; all mean "not loadable"
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"cannot load {path} as a Keras model: {detail}") from exc
+
+
+def _memory(value: str) -> int | None:
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        size = parse_size(value)
+    except ValueError as exc:
+        raise UsageError(f"--memory: {exc}") from exc
+    if size <= 0:
+        raise UsageError("--memory must be more than 0 bytes")
+    return size
+
+
+def _handle(args: argparse.Namespace) -> int:
+    from sdk.train.plan import plan_batch
+
+    memory = _memory(args.memory)
+    if args.target_batch < 1:
+        raise UsageError(f"--target-batch must be at least 1, got {args.target_batch}")
+    plan = plan_batch(load_keras_model(args.model), memory_bytes=memory,
+                      optimizer=args.optimizer, target_batch=args.target_batch, dtype=args.dtype)
+    if args.json:
+        print_json({"model": args.model} | plan.to_dict())
+        return 0
+    console = make_console(args.no_color)
+    e = plan.estimate
+    console.print(
+        f"{args.model}: batch [bold]{plan.batch_size}[/bold] x {plan.accumulation_steps} "
+        f"accumulation step(s) = effective batch {plan.effective_batch} "
+        f"({plan.optimizer}, {plan.dtype})")
+    console.print(f"memory limit {format_size(plan.memory_limit_bytes)} "
+                  f"({plan.memory_source}); estimated peak {format_size(e.peak_bytes)} at "
+                  f"{e.peak_at}")
+    console.print(
+        f"  parameters {format_size(e.parameter_bytes)}, optimizer state "
+        f"{format_size(e.optimizer_slot_bytes)}, accumulators {format_size(e.accumulator_bytes)}"
+        f", gradients {format_size(e.gradient_bytes)}, activations "
+        f"{format_size(e.activation_bytes)}, workspace {format_size(e.workspace_bytes)}, "
+        f"batch data {format_size(e.input_bytes)}")
+    rows = [(t.batch_size, format_size(t.activation_bytes), format_size(t.workspace_bytes),
+             format_size(t.peak_bytes), "yes" if t.peak_bytes <= plan.memory_limit_bytes
+             else "no") for t in plan.table]
+    console.print(table("Batch size vs training memory",
+                        ["batch", "activations", "workspace", "peak", "fits"], rows))
+    return 0

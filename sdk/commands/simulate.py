@@ -1,0 +1,61 @@
+"""``devicefit simulate MODEL.tflite --profile NAME``: will it fit, before flashing."""
+
+from __future__ import annotations
+
+import argparse
+
+from sdk.console import print_json
+from simulator.errors import UsageError
+from simulator.profiles import KERNELS
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate", help="predict a .tflite's flash, arena and compute on a device profile",
+        description="Read a .tflite model and predict, without running it, the flash and the "
+                    "tensor arena it needs on a device profile; judge the profile's budgets. "
+                    "Exit 0 if every budget passes, 1 if one fails, 2 on bad input.",
+        epilog="example: devicefit simulate model.tflite --profile stm32l4r5-cortex-m4")
+    p.add_argument("model", help="the .tflite model file")
+    p.add_argument("--profile", required=True, metavar="NAME",
+                   help="device profile name or path to a profile .yaml "
+                        "(see 'devicefit profiles list')")
+    p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    p.add_argument("--top", type=int, default=8, metavar="N",
+                   help="operators listed in the memory timeline (default 8)")
+    p.add_argument("--kernels", choices=KERNELS, default=None,
+                   help="override the profile's kernel flavour (e.g. 'reference' to compare "
+                        "with the tflite-micro pip wheel)")
+    p.add_argument("--pointer-size", type=int, choices=(4, 8), default=None,
+                   help="override the target's pointer width in bytes (8: 64-bit host)")
+    run = p.add_argument_group("running the model (--run)")
+    run.add_argument("--run", action="store_true",
+                     help="also run the model in the profile's real runtime (TFLM, LiteRT) in a "
+                          "child process: measured arena, host latency, TFLM/LiteRT cross-check")
+    run.add_argument("--runs", type=int, default=10, metavar="N",
+                     help="timed invokes after one warm-up (default 10)")
+    run.add_argument("--input", default=None, metavar="FILE",
+                     help="input data (.npy for one input, .npz by input name); default: random "
+                          "data within each input's range, fixed seed")
+    run.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                     help="seconds before a hanging runtime is killed (default 60)")
+    p.set_defaults(handler=_simulate)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from simulator.profiles import load_profile
+    from simulator.simulate import simulate, with_runtime
+    from simulator.views.text import render_text
+
+    profile = with_runtime(load_profile(args.profile, args.profiles_dir),
+                           kernels=args.kernels, pointer_bytes=args.pointer_size)
+    if args.input and not args.run:
+        raise UsageError("--input gives data to run the model with: add --run")
+    run_options = ({"runs": args.runs, "input_path": args.input, "timeout_s": args.timeout}
+                   if args.run else {})
+    report = simulate(args.model, profile, run=args.run, **run_options)
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        print(render_text(report, top=max(args.top, 0)), end="")
+    return 0 if report.ok else 1

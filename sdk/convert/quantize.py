@@ -1,0 +1,146 @@
+"""Quantize and write TFLite bytes with the TensorFlow converter, as the profile allows.
+
+Keras 3 models are wrapped behind a batch-1 input and go through ``from_keras_model`` (which
+exports a SavedModel and loads it once); SavedModel folders through their serving signature
+traced for a batch of 1.
+The batch is fixed at 1: TFLM and the Edge TPU need static shapes, and a device runs one
+sample at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from sdk.convert.loading import LoadedModel
+from simulator.errors import UsageError
+from simulator.profiles import Profile
+
+log = logging.getLogger(__name__)
+
+#: Schemes that quantize activations and so need calibration data.
+FULL_INTEGER = ("int8", "int16x8")
+#: I/O types each scheme can have (the converter's own limits).
+SCHEME_IO_TYPES: dict[str, tuple[str, ...]] = {
+    "int8": ("int8", "uint8", "float32"),
+    "int16x8": ("int16", "float32"),
+    "float16": ("float32",),
+    "dynamic": ("float32",),
+    "float32": ("float32",),
+}
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class QuantSettings:
+    scheme: str
+    io_type: str
+    per_channel: bool
+
+    @property
+    def needs_calibration(self) -> bool:
+        return self.scheme in FULL_INTEGER
+
+
+def resolve(profile: Profile, scheme: str | None, io_type: str | None) -> QuantSettings:
+    """The profile's default scheme and I/O type unless asked; refuse what it does not allow."""
+    q = profile.quantization
+    scheme = scheme or q.default
+    if scheme not in q.schemes:
+        raise UsageError(f"profile {profile.name} does not allow --scheme {scheme} "
+                         f"(its runtime takes: {', '.join(q.schemes)})")
+    possible = SCHEME_IO_TYPES[scheme]
+    if io_type is None:
+        # The profile lists I/O types in order of preference (uint8 first for the Edge TPU).
+        io_type = next((t for t in q.io_types if t in possible), "float32")
+    elif io_type not in possible:
+        raise UsageError(f"--io-type {io_type} is impossible with --scheme {scheme} "
+                         f"(possible: {', '.join(possible)})")
+    elif io_type not in q.io_types:
+        raise UsageError(f"profile {profile.name} does not allow --io-type {io_type} "
+                         f"(allowed: {', '.join(q.io_types)})")
+    if profile.runtime.name == "edgetpu" and scheme != "int8":
+        raise UsageError(f"profile {profile.name}: the Edge TPU runs only full-integer int8 models")
+    return QuantSettings(scheme=scheme, io_type=io_type, per_channel=q.per_channel)
+
+
+def to_tflite(model: LoadedModel, settings: QuantSettings, calibration: np.ndarray | None,
+              progress: Progress | None = None) -> bytes:
+    """Convert with the converter; ``calibration`` is required for full-integer schemes."""
+    import tensorflow as tf
+
+    if settings.needs_calibration and calibration is None:
+        raise UsageError(f"--scheme {settings.scheme} quantizes activations and needs calibration "
+                         "data: --calibration FILE (or 'random', which ruins accuracy)")
+    if model.is_keras:
+        converter = tf.lite.TFLiteConverter.from_keras_model(batch_of_one(model))
+    else:
+        converter = tf.lite.TFLiteConverter.from_concrete_functions(
+            *_saved_model_batch_of_one(model))
+    configure(converter, settings, calibration, progress)
+    # Keras' exporter prints the exported signature to stdout; library code must not print.
+    with contextlib.redirect_stdout(io.StringIO()):
+        return bytes(converter.convert())
+
+
+def batch_of_one(model: LoadedModel):
+    """The Keras model behind an input of batch 1, so the file has static shapes.
+
+    ``from_keras_model`` exports the model to a SavedModel itself (once); a wrapper built
+    here always has a known input signature, which plain Keras 3 models sometimes lack
+    (keras#19108: '_get_save_spec').
+    """
+    import keras
+
+    inp = keras.Input(model.input_shape, batch_size=1, name="input")
+    return keras.Model(inp, model.keras_model(inp), name=model.keras_model.name)
+
+
+def _saved_model_batch_of_one(model: LoadedModel) -> tuple[list, object]:
+    """The SavedModel's serving signature traced for a batch of 1 (its own may be dynamic)."""
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(model.saved_model_dir))
+    signature = loaded.signatures["serving_default"]
+    name = next(iter(signature.structured_input_signature[1]))
+    fn = tf.function(lambda x: signature(**{name: x}),
+                     input_signature=[tf.TensorSpec((1, *model.input_shape), tf.float32)])
+    return [fn.get_concrete_function()], loaded
+
+
+def configure(converter, settings: QuantSettings, calibration: np.ndarray | None,
+              progress: Progress | None = None) -> None:
+    """Set a ``TFLiteConverter`` up for ``settings`` (shared with the benchmark's bare run)."""
+    import tensorflow as tf
+
+    dtypes = {"int8": tf.int8, "uint8": tf.uint8, "int16": tf.int16, "float32": tf.float32}
+    scheme = settings.scheme
+    if scheme == "float32":
+        return
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if scheme == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    elif scheme in FULL_INTEGER:
+        converter.representative_dataset = _representative(calibration, progress)
+        converter.target_spec.supported_ops = [
+            tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if scheme == "int8" else
+            tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+        converter.inference_input_type = dtypes[settings.io_type]
+        converter.inference_output_type = dtypes[settings.io_type]
+    if not settings.per_channel:
+        converter._experimental_disable_per_channel = True  # no public switch exists
+
+
+def _representative(x: np.ndarray, progress: Progress | None) -> Callable[[], Iterator]:
+    def gen() -> Iterator[list[np.ndarray]]:
+        for i in range(len(x)):
+            if progress is not None:
+                progress("calibration", i + 1, len(x))
+            yield [x[i:i + 1].astype(np.float32)]
+    return gen

@@ -1,0 +1,233 @@
+"""Evaluate one candidate: cheap static check first, training only for candidates that fit.
+
+1. **Structure**: the channels are removed (without training) and N:M masks applied, then
+   the model is converted with the candidate's scheme and simulated statically (flash,
+   arena, estimated latency, op support). Fine-tuning does not change any of these, so a
+   candidate that misses a budget here is rejected in seconds.
+2. **Training** (only if it fits and needs it): channel pruning in stages with fine-tuning,
+   N:M fine-tuning with masks kept, or quantization-aware training; each optionally with
+   the original model as distillation teacher.
+3. **Conversion and evaluation**: the trained model is converted again, simulated again and
+   run in LiteRT (child process) on the evaluation data for its accuracy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sdk.convert import accuracy, finetune, quantize, sparsity
+from sdk.convert.data import Dataset
+from sdk.convert.loading import LoadedModel
+from sdk.fit import distill, qat
+from sdk.fit.cluster import gzip_size
+from sdk.fit.space import Candidate
+from simulator.fileio import write_atomic
+from simulator.profiles import Profile
+from simulator.report import Report
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class Context:
+    """What every trial needs; built once per process."""
+
+    loaded: LoadedModel
+    profile: Profile
+    train: Dataset
+    evaluation: Dataset
+    calibration: np.ndarray
+    epochs: int
+    workdir: Path
+    float_accuracy: float | None
+    distill: distill.DistillSettings | None = None
+    progress: Progress | None = None
+
+    @property
+    def model(self) -> Any:
+        return self.loaded.keras_model
+
+
+@dataclass
+class TrialRecord:
+    number: int
+    candidate: Candidate
+    #: "static" (rejected before training), "trained", "post-training" or "skipped"
+    stage: str
+    verdict: str
+    budgets: list[dict[str, Any]] = field(default_factory=list)
+    flash_bytes: int | None = None
+    arena_bytes: int | None = None
+    latency_ms: float | None = None
+    model_bytes: int | None = None
+    gzip_bytes: int | None = None
+    accuracy: float | None = None
+    seconds: float = 0.0
+    path: str | None = None
+    keras_path: str | None = None
+    fine_tune: list[dict[str, Any]] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict == "pass"
+
+    def misses(self) -> dict[str, float]:
+        """Budget → relative overshoot (0.1 = 10 % over) for every missed budget."""
+        return {b["name"]: (b["value"] - b["limit"]) / b["limit"] for b in self.budgets
+                if not b["ok"] and b["limit"]}
+
+    @property
+    def objective(self) -> float:
+        """What the search maximises: accuracy if it fits, minus its worst miss if not."""
+        if self.fits:
+            return self.accuracy if self.accuracy is not None else 0.0
+        return -max(self.misses().values(), default=1.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["label"] = self.candidate.label()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrialRecord:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in fields}
+        values["candidate"] = Candidate.from_dict(data["candidate"])
+        return cls(**values)
+
+
+def static_check(path: Path, profile: Profile) -> Report:
+    """The simulator's static report with the latency estimate and op support filled in
+    (the running half would add them; here no runtime is started)."""
+    from simulator.compat import check_ops
+    from simulator.reader import read_model
+    from simulator.runtimes.stage import latency_section
+    from simulator.simulate import static_report
+    from simulator.verdict import judge
+
+    model = read_model(path)
+    report = static_report(model, profile)
+    if report.latency is None:
+        report.latency = latency_section(model, profile, report)
+    if report.compatibility is None:
+        report.compatibility = check_ops(model, profile).to_dict()
+    return judge(report, profile)
+
+
+def convert_candidate(ctx: Context, model: Any, candidate: Candidate) -> bytes:
+    settings = quantize.resolve(ctx.profile, candidate.scheme, None)
+    loaded = dataclasses.replace(ctx.loaded, keras_model=model, saved_model_dir=None)
+    return quantize.to_tflite(loaded, settings, ctx.calibration)
+
+
+def structural_model(ctx: Context, candidate: Candidate) -> Any:
+    """The candidate's architecture with untrained pruning: right sizes, rough weights."""
+    model = ctx.model
+    if candidate.prune:
+        model = sparsity.prune_channels(model, candidate.prune).model
+    if candidate.nm:
+        model = _clone(model)
+        masks, _ = sparsity.nm_masks(model, sparsity.parse_nm(candidate.nm))
+        sparsity.apply_masks(model, masks)
+    return model
+
+
+def train_candidate(ctx: Context, candidate: Candidate) -> tuple[Any, list[Any]]:
+    """The candidate's model after fine-tuning; the training runs it did."""
+    data, loss = ctx.train, None
+    if ctx.distill is not None:
+        data, loss = distill.distillation(ctx.model, ctx.model, ctx.train, ctx.distill)
+    runs: list[Any] = []
+    if candidate.prune:
+        pruned = finetune.prune_channels(ctx.model, candidate.prune, data, ctx.epochs,
+                                         ctx.progress, loss=loss)
+        model = pruned.model
+        runs += pruned.fine_tune
+    else:
+        model = _clone(ctx.model)
+    if candidate.nm:
+        masks, _ = sparsity.nm_masks(model, sparsity.parse_nm(candidate.nm))
+        sparsity.apply_masks(model, masks)
+        runs.append(finetune.fine_tune(model, data, ctx.epochs, masks=masks,
+                                       progress=ctx.progress, loss=loss))
+        sparsity.apply_masks(model, masks)
+    if candidate.qat:
+        result = qat.quantization_aware_fit(model, data, ctx.epochs, ctx.calibration,
+                                            loss=loss, progress=ctx.progress)
+        runs += result.fine_tune
+    return model, runs
+
+
+def measure_accuracy(ctx: Context, path: Path) -> float | None:
+    out = accuracy.run_tflite(path, ctx.evaluation.x)
+    y = ctx.evaluation.y
+    if y is None or out.ndim != 2 or out.shape[1] < 2:
+        return None
+    labels = y.argmax(1) if y.ndim == 2 and y.shape[1] > 1 else y.reshape(-1)
+    return float(np.mean(out.argmax(1) == labels))
+
+
+def evaluate(ctx: Context, candidate: Candidate, number: int) -> TrialRecord:
+    """Run one candidate through the three steps; the ``.tflite`` stays in the work folder."""
+    started = time.perf_counter()
+    path = ctx.workdir / f"trial-{number:03d}.tflite"
+    tflite = convert_candidate(ctx, structural_model(ctx, candidate), candidate)
+    write_atomic(path, tflite)
+    report = static_check(path, ctx.profile)
+    if not report.ok:
+        return _record(number, candidate, "static", report, tflite, started, path,
+                       note=_why_not(report))
+    runs: list[Any] = []
+    keras_path = None
+    if candidate.needs_training:
+        model, runs = train_candidate(ctx, candidate)
+        keras_path = ctx.workdir / f"trial-{number:03d}.keras"
+        model.save(keras_path)
+        tflite = convert_candidate(ctx, model, candidate)
+        write_atomic(path, tflite)
+        report = static_check(path, ctx.profile)
+    record = _record(number, candidate, "trained" if runs else "post-training", report, tflite,
+                     started, path, note="" if report.ok else _why_not(report))
+    record.keras_path = str(keras_path) if keras_path else None
+    record.fine_tune = [dataclasses.asdict(r) for r in runs]
+    record.accuracy = measure_accuracy(ctx, path)
+    record.seconds = time.perf_counter() - started
+    return record
+
+
+def _record(number: int, candidate: Candidate, stage: str, report: Report, tflite: bytes,
+            started: float, path: Path, note: str = "") -> TrialRecord:
+    return TrialRecord(
+        number=number, candidate=candidate, stage=stage, verdict=report.verdict,
+        budgets=[dataclasses.asdict(b) for b in report.budgets],
+        flash_bytes=report.memory.flash_bytes, arena_bytes=report.memory.arena_bytes,
+        latency_ms=(report.latency or {}).get("estimated_device_ms"),
+        model_bytes=len(tflite), gzip_bytes=gzip_size(tflite),
+        seconds=time.perf_counter() - started, path=str(path), note=note)
+
+
+def _why_not(report: Report) -> str:
+    missed = [b.name for b in report.budgets if not b.ok]
+    compat = report.compatibility or {}
+    if compat.get("supported") is False:
+        missed.append("unsupported ops")
+    return "misses " + ", ".join(missed) if missed else "fails"
+
+
+def _clone(model: Any) -> Any:
+    import keras
+
+    clone = keras.models.clone_model(model)
+    clone.set_weights(model.get_weights())
+    return clone

@@ -1,0 +1,248 @@
+"""The fit report: trials, the chosen candidate and why, or the closest miss; its views.
+
+One report, many views: :class:`FitReport` holds every number; ``to_dict`` is the JSON
+view, :func:`trial_rows` feeds the CLI table and :func:`render_fit_html` the HTML page
+(trials table, Pareto front as inline SVG, the verified candidate's simulation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sdk.fit.candidate import TrialRecord
+from simulator.html import Section, escape, html_table, render_html
+from simulator.report import Report
+from simulator.units import format_size, format_time_ms
+
+PLOT_W, PLOT_H, LEFT, BOTTOM = 720, 300, 70, 40
+
+
+@dataclass
+class Miss:
+    budget: str
+    limit: float
+    value: float
+    unit: str
+    #: value - limit (bytes or ms) and as a share of the limit.
+    over: float
+    over_fraction: float
+
+
+@dataclass
+class FitReport:
+    source: str
+    profile: str
+    runtime: str
+    budgets: dict[str, float | None]
+    space: dict[str, Any]
+    settings: dict[str, Any]
+    float_accuracy: float | None
+    eval_samples: int
+    trials: list[TrialRecord] = field(default_factory=list)
+    chosen: int | None = None
+    reason: str = ""
+    closest: int | None = None
+    closest_misses: list[Miss] = field(default_factory=list)
+    output: str | None = None
+    interrupted: bool = False
+    search_seconds: float = 0.0
+    #: ``simulate(output, run=True)`` of the written model (the real runtime run).
+    verification: dict[str, Any] | None = None
+    clustering: dict[str, Any] | None = None
+    study: dict[str, Any] = field(default_factory=dict)
+    #: The verification as a :class:`Report` object, for the HTML view (not in the JSON).
+    verification_report: Report | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def found(self) -> bool:
+        return self.chosen is not None
+
+    def trial(self, number: int | None) -> TrialRecord | None:
+        return next((t for t in self.trials if t.number == number), None)
+
+    @property
+    def accuracy_loss_pp(self) -> float | None:
+        chosen = self.trial(self.chosen)
+        if chosen is None or chosen.accuracy is None or self.float_accuracy is None:
+            return None
+        return 100.0 * (self.float_accuracy - chosen.accuracy)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(replace(self, verification_report=None))
+        del out["verification_report"]
+        out["trials"] = [t.to_dict() for t in self.trials]
+        out["found"] = self.found
+        out["accuracy_loss_pp"] = self.accuracy_loss_pp
+        out["pareto"] = pareto_front(self.trials)
+        return out
+
+
+def pareto_front(trials: list[TrialRecord]) -> list[int]:
+    """Trials not beaten on accuracy, flash and arena at once, among those evaluated."""
+    scored = [t for t in trials if t.accuracy is not None and t.flash_bytes is not None]
+
+    def beats(a: TrialRecord, b: TrialRecord) -> bool:
+        ka = (a.accuracy, -a.flash_bytes, -(a.arena_bytes or 0))
+        kb = (b.accuracy, -b.flash_bytes, -(b.arena_bytes or 0))
+        return all(x >= y for x, y in zip(ka, kb, strict=True)) and ka != kb
+
+    return sorted(t.number for t in scored if not any(beats(o, t) for o in scored))
+
+
+def choose(trials: list[TrialRecord]) -> list[TrialRecord]:
+    """Fitting candidates, best first: accuracy, then smaller flash, arena, trial number."""
+    fitting = [t for t in trials if t.fits and t.accuracy is not None]
+    return sorted(fitting, key=lambda t: (-t.accuracy, t.flash_bytes or 0, t.arena_bytes or 0,
+                                          t.number))
+
+
+def closest_miss(trials: list[TrialRecord]) -> tuple[TrialRecord | None, list[Miss]]:
+    """The built candidate whose worst budget overshoot is smallest, and every miss of it."""
+    built = [t for t in trials if t.stage != "skipped" and t.budgets]
+    if not built:
+        return None, []
+    best = min(built, key=lambda t: (max(t.misses().values(), default=0.0), t.number))
+    misses = [Miss(b["name"], b["limit"], b["value"], b["unit"], b["value"] - b["limit"],
+                   (b["value"] - b["limit"]) / b["limit"] if b["limit"] else 0.0)
+              for b in best.budgets if not b["ok"]]
+    return best, misses
+
+
+def reason_for(chosen: TrialRecord, fitting: list[TrialRecord], float_accuracy: float | None,
+               built: int) -> str:
+    loss = "" if float_accuracy is None or chosen.accuracy is None else \
+        f" ({100 * (chosen.accuracy - float_accuracy):+.2f} pp vs the float model)"
+    others = len(fitting) - 1
+    why = f"highest accuracy{loss} of the {len(fitting)} candidates that pass every budget"
+    if others and len(fitting) > 1:
+        runner = fitting[1]
+        why += (f"; next best: trial {runner.number} ({runner.candidate.label()}) at "
+                f"{runner.accuracy:.2%}")
+    return f"{why}; {built} candidates built in all"
+
+
+def format_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    return format_time_ms(value) if unit == "ms" else format_size(value)
+
+
+def trial_rows(report: FitReport) -> list[tuple[Any, ...]]:
+    """Rows for the trials table: what the CLI and the HTML page show."""
+    rows = []
+    for t in report.trials:
+        skipped = t.stage == "skipped"
+        rows.append((
+            t.number, t.candidate.label(),
+            "-" if t.accuracy is None else f"{t.accuracy:.2%}",
+            "-" if skipped else format_size(t.flash_bytes),
+            "-" if skipped else format_size(t.arena_bytes),
+            "-" if skipped or t.latency_ms is None else format_time_ms(t.latency_ms),
+            "-" if skipped else format_size(t.gzip_bytes),
+            ("PASS" if t.fits else "fail") + ("  ← chosen" if t.number == report.chosen else ""),
+            f"{t.seconds:.1f}s", t.note or t.stage))
+    return rows
+
+
+TRIAL_COLUMNS = ("#", "candidate", "accuracy", "flash", "arena", "est. latency", "gzip",
+                 "verdict", "time", "note")
+
+
+def pareto_svg(trials: list[TrialRecord], flash_budget: float | None,
+               chosen: int | None) -> str:
+    """Accuracy against flash for every evaluated candidate; the Pareto front joined by a
+    line, the flash budget as a vertical line. Deterministic for the same trials."""
+    points = [t for t in trials if t.accuracy is not None and t.flash_bytes]
+    if not points:
+        return '<p class="note">No candidate was evaluated for accuracy.</p>'
+    xs = [t.flash_bytes for t in points] + ([flash_budget] if flash_budget else [])
+    x_lo, x_hi = min(xs) * 0.95, max(xs) * 1.05
+    accs = [t.accuracy for t in points]
+    y_lo, y_hi = max(min(accs) - 0.02, 0.0), min(max(accs) + 0.02, 1.0)
+    y_hi = y_hi if y_hi > y_lo else y_lo + 0.01
+    height = PLOT_H + BOTTOM + 10
+
+    def x(v: float) -> float:
+        return LEFT + (PLOT_W - LEFT - 10) * (v - x_lo) / max(x_hi - x_lo, 1e-9)
+
+    def y(v: float) -> float:
+        return 10 + PLOT_H * (1 - (v - y_lo) / (y_hi - y_lo))
+
+    def num(v: float) -> str:
+        return f"{v:.2f}".rstrip("0").rstrip(".")
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="pareto" width="{PLOT_W}" '
+             f'height="{height}" viewBox="0 0 {PLOT_W} {height}" role="img" '
+             'aria-label="accuracy vs flash">',
+             f'<rect x="{LEFT}" y="10" width="{PLOT_W - LEFT - 10}" height="{PLOT_H}" '
+             'fill="#fafafa" stroke="#ccc"/>']
+    for frac in (0.0, 0.5, 1.0):
+        av = y_lo + (y_hi - y_lo) * frac
+        fv = x_lo + (x_hi - x_lo) * frac
+        parts.append(f'<text x="{LEFT - 6}" y="{num(y(av) + 4)}" text-anchor="end">'
+                     f'{av:.1%}</text><text x="{num(x(fv))}" y="{PLOT_H + 26}" '
+                     f'text-anchor="middle">{escape(format_size(fv))}</text>')
+    if flash_budget:
+        bx = num(x(flash_budget))
+        parts.append(f'<line id="flash-budget" x1="{bx}" x2="{bx}" y1="10" y2="{PLOT_H + 10}" '
+                     f'stroke="#c00"/><text x="{bx}" y="22" text-anchor="end">flash budget '
+                     f'{escape(format_size(flash_budget))} </text>')
+    front = sorted((t for t in points if t.number in pareto_front(trials)),
+                   key=lambda t: t.flash_bytes)
+    if len(front) > 1:
+        path = " ".join(f"{num(x(t.flash_bytes))},{num(y(t.accuracy))}" for t in front)
+        parts.append(f'<polyline id="pareto-front" points="{path}" fill="none" '
+                     'stroke="#4e79a7" stroke-dasharray="5 3"/>')
+    for t in sorted(points, key=lambda t: t.number):
+        colour = "#59a14f" if t.fits else "#e15759"
+        size = 7 if t.number == chosen else 4
+        title = (f"trial {t.number}: {t.candidate.label()}\naccuracy {t.accuracy:.2%}\n"
+                 f"flash {format_size(t.flash_bytes)}, arena {format_size(t.arena_bytes)}"
+                 f"\n{'passes every budget' if t.fits else t.note}")
+        parts.append(f'<circle class="trial" data-trial="{t.number}" cx="{num(x(t.flash_bytes))}"'
+                     f' cy="{num(y(t.accuracy))}" r="{size}" fill="{colour}" stroke="#333" '
+                     f'stroke-width="{1.5 if t.number == chosen else 0.5}">'
+                     f'<title>{escape(title)}</title></circle>')
+    parts.append(f'<text x="{LEFT}" y="{height - 4}">flash (model + runtime code) →; accuracy ↑;'
+                 ' green passes every budget, red misses one; dashed: Pareto front</text></svg>')
+    return "".join(parts)
+
+
+def render_fit_html(report: FitReport) -> str:
+    """The fit report as one self-contained HTML page."""
+    verification = report.verification_report
+    chosen = report.trial(report.chosen)
+    if chosen is not None:
+        summary = (f"<p><b>Chosen:</b> trial {chosen.number}, {escape(chosen.candidate.label())}"
+                   f" — {escape(report.reason)}.</p>")
+    else:
+        rows = [(m.budget, format_value(m.limit, m.unit), format_value(m.value, m.unit),
+                 format_value(m.over, m.unit), f"{m.over_fraction:+.1%}")
+                for m in report.closest_misses]
+        closest = report.trial(report.closest)
+        summary = ("<p><b>No candidate passes every budget.</b> Closest: "
+                   + (f"trial {closest.number}, {escape(closest.candidate.label())}"
+                      if closest else "none built") + "</p>"
+                   + html_table(("budget", "limit", "value", "over by", "over by %"), rows))
+    facts = [("profile", report.profile), ("float accuracy", "-" if report.float_accuracy is None
+                                            else f"{report.float_accuracy:.2%}"),
+             ("trials", len(report.trials)), ("search time", f"{report.search_seconds:.1f} s"),
+             ("interrupted", "yes" if report.interrupted else "no")]
+    if report.clustering:
+        c = report.clustering
+        facts.append(("clustering", f"{c['clusters']} clusters per layer: gzip download "
+                      f"{format_size(c['gzip_before'])} → {format_size(c['gzip_after'])}; "
+                      "flash and arena unchanged (weights stored uncompressed)"))
+    flash_budget = report.budgets.get("flash")
+    code = report.settings.get("runtime_code_bytes") or 0
+    intro = (summary + html_table(("", ""), facts)
+             + "<h2>Accuracy vs flash</h2>"
+             + pareto_svg(report.trials, flash_budget, report.chosen)
+             + (f'<p class="note">flash includes {escape(format_size(code))} of runtime code.'
+                "</p>" if code else "")
+             + "<h2>Trials</h2>" + html_table(TRIAL_COLUMNS, trial_rows(report)))
+    sections = [Section(f"Chosen candidate on {report.profile} (verified in the runtime)",
+                        verification)] if verification is not None else []
+    return render_html(f"devicefit fit: {report.source}", sections, intro=intro)

@@ -1,0 +1,243 @@
+"""Which buffers TFLite-Micro plans in the arena head, and when each one is live.
+
+Reproduces TFLM's own rules (``micro_allocation_info.cc``) so the planner downstream can
+reproduce its arena head to the byte:
+
+- a tensor is planned when its buffer holds no data, it is not ``is_variable`` (unless the
+  offline plan places it) and its byte size is > 0; size = elements × type size (int4 counts
+  one byte per element), rounded up to 16 bytes;
+- steps ("allocation scopes"): subgraph inputs are created and last used at the scope the
+  subgraph starts in (0 for the main graph); each operator opens a new scope; its outputs are
+  created at the first op that writes them; its inputs and outputs are last used at that op;
+  subgraph outputs live to the subgraph's last scope; control-flow ops (IF, WHILE,
+  CALL_ONCE) mark their subgraphs recursively inside their own scope;
+- buffers are handed to the planner in TFLM's order: every tensor of every subgraph by
+  (subgraph, tensor index), then the kernels' scratch buffers in the order the kernels
+  requested them during ``Prepare`` (subgraph by subgraph, operators in file order).
+
+Scratch buffers depend on the kernel flavour: see :mod:`simulator.scratch`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from simulator.errors import InputError, ModelFormatError
+from simulator.model import DTYPE_BYTES, Model, Operator, Subgraph, Tensor
+from simulator.scratch import ScratchRequest, scratch_requests
+
+#: ``MicroArenaBufferAlignment()``: every head buffer is padded to a multiple of this.
+TFLM_ALIGNMENT = 16
+OFFLINE_METADATA = "OfflineMemoryAllocation"
+#: Offset value in the offline plan meaning "let the online planner place it".
+ONLINE = -1
+#: Deepest control-flow nesting followed (a corrupt file could otherwise exhaust the stack).
+MAX_NESTING = 64
+
+
+@dataclass(frozen=True)
+class Buffer:
+    tensor: int  # tensor index in the subgraph, -1 for a scratch buffer
+    name: str
+    size: int  # bytes, already aligned as TFLM aligns them (16)
+    first: int  # first step it is live (inclusive)
+    last: int  # last step it is live (inclusive)
+    kind: str = "tensor"  # or "scratch"
+    offline_offset: int | None = None  # from OfflineMemoryAllocation metadata, if any
+    #: Subgraph that owns the tensor (or whose operator requested the scratch buffer).
+    subgraph: int = 0
+    #: Operator (index in its subgraph) that requested a scratch buffer; -1 for tensors.
+    op: int = -1
+
+
+def align_up(n: int, alignment: int = TFLM_ALIGNMENT) -> int:
+    return (n + alignment - 1) // alignment * alignment
+
+
+def tflm_tensor_bytes(t: Tensor) -> int:
+    """``TfLiteEvalTensorByteLength``: elements × type size, int4 as one byte per element."""
+    return t.num_elements * DTYPE_BYTES.get(t.dtype, 0)
+
+
+# --------------------------------------------------------------------------- offline plan
+def offline_offsets(model: Model) -> list[int] | None:
+    """Offsets from the ``OfflineMemoryAllocation`` metadata (one per tensor of every
+    subgraph, ``-1`` = online), or None when the model has no such entry."""
+    raw = model.metadata.get(OFFLINE_METADATA)
+    if raw is None:
+        return None
+    total = sum(len(sg.tensors) for sg in model.subgraphs)
+    if len(raw) < 12 or len(raw) % 4:
+        raise ModelFormatError(f"{model.path}: {OFFLINE_METADATA} metadata is {len(raw)} bytes, "
+                               "expected int32 [version, subgraph, count, offsets...]")
+    count = struct.unpack_from("<i", raw, 8)[0]
+    if count != total or len(raw) < 12 + 4 * count:
+        raise ModelFormatError(
+            f"{model.path}: {OFFLINE_METADATA} metadata lists {count} offsets, but the model has "
+            f"{total} tensors (TFLM refuses such a model); regenerate the offline plan")
+    return list(struct.unpack_from(f"<{count}i", raw, 12))
+
+
+# --------------------------------------------------------------------------- lifetimes
+class _Marker:
+    """Walks the graph like ``AllocationInfoBuilder::MarkAllocationLifetimes``."""
+
+    def __init__(self, model: Model, order: Sequence[int] | None,
+                 scratch: Callable[[Subgraph, Operator], list[ScratchRequest]]) -> None:
+        self.model = model
+        self.order = order
+        self.scratch = scratch
+        self.scope = 0
+        self.first = [[-1] * len(sg.tensors) for sg in model.subgraphs]
+        self.last = [[-1] * len(sg.tensors) for sg in model.subgraphs]
+        #: (subgraph, op position, op index, request, first, last), sortable into the order
+        #: kernels request them: ``Prepare`` runs subgraph by subgraph, ops in file order,
+        #: not in execution order.
+        self.scratch_buffers: list[tuple[int, int, int, ScratchRequest, int, int]] = []
+        self.active: set[int] = set()
+        #: Main-graph operator index → (first, last) step it spans.
+        self.main_steps: dict[int, tuple[int, int]] = {}
+
+    def created(self, sg: int, t: int, scope: int) -> None:
+        if self.first[sg][t] == -1:
+            self.first[sg][t] = scope
+
+    def used(self, sg: int, t: int, scope: int) -> None:
+        self.last[sg][t] = scope
+
+    def operators(self, sg_index: int) -> list[Operator]:
+        ops = self.model.subgraphs[sg_index].operators
+        if sg_index != 0 or self.order is None:
+            return list(ops)
+        return [ops[i] for i in self.order]
+
+    def mark(self, sg_index: int) -> None:
+        if sg_index in self.active:
+            raise ModelFormatError(f"{self.model.path}: subgraph {sg_index} calls itself")
+        if len(self.active) >= MAX_NESTING:
+            raise ModelFormatError(f"{self.model.path}: control flow nested more than "
+                                   f"{MAX_NESTING} subgraphs deep")
+        if not 0 <= sg_index < len(self.model.subgraphs):
+            raise ModelFormatError(f"{self.model.path}: a control-flow op calls subgraph "
+                                   f"{sg_index}, but the model has {len(self.model.subgraphs)}")
+        self.active.add(sg_index)
+        sg = self.model.subgraphs[sg_index]
+        for t in sg.inputs:
+            self.created(sg_index, t, self.scope)
+            self.used(sg_index, t, self.scope)
+        for position, op in enumerate(self.operators(sg_index)):
+            self.scope += 1
+            for t in op.outputs:
+                if t >= 0:
+                    self.created(sg_index, t, self.scope)
+            start = self.scope
+            for child in _called_subgraphs(op):
+                self.scope += 1
+                self.mark(child)
+            for t in (*op.inputs, *op.outputs):
+                if t >= 0:
+                    self.used(sg_index, t, self.scope)
+            if sg_index == 0:
+                self.main_steps[op.index] = (start, self.scope)
+            for req in self.scratch(sg, op):
+                self.scratch_buffers.append((sg_index, position, op.index, req, start,
+                                             self.scope))
+        for t in sg.outputs:
+            self.created(sg_index, t, self.scope)
+            self.used(sg_index, t, self.scope)
+        self.active.discard(sg_index)
+
+
+def _called_subgraphs(op: Operator) -> list[int]:
+    o = op.options
+    if op.op_name == "IF":
+        return [o.get("then_subgraph_index", -1), o.get("else_subgraph_index", -1)]
+    if op.op_name == "WHILE":
+        return [o.get("cond_subgraph_index", -1), o.get("body_subgraph_index", -1)]
+    if op.op_name == "CALL_ONCE":
+        return [o.get("init_subgraph_index", -1)]
+    return []
+
+
+def _check_order(model: Model, order: Sequence[int] | None) -> None:
+    if order is None:
+        return
+    n = len(model.main.operators)
+    if sorted(order) != list(range(n)):
+        raise InputError(f"operator order must be a permutation of 0..{n - 1}, got {list(order)}")
+
+
+def tflm_buffers(model: Model, order: Sequence[int] | None = None, *,
+                 pointer_bytes: int = 8, kernels: str = "reference") -> list[Buffer]:
+    """Every buffer TFLM plans in the arena head, in the order TFLM hands them to its planner.
+
+    ``order`` executes the main subgraph's operators in that order (default: file order);
+    operator ``order[k]`` then runs at step ``k + 1``. Scratch buffers are those the
+    ``kernels`` flavour requests (:func:`simulator.scratch.scratch_requests`; some sizes
+    depend on ``pointer_bytes``).
+    """
+    _check_order(model, order)
+    marker = _Marker(model, order,
+                     lambda sg, op: scratch_requests(sg, op, pointer_bytes, kernels))
+    marker.mark(0)
+    offline = offline_offsets(model)
+    buffers: list[Buffer] = []
+    flat = 0
+    for sg in model.subgraphs:
+        intermediates = _intermediates(sg)
+        for t in sg.tensors:
+            off = offline[flat] if offline is not None else ONLINE
+            flat += 1
+            nbytes = tflm_tensor_bytes(t)
+            needs = not t.has_data and not t.is_variable and nbytes > 0
+            if t.is_variable and off != ONLINE:
+                needs = True  # TFLM lets the offline plan place variable tensors
+            if not needs:
+                continue
+            if t.index in intermediates:
+                raise ModelFormatError(f"{model.path}: intermediate tensor {t.index} "
+                                       f"'{t.name}' has {nbytes} bytes; TFLM only accepts "
+                                       "empty intermediates")
+            buffers.append(Buffer(
+                tensor=t.index, name=t.name, size=align_up(nbytes),
+                first=marker.first[sg.index][t.index], last=marker.last[sg.index][t.index],
+                offline_offset=None if off == ONLINE else off, subgraph=sg.index))
+    # sorted() is stable: one op's requests keep their order.
+    for sg_index, _, op_index, req, first, last in sorted(marker.scratch_buffers,
+                                                          key=lambda r: r[:2]):
+        op_name = model.subgraphs[sg_index].operators[op_index].op_name
+        buffers.append(Buffer(
+            tensor=-1, name=f"scratch: op {op_index} {op_name} {req.what}",
+            size=align_up(req.size), first=first, last=last, kind="scratch",
+            subgraph=sg_index, op=op_index))
+    return buffers
+
+
+def op_steps(model: Model, order: Sequence[int] | None = None) -> dict[int, tuple[int, int]]:
+    """Main-graph operator index → (first, last) step it spans, in execution order."""
+    _check_order(model, order)
+    marker = _Marker(model, order, lambda *_: [])
+    marker.mark(0)
+    return marker.main_steps
+
+
+def _intermediates(sg: Subgraph) -> set[int]:
+    return {t for op in sg.operators for t in op.intermediates if t >= 0}
+
+
+def live_bytes_per_step(buffers: Sequence[Buffer]) -> list[int]:
+    """Bytes live at each step 0..last step (a buffer counts at every step in [first, last])."""
+    if not buffers:
+        return []
+    steps = [0] * (max(b.last for b in buffers) + 1)
+    for b in buffers:
+        for s in range(max(b.first, 0), b.last + 1):
+            steps[s] += b.size
+    return steps
+
+
+def lower_bound(buffers: Sequence[Buffer]) -> int:
+    """No planner can use less than the most bytes live at one step."""
+    return max(live_bytes_per_step(buffers), default=0)

@@ -1,0 +1,300 @@
+"""The arena optimizer's driver: reorder, plan offline, rewrite, verify.
+
+Stages, each checked before the next reads it:
+
+1. the file's buffers and TFLM's greedy head (:mod:`simulator.lifetimes`,
+   :func:`simulator.planners.tflm.greedy_plan`), and the DAG built from them, whose peak in
+   file order must equal the lifetimes module's bound (two implementations, one answer);
+2. the order with the lowest peak (:mod:`simulator.optimize.reorder`);
+3. for the file's order (when it is as good) and the best order: TFLM's greedy plan and the
+   packings of :mod:`simulator.optimize.packing` written as tensor offsets, with the
+   scratch buffers left to TFLM's online planner exactly as the stock interpreter will
+   place them; the smallest predicted head wins;
+4. the rewritten flatbuffer is read back and planned again: it must predict that head;
+5. (``verify``) both files run in TFLM and LiteRT on the same inputs: outputs must be
+   bit-identical, and TFLM's measured head must not grow, else nothing is returned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from simulator.errors import RuntimeFailure, UsageError
+from simulator.lifetimes import OFFLINE_METADATA, Buffer, lower_bound, tflm_buffers
+from simulator.model import Model
+from simulator.optimize.graph import graph_from_buffers
+from simulator.optimize.packing import pack
+from simulator.optimize.reorder import DEFAULT_BEAM, best_order
+from simulator.planners.base import PlanError, check_plan
+from simulator.planners.tflm import greedy_plan
+from simulator.profiles import Profile
+from simulator.reader import parse_model
+from simulator.writer import reorder_operators, set_offline_plan
+
+log = logging.getLogger(__name__)
+
+#: Pointer width of the host the pip wheel of TFLM runs on (the measured heads).
+HOST_POINTER_BYTES = 8
+
+
+@dataclass
+class OptimizeReport:
+    """What the optimizer did to one model, with the figures that justify it."""
+
+    model: str
+    profile: str
+    #: False when the output would equal the input (the model is left unchanged).
+    changed: bool
+    #: One line for people: what changed, or why nothing did.
+    summary: str
+    operators: int
+    order_changed: bool
+    #: Operator order written (indices into the input file's operator list).
+    order: list[int]
+    offline_plan: bool
+    #: How the written offsets were found ("tflm greedy", "two-ended search", ...).
+    plan_method: str
+    head_before_bytes: int
+    head_after_bytes: int
+    #: Max live bytes over steps in the file's operator order (no plan can go lower).
+    bound_file_order_bytes: int
+    #: The same for the best order found; proven minimal when ``bound_exact``.
+    bound_best_order_bytes: int
+    bound_exact: bool
+    search_states: int
+    seconds: float
+    #: TFLM's measured heads (RecordingMicroAllocator, reference kernels, 64-bit host).
+    measured_head_before_bytes: int | None = None
+    measured_head_after_bytes: int | None = None
+    #: Runtime → outputs of the two files bit-identical on the same inputs.
+    outputs_identical: dict[str, bool] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def reduction_bytes(self) -> int:
+        return self.head_before_bytes - self.head_after_bytes
+
+    @property
+    def reduction_pct(self) -> float:
+        return 100.0 * self.reduction_bytes / self.head_before_bytes if self.head_before_bytes else 0.0
+
+    @property
+    def gap_bytes(self) -> int:
+        """Head after minus the best-order bound (0: provably the smallest head)."""
+        return self.head_after_bytes - self.bound_best_order_bytes
+
+    @property
+    def gap_pct(self) -> float:
+        bound = self.bound_best_order_bytes
+        return 100.0 * self.gap_bytes / bound if bound else 0.0
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.update(reduction_bytes=self.reduction_bytes, reduction_pct=round(self.reduction_pct, 2),
+                 gap_bytes=self.gap_bytes, gap_pct=round(self.gap_pct, 2))
+        return d
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    order: tuple[int, ...]
+    #: Offline offset per tensor index of the main subgraph (None: leave TFLM to plan).
+    tensor_offsets: dict[int, int] | None
+    head: int
+    method: str
+
+
+def optimize_model_bytes(data: bytes, profile: Profile, *, verify: bool = True,
+                         name: str = "<bytes>", beam: int = DEFAULT_BEAM,
+                         ) -> tuple[bytes, OptimizeReport]:
+    """Rewrite a ``.tflite`` so TFLM's stock interpreter needs a smaller arena head.
+
+    Returns the new bytes (the input bytes when nothing improves) and the report. With
+    ``verify`` both files run in TFLM and LiteRT (child processes) and a rewrite is only
+    returned when outputs are bit-identical and the measured head does not grow.
+    """
+    if profile.runtime.name != "tflm":
+        raise UsageError(f"optimize rewrites the TFLite-Micro arena plan; profile "
+                         f"'{profile.name}' targets '{profile.runtime.name}': pick a tflm profile")
+    started = time.perf_counter()
+    model = parse_model(data, name)
+    pointer = profile.runtime.pointer_bytes
+    before = tflm_buffers(model, pointer_bytes=pointer)
+    head_before = check_plan(before, greedy_plan(before), "TFLM greedy plan")
+    file_order = tuple(range(len(model.main.operators)))
+    report = OptimizeReport(
+        model=name, profile=profile.name, changed=False, summary="", operators=len(file_order),
+        order_changed=False, order=list(file_order), offline_plan=False, plan_method="none",
+        head_before_bytes=head_before, head_after_bytes=head_before,
+        bound_file_order_bytes=lower_bound(before), bound_best_order_bytes=lower_bound(before),
+        bound_exact=False, search_states=0, seconds=0.0)
+    if profile.runtime.kernels != "reference":
+        report.notes.append(
+            f"scratch buffers are sized as the reference kernels request them; "
+            f"'{profile.runtime.kernels}' kernels request others, which TFLM places online "
+            "around the offline plan (safe, but the head on the device may differ)")
+    if len(model.subgraphs) > 1:
+        report.summary = ("unchanged: models with control flow (several subgraphs) are not "
+                          "optimized")
+        report.seconds = time.perf_counter() - started
+        return data, report
+
+    graph = graph_from_buffers(model.main, before)
+    if graph.peak(file_order) != report.bound_file_order_bytes:
+        raise PlanError(f"optimizer DAG peak {graph.peak(file_order)} != lifetimes bound "
+                        f"{report.bound_file_order_bytes} for the file order")
+    best = best_order(graph, beam=beam)
+    report.bound_best_order_bytes, report.bound_exact = best.bound, best.exact
+    report.search_states = best.states
+    if not best.exact:
+        report.notes.append(f"the graph is too large for an exact order search; best order "
+                            f"found by a beam of {beam} states, bound = per-operator floor")
+
+    orders = [best.order] if best.order == file_order else [file_order, best.order]
+    orders = [o for o in orders if graph.peak(o) == best.peak]
+    keep_metadata = OFFLINE_METADATA in model.metadata
+    candidate = min((_best_plan(model, o, pointer, keep_metadata) for o in orders),
+                    key=lambda c: (c.head, c.order != file_order, c.tensor_offsets is not None))
+    report.seconds = time.perf_counter() - started
+    if candidate.head >= head_before:
+        report.summary = _unchanged_summary(report)
+        return data, report
+
+    out = _rewrite(data, model, candidate)
+    _check_written(out, candidate.head, pointer)
+    report.changed = True
+    report.order_changed = candidate.order != file_order
+    report.order = list(candidate.order)
+    report.offline_plan = candidate.tensor_offsets is not None
+    report.plan_method = candidate.method
+    report.head_after_bytes = candidate.head
+    report.seconds = time.perf_counter() - started
+    if verify:
+        _verify(data, out, report)
+        if not report.changed:
+            return data, report
+    report.summary = _changed_summary(report)
+    return out, report
+
+
+def _best_plan(model: Model, order: tuple[int, ...], pointer: int,
+               keep_metadata: bool) -> _Candidate:
+    """The smallest predicted head for ``order``: TFLM's own greedy plan, else the best
+    offline packing once TFLM has placed the scratch buffers around it."""
+    buffers = [dataclasses.replace(b, offline_offset=None)
+               for b in tflm_buffers(model, order, pointer_bytes=pointer)]
+    greedy = greedy_plan(buffers)
+    head = check_plan(buffers, greedy, "TFLM greedy plan")
+    bound = lower_bound(buffers)
+    tensors = {i for i, b in enumerate(buffers) if b.kind == "tensor"}
+    # With an offline plan already in the file, a new order needs a new plan: write the
+    # greedy offsets rather than leave stale ones.
+    best = _Candidate(order, _tensor_offsets(buffers, greedy, tensors) if keep_metadata else None,
+                      head, "tflm greedy")
+    if head == bound:
+        return best
+    for packing in pack(buffers):
+        if packing.head >= best.head:
+            break
+        fixed = [dataclasses.replace(b, offline_offset=packing.offsets[i]) if i in tensors else b
+                 for i, b in enumerate(buffers)]
+        offsets = greedy_plan(fixed)
+        head = check_plan(fixed, offsets, f"offline plan ({packing.method})")
+        if head < best.head:
+            best = _Candidate(order, _tensor_offsets(buffers, offsets, tensors), head,
+                              packing.method)
+        if head == packing.head:  # the scratch buffers went where the packing left room
+            break
+    return best
+
+
+def _rewrite(data: bytes, model: Model, candidate: _Candidate) -> bytes:
+    out = data
+    if candidate.order != tuple(range(len(model.main.operators))):
+        out = reorder_operators(out, candidate.order)
+    if candidate.tensor_offsets is not None:
+        offsets = [-1] * len(model.main.tensors)  # one subgraph: TFLM reads n = its tensors
+        for t, off in candidate.tensor_offsets.items():
+            offsets[t] = off
+        out = set_offline_plan(out, offsets)
+    return out
+
+
+def _tensor_offsets(buffers: Sequence[Buffer], offsets: Sequence[int],
+                    tensors: set[int]) -> dict[int, int]:
+    return {buffers[i].tensor: offsets[i] for i in tensors}
+
+
+def _check_written(data: bytes, expected_head: int, pointer: int) -> None:
+    """Read the rewritten file back: TFLM must plan exactly the head that was promised."""
+    buffers = tflm_buffers(parse_model(data, "<optimized>"), pointer_bytes=pointer)
+    head = check_plan(buffers, greedy_plan(buffers), "optimized model")
+    if head != expected_head:
+        raise PlanError(f"the rewritten model plans a head of {head} bytes, "
+                        f"the optimizer predicted {expected_head}")
+
+
+def _verify(original: bytes, optimized: bytes, report: OptimizeReport) -> None:
+    """Run both files in TFLM and LiteRT on the same inputs (reference kernels)."""
+    from simulator.runtimes import compare_outputs, run_model
+
+    with tempfile.TemporaryDirectory(prefix="devicefit-optimize-") as tmp:
+        paths = [Path(tmp) / "original.tflite", Path(tmp) / "optimized.tflite"]
+        for p, b in zip(paths, (original, optimized)):
+            p.write_bytes(b)
+        for runtime in ("tflm", "litert"):
+            try:
+                runs = [run_model(p, runtime, reference_kernels=True) for p in paths]
+            except RuntimeFailure as exc:
+                if runtime == "tflm":
+                    raise RuntimeFailure(f"cannot check the optimized model in TFLM, so it is "
+                                         f"not written: {exc}") from exc
+                report.notes.append(f"outputs not compared in LiteRT: {exc}")
+                continue
+            identical, diff = compare_outputs(runs[0].outputs, runs[1].outputs)
+            report.outputs_identical[runtime] = identical
+            if not identical:
+                raise RuntimeFailure(
+                    f"the optimized model's outputs differ from the original's in {runtime} "
+                    f"(max |diff| {diff:g}); nothing written. This is a devicefit bug: "
+                    "please report it with the model")
+            if runtime == "tflm":
+                report.measured_head_before_bytes = runs[0].arena_head_bytes
+                report.measured_head_after_bytes = runs[1].arena_head_bytes
+    before, after = report.measured_head_before_bytes, report.measured_head_after_bytes
+    if before is not None and after is not None and after >= before:
+        unseen = (f"; TFLM's head was {before} bytes where devicefit predicted "
+                  f"{report.head_before_bytes}: it plans buffers devicefit does not know "
+                  "(custom-op scratch?)" if before != report.head_before_bytes else "")
+        report.summary = (f"unchanged: TFLM measured {after} bytes after vs {before} before, "
+                          f"no gain{unseen}")
+        report.changed = report.order_changed = report.offline_plan = False
+        report.order = list(range(report.operators))
+        report.plan_method = "none"
+        report.head_after_bytes = report.head_before_bytes
+        report.measured_head_after_bytes = before
+    elif after is not None and after != report.head_after_bytes:
+        report.notes.append(f"TFLM measured a head of {after} bytes, predicted "
+                            f"{report.head_after_bytes} (host pointer width)")
+
+
+def _unchanged_summary(r: OptimizeReport) -> str:
+    if r.head_before_bytes == r.bound_best_order_bytes and r.bound_exact:
+        return (f"already optimal: TFLM's head of {r.head_before_bytes} bytes equals the "
+                "lowest peak of any operator order; model left unchanged")
+    return (f"unchanged: no order or offline plan found below TFLM's head of "
+            f"{r.head_before_bytes} bytes (best-order bound {r.bound_best_order_bytes})")
+
+
+def _changed_summary(r: OptimizeReport) -> str:
+    what = [w for w, on in (("operators reordered", r.order_changed),
+                            ("offline arena plan written", r.offline_plan)) if on]
+    at = "at the bound" if r.gap_bytes == 0 else f"{r.gap_bytes} bytes above the bound"
+    return (f"{' and '.join(what)}: head {r.head_before_bytes} → {r.head_after_bytes} bytes "
+            f"(−{r.reduction_pct:.1f} %), {at}")

@@ -1,0 +1,73 @@
+"""What every arena planner returns, and the check every plan passes before anyone reads it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from simulator.errors import InputError
+from simulator.lifetimes import Buffer
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """An arena plan: where each head buffer goes, and the head/tail sizes it implies.
+
+    ``offsets[i]`` is the offset of ``buffers[i]`` from the start of the head. ``exact`` and
+    ``estimated`` name the figures (``"arena_head"``, ``"arena_tail"`` ...) that reproduce
+    the runtime to the byte and those that are estimates, each with a reason in ``notes``.
+    """
+
+    planner: str
+    buffers: tuple[Buffer, ...]
+    offsets: tuple[int, ...]
+    head_bytes: int
+    tail_bytes: int
+    lower_bound_bytes: int
+    #: Bytes live at each step (step 0: graph inputs; step k: k-th operator run, main graph).
+    live_bytes: tuple[int, ...] = ()
+    #: Main-graph operator index → (first step, last step) it spans (more than one step for
+    #: control-flow ops whose subgraphs run inside it).
+    op_steps: dict[int, tuple[int, int]] = field(default_factory=dict)
+    tail_breakdown: dict[str, int] = field(default_factory=dict)
+    exact: tuple[str, ...] = ()
+    estimated: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.head_bytes + self.tail_bytes
+
+
+class PlanError(AssertionError):
+    """A planner produced overlapping live buffers: a bug in devicefit, never user input."""
+
+
+def overlaps_in_time(a: Buffer, b: Buffer) -> bool:
+    return a.first <= b.last and b.first <= a.last
+
+
+def check_plan(buffers: Sequence[Buffer], offsets: Sequence[int], what: str = "plan") -> int:
+    """Verify no two buffers live at the same step share a byte; return the head size.
+
+    Offline offsets come from the model file: a clash between two of them is the producer's
+    mistake (TFLM does not check it either) and is reported as bad input.
+    """
+    if len(buffers) != len(offsets):
+        raise PlanError(f"{what}: {len(buffers)} buffers but {len(offsets)} offsets")
+    spans = sorted(range(len(buffers)), key=lambda i: offsets[i])
+    for n, i in enumerate(spans):
+        if offsets[i] < 0:
+            raise PlanError(f"{what}: buffer '{buffers[i].name}' has negative offset {offsets[i]}")
+        end = offsets[i] + buffers[i].size
+        for j in spans[n + 1:]:
+            if offsets[j] >= end:
+                break
+            if buffers[i].size and buffers[j].size and overlaps_in_time(buffers[i], buffers[j]):
+                a, b = buffers[i], buffers[j]
+                msg = (f"{what}: '{a.name}' [{offsets[i]}, {end}) and '{b.name}' "
+                       f"[{offsets[j]}, {offsets[j] + b.size}) overlap while both are live")
+                if a.offline_offset is not None and b.offline_offset is not None:
+                    raise InputError(f"the OfflineMemoryAllocation metadata is wrong: {msg}")
+                raise PlanError(msg)
+    return max((o + b.size for b, o in zip(buffers, offsets, strict=True)), default=0)

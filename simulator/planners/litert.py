@@ -1,0 +1,132 @@
+"""An estimate of LiteRT's CPU tensor arena (``ArenaPlanner`` + ``SimpleMemoryArena``).
+
+LiteRT (the TFLite interpreter) plans non-constant, non-variable tensors in one arena:
+- lifetimes in node numbers: graph inputs and variables are allocated at node 0; an op's
+  outputs at the op's node; a tensor is freed at the node whose input use drops its
+  reference count to 0; graph inputs (kept by ``preserve_inputs``), graph outputs, variables
+  and outputs nobody reads are never freed;
+- order: tensors that live through the whole run first (by index), then by size descending,
+  then by allocation node;
+- placement: *best fit* — of the gaps between already-placed, time-overlapping tensors that
+  are large enough, the smallest; else after the last of them; offsets 64-byte aligned
+  (``kDefaultTensorAlignment``).
+
+What it does not see, and why the figure is an estimate: kernel temporaries (im2col and
+the like, requested in ``Prepare``), the memory of delegates (XNNPACK packs weights and has
+its own workspace; the Edge TPU keeps parameters on the device), and the interpreter's heap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from simulator.lifetimes import Buffer, align_up, live_bytes_per_step
+from simulator.model import DTYPE_BYTES, Model
+from simulator.planners.base import MemoryPlan, check_plan, overlaps_in_time
+from simulator.profiles import Profile
+
+LITERT_ALIGNMENT = 64
+
+
+def litert_buffers(model: Model, order: Sequence[int] | None = None) -> list[Buffer]:
+    """The main subgraph's arena tensors with LiteRT's lifetimes, in LiteRT's placement order.
+
+    Steps are LiteRT node numbers (operator ``order[k]`` is node ``k``); a tensor that is
+    never freed lives to step ``len(operators)``.
+    """
+    sg = model.main
+    ops = [sg.operators[i] for i in order] if order is not None else list(sg.operators)
+    end = len(ops)
+    refs = [0] * len(sg.tensors)
+    for t in (*sg.outputs, *sg.inputs):
+        if t >= 0:
+            refs[t] += 1  # outputs are never overwritten; preserve_inputs keeps inputs
+    for op in ops:
+        for t in op.inputs:
+            if t >= 0:
+                refs[t] += 1
+    alloc: dict[int, int] = {}
+    dealloc: dict[int, int] = {}
+    for t in sg.inputs:
+        if t >= 0:
+            alloc.setdefault(t, 0)
+    for t in sg.tensors:
+        if t.is_variable:
+            alloc.setdefault(t.index, 0)
+    for node, op in enumerate(ops):
+        for t in op.outputs:
+            if t >= 0:
+                alloc.setdefault(t, node)
+        for t in op.inputs:
+            if t >= 0:
+                refs[t] -= 1
+                if refs[t] == 0 and t in alloc:
+                    dealloc[t] = node
+
+    def arena(t: int) -> bool:
+        tensor = sg.tensors[t]
+        return not tensor.has_data and not tensor.is_variable
+
+    def whole_run(t: int) -> bool:
+        return alloc[t] == 0 and t not in dealloc
+
+    candidates = [t for t in alloc if arena(t)]
+    nbytes = {t: sg.tensors[t].num_elements * DTYPE_BYTES.get(sg.tensors[t].dtype, 0)
+              for t in candidates}
+    candidates.sort(key=lambda t: (0, t, 0, 0) if whole_run(t)
+                    else (1, -nbytes[t], alloc[t], t))
+    return [Buffer(tensor=t, name=sg.tensors[t].name, size=nbytes[t], first=alloc[t],
+                   last=dealloc.get(t, end)) for t in candidates if nbytes[t] > 0]
+
+
+def best_fit_plan(buffers: Sequence[Buffer], alignment: int = LITERT_ALIGNMENT) -> list[int]:
+    """Offsets ``SimpleMemoryArena::Allocate`` gives ``buffers``, allocated in this order."""
+    offsets: list[int] = []
+    placed: list[int] = []  # indices into buffers, in offset order
+    for i, b in enumerate(buffers):
+        best, best_fit, current = None, None, 0
+        for j in placed:
+            if not overlaps_in_time(b, buffers[j]):
+                continue
+            aligned = align_up(current, alignment)
+            gap_end = offsets[j]
+            # LiteRT measures the fit from the unaligned end of the previous buffer.
+            if aligned + b.size <= gap_end and (best_fit is None or gap_end - aligned < best_fit):
+                best, best_fit = aligned, gap_end - current
+            current = max(current, offsets[j] + buffers[j].size)
+            if best_fit == 0:
+                break
+        offset = best if best is not None else align_up(current, alignment)
+        offsets.append(offset)
+        k = len(placed)
+        while k > 0 and offsets[placed[k - 1]] > offset:
+            k -= 1
+        placed.insert(k, i)
+    return offsets
+
+
+def plan_litert(model: Model, profile: Profile, order: Sequence[int] | None = None) -> MemoryPlan:
+    """LiteRT's CPU arena for ``model`` (estimate; see the module docstring)."""
+    buffers = litert_buffers(model, order)
+    offsets = best_fit_plan(buffers)
+    head = check_plan(buffers, offsets, "LiteRT arena plan")
+    live = live_bytes_per_step(buffers)
+    variables = sum(align_up(t.nbytes, LITERT_ALIGNMENT) for t in model.main.tensors
+                    if t.is_variable)
+    delegates = ", ".join(profile.runtime.delegates) or "none"
+    return MemoryPlan(
+        planner="litert-arena",
+        buffers=tuple(buffers),
+        offsets=tuple(offsets),
+        head_bytes=head,
+        tail_bytes=variables,
+        lower_bound_bytes=max(live, default=0),
+        live_bytes=tuple(live),
+        op_steps={op: (k, k) for k, op in enumerate(
+            order if order is not None else range(len(model.main.operators)))},
+        tail_breakdown={"variables": variables},
+        exact=(),
+        estimated=("arena_head", "arena_tail", "lower_bound", "timeline"),
+        notes=(f"LiteRT arena: tensors planned like ArenaPlanner (64-byte aligned, best fit); "
+               f"kernel temporaries and delegate memory (delegates: {delegates}) not included",),
+    )

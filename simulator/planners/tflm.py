@@ -1,0 +1,95 @@
+"""TFLite-Micro's arena: its greedy memory planner reproduced exactly, and a tail estimate.
+
+The head (the planned, reusable part of the arena) is exact: :func:`greedy_plan` follows
+``GreedyMemoryPlanner::CalculateOffsetsIfNeeded`` step by step, on the buffers and lifetimes
+of :func:`simulator.lifetimes.tflm_buffers`. The tail (persistent allocations: tensor and
+node structs, kernel data) is an estimate per pointer width and kernel flavour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from simulator.lifetimes import Buffer, live_bytes_per_step, op_steps, tflm_buffers
+from simulator.model import Model
+from simulator.planners.base import MemoryPlan, check_plan, overlaps_in_time
+from simulator.planners.tflm_tail import estimate_tail
+from simulator.profiles import Profile
+from simulator.scratch import KERNEL_SCRATCH, is_exact
+
+
+def greedy_plan(buffers: Sequence[Buffer]) -> list[int]:
+    """Offsets TFLM's greedy planner gives ``buffers`` (handed to it in this order).
+
+    Offline-planned buffers keep their offsets and are placed first, in the order given.
+    The online ones are taken largest first; among equal sizes the one added *last* comes
+    first (TFLM fills its sort array from the back, then bubble-sorts it stably). Each goes
+    into the first gap, between already-placed buffers whose lifetimes overlap its own and
+    walked in offset order, that is big enough; else after the last of them.
+    """
+    n = len(buffers)
+    if n == 0:
+        return []
+    offline = [i for i in range(n) if buffers[i].offline_offset is not None]
+    online = [i for i in reversed(range(n)) if buffers[i].offline_offset is None]
+    online.sort(key=lambda i: -buffers[i].size)  # Python's sort is stable, like TFLM's
+    offsets = [-1] * n
+    placed: list[int] = []  # buffer ids in offset order (ties: earlier placed first)
+    for i in offline + online:
+        b = buffers[i]
+        if b.offline_offset is not None:
+            offset = b.offline_offset
+        else:
+            offset = 0
+            for j in placed:
+                if not overlaps_in_time(b, buffers[j]):
+                    continue
+                if offsets[j] - offset >= b.size:
+                    break
+                offset = max(offset, offsets[j] + buffers[j].size)
+        offsets[i] = offset
+        # Insert after every placed buffer whose offset is <= this one (TFLM's list order).
+        k = len(placed)
+        while k > 0 and offsets[placed[k - 1]] > offset:
+            k -= 1
+        placed.insert(k, i)
+    return offsets
+
+
+def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None) -> MemoryPlan:
+    """TFLM's arena for ``model`` on ``profile``: exact head, estimated tail."""
+    kernels = profile.runtime.kernels
+    pointer = profile.runtime.pointer_bytes
+    buffers = tflm_buffers(model, order, pointer_bytes=pointer, kernels=kernels)
+    offsets = greedy_plan(buffers)
+    head = check_plan(buffers, offsets, "TFLM greedy plan")
+    live = live_bytes_per_step(buffers)
+    tail = estimate_tail(model, pointer_bytes=pointer, kernels=kernels)
+    exact: list[str] = []
+    estimated = ["arena_tail"]
+    notes = [tail.note]
+    if is_exact(kernels):
+        exact += ["arena_head", "lower_bound", "timeline"]
+    else:
+        estimated += ["arena_head", "lower_bound", "timeline"]
+        if kernels in KERNEL_SCRATCH:
+            notes.append(f"head: tensors planned exactly; '{kernels}' scratch buffers sized "
+                         "from its get_buffer_size functions (Cortex-M with DSP, GCC build)")
+        else:
+            notes.append(f"head: tensors planned exactly, but '{kernels}' kernels request "
+                         "scratch buffers devicefit sizes as the reference kernels do; the "
+                         "real head can be larger")
+    return MemoryPlan(
+        planner="tflm-greedy",
+        buffers=tuple(buffers),
+        offsets=tuple(offsets),
+        head_bytes=head,
+        tail_bytes=tail.total,
+        lower_bound_bytes=max(live, default=0),
+        live_bytes=tuple(live),
+        op_steps=op_steps(model, order),
+        tail_breakdown=tail.breakdown,
+        exact=tuple(exact),
+        estimated=tuple(estimated),
+        notes=tuple(notes),
+    )

@@ -1,0 +1,308 @@
+"""Run a model for real in its target's runtime, always in a child process.
+
+Native interpreters (TFLite-Micro, LiteRT) can segfault, abort or hang on a model they do
+not like, and some crash at teardown. So :func:`run_model` never loads them in this process:
+it starts ``python -m simulator.runtimes._worker`` with a timeout, exchanges inputs and
+outputs as ``.npz`` files in a private temporary folder, and turns a crash, a hang or a
+refusal into one :class:`RuntimeFailure` naming the runtime and the stage (load / allocate /
+invoke) it died in. The worker writes the stage it enters to a file before entering it, so
+the stage survives a crash.
+
+Runners (one module each, behind :class:`Runner`) are registered in :data:`RUNNERS` by the
+profile's runtime name; ``edgetpu`` profiles run their CPU reference in LiteRT.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from simulator.errors import InputError, RuntimeFailure, UsageError
+from simulator.model import Model
+
+log = logging.getLogger(__name__)
+
+#: Seed of the default random inputs, so two runs (and two runtimes) see the same data.
+INPUT_SEED = 0
+STAGES = ("start", "load", "allocate", "invoke", "done")
+
+
+@dataclass
+class RunResult:
+    """What one run of a model in a real runtime gave back."""
+
+    runtime: str
+    outputs: list[np.ndarray]
+    #: Wall-clock time of each timed invoke (after the warm-up runs), host CPU.
+    host_ms: list[float]
+    #: TFLM's RecordingMicroAllocator figures; None for runtimes without an arena.
+    arena_head_bytes: int | None = None
+    arena_tail_bytes: int | None = None
+    arena_total_bytes: int | None = None
+    #: Tail allocations by RecordingMicroAllocator category → bytes used (with alignment).
+    arena_categories: dict[str, int] = field(default_factory=dict)
+    #: Per-op host times ``{"op_index", "op", "ms"}`` where the runtime reports them.
+    per_op_ms: list[dict] | None = None
+    #: The arena size the interpreter was created with (TFLM), for the record.
+    arena_size_used: int | None = None
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    runs: int = 1
+    warmup: int = 1
+    threads: int = 1
+    xnnpack: bool = True
+    reference_kernels: bool = False
+    #: TFLM arena size to start from; None lets the runner pick (and grow on failure).
+    arena_size: int | None = None
+
+
+class Runner(Protocol):
+    """One runtime. ``run`` executes inside the worker (child) process only."""
+
+    name: str
+
+    def run(self, model_path: str, inputs: list[np.ndarray], num_outputs: int,
+            options: RunOptions, stage: Callable[[str], None]) -> RunResult: ...
+
+
+def _tflm() -> Runner:
+    from simulator.runtimes.tflm import TflmRunner
+
+    return TflmRunner()
+
+
+def _litert() -> Runner:
+    from simulator.runtimes.litert import LiteRTRunner
+
+    return LiteRTRunner()
+
+
+#: Runtime name → factory of its runner (imported lazily: only the child needs the natives).
+RUNNERS: dict[str, Callable[[], Runner]] = {"tflm": _tflm, "litert": _litert}
+#: Profile runtimes that run their host-side reference in another runtime.
+REFERENCE_RUNTIME: dict[str, str] = {"edgetpu": "litert"}
+
+
+def runner_name(profile_runtime: str) -> str:
+    """The registered runner that runs models for a profile's runtime."""
+    name = REFERENCE_RUNTIME.get(profile_runtime, profile_runtime)
+    if name not in RUNNERS:
+        raise UsageError(f"no runner for runtime '{profile_runtime}' (known: "
+                         f"{', '.join(sorted(RUNNERS))})")
+    return name
+
+
+# --------------------------------------------------------------------------- inputs
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def input_specs(model: Model) -> list[InputSpec]:
+    """The main subgraph's inputs of a :class:`simulator.model.Model` (dynamic dims → 1)."""
+    sg = model.main
+    return [InputSpec(sg.tensors[i].name, tuple(max(d, 1) for d in sg.tensors[i].shape),
+                      sg.tensors[i].dtype) for i in sg.inputs]
+
+
+def random_inputs(specs: list[InputSpec], seed: int = INPUT_SEED) -> list[np.ndarray]:
+    """Random data covering each input's whole quantized range (floats in [-1, 1))."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in specs:
+        dt = np.dtype(s.dtype)
+        if dt.kind in "iu":
+            info = np.iinfo(dt)
+            # int32/int64 inputs are usually indices or lengths: keep them small and valid.
+            lo, hi = (info.min, info.max) if dt.itemsize <= 2 else (0, 1)
+            out.append(rng.integers(lo, hi, size=s.shape, endpoint=True, dtype=dt))
+        elif dt.kind == "b":
+            out.append(rng.integers(0, 1, size=s.shape, endpoint=True).astype(bool))
+        elif dt.kind == "f":
+            out.append(rng.uniform(-1.0, 1.0, size=s.shape).astype(dt))
+        else:
+            raise InputError(f"input '{s.name}' has dtype {s.dtype}; give data with --input")
+    return out
+
+
+def load_inputs(path: str | Path, specs: list[InputSpec]) -> list[np.ndarray]:
+    """User data from ``.npy`` (one input) or ``.npz`` (by input name, else in file order).
+
+    Arrays are checked against each input's shape and dtype; a missing batch dimension is
+    added, nothing else is converted silently.
+    """
+    p = Path(path)
+    try:
+        loaded = np.load(p, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{p}: cannot read input data ({exc}); give a .npy or .npz file") from exc
+    if isinstance(loaded, np.ndarray):
+        arrays = [loaded]
+    else:
+        with loaded:
+            by_name = {k: loaded[k] for k in loaded.files}
+        names = [s.name for s in specs]
+        arrays = ([by_name[n] for n in names] if set(names) <= set(by_name)
+                  else list(by_name.values()))
+    if len(arrays) != len(specs):
+        raise InputError(f"{p}: has {len(arrays)} array(s), the model has {len(specs)} input(s) "
+                         f"({', '.join(s.name for s in specs)})")
+    out = []
+    for a, s in zip(arrays, specs, strict=True):
+        if a.shape != s.shape and (1, *a.shape) == s.shape:
+            a = a[None]
+        if a.shape != s.shape or a.dtype != np.dtype(s.dtype):
+            raise InputError(f"{p}: input '{s.name}' needs shape {list(s.shape)} {s.dtype}, got "
+                             f"{list(a.shape)} {a.dtype}")
+        out.append(a)
+    return out
+
+
+# --------------------------------------------------------------------------- parent side
+def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None = None,
+              runs: int = 1, warmup: int = 1, threads: int = 1, xnnpack: bool = True,
+              reference_kernels: bool = False, timeout_s: float = 60,
+              arena_size: int | None = None) -> RunResult:
+    """Run ``path`` in ``runtime`` (a key of :data:`RUNNERS`) in a child process.
+
+    ``inputs`` default to :func:`random_inputs` of the model's inputs. Raises
+    :class:`RuntimeFailure` when the runtime refuses the model, crashes or exceeds
+    ``timeout_s`` (the child is killed).
+    """
+    from simulator.reader import read_model
+
+    name = runner_name(runtime)
+    if runs < 1 or warmup < 0:
+        raise UsageError(f"runs must be >= 1 and warmup >= 0 (got runs={runs}, warmup={warmup})")
+    if timeout_s <= 0:
+        raise UsageError(f"the timeout must be positive (got {timeout_s:g} s)")
+    model = read_model(path)
+    specs = input_specs(model)
+    if inputs is None:
+        inputs = random_inputs(specs)
+    options = RunOptions(runs=runs, warmup=warmup, threads=threads, xnnpack=xnnpack,
+                         reference_kernels=reference_kernels,
+                         arena_size=arena_size or starting_arena(model))
+    with tempfile.TemporaryDirectory(prefix="devicefit-run-") as tmp:
+        work = Path(tmp)
+        np.savez(work / "inputs.npz", *inputs)
+        request = {"runtime": name, "model": str(Path(path).resolve()),
+                   "num_outputs": len(model.main.outputs), "options": asdict(options),
+                   "dir": str(work)}
+        (work / "request.json").write_text(json.dumps(request))
+        proc, timed_out = _spawn(work, timeout_s)
+        stage = _read_stage(work)
+        result_file = work / "result.json"
+        if timed_out:
+            raise RuntimeFailure(f"{name}: no answer after {timeout_s:g} s during '{stage}' "
+                                 f"(the model hangs the runtime or needs a longer --timeout)")
+        if result_file.exists():
+            result = json.loads(result_file.read_text())
+            if not result["ok"]:
+                raise RuntimeFailure(f"{name} refused the model during '{result['stage']}': "
+                                     f"{result['error']}")
+            if proc.returncode == 0 or stage == "done":
+                return _result_from(result, work)
+        raise RuntimeFailure(f"{name} crashed during '{stage}' ({_describe_exit(proc.returncode)})"
+                             f"{_stderr_tail(proc.stderr)}; the model is malformed or hits a "
+                             f"bug in {name} (devicefit ran it in a child process)")
+
+
+def starting_arena(model: Model) -> int:
+    """A TFLM arena to try first: twice every non-constant tensor plus room for the tail.
+
+    It only has to be large enough (the planner's placement and the kernels' persistent
+    data do not depend on it); the runner grows it if TFLM reports bytes missing.
+    """
+    activations = sum(t.nbytes for sg in model.subgraphs for t in sg.tensors if not t.has_data)
+    return 2 * activations + 256 * 1024 + 64 * sum(len(sg.operators) for sg in model.subgraphs)
+
+
+def _spawn(work: Path, timeout_s: float) -> tuple[subprocess.CompletedProcess | None, bool]:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    cmd = [sys.executable, "-m", "simulator.runtimes._worker", str(work / "request.json")]
+    with open(work / "stderr.txt", "w+b") as err:
+        try:
+            done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env,
+                                  timeout=timeout_s, check=False, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            return None, True
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, done.returncode, None, err.read()), False
+
+
+def _read_stage(work: Path) -> str:
+    try:
+        return (work / "stage").read_text().strip() or "start"
+    except OSError:
+        return "start"
+
+
+#: What a fatal signal from a native runtime usually means.
+_SIGNAL_HINTS = {
+    "SIGSEGV": "a kernel read or wrote outside its buffers",
+    "SIGABRT": "an internal check of the runtime failed, e.g. a quantization scale its "
+               "kernels do not accept",
+    "SIGBUS": "a misaligned or truncated buffer",
+    "SIGFPE": "an arithmetic fault such as an integer division by zero",
+}
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            return f"killed by signal {-code}"
+        hint = _SIGNAL_HINTS.get(name)
+        return f"killed by {name}" + (f": {hint}" if hint else "")
+    return f"exit status {code}"
+
+
+def _stderr_tail(stderr: bytes | None, lines: int = 3) -> str:
+    text = (stderr or b"").decode("utf-8", "replace").strip().splitlines()
+    useful = [t for t in text if t.strip()][-lines:]
+    return (": " + " | ".join(useful)) if useful else ""
+
+
+def _result_from(result: dict, work: Path) -> RunResult:
+    with np.load(work / "outputs.npz", allow_pickle=False) as z:
+        outputs = [z[f"arr_{i}"] for i in range(len(z.files))]
+    fields = {k: v for k, v in result.items() if k not in ("ok", "stage")}
+    return RunResult(outputs=outputs, **fields)
+
+
+def compare_outputs(a: list[np.ndarray], b: list[np.ndarray]) -> tuple[bool, float | None]:
+    """(bit-exact?, max absolute difference) over all outputs of two runs; the difference is
+    None when the outputs do not even have the same number or shapes."""
+    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
+        return False, None
+    diff = max((float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64))))
+                for x, y in zip(a, b, strict=True) if x.size), default=0.0)
+    exact = all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    return exact, diff
+
+
+def run_stage(model: Model, profile, report, **options):
+    """The running half of ``simulate`` (see :mod:`simulator.runtimes.stage`)."""
+    from simulator.runtimes.stage import run_stage as stage
+
+    return stage(model, profile, report, **options)

@@ -1,0 +1,63 @@
+"""Child-process entry point: ``python -m simulator.runtimes._worker REQUEST.json``.
+
+Loads one runner, runs the model, and writes ``result.json`` + ``outputs.npz`` next to the
+request. Before each stage it records the stage name in the file ``stage``, so the parent
+can say where a segfault or a hang happened. A Python exception from the runtime (a refusal,
+not a crash) is written as ``{"ok": false, "stage", "error"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from simulator.runtimes import RUNNERS, RunOptions
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str]) -> int:
+    request_path = Path(argv[0])
+    request = json.loads(request_path.read_text())
+    work = Path(request["dir"])
+    current = ["start"]
+
+    def stage(name: str) -> None:
+        current[0] = name
+        (work / "stage").write_text(name)
+
+    try:
+        stage("load")
+        runner = RUNNERS[request["runtime"]]()
+        with np.load(work / "inputs.npz", allow_pickle=False) as z:
+            inputs = [z[f"arr_{i}"] for i in range(len(z.files))]
+        result = runner.run(request["model"], inputs, request["num_outputs"],
+                            RunOptions(**request["options"]), stage)
+    except Exception as exc:  # noqa: BLE001 — every refusal goes back to the parent as data
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        _write_atomic(work / "result.json", json.dumps(
+            {"ok": False, "stage": current[0], "error": message}))
+        return 3
+    np.savez(work / "outputs.npz", *result.outputs)
+    fields = asdict(result)
+    fields.pop("outputs")
+    _write_atomic(work / "result.json", json.dumps({"ok": True, **fields}))
+    stage("done")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: some runtimes crash in their destructors, after the work
+    # is done and saved.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

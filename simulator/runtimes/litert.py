@@ -1,0 +1,64 @@
+"""LiteRT runner (``ai-edge-litert``; ``tflite_runtime`` or ``tf.lite`` only if it is missing).
+
+XNNPACK is LiteRT's default delegate; ``xnnpack=False`` uses the builtin kernels without it
+and ``reference_kernels=True`` the reference kernels (the ones TFLM's int8 kernels match
+bit for bit, used for the cross-check).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from simulator.runtimes import RunOptions, RunResult
+
+
+def _interpreter_module():
+    try:
+        from ai_edge_litert import interpreter
+    except ImportError:
+        try:
+            from tflite_runtime import interpreter
+        except ImportError:
+            import tensorflow as tf  # the last resort, when neither wheel is installed
+
+            interpreter = tf.lite
+    return interpreter
+
+
+class LiteRTRunner:
+    name = "litert"
+
+    def run(self, model_path: str, inputs: list[np.ndarray], num_outputs: int,
+            options: RunOptions, stage: Callable[[str], None]) -> RunResult:
+        mod = _interpreter_module()
+        kinds = mod.OpResolverType
+        if options.reference_kernels:
+            resolver = kinds.BUILTIN_REF
+        elif options.xnnpack:
+            resolver = kinds.AUTO
+        else:
+            resolver = kinds.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+        interpreter = mod.Interpreter(model_path=model_path, num_threads=options.threads,
+                                      experimental_op_resolver_type=resolver)
+        stage("allocate")
+        input_details = interpreter.get_input_details()
+        for detail, x in zip(input_details, inputs, strict=True):
+            if list(detail["shape"]) != list(x.shape):
+                interpreter.resize_tensor_input(detail["index"], list(x.shape))
+        interpreter.allocate_tensors()
+        stage("invoke")
+        host_ms: list[float] = []
+        for i in range(options.warmup + options.runs):
+            for detail, x in zip(input_details, inputs, strict=True):
+                interpreter.set_tensor(detail["index"], x)
+            start = time.perf_counter()
+            interpreter.invoke()
+            elapsed = (time.perf_counter() - start) * 1e3
+            if i >= options.warmup:
+                host_ms.append(elapsed)
+        details = interpreter.get_output_details()[:num_outputs]
+        outputs = [np.array(interpreter.get_tensor(d["index"])) for d in details]
+        return RunResult(runtime=self.name, outputs=outputs, host_ms=host_ms)

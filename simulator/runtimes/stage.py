@@ -1,0 +1,139 @@
+"""The running half of ``simulate``: op support, real runs, cross-check, latency → report.
+
+:func:`run_stage` fills ``report.compatibility``, ``report.measured`` and ``report.latency``
+(the driver judges the budgets again afterwards). What it runs:
+
+- the profile's runtime (``edgetpu`` → its LiteRT CPU reference) with warm-up and ``runs``
+  timed invokes, for host latency and, in TFLM, the real arena (RecordingMicroAllocator);
+- for integer models, TFLM and LiteRT's reference kernels on the same inputs: the int8
+  kernels are the same code, so the outputs must agree bit for bit.
+
+A runtime whose op table lacks an op of the model is not started: the report names the ops
+and the verdict fails on ``compatibility``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from simulator.compat import check_ops
+from simulator.compat import tflm as tflm_ops
+from simulator.latency import op_dtype
+from simulator.model import Model
+from simulator.profiles import Ops, Profile
+from simulator.report import Report
+from simulator.runtimes import (
+    INPUT_SEED,
+    RunResult,
+    compare_outputs,
+    input_specs,
+    load_inputs,
+    random_inputs,
+    run_model,
+    runner_name,
+)
+
+INTEGER_DTYPES = {"int8", "uint8", "int16"}
+#: Ops that only convert between float and integer at the model's edges.
+_EDGE_OPS = {"QUANTIZE", "DEQUANTIZE"}
+
+
+def is_integer_model(model: Model) -> bool:
+    """True when every compute op of the main graph runs on integer activations."""
+    sg = model.main
+    ops = [op for op in sg.operators if op.op_name not in _EDGE_OPS]
+    return bool(ops) and all(op_dtype(sg, op) in INTEGER_DTYPES for op in ops)
+
+
+def host_summary(result: RunResult, threads: int) -> dict:
+    times = sorted(result.host_ms)
+    p90 = times[min(len(times) - 1, int(np.ceil(0.9 * len(times))) - 1)]
+    return {"median": statistics.median(times), "p90": p90, "min": times[0],
+            "runs": len(times), "runtime": result.runtime, "threads": threads}
+
+
+def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
+              warmup: int = 1, input_path: str | Path | None = None, timeout_s: float = 60,
+              cross_check: bool = True) -> Report:
+    """Run ``model`` for real and fill the report's running-half sections (in place)."""
+    compat = check_ops(model, profile)
+    # Keep what the static path found (e.g. compatibility.edgetpu and its latency split).
+    report.compatibility = {**(report.compatibility or {}), **compat.to_dict()}
+    specs = input_specs(model)
+    inputs = load_inputs(input_path, specs) if input_path else random_inputs(specs)
+    primary = runner_name(profile.runtime.name)
+    measured: dict = {"runtime": primary, "inputs": str(input_path) if input_path
+                      else f"random within each input's range (seed {INPUT_SEED})"}
+    report.measured = measured
+    # Whether the runner can run it is its own op table's call (an Edge TPU profile's CPU
+    # reference runs in LiteRT; ops.allow models the device's resolver, not the wheel's);
+    # the profile's verdict stays with ``compat``.
+    runnable = check_ops(model, dataclasses.replace(profile, ops=Ops(table=primary)))
+    if not runnable.supported:
+        measured["skipped"] = f"not run: unsupported {runnable.summary()}"
+        report.notes.append(f"{primary} cannot run this model: unsupported "
+                            f"{runnable.summary()}")
+        return report
+    threads = profile.runtime.threads
+    xnnpack = primary != "litert" or "xnnpack" in profile.runtime.delegates
+    common = {"inputs": inputs, "timeout_s": timeout_s}
+    main = run_model(model.path, primary, runs=runs, warmup=warmup, threads=threads,
+                     xnnpack=xnnpack, **common)
+    report.latency["host_ms"] = host_summary(main, threads)
+    report.latency["host_per_op_ms"] = main.per_op_ms
+    if main.arena_head_bytes is not None:
+        measured.update(_arena(main, report, profile))
+    measured["outputs_agree"] = None
+    if cross_check and is_integer_model(model):
+        if not tflm_ops.check(model, profile):
+            tflm = main if primary == "tflm" else run_model(model.path, "tflm", runs=1, **common)
+            ref = run_model(model.path, "litert", runs=1, reference_kernels=True, **common)
+            exact, diff = compare_outputs(tflm.outputs, ref.outputs)
+            measured["outputs_agree"] = exact
+            measured["cross_check"] = {"runtimes": ["tflm", "litert (reference kernels)"],
+                                       "bit_exact": exact, "max_abs_difference": diff}
+            if not exact:
+                report.notes.append(f"TFLM and LiteRT reference kernels disagree on the same "
+                                    f"inputs (max difference {diff}); expected bit-exact")
+    return report
+
+
+def _arena(result: RunResult, report: Report, profile: Profile) -> dict:
+    """Measured arena figures beside the prediction, and what they mean for the device.
+
+    The wheel runs on a 64-bit host with reference kernels, so its head (the planned tensors)
+    is the device's, while its tail (pointer-sized structs, kernel data) is the host's. The
+    device needs the measured head plus the tail predicted for its pointer width and kernels.
+    """
+    mem = report.memory
+    host_like = profile.runtime.pointer_bytes == 8 and profile.runtime.kernels == "reference"
+    device_arena = (result.arena_total_bytes if host_like
+                    else result.arena_head_bytes + mem.arena_tail_bytes)
+    out = {
+        "arena_head_bytes": result.arena_head_bytes,
+        "arena_tail_bytes": result.arena_tail_bytes,
+        "arena_total_bytes": result.arena_total_bytes,
+        "arena_categories": result.arena_categories,
+        "predicted_head_bytes": mem.arena_head_bytes,
+        "head_difference_bytes": result.arena_head_bytes - mem.arena_head_bytes,
+        "tail_basis": ("measured" if host_like else
+                       f"predicted for {profile.runtime.pointer_bytes * 8}-bit pointers and "
+                       f"{profile.runtime.kernels} kernels (the host's tail is not the device's)"),
+        "arena_bytes": device_arena,
+    }
+    budget = profile.budgets.arena_bytes
+    if budget is not None:
+        out["arena_budget_bytes"] = budget
+        out["over_budget_bytes"] = max(0, device_arena - budget)
+        if device_arena > budget:
+            report.notes.append(f"the model needs {device_arena - budget} bytes more arena than "
+                                f"the profile's budget of {budget} bytes")
+    if out["head_difference_bytes"]:
+        report.notes.append(f"measured arena head differs from the prediction by "
+                            f"{out['head_difference_bytes']:+d} bytes")
+    return out
+

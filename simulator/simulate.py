@@ -1,0 +1,160 @@
+"""The simulator's driver: read → plan → count → [run] → judge, one :class:`Report` out.
+
+The static path (the default) imports no runtime and no TensorFlow: it reads the flatbuffer,
+plans the arena with the profile's runtime planner, counts flash, parameters and MACs, and
+judges the profile's budgets. ``run=True`` hands the report to the running half:
+``simulator.runtimes.run_stage(model, profile, report, **run_options) -> None`` fills the
+``measured``, ``latency`` and ``compatibility`` sections; the budgets are judged again
+afterwards so measured figures win.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from simulator.compat import static_compatibility, static_latency
+from simulator.compute import op_work, parameters_by_dtype
+from simulator.errors import ProfileError
+from simulator.latency import latency_section
+from simulator.model import Model
+from simulator.planners import plan_memory
+from simulator.planners.base import MemoryPlan
+from simulator.profiles import Profile, load_profile
+from simulator.reader import read_model
+from simulator.report import (
+    ComputeReport,
+    MemoryReport,
+    ModelSummary,
+    OpCompute,
+    PlannedBuffer,
+    ProfileSummary,
+    Report,
+    TimelineStep,
+)
+from simulator.verdict import flash_bytes, judge
+
+log = logging.getLogger(__name__)
+
+#: Metadata entry in which ``devicefit convert`` records its settings (JSON).
+CONVERSION_METADATA = "devicefit.conversion"
+
+
+def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = False,
+             order: Sequence[int] | None = None,
+             profiles_dirs: Sequence[str | Path] = (), **run_options: Any) -> Report:
+    """Predict (and with ``run=True`` also measure) ``model_path`` on ``profile``.
+
+    ``profile`` is a loaded :class:`Profile` or a name/path for :func:`load_profile`.
+    ``order`` executes the main graph's operators in that order (for the optimizer).
+    ``run_options`` go to the running half unchanged.
+    """
+    if not isinstance(profile, Profile):
+        profile = load_profile(profile, list(profiles_dirs))
+    model = read_model(model_path)
+    report = static_report(model, profile, order)
+    if run:
+        # Imported here: the static path must not load native runtimes.
+        from simulator.runtimes import run_stage
+
+        run_stage(model, profile, report, **run_options)
+    return judge(report, profile)
+
+
+def static_report(model: Model, profile: Profile, order: Sequence[int] | None = None) -> Report:
+    """The report of the static half, budgets already judged on predicted figures."""
+    plan = plan_memory(model, profile, order)
+    work = op_work(model)
+    report = Report(
+        model=model_summary(model),
+        profile=ProfileSummary(name=profile.name, device_class=profile.device.kind,
+                               runtime=profile.runtime.name, kernels=profile.runtime.kernels,
+                               description=profile.description),
+        memory=memory_report(model, profile, plan),
+        compute=ComputeReport(
+            macs=sum(w.macs for w in work),
+            per_op=[OpCompute(w.op_index, w.op, w.macs, w.bytes_moved) for w in work]),
+        budgets=[],
+        verdict="pass",
+        notes=list(plan.notes),
+    )
+    if any(t.is_dynamic for t in model.main.tensors):
+        report.notes.append("the model has dynamic dimensions (-1 in shape_signature): "
+                            "planned with the sizes stored in the file")
+    report.compatibility = static_compatibility(model, profile)
+    report.latency = static_latency(report.compatibility, profile)
+    if report.latency is None:
+        try:
+            report.latency = latency_section(model, profile, report.compute.per_op)
+        except ProfileError as exc:
+            # An incomplete cost model costs the latency figure, not the memory verdict.
+            report.notes.append(f"no device latency estimate: {exc}")
+    return judge(report, profile)
+
+
+def model_summary(model: Model) -> ModelSummary:
+    return ModelSummary(
+        path=model.path, sha256=model.sha256, size_bytes=model.size_bytes,
+        operators=sum(len(sg.operators) for sg in model.subgraphs),
+        op_types=model.op_types, parameters=parameters_by_dtype(model),
+        conversion=conversion_settings(model))
+
+
+def conversion_settings(model: Model) -> dict[str, Any] | None:
+    """The JSON ``devicefit convert`` stored in the model, or None (also if unreadable)."""
+    raw = model.metadata.get(CONVERSION_METADATA)
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        log.warning("%s: ignoring unreadable %s metadata: %s", model.path,
+                    CONVERSION_METADATA, exc)
+        return None
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def memory_report(model: Model, profile: Profile, plan: MemoryPlan) -> MemoryReport:
+    sg = model.main
+    timeline = []
+    for op_index, (first, last) in sorted(plan.op_steps.items(), key=lambda kv: kv[1]):
+        live = max(plan.live_bytes[first:last + 1], default=0)
+        timeline.append(TimelineStep(op_index, sg.operators[op_index].op_name, live))
+    planned = []
+    for b, offset in zip(plan.buffers, plan.offsets, strict=True):
+        t = model.subgraphs[b.subgraph].tensors[b.tensor] if b.tensor >= 0 else None
+        planned.append(PlannedBuffer(
+            kind=b.kind, tensor=b.tensor, name=b.name, size_bytes=b.size, offset=offset,
+            first_step=b.first, last_step=b.last, shape=list(t.shape) if t else [],
+            dtype=t.dtype if t else "", offline=b.offline_offset is not None))
+    return MemoryReport(
+        planner=plan.planner,
+        arena_head_bytes=plan.head_bytes,
+        arena_tail_bytes=plan.tail_bytes,
+        arena_bytes=plan.arena_bytes,
+        flash_bytes=flash_bytes(model.size_bytes, profile),
+        lower_bound_bytes=plan.lower_bound_bytes,
+        timeline=timeline,
+        plan=planned,
+        tail_breakdown=dict(plan.tail_breakdown),
+        exact=list(plan.exact) + ["flash"],
+        estimated=list(plan.estimated),
+    )
+
+
+def with_runtime(profile: Profile, *, kernels: str | None = None,
+                 pointer_bytes: int | None = None) -> Profile:
+    """``profile`` with its kernel flavour and/or pointer width replaced (e.g. to compare a
+    prediction with the pip wheel, which runs reference kernels on a 64-bit host)."""
+    changes: dict[str, Any] = {}
+    if kernels is not None:
+        changes["kernels"] = kernels
+    if pointer_bytes is not None:
+        changes["pointer_bytes"] = pointer_bytes
+    if not changes:
+        return profile
+    return dataclasses.replace(profile, runtime=dataclasses.replace(profile.runtime, **changes))

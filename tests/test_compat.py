@@ -1,0 +1,69 @@
+"""Op support tables: TFLM's (checked against the real wheel), LiteRT's, ops.allow."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simulator.compat import CHECKERS, check_ops, table_for
+from simulator.compat.tflm import TFLM_OPS
+from simulator.profiles import load_profile
+from simulator.reader import parse_model, read_model
+from tests import zoo
+from tests.tflite_builder import custom_model, topk_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_tflm_table_matches_the_installed_wheel():
+    """The stored op list is what the pinned tflite-micro wheel's resolver registers."""
+    probed = subprocess.run([sys.executable, "-m", "tests.tflite_builder", "probe"], cwd=ROOT,
+                            capture_output=True, text=True, check=True, timeout=300)
+    assert set(probed.stdout.split()) == set(TFLM_OPS)
+
+
+def test_op_tflm_lacks_is_named_with_its_index():
+    result = check_ops(parse_model(topk_model(), "topk.tflite"), load_profile("stm32l4r5-cortex-m4"))
+    assert not result.supported
+    [u] = result.unsupported_ops
+    assert (u.op, u.op_index) == ("TOPK_V2", 1)
+    assert "TOPK_V2 (op 1: TFLM has no kernel" in result.summary()
+
+
+def test_litert_runs_every_builtin_op():
+    result = check_ops(parse_model(topk_model(), "topk.tflite"), load_profile("android-arm64-cpu"))
+    assert result.supported and result.table == "litert"
+
+
+def test_profile_allow_list(tmp_path):
+    (tmp_path / "tiny-resolver.yaml").write_text(
+        "extends: stm32l4r5-cortex-m4\nops:\n  allow: [CONV_2D, DEPTHWISE_CONV_2D]\n")
+    profile = load_profile(tmp_path / "tiny-resolver.yaml")
+    result = check_ops(read_model(zoo.model_path("chain_int8")), profile)
+    flagged = {u.op for u in result.unsupported_ops}
+    assert flagged == {"AVERAGE_POOL_2D", "FULLY_CONNECTED", "RESHAPE", "SOFTMAX"}
+    assert all("ops.allow" in u.reason for u in result.unsupported_ops)
+
+
+def test_registry_is_keyed_by_op_table():
+    assert {"tflm", "litert"} <= set(CHECKERS)
+    assert table_for(load_profile("coral-edgetpu")) == "edgetpu"
+
+
+@pytest.mark.parametrize(("code", "reason"), [
+    ("FlexErf", "Flex delegate"),
+    ("MyVendorOp", "the application must register"),
+    ("TFLite_Detection_PostProcess", None),
+])
+def test_litert_custom_ops(code, reason):
+    model = parse_model(custom_model(code), "custom.tflite")
+    litert = check_ops(model, load_profile("android-arm64-cpu"))
+    if reason is None:
+        assert litert.supported
+    else:
+        assert reason in litert.unsupported_ops[0].reason
+    tflm = check_ops(model, load_profile("stm32l4r5-cortex-m4"))
+    assert tflm.unsupported_ops[0].op == f"CUSTOM:{code}"

@@ -1,0 +1,108 @@
+"""``devicefit convert`` on the command line: a real run, and bad input → exit 2, one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from examples.digits import cached_cnn, load_digits
+from sdk.cli import main
+
+pytestmark = pytest.mark.slow
+
+ARTIFACTS = Path(__file__).parent / "artifacts" / "convert"
+MCU = "stm32l4r5-cortex-m4"
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("digits-cli")
+    return {"model": str(cached_cnn(ARTIFACTS)),
+            **{k: str(v) for k, v in load_digits().save_npz(folder).items()}}
+
+
+def _one_line_error(capsys, *words: str) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if line.startswith("devicefit: error:")]
+    assert len(errors) == 1, err
+    assert "Traceback" not in "\n".join(err)
+    for w in words:
+        assert w in errors[0], errors[0]
+    return errors[0]
+
+
+def test_cli_converts_writes_report_and_prints_verdict(digits, tmp_path, capsys):
+    out, rep = tmp_path / "m.tflite", tmp_path / "r.json"
+    code = main(["convert", digits["model"], "--profile", MCU, "--calibration", digits["train"],
+                 "--eval", digits["test"], "-o", str(out), "--report", str(rep)])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert out.exists()
+    report = json.loads(rep.read_text())
+    assert report["profile"] == MCU and report["verdict"] == "pass"
+    assert "PASS" in text and "accuracy" in text and "x the float .tflite" in text
+
+
+def test_cli_refuses_2_4_for_an_mcu_profile_and_says_why(digits, tmp_path, capsys):
+    out = tmp_path / "m.tflite"
+    code = main(["convert", digits["model"], "--profile", MCU, "--calibration", digits["train"],
+                 "--sparsity", "2:4", "-o", str(out)])
+    assert code == 2
+    _one_line_error(capsys, "n:m", "TFLite-Micro")
+    assert not out.exists()
+
+
+def _lambda_model(path: Path) -> Path:
+    import keras
+
+    inp = keras.Input((8, 8, 1))
+    x = keras.layers.Lambda(lambda t: t * 2.0)(inp)
+    x = keras.layers.Flatten()(x)
+    keras.Model(inp, keras.layers.Dense(10)(x)).save(path)
+    return path
+
+
+def _bad_inputs(tmp: Path, digits: dict) -> dict:
+    text = tmp / "notes.keras"
+    text.write_text("not a model")
+    np.save(tmp / "wrong.npy", np.zeros((20, 28, 28, 1), np.float32))
+    return {
+        "missing": (["/nonexistent/model.keras"], ["not found"]),
+        "not-a-model": ([str(text)], ["not a Keras model", "zip"]),
+        "unknown-suffix": ([str(tmp / "wrong.npy")], ["unsupported model file"]),
+        "shape-mismatch": ([digits["model"], "--calibration", str(tmp / "wrong.npy")],
+                           ["(28, 28, 1)", "(8, 8, 1)"]),
+        "lambda-safe-mode": ([str(_lambda_model(tmp / "lam.keras")), "--calibration",
+                              digits["train"]], ["Lambda", "--unsafe"]),
+        "no-calibration": ([digits["model"]], ["calibration"]),
+        "scheme-not-allowed": ([digits["model"], "--scheme", "float16"], ["float16"]),
+        "train-without-pruning": ([digits["model"], "--calibration", digits["train"],
+                                   "--train", digits["train"], "--epochs", "1"], ["pruning"]),
+        "output-over-input": ([digits["model"], "--calibration", digits["train"], "-o",
+                               digits["model"]], ["input"]),
+    }
+
+
+@pytest.mark.parametrize("case", [
+    "missing", "not-a-model", "unknown-suffix", "shape-mismatch", "lambda-safe-mode",
+    "no-calibration", "scheme-not-allowed", "train-without-pruning", "output-over-input"])
+def test_bad_input_exits_2_with_one_line(digits, tmp_path, capsys, case):
+    argv, words = _bad_inputs(tmp_path, digits)[case]
+    if "-o" not in argv:
+        argv = [*argv, "-o", str(tmp_path / "out.tflite")]
+    code = main(["convert", argv[0], "--profile", MCU, *argv[1:]])
+    assert code == 2
+    _one_line_error(capsys, *words)
+    assert not (tmp_path / "out.tflite").exists()
+
+
+def test_unsafe_loads_a_lambda_model(digits, tmp_path):
+    from sdk.convert import convert
+
+    model = _lambda_model(tmp_path / "lam.keras")
+    report = convert(model, MCU, tmp_path / "lam.tflite", calibration=digits["train"],
+                     unsafe=True, float_baseline=False, simulate=False)
+    assert report.output_bytes > 0

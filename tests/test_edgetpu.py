@@ -1,0 +1,190 @@
+"""Edge TPU partition, parameter cache and latency split on real converted models."""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stdout
+
+import pytest
+
+from simulator.compat import check_ops, static_compatibility
+from simulator.compat.edgetpu import (
+    MODEL_CHECKS,
+    OP_CHECKS,
+    edgetpu_partition,
+    edgetpu_report,
+    load_table,
+    run_compiler,
+)
+from simulator.profiles import load_profile
+from simulator.reader import read_model
+from tests.zoo import model_path
+
+MAPPED = "Mapped to Edge TPU"
+SUBGRAPH = "More than one subgraph is not supported"
+
+
+@pytest.fixture(scope="module")
+def coral():
+    return load_profile("coral-edgetpu")
+
+
+def _partition(name, profile):
+    return edgetpu_partition(read_model(model_path(name)), profile)
+
+
+def test_all_supported_int8_cnn_maps_fully(coral):
+    r = _partition("chain_int8", coral)
+    assert (r.mapped_ops, r.cpu_ops, r.total_ops) == (8, 0, 8)
+    assert r.compile_error is None and r.first_unmapped is None and r.fully_mapped
+    assert r.segment == (0, 7) and r.tpu_subgraphs == 1
+    assert {row.status for row in r.table} == {MAPPED}
+    assert sum(row.count for row in r.table) == 8
+    # every weight and bias fits the 8 MiB cache: nothing streamed
+    assert r.offchip_param_bytes == 0 and r.onchip_param_bytes > 0
+
+
+def test_unsupported_op_in_the_middle_splits_there(coral):
+    model = read_model(model_path("leaky_mid_int8"))
+    r = edgetpu_partition(model, coral)
+    names = [op.op_name for op in model.main.operators]
+    leaky = names.index("LEAKY_RELU")
+    assert 0 < leaky < len(names) - 1
+    assert r.first_unmapped.index == leaky and r.first_unmapped.op == "LEAKY_RELU"
+    assert r.first_unmapped.status == "Operation not supported"
+    assert "not in the Edge TPU op table" in r.first_unmapped.reason
+    assert r.segment == (0, leaky - 1) and r.mapped_ops == leaky
+    after = r.ops[leaky + 1:]
+    assert after and all(p.device == "cpu" and p.status == SUBGRAPH for p in after)
+    # the compiler-style table: one row per (operator, status), counts add up
+    assert sum(row.count for row in r.table) == len(names)
+    assert ("CONV_2D", SUBGRAPH) in {(row.operator, row.status) for row in r.table}
+    # boundary: the graph input goes in, the tensor LEAKY_RELU reads comes back out
+    sg = model.main
+    leaky_in = sg.tensors[sg.operators[leaky].inputs[0]]
+    graph_in = sg.tensors[sg.inputs[0]]
+    assert r.latency.boundary_in_bytes == graph_in.nbytes
+    assert r.latency.boundary_out_bytes == leaky_in.nbytes
+    assert r.latency.cpu_ms > 0 and r.latency.cpu_macs > 0
+
+
+def test_tensor_rank_over_3_innermost_dims_stops_the_tpu(coral):
+    # Keras 3 UpSampling2D converts to 5-D RESHAPE/TILE: the compiler's rank status
+    r = _partition("unet_int8", coral)
+    assert r.first_unmapped.op == "RESHAPE" and r.mapped_ops == r.first_unmapped.index
+    assert r.first_unmapped.status == load_table().statuses["rank"]
+    assert "only the 3 innermost dimensions" in r.first_unmapped.reason
+
+
+@pytest.mark.parametrize("op, status, detail", [
+    ("STRIDED_SLICE", "Only Strided-Slice with unitary strides supported", "strides [1, 2, 1, 1]"),
+    ("SOFTMAX", None, "Softmax maps only for a 1-D input"),
+    ("MEAN", None, "z (channels) of size 6: z must be a multiple of 4"),
+], ids=["strided-slice", "softmax-4d", "mean-z"])
+def test_op_constraints_read_from_the_converted_model(coral, op, status, detail):
+    # each op keeps its own reason after the split, as in the compiler's log
+    r = _partition("edgetpu_limits_int8", coral)
+    placed = next(p for p in r.ops if p.op == op)
+    assert placed.device == "cpu" and detail in placed.reason
+    assert placed.status == (status or load_table().statuses["unspecified"])
+    assert r.first_unmapped.op == "STRIDED_SLICE" and r.mapped_ops == 1
+
+
+def test_float_model_is_rejected_with_the_quantization_reason(coral):
+    model = read_model(model_path("chain_float32"))
+    r = edgetpu_partition(model, coral)
+    assert r.mapped_ops == 0 and r.segment is None and r.tpu_subgraphs == 0
+    assert r.first_unmapped.index == 0
+    assert r.first_unmapped.status == "Operation is working on an unsupported data type"
+    assert "float32" in r.first_unmapped.reason and "8-bit" in r.first_unmapped.reason
+    assert r.latency.tpu_compute_ms == 0 and r.latency.link_bytes == 0
+    compat = check_ops(model, coral)
+    assert not compat.supported
+    assert "no op maps to the Edge TPU" in compat.unsupported_ops[0].reason
+
+
+def test_large_parameters_are_streamed(coral):
+    model = read_model(model_path("large_params_int8"))
+    r = edgetpu_partition(model, coral)
+    cache = coral.cost_model.param_cache_bytes
+    assert r.fully_mapped
+    assert 0 < r.onchip_param_bytes <= cache < r.onchip_param_bytes + r.offchip_param_bytes
+    assert r.offchip_param_bytes > 0
+    assert r.onchip_param_bytes + r.offchip_param_bytes == sum(p.param_bytes for p in r.ops)
+    assert {p.params_in for p in r.ops} == {"on-chip", "off-chip"}
+    # streamed parameters cross the link every inference, and dominate the estimate
+    lat = r.latency
+    assert lat.link_bytes == lat.boundary_in_bytes + lat.boundary_out_bytes + r.offchip_param_bytes
+    assert lat.link_ms == pytest.approx(1e3 * lat.link_bytes / coral.cost_model.link_bytes_per_second)
+    assert lat.link_ms > lat.tpu_compute_ms
+    assert lat.total_ms == pytest.approx(lat.tpu_compute_ms + lat.link_ms + lat.cpu_ms)
+
+
+@pytest.mark.parametrize("name", ["dynamic_int8", "dynamic_float32"])
+def test_dynamic_shapes_are_rejected(coral, name):
+    r = _partition(name, coral)
+    assert r.compile_error is not None and "dynamic" in r.compile_error
+    assert r.mapped_ops == 0 and all(p.device == "cpu" for p in r.ops)
+    assert r.first_unmapped.reason == r.compile_error
+
+
+def test_op_version_newer_than_compiler_16_is_rejected(coral):
+    # Keras Conv2D(groups=2) converts to CONV_2D v6, which compiler 16.0 cannot parse
+    model = read_model(model_path("grouped_conv_int8"))
+    assert [(op.op_name, op.version) for op in model.main.operators] == [("CONV_2D", 6)]
+    r = edgetpu_partition(model, coral)
+    assert "CONV_2D is version 6" in r.compile_error and "16.0" in r.compile_error
+    assert "grouped convolution" in r.compile_error and r.mapped_ops == 0
+
+
+def test_already_compiled_model_is_refused(coral):
+    from simulator.reader import parse_model
+    from tests.tflite_builder import custom_model
+
+    r = edgetpu_partition(parse_model(custom_model("edgetpu-custom-op")), coral)
+    assert "already compiled for the Edge TPU" in r.compile_error and r.mapped_ops == 0
+
+
+def test_without_compiler_figures_are_marked_predicted(coral, monkeypatch):
+    monkeypatch.setenv("PATH", "")
+    r = edgetpu_report(read_model(model_path("chain_int8")), coral)
+    assert r.basis == "predicted" and r.compiler is None
+    assert any("not installed" in n and "predicted" in n for n in r.notes)
+    assert run_compiler(model_path("chain_int8")).error == "edgetpu_compiler is not on PATH"
+
+
+def test_op_table_registry_is_consistent():
+    table = load_table()
+    used = {c.name for c in (*table.op_requirements, *table.supported_op_requirements)}
+    used |= {c.name for rule in table.ops.values() for c in rule.checks}
+    assert used == set(OP_CHECKS), "every registered check is used, every used check exists"
+    assert {c.name for c in table.model_requirements} == set(MODEL_CHECKS)
+    assert all(rule.sources for rule in table.ops.values()), "every op cites a source"
+    assert table.compiler_version == "16.0"
+
+
+def test_simulate_json_and_text_carry_the_edgetpu_section(coral):
+    from sdk.cli import main
+
+    path = str(model_path("leaky_mid_int8"))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(["simulate", path, "--profile", "coral-edgetpu", "--json"])
+    assert code == 0
+    report = json.loads(out.getvalue())
+    etpu = report["compatibility"]["edgetpu"]
+    assert etpu["first_unmapped"]["op"] == "LEAKY_RELU"
+    assert {"index", "op", "reason"} <= set(etpu["first_unmapped"])
+    for key in ("mapped_ops", "cpu_ops", "onchip_param_bytes", "offchip_param_bytes", "table"):
+        assert key in etpu
+    assert report["latency"]["estimated_device_ms"] == pytest.approx(etpu["latency"]["total_ms"])
+    assert any(b["name"] == "latency" for b in report["budgets"])
+    # the same figures through the library's static path
+    static = static_compatibility(read_model(path), coral)
+    assert static["edgetpu"]["mapped_ops"] == etpu["mapped_ops"]
+    text = io.StringIO()
+    with redirect_stdout(text):
+        assert main(["simulate", path, "--profile", "coral-edgetpu"]) == 0
+    shown = text.getvalue()
+    assert "Edge TPU (predicted" in shown and "LEAKY_RELU" in shown and SUBGRAPH in shown

@@ -1,0 +1,123 @@
+"""``simulate``: the driver, its report, the CLI's exit codes, text and JSON views."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sdk.cli import main
+from simulator.profiles import load_profile
+from simulator.runtimes import run_model
+from simulator.simulate import CONVERSION_METADATA, simulate, with_runtime
+from simulator.writer import add_metadata
+from tests.zoo import model_path
+
+REQUIRED = {
+    "model": ["path", "sha256", "size_bytes", "operators", "op_types"],
+    "profile": ["name"],
+    "memory": ["arena_head_bytes", "arena_tail_bytes", "arena_bytes", "flash_bytes",
+               "lower_bound_bytes", "timeline"],
+    "compute": ["macs"],
+}
+
+
+def _cli_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
+    code = main(["simulate", *args, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_json_report_has_the_required_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    path = model_path("residual_int8")
+    code, report = _cli_json([str(path), "--profile", "stm32l4r5-cortex-m4"], capsys)
+    assert code == 0 and report["verdict"] == "pass"
+    for section, keys in REQUIRED.items():
+        assert set(keys) <= set(report[section]), section
+    assert report["model"]["operators"] == 9
+    assert report["model"]["op_types"]["CONV_2D"] == 5
+    assert report["memory"]["arena_bytes"] == (report["memory"]["arena_head_bytes"]
+                                               + report["memory"]["arena_tail_bytes"])
+    # flash = model bytes + the profile's runtime code (100 KiB in tflm-mcu-base)
+    assert report["memory"]["flash_bytes"] == path.stat().st_size + 100 * 1024
+    steps = report["memory"]["timeline"]
+    assert [s["op_index"] for s in steps] == list(range(9))
+    assert max(s["live_bytes"] for s in steps) == report["memory"]["lower_bound_bytes"]
+    assert {"name", "limit", "value", "ok"} <= set(report["budgets"][0])
+    assert {b["name"] for b in report["budgets"]} == {"flash", "arena", "latency"}
+    assert report["compute"]["macs"] > 5_000_000
+
+
+def test_prediction_for_the_wheel_matches_tflm_head_and_estimates_tail() -> None:
+    profile = with_runtime(load_profile("stm32l4r5-cortex-m4"), kernels="reference",
+                           pointer_bytes=8)
+    for name in ("chain_int8", "residual_int8"):
+        path = model_path(name)
+        report = simulate(path, profile)
+        real = run_model(path, "tflm")
+        assert report.memory.arena_head_bytes == real.arena_head_bytes
+        assert "arena_head" in report.memory.exact and "arena_tail" in report.memory.estimated
+        # the tail is an estimate fitted to this wheel (see test_planner)
+        assert abs(report.memory.arena_tail_bytes - real.arena_tail_bytes) <= 64
+
+
+def test_budget_failure_exits_1_and_names_the_budget(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    tiny = tmp_path / "tiny-mcu.yaml"
+    tiny.write_text("name: tiny-mcu\nextends: tflm-mcu-base\ndescription: too small\n"
+                    "budgets:\n  flash: 200KiB\n  arena: 8KiB\n")
+    path = model_path("chain_int8")
+    code, report = _cli_json([str(path), "--profile", str(tiny)], capsys)
+    assert code == 1 and report["verdict"] == "fail"
+    checks = {b["name"]: b for b in report["budgets"]}
+    assert checks["flash"]["ok"] and not checks["arena"]["ok"]
+    assert checks["arena"]["margin"] == 8 * 1024 - report["memory"]["arena_bytes"]
+    assert main(["simulate", str(path), "--profile", str(tiny)]) == 1
+    text = capsys.readouterr().out
+    assert "OVER" in text and "Verdict: FAIL" in text
+
+
+def test_text_view_marks_exact_and_estimated(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(model_path("inception_int8")), "--profile",
+                 "nrf52840-cortex-m4", "--kernels", "reference", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    head = next(line for line in out.splitlines() if "arena head" in line)
+    tail = next(line for line in out.splitlines() if "arena tail" in line)
+    assert "22,400 B" in head and head.rstrip().endswith("exact")
+    assert tail.rstrip().endswith("estimated")
+    assert "top 3 of 10" in out and "CONCATENATION" in out
+
+
+def test_litert_profile_uses_the_litert_planner(capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = _cli_json([str(model_path("chain_float32")), "--profile",
+                              "android-arm64-cpu"], capsys)
+    assert code == 0
+    mem = report["memory"]
+    assert mem["planner"] == "litert-arena" and mem["exact"] == ["flash"]
+    assert mem["arena_head_bytes"] >= mem["lower_bound_bytes"] > 0
+
+
+def test_conversion_metadata_is_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    settings = {"scheme": "int8", "profile": "esp32-s3", "calibration_samples": 100}
+    out = tmp_path / "converted.tflite"
+    out.write_bytes(add_metadata(model_path("mlp_int8").read_bytes(), CONVERSION_METADATA,
+                                 json.dumps(settings).encode()))
+    code, report = _cli_json([str(out), "--profile", "esp32-s3"], capsys)
+    assert code == 0 and report["model"]["conversion"] == settings
+    main(["simulate", str(out), "--profile", "esp32-s3"])
+    assert "converted by devicefit: scheme=int8" in capsys.readouterr().out
+
+
+def test_static_path_needs_neither_tensorflow_nor_a_runtime() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['tensorflow'] = None\n"  # importing TensorFlow now fails
+        "from simulator.simulate import simulate\n"
+        f"r = simulate({str(model_path('chain_int8'))!r}, 'stm32l4r5-cortex-m4')\n"
+        "assert r.memory.arena_head_bytes == 14336, r.memory.arena_head_bytes\n"
+        "loaded = [m for m in sys.modules if m.startswith(('tflite_micro', 'keras'))]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
