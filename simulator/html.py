@@ -113,6 +113,21 @@ def _summaries(report: Report) -> str:
             + "<h3>Memory</h3>" + html_table((), memory_rows))
 
 
+PLOT_WIDTH = WIDTH - MARGIN_LEFT - 10
+PLOT_SVG_HEIGHT = PLOT_HEIGHT + MARGIN_BOTTOM + 20
+
+
+def _svg_open(css_class: str, label: str, height: int = PLOT_SVG_HEIGHT) -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" class="{css_class}" width="{WIDTH}" '
+            f'height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" '
+            f'aria-label="{escape(label)}">')
+
+
+def _y_scale(top: float):
+    """Bytes → SVG y of the plot area (0 at the bottom, ``top`` at the top)."""
+    return lambda v: 10 + PLOT_HEIGHT * (1 - v / top)
+
+
 def _steps(report: Report) -> int:
     last = max((b.last_step for b in report.memory.plan), default=-1)
     return max(len(report.memory.timeline), last + 1, 1)
@@ -130,16 +145,10 @@ def _timeline_svg(report: Report, arena_budget: float | None) -> str:
     peak_value = max(mem.lower_bound_bytes, max(totals, default=0), 1)
     show_budget = arena_budget is not None and arena_budget <= 1.5 * peak_value
     top = max(peak_value, arena_budget if show_budget else 0) * 1.08
-    plot_w = WIDTH - MARGIN_LEFT - 10
-    bar_w = plot_w / steps
-    height = PLOT_HEIGHT + MARGIN_BOTTOM + 20
-
-    def y(v: float) -> float:
-        return 10 + PLOT_HEIGHT * (1 - v / top)
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{WIDTH}" '
-             f'height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" '
-             f'aria-label="memory timeline">']
+    bar_w = PLOT_WIDTH / steps
+    height = PLOT_SVG_HEIGHT
+    y = _y_scale(top)
+    parts = [_svg_open("timeline", "memory timeline")]
     for frac in (0, 0.25, 0.5, 0.75, 1.0):
         v = top / 1.08 * frac
         parts.append(f'<line x1="{MARGIN_LEFT}" x2="{WIDTH - 10}" y1="{_num(y(v))}" '
@@ -186,17 +195,11 @@ def _layout_svg(report: Report) -> str:
     mem = report.memory
     steps = _steps(report)
     head = max(mem.arena_head_bytes, max((b.offset + b.size_bytes for b in mem.plan), default=0), 1)
-    plot_w = WIDTH - MARGIN_LEFT - 10
-    step_w = plot_w / steps
-    height = PLOT_HEIGHT + MARGIN_BOTTOM + 20
-
-    def y(v: float) -> float:
-        return 10 + PLOT_HEIGHT * (1 - v / head)
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="layout" width="{WIDTH}" '
-             f'height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" '
-             f'aria-label="arena layout">',
-             f'<rect x="{MARGIN_LEFT}" y="10" width="{_num(plot_w)}" height="{PLOT_HEIGHT}" '
+    step_w = PLOT_WIDTH / steps
+    height = PLOT_SVG_HEIGHT
+    y = _y_scale(head)
+    parts = [_svg_open("layout", "arena layout"),
+             f'<rect x="{MARGIN_LEFT}" y="10" width="{_num(PLOT_WIDTH)}" height="{PLOT_HEIGHT}" '
              f'fill="#fafafa" stroke="#ccc"/>']
     for frac in (0, 0.5, 1.0):
         parts.append(f'<text x="{MARGIN_LEFT - 6}" y="{_num(y(head * frac) + 4)}" '
@@ -228,13 +231,9 @@ def _per_op_svg(report: Report) -> str:
     key = "estimated_ms" if any(value(e, "estimated_ms") for e in per_op) else None
     metric = (lambda e: value(e, "estimated_ms")) if key else (lambda e: float(macs.get(e["op_index"], 0)))
     top = max((max(metric(e), value(e, "measured_ms")) for e in per_op), default=0) or 1
-    n = len(per_op)
-    plot_w = WIDTH - MARGIN_LEFT - 10
-    bar_w = plot_w / n
+    bar_w = PLOT_WIDTH / len(per_op)
     height = 160 + MARGIN_BOTTOM
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="per-op" width="{WIDTH}" '
-             f'height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" aria-label="per-op cost">']
+    parts = [_svg_open("per-op", "per-op cost", height)]
     label = "estimated device ms" if key else "MACs"
     parts.append(f'<text x="4" y="14">{escape(label)} per op (hover for details)</text>')
     for i, e in enumerate(per_op):
