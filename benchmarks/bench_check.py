@@ -109,14 +109,19 @@ def child(argv: list[str], sample: bool) -> None:
     Sampling scans /proc and costs CPU on a small machine, so timed runs do not sample.
     """
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak_tree = 0
-    if sample:
-        while proc.poll() is None:
+    # Output to files, not pipes: a JSON larger than a pipe's buffer would block the child
+    # while this loop only polls.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True)
+        peak_tree = 0
+        while proc.poll() is None and sample:
             peak_tree = max(peak_tree, _tree_rss_bytes(proc.pid))
             time.sleep(0.05)
-    stdout, stderr = proc.communicate()
-    wall = time.perf_counter() - start
+        proc.wait()
+        wall = time.perf_counter() - start
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     # The sampled run prints JSON: count the targets that really ran (sanity of the mode).
     ran = (sum(r["report"] is not None and r["report"]["measured"] is not None
                for r in json.loads(stdout)["results"]) if sample and stdout else None)

@@ -124,7 +124,8 @@ def table(model_file: Path, paths: dict, tmp: Path) -> list[dict]:
             "vs_float": r.size_ratio, "accuracy": r.accuracy.converted_accuracy,
             "float_accuracy": r.accuracy.float_accuracy,
             "agreement": r.accuracy.top1_agreement, "sqnr_db": r.accuracy.sqnr_db,
-            "arena_bytes": r.simulation["memory"]["arena_bytes"],
+            "arena_bytes": r.simulation["memory"]["arena_bytes"] if r.simulation else None,
+            "warnings": r.warnings,
             "seconds": time.perf_counter() - start})
     return rows
 
@@ -156,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         sqnr = "identical" if r["sqnr_db"] is None else f"{r['sqnr_db']:.1f} dB"
         print(f"| {r['variant']} | {r['profile']} | {format_size(r['bytes'])} | "
               f"{r['vs_float']:.2f}x | {r['accuracy']:.2%} | {r['agreement']:.2%} | {sqnr} | "
-              f"{format_size(r['arena_bytes'])} | {r['seconds']:.1f} s |")
+              f"{format_size(r['arena_bytes']) if r['arena_bytes'] else 'n/a'} | "
+              f"{r['seconds']:.1f} s |")
+    for r in result["variants"]:
+        for w in r["warnings"]:
+            print(f"\n{r['variant']}: {w}")
     print(f"\nfloat Keras model: {result['variants'][0]['float_accuracy']:.2%} test accuracy")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -14,7 +14,8 @@ For each model, side by side on the same machine:
 The TFLM timings run in a child process (one per model, with a timeout) that has already
 imported the runtime, so neither side pays an import. Each figure is the median of
 ``--repeat`` rounds. It also checks that the predicted head equals the recorded head, and
-reports the smallest working arena next to the predicted head + tail. Import (cold start)
+reports the smallest working arena next to head + tail and to devicefit's predicted minimum
+arena to start (which adds the room TFLM needs while planning). Import (cold start)
 times of both sides are reported separately.
 
     .venv/bin/python benchmarks/bench_static_vs_tflm.py [--repeat 5] [--json out.json]
@@ -129,7 +130,7 @@ def _tflm_child(path: str, repeat: int) -> dict:
 
 
 # --------------------------------------------------------------------------- parent side
-def _static(path: Path, repeat: int) -> tuple[float, int, int]:
+def _static(path: Path, repeat: int) -> tuple[float, int, int, int]:
     from simulator.profiles import load_profile
     from simulator.reader import read_model
     from simulator.simulate import static_report, with_runtime
@@ -142,7 +143,9 @@ def _static(path: Path, repeat: int) -> tuple[float, int, int]:
         t = time.perf_counter()
         report = static_report(read_model(path), profile)
         times.append(time.perf_counter() - t)
-    return statistics.median(times), report.memory.arena_head_bytes, report.memory.arena_tail_bytes
+    mem = report.memory
+    return (statistics.median(times), mem.arena_head_bytes, mem.arena_tail_bytes,
+            mem.arena_required_bytes)
 
 
 def _import_s(module: str) -> float:
@@ -164,7 +167,7 @@ def main() -> int:
     rows = []
     for name in MODELS:
         path = _model_path(name)
-        static_s, head, tail = _static(path, args.repeat)
+        static_s, head, tail, required = _static(path, args.repeat)
         child = subprocess.run([sys.executable, __file__, "--child", str(path), str(args.repeat)],
                                capture_output=True, text=True, timeout=600, check=True)
         real = json.loads(child.stdout.strip().splitlines()[-1])
@@ -175,18 +178,20 @@ def main() -> int:
                      "ratio_search": real["search_s"] / static_s,
                      "head_predicted": head, "head_tflm": real["head"],
                      "tail_predicted": tail, "tail_tflm": real["tail"],
-                     "smallest_arena": real["smallest_arena"],
+                     "smallest_arena": real["smallest_arena"], "required_predicted": required,
                      "crashed_sizes": real["crashed_sizes"]})
     print("| model | static ms | TFLM 1 run ms | ratio | TFLM trial & error ms (trials) | ratio "
-          "| head predicted = TFLM | tail predicted / TFLM | smallest arena - (head+tail) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| head predicted = TFLM | tail predicted / TFLM | smallest working arena "
+          "| − (head+tail) | − predicted minimum |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['model']} | {r['static_ms']:.2f} | {r['tflm_one_run_ms']:.2f} | "
               f"{r['ratio_one_run']:.1f}x | {r['tflm_search_ms']:.1f} ({r['trials']}) | "
               f"{r['ratio_search']:.0f}x | {r['head_predicted']} "
               f"{'=' if r['head_predicted'] == r['head_tflm'] else '!='} {r['head_tflm']} | "
               f"{r['tail_predicted']} / {r['tail_tflm']} | "
-              f"{r['smallest_arena'] - r['head_tflm'] - r['tail_tflm']} |")
+              f"{r['smallest_arena']} | {r['smallest_arena'] - r['head_tflm'] - r['tail_tflm']} | "
+              f"{r['smallest_arena'] - r['required_predicted']} |")
     crashed = [f"{r['model']} at {r['crashed_sizes']}" for r in rows if r["crashed_sizes"]]
     if crashed:
         print("\nTFLM crashed (SIGSEGV) instead of refusing a too-small arena: " + "; ".join(crashed))

@@ -77,7 +77,12 @@ def offline_offsets(model: Model) -> list[int] | None:
         raise ModelFormatError(
             f"{model.path}: {OFFLINE_METADATA} metadata lists {count} offsets, but the model has "
             f"{total} tensors (TFLM refuses such a model); regenerate the offline plan")
-    return list(struct.unpack_from(f"<{count}i", raw, 12))
+    offsets = list(struct.unpack_from(f"<{count}i", raw, 12))
+    bad = [o for o in offsets if o < ONLINE]
+    if bad:
+        raise ModelFormatError(f"{model.path}: {OFFLINE_METADATA} metadata has negative offset "
+                               f"{bad[0]} (only -1, 'plan online', may be negative)")
+    return offsets
 
 
 # --------------------------------------------------------------------------- lifetimes

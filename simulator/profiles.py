@@ -107,6 +107,10 @@ class CostModel:
     op_overhead_ms: float = 0.0
     parallel_efficiency: float = 1.0
     tpu_macs_per_second: float | None = None
+    #: Fraction of ``tpu_macs_per_second`` an accelerator reaches on real layers.
+    tpu_efficiency: float = 1.0
+    #: Fixed cost of one accelerator inference (host driver, USB/PCIe round trips).
+    invoke_overhead_ms: float = 0.0
     link_bytes_per_second: float | None = None
     param_cache_bytes: int | None = None
     sources: tuple[str, ...] = ()
@@ -171,6 +175,14 @@ def _number(lo: float = 0.0) -> Leaf:
             raise ValueError("not a number in range")
         return float(v)
     return Leaf(check, f"a number >= {lo:g}")
+
+
+def _fraction() -> Leaf:
+    def check(v: Any) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            raise ValueError("not a fraction in range")
+        return float(v)
+    return Leaf(check, "a number > 0 and <= 1")
 
 
 def _enum(*choices: str) -> Leaf:
@@ -263,6 +275,8 @@ SCHEMA: dict[str, Any] = {
         "op_overhead": TIME,
         "parallel_efficiency": _number(),
         "tpu_macs_per_second": _number(),
+        "tpu_efficiency": _fraction(),
+        "invoke_overhead": TIME,
         "link_bandwidth": _wrap(_bandwidth, "a rate such as 320MB/s"),
         "param_cache": SIZE,
         "sources": _list(_str()),
@@ -518,6 +532,8 @@ def _build(m: dict, shown: dict, leaf: _RawFile, parents: tuple[str, ...]) -> Pr
             op_overhead_ms=cm.get("op_overhead", 0.0),
             parallel_efficiency=cm.get("parallel_efficiency", 1.0),
             tpu_macs_per_second=cm.get("tpu_macs_per_second"),
+            tpu_efficiency=cm.get("tpu_efficiency", 1.0),
+            invoke_overhead_ms=cm.get("invoke_overhead", 0.0),
             link_bytes_per_second=cm.get("link_bandwidth"),
             param_cache_bytes=cm.get("param_cache"), sources=cm.get("sources", ()),
         ),

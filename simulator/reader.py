@@ -307,7 +307,9 @@ class LazyOptions(Mapping[str, Any]):
 
     Keys are snake_case option names; enum options (``padding``,
     ``fused_activation_function``) hold their names. A corrupt options table raises
-    :class:`ModelFormatError` when it is first read.
+    :class:`ModelFormatError` when it is first read. Until then it shares (does not copy)
+    the file's bytes, so a :class:`Model` keeps its file in memory while it lives; the IR
+    itself copies no weights.
     """
 
     __slots__ = ("_data", "_pos", "_where", "_values")

@@ -65,6 +65,9 @@ class MemoryReport:
     arena_bytes: int
     flash_bytes: int
     lower_bound_bytes: int
+    #: The smallest arena the runtime can start in (≥ arena_bytes: TFLM needs extra head
+    #: room while it plans); the arena budget is checked against this.
+    arena_required_bytes: int = 0
     timeline: list[TimelineStep] = field(default_factory=list)
     plan: list[PlannedBuffer] = field(default_factory=list)
     tail_breakdown: dict[str, int] = field(default_factory=dict)

@@ -138,6 +138,7 @@ def memory_report(model: Model, profile: Profile, plan: MemoryPlan) -> MemoryRep
         arena_bytes=plan.arena_bytes,
         flash_bytes=flash_bytes(model.size_bytes, profile),
         lower_bound_bytes=plan.lower_bound_bytes,
+        arena_required_bytes=plan.arena_required_bytes,
         timeline=timeline,
         plan=planned,
         tail_breakdown=dict(plan.tail_breakdown),

@@ -37,7 +37,7 @@ def _project(tmp_path: Path, models: dict[str, Path], chain_budgets: str = LOOSE
     return _write(tmp_path, f"""{top}
 defaults:
   budgets: {LOOSE}
-  regression: {{arena: 5%, flash: 0%}}
+  regression: {{arena: 5%, flash: 0%, latency: 10%}}
 models:
   - path: chain_int8.tflite
     profiles:
@@ -110,13 +110,14 @@ def test_baseline_update_then_regression(tmp_path, models, capsys):
     assert main(["check", str(f), "--update-baseline"]) == 0
     data = json.loads(baseline.read_text())
     entry = data["models"]["chain_int8"]["stm32l4r5-cortex-m4"]
-    assert entry["arena_bytes"] > 0 and entry["flash_bytes"] > 0
+    assert entry["arena_bytes"] > 0 and entry["flash_bytes"] > 0 and entry["latency_ms"] > 0
     # Unchanged models: every rule checked and passing (flash may not grow at all).
     junit = tmp_path / "junit.xml"
     assert main(["check", str(f), "--junit", str(junit)]) == 0
     cases = _junit(junit)
-    assert {n for s, n in cases if n.startswith("regression.")} == {"regression.arena",
-                                                                     "regression.flash"}
+    assert {n for s, n in cases if n.startswith("regression.")} == {
+        "regression.arena", "regression.flash", "regression.latency"}
+    assert not any(tc.find("skipped") is not None for tc in cases.values())
     # The arena of one target 'was' 20% smaller: it now grew by 25% > 5%.
     entry["arena_bytes"] = int(entry["arena_bytes"] * 0.8)
     baseline.write_text(json.dumps(data))
@@ -218,7 +219,7 @@ def test_unsupported_operator_is_a_junit_failure(tmp_path, capsys):
     f = _write(tmp_path, f"models:\n  - path: unet_int8.tflite\n    profiles: [esp32-s3]\n"
                          f"    budgets: {LOOSE}\n", {"unet_int8": model_path("unet_int8")})
     junit = tmp_path / "junit.xml"
-    assert main(["check", str(f), "--run", "--junit", str(junit)]) == 1
+    assert main(["check", str(f), "--junit", str(junit)]) == 1
     assert "tflm cannot run this model: unsupported" in capsys.readouterr().out
     failed = {k: tc for k, tc in _junit(junit).items() if tc.find("failure") is not None}
     assert list(failed) == [("unet_int8 @ esp32-s3", "compatibility")]

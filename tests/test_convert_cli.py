@@ -68,11 +68,14 @@ def _lambda_model(path: Path) -> Path:
 def _bad_inputs(tmp: Path, digits: dict) -> dict:
     text = tmp / "notes.keras"
     text.write_text("not a model")
+    (tmp / "notes.tflite").write_bytes(b"TFL3")
     np.save(tmp / "wrong.npy", np.zeros((20, 28, 28, 1), np.float32))
     return {
         "missing": (["/nonexistent/model.keras"], ["not found"]),
         "not-a-model": ([str(text)], ["not a Keras model", "zip"]),
         "unknown-suffix": ([str(tmp / "wrong.npy")], ["unsupported model file"]),
+        "tflite-input": ([str(tmp / "notes.keras").replace(".keras", ".tflite")],
+                         ["already a .tflite", "simulate"]),
         "shape-mismatch": ([digits["model"], "--calibration", str(tmp / "wrong.npy")],
                            ["(28, 28, 1)", "(8, 8, 1)"]),
         "lambda-safe-mode": ([str(_lambda_model(tmp / "lam.keras")), "--calibration",
@@ -87,7 +90,7 @@ def _bad_inputs(tmp: Path, digits: dict) -> dict:
 
 
 @pytest.mark.parametrize("case", [
-    "missing", "not-a-model", "unknown-suffix", "shape-mismatch", "lambda-safe-mode",
+    "missing", "not-a-model", "unknown-suffix", "tflite-input", "shape-mismatch", "lambda-safe-mode",
     "no-calibration", "scheme-not-allowed", "train-without-pruning", "output-over-input"])
 def test_bad_input_exits_2_with_one_line(digits, tmp_path, capsys, case):
     argv, words = _bad_inputs(tmp_path, digits)[case]

@@ -116,3 +116,14 @@ def test_random_calibration_is_flagged(caplog):
     ds = data.load_data(data.RANDOM, (4, 4, 1), what="calibration", limit=7)
     assert ds.random and ds.x.shape == (7, 4, 4, 1)
     assert "RANDOM" in caplog.text
+
+
+def test_importing_the_converter_does_not_import_tensorflow():
+    """`import sdk.convert` must stay light: TensorFlow loads only inside the stages."""
+    import subprocess
+    import sys
+
+    code = ("import sys, sdk.convert, sdk.commands.convert; "
+            "print([m for m in ('tensorflow', 'keras') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import re
 from contextlib import redirect_stdout
 
 import pytest
@@ -17,6 +19,7 @@ from simulator.compat.edgetpu import (
     load_table,
     run_compiler,
 )
+from simulator.errors import ProfileError
 from simulator.profiles import load_profile
 from simulator.reader import read_model
 from tests.zoo import model_path
@@ -118,7 +121,8 @@ def test_large_parameters_are_streamed(coral):
     assert lat.link_bytes == lat.boundary_in_bytes + lat.boundary_out_bytes + r.offchip_param_bytes
     assert lat.link_ms == pytest.approx(1e3 * lat.link_bytes / coral.cost_model.link_bytes_per_second)
     assert lat.link_ms > lat.tpu_compute_ms
-    assert lat.total_ms == pytest.approx(lat.tpu_compute_ms + lat.link_ms + lat.cpu_ms)
+    assert lat.total_ms == pytest.approx(lat.invoke_ms + lat.tpu_compute_ms + lat.link_ms
+                                         + lat.cpu_ms)
 
 
 @pytest.mark.parametrize("name", ["dynamic_int8", "dynamic_float32"])
@@ -188,3 +192,51 @@ def test_simulate_json_and_text_carry_the_edgetpu_section(coral):
         assert main(["simulate", path, "--profile", "coral-edgetpu"]) == 0
     shown = text.getvalue()
     assert "Edge TPU (predicted" in shown and "LEAKY_RELU" in shown and SUBGRAPH in shown
+    # CPU fallback is "can run", never "supported by the edgetpu op table"
+    assert (f"every operator can run ({etpu['mapped_ops']} on the Edge TPU, "
+            f"{etpu['cpu_ops']} on the CPU)") in shown
+    assert etpu["cpu_ops"] > 0 and "supported by the edgetpu op table" not in shown
+
+
+def _cost(profile, **changes):
+    return dataclasses.replace(
+        profile, cost_model=dataclasses.replace(profile.cost_model, **changes))
+
+
+def test_invoke_overhead_and_tpu_efficiency_enter_the_estimate(coral):
+    model = read_model(model_path("chain_int8"))
+    peak = _cost(coral, tpu_efficiency=1.0, invoke_overhead_ms=0.0)
+    base = edgetpu_partition(model, peak).latency
+    assert base.invoke_ms == 0
+    assert base.tpu_compute_ms == pytest.approx(1e3 * base.tpu_macs / coral.cost_model.tpu_macs_per_second)
+    slow = edgetpu_partition(model, _cost(peak, tpu_efficiency=0.25,
+                                          invoke_overhead_ms=1.5)).latency
+    assert slow.tpu_compute_ms == pytest.approx(4 * base.tpu_compute_ms)
+    assert slow.invoke_ms == 1.5 and slow.link_ms == pytest.approx(base.link_ms)
+    assert slow.total_ms == pytest.approx(base.total_ms + 3 * base.tpu_compute_ms + 1.5)
+    # the built-in profile carries calibrated values, and nothing invokes a TPU with no op on it
+    assert 0 < coral.cost_model.tpu_efficiency < 1 and coral.cost_model.invoke_overhead_ms > 0
+    assert edgetpu_partition(read_model(model_path("chain_float32")), coral).latency.invoke_ms == 0
+
+
+@pytest.mark.parametrize("line, error", [
+    ("tpu_efficiency: 1.5", "bad value for 'cost_model.tpu_efficiency'"),
+    ("tpu_efficiency: 0", "a number > 0 and <= 1"),
+    ("invoke_overhead: fast", "bad value for 'cost_model.invoke_overhead'"),
+    ("invoke_overhed: 1ms", "did you mean 'invoke_overhead'"),
+], ids=["efficiency-over-1", "efficiency-0", "overhead-unit", "overhead-typo"])
+def test_new_cost_model_keys_are_validated(tmp_path, line, error):
+    path = tmp_path / "mine.yaml"
+    path.write_text(f"extends: coral-edgetpu\ncost_model:\n  {line}\n")
+    with pytest.raises(ProfileError, match=re.escape(error)):
+        load_profile(path)
+
+
+def test_new_cost_model_keys_parse_and_default(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("extends: coral-edgetpu\ncost_model:\n  tpu_efficiency: 0.5\n"
+                    "  invoke_overhead: 250us\n")
+    cost = load_profile(path).cost_model
+    assert (cost.tpu_efficiency, cost.invoke_overhead_ms) == (0.5, 0.25)
+    other = load_profile("stm32l4r5-cortex-m4").cost_model  # profiles without them: no change
+    assert (other.tpu_efficiency, other.invoke_overhead_ms) == (1.0, 0.0)

@@ -52,7 +52,7 @@ def tight_fit(digits):
     folder = digits["folder"]
     profile = _profile(folder, "tight-l4", TIGHT)
     out, report, page = folder / "fit.tflite", folder / "fit.json", folder / "fit.html"
-    code = _fit(digits, profile, out, "--max-trials", "8", "--epochs", "2", "--cluster", "16",
+    code = _fit(digits, profile, out, "--max-trials", "5", "--epochs", "2", "--cluster", "16",
                 "--report", str(report), "--html", str(page))
     return {"code": code, "profile": profile, "out": out,
             "report": json.loads(report.read_text()), "html": page.read_text()}
@@ -83,6 +83,12 @@ def test_the_written_model_passes_every_budget_in_the_real_tflm_run(tight_fit):
     assert arena.basis == "measured" and arena.ok
     assert verified.model.conversion["tool"] == "devicefit fit"
     assert tight_fit["report"]["verification"]["measured"]["runtime"] == "tflm"
+
+
+def test_the_search_bisects_the_pruning_ratio_then_tries_qat(tight_fit):
+    labels = [t["label"] for t in tight_fit["report"]["trials"]]
+    assert labels[:5] == ["int8 PTQ", "int8 PTQ prune 0.5", "int8 PTQ prune 0.25",
+                          "int8 PTQ prune 0.375", "int8 QAT prune 0.5"]
 
 
 def test_cheap_static_checks_reject_candidates_before_training(tight_fit):
@@ -165,6 +171,18 @@ def test_missing_model_exits_2(digits, tmp_path, capsys):
                  str(digits["train"]), "--eval", str(digits["test"]), "-o",
                  str(tmp_path / "x.tflite")])
     assert code == 2 and "not found" in capsys.readouterr().err
+
+
+def test_convert_distills_from_the_unpruned_model(digits, tmp_path):
+    from sdk.convert import convert
+
+    report = convert(str(digits["model"]), BASE, tmp_path / "distilled.tflite",
+                     calibration=str(digits["train"]), eval_data=str(digits["test"]),
+                     prune_channels=0.5, train=str(digits["train"]), epochs=2, distill=True,
+                     float_baseline=False)
+    assert report.settings["distill"] is True
+    assert report.fine_tune and all(np.isfinite(ft.loss).all() for ft in report.fine_tune)
+    assert report.accuracy.converted_accuracy > 0.8
 
 
 # --------------------------------------------------------------------------- QAT

@@ -137,3 +137,31 @@ def test_cli_bad_usage_exits_2(tmp_path, capsys, argv, message):
         argv += ["-o", str(tmp_path / "out.tflite")]
     assert main(["optimize", str(src), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_stale_offline_plan_is_replaced_when_operators_move(profile):
+    from simulator.planners.tflm import greedy_plan
+    from simulator.writer import set_offline_plan
+
+    # branches_int8 with TFLM's own greedy offsets written as its offline plan: valid for the
+    # file order only. Reordering must write a plan for the new order.
+    data = model_path("branches_int8").read_bytes()
+    model = parse_model(data)
+    buffers = tflm_buffers(model)
+    offsets = [-1] * len(model.main.tensors)
+    for b, off in zip(buffers, greedy_plan(buffers), strict=True):
+        offsets[b.tensor] = off
+    planned = set_offline_plan(data, offsets)
+    out, r = optimize_model_bytes(planned, profile, name="planned")
+    assert r.changed and r.order_changed and r.offline_plan
+    assert r.measured_head_after_bytes == r.bound_best_order_bytes < r.measured_head_before_bytes
+    assert r.outputs_identical == {"tflm": True, "litert": True}
+    fresh = [b for b in tflm_buffers(parse_model(out)) if b.kind == "tensor"]
+    check_plan(fresh, [b.offline_offset for b in fresh], "rewritten plan")
+
+
+def test_control_flow_models_are_left_unchanged_and_say_why(profile):
+    data = model_path("if_float32").read_bytes()
+    out, r = optimize_model_bytes(data, profile, name="if_float32")
+    assert out == data and not r.changed
+    assert "control flow" in r.summary

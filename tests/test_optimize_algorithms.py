@@ -139,7 +139,7 @@ def test_reordering_runs_each_branch_to_its_end():
 
 def test_a_graph_too_wide_for_the_exact_search_falls_back_to_a_beam():
     g = _fan(12)  # 3^12 reachable sets
-    result = best_order(g, beam=64)
+    result = best_order(g, budget=1000)
     assert not result.exact
     assert g.is_topological(result.order)
     assert result.bound == g.op_floor() <= result.peak == g.peak(result.order)

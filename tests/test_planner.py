@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.errors import InputError
+from simulator.errors import InputError, RuntimeFailure
 from simulator.lifetimes import (
     Buffer,
     align_up,
@@ -265,3 +265,45 @@ def test_an_order_that_is_not_a_permutation_is_rejected() -> None:
     model = read_model(model_path("mlp_int8"))
     with pytest.raises(InputError, match="permutation"):
         tflm_buffers(model, [0, 0, 1])
+
+
+def _starts(path: Path, arena: int) -> bool:
+    """Does real TFLM (child process) create the interpreter in exactly ``arena`` bytes?"""
+    try:
+        return run_model(path, "tflm", arena_size=arena).arena_size_used == arena
+    except RuntimeFailure:
+        return False
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("deep_mlp_int8", "400 tensors: the planner's temporary arrays outgrow the 80-byte head"),
+    ("large_params_int8", "a 2048-channel dense layer's zero points, copied during Prepare"),
+])
+def test_arena_to_start_covers_what_tflm_needs_while_loading(name: str, why: str) -> None:
+    """head + tail is too small for TFLM to start these models; the predicted minimum is
+    enough."""
+    path = model_path(name)
+    profile = with_runtime(load_profile("stm32l4r5-cortex-m4"), kernels="reference",
+                           pointer_bytes=8)
+    plan = plan_tflm(read_model(path), profile)
+    assert plan.arena_required_bytes > plan.arena_bytes + 2048, why
+    assert _starts(path, align_up(plan.arena_required_bytes))
+    assert not _starts(path, align_up(plan.arena_bytes))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 8), st.integers(0, 4),
+                          st.integers(0, 6)), min_size=1, max_size=12))
+def test_check_plan_finds_exactly_the_clashing_pairs(specs: list[tuple[int, ...]]) -> None:
+    bufs = [_buf(16 * size, first, first + span) for size, first, span, _ in specs]
+    offsets = [16 * slot for *_, slot in specs]
+    clash = any(a.size and b.size and a.first <= b.last and b.first <= a.last
+                and oa < ob + b.size and ob < oa + a.size
+                for i, (a, oa) in enumerate(zip(bufs, offsets, strict=True))
+                for b, ob in list(zip(bufs, offsets, strict=True))[i + 1:])
+    if clash:
+        with pytest.raises(PlanError):
+            check_plan(bufs, offsets)
+    else:
+        assert check_plan(bufs, offsets) == max(o + b.size for b, o in
+                                                zip(bufs, offsets, strict=True))

@@ -138,7 +138,12 @@ def test_structurally_invalid_models_are_named(chain_bytes: bytes, what: str, ed
         parse_model(_edited(chain_bytes, edit), f"bad-{what}.tflite")
 
 
-def test_offline_plan_with_the_wrong_tensor_count_is_rejected(chain_bytes: bytes) -> None:
+def test_bad_offline_plans_are_rejected(chain_bytes: bytes) -> None:
     data = add_metadata(chain_bytes, "OfflineMemoryAllocation", offline_plan_bytes([0, 16, -1]))
     with pytest.raises(ModelFormatError, match="lists 3 offsets"):
+        static_report(parse_model(data, "offline.tflite"), PROFILE)
+    n = len(parse_model(chain_bytes).main.tensors)
+    data = add_metadata(chain_bytes, "OfflineMemoryAllocation",
+                        offline_plan_bytes([-1] * (n - 1) + [-7]))
+    with pytest.raises(ModelFormatError, match="negative offset -7"):
         static_report(parse_model(data, "offline.tflite"), PROFILE)

@@ -93,6 +93,22 @@ def test_unknown_optimizer_dtype_and_subclassed_model_are_refused() -> None:
 
     with pytest.raises(InputError, match="no layer graph"):
         TrainingMemoryModel(Sub())
+    dynamic = keras.Sequential([keras.Input((None, 8)), L.Dense(4)])
+    with pytest.raises(InputError, match="unknown dimension"):
+        TrainingMemoryModel(dynamic)
+
+
+def test_nested_model_is_expanded_and_shared_layers_counted_once() -> None:
+    inner = small_cnn(batchnorm=False)
+    shared = L.Dense(4)
+    inp = keras.Input((12, 12, 3))
+    logits = inner(inp)
+    out = shared(shared(logits))  # the same weights twice
+    tm = TrainingMemoryModel(keras.Model(inp, out))
+    kinds = [op.kind for op in tm.graph.ops]
+    assert kinds.count("Conv2D") == 1 and kinds.count("Dense") == 4
+    expected = sum(math.prod(w.shape) for w in inner.weights) + 4 * 4 + 4
+    assert tm.estimate(2).parameter_bytes == 4 * expected
 
 
 # -- planner -----------------------------------------------------------------------------
@@ -121,8 +137,10 @@ def test_plan_without_accumulation_when_the_target_fits() -> None:
 def test_plan_refuses_memory_below_the_parameters() -> None:
     model = small_cnn()
     params = TrainingMemoryModel(model).estimate(1).parameter_bytes
-    with pytest.raises(UsageError, match="smaller than the parameters"):
+    with pytest.raises(UsageError, match="smaller than the model's parameters alone"):
         plan_batch(model, memory_bytes=params // 2)
+    with pytest.raises(UsageError, match="parameters and adam optimizer state"):
+        plan_batch(model, memory_bytes=params + 10)
 
 
 def test_auto_memory_reads_meminfo_and_a_lower_cgroup_limit(tmp_path) -> None:
@@ -225,5 +243,5 @@ def test_estimate_matches_measured_peak(tmp_path, builder, batch: int) -> None:
     model.save(path)
     estimated = TrainingMemoryModel(model).estimate(batch).step_bytes
     measured = measure_step_peak(path, batch).step_bytes
-    # Target ±15 % (BENCHMARKS.md); 20 % here leaves room for a noisy shared machine.
-    assert 0.8 <= estimated / measured <= 1.2, (estimated, measured)
+    # The child measures with fit's steady allocator, where RSS follows live tensors.
+    assert 0.85 <= estimated / measured <= 1.15, (estimated, measured)

@@ -92,8 +92,10 @@ class _Problems:
 
     @property
     def items(self) -> list[str]:
-        """The problems in file order (stable, so the order they were found breaks ties)."""
-        return [text for _, text in sorted(self.found, key=lambda f: f[0])]
+        """The problems in file order (stable, so the order they were found breaks ties),
+        each once: a bad default profile would otherwise be reported for every model."""
+        ordered = [text for _, text in sorted(self.found, key=lambda f: f[0])]
+        return list(dict.fromkeys(ordered))
 
     def add(self, key: tuple[str, ...], message: str) -> None:
         line = self._line(key)
@@ -270,6 +272,66 @@ def _apply(profile: Profile, budgets: dict[str, float | None]) -> Profile:
     return dataclasses.replace(profile, budgets=dataclasses.replace(profile.budgets, **fields))
 
 
+@dataclass
+class _Defaults:
+    budgets: dict[str, float | None]
+    rules: dict[str, RegressionRule]
+    #: None when the project sets no default profiles.
+    profiles: list[_ProfileEntry] | None
+
+
+def _defaults(p: _Problems, value: Any) -> _Defaults:
+    d = p.mapping(value, ("defaults",), _DEFAULTS_KEYS)
+    return _Defaults(
+        _budgets(p, d.get("budgets", {}), ("defaults", "budgets")),
+        _rules(p, d.get("regression", {}), ("defaults", "regression")),
+        _profile_entries(p, d["profiles"], ("defaults", "profiles")) if "profiles" in d else None)
+
+
+def _model_targets(p: _Problems, item: Any, mkey: tuple[str, ...], base: Path,
+                   defaults: _Defaults, profiles: _Profiles,
+                   names: dict[str, str]) -> list[Target]:
+    """The targets of one ``models`` entry (one per profile); problems go to ``p``."""
+    m = p.mapping(item, mkey, _MODEL_KEYS)
+    if not m:
+        return []
+    raw_path = m.get("path")
+    if not isinstance(raw_path, str) or not raw_path:
+        p.add((*mkey, "path"), "missing: the .tflite file to check (relative to this file)")
+        return []
+    model_path = base / raw_path
+    _check_model_file(p, model_path, (*mkey, "path"))
+    name = m.get("name", Path(raw_path).stem)
+    if not isinstance(name, str) or not name:
+        p.add((*mkey, "name"), f"must be a non-empty string, got {_kind(name)}")
+        return []
+    if name in names:
+        p.add((*mkey, "name") if "name" in m else (*mkey, "path"),
+              f"model name '{name}' is used twice (also {names[name]}); set a unique 'name'")
+    names[name] = _dotted(mkey)
+    budgets = {**defaults.budgets, **_budgets(p, m.get("budgets", {}), (*mkey, "budgets"))}
+    rules = {**defaults.rules, **_rules(p, m.get("regression", {}), (*mkey, "regression"))}
+    if "profiles" in m:
+        entries = _profile_entries(p, m["profiles"], (*mkey, "profiles"))
+    elif defaults.profiles is not None:
+        entries = defaults.profiles
+    else:
+        p.add((*mkey, "profiles"), "missing: the device profiles this model must fit "
+                                   "(or set defaults.profiles)")
+        entries = []
+    targets = []
+    for e in entries:
+        name_key = (*e.key, "name")
+        profile = profiles.get(p, e.name, name_key if name_key in p.lines else e.key)
+        if profile is None:
+            continue
+        b, r = {**budgets, **e.budgets}, {**rules, **e.rules}
+        targets.append(Target(name, model_path, _apply(profile, b),
+                              tuple(r[k] for k in METRICS if k in r),
+                              tuple(k for k in METRICS if k in b)))
+    return targets
+
+
 # --------------------------------------------------------------------------- load
 def load_project(path: str | Path, profiles_dirs: Sequence[str | Path] = ()) -> Project:
     """Read and validate a project file; raise :class:`ProjectError` listing every problem."""
@@ -300,58 +362,16 @@ def load_project(path: str | Path, profiles_dirs: Sequence[str | Path] = ()) -> 
     if baseline is not None and not (isinstance(baseline, str) and baseline):
         p.add(("baseline",), f"must be a path to a JSON file, got {_kind(baseline)}")
         baseline = None
-    defaults = p.mapping(top.get("defaults", {}), ("defaults",), _DEFAULTS_KEYS)
-    d_budgets = _budgets(p, defaults.get("budgets", {}), ("defaults", "budgets"))
-    d_rules = _rules(p, defaults.get("regression", {}), ("defaults", "regression"))
-    d_profiles = (_profile_entries(p, defaults["profiles"], ("defaults", "profiles"))
-                  if "profiles" in defaults else None)
-
+    defaults = _defaults(p, top.get("defaults", {}))
     models = top.get("models")
-    if data is not None and isinstance(data, dict) and (not isinstance(models, list) or not models):
+    if isinstance(data, dict) and (not isinstance(models, list) or not models):
         p.add(("models",), f"must be a non-empty list of models, got {_kind(models)}")
         models = []
     profiles = _Profiles(ProfileStore(dirs), base)
     targets: list[Target] = []
     names: dict[str, str] = {}
     for i, item in enumerate(models or []):
-        mkey = ("models", str(i))
-        m = p.mapping(item, mkey, _MODEL_KEYS)
-        if not m:
-            continue
-        raw_path = m.get("path")
-        if not isinstance(raw_path, str) or not raw_path:
-            p.add((*mkey, "path"), "missing: the .tflite file to check (relative to this file)")
-            continue
-        model_path = base / raw_path
-        _check_model_file(p, model_path, (*mkey, "path"))
-        name = m.get("name", Path(raw_path).stem)
-        if not isinstance(name, str) or not name:
-            p.add((*mkey, "name"), f"must be a non-empty string, got {_kind(name)}")
-            continue
-        if name in names:
-            p.add((*mkey, "name") if "name" in m else (*mkey, "path"),
-                  f"model name '{name}' is used twice (also {names[name]}); set a unique 'name'")
-        names[name] = _dotted(mkey)
-        m_budgets = _budgets(p, m.get("budgets", {}), (*mkey, "budgets"))
-        m_rules = _rules(p, m.get("regression", {}), (*mkey, "regression"))
-        if "profiles" in m:
-            entries = _profile_entries(p, m["profiles"], (*mkey, "profiles"))
-        elif d_profiles is not None:
-            entries = d_profiles
-        else:
-            p.add((*mkey, "profiles"), "missing: the device profiles this model must fit "
-                                       "(or set defaults.profiles)")
-            entries = []
-        for e in entries:
-            profile = profiles.get(p, e.name, (*e.key, "name") if (*e.key, "name") in lines
-                                   else e.key)
-            if profile is None:
-                continue
-            budgets = {**d_budgets, **m_budgets, **e.budgets}
-            rules = {**d_rules, **m_rules, **e.rules}
-            targets.append(Target(name, model_path, _apply(profile, budgets),
-                                  tuple(rules[k] for k in METRICS if k in rules),
-                                  tuple(k for k in METRICS if k in budgets)))
+        targets += _model_targets(p, item, ("models", str(i)), base, defaults, profiles, names)
     problems = p.items
     if problems:
         count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"

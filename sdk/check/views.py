@@ -17,7 +17,7 @@ from typing import Any
 from simulator.report import BudgetCheck
 from simulator.units import format_size, format_time_ms
 
-from .baseline import RegressionCheck, report_metrics
+from .baseline import METRIC_KEYS, RegressionCheck, report_metrics
 from .gate import CheckResult, Outcome
 from .project import METRICS
 
@@ -81,17 +81,18 @@ def metric_cell(o: Outcome, metric: str) -> tuple[str, bool | None]:
         return f"{fmt(budget.value, budget.unit)} / {fmt(budget.limit, budget.unit)}", budget.ok
     if metric in o.unchecked_budgets:
         return "not checked", None
-    value = report_metrics(o.report)[f"{metric}_{'ms' if metric == 'latency' else 'bytes'}"]
-    if value is None:
-        return "-", None
-    return fmt(value, "ms" if metric == "latency" else "bytes"), None
+    key, unit = METRIC_KEYS[metric]
+    value = report_metrics(o.report)[key]
+    return ("-", None) if value is None else (fmt(value, unit), None)
 
 
 def regression_cell(o: Outcome) -> tuple[str, bool | None]:
-    if o.regressions:
-        parts = [f"{r.name} {_change(r)}" for r in o.regressions]
-        return ", ".join(parts), all(r.ok for r in o.regressions)
-    return ("not checked" if o.rules else "-"), None
+    """The failed rules, else the figures that moved, else ``unchanged``: kept compact."""
+    if not o.regressions:
+        return ("not checked" if o.rules else "-"), None
+    failed = [r for r in o.regressions if not r.ok]
+    shown = failed or [r for r in o.regressions if r.value != r.baseline]
+    return ", ".join(f"{r.name} {_change(r)}" for r in shown) or "unchanged", not failed
 
 
 def notes(result: CheckResult) -> list[str]:
@@ -108,8 +109,12 @@ def compatibility_message(compat: dict[str, Any]) -> str | None:
         return None
     ops = compat.get("unsupported_ops") or []
     names = ", ".join(sorted({str(op.get("op")) for op in ops})) or "some operators"
-    return (f"{compat.get('table') or 'the runtime'} cannot run this model: unsupported "
+    text = (f"{compat.get('table') or 'the runtime'} cannot run this model: unsupported "
             f"{names} ({len(ops)} op{'s' if len(ops) != 1 else ''})")
+    if ops and ops[0].get("reason"):
+        reason = str(ops[0]["reason"])
+        text += f"; op {ops[0].get('op_index')}: {reason[:150]}{'...' if len(reason) > 150 else ''}"
+    return text
 
 
 def problems(o: Outcome) -> list[str]:

@@ -38,6 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="remove this fraction of filters/units, e.g. 0.5")
     p.add_argument("--train", metavar="DATA", help="labelled data to fine-tune after pruning")
     p.add_argument("--epochs", type=int, default=0, help="fine-tuning epochs (with --train)")
+    p.add_argument("--distill", action="store_true",
+                   help="fine-tune with the original model as teacher (soft labels)")
     p.add_argument("--scheme", choices=QUANT_SCHEMES, help="quantization (profile default)")
     p.add_argument("--io-type", choices=("int8", "uint8", "int16", "float32"),
                    help="input/output tensor type (profile default)")
@@ -57,6 +59,7 @@ def _convert(args: argparse.Namespace) -> int:
             args.model, args.profile, args.output, calibration=args.calibration,
             eval_data=args.eval_data, sparsity_pattern=args.sparsity,
             prune_channels=args.prune_channels, train=args.train, epochs=args.epochs,
+            distill=args.distill,
             scheme=args.scheme, io_type=args.io_type, unsafe=args.unsafe,
             profiles_dirs=args.profiles_dir, progress=progress)
     if args.report:

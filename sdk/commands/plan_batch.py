@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ def load_keras_model(path: str) -> Any:
     if file.suffix.lower() not in MODEL_SUFFIXES:
         raise InputError(f"{path} is not a Keras model file (expected "
                          f"{', '.join(MODEL_SUFFIXES)}); plan-batch needs the trainable model")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # no TF C++ start-up chatter
     import keras
 
     try:

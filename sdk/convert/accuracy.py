@@ -1,11 +1,14 @@
 """What the conversion cost: float model vs the written ``.tflite`` on evaluation data.
 
 The ``.tflite`` runs in LiteRT in a child process (a native crash or hang must not take the
-converter down); the float reference is the Keras/SavedModel model itself.
+converter down); the float reference is the Keras/SavedModel model itself. The child is
+``sdk.convert.litert_child`` rather than ``simulator.runtimes.run_model``, which runs one
+input per process: evaluation needs hundreds of samples through one interpreter.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -48,8 +51,12 @@ def run_tflite(model_path: Path, x: np.ndarray) -> np.ndarray:
         np.save(inputs, x.astype(np.float32))
         cmd = [sys.executable, "-m", "sdk.convert.litert_child", str(model_path), str(inputs),
                str(outputs)]
+        env = dict(os.environ)
+        # The child must import this package even when it runs from a checkout (no install).
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         except subprocess.TimeoutExpired as exc:
             raise RuntimeFailure(f"LiteRT did not finish evaluating {model_path.name} in "
                                  f"{timeout:.0f} s") from exc

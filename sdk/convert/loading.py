@@ -75,6 +75,9 @@ def load(model: Any, *, unsafe: bool = False) -> LoadedModel:
         if not (path / "saved_model.pb").is_file():
             raise InputError(f"{path} is a folder without saved_model.pb: not a SavedModel")
         return _load_saved_model(path)
+    if path.suffix.lower() == ".tflite":
+        raise InputError(f"{path} is already a .tflite model; convert the Keras/SavedModel it came "
+                         f"from, or check it with 'devicefit simulate {path} --profile NAME'")
     if path.suffix.lower() not in KERAS_SUFFIXES:
         raise InputError(
             f"{path}: unsupported model file; give a .keras or .h5 file or a SavedModel folder")

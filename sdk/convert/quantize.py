@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -84,8 +85,10 @@ def to_tflite(model: LoadedModel, settings: QuantSettings, calibration: np.ndarr
         converter = tf.lite.TFLiteConverter.from_concrete_functions(
             *_saved_model_batch_of_one(model))
     configure(converter, settings, calibration, progress)
-    # Keras' exporter prints the exported signature to stdout; library code must not print.
-    with contextlib.redirect_stdout(io.StringIO()):
+    # Keras' exporter prints the exported signature to stdout (library code must not print),
+    # and the converter warns about input statistics that integer I/O never needs.
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
         return bytes(converter.convert())
 
 

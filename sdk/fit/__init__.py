@@ -83,8 +83,7 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
     float_accuracy = _accuracy(loaded.predict(evaluation.x), evaluation.y)
 
     own_workdir = workdir is None
-    work = Path(tempfile.mkdtemp(prefix="devicefit-fit-", dir=out_path.parent)) \
-        if own_workdir else Path(workdir)
+    work = Path(tempfile.mkdtemp(prefix="devicefit-fit-")) if own_workdir else Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     try:
         ctx = Context(loaded=loaded, profile=prof, train=training, evaluation=evaluation,
@@ -129,7 +128,6 @@ def _finish(report: FitReport, ctx: Context, out_path: Path, cluster: int | None
     from simulator.simulate import simulate
 
     fitting = choose(report.trials)
-    built = sum(1 for t in report.trials if t.stage not in ("skipped", "error"))
     for record in fitting:
         path = Path(record.path) if record.path else None
         if path is None or not path.is_file():  # built by another machine sharing --storage
@@ -154,7 +152,7 @@ def _finish(report: FitReport, ctx: Context, out_path: Path, cluster: int | None
         report.verification_report = verified  # the HTML view draws it
         report.chosen = record.number
         report.output = str(out_path)
-        report.reason = reason_for(record, fitting, report.float_accuracy, built)
+        report.reason = reason_for(record, fitting, report.float_accuracy, report.trials)
         return
     closest, misses = closest_miss(report.trials)
     report.closest = None if closest is None else closest.number

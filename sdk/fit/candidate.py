@@ -36,6 +36,7 @@ from simulator.report import Report
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
+NO_LATENCY = "latency not estimated (the profile's cost model lacks this scheme's ops)"
 
 
 @dataclass
@@ -108,21 +109,24 @@ class TrialRecord:
 
 
 def static_check(path: Path, profile: Profile) -> Report:
-    """The simulator's static report with the latency estimate and op support filled in
-    (the running half would add them; here no runtime is started)."""
+    """The simulator's static report with op support filled in (the running half would add
+    it; here no runtime is started). A latency budget the cost model cannot estimate for
+    this candidate fails it: fit only returns what it can show to fit."""
     from simulator.compat import check_ops
     from simulator.reader import read_model
-    from simulator.runtimes.stage import latency_section
     from simulator.simulate import static_report
     from simulator.verdict import judge
 
     model = read_model(path)
     report = static_report(model, profile)
-    if report.latency is None:
-        report.latency = latency_section(model, profile, report)
     if report.compatibility is None:
         report.compatibility = check_ops(model, profile).to_dict()
-    return judge(report, profile)
+    report = judge(report, profile)
+    if profile.budgets.latency_ms is not None and \
+            (report.latency or {}).get("estimated_device_ms") is None:
+        report.verdict = "fail"
+        report.notes.append(NO_LATENCY)
+    return report
 
 
 def convert_candidate(ctx: Context, model: Any, candidate: Candidate) -> bytes:
@@ -222,6 +226,8 @@ def _why_not(report: Report) -> str:
     compat = report.compatibility or {}
     if compat.get("supported") is False:
         missed.append("unsupported ops")
+    if NO_LATENCY in report.notes:
+        return NO_LATENCY
     return "misses " + ", ".join(missed) if missed else "fails"
 
 

@@ -59,13 +59,13 @@ class ClusterKeeper:
 
     def __call__(self, model: Any = None) -> None:
         for layer, assign in zip(self.layers, self.assignments, strict=True):
-            kernel = np.asarray(layer.kernel)
+            kernel = layer.kernel.numpy()
             sums = np.bincount(assign.reshape(-1), weights=kernel.reshape(-1).astype(np.float64))
             counts = np.maximum(np.bincount(assign.reshape(-1)), 1)
             layer.kernel.assign((sums / counts)[assign].astype(kernel.dtype))
 
     def distinct_values(self) -> dict[str, int]:
-        return {layer.name: int(len(np.unique(np.asarray(layer.kernel))))
+        return {layer.name: int(len(np.unique(layer.kernel.numpy())))
                 for layer in self.layers}
 
 
@@ -82,7 +82,7 @@ def cluster_weights(model: Any, clusters: int) -> ClusterKeeper:
     for layer in model.layers:
         if type(layer).__name__ not in CLUSTERED_LAYERS:
             continue
-        kernel = np.asarray(layer.kernel)
+        kernel = layer.kernel.numpy()
         centroids, assign = kmeans_1d(kernel, clusters)
         layer.kernel.assign(centroids[assign].astype(kernel.dtype))
         layers.append(layer)

@@ -74,7 +74,7 @@ class WeightQuantizer:
 
     def __init__(self, layers: list[Any]) -> None:
         self.layers = layers
-        self.shadow = [np.asarray(layer.kernel) for layer in layers]
+        self.shadow = [layer.kernel.numpy() for layer in layers]
         self.quantized = [self._quantize(layer, w) for layer, w in zip(layers, self.shadow,
                                                                          strict=True)]
         self._assign()
@@ -89,7 +89,7 @@ class WeightQuantizer:
 
     def __call__(self, model: Any = None) -> None:
         for i, layer in enumerate(self.layers):
-            self.shadow[i] = self.shadow[i] + (np.asarray(layer.kernel) - self.quantized[i])
+            self.shadow[i] = self.shadow[i] + (layer.kernel.numpy() - self.quantized[i])
             self.quantized[i] = self._quantize(layer, self.shadow[i])
         self._assign()
 

@@ -111,7 +111,9 @@ def closest_miss(trials: list[TrialRecord]) -> tuple[TrialRecord | None, list[Mi
 
 
 def reason_for(chosen: TrialRecord, fitting: list[TrialRecord], float_accuracy: float | None,
-               built: int) -> str:
+               trials: list[TrialRecord]) -> str:
+    built = sum(1 for t in trials if t.stage not in ("skipped", "error"))
+    trained = sum(1 for t in trials if t.stage == "trained")
     loss = "" if float_accuracy is None or chosen.accuracy is None else \
         f" ({100 * (chosen.accuracy - float_accuracy):+.2f} pp vs the float model)"
     others = len(fitting) - 1
@@ -120,7 +122,7 @@ def reason_for(chosen: TrialRecord, fitting: list[TrialRecord], float_accuracy: 
         runner = fitting[1]
         why += (f"; next best: trial {runner.number} ({runner.candidate.label()}) at "
                 f"{runner.accuracy:.2%}")
-    return f"{why}; {built} candidates built in all"
+    return f"{why}; {built} candidates judged, {trained} of them trained"
 
 
 def format_value(value: float | None, unit: str) -> str:

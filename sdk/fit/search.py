@@ -18,6 +18,7 @@ import logging
 import multiprocessing
 import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 
 from sdk.fit.candidate import Context, TrialRecord, evaluate
 from sdk.fit.space import Candidate, SearchSpace
+from simulator.errors import DevicefitError
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,8 @@ def blocking(candidate: Candidate, done: list[TrialRecord]) -> TrialRecord | Non
         if r.stage != "static":
             continue
         missed = set(r.misses())
-        unsupported = "unsupported" in r.note  # the op set does not depend on pruning
+        # Neither the op set nor the cost model's coverage depends on pruning.
+        unsupported = "unsupported" in r.note or "not estimated" in r.note
         if unsupported or (missed and missed <= set(MONOTONE_BUDGETS)
                            and r.candidate.prune >= candidate.prune):
             return r
@@ -123,13 +126,19 @@ class Objective:
         # for int16 ops) is a failed candidate, not the end of the search.
         try:
             return evaluate(self.ctx, candidate, number)
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:  # noqa: BLE001 - recorded in the trial and logged
+        except Exception as exc:
+            if not isinstance(exc, DevicefitError) and not _converter_error(exc):
+                raise  # a bug, not a property of the candidate
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.info("trial %d (%s) failed: %s", number, candidate.label(), message)
             return TrialRecord(number=number, candidate=candidate, stage="error",
                                verdict="fail", note=f"error: {message}")
+
+
+def _converter_error(exc: Exception) -> bool:
+    from tensorflow.lite.python.convert_phase import ConverterError
+
+    return isinstance(exc, ConverterError)
 
 
 class _Stop:
@@ -139,12 +148,17 @@ class _Stop:
                  ) -> None:
         self.settings, self.space_size, self.deadline = settings, space_size, deadline
 
-    def __call__(self, study: Any, trial: Any) -> None:
+    def finished(self, study: Any) -> bool:
         trials = study.get_trials(deepcopy=False)
-        distinct = sum(1 for t in trials if RECORD in t.user_attrs)
-        limit = min(self.settings.max_trials, self.space_size)
-        if distinct >= limit or len(trials) >= PROPOSALS_PER_TRIAL * limit or \
-                (self.deadline is not None and time.monotonic() >= self.deadline):
+        stages = [t.user_attrs[RECORD]["stage"] for t in trials if RECORD in t.user_attrs]
+        # Skipped candidates cost nothing, so they do not use up --max-trials.
+        judged = sum(1 for stage in stages if stage != "skipped")
+        return judged >= self.settings.max_trials or len(stages) >= self.space_size or \
+            len(trials) >= PROPOSALS_PER_TRIAL * self.settings.max_trials or \
+            (self.deadline is not None and time.monotonic() >= self.deadline)
+
+    def __call__(self, study: Any, trial: Any) -> None:
+        if self.finished(study):
             study.stop()
 
 
@@ -159,13 +173,71 @@ def _study(name: str, settings: SearchSettings, worker: int, create: bool) -> An
     return optuna.load_study(study_name=name, storage=settings.storage, sampler=sampler)
 
 
-def _optimize(study: Any, ctx: Context, space: SearchSpace, settings: SearchSettings,
-              on_trial: OnTrial | None, started: float) -> None:
-    deadline = None if settings.time_budget_s is None else started + settings.time_budget_s
-    remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-    study.optimize(Objective(ctx, space, on_trial), timeout=remaining,
-                   callbacks=[_Stop(settings, len(space.candidates()), deadline)],
-                   catch=())
+@dataclass
+class _Run:
+    """One process's share of the search."""
+
+    study: Any
+    objective: Objective
+    stop: _Stop
+
+    def optimize(self, n_trials: int | None = None) -> None:
+        if self.stop.finished(self.study):
+            return
+        remaining = None if self.stop.deadline is None else \
+            max(self.stop.deadline - time.monotonic(), 0.0)
+        self.study.optimize(self.objective, n_trials=n_trials, timeout=remaining,
+                            callbacks=[self.stop], catch=())
+
+
+def _run(study: Any, ctx: Context, space: SearchSpace, settings: SearchSettings,
+         on_trial: OnTrial | None) -> _Run:
+    deadline = None if settings.time_budget_s is None else \
+        time.monotonic() + settings.time_budget_s
+    return _Run(study, Objective(ctx, space, on_trial),
+                _Stop(settings, len(space.candidates()), deadline))
+
+
+def _bisect(run: _Run, space: SearchSpace) -> None:
+    """Find the least channel pruning whose structure fits, for the first scheme, by
+    bisection (sizes, arena and MACs shrink as pruning grows), then try QAT on it.
+
+    Accuracy usually falls as pruning grows, so the least-pruned fitting candidate is the
+    one to train first; each failed probe costs one static check, and every ratio below a
+    failed one is skipped without work afterwards.
+    """
+    ratios = space.prune_ratios
+    scheme = space.schemes[0]
+    lo, hi = 0, len(ratios)  # ratios[lo] is known to miss; ratios[hi:] fit (hi: unknown yet)
+    first = records(run.study)
+    if not first or first[0].stage != "static" or len(ratios) < 2:
+        return
+    while hi - lo > 1 and not run.stop.finished(run.study):
+        mid = (lo + hi) // 2
+        done = _probe(run, space, Candidate(scheme, ratios[mid]))
+        if done is None:
+            return
+        if done.stage in ("static", "error"):
+            lo = mid
+        else:
+            hi = mid
+    if hi < len(ratios) and space.qat and scheme == "int8" and \
+            not run.stop.finished(run.study):
+        _probe(run, space, Candidate(scheme, ratios[hi], None, True))
+
+
+def _probe(run: _Run, space: SearchSpace, candidate: Candidate) -> TrialRecord | None:
+    """Run ``candidate`` as the next trial (or find it done); None if the search stopped."""
+    known = next((r for r in records(run.study) if r.candidate == candidate), None)
+    if known is not None:
+        return known
+    params: dict[str, Any] = {"scheme": candidate.scheme, "prune": candidate.prune,
+                              "nm": candidate.nm}
+    if space.qat and candidate.scheme == "int8" and candidate.nm is None:
+        params["qat"] = candidate.qat
+    run.study.enqueue_trial(params)
+    run.optimize(n_trials=1)
+    return next((r for r in records(run.study) if r.candidate == candidate), None)
 
 
 def search(ctx: Context, space: SearchSpace, settings: SearchSettings, *, name: str,
@@ -179,13 +251,13 @@ def search(ctx: Context, space: SearchSpace, settings: SearchSettings, *, name: 
         settings = replace(settings, storage=f"sqlite:///{ctx.workdir / 'fit.db'}")
     started = time.monotonic()
     study = _study(name, settings, 0, create=True)
-    if not study.get_trials(deepcopy=False):
-        first = {"scheme": space.schemes[0], "prune": 0.0, "nm": None}
-        study.enqueue_trial({**first, "qat": False} if space.qat else first)
     workers = _start_workers(ctx, space, settings, name, model_path) if settings.jobs > 1 else []
     interrupted = False
+    run = _run(study, ctx, space, settings, on_trial)
     try:
-        _optimize(study, ctx, space, settings, on_trial, started)
+        _probe(run, space, Candidate(space.schemes[0], 0.0))
+        _bisect(run, space)
+        run.optimize()
         for w in workers:
             w.join()
     except KeyboardInterrupt:
@@ -225,12 +297,13 @@ def _start_workers(ctx: Context, space: SearchSpace, settings: SearchSettings, n
 
 def _worker(spec: _WorkerSpec) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    warnings.filterwarnings("ignore", message="Statistics for quantized inputs")  # as the CLI
     from sdk.convert import loading
 
     loaded = loading.load(spec.model_path)
     ctx = replace(spec.ctx, loaded=replace(spec.ctx.loaded, keras_model=loaded.keras_model))
     study = _study(spec.name, spec.settings, spec.index, create=False)
     try:
-        _optimize(study, ctx, spec.space, spec.settings, None, time.monotonic())
+        _run(study, ctx, spec.space, spec.settings, None).optimize()
     except KeyboardInterrupt:
         pass

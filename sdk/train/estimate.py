@@ -227,6 +227,8 @@ class TrainingMemoryModel:
             private.pop(k, None)
             for r in [r for r, last in self.last_reader.items() if last == k]:
                 live.pop(r, None)
+        if live or private:  # every kept tensor must have been freed by its last reader
+            raise AssertionError(f"liveness simulation left tensors alive: {live} {private}")
         update_ws = self.optimizer.update_temps * self.largest_variable * PARAM_BYTES
         snaps.append(_Snapshot(0, update_ws, param_grads, "optimizer update"))
         peak = max(snaps, key=lambda s: s.total)

@@ -108,6 +108,9 @@ def plan_batch(model: Any, *, memory_bytes: int | None = None, optimizer: str = 
         return tm.estimate(b, accumulation_steps=math.ceil(target_batch / b)).peak_bytes <= limit
 
     one = tm.estimate(1, accumulation_steps=target_batch)
+    if one.parameter_bytes > limit:
+        raise UsageError(f"memory limit {format_size(limit)} is smaller than the model's "
+                         f"parameters alone ({format_size(one.parameter_bytes)})")
     if one.persistent_bytes > limit:
         raise UsageError(
             f"memory limit {format_size(limit)} is smaller than the parameters and "

@@ -472,6 +472,9 @@ class LatencySplit:
     tpu_compute_ms: float
     link_ms: float
     cpu_ms: float
+    #: The fixed cost of invoking the TPU once (driver, USB/PCIe round trips); 0 with no
+    #: op on the TPU.
+    invoke_ms: float
     total_ms: float
     #: Bytes over USB/PCIe per inference: TPU segment inputs/outputs + streamed parameters.
     link_bytes: int
@@ -757,18 +760,22 @@ def _boundary_bytes(model: Model, segment: tuple[int, int]) -> tuple[int, int]:
 
 
 def estimate_split_latency(model: Model, report: EdgeTpuReport, profile: Profile) -> LatencySplit:
-    """TPU compute + link traffic + CPU fallback, from the profile's cost model.
+    """TPU compute + link traffic + a fixed invoke cost + CPU fallback, from the cost model.
 
-    TPU: mapped MACs / ``tpu_macs_per_second``. Link: the segment's input and output tensors
-    plus the streamed (off-chip) parameters cross USB/PCIe every inference, at
-    ``link_bandwidth``. CPU: the ops left on the host, with the host CPU cost model
-    (:func:`simulator.latency.estimate_latency`).
+    TPU: mapped MACs at ``tpu_macs_per_second × tpu_efficiency`` (the peak is never reached
+    on real layers). Link: the segment's input and output tensors plus the streamed
+    (off-chip) parameters cross USB/PCIe every inference, at ``link_bandwidth``. Invoke:
+    ``invoke_overhead`` once per inference when any op runs on the TPU (driver and link round
+    trips; it dominates small models). CPU: the ops left on the host, with the host CPU cost
+    model (:func:`simulator.latency.estimate_latency`). The built-in profile's constants are
+    fitted to Coral's published latencies (``benchmarks/bench_edgetpu_latency.py``).
     """
     from simulator.compute import op_work
     from simulator.latency import estimate_latency
     from simulator.report import OpCompute
 
     cost = profile.cost_model
+    tpu_rate = cost.tpu_macs_per_second * cost.tpu_efficiency
     work = op_work(model)
     on_tpu = {p.index for p in report.ops if p.device == "tpu"}
     tpu_macs = sum(w.macs for w in work if w.op_index in on_tpu)
@@ -781,15 +788,16 @@ def estimate_split_latency(model: Model, report: EdgeTpuReport, profile: Profile
     per_op = []
     for w in work:
         device = "tpu" if w.op_index in on_tpu else "cpu"
-        ms = 1e3 * w.macs / cost.tpu_macs_per_second if device == "tpu" else cpu_ms[w.op_index]
+        ms = 1e3 * w.macs / tpu_rate if device == "tpu" else cpu_ms[w.op_index]
         per_op.append({"op_index": w.op_index, "op": w.op, "device": device, "dtype": w.dtype,
                        "macs": w.macs, "bytes_moved": w.bytes_moved, "estimated_ms": ms})
     tpu_ms = sum(o["estimated_ms"] for o in per_op if o["device"] == "tpu")
     link_ms = 1e3 * link_bytes / cost.link_bytes_per_second
+    invoke_ms = cost.invoke_overhead_ms if on_tpu else 0.0
     total_cpu = cpu.total_ms if cpu else 0.0
     return LatencySplit(
-        tpu_compute_ms=tpu_ms, link_ms=link_ms, cpu_ms=total_cpu,
-        total_ms=tpu_ms + link_ms + total_cpu, link_bytes=link_bytes,
+        tpu_compute_ms=tpu_ms, link_ms=link_ms, cpu_ms=total_cpu, invoke_ms=invoke_ms,
+        total_ms=tpu_ms + link_ms + invoke_ms + total_cpu, link_bytes=link_bytes,
         boundary_in_bytes=b_in, boundary_out_bytes=b_out, tpu_macs=tpu_macs,
         cpu_macs=sum(c.macs for c in cpu_work), per_op=per_op)
 
@@ -876,7 +884,8 @@ def text_lines(section: dict[str, Any]) -> list[str]:
                  + f"; {b(section['offchip_param_bytes'])} streamed every inference")
     lat = section.get("latency")
     if lat:
-        lines.append(f"  latency      {format_time_ms(lat['total_ms'])} = TPU "
+        lines.append(f"  latency      {format_time_ms(lat['total_ms'])} = invoke "
+                     f"{format_time_ms(lat['invoke_ms'])} + TPU "
                      f"{format_time_ms(lat['tpu_compute_ms'])} + link "
                      f"{format_time_ms(lat['link_ms'])} ({b(lat['link_bytes'])}) + CPU "
                      f"{format_time_ms(lat['cpu_ms'])} (estimated)")

@@ -18,29 +18,23 @@ Stages, each checked before the next reads it:
 from __future__ import annotations
 
 import dataclasses
-import logging
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from simulator.errors import RuntimeFailure, UsageError
+from simulator.errors import InputError, RuntimeFailure, UsageError
 from simulator.lifetimes import OFFLINE_METADATA, Buffer, lower_bound, tflm_buffers
 from simulator.model import Model
 from simulator.optimize.graph import graph_from_buffers
 from simulator.optimize.packing import pack
-from simulator.optimize.reorder import DEFAULT_BEAM, best_order
+from simulator.optimize.reorder import best_order
 from simulator.planners.base import PlanError, check_plan
 from simulator.planners.tflm import greedy_plan
 from simulator.profiles import Profile
 from simulator.reader import parse_model
 from simulator.writer import reorder_operators, set_offline_plan
-
-log = logging.getLogger(__name__)
-
-#: Pointer width of the host the pip wheel of TFLM runs on (the measured heads).
-HOST_POINTER_BYTES = 8
 
 
 @dataclass
@@ -111,8 +105,7 @@ class _Candidate:
 
 
 def optimize_model_bytes(data: bytes, profile: Profile, *, verify: bool = True,
-                         name: str = "<bytes>", beam: int = DEFAULT_BEAM,
-                         ) -> tuple[bytes, OptimizeReport]:
+                         name: str = "<bytes>") -> tuple[bytes, OptimizeReport]:
     """Rewrite a ``.tflite`` so TFLM's stock interpreter needs a smaller arena head.
 
     Returns the new bytes (the input bytes when nothing improves) and the report. With
@@ -145,16 +138,22 @@ def optimize_model_bytes(data: bytes, profile: Profile, *, verify: bool = True,
         report.seconds = time.perf_counter() - started
         return data, report
 
-    graph = graph_from_buffers(model.main, before)
+    try:
+        graph = graph_from_buffers(model.main, before)
+    except InputError as exc:  # valid for TFLM, but not a DAG the search can reorder
+        report.summary = f"unchanged: {exc}"
+        report.seconds = time.perf_counter() - started
+        return data, report
     if graph.peak(file_order) != report.bound_file_order_bytes:
         raise PlanError(f"optimizer DAG peak {graph.peak(file_order)} != lifetimes bound "
                         f"{report.bound_file_order_bytes} for the file order")
-    best = best_order(graph, beam=beam)
+    best = best_order(graph)
     report.bound_best_order_bytes, report.bound_exact = best.bound, best.exact
     report.search_states = best.states
     if not best.exact:
-        report.notes.append(f"the graph is too large for an exact order search; best order "
-                            f"found by a beam of {beam} states, bound = per-operator floor")
+        report.notes.append("the graph is too wide for an exact order search: the order comes "
+                            "from a beam search and the best-order bound is the per-operator "
+                            "floor (inputs + outputs + scratch of one operator)")
 
     orders = [best.order] if best.order == file_order else [file_order, best.order]
     orders = [o for o in orders if graph.peak(o) == best.peak]

@@ -5,11 +5,12 @@ Packing buffers with lifetimes into the smallest arena is dynamic storage alloca
 a portfolio and keeps every distinct result, best first:
 
 - first-fit in several orders (TFLM's size-descending greedy is one of them);
-- a search at a target height ``H``: buffers are placed in the order they come alive, each
+- a search for a plan at the bound: buffers are placed in the order they come alive, each
   against the top or bottom of a free hole, preferring the side whose neighbour lives
-  longest (the arena's ends live forever). On a chain this puts consecutive tensors at
-  opposite ends and reaches the bound; elsewhere it backtracks (node-limited) and ``H``
-  is bisected between the bound and the best first-fit result.
+  longest (the arena's ends live forever), backtracking (node-limited) when none fits. On a
+  chain this puts consecutive tensors at opposite ends and reaches the bound at once;
+- otherwise a local search over first-fit orders: move one buffer elsewhere in the order,
+  keep the move if the head does not grow, until the bound or the move budget.
 
 Every plan is verified (:func:`simulator.planners.base.check_plan`: no two buffers live at
 the same step overlap) before it is returned.
@@ -17,6 +18,7 @@ the same step overlap) before it is returned.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,8 +27,11 @@ from simulator.planners.base import check_plan, overlaps_in_time
 
 #: Offsets stay multiples of TFLM's buffer alignment (buffer sizes already are).
 ALIGN = 16
-#: Search nodes per target height before the search gives up on that height.
-DEFAULT_NODE_LIMIT = 20_000
+#: Search nodes before the two-ended search gives up on packing at the bound.
+DEFAULT_NODE_LIMIT = 5_000
+#: Local-search moves: at most MAX_MOVES, fewer for many buffers (MOVE_BUDGET / buffers²).
+MAX_MOVES = 2_000
+MOVE_BUDGET = 10_000_000
 _FOREVER = 1 << 62
 
 
@@ -74,14 +79,28 @@ class _Search:
                             key=lambda i: (buffers[i].first, -buffers[i].last, -buffers[i].size))
         self.node_limit = node_limit
         self.height = 0
-        self.nodes = 0
         self.pos: list[int] = []
 
     def run(self, height: int) -> list[int] | None:
         """Offsets that fit under ``height``, or None if none was found within the limit."""
-        self.height, self.nodes, self.pos = height, 0, []
-        if not self._place(0):
-            return None
+        self.height, self.pos = height, []
+        # Depth-first with an explicit stack (models can have more buffers than Python's
+        # recursion limit): one list of untried candidates per placed buffer.
+        untried = [self._candidates(0)] if self.order else []
+        nodes = 0
+        while len(self.pos) < len(self.order):
+            if not untried[-1]:
+                untried.pop()
+                if not untried:
+                    return None
+                self.pos.pop()
+                continue
+            nodes += 1
+            if nodes > self.node_limit:
+                return None
+            self.pos.append(untried[-1].pop(0))
+            if len(self.pos) < len(self.order):
+                untried.append(self._candidates(len(self.pos)))
         offsets = [0] * len(self.buffers)
         for i, p in zip(self.order, self.pos):
             offsets[i] = p
@@ -105,51 +124,58 @@ class _Search:
                 below_end, below_life = hi, life
         return [p for _, p in sorted(scored)]
 
-    def _place(self, k: int) -> bool:
-        if k == len(self.order):
-            return True
-        for p in self._candidates(k):
-            self.nodes += 1
-            if self.nodes > self.node_limit:
-                return False
-            self.pos.append(p)
-            if self._place(k + 1):
-                return True
-            self.pos.pop()
-        return False
 
-
-def pack(buffers: Sequence[Buffer], node_limit: int = DEFAULT_NODE_LIMIT) -> list[Packing]:
+def pack(buffers: Sequence[Buffer], node_limit: int = DEFAULT_NODE_LIMIT,
+         moves: int | None = None, seed: int = 0) -> list[Packing]:
     """Distinct verified packings of ``buffers`` (ignoring their offline offsets), smallest
-    head first. Buffer sizes should be multiples of :data:`ALIGN`, as TFLM's are."""
+    head first. Buffer sizes should be multiples of :data:`ALIGN`, as TFLM's are.
+
+    Deterministic: the local search draws its moves from a generator seeded with ``seed``.
+    """
     results: dict[int, Packing] = {}
+    bound = _align_up(lower_bound(buffers))
 
-    def keep(offsets: list[int] | None, method: str) -> None:
-        if offsets is not None:
-            head = check_plan(buffers, offsets, f"offline plan ({method})")
-            results.setdefault(head, Packing(tuple(offsets), head, method))
+    def keep(offsets: list[int] | None, method: str) -> int | None:
+        if offsets is None:
+            return None
+        head = check_plan(buffers, offsets, f"offline plan ({method})")
+        results.setdefault(head, Packing(tuple(offsets), head, method))
+        return head
 
+    starts: list[tuple[int, list[int]]] = []  # (head, first-fit order)
     for name, key in _FIRST_FIT_ORDERS.items():
-        keep(first_fit(buffers, sorted(range(len(buffers)), key=lambda i: key(buffers[i]))),
-             name)
-    search = _Search(buffers, node_limit)
-    # Try the bound itself first (chains reach it), then bisect the height between the
-    # bound (infeasible so far) and the best plan found (feasible).
-    lo, hi = _align_up(lower_bound(buffers)), min(results, default=0)
-    mid = lo
-    while lo < hi:
-        found = search.run(mid)
-        keep(found, "two-ended search")
-        if found is not None:
-            hi = max(p + b.size for p, b in zip(found, buffers))
-        else:
-            lo = _align_up(mid + 1)
-        mid = max(lo, _align_down((lo + hi) // 2))
+        order = sorted(range(len(buffers)), key=lambda i: key(buffers[i]))
+        starts.append((keep(first_fit(buffers, order), name), order))
+    if min(results, default=0) > bound:
+        keep(_Search(buffers, node_limit).run(bound), "two-ended search")
+    if min(results, default=0) > bound:
+        start = min(starts, key=lambda s: s[0])[1]
+        if moves is None:  # each move costs a first-fit pass, quadratic in the buffers
+            moves = min(MAX_MOVES, MOVE_BUDGET // max(len(buffers), 1) ** 2)
+        keep(_local_search(buffers, start, bound, moves, random.Random(seed)),
+             "first-fit local search")
     return [results[h] for h in sorted(results)]
 
 
-def _align_down(n: int) -> int:
-    return n // ALIGN * ALIGN
+def _head(buffers: Sequence[Buffer], offsets: Sequence[int]) -> int:
+    return max((o + b.size for o, b in zip(offsets, buffers)), default=0)
+
+
+def _local_search(buffers: Sequence[Buffer], order: list[int], bound: int, moves: int,
+                  rng: random.Random) -> list[int]:
+    """Move one buffer to another place in the first-fit order; keep the move when the head
+    does not grow (sideways moves let the search cross plateaus). Stops at the bound."""
+    best = first_fit(buffers, order)
+    head = _head(buffers, best)
+    for _ in range(moves):
+        if head <= bound or len(order) < 2:
+            break
+        trial = order[:]
+        trial.insert(rng.randrange(len(trial)), trial.pop(rng.randrange(len(trial))))
+        offsets = first_fit(buffers, trial)
+        if _head(buffers, offsets) <= head:
+            order, best, head = trial, offsets, _head(buffers, offsets)
+    return best
 
 
 def _align_up(n: int) -> int:

@@ -4,9 +4,9 @@ Dynamic programming over the sets of operators already executed (Liberis & Lane,
 arXiv:1910.05110). What is live between two steps depends only on *which* operators have
 run, not on their order, so the best peak to reach a set is memoised on the set (a bitmask).
 The search goes forward one step at a time: every state of one layer holds sets of the same
-size. When a layer grows beyond ``beam`` states the search keeps the most promising ones
-(lowest peak so far, then fewest live bytes) and the result is no longer proven optimal; it
-then reports :meth:`OpGraph.op_floor` as the bound every order must reach.
+size. When a layer grows beyond its share of the state budget the search keeps the most
+promising ones (lowest peak so far, then fewest live bytes) and the result is no longer
+proven optimal; it then reports :meth:`OpGraph.op_floor` as the bound every order must reach.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 from simulator.optimize.graph import OpGraph
 
-#: States per layer before the search turns into a beam search.
-DEFAULT_BEAM = 4_000
+#: States the search may keep over all layers; a layer beyond ``budget / operators`` states
+#: (at least :data:`MIN_BEAM`) is cut to that many: the search becomes a beam search.
+DEFAULT_BUDGET = 100_000
+MIN_BEAM = 256
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class OrderResult:
 class _State:
     peak: int
     alive: int
+    #: Operators whose inputs are all computed and that have not run yet (a bitmask).
+    ready: int
     parent: int
     op: int
 
@@ -46,10 +50,13 @@ class _Tables:
         n = graph.n_ops
         prod = graph.producers()
         self.pred_mask = [0] * n
+        self.succ: list[list[int]] = [[] for _ in range(n)]
         for op, ins in enumerate(graph.op_inputs):
             for t in ins:
-                if t in prod:
+                if t in prod and not self.pred_mask[op] >> prod[t] & 1:
                     self.pred_mask[op] |= 1 << prod[t]
+                    self.succ[prod[t]].append(op)
+        self.start_ready = sum(1 << op for op in range(n) if not self.pred_mask[op])
         consumers: dict[int, int] = {}
         for op, ins in enumerate(graph.op_inputs):
             for t in ins:
@@ -67,6 +74,14 @@ class _Tables:
                                if t in consumers or t in outputs)
         self.start_peak = sum(graph.sizes[t] for t in graph.graph_inputs)
 
+    def ready_after(self, ready: int, op: int, done: int) -> int:
+        """Ready set once ``op`` has run (``done`` includes ``op``)."""
+        ready &= ~(1 << op)
+        for s in self.succ[op]:
+            if not self.pred_mask[s] & ~done:
+                ready |= 1 << s
+        return ready
+
     def after(self, alive: int, op: int, done: int) -> int:
         """Live bytes between steps once ``op`` has run (``done`` includes ``op``)."""
         for size, readers, is_output in self.kept[op]:
@@ -78,15 +93,17 @@ class _Tables:
         return alive
 
 
-def best_order(graph: OpGraph, beam: int = DEFAULT_BEAM) -> OrderResult:
+def best_order(graph: OpGraph, budget: int = DEFAULT_BUDGET) -> OrderResult:
     """The topological order of ``graph`` with the lowest peak (ties: the file order's)."""
     n = graph.n_ops
+    beam = max(MIN_BEAM, budget // max(n, 1))
     file_order = tuple(range(n))
     if n == 0:
         return OrderResult((), graph.peak(()), True, graph.peak(()), 0)
     tab = _Tables(graph)
     full = (1 << n) - 1
-    states: dict[int, _State] = {0: _State(tab.start_peak, tab.start_alive, -1, -1)}
+    states: dict[int, _State] = {0: _State(tab.start_peak, tab.start_alive, tab.start_ready,
+                                           -1, -1)}
     layer = [0]
     exact = True
     visited = 1
@@ -94,17 +111,19 @@ def best_order(graph: OpGraph, beam: int = DEFAULT_BEAM) -> OrderResult:
         nxt: dict[int, _State] = {}
         for done in layer:
             st = states[done]
+            ready = st.ready
             # Ascending op index: among equal peaks the earliest-in-file op wins, so the file
             # order survives whenever it is optimal.
-            for op in range(n):
-                bit = 1 << op
-                if done & bit or tab.pred_mask[op] & ~done:
-                    continue
+            while ready:
+                bit = ready & -ready
+                ready ^= bit
+                op = bit.bit_length() - 1
                 peak = max(st.peak, st.alive + tab.step_extra[op])
                 new = done | bit
                 cur = nxt.get(new)
                 if cur is None or peak < cur.peak:
-                    nxt[new] = _State(peak, tab.after(st.alive, op, new), done, op)
+                    nxt[new] = _State(peak, tab.after(st.alive, op, new),
+                                      tab.ready_after(st.ready, op, new), done, op)
         if len(nxt) > beam:
             exact = False
             kept = sorted(nxt, key=lambda m: (nxt[m].peak, nxt[m].alive))[:beam]

@@ -24,6 +24,9 @@ class MemoryPlan:
     head_bytes: int
     tail_bytes: int
     lower_bound_bytes: int
+    #: The smallest arena the runtime can start in: head + tail, or more when it needs
+    #: extra room while it loads (TFLM's planning); None means head + tail.
+    required_bytes: int | None = None
     #: Bytes live at each step (step 0: graph inputs; step k: k-th operator run, main graph).
     live_bytes: tuple[int, ...] = ()
     #: Main-graph operator index → (first step, last step) it spans (more than one step for
@@ -37,6 +40,10 @@ class MemoryPlan:
     @property
     def arena_bytes(self) -> int:
         return self.head_bytes + self.tail_bytes
+
+    @property
+    def arena_required_bytes(self) -> int:
+        return max(self.required_bytes or 0, self.arena_bytes)
 
 
 class PlanError(AssertionError):
@@ -55,19 +62,21 @@ def check_plan(buffers: Sequence[Buffer], offsets: Sequence[int], what: str = "p
     """
     if len(buffers) != len(offsets):
         raise PlanError(f"{what}: {len(buffers)} buffers but {len(offsets)} offsets")
-    spans = sorted(range(len(buffers)), key=lambda i: offsets[i])
-    for n, i in enumerate(spans):
-        if offsets[i] < 0:
-            raise PlanError(f"{what}: buffer '{buffers[i].name}' has negative offset {offsets[i]}")
-        end = offsets[i] + buffers[i].size
-        for j in spans[n + 1:]:
-            if offsets[j] >= end:
-                break
-            if buffers[i].size and buffers[j].size and overlaps_in_time(buffers[i], buffers[j]):
-                a, b = buffers[i], buffers[j]
-                msg = (f"{what}: '{a.name}' [{offsets[i]}, {end}) and '{b.name}' "
-                       f"[{offsets[j]}, {offsets[j] + b.size}) overlap while both are live")
+    # Sweep in time: each buffer is checked against those still live when it starts, which
+    # finds every clashing pair (their common steps begin at the later start).
+    active: list[int] = []
+    for i in sorted(range(len(buffers)), key=lambda k: buffers[k].first):
+        a, start = buffers[i], offsets[i]
+        if start < 0:
+            raise PlanError(f"{what}: buffer '{a.name}' has negative offset {start}")
+        active = [j for j in active if buffers[j].last >= a.first]
+        for j in active:
+            b = buffers[j]
+            if a.size and b.size and start < offsets[j] + b.size and offsets[j] < start + a.size:
+                msg = (f"{what}: '{b.name}' [{offsets[j]}, {offsets[j] + b.size}) and "
+                       f"'{a.name}' [{start}, {start + a.size}) overlap while both are live")
                 if a.offline_offset is not None and b.offline_offset is not None:
                     raise InputError(f"the OfflineMemoryAllocation metadata is wrong: {msg}")
                 raise PlanError(msg)
+        active.append(i)
     return max((o + b.size for b, o in zip(buffers, offsets, strict=True)), default=0)

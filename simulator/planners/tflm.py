@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from simulator.lifetimes import Buffer, live_bytes_per_step, op_steps, tflm_buffers
+from simulator.lifetimes import Buffer, align_up, live_bytes_per_step, op_steps, tflm_buffers
 from simulator.model import Model
 from simulator.planners.base import MemoryPlan, check_plan, overlaps_in_time
-from simulator.planners.tflm_tail import estimate_tail
+from simulator.planners.tflm_tail import estimate_tail, prepare_peak
 from simulator.profiles import Profile
 from simulator.scratch import KERNEL_SCRATCH, is_exact
 
@@ -56,6 +56,32 @@ def greedy_plan(buffers: Sequence[Buffer]) -> list[int]:
     return offsets
 
 
+#: ``GreedyMemoryPlanner::per_buffer_size()``: requirements (4 ints), sorted size and id,
+#: offset-list entry (3 ints), offset.
+_PLANNER_BYTES_PER_BUFFER = 16 + 4 + 4 + 12 + 4
+#: Room TFLM reserves for scratch-buffer requests beyond those made (``kMaxScratchBuffersPerOp``).
+_SCRATCH_REQUEST_HEADROOM = 12
+
+
+def planning_bytes(model: Model, buffers: Sequence[Buffer], pointer_bytes: int) -> int:
+    """Head-side memory TFLM needs *while* it plans (``CommitStaticMemoryPlan``), freed after.
+
+    At that moment the head holds the scratch-buffer requests, then come the temporary
+    ``AllocationInfo`` array (one per tensor of every subgraph and per scratch buffer), the
+    subgraph offsets, and the greedy planner's own arrays (one entry per planned buffer). For
+    models with many tensors and small activations (a deep MLP) this exceeds the final head,
+    and an arena of head + tail fails to initialize.
+    """
+    n_scratch = sum(1 for b in buffers if b.kind == "scratch")
+    n_tensors = sum(len(sg.tensors) for sg in model.subgraphs)
+    request = 2 * pointer_bytes  # ScratchBufferRequest {size_t, int, int}
+    allocation_info = 4 * pointer_bytes if pointer_bytes >= 8 else 24
+    return (align_up((n_scratch + _SCRATCH_REQUEST_HEADROOM) * request)
+            + align_up(pointer_bytes * len(model.subgraphs))
+            + align_up(allocation_info * (n_tensors + n_scratch))
+            + _PLANNER_BYTES_PER_BUFFER * len(buffers))
+
+
 def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None) -> MemoryPlan:
     """TFLM's arena for ``model`` on ``profile``: exact head, estimated tail."""
     kernels = profile.runtime.kernels
@@ -66,7 +92,7 @@ def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None
     live = live_bytes_per_step(buffers)
     tail = estimate_tail(model, pointer_bytes=pointer, kernels=kernels)
     exact: list[str] = []
-    estimated = ["arena_tail"]
+    estimated = ["arena_tail", "arena_required"]
     notes = [tail.note]
     if is_exact(kernels):
         exact += ["arena_head", "lower_bound", "timeline"]
@@ -79,8 +105,17 @@ def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None
             notes.append(f"head: tensors planned exactly, but '{kernels}' kernels request "
                          "scratch buffers devicefit sizes as the reference kernels do; the "
                          "real head can be larger")
+    n_scratch = sum(1 for b in buffers if b.kind == "scratch")
+    required = max(head, planning_bytes(model, buffers, pointer)) + tail.total
+    required = max(required, prepare_peak(model, tail.total, pointer_bytes=pointer,
+                                          n_scratch=n_scratch))
+    if required > head + tail.total:
+        notes.append(f"TFLM needs {required - head - tail.total:,} B more while it loads "
+                     f"(kernels' Prepare, planning; freed afterwards): the arena must be at "
+                     f"least {required:,} B")
     return MemoryPlan(
         planner="tflm-greedy",
+        required_bytes=required,
         buffers=tuple(buffers),
         offsets=tuple(offsets),
         head_bytes=head,

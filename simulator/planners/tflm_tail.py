@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simulator.lifetimes import align_up, tflm_tensor_bytes
-from simulator.model import Model
+from simulator.model import Model, Operator, Subgraph
 
 # Fitted (least squares) on 20 test models (MobileNet v1/v2, 200-layer MLP, control flow ...)
 # against the pip wheel's RecordingMicroAllocator (64-bit host, reference kernels), after
@@ -56,12 +56,56 @@ def _struct_sizes(ptr: int) -> dict[str, int]:
     }
 
 
+def _scale(pointer_bytes: int) -> float:
+    # Allocator objects and OpData mix pointers with ints: about 3/4 the size on 32-bit.
+    return 1.0 if pointer_bytes >= 8 else 0.75
+
+
+def _kernel_bytes(sg: Subgraph, op: Operator, scale: float) -> int:
+    """What ``op``'s kernel keeps in the tail: OpData, builtin options, per-channel arrays."""
+    n = round((_PER_OP_64 + _EXTRA_OPDATA_64.get(op.op_name, 0)) * scale)
+    if op.op_name in _PER_CHANNEL and len(op.inputs) > 1 and op.inputs[1] >= 0:
+        f = sg.tensors[op.inputs[1]]
+        quantized = f.quantization is not None or op.op_name != "FULLY_CONNECTED"
+        if quantized and len(f.shape) > _PER_CHANNEL[op.op_name]:
+            n += 2 * 4 * f.shape[_PER_CHANNEL[op.op_name]]
+    return n
+
+
+def prepare_peak(model: Model, tail_bytes: int, *, pointer_bytes: int = 8,
+                 n_scratch: int = 0) -> int:
+    """Arena TFLM needs while kernels run ``Prepare`` (an estimate, tail included).
+
+    Each kernel reads its tensors as temporary ``TfLiteTensor`` structs, each with a copy of
+    its zero points (one int per channel), on the head side, while the tail already holds
+    everything the earlier kernels kept. A big per-channel weight late in the graph (a wide
+    dense layer) can need more than the final head + tail.
+    """
+    sizes = _struct_sizes(pointer_bytes)
+    scale = _scale(pointer_bytes)
+    ops = [(sg, op) for sg in model.subgraphs for op in sg.operators]  # Prepare order
+    later = sum(_kernel_bytes(sg, op, scale) for sg, op in ops)
+    requests = align_up((n_scratch + 12) * 2 * pointer_bytes)  # kMaxScratchBuffersPerOp
+    peak = 0
+    for sg, op in ops:
+        later -= _kernel_bytes(sg, op, scale)
+        temp = requests
+        for t in (*op.inputs, *op.outputs):
+            if t < 0:
+                continue
+            temp += sizes["tensor"]
+            q = sg.tensors[t].quantization
+            if q is not None and q.scale:
+                temp += sizes["affine_quant"] + align_up(4 + 4 * len(q.scale), pointer_bytes)
+        peak = max(peak, tail_bytes - later + temp)
+    return peak
+
+
 def estimate_tail(model: Model, *, pointer_bytes: int = 8, kernels: str = "reference"
                   ) -> TailEstimate:
     """Estimated tail bytes of ``model`` for this pointer width and kernel flavour."""
     sizes = _struct_sizes(pointer_bytes)
-    # Allocator objects and OpData mix pointers with ints: about 3/4 the size on 32-bit.
-    scale = 1.0 if pointer_bytes >= 8 else 0.75
+    scale = _scale(pointer_bytes)
     n_tensors = sum(len(sg.tensors) for sg in model.subgraphs)
     n_ops = sum(len(sg.operators) for sg in model.subgraphs)
     main = model.main
@@ -71,16 +115,7 @@ def estimate_tail(model: Model, *, pointer_bytes: int = 8, kernels: str = "refer
         q = t.quantization
         if q is not None and q.scale:
             quant += sizes["affine_quant"] + 4 + 4 * len(q.zero_point or q.scale)
-    per_channel = 0
-    opdata = 0
-    for sg in model.subgraphs:
-        for op in sg.operators:
-            opdata += _PER_OP_64 + _EXTRA_OPDATA_64.get(op.op_name, 0)
-            if op.op_name in _PER_CHANNEL and len(op.inputs) > 1 and op.inputs[1] >= 0:
-                f = sg.tensors[op.inputs[1]]
-                quantized = f.quantization is not None or op.op_name != "FULLY_CONNECTED"
-                if quantized and len(f.shape) > _PER_CHANNEL[op.op_name]:
-                    per_channel += 2 * 4 * f.shape[_PER_CHANNEL[op.op_name]]
+    kernel = sum(_kernel_bytes(sg, op, scale) for sg in model.subgraphs for op in sg.operators)
     variables = sum(align_up(tflm_tensor_bytes(t)) for sg in model.subgraphs
                     for t in sg.tensors if t.is_variable)
     breakdown = {
@@ -89,7 +124,7 @@ def estimate_tail(model: Model, *, pointer_bytes: int = 8, kernels: str = "refer
         "nodes": sizes["node"] * n_ops,
         "io_tensors": sizes["tensor"] * len(io),
         "io_quantization": quant,
-        "kernel_data": round(opdata * scale) + per_channel,
+        "kernel_data": kernel,
         "variables": variables,
     }
     note = (f"tail: estimated for {pointer_bytes * 8}-bit pointers and '{kernels}' kernels "

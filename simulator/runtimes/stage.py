@@ -24,6 +24,7 @@ from simulator.compat import check_ops
 from simulator.compat import tflm as tflm_ops
 from simulator.latency import op_dtype
 from simulator.model import Model
+from simulator.planners import plan_memory
 from simulator.profiles import Ops, Profile
 from simulator.report import Report
 from simulator.runtimes import (
@@ -36,6 +37,7 @@ from simulator.runtimes import (
     run_model,
     runner_name,
 )
+from simulator.simulate import with_runtime
 
 INTEGER_DTYPES = {"int8", "uint8", "int16"}
 #: Ops that only convert between float and integer at the model's edges.
@@ -86,7 +88,7 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
     report.latency["host_ms"] = host_summary(main, threads)
     report.latency["host_per_op_ms"] = main.per_op_ms
     if main.arena_head_bytes is not None:
-        measured.update(_arena(main, report, profile))
+        measured.update(_arena(model, main, report, profile))
     measured["outputs_agree"] = None
     if cross_check and is_integer_model(model):
         if not tflm_ops.check(model, profile):
@@ -102,24 +104,30 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
     return report
 
 
-def _arena(result: RunResult, report: Report, profile: Profile) -> dict:
+def _arena(model: Model, result: RunResult, report: Report, profile: Profile) -> dict:
     """Measured arena figures beside the prediction, and what they mean for the device.
 
-    The wheel runs on a 64-bit host with reference kernels, so its head (the planned tensors)
-    is the device's, while its tail (pointer-sized structs, kernel data) is the host's. The
-    device needs the measured head plus the tail predicted for its pointer width and kernels.
+    The wheel runs reference kernels on a 64-bit host. Its head checks the planner: it is
+    compared with the prediction for those same kernels, which must match to the byte. The
+    device's own kernels (CMSIS-NN, ESP-NN) request other scratch buffers and its pointers
+    are narrower, so the device needs the head and tail predicted for its runtime; only a
+    host-like profile (reference kernels, 64-bit) takes the measured figures as they are.
     """
     mem = report.memory
-    host_like = profile.runtime.pointer_bytes == 8 and profile.runtime.kernels == "reference"
-    device_arena = (result.arena_total_bytes if host_like
-                    else result.arena_head_bytes + mem.arena_tail_bytes)
+    kernels_match = profile.runtime.kernels == "reference"
+    host_like = kernels_match and profile.runtime.pointer_bytes == 8
+    wheel_head = mem.arena_head_bytes if kernels_match else plan_memory(
+        model, with_runtime(profile, kernels="reference")).head_bytes
+    device_head = result.arena_head_bytes if kernels_match else mem.arena_head_bytes
+    device_arena = result.arena_total_bytes if host_like else device_head + mem.arena_tail_bytes
     out = {
         "arena_head_bytes": result.arena_head_bytes,
         "arena_tail_bytes": result.arena_tail_bytes,
         "arena_total_bytes": result.arena_total_bytes,
         "arena_categories": result.arena_categories,
-        "predicted_head_bytes": mem.arena_head_bytes,
-        "head_difference_bytes": result.arena_head_bytes - mem.arena_head_bytes,
+        "predicted_head_bytes": wheel_head,
+        "predicted_head_basis": "reference kernels, as the tflite-micro wheel runs them",
+        "head_difference_bytes": result.arena_head_bytes - wheel_head,
         "tail_basis": ("measured" if host_like else
                        f"predicted for {profile.runtime.pointer_bytes * 8}-bit pointers and "
                        f"{profile.runtime.kernels} kernels (the host's tail is not the device's)"),
@@ -133,7 +141,7 @@ def _arena(result: RunResult, report: Report, profile: Profile) -> dict:
             report.notes.append(f"the model needs {device_arena - budget} bytes more arena than "
                                 f"the profile's budget of {budget} bytes")
     if out["head_difference_bytes"]:
-        report.notes.append(f"measured arena head differs from the prediction by "
-                            f"{out['head_difference_bytes']:+d} bytes")
+        report.notes.append(f"measured arena head differs from the prediction for reference "
+                            f"kernels by {out['head_difference_bytes']:+d} bytes")
     return out
 

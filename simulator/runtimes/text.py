@@ -75,11 +75,21 @@ def compatibility_lines(report: Report) -> list[str]:
     if not c:
         return []
     if c["supported"]:
-        return ["Compatibility", f"  every operator is supported by the {c['table']} op table"]
+        return ["Compatibility", f"  {_supported_line(c)}"]
     lines = ["Compatibility", f"  UNSUPPORTED by the {c['table']} op table:"]
     lines += _rows([[f"op {u['op_index']}", u["op"], u["reason"]]
                     for u in c["unsupported_ops"]], indent="    ")
     return lines
+
+
+def _supported_line(c: dict) -> str:
+    """What "supported" means: on the Edge TPU, ops the TPU cannot take still run, on the
+    host CPU (the partition in ``compatibility.edgetpu`` says how many)."""
+    etpu = c.get("edgetpu")
+    if etpu:
+        return (f"every operator can run ({etpu['mapped_ops']} on the Edge TPU, "
+                f"{etpu['cpu_ops']} on the CPU)")
+    return f"every operator is supported by the {c['table']} op table"
 
 
 def run_sections(report: Report) -> list[str]:

@@ -53,6 +53,8 @@ def render_text(report: Report, top: int = 8) -> str:
             ["arena tail", _bytes(mem.arena_tail_bytes), _trust("arena_tail", ex, est)],
             ["arena total", _bytes(mem.arena_bytes),
              "exact" if {"arena_head", "arena_tail"} <= set(ex) else "estimated"],
+            *([["arena to start", _bytes(mem.arena_required_bytes), "estimated (planning room)"]]
+              if mem.arena_required_bytes > mem.arena_bytes else []),
             ["lower bound", _bytes(mem.lower_bound_bytes), _trust("lower_bound", ex, est)],
             ["flash", _bytes(mem.flash_bytes), _trust("flash", ex, est)]]
     lines += _columns(rows)

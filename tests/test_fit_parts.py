@@ -1,0 +1,159 @@
+"""The parts of ``fit`` that need no search: space, skipping rules, report, clustering,
+distillation loss, weight quantization. Cheap: no conversion, tiny Keras models at most."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sdk.commands.fit import parse_duration
+from sdk.fit.candidate import TrialRecord
+from sdk.fit.cluster import gzip_size, kmeans_1d
+from sdk.fit.report import FitReport, choose, closest_miss, pareto_front, pareto_svg
+from sdk.fit.search import blocking
+from sdk.fit.space import Candidate, space_for
+from simulator.errors import UsageError
+from simulator.profiles import load_profile
+
+
+def _budget(name: str, value: float, limit: float, unit: str = "bytes") -> dict:
+    return {"name": name, "limit": limit, "value": value, "ok": value <= limit, "unit": unit,
+            "margin": limit - value, "basis": "predicted"}
+
+
+def _record(number: int, candidate: Candidate, *, flash: int, arena: int = 1000,
+            accuracy: float | None = None, stage: str = "trained", flash_limit: int = 100,
+            note: str = "") -> TrialRecord:
+    budgets = [_budget("flash", flash, flash_limit), _budget("arena", arena, 2000)]
+    verdict = "pass" if all(b["ok"] for b in budgets) else "fail"
+    return TrialRecord(number, candidate, stage, verdict, budgets, flash_bytes=flash,
+                       arena_bytes=arena, accuracy=accuracy, note=note)
+
+
+def test_the_space_follows_the_profile():
+    mcu = space_for(load_profile("stm32l4r5-cortex-m4"), can_train=True, can_prune=True)
+    assert mcu.schemes == ("int8", "int16x8") and mcu.nm_patterns == (None,)
+    assert mcu.qat and 0.5 in mcu.prune_ratios
+    phone = space_for(load_profile("android-arm64-cpu"), can_train=True, can_prune=True)
+    assert phone.nm_patterns == (None, "2:4")
+    assert "float16" in phone.schemes
+    tpu = space_for(load_profile("coral-edgetpu"), can_train=True, can_prune=True)
+    assert tpu.schemes == ("int8",)
+    frozen = space_for(load_profile("stm32l4r5-cortex-m4"), can_train=False, can_prune=True)
+    assert frozen.prune_ratios == (0.0,) and not frozen.qat
+    # QAT is only offered with int8 and no N:M (one candidate per combination).
+    labels = [c.label() for c in phone.candidates()]
+    assert len(labels) == len(set(labels))
+    assert not any("QAT" in lab and ("2:4" in lab or "float16" in lab) for lab in labels)
+
+
+def test_a_static_miss_skips_less_pruned_variants_of_the_same_structure():
+    missed = _record(0, Candidate("int8", 0.5), flash=150, stage="static", note="misses flash")
+    assert blocking(Candidate("int8", 0.25), [missed]) is missed
+    assert blocking(Candidate("int8", 0.5, qat=True), [missed]) is missed
+    assert blocking(Candidate("int8", 0.75), [missed]) is None  # more pruning may fit
+    assert blocking(Candidate("int16x8", 0.25), [missed]) is None  # another structure
+    trained = _record(1, Candidate("int8", 0.75), flash=150, note="misses flash")
+    assert blocking(Candidate("int8", 0.5), [trained]) is None  # only static misses block
+    error = TrialRecord(2, Candidate("int16x8", 0.5), "error", "fail", note="error: x")
+    assert blocking(Candidate("int16x8", 0.875), [error]) is error
+
+
+def test_choice_is_the_most_accurate_fitting_candidate_then_the_smallest():
+    trials = [_record(0, Candidate("int8"), flash=150, accuracy=0.99),
+              _record(1, Candidate("int8", 0.5), flash=90, accuracy=0.95),
+              _record(2, Candidate("int8", 0.25), flash=80, accuracy=0.95),
+              _record(3, Candidate("int8", 0.75), flash=60, accuracy=0.90)]
+    assert [t.number for t in choose(trials)] == [2, 1, 3]
+    assert pareto_front(trials) == [0, 2, 3]
+
+
+def test_closest_miss_has_the_smallest_worst_overshoot():
+    trials = [_record(0, Candidate("int8"), flash=300),
+              _record(1, Candidate("int8", 0.5), flash=120, arena=2100),
+              _record(2, Candidate("int8", 0.75), flash=110, stage="skipped")]
+    closest, misses = closest_miss(trials)
+    assert closest.number == 1
+    assert {m.budget: m.over for m in misses} == {"flash": 20, "arena": 100}
+    assert misses[0].over_fraction == pytest.approx(0.2)
+
+
+def test_pareto_svg_is_deterministic_and_marks_the_budget():
+    trials = [_record(0, Candidate("int8"), flash=150, accuracy=0.99),
+              _record(1, Candidate("int8", 0.5), flash=90, accuracy=0.95)]
+    svg = pareto_svg(trials, 100, chosen=1)
+    assert svg == pareto_svg(trials, 100, chosen=1)
+    assert svg.count('class="trial"') == 2 and 'id="flash-budget"' in svg
+    assert 'id="pareto-front"' in svg
+
+
+def test_report_json_round_trips_trials():
+    trial = _record(0, Candidate("int8", 0.5, qat=True), flash=90, accuracy=0.9)
+    report = FitReport("m.keras", "p", "tflm", {"flash": 100}, {}, {}, 0.95, 10, [trial],
+                       chosen=0)
+    data = report.to_dict()
+    assert data["accuracy_loss_pp"] == pytest.approx(5.0)
+    assert TrialRecord.from_dict(data["trials"][0]) == trial
+    assert data["trials"][0]["label"] == "int8 QAT prune 0.5"
+
+
+@pytest.mark.parametrize("text, seconds", [("30m", 1800), ("90s", 90), ("2h", 7200),
+                                           ("45", 45)])
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "-5m", "0"])
+def test_parse_duration_refuses_nonsense(text):
+    with pytest.raises(UsageError):
+        parse_duration(text)
+
+
+def test_kmeans_puts_every_value_on_k_centroids():
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal((64, 16)).astype(np.float32)
+    centroids, assign = kmeans_1d(values, 8)
+    assert centroids.shape == (8,) and assign.shape == values.shape
+    clustered = centroids[assign]
+    assert len(np.unique(clustered)) <= 8
+    # Each value sits on its nearest centroid.
+    nearest = np.abs(values[..., None] - centroids).argmin(-1)
+    np.testing.assert_array_equal(nearest, assign)
+    assert gzip_size(clustered.astype(np.int8).tobytes()) < gzip_size(values.tobytes())
+
+
+def test_weight_quantization_is_per_channel_symmetric_int8():
+    from sdk.fit.qat import quantize_weights
+
+    rng = np.random.default_rng(1)
+    kernel = rng.standard_normal((3, 3, 4, 5)).astype(np.float32) * np.arange(1, 6)
+    q = quantize_weights(kernel)
+    scale = np.abs(kernel).reshape(-1, 5).max(0) / 127
+    steps = q.reshape(-1, 5) / scale
+    np.testing.assert_allclose(steps, np.round(steps), atol=1e-4)
+    assert np.abs(steps).max() <= 127 + 1e-4
+    np.testing.assert_allclose(quantize_weights(q), q, atol=1e-6)  # idempotent
+
+
+def test_distillation_loss_is_cross_entropy_plus_scaled_kl():
+    import keras
+
+    from sdk.convert.data import Dataset
+    from sdk.fit.distill import DistillSettings, distillation
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((4,))
+    model = keras.Model(inp, keras.layers.Dense(3, activation="softmax")(inp))
+    x = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
+    y = np.arange(8) % 3
+    settings = DistillSettings(temperature=2.0, alpha=0.25)
+    packed, loss = distillation(model, model, Dataset(x, y, "t"), settings)
+    assert packed.y.shape == (8, 6)
+    np.testing.assert_allclose(packed.y[:, :3].argmax(1), y)
+    probs = model.predict(x, verbose=0)
+    value = float(loss(packed.y, probs))
+    ce = -np.mean(np.log(probs[np.arange(8), y]))
+    # The student is the teacher: KL is 0, only the hard-label share remains.
+    assert value == pytest.approx(0.25 * ce, rel=1e-4)
+    other = float(loss(packed.y, np.full_like(probs, 1 / 3)))
+    assert other > 0.25 * np.log(3) - 1e-6
