@@ -224,3 +224,20 @@ def test_unsupported_operator_is_a_junit_failure(tmp_path, capsys):
     failed = {k: tc for k, tc in _junit(junit).items() if tc.find("failure") is not None}
     assert list(failed) == [("unet_int8 @ esp32-s3", "compatibility")]
     assert failed["unet_int8 @ esp32-s3", "compatibility"].find("failure").text.startswith("op ")
+
+
+def test_budget_without_a_figure_is_skipped_not_passed(tmp_path, models, capsys):
+    """A profile without a cost model has no latency estimate: its latency budget must show
+    as not checked (a skipped JUnit test), never as a pass."""
+    (tmp_path / "bare.yaml").write_text("name: bare\ndevice: {class: mobile-cpu}\n"
+                                        "runtime: {name: litert}\n"
+                                        "budgets: {latency: 10ms, arena: 1MiB}\n")
+    f = _write(tmp_path, "models: [{path: mlp_int8.tflite, profiles: [bare.yaml]}]\n",
+               {"mlp_int8": models["mlp_int8"]})
+    junit, md = tmp_path / "junit.xml", tmp_path / "s.md"
+    assert main(["check", str(f), "--junit", str(junit), "--markdown", str(md)]) == 0
+    assert "note: latency budget not checked" in capsys.readouterr().out
+    cases = _junit(junit)
+    assert cases["mlp_int8 @ bare", "budget.latency"].find("skipped") is not None
+    assert cases["mlp_int8 @ bare", "budget.arena"].find("skipped") is None
+    assert "<summary>Not checked</summary>" in md.read_text()

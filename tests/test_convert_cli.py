@@ -109,3 +109,36 @@ def test_unsafe_loads_a_lambda_model(digits, tmp_path):
     report = convert(model, MCU, tmp_path / "lam.tflite", calibration=digits["train"],
                      unsafe=True, float_baseline=False, simulate=False)
     assert report.output_bytes > 0
+
+
+def test_optimize_memory_rewrites_the_arena_plan_and_keeps_the_settings(digits, tmp_path, capsys):
+    from simulator.profiles import load_profile
+    from simulator.reader import read_model
+    from simulator.simulate import simulate, with_runtime
+
+    out, rep = tmp_path / "m.tflite", tmp_path / "r.json"
+    code = main(["convert", digits["model"], "--profile", MCU, "--calibration", digits["train"],
+                 "--optimize-memory", "-o", str(out), "--report", str(rep)])
+    assert code == 0, capsys.readouterr().err
+    assert "memory optimization:" in capsys.readouterr().out
+    opt = json.loads(rep.read_text())["memory_optimization"]
+    assert opt["head_after_bytes"] <= opt["head_before_bytes"]
+    assert opt["head_after_bytes"] >= opt["bound_best_order_bytes"]
+    model = read_model(out)
+    assert "devicefit.conversion" in model.metadata  # settings survive the rewrite
+    assert json.loads(model.metadata["devicefit.conversion"])["optimize_memory"] is True
+    assert ("OfflineMemoryAllocation" in model.metadata) == opt["offline_plan"]
+    # The optimizer plans (and TFLM's wheel measures) with reference-kernel scratch buffers.
+    reference = with_runtime(load_profile(MCU), kernels="reference")
+    assert simulate(out, reference).memory.arena_head_bytes == opt["head_after_bytes"]
+    if opt["changed"]:
+        assert opt["measured_head_after_bytes"] == opt["head_after_bytes"]
+    else:  # already at its bound: the converter's bytes are written unchanged
+        assert opt["head_after_bytes"] == opt["head_before_bytes"]
+
+
+def test_optimize_memory_needs_a_tflm_profile(digits, tmp_path, capsys):
+    code = main(["convert", digits["model"], "--profile", "android-arm64-cpu", "--calibration",
+                 digits["train"], "--optimize-memory", "-o", str(tmp_path / "m.tflite")])
+    assert code == 2
+    _one_line_error(capsys, "--optimize-memory", "litert")

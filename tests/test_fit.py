@@ -110,9 +110,10 @@ def test_clustering_shrinks_the_download_not_the_flash(tight_fit):
 
 def test_html_report_has_trials_and_the_pareto_plot(tight_fit):
     page = tight_fit["html"]
-    assert 'class="pareto"' in page and 'id="flash-budget"' in page
-    assert page.count('class="trial"') == sum(
-        1 for t in tight_fit["report"]["trials"] if t["accuracy"] is not None)
+    assert 'data-metric="flash"' in page and 'data-metric="arena"' in page
+    evaluated = sum(1 for t in tight_fit["report"]["trials"] if t["accuracy"] is not None)
+    assert page.count('class="trial"') == 2 * evaluated  # accuracy vs flash and vs arena
+    assert page.count('class="budget"') == 2
     assert "Chosen candidate" in page
 
 

@@ -83,8 +83,10 @@ def test_pareto_svg_is_deterministic_and_marks_the_budget():
               _record(1, Candidate("int8", 0.5), flash=90, accuracy=0.95)]
     svg = pareto_svg(trials, 100, chosen=1)
     assert svg == pareto_svg(trials, 100, chosen=1)
-    assert svg.count('class="trial"') == 2 and 'id="flash-budget"' in svg
-    assert 'id="pareto-front"' in svg
+    assert svg.count('class="trial"') == 2 and 'class="budget"' in svg
+    assert 'class="pareto-front"' in svg
+    rejected = _record(2, Candidate("int8"), flash=300, stage="static", note="misses flash")
+    assert 'class="rejected"' in pareto_svg([*trials, rejected], 100, 1, "arena")
 
 
 def test_report_json_round_trips_trials():

@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scheme", choices=QUANT_SCHEMES, help="quantization (profile default)")
     p.add_argument("--io-type", choices=("int8", "uint8", "int16", "float32"),
                    help="input/output tensor type (profile default)")
+    p.add_argument("--optimize-memory", action="store_true",
+                   help="tflm profiles: reorder operators and write an offline arena plan "
+                        "(as 'devicefit optimize' does) so TFLM needs less RAM")
     p.add_argument("--report", metavar="OUT.json", help="write the full report as JSON")
     p.add_argument("--unsafe", action="store_true",
                    help="allow Lambda layers (runs Python code from the model file)")
@@ -59,7 +62,7 @@ def _convert(args: argparse.Namespace) -> int:
             args.model, args.profile, args.output, calibration=args.calibration,
             eval_data=args.eval_data, sparsity_pattern=args.sparsity,
             prune_channels=args.prune_channels, train=args.train, epochs=args.epochs,
-            distill=args.distill,
+            distill=args.distill, optimize_memory=args.optimize_memory,
             scheme=args.scheme, io_type=args.io_type, unsafe=args.unsafe,
             profiles_dirs=args.profiles_dir, progress=progress)
     if args.report:
@@ -106,6 +109,11 @@ def _print_summary(console, report) -> None:
                       + (f"; first on CPU: op {first['index']} {first['op']}: {first['reason']}"
                          if first else "")
                       + (f"; {e['compile_error']}" if e.get("compile_error") else ""))
+    if report.memory_optimization is not None:
+        o = report.memory_optimization
+        console.print(f"memory optimization: {o['summary']} (TFLM head "
+                      f"{format_size(o['head_before_bytes'])} → {format_size(o['head_after_bytes'])}"
+                      f", best-order bound {format_size(o['bound_best_order_bytes'])})")
     if report.simulation is not None:
         budgets = ", ".join(
             f"{b['name']} {'ok' if b['ok'] else 'OVER'}" for b in report.simulation["budgets"])

@@ -62,6 +62,8 @@ class ConversionReport:
     verdict: str | None = None
     #: Edge TPU op mapping of the written model (edgetpu profiles only).
     edgetpu: dict[str, Any] | None = None
+    #: What ``--optimize-memory`` did (``simulator.optimize.OptimizeReport`` as a dict).
+    memory_optimization: dict[str, Any] | None = None
 
     @property
     def size_ratio(self) -> float | None:
@@ -83,6 +85,7 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path, *,
             train: data.DataSource | None = None,
             epochs: int = 0,
             distill: bool = False,
+            optimize_memory: bool = False,
             scheme: str | None = None,
             io_type: str | None = None,
             unsafe: bool = False,
@@ -102,6 +105,9 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path, *,
         raise UsageError("--train needs --epochs N (N >= 1)")
     if epochs > 0 and train is None:
         raise UsageError("--epochs needs --train DATA (labelled training samples)")
+    if optimize_memory and prof.runtime.name != "tflm":
+        raise UsageError(f"--optimize-memory rewrites the TFLite-Micro arena plan; profile "
+                         f"'{prof.name}' runs '{prof.runtime.name}'")
     if distill and train is None:
         raise UsageError("--distill fine-tunes with the original model as teacher: add --train")
     if train is not None and pattern is None and prune_channels is None:
@@ -146,6 +152,13 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path, *,
     settings = _settings(loaded, prof, quant, pattern, prune_channels, epochs, calib,
                          report_parts)
     settings["distill"] = distill
+    settings["optimize_memory"] = optimize_memory
+    if optimize_memory:
+        from simulator.optimize import optimize_model_bytes
+
+        with timer("optimize memory"):
+            tflite, optimized = optimize_model_bytes(tflite, prof, name=str(out_path))
+            report_parts["memory_optimization"] = dataclasses.asdict(optimized)
     with timer("write"):
         tflite = metadata.embed(tflite, settings)
         write_atomic(out_path, tflite, inputs=_input_paths(model, calibration, eval_data, train))
@@ -158,7 +171,8 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path, *,
         settings=settings, output_bytes=len(tflite), float_tflite_bytes=float_bytes,
         weights=weights, pruned_layers=report_parts.get("pruned_layers", []),
         nm_skipped=report_parts.get("nm_skipped", {}),
-        fine_tune=report_parts.get("fine_tune", []))
+        fine_tune=report_parts.get("fine_tune", []),
+        memory_optimization=report_parts.get("memory_optimization"))
     if calib is not None and calib.random:
         report.warnings.append(data.RANDOM_WARNING)
     if evaluation is not None and reference is not None:

@@ -152,14 +152,17 @@ TRIAL_COLUMNS = ("#", "candidate", "accuracy", "flash", "arena", "est. latency",
                  "verdict", "time", "note")
 
 
-def pareto_svg(trials: list[TrialRecord], flash_budget: float | None,
-               chosen: int | None) -> str:
-    """Accuracy against flash for every evaluated candidate; the Pareto front joined by a
-    line, the flash budget as a vertical line. Deterministic for the same trials."""
-    points = [t for t in trials if t.accuracy is not None and t.flash_bytes]
+def pareto_svg(trials: list[TrialRecord], budget: float | None, chosen: int | None,
+               metric: str = "flash") -> str:
+    """Accuracy against ``metric`` ("flash" or "arena") for every judged candidate: the
+    Pareto front joined by a dashed line, the budget as a vertical line, candidates rejected
+    before training (no accuracy) as hollow marks on the bottom edge. Deterministic."""
+    size_of = (lambda t: t.flash_bytes) if metric == "flash" else (lambda t: t.arena_bytes)
+    judged = [t for t in trials if t.stage != "skipped" and size_of(t)]
+    points = [t for t in judged if t.accuracy is not None]
     if not points:
         return '<p class="note">No candidate was evaluated for accuracy.</p>'
-    xs = [t.flash_bytes for t in points] + ([flash_budget] if flash_budget else [])
+    xs = [size_of(t) for t in judged] + ([budget] if budget else [])
     x_lo, x_hi = min(xs) * 0.95, max(xs) * 1.05
     accs = [t.accuracy for t in points]
     y_lo, y_hi = max(min(accs) - 0.02, 0.0), min(max(accs) + 0.02, 1.0)
@@ -167,7 +170,7 @@ def pareto_svg(trials: list[TrialRecord], flash_budget: float | None,
     height = PLOT_H + BOTTOM + 10
 
     def x(v: float) -> float:
-        return LEFT + (PLOT_W - LEFT - 10) * (v - x_lo) / max(x_hi - x_lo, 1e-9)
+        return LEFT + (PLOT_W - LEFT - 20) * (v - x_lo) / max(x_hi - x_lo, 1e-9)
 
     def y(v: float) -> float:
         return 10 + PLOT_H * (1 - (v - y_lo) / (y_hi - y_lo))
@@ -175,40 +178,48 @@ def pareto_svg(trials: list[TrialRecord], flash_budget: float | None,
     def num(v: float) -> str:
         return f"{v:.2f}".rstrip("0").rstrip(".")
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="pareto" width="{PLOT_W}" '
-             f'height="{height}" viewBox="0 0 {PLOT_W} {height}" role="img" '
-             'aria-label="accuracy vs flash">',
-             f'<rect x="{LEFT}" y="10" width="{PLOT_W - LEFT - 10}" height="{PLOT_H}" '
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="pareto" data-metric="{metric}" '
+             f'width="{PLOT_W}" height="{height}" viewBox="0 0 {PLOT_W} {height}" role="img" '
+             f'aria-label="accuracy vs {metric}">',
+             f'<rect x="{LEFT}" y="10" width="{PLOT_W - LEFT - 20}" height="{PLOT_H}" '
              'fill="#fafafa" stroke="#ccc"/>']
-    for frac in (0.0, 0.5, 1.0):
+    for frac, anchor in ((0.0, "start"), (0.5, "middle"), (1.0, "end")):
         av = y_lo + (y_hi - y_lo) * frac
         fv = x_lo + (x_hi - x_lo) * frac
         parts.append(f'<text x="{LEFT - 6}" y="{num(y(av) + 4)}" text-anchor="end">'
                      f'{av:.1%}</text><text x="{num(x(fv))}" y="{PLOT_H + 26}" '
-                     f'text-anchor="middle">{escape(format_size(fv))}</text>')
-    if flash_budget:
-        bx = num(x(flash_budget))
-        parts.append(f'<line id="flash-budget" x1="{bx}" x2="{bx}" y1="10" y2="{PLOT_H + 10}" '
-                     f'stroke="#c00"/><text x="{bx}" y="22" text-anchor="end">flash budget '
-                     f'{escape(format_size(flash_budget))} </text>')
-    front = sorted((t for t in points if t.number in pareto_front(trials)),
-                   key=lambda t: t.flash_bytes)
+                     f'text-anchor="{anchor}">{escape(format_size(fv))}</text>')
+    if budget:
+        bx = num(x(budget))
+        parts.append(f'<line class="budget" x1="{bx}" x2="{bx}" y1="10" '
+                     f'y2="{PLOT_H + 10}" stroke="#c00"/><text x="{bx}" y="22" '
+                     f'text-anchor="end">{metric} budget {escape(format_size(budget))} </text>')
+    front = sorted((t for t in points if t.number in pareto_front(trials)), key=size_of)
     if len(front) > 1:
-        path = " ".join(f"{num(x(t.flash_bytes))},{num(y(t.accuracy))}" for t in front)
-        parts.append(f'<polyline id="pareto-front" points="{path}" fill="none" '
+        path = " ".join(f"{num(x(size_of(t)))},{num(y(t.accuracy))}" for t in front)
+        parts.append(f'<polyline class="pareto-front" points="{path}" fill="none" '
                      'stroke="#4e79a7" stroke-dasharray="5 3"/>')
-    for t in sorted(points, key=lambda t: t.number):
-        colour = "#59a14f" if t.fits else "#e15759"
-        size = 7 if t.number == chosen else 4
-        title = (f"trial {t.number}: {t.candidate.label()}\naccuracy {t.accuracy:.2%}\n"
-                 f"flash {format_size(t.flash_bytes)}, arena {format_size(t.arena_bytes)}"
+    for t in sorted(judged, key=lambda t: t.number):
+        title = (f"trial {t.number}: {t.candidate.label()}\naccuracy "
+                 + ("not measured" if t.accuracy is None else f"{t.accuracy:.2%}")
+                 + f"\nflash {format_size(t.flash_bytes)}, arena {format_size(t.arena_bytes)}"
                  f"\n{'passes every budget' if t.fits else t.note}")
-        parts.append(f'<circle class="trial" data-trial="{t.number}" cx="{num(x(t.flash_bytes))}"'
-                     f' cy="{num(y(t.accuracy))}" r="{size}" fill="{colour}" stroke="#333" '
+        cx = num(x(size_of(t)))
+        if t.accuracy is None:
+            parts.append(f'<rect class="rejected" data-trial="{t.number}" '
+                         f'x="{num(x(size_of(t)) - 4)}" y="{PLOT_H + 2}" width="8" height="8" '
+                         f'fill="none" stroke="#e15759"><title>{escape(title)}</title></rect>')
+            continue
+        colour = "#59a14f" if t.fits else "#e15759"
+        parts.append(f'<circle class="trial" data-trial="{t.number}" cx="{cx}" '
+                     f'cy="{num(y(t.accuracy))}" r="{7 if t.number == chosen else 4}" '
+                     f'fill="{colour}" stroke="#333" '
                      f'stroke-width="{1.5 if t.number == chosen else 0.5}">'
                      f'<title>{escape(title)}</title></circle>')
-    parts.append(f'<text x="{LEFT}" y="{height - 4}">flash (model + runtime code) →; accuracy ↑;'
-                 ' green passes every budget, red misses one; dashed: Pareto front</text></svg>')
+    what = "model + runtime code" if metric == "flash" else "tensor arena"
+    parts.append(f'<text x="{LEFT}" y="{height - 4}">{metric} ({what}) →; accuracy ↑; green '
+                 'passes every budget; hollow squares: rejected before training; dashed: '
+                 'Pareto front (accuracy, flash, arena)</text></svg>')
     return "".join(parts)
 
 
@@ -241,7 +252,9 @@ def render_fit_html(report: FitReport) -> str:
     code = report.settings.get("runtime_code_bytes") or 0
     intro = (summary + html_table(("", ""), facts)
              + "<h2>Accuracy vs flash</h2>"
-             + pareto_svg(report.trials, flash_budget, report.chosen)
+             + pareto_svg(report.trials, flash_budget, report.chosen, "flash")
+             + "<h2>Accuracy vs arena</h2>"
+             + pareto_svg(report.trials, report.budgets.get("arena"), report.chosen, "arena")
              + (f'<p class="note">flash includes {escape(format_size(code))} of runtime code.'
                 "</p>" if code else "")
              + "<h2>Trials</h2>" + html_table(TRIAL_COLUMNS, trial_rows(report)))
