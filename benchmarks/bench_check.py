@@ -139,7 +139,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
-    devicefit = [sys.executable, "-m", "sdk.cli"]
+    # The console script, as CI runs it (``python -m sdk.cli`` would make every --jobs
+    # worker re-import the CLI's __main__ with all its commands).
+    devicefit = [sys.executable, str(Path(sys.executable).parent / "devicefit")]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         project, targets = make_project(folder)

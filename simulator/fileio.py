@@ -10,6 +10,12 @@ from pathlib import Path
 from simulator.errors import UsageError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | Path, data: bytes | str, *,
                  inputs: Iterable[str | Path] = ()) -> Path:
     """Write ``data`` to ``path`` via a temp file in the same folder and ``os.replace``.
@@ -27,6 +33,8 @@ def write_atomic(path: str | Path, data: bytes | str, *,
     payload = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        # mkstemp makes the file private (0600); an output gets the mode a plain open() gives.
+        os.fchmod(fd, target.stat().st_mode & 0o777 if target.exists() else 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
         os.replace(tmp, target)

@@ -257,6 +257,23 @@ def _per_op_svg(report: Report) -> str:
     return "".join(parts)
 
 
+def _bench(report: Report) -> str:
+    """Measured on a phone (``devicefit bench``) beside the simulator's estimate."""
+    bench = report.bench
+    if not bench:
+        return ""
+    results, vs = bench.get("results") or {}, bench.get("vs_estimate") or {}
+    rows = [("device", f"{bench.get('serial', '?')} {bench.get('device_model') or ''}".strip()),
+            ("inference avg (measured)", format_time_ms(results.get("inference_avg_ms"))),
+            ("estimated by the profile's cost model", format_time_ms(vs.get("estimated_ms"))),
+            ("measured / estimated", "-" if vs.get("ratio") is None else f"{vs['ratio']:.2f}x"),
+            ("init", format_time_ms(results.get("init_ms"))),
+            ("first inference", format_time_ms(results.get("first_inference_ms"))),
+            ("memory peak", "-" if results.get("memory_peak_mb") is None
+             else f"{results['memory_peak_mb']:.2f} MB")]
+    return "<h3>Measured on the device (benchmark_model)</h3>" + html_table((), rows)
+
+
 def _section(index: int, section: Section) -> str:
     r = section.report
     arena_limit = next((b.limit for b in r.budgets if b.name == "arena"), None)
@@ -265,7 +282,7 @@ def _section(index: int, section: Section) -> str:
     return (
         f'<section id="section-{index}"><h2>{escape(section.heading)} '
         f'<span class="verdict {escape(verdict)}">{escape(verdict.upper())}</span></h2>'
-        f"<h3>Budgets</h3>{_budgets(r)}"
+        f"<h3>Budgets</h3>{_budgets(r)}{_bench(r)}"
         f"<h3>Memory timeline</h3>{_timeline_svg(r, arena_limit)}"
         f"<h3>Arena layout</h3>{_layout_svg(r)}"
         f"<h3>Per-op cost</h3>{_per_op_svg(r)}"

@@ -193,6 +193,18 @@ def test_cli_text_output(phones, model, arm64_binary, capsys) -> None:
     assert re.search(r"measured [\d.]+ [mu]s vs simulator estimate [\d.]+ [mu]s: ratio [\d.]+x", out)
 
 
+def test_cli_html_shows_the_measurement_beside_the_estimate(phones, model, arm64_binary,
+                                                            tmp_path) -> None:
+    phones.add("FAKE01")
+    page = tmp_path / "bench.html"
+    code = main(["bench", str(model), "--profile", "android-arm64-cpu", "--benchmark-binary",
+                 str(arm64_binary), "--adb", str(phones.adb), "--runs", "3", "--html", str(page)])
+    assert code == 0
+    html = page.read_text()
+    assert "Measured on the device (benchmark_model)" in html and "FAKE01" in html
+    assert re.search(r"measured / estimated</td><td[^>]*>[\d.]+x", html)
+
+
 def _run_cli(model: Path, binary: Path, adb: str, *extra: str) -> list[str]:
     return ["bench", str(model), "--profile", "android-arm64-cpu", "--benchmark-binary",
             str(binary), "--adb", adb, "--runs", "2", *extra]

@@ -142,3 +142,12 @@ def test_optimize_memory_needs_a_tflm_profile(digits, tmp_path, capsys):
                  digits["train"], "--optimize-memory", "-o", str(tmp_path / "m.tflite")])
     assert code == 2
     _one_line_error(capsys, "--optimize-memory", "litert")
+
+
+def test_html_shows_the_model_before_and_after_conversion(digits, tmp_path, capsys):
+    out, page = tmp_path / "m.tflite", tmp_path / "c.html"
+    assert main(["convert", digits["model"], "--profile", MCU, "--calibration", digits["train"],
+                 "-o", str(out), "--html", str(page)]) == 0
+    html = page.read_text()
+    assert html.count('<rect id="peak-step"') == 2
+    assert "before: float32 .tflite" in html and f"after: {out} (int8)" in html

@@ -160,7 +160,8 @@ def test_ctrl_c_keeps_the_best_fitting_candidate_so_far(digits, tmp_path):
     (["--max-trials", "0"], "--max-trials 0"),
     (["--time-budget", "soon"], "--time-budget"),
     (["--cluster", "1"], "--cluster 1"),
-], ids=["no-trials", "bad-duration", "one-cluster"])
+    (["--storage", "not-a-url"], "--storage not-a-url: cannot open the study"),
+], ids=["no-trials", "bad-duration", "one-cluster", "bad-storage"])
 def test_bad_input_exits_2(digits, tmp_path, capsys, args, message):
     code = _fit(digits, BASE, tmp_path / "x.tflite", *args)
     assert code == 2

@@ -76,3 +76,17 @@ def test_plot_refuses_to_overwrite_its_input(tmp_path):
     report = simulate(sine, "stm32l4r5-cortex-m4")
     with pytest.raises(UsageError, match="refusing to overwrite"):
         plot_timeline(report, sine, inputs=(str(sine),))
+
+
+def test_simulate_cli_writes_html_and_png_but_never_over_its_input(tmp_path, capsys):
+    from sdk.cli import main
+
+    sine = _sine(tmp_path)
+    page, png = tmp_path / "r.html", tmp_path / "r.png"
+    assert main(["simulate", str(sine), "--profile", "esp32-s3", "--html", str(page),
+                 "--plot", str(png)]) == 0
+    assert 'id="peak-step"' in page.read_text() and png.read_bytes()[:4] == b"\x89PNG"
+    before = sine.read_bytes()
+    assert main(["simulate", str(sine), "--profile", "esp32-s3", "--html", str(sine)]) == 2
+    assert "refusing to overwrite the input" in capsys.readouterr().err
+    assert sine.read_bytes() == before

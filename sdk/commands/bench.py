@@ -9,6 +9,7 @@ from typing import Any
 from rich.markup import escape
 
 from sdk.console import make_console, print_json, table
+from sdk.pictures import add_picture_options, write_pictures
 from simulator.errors import DevicefitError
 from simulator.units import format_time_ms
 
@@ -39,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                    help="limit for the benchmark run itself (default 600)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_picture_options(p)
     p.set_defaults(handler=_bench)
 
 
@@ -69,9 +71,11 @@ def _bench(args: argparse.Namespace) -> int:
                   "ratio": measured / estimate if measured and estimate else None,
                   "estimate_unavailable": why or None}
     bench_dict = dataclasses.asdict(result) | {"vs_estimate": comparison}
+    if report is not None:
+        report.bench = bench_dict
+        write_pictures(args, [(f"{args.model} on {result.serial}", report)], inputs=[args.model])
     if args.json:
         if report is not None:
-            report.bench = bench_dict
             print_json(report.to_dict())
         else:
             print_json({"bench": bench_dict})

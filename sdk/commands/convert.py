@@ -7,10 +7,13 @@ import json
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from sdk.console import make_console, table
+from sdk.pictures import add_picture_options, write_pictures
 from simulator.fileio import write_atomic
 from simulator.profiles import QUANT_SCHEMES
 from simulator.units import format_size
@@ -47,6 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="tflm profiles: reorder operators and write an offline arena plan "
                         "(as 'devicefit optimize' does) so TFLM needs less RAM")
     p.add_argument("--report", metavar="OUT.json", help="write the full report as JSON")
+    add_picture_options(p)
     p.add_argument("--unsafe", action="store_true",
                    help="allow Lambda layers (runs Python code from the model file)")
     p.set_defaults(handler=_convert)
@@ -57,19 +61,35 @@ def _convert(args: argparse.Namespace) -> int:
     from sdk.convert import convert
 
     console = make_console(args.no_color)
-    with _warnings_to(console), _progress(args.no_color) as progress:
+    with tempfile.TemporaryDirectory() as tmp, _warnings_to(console), \
+            _progress(args.no_color) as progress:
+        baseline = Path(tmp) / "float32.tflite" if args.html else None
         report = convert(
             args.model, args.profile, args.output, calibration=args.calibration,
             eval_data=args.eval_data, sparsity_pattern=args.sparsity,
             prune_channels=args.prune_channels, train=args.train, epochs=args.epochs,
             distill=args.distill, optimize_memory=args.optimize_memory,
             scheme=args.scheme, io_type=args.io_type, unsafe=args.unsafe,
-            profiles_dirs=args.profiles_dir, progress=progress)
+            profiles_dirs=args.profiles_dir, progress=progress, baseline_output=baseline)
+        if baseline is not None:
+            _before_after(args, report, baseline)
     if args.report:
         write_atomic(args.report, json.dumps(report.to_dict(), indent=2) + "\n",
                      inputs=[args.model])
     _print_summary(console, report)
     return 0 if report.verdict in (None, "pass") else 1
+
+
+def _before_after(args: argparse.Namespace, report, baseline: Path) -> None:
+    """``--html``/``--plot``: the float32 model and the converted one on the same profile."""
+    from simulator.simulate import simulate
+
+    pairs = [(f"before: float32 .tflite of {args.model}", simulate(baseline, report.profile,
+                                                                    profiles_dirs=args.profiles_dir)),
+             (f"after: {report.output} ({report.settings['scheme']})",
+              simulate(report.output, report.profile, profiles_dirs=args.profiles_dir))]
+    write_pictures(args, pairs, inputs=[args.model],
+                   title=f"convert {args.model} for {report.profile}: before / after")
 
 
 def _print_summary(console, report) -> None:

@@ -145,7 +145,8 @@ def _print_summary(console, report) -> None:
         misses = "; ".join(f"{m.budget} {format_value(m.value, m.unit)} > "
                            f"{format_value(m.limit, m.unit)} by {format_value(m.over, m.unit)} "
                            f"({m.over_fraction:+.1%})" for m in report.closest_misses)
-        console.print(f"closest: trial {closest.number}, {closest.candidate.label()}: {misses}")
+        console.print(f"closest: trial {closest.number}, {closest.candidate.label()}: "
+                      f"{misses or closest.note}")
 
 
 def _trial_line(record) -> str:

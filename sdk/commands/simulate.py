@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from sdk.console import print_json
+from sdk.pictures import add_picture_options, write_pictures
 from simulator.errors import UsageError
 from simulator.profiles import KERNELS
 
@@ -21,6 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="device profile name or path to a profile .yaml "
                         "(see 'devicefit profiles list')")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    add_picture_options(p)
     p.add_argument("--top", type=int, default=8, metavar="N",
                    help="operators listed in the memory timeline (default 8)")
     p.add_argument("--kernels", choices=KERNELS, default=None,
@@ -54,6 +56,8 @@ def _simulate(args: argparse.Namespace) -> int:
     run_options = ({"runs": args.runs, "input_path": args.input, "timeout_s": args.timeout}
                    if args.run else {})
     report = simulate(args.model, profile, run=args.run, **run_options)
+    write_pictures(args, [(f"{report.model.path} on {report.profile.name}", report)],
+                   inputs=[args.model])
     if args.json:
         print_json(report.to_dict())
     else:

@@ -90,10 +90,14 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path, *,
             io_type: str | None = None,
             unsafe: bool = False,
             float_baseline: bool = True,
+            baseline_output: str | Path | None = None,
             simulate: bool = True,
             profiles_dirs: list[str | Path] | None = None,
             progress: Progress | None = None) -> ConversionReport:
     """Convert ``model`` (a path or an in-memory Keras model) for ``profile`` into ``output``.
+
+    ``baseline_output``, if given, receives the unpruned float32 ``.tflite`` of the same
+    model (what the conversion is measured against).
 
     Raises a :class:`~simulator.errors.DevicefitError` subclass for anything the user can fix.
     """
@@ -143,11 +147,14 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path, *,
     with timer("quantize"):
         tflite = quantize.to_tflite(loaded, quant, None if calib is None else calib.x, progress)
     float_bytes = None
-    if float_baseline:
+    if float_baseline or baseline_output is not None:
         with timer("float baseline"):
-            float_bytes = len(tflite) if quant.scheme == "float32" and original is loaded else \
-                len(quantize.to_tflite(original, quantize.QuantSettings(
-                    "float32", "float32", quant.per_channel), None))
+            baseline = tflite if quant.scheme == "float32" and original is loaded else \
+                quantize.to_tflite(original, quantize.QuantSettings(
+                    "float32", "float32", quant.per_channel), None)
+            float_bytes = len(baseline)
+            if baseline_output is not None:  # the "before" of a before/after report
+                write_atomic(baseline_output, baseline, inputs=_input_paths(model))
 
     settings = _settings(loaded, prof, quant, pattern, prune_channels, epochs, calib,
                          report_parts)

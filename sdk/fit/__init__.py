@@ -81,6 +81,9 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
     calib = (training.head(CALIBRATION_SAMPLES) if calibration is None else data.load_data(
         calibration, loaded.input_shape, what="calibration", limit=CALIBRATION_SAMPLES)).x
     float_accuracy = _accuracy(loaded.predict(evaluation.x), evaluation.y)
+    if float_accuracy is None:
+        raise UsageError(f"{loaded.source}: fit ranks candidates by top-1 accuracy, so the "
+                         "model must output class scores (one output, 2 or more classes)")
 
     own_workdir = workdir is None
     work = Path(tempfile.mkdtemp(prefix="devicefit-fit-")) if own_workdir else Path(workdir)

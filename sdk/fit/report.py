@@ -192,7 +192,7 @@ def pareto_svg(trials: list[TrialRecord], budget: float | None, chosen: int | No
     if budget:
         bx = num(x(budget))
         parts.append(f'<line class="budget" x1="{bx}" x2="{bx}" y1="10" '
-                     f'y2="{PLOT_H + 10}" stroke="#c00"/><text x="{bx}" y="22" '
+                     f'y2="{PLOT_H + 10}" stroke="#c00"/><text x="{bx}" y="{10 + PLOT_H // 2}" '
                      f'text-anchor="end">{metric} budget {escape(format_size(budget))} </text>')
     front = sorted((t for t in points if t.number in pareto_front(trials)), key=size_of)
     if len(front) > 1:
@@ -217,9 +217,8 @@ def pareto_svg(trials: list[TrialRecord], budget: float | None, chosen: int | No
                      f'stroke-width="{1.5 if t.number == chosen else 0.5}">'
                      f'<title>{escape(title)}</title></circle>')
     what = "model + runtime code" if metric == "flash" else "tensor arena"
-    parts.append(f'<text x="{LEFT}" y="{height - 4}">{metric} ({what}) →; accuracy ↑; green '
-                 'passes every budget; hollow squares: rejected before training; dashed: '
-                 'Pareto front (accuracy, flash, arena)</text></svg>')
+    parts.append(f'<text x="{LEFT}" y="{height - 4}">{metric} ({what}) →, accuracy ↑; green: '
+                 'passes, □: rejected before training, dashed: Pareto front</text></svg>')
     return "".join(parts)
 
 

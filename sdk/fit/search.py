@@ -26,7 +26,7 @@ from typing import Any
 
 from sdk.fit.candidate import Context, TrialRecord, evaluate
 from sdk.fit.space import Candidate, SearchSpace
-from simulator.errors import DevicefitError
+from simulator.errors import DevicefitError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -164,13 +164,20 @@ class _Stop:
 
 def _study(name: str, settings: SearchSettings, worker: int, create: bool) -> Any:
     import optuna
+    from sqlalchemy.exc import SQLAlchemyError  # optuna's RDB storage is SQLAlchemy
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = optuna.samplers.TPESampler(seed=settings.seed + worker, n_startup_trials=4)
-    if create:
-        return optuna.create_study(study_name=name, storage=settings.storage,
-                                   direction="maximize", sampler=sampler, load_if_exists=True)
-    return optuna.load_study(study_name=name, storage=settings.storage, sampler=sampler)
+    try:
+        if create:
+            return optuna.create_study(study_name=name, storage=settings.storage,
+                                       direction="maximize", sampler=sampler,
+                                       load_if_exists=True)
+        return optuna.load_study(study_name=name, storage=settings.storage, sampler=sampler)
+    except (SQLAlchemyError, ImportError, ValueError, KeyError, OSError) as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"--storage {settings.storage}: cannot open the study: {why} "
+                         "(give an RDB URL such as sqlite:///fit.db)") from exc
 
 
 @dataclass
@@ -217,10 +224,10 @@ def _bisect(run: _Run, space: SearchSpace) -> None:
         done = _probe(run, space, Candidate(scheme, ratios[mid]))
         if done is None:
             return
-        if done.stage in ("static", "error"):
-            lo = mid
-        else:
+        if done.fits:
             hi = mid
+        else:
+            lo = mid
     if hi < len(ratios) and space.qat and scheme == "int8" and \
             not run.stop.finished(run.study):
         _probe(run, space, Candidate(scheme, ratios[hi], None, True))

@@ -16,13 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from simulator.fileio import write_atomic
 from simulator.runtimes import RUNNERS, RunOptions
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def main(argv: list[str]) -> int:
@@ -44,13 +39,13 @@ def main(argv: list[str]) -> int:
                             RunOptions(**request["options"]), stage)
     except Exception as exc:  # noqa: BLE001 — every refusal goes back to the parent as data
         message = " ".join(str(exc).split()) or type(exc).__name__
-        _write_atomic(work / "result.json", json.dumps(
+        write_atomic(work / "result.json", json.dumps(
             {"ok": False, "stage": current[0], "error": message}))
         return 3
     np.savez(work / "outputs.npz", *result.outputs)
     fields = asdict(result)
     fields.pop("outputs")
-    _write_atomic(work / "result.json", json.dumps({"ok": True, **fields}))
+    write_atomic(work / "result.json", json.dumps({"ok": True, **fields}))
     stage("done")
     sys.stdout.flush()
     sys.stderr.flush()
