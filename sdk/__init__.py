@@ -1,9 +1,42 @@
 """devicefit SDK: convert models for a device profile, simulate, gate in CI, bench on phones.
 
-The public API is imported lazily so that ``import sdk`` never pulls in TensorFlow.
+The public API, for use from Python::
+
+    from sdk import load_profile, simulate
+    report = simulate("model.tflite", "stm32l4r5-cortex-m4", run=True)
+
+    from sdk.convert import convert      # Keras/SavedModel → .tflite (needs TensorFlow)
+    from sdk.check import run_check      # the CI gate over a devicefit.yaml project
+    from sdk.bench import bench          # benchmark_model on a phone over adb
+    from sdk.fit import fit              # compression search (needs TensorFlow)
+
+The commands' packages keep their own names (``sdk.convert`` is the package), so only what
+has no package of its name is re-exported here, imported on first use: ``import sdk`` never
+pulls in TensorFlow.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from simulator.errors import DevicefitError
 from simulator.profiles import Profile, load_profile
 
-__all__ = ["DevicefitError", "Profile", "load_profile"]
+_LAZY = {
+    "simulate": ("simulator.simulate", "simulate"),
+    "Report": ("simulator.report", "Report"),
+    "optimize_model_bytes": ("simulator.optimize", "optimize_model_bytes"),
+    "plan_batch": ("sdk.train", "plan_batch"),
+}
+
+__all__ = ["DevicefitError", "Profile", "load_profile", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'sdk' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value

@@ -35,3 +35,15 @@ def test_console_script_starts_without_tensorflow():
            "bad = [m for m in ('tensorflow', 'keras') if m in sys.modules]; print(bad)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_public_api_resolves_lazily_without_tensorflow():
+    code = ("import sys, sdk; [getattr(sdk, n) for n in sdk.__all__]; "
+            "import sdk.convert, sdk.check, sdk.bench, sdk.fit; "
+            "print([m for m in ('tensorflow', 'keras') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    import sdk
+    from sdk.convert import convert
+
+    assert callable(convert) and callable(sdk.simulate) and callable(sdk.plan_batch)
