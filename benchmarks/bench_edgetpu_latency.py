@@ -16,9 +16,9 @@ profile constants once the partition is known::
     ms = invoke_overhead + TPU MACs / (tpu_macs_per_second × tpu_efficiency)
          + link bytes / link_bandwidth + CPU fallback ms
 
-so ``--fit`` solves a non-negative least-squares problem in (overhead, 1/effective MAC/s,
-1/bandwidth) on the relative error of every calibrating figure (each model weighs the same,
-2 ms or 300 ms). The leave-one-out column refits without the row and predicts it.
+so ``--fit`` solves a bounded least-squares problem in (overhead, 1/effective MAC/s,
+1/bandwidth) — all non-negative, efficiency at most 1 — on the relative error of every
+calibrating figure (each model weighs the same, 2 ms or 300 ms). The leave-one-out column refits without the row and predicts it.
 """
 
 from __future__ import annotations
@@ -201,8 +201,10 @@ class Published:
     label: str
     #: "Desktop CPU + USB Accelerator (USB 3.0) with Edge TPU" (the profile's device).
     usb_ms: float
-    #: "Dev Board with Edge TPU" (Cortex-A53 host, Edge TPU on PCIe), shown beside it.
+    #: "Dev Board with Edge TPU" (its own Cortex-A53 host), shown beside it, not fitted.
     dev_board_ms: float
+    #: False: shown as a check, left out of the fit (the reason is at the row).
+    calibrates: bool = True
 
 
 PUBLISHED = [
@@ -213,7 +215,13 @@ PUBLISHED = [
     Published("resnet50_v1_299", "ResNet-50 V1 (299x299)", 49, 56),
     Published("resnet50_v2_299", "ResNet-50 V2 (299x299)", 50, 59),
     Published("resnet152_v2_299", "ResNet-152 V2 (299x299)", 128, 151),
-    Published("inception_resnet_v2_299", "Inception-ResNet V2 (299x299)", 57, 69),
+    # 47 MB of its 56 MB of int8 parameters do not fit the 8 MiB cache and must cross USB 3.0
+    # (5 Gbit/s, at most ~500 MB/s of data) every inference: >= 95 ms, yet 57 ms is
+    # published. Coral's compiled model must place or size its parameters differently than
+    # the Keras architecture predicts; fitting to it would push link_bandwidth past what
+    # USB 3.0 can carry, so it is a check row.
+    Published("inception_resnet_v2_299", "Inception-ResNet V2 (299x299)", 57, 69,
+              calibrates=False),
     Published("vgg16_224", "VGG16 (224x224)", 296, 343),
     Published("vgg19_224", "VGG19 (224x224)", 308, 357),
 ]
@@ -251,22 +259,23 @@ class Fit:
 
 
 def fit_rows(rows: list[Published], profile: Profile) -> Fit:
-    """Non-negative least squares on relative error: each model counts the same."""
-    from scipy.optimize import nnls
+    """Bounded linear least squares on relative error (each model counts the same): all
+    three constants non-negative, and the TPU no faster than its peak (efficiency <= 1)."""
+    from scipy.optimize import lsq_linear
 
     a, b = [], []
     for row in rows:
         f = features(row.model, profile)
-        # ms = overhead + macs × (ms per MAC) + bytes × (ms per byte) + cpu_ms
-        a.append(np.array([1.0, f.tpu_macs, f.link_bytes]) / row.usb_ms)
+        # ms = overhead + GMACs × (ms per GMAC) + MB × (ms per MB) + cpu_ms
+        a.append(np.array([1.0, f.tpu_macs / 1e9, f.link_bytes / 1e6]) / row.usb_ms)
         b.append((row.usb_ms - f.cpu_ms) / row.usb_ms)
-    scale = np.array([1.0, 1e-9, 1e-6])  # ms, ms per GMAC, ms per MB: a well-conditioned system
-    x, _ = nnls(np.array(a) / scale, np.array(b))
-    overhead, ms_per_gmac, ms_per_mb = x
     peak = profile.cost_model.tpu_macs_per_second
+    floor = [0.0, 1e12 / peak, 0.0]  # ms per GMAC at the peak rate
+    x = lsq_linear(np.array(a), np.array(b), bounds=(floor, np.inf)).x
+    overhead, ms_per_gmac, ms_per_mb = x
     return Fit(
         invoke_overhead_ms=float(overhead),
-        tpu_efficiency=float("inf") if ms_per_gmac == 0 else 1e6 / (ms_per_gmac * peak),
+        tpu_efficiency=1e12 / (ms_per_gmac * peak),
         link_bytes_per_second=float("inf") if ms_per_mb == 0 else 1e9 / ms_per_mb)
 
 
@@ -281,31 +290,39 @@ def estimate_ms(name: str, profile: Profile) -> float:
     return partition(name, profile).latency.total_ms
 
 
-def leave_one_out(row: Published, profile: Profile) -> float:
-    others = [r for r in PUBLISHED if r != row]
+def calibrating() -> list[Published]:
+    return [r for r in PUBLISHED if r.calibrates]
+
+
+def leave_one_out(row: Published, profile: Profile) -> float | None:
+    """The estimate for ``row`` from constants fitted to the other calibrating rows."""
+    if not row.calibrates:
+        return None
+    others = [r for r in calibrating() if r != row]
     return estimate_ms(row.model, with_fit(profile, fit_rows(others, profile)))
 
 
 def ratio_table(profile: Profile) -> str:
-    lines = ["| model (Coral's name) | MACs | mapped ops | params streamed | "
+    lines = ["| model (Coral's name) | MACs | mapped ops | params streamed | fitted to it | "
              "USB Accelerator ms | Dev Board ms | estimated ms | estimate / USB | "
              "leave-one-out / USB |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for row in PUBLISHED:
         f = features(row.model, profile)
         est = estimate_ms(row.model, profile)
         loo = leave_one_out(row, profile)
         lines.append(f"| {row.label} | {f.tpu_macs / 1e9:.2f} G | {f.mapped_ops}/{f.total_ops} "
-                     f"| {f.offchip_bytes / 2**20:.1f} MiB | {row.usb_ms:g} | "
-                     f"{row.dev_board_ms:g} | {est:.1f} | {est / row.usb_ms:.2f} | "
-                     f"{loo / row.usb_ms:.2f} |")
+                     f"| {f.offchip_bytes / 2**20:.1f} MiB | {'yes' if row.calibrates else 'no'} "
+                     f"| {row.usb_ms:g} | {row.dev_board_ms:g} | {est:.1f} | "
+                     f"{est / row.usb_ms:.2f} | {'-' if loo is None else f'{loo / row.usb_ms:.2f}'} |")
+    lines.append(f"\nPublished: {CORAL_URL} Table 1; estimates on profile '{profile.name}'.")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true",
-                        help="print the cost_model constants fitted to every published figure")
+                        help="print the cost_model constants fitted to the calibrating figures")
     parser.add_argument("--build", action="store_true", help="only convert (and cache) models")
     args = parser.parse_args(argv)
     profile = load_profile(PROFILE)
@@ -314,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
             print(name, model_path(name), flush=True)
         return 0
     if args.fit:
-        fit = fit_rows(PUBLISHED, profile)
+        fit = fit_rows(calibrating(), profile)
         print(f"invoke_overhead: {fit.invoke_overhead_ms * 1e3:.0f}us")
         print(f"tpu_efficiency: {fit.tpu_efficiency:.3f}")
         print(f"link_bandwidth: {fit.link_bytes_per_second / 1e6:.0f}MB/s")

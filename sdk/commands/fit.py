@@ -127,6 +127,11 @@ def _print_summary(console, report) -> None:
                       + f", flash {format_size(chosen.flash_bytes)}, arena "
                       f"{format_size(chosen.arena_bytes)}")
         console.print(f"why: {report.reason}")
+        for run in chosen.fine_tune:
+            console.print(f"fine-tuned {run['epochs']} epoch(s): batch {run['batch_size']} x "
+                          f"{run['accumulation_steps']} accumulation (sdk.train plan for "
+                          f"{format_size(run['memory_limit_bytes'])}), loss "
+                          + " → ".join(f"{v:.3f}" for v in run["loss"]))
         budgets = ", ".join(f"{b['name']} {format_value(b['value'], b['unit'])} ≤ "
                             f"{format_value(b['limit'], b['unit'])} ({b['basis']})"
                             for b in v.get("budgets", []))

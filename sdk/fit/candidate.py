@@ -215,10 +215,16 @@ def _record(number: int, candidate: Candidate, stage: str, report: Report, tflit
     return TrialRecord(
         number=number, candidate=candidate, stage=stage, verdict=report.verdict,
         budgets=[dataclasses.asdict(b) for b in report.budgets],
-        flash_bytes=report.memory.flash_bytes, arena_bytes=report.memory.arena_bytes,
+        flash_bytes=report.memory.flash_bytes, arena_bytes=_arena(report),
         latency_ms=(report.latency or {}).get("estimated_device_ms"),
         model_bytes=len(tflite), gzip_bytes=gzip_size(tflite),
         seconds=time.perf_counter() - started, path=str(path), note=note)
+
+
+def _arena(report: Report) -> int:
+    """The arena figure the budget is judged on (TFLM also needs room while planning)."""
+    judged = next((b.value for b in report.budgets if b.name == "arena"), None)
+    return int(judged) if judged is not None else report.memory.arena_bytes
 
 
 def _why_not(report: Report) -> str:
