@@ -241,3 +241,15 @@ def test_budget_without_a_figure_is_skipped_not_passed(tmp_path, models, capsys)
     assert cases["mlp_int8 @ bare", "budget.latency"].find("skipped") is not None
     assert cases["mlp_int8 @ bare", "budget.arena"].find("skipped") is None
     assert "<summary>Not checked</summary>" in md.read_text()
+
+
+def test_html_has_the_project_table_and_a_section_per_target(tmp_path, models, capsys):
+    f = _project(tmp_path, models, chain_budgets="{arena: 1KiB}")
+    page = tmp_path / "check.html"
+    assert main(["check", str(f), "--html", str(page)]) == 1
+    html = page.read_text()
+    assert html.count('<rect id="peak-step"') == 3  # one memory timeline per model x profile
+    for heading in ("chain_int8 on stm32l4r5-cortex-m4", "chain_int8 on nrf52840-cortex-m4",
+                    "mlp_int8 on android-arm64-cpu"):
+        assert f"<h2>{heading} " in html
+    assert "exceeds its 1024 B budget" in html  # the failing target's problem in the table

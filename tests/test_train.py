@@ -245,3 +245,22 @@ def test_estimate_matches_measured_peak(tmp_path, builder, batch: int) -> None:
     measured = measure_step_peak(path, batch).step_bytes
     # The child measures with fit's steady allocator, where RSS follows live tensors.
     assert 0.85 <= estimated / measured <= 1.15, (estimated, measured)
+
+
+@pytest.mark.parametrize(("layer", "expected"), [
+    (L.Dense(4, activation="relu"), dict(saves_inputs=True, saves_output=True)),
+    (L.Dense(4, activation="gelu"), dict(saves_inputs=True, saves_output=False,
+                                         extra_saved=2.0)),
+    (L.Conv2D(4, 3), dict(saves_inputs=True, saves_output=False, im2col=True)),
+    (L.ReLU(6.0), dict(saves_inputs=False, saves_output=True, inplace_grad=True)),
+    (L.ReLU(negative_slope=0.1), dict(saves_inputs=True, saves_output=True)),
+    (L.MaxPooling2D(), dict(saves_inputs=True, saves_output=True)),
+    (L.GlobalAveragePooling2D(), dict(saves_inputs=False, saves_output=False)),
+    (L.Flatten(), dict(alias=True)),
+], ids=["dense-relu", "dense-gelu", "conv", "relu6", "leaky-relu-layer", "maxpool", "gap",
+        "flatten"])
+def test_rules_follow_what_tf_gradients_read(layer, expected) -> None:
+    from sdk.train.rules import rule_for
+
+    rule = rule_for(layer, type(layer).__name__)
+    assert {k: getattr(rule, k) for k in expected} == expected

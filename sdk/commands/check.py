@@ -49,6 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write a Markdown summary (for $GITHUB_STEP_SUMMARY or an MR comment)")
     p.add_argument("--json", action="store_true",
                    help="print JSON (with every simulate report) instead of the table")
+    p.add_argument("--html", type=Path, metavar="OUT.html",
+                   help="write one HTML page: the project's table, then each model x profile's "
+                        "memory timeline, arena layout, per-op cost and budgets")
     p.add_argument("--baseline", type=Path, metavar="FILE.json",
                    help="baseline for the regression rules (default: 'baseline:' of the project)")
     p.add_argument("--update-baseline", action="store_true",
@@ -63,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _check(args: argparse.Namespace) -> int:
     from sdk.check import DEFAULT_PROJECT_FILE, load_baseline, load_project, run_check
-    from sdk.check.views import json_text, junit_xml, markdown
+    from sdk.check.views import html, json_text, junit_xml, markdown
     from sdk.console import make_console
 
     project = load_project(args.file or DEFAULT_PROJECT_FILE, args.profiles_dir)
@@ -74,8 +77,8 @@ def _check(args: argparse.Namespace) -> int:
     inputs = [project.path, *project.model_paths]
     if baseline_path is not None and not args.update_baseline:
         inputs.append(baseline_path)
-    _refuse_inputs([args.junit, args.markdown, baseline_path if args.update_baseline else None],
-                   inputs)
+    _refuse_inputs([args.junit, args.markdown, args.html,
+                    baseline_path if args.update_baseline else None], inputs)
     has_rules = any(t.rules for t in project.targets)
     baseline = (load_baseline(baseline_path)
                 if baseline_path is not None and has_rules and not args.update_baseline else None)
@@ -87,7 +90,7 @@ def _check(args: argparse.Namespace) -> int:
                            baseline_path=baseline_path if baseline is not None else None,
                            on_done=advance)
     written = []
-    for path, render in ((args.junit, junit_xml), (args.markdown, markdown)):
+    for path, render in ((args.junit, junit_xml), (args.markdown, markdown), (args.html, html)):
         if path is not None:
             _write(path, render(result), inputs)
             written.append(str(path))
