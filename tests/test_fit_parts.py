@@ -159,3 +159,44 @@ def test_distillation_loss_is_cross_entropy_plus_scaled_kl():
     assert value == pytest.approx(0.25 * ce, rel=1e-4)
     other = float(loss(packed.y, np.full_like(probs, 1 / 3)))
     assert other > 0.25 * np.log(3) - 1e-6
+
+
+def test_per_layer_candidates_come_from_the_trial_and_collapse_when_uniform():
+    import optuna
+
+    space = space_for(load_profile("stm32l4r5-cortex-m4"), can_train=True, can_prune=True,
+                      groups=("conv1", "conv2+conv3", "fc1"))
+    base = {"scheme": "int8", "prune": 0.5, "nm": None, "qat": False, "per_layer": True}
+    mixed = space.suggest(optuna.trial.FixedTrial(
+        {**base, "prune[conv1]": 0.0, "prune[conv2+conv3]": 0.25, "prune[fc1]": 0.75}))
+    assert mixed.layers == (("conv1", 0.0), ("conv2+conv3", 0.25), ("fc1", 0.75))
+    assert mixed.layer_ratios() == {"conv1": 0.0, "conv2": 0.25, "conv3": 0.25, "fc1": 0.75}
+    assert mixed.pruned and mixed.label() == "int8 PTQ prune conv1 0, conv2+conv3 0.25, fc1 0.75"
+    assert Candidate.from_dict(mixed.to_dict()) == mixed
+    same = space.suggest(optuna.trial.FixedTrial(
+        {**base, "prune[conv1]": 0.25, "prune[conv2+conv3]": 0.25, "prune[fc1]": 0.25}))
+    assert same == Candidate("int8", 0.25)
+    assert space.size > len(space.candidates())
+
+
+def test_a_static_miss_skips_per_layer_variants_it_covers():
+    groups = ("conv1", "fc1")
+    missed = _record(0, Candidate("int8", 0.5), flash=150, stage="static", note="misses flash")
+    less = Candidate("int8", 0.0, layers=(("conv1", 0.25), ("fc1", 0.5)))
+    more = Candidate("int8", 0.0, layers=(("conv1", 0.25), ("fc1", 0.75)))
+    assert blocking(less, [missed], groups) is missed
+    assert blocking(more, [missed], groups) is None
+
+
+def test_channel_pruning_takes_a_ratio_per_layer_group():
+    from examples.digits import build_cnn
+    from sdk.convert import sparsity
+
+    model = build_cnn()
+    assert sparsity.prunable_groups(model) == [["conv1"], ["conv2", "conv3"], ["fc1"]]
+    pruned = sparsity.prune_channels(model, 0.0, layer_ratios={"conv1": 0.5, "fc1": 0.75})
+    after = {p.name: (p.before, p.after) for p in pruned.layers}
+    assert after == {"conv1": (16, 8), "fc1": (96, 24)}  # conv2/conv3 keep all 32
+    assert pruned.model.get_layer("conv3").filters == 32
+    with pytest.raises(UsageError):
+        sparsity.prune_channels(model, 0.0)

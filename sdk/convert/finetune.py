@@ -111,11 +111,13 @@ def _update_progress(progress: Progress | None) -> Callable[[int, int, float], N
 
 
 def prune_channels(model: Any, ratio: float, train: Dataset | None, epochs: int,
-                   progress: Progress | None = None, loss: Any = None) -> ChannelPruning:
+                   progress: Progress | None = None, loss: Any = None,
+                   layer_ratios: dict[str, float] | None = None) -> ChannelPruning:
     """Remove ``ratio`` of the prunable channels, in stages with fine-tuning between them.
 
     Without training data it is one step and no training (the report says so). Each stage
     removes the same share of the original channels: fractions kept go 1 → 1-r/K → … → 1-r.
+    ``layer_ratios`` gives some layers their own ratio (see ``sparsity.prune_channels``).
     """
     # At least two epochs per stage: one epoch does not recover from a cut.
     stages = max(1, min(MAX_STAGES, epochs // 2)) if train is not None else 1
@@ -125,7 +127,8 @@ def prune_channels(model: Any, ratio: float, train: Dataset | None, epochs: int,
     ratios: list[float] = []
     for k in range(1, stages + 1):
         ratios.append(ratio * k / stages)
-        pruned = sparsity.prune_channels(model, ratios[-1], first)
+        staged = {n: r * k / stages for n, r in layer_ratios.items()} if layer_ratios else None
+        pruned = sparsity.prune_channels(model, ratios[-1], first, staged)
         model = pruned.model
         for layer in pruned.layers:
             first.setdefault(layer.name, layer.before)

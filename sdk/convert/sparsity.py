@@ -196,21 +196,36 @@ ELEMENTWISE_MERGE = ("Add", "Subtract", "Multiply", "Average", "Maximum", "Minim
 CHANNEL_MIXING_ACTIVATIONS = ("softmax", "log_softmax")
 
 
-def prune_channels(model: Any, ratio: float, original: dict[str, int] | None = None
-                   ) -> ChannelPruneResult:
+def prune_channels(model: Any, ratio: float, original: dict[str, int] | None = None,
+                   layer_ratios: dict[str, float] | None = None) -> ChannelPruneResult:
     """Remove ``ratio`` of the filters/units of every prunable group, by L1 magnitude.
 
     ``original`` (producer layer name → its channel count before any pruning) makes ``ratio``
     a fraction of the original model's channels, so pruning in stages lands on the same
-    count as pruning at once.
+    count as pruning at once. ``layer_ratios`` (producer layer name → ratio, 0 ≤ r < 1)
+    overrides ``ratio`` for the groups those layers produce; a group several layers produce
+    (a residual add) takes the smallest of their ratios. With it, ``ratio`` may be 0.
     """
-    if not 0.0 < ratio < 1.0:
+    if not 0.0 < ratio < 1.0 and not (layer_ratios and ratio == 0.0):
         raise UsageError(f"--prune-channels {ratio}: give a fraction between 0 and 1 (e.g. 0.5)")
+    for name, r in (layer_ratios or {}).items():
+        if not 0.0 <= r < 1.0:
+            raise UsageError(f"pruning ratio {r} for layer {name!r}: give a fraction in [0, 1)")
     functional, nodes = _graph(model)
     groups = _Groups()
     maps = _trace(functional, nodes, groups)
-    keep = _choose(groups, ratio, original or {})
+    keep = _choose(groups, ratio, original or {}, layer_ratios or {})
     return _rebuild(model, functional, nodes, maps, groups, keep)
+
+
+def prunable_groups(model: Any) -> list[list[str]]:
+    """The producer layers of each group channel pruning may shrink, in graph order (layers
+    in one group — joined by a residual add — always keep the same channels)."""
+    functional, nodes = _graph(model)
+    groups = _Groups()
+    _trace(functional, nodes, groups)
+    return [list(groups.producers[g]) for g in range(len(groups.parent))
+            if groups.find(g) == g and not groups.pinned[g] and groups.producers[g]]
 
 
 def _graph(model: Any) -> tuple[Any, list[_Node]]:
@@ -336,7 +351,8 @@ _TRACE_HANDLERS: dict[str, Callable[..., ChannelMap]] = {
 }
 
 
-def _choose(groups: _Groups, ratio: float, original: dict[str, int]) -> dict[int, set[int]]:
+def _choose(groups: _Groups, ratio: float, original: dict[str, int],
+            layer_ratios: dict[str, float]) -> dict[int, set[int]]:
     """Root group → channels kept (all of them for pinned groups)."""
     keep: dict[int, set[int]] = {}
     for g in range(len(groups.parent)):
@@ -348,7 +364,8 @@ def _choose(groups: _Groups, ratio: float, original: dict[str, int]) -> dict[int
             keep[root] = set(range(size))
             continue
         before = max([size, *(original.get(p, 0) for p in groups.producers[root])])
-        n_keep = min(size, max(1, int(round(before * (1.0 - ratio)))))
+        share = min((layer_ratios.get(p, ratio) for p in groups.producers[root]), default=ratio)
+        n_keep = min(size, max(1, int(round(before * (1.0 - share)))))
         order = np.argsort(-groups.score[root], kind="stable")
         keep[root] = {int(i) for i in order[:n_keep]}
     return keep

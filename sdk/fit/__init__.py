@@ -93,7 +93,7 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
                       calibration=calib, epochs=epochs, workdir=work,
                       float_accuracy=float_accuracy,
                       distill=DistillSettings() if distill else None, progress=progress)
-        space = space_for(prof, can_train=True, can_prune=True)
+        space = space_for(prof, can_train=True, can_prune=True, groups=_groups(ctx.model))
         name = settings.study_name or study_name(loaded.source, prof.name, space)
         model_path = Path(loaded.source) if loaded.kind in ("keras", "h5") else None
         result = search(ctx, space, settings, name=name, model_path=model_path,
@@ -116,6 +116,17 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
         if own_workdir:
             shutil.rmtree(work, ignore_errors=True)
     return report
+
+
+def _groups(model: Any) -> tuple[str, ...]:
+    """The model's prunable layer groups, or none if channel pruning cannot read it."""
+    from sdk.convert import sparsity
+
+    try:
+        return tuple("+".join(g) for g in sparsity.prunable_groups(model))
+    except UsageError as exc:
+        log.info("no per-layer pruning: %s", exc)
+        return ()
 
 
 def _accuracy(outputs: np.ndarray, y: np.ndarray) -> float | None:
@@ -173,7 +184,8 @@ def _embed(tflite: bytes, ctx: Context, record: TrialRecord, report: FitReport) 
         "source": Path(ctx.loaded.source).name if ctx.loaded.kind != "memory"
         else ctx.loaded.source, "source_format": ctx.loaded.kind,
         "scheme": quant.scheme, "io_type": quant.io_type, "per_channel": quant.per_channel,
-        "prune_channels": record.candidate.prune or None, "sparsity": record.candidate.nm,
+        "prune_channels": record.candidate.prune or None,
+        "prune_layers": dict(record.candidate.layers) or None, "sparsity": record.candidate.nm,
         "qat": record.candidate.qat, "fine_tune_epochs": ctx.epochs if
         record.candidate.needs_training else 0, "distill": report.settings["distill"],
         "cluster": report.settings["cluster"], "trial": record.number,

@@ -138,8 +138,9 @@ def convert_candidate(ctx: Context, model: Any, candidate: Candidate) -> bytes:
 def structural_model(ctx: Context, candidate: Candidate) -> Any:
     """The candidate's architecture with untrained pruning: right sizes, rough weights."""
     model = ctx.model
-    if candidate.prune:
-        model = sparsity.prune_channels(model, candidate.prune).model
+    if candidate.pruned:
+        model = sparsity.prune_channels(model, candidate.prune,
+                                        layer_ratios=candidate.layer_ratios()).model
     if candidate.nm:
         model = _clone(model)
         masks, _ = sparsity.nm_masks(model, sparsity.parse_nm(candidate.nm))
@@ -153,9 +154,10 @@ def train_candidate(ctx: Context, candidate: Candidate) -> tuple[Any, list[Any]]
     if ctx.distill is not None:
         data, loss = distill.distillation(ctx.model, ctx.model, ctx.train, ctx.distill)
     runs: list[Any] = []
-    if candidate.prune:
+    if candidate.pruned:
         pruned = finetune.prune_channels(ctx.model, candidate.prune, data, ctx.epochs,
-                                         ctx.progress, loss=loss)
+                                         ctx.progress, loss=loss,
+                                         layer_ratios=candidate.layer_ratios())
         model = pruned.model
         runs += pruned.fine_tune
     else:

@@ -74,7 +74,15 @@ def records(study: Any) -> list[TrialRecord]:
             for t in study.get_trials(deepcopy=False) if RECORD in t.user_attrs]
 
 
-def blocking(candidate: Candidate, done: list[TrialRecord]) -> TrialRecord | None:
+def covers(a: Candidate, b: Candidate, groups: tuple[str, ...]) -> bool:
+    """True when ``a`` prunes every layer group at least as much as ``b``."""
+    if not a.layers and not b.layers:
+        return a.prune >= b.prune
+    return all(a.ratio_of(g) >= b.ratio_of(g) for g in groups)
+
+
+def blocking(candidate: Candidate, done: list[TrialRecord], groups: tuple[str, ...] = ()
+             ) -> TrialRecord | None:
     """A finished record proving ``candidate`` cannot fit without building it."""
     for r in done:
         if r.candidate.structure != candidate.structure:
@@ -87,7 +95,7 @@ def blocking(candidate: Candidate, done: list[TrialRecord]) -> TrialRecord | Non
         # Neither the op set nor the cost model's coverage depends on pruning.
         unsupported = "unsupported" in r.note or "not estimated" in r.note
         if unsupported or (missed and missed <= set(MONOTONE_BUDGETS)
-                           and r.candidate.prune >= candidate.prune):
+                           and covers(r.candidate, candidate, groups)):
             return r
     return None
 
@@ -107,7 +115,7 @@ class Objective:
         if same is not None:
             trial.set_user_attr("duplicate_of", same.number)
             raise optuna.TrialPruned(f"same as trial {same.number}")
-        blocker = blocking(candidate, done)
+        blocker = blocking(candidate, done, self.space.groups)
         if blocker is not None:
             record = replace(blocker, number=trial.number, candidate=candidate, stage="skipped",
                              accuracy=None, seconds=0.0, path=None, keras_path=None,
@@ -202,7 +210,7 @@ def _run(study: Any, ctx: Context, space: SearchSpace, settings: SearchSettings,
     deadline = None if settings.time_budget_s is None else \
         time.monotonic() + settings.time_budget_s
     return _Run(study, Objective(ctx, space, on_trial),
-                _Stop(settings, len(space.candidates()), deadline))
+                _Stop(settings, space.size, deadline))
 
 
 def _bisect(run: _Run, space: SearchSpace) -> None:
@@ -242,6 +250,9 @@ def _probe(run: _Run, space: SearchSpace, candidate: Candidate) -> TrialRecord |
                               "nm": candidate.nm}
     if space.qat and candidate.scheme == "int8" and candidate.nm is None:
         params["qat"] = candidate.qat
+    if space.per_layer:
+        params["per_layer"] = bool(candidate.layers)
+        params.update({f"prune[{g}]": r for g, r in candidate.layers})
     run.study.enqueue_trial(params)
     run.optimize(n_trials=1)
     return next((r for r in records(run.study) if r.candidate == candidate), None)

@@ -1,7 +1,8 @@
 """The compression space a profile allows, and one point in it (a :class:`Candidate`).
 
 Dimensions: the quantization scheme (those the profile's runtime takes), the share of
-channels removed (when the profile allows channel pruning), N:M sparsity (only when the
+channels removed (when the profile allows channel pruning) for the whole model or per
+prunable layer group, N:M sparsity (only when the
 runtime has kernels that use it: ``n:m`` in ``profile.sparsity.kinds``) and PTQ vs
 quantization-aware training (int8 only: QAT matches the converter's int8 rounding).
 """
@@ -25,10 +26,24 @@ class Candidate:
     prune: float = 0.0
     nm: str | None = None
     qat: bool = False
+    #: Per-group pruning ratios (group = its producer layers joined by "+"); when set, they
+    #: replace ``prune`` for those groups.
+    layers: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def pruned(self) -> bool:
+        return self.prune > 0 or any(r > 0 for _, r in self.layers)
 
     @property
     def needs_training(self) -> bool:
-        return self.prune > 0 or self.nm is not None or self.qat
+        return self.pruned or self.nm is not None or self.qat
+
+    def ratio_of(self, group: str) -> float:
+        return dict(self.layers).get(group, self.prune)
+
+    def layer_ratios(self) -> dict[str, float] | None:
+        """Producer layer name → ratio, as ``sparsity.prune_channels`` takes it."""
+        return {name: r for group, r in self.layers for name in group.split("+")} or None
 
     @property
     def structure(self) -> tuple[str, str | None]:
@@ -37,7 +52,9 @@ class Candidate:
 
     def label(self) -> str:
         parts = [self.scheme, "QAT" if self.qat else "PTQ"]
-        if self.prune:
+        if self.layers:
+            parts.append("prune " + ", ".join(f"{g} {r:.3g}" for g, r in self.layers))
+        elif self.prune:
             parts.append(f"prune {self.prune:.3g}")
         if self.nm:
             parts.append(self.nm)
@@ -49,7 +66,8 @@ class Candidate:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Candidate:
         return cls(scheme=data["scheme"], prune=float(data["prune"]), nm=data.get("nm"),
-                   qat=bool(data.get("qat")))
+                   qat=bool(data.get("qat")),
+                   layers=tuple((str(g), float(r)) for g, r in data.get("layers") or ()))
 
 
 @dataclass(frozen=True)
@@ -58,16 +76,40 @@ class SearchSpace:
     prune_ratios: tuple[float, ...]
     nm_patterns: tuple[str | None, ...]
     qat: bool
+    #: Prunable layer groups (producers joined by "+"); two or more allow per-layer ratios.
+    groups: tuple[str, ...] = ()
+
+    @property
+    def per_layer(self) -> bool:
+        return len(self.groups) > 1 and len(self.prune_ratios) > 1
 
     def suggest(self, trial: Any) -> Candidate:
         """One candidate from an optuna trial (QAT is asked only where it applies)."""
         scheme = trial.suggest_categorical("scheme", list(self.schemes))
-        prune = trial.suggest_categorical("prune", list(self.prune_ratios))
+        prune = float(trial.suggest_categorical("prune", list(self.prune_ratios)))
         nm = trial.suggest_categorical("nm", list(self.nm_patterns))
         qat = False
         if self.qat and scheme == "int8" and nm is None:
             qat = trial.suggest_categorical("qat", [False, True])
-        return Candidate(scheme, float(prune), nm, bool(qat))
+        layers: tuple[tuple[str, float], ...] = ()
+        if self.per_layer and trial.suggest_categorical("per_layer", [False, True]):
+            layers = tuple((g, float(trial.suggest_categorical(f"prune[{g}]",
+                                                                list(self.prune_ratios))))
+                           for g in self.groups)
+            if len({r for _, r in layers}) == 1:  # one ratio everywhere: the uniform one
+                prune, layers = layers[0][1], ()
+            else:
+                prune = 0.0
+        return Candidate(scheme, prune, nm, bool(qat), layers)
+
+    @property
+    def size(self) -> int:
+        """Distinct candidates: uniform ratios, plus per-layer mixes of them."""
+        uniform = len(self.candidates())
+        if not self.per_layer:
+            return uniform
+        mixes = len(self.prune_ratios) ** len(self.groups) - len(self.prune_ratios)
+        return uniform + mixes * (uniform // len(self.prune_ratios))
 
     def candidates(self) -> list[Candidate]:
         out = []
@@ -82,11 +124,13 @@ class SearchSpace:
     def to_dict(self) -> dict[str, Any]:
         return {"schemes": list(self.schemes), "prune_ratios": list(self.prune_ratios),
                 "nm_patterns": list(self.nm_patterns), "qat": self.qat,
-                "size": len(self.candidates())}
+                "groups": list(self.groups), "size": self.size}
 
 
-def space_for(profile: Profile, *, can_train: bool, can_prune: bool) -> SearchSpace:
-    """What ``profile`` lets fit try; without training data only post-training schemes."""
+def space_for(profile: Profile, *, can_train: bool, can_prune: bool,
+              groups: tuple[str, ...] = ()) -> SearchSpace:
+    """What ``profile`` lets fit try; without training data only post-training schemes.
+    ``groups`` are the model's prunable layer groups (for per-layer ratios)."""
     schemes = tuple(s for s in SCHEMES if s in profile.quantization.schemes)
     if profile.runtime.name == "edgetpu":
         schemes = ("int8",)
@@ -95,4 +139,5 @@ def space_for(profile: Profile, *, can_train: bool, can_prune: bool) -> SearchSp
     nm: tuple[str | None, ...] = (None,)
     if can_train and can_prune and "n:m" in kinds and profile.sparsity.n_m:
         nm = (None, profile.sparsity.n_m)
-    return SearchSpace(schemes, prune, nm, qat=can_train and "int8" in schemes)
+    return SearchSpace(schemes, prune, nm, qat=can_train and "int8" in schemes,
+                       groups=groups if len(prune) > 1 else ())

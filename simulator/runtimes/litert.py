@@ -1,4 +1,7 @@
-"""LiteRT runner (``ai-edge-litert``; ``tflite_runtime`` or ``tf.lite`` only if it is missing).
+"""LiteRT runner (``ai-edge-litert``; ``tflite_runtime`` only if it is missing).
+
+``tf.lite`` is deliberately not a fallback: the simulator never imports TensorFlow (it is a
+4.6 s import and an optional extra), and ``ai-edge-litert`` is a base dependency.
 
 XNNPACK is LiteRT's default delegate; ``xnnpack=False`` uses the builtin kernels without it
 and ``reference_kernels=True`` the reference kernels (the ones TFLM's int8 kernels match
@@ -12,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from simulator.errors import RuntimeFailure
 from simulator.runtimes import RunOptions, RunResult
 
 
@@ -21,10 +25,9 @@ def _interpreter_module():
     except ImportError:
         try:
             from tflite_runtime import interpreter
-        except ImportError:
-            import tensorflow as tf  # the last resort, when neither wheel is installed
-
-            interpreter = tf.lite
+        except ImportError as exc:
+            raise RuntimeFailure("LiteRT is not installed: pip install ai-edge-litert "
+                                 "(devicefit's base dependency)") from exc
     return interpreter
 
 
