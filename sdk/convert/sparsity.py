@@ -91,7 +91,7 @@ def nm_masks(model: Any, pattern: NMPattern) -> tuple[dict[str, np.ndarray], dic
             if layer.weights and type(layer).__name__ not in ("BatchNormalization",):
                 skipped[layer.name] = reason
             continue
-        kernel = np.asarray(layer.kernel)
+        kernel = layer.kernel.numpy()
         cin = kernel.shape[-2]
         if cin % pattern.m:
             skipped[layer.name] = f"{cin} input channels is not a multiple of {pattern.m}"
@@ -114,7 +114,7 @@ def apply_masks(model: Any, masks: dict[str, np.ndarray]) -> None:
     """Zero the masked kernel weights in place (after pruning and after each training step)."""
     for name, mask in masks.items():
         kernel = model.get_layer(name).kernel
-        kernel.assign(np.asarray(kernel) * mask)
+        kernel.assign(kernel.numpy() * mask)
 
 
 # --------------------------------------------------------------------------- channel pruning
@@ -285,7 +285,7 @@ def _fresh(groups: _Groups, size: int, score: np.ndarray | None = None,
 def _trace_producer(layer, ins, groups, out_shape) -> ChannelMap:
     if getattr(layer, "groups", 1) != 1:
         return _trace_unknown(layer, ins, groups, out_shape)
-    kernel = np.asarray(layer.kernel)
+    kernel = layer.kernel.numpy()
     l1 = np.abs(kernel).reshape(-1, kernel.shape[-1]).sum(axis=0)
     # Normalise so that groups merged by a residual add weigh their producers equally.
     score = l1 / max(float(l1.mean()), 1e-12)

@@ -109,19 +109,12 @@ class TrialRecord:
 
 
 def static_check(path: Path, profile: Profile) -> Report:
-    """The simulator's static report with op support filled in (the running half would add
-    it; here no runtime is started). A latency budget the cost model cannot estimate for
-    this candidate fails it: fit only returns what it can show to fit."""
-    from simulator.compat import check_ops
-    from simulator.reader import read_model
-    from simulator.simulate import static_report
-    from simulator.verdict import judge
+    """The simulator's static report (op support and latency estimate included; no runtime
+    is started). A latency budget the cost model cannot estimate for this candidate fails
+    it: fit only returns what it can show to fit."""
+    from simulator.simulate import simulate
 
-    model = read_model(path)
-    report = static_report(model, profile)
-    if report.compatibility is None:
-        report.compatibility = check_ops(model, profile).to_dict()
-    report = judge(report, profile)
+    report = simulate(path, profile)
     if profile.budgets.latency_ms is not None and \
             (report.latency or {}).get("estimated_device_ms") is None:
         report.verdict = "fail"
