@@ -1,9 +1,10 @@
 """Edge TPU: which operators the Edge TPU compiler maps to the TPU, which stay on the CPU, why,
 and what that costs (parameter cache, link traffic, latency).
 
-The op table is data (``edgetpu_ops.yaml``, every rule cited); the constraints are small
-functions registered by name in :data:`OP_CHECKS` / :data:`MODEL_CHECKS`, each returning
-``(ok, detail)`` where ``detail`` is the user-facing sentence.
+The op table and its constraint checks live in :mod:`.edgetpu_rules` (data in
+``edgetpu_ops.yaml``, every rule cited), the real compiler's runner and log parser in
+:mod:`.edgetpu_compiler`; this module partitions, sizes the cache, estimates latency and
+reports.
 
 Partition, as the compiler does it by default (one Edge TPU subgraph, edgetpu#461): ops run in
 execution order; unmappable ops before the first mappable one stay on the CPU (e.g. a float
@@ -18,419 +19,36 @@ every inference. The figures are predictions; :func:`run_compiler` runs the real
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import logging
-import re
-import shutil
-import subprocess
-import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-import yaml
-
+from simulator.compat.edgetpu_compiler import (
+    COMPILER,
+    CompilerLog,
+    OpTableRow,
+    compiler_available,
+    parse_compiler_log,
+    run_compiler,
+)
+from simulator.compat.edgetpu_rules import (
+    MODEL_CHECKS,
+    OP_CHECKS,
+    CheckSpec,
+    OpContext,
+    OpTable,
+    load_table,
+)
 from simulator.model import Model, Operator, Subgraph, Tensor
 from simulator.profiles import Profile
 
 log = logging.getLogger(__name__)
 
-TABLE_PATH = Path(__file__).with_name("edgetpu_ops.yaml")
-COMPILER = "edgetpu_compiler"
-#: The compiler stops itself after 180 s ("Started a compilation timeout timer of 180
-#: seconds"); the child process gets a margin on top before devicefit gives up on it.
-COMPILER_TIMEOUT_S = 240.0
-EIGHT_BIT = ("int8", "uint8")
-
-# --------------------------------------------------------------------------- the op table
-
-
-@dataclass(frozen=True)
-class CheckSpec:
-    name: str
-    status: str  # key into OpTable.statuses
-
-
-@dataclass(frozen=True)
-class OpRule:
-    op: str
-    sources: tuple[str, ...]
-    params: tuple[int, ...] = ()
-    checks: tuple[CheckSpec, ...] = ()
-    max_version: int | None = None
-    skip: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class ParseLimit:
-    max_version: int
-    why: str
-    sources: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class OpTable:
-    compiler_version: str
-    sources: dict[str, str]
-    statuses: dict[str, str]
-    model_requirements: tuple[CheckSpec, ...]
-    op_requirements: tuple[CheckSpec, ...]
-    supported_op_requirements: tuple[CheckSpec, ...]
-    parse_max_versions: dict[str, ParseLimit]
-    ops: dict[str, OpRule]
-
-    def status(self, key: str) -> str:
-        return self.statuses[key]
-
-
-@dataclass(frozen=True)
-class OpContext:
-    """What a constraint check sees: one operator with its tensors and constant data."""
-
-    model: Model
-    subgraph: Subgraph
-    op: Operator
-
-    def tensor(self, i: int) -> Tensor:
-        return self.subgraph.tensors[i]
-
-    def inputs(self) -> list[Tensor]:
-        return [self.tensor(i) for i in self.op.inputs if i >= 0]
-
-    def outputs(self) -> list[Tensor]:
-        return [self.tensor(i) for i in self.op.outputs if i >= 0]
-
-    def input(self, k: int) -> Tensor | None:
-        if k < len(self.op.inputs) and self.op.inputs[k] >= 0:
-            return self.tensor(self.op.inputs[k])
-        return None
-
-    def constant(self, k: int) -> np.ndarray | None:
-        """The data of input ``k`` if it is a constant, as a numpy array of its shape."""
-        t = self.input(k)
-        if t is None or not t.has_data:
-            return None
-        return _constant_data(self.model, t)
-
-
-CheckResult = tuple[bool, str]
-OpCheck = Callable[[OpContext], CheckResult]
-ModelCheck = Callable[[Model], CheckResult]
-
-#: Constraint name → function; the YAML refers to these names.
-OP_CHECKS: dict[str, OpCheck] = {}
-MODEL_CHECKS: dict[str, ModelCheck] = {}
-
-
-def op_check(name: str) -> Callable[[OpCheck], OpCheck]:
-    def register(fn: OpCheck) -> OpCheck:
-        OP_CHECKS[name] = fn
-        return fn
-    return register
-
-
-def model_check(name: str) -> Callable[[ModelCheck], ModelCheck]:
-    def register(fn: ModelCheck) -> ModelCheck:
-        MODEL_CHECKS[name] = fn
-        return fn
-    return register
-
-
-def _specs(items: Iterable[Any], default_status: str) -> tuple[CheckSpec, ...]:
-    out = []
-    for item in items:
-        if isinstance(item, str):
-            out.append(CheckSpec(item, default_status))
-        else:
-            out.append(CheckSpec(item["check"], item.get("status", default_status)))
-    return tuple(out)
-
-
-@functools.lru_cache(maxsize=1)
-def load_table(path: Path = TABLE_PATH) -> OpTable:
-    """Read the op table and verify that every check, status and source it names exists."""
-    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    ops = {
-        name: OpRule(
-            op=name,
-            sources=tuple(spec.get("source", ())),
-            params=tuple(spec.get("params", ())),
-            checks=_specs(spec.get("checks", ()), "unspecified"),
-            max_version=spec.get("max_version"),
-            skip=tuple(spec.get("skip", ())),
-        )
-        for name, spec in raw["ops"].items()
-    }
-    table = OpTable(
-        compiler_version=str(raw["compiler_version"]),
-        sources=dict(raw["sources"]),
-        statuses=dict(raw["statuses"]),
-        model_requirements=_specs(raw["model_requirements"], "unspecified"),
-        op_requirements=_specs(raw["op_requirements"], "unspecified"),
-        supported_op_requirements=_specs(raw["supported_op_requirements"], "unspecified"),
-        parse_max_versions={
-            name: ParseLimit(spec["max"], spec["why"], tuple(spec["source"]))
-            for name, spec in raw["parse_max_versions"].items()
-        },
-        ops=ops,
-    )
-    _verify_table(table, raw)
-    return table
-
-
-def _verify_table(table: OpTable, raw: dict) -> None:
-    problems = []
-    for spec in table.model_requirements:
-        if spec.name not in MODEL_CHECKS:
-            problems.append(f"unknown model check '{spec.name}'")
-    for spec in (*table.op_requirements, *table.supported_op_requirements,
-                 *(c for r in table.ops.values() for c in r.checks)):
-        if spec.name not in OP_CHECKS:
-            problems.append(f"unknown op check '{spec.name}'")
-        if spec.status not in table.statuses:
-            problems.append(f"unknown status '{spec.status}' for check '{spec.name}'")
-    cited = [s for r in table.ops.values() for s in r.sources]
-    cited += [s for lim in table.parse_max_versions.values() for s in lim.sources]
-    cited += [s for key in ("model_requirements", "op_requirements", "supported_op_requirements")
-              for item in raw[key] for s in item.get("source", ())]
-    problems += [f"unknown source '{s}'" for s in cited if s not in table.sources]
-    if problems:
-        raise ValueError(f"{TABLE_PATH.name}: " + "; ".join(sorted(set(problems))))
-
-
-# --------------------------------------------------------------------------- constant data
-
-
-@functools.lru_cache(maxsize=4)
-def _flatbuffer(path: str, sha256: str) -> bytes | None:
-    """The model file's bytes if it is still the file the IR was read from."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
-        return None
-    return data if hashlib.sha256(data).hexdigest() == sha256 else None
-
-
-def _constant_data(model: Model, t: Tensor) -> np.ndarray | None:
-    """A constant tensor's values, read from the model file (the IR keeps only sizes)."""
-    from ai_edge_litert import schema_py_generated as fb
-
-    data = _flatbuffer(model.path, model.sha256)
-    if data is None:
-        return None
-    buf = fb.Model.GetRootAs(data, 0).Buffers(t.buffer)
-    offset, size = int(buf.Offset()), int(buf.Size())
-    raw = data[offset:offset + size] if offset > 1 else buf.DataAsNumpy().tobytes()
-    dtype = np.dtype(t.dtype) if t.dtype in ("int8", "uint8", "int32", "int64", "float32",
-                                             "int16", "float16") else None
-    if dtype is None or len(raw) < t.num_elements * dtype.itemsize:
-        return None
-    return np.frombuffer(raw, dtype=dtype, count=t.num_elements).reshape(t.shape)
-
-
-# --------------------------------------------------------------------------- the checks
-
-
-def _dims_over_1(shape: Iterable[int]) -> int:
-    return sum(1 for d in shape if d > 1)
-
-
-@model_check("static_shapes")
-def _static_shapes(model: Model) -> CheckResult:
-    dynamic = [t for t in model.main.tensors if t.is_dynamic]
-    if dynamic:
-        t = dynamic[0]
-        return False, (f"tensor '{t.name}' has a dynamic shape {list(t.shape_signature or ())}: "
-                       "the Edge TPU compiler refuses graphs with dynamic-sized tensors; "
-                       "convert with a fixed batch of 1")
-    return True, ""
-
-
-@model_check("not_yet_compiled")
-def _not_yet_compiled(model: Model) -> CheckResult:
-    compiled = [op for op in model.main.operators if op.op_name == "CUSTOM:edgetpu-custom-op"]
-    if compiled:
-        return False, (f"op {compiled[0].index} is an edgetpu-custom-op: this model is already "
-                       "compiled for the Edge TPU; give devicefit the .tflite from before "
-                       "edgetpu_compiler")
-    return True, ""
-
-
-@op_check("tensors_8bit")
-def _tensors_8bit(ctx: OpContext) -> CheckResult:
-    for t in (*ctx.inputs(), *ctx.outputs()):
-        # Constants may be int32 (biases, shapes, axes); everything else must be 8-bit.
-        allowed = (*EIGHT_BIT, "int32") if t.has_data else EIGHT_BIT
-        if t.dtype not in allowed:
-            return False, (f"tensor '{t.name}' is {t.dtype}: the Edge TPU needs every tensor "
-                           "8-bit quantized (int8/uint8); convert with full-integer quantization")
-    return True, ""
-
-
-@op_check("innermost_3_dims")
-def _innermost_3_dims(ctx: OpContext) -> CheckResult:
-    for t in (*ctx.inputs(), *ctx.outputs()):
-        if not t.has_data and len(t.shape) > 3 and _dims_over_1(t.shape[:-3]):
-            return False, (f"tensor '{t.name}' has shape {list(t.shape)}: only the 3 innermost "
-                           "dimensions may be larger than 1")
-    return True, ""
-
-
-@op_check("constant_parameters")
-def _constant_parameters(ctx: OpContext) -> CheckResult:
-    rule = load_table().ops.get(ctx.op.op_name)
-    for k in rule.params if rule else ():
-        t = ctx.input(k)
-        if t is not None and not t.has_data:
-            return False, (f"parameter '{t.name}' (input {k}) is computed at run time: weights "
-                           "and biases must be compile-time constants")
-    return True, ""
-
-
-@op_check("no_fused_activation")
-def _no_fused_activation(ctx: OpContext) -> CheckResult:
-    act = ctx.op.options.get("fused_activation_function", "NONE")
-    if act not in ("NONE", 0, None):
-        return False, f"fused activation {act}: this op maps only without a fused activation"
-    return True, ""
-
-
-@op_check("constant_input_is_zero_padding")
-def _constant_input_is_zero_padding(ctx: OpContext) -> CheckResult:
-    consts = [k for k, t in enumerate(ctx.inputs()) if t.has_data]
-    if not consts:
-        return True, ""
-    if len(ctx.inputs()) != 2:
-        return False, ("a constant input is allowed only with exactly 2 inputs "
-                       f"(this op has {len(ctx.inputs())})")
-    values = ctx.constant(consts[0])
-    if values is None or np.any(values):
-        return False, "the constant input must be all zeros (a zero-padding concatenation)"
-    return True, ""
-
-
-@op_check("same_dilation")
-def _same_dilation(ctx: OpContext) -> CheckResult:
-    w = ctx.op.options.get("dilation_w_factor", 1)
-    h = ctx.op.options.get("dilation_h_factor", 1)
-    if w != h:
-        return False, f"dilation {h}x{w} (h x w): x and y dilation must be the same"
-    return True, ""
-
-
-@op_check("default_weights_format")
-def _default_weights_format(ctx: OpContext) -> CheckResult:
-    fmt = ctx.op.options.get("weights_format", 0)
-    if fmt not in (0, "DEFAULT"):
-        return False, f"weights format {fmt}: only the default fully-connected format maps"
-    return True, ""
-
-
-@op_check("output_1d")
-def _output_1d(ctx: OpContext) -> CheckResult:
-    out = ctx.outputs()[0]
-    if _dims_over_1(out.shape) > 1:
-        return False, f"output shape {list(out.shape)}: the output must be one-dimensional"
-    return True, ""
-
-
-def _reduction(ctx: OpContext) -> tuple[tuple[int, ...], list[int] | None]:
-    """A reduce op's input shape and its (constant) axes, normalised to 0..rank-1."""
-    shape = ctx.input(0).shape
-    values = ctx.constant(1)
-    if values is None:
-        return shape, None
-    return shape, sorted({int(a) % len(shape) for a in np.atleast_1d(values)})
-
-
-@op_check("reduce_not_batch")
-def _reduce_not_batch(ctx: OpContext) -> CheckResult:
-    shape, axes = _reduction(ctx)
-    if axes is None:
-        return False, "the reduction axes are not a constant"
-    if len(shape) >= 2 and 0 in axes:
-        return False, f"reduces over axes {axes}, including the batch axis 0"
-    return True, ""
-
-
-@op_check("z_reduction_multiple_of_4")
-def _z_reduction_multiple_of_4(ctx: OpContext) -> CheckResult:
-    shape, axes = _reduction(ctx)
-    if axes and len(shape) >= 3 and len(shape) - 1 in axes and shape[-1] % 4:
-        return False, f"reduces over z (channels) of size {shape[-1]}: z must be a multiple of 4"
-    return True, ""
-
-
-@op_check("pad_not_batch")
-def _pad_not_batch(ctx: OpContext) -> CheckResult:
-    pads = ctx.constant(1)
-    if pads is None:
-        return False, "the paddings are not a constant"
-    if pads.ndim == 2 and pads.shape[0] >= 2 and np.any(pads[0]):
-        return False, f"pads the batch axis by {pads[0].tolist()}"
-    return True, ""
-
-
-@op_check("pack_not_batch")
-def _pack_not_batch(ctx: OpContext) -> CheckResult:
-    out = ctx.outputs()[0]
-    if len(out.shape) >= 2 and int(ctx.op.options.get("axis", 0)) % len(out.shape) == 0:
-        return False, "packs along the batch axis 0"
-    return True, ""
-
-
-@op_check("split_not_batch")
-def _split_not_batch(ctx: OpContext) -> CheckResult:
-    x, axis = ctx.input(1), ctx.constant(0)
-    if x is None or axis is None:
-        return False, "the split axis is not a constant"
-    if len(x.shape) >= 2 and int(np.atleast_1d(axis)[0]) % len(x.shape) == 0:
-        return False, "splits along the batch axis 0"
-    return True, ""
-
-
-@op_check("prelu_alpha_1d")
-def _prelu_alpha_1d(ctx: OpContext) -> CheckResult:
-    alpha = ctx.input(1)
-    if alpha is not None and _dims_over_1(alpha.shape[:-1]):
-        return False, (f"alpha shape {list(alpha.shape)}: alpha must be 1-D (in Keras, PReLU "
-                       "with shared_axes=[1, 2])")
-    return True, ""
-
-
-@op_check("softmax_1d_max_16000")
-def _softmax_1d_max_16000(ctx: OpContext) -> CheckResult:
-    x = ctx.input(0)
-    if _dims_over_1(x.shape) > 1:
-        return False, f"input shape {list(x.shape)}: Softmax maps only for a 1-D input"
-    if x.num_elements > 16000:
-        return False, f"{x.num_elements} elements: Softmax maps only up to 16,000 elements"
-    return True, ""
-
-
-@op_check("unit_strides")
-def _unit_strides(ctx: OpContext) -> CheckResult:
-    strides = ctx.constant(3)
-    if strides is None or np.any(strides != 1):
-        shown = strides.tolist() if strides is not None else "not constant"
-        return False, f"strides {shown}: only strides of 1 map"
-    for mask in ("ellipsis_mask", "new_axis_mask"):
-        if ctx.op.options.get(mask, 0):
-            return False, f"{mask} is set: only {mask} == 0 maps"
-    return True, ""
-
-
-@op_check("quantize_8bit_to_8bit")
-def _quantize_8bit_to_8bit(ctx: OpContext) -> CheckResult:
-    src, dst = ctx.inputs()[0], ctx.outputs()[0]
-    if src.dtype not in EIGHT_BIT or dst.dtype not in EIGHT_BIT:
-        return False, (f"QUANTIZE {src.dtype} -> {dst.dtype}: only an 8-bit to 8-bit requantize "
-                       "maps; give the model 8-bit inputs (inference_input_type int8/uint8)")
-    return True, ""
-
+#: Re-exported for callers of this module (the converter, the tests, the text view).
+__all__ = ["MODEL_CHECKS", "OP_CHECKS", "CompilerLog", "EdgeTpuReport", "OpTableRow",
+           "check", "edgetpu_partition", "edgetpu_report", "load_table", "parse_compiler_log",
+           "partition", "run_compiler", "section", "text_lines"]
 
 # --------------------------------------------------------------------------- the report
 
@@ -450,11 +68,7 @@ class OpPlacement:
     params_in: str = ""
 
 
-@dataclass(frozen=True)
-class OpTableRow:
-    operator: str
-    count: int
-    status: str
+
 
 
 @dataclass(frozen=True)
@@ -486,20 +100,7 @@ class LatencySplit:
     per_op: list[dict[str, Any]] = field(default_factory=list)
 
 
-@dataclass
-class CompilerLog:
-    """Figures read from a real ``edgetpu_compiler`` run (stdout and/or its ``.log``)."""
 
-    version: str | None = None
-    on_chip_used_bytes: int | None = None
-    on_chip_remaining_bytes: int | None = None
-    off_chip_bytes: int | None = None
-    subgraphs: int | None = None
-    total_ops: int | None = None
-    tpu_ops: int | None = None
-    cpu_ops: int | None = None
-    table: list[OpTableRow] = field(default_factory=list)
-    error: str | None = None
 
 
 @dataclass
@@ -642,97 +243,6 @@ def partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
         ops=placements,
         table=_group(placements),
     )
-
-
-# --------------------------------------------------------------------------- compiler log
-
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(B|KiB|MiB|GiB)\s*$")
-_SIZE_FACTORS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
-_ROW = re.compile(r"^([A-Z][A-Z0-9_]*|CUSTOM\S*)\s{2,}(\d+)\s{2,}(\S.*?)\s*$")
-_SUMMARY = {
-    "On-chip memory used for caching model parameters": ("on_chip_used_bytes", "size"),
-    "On-chip memory remaining for caching model parameters": ("on_chip_remaining_bytes", "size"),
-    "Off-chip memory used for streaming uncached model parameters": ("off_chip_bytes", "size"),
-    "Number of Edge TPU subgraphs": ("subgraphs", "int"),
-    "Total number of operations": ("total_ops", "int"),
-    "Number of operations that will run on Edge TPU": ("tpu_ops", "int"),
-    "Number of operations that will run on CPU": ("cpu_ops", "int"),
-}
-_ERRORS = ("ERROR:", "Invalid model", "Model could not be parsed", "Compilation failed",
-           "Internal compiler error")
-
-
-def _compiler_size(text: str) -> int | None:
-    """``7.67MiB`` → bytes. The compiler rounds to 2 decimals, so this is ±0.5 % at most."""
-    m = _SIZE.match(text)
-    return round(float(m.group(1)) * _SIZE_FACTORS[m.group(2)]) if m else None
-
-
-def parse_compiler_log(text: str) -> CompilerLog:
-    """Read ``edgetpu_compiler`` stdout (``-s``) or its ``*_edgetpu.log`` into figures."""
-    out = CompilerLog()
-    errors = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("Edge TPU Compiler version"):
-            out.version = stripped.rsplit(" ", 1)[-1]
-            continue
-        key, sep, value = stripped.partition(":")
-        if sep and key in _SUMMARY:
-            attr, kind = _SUMMARY[key]
-            parsed = _compiler_size(value) if kind == "size" else int(value.strip())
-            setattr(out, attr, parsed)
-            continue
-        if stripped.startswith(_ERRORS) and "successfully" not in stripped:
-            errors.append(stripped)
-            continue
-        m = _ROW.match(stripped)
-        if m and m.group(1) != "Operator":
-            out.table.append(OpTableRow(m.group(1), int(m.group(2)), m.group(3)))
-    if errors:
-        out.error = " ".join(errors)
-    if out.table:
-        mapped = sum(r.count for r in out.table if r.status == "Mapped to Edge TPU")
-        total = sum(r.count for r in out.table)
-        # The summary lines are missing from the .log and from fully mapped compilations.
-        out.tpu_ops = mapped if out.tpu_ops is None else out.tpu_ops
-        out.cpu_ops = total - mapped if out.cpu_ops is None else out.cpu_ops
-        out.total_ops = total if out.total_ops is None else out.total_ops
-    return out
-
-
-def compiler_available() -> bool:
-    return shutil.which(COMPILER) is not None
-
-
-def run_compiler(model_path: str | Path, timeout_s: float = COMPILER_TIMEOUT_S) -> CompilerLog:
-    """Run the real ``edgetpu_compiler`` (child process, timeout) into a temp folder; parse it.
-
-    A crash, a refusal or a timeout is recorded in ``CompilerLog.error``, not raised: the
-    prediction stands on its own and the compiler's word is reported beside it.
-    """
-    exe = shutil.which(COMPILER)
-    if exe is None:
-        return CompilerLog(error=f"{COMPILER} is not on PATH")
-    with tempfile.TemporaryDirectory(prefix="devicefit-edgetpu-") as tmp:
-        try:
-            proc = subprocess.run([exe, "-s", "-o", tmp, str(Path(model_path).resolve())],
-                                  capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
-        except subprocess.TimeoutExpired:
-            parsed = CompilerLog(error=f"{COMPILER} did not finish within {timeout_s:.0f} s")
-        except OSError as exc:
-            parsed = CompilerLog(error=f"{COMPILER} could not start: {exc}")
-        else:
-            text = proc.stdout + "\n" + proc.stderr
-            parsed = parse_compiler_log(text)
-            logs = sorted(Path(tmp).glob("*_edgetpu.log"))
-            if not parsed.table and logs:  # the per-op table only went to the .log file
-                parsed = parse_compiler_log(text + "\n" + logs[0].read_text(errors="replace"))
-            if proc.returncode != 0 and parsed.error is None:
-                parsed.error = f"{COMPILER} exited with status {proc.returncode}"
-    if parsed.error:
-        log.warning("%s on %s: %s", COMPILER, model_path, parsed.error)
-    return parsed
 
 
 # --------------------------------------------------------------------------- latency
