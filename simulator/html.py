@@ -27,7 +27,8 @@ h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:
 h3{font-size:15px;margin:18px 0 6px}
 table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
 th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
-tr.pass td.status{background:#d8f0d8;color:#14591a}tr.fail td.status{background:#f8d7d7;color:#8a1010}
+tr.pass td.status{background:#d8f0d8;color:#14591a}
+tr.fail td.status,tr.error td.status{background:#f8d7d7;color:#8a1010}
 .verdict{display:inline-block;padding:2px 10px;border-radius:4px;font-weight:600}
 .verdict.pass{background:#d8f0d8;color:#14591a}.verdict.fail{background:#f8d7d7;color:#8a1010}
 svg{display:block;margin:4px 0 12px;background:#fff}svg text{font:11px system-ui,sans-serif;fill:#333}

@@ -253,14 +253,15 @@ def html(result: CheckResult) -> str:
     """One page for the project: the gate's table, then a section per model × profile."""
     from simulator.html import Section, escape, html_table, render_html
 
-    rows = [(MARKS[o.status] + " " + o.status, o.model, o.profile,
-             *(metric_cell(o, m)[0] for m in METRICS), regression_cell(o)[0],
-             "; ".join(problems(o)) if o.status != "pass" else "")
+    rows = [(o.model, o.profile, *(metric_cell(o, m)[0] for m in METRICS),
+             regression_cell(o)[0], "; ".join(problems(o)) if o.status != "pass" else "",
+             o.status.upper() if o.status != "pass" else "pass")
             for o in result.outcomes]
     mode = "static analysis + real inference" if result.run else "static analysis"
     intro = (f"<p>{escape(Path(result.project).name)} · {escape(mode)} · verdict "
              f"<b>{escape(result.verdict)}</b></p>"
-             + html_table(("", "model", "profile", *METRICS, "regression", "problems"), rows))
+             + html_table(("model", "profile", *METRICS, "regression", "problems", "status"),
+                          rows, [o.status for o in result.outcomes], last_cell_class="status"))
     sections = [Section(f"{o.model} on {o.profile}", o.report)
                 for o in result.outcomes if o.report is not None]
     return render_html(f"devicefit check: {Path(result.project).name}", sections, intro)
