@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sdk.console import print_json
+from sdk.console import make_console, print_json
 from sdk.pictures import add_picture_options, write_pictures
 from simulator.errors import UsageError
 from simulator.profiles import KERNELS
@@ -55,7 +55,14 @@ def _simulate(args: argparse.Namespace) -> int:
         raise UsageError("--input gives data to run the model with: add --run")
     run_options = ({"runs": args.runs, "input_path": args.input, "timeout_s": args.timeout}
                    if args.run else {})
-    report = simulate(args.model, profile, run=args.run, **run_options)
+    err = make_console(args.no_color, stderr=True)
+    if args.run and err.is_terminal:
+        # The runs happen in child processes: show that something is going on.
+        with err.status(f"running {args.runs} timed invokes in {profile.runtime.name} "
+                        "(child process)…"):
+            report = simulate(args.model, profile, run=True, **run_options)
+    else:
+        report = simulate(args.model, profile, run=args.run, **run_options)
     write_pictures(args, [(f"{report.model.path} on {report.profile.name}", report)],
                    inputs=[args.model])
     if args.json:

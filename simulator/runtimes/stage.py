@@ -132,6 +132,9 @@ def _arena(model: Model, result: RunResult, report: Report, profile: Profile) ->
                        f"predicted for {profile.runtime.pointer_bytes * 8}-bit pointers and "
                        f"{profile.runtime.kernels} kernels (the host's tail is not the device's)"),
         "arena_bytes": device_arena,
+        # What the device arena figure rests on, for the budget check: only a host-like
+        # profile takes the interpreter's own total; others keep estimated parts.
+        "arena_basis": "measured" if host_like else "estimated",
     }
     budget = profile.budgets.arena_bytes
     if budget is not None:
