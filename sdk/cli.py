@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from sdk import commands
 from simulator.errors import DevicefitError
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+#: argparse's own exit code for usage errors, kept for the missing-command case too.
+EXIT_USAGE = 2
 
 
 class _Parser(argparse.ArgumentParser):

@@ -32,9 +32,3 @@ class ModelFormatError(InputError):
 
 class RuntimeFailure(DevicefitError):
     """A native runtime crashed, hung or refused a model (it ran in a child process)."""
-
-
-class BudgetExceeded(DevicefitError):
-    """Raised only where a command must stop because a budget failed (exit 1)."""
-
-    exit_code = 1

@@ -1,6 +1,9 @@
 """Structured sparsity for Keras 3 models, without tensorflow-model-optimization.
 
-Two kinds, registered in :data:`KINDS` (the names profiles use in ``sparsity.kinds``):
+Two kinds (the names profiles use in ``sparsity.kinds``). Neither is ever written in TFLite's
+sparse tensor encoding (``Optimize.EXPERIMENTAL_SPARSITY``): TFLM has no DENSIFY kernel and
+the Edge TPU compiler rejects it, and XNNPACK runs it only for a narrow pattern; the zeros
+stay in a dense tensor, where they buy a smaller compressed download.
 
 * ``n:m`` — magnitude pruning of Conv/Dense kernels: in every group of M consecutive input
   channels keep the N largest weights. TFLite stores conv weights as (out, h, w, in) and
@@ -29,9 +32,6 @@ from simulator.profiles import Profile
 
 log = logging.getLogger(__name__)
 
-KINDS = ("n:m", "channel")
-#: Runtimes that must never get TFLite's sparse tensor encoding (no DENSIFY kernel / compiler).
-NO_SPARSE_ENCODING_RUNTIMES = ("tflm", "edgetpu")
 
 
 # --------------------------------------------------------------------------- profile policy
