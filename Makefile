@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test lint browser clean
+.PHONY: demo test lint browser postgres clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,15 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "warning: could not install chromium (needs root); the HTML tests will fail"
 
-test: lint browser
+# The distributed-fit tests start a throw-away PostgreSQL server (Debian's package; the
+# tests run it as the package's `postgres` user when they run as root).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; } || \
+	  echo "warning: could not install postgresql (needs root); the distributed fit tests will fail"
+
+test: lint browser postgres
 	$(VENV)/bin/pytest -n 2 -q
 
 clean:

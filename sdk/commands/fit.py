@@ -10,6 +10,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from sdk.console import make_console, print_json, table
 from simulator.errors import UsageError
@@ -17,7 +18,11 @@ from simulator.fileio import write_atomic
 from simulator.units import format_size
 
 EXAMPLE = ("example: devicefit fit model.keras --profile stm32l4r5-cortex-m4 --train train.npz "
-           "--eval test.npz -o model.tflite --max-trials 20 --time-budget 30m")
+           "--eval test.npz -o model.tflite --max-trials 20 --time-budget 30m\n"
+           "on N machines: the same command with --storage postgresql://user@db/fit --study "
+           "kws-l4 --artifacts /shared/fit on each; any time after: devicefit fit --storage "
+           "postgresql://user@db/fit --study kws-l4 --artifacts /shared/fit --export -o "
+           "model.tflite")
 TIME_UNITS = {"s": 1, "m": 60, "h": 3600}
 
 
@@ -29,12 +34,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "accurate candidate that passes every budget; verify it in the target's "
                     "runtime. Exit 0: found and written; 1: nothing fits (the closest miss is "
                     "shown); 2: bad input. Ctrl-C keeps the best fitting candidate so far.",
-        epilog=EXAMPLE)
-    p.add_argument("model", help=".keras or .h5 file")
-    p.add_argument("--profile", required=True, help="device profile name or .yaml path")
-    p.add_argument("--train", required=True, metavar="DATA",
+        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", nargs="?", help=".keras or .h5 file (not with --export)")
+    p.add_argument("--profile", help="device profile name or .yaml path (with --export: "
+                                     "default the study's)")
+    p.add_argument("--train", metavar="DATA",
                    help="labelled training data (.npz with x, y) for fine-tuning")
-    p.add_argument("--eval", dest="eval_data", required=True, metavar="DATA",
+    p.add_argument("--eval", dest="eval_data", metavar="DATA",
                    help="labelled evaluation data (.npz with x, y) to rank candidates")
     p.add_argument("--calibration", metavar="DATA",
                    help="calibration data (default: the first 300 training samples)")
@@ -44,8 +50,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="stop starting new trials after this long, e.g. 30m, 90s, 2h")
     p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs per candidate (3)")
     p.add_argument("--storage", metavar="URL",
-                   help="optuna storage, e.g. sqlite:///fit.db (resume; share across machines)")
-    p.add_argument("--study-name", metavar="NAME", help="study name in --storage")
+                   help="optuna storage: sqlite:///fit.db (resume on this machine) or "
+                        "postgresql://user@host/db (workers on several machines join one study; "
+                        "needs devicefit[distributed])")
+    p.add_argument("--study", "--study-name", dest="study_name", metavar="NAME",
+                   help="study name in --storage (default: from model, profile and space)")
+    p.add_argument("--artifacts", type=Path, metavar="DIR",
+                   help="keep every candidate model and its record in DIR/STUDY (a folder all "
+                        "workers share) so the winner can be exported anywhere")
+    p.add_argument("--export", action="store_true",
+                   help="write the best candidate of --study so far to -o and stop (no model, "
+                        "data or TensorFlow needed)")
+    p.add_argument("--heartbeat", type=int, default=30, metavar="SECONDS",
+                   help="on a database server: a worker silent for 3 heartbeats is taken for "
+                        "dead and its trial is retried by another (30)")
     p.add_argument("--jobs", type=int, default=1, help="parallel trial processes (1)")
     p.add_argument("--seed", type=int, default=0, help="sampler seed (0)")
     p.add_argument("--distill", action="store_true",
@@ -83,13 +101,23 @@ def _fit(args: argparse.Namespace) -> int:
     warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
     from sdk.commands.convert import _warnings_to
     from sdk.fit import SearchSettings, fit
-    from sdk.fit.report import render_fit_html
 
+    if args.heartbeat < 1:
+        raise UsageError(f"--heartbeat {args.heartbeat}: give at least 1 second")
     settings = SearchSettings(max_trials=args.max_trials,
                               time_budget_s=parse_duration(args.time_budget),
                               storage=args.storage, study_name=args.study_name, jobs=args.jobs,
-                              seed=args.seed)
+                              seed=args.seed, heartbeat_s=args.heartbeat,
+                              artifacts=args.artifacts)
     console = make_console(args.no_color)
+    if args.export:
+        return _export(args, settings, console)
+    missing = [flag for flag, value in (("MODEL", args.model), ("--profile", args.profile),
+                                        ("--train", args.train), ("--eval", args.eval_data))
+               if value is None]
+    if missing:
+        raise UsageError(f"fit needs {', '.join(missing)} (or --export with --storage and "
+                         "--study to write the best candidate of a search)")
     with _warnings_to(console), _progress(args.no_color, args.json,
                                           args.max_trials) as (progress, on_trial):
         report = fit(args.model, args.profile, args.output, train=args.train,
@@ -97,7 +125,25 @@ def _fit(args: argparse.Namespace) -> int:
                      epochs=args.epochs, settings=settings, distill=args.distill,
                      cluster=args.cluster, unsafe=args.unsafe, profiles_dirs=args.profiles_dir,
                      progress=progress, on_trial=on_trial)
-    inputs = [p for p in (args.model, args.train, args.eval_data, args.calibration) if p]
+    return _outputs(args, console, report,
+                    [p for p in (args.model, args.train, args.eval_data, args.calibration) if p])
+
+
+def _export(args: argparse.Namespace, settings, console) -> int:
+    from sdk.fit import export
+
+    given = [flag for flag, value in (("MODEL", args.model), ("--train", args.train),
+                                      ("--eval", args.eval_data)) if value is not None]
+    if given:
+        raise UsageError(f"--export writes what the study found; {', '.join(given)} not used")
+    report = export(settings, args.output, profile=args.profile,
+                    profiles_dirs=args.profiles_dir)
+    return _outputs(args, console, report, [])
+
+
+def _outputs(args: argparse.Namespace, console, report, inputs: list[str]) -> int:
+    from sdk.fit.report import render_fit_html
+
     if args.report:
         write_atomic(args.report, json.dumps(report.to_dict(), indent=2) + "\n", inputs=inputs)
     if args.html:
@@ -106,6 +152,8 @@ def _fit(args: argparse.Namespace) -> int:
         print_json(report.to_dict())
     else:
         _print_summary(console, report)
+    if report.study.get("writer") is False:
+        return 0  # another worker of the study writes the winner
     return 0 if report.found else 1
 
 
@@ -142,6 +190,11 @@ def _print_summary(console, report) -> None:
                           f"{format_size(c['gzip_before'])} → {format_size(c['gzip_after'])}, "
                           f"accuracy {c['accuracy_after']:.2%}; {c['note']}")
         console.print(f"wrote {report.output}")
+        return
+    if report.study.get("writer") is False:
+        console.print(f"this worker's share of study {report.study['name']} is done; the "
+                      "worker that completes the study writes the winner (or run "
+                      "'devicefit fit --storage URL --study NAME --export -o OUT')")
         return
     closest = report.trial(report.closest)
     console.print("[bold red]nothing fits[/bold red] "

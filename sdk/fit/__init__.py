@@ -28,14 +28,22 @@ from sdk.fit.candidate import (
 )
 from sdk.fit.cluster import check_clusters
 from sdk.fit.distill import DistillSettings
-from sdk.fit.report import FitReport, choose, closest_miss, reason_for
+from sdk.fit.export import (
+    artifact_dir,
+    embed_metadata,
+    export,
+    remember,
+    study_info,
+    write_winner,
+)
+from sdk.fit.report import FitReport
 from sdk.fit.search import SearchSettings, search, study_name
 from sdk.fit.space import space_for
 from simulator.errors import UsageError
 from simulator.fileio import write_atomic
 from simulator.profiles import Profile, load_profile
 
-__all__ = ["FitReport", "SearchSettings", "fit"]
+__all__ = ["FitReport", "SearchSettings", "export", "fit"]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +93,10 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
         raise UsageError(f"{loaded.source}: fit ranks candidates by top-1 accuracy, so the "
                          "model must output class scores (one output, 2 or more classes)")
 
+    space = space_for(prof, can_train=True, can_prune=True, groups=_groups(loaded.keras_model))
+    name = settings.study_name or study_name(loaded.source, prof.name, space)
+    if settings.artifacts is not None:  # shared by every worker of the study: kept
+        workdir = artifact_dir(settings.artifacts, name)
     own_workdir = workdir is None
     work = Path(tempfile.mkdtemp(prefix="devicefit-fit-")) if own_workdir else Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -93,25 +105,31 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
                       calibration=calib, epochs=epochs, workdir=work,
                       float_accuracy=float_accuracy,
                       distill=DistillSettings() if distill else None, progress=progress)
-        space = space_for(prof, can_train=True, can_prune=True, groups=_groups(ctx.model))
-        name = settings.study_name or study_name(loaded.source, prof.name, space)
-        model_path = Path(loaded.source) if loaded.kind in ("keras", "h5") else None
-        result = search(ctx, space, settings, name=name, model_path=model_path,
-                        on_trial=on_trial)
         report = FitReport(
             source=loaded.source, profile=prof.name, runtime=prof.runtime.name,
             budgets={"flash": prof.budgets.flash_bytes, "arena": prof.budgets.arena_bytes,
                      "latency_ms": prof.budgets.latency_ms},
             space=space.to_dict(),
             settings={"max_trials": settings.max_trials, "time_budget_s": settings.time_budget_s,
-                      "jobs": settings.jobs, "storage": result.storage, "epochs": epochs,
+                      "jobs": settings.jobs, "storage": settings.storage, "epochs": epochs,
                       "distill": ctx.distill.to_dict() if ctx.distill else None,
                       "cluster": cluster, "seed": settings.seed,
                       "runtime_code_bytes": prof.runtime.code_bytes},
             float_accuracy=float_accuracy, eval_samples=len(evaluation),
-            trials=result.records, interrupted=result.interrupted,
-            search_seconds=result.seconds, study={"name": result.study_name})
-        _finish(report, ctx, out_path, cluster, model)
+            study={"name": name,
+                   "artifacts": str(settings.artifacts) if settings.artifacts else None})
+        if settings.storage is not None:  # before the search: --export works at any time
+            remember(settings, name, study_info(report, prof, ctx))
+        model_path = Path(loaded.source) if loaded.kind in ("keras", "h5") else None
+        result = search(ctx, space, settings, name=name, model_path=model_path,
+                        on_trial=on_trial)
+        report.settings["storage"] = result.storage
+        report.trials, report.interrupted = result.records, result.interrupted
+        report.search_seconds = result.seconds
+        report.study.update(worker=result.worker, writer=result.writer)
+        if result.writer:
+            write_winner(report, prof, out_path,
+                         lambda record: _build(ctx, record, report, cluster), inputs=[model])
     finally:
         if own_workdir:
             shutil.rmtree(work, ignore_errors=True)
@@ -136,62 +154,34 @@ def _accuracy(outputs: np.ndarray, y: np.ndarray) -> float | None:
     return float(np.mean(outputs.argmax(1) == labels))
 
 
-def _finish(report: FitReport, ctx: Context, out_path: Path, cluster: int | None,
-            model: Any) -> None:
-    """Verify the best fitting candidates in the real runtime; write the first that passes."""
-    from simulator.simulate import simulate
-
-    fitting = choose(report.trials)
-    for record in fitting:
-        path = Path(record.path) if record.path else None
-        if path is None or not path.is_file():  # built by another machine sharing --storage
-            record = replace(evaluate(ctx, record.candidate, record.number), seconds=0.0)
-            path = Path(record.path)
-        tflite = path.read_bytes()
-        if cluster:
-            tflite, report.clustering = _cluster(ctx, record, cluster, tflite)
-        tflite = _embed(tflite, ctx, record, report)
-        staged = ctx.workdir / "verify.tflite"
-        write_atomic(staged, tflite)
-        verified = simulate(staged, ctx.profile, run=True)
-        if not verified.ok:
-            record.note = "passed the static check, failed in the runtime"
-            record.verdict = "fail"
-            log.warning("trial %d passed the static check but not the real run; trying the "
-                        "next candidate", record.number)
-            continue
-        write_atomic(out_path, tflite, inputs=[p for p in (model,) if isinstance(p, (str, Path))])
-        verified.model.path = str(out_path)
-        report.verification = verified.to_dict()
-        report.verification_report = verified  # the HTML view draws it
-        report.chosen = record.number
-        report.output = str(out_path)
-        report.reason = reason_for(record, fitting, report.float_accuracy, report.trials)
-        return
-    closest, misses = closest_miss(report.trials)
-    report.closest = None if closest is None else closest.number
-    report.closest_misses = misses
+def _build(ctx: Context, record: TrialRecord, report: FitReport, cluster: int | None
+           ) -> tuple[TrialRecord, bytes]:
+    """The bytes to write for ``record``: its model (rebuilt if another machine built it
+    and its file is not here), clustered if asked, with devicefit's metadata."""
+    path = Path(record.path) if record.path else None
+    if path is None or not path.is_file():
+        record = replace(evaluate(ctx, record.candidate, record.number), seconds=0.0)
+        path = Path(record.path)
+    tflite = path.read_bytes()
+    if cluster:
+        tflite, report.clustering = _cluster(ctx, record, cluster, tflite)
+    return record, embed_metadata(tflite, ctx.profile, record, metadata_base(ctx, report))
 
 
-def _embed(tflite: bytes, ctx: Context, record: TrialRecord, report: FitReport) -> bytes:
+def metadata_base(ctx: Context, report: FitReport) -> dict[str, Any]:
+    """devicefit's metadata for every candidate of this search (kept in the study so that
+    ``fit --export`` writes the same bytes on a machine without the model or TensorFlow)."""
     import tensorflow as tf
 
-    from sdk.convert import metadata, quantize
-
-    quant = quantize.resolve(ctx.profile, record.candidate.scheme, None)
-    return metadata.embed(tflite, {
+    return {
         "tool": "devicefit fit", "profile": ctx.profile.name, "runtime": ctx.profile.runtime.name,
         "source": Path(ctx.loaded.source).name if ctx.loaded.kind != "memory"
         else ctx.loaded.source, "source_format": ctx.loaded.kind,
-        "scheme": quant.scheme, "io_type": quant.io_type, "per_channel": quant.per_channel,
-        "prune_channels": record.candidate.prune or None,
-        "prune_layers": dict(record.candidate.layers) or None, "sparsity": record.candidate.nm,
-        "qat": record.candidate.qat, "fine_tune_epochs": ctx.epochs if
-        record.candidate.needs_training else 0, "distill": report.settings["distill"],
-        "cluster": report.settings["cluster"], "trial": record.number,
+        "fine_tune_epochs": ctx.epochs, "distill": report.settings["distill"],
+        "cluster": report.settings["cluster"],
         "calibration": {"source": ctx.train.source, "samples": len(ctx.calibration),
                         "random": False},
-        "sparse_encoding": False, "converter": f"tensorflow {tf.__version__}"})
+        "sparse_encoding": False, "converter": f"tensorflow {tf.__version__}"}
 
 
 def _cluster(ctx: Context, record: TrialRecord, clusters: int, tflite: bytes

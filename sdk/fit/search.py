@@ -2,8 +2,16 @@
 
 Every trial's result lives in the optuna study (a ``record`` user attribute), so the same
 code serves one process, ``--jobs N`` worker processes on one machine and several machines
-sharing ``--storage`` (an RDB URL such as ``sqlite:///fit.db``): each process reads what the
-others found from the storage.
+sharing ``--storage`` (an RDB URL such as ``sqlite:///fit.db`` or
+``postgresql://host/db``): each process reads what the others found from the storage.
+
+Several processes must never build the same candidate twice nor overrun ``--max-trials``.
+Optuna hands out queued trials atomically but lets two samplers propose the same point, so
+each trial *decides* (build, duplicate, skipped, over budget) right after its proposal and
+records the decision in the storage; a trial waits for every lower-numbered running trial to
+decide first, so the decisions are taken one at a time in trial order on every machine.
+With a server database, workers send heartbeats: a worker that dies mid-trial has its trial
+marked failed by the next worker that looks, and optuna's retry callback queues it again.
 
 Cheap before expensive: the first trial is the plain post-training conversion; a candidate
 whose structure is already known to miss a budget (the same scheme and sparsity with at
@@ -14,9 +22,11 @@ without any work, and repeated proposals of a finished candidate are pruned with
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import multiprocessing
 import os
+import socket
 import time
 import warnings
 from collections.abc import Callable
@@ -27,6 +37,7 @@ from typing import Any
 from sdk.fit.candidate import Context, TrialRecord, evaluate
 from sdk.fit.space import Candidate, SearchSpace
 from simulator.errors import DevicefitError, UsageError
+from simulator.fileio import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +46,17 @@ MONOTONE_BUDGETS = ("flash", "arena", "latency")
 #: Proposals allowed per distinct candidate before the search gives up finding new ones.
 PROPOSALS_PER_TRIAL = 20
 RECORD = "record"
+#: User attribute: how a trial was decided, ``{"trial", "as", "candidate", "worker"}``.
+#: Keyed by trial number because optuna's retry copies the user attributes of the dead trial.
+DECISION = "decision"
+BUILD, DUPLICATE, SKIPPED, OVER_BUDGET = "build", "duplicate", "skipped", "over budget"
+#: How often a waiting worker looks at the storage again.
+POLL_S = 0.2
+#: Missed heartbeats after which a trial's worker is taken for dead.
+GRACE_BEATS = 3
+#: How often a trial whose worker died is queued again (a candidate that kills every
+#: worker it runs on, e.g. by running out of memory, must not stall the study).
+MAX_RETRIES = 2
 
 OnTrial = Callable[[TrialRecord], None]
 
@@ -48,6 +70,16 @@ class SearchSettings:
     study_name: str | None = None
     jobs: int = 1
     seed: int = 0
+    #: Seconds between a worker's heartbeats on a server database; a trial whose worker is
+    #: silent for ``GRACE_BEATS`` of them is failed and queued again.
+    heartbeat_s: int = 30
+    #: Where candidate models and their reports go (shared by every machine of a study).
+    artifacts: Path | None = None
+
+    @property
+    def distributed(self) -> bool:
+        """Workers may run on other machines: a database server, not a local file."""
+        return self.storage is not None and not self.storage.startswith("sqlite")
 
 
 @dataclass
@@ -57,6 +89,10 @@ class SearchResult:
     seconds: float
     study_name: str
     storage: str | None
+    #: This process should write the winner: it is alone, or it completed the study's last
+    #: trial and no trial is left running anywhere (so exactly one worker writes it).
+    writer: bool = True
+    worker: str = ""
 
 
 def study_name(source: str, profile: str, space: SearchSpace) -> str:
@@ -101,21 +137,24 @@ def blocking(candidate: Candidate, done: list[TrialRecord], groups: tuple[str, .
 
 
 class Objective:
-    """Optuna's objective for one process: propose, skip what is known, evaluate the rest."""
+    """Optuna's objective for one process: propose, decide, evaluate what is new."""
 
-    def __init__(self, ctx: Context, space: SearchSpace, on_trial: OnTrial | None) -> None:
-        self.ctx, self.space, self.on_trial = ctx, space, on_trial
+    def __init__(self, ctx: Context, space: SearchSpace, settings: SearchSettings,
+                 on_trial: OnTrial | None, worker: str) -> None:
+        self.ctx, self.space, self.settings = ctx, space, settings
+        self.on_trial, self.worker = on_trial, worker
+        #: Trials this process completed (the writer of the winner is chosen among them).
+        self.completed: set[int] = set()
 
     def __call__(self, trial: Any) -> float:
         import optuna
 
         candidate = self.space.suggest(trial)
+        verdict, why = self._decide(trial, candidate)
+        if verdict in (DUPLICATE, OVER_BUDGET):
+            raise optuna.TrialPruned(why)
         done = records(trial.study)
-        same = next((r for r in done if r.candidate == candidate), None)
-        if same is not None:
-            trial.set_user_attr("duplicate_of", same.number)
-            raise optuna.TrialPruned(f"same as trial {same.number}")
-        blocker = blocking(candidate, done, self.space.groups)
+        blocker = blocking(candidate, done, self.space.groups) if verdict == SKIPPED else None
         if blocker is not None:
             record = replace(blocker, number=trial.number, candidate=candidate, stage="skipped",
                              accuracy=None, seconds=0.0, path=None, keras_path=None,
@@ -123,11 +162,44 @@ class Objective:
                              f"({blocker.candidate.label()}): {blocker.note}")
         else:
             record = self._evaluate(candidate, trial.number)
+        self._save(record)
         trial.set_user_attr(RECORD, record.to_dict())
+        self.completed.add(trial.number)
         if self.on_trial is not None:
             self.on_trial(record)
         return record.objective
 
+    def _decide(self, trial: Any, candidate: Candidate) -> tuple[str, str]:
+        """Build, or why not; taken after every lower-numbered running trial decided."""
+        study = trial.study
+        trials = _settled_before(study, trial.number)
+        verdict, why = BUILD, ""
+        same = next((t for t in trials if t.number != trial.number
+                     and t.state.name in ("RUNNING", "COMPLETE")
+                     and _decided(t, candidate) in (BUILD, SKIPPED)), None)
+        done = [TrialRecord.from_dict(t.user_attrs[RECORD]) for t in trials
+                if RECORD in t.user_attrs]
+        # A finished record also counts: a study resumed from before decisions were kept.
+        number = same.number if same is not None else \
+            next((r.number for r in done if r.candidate == candidate), None)
+        if number is not None:
+            verdict, why = DUPLICATE, f"same as trial {number}"
+            trial.set_user_attr("duplicate_of", number)
+        elif blocking(candidate, done, self.space.groups) is not None:
+            verdict = SKIPPED
+        elif claimed(trials, trial.number) >= self.settings.max_trials:
+            verdict, why = OVER_BUDGET, f"--max-trials {self.settings.max_trials} already " \
+                "claimed by running trials"
+        trial.set_user_attr(DECISION, {"trial": trial.number, "as": verdict,
+                                       "candidate": candidate.to_dict(), "worker": self.worker})
+        return verdict, why
+
+    def _save(self, record: TrialRecord) -> None:
+        """Next to the candidate's model, its record: the shared artifact folder then holds
+        everything needed to export the winner on any machine."""
+        if record.path is not None:
+            write_atomic(Path(record.path).with_suffix(".json"),
+                         json.dumps(record.to_dict(), indent=2) + "\n")
 
     def _evaluate(self, candidate: Candidate, number: int) -> TrialRecord:
         # One candidate the converter or the profile cannot handle (e.g. no cost-model entry
@@ -143,18 +215,79 @@ class Objective:
                                verdict="fail", note=f"error: {message}")
 
 
+def _decision(trial: Any) -> dict[str, Any] | None:
+    """The trial's own decision (a retried trial carries its dead original's: ignored)."""
+    decision = trial.user_attrs.get(DECISION)
+    return decision if decision and decision.get("trial") == trial.number else None
+
+
+def _decided(trial: Any, candidate: Candidate) -> str | None:
+    """How ``trial`` was decided if it proposed ``candidate``."""
+    decision = _decision(trial)
+    if decision is None or Candidate.from_dict(decision["candidate"]) != candidate:
+        return None
+    return decision["as"]
+
+
+def _settled_before(study: Any, number: int) -> list[Any]:
+    """The study's trials once no running trial numbered below ``number`` is undecided.
+
+    Deciding takes milliseconds; a worker that died before deciding is failed by its
+    missing heartbeats, which ``fail_stale_trials`` notices while this one waits.
+    """
+    import optuna
+
+    while True:
+        trials = study.get_trials(deepcopy=False)
+        if not any(t.state == optuna.trial.TrialState.RUNNING and t.number < number
+                   and _decision(t) is None for t in trials):
+            return trials
+        _fail_stale(study)
+        time.sleep(POLL_S)
+
+
+def _fail_stale(study: Any) -> None:
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+def claimed(trials: list[Any], but: int | None = None) -> int:
+    """Trials that count against ``--max-trials``: built or building, and failed trials
+    queued again (a retry must not lose its place to a newer proposal)."""
+    count = 0
+    for t in trials:
+        if t.number == but:
+            continue
+        decision = _decision(t)
+        if t.state.name in ("RUNNING", "COMPLETE") and decision and decision["as"] == BUILD:
+            count += 1
+        elif t.state.name == "WAITING" and "failed_trial" in t.system_attrs and \
+                (t.user_attrs.get(DECISION) or {}).get("as") == BUILD:
+            count += 1
+    return count
+
+
 def _converter_error(exc: Exception) -> bool:
     from tensorflow.lite.python.convert_phase import ConverterError
 
     return isinstance(exc, ConverterError)
 
 
+
 class _Stop:
-    """Stops the study at the trial budget, the time budget, or when the space is used up."""
+    """Stops the study at the trial budget, the time budget, or when the space is used up;
+    waits while the rest of the budget is being built by other workers (one of them may
+    die, and its trial is then retried here)."""
 
     def __init__(self, settings: SearchSettings, space_size: int, deadline: float | None
                  ) -> None:
         self.settings, self.space_size, self.deadline = settings, space_size, deadline
+
+    def _past_deadline(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
     def finished(self, study: Any) -> bool:
         trials = study.get_trials(deepcopy=False)
@@ -163,29 +296,72 @@ class _Stop:
         judged = sum(1 for stage in stages if stage != "skipped")
         return judged >= self.settings.max_trials or len(stages) >= self.space_size or \
             len(trials) >= PROPOSALS_PER_TRIAL * self.settings.max_trials or \
-            (self.deadline is not None and time.monotonic() >= self.deadline)
+            self._past_deadline()
+
+    def wait_for_others(self, study: Any) -> None:
+        """Return once this worker has something to do or the study is finished."""
+        while not self.finished(study):
+            trials = study.get_trials(deepcopy=False)
+            if claimed(trials) < self.settings.max_trials or \
+                    any(t.state.name == "WAITING" for t in trials):
+                return
+            _fail_stale(study)
+            time.sleep(POLL_S)
 
     def __call__(self, study: Any, trial: Any) -> None:
+        self.wait_for_others(study)
         if self.finished(study):
             study.stop()
 
 
-def _study(name: str, settings: SearchSettings, worker: int, create: bool) -> Any:
+def storage_for(settings: SearchSettings) -> Any:
+    """The URL, or for a server database an RDB storage with heartbeats and retries."""
+    if not settings.distributed:
+        return settings.storage
+    import optuna
+    from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return RDBStorage(settings.storage, heartbeat_interval=settings.heartbeat_s,
+                          grace_period=GRACE_BEATS * settings.heartbeat_s,
+                          heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
+                              max_retry=MAX_RETRIES))
+
+
+def _study(name: str, settings: SearchSettings, seed: int | None, create: bool) -> Any:
     import optuna
     from sqlalchemy.exc import SQLAlchemyError  # optuna's RDB storage is SQLAlchemy
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.TPESampler(seed=settings.seed + worker, n_startup_trials=4)
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
     try:
+        storage = storage_for(settings)
         if create:
-            return optuna.create_study(study_name=name, storage=settings.storage,
+            return optuna.create_study(study_name=name, storage=storage,
                                        direction="maximize", sampler=sampler,
                                        load_if_exists=True)
-        return optuna.load_study(study_name=name, storage=settings.storage, sampler=sampler)
+        return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     except (SQLAlchemyError, ImportError, ValueError, KeyError, OSError) as exc:
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        hint = "pip install 'devicefit[distributed]' for PostgreSQL" \
+            if isinstance(exc, ImportError) else \
+            "give an RDB URL such as sqlite:///fit.db or postgresql://user@host/db"
         raise UsageError(f"--storage {settings.storage}: cannot open the study: {why} "
-                         "(give an RDB URL such as sqlite:///fit.db)") from exc
+                         f"({hint})") from exc
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def worker_seed(settings: SearchSettings, index: int) -> int:
+    """Local workers take seed + index; on a server database every machine is index 0, so
+    the host and process tell them apart (else all would propose the same points)."""
+    if not settings.distributed:
+        return settings.seed + index
+    digest = hashlib.sha256(f"{settings.seed}|{worker_id()}|{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
 
 
 @dataclass
@@ -197,6 +373,7 @@ class _Run:
     stop: _Stop
 
     def optimize(self, n_trials: int | None = None) -> None:
+        self.stop.wait_for_others(self.study)
         if self.stop.finished(self.study):
             return
         remaining = None if self.stop.deadline is None else \
@@ -209,8 +386,22 @@ def _run(study: Any, ctx: Context, space: SearchSpace, settings: SearchSettings,
          on_trial: OnTrial | None) -> _Run:
     deadline = None if settings.time_budget_s is None else \
         time.monotonic() + settings.time_budget_s
-    return _Run(study, Objective(ctx, space, on_trial),
+    return _Run(study, Objective(ctx, space, settings, on_trial, worker_id()),
                 _Stop(settings, space.size, deadline))
+
+
+def writes_winner(study: Any, mine: set[int]) -> bool:
+    """Exactly one worker of a shared study writes the winner: the one that completed the
+    last judged trial, once no trial runs or waits anywhere. (Any machine can also export
+    it later with ``fit --export``.)"""
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state.name in ("RUNNING", "WAITING") for t in trials):
+        return False
+    judged = [t for t in trials if RECORD in t.user_attrs and t.datetime_complete is not None]
+    if not judged:
+        return True
+    last = max(judged, key=lambda t: (t.datetime_complete, t.number))
+    return last.number in mine
 
 
 def _bisect(run: _Run, space: SearchSpace) -> None:
@@ -253,7 +444,8 @@ def _probe(run: _Run, space: SearchSpace, candidate: Candidate) -> TrialRecord |
     if space.per_layer:
         params["per_layer"] = bool(candidate.layers)
         params.update({f"prune[{g}]": r for g, r in candidate.layers})
-    run.study.enqueue_trial(params)
+    # Another worker may have queued the same probe: one queued copy is enough.
+    run.study.enqueue_trial(params, skip_if_exists=run.objective.settings.distributed)
     run.optimize(n_trials=1)
     return next((r for r in records(run.study) if r.candidate == candidate), None)
 
@@ -263,12 +455,13 @@ def search(ctx: Context, space: SearchSpace, settings: SearchSettings, *, name: 
     """Run the search; Ctrl-C ends it early with what has been found so far.
 
     With ``settings.jobs`` > 1, ``jobs - 1`` worker processes (which load the model from
-    ``model_path``) run trials next to this one, all sharing the study's storage.
+    ``model_path``) run trials next to this one, all sharing the study's storage. On a
+    server database the same call on other machines joins the study.
     """
     if settings.jobs > 1 and settings.storage is None:
         settings = replace(settings, storage=f"sqlite:///{ctx.workdir / 'fit.db'}")
     started = time.monotonic()
-    study = _study(name, settings, 0, create=True)
+    study = _study(name, settings, worker_seed(settings, 0), create=True)
     workers = _start_workers(ctx, space, settings, name, model_path) if settings.jobs > 1 else []
     interrupted = False
     run = _run(study, ctx, space, settings, on_trial)
@@ -283,8 +476,9 @@ def search(ctx: Context, space: SearchSpace, settings: SearchSettings, *, name: 
         for w in workers:
             w.terminate()
             w.join()
+    writer = not settings.distributed or writes_winner(study, run.objective.completed)
     return SearchResult(records(study), interrupted, time.monotonic() - started, name,
-                        settings.storage)
+                        settings.storage, writer=writer, worker=run.objective.worker)
 
 
 @dataclass(frozen=True)
@@ -320,7 +514,8 @@ def _worker(spec: _WorkerSpec) -> None:
 
     loaded = loading.load(spec.model_path)
     ctx = replace(spec.ctx, loaded=replace(spec.ctx.loaded, keras_model=loaded.keras_model))
-    study = _study(spec.name, spec.settings, spec.index, create=False)
+    study = _study(spec.name, spec.settings, worker_seed(spec.settings, spec.index),
+                   create=False)
     try:
         _run(study, ctx, spec.space, spec.settings, None).optimize()
     except KeyboardInterrupt:

@@ -1,0 +1,162 @@
+"""Writing the winner of a search: verified in the real runtime, then written atomically.
+
+Two ways in: at the end of :func:`sdk.fit.fit` (by the process that ran the search, or on
+a shared study by the one worker that completed it), and ``devicefit fit --storage URL
+--study NAME --export -o OUT`` on any machine at any time (:func:`export`), which needs
+neither the model, the data nor TensorFlow: every worker keeps what the export needs in the
+study (``devicefit`` user attribute) and every candidate's ``.tflite`` and record in the
+shared artifact folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sdk.fit.candidate import TrialRecord
+from sdk.fit.report import FitReport, choose, closest_miss, reason_for
+from sdk.fit.search import SearchSettings, records, storage_for
+from simulator.errors import InputError, UsageError
+from simulator.fileio import write_atomic
+from simulator.profiles import Profile, load_profile
+
+if TYPE_CHECKING:
+    from sdk.fit.candidate import Context
+
+log = logging.getLogger(__name__)
+
+#: Study user attribute holding what :func:`export` needs.
+STUDY_INFO = "devicefit"
+Build = Callable[[TrialRecord], tuple[TrialRecord, bytes]]
+
+
+def artifact_dir(root: Path, study: str) -> Path:
+    """One folder per study, so several studies can share one artifact root."""
+    return Path(root) / study
+
+
+def study_info(report: FitReport, profile: Profile, ctx: Context) -> dict[str, Any]:
+    from sdk.fit import metadata_base
+
+    return {"source": report.source, "profile": profile.name,
+            "profile_path": str(profile.path) if profile.path else None,
+            "runtime": report.runtime, "budgets": report.budgets, "space": report.space,
+            "settings": report.settings, "float_accuracy": report.float_accuracy,
+            "eval_samples": report.eval_samples, "artifacts": report.study.get("artifacts"),
+            "metadata": metadata_base(ctx, report)}
+
+
+def remember(settings: SearchSettings, name: str, info: dict[str, Any]) -> None:
+    """Every worker writes the same values, so whichever wrote last is right."""
+    from sdk.fit.search import _study
+
+    _study(name, settings, None, create=True).set_user_attr(STUDY_INFO, info)
+
+
+def write_winner(report: FitReport, profile: Profile, out_path: Path, build: Build,
+                 inputs: list[Any]) -> None:
+    """Verify the best fitting candidates in the real runtime; write the first that passes."""
+    from simulator.simulate import simulate
+
+    fitting = choose(report.trials)
+    for record in fitting:
+        record, tflite = build(record)
+        with tempfile.TemporaryDirectory(prefix="devicefit-verify-") as staging:
+            staged = Path(staging) / "verify.tflite"  # the workdir may be shared: stage apart
+            write_atomic(staged, tflite)
+            verified = simulate(staged, profile, run=True)
+        if not verified.ok:
+            record.note = "passed the static check, failed in the runtime"
+            record.verdict = "fail"
+            log.warning("trial %d passed the static check but not the real run; trying the "
+                        "next candidate", record.number)
+            continue
+        write_atomic(out_path, tflite, inputs=[p for p in inputs if isinstance(p, (str, Path))])
+        verified.model.path = str(out_path)
+        report.verification = verified.to_dict()
+        report.verification_report = verified  # the HTML view draws it
+        report.chosen = record.number
+        report.output = str(out_path)
+        report.reason = reason_for(record, fitting, report.float_accuracy, report.trials)
+        return
+    closest, misses = closest_miss(report.trials)
+    report.closest = None if closest is None else closest.number
+    report.closest_misses = misses
+
+
+def embed_metadata(tflite: bytes, profile: Profile, record: TrialRecord,
+                   base: dict[str, Any]) -> bytes:
+    """The candidate's bytes with devicefit's conversion metadata (``base`` + the trial's)."""
+    from sdk.convert import metadata, quantize
+
+    quant = quantize.resolve(profile, record.candidate.scheme, None)
+    return metadata.embed(tflite, {
+        **base, "scheme": quant.scheme, "io_type": quant.io_type,
+        "per_channel": quant.per_channel, "prune_channels": record.candidate.prune or None,
+        "prune_layers": dict(record.candidate.layers) or None, "sparsity": record.candidate.nm,
+        "qat": record.candidate.qat, "trial": record.number,
+        "fine_tune_epochs": base["fine_tune_epochs"] if record.candidate.needs_training else 0})
+
+
+def export(settings: SearchSettings, output: str | Path, *, profile: str | Path | None = None,
+           profiles_dirs: list[str | Path] | None = None) -> FitReport:
+    """Write the best candidate of the study ``settings.study_name`` to ``output`` now.
+
+    The candidate files are looked up in ``settings.artifacts`` (default: the folder the
+    workers were given); a trial still running elsewhere is simply not considered yet.
+    """
+    import optuna
+
+    from sdk.convert import _check_output
+
+    if settings.storage is None or settings.study_name is None:
+        raise UsageError("--export needs --storage URL and --study NAME")
+    out_path = _check_output(output)
+    from sdk.fit.search import _study
+
+    try:
+        study = _study(settings.study_name, settings, None, create=False)
+    except UsageError:
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage_for(settings))]
+        raise UsageError(f"--study {settings.study_name}: no such study in --storage "
+                         f"{settings.storage} (it has: {', '.join(names) or 'none'})") from None
+    info = study.user_attrs.get(STUDY_INFO)
+    if info is None:
+        raise InputError(f"study {settings.study_name} has no devicefit search yet (no worker "
+                         "has finished a trial)")
+    prof = _profile(profile, info, profiles_dirs)
+    root = Path(settings.artifacts) if settings.artifacts else \
+        Path(info["artifacts"]) if info.get("artifacts") else None
+    if root is None:
+        raise UsageError("the workers ran without --artifacts, so their candidate models are "
+                         "not kept; give --artifacts DIR to the workers")
+    folder = artifact_dir(root, settings.study_name)
+    report = FitReport(source=info["source"], profile=prof.name, runtime=info["runtime"],
+                       budgets=info["budgets"], space=info["space"], settings=info["settings"],
+                       float_accuracy=info["float_accuracy"], eval_samples=info["eval_samples"],
+                       trials=records(study),
+                       study={"name": settings.study_name, "artifacts": str(root),
+                              "exported": True})
+
+    def build(record: TrialRecord) -> tuple[TrialRecord, bytes]:
+        path = folder / Path(record.path or f"trial-{record.number:03d}.tflite").name
+        if not path.is_file():
+            raise InputError(f"{path}: trial {record.number}'s model is not in the artifact "
+                             "folder (give --artifacts the folder the workers shared)")
+        return record, embed_metadata(path.read_bytes(), prof, record, info["metadata"])
+
+    write_winner(report, prof, out_path, build, inputs=[])
+    return report
+
+
+def _profile(given: str | Path | None, info: dict[str, Any],
+             profiles_dirs: list[str | Path] | None) -> Profile:
+    if given is not None:
+        return load_profile(given, profiles_dirs)
+    path = info.get("profile_path")
+    if path and Path(path).is_file():
+        return load_profile(path, profiles_dirs)
+    return load_profile(info["profile"], profiles_dirs)
