@@ -8,6 +8,7 @@ stage that fills them has run. ``to_dict`` is the JSON view's source.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,3 +124,31 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        """The inverse of :meth:`to_dict` (for reports read back from JSON, e.g. the shard
+        results that ``check merge`` combines); ``KeyError``/``TypeError`` if malformed."""
+        return _build(cls, data)
+
+
+def _build(cls: type, data: Any) -> Any:
+    """A dataclass from its ``asdict`` form, following the field annotations."""
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue  # a field added since the JSON was written keeps its default
+        values[f.name] = _value(hints[f.name], data[f.name])
+    return cls(**values)
+
+
+def _value(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value)
+    if typing.get_origin(hint) is list:
+        (item,) = typing.get_args(hint)
+        return [_value(item, v) for v in value]
+    return value

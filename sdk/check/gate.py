@@ -64,9 +64,19 @@ class Outcome:
             "unchecked_budgets": self.unchecked_budgets,
             "regressions": [asdict(r) for r in self.regressions],
             "regression_notes": self.regression_notes,
+            "rules": self.rules,
             "error": self.error,
             "report": self.report.to_dict() if self.report else None,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Outcome:
+        """The inverse of :meth:`to_dict` (a shard's result read back by ``check merge``)."""
+        return cls(data["model"], data["model_path"], data["profile"],
+                   Report.from_dict(data["report"]) if data["report"] is not None else None,
+                   data["error"], [RegressionCheck(**r) for r in data["regressions"]],
+                   list(data["regression_notes"]), dict(data["unchecked_budgets"]),
+                   list(data["rules"]), list(data["overridden_budgets"]), data["seconds"])
 
 
 @dataclass
@@ -100,6 +110,11 @@ class CheckResult:
             "run": self.run, "baseline": self.baseline, "seconds": round(self.seconds, 3),
             "summary": self.counts(), "results": [o.to_dict() for o in self.outcomes],
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CheckResult:
+        return cls(data["project"], [Outcome.from_dict(o) for o in data["results"]],
+                   bool(data["run"]), data["baseline"], float(data["seconds"]))
 
 
 def _simulate(model_path: str, profile: Profile, run: bool,

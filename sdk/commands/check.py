@@ -40,9 +40,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "support or a regression rule fails. Exit 0 all pass, 1 something failed, "
                     "2 bad project file or model. Never imports TensorFlow.",
         epilog="example: devicefit check --junit reports/junit.xml "
-               "--markdown reports/summary.md --baseline devicefit-baseline.json")
+               "--markdown reports/summary.md --baseline devicefit-baseline.json\n"
+               "on a CI matrix of N runners: devicefit check --shard K/N --results "
+               "shard-K.json on runner K, then\n  devicefit check merge shard-*.json "
+               "--junit junit.xml --markdown summary.md (one report, one exit code)",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", nargs="?", metavar="FILE",
-                   help="project file (default: devicefit.yaml)")
+                   help="project file (default: devicefit.yaml); or 'merge' followed by "
+                        "shard results: devicefit check merge SHARD.json ...")
+    p.add_argument("shard_results", nargs="*", metavar="SHARD.json", help=argparse.SUPPRESS)
     p.add_argument("--junit", type=Path, metavar="OUT.xml",
                    help="write JUnit XML: one testcase per model x profile x budget/regression")
     p.add_argument("--markdown", type=Path, metavar="OUT.md",
@@ -61,14 +67,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", "-j", type=_jobs, default=1, metavar="N",
                    help="simulate in N parallel processes (0: one per CPU; default 1). "
                         "Pays with --run; the static gate is faster in one process")
+    p.add_argument("--shard", type=_shard, metavar="K/N",
+                   help="check only the K-th of N deterministic parts of the model x profile "
+                        "targets (one CI runner each; join them with 'check merge')")
+    p.add_argument("--results", type=Path, metavar="OUT.json",
+                   help="write the JSON result with its shard placement (what 'check merge' "
+                        "reads)")
     p.set_defaults(handler=_check)
+
+
+def _shard(text: str):
+    from sdk.check.shard import parse_shard
+
+    return parse_shard(text)
 
 
 def _check(args: argparse.Namespace) -> int:
     from sdk.check import DEFAULT_PROJECT_FILE, load_baseline, load_project, run_check
-    from sdk.check.views import html, json_text, junit_xml, markdown
+    from sdk.check.shard import Shard, select, shard_document
     from sdk.console import make_console
 
+    if args.file == "merge":
+        return _merge(args)
+    if args.shard_results:
+        raise UsageError(f"check takes one project file, got {args.file} "
+                         f"{' '.join(args.shard_results)} (to join shard results: "
+                         "devicefit check merge SHARD.json ...)")
+    if args.shard is not None and args.update_baseline:
+        raise UsageError("--update-baseline needs every target: run it unsharded or on "
+                         "'check merge' of all shards")
     project = load_project(args.file or DEFAULT_PROJECT_FILE, args.profiles_dir)
     baseline_path = args.baseline or project.baseline
     if args.update_baseline and baseline_path is None:
@@ -77,29 +104,65 @@ def _check(args: argparse.Namespace) -> int:
     inputs = [project.path, *project.model_paths]
     if baseline_path is not None and not args.update_baseline:
         inputs.append(baseline_path)
-    _refuse_inputs([args.junit, args.markdown, args.html,
+    _refuse_inputs([args.junit, args.markdown, args.html, args.results,
                     baseline_path if args.update_baseline else None], inputs)
+    shard = args.shard or Shard(1, 1)
+    whole = project
+    project, positions = select(project, shard)
     has_rules = any(t.rules for t in project.targets)
     baseline = (load_baseline(baseline_path)
                 if baseline_path is not None and has_rules and not args.update_baseline else None)
 
-    console = make_console(args.no_color)
     err = make_console(args.no_color, stderr=True)
     with _Progress(err, len(project.targets)) as advance:
         result = run_check(project, run=args.run, jobs=args.jobs, baseline=baseline,
                            baseline_path=baseline_path if baseline is not None else None,
                            on_done=advance)
     written = []
+    if args.results is not None:
+        doc = shard_document(result, whole, shard, positions, len(whole.targets))
+        _write(args.results, json.dumps(doc, indent=2) + "\n", inputs)
+        written.append(f"{args.results} (shard {shard})")
+    return _views(args, result, inputs, written, baseline_path)
+
+
+def _merge(args: argparse.Namespace) -> int:
+    """``check merge``: the shards' results as one run's views and exit code."""
+    from sdk.check.shard import load_shards, merge
+
+    used = [flag for flag, on in (("--run", args.run), ("--shard", args.shard is not None),
+                                  ("--results", args.results is not None),
+                                  ("--baseline without --update-baseline",
+                                   args.baseline is not None and not args.update_baseline))
+            if on]
+    if used:
+        raise UsageError(f"check merge joins finished shards; {', '.join(used)} belong(s) to "
+                         "the shard runs")
+    if args.update_baseline and args.baseline is None:
+        raise UsageError("check merge --update-baseline needs --baseline FILE.json")
+    inputs = [Path(p) for p in args.shard_results]
+    _refuse_inputs([args.junit, args.markdown, args.html,
+                    args.baseline if args.update_baseline else None], inputs)
+    result = merge(load_shards(inputs))
+    return _views(args, result, inputs, [], args.baseline)
+
+
+def _views(args: argparse.Namespace, result: CheckResult, inputs: list[Path],
+           written: list[str], baseline_path: Path | None) -> int:
+    from sdk.check.views import html, json_text, junit_xml, markdown
+    from sdk.console import make_console
+
     for path, render in ((args.junit, junit_xml), (args.markdown, markdown), (args.html, html)):
         if path is not None:
             _write(path, render(result), inputs)
             written.append(str(path))
     if args.update_baseline:
+        err = make_console(args.no_color, stderr=True)
         written += _update_baseline(result, baseline_path, err, inputs)
     if args.json:
         sys.stdout.write(json_text(result))
     else:
-        _print(console, result, written, notes=not args.update_baseline)
+        _print(make_console(args.no_color), result, written, notes=not args.update_baseline)
     return result.exit_code
 
 

@@ -1,0 +1,185 @@
+"""``check --shard K/N`` + ``check merge``: the shards of a CI matrix give the same report
+(JSON, JUnit, Markdown, HTML) and exit code as one unsharded run, on real zoo models with a
+passing target, a failing budget, a regression against a baseline and a corrupt model."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sdk.check.shard import assign
+from sdk.cli import main
+from tests.zoo import model_path
+
+MODELS = ("chain_int8", "mlp_int8", "residual_int8", "inception_int8")
+LOOSE = "{flash: 100MB, arena: 100MB, latency: 100s}"
+VIEWS = {"--junit": "junit.xml", "--markdown": "summary.md", "--html": "report.html"}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("shard-project")
+    for name in MODELS:
+        shutil.copy(model_path(name), folder / f"{name}.tflite")
+    (folder / "broken.tflite").write_bytes(model_path("chain_int8").read_bytes()[:300])
+    f = folder / "devicefit.yaml"
+    f.write_text(f"""baseline: baseline.json
+defaults:
+  budgets: {LOOSE}
+  regression: {{arena: 5%, flash: 0%}}
+models:
+  - path: chain_int8.tflite
+    profiles: [stm32l4r5-cortex-m4, nrf52840-cortex-m4, esp32-s3]
+  - path: mlp_int8.tflite
+    profiles: [android-arm64-cpu, stm32l4r5-cortex-m4]
+  - path: residual_int8.tflite
+    profiles:
+      - stm32h743-cortex-m7
+      - {{name: nrf52840-cortex-m4, budgets: {{arena: 1KiB}}}}
+  - path: inception_int8.tflite
+    profiles: [android-arm64-cpu]
+  - path: broken.tflite
+    profiles: [esp32-s3]
+""")
+    return f
+
+
+def _baseline(project: Path, tmp: Path) -> Path:
+    """A baseline from the working targets, with mlp's flash made smaller than it is."""
+    good = tmp / "good.yaml"
+    good.write_text(project.read_text().split("  - path: broken.tflite")[0])
+    for name in MODELS:
+        shutil.copy(project.parent / f"{name}.tflite", tmp / f"{name}.tflite")
+    out = tmp / "baseline.json"
+    # Exit 1: residual's arena override fails; the baseline is written all the same.
+    assert main(["check", str(good), "--update-baseline", "--baseline", str(out)]) == 1
+    data = json.loads(out.read_text())
+    for metrics in data["models"]["mlp_int8"].values():
+        metrics["flash_bytes"] = int(metrics["flash_bytes"] * 0.8)
+    out.write_text(json.dumps(data))
+    return out
+
+
+def _views(folder: Path) -> list[str]:
+    return [arg for flag, name in VIEWS.items() for arg in (flag, str(folder / name))]
+
+
+def _normal(folder: Path, json_path: Path) -> dict[str, str]:
+    """The views with the run's durations taken out (they differ between any two runs)."""
+    texts = {name: (folder / name).read_text() for name in VIEWS.values()}
+    texts["junit.xml"] = re.sub(r' time="[0-9.]+"', "", texts["junit.xml"])
+    texts["summary.md"] = re.sub(r" · [0-9.]+ s", "", texts["summary.md"])
+    doc = json.loads(json_path.read_text())
+    doc.pop("shard", None)
+    texts["json"] = json.dumps(_no_seconds(doc), indent=1, sort_keys=True)
+    return texts
+
+
+def _no_seconds(value):
+    if isinstance(value, dict):
+        return {k: _no_seconds(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [_no_seconds(v) for v in value]
+    return value
+
+
+@pytest.fixture(scope="module")
+def runs(project, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("shard-runs")
+    baseline = _baseline(project, tmp_path_factory.mktemp("baseline"))
+    shutil.copy(baseline, project.parent / "baseline.json")
+    whole = tmp / "whole"
+    whole.mkdir()
+    code = main(["check", str(project), *_views(whole), "--results", str(whole / "all.json")])
+    shards = []
+    codes = []
+    for k in (1, 2, 3):
+        out = tmp / f"shard{k}.json"
+        codes.append(main(["check", str(project), "--shard", f"{k}/3", "--results", str(out)]))
+        shards.append(out)
+    merged = tmp / "merged"
+    merged.mkdir()
+    merged_code = main(["check", "merge", *map(str, reversed(shards)), *_views(merged)])
+    assert main(["check", "merge", *map(str, shards), "--json"]) == merged_code
+    return {"whole": whole, "code": code, "shards": shards, "codes": codes, "merged": merged,
+            "merged_code": merged_code, "tmp": tmp}
+
+
+def test_merged_shards_give_the_unsharded_report_and_exit_code(runs, capsys):
+    assert runs["code"] == 2  # the corrupt model is an error; a budget and a rule fail too
+    assert runs["merged_code"] == runs["code"]
+    whole = _normal(runs["whole"], runs["whole"] / "all.json")
+    # The merged JSON as `check merge --json` printed it (the last command of the fixture).
+    main(["check", "merge", *map(str, runs["shards"]), "--json"])
+    (runs["merged"] / "merged.json").write_text(capsys.readouterr().out)
+    merged = _normal(runs["merged"], runs["merged"] / "merged.json")
+    for view in whole:
+        assert merged[view] == whole[view], view
+    doc = json.loads((runs["whole"] / "all.json").read_text())
+    statuses = {o["status"] for o in doc["results"]}
+    assert statuses == {"pass", "fail", "error"}
+    assert any(r["ok"] is False for o in doc["results"] for r in o["regressions"])
+
+
+def test_shards_split_the_targets_once_each(runs):
+    docs = [json.loads(p.read_text()) for p in runs["shards"]]
+    positions = [i for d in docs for i in d["shard"]["positions"]]
+    assert sorted(positions) == list(range(docs[0]["shard"]["targets"]))
+    assert all(d["results"] for d in docs), "9 targets over 3 shards: none is empty"
+    # A shard's own exit code is that of its targets alone.
+    for d, code in zip(docs, runs["codes"]):
+        assert code == d["exit_code"]
+
+
+def test_the_split_is_deterministic_and_balanced():
+    weights = [500, 100, 100, 300, 200, 100, 100]
+    owner = assign(weights, 3)
+    assert owner == assign(weights, 3)
+    loads = [sum(w for w, k in zip(weights, owner) if k == s) for s in range(3)]
+    assert max(loads) - min(loads) <= max(weights) - min(weights)
+    assert assign([1] * 4, 4) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("drop, message", [
+    (1, "missing shard result(s) 2/3"),
+    (None, "are both shard 1/3"),
+])
+def test_merge_refuses_missing_or_repeated_shards(runs, capsys, drop, message):
+    shards = [str(p) for p in runs["shards"]]
+    args = shards[:drop] + shards[drop + 1:] if drop is not None else shards + shards[:1]
+    assert main(["check", "merge", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_merge_refuses_a_shard_of_another_project(runs, tmp_path, capsys):
+    other = json.loads(runs["shards"][0].read_text())
+    other["shard"]["project_sha256"] = "0" * 64
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(other))
+    assert main(["check", "merge", str(path), *map(str, runs["shards"][1:])]) == 2
+    assert "not shards of one run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--shard", "4/3"], "expected K/N with 1 <= K <= N"),
+    (["--shard", "1/2", "--update-baseline"], "--update-baseline needs every target"),
+], ids=["index-over-count", "sharded-baseline"])
+def test_bad_shard_usage_exits_2(project, capsys, args, message):
+    with pytest.raises(SystemExit) as exit_info:
+        code = main(["check", str(project), *args])
+        raise SystemExit(code)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_merge_of_a_plain_json_report_is_refused(runs, tmp_path, capsys):
+    plain = json.loads(runs["shards"][0].read_text())
+    del plain["shard"]
+    path = tmp_path / "plain.json"
+    path.write_text(json.dumps(plain))
+    assert main(["check", "merge", str(path)]) == 2
+    assert "not a devicefit check shard result" in capsys.readouterr().err
