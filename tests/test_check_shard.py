@@ -183,3 +183,25 @@ def test_merge_of_a_plain_json_report_is_refused(runs, tmp_path, capsys):
     path.write_text(json.dumps(plain))
     assert main(["check", "merge", str(path)]) == 2
     assert "not a devicefit check shard result" in capsys.readouterr().err
+
+
+def test_the_github_matrix_example_shards_then_merges():
+    """examples/ci/github-actions-sharded.yml is documentation: its commands must parse."""
+    import shlex
+
+    import yaml
+
+    from sdk.cli import build_parser
+
+    example = Path(__file__).parents[1] / "examples" / "ci" / "github-actions-sharded.yml"
+    jobs = yaml.safe_load(example.read_text())["jobs"]
+    assert jobs["shard"]["strategy"]["matrix"]["shard"] == [1, 2, 3, 4]
+    assert jobs["merge"]["needs"] == "shard"
+    commands = {name: [s["run"] for s in job["steps"] if "devicefit check" in s.get("run", "")]
+                for name, job in jobs.items()}
+    (shard_run,), (merge_run,) = commands["shard"], commands["merge"]
+    shard = build_parser().parse_args(
+        shlex.split(shard_run.replace("${{ matrix.shard }}", "3"))[1:])
+    assert (shard.shard.index, shard.shard.count) == (3, 4) and shard.results
+    merge = build_parser().parse_args(shlex.split(merge_run)[1:])
+    assert merge.file == "merge" and merge.shard_results and merge.junit and merge.markdown
