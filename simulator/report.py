@@ -8,6 +8,7 @@ stage that fills them has run. ``to_dict`` is the JSON view's source.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,15 +133,17 @@ class Report:
         return _build(cls, data)
 
 
+@functools.cache
+def _fields(cls: type) -> tuple[tuple[str, Any], ...]:
+    """(name, resolved annotation) of each field; resolving is slow, so once per class."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
+
+
 def _build(cls: type, data: Any) -> Any:
     """A dataclass from its ``asdict`` form, following the field annotations."""
-    hints = typing.get_type_hints(cls)
-    values = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue  # a field added since the JSON was written keeps its default
-        values[f.name] = _value(hints[f.name], data[f.name])
-    return cls(**values)
+    # A field missing from the JSON (added since it was written) keeps its default.
+    return cls(**{name: _value(hint, data[name]) for name, hint in _fields(cls) if name in data})
 
 
 def _value(hint: Any, value: Any) -> Any:
