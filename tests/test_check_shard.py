@@ -205,3 +205,17 @@ def test_the_github_matrix_example_shards_then_merges():
     assert (shard.shard.index, shard.shard.count) == (3, 4) and shard.results
     merge = build_parser().parse_args(shlex.split(merge_run)[1:])
     assert merge.file == "merge" and merge.shard_results and merge.junit and merge.markdown
+
+
+def test_merge_writes_the_baseline_an_unsharded_run_would(project, tmp_path):
+    good = project.parent / "good.yaml"
+    good.write_text(project.read_text().split("  - path: broken.tflite")[0]
+                    .replace("baseline: baseline.json", ""))
+    whole, merged = tmp_path / "whole.json", tmp_path / "merged.json"
+    assert main(["check", str(good), "--update-baseline", "--baseline", str(whole)]) == 1
+    shards = [tmp_path / f"s{k}.json" for k in (1, 2)]
+    for k, path in enumerate(shards, 1):
+        main(["check", str(good), "--shard", f"{k}/2", "--results", str(path)])
+    assert main(["check", "merge", *map(str, shards), "--update-baseline", "--baseline",
+                 str(merged)]) == 1
+    assert json.loads(merged.read_text()) == json.loads(whole.read_text())
