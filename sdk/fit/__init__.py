@@ -37,7 +37,7 @@ from sdk.fit.export import (
     write_winner,
 )
 from sdk.fit.report import FitReport
-from sdk.fit.search import SearchSettings, search, study_name
+from sdk.fit.search import SearchSettings, search, shown_url, study_name
 from sdk.fit.space import space_for
 from simulator.errors import UsageError
 from simulator.fileio import write_atomic
@@ -111,7 +111,8 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
                      "latency_ms": prof.budgets.latency_ms},
             space=space.to_dict(),
             settings={"max_trials": settings.max_trials, "time_budget_s": settings.time_budget_s,
-                      "jobs": settings.jobs, "storage": settings.storage, "epochs": epochs,
+                      "jobs": settings.jobs, "storage": shown_url(settings.storage),
+                      "epochs": epochs,
                       "distill": ctx.distill.to_dict() if ctx.distill else None,
                       "cluster": cluster, "seed": settings.seed,
                       "runtime_code_bytes": prof.runtime.code_bytes},
@@ -123,7 +124,7 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
         model_path = Path(loaded.source) if loaded.kind in ("keras", "h5") else None
         result = search(ctx, space, settings, name=name, model_path=model_path,
                         on_trial=on_trial)
-        report.settings["storage"] = result.storage
+        report.settings["storage"] = shown_url(result.storage)
         report.trials, report.interrupted = result.records, result.interrupted
         report.search_seconds = result.seconds
         report.study.update(worker=result.worker, writer=result.writer)

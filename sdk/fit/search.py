@@ -351,6 +351,19 @@ def _study(name: str, settings: SearchSettings, seed: int | None, create: bool) 
                          f"({hint})") from exc
 
 
+def shown_url(url: str | None) -> str | None:
+    """The storage URL without its password: reports and the study are shared."""
+    if url is None:
+        return None
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
 def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
