@@ -79,9 +79,12 @@ def bench_fit(folder: Path, max_trials: int, epochs: int) -> dict:
             reports = [json.loads(p.read_text()) for p in folder.glob(f"{study}-*.json")]
             written = [r for r in reports if r["study"].get("writer")]
             chosen = [t for r in written for t in r["trials"] if t["number"] == r["chosen"]]
+            trials = written[0]["trials"] if written else []
+            candidates = [json.dumps(t["candidate"], sort_keys=True) for t in trials]
             out[f"{workers}_workers"] = {
                 "wall_s": round(wall, 1), "writers": len(written),
-                "trials": len(reports[0]["trials"]) if reports else 0,
+                "judged": sum(1 for t in trials if t["stage"] != "skipped"),
+                "built_twice": len(candidates) - len(set(candidates)),
                 "best_accuracy": chosen[0]["accuracy"] if chosen else None,
                 "best": chosen[0]["label"] if chosen else None}
     out["wall_ratio_2_over_1"] = round(out["2_workers"]["wall_s"] / out["1_workers"]["wall_s"],
