@@ -1,0 +1,97 @@
+"""The distributed search's bookkeeping on a real optuna study (SQLite file storage), trial
+by trial: how a proposal is decided, what counts against --max-trials, who writes the winner.
+The concurrent case with a real PostgreSQL server and killed workers is
+tests/test_fit_distributed.py; these cover each rule on its own, fast."""
+
+from __future__ import annotations
+
+import warnings
+
+import optuna
+import pytest
+
+from sdk.fit.search import (
+    BUILD,
+    DECISION,
+    DUPLICATE,
+    OVER_BUDGET,
+    RECORD,
+    Objective,
+    SearchSettings,
+    claimed,
+    shown_url,
+    writes_winner,
+)
+from sdk.fit.space import SearchSpace
+
+SPACE = SearchSpace(schemes=("int8",), prune_ratios=(0.0, 0.5), nm_patterns=(None,), qat=False)
+
+
+@pytest.fixture
+def study(tmp_path):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(storage=f"sqlite:///{tmp_path / 'fit.db'}", direction="maximize")
+
+
+def _propose(study, objective: Objective, prune: float):
+    study.enqueue_trial({"scheme": "int8", "prune": prune, "nm": None})
+    trial = study.ask()
+    return trial, objective._decide(trial, SPACE.suggest(trial))
+
+
+def test_a_candidate_running_elsewhere_is_a_duplicate(study):
+    objective = Objective(None, SPACE, SearchSettings(max_trials=5), None, "host:1")
+    first, (verdict, _) = _propose(study, objective, 0.5)
+    assert verdict == BUILD
+    second, (verdict, why) = _propose(study, objective, 0.5)
+    assert verdict == DUPLICATE and why == f"same as trial {first.number}"
+    third, (verdict, _) = _propose(study, objective, 0.0)
+    assert verdict == BUILD
+
+
+def test_running_builds_claim_the_trial_budget_until_they_fail(study):
+    objective = Objective(None, SPACE, SearchSettings(max_trials=1), None, "host:1")
+    first, (verdict, _) = _propose(study, objective, 0.5)
+    assert verdict == BUILD and claimed(study.get_trials()) == 1
+    _, (verdict, why) = _propose(study, objective, 0.0)
+    assert verdict == OVER_BUDGET and "--max-trials 1" in why
+    study.tell(first, state=optuna.trial.TrialState.FAIL)  # its worker died
+    assert claimed(study.get_trials()) == 0
+    _, (verdict, _) = _propose(study, objective, 0.0)
+    assert verdict == BUILD
+
+
+def test_a_queued_retry_keeps_its_claim_and_ignores_the_copied_decision(study):
+    objective = Objective(None, SPACE, SearchSettings(max_trials=1), None, "host:1")
+    first, _ = _propose(study, objective, 0.5)
+    dead = study.get_trials()[first.number]
+    study.tell(first, state=optuna.trial.TrialState.FAIL)
+    # What optuna's RetryHeartbeatStaleTrialCallback queues: params, user attrs (with the
+    # dead trial's decision) and the number of the failed trial.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2)(study, dead)
+    trials = study.get_trials()
+    assert claimed(trials) == 1
+    retry = study.ask()
+    assert retry.user_attrs[DECISION]["trial"] == first.number  # copied, not its own
+    verdict, _ = objective._decide(retry, SPACE.suggest(retry))
+    assert verdict == BUILD  # the dead original no longer counts
+
+
+def test_the_winner_is_written_by_the_worker_of_the_last_trial_once_nothing_runs(study):
+    a = Objective(None, SPACE, SearchSettings(), None, "host:1")
+    first, _ = _propose(study, a, 0.0)
+    second, _ = _propose(study, a, 0.5)
+    first.set_user_attr(RECORD, {})  # a judged trial
+    study.tell(first, 0.5)
+    assert not writes_winner(study, {first.number})  # the second trial still runs
+    second.set_user_attr(RECORD, {})
+    study.tell(second, 0.9)
+    assert writes_winner(study, {second.number})
+    assert not writes_winner(study, {first.number})
+
+
+def test_reports_show_the_storage_without_its_password():
+    assert shown_url("postgresql://fit:s3cret@db/fit") == "postgresql://fit:***@db/fit"
+    assert shown_url("sqlite:///fit.db") == "sqlite:///fit.db"
