@@ -66,9 +66,11 @@ def _trained_trial_running(url: str) -> tuple[int, int] | None:
     for t in trials:
         decision = t.user_attrs.get(DECISION) or {}
         candidate = decision.get("candidate") or {}
-        # Uniform pruning of half the channels or more passes the static check, so the
-        # trial goes on to fine-tuning (seconds): it cannot end before the kill lands.
-        fits = candidate.get("prune", 0) >= 0.5 and not candidate.get("layers")
+        # int8 with half the channels or more pruned uniformly passes the static check
+        # (int16x8 misses the arena), so the trial goes on to fine-tuning (seconds): it
+        # cannot end before the kill lands.
+        fits = candidate.get("scheme") == "int8" and candidate.get("prune", 0) >= 0.5 \
+            and not candidate.get("layers") and not candidate.get("nm")
         if t.state == optuna.trial.TrialState.RUNNING and decision.get("trial") == t.number \
                 and decision.get("as") == BUILD and fits:
             return t.number, int(decision["worker"].rsplit(":", 1)[1])

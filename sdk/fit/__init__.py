@@ -118,7 +118,8 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
                       "runtime_code_bytes": prof.runtime.code_bytes},
             float_accuracy=float_accuracy, eval_samples=len(evaluation),
             study={"name": name,
-                   "artifacts": str(settings.artifacts) if settings.artifacts else None})
+                   "artifacts": str(Path(settings.artifacts).resolve())
+                   if settings.artifacts else None})
         if settings.storage is not None:  # before the search: --export works at any time
             remember(settings, name, study_info(report, prof, ctx))
         model_path = Path(loaded.source) if loaded.kind in ("keras", "h5") else None
@@ -156,17 +157,28 @@ def _accuracy(outputs: np.ndarray, y: np.ndarray) -> float | None:
 
 
 def _build(ctx: Context, record: TrialRecord, report: FitReport, cluster: int | None
-           ) -> tuple[TrialRecord, bytes]:
+           ) -> bytes:
     """The bytes to write for ``record``: its model (rebuilt if another machine built it
     and its file is not here), clustered if asked, with devicefit's metadata."""
-    path = Path(record.path) if record.path else None
-    if path is None or not path.is_file():
-        record = replace(evaluate(ctx, record.candidate, record.number), seconds=0.0)
-        path = Path(record.path)
-    tflite = path.read_bytes()
+    found = _here(ctx, record)
+    record = found or replace(evaluate(ctx, record.candidate, record.number), seconds=0.0)
+    tflite = Path(record.path or "").read_bytes()
     if cluster:
         tflite, report.clustering = _cluster(ctx, record, cluster, tflite)
-    return record, embed_metadata(tflite, ctx.profile, record, metadata_base(ctx, report))
+    return embed_metadata(tflite, ctx.profile, record, metadata_base(ctx, report))
+
+
+def _here(ctx: Context, record: TrialRecord) -> TrialRecord | None:
+    """``record`` with its files where this machine sees them (as recorded, or in the work
+    folder: a shared artifact folder may be mounted elsewhere here), None if missing."""
+    if not record.path:
+        return None
+    paths = [Path(record.path)] + ([Path(record.keras_path)] if record.keras_path else [])
+    for found in (paths, [ctx.workdir / p.name for p in paths]):
+        if all(p.is_file() for p in found):
+            return replace(record, path=str(found[0]),
+                           keras_path=str(found[1]) if len(found) > 1 else None)
+    return None
 
 
 def metadata_base(ctx: Context, report: FitReport) -> dict[str, Any]:

@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 
 #: Study user attribute holding what :func:`export` needs.
 STUDY_INFO = "devicefit"
-Build = Callable[[TrialRecord], tuple[TrialRecord, bytes]]
+#: The bytes to write for a fitting record (read or rebuilt, with metadata).
+Build = Callable[[TrialRecord], bytes]
 
 
 def artifact_dir(root: Path, study: str) -> Path:
@@ -63,7 +64,7 @@ def write_winner(report: FitReport, profile: Profile, out_path: Path, build: Bui
 
     fitting = choose(report.trials)
     for record in fitting:
-        record, tflite = build(record)
+        tflite = build(record)
         with tempfile.TemporaryDirectory(prefix="devicefit-verify-") as staging:
             staged = Path(staging) / "verify.tflite"  # the workdir may be shared: stage apart
             write_atomic(staged, tflite)
@@ -141,12 +142,12 @@ def export(settings: SearchSettings, output: str | Path, *, profile: str | Path 
                        study={"name": settings.study_name, "artifacts": str(root),
                               "exported": True})
 
-    def build(record: TrialRecord) -> tuple[TrialRecord, bytes]:
+    def build(record: TrialRecord) -> bytes:
         path = folder / Path(record.path or f"trial-{record.number:03d}.tflite").name
         if not path.is_file():
             raise InputError(f"{path}: trial {record.number}'s model is not in the artifact "
                              "folder (give --artifacts the folder the workers shared)")
-        return record, embed_metadata(path.read_bytes(), prof, record, info["metadata"])
+        return embed_metadata(path.read_bytes(), prof, record, info["metadata"])
 
     write_winner(report, prof, out_path, build, inputs=[])
     return report
