@@ -94,7 +94,26 @@ def _tflm_create(path: str, arena: int, invoke: bool) -> dict:
 
 def tflm_at(path: str | Path, arena: int, invoke: bool = True) -> tuple[str, object]:
     """Create (and invoke) the real TFLM interpreter at exactly ``arena`` bytes, forked."""
+    # Import once here, not in every forked copy.
+    import tflite_micro.python.tflite_micro.runtime  # noqa: F401
+
+    import simulator.reader  # noqa: F401
+    import simulator.runtimes.tflm  # noqa: F401
+
     return _forked(_tflm_create, str(path), arena, invoke)
+
+
+def tflm_runs(runs: list[tuple[str, int]], timeout: float = 900) -> list[dict]:
+    """Create and invoke TFLM at exactly each (path, arena) given: one child process that
+    imports the runtime once and forks per run. Each answer: {"status": "ok" | "error" |
+    "crash", "value": allocations or the message}."""
+    done = subprocess.run([sys.executable, __file__, "--tflm-at", json.dumps(runs)],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"TFLM child failed (exit {done.returncode}): {done.stderr[-500:]}")
+    return json.loads(lines[-1])
 
 
 def _tflm_child(path: str, predicted: int) -> dict:
@@ -272,7 +291,12 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="also write the rows as JSON")
     ap.add_argument("--tflm", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--litert", help=argparse.SUPPRESS)
+    ap.add_argument("--tflm-at", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.tflm_at:
+        answers = [tflm_at(path, arena) for path, arena in json.loads(args.tflm_at)]
+        print(json.dumps([{"status": st, "value": v} for st, v in answers]))
+        return 0
     if args.tflm:
         print(json.dumps(_tflm_child(args.tflm[0], int(args.tflm[1]))))
         return 0
