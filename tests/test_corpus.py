@@ -108,7 +108,7 @@ def test_fc_autoencoder_tail_is_not_over_predicted(
 
 def test_int8_lstm_starts_at_the_predicted_arena(tmp_path: Path) -> None:
     """An int8 UNIDIRECTIONAL_SEQUENCE_LSTM keeps a 688 B OpData (8 FC + 3 arithmetic
-    parameter sets): the tail was 416 B short and TFLM crashed at the predicted arena."""
+    parameter sets): the start arena was predicted 672 B short of the 7,712 B it needs."""
     profile = tflm_wheel_profile()
     runs, plans = [], []
     for dtype in ("int8", "float32"):
