@@ -90,7 +90,8 @@ def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None
     offsets = greedy_plan(buffers)
     head = check_plan(buffers, offsets, "TFLM greedy plan")
     live = live_bytes_per_step(buffers)
-    tail = estimate_tail(model, pointer_bytes=pointer, kernels=kernels)
+    n_scratch = sum(1 for b in buffers if b.kind == "scratch")
+    tail = estimate_tail(model, pointer_bytes=pointer, kernels=kernels, n_scratch=n_scratch)
     exact: list[str] = []
     estimated = ["arena_tail", "arena_required"]
     notes = [tail.note]
@@ -105,7 +106,6 @@ def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None
             notes.append(f"head: tensors planned exactly, but '{kernels}' kernels request "
                          "scratch buffers devicefit sizes as the reference kernels do; the "
                          "real head can be larger")
-    n_scratch = sum(1 for b in buffers if b.kind == "scratch")
     required = max(head, planning_bytes(model, buffers, pointer)) + tail.total
     required = max(required, prepare_peak(model, tail.total, pointer_bytes=pointer,
                                           n_scratch=n_scratch))
