@@ -174,10 +174,15 @@ def published() -> list[Published]:
 MODELS_DIR: Path | None = None
 
 
+def source_path(key: str) -> Path:
+    """``--models DIR``'s file for ``key`` where it has one, else the built architecture."""
+    given = MODELS_DIR / f"{key}.tflite" if MODELS_DIR else None
+    return given if given is not None and given.is_file() else model_path(MODEL_KEYS[key])
+
+
 @cache
 def model_and_ops(key: str) -> tuple[Model, tuple[OpCompute, ...]]:
-    path = (MODELS_DIR / f"{key}.tflite") if MODELS_DIR else model_path(MODEL_KEYS[key])
-    model = read_model(path)
+    model = read_model(source_path(key))
     return model, tuple(static_report(model, load_profile("stm32l4r5-cortex-m4")).compute.per_op)
 
 
@@ -404,6 +409,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(table(rows, loo))
     print()
+    for key in sorted({r.model for r in rows}):
+        path = source_path(key)
+        print(f"model {key}: {path.name}, sha256 {hashlib.sha256(path.read_bytes()).hexdigest()}, "
+              f"{sum(c.macs for c in model_and_ops(key)[1]):,} MACs")
     print(summary(rows, loo))
     for lib, band in bands(rows, loo).items():
         print(f"band {lib}: published / estimate in [{band[0]}, {band[1]}]")
