@@ -310,3 +310,20 @@ def test_int16_costs_more_than_int8_and_falls_back_where_a_library_has_none():
     assert lib.dtypes["int16"] > lib.dtypes["int8"]
     assert library_for(data, "esp-nn", "int16").name == "reference"
     assert library_for(data, "esp-nn", "int8").name == "esp-nn"
+
+
+def test_no_estimate_is_said_not_an_error(tmp_path, capsys):
+    """An own cost table without float entries: simulate still exits 0, says why there is no
+    estimate, and leaves the latency budget unchecked instead of passing it."""
+    from sdk.cli import main
+
+    (tmp_path / "own.yaml").write_text(
+        "extends: stm32l4r5-cortex-m4\ndevice: {cpu: my-dsp}\n"
+        "cost_model: {cycles_per_mac: {int8: 2.0}}\nbudgets: {latency: 1ms}\n")
+    model = str(zoo.model_path("chain_float32"))
+    assert main(["simulate", model, "--profile", str(tmp_path / "own.yaml")]) == 0
+    text = capsys.readouterr().out
+    assert "no latency estimate" in text and "latency budget not checked" in text
+    assert main(["simulate", model, "--profile", str(tmp_path / "own.yaml"), "--json"]) == 0
+    lat = json.loads(capsys.readouterr().out)["latency"]
+    assert lat["estimated_device_ms"] is None and "CONV_2D.float32" in lat["no_estimate"]
