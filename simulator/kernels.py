@@ -71,7 +71,8 @@ class Library:
     kinds: dict[str, float]
     #: (low, high) of published / estimated from the leave-one-board-out validation.
     band: tuple[float, float]
-    calibrated: bool
+    #: The dtypes published figures validated (the band means something only for these).
+    calibrated: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,8 @@ def _library(name: str, d: dict[str, Any]) -> Library:
         op_overhead_cycles=float(d.get("op_overhead_cycles", 0)),
         cycles_per_output=float(d.get("cycles_per_output", 0)),
         kinds={str(k): float(v) for k, v in (d.get("kinds") or {}).items()},
-        band=(float(band[0]), float(band[1])), calibrated=bool(d.get("calibrated", False)))
+        band=(float(band[0]), float(band[1])),
+        calibrated=tuple(str(t) for t in d.get("calibrated") or ()))
 
 
 def load_kernels(data: dict[str, Any]) -> KernelData:

@@ -179,9 +179,10 @@ def estimate_band(profile: Profile, core: Core | None, data: KernelData,
         return UNCALIBRATED_BAND, "uncalibrated cost table (no error_band in the profile)"
     dtype = _main_dtype(model) if model is not None else "int8"
     lib = library_for(data, host_library(profile), dtype)
-    if not lib.calibrated:
-        return UNCALIBRATED_BAND, f"{lib.name} kernels on {core.name}: not calibrated"
-    return lib.band, f"{lib.name} kernels: leave-one-board-out validation"
+    if dtype not in lib.calibrated:
+        return UNCALIBRATED_BAND, (f"{lib.name} kernels, {dtype}: no published figure "
+                                   f"validates them (uncalibrated band)")
+    return lib.band, f"{lib.name} kernels, {dtype}: leave-one-board-out validation"
 
 
 def _main_dtype(model: Model) -> str:
