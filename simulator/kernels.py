@@ -27,7 +27,7 @@ each library carries is that script's leave-one-board-out spread.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -92,7 +92,6 @@ class KernelData:
     versions: tuple[VersionRule, ...] = ()
     #: Multiplier for float math on a core without an FPU (software floating point).
     soft_float: float = 20.0
-    sources: tuple[str, ...] = field(default=())
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -136,7 +135,7 @@ def load_kernels(data: dict[str, Any]) -> KernelData:
                                        {k: float(x) for k, x in v["kinds"].items()},
                                        v.get("source", ""))
                            for v in data.get("versions", ())),
-            soft_float=float(data.get("soft_float", 20.0)), sources=tuple(data.get("sources", ())))
+            soft_float=float(data.get("soft_float", 20.0)))
     except (KeyError, TypeError, ValueError) as exc:
         raise ProfileError(f"{DATA_DIR / 'kernels.yaml'}: malformed kernel table: {exc}") from exc
 
