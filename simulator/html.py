@@ -29,6 +29,7 @@ table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #ddd;padding:
 th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.pass td.status{background:#d8f0d8;color:#14591a}
 tr.fail td.status,tr.error td.status{background:#f8d7d7;color:#8a1010}
+tr.at-risk td.status{background:#fff1c2;color:#6b4e00}
 .verdict{display:inline-block;padding:2px 10px;border-radius:4px;font-weight:600}
 .verdict.pass{background:#d8f0d8;color:#14591a}.verdict.fail{background:#f8d7d7;color:#8a1010}
 svg{display:block;margin:4px 0 12px;background:#fff}svg text{font:11px system-ui,sans-serif;fill:#333}
@@ -84,11 +85,12 @@ def _budgets(report: Report) -> str:
     rows, classes = [], []
     for b in report.budgets:
         fmt = format_time_ms if b.unit == "ms" else format_size
-        rows.append((b.name, fmt(b.limit), fmt(b.value), fmt(b.margin), b.basis,
-                     "pass" if b.ok else "FAIL"))
-        classes.append("pass" if b.ok else "fail")
-    return html_table(("budget", "limit", "value", "margin", "basis", "status"), rows, classes,
-                  last_cell_class="status")
+        likely = f"{fmt(b.band[0])}–{fmt(b.band[1])}" if b.band else "-"
+        rows.append((b.name, fmt(b.limit), fmt(b.value), likely, fmt(b.margin), b.basis,
+                     {"pass": "pass", "fail": "FAIL", "at-risk": "AT RISK"}[b.status]))
+        classes.append(b.status)
+    return html_table(("budget", "limit", "value", "likely", "margin", "basis", "status"), rows,
+                      classes, last_cell_class="status")
 
 
 def _summaries(report: Report) -> str:
@@ -109,9 +111,17 @@ def _summaries(report: Report) -> str:
     if report.measured and report.measured.get("arena_head_bytes") is not None:
         memory_rows.append(("measured head (" + str(report.measured.get("runtime")) + ")",
                             format_size(report.measured["arena_head_bytes"])))
+    lat = report.latency or {}
+    if lat.get("estimated_device_ms") is not None:
+        likely = (f", likely {format_time_ms(lat['band_ms'][0])}–"
+                  f"{format_time_ms(lat['band_ms'][1])}" if lat.get("band_ms") else "")
+        memory_rows.append(("device latency (estimated)",
+                            format_time_ms(lat["estimated_device_ms"]) + likely))
+    elif lat.get("no_estimate"):
+        memory_rows.append(("device latency", lat["no_estimate"]))
     return ("<h3>Model</h3>" + html_table((), model_rows)
             + "<h3>Profile</h3>" + html_table((), profile_rows)
-            + "<h3>Memory</h3>" + html_table((), memory_rows))
+            + "<h3>Memory and latency</h3>" + html_table((), memory_rows))
 
 
 PLOT_WIDTH = WIDTH - MARGIN_LEFT - 10

@@ -1,16 +1,23 @@
-"""Device latency estimate from a profile's ``cost_model`` (no device needed).
+"""Device latency estimate (no device needed), with the error band its validation gives.
 
-Per operator::
+Two ways to cost an operator:
 
-    cycles = MACs × cycles_per_mac(op, dtype) + bytes_moved × cycles_per_byte
-    ms     = cycles / clock_hz × 1000 / speedup(threads) + op_overhead_ms
+* **Core registry + kernel tables** (the built-in profiles): ``device.cpu`` names a core of
+  :mod:`simulator.cores`, ``runtime.kernels`` a library of :mod:`simulator.kernels`, and
+  ``runtime.version`` may select an older runtime's slower kernels. The tables are fitted to
+  published on-device latencies, and every estimate carries the band the leave-one-board-out
+  validation of its library found (``benchmarks/bench_latency.py``).
+* **The profile's own table** (``cost_model.cycles_per_mac``, for a core nobody has measured)::
 
-``cycles_per_mac`` is looked up as ``"<OP>.<dtype>"``, then ``"<dtype>"``, then
-``"default"``; the dtype is the op's activation type (its first non-constant input).
-``speedup = 1 + (threads − 1) × parallel_efficiency``. MACs and bytes per op come from the
-compute stage (``report.compute.per_op``). The constants of the built-in MCU profiles are
-fitted to published on-board measurements (see the profile YAML and BENCHMARKS.md "Device
-latency"), so this is an estimate of the right order, not a cycle-accurate simulation.
+      cycles = MACs × cycles_per_mac(op, dtype) + bytes_moved × cycles_per_byte
+
+  ``cycles_per_mac`` is looked up as ``"<OP>.<dtype>"``, then ``"<dtype>"``, then
+  ``"default"``. Its band is ``cost_model.error_band`` or, if the profile gives none, a wide
+  "uncalibrated" one.
+
+Either way ``ms = cycles / clock_hz × 1000 / speedup(threads) + op_overhead_ms`` with
+``speedup = 1 + (threads − 1) × parallel_efficiency``. An operator whose dtype no table
+covers makes the whole estimate an explicit "no estimate" (with the reason), not an error.
 """
 
 from __future__ import annotations
@@ -18,10 +25,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from simulator.cores import Core, find_core
 from simulator.errors import ProfileError
+from simulator.kernels import OP_KINDS, KernelData, OpShape, kernel_data, library_for, op_cycles
 from simulator.model import Model, Operator, Subgraph
 from simulator.profiles import CostModel, Profile
 from simulator.report import OpCompute
+
+#: Band of an estimate from a table nobody validated: published/estimated in [0.5, 2].
+UNCALIBRATED_BAND = (0.5, 2.0)
 
 
 @dataclass(frozen=True)
@@ -37,15 +49,29 @@ class OpLatency:
 
 @dataclass
 class LatencyEstimate:
-    total_ms: float
+    #: None: no estimate (``no_estimate`` says why).
+    total_ms: float | None
     clock_hz: float
     threads: int
     per_op: list[OpLatency] = field(default_factory=list)
     #: The cost-model sources the profile cites, carried into the report.
     sources: list[str] = field(default_factory=list)
+    #: (low, high) multipliers of total_ms where the real latency likely lies.
+    band: tuple[float, float] = UNCALIBRATED_BAND
+    #: Where the band comes from, for the reader.
+    band_basis: str = ""
+    #: "registry" (core + kernel tables) or "profile" (its own cycles_per_mac).
+    basis: str = "registry"
+    no_estimate: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def band_ms(self) -> tuple[float, float] | None:
+        if self.total_ms is None:
+            return None
+        return (self.total_ms * self.band[0], self.total_ms * self.band[1])
 
 
 def op_dtype(sg: Subgraph, op: Operator) -> str:
@@ -59,37 +85,123 @@ def op_dtype(sg: Subgraph, op: Operator) -> str:
     return "default"
 
 
-def cycles_per_mac(cost: CostModel, op: str, dtype: str) -> float:
+def cycles_per_mac(cost: CostModel, op: str, dtype: str) -> float | None:
+    """A profile's own cycles/MAC for ``op`` on ``dtype`` (None: the table has no entry)."""
     table = cost.cycles_per_mac
     for key in (f"{op}.{dtype}", dtype, "default"):
         if key in table:
             return table[key]
-    raise ProfileError(f"cost_model.cycles_per_mac has no entry for '{op}.{dtype}', '{dtype}' "
-                       f"or 'default' (has: {', '.join(sorted(table)) or 'nothing'})")
+    return None
 
 
-def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile) -> LatencyEstimate:
+def op_shape(sg: Subgraph, op: Operator, macs: int) -> OpShape:
+    """Kind (1×1 convolutions apart), SIMD channel count and constant bytes of one op."""
+    kind = OP_KINDS.get(op.op_name, "elementwise")
+    weights = sg.tensors[op.inputs[1]] if len(op.inputs) > 1 and op.inputs[1] >= 0 else None
+    channels = 0
+    if weights is not None and weights.has_data and weights.shape:
+        # The SIMD loop runs over one output's dot product: kh·kw·in_channels for an im2col
+        # convolution, the inputs of a fully connected layer, the channels of a depthwise one.
+        channels = max(weights.shape[-1], 0)
+        if kind == "conv" and len(weights.shape) == 4:
+            channels = max(weights.shape[1] * weights.shape[2] * weights.shape[3], 0)
+            if tuple(weights.shape[1:3]) == (1, 1):
+                kind = "conv1x1"
+    weight_bytes = sum(sg.tensors[t].nbytes for t in op.inputs if t >= 0 and sg.tensors[t].has_data)
+    outputs = sum(sg.tensors[t].num_elements for t in op.outputs if t >= 0) if macs else 0
+    return OpShape(op.op_name, op_dtype(sg, op), macs, kind, channels, weight_bytes, outputs)
+
+
+def profile_core(profile: Profile) -> Core | None:
+    """The registry core of ``profile`` (None when it brings its own cost table)."""
+    if profile.cost_model.cycles_per_mac:
+        return None
+    if not profile.device.cpu:
+        raise ProfileError(f"profile '{profile.name}' has no device.cpu and no "
+                           f"cost_model.cycles_per_mac: cannot estimate latency")
+    return find_core(profile.device.cpu)
+
+
+def host_library(profile: Profile) -> str:
+    """The kernel library the profile's CPU ops run on (an Edge TPU host runs XNNPACK)."""
+    return "xnnpack" if profile.runtime.kernels == "edgetpu" else profile.runtime.kernels
+
+
+def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile,
+                     data: KernelData | None = None) -> LatencyEstimate:
     """Estimated on-device latency of ``model`` (main graph ops in ``per_op``) on ``profile``."""
     cost = profile.cost_model
     clock = profile.device.clock_hz
     if not clock:
         raise ProfileError(f"profile '{profile.name}' has no device.clock: cannot estimate latency")
-    if not cost.cycles_per_mac:
-        raise ProfileError(f"profile '{profile.name}' has no cost_model.cycles_per_mac: "
-                           f"cannot estimate latency")
+    core = profile_core(profile)
+    data = data or kernel_data()
     threads = max(1, profile.runtime.threads)
     speedup = 1.0 + (threads - 1) * cost.parallel_efficiency
     sg = model.main
     ops: list[OpLatency] = []
+    missing: list[str] = []
     for c in per_op:
-        dtype = op_dtype(sg, sg.operators[c.op_index])
-        # Ops without MACs (control flow, reshapes, casts) cost only their memory traffic.
-        mac_cycles = c.macs * cycles_per_mac(cost, c.op, dtype) if c.macs else 0.0
-        cycles = mac_cycles + c.bytes_moved * (cost.cycles_per_byte or 0.0)
+        shape = op_shape(sg, sg.operators[c.op_index], c.macs)
+        if core is None:
+            per_mac = cycles_per_mac(cost, c.op, shape.dtype)
+            if per_mac is None and c.macs:
+                missing.append(f"{c.op}.{shape.dtype}")
+            # Ops without MACs (control flow, reshapes, casts) cost only their memory traffic.
+            cycles = (c.macs * (per_mac or 0.0) + c.bytes_moved * (cost.cycles_per_byte or 0.0))
+        else:
+            found = op_cycles(data, core, host_library(profile), profile.runtime.name,
+                              profile.runtime.version, shape)
+            if found is None:
+                missing.append(f"{c.op}.{shape.dtype}")
+            cycles = (found or 0.0) + c.bytes_moved * (cost.cycles_per_byte or 0.0)
         ms = cycles / clock * 1e3 / speedup + cost.op_overhead_ms
-        ops.append(OpLatency(c.op_index, c.op, dtype, c.macs, c.bytes_moved, cycles, ms))
-    return LatencyEstimate(total_ms=sum(o.ms for o in ops), clock_hz=clock, threads=threads,
-                           per_op=ops, sources=list(cost.sources))
+        ops.append(OpLatency(c.op_index, c.op, shape.dtype, c.macs, c.bytes_moved, cycles, ms))
+    band, basis = estimate_band(profile, core, data, model)
+    est = LatencyEstimate(total_ms=sum(o.ms for o in ops), clock_hz=clock, threads=threads,
+                          per_op=ops, sources=list(cost.sources), band=band, band_basis=basis,
+                          basis="profile" if core is None else "registry")
+    if missing:
+        where = ("the profile's cost_model.cycles_per_mac" if core is None
+                 else f"the {host_library(profile)} kernel tables")
+        est.total_ms = None
+        est.no_estimate = (f"no latency estimate: {where} cover(s) no "
+                           f"{', '.join(sorted(set(missing)))}")
+    return est
+
+
+def estimate_band(profile: Profile, core: Core | None, data: KernelData,
+                  model: Model | None = None) -> tuple[tuple[float, float], str]:
+    """The (low, high) multipliers of an estimate and where they come from."""
+    if profile.cost_model.error_band is not None:
+        return profile.cost_model.error_band, f"profile '{profile.name}' cost_model.error_band"
+    if core is None:
+        return UNCALIBRATED_BAND, "uncalibrated cost table (no error_band in the profile)"
+    dtype = _main_dtype(model) if model is not None else "int8"
+    lib = library_for(data, host_library(profile), dtype)
+    if dtype not in lib.calibrated:
+        return UNCALIBRATED_BAND, (f"{lib.name} kernels, {dtype}: no published figure "
+                                   f"validates them (uncalibrated band)")
+    return lib.band, f"{lib.name} kernels, {dtype}: leave-one-board-out validation"
+
+
+def _main_dtype(model: Model) -> str:
+    """The dtype most MAC-heavy ops compute in (it picks the band's library)."""
+    sg = model.main
+    counts: dict[str, int] = {}
+    for op in sg.operators:
+        if op.op_name in OP_KINDS:
+            d = op_dtype(sg, op)
+            counts[d] = counts.get(d, 0) + 1
+    return max(counts, key=counts.__getitem__) if counts else "int8"
+
+
+def format_band(total_ms: float, band: tuple[float, float]) -> str:
+    """``"266 ms, likely 190–370 ms"``."""
+    from simulator.units import format_time_ms
+
+    return (f"{format_time_ms(total_ms)}, likely {format_time_ms(total_ms * band[0])}–"
+            f"{format_time_ms(total_ms * band[1])}")
 
 
 def latency_section(model: Model, profile: Profile, per_op: Sequence[OpCompute]) -> dict:
@@ -97,6 +209,14 @@ def latency_section(model: Model, profile: Profile, per_op: Sequence[OpCompute])
     est = estimate_latency(model, per_op, profile)
     return {
         "estimated_device_ms": est.total_ms,
+        "band_ms": list(est.band_ms) if est.band_ms else None,
+        "band": list(est.band),
+        "band_basis": est.band_basis,
+        "basis": est.basis,
+        "no_estimate": est.no_estimate,
+        "cpu": profile.device.cpu,
+        "kernels": profile.runtime.kernels,
+        "runtime_version": profile.runtime.version,
         "clock_hz": est.clock_hz,
         "threads": est.threads,
         "per_op": [{"op_index": o.op_index, "op": o.op, "dtype": o.dtype, "macs": o.macs,

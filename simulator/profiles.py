@@ -32,7 +32,7 @@ ENV_PROFILES = "DEVICEFIT_PROFILES"
 DEVICE_CLASSES = ("mobile-cpu", "edgetpu", "mcu")
 RUNTIMES = ("litert", "edgetpu", "tflm")
 DELEGATES = ("xnnpack", "gpu", "nnapi", "edgetpu")
-KERNELS = ("reference", "cmsis-nn", "xnnpack", "esp-nn", "edgetpu")
+KERNELS = ("reference", "cmsis-nn", "xnnpack", "esp-nn", "andes-nn", "edgetpu")
 QUANT_SCHEMES = ("int8", "int16x8", "float16", "dynamic", "float32")
 IO_TYPES = ("int8", "uint8", "int16", "float32")
 SPARSITY_KINDS = ("none", "n:m", "channel")
@@ -62,6 +62,8 @@ class Runtime:
     pointer_bytes: int = 8
     #: Flash taken by the runtime's own code, added to the model bytes for the flash budget.
     code_bytes: int | None = None
+    #: The runtime's version where kernel speed depends on it (e.g. TFLM "2.3.1"); None: current.
+    version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,8 @@ class CostModel:
     invoke_overhead_ms: float = 0.0
     link_bytes_per_second: float | None = None
     param_cache_bytes: int | None = None
+    #: (low, high): the real latency likely lies in [estimate × low, estimate × high].
+    error_band: tuple[float, float] | None = None
     sources: tuple[str, ...] = ()
 
 
@@ -230,6 +234,24 @@ def _bandwidth(v: Any) -> float:
     return float(parse_size(v))
 
 
+def _version(v: Any) -> str:
+    """A runtime version such as ``2.3.1`` (kept as text; the kernel tables compare it)."""
+    from simulator.kernels import parse_version
+
+    text = str(v).strip()
+    parse_version(text)
+    return text
+
+
+def _band(v: Any) -> tuple[float, float]:
+    if not isinstance(v, (list, tuple)) or len(v) != 2:
+        raise ValueError("expected a list of two numbers")
+    low, high = (float(x) for x in v)
+    if not (0 < low <= 1 <= high < float("inf")):
+        raise ValueError("need 0 < low <= 1 <= high")
+    return (low, high)
+
+
 SIZE = _wrap(parse_size, SIZE_UNITS_HELP)
 TIME = _wrap(parse_time_ms, TIME_UNITS_HELP)
 
@@ -256,6 +278,7 @@ SCHEMA: dict[str, Any] = {
         "kernels": _enum(*KERNELS),
         "pointer_size": _int(4, 8),
         "code_size": SIZE,
+        "version": _wrap(_version, "a version such as 2.3.1"),
     },
     "budgets": {"flash": SIZE, "arena": SIZE, "latency": TIME},
     "quantization": {
@@ -279,6 +302,7 @@ SCHEMA: dict[str, Any] = {
         "invoke_overhead": TIME,
         "link_bandwidth": _wrap(_bandwidth, "a rate such as 320MB/s"),
         "param_cache": SIZE,
+        "error_band": _wrap(_band, "[low, high] multipliers with 0 < low <= 1 <= high"),
         "sources": _list(_str()),
     },
 }
@@ -505,6 +529,15 @@ def _build(m: dict, shown: dict, leaf: _RawFile, parents: tuple[str, ...]) -> Pr
         raise ProfileError(f"{leaf.path}: sparsity.kinds has 'n:m' but sparsity.n_m is not set")
     cm = m.get("cost_model", {})
     ops = m.get("ops", {})
+    cpu = dev.get("cpu")
+    if cpu is not None and not cm.get("cycles_per_mac") and not m.get("abstract", False):
+        from simulator.cores import find_core
+
+        try:
+            find_core(cpu)
+        except ProfileError as exc:
+            line = leaf.lines.get(("device", "cpu"))
+            raise ProfileError(f"{leaf.path}{f':{line}' if line else ''}: {exc}") from exc
     return Profile(
         name=m["name"],
         description=m.get("description", ""),
@@ -518,7 +551,7 @@ def _build(m: dict, shown: dict, leaf: _RawFile, parents: tuple[str, ...]) -> Pr
             name=runtime_name, threads=rt.get("threads", 1), delegates=rt.get("delegates", ()),
             kernels=rt.get("kernels", "reference"),
             pointer_bytes=rt.get("pointer_size", 4 if kind == "mcu" else 8),
-            code_bytes=rt.get("code_size"),
+            code_bytes=rt.get("code_size"), version=rt.get("version"),
         ),
         budgets=Budgets(**{f"{k}_{'ms' if k == 'latency' else 'bytes'}": v
                            for k, v in m.get("budgets", {}).items()}),
@@ -535,7 +568,8 @@ def _build(m: dict, shown: dict, leaf: _RawFile, parents: tuple[str, ...]) -> Pr
             tpu_efficiency=cm.get("tpu_efficiency", 1.0),
             invoke_overhead_ms=cm.get("invoke_overhead", 0.0),
             link_bytes_per_second=cm.get("link_bandwidth"),
-            param_cache_bytes=cm.get("param_cache"), sources=cm.get("sources", ()),
+            param_cache_bytes=cm.get("param_cache"), error_band=cm.get("error_band"),
+            sources=cm.get("sources", ()),
         ),
         abstract=m.get("abstract", False),
         extends=parents,

@@ -103,6 +103,14 @@ class BudgetCheck:
     margin: float = 0.0
     #: "predicted" (static), "measured" (real runtime) or "estimated" (cost model).
     basis: str = "predicted"
+    #: "pass", "fail" or "at-risk" (an estimate within its budget whose error band crosses it).
+    status: str = ""
+    #: (low, high) where an estimated value likely lies; None for predicted/measured figures.
+    band: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.status:
+            self.status = "pass" if self.ok else "fail"
 
 
 @dataclass
@@ -122,6 +130,11 @@ class Report:
     @property
     def ok(self) -> bool:
         return self.verdict == "pass"
+
+    @property
+    def at_risk(self) -> list[str]:
+        """Budgets met by the estimate but not by the top of its error band."""
+        return [b.name for b in self.budgets if b.status == "at-risk"]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

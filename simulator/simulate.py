@@ -93,6 +93,8 @@ def static_report(model: Model, profile: Profile, order: Sequence[int] | None = 
         except ProfileError as exc:
             # An incomplete cost model costs the latency figure, not the memory verdict.
             report.notes.append(f"no device latency estimate: {exc}")
+    if report.latency and report.latency.get("no_estimate"):
+        report.notes.append(report.latency["no_estimate"])
     return judge(report, profile)
 
 

@@ -3,7 +3,9 @@
 A figure measured on the real runtime wins over the static prediction of the same thing
 (``report.measured["arena_bytes"]``); latency is judged only once a stage has filled
 ``report.latency["estimated_device_ms"]`` (a latency budget with no figure yet is left out
-and noted, never passed silently). When the running half reports an unsupported operator
+and noted, never passed silently). A latency budget the estimate meets but the top of its
+error band (``report.latency["band_ms"]``) does not is "at-risk": it passes the verdict, and
+``check --fail-on-risk`` fails on it. When the running half reports an unsupported operator
 (``report.compatibility["supported"] is False``) the verdict fails whatever the budgets say.
 """
 
@@ -46,7 +48,14 @@ def budget_checks(profile: Profile, memory: MemoryReport, measured: dict | None 
         if value is None:
             notes.append("latency budget not checked: no latency estimate in this report")
         else:
-            checks.append(_check("latency", b.latency_ms, float(value), "ms", "estimated"))
+            check = _check("latency", b.latency_ms, float(value), "ms", "estimated")
+            band = (latency or {}).get("band_ms")
+            if band:
+                check.band = (float(band[0]), float(band[1]))
+                # Met by the estimate, not by the top of its band: its own status.
+                if check.ok and check.band[1] > b.latency_ms:
+                    check.status = "at-risk"
+            checks.append(check)
     return checks, notes
 
 

@@ -161,7 +161,7 @@ def test_corrupt_model_is_an_error_the_others_still_run(tmp_path, models, capsys
     junit = tmp_path / "junit.xml"
     assert main(["check", str(f), "--junit", str(junit), "--json"]) == 2
     data = json.loads(capsys.readouterr().out)
-    assert data["summary"] == {"pass": 3, "fail": 0, "error": 1}
+    assert data["summary"] == {"pass": 3, "at-risk": 0, "fail": 0, "error": 1}
     assert data["results"][0]["report"]["memory"]["arena_bytes"] > 0
     error = _junit(junit)["broken @ esp32-s3", "simulate"].find("error")
     assert "broken.tflite" in error.get("message")

@@ -48,12 +48,13 @@ class Outcome:
 
     @property
     def status(self) -> str:
-        """``"error"``, ``"fail"`` (a budget or a regression) or ``"pass"``."""
+        """``"error"``, ``"fail"`` (a budget or a regression), ``"at-risk"`` (a budget met
+        by the estimate but not by the top of its error band) or ``"pass"``."""
         if self.report is None:
             return "error"
         if not self.report.ok or any(not r.ok for r in self.regressions):
             return "fail"
-        return "pass"
+        return "at-risk" if self.report.at_risk else "pass"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -86,20 +87,27 @@ class CheckResult:
     run: bool
     baseline: str | None
     seconds: float
+    #: ``check --fail-on-risk``: an at-risk budget fails the gate (exit 1).
+    fail_on_risk: bool = False
 
     @property
     def exit_code(self) -> int:
         statuses = {o.status for o in self.outcomes}
         if "error" in statuses:
             return EXIT_ERROR
-        return EXIT_FAIL if "fail" in statuses else EXIT_PASS
+        if "fail" in statuses or (self.fail_on_risk and "at-risk" in statuses):
+            return EXIT_FAIL
+        return EXIT_PASS
 
     @property
     def verdict(self) -> str:
-        return {EXIT_PASS: "pass", EXIT_FAIL: "fail", EXIT_ERROR: "error"}[self.exit_code]
+        code = self.exit_code
+        if code == EXIT_PASS and any(o.status == "at-risk" for o in self.outcomes):
+            return "at-risk"
+        return {EXIT_PASS: "pass", EXIT_FAIL: "fail", EXIT_ERROR: "error"}[code]
 
     def counts(self) -> dict[str, int]:
-        out = {"pass": 0, "fail": 0, "error": 0}
+        out = {"pass": 0, "at-risk": 0, "fail": 0, "error": 0}
         for o in self.outcomes:
             out[o.status] += 1
         return out
@@ -107,6 +115,7 @@ class CheckResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "project": self.project, "verdict": self.verdict, "exit_code": self.exit_code,
+            "fail_on_risk": self.fail_on_risk,
             "run": self.run, "baseline": self.baseline, "seconds": round(self.seconds, 3),
             "summary": self.counts(), "results": [o.to_dict() for o in self.outcomes],
         }
@@ -173,7 +182,8 @@ def _unchecked(target: Target, report: Report) -> dict[str, str]:
 def run_check(project: Project, *, run: bool = False, jobs: int = 1,
               baseline: dict[str, dict[str, dict[str, Any]]] | None = None,
               baseline_path: Path | None = None, run_options: dict[str, Any] | None = None,
-              on_done: Callable[[Outcome], None] | None = None) -> CheckResult:
+              on_done: Callable[[Outcome], None] | None = None,
+              fail_on_risk: bool = False) -> CheckResult:
     """Simulate every target of ``project`` and judge it; ``on_done`` sees each as it ends.
 
     ``baseline`` (from :func:`~sdk.check.baseline.load_baseline`) turns the targets'
@@ -203,4 +213,4 @@ def run_check(project: Project, *, run: bool = False, jobs: int = 1,
             on_done(o)
     return CheckResult(str(project.path), [o for o in outcomes if o is not None], run,
                        str(baseline_path) if baseline_path else None,
-                       time.perf_counter() - start)
+                       time.perf_counter() - start, fail_on_risk)

@@ -21,7 +21,7 @@ from .baseline import METRIC_KEYS, RegressionCheck, report_metrics
 from .gate import CheckResult, Outcome
 from .project import METRICS
 
-MARKS = {"pass": "✅", "fail": "❌", "error": "⚠️"}
+MARKS = {"pass": "✅", "at-risk": "🟠", "fail": "❌", "error": "⚠️"}
 
 
 def fmt(value: float, unit: str) -> str:
@@ -32,6 +32,11 @@ def fmt(value: float, unit: str) -> str:
 
 
 def budget_message(b: BudgetCheck) -> str:
+    if b.status == "at-risk" and b.band:
+        return (f"{b.name} {fmt(b.value, b.unit)} (likely {fmt(b.band[0], b.unit)}–"
+                f"{fmt(b.band[1], b.unit)}) is AT RISK: within its {fmt(b.limit, b.unit)} "
+                f"budget, but the error band reaches {fmt(b.band[1] - b.limit, b.unit)} past it "
+                f"({b.basis})")
     if b.ok:
         return (f"{b.name} {fmt(b.value, b.unit)} within its {fmt(b.limit, b.unit)} budget "
                 f"({fmt(b.margin, b.unit)} left, {b.basis})")
@@ -68,6 +73,9 @@ def _figures(check: BudgetCheck | RegressionCheck) -> dict[str, str]:
         out["rule"] = f"may grow by {check.rule}"
     else:
         out["basis"] = check.basis
+        if check.band:
+            out["likely"] = (f"{fmt(check.band[0], check.unit)} to "
+                             f"{fmt(check.band[1], check.unit)}")
     return out
 
 
@@ -78,7 +86,11 @@ def metric_cell(o: Outcome, metric: str) -> tuple[str, bool | None]:
         return "-", None
     budget = next((b for b in o.report.budgets if b.name == metric), None)
     if budget is not None:
-        return f"{fmt(budget.value, budget.unit)} / {fmt(budget.limit, budget.unit)}", budget.ok
+        likely = (f" (likely {fmt(budget.band[0], budget.unit)}–{fmt(budget.band[1], budget.unit)})"
+                  if budget.band else "")
+        risk = " at risk" if budget.status == "at-risk" else ""
+        return (f"{fmt(budget.value, budget.unit)}{likely} / {fmt(budget.limit, budget.unit)}"
+                f"{risk}", budget.ok)
     if metric in o.unchecked_budgets:
         return "not checked", None
     key, unit = METRIC_KEYS[metric]
@@ -121,7 +133,7 @@ def problems(o: Outcome) -> list[str]:
     """One line per failed budget, unsupported op set or regression, or the error."""
     if o.report is None:
         return [o.error or "simulation failed"]
-    found = [budget_message(b) for b in o.report.budgets if not b.ok]
+    found = [budget_message(b) for b in o.report.budgets if b.status != "pass"]
     compat = compatibility_message(o.report.compatibility or {})
     found += [compat] if compat else []
     found += [f"regression: {regression_message(r)}" for r in o.regressions if not r.ok]
@@ -141,7 +153,7 @@ def junit_xml(result: CheckResult) -> str:
                             ("run", str(result.run).lower()),
                             ("overridden_budgets", ",".join(o.overridden))):
             ET.SubElement(props, "property", name=name, value=value)
-        counts = _suite_cases(suite, o, f"devicefit.{o.model}@{o.profile}")
+        counts = _suite_cases(suite, o, f"devicefit.{o.model}@{o.profile}", result.fail_on_risk)
         for k, v in counts.items():
             suite.set(k, str(v))
             totals[k] += v
@@ -153,7 +165,8 @@ def junit_xml(result: CheckResult) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def _suite_cases(suite: ET.Element, o: Outcome, classname: str) -> dict[str, int]:
+def _suite_cases(suite: ET.Element, o: Outcome, classname: str,
+                 fail_on_risk: bool = False) -> dict[str, int]:
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
 
     def case(name: str) -> ET.Element:
@@ -168,10 +181,13 @@ def _suite_cases(suite: ET.Element, o: Outcome, classname: str) -> dict[str, int
         return counts
     for b in o.report.budgets:
         tc = case(f"budget.{b.name}")
-        if not b.ok:
-            failure = ET.SubElement(tc, "failure", type="BudgetExceeded", message=budget_message(b))
+        if not b.ok or (fail_on_risk and b.status == "at-risk"):
+            failure = ET.SubElement(tc, "failure", type="BudgetExceeded" if not b.ok
+                                    else "BudgetAtRisk", message=budget_message(b))
             failure.text = _details(_figures(b))
             counts["failures"] += 1
+        elif b.status == "at-risk":  # JUnit has no warning: CI viewers show system-out
+            ET.SubElement(tc, "system-out").text = budget_message(b)
     if o.report.compatibility is not None:
         tc = case("compatibility")
         message = compatibility_message(o.report.compatibility)
@@ -211,10 +227,11 @@ def markdown(result: CheckResult) -> str:
     """A summary for ``$GITHUB_STEP_SUMMARY`` or a merge-request comment."""
     counts = result.counts()
     total = len(result.outcomes)
-    bad = counts["fail"] + counts["error"]
+    bad = counts["fail"] + counts["error"] + counts["at-risk"]
+    words = {"fail": "failed", "error": "errors", "at-risk": "at risk"}
     headline = (f"all {total} passed" if not bad else
-                ", ".join(f"{counts[k]} {k}ed" if k == "fail" else f"{counts[k]} {k}s"
-                          for k in ("fail", "error") if counts[k]) + f" of {total}")
+                ", ".join(f"{counts[k]} {words[k]}" for k in ("fail", "error", "at-risk")
+                          if counts[k]) + f" of {total}")
     mode = "static analysis + real inference" if result.run else "static analysis"
     lines = [f"## {MARKS[result.verdict]} devicefit check: {headline}", "",
              f"`{Path(result.project).name}` · {mode}"

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 #: Below this many targets a progress bar only flickers.
 PROGRESS_MIN_TARGETS = 4
-_STATUS = {"pass": "[green]pass[/]", "fail": "[bold red]FAIL[/]", "error": "[bold red]ERROR[/]"}
+_STATUS = {"pass": "[green]pass[/]", "at-risk": "[bold yellow]AT RISK[/]",
+           "fail": "[bold red]FAIL[/]", "error": "[bold red]ERROR[/]"}
 
 
 def _jobs(text: str) -> int:
@@ -73,6 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results", type=Path, metavar="OUT.json",
                    help="write the JSON result with its shard placement (what 'check merge' "
                         "reads)")
+    p.add_argument("--fail-on-risk", action="store_true",
+                   help="fail (exit 1) on a latency budget the estimate meets but the top of "
+                        "its error band does not ('at risk'; passes by default)")
     p.set_defaults(handler=_check)
 
 
@@ -117,7 +121,7 @@ def _check(args: argparse.Namespace) -> int:
     with _Progress(err, len(project.targets)) as advance:
         result = run_check(project, run=args.run, jobs=args.jobs, baseline=baseline,
                            baseline_path=baseline_path if baseline is not None else None,
-                           on_done=advance)
+                           on_done=advance, fail_on_risk=args.fail_on_risk)
     written = []
     if args.results is not None:
         doc = shard_document(result, whole, shard, positions, len(whole.targets))
@@ -243,6 +247,7 @@ def _print(console, result: CheckResult, written: list[str], notes: bool) -> Non
     for note in check_notes(result) if notes else ():
         console.print(f"note: {note}", markup=False)
     counts = result.counts()
-    summary = (f"{counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors "
+    risk = f", {counts['at-risk']} at risk" if counts["at-risk"] else ""
+    summary = (f"{counts['pass']} passed{risk}, {counts['fail']} failed, {counts['error']} errors "
                f"in {result.seconds:.1f} s")
     console.print(summary + (f"; wrote {', '.join(written)}" if written else ""), markup=False)

@@ -16,7 +16,7 @@ from sdk.console import make_console, table
 from sdk.pictures import add_picture_options, write_pictures
 from simulator.fileio import write_atomic
 from simulator.profiles import QUANT_SCHEMES
-from simulator.units import format_size
+from simulator.units import format_size, format_time_ms
 
 EXAMPLE = ("example: devicefit convert model.keras --profile stm32l4r5-cortex-m4 "
            "--calibration train.npz --eval test.npz -o model.tflite")
@@ -135,12 +135,18 @@ def _print_summary(console, report) -> None:
                       f"{format_size(o['head_before_bytes'])} → {format_size(o['head_after_bytes'])}"
                       f", best-order bound {format_size(o['bound_best_order_bytes'])})")
     if report.simulation is not None:
-        budgets = ", ".join(
-            f"{b['name']} {'ok' if b['ok'] else 'OVER'}" for b in report.simulation["budgets"])
+        from simulator.views.text import STATUS_WORDS
+
+        budgets = ", ".join(f"{b['name']} {STATUS_WORDS[b.get('status') or 'pass']}"
+                            for b in report.simulation["budgets"])
         mem = report.simulation["memory"]
+        lat = report.simulation.get("latency") or {}
+        latency = (f", latency {format_time_ms(lat['estimated_device_ms'])} (likely "
+                   f"{format_time_ms(lat['band_ms'][0])}–{format_time_ms(lat['band_ms'][1])})"
+                   if lat.get("estimated_device_ms") is not None and lat.get("band_ms") else "")
         colour = "green" if report.verdict == "pass" else "red"
         console.print(f"simulated on {report.profile}: flash {format_size(mem['flash_bytes'])}, "
-                      f"arena {format_size(mem['arena_bytes'])}; {budgets} → "
+                      f"arena {format_size(mem['arena_bytes'])}{latency}; {budgets} → "
                       f"[bold {colour}]{report.verdict.upper()}[/bold {colour}]")
     for w in report.warnings:
         console.print(f"[bold yellow]warning:[/bold yellow] {w}")

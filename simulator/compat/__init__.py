@@ -111,10 +111,22 @@ def static_compatibility(model: Model, profile: Profile) -> dict:
 def static_latency(compatibility: dict, profile: Profile) -> dict | None:
     """A section's own device-latency estimate, for ``report.latency`` (the Edge TPU splits
     an inference into TPU compute, link transfers and CPU fallback); None if it has none."""
-    split = (compatibility.get(table_for(profile)) or {}).get("latency")
-    if not split:
+    section = compatibility.get(table_for(profile))
+    if section is None:
         return None
-    return {"estimated_device_ms": split["total_ms"], "clock_hz": profile.device.clock_hz,
+    split = section.get("latency")
+    if not split:
+        why = [n for n in section.get("notes", ()) if "latency" in n]
+        return {"estimated_device_ms": None, "band_ms": None, "no_estimate": "; ".join(why)
+                or "no latency split", "per_op": [], "sources": [], "host_ms": None,
+                "host_per_op_ms": None, "clock_hz": profile.device.clock_hz,
+                "threads": profile.runtime.threads}
+    band = list(split["band"])
+    return {"estimated_device_ms": split["total_ms"],
+            "band_ms": [split["total_ms"] * band[0], split["total_ms"] * band[1]],
+            "band": band, "band_basis": split["band_basis"], "basis": "edgetpu split",
+            "no_estimate": None, "cpu": profile.device.cpu, "kernels": profile.runtime.kernels,
+            "runtime_version": profile.runtime.version, "clock_hz": profile.device.clock_hz,
             "threads": profile.runtime.threads, "per_op": split["per_op"],
             "sources": list(profile.cost_model.sources), "host_ms": None,
             "host_per_op_ms": None, "split": f"compatibility.{table_for(profile)}.latency"}

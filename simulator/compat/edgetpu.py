@@ -98,6 +98,9 @@ class LatencySplit:
     cpu_macs: int
     #: ``{op_index, op, device, dtype, macs, bytes_moved, estimated_ms}`` per operator.
     per_op: list[dict[str, Any]] = field(default_factory=list)
+    #: (low, high) multipliers of total_ms where the real latency likely lies.
+    band: tuple[float, float] = (0.5, 2.0)
+    band_basis: str = ""
 
 
 
@@ -269,7 +272,8 @@ def _boundary_bytes(model: Model, segment: tuple[int, int]) -> tuple[int, int]:
     return (sum(sg.tensors[t].nbytes for t in ins), sum(sg.tensors[t].nbytes for t in outs))
 
 
-def estimate_split_latency(model: Model, report: EdgeTpuReport, profile: Profile) -> LatencySplit:
+def estimate_split_latency(model: Model, report: EdgeTpuReport,
+                           profile: Profile) -> LatencySplit | None:
     """TPU compute + link traffic + a fixed invoke cost + CPU fallback, from the cost model.
 
     TPU: mapped MACs at ``tpu_macs_per_second × tpu_efficiency`` (the peak is never reached
@@ -278,7 +282,9 @@ def estimate_split_latency(model: Model, report: EdgeTpuReport, profile: Profile
     ``invoke_overhead`` once per inference when any op runs on the TPU (driver and link round
     trips; it dominates small models). CPU: the ops left on the host, with the host CPU cost
     model (:func:`simulator.latency.estimate_latency`). The built-in profile's constants are
-    fitted to Coral's published latencies (``benchmarks/bench_edgetpu_latency.py``).
+    fitted to Coral's published latencies (``benchmarks/bench_edgetpu_latency.py``), and its
+    band (``cost_model.error_band``) is that fit's leave-one-out spread. None when the host
+    has no estimate for an op left on the CPU (an op dtype no kernel table covers).
     """
     from simulator.compute import op_work
     from simulator.latency import estimate_latency
@@ -292,6 +298,8 @@ def estimate_split_latency(model: Model, report: EdgeTpuReport, profile: Profile
     cpu_work = [OpCompute(w.op_index, w.op, w.macs, w.bytes_moved)
                 for w in work if w.op_index not in on_tpu]
     cpu = estimate_latency(model, cpu_work, profile) if cpu_work else None
+    if cpu is not None and cpu.total_ms is None:
+        return None
     cpu_ms = {o.op_index: o.ms for o in cpu.per_op} if cpu else {}
     b_in, b_out = _boundary_bytes(model, report.segment) if report.segment else (0, 0)
     link_bytes = b_in + b_out + report.offchip_param_bytes
@@ -304,12 +312,16 @@ def estimate_split_latency(model: Model, report: EdgeTpuReport, profile: Profile
     tpu_ms = sum(o["estimated_ms"] for o in per_op if o["device"] == "tpu")
     link_ms = 1e3 * link_bytes / cost.link_bytes_per_second
     invoke_ms = cost.invoke_overhead_ms if on_tpu else 0.0
-    total_cpu = cpu.total_ms if cpu else 0.0
+    total_cpu = cpu.total_ms if cpu and cpu.total_ms is not None else 0.0
+    band = profile.cost_model.error_band
     return LatencySplit(
         tpu_compute_ms=tpu_ms, link_ms=link_ms, cpu_ms=total_cpu, invoke_ms=invoke_ms,
         total_ms=tpu_ms + link_ms + invoke_ms + total_cpu, link_bytes=link_bytes,
         boundary_in_bytes=b_in, boundary_out_bytes=b_out, tpu_macs=tpu_macs,
-        cpu_macs=sum(c.macs for c in cpu_work), per_op=per_op)
+        cpu_macs=sum(c.macs for c in cpu_work), per_op=per_op,
+        band=band or (0.5, 2.0),
+        band_basis=("profile cost_model.error_band (leave-one-out on Coral's figures)" if band
+                    else "uncalibrated (no cost_model.error_band in the profile)"))
 
 
 # --------------------------------------------------------------------------- entry points
@@ -322,6 +334,9 @@ def edgetpu_partition(model: Model, profile: Profile) -> EdgeTpuReport:
     cost = profile.cost_model
     if cost.tpu_macs_per_second and cost.link_bytes_per_second:
         report.latency = estimate_split_latency(model, report, profile)
+        if report.latency is None:
+            report.notes.append("no latency estimate: an op left on the host CPU has a dtype "
+                                "no kernel table covers")
     else:
         report.notes.append(f"profile '{profile.name}' lacks cost_model.tpu_macs_per_second or "
                             "link_bandwidth: no latency split")
@@ -394,7 +409,9 @@ def text_lines(section: dict[str, Any]) -> list[str]:
                  + f"; {b(section['offchip_param_bytes'])} streamed every inference")
     lat = section.get("latency")
     if lat:
-        lines.append(f"  latency      {format_time_ms(lat['total_ms'])} = invoke "
+        lo, hi = (lat["total_ms"] * f for f in lat["band"])
+        lines.append(f"  latency      {format_time_ms(lat['total_ms'])} (likely "
+                     f"{format_time_ms(lo)}–{format_time_ms(hi)}) = invoke "
                      f"{format_time_ms(lat['invoke_ms'])} + TPU "
                      f"{format_time_ms(lat['tpu_compute_ms'])} + link "
                      f"{format_time_ms(lat['link_ms'])} ({b(lat['link_bytes'])}) + CPU "

@@ -55,12 +55,23 @@ def latency_lines(report: Report, top: int = 5) -> list[str]:
         lines.append(f"  host         {host['runtime']}, {host['threads']} thread(s), "
                      f"{host['runs']} runs: median {format_time_ms(host['median'])}, "
                      f"p90 {format_time_ms(host['p90'])}, min {format_time_ms(host['min'])}")
-    if lat.get("split"):  # a target's own estimate (the Edge TPU), shown in its section
-        lines.append(f"  device       {format_time_ms(lat['estimated_device_ms'])} estimated, "
-                     f"split in {lat['split']}")
+    if lat.get("estimated_device_ms") is None:
+        lines.append(f"  device       no estimate: {lat.get('no_estimate') or 'no cost model'}")
         return lines
-    lines.append(f"  device       {format_time_ms(lat['estimated_device_ms'])} estimated at "
-                 f"{lat['clock_hz'] / 1e6:g} MHz from the profile's cost model")
+    estimate = format_time_ms(lat["estimated_device_ms"])
+    if lat.get("band_ms"):
+        lo, hi = lat["band_ms"]
+        estimate += f", likely {format_time_ms(lo)}–{format_time_ms(hi)}"
+    if lat.get("split"):  # a target's own estimate (the Edge TPU), shown in its section
+        lines.append(f"  device       {estimate} (estimated), split in {lat['split']}")
+        return lines
+    where = (f"{lat['cpu']} + {lat['kernels']} kernels"
+             + (f", runtime {lat['runtime_version']}" if lat.get("runtime_version") else "")
+             if lat.get("basis") == "registry" else "the profile's cost table")
+    lines.append(f"  device       {estimate} (estimated at {lat['clock_hz'] / 1e6:g} MHz, "
+                 f"{where})")
+    if lat.get("band_basis"):
+        lines.append(f"  band         {lat['band_basis']}")
     slow = sorted(lat["per_op"], key=lambda o: -o["estimated_ms"])[:top]
     if slow:
         lines.append(f"  slowest operators (estimated, top {len(slow)} of {len(lat['per_op'])})")

@@ -14,6 +14,9 @@ from simulator.compat.edgetpu import text_lines as edgetpu_text_lines
 from simulator.report import Report
 from simulator.units import format_size, format_time_ms
 
+#: A budget's status as the text views print it.
+STATUS_WORDS = {"pass": "ok", "fail": "OVER", "at-risk": "AT RISK"}
+
 
 def _bytes(n: float) -> str:
     return f"{int(n):,} B" if abs(n) < 10 * 1024 else f"{int(n):,} B ({format_size(n)})"
@@ -75,10 +78,13 @@ def render_text(report: Report, top: int = 8) -> str:
         rows = []
         for b in report.budgets:
             fmt = _bytes if b.unit == "bytes" else format_time_ms
-            rows.append([b.name, fmt(b.value), "of", fmt(b.limit),
-                         "ok" if b.ok else "OVER", f"margin {fmt(b.margin)}", b.basis])
+            value = fmt(b.value) + (f", likely {fmt(b.band[0])}–{fmt(b.band[1])}" if b.band
+                                    else "")
+            rows.append([b.name, value, "of", fmt(b.limit), STATUS_WORDS[b.status],
+                         f"margin {fmt(b.margin)}", b.basis])
         lines += _columns(rows)
     if report.notes:
         lines += ["", "Notes"] + [f"  - {n}" for n in report.notes]
-    lines += ["", f"Verdict: {report.verdict.upper()}"]
+    risk = f" (at risk: {', '.join(report.at_risk)})" if report.at_risk else ""
+    lines += ["", f"Verdict: {report.verdict.upper()}{risk}"]
     return "\n".join(lines) + "\n"

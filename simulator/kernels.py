@@ -1,0 +1,234 @@
+"""Kernel libraries as data: cycles per MAC by core × library × op kind × dtype × version.
+
+``simulator/latency_data/kernels.yaml`` holds the numbers; this module only evaluates them.
+For one operator on one core with one kernel library::
+
+    cycles = MACs × pad × cycles_per_mac(lib) × kind(op) × dtype(lib, dtype) × version
+             / speed(core, lib)
+             + outputs × cycles_per_output + op_overhead_cycles
+             + weight_bytes × core.flash_cycles_per_byte
+
+``cycles_per_output`` is the work done once per output element (requantization, bias,
+activation clamp, the loop around each dot product): it is why a 1×1 convolution over 8
+channels costs more per MAC than a 3×3 one over 64.
+``cycles_per_mac(lib)`` is the library's figure for the code path it runs on this core: its
+kernels for the core's SIMD extension (``dsp``, ``mve``, ``pie``, ``neon``…) when it has
+them, else its plain C path (``scalar``). Each path's figure holds at the path's ``peak``
+int8 MACs/cycle; a core with another peak on the same path scales by
+``speed = (core peak / path peak) ** gamma`` (gamma < 1: kernels reach a smaller share of a
+wider unit). ``pad`` charges SIMD lanes a channel count leaves empty (3 input channels on a
+16-lane unit use 3/16 of it). A dtype a library has no kernels for runs on the
+``fallback`` library (TFLM: reference kernels; CMSIS-NN and ESP-NN have no float kernels).
+The fitted numbers come from ``benchmarks/bench_latency.py --fit`` on published on-device
+latencies (listed with their sources in ``latency_data/published.yaml``); the error band
+each library carries is that script's leave-one-board-out spread.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import yaml
+
+from simulator.cores import DATA_DIR, Core
+from simulator.errors import ProfileError
+
+KINDS = ("conv", "conv1x1", "depthwise", "fully_connected", "recurrent", "elementwise")
+#: Op name → kind; CONV_2D becomes conv1x1 when its filter is 1×1 (see :func:`op_kind`).
+OP_KINDS = {
+    "CONV_2D": "conv", "CONV_3D": "conv", "TRANSPOSE_CONV": "conv",
+    "DEPTHWISE_CONV_2D": "depthwise",
+    "FULLY_CONNECTED": "fully_connected", "BATCH_MATMUL": "fully_connected",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": "recurrent", "BIDIRECTIONAL_SEQUENCE_LSTM": "recurrent",
+    "LSTM": "recurrent", "UNIDIRECTIONAL_SEQUENCE_RNN": "recurrent", "RNN": "recurrent",
+    "SVDF": "recurrent",
+}
+
+
+@dataclass(frozen=True)
+class Path:
+    """One code path of a library: cycles per MAC at ``peak`` int8 MACs/cycle."""
+
+    cycles_per_mac: float
+    peak: float
+
+
+@dataclass(frozen=True)
+class Library:
+    name: str
+    #: SIMD extension (or "scalar") → that path's cost; a core whose SIMD extension is not
+    #: here runs the "scalar" path.
+    paths: dict[str, Path]
+    #: dtype → cost multiplier; a dtype missing here runs on ``fallback``.
+    dtypes: dict[str, float]
+    fallback: str | None
+    op_overhead_cycles: float
+    cycles_per_output: float
+    #: This library's op-kind costs where they differ from the shared ``kinds`` (multiplied).
+    kinds: dict[str, float]
+    #: (low, high) of published / estimated from the leave-one-board-out validation.
+    band: tuple[float, float]
+    #: The dtypes published figures validated (the band means something only for these).
+    calibrated: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class VersionRule:
+    runtime: str
+    library: str
+    before: tuple[int, ...]
+    kinds: dict[str, float]
+    source: str
+
+
+@dataclass(frozen=True)
+class KernelData:
+    gamma: float
+    kinds: dict[str, float]
+    libraries: dict[str, Library]
+    versions: tuple[VersionRule, ...] = ()
+    #: Multiplier for float math on a core without an FPU (software floating point).
+    soft_float: float = 20.0
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """``"2.3.1"`` → (2, 3, 1); non-numeric parts end the version (``"2.16-nightly"`` → (2, 16))."""
+    out = []
+    for part in str(text).split("."):
+        digits = "".join(c for c in part if c.isdigit())
+        if not digits or not part[0].isdigit():
+            break
+        out.append(int(digits))
+        if digits != part:
+            break
+    if not out:
+        raise ValueError(f"'{text}' is not a version such as 2.3.1")
+    return tuple(out)
+
+
+def _library(name: str, d: dict[str, Any]) -> Library:
+    band = d.get("band", [0.5, 2.0])
+    paths = {str(k): Path(float(v["cycles_per_mac"]), float(v["peak"]))
+             for k, v in d["paths"].items()}
+    if "scalar" not in paths:
+        raise ValueError(f"library '{name}' has no scalar path")
+    return Library(
+        name=name, paths=paths,
+        dtypes={str(k): float(v) for k, v in d["dtypes"].items()}, fallback=d.get("fallback"),
+        op_overhead_cycles=float(d.get("op_overhead_cycles", 0)),
+        cycles_per_output=float(d.get("cycles_per_output", 0)),
+        kinds={str(k): float(v) for k, v in (d.get("kinds") or {}).items()},
+        band=(float(band[0]), float(band[1])),
+        calibrated=tuple(str(t) for t in d.get("calibrated") or ()))
+
+
+def load_kernels(data: dict[str, Any]) -> KernelData:
+    """Kernel tables from a parsed ``kernels.yaml`` mapping (the fit script passes its own)."""
+    try:
+        return KernelData(
+            gamma=float(data["gamma"]), kinds={k: float(v) for k, v in data["kinds"].items()},
+            libraries={n: _library(n, d) for n, d in data["libraries"].items()},
+            versions=tuple(VersionRule(v["runtime"], v["library"], parse_version(v["before"]),
+                                       {k: float(x) for k, x in v["kinds"].items()},
+                                       v.get("source", ""))
+                           for v in data.get("versions", ())),
+            soft_float=float(data.get("soft_float", 20.0)))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProfileError(f"{DATA_DIR / 'kernels.yaml'}: malformed kernel table: {exc}") from exc
+
+
+FITTED = DATA_DIR / "kernels_fitted.yaml"
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` deep-merged onto ``base`` (lists replace)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def kernel_tables() -> dict[str, Any]:
+    """kernels.yaml (structure and priors) with kernels_fitted.yaml (the fit's output) on top."""
+    base = yaml.safe_load((DATA_DIR / "kernels.yaml").read_text(encoding="utf-8"))
+    fitted = yaml.safe_load(FITTED.read_text(encoding="utf-8")) if FITTED.exists() else {}
+    return merge(base, fitted or {})
+
+
+@cache
+def kernel_data() -> KernelData:
+    return load_kernels(kernel_tables())
+
+
+@dataclass(frozen=True)
+class OpShape:
+    """What the kernel tables need to know about one operator."""
+
+    op: str
+    dtype: str
+    macs: int
+    kind: str
+    #: The length SIMD lanes run over (see :func:`simulator.latency.op_shape`), 0 if none.
+    channels: int = 0
+    weight_bytes: int = 0
+    #: Output elements (requantized once each).
+    outputs: int = 0
+
+
+def lane_padding(channels: int, lanes: int) -> float:
+    """MACs a SIMD unit spends per useful MAC when ``channels`` fills its lanes unevenly."""
+    if lanes <= 1 or channels <= 0:
+        return 1.0
+    return math.ceil(channels / lanes) * lanes / channels
+
+
+FLOATS = ("float32", "float16", "float64")
+
+
+def library_for(data: KernelData, name: str, dtype: str) -> Library:
+    """The library that runs ``dtype`` when ``name`` is asked for (following fallbacks)."""
+    if name not in data.libraries:
+        raise ProfileError(f"no kernel table for runtime.kernels '{name}' "
+                           f"(have: {', '.join(sorted(data.libraries))})")
+    lib = data.libraries[name]
+    seen = {name}
+    while dtype not in lib.dtypes and lib.fallback and lib.fallback not in seen:
+        seen.add(lib.fallback)
+        lib = data.libraries[lib.fallback]
+    return lib
+
+
+def version_factor(data: KernelData, runtime: str, version: str | None, library: str,
+                   kind: str) -> float:
+    if not version:
+        return 1.0
+    v = parse_version(version)
+    factor = 1.0
+    for rule in data.versions:
+        if rule.runtime == runtime and rule.library == library and v < rule.before:
+            factor *= rule.kinds.get(kind, 1.0)
+    return factor
+
+
+def op_cycles(data: KernelData, core: Core, library: str, runtime: str, version: str | None,
+              op: OpShape) -> float | None:
+    """Estimated cycles of one operator; None when no table covers its dtype ("no estimate")."""
+    lib = library_for(data, library, op.dtype)
+    dtype_cost = lib.dtypes.get(op.dtype)
+    if dtype_cost is None:
+        return None if op.macs else lib.op_overhead_cycles
+    simd = core.simd in lib.paths
+    path = lib.paths[core.simd if simd else "scalar"]
+    # A SIMD core running plain C still issues one MAC per cycle at best.
+    rate = core.int8_macs_per_cycle if simd or core.simd == "none" else 1.0
+    speed = (rate / path.peak) ** data.gamma
+    pad = lane_padding(op.channels, core.lanes) if simd else 1.0
+    soft = data.soft_float if op.dtype in FLOATS and core.fpu == "none" else 1.0
+    kind = data.kinds.get(op.kind, 1.0) * lib.kinds.get(op.kind, 1.0)
+    per_mac = (path.cycles_per_mac * kind * dtype_cost * soft
+               * version_factor(data, runtime, version, lib.name, op.kind) / speed)
+    return (op.macs * pad * per_mac + op.outputs * lib.cycles_per_output * soft
+            + lib.op_overhead_cycles + op.weight_bytes * core.flash_cycles_per_byte)
