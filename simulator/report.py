@@ -101,6 +101,9 @@ class BudgetCheck:
     margin: float = 0.0
     #: "predicted" (static), "measured" (real runtime) or "estimated" (cost model).
     basis: str = "predicted"
+    #: Where the limit comes from: "budgets", or the device key (e.g. "device.sram") when
+    #: the device's memory is tighter than the budget or no budget is set.
+    limit_from: str = "budgets"
 
 
 @dataclass

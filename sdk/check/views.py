@@ -32,10 +32,11 @@ def fmt(value: float, unit: str) -> str:
 
 
 def budget_message(b: BudgetCheck) -> str:
+    limit = "budget" if b.limit_from == "budgets" else f"limit ({b.limit_from})"
     if b.ok:
-        return (f"{b.name} {fmt(b.value, b.unit)} within its {fmt(b.limit, b.unit)} budget "
+        return (f"{b.name} {fmt(b.value, b.unit)} within its {fmt(b.limit, b.unit)} {limit} "
                 f"({fmt(b.margin, b.unit)} left, {b.basis})")
-    return (f"{b.name} {fmt(b.value, b.unit)} exceeds its {fmt(b.limit, b.unit)} budget by "
+    return (f"{b.name} {fmt(b.value, b.unit)} exceeds its {fmt(b.limit, b.unit)} {limit} by "
             f"{fmt(-b.margin, b.unit)} ({b.basis})")
 
 

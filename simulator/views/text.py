@@ -75,7 +75,8 @@ def render_text(report: Report, top: int = 8) -> str:
         rows = []
         for b in report.budgets:
             fmt = _bytes if b.unit == "bytes" else format_time_ms
-            rows.append([b.name, fmt(b.value), "of", fmt(b.limit),
+            source = "" if b.limit_from == "budgets" else f" ({b.limit_from})"
+            rows.append([b.name, fmt(b.value), "of", fmt(b.limit) + source,
                          "ok" if b.ok else "OVER", f"margin {fmt(b.margin)}", b.basis])
         lines += _columns(rows)
     if report.notes:
