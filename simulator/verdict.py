@@ -1,7 +1,8 @@
 """Budgets → checks → verdict. Every budget the profile sets becomes one :class:`BudgetCheck`.
 
 A figure measured on the real runtime wins over the static prediction of the same thing
-(``report.measured["arena_bytes"]``); latency is judged only once a stage has filled
+(``report.measured["arena_bytes"]``, ``report.measured["device_latency_ms"]`` from a device
+benchmark); latency is judged only once a stage has filled
 ``report.latency["estimated_device_ms"]`` (a latency budget with no figure yet is left out
 and noted, never passed silently). When the running half reports an unsupported operator
 (``report.compatibility["supported"] is False``) the verdict fails whatever the budgets say.
@@ -79,11 +80,14 @@ def budget_checks(profile: Profile, memory: MemoryReport, measured: dict | None 
             basis = "predicted" if "arena_tail" in memory.exact else "estimated"
         checks.append(_check("arena", arena_limit, needed, "bytes", basis, arena_from))
     if b.latency_ms is not None:
-        value = (latency or {}).get("estimated_device_ms")
+        # A time measured on the device itself (``bench``) beats any estimate.
+        on_device = (measured or {}).get("device_latency_ms")
+        value = on_device if on_device is not None else (latency or {}).get("estimated_device_ms")
         if value is None:
             notes.append("latency budget not checked: no latency estimate in this report")
         else:
-            checks.append(_check("latency", b.latency_ms, float(value), "ms", "estimated"))
+            checks.append(_check("latency", b.latency_ms, float(value), "ms",
+                                 "measured" if on_device is not None else "estimated"))
     return checks, notes
 
 
