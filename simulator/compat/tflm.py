@@ -1,47 +1,120 @@
-"""TFLite-Micro op support: the builtin ops the interpreter's op resolver offers.
+"""TFLite-Micro op support, as the pinned ``tflite-micro`` wheel's kernels answer it.
 
-Source: the ``PythonOpsResolver`` of tensorflow/tflite-micro
-(``python/tflite_micro/python_ops_resolver.cc``, which registers every kernel of
-``tensorflow/lite/micro/kernels/micro_ops.h``), checked against the pinned ``tflite-micro``
-wheel (0.dev20261023182759) by ``tests/tflm_probe.py``: the probe builds a one-op model per
-builtin code and asks the real interpreter whether it finds a registration. The test suite
-re-runs the probe, so a wheel upgrade that changes the set fails loudly.
+The data (``tflm_support.json``) is not a hand list: ``python -m tests.tflm_probe --write``
+asks the wheel itself which builtin ops its resolver registers, which custom ops (TFLM's
+Signal audio library, its detection post-process: every identifier of the native library is
+tried), and, for the ops models are made of, which **type combinations** its kernels accept
+at prepare and invoke — a one-op model per combination (dynamic-range "hybrid" float
+activations with int8 weights, int16 activations, int4 or float16 weights, ...), with the
+kernel's own message when it refuses. The table records the wheel version; the test suite
+checks it against the installed wheel and re-probes a sample, so a wheel upgrade that changes
+the answers fails loudly.
+
+Kernel flavours: the wheel runs the reference kernels. TFLM's optimized kernels (CMSIS-NN,
+ESP-NN) replace the reference ones per op and hand the type combinations they do not
+optimise to the reference code; as far as the public sources read, no flavour accepts less
+(e.g. tflite-micro ``kernels/cmsis_nn/transpose_conv.cc`` accepts exactly float32/float32,
+int16/int8 and int8/int8 and refuses hybrids with the reference kernel's message). So the
+reference answer holds for every flavour; :data:`FLAVOUR_REFUSALS` is where a flavour that
+refuses more would say so.
+
 On a device, an application registers a subset with ``MicroMutableOpResolver``; a profile
-expresses that subset with ``ops.allow``.
+expresses that subset with ``ops.allow``. Ops not in TFLM's tree at all (e.g. MediaPipe's
+``Convolution2DTransposeBias``) and ops compiled for an accelerator (``ethos-u``,
+``edgetpu-custom-op``) are named as such.
 """
 
 from __future__ import annotations
 
-from simulator.compat import UnsupportedOp
-from simulator.model import Model
+import json
+from functools import cache
+from pathlib import Path
+
+from simulator.compat import UnsupportedOp, accelerator_op
+from simulator.model import Model, Operator, Subgraph
 from simulator.profiles import Profile
 
-#: Builtin ops the TFLM wheel's resolver registers (alphabetical).
-TFLM_OPS: frozenset[str] = frozenset("""
-ABS ADD ADD_N ARG_MAX ARG_MIN ASSIGN_VARIABLE AVERAGE_POOL_2D BATCH_MATMUL BATCH_TO_SPACE_ND
-BROADCAST_ARGS BROADCAST_TO CALL_ONCE CAST CEIL CONCATENATION CONV_2D COS CUMSUM DEPTH_TO_SPACE
-DEPTHWISE_CONV_2D DEQUANTIZE DIV DYNAMIC_UPDATE_SLICE ELU EMBEDDING_LOOKUP EQUAL EXP EXPAND_DIMS
-FILL FLOOR FLOOR_DIV FLOOR_MOD FULLY_CONNECTED GATHER GATHER_ND GREATER GREATER_EQUAL HARD_SWISH
-IF L2_NORMALIZATION L2_POOL_2D LEAKY_RELU LESS LESS_EQUAL LOG LOG_SOFTMAX LOGICAL_AND
-LOGICAL_NOT LOGICAL_OR LOGISTIC MAX_POOL_2D MAXIMUM MEAN MINIMUM MIRROR_PAD MUL NEG NOT_EQUAL
-PACK PAD PADV2 PRELU QUANTIZE READ_VARIABLE REDUCE_ALL REDUCE_MAX REDUCE_MIN RELU RELU6 RESHAPE
-RESIZE_BILINEAR RESIZE_NEAREST_NEIGHBOR REVERSE_V2 ROUND RSQRT SELECT_V2 SHAPE SIN SLICE SOFTMAX
-SPACE_TO_BATCH_ND SPACE_TO_DEPTH SPLIT SPLIT_V SQRT SQUARE SQUARED_DIFFERENCE SQUEEZE
-STRIDED_SLICE SUB SUM SVDF TANH TRANSPOSE TRANSPOSE_CONV UNIDIRECTIONAL_SEQUENCE_LSTM UNPACK
-VAR_HANDLE WHILE ZEROS_LIKE
-""".split())
+SUPPORT_FILE = Path(__file__).with_name("tflm_support.json")
+
+#: Ops whose kernel takes a constant weights tensor: the input index of the weights. The
+#: signature of such an op includes the weights' type, which decides hybrid vs integer.
+WEIGHTS_INPUT = {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 1, "FULLY_CONNECTED": 1,
+                 "TRANSPOSE_CONV": 1, "BATCH_MATMUL": 1, "EMBEDDING_LOOKUP": 1, "SVDF": 1,
+                 "UNIDIRECTIONAL_SEQUENCE_LSTM": 2}
+#: Ops whose data input is not input 0.
+DATA_INPUT = {"TRANSPOSE_CONV": 2, "EMBEDDING_LOOKUP": 1}
+
+#: Per kernel flavour (a profile's ``runtime.kernels``): ``{op: {signature: why}}`` refused
+#: by that flavour although the reference kernel accepts it. Empty: the public CMSIS-NN and
+#: ESP-NN kernels fall back to the reference code for every type they do not optimise.
+FLAVOUR_REFUSALS: dict[str, dict[str, dict[str, str]]] = {"cmsis-nn": {}, "esp-nn": {}}
+
+
+def signature(sg: Subgraph, op: Operator) -> str:
+    """``"<data input type>/<weights type or ->/<output type>"``: what TFLM's kernels
+    dispatch on (e.g. ``float32/int8/float32`` is a hybrid conv)."""
+    def dtype(position: int, indices: tuple[int, ...]) -> str:
+        if position < len(indices) and indices[position] >= 0:
+            return sg.tensors[indices[position]].dtype
+        return "-"
+
+    weights = WEIGHTS_INPUT.get(op.op_name)
+    return "/".join((dtype(DATA_INPUT.get(op.op_name, 0), op.inputs),
+                     "-" if weights is None else dtype(weights, op.inputs),
+                     dtype(0, op.outputs)))
+
+
+@cache
+def support() -> dict:
+    """The probed table (see the module docstring)."""
+    return json.loads(SUPPORT_FILE.read_text())
+
+
+def builtin_ops() -> frozenset[str]:
+    return frozenset(support()["builtin_ops"])
+
+
+def custom_ops() -> frozenset[str]:
+    return frozenset(support()["custom_ops"])
+
+
+def refusal(sg: Subgraph, op: Operator, kernels: str = "reference") -> str | None:
+    """Why TFLM refuses this op's type combination, or None (accepted or not probed)."""
+    sig = signature(sg, op)
+    flavour = FLAVOUR_REFUSALS.get(kernels, {}).get(op.op_name, {}).get(sig)
+    if flavour:
+        return f"{kernels} kernels: {flavour}"
+    answer = support()["combinations"].get(op.op_name, {}).get(sig)
+    if answer is None or answer == "ok":
+        return None
+    stage, _, message = answer.partition(": ")
+    return f"{sig} ({_kind(sig)}) at {stage}: {message}"
+
+
+def _kind(sig: str) -> str:
+    data, weights, _ = sig.split("/")
+    if data == "float32" and weights in ("int8", "int4", "uint8", "int16"):
+        return "hybrid: float activations, integer weights"
+    return "type combination"
 
 
 def check(model: Model, profile: Profile) -> list[UnsupportedOp]:
     found = []
+    builtins, customs = builtin_ops(), custom_ops()
     for sg in model.subgraphs:
         for op in sg.operators:
+            code = op.op_name.removeprefix("CUSTOM:")
             if op.is_custom:
-                reason = "custom op: TFLM has no kernel registered for it"
-            elif op.op_name not in TFLM_OPS:
+                if code in customs:
+                    continue
+                reason = accelerator_op(code) or ("custom op: the tflite-micro wheel registers "
+                                                  "no kernel for it")
+            elif op.op_name not in builtins:
                 reason = "TFLM has no kernel for this op"
             elif any(sg.tensors[i].is_sparse for i in op.inputs if i >= 0):
                 reason = "sparse-encoded weights: TFLM cannot densify them"
+            elif why := refusal(sg, op, profile.runtime.kernels):
+                reason = f"TFLM refuses {why}"
             else:
                 continue
             found.append(UnsupportedOp(op.index, op.op_name, reason, sg.index))

@@ -1,0 +1,85 @@
+"""TFLM op support as the pinned wheel answers it (issue 16): the probed table, kept honest.
+
+The table ``simulator/compat/tflm_support.json`` is written by ``python -m tests.tflm_probe
+--write``. These tests fail when the installed wheel is not the one the table was probed
+on, or when a re-probe of a sample disagrees; and they judge models of the kinds the table
+exists for (hybrid, float16 weights, int16, Signal custom ops) statically AND in the real
+interpreter, which must agree.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from simulator.compat import check_ops
+from simulator.compat.tflm import support
+from simulator.errors import RuntimeFailure
+from simulator.profiles import load_profile
+from simulator.reader import parse_model, read_model
+from simulator.runtimes import run_model
+from tests import zoo
+from tests.tflite_builder import custom_model
+
+ROOT = Path(__file__).resolve().parents[1]
+MCU = "stm32l4r5-cortex-m4"
+
+
+def test_table_was_probed_on_the_installed_wheel():
+    assert support()["wheel"] == f"tflite-micro {metadata.version('tflite-micro')}", (
+        "the tflite-micro wheel changed: regenerate with python -m tests.tflm_probe --write")
+
+
+def test_a_re_probe_agrees_with_the_table():
+    probed = json.loads(subprocess.run(
+        [sys.executable, "-m", "tests.tflm_probe", "--sample"], cwd=ROOT, capture_output=True,
+        text=True, check=True, timeout=300).stdout)
+    table = support()
+    assert probed["builtin_ops"] == table["builtin_ops"]
+    assert set(probed["custom_ops"]) == {"SignalWindow", "SignalFftAutoScale"}
+    assert set(probed["custom_ops"]) <= set(table["custom_ops"])
+    for op, answers in probed["combinations"].items():
+        for sig, answer in answers.items():
+            assert table["combinations"][op][sig] == answer, (op, sig)
+    # The sample holds both answers, so the comparison above can fail either way.
+    flat = [a for answers in probed["combinations"].values() for a in answers.values()]
+    assert "ok" in flat and any("Hybrid models are not supported" in a for a in flat)
+
+
+@pytest.mark.parametrize(("name", "refused", "why"), [
+    ("chain_dynamic", {"CONV_2D", "FULLY_CONNECTED"}, "hybrid"),
+    ("chain_float16", {"DEQUANTIZE"}, "float16/-/float32"),
+    ("chain_int16x8", set(), None),
+    ("chain_int8", set(), None),
+])
+def test_static_verdict_agrees_with_the_interpreter(name, refused, why):
+    """Converter-made models of each kind: the table's answer is what TFLM does with them."""
+    path = zoo.model_path(name)
+    result = check_ops(read_model(path), load_profile(MCU))
+    assert {u.op for u in result.unsupported_ops} == refused
+    if why:
+        assert all(why in u.reason for u in result.unsupported_ops)
+        with pytest.raises(RuntimeFailure, match="during 'allocate'"):
+            run_model(path, "tflm")
+    else:
+        assert run_model(path, "tflm").arena_total_bytes > 0
+
+
+@pytest.mark.parametrize(("code", "supported", "why"), [
+    ("SignalWindow", True, None),                 # TFLM's micro_speech audio front end
+    ("SignalFilterBankLog", True, None),
+    ("TFLite_Detection_PostProcess", True, None),
+    ("Convolution2DTransposeBias", False, "registers no kernel"),
+    ("ethos-u", False, "compiled for the Arm Ethos-U NPU"),
+    ("edgetpu-custom-op", False, "compiled for the Coral Edge TPU"),
+])
+def test_custom_ops_follow_the_wheel(code, supported, why):
+    result = check_ops(parse_model(custom_model(code), "custom.tflite"), load_profile(MCU))
+    assert result.supported is supported
+    if why:
+        assert why in result.unsupported_ops[0].reason
