@@ -54,11 +54,14 @@ def overlaps_in_time(a: Buffer, b: Buffer) -> bool:
     return a.first <= b.last and b.first <= a.last
 
 
-def check_plan(buffers: Sequence[Buffer], offsets: Sequence[int], what: str = "plan") -> int:
+def check_plan(buffers: Sequence[Buffer], offsets: Sequence[int], what: str = "plan",
+               trust_offline: bool = False) -> int:
     """Verify no two buffers live at the same step share a byte; return the head size.
 
     Offline offsets come from the model file: a clash between two of them is the producer's
-    mistake (TFLM does not check it either) and is reported as bad input.
+    mistake (TFLM does not check it either) and is reported as bad input — unless
+    ``trust_offline``: an accelerator's compiler (Vela) shares memory between its op's
+    input and scratch on purpose, since its command stream orders the accesses.
     """
     if len(buffers) != len(offsets):
         raise PlanError(f"{what}: {len(buffers)} buffers but {len(offsets)} offsets")
@@ -76,6 +79,8 @@ def check_plan(buffers: Sequence[Buffer], offsets: Sequence[int], what: str = "p
                 msg = (f"{what}: '{b.name}' [{offsets[j]}, {offsets[j] + b.size}) and "
                        f"'{a.name}' [{start}, {start + a.size}) overlap while both are live")
                 if a.offline_offset is not None and b.offline_offset is not None:
+                    if trust_offline:
+                        continue
                     raise InputError(f"the OfflineMemoryAllocation metadata is wrong: {msg}")
                 raise PlanError(msg)
         active.append(i)

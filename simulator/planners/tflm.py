@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from simulator.compat import ACCELERATOR_OPS
 from simulator.lifetimes import Buffer, align_up, live_bytes_per_step, op_steps, tflm_buffers
 from simulator.model import Model
 from simulator.planners.base import MemoryPlan, check_plan, overlaps_in_time
@@ -88,7 +89,9 @@ def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None
     pointer = profile.runtime.pointer_bytes
     buffers = tflm_buffers(model, order, pointer_bytes=pointer, kernels=kernels)
     offsets = greedy_plan(buffers)
-    head = check_plan(buffers, offsets, "TFLM greedy plan")
+    compiled = any(op.op_name.removeprefix("CUSTOM:") in ACCELERATOR_OPS
+                   for sg in model.subgraphs for op in sg.operators)
+    head = check_plan(buffers, offsets, "TFLM greedy plan", trust_offline=compiled)
     live = live_bytes_per_step(buffers)
     tail = estimate_tail(model, pointer_bytes=pointer, kernels=kernels)
     exact: list[str] = []

@@ -1,0 +1,76 @@
+"""LiteRT load constraints and the custom ops XNNPACK takes (issue 16), each checked
+against the installed ai-edge-litert wheel: the static answer and the real runtime agree."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from ai_edge_litert import schema_py_generated as fb
+
+from simulator.compat import check_ops
+from simulator.errors import RuntimeFailure
+from simulator.profiles import load_profile
+from simulator.reader import parse_model
+from simulator.runtimes import run_model
+from simulator.writer import pack
+from tests.tflm_probe import T, _conv, const, single_op
+
+PHONE = "android-arm64-cpu"
+
+
+def transpose_conv_bias_model() -> bytes:
+    """MediaPipe's ``Convolution2DTransposeBias`` custom op (float, stride 2, SAME): its
+    options are the raw ``TfLiteTransposeConvParams`` struct, as MediaPipe writes them."""
+    data = single_op(fb.BuiltinOperator.CUSTOM,
+                     [T((1, 4, 4, 2), "float32"), const((2, 3, 3, 2), "float32"),
+                      const((2,), "float32", 1.0)], [T((1, 8, 8, 2), "float32")])
+    m = fb.ModelT.InitFromPackedBuf(data, 0)
+    m.operatorCodes[0].customCode = "Convolution2DTransposeBias"
+    m.subgraphs[0].operators[0].customOptions = list(struct.pack("<3i", 1, 2, 2))
+    return pack(m)
+
+
+def per_channel_model(quantized_dimension: int, scales: int) -> bytes:
+    """An int8 conv whose filter [2, 3, 3, 2] has ``scales`` scales along
+    ``quantized_dimension``."""
+    m = fb.ModelT.InitFromPackedBuf(single_op(fb.BuiltinOperator.CONV_2D,
+                                              *_conv("int8", "int8")), 0)
+    q = m.subgraphs[0].tensors[1].quantization
+    q.scale, q.zeroPoint, q.quantizedDimension = [0.05] * scales, [0] * scales, quantized_dimension
+    return pack(m)
+
+
+def test_xnnpack_runs_mediapipe_transpose_conv_bias(tmp_path):
+    path = tmp_path / "ctb.tflite"
+    path.write_bytes(transpose_conv_bias_model())
+    model = parse_model(path.read_bytes(), str(path))
+    assert check_ops(model, load_profile(PHONE)).supported
+    assert run_model(path, "litert", xnnpack=True).outputs[0].shape == (1, 8, 8, 2)
+    # Without XNNPACK nobody implements it: LiteRT refuses, and so does the static check.
+    no_xnnpack = tmp_path / "phone-no-xnnpack.yaml"
+    no_xnnpack.write_text("name: phone-no-xnnpack\nextends: android-arm64-cpu\nruntime:\n"
+                          "  delegates: []\n")
+    [u] = check_ops(model, load_profile(no_xnnpack)).unsupported_ops
+    assert "XNNPACK" in u.reason
+    with pytest.raises(RuntimeFailure, match="unresolved custom op"):
+        run_model(path, "litert", xnnpack=False)
+
+
+@pytest.mark.parametrize(("dimension", "scales", "why"), [
+    (3, 2, None),                                 # per-channel along the last axis: fine
+    (4, 2, "quantized_dimension must be in range [0, 4)"),
+    (7, 1, "quantized_dimension must be in range [0, 4)"),
+    (0, 3, "3 scales"),
+])
+def test_quantization_the_loader_refuses(tmp_path, dimension, scales, why):
+    path = tmp_path / "conv.tflite"
+    path.write_bytes(per_channel_model(dimension, scales))
+    result = check_ops(parse_model(path.read_bytes(), str(path)), load_profile(PHONE))
+    if why is None:
+        assert result.supported
+        run_model(path, "litert", xnnpack=False)
+    else:
+        assert why in result.unsupported_ops[0].reason
+        with pytest.raises(RuntimeFailure, match="invalid quantization parameters"):
+            run_model(path, "litert", xnnpack=False)
