@@ -33,7 +33,10 @@ def measured_lines(report: Report) -> list[str]:
             lines.append(f"  needs {_b(m['over_budget_bytes'])} more than the arena budget "
                          f"of {_b(m['arena_budget_bytes'])}")
     agree = m.get("outputs_agree")
-    if agree is None:
+    failed = (m.get("cross_check") or {}).get("error")
+    if failed:
+        lines.append(f"  outputs      cross-check failed, a finding: {failed}")
+    elif agree is None:
         lines.append("  outputs      not cross-checked (float model or TFLM cannot run it)")
     else:
         cc = m["cross_check"]
@@ -58,6 +61,9 @@ def latency_lines(report: Report, top: int = 5) -> list[str]:
     if lat.get("split"):  # a target's own estimate (the Edge TPU), shown in its section
         lines.append(f"  device       {format_time_ms(lat['estimated_device_ms'])} estimated, "
                      f"split in {lat['split']}")
+        return lines
+    if lat.get("estimated_device_ms") is None:
+        lines.append("  device       no estimate (see the notes)")
         return lines
     lines.append(f"  device       {format_time_ms(lat['estimated_device_ms'])} estimated at "
                  f"{lat['clock_hz'] / 1e6:g} MHz from the profile's cost model")

@@ -1,0 +1,54 @@
+"""``simulate --run`` / ``check --run`` on models that used to end the measurement (issue 16):
+int16 models (no device latency estimate on the MCU profile: a TypeError traceback with
+exit 1 before) and a cross-check runtime refusing a file the target's runtime runs (exit 2
+before). Both are findings in the report; the exit code follows the verdict."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from sdk.cli import main
+from tests.test_litert_support import per_channel_model
+from tests.zoo import model_path
+
+MCU = "stm32l4r5-cortex-m4"
+
+
+def test_int16_model_runs_without_a_traceback(capsys):
+    path = str(model_path("chain_int16x8"))
+    code = main(["simulate", path, "--profile", MCU, "--run", "--runs", "2", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "Traceback" not in err
+    report = json.loads(out)
+    assert report["latency"]["host_ms"]["runs"] == 2
+    assert report["measured"]["outputs_agree"] is True  # int16x8: bit-exact too
+    assert main(["simulate", path, "--profile", MCU, "--run", "--runs", "1"]) == 0
+    assert "device       no estimate" in capsys.readouterr().out
+
+
+def test_check_run_on_an_int16_model(tmp_path, capsys):
+    shutil.copy(model_path("chain_int16x8"), tmp_path / "kws16.tflite")
+    project = tmp_path / "devicefit.yaml"
+    project.write_text(f"models:\n  - path: kws16.tflite\n    profiles: [{MCU}]\n")
+    code = main(["check", str(project), "--run", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "Traceback" not in err
+
+
+def test_a_refused_cross_check_is_a_finding(tmp_path, capsys):
+    """TFLM runs this int8 conv; LiteRT refuses the file at load (quantized_dimension 7 on a
+    per-tensor filter). On the MCU profile the measurement stands and the refusal is noted."""
+    path = tmp_path / "conv.tflite"
+    path.write_bytes(per_channel_model(7, 1))
+    code = main(["simulate", str(path), "--profile", MCU, "--run", "--runs", "1", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    report = json.loads(out)
+    cross = report["measured"]["cross_check"]
+    assert cross["bit_exact"] is None and "invalid quantization parameters" in cross["error"]
+    assert report["measured"]["arena_head_bytes"] > 0
+    assert any(n.startswith("cross-check not done") for n in report["notes"])
+    main(["simulate", str(path), "--profile", MCU, "--run", "--runs", "1"])
+    assert "cross-check failed, a finding" in capsys.readouterr().out
