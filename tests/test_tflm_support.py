@@ -83,3 +83,21 @@ def test_custom_ops_follow_the_wheel(code, supported, why):
     assert result.supported is supported
     if why:
         assert why in result.unsupported_ops[0].reason
+
+
+def test_hybrid_lstm_runs_in_tflm_but_returns_nan(tmp_path):
+    """TFLM's LSTM kernel does not refuse int8 weights under float activations: it reads
+    them as floats. The table records that as unsupported, and the interpreter shows why."""
+    import numpy as np
+
+    from tests.tflm_probe import B, _lstm, single_op
+
+    path = tmp_path / "hybrid_lstm.tflite"
+    path.write_bytes(single_op(B.UNIDIRECTIONAL_SEQUENCE_LSTM, *_lstm("float32", "int8")))
+    [u] = check_ops(read_model(path), load_profile(MCU)).unsupported_ops
+    assert "float32/int8/float32 (hybrid" in u.reason and "NaN" in u.reason
+    out = run_model(path, "tflm", inputs=[np.full((1, 2, 3), 0.5, np.float32)]).outputs[0]
+    assert np.isnan(out).all()
+    # The same template with float weights is fine in both.
+    path.write_bytes(single_op(B.UNIDIRECTIONAL_SEQUENCE_LSTM, *_lstm("float32", "float32")))
+    assert check_ops(read_model(path), load_profile(MCU)).supported

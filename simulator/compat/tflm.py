@@ -114,7 +114,7 @@ def check(model: Model, profile: Profile) -> list[UnsupportedOp]:
             elif any(sg.tensors[i].is_sparse for i in op.inputs if i >= 0):
                 reason = "sparse-encoded weights: TFLM cannot densify them"
             elif why := refusal(sg, op, profile.runtime.kernels):
-                reason = f"TFLM refuses {why}"
+                reason = f"TFLM's kernel does not run {why}"
             else:
                 continue
             found.append(UnsupportedOp(op.index, op.op_name, reason, sg.index))
