@@ -52,3 +52,22 @@ def test_a_refused_cross_check_is_a_finding(tmp_path, capsys):
     assert any(n.startswith("cross-check not done") for n in report["notes"])
     main(["simulate", str(path), "--profile", MCU, "--run", "--runs", "1"])
     assert "cross-check failed, a finding" in capsys.readouterr().out
+
+
+def test_dynamic_input_hint_and_real_sized_data(tmp_path, capsys):
+    """openWakeWord's mel-spectrogram front end (corpus): its input is [-1, -1], stored as
+    [1, 1]. Run at that placeholder, XNNPACK refuses it; the message says why, and data of
+    a real size (80 ms of 16 kHz audio) is accepted and runs."""
+    import numpy as np
+
+    from tests.corpus import corpus
+
+    [m] = corpus(names=["oww_melspectrogram"])
+    phone = "android-arm64-cpu"
+    assert main(["simulate", str(m.path), "--profile", phone, "--run", "--runs", "1"]) == 2
+    assert "has dynamic dimensions [-1, -1] and ran at the shape stored" in capsys.readouterr().err
+    audio = tmp_path / "audio.npy"
+    np.save(audio, np.zeros((1, 1280), np.float32))
+    code = main(["simulate", str(m.path), "--profile", phone, "--run", "--runs", "1",
+                 "--input", str(audio)])
+    assert code == 0, capsys.readouterr().err
