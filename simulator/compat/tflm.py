@@ -12,11 +12,13 @@ the answers fails loudly.
 
 Kernel flavours: the wheel runs the reference kernels. TFLM's optimized kernels (CMSIS-NN,
 ESP-NN) replace the reference ones per op and hand the type combinations they do not
-optimise to the reference code; as far as the public sources read, no flavour accepts less
-(e.g. tflite-micro ``kernels/cmsis_nn/transpose_conv.cc`` accepts exactly float32/float32,
-int16/int8 and int8/int8 and refuses hybrids with the reference kernel's message). So the
-reference answer holds for every flavour; :data:`FLAVOUR_REFUSALS` is where a flavour that
-refuses more would say so.
+optimise to the reference code. Read against tflite-micro's ``kernels/cmsis_nn/*.cc``
+(add, batch_matmul, conv, depthwise_conv, fully_connected, maximum_minimum, mul, pad,
+softmax, transpose_conv), CMSIS-NN accepts exactly the reference kernels' type combinations,
+with the same "Hybrid models are not supported" checks; its LSTM refuses int8 weights under
+float activations with a message where the reference kernel returns NaN (unsupported
+either way). So the reference answer holds for every flavour; :data:`FLAVOUR_REFUSALS` is
+where a flavour that refuses more would say so.
 
 On a device, an application registers a subset with ``MicroMutableOpResolver``; a profile
 expresses that subset with ``ops.allow``. Ops not in TFLM's tree at all (e.g. MediaPipe's
