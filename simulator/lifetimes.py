@@ -196,7 +196,8 @@ def tflm_buffers(model: Model, order: Sequence[int] | None = None, *,
             off = offline[flat] if offline is not None else ONLINE
             flat += 1
             nbytes = tflm_tensor_bytes(t)
-            needs = not t.has_data and not t.is_variable and nbytes > 0
+            loaded = t.has_data and not t.data_after_flatbuffer
+            needs = not loaded and not t.is_variable and nbytes > 0
             if t.is_variable and off != ONLINE:
                 needs = True  # TFLM lets the offline plan place variable tensors
             if not needs:

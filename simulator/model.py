@@ -44,6 +44,10 @@ class Tensor:
     quantization: QuantParams | None = None
     #: True when the constant is stored in TFLite's sparse format.
     is_sparse: bool = False
+    #: True when the constant's bytes lie after the flatbuffer (``Buffer.offset``, as large
+    #: models and ai-edge-quantizer write them). TFLM reads only ``Buffer.data``: for it the
+    #: tensor has no data, so it plans it in the arena like an activation.
+    data_after_flatbuffer: bool = False
 
     @property
     def num_elements(self) -> int:

@@ -173,11 +173,16 @@ class _Flatbuffer:
 
 
 class _Decoder(_Flatbuffer):
+    #: Buffers whose data lies after the flatbuffer (set by :meth:`model` first).
+    outside: frozenset[int] = frozenset()
+
     def model(self) -> Model:
         root = self.table_at(self._at(_U32, 0))
         op_codes = [self.op_code(c) for c in self.tables(root, _MODEL_OPCODES, "operator_codes")]
         buffers = self.tables(root, _MODEL_BUFFERS, "buffers")
         buffer_sizes = [self.buffer_extent(i, b)[1] for i, b in enumerate(buffers)]
+        self.outside = frozenset(i for i, b in enumerate(buffers)
+                                 if self.scalar(b, _BUF_OFFSET, "<Q") > 1)
         subgraphs = tuple(self.subgraph(i, sg, op_codes, buffer_sizes) for i, sg in
                           enumerate(self.tables(root, _MODEL_SUBGRAPHS, "subgraphs")))
         if not subgraphs:
@@ -283,6 +288,7 @@ class _Decoder(_Flatbuffer):
             shape_signature=signature or None,
             quantization=self.quant(self.table(t, _T_QUANT), index),
             is_sparse=t.field(_T_SPARSITY) != 0,
+            data_after_flatbuffer=has_data and buffer in self.outside,
         )
         if has_data and not tensor.is_sparse and dtype != "string":
             expected = tensor.nbytes if dtype != "int4" else (tensor.num_elements + 1) // 2

@@ -22,7 +22,6 @@ from simulator.lifetimes import (
 )
 from simulator.planners import PlanError, check_plan, greedy_plan, plan_tflm
 from simulator.planners.litert import best_fit_plan, litert_buffers
-from simulator.planners.tflm_tail import estimate_tail
 from simulator.profiles import load_profile
 from simulator.reader import read_model
 from simulator.runtimes import run_model
@@ -39,7 +38,7 @@ TFLM_ZOO = ["chain_int8", "chain_float32", "residual_int8", "inception_int8", "m
             "branches_int8", "edgetpu_limits_int8", "mobilenet_v1_96_int8",
             "mobilenet_v2_96_int8", "deep_mlp_int8"]
 #: The tail is an estimate, fitted to the wheel: how far from it the tests allow it to be.
-TAIL_TOLERANCE_BYTES = 64
+TAIL_TOLERANCE_BYTES = 96
 
 
 def _buf(size: int, first: int, last: int, offline: int | None = None) -> Buffer:
@@ -91,10 +90,12 @@ def test_check_plan_rejects_overlapping_live_buffers() -> None:
     assert check_plan([_buf(64, 0, 1), _buf(64, 2, 3)], [0, 0]) == 64
 
 
-def test_clashing_offline_offsets_are_a_model_error() -> None:
-    bufs = [_buf(64, 0, 2, offline=0), _buf(64, 1, 3, offline=16)]
-    with pytest.raises(InputError, match="OfflineMemoryAllocation"):
-        check_plan(bufs, greedy_plan(bufs))
+def test_overlapping_offline_offsets_are_placed_as_the_file_says() -> None:
+    # Vela aliases its scratch area with the NPU op's input/output; TFLM does not check.
+    bufs = [_buf(64, 0, 2, offline=0), _buf(64, 1, 3, offline=16), _buf(32, 0, 3)]
+    offsets = greedy_plan(bufs)
+    assert offsets == [0, 16, 80]
+    assert check_plan(bufs, offsets) == 112
 
 
 def test_live_bytes_and_lower_bound() -> None:
@@ -114,12 +115,14 @@ def test_litert_best_fit_prefers_the_tightest_gap() -> None:
 # --------------------------------------------------------------------------- against real TFLM
 @pytest.mark.parametrize("name", [*TFLM_ZOO, "sine"])
 def test_predicted_arena_matches_real_tflm(name: str) -> None:
-    """Head exactly; tail within the tolerance (64-bit host, reference kernels)."""
+    """Head exactly; tail never under, within the tolerance (64-bit host, reference kernels)."""
     path = SINE if name == "sine" else model_path(name)
     real = run_model(path, "tflm")
     assert _predicted_head(path) == real.arena_head_bytes
-    tail = estimate_tail(read_model(path), pointer_bytes=8, kernels="reference").total
-    assert abs(tail - real.arena_tail_bytes) <= TAIL_TOLERANCE_BYTES
+    wheel = with_runtime(load_profile("stm32l4r5-cortex-m4"), kernels="reference",
+                         pointer_bytes=8)
+    tail = plan_tflm(read_model(path), wheel).tail_bytes
+    assert 0 <= tail - real.arena_tail_bytes <= TAIL_TOLERANCE_BYTES
 
 
 def test_scratch_buffers_are_planned_after_tensors_in_request_order() -> None:

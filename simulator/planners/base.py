@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from simulator.errors import InputError
 from simulator.lifetimes import Buffer
 
 
@@ -54,14 +53,13 @@ def overlaps_in_time(a: Buffer, b: Buffer) -> bool:
     return a.first <= b.last and b.first <= a.last
 
 
-def check_plan(buffers: Sequence[Buffer], offsets: Sequence[int], what: str = "plan",
-               trust_offline: bool = False) -> int:
+def check_plan(buffers: Sequence[Buffer], offsets: Sequence[int], what: str = "plan") -> int:
     """Verify no two buffers live at the same step share a byte; return the head size.
 
-    Offline offsets come from the model file: a clash between two of them is the producer's
-    mistake (TFLM does not check it either) and is reported as bad input — unless
-    ``trust_offline``: an accelerator's compiler (Vela) shares memory between its op's
-    input and scratch on purpose, since its command stream orders the accesses.
+    Two offline-planned buffers (offsets from the model file) may share bytes: TFLM places
+    them as given without checking, and Vela does it on purpose (the Ethos-U op's scratch
+    area contains the regions of its input and output). Only an online buffer clashing with
+    anything is a planner bug.
     """
     if len(buffers) != len(offsets):
         raise PlanError(f"{what}: {len(buffers)} buffers but {len(offsets)} offsets")
@@ -75,13 +73,11 @@ def check_plan(buffers: Sequence[Buffer], offsets: Sequence[int], what: str = "p
         active = [j for j in active if buffers[j].last >= a.first]
         for j in active:
             b = buffers[j]
+            if a.offline_offset is not None and b.offline_offset is not None:
+                continue
             if a.size and b.size and start < offsets[j] + b.size and offsets[j] < start + a.size:
-                msg = (f"{what}: '{b.name}' [{offsets[j]}, {offsets[j] + b.size}) and "
-                       f"'{a.name}' [{start}, {start + a.size}) overlap while both are live")
-                if a.offline_offset is not None and b.offline_offset is not None:
-                    if trust_offline:
-                        continue
-                    raise InputError(f"the OfflineMemoryAllocation metadata is wrong: {msg}")
-                raise PlanError(msg)
+                raise PlanError(f"{what}: '{b.name}' [{offsets[j]}, {offsets[j] + b.size}) and "
+                                f"'{a.name}' [{start}, {start + a.size}) overlap while both "
+                                f"are live")
         active.append(i)
     return max((o + b.size for b, o in zip(buffers, offsets, strict=True)), default=0)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from simulator.compat import ACCELERATOR_OPS
 from simulator.lifetimes import Buffer, align_up, live_bytes_per_step, op_steps, tflm_buffers
 from simulator.model import Model
 from simulator.planners.base import MemoryPlan, check_plan, overlaps_in_time
@@ -89,11 +88,10 @@ def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None
     pointer = profile.runtime.pointer_bytes
     buffers = tflm_buffers(model, order, pointer_bytes=pointer, kernels=kernels)
     offsets = greedy_plan(buffers)
-    compiled = any(op.op_name.removeprefix("CUSTOM:") in ACCELERATOR_OPS
-                   for sg in model.subgraphs for op in sg.operators)
-    head = check_plan(buffers, offsets, "TFLM greedy plan", trust_offline=compiled)
+    head = check_plan(buffers, offsets, "TFLM greedy plan")
     live = live_bytes_per_step(buffers)
-    tail = estimate_tail(model, pointer_bytes=pointer, kernels=kernels)
+    n_scratch = sum(1 for b in buffers if b.kind == "scratch")
+    tail = estimate_tail(model, pointer_bytes=pointer, kernels=kernels, n_scratch=n_scratch)
     exact: list[str] = []
     estimated = ["arena_tail", "arena_required"]
     notes = [tail.note]
@@ -108,7 +106,6 @@ def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None
             notes.append(f"head: tensors planned exactly, but '{kernels}' kernels request "
                          "scratch buffers devicefit sizes as the reference kernels do; the "
                          "real head can be larger")
-    n_scratch = sum(1 for b in buffers if b.kind == "scratch")
     required = max(head, planning_bytes(model, buffers, pointer)) + tail.total
     required = max(required, prepare_peak(model, tail.total, pointer_bytes=pointer,
                                           n_scratch=n_scratch))
