@@ -46,6 +46,8 @@ def test_a_re_probe_agrees_with_the_table():
     for op, answers in probed["combinations"].items():
         for sig, answer in answers.items():
             assert table["combinations"][op][sig] == answer, (op, sig)
+    assert probed["constant_inputs"]["FILL"] == table["constant_inputs"]["FILL"]
+    assert "Non-constant >dims<" in probed["constant_inputs"]["FILL"]["0"]
     # The sample holds both answers, so the comparison above can fail either way.
     flat = [a for answers in probed["combinations"].values() for a in answers.values()]
     assert "ok" in flat and any("Hybrid models are not supported" in a for a in flat)
@@ -101,3 +103,16 @@ def test_hybrid_lstm_runs_in_tflm_but_returns_nan(tmp_path):
     # The same template with float weights is fine in both.
     path.write_bytes(single_op(B.UNIDIRECTIONAL_SEQUENCE_LSTM, *_lstm("float32", "float32")))
     assert check_ops(read_model(path), load_profile(MCU)).supported
+
+
+def test_fill_with_run_time_dims_is_refused():
+    """TFLM plans static shapes: FILL's dims, SPLIT's axis ... must be constants (the GRU
+    loop of the corpus's precise_vad computes FILL's dims; TFLM refuses it at prepare)."""
+    from tests.tflm_probe import SHAPE_INPUT_OPS, B, single_op
+
+    build, _ = SHAPE_INPUT_OPS["FILL"]
+    for constant in (True, False):
+        data = single_op(B.FILL, *build(constant))
+        result = check_ops(parse_model(data, "fill.tflite"), load_profile(MCU))
+        assert result.supported is constant
+    assert "Non-constant >dims<" in result.unsupported_ops[0].reason

@@ -10,6 +10,8 @@ What is probed:
 - **custom ops**: every identifier in the wheel's native library is tried as a custom code,
   so the table lists what the resolver really registers (TFLM's Signal library, its
   detection post-process), not names copied by hand;
+- **constant inputs**: which shape-like inputs (FILL's dims, SPLIT's axis, RESIZE_*'s size
+  ...) a kernel refuses when they are not constant;
 - **type combinations**: for each op template below and each combination of activation and
   weight types, a one-op model with valid shapes, options and quantization is created,
   allocated (the kernels' ``Prepare``) and invoked (some kernels check types only in
@@ -278,6 +280,57 @@ CONVERSIONS = [("DEQUANTIZE", s, "float32") for s in ("int8", "int16", "uint8", 
                                     ("int16", "int16"), ("int16", "int32"))]
 
 
+def _shape_like(values: list[int], constant: bool, shape: tuple[int, ...] | None = None) -> T:
+    shape = shape if shape is not None else (len(values),)
+    return const(shape, "int32", 1.0, values) if constant else T(shape, "int32", scale=1.0)
+
+
+F = "float32"
+#: Ops with a shape-like input (dims, axis, size ...): (template taking "is that input
+#: constant", the input's index). TFLM plans with static shapes, so some kernels need it
+#: constant ("Non-constant >dims< tensor is not supported").
+SHAPE_INPUT_OPS: dict[str, tuple[Callable[[bool], tuple], int]] = {
+    "FILL": (lambda c: ([_shape_like([1, 4], c), const((), F, 1.0, 1.0)], [T((1, 4), F)],
+                        0, None), 0),
+    "EXPAND_DIMS": (lambda c: ([T((4,), F), _shape_like([0], c)], [T((1, 4), F)], 0, None), 1),
+    "RESIZE_BILINEAR": (lambda c: ([T((1, 2, 2, 1), F), _shape_like([4, 4], c)],
+                                   [T((1, 4, 4, 1), F)], OPT.ResizeBilinearOptions,
+                                   _opts(fb.ResizeBilinearOptionsT)), 1),
+    "RESIZE_NEAREST_NEIGHBOR": (lambda c: ([T((1, 2, 2, 1), F), _shape_like([4, 4], c)],
+                                           [T((1, 4, 4, 1), F)],
+                                           OPT.ResizeNearestNeighborOptions,
+                                           _opts(fb.ResizeNearestNeighborOptionsT)), 1),
+    "BROADCAST_TO": (lambda c: ([T((1, 4), F), _shape_like([2, 4], c)], [T((2, 4), F)],
+                                0, None), 1),
+    "SPLIT": (lambda c: ([_shape_like([1], c, ()), T((1, 4), F)], [T((1, 2), F), T((1, 2), F)],
+                         OPT.SplitOptions, _opts(fb.SplitOptionsT, numSplits=2)), 0),
+    "SPLIT_V": (lambda c: ([T((1, 4), F), const((2,), "int32", 1.0, [2, 2]),
+                            _shape_like([1], c, ())], [T((1, 2), F), T((1, 2), F)],
+                           OPT.SplitVOptions, _opts(fb.SplitVOptionsT, numSplits=2)), 2),
+    "RESHAPE": (lambda c: ([T((1, 4), F), _shape_like([2, 2], c)], [T((2, 2), F)], 0, None), 1),
+    "PAD": (lambda c: ([T((1, 4), F), _shape_like([0, 0, 1, 1], c, (2, 2))], [T((1, 6), F)],
+                       0, None), 1),
+    "MEAN": (lambda c: ([T((1, 4, 4, 2), F), _shape_like([1, 2], c)], [T((1, 1, 1, 2), F)],
+                        OPT.ReducerOptions, _opts(fb.ReducerOptionsT, keepDims=True)), 1),
+}
+
+
+def constant_inputs() -> dict[str, dict[str, str]]:
+    """``{op: {input index: "ok" | why it must be constant}}``; a template whose constant
+    variant is refused is broken (the probe stops)."""
+    table: dict[str, dict[str, str]] = {}
+    for name, (build, index) in SHAPE_INPUT_OPS.items():
+        code = getattr(B, name)
+        baseline = try_model(single_op(code, *build(True)))
+        if baseline != "ok":
+            raise SystemExit(f"probe template {name} is refused with a constant input: {baseline}")
+        answer = try_model(single_op(code, *build(False)))
+        # Only a refusal at prepare is about constness; later failures come from the probe's
+        # all-ones data in the shape input.
+        table[name] = {str(index): answer if answer.startswith("prepare:") else "ok"}
+    return table
+
+
 def cases() -> list[tuple[str, bytes]]:
     """Every (op, model) the probe tries, in a stable order."""
     out = []
@@ -438,7 +491,7 @@ def probe_all() -> dict:
     return {"wheel": f"tflite-micro {wheel_version()}", "kernels": "reference",
             "regenerate": "python -m tests.tflm_probe --write",
             "builtin_ops": registered_builtins(), "custom_ops": registered_customs(),
-            "combinations": all_combinations()}
+            "combinations": all_combinations(), "constant_inputs": constant_inputs()}
 
 
 #: The cases the test suite re-probes (with every builtin code and a few custom codes): one
@@ -453,7 +506,10 @@ def sample() -> dict:
     picked = [(n, single_op(getattr(B, n), *templates[n](*types))) for n, types in SAMPLE]
     picked.append(("DEQUANTIZE", single_op(B.DEQUANTIZE,
                                            *_conversion("DEQUANTIZE", "float16", "float32"))))
+    build, index = SHAPE_INPUT_OPS["FILL"]
+    fill = try_model(single_op(B.FILL, *build(False)))
     return {"wheel": f"tflite-micro {wheel_version()}", "builtin_ops": registered_builtins(),
+            "constant_inputs": {"FILL": {str(index): fill}},
             "custom_ops": registered_customs(["SignalWindow", "SignalFftAutoScale",
                                               "Convolution2DTransposeBias", "ethos-u"]),
             "combinations": combinations(picked)}

@@ -6,7 +6,9 @@ Signal audio library, its detection post-process: every identifier of the native
 tried), and, for the ops models are made of, which **type combinations** its kernels accept
 at prepare and invoke — a one-op model per combination (dynamic-range "hybrid" float
 activations with int8 weights, int16 activations, int4 or float16 weights, ...), with the
-kernel's own message when it refuses. The table records the wheel version; the test suite
+kernel's own message when it refuses — and which shape-like inputs (FILL's dims, SPLIT's
+axis, RESIZE's size, PAD's paddings ...) must be constants. The table records the wheel
+version; the test suite
 checks it against the installed wheel and re-probes a sample, so a wheel upgrade that changes
 the answers fails loudly.
 
@@ -93,6 +95,18 @@ def refusal(sg: Subgraph, op: Operator, kernels: str = "reference") -> str | Non
     return f"{sig} ({_kind(sig)}) at {stage}: {message}"
 
 
+def constant_input_refusal(sg: Subgraph, op: Operator) -> str | None:
+    """Why TFLM refuses this op because a shape-like input (FILL's dims, SPLIT's axis ...)
+    is computed at run time instead of stored in the file, or None."""
+    for index, answer in support().get("constant_inputs", {}).get(op.op_name, {}).items():
+        position = int(index)
+        if answer == "ok" or position >= len(op.inputs) or op.inputs[position] < 0:
+            continue
+        if not sg.tensors[op.inputs[position]].has_data:
+            return f"input {position} is computed at run time: {answer.partition(': ')[2]}"
+    return None
+
+
 def _kind(sig: str) -> str:
     data, weights, _ = sig.split("/")
     if data == "float32" and weights in ("int8", "int4", "uint8", "int16"):
@@ -117,6 +131,8 @@ def check(model: Model, profile: Profile) -> list[UnsupportedOp]:
                 reason = "sparse-encoded weights: TFLM cannot densify them"
             elif why := refusal(sg, op, profile.runtime.kernels):
                 reason = f"TFLM's kernel does not run {why}"
+            elif why := constant_input_refusal(sg, op):
+                reason = f"TFLM's kernel refuses it at prepare: {why}"
             else:
                 continue
             found.append(UnsupportedOp(op.index, op.op_name, reason, sg.index))
