@@ -58,6 +58,15 @@ def _bounded(name: str, budget: float | None, profile: Profile,
     return budget, "budgets"
 
 
+def device_warnings(profile: Profile) -> list[str]:
+    """The profile's budgets that promise more memory than its device has."""
+    notes: list[str] = []
+    for name, budget in (("flash", profile.budgets.flash_bytes),
+                         ("arena", profile.budgets.arena_bytes)):
+        _bounded(name, budget, profile, notes)
+    return notes
+
+
 def budget_checks(profile: Profile, memory: MemoryReport, measured: dict | None = None,
                   latency: dict | None = None) -> tuple[list[BudgetCheck], list[str]]:
     """The checks of ``profile``'s budgets against these figures, and notes on any skipped."""

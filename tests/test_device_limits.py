@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,14 @@ def test_psram_can_hold_the_arena(tmp_path, psram):
     # With PSRAM the budget (512 KiB) is the tighter limit again.
     assert arena.ok is bool(psram)
     assert arena.limit_from == ("budgets" if psram else "device.sram")
+
+
+def test_validate_warns_about_a_budget_above_the_device(tmp_path, capsys):
+    _profile(tmp_path, "device:\n  sram: 256KiB\n  flash: 1MiB\n")
+    assert main(["profiles", "validate", str(tmp_path / "small-board.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "warning: profile 'small-board': budgets.arena (524,288 B) is larger than device.sram" in out
+    assert "budgets.flash (1,572,864 B) is larger than device.flash" in out
+    builtin = Path(__file__).resolve().parents[1] / "device_profiles" / "stm32l4r5-cortex-m4.yaml"
+    assert main(["profiles", "validate", str(builtin)]) == 0
+    assert "warning" not in capsys.readouterr().out
