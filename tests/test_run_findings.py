@@ -37,21 +37,45 @@ def test_check_run_on_an_int16_model(tmp_path, capsys):
     assert "Traceback" not in err
 
 
+def conv_with_filter_zero_point() -> bytes:
+    """An int8 conv whose filter has zero point 5: TFLM's kernel takes it, LiteRT's
+    reference conv refuses it at prepare (tflite/kernels/conv.cc: zero points must be 0)."""
+    from ai_edge_litert import schema_py_generated as fb
+
+    from simulator.writer import pack
+    from tests.tflm_probe import _conv, single_op
+
+    m = fb.ModelT.InitFromPackedBuf(single_op(fb.BuiltinOperator.CONV_2D,
+                                              *_conv("int8", "int8")), 0)
+    m.subgraphs[0].tensors[1].quantization.zeroPoint = [5]
+    return pack(m)
+
+
 def test_a_refused_cross_check_is_a_finding(tmp_path, capsys):
-    """TFLM runs this int8 conv; LiteRT refuses the file at load (quantized_dimension 7 on a
-    per-tensor filter). On the MCU profile the measurement stands and the refusal is noted."""
+    """TFLM runs this conv, LiteRT's reference kernels refuse it: on the MCU profile the
+    measurement stands and the refusal is reported in the result."""
     path = tmp_path / "conv.tflite"
-    path.write_bytes(per_channel_model(7, 1))
+    path.write_bytes(conv_with_filter_zero_point())
     code = main(["simulate", str(path), "--profile", MCU, "--run", "--runs", "1", "--json"])
     out, err = capsys.readouterr()
     assert code == 0, err
     report = json.loads(out)
     cross = report["measured"]["cross_check"]
-    assert cross["bit_exact"] is None and "invalid quantization parameters" in cross["error"]
+    assert cross["bit_exact"] is None and "zero_point" in cross["error"]
     assert report["measured"]["arena_head_bytes"] > 0
     assert any(n.startswith("cross-check not done") for n in report["notes"])
     main(["simulate", str(path), "--profile", MCU, "--run", "--runs", "1"])
     assert "cross-check failed, a finding" in capsys.readouterr().out
+
+
+def test_a_cross_check_litert_cannot_load_is_skipped_with_the_reason(tmp_path, capsys):
+    """quantized_dimension 7 on a per-tensor filter: TFLM runs it, LiteRT's loader refuses
+    it, which the static LiteRT check knows — so the cross-check says why it is not done."""
+    path = tmp_path / "conv.tflite"
+    path.write_bytes(per_channel_model(7, 1))
+    code = main(["simulate", str(path), "--profile", MCU, "--run", "--runs", "1", "--json"])
+    cross = json.loads(capsys.readouterr().out)["measured"]["cross_check"]
+    assert code == 0 and "quantized_dimension must be in range" in cross["skipped"]
 
 
 def test_dynamic_input_hint_and_real_sized_data(tmp_path, capsys):
@@ -71,3 +95,39 @@ def test_dynamic_input_hint_and_real_sized_data(tmp_path, capsys):
     code = main(["simulate", str(m.path), "--profile", phone, "--run", "--runs", "1",
                  "--input", str(audio)])
     assert code == 0, capsys.readouterr().err
+
+
+def signal_window_model() -> bytes:
+    """TFLM's ``SignalWindow`` custom op (micro_speech's audio front end): int16 samples ×
+    int16 Q12 window, options a flexbuffer map {"shift": 12}."""
+    from ai_edge_litert import schema_py_generated as fb
+    from flatbuffers import flexbuffers
+
+    from simulator.writer import pack
+    from tests.tflm_probe import T, const, single_op
+
+    data = single_op(fb.BuiltinOperator.CUSTOM, [T((8,), "int16", scale=1.0),
+                                                 const((8,), "int16", 1.0, [4096] * 8)],
+                     [T((8,), "int16", scale=1.0)])
+    m = fb.ModelT.InitFromPackedBuf(data, 0)
+    m.operatorCodes[0].customCode = "SignalWindow"
+    m.subgraphs[0].operators[0].customOptions = list(flexbuffers.Dumps({"shift": 12}))
+    return pack(m)
+
+
+def test_signal_ops_run_in_tflm(tmp_path, capsys):
+    """The wheel registers TFLM's Signal library: the check passes it and the real run
+    agrees; LiteRT has no such kernel, so there is no cross-check (said, not failed)."""
+    import numpy as np
+
+    from simulator.runtimes import run_model
+
+    path = tmp_path / "window.tflite"
+    path.write_bytes(signal_window_model())
+    x = np.arange(8, dtype=np.int16) * 100
+    np.testing.assert_array_equal(run_model(path, "tflm", inputs=[x]).outputs[0], x)
+    code = main(["simulate", str(path), "--profile", MCU, "--run", "--runs", "1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["compatibility"]["supported"]
+    cross = report["measured"]["cross_check"]
+    assert "LiteRT cannot run CUSTOM:SignalWindow" in cross["skipped"] and cross["error"] is None

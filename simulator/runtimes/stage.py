@@ -96,17 +96,22 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
     measured["outputs_agree"] = None
     if cross_check and is_integer_model(model) and not tflm_ops.check(model, profile):
         measured["cross_check"] = _cross_check(model, main if primary == "tflm" else None,
-                                               report, common)
+                                               report, common, profile)
         measured["outputs_agree"] = measured["cross_check"]["bit_exact"]
     return report
 
 
-def _cross_check(model: Model, tflm: RunResult | None, report: Report, common: dict) -> dict:
+def _cross_check(model: Model, tflm: RunResult | None, report: Report, common: dict,
+                 profile: Profile) -> dict:
     """TFLM against LiteRT's reference kernels on the same inputs (bit-exact for integer
     kernels). Either runtime refusing or crashing on the file is a finding of the check —
     some real models load in one and not the other — never the end of the measurement."""
     check: dict = {"runtimes": ["tflm", "litert (reference kernels)"], "bit_exact": None,
-                   "max_abs_difference": None, "error": None}
+                   "max_abs_difference": None, "error": None, "skipped": None}
+    lacking = check_ops(model, dataclasses.replace(profile, ops=Ops(table="litert")))
+    if not lacking.supported:  # e.g. TFLM's Signal ops: LiteRT has no kernel for them
+        check["skipped"] = f"LiteRT cannot run {lacking.summary()}"
+        return check
     try:
         tflm = tflm or run_model(model.path, "tflm", runs=1, **common)
         ref = run_model(model.path, "litert", runs=1, reference_kernels=True, **common)
