@@ -4,17 +4,19 @@ against the installed ai-edge-litert wheel: the static answer and the real runti
 from __future__ import annotations
 
 import struct
+from importlib import metadata
 
 import pytest
 from ai_edge_litert import schema_py_generated as fb
 
 from simulator.compat import check_ops
+from simulator.compat.litert import support
 from simulator.errors import RuntimeFailure
 from simulator.profiles import load_profile
 from simulator.reader import parse_model
 from simulator.runtimes import run_model
 from simulator.writer import pack
-from tests.tflm_probe import T, _conv, const, single_op
+from tests.op_probe import T, _conv, const, single_op
 
 PHONE = "android-arm64-cpu"
 
@@ -74,3 +76,23 @@ def test_quantization_the_loader_refuses(tmp_path, dimension, scales, why):
         assert why in result.unsupported_ops[0].reason
         with pytest.raises(RuntimeFailure, match="invalid quantization parameters"):
             run_model(path, "litert", xnnpack=False)
+
+
+def test_litert_table_was_probed_on_the_installed_wheel():
+    assert support()["wheel"] == f"ai-edge-litert {metadata.version('ai-edge-litert')}", (
+        "the ai-edge-litert wheel changed: regenerate with python -m tests.op_probe --write")
+
+
+def test_a_type_combination_litert_refuses(tmp_path):
+    """A float LSTM with float16 weights (no DEQUANTIZE): LiteRT's kernel refuses it at
+    invoke, through XNNPACK too; the phone profile says so before anything runs."""
+    import numpy as np
+
+    from tests.op_probe import B, _lstm
+
+    path = tmp_path / "lstm_f16.tflite"
+    path.write_bytes(single_op(B.UNIDIRECTIONAL_SEQUENCE_LSTM, *_lstm("float32", "float16")))
+    [u] = check_ops(parse_model(path.read_bytes(), str(path)), load_profile(PHONE)).unsupported_ops
+    assert "float32/float16/float32" in u.reason and "FLOAT16" in u.reason
+    with pytest.raises(RuntimeFailure, match="FLOAT16"):
+        run_model(path, "litert", inputs=[np.ones((1, 2, 3), np.float32)])

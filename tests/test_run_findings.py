@@ -43,7 +43,7 @@ def conv_with_filter_zero_point() -> bytes:
     from ai_edge_litert import schema_py_generated as fb
 
     from simulator.writer import pack
-    from tests.tflm_probe import _conv, single_op
+    from tests.op_probe import _conv, single_op
 
     m = fb.ModelT.InitFromPackedBuf(single_op(fb.BuiltinOperator.CONV_2D,
                                               *_conv("int8", "int8")), 0)
@@ -104,7 +104,7 @@ def signal_window_model() -> bytes:
     from flatbuffers import flexbuffers
 
     from simulator.writer import pack
-    from tests.tflm_probe import T, const, single_op
+    from tests.op_probe import T, const, single_op
 
     data = single_op(fb.BuiltinOperator.CUSTOM, [T((8,), "int16", scale=1.0),
                                                  const((8,), "int16", 1.0, [4096] * 8)],

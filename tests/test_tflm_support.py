@@ -1,6 +1,7 @@
-"""TFLM op support as the pinned wheel answers it (issue 16): the probed table, kept honest.
+"""TFLM op support as the pinned wheel answers it (issue 16): the probed table, kept honest
+(the re-probe also covers LiteRT's table, probed with the same models).
 
-The table ``simulator/compat/tflm_support.json`` is written by ``python -m tests.tflm_probe
+The table ``simulator/compat/tflm_support.json`` is written by ``python -m tests.op_probe
 --write``. These tests fail when the installed wheel is not the one the table was probed
 on, or when a re-probe of a sample disagrees; and they judge models of the kinds the table
 exists for (hybrid, float16 weights, int16, Signal custom ops) statically AND in the real
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from simulator.compat import check_ops
+from simulator.compat.litert import support as litert_support
 from simulator.compat.tflm import support
 from simulator.errors import RuntimeFailure
 from simulator.profiles import load_profile
@@ -32,12 +34,12 @@ MCU = "stm32l4r5-cortex-m4"
 
 def test_table_was_probed_on_the_installed_wheel():
     assert support()["wheel"] == f"tflite-micro {metadata.version('tflite-micro')}", (
-        "the tflite-micro wheel changed: regenerate with python -m tests.tflm_probe --write")
+        "the tflite-micro wheel changed: regenerate with python -m tests.op_probe --write")
 
 
 def test_a_re_probe_agrees_with_the_table():
     probed = json.loads(subprocess.run(
-        [sys.executable, "-m", "tests.tflm_probe", "--sample"], cwd=ROOT, capture_output=True,
+        [sys.executable, "-m", "tests.op_probe", "--sample"], cwd=ROOT, capture_output=True,
         text=True, check=True, timeout=300).stdout)
     table = support()
     assert probed["builtin_ops"] == table["builtin_ops"]
@@ -46,6 +48,12 @@ def test_a_re_probe_agrees_with_the_table():
     for op, answers in probed["combinations"].items():
         for sig, answer in answers.items():
             assert table["combinations"][op][sig] == answer, (op, sig)
+    # The same sample through LiteRT (tests/test_litert_support.py checks its wheel).
+    litert = litert_support()
+    for kind, stored in (("litert", litert["builtin"]), ("xnnpack", litert["xnnpack"])):
+        for op, answers in probed["litert"][kind].items():
+            for sig, answer in answers.items():
+                assert stored[op][sig] == answer, (kind, op, sig)
     assert probed["constant_inputs"]["FILL"] == table["constant_inputs"]["FILL"]
     assert "Non-constant >dims<" in probed["constant_inputs"]["FILL"]["0"]
     # The sample holds both answers, so the comparison above can fail either way.
@@ -92,7 +100,7 @@ def test_hybrid_lstm_runs_in_tflm_but_returns_nan(tmp_path):
     them as floats. The table records that as unsupported, and the interpreter shows why."""
     import numpy as np
 
-    from tests.tflm_probe import B, _lstm, single_op
+    from tests.op_probe import B, _lstm, single_op
 
     path = tmp_path / "hybrid_lstm.tflite"
     path.write_bytes(single_op(B.UNIDIRECTIONAL_SEQUENCE_LSTM, *_lstm("float32", "int8")))
@@ -108,7 +116,7 @@ def test_hybrid_lstm_runs_in_tflm_but_returns_nan(tmp_path):
 def test_fill_with_run_time_dims_is_refused():
     """TFLM plans static shapes: FILL's dims, SPLIT's axis ... must be constants (the GRU
     loop of the corpus's precise_vad computes FILL's dims; TFLM refuses it at prepare)."""
-    from tests.tflm_probe import SHAPE_INPUT_OPS, B, single_op
+    from tests.op_probe import SHAPE_INPUT_OPS, B, single_op
 
     build, _ = SHAPE_INPUT_OPS["FILL"]
     for constant in (True, False):

@@ -2,7 +2,7 @@
 
 The converter never writes these on purpose: an op TFLM lacks (TOPK_V2), a SLICE whose
 constant ``begin`` points far outside its input (parseable, but TFLM's kernel reads out of
-bounds and segfaults), and one-op probe models (``tests/tflm_probe.py`` asks the TFLM wheel
+bounds and segfaults), and one-op probe models (``tests/op_probe.py`` asks the TFLM wheel
 with them which ops and type combinations it accepts).
 """
 

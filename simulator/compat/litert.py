@@ -15,13 +15,23 @@ LiteRT's ``BuiltinOpResolver`` covers the whole builtin schema. What it cannot r
   ("Tensor N has invalid quantization parameters").
 - Ops compiled for an accelerator (``ethos-u``, ``edgetpu-custom-op``), which only that
   accelerator's delegate runs.
+- Type combinations its kernels refuse (``litert_support.json``, probed from the wheel by
+  ``python -m tests.op_probe --write`` with the same one-op models as TFLM's table, through
+  the builtin kernels and through XNNPACK): on a profile with XNNPACK a combination fails
+  only when both refuse it (XNNPACK leaves what it cannot take to the builtin kernels).
 """
 
 from __future__ import annotations
 
+import json
+from functools import cache
+from pathlib import Path
+
 from simulator.compat import UnsupportedOp, accelerator_op
-from simulator.model import Model, Subgraph, Tensor
+from simulator.model import Model, Operator, Subgraph, Tensor
 from simulator.profiles import Profile
+
+SUPPORT_FILE = Path(__file__).with_name("litert_support.json")
 
 #: Custom op codes registered by LiteRT's builtin op resolver.
 LITERT_CUSTOM_OPS = frozenset({
@@ -31,6 +41,27 @@ LITERT_CUSTOM_OPS = frozenset({
 XNNPACK_CUSTOM_OPS = frozenset({
     "Convolution2DTransposeBias", "MaxPoolingWithArgmax2D", "MaxUnpooling2D",
 })
+
+
+@cache
+def support() -> dict:
+    """The probed table (see the module docstring)."""
+    return json.loads(SUPPORT_FILE.read_text())
+
+
+def refusal(sg: Subgraph, op: Operator, xnnpack: bool) -> str | None:
+    """Why LiteRT's kernels refuse this op's type combination, or None."""
+    from simulator.compat.tflm import signature
+
+    sig = signature(sg, op)
+    table = support()
+    builtin = table["builtin"].get(op.op_name, {}).get(sig)
+    if builtin in (None, "ok"):
+        return None
+    if xnnpack and table["xnnpack"].get(op.op_name, {}).get(sig) == "ok":
+        return None
+    stage, _, message = builtin.partition(": ")
+    return f"{sig} at {stage}: {message}"
 
 
 def quantization_error(t: Tensor) -> str | None:
@@ -73,7 +104,12 @@ def check(model: Model, profile: Profile) -> list[UnsupportedOp]:
             code = op.op_name.removeprefix("CUSTOM:")
             if op.op_name.startswith("UNKNOWN_"):
                 reason = "op code unknown to this LiteRT schema"
-            elif not op.is_custom or code in LITERT_CUSTOM_OPS:
+            elif not op.is_custom:
+                why = refusal(sg, op, xnnpack)
+                if why is None:
+                    continue
+                reason = f"LiteRT's kernel does not run {why}"
+            elif code in LITERT_CUSTOM_OPS:
                 continue
             elif code in XNNPACK_CUSTOM_OPS:
                 if xnnpack:

@@ -1,6 +1,6 @@
 """TFLite-Micro op support, as the pinned ``tflite-micro`` wheel's kernels answer it.
 
-The data (``tflm_support.json``) is not a hand list: ``python -m tests.tflm_probe --write``
+The data (``tflm_support.json``) is not a hand list: ``python -m tests.op_probe --write``
 asks the wheel itself which builtin ops its resolver registers, which custom ops (TFLM's
 Signal audio library, its detection post-process: every identifier of the native library is
 tried), and, for the ops models are made of, which **type combinations** its kernels accept

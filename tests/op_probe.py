@@ -1,7 +1,9 @@
-"""Ask the pinned tflite-micro wheel which ops and type combinations its kernels accept.
+"""Ask the pinned runtimes which ops and type combinations their kernels accept.
 
-``python -m tests.tflm_probe --write`` regenerates ``simulator/compat/tflm_support.json``;
-``python -m tests.tflm_probe --sample`` re-probes a few cases and prints them as JSON (the
+``python -m tests.op_probe --write`` regenerates ``simulator/compat/tflm_support.json``
+(the tflite-micro wheel) and ``simulator/compat/litert_support.json`` (ai-edge-litert: the
+same one-op models through its builtin kernels and through XNNPACK);
+``python -m tests.op_probe --sample`` re-probes a few cases and prints them as JSON (the
 test suite compares them with the stored table). Run it in a child process: it loads TFLM.
 
 What is probed:
@@ -38,6 +40,7 @@ from pathlib import Path
 import numpy as np
 from ai_edge_litert import schema_py_generated as fb
 
+from simulator.compat.litert import SUPPORT_FILE as LITERT_SUPPORT_FILE
 from simulator.compat.tflm import SUPPORT_FILE, signature
 from simulator.reader import parse_model
 from simulator.writer import pack
@@ -361,14 +364,15 @@ def _message(lines: list[str]) -> str:
     return " ".join(useful[:2]) or "refused without a message"
 
 
-def try_model(data: bytes) -> str:
-    """"ok", or "<stage>: why" when the wheel refuses ``data`` (stage: prepare, invoke or
-    crash; allocate + one invoke, in a forked child)."""
+def try_model(data: bytes, runtime: str = "tflm") -> str:
+    """"ok", or "<stage>: why" when the runtime refuses ``data`` (stage: prepare, invoke or
+    crash; allocate + one invoke, in a forked child). ``runtime``: "tflm", "litert" (builtin
+    kernels) or "xnnpack" (LiteRT's default resolver with the XNNPACK delegate)."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: never returns
         os.close(read_end)
-        verdict = _run(data)
+        verdict = _run(data) if runtime == "tflm" else _run_litert(data, runtime == "xnnpack")
         os.write(write_end, verdict.encode())
         os._exit(0)
     os.close(write_end)
@@ -405,11 +409,37 @@ def _run(data: bytes) -> str:
             failed = exc
     if failed is not None:
         return "invoke: " + _message(err or [str(failed)])
-    outputs = [np.asarray(interpreter.get_output(i)) for i in range(len(sg.outputs))]
+    return _finite([np.asarray(interpreter.get_output(i)) for i in range(len(sg.outputs))])
+
+
+def _finite(outputs: list[np.ndarray]) -> str:
     if any(o.dtype.kind == "f" and not np.all(np.isfinite(o)) for o in outputs):
         # Accepted, but the kernel read the weights as another type (a hybrid LSTM).
         return "invoke: runs but returns NaN/Inf: the kernel does not handle these types"
     return "ok"
+
+
+def _run_litert(data: bytes, xnnpack: bool) -> str:
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from simulator.runtimes.tflm import capture_fd2
+
+    resolver = (OpResolverType.AUTO if xnnpack
+                else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    stage = "prepare"
+    with capture_fd2():  # LiteRT's INFO lines; its errors are in the exception
+        try:
+            interpreter = Interpreter(model_content=data,
+                                      experimental_op_resolver_type=resolver)
+            interpreter.allocate_tensors()
+            stage = "invoke"
+            for d in interpreter.get_input_details():
+                interpreter.set_tensor(d["index"], np.ones(d["shape"], d["dtype"]))
+            interpreter.invoke()
+        except (RuntimeError, ValueError) as exc:
+            return f"{stage}: " + " ".join(str(exc).split())[:300]
+    return _finite([np.asarray(interpreter.get_tensor(d["index"]))
+                    for d in interpreter.get_output_details()])
 
 
 def registered_builtins() -> list[str]:
@@ -464,18 +494,19 @@ def registered_customs(names: list[str] | None = None) -> list[str]:
     return sorted(found)
 
 
-def combinations(selected: list[tuple[str, bytes]]) -> dict[str, dict[str, str]]:
+def combinations(selected: list[tuple[str, bytes]], runtime: str = "tflm"
+                 ) -> dict[str, dict[str, str]]:
     """``{op: {signature: "ok" | why refused}}`` for the probe cases."""
     table: dict[str, dict[str, str]] = {}
     for name, data in selected:
         model = parse_model(data)
         sig = signature(model.main, model.main.operators[0])
-        table.setdefault(name, {})[sig] = try_model(data)
+        table.setdefault(name, {})[sig] = try_model(data, runtime)
     return table
 
 
-def all_combinations() -> dict[str, dict[str, str]]:
-    table = combinations(cases())
+def all_combinations(runtime: str = "tflm") -> dict[str, dict[str, str]]:
+    table = combinations(cases(), runtime)
     broken = [op for op, sigs in table.items() if all(v != "ok" for v in sigs.values())]
     if broken:
         raise SystemExit(f"probe templates refused in every combination (fix the template): "
@@ -487,9 +518,21 @@ def wheel_version() -> str:
     return metadata.version("tflite-micro")
 
 
+def litert_version() -> str:
+    return metadata.version("ai-edge-litert")
+
+
+def probe_litert() -> dict:
+    """LiteRT's answers for the same one-op models: its builtin kernels, and its default
+    resolver with XNNPACK (which takes what it implements and leaves the rest to them)."""
+    return {"wheel": f"ai-edge-litert {litert_version()}",
+            "regenerate": "python -m tests.op_probe --write",
+            "builtin": all_combinations("litert"), "xnnpack": all_combinations("xnnpack")}
+
+
 def probe_all() -> dict:
     return {"wheel": f"tflite-micro {wheel_version()}", "kernels": "reference",
-            "regenerate": "python -m tests.tflm_probe --write",
+            "regenerate": "python -m tests.op_probe --write",
             "builtin_ops": registered_builtins(), "custom_ops": registered_customs(),
             "combinations": all_combinations(), "constant_inputs": constant_inputs()}
 
@@ -509,6 +552,8 @@ def sample() -> dict:
     build, index = SHAPE_INPUT_OPS["FILL"]
     fill = try_model(single_op(B.FILL, *build(False)))
     return {"wheel": f"tflite-micro {wheel_version()}", "builtin_ops": registered_builtins(),
+            "litert_wheel": f"ai-edge-litert {litert_version()}",
+            "litert": {kind: combinations(picked, kind) for kind in ("litert", "xnnpack")},
             "constant_inputs": {"FILL": {str(index): fill}},
             "custom_ops": registered_customs(["SignalWindow", "SignalFftAutoScale",
                                               "Convolution2DTransposeBias", "ethos-u"]),
@@ -520,10 +565,12 @@ if __name__ == "__main__":
         from simulator.fileio import write_atomic
 
         write_atomic(SUPPORT_FILE, json.dumps(probe_all(), indent=1, sort_keys=True) + "\n")
-        print(f"wrote {SUPPORT_FILE}")
+        write_atomic(LITERT_SUPPORT_FILE,
+                     json.dumps(probe_litert(), indent=1, sort_keys=True) + "\n")
+        print(f"wrote {SUPPORT_FILE} and {LITERT_SUPPORT_FILE}")
     elif sys.argv[1:] == ["--sample"]:
         print(json.dumps(sample()))
     elif sys.argv[1:] == ["--print"]:
         print(json.dumps(probe_all(), indent=1, sort_keys=True))
     else:
-        raise SystemExit("usage: python -m tests.tflm_probe --write | --sample | --print")
+        raise SystemExit("usage: python -m tests.op_probe --write | --sample | --print")
