@@ -12,6 +12,8 @@ What is probed:
 - **custom ops**: every identifier in the wheel's native library is tried as a custom code,
   so the table lists what the resolver really registers (TFLM's Signal library, its
   detection post-process), not names copied by hand;
+- **zero points**: int8 weights and int16 activations are symmetric as the converter writes
+  them; which kernels refuse a non-zero zero point (LiteRT's int8 conv does, TFLM's not);
 - **constant inputs**: which shape-like inputs (FILL's dims, SPLIT's axis, RESIZE_*'s size
   ...) a kernel refuses when they are not constant;
 - **type combinations**: for each op template below and each combination of activation and
@@ -41,7 +43,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as fb
 
 from simulator.compat.litert import SUPPORT_FILE as LITERT_SUPPORT_FILE
-from simulator.compat.tflm import SUPPORT_FILE, signature
+from simulator.compat.tflm import SUPPORT_FILE, WEIGHTS_INPUT, signature
 from simulator.reader import parse_model
 from simulator.writer import pack
 from tests.tflite_builder import _buffer, _model, _opcode, _operator, _tensor, probe_model
@@ -318,6 +320,42 @@ SHAPE_INPUT_OPS: dict[str, tuple[Callable[[bool], tuple], int]] = {
 }
 
 
+def _with_zero_point(data: bytes, tensors: list[int], zero_point: int) -> bytes:
+    m = fb.ModelT.InitFromPackedBuf(data, 0)
+    for t in tensors:
+        m.subgraphs[0].tensors[t].quantization.zeroPoint = [zero_point]
+    return pack(m)
+
+
+def zero_point_cases() -> list[tuple[str, str, bytes]]:
+    """(op, what, model): int8 weights with zero point 5 (the converter writes 0: symmetric
+    weights), and every int16 activation with zero point 3 (16x8 activations are
+    symmetric)."""
+    out = []
+    for name, build in WEIGHTED_OPS.items():
+        if name == "EMBEDDING_LOOKUP":
+            continue  # its int8 values are a lookup table, not filter weights
+        data = single_op(getattr(B, name), *build("int8", "int8"))
+        model = parse_model(data)
+        weights = model.main.operators[0].inputs[WEIGHTS_INPUT[name]]
+        out.append((name, "weights:int8", _with_zero_point(data, [weights], 5)))
+    for name, build in ACTIVATION_OPS.items():
+        data = single_op(getattr(B, name), *build("int16"))
+        sg = parse_model(data).main
+        activations = [t.index for t in sg.tensors if t.dtype == "int16" and not t.has_data]
+        out.append((name, "activations:int16", _with_zero_point(data, activations, 3)))
+    return out
+
+
+def zero_points(runtime: str = "tflm") -> dict[str, dict[str, str]]:
+    """``{op: {"weights:int8" | "activations:int16": "ok" | why refused}}`` (see
+    :func:`zero_point_cases`); simulator/compat/tflm.py's ``zero_point_refusal`` reads it."""
+    table: dict[str, dict[str, str]] = {}
+    for name, what, data in zero_point_cases():
+        table.setdefault(name, {})[what] = try_model(data, runtime)
+    return table
+
+
 def constant_inputs() -> dict[str, dict[str, str]]:
     """``{op: {input index: "ok" | why it must be constant}}``; a template whose constant
     variant is refused is broken (the probe stops)."""
@@ -527,14 +565,16 @@ def probe_litert() -> dict:
     resolver with XNNPACK (which takes what it implements and leaves the rest to them)."""
     return {"wheel": f"ai-edge-litert {litert_version()}",
             "regenerate": "python -m tests.op_probe --write",
-            "builtin": all_combinations("litert"), "xnnpack": all_combinations("xnnpack")}
+            "builtin": all_combinations("litert"), "xnnpack": all_combinations("xnnpack"),
+            "zero_points": {"builtin": zero_points("litert"), "xnnpack": zero_points("xnnpack")}}
 
 
 def probe_all() -> dict:
     return {"wheel": f"tflite-micro {wheel_version()}", "kernels": "reference",
             "regenerate": "python -m tests.op_probe --write",
             "builtin_ops": registered_builtins(), "custom_ops": registered_customs(),
-            "combinations": all_combinations(), "constant_inputs": constant_inputs()}
+            "combinations": all_combinations(), "constant_inputs": constant_inputs(),
+            "zero_points": zero_points()}
 
 
 #: The cases the test suite re-probes (with every builtin code and a few custom codes): one
@@ -551,8 +591,11 @@ def sample() -> dict:
                                            *_conversion("DEQUANTIZE", "float16", "float32"))))
     build, index = SHAPE_INPUT_OPS["FILL"]
     fill = try_model(single_op(B.FILL, *build(False)))
+    [conv_zp] = [data for name, what, data in zero_point_cases()
+                 if (name, what) == ("CONV_2D", "weights:int8")]
     return {"wheel": f"tflite-micro {wheel_version()}", "builtin_ops": registered_builtins(),
             "litert_wheel": f"ai-edge-litert {litert_version()}",
+            "conv_weights_zero_point": {rt: try_model(conv_zp, rt) for rt in ("tflm", "litert")},
             "litert": {kind: combinations(picked, kind) for kind in ("litert", "xnnpack")},
             "constant_inputs": {"FILL": {str(index): fill}},
             "custom_ops": registered_customs(["SignalWindow", "SignalFftAutoScale",

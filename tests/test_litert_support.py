@@ -96,3 +96,20 @@ def test_a_type_combination_litert_refuses(tmp_path):
     assert "float32/float16/float32" in u.reason and "FLOAT16" in u.reason
     with pytest.raises(RuntimeFailure, match="FLOAT16"):
         run_model(path, "litert", inputs=[np.ones((1, 2, 3), np.float32)])
+
+
+def test_asymmetric_int8_conv_weights(tmp_path):
+    """int8 conv weights with zero point 5: TFLM takes them, LiteRT's conv refuses them at
+    prepare (its builtin kernel and XNNPACK); both static answers follow the wheels."""
+    m = fb.ModelT.InitFromPackedBuf(single_op(fb.BuiltinOperator.CONV_2D,
+                                              *_conv("int8", "int8")), 0)
+    m.subgraphs[0].tensors[1].quantization.zeroPoint = [5]
+    path = tmp_path / "conv_zp.tflite"
+    path.write_bytes(pack(m))
+    model = parse_model(path.read_bytes(), str(path))
+    [u] = check_ops(model, load_profile(PHONE)).unsupported_ops
+    assert "zero point 5" in u.reason
+    with pytest.raises(RuntimeFailure, match="zero_point"):
+        run_model(path, "litert", xnnpack=False)
+    assert check_ops(model, load_profile("stm32l4r5-cortex-m4")).supported
+    run_model(path, "tflm")

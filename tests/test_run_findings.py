@@ -37,31 +37,27 @@ def test_check_run_on_an_int16_model(tmp_path, capsys):
     assert "Traceback" not in err
 
 
-def conv_with_filter_zero_point() -> bytes:
-    """An int8 conv whose filter has zero point 5: TFLM's kernel takes it, LiteRT's
-    reference conv refuses it at prepare (tflite/kernels/conv.cc: zero points must be 0)."""
+def int8_elu() -> bytes:
+    """One int8 ELU: TFLM runs it and so do LiteRT's builtin kernels, but LiteRT's
+    reference resolver (the cross-check's bit-exact partner) has no ELU kernel."""
     from ai_edge_litert import schema_py_generated as fb
 
-    from simulator.writer import pack
-    from tests.op_probe import _conv, single_op
+    from tests.op_probe import _unary, single_op
 
-    m = fb.ModelT.InitFromPackedBuf(single_op(fb.BuiltinOperator.CONV_2D,
-                                              *_conv("int8", "int8")), 0)
-    m.subgraphs[0].tensors[1].quantization.zeroPoint = [5]
-    return pack(m)
+    return single_op(fb.BuiltinOperator.ELU, *_unary("int8"))
 
 
 def test_a_refused_cross_check_is_a_finding(tmp_path, capsys):
-    """TFLM runs this conv, LiteRT's reference kernels refuse it: on the MCU profile the
+    """TFLM runs this ELU, LiteRT's reference kernels refuse it: on the MCU profile the
     measurement stands and the refusal is reported in the result."""
-    path = tmp_path / "conv.tflite"
-    path.write_bytes(conv_with_filter_zero_point())
+    path = tmp_path / "elu.tflite"
+    path.write_bytes(int8_elu())
     code = main(["simulate", str(path), "--profile", MCU, "--run", "--runs", "1", "--json"])
     out, err = capsys.readouterr()
     assert code == 0, err
     report = json.loads(out)
     cross = report["measured"]["cross_check"]
-    assert cross["bit_exact"] is None and "zero_point" in cross["error"]
+    assert cross["bit_exact"] is None and "Didn't find op for builtin opcode 'ELU'" in cross["error"]
     assert report["measured"]["arena_head_bytes"] > 0
     assert any(n.startswith("cross-check not done") for n in report["notes"])
     main(["simulate", str(path), "--profile", MCU, "--run", "--runs", "1"])

@@ -55,6 +55,9 @@ def test_a_re_probe_agrees_with_the_table():
             for sig, answer in answers.items():
                 assert stored[op][sig] == answer, (kind, op, sig)
     assert probed["constant_inputs"]["FILL"] == table["constant_inputs"]["FILL"]
+    zp = probed["conv_weights_zero_point"]
+    assert zp["tflm"] == table["zero_points"]["CONV_2D"]["weights:int8"] == "ok"
+    assert zp["litert"] == litert["zero_points"]["builtin"]["CONV_2D"]["weights:int8"] != "ok"
     assert "Non-constant >dims<" in probed["constant_inputs"]["FILL"]["0"]
     # The sample holds both answers, so the comparison above can fail either way.
     flat = [a for answers in probed["combinations"].values() for a in answers.values()]

@@ -19,6 +19,8 @@ LiteRT's ``BuiltinOpResolver`` covers the whole builtin schema. What it cannot r
   ``python -m tests.op_probe --write`` with the same one-op models as TFLM's table, through
   the builtin kernels and through XNNPACK): on a profile with XNNPACK a combination fails
   only when both refuse it (XNNPACK leaves what it cannot take to the builtin kernels).
+  The same for asymmetric quantization: int8 conv weights with a non-zero zero point, int16
+  activations with one.
 """
 
 from __future__ import annotations
@@ -64,6 +66,16 @@ def refusal(sg: Subgraph, op: Operator, xnnpack: bool) -> str | None:
     return f"{sig} at {stage}: {message}"
 
 
+def _zero_point_refusal(sg: Subgraph, op: Operator, xnnpack: bool) -> str | None:
+    from simulator.compat.tflm import zero_point_refusal
+
+    tables = support()["zero_points"]
+    why = zero_point_refusal(sg, op, tables["builtin"])
+    if why is None or (xnnpack and zero_point_refusal(sg, op, tables["xnnpack"]) is None):
+        return None
+    return why
+
+
 def quantization_error(t: Tensor) -> str | None:
     """Why LiteRT's loader refuses ``t``'s quantization parameters, or None."""
     q = t.quantization
@@ -105,10 +117,12 @@ def check(model: Model, profile: Profile) -> list[UnsupportedOp]:
             if op.op_name.startswith("UNKNOWN_"):
                 reason = "op code unknown to this LiteRT schema"
             elif not op.is_custom:
-                why = refusal(sg, op, xnnpack)
-                if why is None:
+                if why := refusal(sg, op, xnnpack):
+                    reason = f"LiteRT's kernel does not run {why}"
+                elif why := _zero_point_refusal(sg, op, xnnpack):
+                    reason = f"LiteRT's kernel does not take it: {why}"
+                else:
                     continue
-                reason = f"LiteRT's kernel does not run {why}"
             elif code in LITERT_CUSTOM_OPS:
                 continue
             elif code in XNNPACK_CUSTOM_OPS:

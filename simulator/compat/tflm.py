@@ -107,6 +107,30 @@ def constant_input_refusal(sg: Subgraph, op: Operator) -> str | None:
     return None
 
 
+def zero_point_refusal(sg: Subgraph, op: Operator, table: dict[str, dict[str, str]]
+                       ) -> str | None:
+    """Why a kernel refuses this op's asymmetric quantization — int8 weights or int16
+    activations with a non-zero zero point (the converter writes both symmetric) — from a
+    probed ``{op: {"weights:int8" | "activations:int16": answer}}`` table, or None."""
+    answers = table.get(op.op_name, {})
+    weights = WEIGHTS_INPUT.get(op.op_name)
+    checks = []
+    if weights is not None and weights < len(op.inputs) and op.inputs[weights] >= 0:
+        checks.append(("weights:int8", [sg.tensors[op.inputs[weights]]]))
+    checks.append(("activations:int16", [sg.tensors[i] for i in (*op.inputs, *op.outputs)
+                                         if i >= 0 and not sg.tensors[i].has_data]))
+    for what, tensors in checks:
+        dtype = what.partition(":")[2]
+        asymmetric = [t for t in tensors if t.dtype == dtype and t.quantization is not None
+                      and any(t.quantization.zero_point)]
+        answer = answers.get(what, "ok")
+        if asymmetric and answer != "ok":
+            stage, _, message = answer.partition(": ")
+            return (f"{dtype} tensor '{asymmetric[0].name}' has zero point "
+                    f"{asymmetric[0].quantization.zero_point[0]} at {stage}: {message}")
+    return None
+
+
 def _kind(sig: str) -> str:
     data, weights, _ = sig.split("/")
     if data == "float32" and weights in ("int8", "int4", "uint8", "int16"):
@@ -133,6 +157,8 @@ def check(model: Model, profile: Profile) -> list[UnsupportedOp]:
                 reason = f"TFLM's kernel does not run {why}"
             elif why := constant_input_refusal(sg, op):
                 reason = f"TFLM's kernel refuses it at prepare: {why}"
+            elif why := zero_point_refusal(sg, op, support().get("zero_points", {})):
+                reason = f"TFLM's kernel does not take it: {why}"
             else:
                 continue
             found.append(UnsupportedOp(op.index, op.op_name, reason, sg.index))
