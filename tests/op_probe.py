@@ -556,6 +556,33 @@ def wheel_version() -> str:
     return metadata.version("tflite-micro")
 
 
+def litert_op_versions(limit: int = 30) -> dict[str, int]:
+    """``{builtin op: highest version LiteRT's resolver registers}`` (0: none). LiteRT looks
+    every op's (code, version) up when it loads a file, so a one-op model per version
+    answers it; TFLM ignores versions."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
+    found: dict[str, int] = {}
+    for code, name in sorted(names.items()):
+        if name in ("CUSTOM", "PLACEHOLDER_FOR_GREATER_OP_CODES"):
+            continue
+        found[name] = 0
+        for version in range(1, limit + 1):
+            oc = _opcode(code)
+            oc.version = version
+            data = _model([oc], [_tensor("t", (1,), fb.TensorType.FLOAT32, 0)], [],
+                          [_operator(0, [0], [0])], [0], [0])
+            try:
+                Interpreter(model_content=data, experimental_op_resolver_type=(
+                    OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
+            except (RuntimeError, ValueError) as exc:
+                if "Didn't find op for builtin opcode" in str(exc):
+                    continue
+            found[name] = version
+    return found
+
+
 def litert_version() -> str:
     return metadata.version("ai-edge-litert")
 
@@ -565,6 +592,7 @@ def probe_litert() -> dict:
     resolver with XNNPACK (which takes what it implements and leaves the rest to them)."""
     return {"wheel": f"ai-edge-litert {litert_version()}",
             "regenerate": "python -m tests.op_probe --write",
+            "op_versions": litert_op_versions(),
             "builtin": all_combinations("litert"), "xnnpack": all_combinations("xnnpack"),
             "zero_points": {"builtin": zero_points("litert"), "xnnpack": zero_points("xnnpack")}}
 

@@ -113,3 +113,23 @@ def test_asymmetric_int8_conv_weights(tmp_path):
         run_model(path, "litert", xnnpack=False)
     assert check_ops(model, load_profile("stm32l4r5-cortex-m4")).supported
     run_model(path, "tflm")
+
+
+def test_op_version_newer_than_litert(tmp_path):
+    """A CONV_2D marked version 9 (LiteRT 2.3 registers up to 8): refused at load, and the
+    static check says so; TFLM does not look at versions."""
+    m = fb.ModelT.InitFromPackedBuf(single_op(fb.BuiltinOperator.CONV_2D,
+                                              *_conv("float32", "float32")), 0)
+    highest = support()["op_versions"]["CONV_2D"]
+    m.operatorCodes[0].version = highest + 1
+    path = tmp_path / "conv_v9.tflite"
+    path.write_bytes(pack(m))
+    model = parse_model(path.read_bytes(), str(path))
+    [u] = check_ops(model, load_profile(PHONE)).unsupported_ops
+    assert f"runs up to version {highest}" in u.reason
+    with pytest.raises(RuntimeFailure, match="version"):
+        run_model(path, "litert")
+    m.operatorCodes[0].version = highest
+    path.write_bytes(pack(m))
+    assert check_ops(parse_model(path.read_bytes(), str(path)), load_profile(PHONE)).supported
+    run_model(path, "litert")

@@ -1,6 +1,6 @@
 """LiteRT op support and load constraints.
 
-LiteRT's ``BuiltinOpResolver`` covers the whole builtin schema. What it cannot run:
+LiteRT's ``BuiltinOpResolver`` covers nearly the whole builtin schema. What it cannot run:
 
 - TensorFlow ("Flex") ops, which need the Flex delegate the ``ai-edge-litert`` wheel does not
   ship, and custom ops nobody registers. The builtin resolver registers a few custom ops
@@ -15,6 +15,8 @@ LiteRT's ``BuiltinOpResolver`` covers the whole builtin schema. What it cannot r
   ("Tensor N has invalid quantization parameters").
 - Ops compiled for an accelerator (``ethos-u``, ``edgetpu-custom-op``), which only that
   accelerator's delegate runs.
+- Builtin ops it lacks, and op versions newer than it registers (probed: one-op models per
+  version; "Didn't find op for builtin opcode 'CONV_2D' version '9'" at load).
 - Type combinations its kernels refuse (``litert_support.json``, probed from the wheel by
   ``python -m tests.op_probe --write`` with the same one-op models as TFLM's table, through
   the builtin kernels and through XNNPACK): on a profile with XNNPACK a combination fails
@@ -64,6 +66,18 @@ def refusal(sg: Subgraph, op: Operator, xnnpack: bool) -> str | None:
         return None
     stage, _, message = builtin.partition(": ")
     return f"{sig} at {stage}: {message}"
+
+
+def version_refusal(op: Operator) -> str | None:
+    """LiteRT resolves every op by (code, version) when it loads a file: a builtin it lacks,
+    or a version newer than it knows (a newer converter wrote the file), refuses the file."""
+    highest = support()["op_versions"].get(op.op_name)
+    if highest is None or op.version <= highest:
+        return None
+    if highest == 0:
+        return f"LiteRT {support()['wheel'].split()[-1]} has no kernel for this op"
+    return (f"{op.op_name} version {op.version}: LiteRT {support()['wheel'].split()[-1]} runs up "
+            f"to version {highest} and refuses the file at load (written by a newer converter)")
 
 
 def _zero_point_refusal(sg: Subgraph, op: Operator, xnnpack: bool) -> str | None:
@@ -117,7 +131,9 @@ def check(model: Model, profile: Profile) -> list[UnsupportedOp]:
             if op.op_name.startswith("UNKNOWN_"):
                 reason = "op code unknown to this LiteRT schema"
             elif not op.is_custom:
-                if why := refusal(sg, op, xnnpack):
+                if why := version_refusal(op):
+                    reason = why
+                elif why := refusal(sg, op, xnnpack):
                     reason = f"LiteRT's kernel does not run {why}"
                 elif why := _zero_point_refusal(sg, op, xnnpack):
                     reason = f"LiteRT's kernel does not take it: {why}"
