@@ -9,6 +9,7 @@ test suite compares them with the stored table). Run it in a child process: it l
 What is probed:
 
 - **builtin ops**: one model per builtin code, registered or not (:func:`probe_model`);
+  for LiteRT also per version, which it checks at load (TFLM ignores versions);
 - **custom ops**: every identifier in the wheel's native library is tried as a custom code,
   so the table lists what the resolver really registers (TFLM's Signal library, its
   detection post-process), not names copied by hand;
