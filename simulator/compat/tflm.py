@@ -16,11 +16,10 @@ Kernel flavours: the wheel runs the reference kernels. TFLM's optimized kernels 
 ESP-NN) replace the reference ones per op and hand the type combinations they do not
 optimise to the reference code. Read against tflite-micro's ``kernels/cmsis_nn/*.cc``
 (add, batch_matmul, conv, depthwise_conv, fully_connected, maximum_minimum, mul, pad,
-softmax, transpose_conv), CMSIS-NN accepts exactly the reference kernels' type combinations,
-with the same "Hybrid models are not supported" checks; its LSTM refuses int8 weights under
-float activations with a message where the reference kernel returns NaN (unsupported
-either way). So the reference answer holds for every flavour; :data:`FLAVOUR_REFUSALS` is
-where a flavour that refuses more would say so.
+softmax, transpose_conv, unidirectional_sequence_lstm), CMSIS-NN accepts exactly the
+reference kernels' type combinations, with the same "Hybrid models are not supported"
+checks, and its float LSTM, like the reference one, reads int8 weights as floats. So the
+reference answer is used for every flavour.
 
 On a device, an application registers a subset with ``MicroMutableOpResolver``; a profile
 expresses that subset with ``ops.allow``. Ops not in TFLM's tree at all (e.g. MediaPipe's
@@ -47,12 +46,6 @@ WEIGHTS_INPUT = {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 1, "FULLY_CONNECTED": 1,
                  "UNIDIRECTIONAL_SEQUENCE_LSTM": 2}
 #: Ops whose data input is not input 0.
 DATA_INPUT = {"TRANSPOSE_CONV": 2, "EMBEDDING_LOOKUP": 1}
-
-#: Per kernel flavour (a profile's ``runtime.kernels``): ``{op: {signature: why}}`` refused
-#: by that flavour although the reference kernel accepts it. Empty: the public CMSIS-NN and
-#: ESP-NN kernels fall back to the reference code for every type they do not optimise.
-FLAVOUR_REFUSALS: dict[str, dict[str, dict[str, str]]] = {"cmsis-nn": {}, "esp-nn": {}}
-
 
 def signature(sg: Subgraph, op: Operator) -> str:
     """``"<data input type>/<weights type or ->/<output type>"``: what TFLM's kernels
@@ -82,12 +75,9 @@ def custom_ops() -> frozenset[str]:
     return frozenset(support()["custom_ops"])
 
 
-def refusal(sg: Subgraph, op: Operator, kernels: str = "reference") -> str | None:
+def refusal(sg: Subgraph, op: Operator) -> str | None:
     """Why TFLM refuses this op's type combination, or None (accepted or not probed)."""
     sig = signature(sg, op)
-    flavour = FLAVOUR_REFUSALS.get(kernels, {}).get(op.op_name, {}).get(sig)
-    if flavour:
-        return f"{kernels} kernels: {flavour}"
     answer = support()["combinations"].get(op.op_name, {}).get(sig)
     if answer is None or answer == "ok":
         return None
@@ -153,7 +143,7 @@ def check(model: Model, profile: Profile) -> list[UnsupportedOp]:
                 reason = "TFLM has no kernel for this op"
             elif any(sg.tensors[i].is_sparse for i in op.inputs if i >= 0):
                 reason = "sparse-encoded weights: TFLM cannot densify them"
-            elif why := refusal(sg, op, profile.runtime.kernels):
+            elif why := refusal(sg, op):
                 reason = f"TFLM's kernel does not run {why}"
             elif why := constant_input_refusal(sg, op):
                 reason = f"TFLM's kernel refuses it at prepare: {why}"
