@@ -393,9 +393,9 @@ def check(model: Model, profile: Profile) -> list[Any]:
     elif f is not None and report.cpu_share > profile.ops.max_cpu_share:
         found.append(UnsupportedOp(
             f.index, f.op, f"{report.cpu_share:.0%} of the model's MACs stay on the CPU "
-            f"({report.cpu_ops} of {report.total_ops} ops, from this op on), more than the "
+            f"({report.cpu_ops} of {report.total_ops} ops), more than the "
             f"{profile.ops.max_cpu_share:.0%} profile '{profile.name}' accepts "
-            f"(ops.max_cpu_share): {f.reason}"))
+            f"(ops.max_cpu_share); the first CPU op is this one: {f.reason}"))
     return found
 
 
