@@ -94,6 +94,9 @@ class Ops:
     table: str | None = None
     #: An explicit allow-list of builtin op names (e.g. ``CONV_2D``); None allows the table.
     allow: tuple[str, ...] | None = None
+    #: Accelerator targets (Edge TPU): the largest share of the model's MACs that may fall
+    #: back to the host CPU before the model counts as not running on the accelerator.
+    max_cpu_share: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,14 @@ def _fraction() -> Leaf:
             raise ValueError("not a fraction in range")
         return float(v)
     return Leaf(check, "a number > 0 and <= 1")
+
+
+def _share() -> Leaf:
+    def check(v: Any) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+            raise ValueError("not a share in range")
+        return float(v)
+    return Leaf(check, "a number >= 0 and <= 1 (0.1 = 10 %)")
 
 
 def _enum(*choices: str) -> Leaf:
@@ -291,7 +302,7 @@ SCHEMA: dict[str, Any] = {
         "kinds": _list(_enum(*SPARSITY_KINDS)),
         "n_m": _wrap(_nm_pattern, "an N:M pattern such as 2:4"),
     },
-    "ops": {"table": _enum(*OP_TABLES), "allow": _list(_str())},
+    "ops": {"table": _enum(*OP_TABLES), "allow": _list(_str()), "max_cpu_share": _share()},
     "cost_model": {
         "cycles_per_mac": _mapping(_number()),
         "cycles_per_byte": _number(),
@@ -559,7 +570,8 @@ def _build(m: dict, shown: dict, leaf: _RawFile, parents: tuple[str, ...]) -> Pr
                                   io_types=q.get("io_types", ("int8",)),
                                   per_channel=q.get("per_channel", True)),
         sparsity=Sparsity(kinds=kinds, n_m=sp.get("n_m")),
-        ops=Ops(table=ops.get("table"), allow=ops.get("allow")),
+        ops=Ops(table=ops.get("table"), allow=ops.get("allow"),
+                max_cpu_share=ops.get("max_cpu_share", Ops.max_cpu_share)),
         cost_model=CostModel(
             cycles_per_mac=cm.get("cycles_per_mac", {}), cycles_per_byte=cm.get("cycles_per_byte"),
             op_overhead_ms=cm.get("op_overhead", 0.0),

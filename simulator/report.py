@@ -111,6 +111,9 @@ class BudgetCheck:
     def __post_init__(self) -> None:
         if not self.status:
             self.status = "pass" if self.ok else "fail"
+    #: Where the limit comes from: "budgets", or the device key (e.g. "device.sram") when
+    #: the device's memory is tighter than the budget or no budget is set.
+    limit_from: str = "budgets"
 
 
 @dataclass

@@ -299,3 +299,29 @@ def test_non_litert_profile_is_refused(phones, model, arm64_binary, capsys) -> N
     assert main(argv) == 2
     assert "targets tflm; bench runs LiteRT on Android phones" in capsys.readouterr().err
     assert phones.calls() == []  # refused before talking to adb
+
+
+def test_latency_budget_is_judged_on_the_measured_time(phones, model, arm64_binary, tmp_path,
+                                                       capsys) -> None:
+    """The estimate for chain_int8 on the phone is far below 5 ms, but this fake phone is
+    slow: every inference takes 10 ms more than LiteRT on this host (``slow_ms``), so the
+    measurement exceeds the 5 ms budget on any machine. The verdict follows the phone."""
+    phones.add("FAKE01", slow_ms=10)
+    strict = tmp_path / "strict-phone.yaml"
+    strict.write_text("name: strict-phone\nextends: android-arm64-cpu\nbudgets:\n  latency: 5ms\n")
+    from simulator.simulate import simulate
+
+    estimate = simulate(model, load_profile(strict)).latency["estimated_device_ms"]
+    assert estimate < 5
+    args = ["bench", str(model), "--profile", str(strict), "--benchmark-binary",
+            str(arm64_binary), "--adb", str(phones.adb), "--runs", "2"]
+    code = main([*args, "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report["verdict"] == "fail"
+    [latency] = [b for b in report["budgets"] if b["name"] == "latency"]
+    assert latency["basis"] == "measured" and latency["value"] >= 10 and not latency["ok"]
+    assert report["measured"]["device_latency_ms"] == latency["value"]
+    code = main(args)
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "Verdict: FAIL" in out and re.search(r"OVER latency [\d.]+ ms exceeds its 5", out)

@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from simulator.compat import CHECKERS, check_ops, table_for
-from simulator.compat.tflm import TFLM_OPS
 from simulator.profiles import load_profile
 from simulator.reader import parse_model, read_model
 from tests import zoo
 from tests.tflite_builder import custom_model, topk_model
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def test_tflm_table_matches_the_installed_wheel():
-    """The stored op list is what the pinned tflite-micro wheel's resolver registers."""
-    probed = subprocess.run([sys.executable, "-m", "tests.tflite_builder", "probe"], cwd=ROOT,
-                            capture_output=True, text=True, check=True, timeout=300)
-    assert set(probed.stdout.split()) == set(TFLM_OPS)
 
 
 def test_op_tflm_lacks_is_named_with_its_index():
@@ -66,4 +52,5 @@ def test_litert_custom_ops(code, reason):
     else:
         assert reason in litert.unsupported_ops[0].reason
     tflm = check_ops(model, load_profile("stm32l4r5-cortex-m4"))
-    assert tflm.unsupported_ops[0].op == f"CUSTOM:{code}"
+    # TFLM registers its own detection post-process kernel, not the others.
+    assert tflm.supported is (code == "TFLite_Detection_PostProcess")

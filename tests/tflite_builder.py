@@ -2,14 +2,11 @@
 
 The converter never writes these on purpose: an op TFLM lacks (TOPK_V2), a SLICE whose
 constant ``begin`` points far outside its input (parseable, but TFLM's kernel reads out of
-bounds and segfaults), and one-op probe models. ``python -m tests.tflite_builder probe``
-prints the builtin ops the installed TFLM wheel's resolver registers, which
-``simulator/compat/tflm.py`` stores as data (run in a child process: it loads TFLM).
+bounds and segfaults), and one-op probe models (``tests/op_probe.py`` asks the TFLM wheel
+with them which ops and type combinations it accepts).
 """
 
 from __future__ import annotations
-
-import sys
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as fb
@@ -98,31 +95,3 @@ def probe_model(code: int) -> bytes:
         [_opcode(code), _opcode(fb.BuiltinOperator.CUSTOM, "devicefit_missing")],
         [_tensor("t", (1,), F32, 0)], [],
         [_operator(0, [], []), _operator(1, [], [])], [0], [0])
-
-
-def probe_tflm_ops() -> list[str]:
-    """Builtin op names the installed TFLM wheel registers (loads TFLM: child process only)."""
-    from tflite_micro.python.tflite_micro import runtime
-
-    from simulator.runtimes.tflm import capture_fd2
-
-    names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
-    found = []
-    for code, name in sorted(names.items()):
-        if name in ("CUSTOM", "PLACEHOLDER_FOR_GREATER_OP_CODES"):
-            continue
-        with capture_fd2() as err:
-            try:
-                runtime.Interpreter.from_bytes(probe_model(code), arena_size=1 << 16)
-            except (RuntimeError, AttributeError):
-                # AttributeError: the wheel's Python wrapper reads VAR_HANDLE options first.
-                pass
-        text = " ".join(err)
-        if "Didn't find op for builtin opcode" not in text:
-            found.append(name)
-    return sorted(found)
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["probe"]:
-        print(" ".join(probe_tflm_ops()))

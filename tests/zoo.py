@@ -30,6 +30,9 @@ Models (int8 = full-integer, int8 I/O, per-channel weights):
 - ``mobilenet_v1_96_int8`` / ``mobilenet_v2_96_int8``: MobileNet v1 (α 0.25, 96×96×1, the
   person-detection layout) and a MobileNetV2-style net (inverted residuals, 96×96×3).
 - ``deep_mlp_int8``: 200 fully connected operators (a long graph for report sizes).
+- ``chain_dynamic`` / ``chain_float16`` / ``chain_int16x8``: ``chain`` converted with
+  dynamic-range quantization (int8 weights, float activations: "hybrid"), with float16
+  weights (DEQUANTIZE ops feed the float kernels) and as int16 activations with int8 weights.
 """
 
 from __future__ import annotations
@@ -203,8 +206,11 @@ def _deep_mlp(layers: int = 200):
     return k.Model(inp, x)
 
 
-def convert_keras(model, quantize: bool, samples: int = 32) -> bytes:
-    """Convert an in-memory Keras model with the real TFLite converter (test helper)."""
+def convert_keras(model, quantize: bool | str, samples: int = 32) -> bytes:
+    """Convert an in-memory Keras model with the real TFLite converter (test helper).
+
+    ``quantize``: True (full integer int8), False (float32), or one of "dynamic" (int8
+    weights, float activations), "float16" (float16 weights) and "int16x8"."""
     import tensorflow as tf
 
     shape = [d if d is not None else 1 for d in model.inputs[0].shape]
@@ -216,10 +222,15 @@ def convert_keras(model, quantize: bool, samples: int = 32) -> bytes:
         return _configure(converter, quantize, shape, samples).convert()
 
 
-def _configure(converter, quantize: bool, shape: list[int], samples: int):
+def _configure(converter, quantize: bool | str, shape: list[int], samples: int):
     import tensorflow as tf
 
-    if quantize:
+    if quantize == "dynamic":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    elif quantize == "float16":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
+    elif quantize:
         rng = np.random.default_rng(0)
 
         def representative():
@@ -228,9 +239,12 @@ def _configure(converter, quantize: bool, shape: list[int], samples: int):
 
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.representative_dataset = representative
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        converter.inference_input_type = tf.int8
-        converter.inference_output_type = tf.int8
+        io = tf.int16 if quantize == "int16x8" else tf.int8
+        converter.target_spec.supported_ops = [
+            tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+            if quantize == "int16x8" else tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = io
+        converter.inference_output_type = io
     return converter
 
 
@@ -295,6 +309,9 @@ BUILDERS: dict[str, Callable[[], bytes]] = {
     "mobilenet_v1_96_int8": lambda: convert_keras(_mobilenet(False), True, samples=8),
     "mobilenet_v2_96_int8": lambda: convert_keras(_mobilenet(True), True, samples=8),
     "deep_mlp_int8": lambda: convert_keras(_deep_mlp(), True, samples=8),
+    "chain_dynamic": lambda: convert_keras(_chain(), "dynamic"),
+    "chain_float16": lambda: convert_keras(_chain(), "float16"),
+    "chain_int16x8": lambda: convert_keras(_chain(), "int16x8", samples=8),
 }
 
 

@@ -32,15 +32,16 @@ def fmt(value: float, unit: str) -> str:
 
 
 def budget_message(b: BudgetCheck) -> str:
+    limit = "budget" if b.limit_from == "budgets" else f"limit ({b.limit_from})"
     if b.status == "at-risk" and b.band:
         return (f"{b.name} {fmt(b.value, b.unit)} (likely {fmt(b.band[0], b.unit)}–"
                 f"{fmt(b.band[1], b.unit)}) is AT RISK: within its {fmt(b.limit, b.unit)} "
-                f"budget, but the error band reaches {fmt(b.band[1] - b.limit, b.unit)} past it "
+                f"{limit}, but the error band reaches {fmt(b.band[1] - b.limit, b.unit)} past it "
                 f"({b.basis})")
     if b.ok:
-        return (f"{b.name} {fmt(b.value, b.unit)} within its {fmt(b.limit, b.unit)} budget "
+        return (f"{b.name} {fmt(b.value, b.unit)} within its {fmt(b.limit, b.unit)} {limit} "
                 f"({fmt(b.margin, b.unit)} left, {b.basis})")
-    return (f"{b.name} {fmt(b.value, b.unit)} exceeds its {fmt(b.limit, b.unit)} budget by "
+    return (f"{b.name} {fmt(b.value, b.unit)} exceeds its {fmt(b.limit, b.unit)} {limit} by "
             f"{fmt(-b.margin, b.unit)} ({b.basis})")
 
 

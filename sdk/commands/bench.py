@@ -12,6 +12,7 @@ from sdk.console import make_console, print_json, table
 from sdk.pictures import add_picture_options, write_pictures
 from simulator.errors import DevicefitError
 from simulator.units import format_time_ms
+from simulator.verdict import judge
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,7 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "bench", help="run TFLite's benchmark_model on an Android phone over adb",
         description="Benchmark a .tflite model on a phone connected over adb with TFLite's "
                     "benchmark_model (you supply the binary), using the profile's threads and "
-                    "delegate, and show the measurement beside the simulator's estimate.",
+                    "delegate, and show the measurement beside the simulator's estimate. The "
+                    "profile's budgets are judged with the measured latency (exit 1 when one "
+                    "fails).",
         epilog="example: devicefit bench model.tflite --profile android-arm64-cpu "
                "--benchmark-binary ./android_aarch64_benchmark_model --cpu-mask f0")
     p.add_argument("model", help=".tflite model file")
@@ -73,15 +76,37 @@ def _bench(args: argparse.Namespace) -> int:
     bench_dict = dataclasses.asdict(result) | {"vs_estimate": comparison}
     if report is not None:
         report.bench = bench_dict
+        if measured is not None:
+            # The budgets are judged again, latency now on what the phone measured.
+            report.measured = {**(report.measured or {}), "device_latency_ms": measured,
+                               "device_latency_source": f"benchmark_model on {result.serial} "
+                                                        f"(average of {result.settings.runs} runs)"}
+            judge(report, profile)
         write_pictures(args, [(f"{args.model} on {result.serial}", report)], inputs=[args.model])
+    code = 1 if report is not None and report.verdict == "fail" else 0
     if args.json:
         if report is not None:
             print_json(report.to_dict())
         else:
             print_json({"bench": bench_dict})
-        return 0
+        return code
     _print(args, result, comparison)
-    return 0
+    _print_verdict(args, report)
+    return code
+
+
+def _print_verdict(args: argparse.Namespace, report: Any) -> None:
+    from sdk.check.views import budget_message
+
+    con = make_console(args.no_color)
+    if report is None:
+        con.print("Verdict: not judged (no simulate report)")
+        return
+    for b in report.budgets:
+        con.print(f"  {'ok  ' if b.ok else 'OVER'} {escape(budget_message(b))}")
+    for note in report.notes:
+        con.print(f"  note: {escape(note)}")
+    con.print(f"Verdict: {report.verdict.upper()}")
 
 
 def _mb(value: float | None) -> str:

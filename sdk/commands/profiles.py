@@ -8,6 +8,7 @@ from sdk.console import make_console, print_json, table
 from simulator.errors import DevicefitError
 from simulator.profiles import Profile, ProfileStore, dump_resolved, load_profile
 from simulator.units import format_size, format_time_ms
+from simulator.verdict import device_warnings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -66,11 +67,12 @@ def _validate(args: argparse.Namespace) -> int:
     errors: list[str] = []
     for f in args.files:
         try:
-            load_profile(f, args.profiles_dir)
+            profile = load_profile(f, args.profiles_dir)
         except DevicefitError as exc:
             errors.append(str(exc))
         else:
-            print(f"{f}: ok")
+            warnings = device_warnings(profile)
+            print(f"{f}: ok" + "".join(f"\n{f}: warning: {w}" for w in warnings))
     if errors:
         raise DevicefitError("; ".join(errors) if len(errors) > 1 else errors[0])
     return 0

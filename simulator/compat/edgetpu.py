@@ -45,6 +45,9 @@ from simulator.profiles import Profile
 
 log = logging.getLogger(__name__)
 
+#: The custom op ``edgetpu_compiler`` writes for the part of the graph it compiled.
+COMPILED_OP = "edgetpu-custom-op"
+
 #: Re-exported for callers of this module (the converter, the tests, the text view).
 __all__ = ["MODEL_CHECKS", "OP_CHECKS", "CompilerLog", "EdgeTpuReport", "OpTableRow",
            "check", "edgetpu_partition", "edgetpu_report", "load_table", "parse_compiler_log",
@@ -128,6 +131,12 @@ class EdgeTpuReport:
     latency: LatencySplit | None = None
     compiler: CompilerLog | None = None
     notes: list[str] = field(default_factory=list)
+    #: Share of the model's MACs left on the host CPU (of its ops when it has no MACs),
+    #: and the most the profile accepts (``ops.max_cpu_share``).
+    cpu_share: float = 0.0
+    max_cpu_share: float | None = None
+    #: The model holds an ``edgetpu-custom-op``: compiled already, its TPU part is opaque.
+    precompiled: bool = False
 
     @property
     def fully_mapped(self) -> bool:
@@ -229,6 +238,7 @@ def partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
     first = next((p for p in placements if p.device == "cpu"
                   and p.status != table.status("subgraph")), None)
     mapped = sum(p.device == "tpu" for p in placements)
+    precompiled = any(op.op_name == f"CUSTOM:{COMPILED_OP}" for op in sg.operators)
     return EdgeTpuReport(
         compiler_version=table.compiler_version,
         basis="predicted",
@@ -245,7 +255,24 @@ def partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
         offchip_param_bytes=offchip,
         ops=placements,
         table=_group(placements),
+        cpu_share=cpu_share(model, placements),
+        max_cpu_share=profile.ops.max_cpu_share if profile is not None else None,
+        precompiled=precompiled,
     )
+
+
+def cpu_share(model: Model, placements: list[OpPlacement]) -> float:
+    """The share of the main graph's MACs that run on the CPU; by op count when it has none."""
+    from simulator.compute import op_work
+
+    if not placements:
+        return 0.0
+    on_cpu = {p.index for p in placements if p.device == "cpu"}
+    work = op_work(model)
+    total = sum(w.macs for w in work)
+    if total == 0:
+        return len(on_cpu) / len(placements)
+    return sum(w.macs for w in work if w.op_index in on_cpu) / total
 
 
 # --------------------------------------------------------------------------- latency
@@ -361,17 +388,29 @@ def edgetpu_report(model: Model, profile: Profile, *, use_compiler: bool = True)
 def check(model: Model, profile: Profile) -> list[Any]:
     """Ops that stop the model from running on the target (the compat registry's contract).
 
-    Ops falling back to the CPU are not failures (LiteRT runs them on the host; their cost is
-    in the latency estimate). The model fails when the Edge TPU cannot be used at all — the
-    compiler would refuse it, or not one op maps — or when the host's LiteRT lacks an op.
+    LiteRT runs the ops that fall back to the CPU on the host, so a few are no failure
+    (their cost is in the latency estimate). The model fails when the Edge TPU cannot be
+    used at all — the compiler would refuse it, or not one op maps — when more of its MACs
+    stay on the CPU than the profile's ``ops.max_cpu_share`` accepts (one RESHAPE on the
+    TPU and the convolutions on the host is not an Edge TPU model), or when the host's
+    LiteRT lacks an op. A model compiled for the Edge TPU already (``edgetpu-custom-op``)
+    is judged by its host ops only: its TPU part is opaque.
     """
     from simulator.compat import UnsupportedOp, litert
 
-    found = list(litert.check(model, profile))
+    found = [u for u in litert.check(model, profile) if u.op != f"CUSTOM:{COMPILED_OP}"]
     report = partition(model, profile)
-    if report.mapped_ops == 0 and report.first_unmapped is not None:
-        f = report.first_unmapped
+    if report.precompiled:
+        return found
+    f = report.first_unmapped
+    if report.mapped_ops == 0 and f is not None:
         found.append(UnsupportedOp(f.index, f.op, f"no op maps to the Edge TPU: {f.reason}"))
+    elif f is not None and report.cpu_share > profile.ops.max_cpu_share:
+        found.append(UnsupportedOp(
+            f.index, f.op, f"{report.cpu_share:.0%} of the model's MACs stay on the CPU "
+            f"({report.cpu_ops} of {report.total_ops} ops), more than the "
+            f"{profile.ops.max_cpu_share:.0%} profile '{profile.name}' accepts "
+            f"(ops.max_cpu_share); the first CPU op is this one: {f.reason}"))
     return found
 
 
@@ -400,6 +439,11 @@ def text_lines(section: dict[str, Any]) -> list[str]:
     where = f" (one subgraph: ops {seg[0]}-{seg[1]})" if seg else ""
     lines.append(f"  mapped       {section['mapped_ops']} of {section['total_ops']} ops on the TPU"
                  f"{where}; {section['cpu_ops']} on the CPU")
+    if section.get("precompiled"):
+        lines.append("  compiled     the model holds an edgetpu-custom-op: compiled already")
+    elif section.get("max_cpu_share") is not None:
+        lines.append(f"  CPU share    {section['cpu_share']:.0%} of the MACs on the CPU "
+                     f"(the profile accepts {section['max_cpu_share']:.0%})")
     first = section["first_unmapped"]
     if first and not section["compile_error"]:
         lines.append(f"  first CPU op op {first['index']} {first['op']}: {first['reason']}")

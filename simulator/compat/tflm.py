@@ -1,47 +1,154 @@
-"""TFLite-Micro op support: the builtin ops the interpreter's op resolver offers.
+"""TFLite-Micro op support, as the pinned ``tflite-micro`` wheel's kernels answer it.
 
-Source: the ``PythonOpsResolver`` of tensorflow/tflite-micro
-(``python/tflite_micro/python_ops_resolver.cc``, which registers every kernel of
-``tensorflow/lite/micro/kernels/micro_ops.h``), checked against the pinned ``tflite-micro``
-wheel (0.dev20261023182759) by ``tests/tflm_probe.py``: the probe builds a one-op model per
-builtin code and asks the real interpreter whether it finds a registration. The test suite
-re-runs the probe, so a wheel upgrade that changes the set fails loudly.
+The data (``tflm_support.json``) is not a hand list: ``python -m tests.op_probe --write``
+asks the wheel itself which builtin ops its resolver registers, which custom ops (TFLM's
+Signal audio library, its detection post-process: every identifier of the native library is
+tried), and, for the ops models are made of, which **type combinations** its kernels accept
+at prepare and invoke — a one-op model per combination (dynamic-range "hybrid" float
+activations with int8 weights, int16 activations, int4 or float16 weights, ...), with the
+kernel's own message when it refuses — and which shape-like inputs (FILL's dims, SPLIT's
+axis, RESIZE's size, PAD's paddings ...) must be constants. The table records the wheel
+version; the test suite
+checks it against the installed wheel and re-probes a sample, so a wheel upgrade that changes
+the answers fails loudly.
+
+Kernel flavours: the wheel runs the reference kernels. TFLM's optimized kernels (CMSIS-NN,
+ESP-NN) replace the reference ones per op and hand the type combinations they do not
+optimise to the reference code. Read against tflite-micro's ``kernels/cmsis_nn/*.cc``
+(add, batch_matmul, conv, depthwise_conv, fully_connected, maximum_minimum, mul, pad,
+softmax, transpose_conv, unidirectional_sequence_lstm), CMSIS-NN accepts exactly the
+reference kernels' type combinations, with the same "Hybrid models are not supported"
+checks, and its float LSTM, like the reference one, reads int8 weights as floats. So the
+reference answer is used for every flavour.
+
 On a device, an application registers a subset with ``MicroMutableOpResolver``; a profile
-expresses that subset with ``ops.allow``.
+expresses that subset with ``ops.allow``. Ops not in TFLM's tree at all (e.g. MediaPipe's
+``Convolution2DTransposeBias``) and ops compiled for an accelerator (``ethos-u``,
+``edgetpu-custom-op``) are named as such.
 """
 
 from __future__ import annotations
 
-from simulator.compat import UnsupportedOp
-from simulator.model import Model
+import json
+from functools import cache
+from pathlib import Path
+
+from simulator.compat import UnsupportedOp, accelerator_op
+from simulator.model import Model, Operator, Subgraph
 from simulator.profiles import Profile
 
-#: Builtin ops the TFLM wheel's resolver registers (alphabetical).
-TFLM_OPS: frozenset[str] = frozenset("""
-ABS ADD ADD_N ARG_MAX ARG_MIN ASSIGN_VARIABLE AVERAGE_POOL_2D BATCH_MATMUL BATCH_TO_SPACE_ND
-BROADCAST_ARGS BROADCAST_TO CALL_ONCE CAST CEIL CONCATENATION CONV_2D COS CUMSUM DEPTH_TO_SPACE
-DEPTHWISE_CONV_2D DEQUANTIZE DIV DYNAMIC_UPDATE_SLICE ELU EMBEDDING_LOOKUP EQUAL EXP EXPAND_DIMS
-FILL FLOOR FLOOR_DIV FLOOR_MOD FULLY_CONNECTED GATHER GATHER_ND GREATER GREATER_EQUAL HARD_SWISH
-IF L2_NORMALIZATION L2_POOL_2D LEAKY_RELU LESS LESS_EQUAL LOG LOG_SOFTMAX LOGICAL_AND
-LOGICAL_NOT LOGICAL_OR LOGISTIC MAX_POOL_2D MAXIMUM MEAN MINIMUM MIRROR_PAD MUL NEG NOT_EQUAL
-PACK PAD PADV2 PRELU QUANTIZE READ_VARIABLE REDUCE_ALL REDUCE_MAX REDUCE_MIN RELU RELU6 RESHAPE
-RESIZE_BILINEAR RESIZE_NEAREST_NEIGHBOR REVERSE_V2 ROUND RSQRT SELECT_V2 SHAPE SIN SLICE SOFTMAX
-SPACE_TO_BATCH_ND SPACE_TO_DEPTH SPLIT SPLIT_V SQRT SQUARE SQUARED_DIFFERENCE SQUEEZE
-STRIDED_SLICE SUB SUM SVDF TANH TRANSPOSE TRANSPOSE_CONV UNIDIRECTIONAL_SEQUENCE_LSTM UNPACK
-VAR_HANDLE WHILE ZEROS_LIKE
-""".split())
+SUPPORT_FILE = Path(__file__).with_name("tflm_support.json")
+
+#: Ops whose kernel takes a constant weights tensor: the input index of the weights. The
+#: signature of such an op includes the weights' type, which decides hybrid vs integer.
+WEIGHTS_INPUT = {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 1, "FULLY_CONNECTED": 1,
+                 "TRANSPOSE_CONV": 1, "BATCH_MATMUL": 1, "EMBEDDING_LOOKUP": 1, "SVDF": 1,
+                 "UNIDIRECTIONAL_SEQUENCE_LSTM": 2}
+#: Ops whose data input is not input 0.
+DATA_INPUT = {"TRANSPOSE_CONV": 2, "EMBEDDING_LOOKUP": 1}
+
+def signature(sg: Subgraph, op: Operator) -> str:
+    """``"<data input type>/<weights type or ->/<output type>"``: what TFLM's kernels
+    dispatch on (e.g. ``float32/int8/float32`` is a hybrid conv)."""
+    def dtype(position: int, indices: tuple[int, ...]) -> str:
+        if position < len(indices) and indices[position] >= 0:
+            return sg.tensors[indices[position]].dtype
+        return "-"
+
+    weights = WEIGHTS_INPUT.get(op.op_name)
+    return "/".join((dtype(DATA_INPUT.get(op.op_name, 0), op.inputs),
+                     "-" if weights is None else dtype(weights, op.inputs),
+                     dtype(0, op.outputs)))
+
+
+@cache
+def support() -> dict:
+    """The probed table (see the module docstring)."""
+    return json.loads(SUPPORT_FILE.read_text())
+
+
+def builtin_ops() -> frozenset[str]:
+    return frozenset(support()["builtin_ops"])
+
+
+def custom_ops() -> frozenset[str]:
+    return frozenset(support()["custom_ops"])
+
+
+def refusal(sg: Subgraph, op: Operator) -> str | None:
+    """Why TFLM refuses this op's type combination, or None (accepted or not probed)."""
+    sig = signature(sg, op)
+    answer = support()["combinations"].get(op.op_name, {}).get(sig)
+    if answer is None or answer == "ok":
+        return None
+    stage, _, message = answer.partition(": ")
+    return f"{sig} ({_kind(sig)}) at {stage}: {message}"
+
+
+def constant_input_refusal(sg: Subgraph, op: Operator) -> str | None:
+    """Why TFLM refuses this op because a shape-like input (FILL's dims, SPLIT's axis ...)
+    is computed at run time instead of stored in the file, or None."""
+    for index, answer in support().get("constant_inputs", {}).get(op.op_name, {}).items():
+        position = int(index)
+        if answer == "ok" or position >= len(op.inputs) or op.inputs[position] < 0:
+            continue
+        if not sg.tensors[op.inputs[position]].has_data:
+            return f"input {position} is computed at run time: {answer.partition(': ')[2]}"
+    return None
+
+
+def zero_point_refusal(sg: Subgraph, op: Operator, table: dict[str, dict[str, str]]
+                       ) -> str | None:
+    """Why a kernel refuses this op's asymmetric quantization — int8 weights or int16
+    activations with a non-zero zero point (the converter writes both symmetric) — from a
+    probed ``{op: {"weights:int8" | "activations:int16": answer}}`` table, or None."""
+    answers = table.get(op.op_name, {})
+    weights = WEIGHTS_INPUT.get(op.op_name)
+    checks = []
+    if weights is not None and weights < len(op.inputs) and op.inputs[weights] >= 0:
+        checks.append(("weights:int8", [sg.tensors[op.inputs[weights]]]))
+    checks.append(("activations:int16", [sg.tensors[i] for i in (*op.inputs, *op.outputs)
+                                         if i >= 0 and not sg.tensors[i].has_data]))
+    for what, tensors in checks:
+        dtype = what.partition(":")[2]
+        asymmetric = [t for t in tensors if t.dtype == dtype and t.quantization is not None
+                      and any(t.quantization.zero_point)]
+        answer = answers.get(what, "ok")
+        if asymmetric and answer != "ok":
+            stage, _, message = answer.partition(": ")
+            return (f"{dtype} tensor '{asymmetric[0].name}' has zero point "
+                    f"{asymmetric[0].quantization.zero_point[0]} at {stage}: {message}")
+    return None
+
+
+def _kind(sig: str) -> str:
+    data, weights, _ = sig.split("/")
+    if data == "float32" and weights in ("int8", "int4", "uint8", "int16"):
+        return "hybrid: float activations, integer weights"
+    return "type combination"
 
 
 def check(model: Model, profile: Profile) -> list[UnsupportedOp]:
     found = []
+    builtins, customs = builtin_ops(), custom_ops()
     for sg in model.subgraphs:
         for op in sg.operators:
+            code = op.op_name.removeprefix("CUSTOM:")
             if op.is_custom:
-                reason = "custom op: TFLM has no kernel registered for it"
-            elif op.op_name not in TFLM_OPS:
+                if code in customs:
+                    continue
+                reason = accelerator_op(code) or ("custom op: the tflite-micro wheel registers "
+                                                  "no kernel for it")
+            elif op.op_name not in builtins:
                 reason = "TFLM has no kernel for this op"
             elif any(sg.tensors[i].is_sparse for i in op.inputs if i >= 0):
                 reason = "sparse-encoded weights: TFLM cannot densify them"
+            elif why := refusal(sg, op):
+                reason = f"TFLM's kernel does not run {why}"
+            elif why := constant_input_refusal(sg, op):
+                reason = f"TFLM's kernel refuses it at prepare: {why}"
+            elif why := zero_point_refusal(sg, op, support().get("zero_points", {})):
+                reason = f"TFLM's kernel does not take it: {why}"
             else:
                 continue
             found.append(UnsupportedOp(op.index, op.op_name, reason, sg.index))

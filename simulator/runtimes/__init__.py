@@ -111,13 +111,25 @@ class InputSpec:
     name: str
     shape: tuple[int, ...]
     dtype: str
+    #: ``shape_signature`` (-1 = any size), when the input has dynamic dimensions.
+    signature: tuple[int, ...] | None = None
+
+    def accepts(self, shape: tuple[int, ...]) -> bool:
+        """True for the stored shape, or any size along a dynamic dimension."""
+        if shape == self.shape:
+            return True
+        sig = self.signature
+        return sig is not None and len(sig) == len(shape) and all(
+            d < 0 or d == n for d, n in zip(sig, shape))
 
 
 def input_specs(model: Model) -> list[InputSpec]:
     """The main subgraph's inputs of a :class:`simulator.model.Model` (dynamic dims → 1)."""
     sg = model.main
     return [InputSpec(sg.tensors[i].name, tuple(max(d, 1) for d in sg.tensors[i].shape),
-                      sg.tensors[i].dtype) for i in sg.inputs]
+                      sg.tensors[i].dtype,
+                      sg.tensors[i].shape_signature if sg.tensors[i].is_dynamic else None)
+            for i in sg.inputs]
 
 
 def random_inputs(specs: list[InputSpec], seed: int = INPUT_SEED) -> list[np.ndarray]:
@@ -164,11 +176,12 @@ def load_inputs(path: str | Path, specs: list[InputSpec]) -> list[np.ndarray]:
                          f"({', '.join(s.name for s in specs)})")
     out = []
     for a, s in zip(arrays, specs, strict=True):
-        if a.shape != s.shape and (1, *a.shape) == s.shape:
+        if not s.accepts(a.shape) and s.accepts((1, *a.shape)):
             a = a[None]
-        if a.shape != s.shape or a.dtype != np.dtype(s.dtype):
-            raise InputError(f"{p}: input '{s.name}' needs shape {list(s.shape)} {s.dtype}, got "
-                             f"{list(a.shape)} {a.dtype}")
+        if not s.accepts(a.shape) or a.dtype != np.dtype(s.dtype):
+            any_size = " (-1: any size)" if s.signature else ""
+            raise InputError(f"{p}: input '{s.name}' needs shape {list(s.signature or s.shape)} "
+                             f"{s.dtype}{any_size}, got {list(a.shape)} {a.dtype}")
         out.append(a)
     return out
 
@@ -195,6 +208,7 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
     specs = input_specs(model)
     if inputs is None:
         inputs = random_inputs(specs)
+    hint = _stored_shape_hint(model, inputs)
     options = RunOptions(runs=runs, warmup=warmup, threads=threads, xnnpack=xnnpack,
                          reference_kernels=reference_kernels,
                          arena_size=arena_size or starting_arena(model))
@@ -215,12 +229,25 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
             result = json.loads(result_file.read_text())
             if not result["ok"]:
                 raise RuntimeFailure(f"{name} refused the model during '{result['stage']}': "
-                                     f"{result['error']}")
+                                     f"{result['error']}{hint}")
             if proc.returncode == 0 or stage == "done":
                 return _result_from(result, work)
         raise RuntimeFailure(f"{name} crashed during '{stage}' ({_describe_exit(proc.returncode)})"
                              f"{_stderr_tail(proc.stderr)}; the model is malformed or hits a "
                              f"bug in {name} (devicefit ran it in a child process)")
+
+
+def _stored_shape_hint(model: Model, inputs: list[np.ndarray]) -> str:
+    """A hint for a refusal when a dynamic input ran at the placeholder shape in the file
+    (often [1, 1]: too small for the model's first window or convolution)."""
+    sg = model.main
+    for index, x in zip(sg.inputs, inputs):
+        t = sg.tensors[index]
+        if t.is_dynamic and tuple(x.shape) == tuple(max(d, 1) for d in t.shape):
+            return (f" (input '{t.name}' has dynamic dimensions {list(t.shape_signature or ())}"
+                    f" and ran at the shape stored in the file, {list(x.shape)}; give data of "
+                    f"a real size with --input)")
+    return ""
 
 
 def starting_arena(model: Model) -> int:

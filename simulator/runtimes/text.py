@@ -33,7 +33,12 @@ def measured_lines(report: Report) -> list[str]:
             lines.append(f"  needs {_b(m['over_budget_bytes'])} more than the arena budget "
                          f"of {_b(m['arena_budget_bytes'])}")
     agree = m.get("outputs_agree")
-    if agree is None:
+    cc = m.get("cross_check") or {}
+    if cc.get("error"):
+        lines.append(f"  outputs      cross-check failed, a finding: {cc['error']}")
+    elif cc.get("skipped"):
+        lines.append(f"  outputs      not cross-checked: {cc['skipped']}")
+    elif agree is None:
         lines.append("  outputs      not cross-checked (float model or TFLM cannot run it)")
     else:
         cc = m["cross_check"]

@@ -8,6 +8,7 @@ what the kernels keep (tail), so the runner starts generous and grows on "missin
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import tempfile
@@ -27,6 +28,7 @@ _START_ARENA = 1 << 20
 _ALIGNMENT = 16  # MicroArenaBufferAlignment()
 _MAX_ARENA = 1 << 31
 _MAX_TRIES = 6
+_LIBC = ctypes.CDLL(None)
 
 
 @contextmanager
@@ -39,6 +41,8 @@ def capture_fd2() -> Iterator[list[str]]:
         try:
             yield lines
         finally:
+            # TFLM's invoke-time messages sit in the C library's stdio buffer until a flush.
+            _LIBC.fflush(None)
             os.dup2(saved, 2)
             os.close(saved)
             sink.seek(0)

@@ -80,7 +80,8 @@ def render_text(report: Report, top: int = 8) -> str:
             fmt = _bytes if b.unit == "bytes" else format_time_ms
             value = fmt(b.value) + (f", likely {fmt(b.band[0])}–{fmt(b.band[1])}" if b.band
                                     else "")
-            rows.append([b.name, value, "of", fmt(b.limit), STATUS_WORDS[b.status],
+            source = "" if b.limit_from == "budgets" else f" ({b.limit_from})"
+            rows.append([b.name, value, "of", fmt(b.limit) + source, STATUS_WORDS[b.status],
                          f"margin {fmt(b.margin)}", b.basis])
         lines += _columns(rows)
     if report.notes:

@@ -5,7 +5,9 @@ It runs the pushed model in LiteRT (ai_edge_litert) on this machine and prints t
 ``tensorflow/lite/tools/benchmark/benchmark_model.cc`` and ``stats_calculator.h``, logged
 to stderr like the real tool's TFLITE_LOG). Run by ``fake_adb.py`` with the project's
 venv Python. ``FAKE_BENCH`` (JSON) selects failure modes: ``crash`` (SIGSEGV after the
-warm-up), ``garbage`` (prints no result), ``op_profile_file`` (a real captured profile
+warm-up), ``garbage`` (prints no result), ``slow_ms`` (each inference takes that much
+longer: a phone slower than this host, so a test knows the measurement exceeds a budget
+whatever this machine's speed), ``op_profile_file`` (a real captured profile
 table to print for ``--enable_op_profiling``, since LiteRT's Python API has no per-op
 timer).
 """
@@ -99,11 +101,15 @@ def main(argv: list[str]) -> int:
             data = rng.random(size=detail["shape"])
         interpreter.set_tensor(detail["index"], data.astype(dtype))
 
+    slow = float(behaviour.get("slow_ms", 0))
+
     def timed(n: int) -> list[int]:
         out = []
         for _ in range(n):
             t = time.perf_counter()
             interpreter.invoke()
+            if slow:
+                time.sleep(slow / 1e3)
             out.append(max(1, int((time.perf_counter() - t) * 1e6)))
         return out
 

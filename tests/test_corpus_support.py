@@ -1,0 +1,42 @@
+"""Op support on the real public corpus (issue 16): for every model, the static answer of
+the TFLM table (MCU profile) and of the LiteRT checks (phone profile, XNNPACK) is what the
+real interpreter does with the file — load, prepare and one invoke, in a child process.
+A model the check passes but the runtime refuses is a false pass; the reverse a false fail.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.compat import check_ops
+from simulator.errors import RuntimeFailure
+from simulator.profiles import load_profile
+from simulator.reader import read_model
+from simulator.runtimes import run_model
+from tests.corpus import MODELS, corpus
+
+PROFILES = {"tflm": "stm32l4r5-cortex-m4", "litert": "android-arm64-cpu"}
+#: LiteRT resizes dynamic inputs, and needs a real size: the stored shape [1, 1] of
+#: openWakeWord's mel-spectrogram front end is one audio sample, too short for its first
+#: convolution under XNNPACK. It takes 80 ms chunks at 16 kHz (openWakeWord's README).
+#: (TFLM cannot resize and runs the stored shape.)
+INPUT_SHAPES = {("oww_melspectrogram", "litert"): (1, 1280)}
+
+
+@pytest.mark.parametrize("runtime", sorted(PROFILES))
+@pytest.mark.parametrize("name", [m.name for m in MODELS])
+def test_static_op_support_matches_the_runtime(name, runtime):
+    [m] = corpus(names=[name])
+    model = read_model(m.path)
+    static = check_ops(model, load_profile(PROFILES[runtime]))
+    shape = INPUT_SHAPES.get((name, runtime))
+    inputs = [np.zeros(shape, np.float32)] if shape else None
+    try:
+        run_model(m.path, runtime, inputs=inputs, runs=1, warmup=0, timeout_s=120)
+        refused = None
+    except RuntimeFailure as exc:
+        refused = str(exc)
+    assert not (static.supported and refused), f"false pass: {runtime} refuses it: {refused}"
+    assert not (refused is None and not static.supported), (
+        f"false fail: {runtime} runs it, the check says {static.summary()}")
