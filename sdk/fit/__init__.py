@@ -49,12 +49,15 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
         settings: SearchSettings | None = None, distill: bool = False,
         cluster: int | None = None, unsafe: bool = False, workdir: str | Path | None = None,
         profiles_dirs: list[str | Path] | None = None, progress: Progress | None = None,
-        on_trial: OnTrial | None = None) -> FitReport:
+        on_trial: OnTrial | None = None, patches: str | None = None,
+        max_mac_overhead: float = 0.2) -> FitReport:
     """Search, verify and write the best candidate to ``output`` (when one fits).
 
     ``train``/``eval_data``/``calibration`` are data sources as ``convert`` takes them
     (calibration defaults to the first training samples). The report is returned also when
-    nothing fits (``report.found`` is False; nothing is written).
+    nothing fits (``report.found`` is False; nothing is written). ``patches`` (tflm
+    profiles) runs every candidate through ``devicefit optimize --patches`` before it is
+    judged, so a model can fit by running its first stage patch by patch.
     """
     from sdk.convert import _check_output, data, loading
 
@@ -68,6 +71,9 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
     if cluster is not None:
         check_clusters(cluster)
     prof = profile if isinstance(profile, Profile) else load_profile(profile, profiles_dirs)
+    if patches is not None and prof.runtime.name != "tflm":
+        raise UsageError(f"--patches rewrites the graph for TFLite-Micro; profile "
+                         f"'{prof.name}' runs '{prof.runtime.name}'")
     out_path = _check_output(output, model, train, eval_data, calibration)
     loaded = loading.load(model, unsafe=unsafe)
     if not loaded.is_keras:
@@ -92,7 +98,9 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
         ctx = Context(loaded=loaded, profile=prof, train=training, evaluation=evaluation,
                       calibration=calib, epochs=epochs, workdir=work,
                       float_accuracy=float_accuracy,
-                      distill=DistillSettings() if distill else None, progress=progress)
+                      distill=DistillSettings() if distill else None, progress=progress,
+                      memory=None if patches is None else
+                      {"patches": patches, "max_mac_overhead": max_mac_overhead})
         space = space_for(prof, can_train=True, can_prune=True, groups=_groups(ctx.model))
         name = settings.study_name or study_name(loaded.source, prof.name, space)
         model_path = Path(loaded.source) if loaded.kind in ("keras", "h5") else None
@@ -106,7 +114,7 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
             settings={"max_trials": settings.max_trials, "time_budget_s": settings.time_budget_s,
                       "jobs": settings.jobs, "storage": result.storage, "epochs": epochs,
                       "distill": ctx.distill.to_dict() if ctx.distill else None,
-                      "cluster": cluster, "seed": settings.seed,
+                      "cluster": cluster, "seed": settings.seed, "patches": patches,
                       "runtime_code_bytes": prof.runtime.code_bytes},
             float_accuracy=float_accuracy, eval_samples=len(evaluation),
             trials=result.records, interrupted=result.interrupted,

@@ -133,6 +133,7 @@ def optimize_model_bytes(data: bytes, profile: Profile, *, verify: bool = True,
     """
     if patches is None:
         return _optimize(data, profile, verify=verify, name=name)
+    started = time.perf_counter()
     out, report = _optimize(data, profile, verify=False, name=name)
     model = parse_model(data, name)
     choice, report.patches = search_patches(data, model, patches, max_mac_overhead,
@@ -154,9 +155,12 @@ def optimize_model_bytes(data: bytes, profile: Profile, *, verify: bool = True,
                 f"than whole-tensor execution's {report.head_after_bytes}")
     if report.patches.refused:
         report.notes.append(f"patches not used: {report.patches.refused}")
+    report.seconds = time.perf_counter() - started
     if verify and report.changed:
         _verify(data, out, report)
         if not report.changed:
+            if report.patches.grid:
+                report.patches.refused = report.summary
             return data, report
         report.summary = _changed_summary(report)
     return (out if report.changed else data), report
