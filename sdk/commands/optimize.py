@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from sdk.console import make_console, print_json, table
+from simulator.optimize.patches import OBJECTIVES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,6 +44,9 @@ def add_patch_arguments(p: argparse.ArgumentParser, when: str = "") -> None:
     p.add_argument("--max-mac-overhead", type=float, default=20.0, metavar="PCT",
                    help="with --patches: the most extra multiply-accumulates the halo "
                         "recomputation may cost, in %% of the model's (20)")
+    p.add_argument("--patch-objective", choices=OBJECTIVES, default="arena",
+                   help="with --patches: minimise the whole arena TFLM needs (default: each "
+                        "cloned operator adds OpData to the arena's tail) or the head alone")
 
 
 def patch_options(args: argparse.Namespace) -> dict:
@@ -56,7 +60,8 @@ def patch_options(args: argparse.Namespace) -> dict:
     if not 0 <= args.max_mac_overhead < 10_000:
         raise UsageError(f"--max-mac-overhead {args.max_mac_overhead:g}: give a percentage "
                          ">= 0")
-    return {"patches": args.patches, "max_mac_overhead": args.max_mac_overhead / 100}
+    return {"patches": args.patches, "max_mac_overhead": args.max_mac_overhead / 100,
+            "patch_objective": args.patch_objective}
 
 
 def _optimize(args: argparse.Namespace) -> int:
@@ -131,14 +136,20 @@ def _print_patches(console, p) -> None:
               f", estimated latency {p.estimated_ms_before:.1f} → {p.estimated_ms_after:.1f} ms")
         console.print(f"patches: {p.grid} grid over the first {p.split} operators, "
                       f"{p.operators_before} → {p.operators_after} operators, MACs "
-                      f"{p.macs_before:,} → {p.macs_after:,} (+{p.mac_overhead_pct:.1f} %){ms}")
+                      f"{p.macs_before:,} → {p.macs_after:,} (+{p.mac_overhead_pct:.1f} %){ms}; "
+                      f"arena needed (head + estimated tail) {p.arena_before_bytes:,} → "
+                      f"{p.arena_after_bytes:,} B")
+    by_head = p.objective == "head"
     built = sorted((c for c in p.candidates if c.bound_bytes is not None),
-                   key=lambda c: (c.bound_bytes, c.mac_overhead_pct))
+                   key=lambda c: (c.bound_bytes if by_head else c.arena_bytes,
+                                  c.mac_overhead_pct))
     if built:
-        rows = [(f"{c.split}", c.grid, f"{c.bound_bytes:,} B", f"+{c.mac_overhead_pct:.1f} %",
+        rows = [(f"{c.split}", c.grid, f"{c.bound_bytes:,} B", f"{c.arena_bytes:,} B",
+                 f"+{c.mac_overhead_pct:.1f} %",
                  "chosen" if (c.split, c.grid) == (p.split, p.grid) else "")
                 for c in built[:PAIRS_SHOWN]]
         more = len(p.candidates) - len(rows)
-        title = (f"patch candidates within +{p.max_mac_overhead_pct:g} % MACs "
-                 f"({more} more in --json)")
-        console.print(table(title, ["stage ops", "grid", "bound", "MACs", ""], rows))
+        title = (f"patch candidates within +{p.max_mac_overhead_pct:g} % MACs, best "
+                 f"{p.objective} first ({more} more in --json)")
+        console.print(table(title, ["stage ops", "grid", "head bound", "arena", "MACs", ""],
+                            rows))

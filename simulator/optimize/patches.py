@@ -36,6 +36,9 @@ from simulator.compute import op_work
 from simulator.errors import DevicefitError, UsageError
 from simulator.lifetimes import live_bytes_per_step, lower_bound, tflm_buffers
 from simulator.model import Model, Operator
+from simulator.planners.tflm import planning_bytes
+from simulator.planners.tflm_tail import estimate_tail, prepare_peak
+from simulator.profiles import Profile
 from simulator.reader import parse_model
 from simulator.writer import OFFLINE_MEMORY_ALLOCATION, pack, unpack
 
@@ -470,19 +473,24 @@ def _drop_unused_tensors(mt: schema.ModelT) -> None:
 DEFAULT_MAX_MAC_OVERHEAD = 0.20
 #: Largest patches per side the automatic search tries (more patches: more halo and ops).
 MAX_AUTO_SIDE = 6
+#: What the search minimises. ``arena``: the arena TFLM needs (head + tail + what it needs
+#: while planning), since every cloned operator keeps its own OpData and per-channel arrays
+#: in the tail; ``head``: the head alone (the tensor arena MCUNetV2 reports).
+OBJECTIVES = ("arena", "head")
 
 
 @dataclass(frozen=True)
 class PatchCandidate:
     """One (split, grid) the search weighed: its compute overhead and, when built (within
-    the MAC limit), its peak of live bytes in the order written: the head an offline plan
-    reaches for it."""
+    the MAC limit), its peak of live bytes in the order written (the head an offline plan
+    reaches for it) and the arena TFLM would need with that head."""
 
     split: int
     grid: str
     mac_overhead_pct: float
     within_limit: bool
     bound_bytes: int | None = None
+    arena_bytes: int | None = None
 
 
 @dataclass
@@ -490,9 +498,13 @@ class PatchReport:
     """What ``--patches`` chose, and the head vs overhead pairs it chose from."""
 
     requested: str
+    objective: str
     max_mac_overhead_pct: float
     #: Whole-tensor execution's best-order bound: what patches have to beat.
     bound_whole_tensor_bytes: int
+    #: The arena TFLM needs (predicted: head + estimated tail + planning) before and after.
+    arena_before_bytes: int | None = None
+    arena_after_bytes: int | None = None
     grid: str | None = None
     #: The stage is the first ``split`` operators of the original file.
     split: int | None = None
@@ -512,6 +524,14 @@ class PatchReport:
     def mac_overhead_pct(self) -> float:
         return 100.0 * (self.macs_after - self.macs_before) / self.macs_before \
             if self.macs_before else 0.0
+
+    def refuse(self, reason: str) -> None:
+        """No patched graph is kept (the candidates stay, for the record)."""
+        self.refused = reason
+        self.grid = self.split = self.cut_tensor = None
+        self.operators_after, self.macs_after = self.operators_before, self.macs_before
+        self.arena_after_bytes = self.arena_before_bytes
+        self.estimated_ms_after = self.estimated_ms_before
 
 
 @dataclass(frozen=True)
@@ -539,32 +559,60 @@ def _macs(model: Model) -> int:
     return sum(w.macs for w in op_work(model))
 
 
-def search_patches(data: bytes, model: Model, requested: str, max_mac_overhead: float,
-                   bound_whole_tensor: int) -> tuple[PatchChoice | None, PatchReport]:
-    """Build every (split, grid) candidate and keep the lowest peak within the MAC limit.
+def predicted_arena(model: Model, profile: Profile, head: int) -> int:
+    """The arena TFLM needs for ``model`` once its head is ``head`` (an offline plan's):
+    the tail estimate and the planner's temporary arrays as :func:`plan_tflm` counts them."""
+    pointer, kernels = profile.runtime.pointer_bytes, profile.runtime.kernels
+    buffers = tflm_buffers(model, pointer_bytes=pointer, kernels=kernels)
+    tail = estimate_tail(model, pointer_bytes=pointer, kernels=kernels).total
+    n_scratch = sum(1 for b in buffers if b.kind == "scratch")
+    return max(max(head, planning_bytes(model, buffers, pointer)) + tail,
+               prepare_peak(model, tail, pointer_bytes=pointer, n_scratch=n_scratch))
 
-    The peak of live bytes in the written (patch-by-patch) order is the head the offline
-    packing reaches on these chains (the caller plans and measures the winner); ties go to
-    the smaller overhead. ``requested`` is ``auto`` or a fixed ``RxC`` grid.
+
+@dataclass(frozen=True)
+class PatchSettings:
+    requested: str
+    max_mac_overhead: float = DEFAULT_MAX_MAC_OVERHEAD
+    objective: str = "arena"
+
+
+def search_patches(data: bytes, model: Model, settings: PatchSettings, profile: Profile,
+                   whole_head: int, bound_whole_tensor: int
+                   ) -> tuple[PatchChoice | None, PatchReport]:
+    """Build every (split, grid) candidate within the MAC limit; keep the best by
+    ``settings.objective`` (ties: the smaller overhead).
+
+    A candidate's head is taken as the peak of live bytes in its written (patch-by-patch)
+    order, which the offline packing reaches or nearly reaches (the caller plans and
+    measures the winner). ``whole_head`` is what whole-tensor execution reaches (the
+    arena baseline); ``settings.requested`` is ``auto`` or a fixed ``RxC`` grid.
     """
-    grid = parse_grid(requested)
-    report = PatchReport(requested, round(100 * max_mac_overhead, 2), bound_whole_tensor,
-                         operators_before=len(model.main.operators), macs_before=_macs(model))
+    if settings.objective not in OBJECTIVES:
+        raise UsageError(f"patch objective {settings.objective!r}: one of "
+                         f"{', '.join(OBJECTIVES)}")
+    grid = parse_grid(settings.requested)
+    limit = settings.max_mac_overhead
+    report = PatchReport(settings.requested, settings.objective, round(100 * limit, 2),
+                         bound_whole_tensor, operators_before=len(model.main.operators),
+                         macs_before=_macs(model))
     if len(model.subgraphs) > 1:
-        report.refused = "models with control flow (several subgraphs) are not patched"
+        report.refuse("models with control flow (several subgraphs) are not patched")
         return None, report
+    report.arena_before_bytes = predicted_arena(model, profile, whole_head)
+    tail_before = report.arena_before_bytes - whole_head
     points, reason = split_points(model)
     if not points:
-        report.refused = f"no first stage to patch: {reason}"
+        report.refuse(f"no first stage to patch: {reason}")
         return None, report
+    by_arena = settings.objective == "arena"
     grids = [grid] if grid else [(r, c) for r in range(1, MAX_AUTO_SIDE + 1)
                                  for c in range(1, MAX_AUTO_SIDE + 1)
                                  if r * c >= 2 and abs(r - c) <= 1]
     best: tuple[tuple[int, float], PatchChoice] | None = None
     errors: list[str] = []  # splits or grids that do not apply
     refusals: list[str] = []  # candidates within the limit that cannot be exact
-    whole = tflm_buffers(model)
-    live = live_bytes_per_step(whole)
+    live = live_bytes_per_step(tflm_buffers(model))
     for split in points:
         plans = []
         for rows, cols in grids:
@@ -572,18 +620,21 @@ def search_patches(data: bytes, model: Model, requested: str, max_mac_overhead: 
                 plans.append(plan_for(model, split, rows, cols))
             except PatchRefused as exc:
                 errors.append(str(exc))
+        if not plans:
+            continue
         # Operators after the stage run as before: their peak is a floor for this split,
-        # and joining the patches holds the stage output twice.
-        cut_bytes = model.main.tensors[plans[0].cut_tensor].nbytes if plans else 0
+        # and joining the patches holds the stage output twice. More operators only add
+        # to the tail.
+        cut_bytes = model.main.tensors[plans[0].cut_tensor].nbytes
         floor = max([2 * cut_bytes, *live[split + 1:]])
-        if not plans or floor >= min(bound_whole_tensor, best[0][0] if best else floor + 1):
+        if floor >= whole_head or (best is not None and
+                                   floor + (tail_before if by_arena else 0) >= best[0][0]):
             continue
         for plan in plans:
             stage_whole, stage_patched = stage_mac_ratio(model, plan)
             overhead = (stage_patched - stage_whole) / report.macs_before \
                 if report.macs_before else 0.0
-            ok = overhead <= max_mac_overhead + 1e-12
-            if not ok:
+            if overhead > limit + 1e-12:
                 report.candidates.append(PatchCandidate(split, plan.grid,
                                                         round(100 * overhead, 2), False))
                 continue
@@ -594,16 +645,17 @@ def search_patches(data: bytes, model: Model, requested: str, max_mac_overhead: 
                 continue
             patched = parse_model(out, "<patched>")
             peak = lower_bound(tflm_buffers(patched))
+            arena = predicted_arena(patched, profile, peak)
             report.candidates.append(PatchCandidate(split, plan.grid, round(100 * overhead, 2),
-                                                    True, peak))
-            key = (peak, overhead)
+                                                    True, peak, arena))
+            key = (arena if by_arena else peak, overhead)
             if best is None or key < best[0]:
                 best = (key, PatchChoice(plan, out, patched))
     if best is None:
         over = report.candidates
-        report.refused = (
+        report.refuse(
             refusals[0] if refusals else
-            f"no split and grid stays within +{100 * max_mac_overhead:g} % MACs (the least "
+            f"no split and grid stays within +{100 * limit:g} % MACs (the least "
             f"overhead found: +{min(c.mac_overhead_pct for c in over):g} %)" if over else
             errors[0] if errors else
             "no split point leaves a stage output small enough to gain from patches")
