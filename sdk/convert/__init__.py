@@ -88,6 +88,7 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path, *,
             optimize_memory: bool = False,
             patches: str | None = None,
             max_mac_overhead: float = 0.2,
+            patch_objective: str = "arena",
             scheme: str | None = None,
             io_type: str | None = None,
             unsafe: bool = False,
@@ -171,7 +172,8 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path, *,
         with timer("optimize memory"):
             tflite, optimized = optimize_model_bytes(tflite, prof, name=str(out_path),
                                                      patches=patches,
-                                                     max_mac_overhead=max_mac_overhead)
+                                                     max_mac_overhead=max_mac_overhead,
+                                                     patch_objective=patch_objective)
             report_parts["memory_optimization"] = dataclasses.asdict(optimized)
     with timer("write"):
         tflite = metadata.embed(tflite, settings)

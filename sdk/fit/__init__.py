@@ -50,7 +50,7 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
         cluster: int | None = None, unsafe: bool = False, workdir: str | Path | None = None,
         profiles_dirs: list[str | Path] | None = None, progress: Progress | None = None,
         on_trial: OnTrial | None = None, patches: str | None = None,
-        max_mac_overhead: float = 0.2) -> FitReport:
+        max_mac_overhead: float = 0.2, patch_objective: str = "arena") -> FitReport:
     """Search, verify and write the best candidate to ``output`` (when one fits).
 
     ``train``/``eval_data``/``calibration`` are data sources as ``convert`` takes them
@@ -100,7 +100,8 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
                       float_accuracy=float_accuracy,
                       distill=DistillSettings() if distill else None, progress=progress,
                       memory=None if patches is None else
-                      {"patches": patches, "max_mac_overhead": max_mac_overhead})
+                      {"patches": patches, "max_mac_overhead": max_mac_overhead,
+                       "patch_objective": patch_objective})
         space = space_for(prof, can_train=True, can_prune=True, groups=_groups(ctx.model))
         name = settings.study_name or study_name(loaded.source, prof.name, space)
         model_path = Path(loaded.source) if loaded.kind in ("keras", "h5") else None

@@ -165,7 +165,7 @@ def optimize_model_bytes(data: bytes, profile: Profile, *, verify: bool = True,
             _adopt_patched(report, after, model, choice.model, profile)
         else:
             p.refuse(f"the best patched graph ({choice.plan.grid} over the first "
-                     f"{choice.plan.split} operators) needs a {what} of {new:,} bytes, not "
+                     f"{choice.plan.split} operators) needs {new:,} bytes of {what}, not "
                      f"less than whole-tensor execution's {old:,}")
     if report.patches.refused:
         report.notes.append(f"patches not used: {report.patches.refused}")
