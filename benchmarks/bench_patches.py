@@ -6,8 +6,8 @@ For each model and each search objective (``head``: the head alone, as MCUNetV2 
 without patches reaches), the measured head after the rewrite and its ratio to the bound,
 the arena TFLM measures in total (head + tail, 64-bit host, reference kernels) before and
 after, the MAC overhead, and the host-latency overhead: both files timed in TFLM (reference
-kernels) in the same process run, alternated, fastest of N invokes each, as a ratio. Outputs are bit-identical
-in TFLM and LiteRT for every row (checked by the optimizer; a row says so).
+kernels) in the same process run, alternated, fastest of N invokes each, as a ratio. Outputs
+are bit-identical in TFLM and LiteRT for every row (checked by the optimizer; a row says so).
 
 Models: MobileNet v1 (α 0.25) and a MobileNetV2-style net at 96×96, the ResNet-style and
 conv-chain test models (tests/zoo.py, real converter), the public MLPerf Tiny architectures
