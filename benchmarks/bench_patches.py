@@ -11,8 +11,7 @@ are bit-identical in TFLM and LiteRT for every row (checked by the optimizer; a 
 
 Models: MobileNet v1 (α 0.25) and a MobileNetV2-style net at 96×96, the ResNet-style and
 conv-chain test models (tests/zoo.py, real converter), the public MLPerf Tiny architectures
-built by ``bench_latency.py`` (person detection = MobileNetV1-0.25 96×96×1, ResNet-8, DS-CNN;
-random weights), and any ``--extra`` .tflite files (e.g. the public MLTK int8 models of the
+built by ``bench_latency.py`` (ResNet-8, DS-CNN; random weights), and any ``--extra`` .tflite files (e.g. the public MLTK int8 models of the
 test corpus).
 
     .venv/bin/python benchmarks/bench_patches.py [--profile NAME] [--runs N] [--json out.json]
@@ -31,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from simulator.errors import DevicefitError  # noqa: E402
 from simulator.optimize import optimize_model_bytes  # noqa: E402
 from simulator.profiles import load_profile  # noqa: E402
 from simulator.reader import read_model  # noqa: E402
@@ -41,7 +41,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench_latency  # noqa: E402  (its MLPerf Tiny builders and cache)
 
 ZOO = ["mobilenet_v1_96_int8", "mobilenet_v2_96_int8", "residual_int8", "chain_int8"]
-MLPERF_TINY = ["person_detection", "ic_resnet8", "kws_dscnn"]
+#: (Its person-detection MobileNet with random weights is left out: TFLM aborts on its
+#: vanishing quantization scales before any rewrite.)
+MLPERF_TINY = ["ic_resnet8", "kws_dscnn"]
 OBJECTIVES = ("head", "arena")
 #: The issue's target for MobileNetV1-0.25 at 96×96: head ≤ 0.6 × the whole-tensor bound.
 TARGET_RATIO = 0.6
@@ -123,7 +125,11 @@ def main() -> int:
     rows = []
     for name, path in models:
         for objective in OBJECTIVES:
-            row = bench_one(name, path, profile, objective, args.runs)
+            try:
+                row = bench_one(name, path, profile, objective, args.runs)
+            except DevicefitError as exc:  # e.g. a model TFLM itself cannot run
+                print(f"{name}: skipped: {exc}", flush=True)
+                break
             rows.append(row)
             print(json.dumps(row), flush=True)
     print(markdown(rows) if args.markdown else "")

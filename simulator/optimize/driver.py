@@ -359,13 +359,19 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport) -> None:
         for p, b in zip(paths, (original, optimized)):
             p.write_bytes(b)
         for runtime in ("tflm", "litert"):
-            try:
-                runs = [run_model(p, runtime, reference_kernels=True) for p in paths]
-            except RuntimeFailure as exc:
-                if runtime == "tflm":
-                    raise RuntimeFailure(f"cannot check the optimized model in TFLM, so it is "
-                                         f"not written: {exc}") from exc
-                report.notes.append(f"outputs not compared in LiteRT: {exc}")
+            runs = []
+            for which, p in zip(("original", "optimized"), paths):
+                try:
+                    runs.append(run_model(p, runtime, reference_kernels=True))
+                except RuntimeFailure as exc:
+                    if runtime == "tflm":
+                        raise RuntimeFailure(f"cannot check the optimized model in TFLM (the "
+                                             f"{which} model fails), so it is not written: "
+                                             f"{exc}") from exc
+                    report.notes.append(f"outputs not compared in LiteRT ({which} model): "
+                                        f"{exc}")
+                    break
+            if len(runs) < len(paths):
                 continue
             identical, diff = compare_outputs(runs[0].outputs, runs[1].outputs)
             report.outputs_identical[runtime] = identical
