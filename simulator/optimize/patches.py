@@ -130,8 +130,10 @@ def _unsupported(model: Model, op: Operator) -> str:
     if len(op.outputs) != 1:
         return "has several outputs"
     out = sg.tensors[op.outputs[0]]
-    if len(out.shape) != 4 or out.shape[0] != 1 or out.is_dynamic:
-        return f"outputs shape {list(out.shape)}, not a static 1×H×W×C feature map"
+    # A dynamic batch (-1 in the signature) is fine: the interpreters run the shape, 1.
+    sig = out.shape_signature or out.shape
+    if len(out.shape) != 4 or out.shape[0] != 1 or any(d < 0 for d in sig[1:]):
+        return f"outputs shape {list(sig)}, not a static 1×H×W×C feature map"
     for t in (*op.inputs, op.outputs[0]):
         if t < 0 or sg.tensors[t].has_data:
             continue
