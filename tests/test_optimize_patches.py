@@ -242,3 +242,20 @@ def test_fit_patches_needs_a_tflm_profile(digits, tmp_path, capsys):
                  str(digits["train"]), "--eval", str(digits["test"]), "--patches", "auto",
                  "-o", str(tmp_path / "m.tflite")])
     assert code == 2 and "TFLite-Micro" in capsys.readouterr().err
+
+
+def test_a_dynamic_batch_in_the_signature_still_patches():
+    # Models exported with a -1 batch (MLTK's, many Keras exports) run with batch 1.
+    from simulator.writer import pack, unpack
+
+    mt = unpack(model_path("chain_int8").read_bytes())
+    for t in mt.subgraphs[0].tensors:
+        if t.shape is not None and len(t.shape) == 4 and mt.buffers[t.buffer].data is None:
+            t.shapeSignature = [-1, *list(t.shape)[1:]]
+    data = pack(mt)
+    model = parse_model(data)
+    assert any(t.is_dynamic for t in model.main.tensors)
+    points, _ = split_points(model)
+    assert points
+    patched = parse_model(patch_model(data, model, plan_for(model, points[0], 2, 2)))
+    assert NEW_OPS <= set(patched.op_types)
