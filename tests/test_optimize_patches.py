@@ -137,7 +137,9 @@ def test_refusals_say_why_and_keep_the_whole_tensor_result(profile, name, kwargs
     assert out == plain and r.head_after_bytes == plain_report.head_after_bytes
 
 
-def test_pooling_that_reads_the_border_padding_is_refused():
+def test_pools_with_same_padding_at_the_border(tmp_path):
+    # A max pool pads with -128 (PADV2) and stays exact; an average pool divides by the real
+    # pixels only, so a patch that pads is refused.
     import keras
 
     keras.utils.set_random_seed(0)
@@ -145,13 +147,23 @@ def test_pooling_that_reads_the_border_padding_is_refused():
     x = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(inp)
     x = keras.layers.MaxPooling2D(3, strides=1, padding="same")(x)
     x = keras.layers.Conv2D(4, 3, padding="same")(x)
+    x = keras.layers.AveragePooling2D(3, strides=1, padding="same")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
     data = convert_keras(keras.Model(inp, x), True, samples=4)
     model = parse_model(data)
-    pool = next(op.index for op in model.main.operators if op.op_name == "MAX_POOL_2D")
-    plan_for(model, pool, 2, 2)  # the conv before it patches fine
-    with pytest.raises(PatchRefused, match="SAME padding at the image border"):
-        patch_model(data, model, plan_for(model, pool + 1, 2, 2))
+    ops = [op.op_name for op in model.main.operators]
+    max_pool, avg_pool = ops.index("MAX_POOL_2D"), ops.index("AVERAGE_POOL_2D")
+    patched = patch_model(data, model, plan_for(model, max_pool + 2, 2, 2))
+    assert "PADV2" in parse_model(patched).op_types
+    paths = [tmp_path / "a.tflite", tmp_path / "b.tflite"]
+    for path, blob in zip(paths, (data, patched), strict=True):
+        path.write_bytes(blob)
+    inputs = random_inputs(input_specs(read_model(paths[0])), seed=5)
+    for runtime in ("tflm", "litert"):
+        a, b = (run_model(p, runtime, inputs=inputs, reference_kernels=True) for p in paths)
+        assert all(np.array_equal(x, y) for x, y in zip(a.outputs, b.outputs, strict=True))
+    with pytest.raises(PatchRefused, match="AVERAGE_POOL_2D.*SAME padding at the image border"):
+        patch_model(data, model, plan_for(model, avg_pool + 1, 2, 2))
 
 
 def test_cli_fixed_grid_writes_a_patched_model(tmp_path, capsys):

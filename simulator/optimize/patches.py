@@ -11,7 +11,8 @@ LiteRT interpreters run it:
   cell), clipped to the tensor;
 - a consumer that needs less than what was computed reads a ``SLICE``; one whose window
   reaches past the tensor's border (SAME padding) reads a ``PAD`` filled with the input's zero
-  point, exactly what the original kernel assumed outside the image, and runs ``VALID``;
+  point, exactly what the original kernel assumed outside the image (a max pool's with
+  -128, which never wins over the real pixel each window holds), and runs ``VALID``;
 - stage operators are cloned with their original weights and options; the patch outputs are
   joined back with ``CONCATENATION`` (same quantization: a copy) into the original tensor,
   which the rest of the graph reads unchanged.
@@ -19,7 +20,7 @@ LiteRT interpreters run it:
 Every value is computed from the same inputs with the same integer arithmetic as before, so
 int8 outputs are bit-identical; :func:`patch_model` refuses (:class:`PatchRefused`, with the
 reason) whatever it cannot keep exact: float stages, ops that depend on the whole tensor
-(MEAN, SOFTMAX, FULLY_CONNECTED ...), pooling windows that would read the border padding.
+(MEAN, SOFTMAX, FULLY_CONNECTED ...), average pools that would read the border padding.
 """
 
 from __future__ import annotations
@@ -276,12 +277,28 @@ class _Builder:
                  schema.BuiltinOptions.SliceOptions, schema.SliceOptionsT())
         return out
 
-    def pad(self, src: int, pads: Sequence[int], h: int, w: int, name: str) -> int:
-        """``PAD`` fills with the tensor's zero point (int8), as the SAME-padded kernel did."""
+    def pad(self, src: int, pads: Sequence[int], h: int, w: int, name: str,
+            lowest: bool = False) -> int:
+        """``PAD`` fills with the tensor's zero point (int8): the value a SAME-padded
+        convolution assumed outside the image. With ``lowest``, ``PADV2`` fills with -128,
+        which no max-pool window can pick over a real value (each window holds one)."""
         out = self.feature_map(src, h, w, name)
-        self.add(self.opcode(schema.BuiltinOperator.PAD, 2),
-                 [src, self.int32_constant(pads, [4, 2], f"{name}/paddings")], [out],
-                 schema.BuiltinOptions.PadOptions, schema.PadOptionsT())
+        paddings = self.int32_constant(pads, [4, 2], f"{name}/paddings")
+        if not lowest:
+            self.add(self.opcode(schema.BuiltinOperator.PAD, 2), [src, paddings], [out],
+                     schema.BuiltinOptions.PadOptions, schema.PadOptionsT())
+            return out
+        buf = schema.BufferT()
+        buf.data = np.array([np.iinfo(np.int8).min], dtype=np.int8).view(np.uint8)
+        self.mt.buffers.append(buf)
+        value = schema.TensorT()
+        value.shape, value.type, value.buffer, value.name = [1], schema.TensorType.INT8, \
+            len(self.mt.buffers) - 1, f"{name}/value"
+        value.quantization = copy.deepcopy(self.sg.tensors[src].quantization)  # LiteRT checks
+        self.sg.tensors.append(value)
+        self.add(self.opcode(schema.BuiltinOperator.PADV2, 2),
+                 [src, paddings, len(self.sg.tensors) - 1], [out],
+                 schema.BuiltinOptions.PadV2Options, schema.PadV2OptionsT())
         return out
 
     def concat(self, inputs: list[int], axis: int, out: int) -> None:
@@ -433,13 +450,15 @@ def _read(b: _Builder, model: Model, tensor: int, original: int, have: Region, n
         tensor = b.slice(tensor, [0, inside.y0 - have.y0, inside.x0 - have.x0, 0],
                          [1, inside.height, inside.width, shape[3]], name + "/slice")
     if inside != need:
-        if reader is not None and reader.op_name in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
-            raise PatchRefused(f"operator {reader.index} ({reader.op_name}) has SAME padding "
-                               "at the image border: its kernel skips the padding, a padded "
-                               "patch would not (not exact)")
+        op = reader.op_name if reader is not None else ""
+        if op == "AVERAGE_POOL_2D":
+            raise PatchRefused(f"operator {reader.index} (AVERAGE_POOL_2D) has SAME padding "
+                               "at the image border: it averages over the real pixels only, "
+                               "a padded patch would count the padding (not exact)")
         pads = [0, 0, inside.y0 - need.y0, need.y1 - inside.y1,
                 inside.x0 - need.x0, need.x1 - inside.x1, 0, 0]
-        tensor = b.pad(tensor, pads, need.height, need.width, name + "/pad")
+        tensor = b.pad(tensor, pads, need.height, need.width, name + "/pad",
+                       lowest=op == "MAX_POOL_2D")
     return tensor
 
 
