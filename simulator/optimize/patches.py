@@ -634,13 +634,15 @@ def search_patches(data: bytes, model: Model, settings: PatchSettings, profile: 
     errors: list[str] = []  # splits or grids that do not apply
     refusals: list[str] = []  # candidates within the limit that cannot be exact
     live = live_bytes_per_step(tflm_buffers(model))
+    least_floor = whole_head
     for split in points:
         plans = []
         for rows, cols in grids:
             try:
                 plans.append(plan_for(model, split, rows, cols))
             except PatchRefused as exc:
-                errors.append(str(exc))
+                if grid:  # in auto mode a grid too fine for one split is just skipped
+                    errors.append(str(exc))
         if not plans:
             continue
         # Operators after the stage run as before: their peak is a floor for this split,
@@ -648,6 +650,7 @@ def search_patches(data: bytes, model: Model, settings: PatchSettings, profile: 
         # to the tail.
         cut_bytes = model.main.tensors[plans[0].cut_tensor].nbytes
         floor = max([2 * cut_bytes, *live[split + 1:]])
+        least_floor = min(least_floor, floor)
         if floor >= whole_head or (best is not None and
                                    floor + (tail_before if by_arena else 0) >= best[0][0]):
             continue
@@ -679,7 +682,9 @@ def search_patches(data: bytes, model: Model, settings: PatchSettings, profile: 
             f"no split and grid stays within +{100 * limit:g} % MACs (the least "
             f"overhead found: +{min(c.mac_overhead_pct for c in over):g} %)" if over else
             errors[0] if errors else
-            "no split point leaves a stage output small enough to gain from patches")
+            f"no split can beat whole-tensor execution's head of {whole_head:,} bytes: after "
+            f"every split, the operators left (or joining the patches) need at least "
+            f"{least_floor:,}")
         return None, report
     choice = best[1]
     report.grid, report.split = choice.plan.grid, choice.plan.split
