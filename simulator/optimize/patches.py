@@ -135,10 +135,19 @@ def _unsupported(model: Model, op: Operator) -> str:
     sig = out.shape_signature or out.shape
     if len(out.shape) != 4 or out.shape[0] != 1 or any(d < 0 for d in sig[1:]):
         return f"outputs shape {list(sig)}, not a static 1×H×W×C feature map"
+    if op.op_name in WINDOW_OPS and any(t >= 0 and not sg.tensors[t].has_data
+                                        for t in op.inputs[1:]):
+        return "has weights computed at run time (each patch would need them whole)"
     for t in (*op.inputs, op.outputs[0]):
-        if t < 0 or sg.tensors[t].has_data:
+        if t < 0:
             continue
         tensor = sg.tensors[t]
+        if tensor.has_data:
+            # A constant operand broadcasts per channel; one with a spatial extent would
+            # have to be cut per patch too.
+            if op.op_name in ELEMENTWISE_OPS and any(d != 1 for d in tensor.shape[-3:-1]):
+                return f"reads a constant {list(tensor.shape)} over the whole feature map"
+            continue
         if tensor.dtype != "int8":
             return (f"computes in {tensor.dtype}: patches are proven exact for int8 stages "
                     "only")
