@@ -240,6 +240,12 @@ class _Builder:
         self.mt = mt
         self.sg = mt.subgraphs[0]
         self.ops: list[schema.OperatorT] = []
+        # New feature maps point at an empty buffer (by convention buffer 0; made if not).
+        empty = [i for i, buf in enumerate(mt.buffers) if buf.data is None or not len(buf.data)]
+        if not empty:
+            mt.buffers.append(schema.BufferT())
+            empty = [len(mt.buffers) - 1]
+        self.empty_buffer = empty[0]
 
     def opcode(self, builtin: int, version: int) -> int:
         for i, code in enumerate(self.mt.operatorCodes):
@@ -256,7 +262,7 @@ class _Builder:
         src = self.sg.tensors[like]
         t = schema.TensorT()
         t.shape = [1, h, w, int(src.shape[3])]
-        t.type, t.buffer, t.name = src.type, 0, name
+        t.type, t.buffer, t.name = src.type, self.empty_buffer, name
         t.quantization = copy.deepcopy(src.quantization)
         self.sg.tensors.append(t)
         return len(self.sg.tensors) - 1
