@@ -86,6 +86,7 @@ def bench_one(name: str, path: Path, profile, objective: str, runs: int) -> dict
         estimated_latency_ratio=round(p.estimated_ms_after / p.estimated_ms_before, 3)
         if p.estimated_ms_before and p.estimated_ms_after else None,
         identical=all(r.outputs_identical.values()) if r.outputs_identical else None,
+        file_bytes=f"{len(data):,} → {len(out):,}",
         operators=f"{p.operators_before} → {p.operators_after}")
     return row
 
@@ -93,8 +94,8 @@ def bench_one(name: str, path: Path, profile, objective: str, runs: int) -> dict
 def markdown(rows: list[dict]) -> str:
     head = ("| model | objective | patches | head before (B) | whole-tensor bound (B) | "
             "head after (B) | after / bound | arena before → after (B) | MACs | "
-            "host latency (TFLM) | est. device latency | ops | identical |\n"
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
+            "host latency (TFLM) | est. device latency | ops | file (B) | identical |\n"
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|\n")
     lines = []
     for r in rows:
         what = f"{r['grid']} over {r['split']} ops" if r["grid"] else "refused"
@@ -103,7 +104,7 @@ def markdown(rows: list[dict]) -> str:
             f"| {r['model']} | {r['objective']} | {what} | {r['head_before']:,} | "
             f"{r['bound']:,} | {r['head_after']:,} | {r['ratio_to_bound']:.2f} | "
             f"{r['arena_before']:,} → {r['arena_after']:,} | +{r['mac_overhead_pct']:.1f} % | "
-            f"×{r['latency_ratio']:.2f} | {est} | {r['operators']} | "
+            f"×{r['latency_ratio']:.2f} | {est} | {r['operators']} | {r['file_bytes']} | "
             f"{'yes' if r['identical'] else 'not run' if r['identical'] is None else 'NO'} |")
     refused = [f"- {r['model']} ({r['objective']}): {r['refused']}" for r in rows if r["refused"]]
     return head + "\n".join(lines) + "\n" + ("\n" + "\n".join(refused) + "\n" if refused else "")

@@ -69,6 +69,7 @@ def test_mobilenet_v1_head_drops_to_under_0_6_of_the_whole_tensor_bound(v1_head)
     before, after = parse_model(data).op_types, parse_model(out).op_types
     assert set(after) - set(before) == NEW_OPS
     assert p.estimated_ms_after > p.estimated_ms_before
+    assert (p.model_bytes_before, p.model_bytes_after) == (len(data), len(out))
 
 
 def test_patched_outputs_match_on_other_inputs_and_with_optimized_kernels(v1_head, tmp_path):

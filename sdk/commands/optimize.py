@@ -138,7 +138,8 @@ def _print_patches(console, p) -> None:
                       f"{p.operators_before} → {p.operators_after} operators, MACs "
                       f"{p.macs_before:,} → {p.macs_after:,} (+{p.mac_overhead_pct:.1f} %){ms}; "
                       f"arena needed (head + estimated tail) {p.arena_before_bytes:,} → "
-                      f"{p.arena_after_bytes:,} B")
+                      f"{p.arena_after_bytes:,} B; file {p.model_bytes_before:,} → "
+                      f"{p.model_bytes_after:,} B")
     by_head = p.objective == "head"
     built = sorted((c for c in p.candidates if c.bound_bytes is not None),
                    key=lambda c: (c.bound_bytes if by_head else c.arena_bytes,

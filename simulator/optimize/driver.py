@@ -163,6 +163,7 @@ def optimize_model_bytes(data: bytes, profile: Profile, *, verify: bool = True,
         if new < old:
             out = patched
             _adopt_patched(report, after, model, choice.model, profile)
+            p.model_bytes_before, p.model_bytes_after = len(data), len(patched)
         else:
             p.refuse(f"the best patched graph ({choice.plan.grid} over the first "
                      f"{choice.plan.split} operators) needs {new:,} bytes of {what}, not "

@@ -240,6 +240,7 @@ class _Builder:
         self.mt = mt
         self.sg = mt.subgraphs[0]
         self.ops: list[schema.OperatorT] = []
+        self.constants: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
         # New feature maps point at an empty buffer (by convention buffer 0; made if not).
         empty = [i for i, buf in enumerate(mt.buffers) if buf.data is None or not len(buf.data)]
         if not empty:
@@ -267,15 +268,21 @@ class _Builder:
         self.sg.tensors.append(t)
         return len(self.sg.tensors) - 1
 
-    def int32_constant(self, values: Sequence[int], shape: list[int], name: str) -> int:
-        buf = schema.BufferT()
-        buf.data = np.frombuffer(struct.pack(f"<{len(values)}i", *values), dtype=np.uint8)
-        self.mt.buffers.append(buf)
-        t = schema.TensorT()
-        t.shape, t.type, t.buffer, t.name = shape, schema.TensorType.INT32, \
-            len(self.mt.buffers) - 1, name
-        self.sg.tensors.append(t)
-        return len(self.sg.tensors) - 1
+    def int32_constant(self, values: Sequence[int], shape: list[int]) -> int:
+        """A constant int32 tensor, shared by every op that needs the same values (patches
+        repeat their slice sizes and paddings; each tensor costs flash)."""
+        key = (tuple(values), tuple(shape))
+        if key not in self.constants:
+            buf = schema.BufferT()
+            buf.data = np.frombuffer(struct.pack(f"<{len(values)}i", *values), dtype=np.uint8)
+            self.mt.buffers.append(buf)
+            t = schema.TensorT()
+            t.shape, t.type, t.buffer = list(shape), schema.TensorType.INT32, \
+                len(self.mt.buffers) - 1
+            t.name = "patch/" + "_".join(str(v) for v in values)
+            self.sg.tensors.append(t)
+            self.constants[key] = len(self.sg.tensors) - 1
+        return self.constants[key]
 
     def add(self, opcode: int, inputs: list[int], outputs: list[int], options_type: int,
             options: object) -> None:
@@ -287,8 +294,7 @@ class _Builder:
     def slice(self, src: int, begin: Sequence[int], size: Sequence[int], name: str) -> int:
         out = self.feature_map(src, size[1], size[2], name)
         self.add(self.opcode(schema.BuiltinOperator.SLICE, 2),
-                 [src, self.int32_constant(begin, [4], f"{name}/begin"),
-                  self.int32_constant(size, [4], f"{name}/size")], [out],
+                 [src, self.int32_constant(begin, [4]), self.int32_constant(size, [4])], [out],
                  schema.BuiltinOptions.SliceOptions, schema.SliceOptionsT())
         return out
 
@@ -298,7 +304,7 @@ class _Builder:
         convolution assumed outside the image. With ``lowest``, ``PADV2`` fills with -128,
         which no max-pool window can pick over a real value (each window holds one)."""
         out = self.feature_map(src, h, w, name)
-        paddings = self.int32_constant(pads, [4, 2], f"{name}/paddings")
+        paddings = self.int32_constant(pads, [4, 2])
         if not lowest:
             self.add(self.opcode(schema.BuiltinOperator.PAD, 2), [src, paddings], [out],
                      schema.BuiltinOptions.PadOptions, schema.PadOptionsT())
@@ -445,7 +451,7 @@ def _emit_patch(b: _Builder, model: Model, stage: Sequence[Operator], consts: se
                 Region(0, sg.tensors[src].shape[1], 0, sg.tensors[src].shape[2])
             inputs.append(_read(b, model, local.get(src, src), src, have, reads[(k, slot)],
                                 op, f"{name}/op{k}_in{slot}"))
-        out = b.feature_map(t, region.height, region.width, f"{name}/{sg.tensors[t].name}")
+        out = b.feature_map(t, region.height, region.width, f"{name}/t{t}")
         clone = copy.deepcopy(b.sg.operators[op.index])
         clone.inputs, clone.outputs = inputs, [out]
         if op.op_name in WINDOW_OPS:
@@ -549,6 +555,9 @@ class PatchReport:
     operators_after: int = 0
     macs_before: int = 0
     macs_after: int = 0
+    #: The .tflite's size (flash) before/after: every patch adds operators and tensors.
+    model_bytes_before: int = 0
+    model_bytes_after: int = 0
     #: Estimated on-device latency (the profile's cost model) before/after, when it has one.
     estimated_ms_before: float | None = None
     estimated_ms_after: float | None = None
@@ -568,6 +577,7 @@ class PatchReport:
         self.operators_after, self.macs_after = self.operators_before, self.macs_before
         self.arena_after_bytes = self.arena_before_bytes
         self.estimated_ms_after = self.estimated_ms_before
+        self.model_bytes_after = self.model_bytes_before
 
 
 @dataclass(frozen=True)
