@@ -144,30 +144,37 @@ def optimize_model_bytes(data: bytes, profile: Profile, *, verify: bool = True,
     started = time.perf_counter()
     out, report = _optimize(data, profile, verify=False, name=name)
     model = parse_model(data, name)
-    choice, report.patches = search_patches(data, model, settings, profile,
-                                            report.head_after_bytes,
-                                            report.bound_best_order_bytes)
-    if choice is not None:
+    choices, report.patches = search_patches(data, model, settings, profile,
+                                             report.head_after_bytes,
+                                             report.bound_best_order_bytes)
+    p = report.patches
+    planned = []  # (objective value, choice, bytes, report, predicted arena)
+    for choice in choices:
         # The order search is exact and cheap on a few dozen operators (and can interleave
         # patches better); on hundreds it turns into a beam search that costs seconds and
         # found nothing below the patch-by-patch order on the models tried.
         patched, after = _optimize(
             choice.data, profile, verify=False, name=name,
             search_order=len(choice.model.main.operators) <= EXACT_ORDER_SEARCH_OPS)
-        p = report.patches
-        p.arena_after_bytes = predicted_arena(parse_model(patched, name), profile,
-                                              after.head_after_bytes)
-        what, new, old = (("arena", p.arena_after_bytes, p.arena_before_bytes)
-                          if patch_objective == "arena" else
-                          ("head", after.head_after_bytes, report.head_after_bytes))
-        if new < old:
+        arena = predicted_arena(parse_model(patched, name), profile, after.head_after_bytes)
+        value = arena if patch_objective == "arena" else after.head_after_bytes
+        planned.append((value, choice, patched, after, arena))
+        if after.head_after_bytes <= choice.bound:  # at its bound: the next cannot beat it
+            break
+    if planned:
+        value, choice, patched, after, arena = min(planned, key=lambda c: c[0])
+        baseline = p.arena_before_bytes if patch_objective == "arena" else \
+            report.head_after_bytes
+        if value < baseline:
             out = patched
-            _adopt_patched(report, after, model, choice.model, profile)
+            p.choose(choice, model)
+            p.arena_after_bytes = arena
             p.model_bytes_before, p.model_bytes_after = len(data), len(patched)
+            _adopt_patched(report, after, model, choice.model, profile)
         else:
             p.refuse(f"the best patched graph ({choice.plan.grid} over the first "
-                     f"{choice.plan.split} operators) needs {new:,} bytes of {what}, not "
-                     f"less than whole-tensor execution's {old:,}")
+                     f"{choice.plan.split} operators) needs {value:,} bytes of "
+                     f"{patch_objective}, not less than whole-tensor execution's {baseline:,}")
     if report.patches.refused:
         report.notes.append(f"patches not used: {report.patches.refused}")
     report.seconds = time.perf_counter() - started

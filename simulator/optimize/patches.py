@@ -515,6 +515,9 @@ def _drop_unused_tensors(mt: schema.ModelT) -> None:
 DEFAULT_MAX_MAC_OVERHEAD = 0.20
 #: Largest patches per side the automatic search tries (more patches: more halo and ops).
 MAX_AUTO_SIDE = 6
+#: Candidates planned for real (packing can stay above a candidate's bound, so the best
+#: bound is not always the best head).
+TRIED = 3
 #: What the search minimises. ``arena``: the arena TFLM needs (head + tail + what it needs
 #: while planning), since every cloned operator keeps its own OpData and per-channel arrays
 #: in the tail; ``head``: the head alone (the tensor arena MCUNetV2 reports).
@@ -570,6 +573,13 @@ class PatchReport:
         return 100.0 * (self.macs_after - self.macs_before) / self.macs_before \
             if self.macs_before else 0.0
 
+    def choose(self, choice: PatchChoice, model: Model) -> None:
+        """Record ``choice`` (of ``model``) as the patched graph kept."""
+        self.grid, self.split = choice.plan.grid, choice.plan.split
+        self.cut_tensor = model.main.tensors[choice.plan.cut_tensor].name
+        self.operators_after = len(choice.model.main.operators)
+        self.macs_after = _macs(choice.model)
+
     def refuse(self, reason: str) -> None:
         """No patched graph is kept (the candidates stay, for the record)."""
         self.refused = reason
@@ -585,6 +595,8 @@ class PatchChoice:
     plan: PatchPlan
     data: bytes
     model: Model
+    #: Peak of live bytes in the written order: the head if the packing reaches it.
+    bound: int
 
 
 def parse_grid(text: str) -> tuple[int, int] | None:
@@ -625,14 +637,15 @@ class PatchSettings:
 
 def search_patches(data: bytes, model: Model, settings: PatchSettings, profile: Profile,
                    whole_head: int, bound_whole_tensor: int
-                   ) -> tuple[PatchChoice | None, PatchReport]:
-    """Build every (split, grid) candidate within the MAC limit; keep the best by
-    ``settings.objective`` (ties: the smaller overhead).
+                   ) -> tuple[list[PatchChoice], PatchReport]:
+    """Build every (split, grid) candidate within the MAC limit; return the best
+    :data:`TRIED` by ``settings.objective`` (ties: the smaller overhead), best first.
 
     A candidate's head is taken as the peak of live bytes in its written (patch-by-patch)
-    order, which the offline packing reaches or nearly reaches (the caller plans and
-    measures the winner). ``whole_head`` is what whole-tensor execution reaches (the
-    arena baseline); ``settings.requested`` is ``auto`` or a fixed ``RxC`` grid.
+    order, which the offline packing reaches or nearly reaches: the caller plans the first
+    few for real, keeps the best and records it with :meth:`PatchReport.choose`.
+    ``whole_head`` is what whole-tensor execution reaches (the arena baseline);
+    ``settings.requested`` is ``auto`` or a fixed ``RxC`` grid.
     """
     if settings.objective not in OBJECTIVES:
         raise UsageError(f"patch objective {settings.objective!r}: one of "
@@ -644,18 +657,19 @@ def search_patches(data: bytes, model: Model, settings: PatchSettings, profile: 
                          macs_before=_macs(model))
     if len(model.subgraphs) > 1:
         report.refuse("models with control flow (several subgraphs) are not patched")
-        return None, report
+        return [], report
     report.arena_before_bytes = predicted_arena(model, profile, whole_head)
     tail_before = report.arena_before_bytes - whole_head
     points, reason = split_points(model)
     if not points:
         report.refuse(f"no first stage to patch: {reason}")
-        return None, report
+        return [], report
     by_arena = settings.objective == "arena"
     grids = [grid] if grid else [(r, c) for r in range(1, MAX_AUTO_SIDE + 1)
                                  for c in range(1, MAX_AUTO_SIDE + 1)
                                  if r * c >= 2 and abs(r - c) <= 1]
-    best: tuple[tuple[int, float], PatchChoice] | None = None
+    best: tuple[int, float] | None = None
+    ranked: list[tuple[tuple[int, float], PatchChoice]] = []
     errors: list[str] = []  # splits or grids that do not apply
     refusals: list[str] = []  # candidates within the limit that cannot be exact
     live = live_bytes_per_step(tflm_buffers(model))
@@ -677,7 +691,7 @@ def search_patches(data: bytes, model: Model, settings: PatchSettings, profile: 
         floor = max([2 * cut_bytes, *live[split + 1:]])
         least_floor = min(least_floor, floor)
         if floor >= whole_head or (best is not None and
-                                   floor + (tail_before if by_arena else 0) >= best[0][0]):
+                                   floor + (tail_before if by_arena else 0) >= best[0]):
             continue
         for plan in plans:
             stage_whole, stage_patched = stage_mac_ratio(model, plan)
@@ -698,8 +712,9 @@ def search_patches(data: bytes, model: Model, settings: PatchSettings, profile: 
             report.candidates.append(PatchCandidate(split, plan.grid, round(100 * overhead, 2),
                                                     True, peak, arena))
             key = (arena if by_arena else peak, overhead)
-            if best is None or key < best[0]:
-                best = (key, PatchChoice(plan, out, patched))
+            ranked.append((key, PatchChoice(plan, out, patched, peak)))
+            if best is None or key < best:
+                best = key
     if best is None:
         over = report.candidates
         report.refuse(
@@ -710,10 +725,5 @@ def search_patches(data: bytes, model: Model, settings: PatchSettings, profile: 
             f"no split can beat whole-tensor execution's head of {whole_head:,} bytes: after "
             f"every split, the operators left (or joining the patches) need at least "
             f"{least_floor:,}")
-        return None, report
-    choice = best[1]
-    report.grid, report.split = choice.plan.grid, choice.plan.split
-    report.cut_tensor = model.main.tensors[choice.plan.cut_tensor].name
-    report.operators_after = len(choice.model.main.operators)
-    report.macs_after = _macs(choice.model)
-    return choice, report
+        return [], report
+    return [choice for _, choice in sorted(ranked, key=lambda kc: kc[0])[:TRIED]], report
