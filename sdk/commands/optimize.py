@@ -20,9 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "by patch (MCUNetV2-style, stock SLICE/PAD/CONCATENATION ops), which goes "
                     "below the whole-tensor bound for some extra MACs. Exit 0 on success, 2 on "
                     "bad input.",
-        epilog="examples: devicefit optimize model.tflite --profile stm32l4r5-cortex-m4 "
+        epilog="example: devicefit optimize model.tflite --profile stm32l4r5-cortex-m4 "
                "-o model_opt.tflite\n"
-               "          devicefit optimize model.tflite --profile stm32l4r5-cortex-m4 "
+               "         devicefit optimize model.tflite --profile stm32l4r5-cortex-m4 "
                "--patches auto --max-mac-overhead 20 -o model_patched.tflite",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="the .tflite model file")
