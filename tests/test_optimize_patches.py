@@ -64,7 +64,10 @@ def test_mobilenet_v1_head_drops_to_under_0_6_of_the_whole_tensor_bound(v1_head)
     assert 0 < p.mac_overhead_pct <= 20
     chosen = next(c for c in p.candidates if (c.split, c.grid) == (p.split, p.grid))
     assert chosen.mac_overhead_pct == pytest.approx(p.mac_overhead_pct, abs=0.01)
-    assert all(c.bound_bytes >= chosen.bound_bytes for c in p.candidates if c.within_limit)
+    # Ranked by their bound; the best few are planned for real and the best head is kept.
+    ranked = sorted((c for c in p.candidates if c.within_limit),
+                    key=lambda c: (c.bound_bytes, c.mac_overhead_pct))
+    assert chosen in ranked[:3] and r.head_after_bytes >= chosen.bound_bytes
     # Only stock builtin ops were added; the latency estimate counts them.
     before, after = parse_model(data).op_types, parse_model(out).op_types
     assert set(after) - set(before) == NEW_OPS
