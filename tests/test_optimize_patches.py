@@ -171,6 +171,21 @@ def test_pools_with_same_padding_at_the_border(tmp_path):
         patch_model(data, model, plan_for(model, avg_pool + 1, 2, 2))
 
 
+def test_a_constant_over_the_whole_feature_map_ends_the_stage():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((12, 12, 2), batch_size=1)
+    x = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(inp)
+    x = x + keras.ops.convert_to_tensor(
+        np.linspace(0, 1, 12 * 12 * 4, dtype="float32").reshape(1, 12, 12, 4))
+    x = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3, padding="same")(x))
+    model = parse_model(convert_keras(keras.Model(inp, x), True, samples=4))
+    points, reason = split_points(model)
+    assert points == [1]  # the conv before the ADD
+    assert "(ADD) reads a constant [1, 12, 12, 4] over the whole feature map" in reason
+
+
 def test_cli_fixed_grid_writes_a_patched_model(tmp_path, capsys):
     out = tmp_path / "patched.tflite"
     src = model_path("chain_int8")
