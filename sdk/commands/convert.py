@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from sdk.commands.optimize import add_patch_arguments, patch_options
 from sdk.console import make_console, table
 from sdk.pictures import add_picture_options, write_pictures
 from simulator.fileio import write_atomic
@@ -49,6 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--optimize-memory", action="store_true",
                    help="tflm profiles: reorder operators and write an offline arena plan "
                         "(as 'devicefit optimize' does) so TFLM needs less RAM")
+    add_patch_arguments(p, "with --optimize-memory: ")
     p.add_argument("--report", metavar="OUT.json", help="write the full report as JSON")
     add_picture_options(p)
     p.add_argument("--unsafe", action="store_true",
@@ -68,7 +70,7 @@ def _convert(args: argparse.Namespace) -> int:
             args.model, args.profile, args.output, calibration=args.calibration,
             eval_data=args.eval_data, sparsity_pattern=args.sparsity,
             prune_channels=args.prune_channels, train=args.train, epochs=args.epochs,
-            distill=args.distill, optimize_memory=args.optimize_memory,
+            distill=args.distill, optimize_memory=args.optimize_memory, **patch_options(args),
             scheme=args.scheme, io_type=args.io_type, unsafe=args.unsafe,
             profiles_dirs=args.profiles_dir, progress=progress, baseline_output=baseline)
         if baseline is not None:
@@ -134,6 +136,9 @@ def _print_summary(console, report) -> None:
         console.print(f"memory optimization: {o['summary']} (TFLM head "
                       f"{format_size(o['head_before_bytes'])} → {format_size(o['head_after_bytes'])}"
                       f", best-order bound {format_size(o['bound_best_order_bytes'])})")
+        for note in o["notes"]:
+            if note.startswith("patches"):
+                console.print(f"  {note}")
     if report.simulation is not None:
         from simulator.views.text import STATUS_WORDS
 

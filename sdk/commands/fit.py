@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from sdk.commands.optimize import add_patch_arguments, patch_options
 from sdk.console import make_console, print_json, table
 from simulator.errors import UsageError
 from simulator.fileio import write_atomic
@@ -70,6 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fine-tune with the original model as teacher (soft labels)")
     p.add_argument("--cluster", type=int, metavar="K",
                    help="cluster each layer's weights to K values (smaller gzip download only)")
+    add_patch_arguments(p, "tflm profiles, to make a model fit: ")
     p.add_argument("--html", metavar="REPORT.html", help="write the report as HTML")
     p.add_argument("--report", metavar="REPORT.json", help="write the report as JSON")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -124,7 +126,7 @@ def _fit(args: argparse.Namespace) -> int:
                      eval_data=args.eval_data, calibration=args.calibration,
                      epochs=args.epochs, settings=settings, distill=args.distill,
                      cluster=args.cluster, unsafe=args.unsafe, profiles_dirs=args.profiles_dir,
-                     progress=progress, on_trial=on_trial)
+                     progress=progress, on_trial=on_trial, **patch_options(args))
     return _outputs(args, console, report,
                     [p for p in (args.model, args.train, args.eval_data, args.calibration) if p])
 

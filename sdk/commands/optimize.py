@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from sdk.console import make_console, print_json, table
+from simulator.optimize.patches import OBJECTIVES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,16 +16,52 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "the stock TFLM interpreter needs a smaller arena head. The rewritten model "
                     "is run in TFLM and LiteRT against the original (bit-identical outputs "
                     "required) before it is written. A model that is already optimal is copied "
-                    "unchanged. Exit 0 on success, 2 on bad input.",
+                    "unchanged. With --patches the first stage of a conv model also runs patch "
+                    "by patch (MCUNetV2-style, stock SLICE/PAD/CONCATENATION ops), which goes "
+                    "below the whole-tensor bound for some extra MACs. Exit 0 on success, 2 on "
+                    "bad input.",
         epilog="example: devicefit optimize model.tflite --profile stm32l4r5-cortex-m4 "
-               "-o model_opt.tflite")
+               "-o model_opt.tflite\n"
+               "         devicefit optimize model.tflite --profile stm32l4r5-cortex-m4 "
+               "--patches auto --max-mac-overhead 20 -o model_patched.tflite",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="the .tflite model file")
     p.add_argument("--profile", required=True, metavar="NAME",
                    help="a TFLM device profile name or .yaml path (see 'devicefit profiles list')")
     p.add_argument("-o", "--output", required=True, metavar="OUT",
                    help="where to write the optimized .tflite (never the input file)")
+    add_patch_arguments(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=_optimize)
+
+
+def add_patch_arguments(p: argparse.ArgumentParser, when: str = "") -> None:
+    """``--patches`` and ``--max-mac-overhead`` (also offered by convert and fit)."""
+    p.add_argument("--patches", metavar="auto|RxC",
+                   help=f"{when}run the first stage (int8 convs) patch by patch on a grid: 'auto' "
+                        "searches grid and split point for the smallest head, 'RxC' fixes "
+                        "the grid (e.g. 3x3); refused with the reason where not exact")
+    p.add_argument("--max-mac-overhead", type=float, default=20.0, metavar="PCT",
+                   help="with --patches: the most extra multiply-accumulates the halo "
+                        "recomputation may cost, in %% of the model's (20)")
+    p.add_argument("--patch-objective", choices=OBJECTIVES, default="arena",
+                   help="with --patches: minimise the whole arena TFLM needs (default: each "
+                        "cloned operator adds OpData to the arena's tail) or the head alone")
+
+
+def patch_options(args: argparse.Namespace) -> dict:
+    """The keyword arguments of ``optimize_model_bytes`` for the parsed patch flags."""
+    from simulator.errors import UsageError
+    from simulator.optimize.patches import parse_grid
+
+    if args.patches is None:
+        return {}
+    parse_grid(args.patches)  # a usage error before any work
+    if not 0 <= args.max_mac_overhead < 10_000:
+        raise UsageError(f"--max-mac-overhead {args.max_mac_overhead:g}: give a percentage "
+                         ">= 0")
+    return {"patches": args.patches, "max_mac_overhead": args.max_mac_overhead / 100,
+            "patch_objective": args.patch_objective}
 
 
 def _optimize(args: argparse.Namespace) -> int:
@@ -33,11 +70,12 @@ def _optimize(args: argparse.Namespace) -> int:
     from simulator.profiles import load_profile
     from simulator.reader import read_model
 
+    options = patch_options(args)
     profile = load_profile(args.profile, args.profiles_dir)
     read_model(args.model)  # one clear error for a missing or broken file
     with open(args.model, "rb") as f:
         data = f.read()
-    out, report = optimize_model_bytes(data, profile, name=args.model)
+    out, report = optimize_model_bytes(data, profile, name=args.model, **options)
     write_atomic(args.output, out, inputs=[args.model])
     if args.json:
         print_json({**report.to_dict(), "output": args.output})
@@ -45,10 +83,16 @@ def _optimize(args: argparse.Namespace) -> int:
     console = make_console(args.no_color)
     console.print(f"{args.model}: {report.summary}")
     console.print(table(None, ["", "before", "after"], _rows(report)))
+    if report.patches is not None:
+        _print_patches(console, report.patches)
     for note in report.notes:
         console.print(f"note: {note}")
     console.print(f"wrote {args.output}" + ("" if report.changed else " (an identical copy)"))
     return 0
+
+
+#: Head vs overhead pairs printed (all are in --json).
+PAIRS_SHOWN = 8
 
 
 def _rows(r) -> list[tuple[str, str, str]]:
@@ -56,6 +100,21 @@ def _rows(r) -> list[tuple[str, str, str]]:
         return "-" if n is None else f"{n:,} B"
 
     best = "exact" if r.bound_exact else "per-operator floor"
+    if r.patches is not None and r.patches.grid:
+        return [
+            ("arena head, predicted", size(r.head_before_bytes), size(r.head_after_bytes)),
+            ("arena head, measured (TFLM)", size(r.measured_head_before_bytes),
+             size(r.measured_head_after_bytes)),
+            ("lower bound, whole tensors (best order)", size(r.patches.bound_whole_tensor_bytes),
+             ""),
+            ("lower bound, patched graph (" + ("best order" if r.bound_exact else
+                                               "written order") + ")", "",
+             size(r.bound_best_order_bytes)),
+            ("reduction", "", f"{r.reduction_bytes:,} B ({r.reduction_pct:.1f} %)"),
+            ("operators", str(r.patches.operators_before), str(r.patches.operators_after)),
+            ("offline plan", "", r.plan_method if r.offline_plan else "none"),
+            ("time to optimize", "", f"{r.seconds * 1000:.0f} ms"),
+        ]
     return [
         ("arena head, predicted", size(r.head_before_bytes), size(r.head_after_bytes)),
         ("arena head, measured (TFLM)", size(r.measured_head_before_bytes),
@@ -68,3 +127,30 @@ def _rows(r) -> list[tuple[str, str, str]]:
         ("offline plan", "", r.plan_method if r.offline_plan else "none"),
         ("time to optimize", "", f"{r.seconds * 1000:.0f} ms"),
     ]
+
+
+def _print_patches(console, p) -> None:
+    """The chosen patch plan and the head vs MAC-overhead pairs it was chosen from."""
+    if p.grid:
+        ms = ("" if p.estimated_ms_before is None or p.estimated_ms_after is None else
+              f", estimated latency {p.estimated_ms_before:.1f} → {p.estimated_ms_after:.1f} ms")
+        console.print(f"patches: {p.grid} grid over the first {p.split} operators, "
+                      f"{p.operators_before} → {p.operators_after} operators, MACs "
+                      f"{p.macs_before:,} → {p.macs_after:,} (+{p.mac_overhead_pct:.1f} %){ms}; "
+                      f"arena needed (head + estimated tail) {p.arena_before_bytes:,} → "
+                      f"{p.arena_after_bytes:,} B; file {p.model_bytes_before:,} → "
+                      f"{p.model_bytes_after:,} B")
+    by_head = p.objective == "head"
+    built = sorted((c for c in p.candidates if c.bound_bytes is not None),
+                   key=lambda c: (c.bound_bytes if by_head else c.arena_bytes,
+                                  c.mac_overhead_pct))
+    if built:
+        rows = [(f"{c.split}", c.grid, f"{c.bound_bytes:,} B", f"{c.arena_bytes:,} B",
+                 f"+{c.mac_overhead_pct:.1f} %",
+                 "chosen" if (c.split, c.grid) == (p.split, p.grid) else "")
+                for c in built[:PAIRS_SHOWN]]
+        more = len(p.candidates) - len(rows)
+        title = (f"patch candidates within +{p.max_mac_overhead_pct:g} % MACs, best "
+                 f"{p.objective} first ({more} more in --json)")
+        console.print(table(title, ["stage ops", "grid", "head bound", "arena", "MACs", ""],
+                            rows))

@@ -86,6 +86,9 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path, *,
             epochs: int = 0,
             distill: bool = False,
             optimize_memory: bool = False,
+            patches: str | None = None,
+            max_mac_overhead: float = 0.2,
+            patch_objective: str = "arena",
             scheme: str | None = None,
             io_type: str | None = None,
             unsafe: bool = False,
@@ -112,6 +115,8 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path, *,
     if optimize_memory and prof.runtime.name != "tflm":
         raise UsageError(f"--optimize-memory rewrites the TFLite-Micro arena plan; profile "
                          f"'{prof.name}' runs '{prof.runtime.name}'")
+    if patches is not None and not optimize_memory:
+        raise UsageError("--patches rewrites the graph as part of --optimize-memory: add it")
     if distill and train is None:
         raise UsageError("--distill fine-tunes with the original model as teacher: add --train")
     if train is not None and pattern is None and prune_channels is None:
@@ -160,11 +165,15 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path, *,
                          report_parts)
     settings["distill"] = distill
     settings["optimize_memory"] = optimize_memory
+    settings["patches"] = patches
     if optimize_memory:
         from simulator.optimize import optimize_model_bytes
 
         with timer("optimize memory"):
-            tflite, optimized = optimize_model_bytes(tflite, prof, name=str(out_path))
+            tflite, optimized = optimize_model_bytes(tflite, prof, name=str(out_path),
+                                                     patches=patches,
+                                                     max_mac_overhead=max_mac_overhead,
+                                                     patch_objective=patch_objective)
             report_parts["memory_optimization"] = dataclasses.asdict(optimized)
     with timer("write"):
         tflite = metadata.embed(tflite, settings)

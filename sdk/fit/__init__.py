@@ -57,12 +57,15 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
         settings: SearchSettings | None = None, distill: bool = False,
         cluster: int | None = None, unsafe: bool = False, workdir: str | Path | None = None,
         profiles_dirs: list[str | Path] | None = None, progress: Progress | None = None,
-        on_trial: OnTrial | None = None) -> FitReport:
+        on_trial: OnTrial | None = None, patches: str | None = None,
+        max_mac_overhead: float = 0.2, patch_objective: str = "arena") -> FitReport:
     """Search, verify and write the best candidate to ``output`` (when one fits).
 
     ``train``/``eval_data``/``calibration`` are data sources as ``convert`` takes them
     (calibration defaults to the first training samples). The report is returned also when
-    nothing fits (``report.found`` is False; nothing is written).
+    nothing fits (``report.found`` is False; nothing is written). ``patches`` (tflm
+    profiles) runs every candidate through ``devicefit optimize --patches`` before it is
+    judged, so a model can fit by running its first stage patch by patch.
     """
     from sdk.convert import _check_output, data, loading
 
@@ -76,6 +79,9 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
     if cluster is not None:
         check_clusters(cluster)
     prof = profile if isinstance(profile, Profile) else load_profile(profile, profiles_dirs)
+    if patches is not None and prof.runtime.name != "tflm":
+        raise UsageError(f"--patches rewrites the graph for TFLite-Micro; profile "
+                         f"'{prof.name}' runs '{prof.runtime.name}'")
     out_path = _check_output(output, model, train, eval_data, calibration)
     loaded = loading.load(model, unsafe=unsafe)
     if not loaded.is_keras:
@@ -104,7 +110,10 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
         ctx = Context(loaded=loaded, profile=prof, train=training, evaluation=evaluation,
                       calibration=calib, epochs=epochs, workdir=work,
                       float_accuracy=float_accuracy,
-                      distill=DistillSettings() if distill else None, progress=progress)
+                      distill=DistillSettings() if distill else None, progress=progress,
+                      memory=None if patches is None else
+                      {"patches": patches, "max_mac_overhead": max_mac_overhead,
+                       "patch_objective": patch_objective})
         report = FitReport(
             source=loaded.source, profile=prof.name, runtime=prof.runtime.name,
             budgets={"flash": prof.budgets.flash_bytes, "arena": prof.budgets.arena_bytes,
@@ -114,7 +123,7 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
                       "jobs": settings.jobs, "storage": shown_url(settings.storage),
                       "epochs": epochs,
                       "distill": ctx.distill.to_dict() if ctx.distill else None,
-                      "cluster": cluster, "seed": settings.seed,
+                      "cluster": cluster, "seed": settings.seed, "patches": patches,
                       "runtime_code_bytes": prof.runtime.code_bytes},
             float_accuracy=float_accuracy, eval_samples=len(evaluation),
             study={"name": name,

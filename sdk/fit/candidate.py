@@ -53,6 +53,9 @@ class Context:
     float_accuracy: float | None
     distill: distill.DistillSettings | None = None
     progress: Progress | None = None
+    #: ``optimize_model_bytes`` options (patches, max_mac_overhead) to shrink each
+    #: candidate's TFLM arena; None: candidates are judged as converted.
+    memory: dict[str, Any] | None = None
 
     @property
     def model(self) -> Any:
@@ -125,7 +128,12 @@ def static_check(path: Path, profile: Profile) -> Report:
 def convert_candidate(ctx: Context, model: Any, candidate: Candidate) -> bytes:
     settings = quantize.resolve(ctx.profile, candidate.scheme, None)
     loaded = dataclasses.replace(ctx.loaded, keras_model=model, saved_model_dir=None)
-    return quantize.to_tflite(loaded, settings, ctx.calibration)
+    tflite = quantize.to_tflite(loaded, settings, ctx.calibration)
+    if ctx.memory is not None:  # a candidate may fit only once its first stage runs in patches
+        from simulator.optimize import optimize_model_bytes
+
+        tflite, _ = optimize_model_bytes(tflite, ctx.profile, **ctx.memory)
+    return tflite
 
 
 def structural_model(ctx: Context, candidate: Candidate) -> Any:

@@ -13,6 +13,10 @@ Stages, each checked before the next reads it:
 4. the rewritten flatbuffer is read back and planned again: it must predict that head;
 5. (``verify``) both files run in TFLM and LiteRT on the same inputs: outputs must be
    bit-identical, and TFLM's measured head must not grow, else nothing is returned.
+
+With ``patches`` (opt-in) the first stage is first rewritten to run patch by patch
+(:mod:`simulator.optimize.patches`), which goes below the whole-tensor bound; stages 1-4
+then run on the rewritten graph and stage 5 compares it with the original file.
 """
 
 from __future__ import annotations
@@ -29,12 +33,23 @@ from simulator.lifetimes import OFFLINE_METADATA, Buffer, lower_bound, tflm_buff
 from simulator.model import Model
 from simulator.optimize.graph import graph_from_buffers
 from simulator.optimize.packing import pack
-from simulator.optimize.reorder import best_order
+from simulator.optimize.patches import (
+    DEFAULT_MAX_MAC_OVERHEAD,
+    PatchReport,
+    PatchSettings,
+    predicted_arena,
+    search_patches,
+)
+from simulator.optimize.reorder import OrderResult, best_order
 from simulator.planners.base import PlanError, check_plan
 from simulator.planners.tflm import greedy_plan
 from simulator.profiles import Profile
 from simulator.reader import parse_model
 from simulator.writer import reorder_operators, set_offline_plan
+
+#: Patched graphs up to this many operators get the order search; larger ones keep their
+#: patch-by-patch order.
+EXACT_ORDER_SEARCH_OPS = 64
 
 
 @dataclass
@@ -69,6 +84,9 @@ class OptimizeReport:
     #: Runtime → outputs of the two files bit-identical on the same inputs.
     outputs_identical: dict[str, bool] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: What ``patches`` did (None when not asked). With a patched graph written, ``order``
+    #: indexes the patched graph's operators and the bounds above are the patched graph's.
+    patches: PatchReport | None = None
 
     @property
     def reduction_bytes(self) -> int:
@@ -92,6 +110,8 @@ class OptimizeReport:
         d = dataclasses.asdict(self)
         d.update(reduction_bytes=self.reduction_bytes, reduction_pct=round(self.reduction_pct, 2),
                  gap_bytes=self.gap_bytes, gap_pct=round(self.gap_pct, 2))
+        if self.patches is not None:
+            d["patches"]["mac_overhead_pct"] = round(self.patches.mac_overhead_pct, 2)
         return d
 
 
@@ -105,13 +125,108 @@ class _Candidate:
 
 
 def optimize_model_bytes(data: bytes, profile: Profile, *, verify: bool = True,
-                         name: str = "<bytes>") -> tuple[bytes, OptimizeReport]:
+                         name: str = "<bytes>", patches: str | None = None,
+                         max_mac_overhead: float = DEFAULT_MAX_MAC_OVERHEAD,
+                         patch_objective: str = "arena") -> tuple[bytes, OptimizeReport]:
     """Rewrite a ``.tflite`` so TFLM's stock interpreter needs a smaller arena head.
 
     Returns the new bytes (the input bytes when nothing improves) and the report. With
     ``verify`` both files run in TFLM and LiteRT (child processes) and a rewrite is only
     returned when outputs are bit-identical and the measured head does not grow.
+    ``patches`` (``"auto"`` or ``"RxC"``) also tries patch-based execution of the first
+    stage within ``max_mac_overhead`` extra MACs (0.2: +20 %), minimising
+    ``patch_objective`` (``arena``: head + tail, ``head``); when it refuses or does not beat
+    whole-tensor execution, the report says why and the whole-tensor result stands.
     """
+    if patches is None:
+        return _optimize(data, profile, verify=verify, name=name)
+    settings = PatchSettings(patches, max_mac_overhead, patch_objective)
+    started = time.perf_counter()
+    out, report = _optimize(data, profile, verify=False, name=name)
+    model = parse_model(data, name)
+    choices, report.patches = search_patches(data, model, settings, profile,
+                                             report.head_after_bytes,
+                                             report.bound_best_order_bytes)
+    p = report.patches
+    planned = []  # (objective value, choice, bytes, report, predicted arena)
+    for choice in choices:
+        # The order search is exact and cheap on a few dozen operators (and can interleave
+        # patches better); on hundreds it turns into a beam search that costs seconds and
+        # found nothing below the patch-by-patch order on the models tried.
+        patched, after = _optimize(
+            choice.data, profile, verify=False, name=name,
+            search_order=len(choice.model.main.operators) <= EXACT_ORDER_SEARCH_OPS)
+        arena = predicted_arena(parse_model(patched, name), profile, after.head_after_bytes)
+        value = arena if patch_objective == "arena" else after.head_after_bytes
+        planned.append((value, choice, patched, after, arena))
+        if after.head_after_bytes <= choice.bound:  # at its bound: the next cannot beat it
+            break
+    if planned:
+        value, choice, patched, after, arena = min(planned, key=lambda c: c[0])
+        baseline = p.arena_before_bytes if patch_objective == "arena" else \
+            report.head_after_bytes
+        if value < baseline:
+            out = patched
+            p.choose(choice, model)
+            p.arena_after_bytes = arena
+            p.model_bytes_before, p.model_bytes_after = len(data), len(patched)
+            _adopt_patched(report, after, model, choice.model, profile)
+        else:
+            p.refuse(f"the best patched graph ({choice.plan.grid} over the first "
+                     f"{choice.plan.split} operators) needs {value:,} bytes of "
+                     f"{patch_objective}, not less than whole-tensor execution's {baseline:,}")
+    if report.patches.refused:
+        report.notes.append(f"patches not used: {report.patches.refused}")
+    report.seconds = time.perf_counter() - started
+    if verify and report.changed:
+        _verify(data, out, report)
+        if not report.changed:
+            if report.patches.grid:
+                report.patches.refuse(report.summary)
+            return data, report
+        report.summary = _changed_summary(report)
+    return (out if report.changed else data), report
+
+
+def _adopt_patched(report: OptimizeReport, after: OptimizeReport, model: Model,
+                   patched: Model, profile: Profile) -> None:
+    """Take the patched graph's plan into ``report`` (whose "before" is the original)."""
+    for name in ("order", "plan_method", "head_after_bytes", "bound_best_order_bytes",
+                 "bound_exact", "search_states"):
+        setattr(report, name, getattr(after, name))
+    report.changed = report.order_changed = True
+    report.offline_plan = after.offline_plan
+    report.notes += [n for n in after.notes if n not in report.notes]
+    p = report.patches
+    assert p is not None
+    p.estimated_ms_before, p.estimated_ms_after = _latency_ms(model, profile), \
+        _latency_ms(patched, profile)
+    if (p.arena_after_bytes or 0) > (p.arena_before_bytes or 0):
+        report.notes.append(
+            f"the whole arena grows ({p.arena_before_bytes:,} → {p.arena_after_bytes:,} B "
+            "predicted): each cloned operator keeps its own OpData and per-channel arrays in "
+            "the arena's tail; --patch-objective arena weighs that")
+    report.summary = _changed_summary(report)
+
+
+def _latency_ms(model: Model, profile: Profile) -> float | None:
+    """The cost model's estimate (extra ops and MACs included), None without one."""
+    from simulator.compute import op_work
+    from simulator.errors import ProfileError
+    from simulator.latency import estimate_latency
+    from simulator.report import OpCompute
+
+    work = [OpCompute(w.op_index, w.op, w.macs, w.bytes_moved) for w in op_work(model)]
+    try:
+        return estimate_latency(model, work, profile).total_ms
+    except ProfileError:
+        return None
+
+
+def _optimize(data: bytes, profile: Profile, *, verify: bool, name: str,
+              search_order: bool = True) -> tuple[bytes, OptimizeReport]:
+    """Stages 1-5 of the module doc; without ``search_order`` the file's order is kept (a
+    patched graph is written patch by patch, the order its plan is built for)."""
     if profile.runtime.name != "tflm":
         raise UsageError(f"optimize rewrites the TFLite-Micro arena plan; profile "
                          f"'{profile.name}' targets '{profile.runtime.name}': pick a tflm profile")
@@ -147,10 +262,14 @@ def optimize_model_bytes(data: bytes, profile: Profile, *, verify: bool = True,
     if graph.peak(file_order) != report.bound_file_order_bytes:
         raise PlanError(f"optimizer DAG peak {graph.peak(file_order)} != lifetimes bound "
                         f"{report.bound_file_order_bytes} for the file order")
-    best = best_order(graph)
+    if search_order:
+        best = best_order(graph)
+    else:
+        peak = graph.peak(file_order)
+        best = OrderResult(file_order, peak, exact=False, bound=peak, states=0)
     report.bound_best_order_bytes, report.bound_exact = best.bound, best.exact
     report.search_states = best.states
-    if not best.exact:
+    if search_order and not best.exact:
         report.notes.append("the graph is too wide for an exact order search: the order comes "
                             "from a beam search and the best-order bound is the per-operator "
                             "floor (inputs + outputs + scratch of one operator)")
@@ -248,13 +367,19 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport) -> None:
         for p, b in zip(paths, (original, optimized)):
             p.write_bytes(b)
         for runtime in ("tflm", "litert"):
-            try:
-                runs = [run_model(p, runtime, reference_kernels=True) for p in paths]
-            except RuntimeFailure as exc:
-                if runtime == "tflm":
-                    raise RuntimeFailure(f"cannot check the optimized model in TFLM, so it is "
-                                         f"not written: {exc}") from exc
-                report.notes.append(f"outputs not compared in LiteRT: {exc}")
+            runs = []
+            for which, p in zip(("original", "optimized"), paths):
+                try:
+                    runs.append(run_model(p, runtime, reference_kernels=True))
+                except RuntimeFailure as exc:
+                    if runtime == "tflm":
+                        raise RuntimeFailure(f"cannot check the optimized model in TFLM (the "
+                                             f"{which} model fails), so it is not written: "
+                                             f"{exc}") from exc
+                    report.notes.append(f"outputs not compared in LiteRT ({which} model): "
+                                        f"{exc}")
+                    break
+            if len(runs) < len(paths):
                 continue
             identical, diff = compare_outputs(runs[0].outputs, runs[1].outputs)
             report.outputs_identical[runtime] = identical
@@ -292,6 +417,15 @@ def _unchanged_summary(r: OptimizeReport) -> str:
 
 
 def _changed_summary(r: OptimizeReport) -> str:
+    p = r.patches
+    if p is not None and p.grid:
+        what = [f"first {p.split} operators run as {p.grid} patches "
+                f"(+{p.mac_overhead_pct:.1f} % MACs)"]
+        if r.offline_plan:
+            what.append("offline arena plan written")
+        return (f"{' and '.join(what)}: head {r.head_before_bytes} → {r.head_after_bytes} bytes "
+                f"(−{r.reduction_pct:.1f} %), whole-tensor bound "
+                f"{p.bound_whole_tensor_bytes} bytes")
     what = [w for w, on in (("operators reordered", r.order_changed),
                             ("offline arena plan written", r.offline_plan)) if on]
     at = "at the bound" if r.gap_bytes == 0 else f"{r.gap_bytes} bytes above the bound"
