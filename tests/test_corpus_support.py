@@ -14,14 +14,9 @@ from simulator.errors import RuntimeFailure
 from simulator.profiles import load_profile
 from simulator.reader import read_model
 from simulator.runtimes import run_model
-from tests.corpus import MODELS, corpus
+from tests.corpus import INPUT_SHAPES, MODELS, corpus
 
 PROFILES = {"tflm": "stm32l4r5-cortex-m4", "litert": "android-arm64-cpu"}
-#: LiteRT resizes dynamic inputs, and needs a real size: the stored shape [1, 1] of
-#: openWakeWord's mel-spectrogram front end is one audio sample, too short for its first
-#: convolution under XNNPACK. It takes 80 ms chunks at 16 kHz (openWakeWord's README).
-#: (TFLM cannot resize and runs the stored shape.)
-INPUT_SHAPES = {("oww_melspectrogram", "litert"): (1, 1280)}
 
 
 @pytest.mark.parametrize("runtime", sorted(PROFILES))
