@@ -109,7 +109,7 @@ def _saved_model_batch_of_one(model: LoadedModel) -> tuple[list, object]:
     """The SavedModel's serving signature traced for a batch of 1 (its own may be dynamic)."""
     import tensorflow as tf
 
-    loaded = tf.saved_model.load(str(model.saved_model_dir))
+    loaded = model.saved_model
     signature = loaded.signatures["serving_default"]
     name = next(iter(signature.structured_input_signature[1]))
     fn = tf.function(lambda x: signature(**{name: x}),
