@@ -187,7 +187,7 @@ def _print_summary(console, report) -> None:
                       f", best-order bound {format_size(o['bound_best_order_bytes'])})")
     if report.simulation is not None:
         figures, verdict = verdict_line(report)
-        console.print(escape(figures) + verdict)
+        console.print(escape(figures) + verdict, soft_wrap=True)
     for w in report.warnings:
         console.print(f"[bold yellow]warning:[/bold yellow] {w}")
 

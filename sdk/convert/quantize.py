@@ -35,6 +35,9 @@ SCHEME_IO_TYPES: dict[str, tuple[str, ...]] = {
     "float32": ("float32",),
 }
 
+#: Runtimes that run int16x8 models with int16 inputs and outputs.
+INT16_IO = ("tflm", "litert")
+
 Progress = Callable[[str, int, int], None]
 
 
@@ -57,15 +60,22 @@ def resolve(profile: Profile, scheme: str | None, io_type: str | None) -> QuantS
         raise UsageError(f"profile {profile.name} does not allow --scheme {scheme} "
                          f"(its runtime takes: {', '.join(q.schemes)})")
     possible = SCHEME_IO_TYPES[scheme]
+    allowed = tuple(q.io_types)
+    if scheme == "int16x8" and "int16" not in allowed and profile.runtime.name in INT16_IO \
+            and any(t in allowed for t in ("int8", "uint8")):
+        # int16 I/O is to int16x8 what int8 I/O is to int8: a profile taking integer I/O
+        # takes the integer type of the scheme (TFLM and LiteRT have int16 kernels for the
+        # I/O ops); without it the model gets float I/O plus QUANTIZE/DEQUANTIZE ops.
+        allowed = ("int16", *allowed)
     if io_type is None:
         # The profile lists I/O types in order of preference (uint8 first for the Edge TPU).
-        io_type = next((t for t in q.io_types if t in possible), "float32")
+        io_type = next((t for t in allowed if t in possible), "float32")
     elif io_type not in possible:
         raise UsageError(f"--io-type {io_type} is impossible with --scheme {scheme} "
                          f"(possible: {', '.join(possible)})")
-    elif io_type not in q.io_types:
+    elif io_type not in allowed:
         raise UsageError(f"profile {profile.name} does not allow --io-type {io_type} "
-                         f"(allowed: {', '.join(q.io_types)})")
+                         f"(allowed: {', '.join(allowed)})")
     if profile.runtime.name == "edgetpu" and scheme != "int8":
         raise UsageError(f"profile {profile.name}: the Edge TPU runs only full-integer int8 models")
     return QuantSettings(scheme=scheme, io_type=io_type, per_channel=q.per_channel)
