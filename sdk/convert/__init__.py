@@ -318,7 +318,7 @@ def _settings(result, profile, quant, pattern, prune, epochs, calib, parts) -> d
         "prune_stages": parts.get("prune_stages"),
         "fine_tune_epochs": epochs,
         "calibration": None if calib is None else {
-            "source": calib.source, "samples": len(calib), "random": calib.random},
+            "source": Path(calib.source).name, "samples": len(calib), "random": calib.random},
         "sparse_encoding": False,
         "converter": result.converter,
     }

@@ -26,7 +26,7 @@ from sdk.fit.candidate import (
     evaluate,
     measure_accuracy,
 )
-from sdk.fit.cluster import check_clusters
+from sdk.fit.cluster import check_clusters, gzip_size
 from sdk.fit.distill import DistillSettings
 from sdk.fit.report import FitReport, choose, closest_miss, reason_for
 from sdk.fit.search import SearchSettings, search, study_name
@@ -94,6 +94,7 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
                       float_accuracy=float_accuracy,
                       distill=DistillSettings() if distill else None, progress=progress)
         space = space_for(prof, can_train=True, can_prune=True, groups=_groups(ctx.model))
+        ctx.qat_twins = space.qat  # PTQ twins of QAT candidates train the same epochs
         name = settings.study_name or study_name(loaded.source, prof.name, space)
         model_path = Path(loaded.source) if loaded.kind in ("keras", "h5") else None
         result = search(ctx, space, settings, name=name, model_path=model_path,
@@ -151,6 +152,8 @@ def _finish(report: FitReport, ctx: Context, out_path: Path, cluster: int | None
         if cluster:
             tflite, report.clustering = _cluster(ctx, record, cluster, tflite)
         tflite = _embed(tflite, ctx, record, report)
+        if report.clustering is not None:  # the download size of the file as written
+            report.clustering["gzip_after"] = gzip_size(tflite)
         staged = ctx.workdir / "verify.tflite"
         write_atomic(staged, tflite)
         verified = simulate(staged, ctx.profile, run=True)
@@ -200,7 +203,7 @@ def _cluster(ctx: Context, record: TrialRecord, clusters: int, tflite: bytes
     import keras
 
     from sdk.convert import finetune
-    from sdk.fit.cluster import cluster_weights, gzip_size
+    from sdk.fit.cluster import cluster_weights, file_distinct_values, gzip_size
 
     if record.keras_path:
         model = keras.models.load_model(record.keras_path, compile=False)
@@ -217,6 +220,8 @@ def _cluster(ctx: Context, record: TrialRecord, clusters: int, tflite: bytes
         "clusters": clusters, "gzip_before": gzip_size(tflite), "gzip_after": gzip_size(clustered),
         "bytes_before": len(tflite), "bytes_after": len(clustered),
         "accuracy_before": record.accuracy, "accuracy_after": measure_accuracy(ctx, path),
-        "distinct_values": keeper.distinct_values(), "fine_tune_loss": run.loss,
+        "distinct_values": file_distinct_values(clustered),
+        "distinct_values_measured_on": "the written .tflite (max per channel)",
+        "fine_tune_loss": run.loss,
         "note": "clustering shrinks the gzip-compressed download only; the runtime stores "
                 "int8 weights uncompressed, so flash and arena do not change"}

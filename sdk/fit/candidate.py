@@ -53,6 +53,9 @@ class Context:
     float_accuracy: float | None
     distill: distill.DistillSettings | None = None
     progress: Progress | None = None
+    #: The search also tries QAT: a PTQ candidate that has a QAT twin trains the same extra
+    #: epochs, one at a time like QAT, without fake quantization (like for like).
+    qat_twins: bool = False
 
     @property
     def model(self) -> Any:
@@ -165,7 +168,17 @@ def train_candidate(ctx: Context, candidate: Candidate) -> tuple[Any, list[Any]]
         result = qat.quantization_aware_fit(model, data, ctx.epochs, ctx.calibration,
                                             loss=loss, progress=ctx.progress)
         runs += result.fine_tune
+    elif has_qat_twin(ctx, candidate):
+        loss = loss if loss is not None else finetune.loss_for(model, data.y)
+        runs += [finetune.fine_tune(model, data, 1, loss=loss, progress=ctx.progress)
+                 for _ in range(ctx.epochs)]
     return model, runs
+
+
+def has_qat_twin(ctx: Context, candidate: Candidate) -> bool:
+    """Whether the search space holds the QAT version of this PTQ candidate."""
+    return ctx.qat_twins and not candidate.qat and candidate.scheme == "int8" and \
+        candidate.nm is None
 
 
 def measure_accuracy(ctx: Context, path: Path) -> float | None:
@@ -189,7 +202,7 @@ def evaluate(ctx: Context, candidate: Candidate, number: int) -> TrialRecord:
                        note=_why_not(report))
     runs: list[Any] = []
     keras_path = None
-    if candidate.needs_training:
+    if candidate.needs_training or has_qat_twin(ctx, candidate):
         model, runs = train_candidate(ctx, candidate)
         keras_path = ctx.workdir / f"trial-{number:03d}.keras"
         model.save(keras_path)
