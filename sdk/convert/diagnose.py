@@ -129,8 +129,8 @@ def crash(returncode: int, stage: str, log_text: str, layers: dict[str, str]) ->
         text += f", during {where}"
     if special:
         text += (f"; the model has layers TensorFlow converts through special code: "
-                 f"{', '.join(special[:4])}: try another --scheme (e.g. float32 or int16x8) "
-                 "or rebuild those layers with fixed shapes")
+                 f"{', '.join(special[:4])}: rebuild those layers with fixed shapes (and "
+                 "unroll=True for recurrent ones), or try another --scheme")
     return text
 
 

@@ -105,7 +105,8 @@ def to_tflite(model: LoadedModel, settings: QuantSettings, calibration: np.ndarr
 def batch_of_one(model: LoadedModel):
     """The Keras model behind an input of batch 1, so the file has static shapes.
 
-    A clone rebuilt on a batch-1 input keeps one name scope per layer; wrapping the model
+    A clone rebuilt on a batch-1 input (recurrent layers unrolled, see :func:`_unrolled`)
+    keeps one name scope per layer; wrapping the model
     in a new one would prefix every tensor name twice (``cnn_1/cnn_1/conv/...``: 12 KB of
     flash on MobileNetV2). Models ``clone_model`` cannot rebuild (custom layers without a
     config) are wrapped. ``from_keras_model`` exports the result to a SavedModel itself
@@ -117,11 +118,22 @@ def batch_of_one(model: LoadedModel):
     inp = keras.Input(model.input_shape, batch_size=1, name="input")
     source = model.keras_model
     try:
-        clone = keras.models.clone_model(source, input_tensors=inp)
+        clone = keras.models.clone_model(source, input_tensors=inp, clone_function=_unrolled)
         clone.set_weights(source.get_weights())
         return clone
     except Exception:  # noqa: BLE001 - any rebuild failure: the wrapper always works
         return keras.Model(inp, source(inp), name=source.name)
+
+
+def _unrolled(layer):
+    """A fresh copy of ``layer``; recurrent layers unrolled. With a fixed batch and sequence
+    length the loop needs no TensorList ops, whose int8 calibration segfaults in TF 2.21
+    (a small Keras LSTM); the unrolled cell is plain FULLY_CONNECTED/ADD/MUL/LOGISTIC/TANH
+    and computes the same values."""
+    config = layer.get_config()
+    if config.get("unroll") is False:
+        config["unroll"] = True
+    return type(layer).from_config(config)
 
 
 def _saved_model_batch_of_one(model: LoadedModel) -> tuple[list, object]:
