@@ -61,7 +61,7 @@ def run_in_child(request: Any, supply: Callable[[tuple[int, ...]], Any],
     keep_log = False
     (work / "request.json").write_text(json.dumps(dataclasses.asdict(request)))
     env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    env["TF_CPP_MIN_LOG_LEVEL"] = "1"  # its stderr is the log file: keep TF's warnings
     root = str(Path(__file__).resolve().parents[2])  # importable from a checkout, too
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     stall = float(os.environ.get("DEVICEFIT_CONVERT_STALL_S", STALL_TIMEOUT_S))
@@ -81,8 +81,11 @@ def run_in_child(request: Any, supply: Callable[[tuple[int, ...]], Any],
                 progress(*event["progress"])
             elif "need_data" in event:
                 bundle = supply(tuple(event["need_data"]))
-                child.stdin.write((json.dumps(_save_bundle(bundle, work)) + "\n").encode())
-                child.stdin.flush()
+                try:
+                    child.stdin.write((json.dumps(_save_bundle(bundle, work)) + "\n").encode())
+                    child.stdin.flush()
+                except BrokenPipeError:  # it died meanwhile: its exit status says how
+                    pass
             elif "error" in event:
                 reported = event["error"]
             elif "done" in event:
