@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {}
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        models = convert_parity.build_models(tmp)
+        models = convert_parity.build_in_child(tmp)
         print(f"parity with bare TensorFlow, int8 for {MCU}, {args.repeat} runs each "
               "(medians; fresh processes, interleaved):", flush=True)
         parity = convert_parity.measure(models, tmp, args.repeat)

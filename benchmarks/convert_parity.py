@@ -11,10 +11,15 @@ size ≤ 1.05×, wall and CPU ≤ 1.2×, peak memory ≤ 1.3×.
 
 A last column runs devicefit with ``--eval`` on 1,000 samples: the float reference and the
 LiteRT evaluation must not blow the memory up (batches of 256 once peaked at 3.3 GB).
+
+The measuring process never imports TensorFlow (the models are built in a child): Linux
+keeps a process's peak RSS across ``exec``, so processes started from a big launcher would
+all report at least the launcher's size.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import statistics
@@ -125,6 +130,25 @@ def build_models(folder: Path) -> dict[str, tuple[Path, Path]]:
     return out
 
 
+def build_in_child(folder: Path) -> dict[str, tuple[Path, Path, int]]:
+    """:func:`build_models` in a child process: name → (.keras, calibration .npy, params)."""
+    code = ("import json, sys; from pathlib import Path; "
+            "from benchmarks.convert_parity import build_models, params; "
+            "models = build_models(Path(sys.argv[1])); "
+            "print(json.dumps({k: [str(m), str(d), params(m)] for k, (m, d) in models.items()}))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True,
+                          text=True, env=env, cwd=ROOT, check=True)
+    built = json.loads(done.stdout.strip().splitlines()[-1])
+    return {k: (Path(m), Path(d), int(n)) for k, (m, d, n) in built.items()}
+
+
+def params(model_file: Path) -> int:
+    import keras
+
+    return int(keras.models.load_model(model_file, compile=False).count_params())
+
+
 def _run(argv: list[str], out: Path) -> Run:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -139,14 +163,11 @@ def _run(argv: list[str], out: Path) -> Run:
     return Run(wall_s=wall, cpu_s=cpu, peak_rss_kib=own + children, bytes=out.stat().st_size)
 
 
-def measure(models: dict[str, tuple[Path, Path]], tmp: Path, repeat: int,
+def measure(models: dict[str, tuple[Path, Path, int]], tmp: Path, repeat: int,
             eval_samples: int = 1000) -> list[Parity]:
-    import keras
-
     results = []
-    for name, (model_file, data_file) in models.items():
-        params = keras.models.load_model(model_file, compile=False).count_params()
-        p = Parity(model=name, params=params)
+    for name, (model_file, data_file, count) in models.items():
+        p = Parity(model=name, params=count)
         for _ in range(repeat):
             bare_out, ours_out = tmp / "bare.tflite", tmp / "ours.tflite"
             p.bare.append(_run([sys.executable, "-c", BARE, str(model_file), str(data_file),

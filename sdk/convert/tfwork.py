@@ -84,9 +84,9 @@ def run(request: TFRequest, model: Any, supply: Callable[[tuple[int, ...]], Data
     ``on_layers`` gets the model's layers (name → class) as soon as they are known, so a
     crash later can be blamed on the layers TensorFlow handles specially.
     """
+    stage("load")  # importing TensorFlow is part of loading (seconds)
     import tensorflow as tf
 
-    stage("load")
     loaded = loading.load(request.model if model is None else model, unsafe=request.unsafe)
     if (request.sparsity or request.prune_channels) and not loaded.is_keras:
         raise UsageError(f"{loaded.source}: pruning needs a Keras model (.keras or .h5); a "
