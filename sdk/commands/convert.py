@@ -20,7 +20,7 @@ from sdk.console import make_console, table
 from sdk.pictures import add_picture_options, write_pictures
 from simulator.fileio import write_atomic
 from simulator.profiles import QUANT_SCHEMES
-from simulator.units import format_size
+from simulator.units import format_size, format_time_ms
 
 EXAMPLE = ("example: devicefit convert model.keras --profile stm32l4r5-cortex-m4 "
            "--calibration train.npz --eval test.npz -o model.tflite")
@@ -103,7 +103,9 @@ def _size_line(report) -> str:
 
 
 def _figure(value: float, unit: str) -> str:
-    return format_size(int(value)) if unit == "bytes" else f"{value:.3g} {unit}"
+    if unit == "bytes":
+        return format_size(int(value))
+    return format_time_ms(value) if unit == "ms" else f"{value:.3g} {unit}"
 
 
 def verdict_line(report) -> tuple[str, str]:
