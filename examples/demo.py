@@ -70,7 +70,8 @@ def main(out: Path = ROOT / "build" / "demo") -> int:
     for i, v in enumerate(variants(paths["train"])):
         target = out / f"digits_{i}_{v.profile}.tflite"
         report = convert(model_file, v.profile, target, calibration=paths["train"],
-                         eval_data=paths["test"], simulate=False, **v.options)
+                         eval_data=paths["test"], simulate=False, float_baseline=True,
+                         **v.options)
         on_mcu = load_profile(v.profile).runtime.name == "tflm"
         sim = simulate(target, v.profile, run=on_mcu, runs=3)
         budgets = {b.name: b for b in sim.budgets}

@@ -34,7 +34,7 @@ def int8_mcu(digits, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("int8") / "digits_int8.tflite"
     return convert(digits["model"], MCU, out, calibration=digits["train"],
-                   eval_data=digits["test"])
+                   eval_data=digits["test"], float_baseline=True)
 
 
 def _flash_and_arena(report) -> tuple[int, int]:
@@ -157,7 +157,7 @@ def test_float16_and_dynamic_range_schemes(digits, tmp_path, scheme, weight_dtyp
     from sdk.convert import convert
 
     report = convert(digits["model"], PHONE, tmp_path / f"{scheme}.tflite", scheme=scheme,
-                     eval_data=digits["test"])
+                     eval_data=digits["test"], float_baseline=True)
     # Dynamic range leaves tensors under 1024 weights in float32; the big ones are quantized.
     biggest = max(report.weights, key=lambda w: np.prod(w.shape))
     assert biggest.dtype == weight_dtype

@@ -43,7 +43,7 @@ def test_cli_converts_writes_report_and_prints_verdict(digits, tmp_path, capsys)
     assert out.exists()
     report = json.loads(rep.read_text())
     assert report["profile"] == MCU and report["verdict"] == "pass"
-    assert "PASS" in text and "accuracy" in text and "x the float .tflite" in text
+    assert "PASS" in text and "accuracy" in text and "x its weights as float32" in text
     assert "latency" in text and "likely" in text  # the estimate shows with its band
 
 

@@ -91,6 +91,13 @@ def test_the_search_bisects_the_pruning_ratio_then_tries_qat(tight_fit):
                           "int8 PTQ prune 0.375", "int8 QAT prune 0.5"]
 
 
+def test_qat_and_its_ptq_twin_train_the_same_epochs(tight_fit):
+    trials = {t["label"]: t for t in tight_fit["report"]["trials"]}
+    ptq, qat = trials["int8 PTQ prune 0.5"], trials["int8 QAT prune 0.5"]
+    epochs = [sum(run["epochs"] for run in t["fine_tune"]) for t in (ptq, qat)]
+    assert epochs[0] == epochs[1] > 0
+
+
 def test_cheap_static_checks_reject_candidates_before_training(tight_fit):
     trials = tight_fit["report"]["trials"]
     rejected = [t for t in trials if t["stage"] in ("static", "skipped")]

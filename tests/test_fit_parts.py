@@ -200,3 +200,40 @@ def test_channel_pruning_takes_a_ratio_per_layer_group():
     assert pruned.model.get_layer("conv3").filters == 32
     with pytest.raises(UsageError):
         sparsity.prune_channels(model, 0.0)
+
+
+def test_qat_is_compared_with_its_ptq_twin_only_at_equal_epochs():
+    from sdk.fit.report import qat_twin, reason_for
+
+    def trained(record: TrialRecord, *epochs: int) -> TrialRecord:
+        record.fine_tune = [{"epochs": e} for e in epochs]
+        return record
+
+    qat = trained(_record(0, Candidate("int8", 0.5, qat=True), flash=90, accuracy=0.95), 2, 1, 1)
+    ptq = trained(_record(1, Candidate("int8", 0.5), flash=90, accuracy=0.94), 2, 1, 1)
+    longer = trained(_record(2, Candidate("int8", 0.5), flash=90, accuracy=0.96), 2)
+    other = trained(_record(3, Candidate("int8", 0.25), flash=90, accuracy=0.93), 2, 1, 1)
+    assert qat_twin(qat, [qat, longer, other, ptq]) is ptq
+    assert qat_twin(qat, [qat, longer, other]) is None  # 2 epochs vs 4 is no twin
+    reason = reason_for(qat, [qat, ptq], 0.97, [qat, ptq])
+    assert "PTQ twin (trial 1, same 4 training epochs) reached 94.00%" in reason
+
+
+def test_a_ptq_candidate_with_a_qat_twin_trains_too():
+    from sdk.fit.candidate import Context, has_qat_twin
+
+    ctx = Context(loaded=None, profile=None, train=None, evaluation=None, calibration=None,
+                  epochs=2, workdir=None, float_accuracy=None, qat_twins=True)
+    assert has_qat_twin(ctx, Candidate("int8"))
+    assert not has_qat_twin(ctx, Candidate("int16x8"))
+    assert not has_qat_twin(ctx, Candidate("int8", qat=True))
+    ctx.qat_twins = False
+    assert not has_qat_twin(ctx, Candidate("int8"))
+
+
+def test_distinct_values_are_counted_per_channel_in_the_file():
+    from sdk.fit.cluster import file_distinct_values
+    from tests.zoo import model_path
+
+    counts = file_distinct_values(model_path("chain_int8").read_bytes())
+    assert counts and all(1 <= n <= 255 for n in counts.values())

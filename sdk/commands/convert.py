@@ -8,9 +8,13 @@ import logging
 import os
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from rich.markup import escape
 
 from sdk.commands.optimize import add_patch_arguments, patch_options
 from sdk.console import make_console, table
@@ -53,8 +57,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_patch_arguments(p, "with --optimize-memory: ")
     p.add_argument("--report", metavar="OUT.json", help="write the full report as JSON")
     add_picture_options(p)
+    p.add_argument("--float-baseline", action="store_true",
+                   help="also convert the float32 model to report the size against (a second "
+                        "conversion; without it the size is compared with the float32 weights)")
     p.add_argument("--unsafe", action="store_true",
-                   help="allow Lambda layers (runs Python code from the model file)")
+                   help="trust the model: allow Lambda layers (Python code in a .keras file) "
+                        "and SavedModel ops that touch files, the network or Python")
     p.set_defaults(handler=_convert)
 
 
@@ -64,7 +72,7 @@ def _convert(args: argparse.Namespace) -> int:
 
     console = make_console(args.no_color)
     with tempfile.TemporaryDirectory() as tmp, _warnings_to(console), \
-            _progress(args.no_color) as progress:
+            _progress(args.no_color) as (progress, on_stage):
         baseline = Path(tmp) / "float32.tflite" if args.html else None
         report = convert(
             args.model, args.profile, args.output, calibration=args.calibration,
@@ -72,7 +80,8 @@ def _convert(args: argparse.Namespace) -> int:
             prune_channels=args.prune_channels, train=args.train, epochs=args.epochs,
             distill=args.distill, optimize_memory=args.optimize_memory, **patch_options(args),
             scheme=args.scheme, io_type=args.io_type, unsafe=args.unsafe,
-            profiles_dirs=args.profiles_dir, progress=progress, baseline_output=baseline)
+            profiles_dirs=args.profiles_dir, progress=progress, on_stage=on_stage,
+            float_baseline=args.float_baseline, baseline_output=baseline)
         if baseline is not None:
             _before_after(args, report, baseline)
     if args.report:
@@ -80,6 +89,59 @@ def _convert(args: argparse.Namespace) -> int:
                      inputs=[args.model])
     _print_summary(console, report)
     return 0 if report.verdict in (None, "pass") else 1
+
+
+def _size_line(report) -> str:
+    s = report.settings
+    line = (f"[bold]{report.output}[/bold]: {s['scheme']} ({s['io_type']} I/O) for "
+            f"{report.profile}, {format_size(report.output_bytes)}")
+    if report.float_tflite_bytes:
+        line += (f" = {report.size_ratio:.2f}x the float32 .tflite "
+                 f"({format_size(report.float_tflite_bytes)})")
+    elif report.float_weight_bytes:
+        line += (f" = {report.size_ratio:.2f}x its weights as float32 "
+                 f"({format_size(report.float_weight_bytes)})")
+    return line
+
+
+def _figure(value: float, unit: str) -> str:
+    if unit == "bytes":
+        return format_size(int(value))
+    return format_time_ms(value) if unit == "ms" else f"{value:.3g} {unit}"
+
+
+def verdict_line(report) -> tuple[str, str]:
+    """The simulated figures and the verdict with its reasons: which budget failed by how
+    much, which ops the runtime lacks (and their layers), which budgets went unchecked."""
+    sim = report.simulation
+    figures = [f"{b['name']} {_figure(b['value'], b['unit'])}"
+               + (f" (likely {_figure(b['band'][0], b['unit'])}–{_figure(b['band'][1], b['unit'])})"
+                  if b.get("band") else "")
+               + f" of {_figure(b['limit'], b['unit'])}" for b in sim["budgets"]]
+    at_risk = [b["name"] for b in sim["budgets"] if b.get("status") == "at-risk"]
+    figures += [f"{name} unchecked ({why})" for name, why in report.unchecked_budgets.items()]
+    reasons = [f"{b['name']} over budget by {_figure(-b['margin'], b['unit'])}"
+               for b in sim["budgets"] if not b["ok"]]
+    compat = sim.get("compatibility") or {}
+    ops = compat.get("unsupported_ops") or []
+    if ops:
+        named = [f"{o['op']}" + (f" (layer {o['layer']})" if o.get("layer") else "")
+                 for o in ops[:6]]
+        reasons.append(f"{report.runtime} cannot run {', '.join(named)}"
+                       + (f" and {len(ops) - 6} more" if len(ops) > 6 else "")
+                       + (f": {ops[0]['reason']}" if ops[0].get("reason") else ""))
+    if report.verdict != "pass":
+        word, colour = "FAIL: " + "; ".join(reasons or ["see the report"]), "red"
+    elif report.unchecked_budgets:
+        word, colour = (f"PASS for the checked budgets; {', '.join(report.unchecked_budgets)} "
+                        "UNCHECKED"), "yellow"
+    elif at_risk:
+        word, colour = (f"PASS; {', '.join(at_risk)} AT RISK (its error band reaches past the "
+                        "budget)"), "yellow"
+    else:
+        word, colour = "PASS", "green"
+    return (f"simulated on {report.profile}: {', '.join(figures) or 'no budgets'} → ",
+            f"[bold {colour}]{word}[/bold {colour}]")
 
 
 def _before_after(args: argparse.Namespace, report, baseline: Path) -> None:
@@ -96,10 +158,7 @@ def _before_after(args: argparse.Namespace, report, baseline: Path) -> None:
 
 def _print_summary(console, report) -> None:
     s = report.settings
-    console.print(f"[bold]{report.output}[/bold]: {s['scheme']} ({s['io_type']} I/O) for "
-                  f"{report.profile}, {format_size(report.output_bytes)}"
-                  + (f" = {report.size_ratio:.2f}x the float .tflite "
-                     f"({format_size(report.float_tflite_bytes)})" if report.size_ratio else ""))
+    console.print(_size_line(report))
     if report.pruned_layers:
         console.print(table("Channels removed", ["layer", "op", "before", "after"],
                             [(p.name, p.op, p.before, p.after) for p in report.pruned_layers]))
@@ -140,19 +199,8 @@ def _print_summary(console, report) -> None:
             if note.startswith("patches"):
                 console.print(f"  {note}")
     if report.simulation is not None:
-        from simulator.views.text import STATUS_WORDS
-
-        budgets = ", ".join(f"{b['name']} {STATUS_WORDS[b.get('status') or 'pass']}"
-                            for b in report.simulation["budgets"])
-        mem = report.simulation["memory"]
-        lat = report.simulation.get("latency") or {}
-        latency = (f", latency {format_time_ms(lat['estimated_device_ms'])} (likely "
-                   f"{format_time_ms(lat['band_ms'][0])}–{format_time_ms(lat['band_ms'][1])})"
-                   if lat.get("estimated_device_ms") is not None and lat.get("band_ms") else "")
-        colour = "green" if report.verdict == "pass" else "red"
-        console.print(f"simulated on {report.profile}: flash {format_size(mem['flash_bytes'])}, "
-                      f"arena {format_size(mem['arena_bytes'])}{latency}; {budgets} → "
-                      f"[bold {colour}]{report.verdict.upper()}[/bold {colour}]")
+        figures, verdict = verdict_line(report)
+        console.print(escape(figures) + verdict, soft_wrap=True)
     for w in report.warnings:
         console.print(f"[bold yellow]warning:[/bold yellow] {w}")
 
@@ -181,17 +229,70 @@ def _warnings_to(console) -> Iterator[None]:
 
 @contextmanager
 def _progress(no_color: bool) -> Iterator:
-    """A progress callback drawing rich bars on a TTY; None (no output) otherwise."""
+    """(progress, on_stage) callbacks: rich bars on a TTY, plain lines otherwise (a CI log
+    must show a long run is alive too)."""
     if not sys.stderr.isatty():
-        yield None
+        with _PlainProgress(sys.stderr) as plain:
+            yield plain.update, plain.stage
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
     tasks: dict[str, int] = {}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  console=make_console(no_color, stderr=True), transient=True) as bars:
-        def update(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = bars.add_task(stage, total=total)
-            bars.update(tasks[stage], completed=done, total=total)
-        yield update
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                  MofNCompleteColumn(), console=make_console(no_color, stderr=True),
+                  transient=True) as bars:
+        current: list[int] = []
+
+        def stage(name: str) -> None:
+            if current:
+                bars.remove_task(current.pop())
+            current.append(bars.add_task(name, total=None))
+
+        def update(name: str, done: int, total: int) -> None:
+            if name not in tasks:
+                tasks[name] = bars.add_task(name, total=total)
+            bars.update(tasks[name], completed=done, total=total)
+        yield update, stage
+
+
+class _PlainProgress:
+    """Plain progress lines: a stage still running after :attr:`DELAY` seconds is announced,
+    and counts inside it are repeated at most every :attr:`EVERY` seconds."""
+
+    DELAY = 2.0
+    EVERY = 10.0
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.lock = threading.Lock()
+        self.timer: threading.Timer | None = None
+        self.last_count = 0.0
+
+    def __enter__(self) -> _PlainProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._cancel()
+
+    def _cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _say(self, text: str) -> None:
+        with self.lock:
+            print(f"devicefit convert: {text}", file=self.stream, flush=True)
+
+    def stage(self, name: str) -> None:
+        self._cancel()
+        started = time.monotonic()
+        self.timer = threading.Timer(
+            self.DELAY, lambda: self._say(f"{name} … ({time.monotonic() - started:.0f} s)"))
+        self.timer.daemon = True
+        self.timer.start()
+
+    def update(self, name: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.last_count >= self.EVERY or (done == total and self.last_count):
+            self.last_count = now
+            self._say(f"{name} {done}/{total}")

@@ -8,14 +8,17 @@ a mismatch is the user's to fix, so it is an error naming both shapes, never a s
 from __future__ import annotations
 
 import logging
+import math
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from simulator.errors import InputError, UsageError
+from simulator.units import format_size
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +28,9 @@ RANDOM_WARNING = ("calibrating on RANDOM data: int8 ranges will not match real i
                   "accuracy can collapse; give real samples with --calibration")
 
 DataSource = str | Path | Callable[[], Any]
+
+#: Largest array read from a data file (after keeping only the samples used).
+MAX_DATA_BYTES = 2 << 30
 
 
 @dataclass
@@ -58,26 +64,96 @@ def load_data(source: DataSource, input_shape: tuple[int, ...], *, what: str,
     if callable(source):
         ds = _from_value(source(), f"<{getattr(source, '__name__', 'callable')}()>", what)
     else:
-        ds = _from_path(Path(source), input_shape, what)
+        ds = _from_path(Path(source), input_shape, what, limit)
     _check_shape(ds, input_shape, what)
-    return ds.head(limit)
+    ds = ds.head(limit)
+    _check_finite(ds, what)
+    return ds
 
 
-def _from_path(path: Path, input_shape: tuple[int, ...], what: str) -> Dataset:
+def _from_path(path: Path, input_shape: tuple[int, ...], what: str,
+               limit: int | None = None) -> Dataset:
     if not path.exists():
         raise InputError(f"{what} data not found: {path}")
     if path.is_dir():
         return _from_image_folder(path, input_shape, what)
+    if not path.is_file():  # /dev/null, a FIFO, /dev/zero: reading them never ends or lies
+        raise InputError(f"{path}: {what} data must be a regular file or a folder of images")
     suffix = path.suffix.lower()
     try:
         if suffix == ".npy":
-            return _from_value(np.load(path, allow_pickle=False), str(path), what)
+            with open(path, "rb") as f:
+                return _from_value(_read_npy(f, path.stat().st_size, str(path), what, limit),
+                                   str(path), what)
         if suffix == ".npz":
-            with np.load(path, allow_pickle=False) as npz:
-                return _from_npz(dict(npz), path, what)
-    except (ValueError, OSError, EOFError) as exc:
-        raise InputError(f"{path}: cannot read {what} data: {exc}") from exc
+            return _from_npz(_read_npz(path, what, limit), path, what)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{path}: cannot read {what} data: {_one_line(exc)}") from exc
     raise InputError(f"{path}: {what} data must be .npy, .npz (arrays x, y) or a folder of images")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _read_npy(f: BinaryIO, file_bytes: int, source: str, what: str,
+              limit: int | None) -> np.ndarray:
+    """One ``.npy`` array, its header checked before a byte of data is allocated.
+
+    The header states shape and dtype; a file claiming more than it holds (truncated, or a
+    forged 23 TiB shape) or more than :data:`MAX_DATA_BYTES` is refused, and only the first
+    ``limit`` samples are read (calibration needs a few hundred, not the whole training set).
+    """
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+    elif version in ((2, 0), (3, 0)):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+    else:
+        raise InputError(f"{source}: unsupported .npy version {version}")
+    if dtype.hasobject or not np.issubdtype(dtype, np.number):
+        raise InputError(f"{source}: {what} data must be numeric, got {dtype}")
+    if len(shape) == 0:
+        raise InputError(f"{source}: {what} data is a single number (a scalar); give an array "
+                         "of samples, (samples, *input_shape)")
+    claimed = math.prod(shape) * dtype.itemsize
+    available = file_bytes - f.tell()
+    if claimed > available:
+        raise InputError(f"{source}: {what} data is truncated or its header lies: shape "
+                         f"{tuple(shape)} {dtype} needs {format_size(claimed)}, the file holds "
+                         f"{format_size(max(available, 0))}")
+    rows = shape[0] if limit is None else min(shape[0], limit)
+    wanted = math.prod((rows, *shape[1:])) * dtype.itemsize
+    if wanted > MAX_DATA_BYTES:
+        raise InputError(f"{source}: {what} data of shape {tuple(shape)} is "
+                         f"{format_size(wanted)}; more than the {format_size(MAX_DATA_BYTES)} "
+                         "devicefit reads (give fewer samples)")
+    if fortran and rows != shape[0]:  # column-major: the first samples are not contiguous
+        rows = shape[0]
+    count = math.prod((rows, *shape[1:]))
+    buf = f.read(count * dtype.itemsize)
+    if len(buf) != count * dtype.itemsize:
+        raise InputError(f"{source}: {what} data is truncated")
+    arr = np.frombuffer(buf, dtype=dtype, count=count)
+    return arr.reshape((rows, *shape[1:]), order="F" if fortran else "C")[:limit]
+
+
+def _read_npz(path: Path, what: str, limit: int | None) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz``; the zip directory's sizes are checked before inflating (a
+    zip bomb of a few KB can claim gigabytes)."""
+    with zipfile.ZipFile(path) as zf:
+        members = [m for m in zf.infolist() if m.filename.endswith(".npy")]
+        total = sum(m.file_size for m in members)
+        if total > MAX_DATA_BYTES * 2:
+            raise InputError(f"{path}: {what} .npz inflates to {format_size(total)}; more than "
+                             f"devicefit reads ({format_size(MAX_DATA_BYTES)} per array)")
+        arrays = {}
+        for m in members:
+            with zf.open(m) as f:
+                arrays[m.filename[:-4]] = _read_npy(f, m.file_size, f"{path}:{m.filename}",
+                                                    what, limit)
+        return arrays
 
 
 def _from_npz(arrays: dict[str, np.ndarray], path: Path, what: str) -> Dataset:
@@ -95,10 +171,13 @@ def _from_value(value: Any, source: str, what: str) -> Dataset:
     x = np.asarray(x)
     if not np.issubdtype(x.dtype, np.number):
         raise InputError(f"{source}: {what} data must be numeric, got {x.dtype}")
+    if x.ndim == 0:
+        raise InputError(f"{source}: {what} data is a single number (a scalar); give an array "
+                         "of samples, (samples, *input_shape)")
     if y is not None:
         y = np.asarray(y)
-        if len(y) != len(x):
-            raise InputError(f"{source}: {what} data has {len(x)} samples but {len(y)} labels")
+        if y.ndim == 0 or len(y) != len(x):
+            raise InputError(f"{source}: {what} data has {len(x)} samples but {y.size if y.ndim == 0 else len(y)} labels")
     if len(x) == 0:
         raise InputError(f"{source}: {what} data is empty")
     return Dataset(x.astype(np.float32, copy=False), y, source)
@@ -140,6 +219,17 @@ def _from_image_folder(path: Path, input_shape: tuple[int, ...], what: str) -> D
 
 def _is_image(f: Path) -> bool:
     return f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES
+
+
+def _check_finite(ds: Dataset, what: str) -> None:
+    """NaN or ±Inf in a sample poisons calibration ranges (the converter then silently keeps
+    float tensors, or crashes); name the first bad sample."""
+    finite = np.isfinite(ds.x.reshape(len(ds.x), -1)).all(axis=1)
+    if not finite.all():
+        bad = np.flatnonzero(~finite)
+        kind = "NaN" if np.isnan(ds.x[bad[0]]).any() else "Inf"
+        raise InputError(f"{ds.source}: {what} sample {int(bad[0])} contains {kind} "
+                         f"({len(bad)} of {len(ds.x)} samples are not finite); clean the data")
 
 
 def _check_shape(ds: Dataset, input_shape: tuple[int, ...], what: str) -> None:

@@ -2,7 +2,10 @@
 Keras model already in memory.
 
 ``.keras`` files are loaded in Keras' safe mode unless the user says ``--unsafe``: a Lambda
-layer carries Python bytecode, and loading it runs code from the file.
+layer carries Python bytecode, and loading it runs code from the file. A SavedModel's graph
+is inspected before TensorFlow loads (and so runs) any of it: ops that touch files, the
+network, Python or the process are refused unless ``--unsafe`` (Keras' word for the same
+trust decision).
 """
 
 from __future__ import annotations
@@ -32,12 +35,19 @@ class LoadedModel:
     input_shape: tuple[int, ...]
     keras_model: Any = None
     saved_model_dir: Path | None = None
+    #: The loaded SavedModel object (loaded once: loading traces every function again).
+    saved_model: Any = None
+
+    @property
+    def variables(self) -> tuple:
+        """The SavedModel's variables (for the float32 size); empty for Keras models."""
+        return tuple(getattr(self.saved_model, "variables", ()))
 
     @property
     def is_keras(self) -> bool:
         return self.keras_model is not None
 
-    def predict(self, x: Any, batch_size: int = 256) -> Any:
+    def predict(self, x: Any, batch_size: int = 32) -> Any:
         """Float reference outputs (the first output) for ``x``."""
         import numpy as np
 
@@ -51,7 +61,7 @@ class LoadedModel:
             return np.concatenate(outs)
         import tensorflow as tf
 
-        signature = tf.saved_model.load(str(self.saved_model_dir)).signatures["serving_default"]
+        signature = self.saved_model.signatures["serving_default"]
         name = next(iter(signature.structured_input_signature[1]))
         chunks = []
         for start in range(0, len(x), batch_size):
@@ -74,7 +84,7 @@ def load(model: Any, *, unsafe: bool = False) -> LoadedModel:
     if path.is_dir():
         if not (path / "saved_model.pb").is_file():
             raise InputError(f"{path} is a folder without saved_model.pb: not a SavedModel")
-        return _load_saved_model(path)
+        return _load_saved_model(path, unsafe)
     if path.suffix.lower() == ".tflite":
         raise InputError(f"{path} is already a .tflite model; convert the Keras/SavedModel it came "
                          f"from, or check it with 'devicefit simulate {path} --profile NAME'")
@@ -115,9 +125,21 @@ def _check_container(path: Path) -> None:
 
 
 def _from_keras(model: Any, source: str, kind: str) -> LoadedModel:
-    inputs = getattr(model, "inputs", None)
+    import keras
+
+    try:
+        inputs = model.inputs
+    except AttributeError:
+        inputs = None
     if not inputs:
-        raise InputError(f"{source}: the Keras model is not built (it has no input shape)")
+        if not isinstance(model, (keras.Sequential, keras.Model)) or \
+                type(model).__name__ not in ("Functional", "Sequential"):
+            raise InputError(
+                f"{source}: a subclassed Keras model ({type(model).__name__}) has no static "
+                "graph to convert; rebuild it with the Functional API or Sequential, or export "
+                "it with model.export(DIR) and convert that SavedModel folder")
+        raise InputError(f"{source}: the Keras model is not built (it has no input shape); "
+                         "call it once on an input or give its first layer an input shape")
     if len(inputs) != 1:
         raise UsageError(f"{source}: models with {len(inputs)} inputs are not supported; one input")
     shape = tuple(inputs[0].shape[1:])
@@ -129,9 +151,17 @@ def _from_keras(model: Any, source: str, kind: str) -> LoadedModel:
                        keras_model=model)
 
 
-def _load_saved_model(path: Path) -> LoadedModel:
+def _load_saved_model(path: Path, unsafe: bool) -> LoadedModel:
     import tensorflow as tf
 
+    if not unsafe:
+        risky = side_effect_ops(path)
+        if risky:
+            listed = ", ".join(f"{op} (in {fn})" for op, fn in risky[:5])
+            raise InputError(
+                f"{path}: the SavedModel's graph has ops that act outside the model: {listed}"
+                f"{' …' if len(risky) > 5 else ''}; refused before running any of it (re-run "
+                "with --unsafe only if you trust the model)")
     try:
         loaded = tf.saved_model.load(str(path))
     except Exception as exc:
@@ -146,7 +176,88 @@ def _load_saved_model(path: Path) -> LoadedModel:
     if any(d is None for d in shape):
         raise InputError(f"{path}: input shape {_shape_str(shape)} has unknown dimensions")
     return LoadedModel(source=str(path), kind="savedmodel",
-                       input_shape=tuple(int(d) for d in shape), saved_model_dir=path)
+                       input_shape=tuple(int(d) for d in shape), saved_model_dir=path,
+                       saved_model=loaded)
+
+
+#: Ops that read or write files, talk to the network, run Python or change the process.
+SIDE_EFFECT_OPS = frozenset({
+    "WriteFile", "ReadFile", "MatchingFiles", "Save", "SaveV2", "SaveSlices", "Restore",
+    "RestoreV2", "RestoreSlice", "MergeV2Checkpoints", "ImmutableConst", "PyFunc",
+    "PyFuncStateless", "EagerPyFunc", "InitializeTableFromTextFile",
+    "InitializeTableFromTextFileV2", "LoadAndRemapMatrix", "GenerateVocabRemapping",
+    "TFRecordReader", "TFRecordReaderV2", "TextLineReader", "TextLineReaderV2",
+    "WholeFileReader", "WholeFileReaderV2", "FixedLengthRecordReader",
+    "FixedLengthRecordReaderV2", "IdentityReader", "IdentityReaderV2", "LMDBReader",
+    "TFRecordDataset", "TFRecordDatasetV2", "TextLineDataset", "FixedLengthRecordDataset",
+    "FixedLengthRecordDatasetV2", "SaveDataset", "SaveDatasetV2", "LoadDataset",
+    "DatasetToTFRecord", "ExperimentalDatasetToTFRecord", "SqlDataset", "ExperimentalSqlDataset",
+    "LMDBDataset", "ExperimentalLMDBDataset", "Rpc", "TryRpc", "RpcClient", "RpcCall",
+    "RpcServer", "RpcServerStart", "RpcServerRegister", "DecodeProtoV2", "EncodeProto",
+    "DebugIdentity", "DebugIdentityV2", "DebugIdentityV3", "DebugNanCount",
+    "DebugNumericSummary", "DebugNumericSummaryV2", "CollectiveReduce", "CollectiveGather",
+    "CollectiveBcastSend", "CollectiveBcastRecv", "CollectiveReduceV2", "CollectiveGatherV2",
+    "_Send", "_Recv", "_HostSend", "_HostRecv", "Send", "Recv",
+})
+#: Prefixes of op families with side effects (summaries write event files).
+SIDE_EFFECT_PREFIXES = ("Write", "CreateSummary", "FlushSummary", "CloseSummary",
+                        "ImportEvent", "ExperimentalSleep", "Sleep")
+#: Ops TensorFlow's own saver functions use to write/read the variables checkpoint.
+SAVER_OPS = frozenset({"SaveV2", "RestoreV2", "MergeV2Checkpoints", "ShardedFilename",
+                       "StringJoin", "StaticRegexFullMatch"})
+
+
+def side_effect_ops(path: Path) -> list[tuple[str, str]]:
+    """(op, function) pairs in ``path/saved_model.pb`` with effects outside the model.
+
+    Read from the protobuf, nothing executed. Every graph node and library function counts,
+    except the saver functions TensorFlow attaches to restore variables (reached only from
+    the ``saver_def``), where the checkpoint ops are expected.
+    """
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    try:
+        saved.ParseFromString((path / "saved_model.pb").read_bytes())
+    except Exception as exc:  # protobuf's DecodeError and friends
+        raise InputError(f"{path}: saved_model.pb is not a SavedModel protobuf: "
+                         f"{_first_line(str(exc))}") from exc
+    found: list[tuple[str, str]] = []
+    for meta in saved.meta_graphs:
+        functions = {f.signature.name: f for f in meta.graph_def.library.function}
+        saver_roots = {meta.saver_def.restore_op_name.split(":")[0],
+                       meta.saver_def.save_tensor_name.split(":")[0]}
+        saver_nodes = [n for n in meta.graph_def.node if n.name in saver_roots]
+        other_nodes = [n for n in meta.graph_def.node if n.name not in saver_roots]
+        saver_only = _reachable(saver_nodes, functions) - _reachable(other_nodes, functions)
+        for node in other_nodes:
+            if _has_side_effect(node.op):
+                found.append((node.op, "the graph"))
+        for name, fn in functions.items():
+            allowed = SAVER_OPS if name in saver_only else frozenset()
+            found += [(n.op, name) for n in fn.node_def
+                      if _has_side_effect(n.op) and n.op not in allowed]
+    return found
+
+
+def _has_side_effect(op: str) -> bool:
+    return op in SIDE_EFFECT_OPS or op.startswith(SIDE_EFFECT_PREFIXES)
+
+
+def _reachable(nodes: list, functions: dict) -> set[str]:
+    """Names of the library functions ``nodes`` call, transitively."""
+    seen: set[str] = set()
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        for value in node.attr.values():
+            names = [value.func.name] if value.HasField("func") else []
+            names += [f.name for f in value.list.func]
+            for name in names:
+                if name in functions and name not in seen:
+                    seen.add(name)
+                    stack.extend(functions[name].node_def)
+    return seen
 
 
 def _shape_str(shape: tuple) -> str:

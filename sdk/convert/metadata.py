@@ -14,7 +14,9 @@ FORMAT_VERSION = 1
 
 def embed(model_bytes: bytes, settings: dict[str, Any]) -> bytes:
     """Return ``model_bytes`` with the conversion settings as a JSON metadata entry."""
-    payload = {"format_version": FORMAT_VERSION, **settings}
+    # Unset options are left out: every byte here is flash on the device.
+    payload = {"format_version": FORMAT_VERSION,
+               **{k: v for k, v in settings.items() if v not in (None, False, 0, [], {})}}
     data = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode("utf-8")
     return writer.add_metadata(model_bytes, METADATA_NAME, data)
 

@@ -35,6 +35,9 @@ SCHEME_IO_TYPES: dict[str, tuple[str, ...]] = {
     "float32": ("float32",),
 }
 
+#: Runtimes that run int16x8 models with int16 inputs and outputs.
+INT16_IO = ("tflm", "litert")
+
 Progress = Callable[[str, int, int], None]
 
 
@@ -57,15 +60,22 @@ def resolve(profile: Profile, scheme: str | None, io_type: str | None) -> QuantS
         raise UsageError(f"profile {profile.name} does not allow --scheme {scheme} "
                          f"(its runtime takes: {', '.join(q.schemes)})")
     possible = SCHEME_IO_TYPES[scheme]
+    allowed = tuple(q.io_types)
+    if scheme == "int16x8" and "int16" not in allowed and profile.runtime.name in INT16_IO \
+            and any(t in allowed for t in ("int8", "uint8")):
+        # int16 I/O is to int16x8 what int8 I/O is to int8: a profile taking integer I/O
+        # takes the integer type of the scheme (TFLM and LiteRT have int16 kernels for the
+        # I/O ops); without it the model gets float I/O plus QUANTIZE/DEQUANTIZE ops.
+        allowed = ("int16", *allowed)
     if io_type is None:
         # The profile lists I/O types in order of preference (uint8 first for the Edge TPU).
-        io_type = next((t for t in q.io_types if t in possible), "float32")
+        io_type = next((t for t in allowed if t in possible), "float32")
     elif io_type not in possible:
         raise UsageError(f"--io-type {io_type} is impossible with --scheme {scheme} "
                          f"(possible: {', '.join(possible)})")
-    elif io_type not in q.io_types:
+    elif io_type not in allowed:
         raise UsageError(f"profile {profile.name} does not allow --io-type {io_type} "
-                         f"(allowed: {', '.join(q.io_types)})")
+                         f"(allowed: {', '.join(allowed)})")
     if profile.runtime.name == "edgetpu" and scheme != "int8":
         raise UsageError(f"profile {profile.name}: the Edge TPU runs only full-integer int8 models")
     return QuantSettings(scheme=scheme, io_type=io_type, per_channel=q.per_channel)
@@ -95,21 +105,42 @@ def to_tflite(model: LoadedModel, settings: QuantSettings, calibration: np.ndarr
 def batch_of_one(model: LoadedModel):
     """The Keras model behind an input of batch 1, so the file has static shapes.
 
-    ``from_keras_model`` exports the model to a SavedModel itself (once); a wrapper built
-    here always has a known input signature, which plain Keras 3 models sometimes lack
+    A clone rebuilt on a batch-1 input (recurrent layers unrolled, see :func:`_unrolled`)
+    keeps one name scope per layer; wrapping the model
+    in a new one would prefix every tensor name twice (``cnn_1/cnn_1/conv/...``: 12 KB of
+    flash on MobileNetV2). Models ``clone_model`` cannot rebuild (custom layers without a
+    config) are wrapped. ``from_keras_model`` exports the result to a SavedModel itself
+    (once); either has a known input signature, which plain Keras 3 models sometimes lack
     (keras#19108: '_get_save_spec').
     """
     import keras
 
     inp = keras.Input(model.input_shape, batch_size=1, name="input")
-    return keras.Model(inp, model.keras_model(inp), name=model.keras_model.name)
+    source = model.keras_model
+    try:
+        clone = keras.models.clone_model(source, input_tensors=inp, clone_function=_unrolled)
+        clone.set_weights(source.get_weights())
+        return clone
+    except Exception:  # noqa: BLE001 - any rebuild failure: the wrapper always works
+        return keras.Model(inp, source(inp), name=source.name)
+
+
+def _unrolled(layer):
+    """A fresh copy of ``layer``; recurrent layers unrolled. With a fixed batch and sequence
+    length the loop needs no TensorList ops, whose int8 calibration segfaults in TF 2.21
+    (a small Keras LSTM); the unrolled cell is plain FULLY_CONNECTED/ADD/MUL/LOGISTIC/TANH
+    and computes the same values."""
+    config = layer.get_config()
+    if config.get("unroll") is False:
+        config["unroll"] = True
+    return type(layer).from_config(config)
 
 
 def _saved_model_batch_of_one(model: LoadedModel) -> tuple[list, object]:
     """The SavedModel's serving signature traced for a batch of 1 (its own may be dynamic)."""
     import tensorflow as tf
 
-    loaded = tf.saved_model.load(str(model.saved_model_dir))
+    loaded = model.saved_model
     signature = loaded.signatures["serving_default"]
     name = next(iter(signature.structured_input_signature[1]))
     fn = tf.function(lambda x: signature(**{name: x}),

@@ -431,6 +431,9 @@ class WeightSparsity:
     #: Groups of M along the input-channel axis, and how many have fewer than M-N zeros.
     nm_groups: int | None = None
     nm_violations: int | None = None
+    #: Most distinct stored values in one channel (along the quantized dimension): what
+    #: weight clustering leaves after per-channel quantization, measured on the file.
+    distinct_per_channel: int | None = None
 
 
 _WEIGHT_OPS = {"CONV_2D": 1, "FULLY_CONNECTED": 1, "DEPTHWISE_CONV_2D": 1, "CONV_3D": 1}
@@ -474,7 +477,8 @@ def tflite_weight_sparsity(model_bytes: bytes, pattern: NMPattern | None = None
             zero = _zero_point(tensor, values.shape)
             is_zero = values == zero
             entry = WeightSparsity(_decode(tensor.name), op_name, list(values.shape),
-                                   type_names[tensor.type].lower(), float(is_zero.mean()))
+                                   type_names[tensor.type].lower(), float(is_zero.mean()),
+                                   distinct_per_channel=_distinct_per_channel(tensor, values))
             if pattern is not None and op_name != "DEPTHWISE_CONV_2D" \
                     and values.shape[-1] % pattern.m == 0:
                 zeros_per_group = is_zero.reshape(-1, pattern.m).sum(axis=1)
@@ -482,6 +486,16 @@ def tflite_weight_sparsity(model_bytes: bytes, pattern: NMPattern | None = None
                 entry.nm_violations = int((zeros_per_group < pattern.m - pattern.n).sum())
             out.append(entry)
     return out
+
+
+def _distinct_per_channel(tensor: Any, values: np.ndarray) -> int:
+    q = tensor.quantization
+    axis = int(q.quantizedDimension) if q is not None and q.scale is not None \
+        and np.asarray(q.scale).size > 1 else None
+    if axis is None or values.ndim == 0:
+        return int(np.unique(values).size)
+    rows = np.moveaxis(values, axis, 0).reshape(values.shape[axis], -1)
+    return int(max(np.unique(row).size for row in rows))
 
 
 def _zero_point(tensor: Any, shape: tuple[int, ...]) -> Any:

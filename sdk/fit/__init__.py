@@ -26,7 +26,7 @@ from sdk.fit.candidate import (
     evaluate,
     measure_accuracy,
 )
-from sdk.fit.cluster import check_clusters
+from sdk.fit.cluster import check_clusters, gzip_size
 from sdk.fit.distill import DistillSettings
 from sdk.fit.export import (
     artifact_dir,
@@ -114,6 +114,7 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
                       memory=None if patches is None else
                       {"patches": patches, "max_mac_overhead": max_mac_overhead,
                        "patch_objective": patch_objective})
+        ctx.qat_twins = space.qat  # PTQ twins of QAT candidates train the same epochs
         report = FitReport(
             source=loaded.source, profile=prof.name, runtime=prof.runtime.name,
             budgets={"flash": prof.budgets.flash_bytes, "arena": prof.budgets.arena_bytes,
@@ -174,7 +175,10 @@ def _build(ctx: Context, record: TrialRecord, report: FitReport, cluster: int | 
     tflite = Path(record.path or "").read_bytes()
     if cluster:
         tflite, report.clustering = _cluster(ctx, record, cluster, tflite)
-    return embed_metadata(tflite, ctx.profile, record, metadata_base(ctx, report))
+    tflite = embed_metadata(tflite, ctx.profile, record, metadata_base(ctx, report))
+    if report.clustering is not None:  # the download size of the file as written
+        report.clustering["gzip_after"] = gzip_size(tflite)
+    return tflite
 
 
 def _here(ctx: Context, record: TrialRecord) -> TrialRecord | None:
@@ -212,7 +216,7 @@ def _cluster(ctx: Context, record: TrialRecord, clusters: int, tflite: bytes
     import keras
 
     from sdk.convert import finetune
-    from sdk.fit.cluster import cluster_weights, gzip_size
+    from sdk.fit.cluster import cluster_weights, file_distinct_values, gzip_size
 
     if record.keras_path:
         model = keras.models.load_model(record.keras_path, compile=False)
@@ -229,6 +233,8 @@ def _cluster(ctx: Context, record: TrialRecord, clusters: int, tflite: bytes
         "clusters": clusters, "gzip_before": gzip_size(tflite), "gzip_after": gzip_size(clustered),
         "bytes_before": len(tflite), "bytes_after": len(clustered),
         "accuracy_before": record.accuracy, "accuracy_after": measure_accuracy(ctx, path),
-        "distinct_values": keeper.distinct_values(), "fine_tune_loss": run.loss,
+        "distinct_values": file_distinct_values(clustered),
+        "distinct_values_measured_on": "the written .tflite (max per channel)",
+        "fine_tune_loss": run.loss,
         "note": "clustering shrinks the gzip-compressed download only; the runtime stores "
                 "int8 weights uncompressed, so flash and arena do not change"}

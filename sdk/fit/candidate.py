@@ -56,6 +56,9 @@ class Context:
     #: ``optimize_model_bytes`` options (patches, max_mac_overhead) to shrink each
     #: candidate's TFLM arena; None: candidates are judged as converted.
     memory: dict[str, Any] | None = None
+    #: The search also tries QAT: a PTQ candidate that has a QAT twin trains the same extra
+    #: epochs, one at a time like QAT, without fake quantization (like for like).
+    qat_twins: bool = False
 
     @property
     def model(self) -> Any:
@@ -173,7 +176,17 @@ def train_candidate(ctx: Context, candidate: Candidate) -> tuple[Any, list[Any]]
         result = qat.quantization_aware_fit(model, data, ctx.epochs, ctx.calibration,
                                             loss=loss, progress=ctx.progress)
         runs += result.fine_tune
+    elif has_qat_twin(ctx, candidate):
+        loss = loss if loss is not None else finetune.loss_for(model, data.y)
+        runs += [finetune.fine_tune(model, data, 1, loss=loss, progress=ctx.progress)
+                 for _ in range(ctx.epochs)]
     return model, runs
+
+
+def has_qat_twin(ctx: Context, candidate: Candidate) -> bool:
+    """Whether the search space holds the QAT version of this PTQ candidate."""
+    return ctx.qat_twins and not candidate.qat and candidate.scheme == "int8" and \
+        candidate.nm is None
 
 
 def measure_accuracy(ctx: Context, path: Path) -> float | None:
@@ -197,7 +210,7 @@ def evaluate(ctx: Context, candidate: Candidate, number: int) -> TrialRecord:
                        note=_why_not(report))
     runs: list[Any] = []
     keras_path = None
-    if candidate.needs_training:
+    if candidate.needs_training or has_qat_twin(ctx, candidate):
         model, runs = train_candidate(ctx, candidate)
         keras_path = ctx.workdir / f"trial-{number:03d}.keras"
         model.save(keras_path)

@@ -122,7 +122,27 @@ def reason_for(chosen: TrialRecord, fitting: list[TrialRecord], float_accuracy: 
         runner = fitting[1]
         why += (f"; next best: trial {runner.number} ({runner.candidate.label()}) at "
                 f"{runner.accuracy:.2%}")
+    twin = qat_twin(chosen, trials)
+    if twin is not None:
+        why += (f"; its {'PTQ' if chosen.candidate.qat else 'QAT'} twin (trial {twin.number}, "
+                f"same {_epochs(chosen)} training epochs) reached {twin.accuracy:.2%}")
     return f"{why}; {built} candidates judged, {trained} of them trained"
+
+
+def qat_twin(record: TrialRecord, trials: list[TrialRecord]) -> TrialRecord | None:
+    """The measured trial that differs from ``record`` only in QAT vs PTQ (both trained the
+    same epochs with the same schedule), if any: the like-for-like comparison."""
+    c = record.candidate
+    for t in trials:
+        o = t.candidate
+        if t.accuracy is not None and o.qat != c.qat and (o.scheme, o.prune, o.nm, o.layers) \
+                == (c.scheme, c.prune, c.nm, c.layers) and _epochs(t) == _epochs(record):
+            return t
+    return None
+
+
+def _epochs(record: TrialRecord) -> int:
+    return sum(int(run.get("epochs", 0)) for run in record.fine_tune)
 
 
 def format_value(value: float | None, unit: str) -> str:
@@ -246,6 +266,8 @@ def render_fit_html(report: FitReport) -> str:
         c = report.clustering
         facts.append(("clustering", f"{c['clusters']} clusters per layer: gzip download "
                       f"{format_size(c['gzip_before'])} → {format_size(c['gzip_after'])}; "
+                      f"at most {max(c['distinct_values'].values(), default=0)} distinct int8 "
+                      "values per channel in the written file; "
                       "flash and arena unchanged (weights stored uncompressed)"))
     flash_budget = report.budgets.get("flash")
     code = report.settings.get("runtime_code_bytes") or 0

@@ -1,0 +1,289 @@
+"""TensorFlow conversion in a child process, like the native runtimes.
+
+The parent (the CLI) never imports TensorFlow for a model given as a path: it starts
+``python -m sdk.convert.tfchild WORKDIR`` and talks to it with JSON lines. The child reports
+each stage as it starts and progress within it; once the model is loaded it asks for data
+(``need_data`` with the input shape), which the parent loads, checks and hands over as
+``.npy`` files; at the end it writes the ``.tflite`` (and optional float baseline and float
+reference outputs) into WORKDIR. The child's stderr (TensorFlow's native log, faulthandler's
+stack on a crash, tracebacks) goes to ``WORKDIR/converter.log``, which is kept and named in
+the message when the conversion fails and deleted when it succeeds.
+
+A native crash (the child dies of a signal), a hang (no event for :data:`STALL_TIMEOUT_S`)
+or an error becomes one :class:`~simulator.errors.DevicefitError` naming the stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sdk.convert import diagnose
+from sdk.convert.data import Dataset
+from sdk.convert.diagnose import ConversionError
+from simulator import errors
+
+#: Seconds without any event from the child before it counts as hung. Fine-tuning reports
+#: every batch and calibration every sample; MLIR conversion of a big model is the longest
+#: silent step (minutes). ``DEVICEFIT_CONVERT_STALL_S`` overrides it.
+STALL_TIMEOUT_S = 900.0
+LOG_NAME = "converter.log"
+#: Error classes the child may report by name.
+_ERRORS = {cls.__name__: cls for cls in (
+    errors.UsageError, errors.InputError, errors.ProfileError, errors.ModelFormatError,
+    errors.RuntimeFailure)}
+
+Progress = Callable[[str, int, int], None]
+
+
+# --------------------------------------------------------------------------- parent side
+def run_in_child(request: Any, supply: Callable[[tuple[int, ...]], Any],
+                 stage: Callable[[str], None], progress: Progress | None = None) -> Any:
+    """Run :func:`sdk.convert.tfwork.run` for ``request`` in a child; return its TFResult."""
+    from sdk.convert.tfwork import TFResult
+
+    work = Path(tempfile.mkdtemp(prefix="devicefit-convert-"))
+    log_path = work / LOG_NAME
+    keep_log = False
+    (work / "request.json").write_text(json.dumps(dataclasses.asdict(request)))
+    env = dict(os.environ)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "1"  # its stderr is the log file: keep TF's warnings
+    root = str(Path(__file__).resolve().parents[2])  # importable from a checkout, too
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    stall = float(os.environ.get("DEVICEFIT_CONVERT_STALL_S", STALL_TIMEOUT_S))
+    with open(log_path, "wb") as log:
+        child = subprocess.Popen([sys.executable, "-m", "sdk.convert.tfchild", str(work)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                 env=env, start_new_session=True)
+    state = {"stage": "start"}
+    try:
+        reported: dict[str, Any] | None = None
+        done: dict[str, Any] | None = None
+        for event in _stalled_is_an_error(_events(child, stall), state, stall, log_path):
+            if "stage" in event:
+                state["stage"] = event["stage"]
+                stage(event["stage"])
+            elif "progress" in event and progress is not None:
+                progress(*event["progress"])
+            elif "need_data" in event:
+                bundle = supply(tuple(event["need_data"]))
+                try:
+                    child.stdin.write((json.dumps(_save_bundle(bundle, work)) + "\n").encode())
+                    child.stdin.flush()
+                except BrokenPipeError:  # it died meanwhile: its exit status says how
+                    pass
+            elif "error" in event:
+                reported = event["error"]
+            elif "done" in event:
+                done = event["done"]
+        code = child.wait()
+        current = state["stage"]
+        if code < 0:
+            keep_log = True
+            raise ConversionError(diagnose.crash(code, current, _read(log_path),
+                                                 reported_layers(work))
+                                  + f" (converter log: {log_path})")
+        if reported is not None:
+            cls = _ERRORS.get(reported["type"], ConversionError)
+            message = reported["message"]
+            if cls is ConversionError:
+                keep_log = True
+                message += f" (converter log: {log_path})"
+            raise cls(message)
+        if code != 0 or done is None:
+            keep_log = True
+            raise ConversionError(f"the conversion process failed in stage '{current}' "
+                                  f"(exit {code}) (converter log: {log_path})")
+        return TFResult(tflite=(work / "model.tflite").read_bytes(),
+                        baseline=_read_optional(work / "baseline.tflite"),
+                        reference=np.load(work / "reference.npy")
+                        if (work / "reference.npy").exists() else None,
+                        **{**done, "input_shape": tuple(done["input_shape"])})
+    except ConversionError as exc:
+        keep_log = keep_log or "converter log:" in str(exc)
+        raise
+    finally:
+        if child.poll() is None:
+            _kill(child)
+        _close(child)
+        _cleanup(work, keep_log)
+
+
+def _stalled_is_an_error(events, state: dict[str, str], stall: float, log_path: Path):
+    try:
+        yield from events
+    except TimeoutError:
+        raise ConversionError(
+            f"TensorFlow stopped responding in stage '{state['stage']}' (nothing for "
+            f"{stall:.0f} s); the conversion process was stopped (converter log: {log_path})"
+        ) from None
+
+
+def reported_layers(work: Path) -> dict[str, str]:
+    """Layer name → class, as the child wrote it after loading (empty before that)."""
+    try:
+        return json.loads((work / "layers.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _events(child: subprocess.Popen, stall: float):
+    """JSON events from the child's stdout until it closes; a stall kills the child and
+    raises TimeoutError."""
+    sel = selectors.DefaultSelector()
+    sel.register(child.stdout, selectors.EVENT_READ)
+    buffer = b""
+    last = time.monotonic()
+    try:
+        while True:
+            if not sel.select(timeout=min(5.0, stall)):
+                if time.monotonic() - last > stall:
+                    _kill(child)
+                    raise TimeoutError
+                continue
+            chunk = os.read(child.stdout.fileno(), 65536)
+            if not chunk:
+                return
+            last = time.monotonic()
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    yield json.loads(line)
+    finally:
+        sel.close()
+
+
+def _save_bundle(bundle: Any, work: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in ("calibration", "evaluation", "training"):
+        ds: Dataset | None = getattr(bundle, name)
+        if ds is None:
+            continue
+        np.save(work / f"{name}_x.npy", ds.x)
+        if ds.y is not None:
+            np.save(work / f"{name}_y.npy", ds.y)
+        out[name] = {"source": ds.source, "random": ds.random, "y": ds.y is not None}
+    return out
+
+
+def _kill(child: subprocess.Popen) -> None:
+    try:
+        os.killpg(child.pid, signal.SIGKILL)  # TensorFlow's own threads and helpers too
+    except ProcessLookupError:
+        pass
+    child.wait()
+
+
+def _close(child: subprocess.Popen) -> None:
+    for stream in (child.stdin, child.stdout):
+        try:
+            stream.close()
+        except OSError:  # a dead child's stdin: nothing left to flush
+            pass
+
+
+def _cleanup(work: Path, keep_log: bool) -> None:
+    if not keep_log:
+        shutil.rmtree(work, ignore_errors=True)
+        return
+    for f in work.iterdir():
+        if f.name != LOG_NAME:
+            f.unlink(missing_ok=True)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _read_optional(path: Path) -> bytes | None:
+    return path.read_bytes() if path.exists() else None
+
+
+# --------------------------------------------------------------------------- child side
+def main(work_dir: str) -> int:
+    import faulthandler
+
+    work = Path(work_dir)
+    # The protocol keeps the real stdout; everything else printed (Keras' exporter, native
+    # TensorFlow code writing to fd 1) goes to the log with stderr.
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    faulthandler.enable(file=sys.stderr)
+
+    def emit(**event: Any) -> None:
+        proto.write(json.dumps(event) + "\n")
+
+    try:
+        from sdk.convert import tfwork
+
+        request = tfwork.TFRequest(**json.loads((work / "request.json").read_text()))
+        result = tfwork.run(request, None, _supplier(work, emit), lambda n: emit(stage=n),
+                            _throttled(emit), on_layers=lambda layers: (
+                                work / "layers.json").write_text(json.dumps(layers)))
+        (work / "model.tflite").write_bytes(result.tflite)
+        if result.baseline is not None:
+            (work / "baseline.tflite").write_bytes(result.baseline)
+        if result.reference is not None:
+            np.save(work / "reference.npy", result.reference)
+        emit(done={"source": result.source, "kind": result.kind,
+                   "input_shape": list(result.input_shape), "converter": result.converter,
+                   "float_weight_bytes": result.float_weight_bytes, "layers": result.layers,
+                   "parts": result.parts})
+        return 0
+    except errors.DevicefitError as exc:
+        traceback.print_exc()
+        emit(error={"type": type(exc).__name__, "message": str(exc)})
+        return 2
+    except Exception as exc:
+        traceback.print_exc()
+        emit(error={"type": "internal", "message": f"internal error: {type(exc).__name__}: "
+                    f"{diagnose.first_error_line(str(exc)) if str(exc) else ''}"})
+        return 3
+
+
+def _supplier(work: Path, emit: Callable[..., None]) -> Callable[[tuple[int, ...]], Any]:
+    from sdk.convert.tfwork import DataBundle
+
+    def supply(shape: tuple[int, ...]) -> DataBundle:
+        emit(need_data=list(shape))
+        answer = json.loads(sys.stdin.readline() or "{}")
+        bundle = DataBundle()
+        for name, meta in answer.items():
+            y = np.load(work / f"{name}_y.npy") if meta["y"] else None
+            setattr(bundle, name, Dataset(np.load(work / f"{name}_x.npy"), y, meta["source"],
+                                          meta["random"]))
+        return bundle
+    return supply
+
+
+def _throttled(emit: Callable[..., None]) -> Progress:
+    last = {"t": 0.0}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done >= total or now - last["t"] > 0.2:
+            last["t"] = now
+            emit(progress=[stage, done, total])
+    return progress
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,198 @@
+"""The TensorFlow half of ``convert``: load → float reference → prune/fine-tune → quantize.
+
+It runs in the conversion child process (:mod:`sdk.convert.tfchild`) for models given as
+paths, so a segfault or hang inside TensorFlow cannot take the CLI down; an in-memory Keras
+model (TensorFlow already loaded by the caller) runs it in-process. Both get the same
+:class:`TFRequest` and return the same :class:`TFResult`; data arrive through a callback
+once the model's input shape is known, because the parent loads and checks data files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sdk.convert import diagnose, loading, quantize, sparsity
+from sdk.convert.data import Dataset
+from simulator.errors import DevicefitError, UsageError
+
+Progress = Callable[[str, int, int], None]
+#: Called when a stage starts (the child reports it to the parent).
+StageStart = Callable[[str], None]
+
+#: Samples per forward pass of the float reference. Small: activations of a batch dominate
+#: memory (256 peaked at 3.3 GB RSS for a 0.6 MB model), and speed hardly changes past 32.
+REFERENCE_BATCH = 32
+
+
+@dataclass(frozen=True)
+class TFRequest:
+    """Everything the TensorFlow stages need, JSON-serializable (it crosses a process)."""
+
+    model: str
+    profile: str
+    runtime: str
+    scheme: str
+    io_type: str
+    per_channel: bool
+    unsafe: bool = False
+    sparsity: str | None = None
+    prune_channels: float | None = None
+    epochs: int = 0
+    distill: bool = False
+    #: Also convert the unpruned float32 model (the "before" of a report).
+    baseline: bool = False
+
+    @property
+    def quant(self) -> quantize.QuantSettings:
+        return quantize.QuantSettings(self.scheme, self.io_type, self.per_channel)
+
+
+@dataclass
+class DataBundle:
+    calibration: Dataset | None = None
+    evaluation: Dataset | None = None
+    training: Dataset | None = None
+
+
+@dataclass
+class TFResult:
+    tflite: bytes
+    source: str
+    kind: str
+    input_shape: tuple[int, ...]
+    converter: str
+    #: Bytes the model's weights take as float32 (the "before" size without a baseline file).
+    float_weight_bytes: int = 0
+    baseline: bytes | None = None
+    reference: np.ndarray | None = None
+    #: Layer name → class, for messages naming layers.
+    layers: dict[str, str] = field(default_factory=dict)
+    #: pruned_layers, nm_skipped, fine_tune, prune_stages, masks (a count).
+    parts: dict[str, Any] = field(default_factory=dict)
+
+
+def run(request: TFRequest, model: Any, supply: Callable[[tuple[int, ...]], DataBundle],
+        stage: StageStart, progress: Progress | None = None,
+        on_layers: Callable[[dict[str, str]], None] | None = None) -> TFResult:
+    """The stages; ``model`` is an in-memory Keras model or ``request.model`` is a path.
+
+    ``on_layers`` gets the model's layers (name → class) as soon as they are known, so a
+    crash later can be blamed on the layers TensorFlow handles specially.
+    """
+    stage("load")  # importing TensorFlow is part of loading (seconds)
+    import tensorflow as tf
+
+    loaded = loading.load(request.model if model is None else model, unsafe=request.unsafe)
+    if (request.sparsity or request.prune_channels) and not loaded.is_keras:
+        raise UsageError(f"{loaded.source}: pruning needs a Keras model (.keras or .h5); a "
+                         "SavedModel can only be quantized")
+    layers = _layers(loaded)
+    if on_layers is not None:
+        on_layers(layers)
+    stage("data")
+    data = supply(loaded.input_shape)
+    result = TFResult(tflite=b"", source=loaded.source, kind=loaded.kind,
+                      input_shape=loaded.input_shape, converter=f"tensorflow {tf.__version__}",
+                      float_weight_bytes=_float_weight_bytes(loaded), layers=layers)
+    if data.evaluation is not None:
+        stage("float reference")
+        result.reference = loaded.predict(data.evaluation.x, batch_size=REFERENCE_BATCH)
+    original = loaded
+    if request.sparsity or request.prune_channels is not None:
+        stage("sparsity")
+    loaded = _sparsify(loaded, request, data.training, progress, result.parts)
+    stage("quantize")
+    calib = None if data.calibration is None else data.calibration.x
+    result.tflite = _convert(loaded, request.quant, calib, progress, request, layers)
+    if request.baseline:
+        stage("float baseline")
+        result.baseline = result.tflite if request.scheme == "float32" and original is loaded \
+            else _convert(original, quantize.QuantSettings("float32", "float32",
+                                                           request.per_channel),
+                          None, None, request, layers)
+    return result
+
+
+def _convert(loaded: loading.LoadedModel, settings: quantize.QuantSettings,
+             calibration: np.ndarray | None, progress: Progress | None, request: TFRequest,
+             layers: dict[str, str]) -> bytes:
+    try:
+        return quantize.to_tflite(loaded, settings, calibration, progress)
+    except DevicefitError:
+        raise
+    except Exception as exc:
+        if type(exc).__name__ != "ConverterError" and "MLIR" not in str(exc):
+            raise
+        raise diagnose.ConversionError(diagnose.converter_error(
+            str(exc), layers, request.runtime, request.profile)) from exc
+
+
+def _layers(loaded: loading.LoadedModel) -> dict[str, str]:
+    if not loaded.is_keras:
+        return {}
+    out: dict[str, str] = {}
+
+    def walk(model: Any) -> None:
+        for layer in getattr(model, "layers", []):
+            out[layer.name] = type(layer).__name__
+            if hasattr(layer, "layers"):
+                walk(layer)
+    walk(loaded.keras_model)
+    return out
+
+
+def _float_weight_bytes(loaded: loading.LoadedModel) -> int:
+    variables = loaded.keras_model.weights if loaded.is_keras else loaded.variables
+    return 4 * int(sum(np.prod(v.shape) for v in variables))
+
+
+# --------------------------------------------------------------------------- sparsity stage
+def _sparsify(loaded: loading.LoadedModel, request: TFRequest, training: Dataset | None,
+              progress: Progress | None, parts: dict[str, Any]) -> loading.LoadedModel:
+    from sdk.convert import finetune
+
+    pattern = sparsity.parse_nm(request.sparsity) if request.sparsity else None
+    if pattern is None and request.prune_channels is None:
+        return loaded
+    loss = None
+    if request.distill and training is not None:  # the unpruned model teaches the pruned one
+        from sdk.fit.distill import distillation
+
+        training, loss = distillation(loaded.keras_model, loaded.keras_model, training)
+    epochs = request.epochs
+    if pattern is not None:
+        model = _clone(loaded.keras_model)  # never change the caller's model in place
+        masks, parts["nm_skipped"] = sparsity.nm_masks(model, pattern)
+        if not masks:
+            raise UsageError(f"no Conv/Dense layer takes {pattern} sparsity (input channels must "
+                             f"be a multiple of {pattern.m})")
+        sparsity.apply_masks(model, masks)
+        if training is not None:
+            parts["fine_tune"] = [dataclasses.asdict(finetune.fine_tune(
+                model, training, epochs, masks=masks, progress=progress, loss=loss))]
+            sparsity.apply_masks(model, masks)
+        parts["masks"] = len(masks)
+        return dataclasses.replace(loaded, keras_model=model)
+    result = finetune.prune_channels(loaded.keras_model, request.prune_channels, training,
+                                     epochs, progress, loss=loss)
+    if not result.layers:
+        raise UsageError("channel pruning found no prunable filters (every layer feeds an "
+                         "output or a layer whose channels must stay)")
+    parts["pruned_layers"] = [dataclasses.asdict(p) for p in result.layers]
+    parts["fine_tune"] = [dataclasses.asdict(f) for f in result.fine_tune]
+    parts["prune_stages"] = result.stages
+    return dataclasses.replace(loaded, keras_model=result.model)
+
+
+def _clone(model: Any) -> Any:
+    import keras
+
+    clone = keras.models.clone_model(model)
+    clone.set_weights(model.get_weights())
+    return clone
+
