@@ -1,0 +1,47 @@
+"""Run ``sdk.train.fit`` the way ``convert --train`` and ``fit`` do, in a child process, and
+report its peak RSS: the check that a plan's batch really fits.
+
+Run as ``python -m tests.train_child '<json>'`` with ``model``, ``batch_size``,
+``accumulation_steps``, ``effective_batch``, ``samples`` and ``epochs``; prints JSON with
+the peak RSS (``VmHWM``) and the bytes of the training data the process holds, which the
+plan does not count (the plan is for the training step; the data set is the user's).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _status(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def main(request: dict) -> dict:
+    import keras
+    import numpy as np
+
+    from sdk.train import BatchPlan, TrainingMemoryModel, fit
+
+    model = keras.saving.load_model(request["model"], safe_mode=True, compile=False)
+    b, steps = request["batch_size"], request["accumulation_steps"]
+    plan = BatchPlan(batch_size=b, accumulation_steps=steps,
+                     effective_batch=request["effective_batch"], estimated_peak_bytes=0,
+                     memory_limit_bytes=0, memory_source="test", optimizer="adam",
+                     dtype="float32", estimate=TrainingMemoryModel(model).estimate(b))
+    rng = np.random.default_rng(0)
+    n = request["samples"]
+    x = rng.random((n, *model.inputs[0].shape[1:]), dtype=np.float32)
+    y = rng.integers(0, int(model.outputs[0].shape[-1]), n)
+    summary = fit(model, x, y, epochs=request["epochs"], plan=plan, optimizer="adam",
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return {"peak_bytes": _status("VmHWM"), "data_bytes": int(x.nbytes + y.nbytes),
+            "updates": summary["updates"], "batch_size": summary["batch_size"]}
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(json.loads(sys.argv[1]))))
