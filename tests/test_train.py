@@ -287,6 +287,10 @@ def test_calibrated_plan_holds_when_fit_runs_it(tmp_path, builder) -> None:
     assert (cal.verified.batch_size, cal.verified.accumulation_steps) == \
         (plan.batch_size, plan.accumulation_steps)
     _assert_backend_is_the_environments(cal.backend)
+    shown = plan.to_dict()
+    assert shown["basis"] == "calibrated" and shown["backend"] == cal.backend.to_dict()
+    assert shown["calibration"]["verified"]["batch_size"] == plan.batch_size
+    assert shown["planned_peak_bytes"] > cal.verified.peak_bytes
     ran = _run_fit(path, plan, samples=2 * target + 10)  # 3 updates, the last one short
     assert ran["updates"] == 3 and ran["batch_size"] == plan.batch_size
     # The cap the plan promised: the training process's own peak, its data set aside.
