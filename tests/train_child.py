@@ -3,22 +3,15 @@ report its peak RSS: the check that a plan's batch really fits.
 
 Run as ``python -m tests.train_child '<json>'`` with ``model``, ``batch_size``,
 ``accumulation_steps``, ``effective_batch``, ``samples`` and ``epochs``; prints JSON with
-the peak RSS (``VmHWM``) and the bytes of the training data the process holds, which the
-plan does not count (the plan is for the training step; the data set is the user's).
+the process's peak private memory from the moment TensorFlow is loaded (measured like the
+plan's figures, ``sdk.train.measure.PeakMeter``) and the bytes of the training data it holds,
+which the plan does not count (the plan is for training; the data set is the user's).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
-
-
-def _status(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def main(request: dict) -> dict:
@@ -26,7 +19,10 @@ def main(request: dict) -> dict:
     import numpy as np
 
     from sdk.train import BatchPlan, TrainingMemoryModel, fit
+    from sdk.train.measure import PeakMeter
 
+    meter = PeakMeter()
+    meter.reset()
     model = keras.saving.load_model(request["model"], safe_mode=True, compile=False)
     b, steps = request["batch_size"], request["accumulation_steps"]
     plan = BatchPlan(batch_size=b, accumulation_steps=steps,
@@ -39,7 +35,7 @@ def main(request: dict) -> dict:
     y = rng.integers(0, int(model.outputs[0].shape[-1]), n)
     summary = fit(model, x, y, epochs=request["epochs"], plan=plan, optimizer="adam",
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return {"peak_bytes": _status("VmHWM"), "data_bytes": int(x.nbytes + y.nbytes),
+    return {"peak_bytes": meter.peak(), "data_bytes": int(x.nbytes + y.nbytes),
             "updates": summary["updates"], "batch_size": summary["batch_size"]}
 
 

@@ -2,13 +2,17 @@
 
 The child loads the model and sets the process up exactly as :func:`sdk.train.fit` does
 (the same step function, optimizer, allocator setting and the backend the environment
-selects, see ``sdk.train.backend``). For each batch size asked for it runs one warm-up
-update (traces the step, creates the optimizer slots), returns freed heap pages to the OS
-(``malloc_trim``), resets the kernel's peak-RSS counter (``/proc/self/clear_refs`` = 5),
-records RSS as the baseline, runs a few updates and reads the peak RSS (``VmHWM``).
+selects, see ``sdk.train.backend``). For each update asked for (its micro-batch sizes, as
+``fit`` splits an effective batch) it runs one warm-up update at batch 1 (traces the step,
+creates the optimizer slots), resets the kernel's peak-RSS counter (``/proc/self/clear_refs`` = 5), records RSS as the baseline,
+then runs the update, a short update (half a micro-batch, as an epoch's last update is) and
+the update again, and reads the peak RSS (``VmHWM``). The short update matters: with
+oneDNN every new input shape builds and caches kernels (measured: +8 MiB each for the first
+few shapes on a 64x64 conv block), and ``fit`` meets such shapes at every epoch's end.
 
-``peak_bytes`` is the whole process at its peak (Python, TensorFlow's runtime, the model,
-optimizer state, the step): what a training process started the same way needs.
+``peak_bytes`` is the process's private memory at its peak (Python, TensorFlow's runtime,
+the model, optimizer state, the step; see :class:`PeakMeter`): what a training process
+started the same way needs.
 ``step_bytes`` (peak - baseline) is what the step adds on top, comparable with
 :attr:`TrainingMemory.step_bytes`. On a GPU the figures are the device allocator's
 (``tf.config.experimental.get_memory_info``), not RSS. Run as
@@ -22,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +40,7 @@ class MeasuredStep:
     batch_size: int
     accumulation_steps: int
     baseline_bytes: int  # after the warm-up: runtime, model and optimizer state
-    peak_bytes: int  # peak during the measured updates, whole process (or device)
+    peak_bytes: int  # peak during the measured updates, private memory (or device)
     step_bytes: int  # peak - baseline
 
 
@@ -46,19 +51,27 @@ class Measurement:
     device_free_bytes: int | None  # GPU only: free device memory before the steps
 
 
-def measure_steps(model_path: str | Path, runs: list[tuple[int, int]], *,
-                  optimizer: str = "adam", dtype: str = "float32", steps: int = 2,
-                  steady_allocator: bool = True, timeout_s: float = 600) -> Measurement:
-    """Measure each ``(batch_size, accumulation_steps)`` of ``runs`` in one child, in order.
+def micro_batches(batch_size: int, effective_batch: int) -> list[int]:
+    """How ``fit`` splits one update of ``effective_batch`` samples: micro-batches of at
+    most ``batch_size``."""
+    return [min(batch_size, effective_batch - start)
+            for start in range(0, effective_batch, batch_size)]
 
-    With accumulation the child runs what ``fit`` runs then: accumulating micro-batches and
+
+def measure_steps(model_path: str | Path, updates: list[list[int]], *,
+                  optimizer: str = "adam", dtype: str = "float32",
+                  steady_allocator: bool = True, timeout_s: float = 600) -> Measurement:
+    """Measure each update of ``updates`` (its micro-batch sizes) in one child, in order.
+
+    With several micro-batches the child runs what ``fit`` runs then: accumulating them and
     the update from the accumulators. Raises ``RuntimeFailure`` if the child fails (e.g.
     runs out of memory).
     """
-    request = json.dumps({"model": str(model_path), "runs": runs, "optimizer": optimizer,
-                          "dtype": dtype, "steps": steps, "steady_allocator": steady_allocator})
+    request = json.dumps({"model": str(model_path), "updates": updates,
+                          "optimizer": optimizer, "dtype": dtype,
+                          "steady_allocator": steady_allocator})
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    what = ", ".join(str(b) for b, _ in runs)
+    what = ", ".join("+".join(map(str, u)) for u in updates)
     try:
         done = subprocess.run([sys.executable, "-m", "sdk.train.measure", request],
                               capture_output=True, text=True, timeout=timeout_s, env=env,
@@ -78,10 +91,9 @@ def measure_steps(model_path: str | Path, runs: list[tuple[int, int]], *,
 
 
 def measure_step_peak(model_path: str | Path, batch_size: int, *, optimizer: str = "adam",
-                      steps: int = 2, steady_allocator: bool = True,
-                      timeout_s: float = 600) -> MeasuredStep:
-    """One batch size in a fresh child (see :func:`measure_steps`)."""
-    return measure_steps(model_path, [(batch_size, 1)], optimizer=optimizer, steps=steps,
+                      steady_allocator: bool = True, timeout_s: float = 600) -> MeasuredStep:
+    """One batch size without accumulation, in a fresh child (see :func:`measure_steps`)."""
+    return measure_steps(model_path, [[batch_size]], optimizer=optimizer,
                          steady_allocator=steady_allocator, timeout_s=timeout_s).steps[0]
 
 
@@ -104,26 +116,53 @@ def _gpu_free_bytes() -> int | None:
     return int(float(first[0])) * 1024**2 if done.returncode == 0 and first else None
 
 
-class _Meter:
-    """Peak memory since :meth:`reset`: RSS on the CPU, the allocator's peak on a GPU."""
+class PeakMeter:
+    """Peak memory since :meth:`reset`: private (anonymous) RSS on the CPU, the allocator's
+    peak on a GPU.
 
-    def __init__(self, tf: Any, gpu: bool):
-        self.tf, self.gpu = tf, gpu
+    Private memory is what a training process costs: TensorFlow's shared-library pages
+    (hundreds of MiB of RSS) are shared and the kernel evicts them under memory pressure,
+    which made whole-RSS figures drop by 250 MiB on a busy machine. The kernel keeps a
+    high-water mark only for the whole RSS (``VmHWM``), so the peak is the larger of the
+    private baseline plus the HWM's rise, and the highest ``RssAnon`` a 1 ms sampler saw.
+    """
+
+    def __init__(self, gpu: bool = False):
+        self.gpu = gpu
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+        self._base_rss = self._base_anon = self._max_anon = 0
 
     def reset(self) -> int:
+        """Start a measurement; returns the baseline."""
         if self.gpu:
-            self.tf.config.experimental.reset_memory_stats("GPU:0")
-            return int(self.tf.config.experimental.get_memory_info("GPU:0")["current"])
-        import ctypes
+            import tensorflow as tf
 
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+            tf.config.experimental.reset_memory_stats("GPU:0")
+            return int(tf.config.experimental.get_memory_info("GPU:0")["current"])
+        # No malloc_trim: fit does not trim either, and what the heap keeps counts.
         Path("/proc/self/clear_refs").write_text("5")
-        return _status("VmRSS")
+        self._base_rss, self._base_anon = _status("VmRSS"), _status("RssAnon")
+        self._max_anon = self._base_anon
+        self._stop.clear()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+        return self._base_anon
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.001):
+            self._max_anon = max(self._max_anon, _status("RssAnon"))
 
     def peak(self) -> int:
         if self.gpu:
-            return int(self.tf.config.experimental.get_memory_info("GPU:0")["peak"])
-        return _status("VmHWM")
+            import tensorflow as tf
+
+            return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+        self._stop.set()
+        if self._sampler is not None:
+            self._sampler.join()
+        rise = _status("VmHWM") - self._base_rss
+        return max(self._base_anon + rise, self._max_anon, _status("RssAnon"))
 
 
 def _load(path: str, dtype: str) -> Any:
@@ -158,42 +197,41 @@ def _child(request: dict) -> dict:
     keras.utils.set_random_seed(0)
     model = _load(request["model"], request["dtype"])
     rng = np.random.default_rng(0)
-    meter = _Meter(tf, bool(gpus))
+    meter = PeakMeter(bool(gpus))
     free = _gpu_free_bytes() if gpus else None
 
     def batch(n: int) -> tuple[np.ndarray, np.ndarray]:
         x = rng.random((n, *model.inputs[0].shape[1:]), dtype=np.float32)
         return x, np.zeros((n, *model.outputs[0].shape[1:]), np.float32)
 
-    warm = batch(1)
     compiled: dict[bool, Any] = {}
     results = []
-    for b, accumulation in request["runs"]:
-        accumulate = accumulation > 1
+    for sizes in request["updates"]:
+        accumulate = len(sizes) > 1
         if accumulate not in compiled:
             compiled[accumulate] = make_train_step(
                 model, get_optimizer(request["optimizer"]).build(1e-3),
-                keras.losses.MeanSquaredError(), spec_of(warm[0]), spec_of(warm[1]),
+                keras.losses.MeanSquaredError(), spec_of(batch(1)[0]), spec_of(batch(1)[1]),
                 accumulate=accumulate)
         step = compiled[accumulate]
-        data = batch(b)
+        data = {n: batch(n) for n in {*sizes, 1, (max(sizes) + 1) // 2}}
 
-        def update(x: np.ndarray, y: np.ndarray, step: Any = step,
-                   accumulate: bool = accumulate) -> None:
-            if accumulate:  # two micro-batches, then the update: what fit runs
-                step.accumulate(x, y, float(len(x)))
-                step.accumulate(x, y, float(len(x)))
-                step.apply(0.5 / len(x))
-            else:
-                step.run(x, y)
+        def update(micro: list[int], step: Any = step, accumulate: bool = accumulate,
+                   data: dict = data) -> None:
+            if not accumulate:
+                step.run(*data[micro[0]])
+                return
+            for n in micro:
+                step.accumulate(*data[n], float(n))
+            step.apply(1.0 / sum(micro))
 
-        update(*warm)
+        update([1] * len(sizes))
         # The first step at a new shape builds kernels and caches: fit pays for it too.
         baseline = meter.reset()
-        for _ in range(request["steps"]):
-            update(*data)
+        for micro in (sizes, [(max(sizes) + 1) // 2], sizes):
+            update(micro)
         peak = meter.peak()
-        results.append(MeasuredStep(batch_size=b, accumulation_steps=accumulation,
+        results.append(MeasuredStep(batch_size=max(sizes), accumulation_steps=len(sizes),
                                     baseline_bytes=baseline, peak_bytes=peak,
                                     step_bytes=peak - baseline).__dict__)
     return {"backend": backend_here(request["dtype"]).to_dict(), "steps": results,

@@ -53,6 +53,8 @@ class BatchPlan:
         """A table row's planned peak: the static estimate, or the calibrated line's."""
         if self.calibration is None:
             return t.peak_bytes
+        if t.batch_size == self.batch_size:
+            return self.calibration.planned_peak_bytes
         return self.calibration.predict(t.batch_size,
                                         math.ceil(self.effective_batch / t.batch_size))
 
