@@ -102,13 +102,16 @@ def _handle(args: argparse.Namespace) -> int:
                       f"{e.peak_at} (tensors only, not measured on this machine)")
     else:
         v = c.verified
-        measured = ", ".join(f"{p.batch_size}: {format_size(p.peak_bytes)}" for p in c.points)
+        measured = ", ".join(f"{p.batch_size}" + (f"x{p.accumulation_steps}"
+                                                  if p.accumulation_steps > 1 else "")
+                             + f": {format_size(p.peak_bytes)}" for p in c.points)
         console.print(f"backend: {c.backend.describe()}")
         console.print(f"memory limit {format_size(plan.memory_limit_bytes)} "
                       f"({plan.memory_source}); planned peak "
                       f"[bold]{format_size(plan.planned_peak_bytes)}[/bold] = verified step "
                       f"at batch {v.batch_size} {format_size(v.peak_bytes)} + margin "
-                      "(whole process, TensorFlow's runtime included)")
+                      "(the training process's private memory, TensorFlow's runtime "
+                      "included)")
         console.print(f"calibrated: {format_size(c.fixed_bytes)} + "
                       f"{format_size(c.per_sample_bytes)} per sample (measured peaks by "
                       f"batch: {measured}); static estimate {format_size(e.peak_bytes)} "

@@ -2,7 +2,7 @@
 
 The static estimate plans instantly; with ``calibrate=<model file>`` the plan is then
 measured and verified with real steps on this machine's backend (``sdk.train.calibrate``),
-and the limit is compared with the whole training process's measured peak.
+and the limit is compared with the training process's measured private memory at its peak.
 ``memory_bytes=None`` plans against what this machine has free now: ``MemAvailable`` from
 ``/proc/meminfo``, or the cgroup's remaining allowance when a container limit is lower,
 minus a safety margin (the estimate leaves out the framework's own memory and allocator
