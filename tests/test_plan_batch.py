@@ -57,7 +57,8 @@ def test_calibrated_by_default_and_names_the_backend(model_file, capsys) -> None
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--memory", "100KiB"], "smaller than the model's parameters alone"),
-    (["--memory", "64MiB"], "no batch fits in 64.0 MiB"),  # TensorFlow alone needs more
+    pytest.param(["--memory", "64MiB"], "no batch fits in 64.0 MiB",  # TensorFlow alone
+                 marks=pytest.mark.slow),  # needs more: measured in a child
     (["--memory", "lots"], "--memory: expected a size"),
     (["--target-batch", "0"], "--target-batch must be at least 1"),
     (["--optimizer", "adamx"], "invalid choice: 'adamx'"),
