@@ -1,12 +1,19 @@
-"""Benchmark the training-memory estimate against measured peak memory of real steps.
+"""Benchmark the training-memory planner: static estimate vs calibrated vs measured.
 
-For each model and batch size: the estimate's step memory (``TrainingMemory.step_bytes``:
-what one Adam update adds on top of parameters and optimizer state) and the measured one
-(peak RSS over the post-warm-up baseline, in a child process, see ``sdk.train.measure``),
-with the allocator set up as ``fit`` does it (``steady``) and with glibc's default
-(``glibc``). Prints a Markdown table; ``--json`` also writes the raw figures.
+For each model, each oneDNN setting (``TF_ENABLE_ONEDNN_OPTS=0`` and ``=1``, set for the
+child processes) and each batch size, with the threads of the environment
+(``TF_NUM_INTRAOP_THREADS``, default all cores):
 
-    .venv/bin/python benchmarks/bench_train_memory.py [--batches 16,64,128] [--json out.json]
+- static: ``TrainingMemory.step_bytes``, the estimate of what one Adam update adds on top of
+  parameters and optimizer state (tensor bytes; the same on every machine);
+- calibrated: what ``plan-batch`` predicts for the whole training process at that batch
+  from its calibration child (two small batches, ``sdk.train.calibrate``), without margin;
+- measured: a fresh child running that batch (``sdk.train.measure``): its whole-process
+  peak RSS and the step (peak minus the baseline after warm-up).
+
+Ratios are predicted / measured. Prints a Markdown table; ``--json`` also writes the figures.
+
+    .venv/bin/python benchmarks/bench_train_memory.py [--batches 32,128] [--models cnn,...]
 """
 
 from __future__ import annotations
@@ -73,40 +80,56 @@ def _models() -> dict[str, Callable[[], object]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batches", default="16,64,128", help="comma-separated batch sizes")
+    ap.add_argument("--batches", default="32,128", help="comma-separated batch sizes")
+    ap.add_argument("--models", default="cnn,conv-bn-relu-conv,residual,mobilenet-block",
+                    help="comma-separated model names (of: " + ", ".join(_models()) + ")")
+    ap.add_argument("--onednn", default="0,1", help="TF_ENABLE_ONEDNN_OPTS values to run")
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
+    models = {n: f for n, f in _models().items() if n in args.models.split(",")}
 
     import keras
 
     from sdk.train import TrainingMemoryModel
-    from sdk.train.measure import measure_step_peak
+    from sdk.train.calibrate import calibration_batches
+    from sdk.train.measure import measure_steps
 
     mib = 1024**2
     rows = []
-    print("| model | batch | estimated MiB | measured MiB (steady) | ratio | "
-          "measured MiB (glibc default) | ratio | peak at | activations share |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|---:|")
+    print("| model | oneDNN | batch | static step MiB | measured step MiB | static/measured | "
+          "calibrated peak MiB | measured peak MiB | calibrated/measured |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
-        for name, build in _models().items():
+        for name, build in models.items():
             keras.utils.set_random_seed(0)
             model = build()
             path = Path(tmp) / "model.keras"
             model.save(path)
             tm = TrainingMemoryModel(model)
-            for b in batches:
-                est = tm.estimate(b)
-                steady = measure_step_peak(path, b).step_bytes
-                glibc = measure_step_peak(path, b, steady_allocator=False).step_bytes
-                share = est.activation_bytes / est.step_bytes
-                rows.append({"model": name, "batch": b, "estimated_bytes": est.step_bytes,
-                             "measured_steady_bytes": steady, "measured_glibc_bytes": glibc,
-                             "peak_at": est.peak_at, "activation_share": share})
-                print(f"| {name} | {b} | {est.step_bytes / mib:.1f} | {steady / mib:.1f} | "
-                      f"{est.step_bytes / steady:.2f} | {glibc / mib:.1f} | "
-                      f"{est.step_bytes / glibc:.2f} | {est.peak_at} | {share:.0%} |",
-                      flush=True)
+            for onednn in args.onednn.split(","):
+                os.environ["TF_ENABLE_ONEDNN_OPTS"] = onednn
+                # What plan-batch measures when the static plan picks the largest batch here.
+                small = calibration_batches(max(batches), max(batches))
+                cal = measure_steps(path, [[b] for b in small])
+                (b0, p0), (b1, p1) = [(s.batch_size, s.peak_bytes) for s in cal.steps]
+                slope = max((p1 - p0) / (b1 - b0), 0.0)
+                for b in batches:
+                    real = measure_steps(path, [[b]]).steps[0]
+                    static = tm.estimate(b).step_bytes
+                    predicted = p0 + slope * (b - b0)
+                    rows.append({"model": name, "backend": cal.backend.to_dict(), "batch": b,
+                                 "calibration_batches": small, "static_step_bytes": static,
+                                 "measured_step_bytes": real.step_bytes,
+                                 "calibrated_peak_bytes": int(predicted),
+                                 "measured_peak_bytes": real.peak_bytes})
+                    print(f"| {name} | {'on' if cal.backend.onednn else 'off'} | {b} | "
+                          f"{static / mib:.1f} | {real.step_bytes / mib:.1f} | "
+                          f"{static / real.step_bytes:.2f} | {predicted / mib:.1f} | "
+                          f"{real.peak_bytes / mib:.1f} | {predicted / real.peak_bytes:.2f} |",
+                          flush=True)
+    print(f"threads: {rows[0]['backend']['intra_op_threads'] if rows else '-'}; "
+          f"calibration batches {rows[0]['calibration_batches'] if rows else '-'}")
     if args.json:
         tmp_out = args.json.with_suffix(args.json.suffix + ".tmp")
         tmp_out.write_text(json.dumps(rows, indent=2))

@@ -8,6 +8,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+MISSING = ("Chromium is missing: the HTML-report tests look at pages in a headless Chromium "
+           "and no `chromium` or `chromium-browser` is on PATH. Install Debian's: "
+           "`sudo apt-get install -y chromium` (`make test` installs it itself when run as "
+           "root, via `make browser`).")
+
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--enable-logging=stderr", "--v=0"]
@@ -26,7 +33,8 @@ class Rendered:
 def render(page: Path, screenshot: Path | None = None, size: str = "1200,2400") -> Rendered:
     """Load ``page`` from disk; return the DOM after load and every console message."""
     binary = chromium()
-    assert binary, "chromium is not installed (make test installs Debian's chromium)"
+    if binary is None:
+        pytest.fail(MISSING, pytrace=False)
     with tempfile.TemporaryDirectory() as profile_dir:
         args = [binary, *FLAGS, f"--user-data-dir={profile_dir}", f"--window-size={size}"]
         if screenshot is not None:

@@ -90,3 +90,9 @@ def test_simulate_cli_writes_html_and_png_but_never_over_its_input(tmp_path, cap
     assert main(["simulate", str(sine), "--profile", "esp32-s3", "--html", str(sine)]) == 2
     assert "refusing to overwrite the input" in capsys.readouterr().err
     assert sine.read_bytes() == before
+
+
+def test_missing_chromium_fails_with_how_to_install_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(pytest.fail.Exception, match="Chromium is missing.*apt-get install"):
+        render(tmp_path / "page.html")

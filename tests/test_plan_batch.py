@@ -25,9 +25,10 @@ def model_file(tmp_path_factory) -> Path:
 
 def test_json_plan_with_accumulation(model_file, capsys) -> None:
     assert main(["plan-batch", str(model_file), "--memory", "24MiB", "--target-batch", "256",
-                 "--optimizer", "momentum", "--json"]) == 0
+                 "--optimizer", "momentum", "--json", "--no-calibrate"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["memory_limit_bytes"] == 24 * 1024**2 and plan["memory_source"] == "given"
+    assert plan["basis"] == "static" and plan["backend"] is None
     assert 1 <= plan["batch_size"] < 256 and plan["accumulation_steps"] > 1
     assert plan["batch_size"] * plan["accumulation_steps"] >= 256
     assert plan["effective_batch"] == 256
@@ -38,18 +39,31 @@ def test_json_plan_with_accumulation(model_file, capsys) -> None:
 
 def test_table_off_a_tty(model_file, capsys) -> None:
     assert main(["plan-batch", str(model_file), "--memory", "auto", "--target-batch", "64",
-                 "--dtype", "mixed_float16"]) == 0
+                 "--dtype", "mixed_float16", "--no-calibrate"]) == 0
     out = capsys.readouterr().out
     assert "Batch size vs training memory" in out and "accumulation step" in out
     assert "\x1b[" not in out  # plain text when not on a terminal
+    assert "not measured on this machine" in out
+
+
+@pytest.mark.slow
+def test_calibrated_by_default_and_names_the_backend(model_file, capsys) -> None:
+    assert main(["plan-batch", str(model_file), "--memory", "8GiB", "--target-batch", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "backend: TensorFlow" in out and "oneDNN o" in out and "thread" in out
+    assert "planned peak" in out and "calibrated peak" in out
+    assert "batch 8 x 1 accumulation" in out and "verified step at batch 8" in out
 
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--memory", "100KiB"], "smaller than the model's parameters alone"),
+    pytest.param(["--memory", "64MiB"], "no batch fits in 64.0 MiB",  # TensorFlow alone
+                 marks=pytest.mark.slow),  # needs more: measured in a child
     (["--memory", "lots"], "--memory: expected a size"),
     (["--target-batch", "0"], "--target-batch must be at least 1"),
     (["--optimizer", "adamx"], "invalid choice: 'adamx'"),
-], ids=["memory-below-params", "bad-size", "zero-target", "unknown-optimizer"])
+], ids=["memory-below-params", "below-tensorflow", "bad-size", "zero-target",
+      "unknown-optimizer"])
 def test_bad_options_exit_2_with_one_line(model_file, capsys, argv, message) -> None:
     try:
         code = main(["plan-batch", str(model_file), *argv])

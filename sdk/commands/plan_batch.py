@@ -23,7 +23,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Estimate training memory (parameters, gradients, optimizer state, "
                     "activations kept for the backward pass) and pick the largest micro-batch "
                     "that fits, with the gradient-accumulation steps that reach the target "
-                    "effective batch.",
+                    "effective batch. By default the plan is then calibrated on this machine: "
+                    "short real training steps in child processes, on the backend training "
+                    "will use (threads from TF_NUM_INTRAOP_THREADS / TF_NUM_INTEROP_THREADS, "
+                    "oneDNN from TF_ENABLE_ONEDNN_OPTS or the CPU, the GPU if one is "
+                    "visible), and the chosen batch is verified with one real step.",
         epilog="example: devicefit plan-batch model.keras --memory 8GiB --target-batch 256")
     p.add_argument("model", help="Keras model file (.keras or .h5)")
     p.add_argument("--memory", default="auto", metavar="SIZE|auto",
@@ -36,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="samples per optimizer update to reach (default 32)")
     p.add_argument("--dtype", default="float32", choices=sorted(ACTIVATION_BYTES),
                    help="training precision (default float32)")
+    p.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                   help="the static estimate only: instant, no training step run, the same on "
+                        "every machine (tensor bytes, TensorFlow's runtime not included)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_handle)
 
@@ -77,7 +84,8 @@ def _handle(args: argparse.Namespace) -> int:
     if args.target_batch < 1:
         raise UsageError(f"--target-batch must be at least 1, got {args.target_batch}")
     plan = plan_batch(load_keras_model(args.model), memory_bytes=memory,
-                      optimizer=args.optimizer, target_batch=args.target_batch, dtype=args.dtype)
+                      optimizer=args.optimizer, target_batch=args.target_batch, dtype=args.dtype,
+                      calibrate_with=args.model if args.calibrate else None)
     if args.json:
         print_json({"model": args.model} | plan.to_dict())
         return 0
@@ -87,9 +95,27 @@ def _handle(args: argparse.Namespace) -> int:
         f"{args.model}: batch [bold]{plan.batch_size}[/bold] x {plan.accumulation_steps} "
         f"accumulation step(s) = effective batch {plan.effective_batch} "
         f"({plan.optimizer}, {plan.dtype})")
-    console.print(f"memory limit {format_size(plan.memory_limit_bytes)} "
-                  f"({plan.memory_source}); estimated peak {format_size(e.peak_bytes)} at "
-                  f"{e.peak_at}")
+    c = plan.calibration
+    if c is None:
+        console.print(f"memory limit {format_size(plan.memory_limit_bytes)} "
+                      f"({plan.memory_source}); static estimate {format_size(e.peak_bytes)} at "
+                      f"{e.peak_at} (tensors only, not measured on this machine)")
+    else:
+        v = c.verified
+        measured = ", ".join(f"{p.batch_size}" + (f"x{p.accumulation_steps}"
+                                                  if p.accumulation_steps > 1 else "")
+                             + f": {format_size(p.peak_bytes)}" for p in c.points)
+        console.print(f"backend: {c.backend.describe()}")
+        console.print(f"memory limit {format_size(plan.memory_limit_bytes)} "
+                      f"({plan.memory_source}); planned peak "
+                      f"[bold]{format_size(plan.planned_peak_bytes)}[/bold] = verified step "
+                      f"at batch {v.batch_size} {format_size(v.peak_bytes)} + margin "
+                      "(the training process's private memory, TensorFlow's runtime "
+                      "included)")
+        console.print(f"calibrated: {format_size(c.fixed_bytes)} + "
+                      f"{format_size(c.per_sample_bytes)} per sample (measured peaks by "
+                      f"batch: {measured}); static estimate {format_size(e.peak_bytes)} "
+                      f"at {e.peak_at}")
     console.print(
         f"  parameters {format_size(e.parameter_bytes)}, optimizer state "
         f"{format_size(e.optimizer_slot_bytes)}, accumulators {format_size(e.accumulator_bytes)}"
@@ -97,8 +123,11 @@ def _handle(args: argparse.Namespace) -> int:
         f"{format_size(e.activation_bytes)}, workspace {format_size(e.workspace_bytes)}, "
         f"batch data {format_size(e.input_bytes)}")
     rows = [(t.batch_size, format_size(t.activation_bytes), format_size(t.workspace_bytes),
-             format_size(t.peak_bytes), "yes" if t.peak_bytes <= plan.memory_limit_bytes
-             else "no") for t in plan.table]
-    console.print(table("Batch size vs training memory",
-                        ["batch", "activations", "workspace", "peak", "fits"], rows))
+             format_size(t.peak_bytes)) + (() if c is None else
+                                           (format_size(plan.table_peak(t)),))
+            + ("yes" if plan.table_peak(t) <= plan.memory_limit_bytes else "no",)
+            for t in plan.table]
+    heads = ["batch", "activations", "workspace", "static peak"] + \
+        ([] if c is None else ["calibrated peak"]) + ["fits"]
+    console.print(table("Batch size vs training memory", heads, rows))
     return 0

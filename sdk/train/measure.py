@@ -1,58 +1,100 @@
 """Measure the peak memory of real training steps, in a child process.
 
-The child loads the model, runs one warm-up update at batch 1 (traces the step, creates the
-optimizer slots), returns freed heap pages to the OS (``malloc_trim``), resets the kernel's
-peak-RSS counter (``/proc/self/clear_refs`` = 5) and records RSS as the baseline. It then
-runs a few updates at the batch size under test and reads the peak RSS (``VmHWM``). The
-difference is what the step adds on top of the persistent state: it is compared with
-:attr:`TrainingMemory.step_bytes`. TensorFlow runs single-threaded and deterministic there
-so that runs repeat. Run as ``python -m sdk.train.measure '<json>'``.
+The child loads the model and sets the process up exactly as :func:`sdk.train.fit` does
+(the same step function, optimizer, allocator setting and the backend the environment
+selects, see ``sdk.train.backend``). For each update asked for (its micro-batch sizes, as
+``fit`` splits an effective batch) it runs one warm-up update at batch 1 (traces the step,
+creates the optimizer slots), resets the kernel's peak-RSS counter (``/proc/self/clear_refs`` = 5), records RSS as the baseline,
+then runs the update, a short update (half a micro-batch, as an epoch's last update is) and
+the update again, and reads the peak RSS (``VmHWM``). The short update matters: with
+oneDNN every new input shape builds and caches kernels (measured: +8 MiB each for the first
+few shapes on a 64x64 conv block), and ``fit`` meets such shapes at every epoch's end.
+
+``peak_bytes`` is the process's private memory at its peak (Python, TensorFlow's runtime,
+the model, optimizer state, the step; see :class:`PeakMeter`): what a training process
+started the same way needs.
+``step_bytes`` (peak - baseline) is what the step adds on top, comparable with
+:attr:`TrainingMemory.step_bytes`. On a GPU the figures are the device allocator's
+(``tf.config.experimental.get_memory_info``), not RSS. Run as
+``python -m sdk.train.measure '<json>'``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from sdk.train.backend import Backend
 from simulator.errors import RuntimeFailure
 
 
 @dataclass(frozen=True)
 class MeasuredStep:
     batch_size: int
-    baseline_bytes: int  # RSS after the warm-up, model and optimizer state included
-    peak_bytes: int  # peak RSS during the measured steps
+    accumulation_steps: int
+    baseline_bytes: int  # after the warm-up: runtime, model and optimizer state
+    peak_bytes: int  # peak during the measured updates, private memory (or device)
     step_bytes: int  # peak - baseline
 
 
-def measure_step_peak(model_path: str | Path, batch_size: int, *, optimizer: str = "adam",
-                      steps: int = 2, steady_allocator: bool = True,
-                      timeout_s: float = 600) -> MeasuredStep:
-    """Peak RSS that ``steps`` training updates at ``batch_size`` add over the baseline.
+@dataclass(frozen=True)
+class Measurement:
+    backend: Backend
+    steps: list[MeasuredStep]
+    device_free_bytes: int | None  # GPU only: free device memory before the steps
 
-    ``steady_allocator`` sets the allocator up as :func:`fit` does; False measures glibc's
-    default behaviour (freed tensors may stay resident, see ``use_steady_allocator``).
+
+def micro_batches(batch_size: int, effective_batch: int) -> list[int]:
+    """How ``fit`` splits one update of ``effective_batch`` samples: micro-batches of at
+    most ``batch_size``."""
+    return [min(batch_size, effective_batch - start)
+            for start in range(0, effective_batch, batch_size)]
+
+
+def measure_steps(model_path: str | Path, updates: list[list[int]], *,
+                  optimizer: str = "adam", dtype: str = "float32",
+                  steady_allocator: bool = True, timeout_s: float = 600) -> Measurement:
+    """Measure each update of ``updates`` (its micro-batch sizes) in one child, in order.
+
+    With several micro-batches the child runs what ``fit`` runs then: accumulating them and
+    the update from the accumulators. Raises ``RuntimeFailure`` if the child fails (e.g.
+    runs out of memory).
     """
-    request = json.dumps({"model": str(model_path), "batch_size": batch_size,
-                          "optimizer": optimizer, "steps": steps,
+    request = json.dumps({"model": str(model_path), "updates": updates,
+                          "optimizer": optimizer, "dtype": dtype,
                           "steady_allocator": steady_allocator})
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OMP_NUM_THREADS="1",
-               TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    what = ", ".join("+".join(map(str, u)) for u in updates)
     try:
         done = subprocess.run([sys.executable, "-m", "sdk.train.measure", request],
                               capture_output=True, text=True, timeout=timeout_s, env=env,
                               check=False)
     except subprocess.TimeoutExpired as exc:
-        raise RuntimeFailure(f"measuring batch {batch_size} took over {timeout_s:.0f} s") from exc
+        raise RuntimeFailure(f"measuring batch {what} took over {timeout_s:.0f} s") from exc
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeFailure(f"measuring batch {batch_size} failed (exit {done.returncode}): "
-                             f"{tail}")
-    return MeasuredStep(**json.loads(done.stdout.strip().splitlines()[-1]))
+        if done.returncode < 0:
+            tail = f"killed by signal {-done.returncode} (out of memory?)"
+        raise RuntimeFailure(f"measuring a training step at batch {what} failed "
+                             f"(exit {done.returncode}): {tail}")
+    raw = json.loads(done.stdout.strip().splitlines()[-1])
+    return Measurement(backend=Backend(**raw["backend"]),
+                       steps=[MeasuredStep(**s) for s in raw["steps"]],
+                       device_free_bytes=raw["device_free_bytes"])
+
+
+def measure_step_peak(model_path: str | Path, batch_size: int, *, optimizer: str = "adam",
+                      steady_allocator: bool = True, timeout_s: float = 600) -> MeasuredStep:
+    """One batch size without accumulation, in a fresh child (see :func:`measure_steps`)."""
+    return measure_steps(model_path, [[batch_size]], optimizer=optimizer,
+                         steady_allocator=steady_allocator, timeout_s=timeout_s).steps[0]
 
 
 def _status(field: str) -> int:
@@ -62,15 +104,89 @@ def _status(field: str) -> int:
     raise RuntimeFailure(f"/proc/self/status has no {field}")
 
 
-def _child(request: dict) -> MeasuredStep:
-    import ctypes
+def _gpu_free_bytes() -> int | None:
+    """Free memory of the first visible GPU per ``nvidia-smi``; None where it is missing."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+    done = subprocess.run([smi, "--query-gpu=memory.free", "--format=csv,noheader,nounits",
+                           "-i", visible], capture_output=True, text=True, check=False)
+    first = done.stdout.strip().splitlines()[:1]
+    return int(float(first[0])) * 1024**2 if done.returncode == 0 and first else None
 
+
+class PeakMeter:
+    """Peak memory since :meth:`reset`: private (anonymous) RSS on the CPU, the allocator's
+    peak on a GPU.
+
+    Private memory is what a training process costs: TensorFlow's shared-library pages
+    (hundreds of MiB of RSS) are shared and the kernel evicts them under memory pressure,
+    which made whole-RSS figures drop by 250 MiB on a busy machine. The kernel keeps a
+    high-water mark only for the whole RSS (``VmHWM``), so the peak is the larger of the
+    private baseline plus the HWM's rise, and the highest ``RssAnon`` a 1 ms sampler saw.
+    """
+
+    def __init__(self, gpu: bool = False):
+        self.gpu = gpu
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+        self._base_rss = self._base_anon = self._max_anon = 0
+
+    def reset(self) -> int:
+        """Start a measurement; returns the baseline."""
+        if self.gpu:
+            import tensorflow as tf
+
+            tf.config.experimental.reset_memory_stats("GPU:0")
+            return int(tf.config.experimental.get_memory_info("GPU:0")["current"])
+        # No malloc_trim: fit does not trim either, and what the heap keeps counts.
+        Path("/proc/self/clear_refs").write_text("5")
+        self._base_rss, self._base_anon = _status("VmRSS"), _status("RssAnon")
+        self._max_anon = self._base_anon
+        self._stop.clear()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+        return self._base_anon
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.001):
+            self._max_anon = max(self._max_anon, _status("RssAnon"))
+
+    def peak(self) -> int:
+        if self.gpu:
+            import tensorflow as tf
+
+            return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+        self._stop.set()
+        if self._sampler is not None:
+            self._sampler.join()
+        rise = _status("VmHWM") - self._base_rss
+        return max(self._base_anon + rise, self._max_anon, _status("RssAnon"))
+
+
+def _load(path: str, dtype: str) -> Any:
+    import keras
+
+    model = keras.saving.load_model(path, safe_mode=True, compile=False)
+    if dtype == "float32":
+        return model
+
+    def mixed(layer: Any) -> Any:  # the layers as a mixed-precision training script builds them
+        return layer.__class__.from_config(layer.get_config() | {"dtype": dtype})
+
+    return keras.models.clone_model(model, clone_function=mixed)
+
+
+def _child(request: dict) -> dict:
     import numpy as np
     import tensorflow as tf
 
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    tf.config.experimental.enable_op_determinism()
+    from sdk.train.backend import backend_here
+
+    gpus = tf.config.list_physical_devices("GPU")
+    for gpu in gpus:  # allocate as needed, so the peak is the step's, not a pre-grab
+        tf.config.experimental.set_memory_growth(gpu, True)
     import keras
 
     from sdk.train.loop import make_train_step, spec_of, use_steady_allocator
@@ -79,28 +195,48 @@ def _child(request: dict) -> MeasuredStep:
     if request["steady_allocator"]:
         use_steady_allocator()
     keras.utils.set_random_seed(0)
-    model = keras.saving.load_model(request["model"], safe_mode=True, compile=False)
-    b = request["batch_size"]
+    model = _load(request["model"], request["dtype"])
     rng = np.random.default_rng(0)
+    meter = PeakMeter(bool(gpus))
+    free = _gpu_free_bytes() if gpus else None
 
     def batch(n: int) -> tuple[np.ndarray, np.ndarray]:
         x = rng.random((n, *model.inputs[0].shape[1:]), dtype=np.float32)
         return x, np.zeros((n, *model.outputs[0].shape[1:]), np.float32)
 
-    warm, data = batch(1), batch(b)
-    step = make_train_step(model, get_optimizer(request["optimizer"]).build(1e-3),
-                           keras.losses.MeanSquaredError(), spec_of(warm[0]), spec_of(warm[1]),
-                           accumulate=False)
-    step.run(*warm)
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
-    Path("/proc/self/clear_refs").write_text("5")
-    baseline = _status("VmRSS")
-    for _ in range(request["steps"]):
-        step.run(*data)
-    peak = _status("VmHWM")
-    return MeasuredStep(batch_size=b, baseline_bytes=baseline, peak_bytes=peak,
-                        step_bytes=peak - baseline)
+    compiled: dict[bool, Any] = {}
+    results = []
+    for sizes in request["updates"]:
+        accumulate = len(sizes) > 1
+        if accumulate not in compiled:
+            compiled[accumulate] = make_train_step(
+                model, get_optimizer(request["optimizer"]).build(1e-3),
+                keras.losses.MeanSquaredError(), spec_of(batch(1)[0]), spec_of(batch(1)[1]),
+                accumulate=accumulate)
+        step = compiled[accumulate]
+        data = {n: batch(n) for n in {*sizes, 1, (max(sizes) + 1) // 2}}
+
+        def update(micro: list[int], step: Any = step, accumulate: bool = accumulate,
+                   data: dict = data) -> None:
+            if not accumulate:
+                step.run(*data[micro[0]])
+                return
+            for n in micro:
+                step.accumulate(*data[n], float(n))
+            step.apply(1.0 / sum(micro))
+
+        update([1] * len(sizes))
+        # The first step at a new shape builds kernels and caches: fit pays for it too.
+        baseline = meter.reset()
+        for micro in (sizes, [(max(sizes) + 1) // 2], sizes):
+            update(micro)
+        peak = meter.peak()
+        results.append(MeasuredStep(batch_size=max(sizes), accumulation_steps=len(sizes),
+                                    baseline_bytes=baseline, peak_bytes=peak,
+                                    step_bytes=peak - baseline).__dict__)
+    return {"backend": backend_here(request["dtype"]).to_dict(), "steps": results,
+            "device_free_bytes": free}
 
 
 if __name__ == "__main__":
-    print(json.dumps(_child(json.loads(sys.argv[1])).__dict__))
+    print(json.dumps(_child(json.loads(sys.argv[1]))))

@@ -1,5 +1,8 @@
 """Pick the largest micro-batch that fits a memory limit, and the accumulation to reach a target.
 
+The static estimate plans instantly; with ``calibrate=<model file>`` the plan is then
+measured and verified with real steps on this machine's backend (``sdk.train.calibrate``),
+and the limit is compared with the training process's measured private memory at its peak.
 ``memory_bytes=None`` plans against what this machine has free now: ``MemAvailable`` from
 ``/proc/meminfo``, or the cgroup's remaining allowance when a container limit is lower,
 minus a safety margin (the estimate leaves out the framework's own memory and allocator
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sdk.train.calibrate import Calibration, calibrate
 from sdk.train.estimate import TrainingMemory, TrainingMemoryModel
 from simulator.errors import UsageError
 from simulator.units import format_size
@@ -33,6 +37,26 @@ class BatchPlan:
     dtype: str
     estimate: TrainingMemory
     table: list[TrainingMemory] = field(default_factory=list)  # batch size vs memory
+    calibration: Calibration | None = None  # None: the static estimate alone
+
+    @property
+    def basis(self) -> str:
+        return "static" if self.calibration is None else "calibrated"
+
+    @property
+    def planned_peak_bytes(self) -> int:
+        """The figure the limit was checked against: measured + margin when calibrated."""
+        return self.estimated_peak_bytes if self.calibration is None \
+            else self.calibration.planned_peak_bytes
+
+    def table_peak(self, t: TrainingMemory) -> int:
+        """A table row's planned peak: the static estimate, or the calibrated line's."""
+        if self.calibration is None:
+            return t.peak_bytes
+        if t.batch_size == self.batch_size:
+            return self.calibration.planned_peak_bytes
+        return self.calibration.predict(t.batch_size,
+                                        math.ceil(self.effective_batch / t.batch_size))
 
     def to_dict(self) -> dict:
         return {
@@ -40,9 +64,13 @@ class BatchPlan:
             "effective_batch": self.effective_batch,
             "estimated_peak_bytes": self.estimated_peak_bytes,
             "memory_limit_bytes": self.memory_limit_bytes, "memory_source": self.memory_source,
-            "optimizer": self.optimizer, "dtype": self.dtype,
+            "optimizer": self.optimizer, "dtype": self.dtype, "basis": self.basis,
+            "planned_peak_bytes": self.planned_peak_bytes,
+            "backend": None if self.calibration is None else self.calibration.backend.to_dict(),
+            "calibration": None if self.calibration is None else self.calibration.to_dict(),
             "breakdown": _row(self.estimate),
-            "table": [_row(t) | {"fits": t.peak_bytes <= self.memory_limit_bytes}
+            "table": [_row(t) | {"planned_peak_bytes": self.table_peak(t),
+                                 "fits": self.table_peak(t) <= self.memory_limit_bytes}
                       for t in self.table],
         }
 
@@ -93,9 +121,15 @@ def auto_memory_limit() -> tuple[int, str]:
 
 
 def plan_batch(model: Any, *, memory_bytes: int | None = None, optimizer: str = "adam",
-               target_batch: int = 32, dtype: str = "float32") -> BatchPlan:
+               target_batch: int = 32, dtype: str = "float32",
+               calibrate_with: str | Path | None = None) -> BatchPlan:
     """The largest micro-batch that fits ``memory_bytes`` and the accumulation to reach
-    ``target_batch`` samples per update. Raises ``UsageError`` if nothing fits."""
+    ``target_batch`` samples per update. Raises ``UsageError`` if nothing fits.
+
+    ``calibrate_with`` (the model's file) measures and verifies the plan with real steps in
+    child processes, on the backend the environment selects; on a GPU an automatic limit
+    is the device's free memory, not the host's.
+    """
     if target_batch < 1:
         raise UsageError(f"target batch must be at least 1, got {target_batch}")
     tm = TrainingMemoryModel(model, optimizer=optimizer, dtype=dtype)
@@ -125,11 +159,36 @@ def plan_batch(model: Any, *, memory_bytes: int | None = None, optimizer: str = 
         lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
     steps = math.ceil(target_batch / lo)
     batch = math.ceil(target_batch / steps)  # spread the target evenly over the steps
+    if calibrate_with is not None:
+        return _calibrated(tm, target_batch, (limit, source, memory_bytes is None),
+                           calibrate_with, dtype, _table(tm, target_batch, batch), batch)
     chosen = tm.estimate(batch, accumulation_steps=steps)
-    sizes = sorted({2**i for i in range(int(math.log2(target_batch)) + 1)} | {batch,
-                                                                             target_batch})
-    table = [tm.estimate(b, accumulation_steps=math.ceil(target_batch / b)) for b in sizes]
     return BatchPlan(batch_size=batch, accumulation_steps=steps, effective_batch=target_batch,
                      estimated_peak_bytes=chosen.peak_bytes, memory_limit_bytes=limit,
                      memory_source=source, optimizer=chosen.optimizer, dtype=dtype,
-                     estimate=chosen, table=table)
+                     estimate=chosen, table=_table(tm, target_batch, batch))
+
+
+def _table(tm: TrainingMemoryModel, target: int, batch: int) -> list[TrainingMemory]:
+    sizes = sorted({2**i for i in range(int(math.log2(target)) + 1)} | {batch, target})
+    return [tm.estimate(b, accumulation_steps=math.ceil(target / b)) for b in sizes]
+
+
+def _calibrated(tm: TrainingMemoryModel, target: int, memory: tuple[int, str, bool],
+                path: str | Path, dtype: str, table: list[TrainingMemory],
+                static_batch: int) -> BatchPlan:
+    limit, source, auto = memory
+    small, large = tm.estimate(1), tm.estimate(2)
+    cal, batch, steps, limit, source = calibrate(
+        path, static_batch=static_batch,
+        static_per_sample=max(large.peak_bytes - small.peak_bytes, 0),
+        accumulator_bytes=tm.estimate(1, accumulation_steps=2).accumulator_bytes,
+        target_batch=target, limit=limit, source=source, auto=auto,
+        optimizer=tm.optimizer.name, dtype=dtype)
+    chosen = tm.estimate(batch, accumulation_steps=steps)
+    table = sorted({t.batch_size: t for t in table + [chosen]}.values(),
+                   key=lambda t: t.batch_size)
+    return BatchPlan(batch_size=batch, accumulation_steps=steps, effective_batch=target,
+                     estimated_peak_bytes=chosen.peak_bytes, memory_limit_bytes=limit,
+                     memory_source=source, optimizer=chosen.optimizer, dtype=dtype,
+                     estimate=chosen, table=table, calibration=cal)
