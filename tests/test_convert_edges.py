@@ -5,7 +5,6 @@ is a real model (or data file) of that kind through the real converter in its ch
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import zipfile
@@ -39,6 +38,9 @@ def models(tmp_path_factory) -> dict[str, Path]:
     import tensorflow as tf
 
     tmp = tmp_path_factory.mktemp("edge-models")
+    # Seeded: with some initial weights (seed 2, for one) TF 2.21 leaves the unrolled LSTM's
+    # SPLIT in float32, which convert then refuses to call int8 (verify_scheme) instead.
+    k.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     out: dict[str, Path] = {}
 
