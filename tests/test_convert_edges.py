@@ -5,6 +5,7 @@ is a real model (or data file) of that kind through the real converter in its ch
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
