@@ -8,6 +8,7 @@ value, its key path, the value, what is allowed and the line where the YAML pars
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import os
@@ -135,6 +136,8 @@ class Profile:
     extends: tuple[str, ...] = ()
     #: The merged YAML mapping after inheritance, kept for ``profiles show``.
     resolved: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: Every file read for this profile (itself, then its parents): inputs no output may replace.
+    files: tuple[Path, ...] = field(default=(), compare=False, repr=False)
 
 
 # --------------------------------------------------------------------------- value checkers
@@ -468,7 +471,8 @@ class ProfileStore:
             # 'abstract' and 'name' are not inherited: they belong to the file itself.
             m["abstract"] = leaf.values.get("abstract", False)
             m["name"] = leaf.values.get("name", leaf.path.stem)
-        return _build(merged, shown, leaf, tuple(r.path.stem for r in chain[1:]))
+        profile = _build(merged, shown, leaf, tuple(r.path.stem for r in chain[1:]))
+        return dataclasses.replace(profile, files=tuple(r.path for r in chain))
 
 
 def _require(merged: dict, section: str, key: str, leaf: _RawFile) -> Any:

@@ -9,6 +9,7 @@ from typing import Any
 from rich.markup import escape
 
 from sdk.console import make_console, print_json, table
+from sdk.outputs import check_outputs, picture_outputs, profile_inputs
 from sdk.pictures import add_picture_options, write_pictures
 from simulator.errors import DevicefitError
 from simulator.units import format_time_ms
@@ -61,6 +62,8 @@ def _bench(args: argparse.Namespace) -> int:
     from simulator.profiles import load_profile
 
     profile = load_profile(args.profile, args.profiles_dir)
+    check_outputs(picture_outputs(args), [("model", args.model), *profile_inputs(profile),
+                                          ("--benchmark-binary", args.benchmark_binary)])
     result = bench(args.model, profile, benchmark_binary=args.benchmark_binary,
                    serial=args.serial, adb=args.adb, runs=args.runs, warmup=args.warmup,
                    threads=args.threads, delegate=args.delegate, cpu_mask=args.cpu_mask,

@@ -68,6 +68,7 @@ def _check(args: argparse.Namespace) -> int:
     from sdk.check import DEFAULT_PROJECT_FILE, load_baseline, load_project, run_check
     from sdk.check.views import html, json_text, junit_xml, markdown
     from sdk.console import make_console
+    from sdk.outputs import check_outputs, profile_inputs
 
     project = load_project(args.file or DEFAULT_PROJECT_FILE, args.profiles_dir)
     baseline_path = args.baseline or project.baseline
@@ -77,8 +78,13 @@ def _check(args: argparse.Namespace) -> int:
     inputs = [project.path, *project.model_paths]
     if baseline_path is not None and not args.update_baseline:
         inputs.append(baseline_path)
-    _refuse_inputs([args.junit, args.markdown, args.html,
-                    baseline_path if args.update_baseline else None], inputs)
+    named_inputs = [("project file", project.path),
+                    *(("model", m) for m in project.model_paths),
+                    *(i for t in project.targets for i in profile_inputs(t.profile)),
+                    ("baseline", None if args.update_baseline else baseline_path)]
+    check_outputs([("--junit", args.junit), ("--markdown", args.markdown), ("--html", args.html),
+                   ("--update-baseline", baseline_path if args.update_baseline else None)],
+                  named_inputs, create_folders=True)
     has_rules = any(t.rules for t in project.targets)
     baseline = (load_baseline(baseline_path)
                 if baseline_path is not None and has_rules and not args.update_baseline else None)
@@ -101,14 +107,6 @@ def _check(args: argparse.Namespace) -> int:
     else:
         _print(console, result, written, notes=not args.update_baseline)
     return result.exit_code
-
-
-def _refuse_inputs(outputs: list[Path | None], inputs: list[Path]) -> None:
-    """Fail before a long run rather than after it: no output may replace an input."""
-    resolved = {p.resolve() for p in inputs}
-    for out in outputs:
-        if out is not None and out.resolve() in resolved:
-            raise UsageError(f"refusing to overwrite the input file {out}; choose another output")
 
 
 def _write(path: Path, text: str, inputs: list[Path]) -> None:

@@ -84,7 +84,10 @@ def _fit(args: argparse.Namespace) -> int:
     from sdk.commands.convert import _warnings_to
     from sdk.fit import SearchSettings, fit
     from sdk.fit.report import render_fit_html
+    from sdk.outputs import check_outputs, data_inputs
 
+    check_outputs([("-o", args.output), ("--report", args.report), ("--html", args.html)],
+                  data_inputs(args, ("train", "eval_data", "calibration")))
     settings = SearchSettings(max_trials=args.max_trials,
                               time_budget_s=parse_duration(args.time_budget),
                               storage=args.storage, study_name=args.study_name, jobs=args.jobs,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from sdk.console import make_console, print_json
+from sdk.outputs import check_outputs, picture_outputs, profile_inputs
 from sdk.pictures import add_picture_options, write_pictures
 from simulator.errors import UsageError
 from simulator.profiles import KERNELS
@@ -53,6 +54,8 @@ def _simulate(args: argparse.Namespace) -> int:
                            kernels=args.kernels, pointer_bytes=args.pointer_size)
     if args.input and not args.run:
         raise UsageError("--input gives data to run the model with: add --run")
+    check_outputs(picture_outputs(args), [("model", args.model), ("--input data", args.input),
+                                          *profile_inputs(profile)])
     run_options = ({"runs": args.runs, "input_path": args.input, "timeout_s": args.timeout}
                    if args.run else {})
     err = make_console(args.no_color, stderr=True)
