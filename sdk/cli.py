@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from sdk import commands
 from simulator.errors import DevicefitError
+from simulator.escape import clean
 
 #: argparse's own exit code for usage errors, kept for the missing-command case too.
 EXIT_USAGE = 2
@@ -53,7 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except DevicefitError as exc:
-        print(f"devicefit: error: {exc}", file=sys.stderr)
+        # Messages quote file contents (names, YAML values): never raw control characters.
+        print(f"devicefit: error: {clean(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("devicefit: interrupted", file=sys.stderr)

@@ -167,7 +167,7 @@ def _print(console, result: CheckResult, written: list[str], notes: bool) -> Non
     def _cell(text: str, ok: bool | None) -> str:
         return escape(text) if ok is not False else f"[red]{escape(text)}[/]"
 
-    rows = [[_STATUS[o.status], escape(o.model), o.profile,
+    rows = [[_STATUS[o.status], escape(o.model), escape(o.profile),
              *(_cell(*metric_cell(o, m)) for m in ("flash", "arena", "latency")),
              _cell(*regression_cell(o))] for o in result.outcomes]
     console.print(table(None, ["", "model", "profile", "flash", "arena", "latency", "regression"],
