@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from sdk import commands
 from simulator.errors import DevicefitError
 from simulator.escape import clean
+from simulator.signals import Terminated, terminate_as_interrupt
 
 #: argparse's own exit code for usage errors, kept for the missing-command case too.
 EXIT_USAGE = 2
@@ -51,15 +52,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    try:
-        return int(args.handler(args))
-    except DevicefitError as exc:
-        # Messages quote file contents (names, YAML values): never raw control characters.
-        print(f"devicefit: error: {clean(exc)}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("devicefit: interrupted", file=sys.stderr)
-        return 130
+    with terminate_as_interrupt():
+        try:
+            return int(args.handler(args))
+        except DevicefitError as exc:
+            # Messages quote file contents (names, YAML values): never raw control characters.
+            print(f"devicefit: error: {clean(exc)}", file=sys.stderr)
+            return exc.exit_code
+        except Terminated as exc:
+            print(f"devicefit: stopped by {exc.name}; no output written", file=sys.stderr)
+            return 128 + exc.signum
+        except KeyboardInterrupt:
+            print("devicefit: interrupted", file=sys.stderr)
+            return 130
 
 
 def run() -> None:

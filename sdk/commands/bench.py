@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from sdk.argtypes import positive_seconds
 from sdk.console import make_console, print_json, table
 from sdk.outputs import check_outputs, picture_outputs, profile_inputs
 from sdk.pictures import add_picture_options, write_pictures
@@ -38,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run under 'taskset HEX', e.g. f0 for the big cores")
     p.add_argument("--op-profiling", action="store_true", help="per-operator timings")
     p.add_argument("--keep", action="store_true", help="leave the pushed files on the device")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=positive_seconds, default=600.0, metavar="SECONDS",
                    help="limit for the benchmark run itself (default 600)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     add_picture_options(p)

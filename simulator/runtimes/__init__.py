@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -189,8 +190,8 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
     name = runner_name(runtime)
     if runs < 1 or warmup < 0:
         raise UsageError(f"runs must be >= 1 and warmup >= 0 (got runs={runs}, warmup={warmup})")
-    if timeout_s <= 0:
-        raise UsageError(f"the timeout must be positive (got {timeout_s:g} s)")
+    if not math.isfinite(timeout_s) or timeout_s <= 0:
+        raise UsageError(f"the timeout must be a finite number > 0 (got {timeout_s:g} s)")
     model = read_model(path)
     specs = input_specs(model)
     if inputs is None:

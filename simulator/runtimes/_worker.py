@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -20,7 +22,21 @@ from simulator.fileio import write_atomic
 from simulator.runtimes import RUNNERS, RunOptions
 
 
+def _exit_with_parent() -> None:
+    """The parent kills this process on a timeout or a signal; should the parent itself die
+    without that chance (SIGKILL, OOM killer), this process must not run on, unwatched."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(4)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
 def main(argv: list[str]) -> int:
+    _exit_with_parent()
     request_path = Path(argv[0])
     request = json.loads(request_path.read_text())
     work = Path(request["dir"])
