@@ -20,6 +20,7 @@ Scratch buffers depend on the kernel flavour: see :mod:`simulator.scratch`.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -236,11 +237,13 @@ def live_bytes_per_step(buffers: Sequence[Buffer]) -> list[int]:
     """Bytes live at each step 0..last step (a buffer counts at every step in [first, last])."""
     if not buffers:
         return []
-    steps = [0] * (max(b.last for b in buffers) + 1)
+    # Differences then a running sum: linear in buffers + steps, whatever the lifetimes.
+    change = [0] * (max(b.last for b in buffers) + 2)
     for b in buffers:
-        for s in range(max(b.first, 0), b.last + 1):
-            steps[s] += b.size
-    return steps
+        if b.last >= max(b.first, 0):
+            change[max(b.first, 0)] += b.size
+            change[b.last + 1] -= b.size
+    return list(itertools.accumulate(change[:-1]))
 
 
 def lower_bound(buffers: Sequence[Buffer]) -> int:
