@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from sdk import commands
 from simulator.errors import DevicefitError
 from simulator.escape import clean
+from simulator.limits import DEFAULT_MAX_OPS, ENV_MAX_OPS, TENSORS_PER_OP
 from simulator.signals import Terminated, terminate_as_interrupt
 
 #: argparse's own exit code for usage errors, kept for the missing-command case too.
@@ -40,10 +42,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--profiles-dir", action="append", default=[], metavar="DIR",
                         help="extra folder of device profiles (repeatable; also $DEVICEFIT_PROFILES)")
     parser.add_argument("--no-color", action="store_true", help="plain output, no colours")
+    parser.add_argument("--max-ops", type=_positive_int, default=None, metavar="N",
+                        help="refuse models with more operators than N, in the file or as "
+                             f"executed through control flow (default {DEFAULT_MAX_OPS:,}; "
+                             f"also ${ENV_MAX_OPS}); tensors: {TENSORS_PER_OP} per operator")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         importlib.import_module(f"{commands.__name__}.{info.name}").register(sub)
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,6 +68,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    # Through the environment so that worker processes (check --jobs) obey it too.
+    saved = os.environ.get(ENV_MAX_OPS)
+    if args.max_ops is not None:
+        os.environ[ENV_MAX_OPS] = str(args.max_ops)
+    try:
+        return _run(args)
+    finally:
+        if saved is None:
+            os.environ.pop(ENV_MAX_OPS, None)
+        else:
+            os.environ[ENV_MAX_OPS] = saved
+
+
+def _run(args: argparse.Namespace) -> int:
     with terminate_as_interrupt():
         try:
             return int(args.handler(args))

@@ -23,6 +23,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as fb
 
 from simulator.errors import ModelFormatError
+from simulator.limits import check_ops
 from simulator.model import (
     DTYPE_BYTES,
     Model,
@@ -178,8 +179,14 @@ class _Decoder(_Flatbuffer):
         op_codes = [self.op_code(c) for c in self.tables(root, _MODEL_OPCODES, "operator_codes")]
         buffers = self.tables(root, _MODEL_BUFFERS, "buffers")
         buffer_sizes = [self.buffer_extent(i, b)[1] for i, b in enumerate(buffers)]
-        subgraphs = tuple(self.subgraph(i, sg, op_codes, buffer_sizes) for i, sg in
-                          enumerate(self.tables(root, _MODEL_SUBGRAPHS, "subgraphs")))
+        sg_tables = self.tables(root, _MODEL_SUBGRAPHS, "subgraphs")
+        # Counted from the vector headers before anything is decoded: a bound on the work.
+        check_ops(self.path, sum(self.vector(sg, _SG_OPERATORS, 4, "operators")[1]
+                                 for sg in sg_tables))
+        check_ops(self.path, sum(self.vector(sg, _SG_TENSORS, 4, "tensors")[1]
+                                 for sg in sg_tables), "tensors")
+        subgraphs = tuple(self.subgraph(i, sg, op_codes, buffer_sizes)
+                          for i, sg in enumerate(sg_tables))
         if not subgraphs:
             raise self.fail("the model has no subgraph")
         metadata = {}
