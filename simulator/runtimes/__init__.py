@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,7 +37,13 @@ log = logging.getLogger(__name__)
 
 #: Seed of the default random inputs, so two runs (and two runtimes) see the same data.
 INPUT_SEED = 0
-STAGES = ("start", "load", "allocate", "invoke", "done")
+STAGES = ("start", "inputs", "load", "allocate", "invoke", "done")
+#: The most input + output bytes a run handles: a 300-byte model can declare a [1, 2**29]
+#: input, and a runner holds inputs and outputs several times over.
+MAX_RUN_IO_BYTES = 1024**3
+#: Address space of the worker process: a runtime or an input that asks for more fails there,
+#: as a refusal, instead of swapping the machine.
+WORKER_MEMORY_BYTES = 8 * 1024**3
 
 
 @dataclass
@@ -121,12 +128,21 @@ def input_specs(model: Model) -> list[InputSpec]:
                       sg.tensors[i].dtype) for i in sg.inputs]
 
 
+def _numpy_dtype(spec: InputSpec) -> np.dtype:
+    try:
+        return np.dtype(spec.dtype)
+    except TypeError:
+        raise InputError(f"input '{spec.name}' has dtype {spec.dtype}, which devicefit cannot "
+                         f"generate or check; the runtimes take no {spec.dtype} inputs from "
+                         f"Python") from None
+
+
 def random_inputs(specs: list[InputSpec], seed: int = INPUT_SEED) -> list[np.ndarray]:
     """Random data covering each input's whole quantized range (floats in [-1, 1))."""
     rng = np.random.default_rng(seed)
     out = []
     for s in specs:
-        dt = np.dtype(s.dtype)
+        dt = _numpy_dtype(s)
         if dt.kind in "iu":
             info = np.iinfo(dt)
             # int32/int64 inputs are usually indices or lengths: keep them small and valid.
@@ -150,8 +166,9 @@ def load_inputs(path: str | Path, specs: list[InputSpec]) -> list[np.ndarray]:
     p = Path(path)
     try:
         loaded = np.load(p, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{p}: cannot read input data ({exc}); give a .npy or .npz file") from exc
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{p}: cannot read input data ({exc or type(exc).__name__}); give a "
+                         f".npy or .npz file") from exc
     if isinstance(loaded, np.ndarray):
         arrays = [loaded]
     else:
@@ -167,7 +184,7 @@ def load_inputs(path: str | Path, specs: list[InputSpec]) -> list[np.ndarray]:
     for a, s in zip(arrays, specs, strict=True):
         if a.shape != s.shape and (1, *a.shape) == s.shape:
             a = a[None]
-        if a.shape != s.shape or a.dtype != np.dtype(s.dtype):
+        if a.shape != s.shape or a.dtype != _numpy_dtype(s):
             raise InputError(f"{p}: input '{s.name}' needs shape {list(s.shape)} {s.dtype}, got "
                              f"{list(a.shape)} {a.dtype}")
         out.append(a)
@@ -176,14 +193,17 @@ def load_inputs(path: str | Path, specs: list[InputSpec]) -> list[np.ndarray]:
 
 # --------------------------------------------------------------------------- parent side
 def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None = None,
+              input_path: str | Path | None = None,
               runs: int = 1, warmup: int = 1, threads: int = 1, xnnpack: bool = True,
               reference_kernels: bool = False, timeout_s: float = 60,
               arena_size: int | None = None) -> RunResult:
     """Run ``path`` in ``runtime`` (a key of :data:`RUNNERS`) in a child process.
 
-    ``inputs`` default to :func:`random_inputs` of the model's inputs. Raises
-    :class:`RuntimeFailure` when the runtime refuses the model, crashes or exceeds
-    ``timeout_s`` (the child is killed).
+    Inputs are ``inputs``, else read from ``input_path`` (:func:`load_inputs`), else
+    :func:`random_inputs`; the last two are made in the child, under its memory limit, so a
+    hostile data file or input shape costs the child, not this process. Raises
+    :class:`InputError` for inputs that do not fit the model, :class:`RuntimeFailure` when
+    the runtime refuses the model, crashes or exceeds ``timeout_s`` (the child is killed).
     """
     from simulator.reader import read_model
 
@@ -193,18 +213,23 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
     if not math.isfinite(timeout_s) or timeout_s <= 0:
         raise UsageError(f"the timeout must be a finite number > 0 (got {timeout_s:g} s)")
     model = read_model(path)
-    specs = input_specs(model)
-    if inputs is None:
-        inputs = random_inputs(specs)
+    _check_io_bytes(model)
     options = RunOptions(runs=runs, warmup=warmup, threads=threads, xnnpack=xnnpack,
                          reference_kernels=reference_kernels,
                          arena_size=arena_size or starting_arena(model))
     with tempfile.TemporaryDirectory(prefix="devicefit-run-") as tmp:
         work = Path(tmp)
-        np.savez(work / "inputs.npz", *inputs)
+        if inputs is not None:
+            np.savez(work / "inputs.npz", *inputs)
+            source: dict = {"given": True}
+        elif input_path is not None:
+            source = {"file": str(Path(input_path).resolve())}
+        else:
+            source = {"seed": INPUT_SEED}
         request = {"runtime": name, "model": str(Path(path).resolve()),
                    "num_outputs": len(model.main.outputs), "options": asdict(options),
-                   "dir": str(work)}
+                   "dir": str(work), "inputs": source,
+                   "memory_bytes": WORKER_MEMORY_BYTES}
         (work / "request.json").write_text(json.dumps(request))
         proc, timed_out = _spawn(work, timeout_s)
         stage = _read_stage(work)
@@ -214,6 +239,8 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
                                  f"(the model hangs the runtime or needs a longer --timeout)")
         if result_file.exists():
             result = json.loads(result_file.read_text())
+            if not result["ok"] and result["stage"] == "inputs":
+                raise InputError(result["error"])
             if not result["ok"]:
                 raise RuntimeFailure(f"{name} refused the model during '{result['stage']}': "
                                      f"{result['error']}")
@@ -222,6 +249,28 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
         raise RuntimeFailure(f"{name} crashed during '{stage}' ({_describe_exit(proc.returncode)})"
                              f"{_stderr_tail(proc.stderr)}; the model is malformed or hits a "
                              f"bug in {name} (devicefit ran it in a child process)")
+
+
+def _check_io_bytes(model: Model) -> None:
+    sg = model.main
+    total = sum(sg.tensors[i].nbytes for i in (*sg.inputs, *sg.outputs) if i >= 0)
+    if total > MAX_RUN_IO_BYTES:
+        raise InputError(f"{model.path}: its inputs and outputs take {total:,} bytes; --run "
+                         f"handles up to {MAX_RUN_IO_BYTES:,} (the static figures need no run)")
+
+
+def worker_inputs(request: dict) -> list[np.ndarray]:
+    """The inputs a worker runs with, as :func:`run_model` asked for them (child side)."""
+    from simulator.reader import read_model
+
+    work, source = Path(request["dir"]), request["inputs"]
+    if source.get("given"):
+        with np.load(work / "inputs.npz", allow_pickle=False) as z:
+            return [z[f"arr_{i}"] for i in range(len(z.files))]
+    specs = input_specs(read_model(request["model"]))
+    if "file" in source:
+        return load_inputs(source["file"], specs)
+    return random_inputs(specs, seed=source["seed"])
 
 
 def starting_arena(model: Model) -> int:
