@@ -95,8 +95,10 @@ def _mb(value: float | None) -> str:
 def _print(args: argparse.Namespace, result: Any, comparison: dict) -> None:
     con = make_console(args.no_color)
     r, s = result.results, result.settings
-    con.print(f"[bold]{escape(result.model)}[/bold] on {result.serial} ({result.device_model or '?'}, "
-              f"{', '.join(result.abis)}) with profile {result.profile}")
+    # serial, device model and ABIs are the device's own words: never rich markup.
+    con.print(f"[bold]{escape(result.model)}[/bold] on {escape(result.serial)} "
+              f"({escape(result.device_model or '?')}, {escape(', '.join(result.abis))}) "
+              f"with profile {escape(result.profile)}")
     con.print(f"threads {s.threads} · delegate {s.delegate or 'none'} · {s.runs} runs after "
               f"{s.warmup_runs} warm-up · cpu mask {s.cpu_mask or 'none'}")
     rows = [("model size", _mb(r.model_size_mb)), ("init", format_time_ms(r.init_ms)),
