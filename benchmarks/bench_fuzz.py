@@ -54,6 +54,7 @@ import time
 import xml.etree.ElementTree as ET
 import zipfile
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -331,28 +332,39 @@ def _data_mutant(rng: random.Random) -> tuple[str, bytes | None]:
 
 
 # --------------------------------------------------------------------------- generation
-def generate(seed: int, scale: float) -> list[Case]:
-    """Every case of a run, deterministic in ``seed``."""
+def case_count(scale: float) -> int:
+    return sum(_family_count(f, scale) for f in FAMILIES)
+
+
+def _family_count(family: str, scale: float) -> int:
+    return max(1, round(FAMILIES[family] * scale))
+
+
+def generate(seed: int, scale: float) -> Iterator[Case]:
+    """Every case of a run, deterministic in ``seed``, made one at a time (a model mutant
+    is held only until a worker has taken it)."""
     from tests import hostile
 
     rng = random.Random(seed)
     models = _base_models()
     names = sorted(models)
-    cases: list[Case] = []
+    made_cases = 0
 
     def add(command: str, argv: list[str], files: dict[str, bytes | None] | None = None,
             inputs: list[str] = (), junit: list[str] = (), sig: int = 0,
-            delay: float = 0.0) -> None:
+            delay: float = 0.0) -> Case:
+        nonlocal made_cases
         encoded = {k: ("" if v is None else v.hex()) for k, v in (files or {}).items()}
-        cases.append(Case(len(cases), command, argv, encoded, list(inputs), list(junit), sig,
-                          delay))
+        made_cases += 1
+        return Case(made_cases - 1, command, argv, encoded, list(inputs), list(junit), sig,
+                    delay)
 
     def count(family: str) -> int:
-        return max(1, round(FAMILIES[family] * scale))
+        return _family_count(family, scale)
 
     for _ in range(count("simulate-bytes")):
         data = _byte_mutant(rng, models[rng.choice(names)])
-        add("simulate", ["simulate", "{d}/m.tflite", "--profile", rng.choice(PROFILES),
+        yield add("simulate", ["simulate", "{d}/m.tflite", "--profile", rng.choice(PROFILES),
                          *rng.choice([[], ["--json"], ["--top", "3"]])],
             {"m.tflite": data}, ["m.tflite"])
     made = 0
@@ -361,7 +373,7 @@ def generate(seed: int, scale: float) -> list[Case]:
         if data is None:
             continue
         made += 1
-        add("simulate", ["simulate", "{d}/m.tflite", "--profile", rng.choice(PROFILES),
+        yield add("simulate", ["simulate", "{d}/m.tflite", "--profile", rng.choice(PROFILES),
                          *rng.choice([[], ["--json"], ["--html", "{d}/r.html"]])],
             {"m.tflite": data}, ["m.tflite"])
     builders = [lambda: hostile.nested_if(rng.choice([3, 10, 17, 30, 63, 64, 65])),
@@ -369,12 +381,12 @@ def generate(seed: int, scale: float) -> list[Case]:
                 lambda: hostile.relu_chain(rng.choice([1000, 5000, 20_000])),
                 lambda: hostile.huge_input(rng.choice([2**20, 2**29, 2**31 - 1]))]
     for _ in range(count("simulate-hostile")):
-        add("simulate", ["simulate", "{d}/m.tflite", "--profile", rng.choice(PROFILES)],
+        yield add("simulate", ["simulate", "{d}/m.tflite", "--profile", rng.choice(PROFILES)],
             {"m.tflite": rng.choice(builders)()}, ["m.tflite"])
     for _ in range(count("profiles")):
         files = {"p.yaml": _profile_yaml(rng).encode("utf-8", "surrogateescape"),
                  "self.yaml": b"extends: ./self.yaml\n", "pipe.yaml": None, "dir": None}
-        add("profiles", ["profiles", rng.choice(["validate", "show"]), "{d}/p.yaml"], files,
+        yield add("profiles", ["profiles", rng.choice(["validate", "show"]), "{d}/p.yaml"], files,
             ["p.yaml", "self.yaml"])
     for _ in range(count("check")):
         files = {"devicefit.yaml": _project_yaml(rng).encode("utf-8", "surrogateescape"),
@@ -382,15 +394,15 @@ def generate(seed: int, scale: float) -> list[Case]:
                  _byte_mutant(rng, models["relu"]),
                  "mine.yaml": b"extends: esp32-s3\n", "pipe.yaml": None, "dir": None,
                  "base.json": rng.choice([b"{}", b"[", b'{"version": 1e999}', b"\x1b"])}
-        add("check", ["check", "{d}/devicefit.yaml", "--junit", "{d}/out/j.xml", "--markdown",
+        yield add("check", ["check", "{d}/devicefit.yaml", "--junit", "{d}/out/j.xml", "--markdown",
                       "{d}/out/s.md", *rng.choice([[], ["--json"], ["--html", "{d}/r.html"]])],
             files, ["devicefit.yaml", "m.tflite", "mine.yaml", "base.json"], ["out/j.xml"])
     for _ in range(count("outputs")):
-        add(*_output_case(rng, models["relu"]))
+        yield add(*_output_case(rng, models["relu"]))
     for _ in range(count("run-model")):
         data = (_byte_mutant(rng, models["relu"]) if rng.random() < 0.5
                 else _schema_mutant(rng, models["relu"]) or models["relu"])
-        add("simulate --run", ["simulate", "{d}/m.tflite", "--profile",
+        yield add("simulate --run", ["simulate", "{d}/m.tflite", "--profile",
                                rng.choice(PROFILES[:3]), "--run", "--runs", "2",
                                "--timeout", "30"], {"m.tflite": data}, ["m.tflite"])
     for _ in range(count("run-data")):
@@ -399,13 +411,13 @@ def generate(seed: int, scale: float) -> list[Case]:
         files = {"m.tflite": models["relu"], "dir": None}
         if data is not None:
             files[name] = data
-        add("simulate --run", ["simulate", "{d}/m.tflite", "--profile", "android-arm64-cpu",
+        yield add("simulate --run", ["simulate", "{d}/m.tflite", "--profile", "android-arm64-cpu",
                                "--run", "--runs", "1", "--input", path, "--timeout", "30"],
             files, [n for n in files if n != "dir"])
     for _ in range(count("optimize")):
         data = _byte_mutant(rng, models["chain_int8"]) if rng.random() < 0.7 else \
             models["chain_int8"]
-        add("optimize", ["optimize", "{d}/m.tflite", "--profile", "stm32l4r5-cortex-m4", "-o",
+        yield add("optimize", ["optimize", "{d}/m.tflite", "--profile", "stm32l4r5-cortex-m4", "-o",
                          "{d}/o.tflite"], {"m.tflite": data}, ["m.tflite"])
     for _ in range(count("signals")):
         sig = rng.choice([signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
@@ -415,11 +427,10 @@ def generate(seed: int, scale: float) -> list[Case]:
         else:
             argv = ["check", "{d}/devicefit.yaml", "--run", "--jobs", "2", "--junit",
                     "{d}/j.xml"]
-        add("signals", argv, {"m.tflite": models["relu"], "devicefit.yaml":
+        yield add("signals", argv, {"m.tflite": models["relu"], "devicefit.yaml":
                               b"models: [{path: m.tflite, profiles: [android-arm64-cpu, "
                               b"esp32-s3, stm32l4r5-cortex-m4]}]\n"},
             ["m.tflite", "devicefit.yaml"], sig=int(sig), delay=rng.uniform(0.0, 2.0))
-    return cases
 
 
 def _output_case(rng: random.Random, model: bytes) -> tuple:
@@ -612,13 +623,21 @@ class _Worker:
         self.proc.wait()
 
 
-def run(cases: list[Case], workers: int = 2, log=None) -> dict:
+def run(cases: Iterable[Case], workers: int = 2, log=None) -> dict:
     """Run every case; return per-command counts of exit codes and outcome classes."""
     table: dict[str, Counter] = defaultdict(Counter)
     examples: dict[str, list] = defaultdict(list)
-    in_process = [c for c in cases if not c.signal]
-    queue = list(reversed(in_process))
-    pool = [_Worker() for _ in range(max(1, min(workers, len(queue))))]
+    signal_cases: list[Case] = []
+    pending = iter(cases)
+
+    def next_case() -> Case | None:
+        for case in pending:
+            if not case.signal:
+                return case
+            signal_cases.append(case)
+        return None
+
+    pool = [_Worker() for _ in range(max(1, workers))]
     idle = list(pool)
     busy: dict[int, _Worker] = {}
 
@@ -636,11 +655,16 @@ def run(cases: list[Case], workers: int = 2, log=None) -> dict:
                                       "code": code, "stderr": res["stderr"]})
 
     try:
-        while queue or busy:
-            while queue and idle:
+        while True:
+            while idle:
+                case = next_case()
+                if case is None:
+                    break
                 w = idle.pop()
-                w.send(queue.pop())
+                w.send(case)
                 busy[w.results.fileno()] = w
+            if not busy:
+                break
             ready, _, _ = select.select(list(busy), [], [], 1.0)
             for fd in ready:
                 w = busy.pop(fd)
@@ -672,13 +696,13 @@ def run(cases: list[Case], workers: int = 2, log=None) -> dict:
                     pool.append(w)
                     idle.append(w)
             if log:
-                log(sum(r["cases"] for r in table.values()), len(cases))
+                log(sum(r["cases"] for r in table.values()))
     finally:
         for w in pool:
             w.stop()
     tmp = Path(tempfile.mkdtemp(prefix="fuzz-signals-"))
     try:
-        for case in (c for c in cases if c.signal):
+        for case in signal_cases:
             folder = tmp / f"case-{case.id}"
             folder.mkdir()
             _materialise(case, folder)
@@ -720,17 +744,16 @@ def main(argv: list[str] | None = None) -> int:
         worker(args.worker)
         return 0
     start = time.perf_counter()
-    cases = generate(args.seed, args.scale)
-    print(f"{len(cases)} cases (seed {args.seed}, scale {args.scale:g}), generated in "
-          f"{time.perf_counter() - start:.0f} s", flush=True)
+    total = case_count(args.scale)
+    print(f"{total} cases (seed {args.seed}, scale {args.scale:g})", flush=True)
     last = [0.0]
 
-    def log(done: int, total: int) -> None:
+    def log(done: int) -> None:
         if time.perf_counter() - last[0] > 30:
             last[0] = time.perf_counter()
             print(f"  {done}/{total} in {time.perf_counter() - start:.0f} s", flush=True)
 
-    summary = run(cases, args.workers, log)
+    summary = run(generate(args.seed, args.scale), args.workers, log)
     summary["seconds"] = round(time.perf_counter() - start, 1)
     print_table(summary)
     print(f"wall time {summary['seconds']} s with {args.workers} worker(s)")
