@@ -26,7 +26,7 @@ def data_inputs(args: argparse.Namespace, data_options: tuple[str, ...]) -> list
     ``random`` (generated calibration data) is no file."""
     from simulator.profiles import load_profile
 
-    data = [(f"--{name.replace('_data', '').replace('_', '-')} data", getattr(args, name, None))
+    data = [(f"{name.replace('_data', '')} data", getattr(args, name, None))
             for name in data_options]
     return [("model", args.model), *profile_inputs(load_profile(args.profile, args.profiles_dir)),
             *((what, p) for what, p in data if p != "random")]

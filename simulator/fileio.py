@@ -89,10 +89,10 @@ def check_outputs(outputs: Iterable[Named], inputs: Iterable[Named], *,
         out = Path(raw)
         for in_what, source in ins:
             if _same(out, source):
-                raise UsageError(f"{what} {out} would replace the {in_what} {source}; "
+                raise UsageError(f"{what} {out} would replace an input, the {in_what} {source}; "
                                  f"choose another output path")
             if _inside(out, source):
-                raise UsageError(f"{what} {out} is inside the {in_what} folder {source}; "
+                raise UsageError(f"{what} {out} is inside an input, the {in_what} folder {source}; "
                                  f"write outputs elsewhere")
         for other_what, other in seen:
             if _same(out, other):

@@ -200,15 +200,15 @@ def _outputs_case(tmp_path: Path, tiny: Path, case: str) -> tuple[list[str], lis
     m, prof = str(tiny), str(profile)
     cases = {
         "html-over-model": (["simulate", m, "--profile", "esp32-s3", "--html", m],
-                            [tiny], "would replace the model"),
+                            [tiny], "would replace an input, the model"),
         "html-and-plot-same": (["simulate", m, "--profile", "esp32-s3", "--html",
                                 str(tmp_path / "x"), "--plot", str(tmp_path / "x")],
                                [tiny], "are the same file"),
         "plot-over-profile": (["simulate", m, "--profile", prof, "--plot", prof],
-                              [profile], "would replace the profile"),
+                              [profile], "would replace an input, the profile"),
         "html-over-input-data": (["simulate", m, "--profile", "esp32-s3", "--run", "--input",
                                   str(data), "--html", str(data)], [data],
-                                 "would replace the --input data"),
+                                 "would replace an input, the --input data"),
         "html-is-a-folder": (["simulate", m, "--profile", "esp32-s3", "--html", str(sm)],
                              [tiny], "is a folder"),
         "html-unwritable": (["simulate", m, "--profile", "esp32-s3", "--html",
@@ -217,14 +217,14 @@ def _outputs_case(tmp_path: Path, tiny: Path, case: str) -> tuple[list[str], lis
                                  str(tmp_path / "no" / "r.html")], [tiny],
                                 "does not exist"),
         "optimize-over-profile": (["optimize", m, "--profile", prof, "-o", prof],
-                                  [profile], "would replace the profile"),
+                                  [profile], "would replace an input, the profile"),
         "convert-into-savedmodel": (["convert", str(sm), "--profile", "esp32-s3", "-o",
                                      str(sm / "saved_model.pb")], [sm / "saved_model.pb"],
-                                    "inside the model folder"),
+                                    "inside an input, the model folder"),
         "convert-report-over-calibration": (["convert", str(sm), "--profile", "esp32-s3",
                                              "-o", str(tmp_path / "o.tflite"), "--calibration",
                                              str(data), "--report", str(data)], [data],
-                                            "would replace the --calibration data"),
+                                            "would replace an input, the calibration data"),
         "convert-output-is-folder": (["convert", str(sm), "--profile", "esp32-s3", "-o",
                                       str(tmp_path)], [sm / "saved_model.pb"], "is a folder"),
         "convert-html-equals-output": (["convert", str(sm), "--profile", "esp32-s3", "-o",
@@ -232,7 +232,7 @@ def _outputs_case(tmp_path: Path, tiny: Path, case: str) -> tuple[list[str], lis
                                         str(tmp_path / "o.tflite")], [],
                                        "are the same file"),
         "bench-plot-over-model": (["bench", m, "--profile", "android-arm64-cpu", "--plot", m],
-                                  [tiny], "would replace the model"),
+                                  [tiny], "would replace an input, the model"),
     }
     return cases[case]
 
@@ -262,7 +262,7 @@ def test_check_outputs_never_replace_profiles_or_each_other(tmp_path, capsys, ti
     f.write_text("models: [{path: m.tflite, profiles: [mine.yaml]}]\n")
     before = _digest(tmp_path / "mine.yaml", f)
     assert main(["check", str(f), "--junit", str(tmp_path / "mine.yaml")]) == 2
-    _one_line_error(capsys, "would replace the profile")
+    _one_line_error(capsys, "would replace an input, the profile")
     assert main(["check", str(f), "--junit", str(tmp_path / "r"), "--html",
                  str(tmp_path / "r")]) == 2
     _one_line_error(capsys, "same file")
