@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from simulator.errors import ProfileError
-from simulator.safeyaml import load_yaml, read_regular_file
+from simulator.safeyaml import load_yaml, read_regular_file, regular_file_problem
 from simulator.units import (
     SIZE_UNITS_HELP,
     TIME_UNITS_HELP,
@@ -460,6 +460,9 @@ class ProfileStore:
                 raise ProfileError(
                     f"{raw.path}:{raw.lines.get(('extends',), '?')}: 'extends' file not found: {path}"
                 )
+            if (why := regular_file_problem(path)) is not None:
+                raise ProfileError(f"{raw.path}:{raw.lines.get(('extends',), '?')}: 'extends' "
+                                   f"names {path}, which {why}; give a profile .yaml")
         merged: dict = {}
         shown: dict = {}
         for raw in reversed(chain):

@@ -21,6 +21,7 @@ an integer of a million digits takes seconds to convert. So a file is
 from __future__ import annotations
 
 import math
+import os
 import stat
 import time
 from pathlib import Path
@@ -57,10 +58,9 @@ def read_regular_file(path: Path, what: str, *, limit: int = MAX_YAML_BYTES,
         raise error(f"{path}: {what} not found") from exc
     except OSError as exc:
         raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from exc
-    resolved = str(path.resolve())
-    if not stat.S_ISREG(st.st_mode) or resolved.startswith(_PSEUDO_ROOTS):
-        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise error(f"{path}: {what} is {kind}; give a .yaml file")
+    why = _not_regular(path, st)
+    if why is not None:
+        raise error(f"{path}: {what} {why}; give a .yaml file")
     if st.st_size > limit:
         raise error(f"{path}: {what} is {st.st_size:,} bytes; the limit is {limit:,}")
     try:
@@ -74,6 +74,23 @@ def read_regular_file(path: Path, what: str, *, limit: int = MAX_YAML_BYTES,
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"{path}: {what} is not UTF-8 text (byte {exc.start})") from exc
+
+
+def _not_regular(path: Path, st: os.stat_result) -> str | None:
+    if stat.S_ISDIR(st.st_mode):
+        return "is a folder"
+    if not stat.S_ISREG(st.st_mode) or str(path.resolve()).startswith(_PSEUDO_ROOTS):
+        return "is not a regular file"
+    return None
+
+
+def regular_file_problem(path: Path) -> str | None:
+    """Why ``path`` is no regular file to read a profile from (a folder, a device, a FIFO,
+    a ``/proc`` entry), or None."""
+    try:
+        return _not_regular(path, path.stat())
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
 
 
 def load_yaml(text: str, path: Path, *, error: type[DevicefitError] = InputError
