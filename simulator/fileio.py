@@ -1,13 +1,37 @@
-"""Writing outputs safely: atomically (temp file + rename) and never over an input."""
+"""Files safely: inputs only from regular files, outputs written atomically (temp file +
+rename) and never over an input or each other."""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from simulator.errors import InputError, UsageError
+
+#: Pseudo file systems whose entries claim to be regular files of size 0.
+_PSEUDO_ROOTS = ("/proc/", "/sys/", "/dev/")
+
+
+def not_regular(path: Path, st: os.stat_result) -> str | None:
+    """Why a file with status ``st`` is no regular file to read (see
+    :func:`regular_file_problem`), or None."""
+    if stat.S_ISDIR(st.st_mode):
+        return "is a folder"
+    if not stat.S_ISREG(st.st_mode) or str(path.resolve()).startswith(_PSEUDO_ROOTS):
+        return "is not a regular file"
+    return None
+
+
+def regular_file_problem(path: Path) -> str | None:
+    """Why ``path`` is no regular file to read (a folder, a device, a FIFO,
+    a ``/proc`` entry), or None."""
+    try:
+        return not_regular(path, path.stat())
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
 
 
 def _umask() -> int:

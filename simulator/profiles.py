@@ -20,7 +20,8 @@ from typing import Any
 import yaml
 
 from simulator.errors import ProfileError
-from simulator.safeyaml import load_yaml, read_regular_file, regular_file_problem
+from simulator.fileio import regular_file_problem
+from simulator.safeyaml import load_yaml, read_regular_file
 from simulator.units import (
     SIZE_UNITS_HELP,
     TIME_UNITS_HELP,

@@ -21,8 +21,6 @@ an integer of a million digits takes seconds to convert. So a file is
 from __future__ import annotations
 
 import math
-import os
-import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from typing import Any
 import yaml
 
 from simulator.errors import DevicefitError, InputError
+from simulator.fileio import not_regular
 
 MAX_YAML_BYTES = 1024 * 1024
 MAX_DEPTH = 40
@@ -40,8 +39,6 @@ MAX_EVENTS = 500_000
 MAX_SECONDS = 10.0
 #: Longer integer literals are refused before Python converts them (no setting needs them).
 MAX_INT_CHARS = 40
-#: Pseudo file systems whose entries claim to be regular files of size 0.
-_PSEUDO_ROOTS = ("/proc/", "/sys/", "/dev/")
 
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
@@ -49,18 +46,19 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 def read_regular_file(path: Path, what: str, *, limit: int = MAX_YAML_BYTES,
-                      error: type[DevicefitError] = InputError) -> str:
+                      error: type[DevicefitError] = InputError, kind: str = ".yaml") -> str:
     """The UTF-8 text of ``path``, refusing anything but a regular file of at most ``limit``
-    bytes; ``what`` names the file in messages ("profile", "project file")."""
+    bytes; ``what`` names the file in messages ("profile", "project file"), ``kind`` what
+    to give instead."""
     try:
         st = path.stat()
     except FileNotFoundError as exc:
         raise error(f"{path}: {what} not found") from exc
     except OSError as exc:
         raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from exc
-    why = _not_regular(path, st)
+    why = not_regular(path, st)
     if why is not None:
-        raise error(f"{path}: {what} {why}; give a .yaml file")
+        raise error(f"{path}: {what} {why}; give a {kind} file")
     if st.st_size > limit:
         raise error(f"{path}: {what} is {st.st_size:,} bytes; the limit is {limit:,}")
     try:
@@ -74,23 +72,6 @@ def read_regular_file(path: Path, what: str, *, limit: int = MAX_YAML_BYTES,
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"{path}: {what} is not UTF-8 text (byte {exc.start})") from exc
-
-
-def _not_regular(path: Path, st: os.stat_result) -> str | None:
-    if stat.S_ISDIR(st.st_mode):
-        return "is a folder"
-    if not stat.S_ISREG(st.st_mode) or str(path.resolve()).startswith(_PSEUDO_ROOTS):
-        return "is not a regular file"
-    return None
-
-
-def regular_file_problem(path: Path) -> str | None:
-    """Why ``path`` is no regular file to read a profile from (a folder, a device, a FIFO,
-    a ``/proc`` entry), or None."""
-    try:
-        return _not_regular(path, path.stat())
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror or exc})"
 
 
 def load_yaml(text: str, path: Path, *, error: type[DevicefitError] = InputError

@@ -480,3 +480,45 @@ def test_bench_never_echoes_raw_device_bytes(tmp_path, monkeypatch, capsys, tiny
     assert code == 0, err
     assert "\x1b" not in out + err and "\x07" not in out + err
     assert "[/][bold]Pixel" in out  # shown literally, not read as markup
+
+
+# --------------------------------------------------------------------------- fuzz finds
+@pytest.mark.parametrize("baseline", ["/dev/zero", "nan.json", "deep.json", "fifo.json"])
+def test_check_baseline_is_a_bounded_regular_json_file(tmp_path, capsys, tiny, baseline):
+    """Found by bench_fuzz: 'baseline: /dev/zero' read until the OOM killer came."""
+    shutil.copy(tiny, tmp_path / "m.tflite")
+    (tmp_path / "nan.json").write_text(
+        '{"version": 1, "models": {"m": {"esp32-s3": {"arena_bytes": NaN}}}}')
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    os.mkfifo(tmp_path / "fifo.json")
+    f = tmp_path / "devicefit.yaml"
+    f.write_text(f"baseline: {baseline}\n"
+                 "models: [{path: m.tflite, profiles: [esp32-s3], regression: {arena: 5%}}]\n")
+    assert main(["check", str(f)]) == 2
+    _one_line_error(capsys, "baseline")
+
+
+@pytest.mark.parametrize("op", ["SOFTMAX", "MEAN", "SUM", "SPLIT", "CONV_2D", "PRELU"])
+@pytest.mark.parametrize("profile", ["coral-edgetpu", "esp32-s3", "android-arm64-cpu"])
+def test_operator_without_its_inputs_is_reported_not_a_traceback(tmp_path, capsys, op,
+                                                                 profile):
+    """Found by bench_fuzz: a SOFTMAX with no input tensor crashed the Edge TPU rules."""
+    from tests.tflite_builder import F32, _model, _opcode, _operator, _tensor
+
+    code = getattr(fb.BuiltinOperator, op)
+    model = tmp_path / "m.tflite"
+    model.write_bytes(_model([_opcode(code)], [_tensor("y", (1, 8), F32, 0)], [],
+                             [_operator(0, [], [0])], [], [0]))
+    assert main(["simulate", str(model), "--profile", profile]) in (0, 1, 2)
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", ["/dev/zero", "fifo", "/proc/self/status"])
+def test_model_path_must_be_a_regular_file(tmp_path, capsys, model):
+    """Found by bench_fuzz's neighbours: /dev/zero was read until MemoryError, a FIFO
+    blocked for ever."""
+    if model == "fifo":
+        model = str(tmp_path / "m.tflite")
+        os.mkfifo(model)
+    assert main(["simulate", model, "--profile", "esp32-s3"]) == 2
+    _one_line_error(capsys, "not a regular file")
