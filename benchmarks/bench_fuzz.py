@@ -15,7 +15,9 @@ Inputs, all generated from a seed (same seed, same cases):
   aimed at its inputs, at each other, at folders, unwritable or missing places;
 - ``optimize``: model mutants through the optimizer;
 - ``signals``: SIGTERM/SIGHUP/SIGINT sent to ``simulate --run`` and ``check --run`` at a
-  random moment.
+  random moment after the run started;
+- ``special paths``: ``/dev/zero``, ``/dev/null``, a FIFO, a folder, ``/proc`` entries where a
+  model, profile, project, baseline or data file is expected.
 
 Every in-process case runs ``sdk.cli.main(argv)`` in a long-lived worker process (so 10,000
 cases take minutes, not hours); the signal cases start ``python -m sdk.cli``. Outcome classes,
@@ -65,11 +67,15 @@ SLOW_S = 60.0
 BIG_BYTES = 2 * 1024**3
 #: A case the worker has not answered after this long is killed and counted as > 60 s.
 KILL_S = 150.0
+WORKER_ADDRESS_SPACE = 6 * 1024**3
+#: Paths that are not regular files, given where a command expects a file.
+SPECIAL_PATHS = ("/dev/zero", "/dev/null", "{d}/pipe", "{d}/dir", "/proc/self/mem",
+                 "/proc/self/status", "{d}/missing")
 CLASSES = ("traceback", "signal", "input modified", "bad junit", "leftover", ">60 s", ">2 GB")
 #: Cases per family at --scale 1 (≈ 10,000 in all).
-FAMILIES = {"simulate-bytes": 3600, "simulate-schema": 3000, "simulate-hostile": 30,
-            "profiles": 1300, "check": 1100, "outputs": 600, "run-model": 120,
-            "run-data": 160, "optimize": 60, "signals": 30}
+FAMILIES = {"simulate-bytes": 3550, "simulate-schema": 3000, "simulate-hostile": 30,
+            "profiles": 1250, "check": 1100, "outputs": 600, "run-model": 120,
+            "run-data": 160, "optimize": 60, "signals": 30, "special-paths": 100}
 PROFILES = ("esp32-s3", "stm32l4r5-cortex-m4", "android-arm64-cpu", "coral-edgetpu",
             "nrf52840-cortex-m4", "stm32h743-cortex-m7")
 HOSTILE_SCALARS = [".nan", ".inf", "-.inf", "-1", "0", "0MHz", "1e999", "9" * 5000, "''", "[]",
@@ -383,6 +389,24 @@ def generate(seed: int, scale: float) -> Iterator[Case]:
     for _ in range(count("simulate-hostile")):
         yield add("simulate", ["simulate", "{d}/m.tflite", "--profile", rng.choice(PROFILES)],
             {"m.tflite": rng.choice(builders)()}, ["m.tflite"])
+    for _ in range(count("special-paths")):
+        path = rng.choice(SPECIAL_PATHS)
+        files = {"pipe": None, "dir": None, "m.tflite": models["relu"]}
+        command = rng.choice(["simulate", "profiles", "check", "optimize", "run"])
+        if command == "simulate":
+            argv = ["simulate", path, "--profile", "esp32-s3"]
+        elif command == "profiles":
+            argv = ["profiles", "validate", path]
+        elif command == "check":
+            files["devicefit.yaml"] = (f"models: [{{path: {path}, profiles: [esp32-s3]}}]\n"
+                                       f"baseline: {path}\n").encode()
+            argv = ["check", rng.choice(["{d}/devicefit.yaml", path])]
+        elif command == "optimize":
+            argv = ["optimize", path, "--profile", "stm32l4r5-cortex-m4", "-o", "{d}/o.tflite"]
+        else:
+            argv = ["simulate", "{d}/m.tflite", "--profile", "esp32-s3", "--run", "--input",
+                    path]
+        yield add(f"special paths {command}", argv, files, ["m.tflite"])
     for _ in range(count("profiles")):
         files = {"p.yaml": _profile_yaml(rng).encode("utf-8", "surrogateescape"),
                  "self.yaml": b"extends: ./self.yaml\n", "pipe.yaml": None, "dir": None}
@@ -478,7 +502,7 @@ def _materialise(case: Case, folder: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         if name == "dir":
             path.mkdir(exist_ok=True)
-        elif name == "pipe.yaml":
+        elif name in ("pipe.yaml", "pipe"):
             os.mkfifo(path)
         else:
             path.write_bytes(bytes.fromhex(hexdata))
@@ -536,6 +560,9 @@ def _run_in_process(case: Case, folder: Path) -> dict:
 
 def worker(result_fd: int) -> None:
     """Run cases read from stdin (one JSON per line); answer on ``result_fd``."""
+    # A runaway case must not take the shared machine's memory: past this it fails here
+    # (a MemoryError counts as a traceback) instead of meeting the OOM killer.
+    resource.setrlimit(resource.RLIMIT_AS, (WORKER_ADDRESS_SPACE, WORKER_ADDRESS_SPACE))
     results = os.fdopen(result_fd, "w", buffering=1)
     tmp = Path(tempfile.mkdtemp(prefix="fuzz-worker-"))
     os.environ["TMPDIR"] = str(tmp)
@@ -651,7 +678,7 @@ def run(cases: Iterable[Case], workers: int = 2, log=None) -> dict:
         for cls in res["classes"]:
             row[cls] += 1
             if len(examples[cls]) < 5:
-                examples[cls].append({"command": case.command, "argv": case.argv,
+                examples[cls].append({"id": case.id, "command": case.command, "argv": case.argv,
                                       "code": code, "stderr": res["stderr"]})
 
     try:
@@ -759,7 +786,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wall time {summary['seconds']} s with {args.workers} worker(s)")
     for cls, found in summary["examples"].items():
         for e in found[:2]:
-            print(f"example {cls}: {e['command']} {' '.join(map(str, e['argv']))[:160]} → "
+            print(f"example {cls} (case {e['id']}): {e['command']} "
+                  f"{' '.join(map(str, e['argv']))[:160]} → "
                   f"{e['code']}: {e['stderr'][-200:]!r}")
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2, default=str))
