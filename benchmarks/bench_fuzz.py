@@ -454,7 +454,8 @@ def generate(seed: int, scale: float) -> Iterator[Case]:
         yield add("signals", argv, {"m.tflite": models["relu"], "devicefit.yaml":
                               b"models: [{path: m.tflite, profiles: [android-arm64-cpu, "
                               b"esp32-s3, stm32l4r5-cortex-m4]}]\n"},
-            ["m.tflite", "devicefit.yaml"], sig=int(sig), delay=rng.uniform(0.0, 2.0))
+            ["m.tflite", "devicefit.yaml"], ["j.xml"], sig=int(sig),
+            delay=rng.uniform(0.0, 2.0))
 
 
 def _output_case(rng: random.Random, model: bytes) -> tuple:
@@ -618,9 +619,11 @@ def _signal_case(case: Case, folder: Path, tmp: Path) -> dict:
         time.sleep(0.2)
     if _leftovers(tmp):
         classes.append("leftover")
-    for partial in (folder / "r.html", folder / "j.xml"):
-        if partial.exists() and proc.returncode != 0:
-            classes.append("leftover")  # an output of a run that did not finish
+    # Outputs are written whole or not at all: one that exists must be complete.
+    html = folder / "r.html"
+    if (html.exists() and not html.read_text(errors="replace").rstrip().endswith("</html>")) \
+            or not _junit_ok(case, folder):
+        classes.append("leftover")
     return {"code": proc.returncode, "seconds": time.perf_counter() - start,
             "classes": classes, "stderr": text[-300:], "peak": 0}
 

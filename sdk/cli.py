@@ -19,7 +19,12 @@ from sdk import commands
 from simulator.errors import DevicefitError
 from simulator.escape import clean
 from simulator.limits import DEFAULT_MAX_OPS, ENV_MAX_OPS, TENSORS_PER_OP
-from simulator.signals import Terminated, terminate_as_interrupt
+from simulator.signals import (
+    Terminated,
+    exit_outside_work,
+    ignore_during_shutdown,
+    terminate_as_interrupt,
+)
 
 #: argparse's own exit code for usage errors, kept for the missing-command case too.
 EXIT_USAGE = 2
@@ -90,7 +95,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"devicefit: error: {clean(exc)}", file=sys.stderr)
             return exc.exit_code
         except Terminated as exc:
-            print(f"devicefit: stopped by {exc.name}; no output written", file=sys.stderr)
+            # Outputs are written whole or not at all (write_atomic): none is half there.
+            print(f"devicefit: stopped by {exc.name}", file=sys.stderr)
             return 128 + exc.signum
         except KeyboardInterrupt:
             print("devicefit: interrupted", file=sys.stderr)
@@ -99,7 +105,10 @@ def _run(args: argparse.Namespace) -> int:
 
 def run() -> None:
     """Console-script entry point."""
-    sys.exit(main())
+    exit_outside_work()
+    code = main()
+    ignore_during_shutdown()
+    sys.exit(code)
 
 
 if __name__ == "__main__":

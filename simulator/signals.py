@@ -10,7 +10,10 @@ both is to die on the spot, which leaves the ``--run`` worker running with no ti
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +37,29 @@ class Terminated(KeyboardInterrupt):
 
 def _raise(signum: int, frame: FrameType | None) -> None:
     raise Terminated(signum)
+
+
+def _exit(signum: int, frame: FrameType | None) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(128 + signum)
+
+
+def exit_outside_work() -> None:
+    """Outside :func:`terminate_as_interrupt` (start-up, the interpreter's shutdown after the
+    work: pool workers joined, files closed), end at once with exit status 128 + signal:
+    there is nothing to clean up, and a process killed by a signal reads as a crash."""
+    for sig in SIGNALS:
+        signal.signal(sig, _exit)
+
+
+def ignore_during_shutdown() -> None:
+    """After the work, while the interpreter shuts down: Python puts the default action
+    (death by the signal) back for every signal it handled before its last cleanup, so a
+    late SIGTERM would read as a crash. The work is done and written: ignore it."""
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def install() -> None:

@@ -522,3 +522,13 @@ def test_model_path_must_be_a_regular_file(tmp_path, capsys, model):
         os.mkfifo(model)
     assert main(["simulate", model, "--profile", "esp32-s3"]) == 2
     _one_line_error(capsys, "not a regular file")
+
+
+def test_a_signal_outside_the_work_exits_with_its_status_not_by_it():
+    """Found by bench_fuzz: SIGTERM arriving while the interpreter shut down after a
+    finished `check --jobs 2` killed the process (status -15: a crash to CI)."""
+    code = ("import os, signal, time; from simulator.signals import exit_outside_work; "
+            "exit_outside_work(); os.kill(os.getpid(), signal.SIGTERM); time.sleep(30)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 128 + signal.SIGTERM
