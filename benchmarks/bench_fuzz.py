@@ -671,9 +671,14 @@ def run(cases: Iterable[Case], workers: int = 2, log=None) -> dict:
     idle = list(pool)
     busy: dict[int, _Worker] = {}
 
+    slowest: dict[str, float] = defaultdict(float)
+    peak = [0]
+
     def record(case: Case, res: dict) -> None:
         row = table[case.command]
         row["cases"] += 1
+        slowest[case.command] = max(slowest[case.command], res.get("seconds", 0.0))
+        peak[0] = max(peak[0], res.get("peak", 0))
         code = res["code"]
         row[f"exit {code}" if isinstance(code, int) and code in (0, 1, 2) else
             "exit 128+s" if isinstance(code, int) and code in (129, 130, 143)
@@ -744,7 +749,8 @@ def run(cases: Iterable[Case], workers: int = 2, log=None) -> dict:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {"counts": {k: dict(v) for k, v in sorted(table.items())},
-            "examples": dict(examples)}
+            "slowest_s": {k: round(v, 2) for k, v in sorted(slowest.items())},
+            "worker_peak_bytes": peak[0], "examples": dict(examples)}
 
 
 def print_table(summary: dict) -> None:
@@ -786,7 +792,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = run(generate(args.seed, args.scale), args.workers, log)
     summary["seconds"] = round(time.perf_counter() - start, 1)
     print_table(summary)
-    print(f"wall time {summary['seconds']} s with {args.workers} worker(s)")
+    print(f"wall time {summary['seconds']} s with {args.workers} worker(s); slowest case "
+          f"{max(summary['slowest_s'].values()):.1f} s ("
+          + ", ".join(f"{k} {v:.1f}" for k, v in summary["slowest_s"].items())
+          + f"); CLI worker peak RSS {summary['worker_peak_bytes'] / 1024**2:.0f} MiB")
     for cls, found in summary["examples"].items():
         for e in found[:2]:
             print(f"example {cls} (case {e['id']}): {e['command']} "
