@@ -1,13 +1,37 @@
-"""Writing outputs safely: atomically (temp file + rename) and never over an input."""
+"""Files safely: inputs only from regular files, outputs written atomically (temp file +
+rename) and never over an input or each other."""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from simulator.errors import UsageError
+from simulator.errors import InputError, UsageError
+
+#: Pseudo file systems whose entries claim to be regular files of size 0.
+_PSEUDO_ROOTS = ("/proc/", "/sys/", "/dev/")
+
+
+def not_regular(path: Path, st: os.stat_result) -> str | None:
+    """Why a file with status ``st`` is no regular file to read (see
+    :func:`regular_file_problem`), or None."""
+    if stat.S_ISDIR(st.st_mode):
+        return "is a folder"
+    if not stat.S_ISREG(st.st_mode) or str(path.resolve()).startswith(_PSEUDO_ROOTS):
+        return "is not a regular file"
+    return None
+
+
+def regular_file_problem(path: Path) -> str | None:
+    """Why ``path`` is no regular file to read (a folder, a device, a FIFO,
+    a ``/proc`` entry), or None."""
+    try:
+        return not_regular(path, path.stat())
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
 
 
 def _umask() -> int:
@@ -31,14 +55,94 @@ def write_atomic(path: str | Path, data: bytes | str, *,
     if not folder.is_dir():
         raise UsageError(f"output folder does not exist: {folder}")
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise InputError(f"cannot write {target}: {exc.strerror or exc}") from None
     try:
         # mkstemp makes the file private (0600); an output gets the mode a plain open() gives.
         os.fchmod(fd, target.stat().st_mode & 0o777 if target.exists() else 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
         os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(f"cannot write {target}: {exc.strerror or exc}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+#: One input or output of a command: what it is (``"model"``, ``"--html"``) and its path.
+Named = tuple[str, str | Path | None]
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Same file, also through symlinks and hard links."""
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
+    except OSError:
+        return False
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        return folder.is_dir() and path.resolve().is_relative_to(folder.resolve())
+    except OSError:
+        return False
+
+
+def check_outputs(outputs: Iterable[Named], inputs: Iterable[Named], *,
+                  create_folders: bool = False) -> None:
+    """Refuse, before any work, outputs that would replace an input or each other, or that
+    cannot be written: one :class:`UsageError` line naming both sides.
+
+    Every command calls this with all its outputs (``-o``, ``--report``, ``--html``, ...) and
+    all its inputs (model, data, profile files, project, baseline). An input folder (a
+    SavedModel, an image folder) protects everything inside it: a new file there would be
+    read back as data next time. ``create_folders``: the command makes missing parent folders
+    (CI report paths), so only the nearest existing one must be writable.
+    """
+    ins = list(dict.fromkeys((what, Path(p)) for what, p in inputs
+                             if p is not None and str(p) != ""))
+    seen: list[tuple[str, Path]] = []
+    for what, raw in outputs:
+        if raw is None or str(raw) == "":
+            continue
+        out = Path(raw)
+        for in_what, source in ins:
+            if _same(out, source):
+                raise UsageError(f"{what} {out} would replace an input, the {in_what} {source}; "
+                                 f"choose another output path")
+            if _inside(out, source):
+                raise UsageError(f"{what} {out} is inside an input, the {in_what} folder {source}; "
+                                 f"write outputs elsewhere")
+        for other_what, other in seen:
+            if _same(out, other):
+                raise UsageError(f"{what} and {other_what} are the same file {out}; "
+                                 f"give each output its own path")
+        seen.append((what, out))
+        _check_writable(what, out, create_folders)
+
+
+def _check_writable(what: str, out: Path, create_folders: bool) -> None:
+    if out.is_dir():
+        raise UsageError(f"{what} {out} is a folder; give a file path")
+    if out.exists() and not out.is_file():
+        raise UsageError(f"{what} {out} is not a regular file; give a file path")
+    folder = out.parent if str(out.parent) else Path(".")
+    if create_folders:
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+    if not folder.is_dir():
+        raise UsageError(f"{what}: output folder does not exist: {folder}")
+    # Trying is the only honest test: permissions, read-only mounts and pseudo file systems
+    # (/proc accepts nothing new even from root) all answer here.
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".devicefit-probe-")
+    except OSError as exc:
+        raise UsageError(f"{what}: cannot write to the folder {folder} "
+                         f"({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)

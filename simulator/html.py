@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from simulator.escape import clean
 from simulator.report import PlannedBuffer, Report
 from simulator.units import format_size, format_time_ms
 
@@ -44,7 +45,8 @@ class Section:
 
 
 def escape(value: object) -> str:
-    return html.escape(str(value), quote=True)
+    """HTML-quoted, with control characters (invalid in HTML) shown as escapes."""
+    return html.escape(clean(value), quote=True)
 
 
 def _color(b: PlannedBuffer) -> str:

@@ -20,11 +20,13 @@ Scratch buffers depend on the kernel flavour: see :mod:`simulator.scratch`.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from simulator.errors import InputError, ModelFormatError
+from simulator.limits import check_ops
 from simulator.model import DTYPE_BYTES, Model, Operator, Subgraph, Tensor
 from simulator.scratch import ScratchRequest, scratch_requests
 
@@ -86,31 +88,39 @@ def offline_offsets(model: Model) -> list[int] | None:
 
 
 # --------------------------------------------------------------------------- lifetimes
+@dataclass
+class _Call:
+    """One call of a subgraph, in scopes relative to the scope the call starts in.
+
+    TFLM marks a subgraph again at every call, so the scopes of a graph whose subgraphs call
+    each other twice per level number 2**depth. Every call of one subgraph has the same
+    relative shape, and a tensor's lifetime only needs the first call (``first_created`` is
+    set once) and the last (``last_used`` is overwritten): each subgraph is analysed once and
+    only the first and last scope it is entered at are propagated.
+    """
+
+    size: int = 0  # scopes the call opens
+    first: dict[int, int] = field(default_factory=dict)  # tensor → first created
+    last: dict[int, int] = field(default_factory=dict)  # tensor → last used
+    sites: list[tuple[int, int]] = field(default_factory=list)  # (subgraph called, scope)
+    #: (op position, op index, request, first, last) of each kernel's scratch request.
+    scratch: list[tuple[int, int, ScratchRequest, int, int]] = field(default_factory=list)
+    steps: dict[int, tuple[int, int]] = field(default_factory=dict)  # op index → scopes
+
+
 class _Marker:
-    """Walks the graph like ``AllocationInfoBuilder::MarkAllocationLifetimes``."""
+    """Walks the graph like ``AllocationInfoBuilder::MarkAllocationLifetimes``, once per
+    subgraph (see :class:`_Call`)."""
 
     def __init__(self, model: Model, order: Sequence[int] | None,
                  scratch: Callable[[Subgraph, Operator], list[ScratchRequest]]) -> None:
         self.model = model
         self.order = order
         self.scratch = scratch
-        self.scope = 0
-        self.first = [[-1] * len(sg.tensors) for sg in model.subgraphs]
-        self.last = [[-1] * len(sg.tensors) for sg in model.subgraphs]
-        #: (subgraph, op position, op index, request, first, last), sortable into the order
-        #: kernels request them: ``Prepare`` runs subgraph by subgraph, ops in file order,
-        #: not in execution order.
-        self.scratch_buffers: list[tuple[int, int, int, ScratchRequest, int, int]] = []
-        self.active: set[int] = set()
-        #: Main-graph operator index → (first, last) step it spans.
-        self.main_steps: dict[int, tuple[int, int]] = {}
-
-    def created(self, sg: int, t: int, scope: int) -> None:
-        if self.first[sg][t] == -1:
-            self.first[sg][t] = scope
-
-    def used(self, sg: int, t: int, scope: int) -> None:
-        self.last[sg][t] = scope
+        self.calls: dict[int, _Call] = {}
+        self.active: list[int] = []
+        #: Subgraphs after all they call (reversed: callers before callees).
+        self.postorder: list[int] = []
 
     def operators(self, sg_index: int) -> list[Operator]:
         ops = self.model.subgraphs[sg_index].operators
@@ -118,7 +128,9 @@ class _Marker:
             return list(ops)
         return [ops[i] for i in self.order]
 
-    def mark(self, sg_index: int) -> None:
+    def call(self, sg_index: int) -> _Call:
+        if sg_index in self.calls:
+            return self.calls[sg_index]
         if sg_index in self.active:
             raise ModelFormatError(f"{self.model.path}: subgraph {sg_index} calls itself")
         if len(self.active) >= MAX_NESTING:
@@ -127,32 +139,72 @@ class _Marker:
         if not 0 <= sg_index < len(self.model.subgraphs):
             raise ModelFormatError(f"{self.model.path}: a control-flow op calls subgraph "
                                    f"{sg_index}, but the model has {len(self.model.subgraphs)}")
-        self.active.add(sg_index)
+        self.active.append(sg_index)
         sg = self.model.subgraphs[sg_index]
+        c = _Call()
+        scope = 0
+
+        def created(t: int) -> None:
+            c.first.setdefault(t, scope)
+
+        def used(t: int) -> None:
+            c.last[t] = scope
+
         for t in sg.inputs:
-            self.created(sg_index, t, self.scope)
-            self.used(sg_index, t, self.scope)
+            created(t)
+            used(t)
         for position, op in enumerate(self.operators(sg_index)):
-            self.scope += 1
+            scope += 1
             for t in op.outputs:
                 if t >= 0:
-                    self.created(sg_index, t, self.scope)
-            start = self.scope
+                    created(t)
+            start = scope
             for child in _called_subgraphs(op):
-                self.scope += 1
-                self.mark(child)
+                scope += 1
+                c.sites.append((child, scope))
+                scope += self.call(child).size
             for t in (*op.inputs, *op.outputs):
                 if t >= 0:
-                    self.used(sg_index, t, self.scope)
-            if sg_index == 0:
-                self.main_steps[op.index] = (start, self.scope)
+                    used(t)
+            c.steps[op.index] = (start, scope)
             for req in self.scratch(sg, op):
-                self.scratch_buffers.append((sg_index, position, op.index, req, start,
-                                             self.scope))
+                c.scratch.append((position, op.index, req, start, scope))
         for t in sg.outputs:
-            self.created(sg_index, t, self.scope)
-            self.used(sg_index, t, self.scope)
-        self.active.discard(sg_index)
+            created(t)
+            used(t)
+        c.size = scope
+        self.active.pop()
+        self.calls[sg_index] = c
+        self.postorder.append(sg_index)
+        return c
+
+    def mark(self) -> None:
+        """Analyse the main graph and everything it calls; fill ``first``, ``last``,
+        ``scratch_buffers`` and ``main_steps`` in absolute scopes."""
+        main = self.call(0)
+        check_ops(self.model.path, main.size, "operators executed (control flow expanded)")
+        entry_first, entry_last = {0: 0}, {0: 0}
+        for caller in reversed(self.postorder):
+            for child, scope in self.calls[caller].sites:
+                first, last = entry_first[caller] + scope, entry_last[caller] + scope
+                entry_first[child] = min(entry_first.get(child, first), first)
+                entry_last[child] = max(entry_last.get(child, last), last)
+        self.first = [[-1] * len(sg.tensors) for sg in self.model.subgraphs]
+        self.last = [[-1] * len(sg.tensors) for sg in self.model.subgraphs]
+        #: (subgraph, op position, op index, request, first, last), sortable into the order
+        #: kernels request them: ``Prepare`` runs subgraph by subgraph, ops in file order,
+        #: not in execution order. One per request, however often its subgraph runs.
+        self.scratch_buffers: list[tuple[int, int, int, ScratchRequest, int, int]] = []
+        for sg_index, c in self.calls.items():
+            lo, hi = entry_first[sg_index], entry_last[sg_index]
+            for t, scope in c.first.items():
+                self.first[sg_index][t] = lo + scope
+            for t, scope in c.last.items():
+                self.last[sg_index][t] = hi + scope
+            self.scratch_buffers += [(sg_index, position, op_index, req, lo + start, hi + end)
+                                     for position, op_index, req, start, end in c.scratch]
+        #: Main-graph operator index → (first, last) step it spans.
+        self.main_steps = main.steps
 
 
 def _called_subgraphs(op: Operator) -> list[int]:
@@ -186,7 +238,7 @@ def tflm_buffers(model: Model, order: Sequence[int] | None = None, *,
     _check_order(model, order)
     marker = _Marker(model, order,
                      lambda sg, op: scratch_requests(sg, op, pointer_bytes, kernels))
-    marker.mark(0)
+    marker.mark()
     offline = offline_offsets(model)
     buffers: list[Buffer] = []
     flat = 0
@@ -225,7 +277,7 @@ def op_steps(model: Model, order: Sequence[int] | None = None) -> dict[int, tupl
     """Main-graph operator index → (first, last) step it spans, in execution order."""
     _check_order(model, order)
     marker = _Marker(model, order, lambda *_: [])
-    marker.mark(0)
+    marker.mark()
     return marker.main_steps
 
 
@@ -237,11 +289,13 @@ def live_bytes_per_step(buffers: Sequence[Buffer]) -> list[int]:
     """Bytes live at each step 0..last step (a buffer counts at every step in [first, last])."""
     if not buffers:
         return []
-    steps = [0] * (max(b.last for b in buffers) + 1)
+    # Differences then a running sum: linear in buffers + steps, whatever the lifetimes.
+    change = [0] * (max(b.last for b in buffers) + 2)
     for b in buffers:
-        for s in range(max(b.first, 0), b.last + 1):
-            steps[s] += b.size
-    return steps
+        if b.last >= max(b.first, 0):
+            change[max(b.first, 0)] += b.size
+            change[b.last + 1] -= b.size
+    return list(itertools.accumulate(change[:-1]))
 
 
 def lower_bound(buffers: Sequence[Buffer]) -> int:

@@ -8,7 +8,9 @@ value, its key path, the value, what is allowed and the line where the YAML pars
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +20,8 @@ from typing import Any
 import yaml
 
 from simulator.errors import ProfileError
+from simulator.fileio import regular_file_problem
+from simulator.safeyaml import load_yaml, read_regular_file
 from simulator.units import (
     SIZE_UNITS_HELP,
     TIME_UNITS_HELP,
@@ -140,6 +144,8 @@ class Profile:
     extends: tuple[str, ...] = ()
     #: The merged YAML mapping after inheritance, kept for ``profiles show``.
     resolved: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: Every file read for this profile (itself, then its parents): inputs no output may replace.
+    files: tuple[Path, ...] = field(default=(), compare=False, repr=False)
 
 
 # --------------------------------------------------------------------------- value checkers
@@ -176,17 +182,24 @@ def _int(lo: int, hi: int | None = None) -> Leaf:
     return Leaf(check, f"an integer >= {lo}" + (f" and <= {hi}" if hi is not None else ""))
 
 
+def _finite_number(v: Any) -> float:
+    """``v`` as a finite float; NaN would pass every comparison below and void a budget."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError("not a finite number")
+    return float(v)
+
+
 def _number(lo: float = 0.0) -> Leaf:
     def check(v: Any) -> float:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < lo:
+        if _finite_number(v) < lo:
             raise ValueError("not a number in range")
         return float(v)
-    return Leaf(check, f"a number >= {lo:g}")
+    return Leaf(check, f"a finite number >= {lo:g}")
 
 
 def _fraction() -> Leaf:
     def check(v: Any) -> float:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+        if not 0 < _finite_number(v) <= 1:
             raise ValueError("not a fraction in range")
         return float(v)
     return Leaf(check, "a number > 0 and <= 1")
@@ -208,12 +221,20 @@ def _enum(*choices: str) -> Leaf:
     return Leaf(check, "one of " + ", ".join(choices))
 
 
-def _list(item: Leaf) -> Leaf:
+def _list(item: Leaf, non_empty: bool = False) -> Leaf:
     def check(v: Any) -> tuple:
-        if not isinstance(v, list):
-            raise ValueError("expected a list")
+        if not isinstance(v, list) or (non_empty and not v):
+            raise ValueError("expected a non-empty list" if non_empty else "expected a list")
         return tuple(item.check(x) for x in v)
-    return Leaf(check, f"a list, each {item.allowed}")
+    return Leaf(check, f"a {'non-empty ' if non_empty else ''}list, each {item.allowed}")
+
+
+def _one_of_ints(*choices: int) -> Leaf:
+    def check(v: Any) -> int:
+        if isinstance(v, bool) or v not in choices:
+            raise ValueError("not one of the allowed values")
+        return int(v)
+    return Leaf(check, "one of " + ", ".join(map(str, choices)))
 
 
 def _mapping(value: Leaf) -> Leaf:
@@ -276,7 +297,7 @@ SCHEMA: dict[str, Any] = {
         "class": _enum(*DEVICE_CLASSES),
         "cpu": _str(),
         "clock": _wrap(parse_frequency_hz, "a frequency such as 120MHz"),
-        "cores": _int(1),
+        "cores": _int(1, 1024),
         "sram": SIZE,
         "flash": SIZE,
         "ram": SIZE,
@@ -287,19 +308,19 @@ SCHEMA: dict[str, Any] = {
         "threads": _int(1, 64),
         "delegates": _list(_enum(*DELEGATES)),
         "kernels": _enum(*KERNELS),
-        "pointer_size": _int(4, 8),
+        "pointer_size": _one_of_ints(4, 8),
         "code_size": SIZE,
         "version": _wrap(_version, "a version such as 2.3.1"),
     },
     "budgets": {"flash": SIZE, "arena": SIZE, "latency": TIME},
     "quantization": {
-        "schemes": _list(_enum(*QUANT_SCHEMES)),
+        "schemes": _list(_enum(*QUANT_SCHEMES), non_empty=True),
         "default": _enum(*QUANT_SCHEMES),
-        "io_types": _list(_enum(*IO_TYPES)),
+        "io_types": _list(_enum(*IO_TYPES), non_empty=True),
         "per_channel": _bool(),
     },
     "sparsity": {
-        "kinds": _list(_enum(*SPARSITY_KINDS)),
+        "kinds": _list(_enum(*SPARSITY_KINDS), non_empty=True),
         "n_m": _wrap(_nm_pattern, "an N:M pattern such as 2:4"),
     },
     "ops": {"table": _enum(*OP_TABLES), "allow": _list(_str()), "max_cpu_share": _share()},
@@ -321,32 +342,9 @@ SCHEMA: dict[str, Any] = {
 
 # --------------------------------------------------------------------------- YAML with lines
 def _compose(text: str, path: Path) -> tuple[Any, dict[tuple[str, ...], int]]:
-    """Parse YAML safely and record the 1-based line of every mapping key."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ProfileError(f"{path}{where}: YAML syntax error: {problem}") from exc
-    lines: dict[tuple[str, ...], int] = {}
-
-    def walk(n: Any, prefix: tuple[str, ...]) -> None:
-        if isinstance(n, yaml.MappingNode):
-            for key_node, value_node in n.value:
-                key = (*prefix, str(key_node.value))
-                lines[key] = key_node.start_mark.line + 1
-                walk(value_node, key)
-        elif isinstance(n, yaml.SequenceNode):
-            # List items are keyed by their index ("models", "0", "path"), for files with lists.
-            for index, item in enumerate(n.value):
-                key = (*prefix, str(index))
-                lines[key] = item.start_mark.line + 1
-                walk(item, key)
-
-    walk(node, ())
-    return data, lines
+    """Parse YAML safely and boundedly (see :mod:`simulator.safeyaml`) and record the 1-based
+    line of every mapping key."""
+    return load_yaml(text, path, error=ProfileError)
 
 
 def _did_you_mean(word: str, choices: list[str]) -> str:
@@ -354,8 +352,7 @@ def _did_you_mean(word: str, choices: list[str]) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
-#: Public for devicefit's other YAML files (the ``check`` project file) that name lines too.
-compose_yaml = _compose
+#: Public for the ``check`` project file, whose messages suggest names too.
 did_you_mean = _did_you_mean
 
 
@@ -384,9 +381,15 @@ def _validate(data: Any, schema: dict[str, Any], path: Path, lines: dict, prefix
             out[key] = spec.check(value)
         except ValueError as exc:
             raise ProfileError(
-                f"{kwhere}: bad value for '{kdotted}': {value!r} ({exc}); allowed: {spec.allowed}"
+                f"{kwhere}: bad value for '{kdotted}': {_shown(value)} ({exc}); "
+                f"allowed: {spec.allowed}"
             ) from exc
     return out
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _deep_merge(base: dict, child: dict) -> dict:
@@ -437,12 +440,7 @@ class _RawFile:
 
 
 def _read_file(path: Path) -> _RawFile:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise ProfileError(f"{path}: profile file not found") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"{path}: cannot read profile: {exc}") from exc
+    text = read_regular_file(path, "profile file", error=ProfileError)
     data, lines = _compose(text, path)
     if data is None:
         raise ProfileError(f"{path}: profile file is empty")
@@ -498,6 +496,9 @@ class ProfileStore:
                 raise ProfileError(
                     f"{raw.path}:{raw.lines.get(('extends',), '?')}: 'extends' file not found: {path}"
                 )
+            if (why := regular_file_problem(path)) is not None:
+                raise ProfileError(f"{raw.path}:{raw.lines.get(('extends',), '?')}: 'extends' "
+                                   f"names {path}, which {why}; give a profile .yaml")
         merged: dict = {}
         shown: dict = {}
         for raw in reversed(chain):
@@ -509,7 +510,8 @@ class ProfileStore:
             # 'abstract' and 'name' are not inherited: they belong to the file itself.
             m["abstract"] = leaf.values.get("abstract", False)
             m["name"] = leaf.values.get("name", leaf.path.stem)
-        return _build(merged, shown, leaf, tuple(r.path.stem for r in chain[1:]))
+        profile = _build(merged, shown, leaf, tuple(r.path.stem for r in chain[1:]))
+        return dataclasses.replace(profile, files=tuple(r.path for r in chain))
 
 
 def _require(merged: dict, section: str, key: str, leaf: _RawFile) -> Any:

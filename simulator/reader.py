@@ -23,6 +23,8 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as fb
 
 from simulator.errors import ModelFormatError
+from simulator.fileio import regular_file_problem
+from simulator.limits import check_ops
 from simulator.model import (
     DTYPE_BYTES,
     Model,
@@ -67,11 +69,17 @@ def read_model(path: str | Path) -> Model:
         raise ModelFormatError(f"{p}: file not found")
     if p.is_dir():
         raise ModelFormatError(f"{p}: is a directory, expected a .tflite file")
+    if (why := regular_file_problem(p)) is not None:
+        # /dev/zero never ends and a FIFO blocks: only a regular file has a size to trust.
+        raise ModelFormatError(f"{p}: {why}, expected a .tflite file")
     try:
         size = p.stat().st_size
         if size > MAX_MODEL_BYTES:
             raise ModelFormatError(f"{p}: {size} bytes is larger than the 2 GiB devicefit reads")
-        data = p.read_bytes()
+        with p.open("rb") as f:
+            data = f.read(MAX_MODEL_BYTES + 1)
+        if len(data) > MAX_MODEL_BYTES:
+            raise ModelFormatError(f"{p}: larger than the 2 GiB devicefit reads")
     except OSError as exc:
         raise ModelFormatError(f"{p}: cannot read: {exc.strerror or exc}") from exc
     return parse_model(data, str(p))
@@ -183,8 +191,14 @@ class _Decoder(_Flatbuffer):
         buffer_sizes = [self.buffer_extent(i, b)[1] for i, b in enumerate(buffers)]
         self.outside = frozenset(i for i, b in enumerate(buffers)
                                  if self.scalar(b, _BUF_OFFSET, "<Q") > 1)
-        subgraphs = tuple(self.subgraph(i, sg, op_codes, buffer_sizes) for i, sg in
-                          enumerate(self.tables(root, _MODEL_SUBGRAPHS, "subgraphs")))
+        sg_tables = self.tables(root, _MODEL_SUBGRAPHS, "subgraphs")
+        # Counted from the vector headers before anything is decoded: a bound on the work.
+        check_ops(self.path, sum(self.vector(sg, _SG_OPERATORS, 4, "operators")[1]
+                                 for sg in sg_tables))
+        check_ops(self.path, sum(self.vector(sg, _SG_TENSORS, 4, "tensors")[1]
+                                 for sg in sg_tables), "tensors")
+        subgraphs = tuple(self.subgraph(i, sg, op_codes, buffer_sizes)
+                          for i, sg in enumerate(sg_tables))
         if not subgraphs:
             raise self.fail("the model has no subgraph")
         metadata = {}

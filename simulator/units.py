@@ -6,6 +6,7 @@ Decimal prefixes (kB, MB, GB) are powers of 1000 and binary ones (KiB, MiB, GiB)
 
 from __future__ import annotations
 
+import math
 import re
 
 _SIZE_FACTORS = {
@@ -35,6 +36,8 @@ def parse_size(value: object) -> int:
         match = _NUMBER_UNIT.match(value)
         if match and match.group(2).lower() in _SIZE_FACTORS:
             number = float(match.group(1)) * _SIZE_FACTORS[match.group(2).lower()]
+            if not math.isfinite(number):
+                raise ValueError(f"{value!r} is not a finite size")
             if number.is_integer():
                 return int(number)
             raise ValueError(f"{value!r} is not a whole number of bytes")
@@ -46,27 +49,36 @@ def parse_time_ms(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"expected a time ({TIME_UNITS_HELP}), got {value!r}")
     if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"a time cannot be negative, got {value}")
-        return float(value)
+        return _finite(float(value), "a time")
     if isinstance(value, str):
         match = _NUMBER_UNIT.match(value)
         unit = match.group(2).lower() if match else None
         if match and (unit in _TIME_FACTORS_MS or unit == ""):
-            return float(match.group(1)) * _TIME_FACTORS_MS.get(unit, 1.0)
+            return _finite(float(match.group(1)) * _TIME_FACTORS_MS.get(unit, 1.0), "a time")
     raise ValueError(f"expected a time ({TIME_UNITS_HELP}), got {value!r}")
 
 
 def parse_frequency_hz(value: object) -> float:
     """Return a clock frequency in Hz from ``120MHz``, ``1.5 GHz`` or a plain number."""
     factors = {"hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9}
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    if isinstance(value, str):
+    hz = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        hz = float(value)
+    elif isinstance(value, str):
         match = _NUMBER_UNIT.match(value)
         if match and match.group(2).lower() in factors:
-            return float(match.group(1)) * factors[match.group(2).lower()]
+            hz = float(match.group(1)) * factors[match.group(2).lower()]
+    # 0 Hz would make every latency infinite (the budget was silently skipped).
+    if hz is not None and math.isfinite(hz) and hz > 0:
+        return hz
     raise ValueError(f"expected a frequency such as 120MHz or 1.5GHz, got {value!r}")
+
+
+def _finite(number: float, what: str) -> float:
+    """Refuse NaN, infinities and negatives: each would void the comparison it feeds."""
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{what} must be a finite number >= 0, got {number!r}")
+    return number
 
 
 def format_size(num_bytes: int | float | None) -> str:

@@ -182,8 +182,8 @@ def test_parallel_jobs_give_the_same_result(tmp_path, models, capsys):
 
 @pytest.mark.parametrize("args, words", [
     (["--update-baseline"], "--update-baseline needs a file"),
-    (["--junit", "{f}"], "refusing to overwrite the input file"),
-    (["--markdown", "{model}"], "refusing to overwrite the input file"),
+    (["--junit", "{f}"], "would replace an input, the project file"),
+    (["--markdown", "{model}"], "would replace an input, the model"),
 ], ids=["no-baseline-path", "junit-over-project", "markdown-over-model"])
 def test_usage_errors(tmp_path, models, capsys, args, words):
     f = _write(tmp_path, "models: [{path: chain_int8.tflite, profiles: [esp32-s3]}]\n",

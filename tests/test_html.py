@@ -88,7 +88,7 @@ def test_simulate_cli_writes_html_and_png_but_never_over_its_input(tmp_path, cap
     assert 'id="peak-step"' in page.read_text() and png.read_bytes()[:4] == b"\x89PNG"
     before = sine.read_bytes()
     assert main(["simulate", str(sine), "--profile", "esp32-s3", "--html", str(sine)]) == 2
-    assert "refusing to overwrite the input" in capsys.readouterr().err
+    assert "would replace an input, the model" in capsys.readouterr().err
     assert sine.read_bytes() == before
 
 

@@ -127,7 +127,7 @@ def test_cli_writes_the_optimized_model_and_reports(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--profile", "android-arm64-cpu"], "pick a tflm profile"),
-    (["--profile", PROFILE, "-o", "SRC"], "refusing to overwrite the input"),
+    (["--profile", PROFILE, "-o", "SRC"], "would replace an input, the model"),
 ])
 def test_cli_bad_usage_exits_2(tmp_path, capsys, argv, message):
     src = tmp_path / "m.tflite"

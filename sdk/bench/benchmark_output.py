@@ -31,6 +31,7 @@ Formats handled (``tensorflow/lite/tools/benchmark/benchmark_model.cc`` and
 from __future__ import annotations
 
 import logging
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -166,7 +167,7 @@ def _f(text: str | None) -> float | None:
 
 def _i(text: str | None) -> int | None:
     value = _f(text)
-    return None if value is None or value != value else int(value)
+    return None if value is None or not math.isfinite(value) else int(value)
 
 
 def _us_to_ms(value: float | None) -> float | None:
@@ -308,7 +309,36 @@ def parse_benchmark_output(text: str) -> BenchmarkOutput:
         raise BenchmarkOutputError(
             "benchmark_model printed no inference timings; its last lines: "
             + tail(text))
+    _check_figures(out)
     return out
+
+
+#: Figures that are differences and may be negative (memory freed since the tool started).
+_SIGNED = {"memory_init_mb", "memory_overall_mb"}
+
+
+def _check_figures(out: BenchmarkOutput) -> None:
+    """Refuse NaN, infinite and negative figures: a device (or a tool build) that prints
+    them would otherwise pass or fail the latency budget on nothing."""
+    found: list[tuple[str, float]] = []
+
+    def visit(prefix: str, obj: object) -> None:
+        for name, value in vars(obj).items():
+            if isinstance(value, float) and (not math.isfinite(value)
+                                            or (value < 0 and name not in _SIGNED)):
+                found.append((prefix + name, value))
+            elif isinstance(value, RunStats | OpProfileRow | OpTypeSummary):
+                visit(f"{prefix}{name}.", value)
+
+    visit("", out)
+    for i, row in enumerate([*out.op_profile, *out.op_summary]):
+        visit(f"operator row {i}: ", row)
+    if found:
+        name, value = found[0]
+        raise BenchmarkOutputError(
+            f"benchmark_model reported {name} = {value!r}, which no run can measure; "
+            f"{len(found)} such figure(s) in all. The tool or the device is broken: nothing "
+            f"is judged on it")
 
 
 def tail(text: str, n: int = 6) -> str:

@@ -8,16 +8,20 @@ flakes. A host-measured latency would move with the CI machine's load.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError
 from simulator.report import Report
+from simulator.safeyaml import read_regular_file
 
 from .project import RegressionRule
 
 BASELINE_VERSION = 1
+#: A baseline holds a few numbers per model × profile; more than this is not one.
+MAX_BASELINE_BYTES = 64 * 1024**2
 #: Metric → (baseline key, unit).
 METRIC_KEYS = {"flash": ("flash_bytes", "bytes"), "arena": ("arena_bytes", "bytes"),
                "latency": ("latency_ms", "ms")}
@@ -47,21 +51,35 @@ def report_metrics(report: Report) -> dict[str, float | None]:
 
 def load_baseline(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
     """Model name → profile name → metrics; :class:`InputError` if missing or malformed."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
+    if not path.exists():
         raise InputError(f"{path}: baseline file not found (write it from a run you accept "
-                         f"with 'devicefit check --update-baseline')") from exc
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                         f"with 'devicefit check --update-baseline')")
+    # A regular file of bounded size (not /dev/zero), finite numbers only (NaN would pass
+    # every regression rule).
+    text = read_regular_file(path, "baseline", limit=MAX_BASELINE_BYTES, kind=".json")
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
         raise InputError(f"{path}: cannot read baseline: {exc}") from exc
     models = data.get("models") if isinstance(data, dict) else None
     if not isinstance(data, dict) or data.get("version") != BASELINE_VERSION or not (
             isinstance(models, dict)
-            and all(isinstance(v, dict) and all(isinstance(m, dict) for m in v.values())
+            and all(isinstance(v, dict) and all(isinstance(m, dict) and _finite_metrics(m)
+                                                for m in v.values())
                     for v in models.values())):
         raise InputError(f"{path}: not a devicefit baseline (version {BASELINE_VERSION}); "
                          f"rewrite it with 'devicefit check --update-baseline'")
     return models
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a figure")
+
+
+def _finite_metrics(metrics: dict) -> bool:
+    return all(v is None or isinstance(v, str) or (isinstance(v, (int, float))
+                                                   and math.isfinite(v))
+               for v in metrics.values())
 
 
 def baseline_document(entries: list[tuple[str, str, Report]]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from simulator import signals
 from simulator.errors import DevicefitError
 from simulator.profiles import Profile
 from simulator.report import Report
@@ -153,7 +154,8 @@ def _results(targets: tuple[Target, ...], run: bool, jobs: int,
         context.set_forkserver_preload([__name__])
     else:
         context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context,
+                             initializer=signals.install) as pool:
         futures = {pool.submit(_simulate, str(t.model_path), t.profile, run, options): i
                    for i, t in enumerate(targets)}
         pending = set(futures)
@@ -163,8 +165,11 @@ def _results(targets: tuple[Target, ...], run: bool, jobs: int,
                 for f in done:
                     yield futures[f], f.result()
         except BaseException:
-            # A bug in one target or Ctrl-C: do not wait for the queue to drain first.
+            # A bug in one target, Ctrl-C or SIGTERM: do not wait for the queue to drain, and
+            # stop the running targets (their handler kills their --run child and temp files).
             pool.shutdown(wait=False, cancel_futures=True)
+            for process in list((pool._processes or {}).values()):
+                process.terminate()
             raise
 
 

@@ -12,14 +12,16 @@ of that model, key by key; ``null`` drops a profile's budget for that model.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from simulator.errors import DevicefitError, InputError
-from simulator.profiles import Profile, ProfileStore, compose_yaml, did_you_mean
+from simulator.profiles import Profile, ProfileStore, did_you_mean
 from simulator.reader import FILE_IDENTIFIER
+from simulator.safeyaml import load_yaml, read_regular_file
 from simulator.units import SIZE_UNITS_HELP, TIME_UNITS_HELP, parse_size, parse_time_ms
 
 DEFAULT_PROJECT_FILE = "devicefit.yaml"
@@ -161,8 +163,8 @@ def _rules(p: _Problems, value: Any, key: tuple[str, ...]) -> dict[str, Regressi
         try:
             if text.endswith("%"):
                 percent = float(text[:-1])
-                if percent < 0:
-                    raise ValueError("a growth allowance cannot be negative")
+                if not math.isfinite(percent) or percent < 0:
+                    raise ValueError("a growth allowance is a finite number >= 0")
                 out[name] = RegressionRule(name, text, relative=percent / 100.0)
             else:
                 out[name] = RegressionRule(name, text, absolute=_BUDGET_FIELDS[name][1](raw))
@@ -336,18 +338,12 @@ def _model_targets(p: _Problems, item: Any, mkey: tuple[str, ...], base: Path,
 def load_project(path: str | Path, profiles_dirs: Sequence[str | Path] = ()) -> Project:
     """Read and validate a project file; raise :class:`ProjectError` listing every problem."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
+    if not path.exists() and not path.is_symlink():
         hint = (f" (create one, see examples/ci/{DEFAULT_PROJECT_FILE})"
                 if path.name == DEFAULT_PROJECT_FILE else "")
-        raise ProjectError(f"{path}: project file not found{hint}") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProjectError(f"{path}: cannot read project file: {exc}") from exc
-    try:
-        data, lines = compose_yaml(text, path)
-    except DevicefitError as exc:
-        raise ProjectError(str(exc)) from exc
+        raise ProjectError(f"{path}: project file not found{hint}")
+    text = read_regular_file(path, "project file", error=ProjectError)
+    data, lines = load_yaml(text, path, error=ProjectError)
     p = _Problems(path, lines)
     top = p.mapping(data, (), _TOP_KEYS) if data is not None else {}
     if data is None:

@@ -14,6 +14,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from simulator.escape import clean
+from simulator.escape import markdown as md_literal
+from simulator.escape import markdown_code as md_code
 from simulator.report import BudgetCheck
 from simulator.units import format_size, format_time_ms
 
@@ -162,8 +165,19 @@ def junit_xml(result: CheckResult) -> str:
     for k, v in totals.items():
         root.set(k, str(v))
     root.set("time", f"{result.seconds:.3f}")
+    _clean_tree(root)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _clean_tree(root: ET.Element) -> None:
+    """Names and messages quote the project and the models: ElementTree escapes ``<&"`` but
+    writes control characters as they are, which no XML parser accepts."""
+    for element in root.iter():
+        for key, value in element.attrib.items():
+            element.set(key, clean(value))
+        if element.text:
+            element.text = clean(element.text)
 
 
 def _suite_cases(suite: ET.Element, o: Outcome, classname: str,
@@ -221,7 +235,7 @@ def _suite_cases(suite: ET.Element, o: Outcome, classname: str,
 
 # --------------------------------------------------------------------------- Markdown
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return md_literal(text)
 
 
 def markdown(result: CheckResult) -> str:
@@ -235,21 +249,23 @@ def markdown(result: CheckResult) -> str:
                           if counts[k]) + f" of {total}")
     mode = "static analysis + real inference" if result.run else "static analysis"
     lines = [f"## {MARKS[result.verdict]} devicefit check: {headline}", "",
-             f"`{Path(result.project).name}` · {mode}"
-             + (f" · baseline `{Path(result.baseline).name}`" if result.baseline else "")
+             f"{md_code(Path(result.project).name)} · {mode}"
+             + (f" · baseline {md_code(Path(result.baseline).name)}" if result.baseline
+                else "")
              + f" · {result.seconds:.1f} s", "",
              "| | model | profile | " + " | ".join(METRICS) + " | regression |",
              "|---|---|---|" + "---|" * len(METRICS) + "---|"]
     for o in result.outcomes:
         cells = [_md_cell(*metric_cell(o, m)) for m in METRICS] + [_md_cell(*regression_cell(o))]
-        lines.append(f"| {MARKS[o.status]} | {_md_escape(o.model)} | {o.profile} | "
+        lines.append(f"| {MARKS[o.status]} | {_md_escape(o.model)} | {_md_escape(o.profile)} | "
                      + " | ".join(cells) + " |")
     failing = [o for o in result.outcomes if o.status != "pass"]
     if failing:
         lines += ["", "### Problems", ""]
         for o in failing:
             for p in problems(o):
-                lines.append(f"- **{_md_escape(o.model)}** on `{o.profile}`: {_md_escape(p)}")
+                lines.append(f"- **{_md_escape(o.model)}** on {md_code(o.profile)}: "
+                             f"{_md_escape(p)}")
     why = notes(result)
     if why:
         lines += ["", "<details><summary>Not checked</summary>", ""]

@@ -8,7 +8,9 @@ from typing import Any
 
 from rich.markup import escape
 
+from sdk.argtypes import positive_seconds
 from sdk.console import make_console, print_json, table
+from sdk.outputs import check_outputs, picture_outputs, profile_inputs
 from sdk.pictures import add_picture_options, write_pictures
 from simulator.errors import DevicefitError
 from simulator.units import format_time_ms
@@ -40,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run under 'taskset HEX', e.g. f0 for the big cores")
     p.add_argument("--op-profiling", action="store_true", help="per-operator timings")
     p.add_argument("--keep", action="store_true", help="leave the pushed files on the device")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=positive_seconds, default=600.0, metavar="SECONDS",
                    help="limit for the benchmark run itself (default 600)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     add_picture_options(p)
@@ -64,6 +66,8 @@ def _bench(args: argparse.Namespace) -> int:
     from simulator.profiles import load_profile
 
     profile = load_profile(args.profile, args.profiles_dir)
+    check_outputs(picture_outputs(args), [("model", args.model), *profile_inputs(profile),
+                                          ("--benchmark-binary", args.benchmark_binary)])
     result = bench(args.model, profile, benchmark_binary=args.benchmark_binary,
                    serial=args.serial, adb=args.adb, runs=args.runs, warmup=args.warmup,
                    threads=args.threads, delegate=args.delegate, cpu_mask=args.cpu_mask,
@@ -116,8 +120,10 @@ def _mb(value: float | None) -> str:
 def _print(args: argparse.Namespace, result: Any, comparison: dict) -> None:
     con = make_console(args.no_color)
     r, s = result.results, result.settings
-    con.print(f"[bold]{escape(result.model)}[/bold] on {result.serial} ({result.device_model or '?'}, "
-              f"{', '.join(result.abis)}) with profile {result.profile}")
+    # serial, device model and ABIs are the device's own words: never rich markup.
+    con.print(f"[bold]{escape(result.model)}[/bold] on {escape(result.serial)} "
+              f"({escape(result.device_model or '?')}, {escape(', '.join(result.abis))}) "
+              f"with profile {escape(result.profile)}")
     con.print(f"threads {s.threads} · delegate {s.delegate or 'none'} · {s.runs} runs after "
               f"{s.warmup_runs} warm-up · cpu mask {s.cpu_mask or 'none'}")
     rows = [("model size", _mb(r.model_size_mb)), ("init", format_time_ms(r.init_ms)),

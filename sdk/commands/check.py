@@ -90,6 +90,7 @@ def _check(args: argparse.Namespace) -> int:
     from sdk.check import DEFAULT_PROJECT_FILE, load_baseline, load_project, run_check
     from sdk.check.shard import Shard, select, shard_document
     from sdk.console import make_console
+    from sdk.outputs import check_outputs, profile_inputs
 
     if args.file == "merge":
         return _merge(args)
@@ -108,8 +109,14 @@ def _check(args: argparse.Namespace) -> int:
     inputs = [project.path, *project.model_paths]
     if baseline_path is not None and not args.update_baseline:
         inputs.append(baseline_path)
-    _refuse_inputs([args.junit, args.markdown, args.html, args.results,
-                    baseline_path if args.update_baseline else None], inputs)
+    named_inputs = [("project file", project.path),
+                    *(("model", m) for m in project.model_paths),
+                    *(i for t in project.targets for i in profile_inputs(t.profile)),
+                    ("baseline", None if args.update_baseline else baseline_path)]
+    check_outputs([("--junit", args.junit), ("--markdown", args.markdown), ("--html", args.html),
+                   ("--results", args.results),
+                   ("--update-baseline", baseline_path if args.update_baseline else None)],
+                  named_inputs, create_folders=True)
     shard = args.shard or Shard(1, 1)
     whole = project
     project, positions = select(project, shard)
@@ -144,9 +151,12 @@ def _merge(args: argparse.Namespace) -> int:
                          "the shard runs")
     if args.update_baseline and args.baseline is None:
         raise UsageError("check merge --update-baseline needs --baseline FILE.json")
+    from sdk.outputs import check_outputs
+
     inputs = [Path(p) for p in args.shard_results]
-    _refuse_inputs([args.junit, args.markdown, args.html,
-                    args.baseline if args.update_baseline else None], inputs)
+    check_outputs([("--junit", args.junit), ("--markdown", args.markdown), ("--html", args.html),
+                   ("--update-baseline", args.baseline if args.update_baseline else None)],
+                  [("shard result", p) for p in inputs], create_folders=True)
     result = merge(load_shards(inputs))
     return _views(args, result, inputs, [], args.baseline)
 
@@ -168,14 +178,6 @@ def _views(args: argparse.Namespace, result: CheckResult, inputs: list[Path],
     else:
         _print(make_console(args.no_color), result, written, notes=not args.update_baseline)
     return result.exit_code
-
-
-def _refuse_inputs(outputs: list[Path | None], inputs: list[Path]) -> None:
-    """Fail before a long run rather than after it: no output may replace an input."""
-    resolved = {p.resolve() for p in inputs}
-    for out in outputs:
-        if out is not None and out.resolve() in resolved:
-            raise UsageError(f"refusing to overwrite the input file {out}; choose another output")
 
 
 def _write(path: Path, text: str, inputs: list[Path]) -> None:
@@ -236,7 +238,7 @@ def _print(console, result: CheckResult, written: list[str], notes: bool) -> Non
     def _cell(text: str, ok: bool | None) -> str:
         return escape(text) if ok is not False else f"[red]{escape(text)}[/]"
 
-    rows = [[_STATUS[o.status], escape(o.model), o.profile,
+    rows = [[_STATUS[o.status], escape(o.model), escape(o.profile),
              *(_cell(*metric_cell(o, m)) for m in ("flash", "arena", "latency")),
              _cell(*regression_cell(o))] for o in result.outcomes]
     console.print(table(None, ["", "model", "profile", "flash", "arena", "latency", "regression"],

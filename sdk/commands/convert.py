@@ -18,6 +18,7 @@ from rich.markup import escape
 
 from sdk.commands.optimize import add_patch_arguments, patch_options
 from sdk.console import make_console, table
+from sdk.outputs import check_outputs, data_inputs, picture_outputs
 from sdk.pictures import add_picture_options, write_pictures
 from simulator.fileio import write_atomic
 from simulator.profiles import QUANT_SCHEMES
@@ -70,6 +71,8 @@ def _convert(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
     from sdk.convert import convert
 
+    check_outputs([("-o", args.output), ("--report", args.report), *picture_outputs(args)],
+                  data_inputs(args, ("calibration", "eval_data", "train")))
     console = make_console(args.no_color)
     with tempfile.TemporaryDirectory() as tmp, _warnings_to(console), \
             _progress(args.no_color) as (progress, on_stage):

@@ -106,6 +106,10 @@ def _fit(args: argparse.Namespace) -> int:
 
     if args.heartbeat < 1:
         raise UsageError(f"--heartbeat {args.heartbeat}: give at least 1 second")
+    from sdk.outputs import check_outputs, data_inputs
+
+    check_outputs([("-o", args.output), ("--report", args.report), ("--html", args.html)],
+                  data_inputs(args, ("train", "eval_data", "calibration")))
     settings = SearchSettings(max_trials=args.max_trials,
                               time_budget_s=parse_duration(args.time_budget),
                               storage=args.storage, study_name=args.study_name, jobs=args.jobs,

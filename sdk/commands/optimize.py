@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from sdk.console import make_console, print_json, table
+from sdk.outputs import check_outputs, profile_inputs
 from simulator.optimize.patches import OBJECTIVES
 
 
@@ -72,6 +73,7 @@ def _optimize(args: argparse.Namespace) -> int:
 
     options = patch_options(args)
     profile = load_profile(args.profile, args.profiles_dir)
+    check_outputs([("-o", args.output)], [("model", args.model), *profile_inputs(profile)])
     read_model(args.model)  # one clear error for a missing or broken file
     with open(args.model, "rb") as f:
         data = f.read()

@@ -6,6 +6,7 @@ import argparse
 
 from sdk.console import make_console, print_json, table
 from simulator.errors import DevicefitError
+from simulator.escape import clean
 from simulator.profiles import Profile, ProfileStore, dump_resolved, load_profile
 from simulator.units import format_size, format_time_ms
 from simulator.verdict import device_warnings
@@ -58,7 +59,7 @@ def _list(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     profile = load_profile(args.name, args.profiles_dir)
     chain = " <- ".join([profile.name, *profile.extends])
-    print(f"# {profile.path}\n# inheritance: {chain}")
+    print(clean(f"# {profile.path}\n# inheritance: {chain}"))
     print(dump_resolved(profile), end="")
     return 0
 
@@ -72,7 +73,7 @@ def _validate(args: argparse.Namespace) -> int:
             errors.append(str(exc))
         else:
             warnings = device_warnings(profile)
-            print(f"{f}: ok" + "".join(f"\n{f}: warning: {w}" for w in warnings))
+            print(clean(f"{f}: ok" + "".join(f"\n{f}: warning: {w}" for w in warnings)))
     if errors:
         raise DevicefitError("; ".join(errors) if len(errors) > 1 else errors[0])
     return 0

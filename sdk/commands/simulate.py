@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from sdk.argtypes import positive_seconds
 from sdk.console import make_console, print_json
+from sdk.outputs import check_outputs, picture_outputs, profile_inputs
 from sdk.pictures import add_picture_options, write_pictures
 from simulator.errors import UsageError
 from simulator.profiles import KERNELS
@@ -39,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--input", default=None, metavar="FILE",
                      help="input data (.npy for one input, .npz by input name); default: random "
                           "data within each input's range, fixed seed")
-    run.add_argument("--timeout", type=float, default=60.0, metavar="S",
+    run.add_argument("--timeout", type=positive_seconds, default=60.0, metavar="S",
                      help="seconds before a hanging runtime is killed (default 60)")
     p.set_defaults(handler=_simulate)
 
@@ -53,6 +55,8 @@ def _simulate(args: argparse.Namespace) -> int:
                            kernels=args.kernels, pointer_bytes=args.pointer_size)
     if args.input and not args.run:
         raise UsageError("--input gives data to run the model with: add --run")
+    check_outputs(picture_outputs(args), [("model", args.model), ("--input data", args.input),
+                                          *profile_inputs(profile)])
     run_options = ({"runs": args.runs, "input_path": args.input, "timeout_s": args.timeout}
                    if args.run else {})
     err = make_console(args.no_color, stderr=True)

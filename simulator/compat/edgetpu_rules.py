@@ -319,9 +319,10 @@ def _output_1d(ctx: OpContext) -> CheckResult:
 
 def _reduction(ctx: OpContext) -> tuple[tuple[int, ...], list[int] | None]:
     """A reduce op's input shape and its (constant) axes, normalised to 0..rank-1."""
-    shape = ctx.input(0).shape
+    x = ctx.input(0)
+    shape = x.shape if x is not None else ()  # a malformed op without its input
     values = ctx.constant(1)
-    if values is None:
+    if values is None or not shape:
         return shape, None
     return shape, sorted({int(a) % len(shape) for a in np.atleast_1d(values)})
 
@@ -384,6 +385,8 @@ def _prelu_alpha_1d(ctx: OpContext) -> CheckResult:
 @op_check("softmax_1d_max_16000")
 def _softmax_1d_max_16000(ctx: OpContext) -> CheckResult:
     x = ctx.input(0)
+    if x is None:
+        return False, "the operator has no input tensor"
     if _dims_over_1(x.shape) > 1:
         return False, f"input shape {list(x.shape)}: Softmax maps only for a 1-D input"
     if x.num_elements > 16000:

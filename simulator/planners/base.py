@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from sortedcontainers import SortedList
 
 from simulator.lifetimes import Buffer
 
@@ -63,21 +66,40 @@ def check_plan(buffers: Sequence[Buffer], offsets: Sequence[int], what: str = "p
     """
     if len(buffers) != len(offsets):
         raise PlanError(f"{what}: {len(buffers)} buffers but {len(offsets)} offsets")
-    # Sweep in time: each buffer is checked against those still live when it starts, which
-    # finds every clashing pair (their common steps begin at the later start).
-    active: list[int] = []
+    # Sweep in time. The live online buffers, kept in offset order, never overlap one another
+    # (or the sweep has stopped), so a buffer that starts clashes with one of them only if it
+    # clashes with its neighbour below or above in that order: n log n, not n^2.
+    live = SortedList()  # (offset, end, buffer id) of live online buffers of non-zero size
+    offline: list[int] = []  # live offline buffers of non-zero size
+    expiry: list[tuple[int, int]] = []  # heap of (last step, buffer id)
     for i in sorted(range(len(buffers)), key=lambda k: buffers[k].first):
         a, start = buffers[i], offsets[i]
         if start < 0:
             raise PlanError(f"{what}: buffer '{a.name}' has negative offset {start}")
-        active = [j for j in active if buffers[j].last >= a.first]
-        for j in active:
-            b = buffers[j]
-            if a.offline_offset is not None and b.offline_offset is not None:
-                continue
-            if a.size and b.size and start < offsets[j] + b.size and offsets[j] < start + a.size:
-                raise PlanError(f"{what}: '{b.name}' [{offsets[j]}, {offsets[j] + b.size}) and "
-                                f"'{a.name}' [{start}, {start + a.size}) overlap while both "
-                                f"are live")
-        active.append(i)
+        while expiry and expiry[0][0] < a.first:
+            j = heapq.heappop(expiry)[1]
+            if buffers[j].offline_offset is None:
+                live.discard((offsets[j], offsets[j] + buffers[j].size, j))
+            else:
+                offline.remove(j)
+        if not a.size:
+            continue
+        entry = (start, start + a.size, i)
+        k = live.bisect_left(entry)
+        # Offline buffers may overlap each other, so they are kept apart from the sweep's
+        # disjoint online set and checked one by one (a file holds few of them).
+        near = [live[k - 1][2] if k else None, live[k][2] if k < len(live) else None]
+        if a.offline_offset is None:
+            near += offline
+        for j in near:
+            if j is not None and start < offsets[j] + buffers[j].size and offsets[j] < entry[1]:
+                raise PlanError(f"{what}: '{buffers[j].name}' [{offsets[j]}, "
+                                f"{offsets[j] + buffers[j].size}) and '{a.name}' [{start}, "
+                                f"{entry[1]}) overlap while both are live")
+        if a.offline_offset is None:
+            live.add(entry)
+        else:
+            offline.append(i)
+        heapq.heappush(expiry, (a.last, i))
     return max((o + b.size for b, o in zip(buffers, offsets, strict=True)), default=0)
+

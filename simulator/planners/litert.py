@@ -22,7 +22,8 @@ from collections.abc import Sequence
 
 from simulator.lifetimes import Buffer, align_up, live_bytes_per_step
 from simulator.model import DTYPE_BYTES, Model
-from simulator.planners.base import MemoryPlan, check_plan, overlaps_in_time
+from simulator.planners.base import MemoryPlan, check_plan
+from simulator.planners.index import PlacedIndex
 from simulator.profiles import Profile
 
 LITERT_ALIGNMENT = 64
@@ -82,26 +83,22 @@ def litert_buffers(model: Model, order: Sequence[int] | None = None) -> list[Buf
 def best_fit_plan(buffers: Sequence[Buffer], alignment: int = LITERT_ALIGNMENT) -> list[int]:
     """Offsets ``SimpleMemoryArena::Allocate`` gives ``buffers``, allocated in this order."""
     offsets: list[int] = []
-    placed: list[int] = []  # indices into buffers, in offset order
-    for i, b in enumerate(buffers):
+    # Only the placed buffers that overlap in time matter, in offset order: the index gives
+    # just those (see simulator/planners/index.py).
+    placed = PlacedIndex(buffers, alignment)
+    for b in buffers:
         best, best_fit, current = None, None, 0
-        for j in placed:
-            if not overlaps_in_time(b, buffers[j]):
-                continue
+        for start, end in placed.spans(b):
             aligned = align_up(current, alignment)
-            gap_end = offsets[j]
             # LiteRT measures the fit from the unaligned end of the previous buffer.
-            if aligned + b.size <= gap_end and (best_fit is None or gap_end - aligned < best_fit):
-                best, best_fit = aligned, gap_end - current
-            current = max(current, offsets[j] + buffers[j].size)
+            if aligned + b.size <= start and (best_fit is None or start - aligned < best_fit):
+                best, best_fit = aligned, start - current
+            current = max(current, end)
             if best_fit == 0:
                 break
         offset = best if best is not None else align_up(current, alignment)
         offsets.append(offset)
-        k = len(placed)
-        while k > 0 and offsets[placed[k - 1]] > offset:
-            k -= 1
-        placed.insert(k, i)
+        placed.add(b, offset)
     return offsets
 
 

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 from simulator.lifetimes import Buffer, align_up, live_bytes_per_step, op_steps, tflm_buffers
 from simulator.model import Model
-from simulator.planners.base import MemoryPlan, check_plan, overlaps_in_time
+from simulator.planners.base import MemoryPlan, check_plan
+from simulator.planners.index import PlacedIndex
 from simulator.planners.tflm_tail import estimate_tail, prepare_peak
 from simulator.profiles import Profile
 from simulator.scratch import KERNEL_SCRATCH, is_exact
@@ -34,26 +35,23 @@ def greedy_plan(buffers: Sequence[Buffer]) -> list[int]:
     online = [i for i in reversed(range(n)) if buffers[i].offline_offset is None]
     online.sort(key=lambda i: -buffers[i].size)  # Python's sort is stable, like TFLM's
     offsets = [-1] * n
-    placed: list[int] = []  # buffer ids in offset order (ties: earlier placed first)
+    # TFLM walks every placed buffer in offset order; the index hands over only those that
+    # overlap in time, which gives the same offsets (see simulator/planners/index.py).
+    placed = PlacedIndex(buffers)
     for i in offline + online:
         b = buffers[i]
         if b.offline_offset is not None:
             offset = b.offline_offset
         else:
             offset = 0
-            for j in placed:
-                if not overlaps_in_time(b, buffers[j]):
-                    continue
-                if offsets[j] - offset >= b.size:
+            for start, end in placed.spans(b):
+                if start - offset >= b.size:
                     break
-                offset = max(offset, offsets[j] + buffers[j].size)
+                offset = max(offset, end)
         offsets[i] = offset
-        # Insert after every placed buffer whose offset is <= this one (TFLM's list order).
-        k = len(placed)
-        while k > 0 and offsets[placed[k - 1]] > offset:
-            k -= 1
-        placed.insert(k, i)
+        placed.add(b, offset)
     return offsets
+
 
 
 #: ``GreedyMemoryPlanner::per_buffer_size()``: requirements (4 ints), sorted size and id,

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,7 +37,13 @@ log = logging.getLogger(__name__)
 
 #: Seed of the default random inputs, so two runs (and two runtimes) see the same data.
 INPUT_SEED = 0
-STAGES = ("start", "load", "allocate", "invoke", "done")
+STAGES = ("start", "inputs", "load", "allocate", "invoke", "done")
+#: The most input + output bytes a run handles: a 300-byte model can declare a [1, 2**29]
+#: input, and a runner holds inputs and outputs several times over.
+MAX_RUN_IO_BYTES = 1024**3
+#: Address space of the worker process: a runtime or an input that asks for more fails there,
+#: as a refusal, instead of swapping the machine.
+WORKER_MEMORY_BYTES = 8 * 1024**3
 
 
 @dataclass
@@ -132,12 +140,21 @@ def input_specs(model: Model) -> list[InputSpec]:
             for i in sg.inputs]
 
 
+def _numpy_dtype(spec: InputSpec) -> np.dtype:
+    try:
+        return np.dtype(spec.dtype)
+    except TypeError:
+        raise InputError(f"input '{spec.name}' has dtype {spec.dtype}, which devicefit cannot "
+                         f"generate or check; the runtimes take no {spec.dtype} inputs from "
+                         f"Python") from None
+
+
 def random_inputs(specs: list[InputSpec], seed: int = INPUT_SEED) -> list[np.ndarray]:
     """Random data covering each input's whole quantized range (floats in [-1, 1))."""
     rng = np.random.default_rng(seed)
     out = []
     for s in specs:
-        dt = np.dtype(s.dtype)
+        dt = _numpy_dtype(s)
         if dt.kind in "iu":
             info = np.iinfo(dt)
             # int32/int64 inputs are usually indices or lengths: keep them small and valid.
@@ -161,8 +178,9 @@ def load_inputs(path: str | Path, specs: list[InputSpec]) -> list[np.ndarray]:
     p = Path(path)
     try:
         loaded = np.load(p, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{p}: cannot read input data ({exc}); give a .npy or .npz file") from exc
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{p}: cannot read input data ({exc or type(exc).__name__}); give a "
+                         f".npy or .npz file") from exc
     if isinstance(loaded, np.ndarray):
         arrays = [loaded]
     else:
@@ -178,7 +196,7 @@ def load_inputs(path: str | Path, specs: list[InputSpec]) -> list[np.ndarray]:
     for a, s in zip(arrays, specs, strict=True):
         if not s.accepts(a.shape) and s.accepts((1, *a.shape)):
             a = a[None]
-        if not s.accepts(a.shape) or a.dtype != np.dtype(s.dtype):
+        if not s.accepts(a.shape) or a.dtype != _numpy_dtype(s):
             any_size = " (-1: any size)" if s.signature else ""
             raise InputError(f"{p}: input '{s.name}' needs shape {list(s.signature or s.shape)} "
                              f"{s.dtype}{any_size}, got {list(a.shape)} {a.dtype}")
@@ -188,36 +206,45 @@ def load_inputs(path: str | Path, specs: list[InputSpec]) -> list[np.ndarray]:
 
 # --------------------------------------------------------------------------- parent side
 def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None = None,
+              input_path: str | Path | None = None,
               runs: int = 1, warmup: int = 1, threads: int = 1, xnnpack: bool = True,
               reference_kernels: bool = False, timeout_s: float = 60,
               arena_size: int | None = None) -> RunResult:
     """Run ``path`` in ``runtime`` (a key of :data:`RUNNERS`) in a child process.
 
-    ``inputs`` default to :func:`random_inputs` of the model's inputs. Raises
-    :class:`RuntimeFailure` when the runtime refuses the model, crashes or exceeds
-    ``timeout_s`` (the child is killed).
+    Inputs are ``inputs``, else read from ``input_path`` (:func:`load_inputs`), else
+    :func:`random_inputs`; the last two are made in the child, under its memory limit, so a
+    hostile data file or input shape costs the child, not this process. Raises
+    :class:`InputError` for inputs that do not fit the model, :class:`RuntimeFailure` when
+    the runtime refuses the model, crashes or exceeds ``timeout_s`` (the child is killed).
     """
     from simulator.reader import read_model
 
     name = runner_name(runtime)
     if runs < 1 or warmup < 0:
         raise UsageError(f"runs must be >= 1 and warmup >= 0 (got runs={runs}, warmup={warmup})")
-    if timeout_s <= 0:
-        raise UsageError(f"the timeout must be positive (got {timeout_s:g} s)")
+    if not math.isfinite(timeout_s) or timeout_s <= 0:
+        raise UsageError(f"the timeout must be a finite number > 0 (got {timeout_s:g} s)")
     model = read_model(path)
-    specs = input_specs(model)
-    if inputs is None:
-        inputs = random_inputs(specs)
-    hint = _stored_shape_hint(model, inputs)
+    _check_io_bytes(model)
+    # Data read from --input is checked in the child; the placeholder shape shows only here.
+    hint = _stored_shape_hint(model, inputs) if input_path is None else ""
     options = RunOptions(runs=runs, warmup=warmup, threads=threads, xnnpack=xnnpack,
                          reference_kernels=reference_kernels,
                          arena_size=arena_size or starting_arena(model))
     with tempfile.TemporaryDirectory(prefix="devicefit-run-") as tmp:
         work = Path(tmp)
-        np.savez(work / "inputs.npz", *inputs)
+        if inputs is not None:
+            np.savez(work / "inputs.npz", *inputs)
+            source: dict = {"given": True}
+        elif input_path is not None:
+            source = {"file": str(Path(input_path).resolve())}
+        else:
+            source = {"seed": INPUT_SEED}
         request = {"runtime": name, "model": str(Path(path).resolve()),
                    "num_outputs": len(model.main.outputs), "options": asdict(options),
-                   "dir": str(work)}
+                   "dir": str(work), "inputs": source,
+                   "memory_bytes": WORKER_MEMORY_BYTES}
         (work / "request.json").write_text(json.dumps(request))
         proc, timed_out = _spawn(work, timeout_s)
         stage = _read_stage(work)
@@ -227,6 +254,8 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
                                  f"(the model hangs the runtime or needs a longer --timeout)")
         if result_file.exists():
             result = json.loads(result_file.read_text())
+            if not result["ok"] and result["stage"] == "inputs":
+                raise InputError(result["error"])
             if not result["ok"]:
                 raise RuntimeFailure(f"{name} refused the model during '{result['stage']}': "
                                      f"{result['error']}{hint}")
@@ -237,17 +266,41 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
                              f"bug in {name} (devicefit ran it in a child process)")
 
 
-def _stored_shape_hint(model: Model, inputs: list[np.ndarray]) -> str:
+def _stored_shape_hint(model: Model, inputs: list[np.ndarray] | None) -> str:
     """A hint for a refusal when a dynamic input ran at the placeholder shape in the file
-    (often [1, 1]: too small for the model's first window or convolution)."""
+    (often [1, 1]: too small for the model's first window or convolution); ``inputs`` None:
+    the child generated them at that shape."""
     sg = model.main
-    for index, x in zip(sg.inputs, inputs):
+    for k, index in enumerate(sg.inputs):
         t = sg.tensors[index]
-        if t.is_dynamic and tuple(x.shape) == tuple(max(d, 1) for d in t.shape):
+        stored = tuple(max(d, 1) for d in t.shape)
+        if t.is_dynamic and (inputs is None or tuple(inputs[k].shape) == stored):
             return (f" (input '{t.name}' has dynamic dimensions {list(t.shape_signature or ())}"
-                    f" and ran at the shape stored in the file, {list(x.shape)}; give data of "
+                    f" and ran at the shape stored in the file, {list(stored)}; give data of "
                     f"a real size with --input)")
     return ""
+
+
+def _check_io_bytes(model: Model) -> None:
+    sg = model.main
+    total = sum(sg.tensors[i].nbytes for i in (*sg.inputs, *sg.outputs) if i >= 0)
+    if total > MAX_RUN_IO_BYTES:
+        raise InputError(f"{model.path}: its inputs and outputs take {total:,} bytes; --run "
+                         f"handles up to {MAX_RUN_IO_BYTES:,} (the static figures need no run)")
+
+
+def worker_inputs(request: dict) -> list[np.ndarray]:
+    """The inputs a worker runs with, as :func:`run_model` asked for them (child side)."""
+    from simulator.reader import read_model
+
+    work, source = Path(request["dir"]), request["inputs"]
+    if source.get("given"):
+        with np.load(work / "inputs.npz", allow_pickle=False) as z:
+            return [z[f"arr_{i}"] for i in range(len(z.files))]
+    specs = input_specs(read_model(request["model"]))
+    if "file" in source:
+        return load_inputs(source["file"], specs)
+    return random_inputs(specs, seed=source["seed"])
 
 
 def starting_arena(model: Model) -> int:

@@ -10,17 +10,44 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
+import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from simulator.fileio import write_atomic
-from simulator.runtimes import RUNNERS, RunOptions
+from simulator.runtimes import RUNNERS, RunOptions, worker_inputs
+
+
+def _exit_with_parent() -> None:
+    """The parent kills this process on a timeout or a signal; should the parent itself die
+    without that chance (SIGKILL, OOM killer), this process must not run on, unwatched."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(4)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+def _limit_memory(limit: int) -> None:
+    """Cap this process's address space: a huge input or a runtime gone wild gets a
+    MemoryError (reported as a refusal) instead of the machine's memory."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    if soft == resource.RLIM_INFINITY or soft > limit:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
 def main(argv: list[str]) -> int:
+    _exit_with_parent()
     request_path = Path(argv[0])
     request = json.loads(request_path.read_text())
     work = Path(request["dir"])
@@ -31,14 +58,18 @@ def main(argv: list[str]) -> int:
         (work / "stage").write_text(name)
 
     try:
+        _limit_memory(request["memory_bytes"])
+        stage("inputs")
+        inputs = worker_inputs(request)
         stage("load")
         runner = RUNNERS[request["runtime"]]()
-        with np.load(work / "inputs.npz", allow_pickle=False) as z:
-            inputs = [z[f"arr_{i}"] for i in range(len(z.files))]
         result = runner.run(request["model"], inputs, request["num_outputs"],
                             RunOptions(**request["options"]), stage)
     except Exception as exc:  # noqa: BLE001 — every refusal goes back to the parent as data
         message = " ".join(str(exc).split()) or type(exc).__name__
+        if isinstance(exc, MemoryError):
+            message = (f"out of memory in the worker (limit "
+                       f"{request['memory_bytes'] / 1024**3:g} GiB): {message}")
         write_atomic(work / "result.json", json.dumps(
             {"ok": False, "stage": current[0], "error": message}))
         return 3

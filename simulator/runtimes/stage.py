@@ -32,9 +32,6 @@ from simulator.runtimes import (
     INPUT_SEED,
     RunResult,
     compare_outputs,
-    input_specs,
-    load_inputs,
-    random_inputs,
     run_model,
     runner_name,
 )
@@ -66,8 +63,6 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
     compat = check_ops(model, profile)
     # Keep what the static path found (e.g. compatibility.edgetpu and its latency split).
     report.compatibility = {**(report.compatibility or {}), **compat.to_dict()}
-    specs = input_specs(model)
-    inputs = load_inputs(input_path, specs) if input_path else random_inputs(specs)
     primary = runner_name(profile.runtime.name)
     measured: dict = {"runtime": primary, "inputs": str(input_path) if input_path
                       else f"random within each input's range (seed {INPUT_SEED})"}
@@ -83,7 +78,8 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
         return report
     threads = profile.runtime.threads
     xnnpack = primary != "litert" or "xnnpack" in profile.runtime.delegates
-    common = {"inputs": inputs, "timeout_s": timeout_s}
+    # Inputs are read or generated in each run's child, never here (see run_model).
+    common = {"input_path": input_path, "timeout_s": timeout_s}
     main = run_model(model.path, primary, runs=runs, warmup=warmup, threads=threads,
                      xnnpack=xnnpack, **common)
     # A profile whose cost model has no entry for the model's dtypes has no latency section

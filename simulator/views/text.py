@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.compat.edgetpu import text_lines as edgetpu_text_lines
+from simulator.escape import clean
 from simulator.report import Report
 from simulator.units import format_size, format_time_ms
 
@@ -88,4 +89,5 @@ def render_text(report: Report, top: int = 8) -> str:
         lines += ["", "Notes"] + [f"  - {n}" for n in report.notes]
     risk = f" (at risk: {', '.join(report.at_risk)})" if report.at_risk else ""
     lines += ["", f"Verdict: {report.verdict.upper()}{risk}"]
-    return "\n".join(lines) + "\n"
+    # Names in the model and the profile reach the terminal only through here.
+    return clean("\n".join(lines)) + "\n"
