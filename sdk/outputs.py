@@ -28,8 +28,9 @@ def data_inputs(args: argparse.Namespace, data_options: tuple[str, ...]) -> list
 
     data = [(f"{name.replace('_data', '')} data", getattr(args, name, None))
             for name in data_options]
-    return [("model", args.model), *profile_inputs(load_profile(args.profile, args.profiles_dir)),
-            *((what, p) for what, p in data if p != "random")]
+    profile = [] if args.profile is None else profile_inputs(  # fit --export may omit it
+        load_profile(args.profile, args.profiles_dir))
+    return [("model", args.model), *profile, *((what, p) for what, p in data if p != "random")]
 
 
 def profile_inputs(profile: Profile) -> list[Named]:
