@@ -97,10 +97,10 @@ def budget_checks(profile: Profile, memory: MemoryReport, measured: dict | None 
         if value is None:
             notes.append("latency budget not checked: no latency estimate in this report")
         else:
-            measured = on_device is not None
             check = _check("latency", b.latency_ms, float(value), "ms",
-                           "measured" if measured else "estimated")
-            band = None if measured else (latency or {}).get("band_ms")
+                           "estimated" if on_device is None else "measured")
+            # A measured time has no error band; only an estimate can be "at risk".
+            band = (latency or {}).get("band_ms") if on_device is None else None
             if band:
                 check.band = (float(band[0]), float(band[1]))
                 # Met by the estimate, not by the top of its band: its own status.
