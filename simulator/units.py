@@ -81,6 +81,14 @@ def _finite(number: float, what: str) -> float:
     return number
 
 
+def format_figure(value: float, unit: str) -> str:
+    """A budget figure in its unit ("bytes" or "ms"), sign kept outside (``format_time_ms``
+    expects >= 0)."""
+    sign = "-" if value < 0 else ""
+    text = format_size(abs(value)) if unit == "bytes" else format_time_ms(abs(value))
+    return sign + text
+
+
 def format_size(num_bytes: int | float | None) -> str:
     """Human-readable size with binary prefixes, exact bytes below 10 KiB."""
     if num_bytes is None:

@@ -18,20 +18,13 @@ from simulator.escape import clean
 from simulator.escape import markdown as md_literal
 from simulator.escape import markdown_code as md_code
 from simulator.report import BudgetCheck
-from simulator.units import format_size, format_time_ms
+from simulator.units import format_figure as fmt
 
 from .baseline import METRIC_KEYS, RegressionCheck, report_metrics
 from .gate import CheckResult, Outcome
 from .project import METRICS
 
 MARKS = {"pass": "✅", "at-risk": "🟠", "fail": "❌", "error": "⚠️"}
-
-
-def fmt(value: float, unit: str) -> str:
-    """A budget figure in its unit, sign kept outside (``format_time_ms`` expects ≥ 0)."""
-    sign = "-" if value < 0 else ""
-    text = format_size(abs(value)) if unit == "bytes" else format_time_ms(abs(value))
-    return sign + text
 
 
 def budget_message(b: BudgetCheck) -> str:

@@ -22,7 +22,7 @@ from sdk.outputs import check_outputs, data_inputs, picture_outputs
 from sdk.pictures import add_picture_options, write_pictures
 from simulator.fileio import write_atomic
 from simulator.profiles import QUANT_SCHEMES
-from simulator.units import format_size, format_time_ms
+from simulator.units import format_figure, format_size
 
 EXAMPLE = ("example: devicefit convert model.keras --profile stm32l4r5-cortex-m4 "
            "--calibration train.npz --eval test.npz -o model.tflite")
@@ -107,23 +107,17 @@ def _size_line(report) -> str:
     return line
 
 
-def _figure(value: float, unit: str) -> str:
-    if unit == "bytes":
-        return format_size(int(value))
-    return format_time_ms(value) if unit == "ms" else f"{value:.3g} {unit}"
-
-
 def verdict_line(report) -> tuple[str, str]:
     """The simulated figures and the verdict with its reasons: which budget failed by how
     much, which ops the runtime lacks (and their layers), which budgets went unchecked."""
     sim = report.simulation
-    figures = [f"{b['name']} {_figure(b['value'], b['unit'])}"
-               + (f" (likely {_figure(b['band'][0], b['unit'])}–{_figure(b['band'][1], b['unit'])})"
+    figures = [f"{b['name']} {format_figure(b['value'], b['unit'])}"
+               + (f" (likely {format_figure(b['band'][0], b['unit'])}–{format_figure(b['band'][1], b['unit'])})"
                   if b.get("band") else "")
-               + f" of {_figure(b['limit'], b['unit'])}" for b in sim["budgets"]]
+               + f" of {format_figure(b['limit'], b['unit'])}" for b in sim["budgets"]]
     at_risk = [b["name"] for b in sim["budgets"] if b.get("status") == "at-risk"]
     figures += [f"{name} unchecked ({why})" for name, why in report.unchecked_budgets.items()]
-    reasons = [f"{b['name']} over budget by {_figure(-b['margin'], b['unit'])}"
+    reasons = [f"{b['name']} over budget by {format_figure(-b['margin'], b['unit'])}"
                for b in sim["budgets"] if not b["ok"]]
     compat = sim.get("compatibility") or {}
     ops = compat.get("unsupported_ops") or []
