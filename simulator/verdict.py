@@ -72,7 +72,7 @@ def _latency(report: Report) -> Figure | str:
         return Figure(float(on_device), Basis.MEASURED)
     lat = report.latency
     if lat is None or lat.estimated_device_ms is None:
-        return "no latency estimate in this report"
+        return "the report has no latency estimate"
     return Figure(float(lat.estimated_device_ms), Basis.ESTIMATED, lat.band_ms)
 
 
