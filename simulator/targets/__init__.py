@@ -50,7 +50,12 @@ The record (all fields but the last two required):
     (LiteRT's ``benchmark_model``); None when bench cannot measure it.
 ``profile_keys``
     Extra YAML keys the target declares, ``{section: {key: Leaf}}`` (the Edge TPU's
-    constants under ``cost_model``), validated like the built-in keys.
+    constants under ``cost_model``), validated like the built-in keys; a profile of another
+    target may not set them.
+``settings``
+    ``({section: {key: value}}) -> settings``: the target's typed settings from the
+    values of its ``profile_keys`` the profile sets, kept as ``Profile.target_settings``;
+    None when it declares no keys.
 ``after_convert``
     ``(path, profile) -> extra | None``, run by ``convert`` on the written model (the Edge
     TPU partition of the result); None when the target adds nothing.
@@ -83,6 +88,7 @@ if TYPE_CHECKING:
     from simulator.planners.base import MemoryPlan
     from simulator.profiles import Profile
     from simulator.runtimes import Runner
+    from simulator.schema import Leaf
 
     Planner = Callable[[Model, Profile, "Sequence[int] | None"], MemoryPlan]
     Checker = Callable[[Model, Profile], list[UnsupportedOp]]
@@ -108,7 +114,8 @@ class Target:
     section: Callable[[Model, Profile], Any] | None
     cpu_kernels: Mapping[str, str] = field(default_factory=dict)
     bench_tool: str | None = None
-    profile_keys: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    profile_keys: Mapping[str, Mapping[str, Leaf]] = field(default_factory=dict)
+    settings: Callable[[Mapping[str, Mapping[str, Any]]], Any] | None = None
     after_convert: Callable[..., Any] | None = None
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from simulator.compat.edgetpu_cost import PROFILE_KEYS, EdgeTpuCost
 from simulator.targets import Target, lazy
 
 if TYPE_CHECKING:
@@ -43,5 +44,7 @@ TARGET = Target(
     offline_plan=False,
     section=lazy("simulator.compat.edgetpu:section"),
     cpu_kernels={"edgetpu": "xnnpack"},
+    profile_keys=PROFILE_KEYS,
+    settings=EdgeTpuCost.from_values,
     after_convert=_after_convert,
 )
