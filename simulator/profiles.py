@@ -4,6 +4,12 @@ A profile names a target, its budgets, its runtime and the numbers the latency e
 Profiles inherit with ``extends:`` (deep merge; lists and scalars of the child replace the
 parent's). Each file is validated on its own, so an error names the file that holds the bad
 value, its key path, the value, what is allowed and the line where the YAML parser saw it.
+
+What a profile may say about its runtime comes from the registered targets
+(:mod:`simulator.targets`): the runtime names, device classes, kernels, delegates and op
+tables each file is checked against are theirs, a target may declare keys of its own (the
+Edge TPU's constants under ``cost_model``, parsed into ``Profile.target_settings``), and the
+merged profile is checked against its own target's values and capabilities.
 """
 
 from __future__ import annotations

@@ -41,6 +41,9 @@ The record (all fields but the last two required):
 ``section``
     ``(model, profile) -> section | None``: the target's own static report section
     (``compatibility.<name>``; the Edge TPU partition), or None for targets without one.
+``section_type``
+    ``() -> type``: the class of that section, to read a report back from JSON; None
+    for targets without a section.
 ``cpu_kernels``
     ``runtime.kernels`` values that name an accelerator rather than a CPU library, each
     mapped to the library the ops left on the host CPU run on (Edge TPU: ``{"edgetpu":
@@ -112,6 +115,7 @@ class Target:
     sparse_weights: str | None
     offline_plan: bool
     section: Callable[[Model, Profile], Any] | None
+    section_type: Callable[[], type] | None = None
     cpu_kernels: Mapping[str, str] = field(default_factory=dict)
     bench_tool: str | None = None
     profile_keys: Mapping[str, Mapping[str, Leaf]] = field(default_factory=dict)
@@ -119,25 +123,45 @@ class Target:
     after_convert: Callable[..., Any] | None = None
 
 
+def load(ref: str) -> Any:
+    """The object ``"module:attr"`` names (``attr`` may be dotted: ``"mod:Class.method"``)."""
+    module, _, attr = ref.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        found = getattr(found, part)
+    return found
+
+
 def lazy(ref: str) -> Callable[..., Any]:
-    """A function that imports ``"module:attr"`` when first called and calls it.
+    """A function that imports ``"module:attr"`` (see :func:`load`) when first called and
+    calls it.
 
     Target modules bind their planners, op tables and runners through this so that reading
     a target's record imports none of them (they import :mod:`simulator.profiles`, which
     reads the registry).
     """
-    module, _, attr = ref.partition(":")
     found: list[Callable[..., Any]] = []
 
     def call(*args: Any, **kwargs: Any) -> Any:
         if not found:
-            found.append(getattr(importlib.import_module(module), attr))
+            found.append(load(ref))
         return found[0](*args, **kwargs)
 
-    call.__name__ = attr
+    call.__name__ = ref.rpartition(".")[2].rpartition(":")[2]
     call.__qualname__ = ref
     call.__doc__ = f"{ref}, imported on first use."
     return call
+
+
+def lazy_type(ref: str) -> Callable[[], type]:
+    """A function that imports and returns the class ``"module:Class"`` (not an instance),
+    for fields that name a type without importing its module."""
+
+    def get() -> type:
+        return load(ref)
+
+    get.__qualname__ = ref
+    return get
 
 
 class _Registry(Mapping[str, Target]):
@@ -239,5 +263,5 @@ def union(pick: Callable[[Target], tuple[str, ...]]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(v for t in TARGETS.values() for v in pick(t)))
 
 
-__all__ = ["TARGETS", "Target", "TargetView", "lazy", "register", "target_for", "union",
-           "unregister"]
+__all__ = ["TARGETS", "Target", "TargetView", "lazy", "lazy_type", "load", "register",
+           "target_for", "union", "unregister"]

@@ -14,11 +14,12 @@ import pytest
 
 from sdk.cli import main
 from simulator import profiles
-from simulator.compat import CHECKERS, UnsupportedOp
+from simulator.compat import CHECKERS, UnsupportedOp, section_type
 from simulator.errors import ProfileError
 from simulator.model import Model
 from simulator.planners import PLANNERS
 from simulator.profiles import Profile, ProfileStore, load_profile
+from simulator.reader import read_model
 from simulator.runtimes import RUNNERS, runner_name
 from simulator.schema import number
 from simulator.simulate import simulate
@@ -86,6 +87,13 @@ def test_builtin_targets_are_discovered_from_their_modules():
     # the registries that used to list targets by name are views of this one
     assert set(PLANNERS) == set(CHECKERS) == set(TARGETS) == set(profiles.RUNTIMES)
     assert set(RUNNERS) == {n for n, t in TARGETS.items() if t.host_runtime is not None}
+    # a section's class, to read reports back from JSON, is named without importing it
+    from simulator.compat.edgetpu import EdgeTpuReport, edgetpu_report
+
+    assert section_type("edgetpu") is EdgeTpuReport and section_type("tflm") is None
+    assert isinstance(edgetpu_report(read_model(model_path("chain_int8")),
+                                     load_profile("coral-edgetpu"), use_compiler=False),
+                      section_type("edgetpu"))
 
 
 def test_every_builtin_profile_resolves_to_a_registered_target():
