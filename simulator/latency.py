@@ -23,7 +23,7 @@ covers makes the whole estimate an explicit "no estimate" (with the reason), not
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from simulator.cores import Core, find_core
 from simulator.errors import ProfileError
@@ -64,9 +64,6 @@ class LatencyEstimate:
     #: Core + kernel tables, or the profile's own cycles_per_mac.
     basis: LatencyBasis = LatencyBasis.REGISTRY
     no_estimate: str | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     @property
     def band_ms(self) -> tuple[float, float] | None:

@@ -408,6 +408,13 @@ class Report:
         return self.verdict == Status.PASS
 
     @property
+    def status(self) -> Status:
+        """The verdict, or "at-risk" when it passes on an estimate whose band crosses a budget."""
+        if not self.ok:
+            return Status.FAIL
+        return Status.AT_RISK if self.at_risk else Status.PASS
+
+    @property
     def at_risk(self) -> list[str]:
         """Budgets met by the estimate but not by the top of its error band."""
         return [b.name for b in self.budgets if b.status == Status.AT_RISK]

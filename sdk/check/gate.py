@@ -58,9 +58,9 @@ class Outcome:
         by the estimate but not by the top of its error band) or ``"pass"``."""
         if self.report is None:
             return "error"
-        if not self.report.ok or any(not r.ok for r in self.regressions):
+        if any(not r.ok for r in self.regressions):
             return "fail"
-        return "at-risk" if self.report.at_risk else "pass"
+        return self.report.status.value
 
     def to_dict(self) -> dict[str, Any]:
         return {

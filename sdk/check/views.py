@@ -15,6 +15,7 @@ from pathlib import Path
 
 from simulator.escape import markdown as md_literal
 from simulator.escape import markdown_code as md_code
+from simulator.report import Status
 from simulator.units import format_figure as fmt
 from simulator.views.html import Section, escape, html_table, render_html
 from simulator.views.junit import COUNTS, case, report_cases, xml_text
@@ -56,7 +57,7 @@ def metric_cell(o: Outcome, metric: str) -> tuple[str, bool | None]:
     if budget is not None:
         likely = (f" (likely {fmt(budget.band[0], budget.unit)}–{fmt(budget.band[1], budget.unit)})"
                   if budget.band else "")
-        risk = " at risk" if budget.status == "at-risk" else ""
+        risk = " at risk" if budget.status == Status.AT_RISK else ""
         return (f"{fmt(budget.value, budget.unit)}{likely} / {fmt(budget.limit, budget.unit)}"
                 f"{risk}", budget.ok)
     if metric in o.unchecked_budgets:

@@ -234,7 +234,7 @@ def _record(number: int, candidate: Candidate, stage: str, report: Report, tflit
 
 def _arena(report: Report) -> int:
     """The arena figure the budget is judged on (TFLM also needs room while planning)."""
-    judged = next((b.value for b in report.budgets if b.name == "arena"), None)
+    judged = next((b.value for b in report.budgets if b.name == BudgetName.ARENA), None)
     return int(judged) if judged is not None else report.memory.arena_bytes
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simulator.escape import clean
-from simulator.report import PlannedBuffer, Report
+from simulator.report import BudgetName, PlannedBuffer, Report
 from simulator.units import format_size, format_time_ms
 from simulator.views.base import View, heading
 
@@ -283,7 +283,7 @@ def _bench(report: Report) -> str:
 
 def _section(index: int, section: Section) -> str:
     r = section.report
-    arena_limit = next((b.limit for b in r.budgets if b.name == "arena"), None)
+    arena_limit = next((b.limit for b in r.budgets if b.name == BudgetName.ARENA), None)
     verdict = r.verdict
     notes = "".join(f"<li>{escape(n)}</li>" for n in r.notes)
     return (

@@ -17,13 +17,6 @@ from simulator.views.messages import budget_message, compatibility_message
 MARKS = {"pass": "✅", "at-risk": "🟠", "fail": "❌", "error": "⚠️"}
 
 
-def report_status(report: Report) -> str:
-    """``"fail"``, ``"at-risk"`` (a budget met by the estimate, not by its band) or ``"pass"``."""
-    if not report.ok:
-        return Status.FAIL
-    return Status.AT_RISK if report.at_risk else Status.PASS
-
-
 def problems(report: Report) -> list[str]:
     """One line per budget not passed and per unsupported op set; never an unexplained fail."""
     found = [budget_message(b) for b in report.budgets if b.status != Status.PASS]
@@ -35,7 +28,7 @@ def problems(report: Report) -> list[str]:
 
 
 def render(report: Report) -> str:
-    status = report_status(report)
+    status = report.status
     lines = [f"## {MARKS[status]} devicefit: {md_code(Path(report.model.path).name)} on "
              f"{md_code(report.profile.name)}: {status}", ""]
     if report.budgets:
