@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from rich.markup import escape
 
@@ -13,6 +12,7 @@ from sdk.outputs import check_outputs, picture_outputs, profile_inputs
 from sdk.pictures import add_picture_options, write_pictures
 from simulator.benchmark import BenchComparison, BenchResult
 from simulator.errors import DevicefitError
+from simulator.report import Report
 from simulator.units import format_time_ms
 
 
@@ -61,12 +61,14 @@ def _bench(args: argparse.Namespace) -> int:
                    threads=args.threads, delegate=args.delegate, cpu_mask=args.cpu_mask,
                    op_profiling=args.op_profiling, keep=args.keep, timeout_s=args.timeout)
     # The report judges the budgets with the latency the phone measured.
+    report: Report | None
     try:
         report = simulate(args.model, profile, bench=result)
-        section = report.bench
+        why = ""
     except DevicefitError as exc:
-        report, section = None, bench_section(result, None, f"simulate failed: {exc}")
-    assert section is not None
+        report, why = None, f"simulate failed: {exc}"
+    section = report.bench if report is not None and report.bench is not None \
+        else bench_section(result, None, why)
     if report is not None:
         write_pictures(args, [(f"{args.model} on {result.serial}", report)], inputs=[args.model])
     code = 1 if report is not None and not report.ok else 0
@@ -78,7 +80,7 @@ def _bench(args: argparse.Namespace) -> int:
     return code
 
 
-def _print_verdict(args: argparse.Namespace, report: Any) -> None:
+def _print_verdict(args: argparse.Namespace, report: Report | None) -> None:
     from simulator.views.messages import budget_message
 
     con = make_console(args.no_color)

@@ -10,6 +10,7 @@ from sdk.outputs import check_outputs, picture_outputs, profile_inputs
 from sdk.pictures import add_picture_options, write_pictures
 from simulator.errors import UsageError
 from simulator.profiles import KERNELS
+from simulator.views import VIEWS
 from simulator.views.base import heading
 
 
@@ -25,6 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="device profile name or path to a profile .yaml "
                         "(see 'devicefit profiles list')")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    p.add_argument("--format", choices=sorted(n for n, v in VIEWS.items() if not v.binary),
+                   default=None, metavar="NAME",
+                   help="print the report in this format: "
+                        + ", ".join(sorted(n for n, v in VIEWS.items() if not v.binary))
+                        + " (default text; --json is --format json)")
     add_picture_options(p)
     p.add_argument("--top", type=int, default=8, metavar="N",
                    help="operators listed in the memory timeline (default 8)")
@@ -69,8 +75,7 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         report = simulate(args.model, profile, run=args.run, **run_options)
     write_pictures(args, [(heading(report), report)], inputs=[args.model])
-    if args.json:
-        print(render("json", report), end="")
-    else:
-        print(render("text", report, top=max(args.top, 0)), end="")
+    view = "json" if args.json else args.format or "text"
+    options = {"top": max(args.top, 0)} if view == "text" else {}
+    print(render(view, report, **options), end="")
     return 0 if report.ok else 1

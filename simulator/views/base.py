@@ -20,6 +20,8 @@ class View:
     suffix: str
     #: The report → its text (``str``) or its bytes (a picture); options are the view's own.
     render: Callable[..., str | bytes]
+    #: Bytes, not text: written to a file, never printed.
+    binary: bool = False
 
 
 def heading(report: Report) -> str:

@@ -44,4 +44,4 @@ def render(report: Report) -> bytes:
     return buf.getvalue()
 
 
-VIEW = View("png", ".png", render)
+VIEW = View("png", ".png", render, binary=True)

@@ -4,7 +4,9 @@ registry of renderers."""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 
 import pytest
@@ -89,7 +91,7 @@ def test_a_budget_without_a_figure_is_unchecked_and_fails_only_when_strict(tmp_p
 
 def test_every_view_is_registered_and_renders_a_report():
     report = simulate(model_path("chain_int8"), "nrf52840-cortex-m4")
-    assert {"text", "json", "html", "png", "junit", "markdown"} <= set(VIEWS)
+    assert {"text", "json", "html", "png", "junit", "markdown", "csv"} <= set(VIEWS)
     outputs = {name: render(name, report) for name in VIEWS}
     assert outputs["png"][:8] == b"\x89PNG\r\n\x1a\n"
     assert outputs["text"].rstrip().endswith("Verdict: PASS")
@@ -97,6 +99,10 @@ def test_every_view_is_registered_and_renders_a_report():
     assert '<testcase classname="devicefit.nrf52840-cortex-m4" name="budget.arena"' \
         in outputs["junit"]
     assert outputs["markdown"].startswith("## ✅ devicefit: `chain_int8.tflite`")
+    rows = list(csv.DictReader(io.StringIO(outputs["csv"])))
+    assert [int(r["op_index"]) for r in rows] == [c.op_index for c in report.compute.per_op]
+    assert sum(int(r["macs"]) for r in rows) == report.compute.macs
+    assert max(int(r["live_bytes"]) for r in rows) == report.memory.lower_bound_bytes
 
 
 def test_markdown_and_junit_views_name_a_failed_budget(tmp_path):
@@ -114,3 +120,19 @@ def test_sections_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         report.latency.estimated_device_ms = 0.0  # type: ignore[misc]
     assert isinstance(report, Report)
+
+
+def test_simulate_prints_any_registered_text_view(capsys):
+    from sdk.cli import main
+
+    path = str(model_path("chain_int8"))
+    assert main(["simulate", path, "--profile", "esp32-s3", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.startswith("op_index,op,macs,bytes_moved,live_bytes,")
+    assert main(["simulate", path, "--profile", "esp32-s3", "--format", "junit"]) == 0
+    assert '<testcase classname="devicefit.esp32-s3" name="budget.latency"' \
+        in capsys.readouterr().out
+    try:  # a binary view is written with --plot, never printed: a usage error
+        code = main(["simulate", path, "--profile", "esp32-s3", "--format", "png"])
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
