@@ -2,7 +2,7 @@
 
 Each view renders numbers the report already has; none computes a figure of its own. A
 module of this package that defines ``VIEW`` (a :class:`~simulator.views.base.View`) is
-registered under the view's name: text, json, html, png, junit, markdown.
+registered under the view's name: text, json, html, png, junit, markdown, csv.
 """
 
 from __future__ import annotations
