@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -99,13 +98,13 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
               if main.per_op_ms is not None else None)
     done.latency = dataclasses.replace(report.latency or LatencyReport(),
                                        host_ms=host_summary(main, threads), host_per_op_ms=per_op)
-    arena = _arena(model, main, report.memory, profile, notes) \
-        if main.arena_head_bytes is not None else {}
-    check = None
+    measured = MeasuredReport(primary, inputs)
+    if main.arena_head_bytes is not None:
+        measured = _arena(measured, model, main, report.memory, profile, notes)
     if cross_check and is_integer_model(model) and not tflm_ops.check(model, profile):
         check = _cross_check(model, main if primary == "tflm" else None, common, profile, notes)
-    done.measured = MeasuredReport(primary, inputs, **arena, cross_check=check,
-                                   outputs_agree=check.bit_exact if check else None)
+        measured = dataclasses.replace(measured, cross_check=check, outputs_agree=check.bit_exact)
+    done.measured = measured
     return done
 
 
@@ -130,10 +129,10 @@ def _cross_check(model: Model, tflm: RunResult | None, common: dict, profile: Pr
     return CrossCheck(bit_exact=exact, max_abs_difference=diff)
 
 
-def _arena(model: Model, result: RunResult, mem: MemoryReport, profile: Profile,
-           notes: list[str]) -> dict[str, Any]:
-    """Measured arena figures beside the prediction, and what they mean for the device
-    (the arena fields of :class:`MeasuredReport`).
+def _arena(measured: MeasuredReport, model: Model, result: RunResult, mem: MemoryReport,
+           profile: Profile, notes: list[str]) -> MeasuredReport:
+    """``measured`` with the arena the run measured beside the prediction, and what it means
+    for the device.
 
     The wheel runs reference kernels on a 64-bit host. Its head checks the planner: it is
     compared with the prediction for those same kernels, which must match to the byte. The
@@ -141,37 +140,34 @@ def _arena(model: Model, result: RunResult, mem: MemoryReport, profile: Profile,
     are narrower, so the device needs the head and tail predicted for its runtime; only a
     host-like profile (reference kernels, 64-bit) takes the measured figures as they are.
     """
-    assert result.arena_head_bytes is not None
+    head = result.arena_head_bytes or 0
     kernels_match = profile.runtime.kernels == "reference"
     host_like = kernels_match and profile.runtime.pointer_bytes == 8
     wheel_head = mem.arena_head_bytes if kernels_match else plan_memory(
         model, with_runtime(profile, kernels="reference")).head_bytes
-    device_head = result.arena_head_bytes if kernels_match else mem.arena_head_bytes
-    device_arena = result.arena_total_bytes if host_like else device_head + mem.arena_tail_bytes
-    out: dict[str, Any] = {
-        "arena_head_bytes": result.arena_head_bytes,
-        "arena_tail_bytes": result.arena_tail_bytes,
-        "arena_total_bytes": result.arena_total_bytes,
-        "arena_categories": result.arena_categories,
-        "predicted_head_bytes": wheel_head,
-        "predicted_head_basis": "reference kernels, as the tflite-micro wheel runs them",
-        "head_difference_bytes": result.arena_head_bytes - wheel_head,
-        "tail_basis": ("measured" if host_like else
-                       f"predicted for {profile.runtime.pointer_bytes * 8}-bit pointers and "
-                       f"{profile.runtime.kernels} kernels (the host's tail is not the device's)"),
-        "arena_bytes": device_arena,
+    device_head = head if kernels_match else mem.arena_head_bytes
+    device_arena = (result.arena_total_bytes or 0) if host_like \
+        else device_head + mem.arena_tail_bytes
+    difference = head - wheel_head
+    budget = profile.budgets.arena_bytes
+    if budget is not None and device_arena > budget:
+        notes.append(f"the model needs {device_arena - budget} bytes more arena than the "
+                     f"profile's budget of {budget} bytes")
+    if difference:
+        notes.append(f"measured arena head differs from the prediction for reference "
+                     f"kernels by {difference:+d} bytes")
+    return dataclasses.replace(
+        measured, arena_head_bytes=head, arena_tail_bytes=result.arena_tail_bytes,
+        arena_total_bytes=result.arena_total_bytes, arena_categories=result.arena_categories,
+        predicted_head_bytes=wheel_head,
+        predicted_head_basis="reference kernels, as the tflite-micro wheel runs them",
+        head_difference_bytes=difference,
+        tail_basis=("measured" if host_like else
+                    f"predicted for {profile.runtime.pointer_bytes * 8}-bit pointers and "
+                    f"{profile.runtime.kernels} kernels (the host's tail is not the device's)"),
+        arena_bytes=device_arena,
         # What the device arena figure rests on, for the budget check: only a host-like
         # profile takes the interpreter's own total; others keep estimated parts.
-        "arena_basis": Basis.MEASURED if host_like else Basis.ESTIMATED,
-    }
-    budget = profile.budgets.arena_bytes
-    if budget is not None:
-        out["arena_budget_bytes"] = budget
-        out["over_budget_bytes"] = max(0, device_arena - budget)
-        if device_arena > budget:
-            notes.append(f"the model needs {device_arena - budget} bytes more arena than the "
-                         f"profile's budget of {budget} bytes")
-    if out["head_difference_bytes"]:
-        notes.append(f"measured arena head differs from the prediction for reference "
-                     f"kernels by {out['head_difference_bytes']:+d} bytes")
-    return out
+        arena_basis=Basis.MEASURED if host_like else Basis.ESTIMATED,
+        arena_budget_bytes=budget,
+        over_budget_bytes=None if budget is None else max(0, device_arena - budget))
