@@ -357,7 +357,7 @@ def fitted_tables(x: np.ndarray, band: dict[str, tuple[float, float]]) -> dict:
     return {"kinds": {k: round(d["kinds"][k], 4) for k in KIND_PARAMS},
             "libraries": libs,
             "versions": [{**v, "kinds": {k: round(f, 4) for k, f in v["kinds"].items()}}
-                         for v in d["versions"]]}
+                         if v.get("kinds") else v for v in d["versions"]]}
 
 
 def write_fitted(tables: dict, summary_line: str) -> None:
@@ -372,7 +372,7 @@ def write_fitted(tables: dict, summary_line: str) -> None:
 
 # --------------------------------------------------------------------------- report
 def table(rows: list[Published], loo: dict[Published, float]) -> str:
-    lines = ["| board | core | clock | kernels | TFLM | model | MACs | published ms | "
+    lines = ["| board | core | clock | kernels | version | model | MACs | published ms | "
              "estimated ms (shipped tables) | est. / published | leave-one-board-out ms | "
              "LOBO / published |",
              "|---|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|"]
