@@ -5,12 +5,15 @@ For one operator on one core with one kernel library::
 
     cycles = MACs × pad × cycles_per_mac(lib) × kind(op) × dtype(lib, dtype) × version
              / speed(core, lib)
-             + outputs × cycles_per_output + op_overhead_cycles
+             + outputs × cycles_per_output + out_channels × cycles_per_channel
+             + op_overhead_cycles
              + weight_bytes × core.flash_cycles_per_byte
 
 ``cycles_per_output`` is the work done once per output element (requantization, bias,
 activation clamp, the loop around each dot product): it is why a 1×1 convolution over 8
-channels costs more per MAC than a 3×3 one over 64.
+channels costs more per MAC than a 3×3 one over 64. ``cycles_per_channel`` is the work done
+once per output channel; with it the fit puts the fixed per-op cost near its 3,000-cycle
+prior instead of 16,000 cycles (see BENCHMARKS.md "Device latency").
 ``cycles_per_mac(lib)`` is the library's figure for the code path it runs on this core: its
 kernels for the core's SIMD extension (``dsp``, ``mve``, ``pie``, ``neon``…) when it has
 them, else its plain C path (``scalar``). Each path's figure holds at the path's ``peak``
@@ -20,8 +23,9 @@ wider unit). ``pad`` charges SIMD lanes a channel count leaves empty (3 input ch
 16-lane unit use 3/16 of it). ``version`` is the product of the ``versions`` rules that apply
 to ``runtime.version`` (an older runtime's or library's slower kernels); a rule may also say
 which op kinds a library version had no SIMD kernels for on a core (ESP-NN 1.1's ESP32-P4
-port vectorised only convolutions): those run the library's plain C path. A dtype a library has no kernels for runs on the
-``fallback`` library (TFLM: reference kernels; CMSIS-NN and ESP-NN have no float kernels).
+port vectorised only convolutions): those run the library's plain C path. A dtype a library
+has no kernels for runs on the ``fallback`` library (TFLM: reference kernels; CMSIS-NN and
+ESP-NN have no float kernels).
 The fitted numbers come from ``benchmarks/bench_latency.py --fit`` on published on-device
 latencies (listed with their sources in ``latency_data/published.yaml``); the error band
 each library carries is that script's leave-one-board-out spread.
@@ -70,6 +74,10 @@ class Library:
     fallback: str | None
     op_overhead_cycles: float
     cycles_per_output: float
+    #: Work done once per output channel (its requantization parameters, bias, the loop
+    #: around one filter): what the published figures charge each op in proportion to its
+    #: width, not a fixed per-op cost.
+    cycles_per_channel: float
     #: This library's op-kind costs where they differ from the shared ``kinds`` (multiplied).
     kinds: dict[str, float]
     #: (low, high) of published / estimated from the leave-one-board-out validation.
@@ -163,6 +171,7 @@ def _library(name: str, d: dict[str, Any]) -> Library:
         dtypes={str(k): float(v) for k, v in d["dtypes"].items()}, fallback=d.get("fallback"),
         op_overhead_cycles=float(d.get("op_overhead_cycles", 0)),
         cycles_per_output=float(d.get("cycles_per_output", 0)),
+        cycles_per_channel=float(d.get("cycles_per_channel", 0)),
         kinds={str(k): float(v) for k, v in (d.get("kinds") or {}).items()},
         band=(float(band[0]), float(band[1])),
         calibrated=tuple(str(t) for t in d.get("calibrated") or ()))
@@ -221,6 +230,8 @@ class OpShape:
     weight_bytes: int = 0
     #: Output elements (requantized once each).
     outputs: int = 0
+    #: Output channels (filters) of a MAC op, 0 for the rest.
+    out_channels: int = 0
 
 
 def lane_padding(channels: int, lanes: int) -> float:
@@ -280,4 +291,5 @@ def op_cycles(data: KernelData, core: Core, library: str, runtime: str, version:
     per_mac = (path.cycles_per_mac * kind * dtype_cost * soft
                * math.prod(r.kinds.get(op.kind, 1.0) for r in rules) / speed)
     return (op.macs * pad * per_mac + op.outputs * lib.cycles_per_output * soft
+            + op.out_channels * lib.cycles_per_channel
             + lib.op_overhead_cycles + op.weight_bytes * core.flash_cycles_per_byte)
