@@ -136,3 +136,25 @@ def test_simulate_prints_any_registered_text_view(capsys):
     except SystemExit as exc:
         code = exc.code
     assert code == 2
+
+
+def test_a_device_benchmark_is_judged_on_its_time_and_carries_its_ratio(tmp_path):
+    """The phone's figures come from sdk's ``bench``; here a result as it would fill them
+    (no phone in this test: tests/sdk/test_bench.py drives the real command with a fake adb)."""
+    from simulator.benchmark import BenchmarkOutput, BenchResult, BenchSettings
+
+    yaml = tmp_path / "phone.yaml"
+    yaml.write_text("name: phone\nextends: android-arm64-cpu\nbudgets: {latency: 5ms}\n")
+    result = BenchResult(
+        model="m.tflite", profile="phone", serial="FAKE01", device_model="Pixel", abis=["arm64-v8a"],
+        binary_arch="aarch64", settings=BenchSettings(4, "xnnpack", 2, 1, None, False),
+        command="benchmark_model …", results=BenchmarkOutput(inference_avg_ms=12.5))
+    report = simulate(model_path("chain_int8"), str(yaml), bench=result)
+    [latency] = [b for b in report.budgets if b.name == BudgetName.LATENCY]
+    assert latency.basis == Basis.MEASURED and latency.value == 12.5 and not report.ok
+    vs = report.bench.vs_estimate
+    assert vs.estimated_ms == report.latency.estimated_device_ms
+    assert vs.ratio == pytest.approx(12.5 / vs.estimated_ms)
+    back = read_report(json.loads(render("json", report)))
+    assert back == report and back.bench.result.results.inference_avg_ms == 12.5
+    assert f"{vs.ratio:.2f}x" in render("html", report)
