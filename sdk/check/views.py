@@ -20,7 +20,8 @@ from simulator.units import format_figure as fmt
 from simulator.views.html import Section, escape, html_table, render_html
 from simulator.views.junit import COUNTS, case, report_cases, xml_text
 from simulator.views.markdown import MARKS
-from simulator.views.messages import budget_message, compatibility_message, details, figures
+from simulator.views.messages import details, figures
+from simulator.views.messages import problems as report_problems
 
 from .baseline import METRIC_KEYS, RegressionCheck, report_metrics
 from .gate import CheckResult, Outcome
@@ -88,13 +89,8 @@ def problems(o: Outcome) -> list[str]:
     """One line per failed budget, unsupported op set or regression, or the error."""
     if o.report is None:
         return [o.error or "simulation failed"]
-    found = [budget_message(b) for b in o.report.budgets if b.status != "pass"]
-    compat = compatibility_message(o.report.compatibility)
-    found += [compat] if compat else []
-    found += [f"regression: {regression_message(r)}" for r in o.regressions if not r.ok]
-    if not o.report.ok and not found:  # a verdict must never fail unexplained
-        found.append("the simulator's verdict is fail; see the JSON report")
-    return found
+    return report_problems(o.report) + [f"regression: {regression_message(r)}"
+                                        for r in o.regressions if not r.ok]
 
 
 # --------------------------------------------------------------------------- JUnit

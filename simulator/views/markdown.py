@@ -11,20 +11,10 @@ from simulator.escape import markdown_code as md_code
 from simulator.report import Report, Status
 from simulator.units import format_figure as fmt
 from simulator.views.base import View
-from simulator.views.messages import budget_message, compatibility_message
+from simulator.views.messages import problems
 
 #: The mark of a status ("error": a target that could not be simulated).
 MARKS = {"pass": "✅", "at-risk": "🟠", "fail": "❌", "error": "⚠️"}
-
-
-def problems(report: Report) -> list[str]:
-    """One line per budget not passed and per unsupported op set; never an unexplained fail."""
-    found = [budget_message(b) for b in report.budgets if b.status != Status.PASS]
-    compat = compatibility_message(report.compatibility)
-    found += [compat] if compat else []
-    if not report.ok and not found:
-        found.append("the simulator's verdict is fail; see the JSON report")
-    return found
 
 
 def render(report: Report) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from simulator.report import BudgetCheck, CompatibilityReport, Status
+from simulator.report import BudgetCheck, CompatibilityReport, Report, Status
 from simulator.units import format_figure as fmt
 
 
@@ -36,6 +36,16 @@ def compatibility_message(compat: CompatibilityReport | None) -> str | None:
         reason = ops[0].reason
         text += f"; op {ops[0].op_index}: {reason[:150]}{'...' if len(reason) > 150 else ''}"
     return text
+
+
+def problems(report: Report) -> list[str]:
+    """One line per budget not passed and per unsupported op set; never an unexplained fail."""
+    found = [budget_message(b) for b in report.budgets if b.status != Status.PASS]
+    compat = compatibility_message(report.compatibility)
+    found += [compat] if compat else []
+    if not report.ok and not found:
+        found.append("the simulator's verdict is fail; see the JSON report")
+    return found
 
 
 def figures(check: Any, names: Sequence[str]) -> dict[str, str]:
