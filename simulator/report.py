@@ -24,6 +24,7 @@ from enum import Enum, StrEnum
 from typing import Any, Protocol
 
 from simulator.benchmark import BenchComparison, BenchResult
+from simulator.layers import LayerRow
 
 #: Version of the JSON form. 1: the untyped sections before it had a version (read back
 #: the same way). 2: typed sections, ``schema_version`` and ``unchecked_budgets``.
@@ -402,6 +403,8 @@ class Report:
     notes: list[str] = field(default_factory=list)
     #: Budgets the profile sets that this report has no figure for → why (never a pass).
     unchecked_budgets: dict[BudgetName, str] = field(default_factory=dict)
+    #: One row per operator of every subgraph (:mod:`simulator.layers`), filled last.
+    layers: list[LayerRow] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -22,6 +22,7 @@ from simulator.compat import static_compatibility, static_latency
 from simulator.compute import op_work, parameters_by_dtype
 from simulator.errors import ProfileError
 from simulator.latency import latency_section
+from simulator.layers import layer_rows
 from simulator.model import Model
 from simulator.planners import plan_memory
 from simulator.planners.base import MemoryPlan
@@ -70,6 +71,7 @@ def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = Fals
         report = run_stage(model, profile, report, **run_options)
     if bench is not None:
         report.bench = bench_section(bench, report)
+    report.layers = layer_rows(model, report)
     return judge(report, profile, strict=strict)
 
 

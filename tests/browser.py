@@ -30,18 +30,21 @@ class Rendered:
     console: list[str]
 
 
-def render(page: Path, screenshot: Path | None = None, size: str = "1200,2400") -> Rendered:
-    """Load ``page`` from disk; return the DOM after load and every console message."""
+def render(page: Path, screenshot: Path | None = None, size: str = "1200,2400",
+           query: str = "") -> Rendered:
+    """Load ``page`` from disk (``query``: its ``?a=b`` part, for pages that read it); return
+    the DOM after load and every console message."""
+    url = page.resolve().as_uri() + (f"?{query}" if query else "")
     binary = chromium()
     if binary is None:
         pytest.fail(MISSING, pytrace=False)
     with tempfile.TemporaryDirectory() as profile_dir:
         args = [binary, *FLAGS, f"--user-data-dir={profile_dir}", f"--window-size={size}"]
         if screenshot is not None:
-            shot = subprocess.run([*args, f"--screenshot={screenshot}", page.resolve().as_uri()],
+            shot = subprocess.run([*args, f"--screenshot={screenshot}", url],
                                   capture_output=True, text=True, timeout=120)
             assert shot.returncode == 0, shot.stderr[-2000:]
-        run = subprocess.run([*args, "--dump-dom", page.resolve().as_uri()],
+        run = subprocess.run([*args, "--dump-dom", url],
                              capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     console = [line for line in run.stderr.splitlines() if ":CONSOLE" in line]

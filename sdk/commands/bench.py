@@ -8,6 +8,7 @@ from rich.markup import escape
 
 from sdk.argtypes import positive_seconds
 from sdk.console import make_console, print_json, table
+from sdk.layers import add_layer_options, layer_outputs, write_layers
 from sdk.outputs import check_outputs, picture_outputs, profile_inputs
 from sdk.pictures import add_picture_options, write_pictures
 from simulator.benchmark import BenchComparison, BenchResult
@@ -45,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="limit for the benchmark run itself (default 600)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     add_picture_options(p)
+    add_layer_options(p)
     p.set_defaults(handler=_bench)
 
 
@@ -54,7 +56,7 @@ def _bench(args: argparse.Namespace) -> int:
     from simulator.simulate import bench_section, simulate
 
     profile = load_profile(args.profile, args.profiles_dir)
-    check_outputs(picture_outputs(args), [("model", args.model), *profile_inputs(profile),
+    check_outputs([*picture_outputs(args), *layer_outputs(args)], [("model", args.model), *profile_inputs(profile),
                                           ("--benchmark-binary", args.benchmark_binary)])
     result = bench(args.model, profile, benchmark_binary=args.benchmark_binary,
                    serial=args.serial, adb=args.adb, runs=args.runs, warmup=args.warmup,
@@ -71,11 +73,16 @@ def _bench(args: argparse.Namespace) -> int:
         else bench_section(result, None, why)
     if report is not None:
         write_pictures(args, [(f"{args.model} on {result.serial}", report)], inputs=[args.model])
+        write_layers(args, report, inputs=[args.model])
     code = 1 if report is not None and not report.ok else 0
     if args.json:
         print_json(report.to_dict() if report is not None else {"bench": section.to_dict()})
         return code
     _print(args, result, section.vs_estimate)
+    if args.layers and report is not None:
+        from simulator.views.layertable import text_lines
+
+        make_console(args.no_color).print(escape("\n".join(text_lines(report.layers))))
     _print_verdict(args, report)
     return code
 

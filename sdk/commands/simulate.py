@@ -6,6 +6,7 @@ import argparse
 
 from sdk.argtypes import positive_seconds
 from sdk.console import make_console
+from sdk.layers import add_layer_options, layer_outputs, write_layers
 from sdk.outputs import check_outputs, picture_outputs, profile_inputs
 from sdk.pictures import add_picture_options, write_pictures
 from simulator.errors import UsageError
@@ -34,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_picture_options(p)
     p.add_argument("--top", type=int, default=8, metavar="N",
                    help="operators listed in the memory timeline (default 8)")
+    add_layer_options(p)
     p.add_argument("--kernels", choices=KERNELS, default=None,
                    help="override the profile's kernel flavour (e.g. 'reference' to compare "
                         "with the tflite-micro pip wheel)")
@@ -62,7 +64,7 @@ def _simulate(args: argparse.Namespace) -> int:
                            kernels=args.kernels, pointer_bytes=args.pointer_size)
     if args.input and not args.run:
         raise UsageError("--input gives data to run the model with: add --run")
-    check_outputs(picture_outputs(args), [("model", args.model), ("--input data", args.input),
+    check_outputs([*picture_outputs(args), *layer_outputs(args)], [("model", args.model), ("--input data", args.input),
                                           *profile_inputs(profile)])
     run_options = ({"runs": args.runs, "input_path": args.input, "timeout_s": args.timeout}
                    if args.run else {})
@@ -75,7 +77,8 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         report = simulate(args.model, profile, run=args.run, **run_options)
     write_pictures(args, [(heading(report), report)], inputs=[args.model])
+    write_layers(args, report, inputs=[args.model])
     view = "json" if args.json else args.format or "text"
-    options = {"top": max(args.top, 0)} if view == "text" else {}
+    options = {"top": max(args.top, 0), "layers": args.layers} if view == "text" else {}
     print(render(view, report, **options), end="")
     return 0 if report.ok else 1

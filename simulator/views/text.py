@@ -16,6 +16,7 @@ from simulator.escape import clean
 from simulator.report import CompatibilityReport, LatencyBasis, Report, Status
 from simulator.units import format_size, format_time_ms
 from simulator.views.base import View
+from simulator.views.layertable import text_lines as layer_lines
 
 #: A budget's status as the text views print it.
 STATUS_WORDS = {Status.PASS: "ok", Status.FAIL: "OVER", Status.AT_RISK: "AT RISK"}
@@ -38,8 +39,9 @@ def _trust(key: str, exact: Sequence[str], estimated: Sequence[str]) -> str:
     return "estimated" if key in estimated else ""
 
 
-def render_text(report: Report, top: int = 8) -> str:
-    """The report as readable text; ``top`` operators with the most live bytes are listed."""
+def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
+    """The report as readable text; ``top`` operators with the most live bytes are listed,
+    or with ``layers`` every operator (:mod:`simulator.views.layertable`)."""
     m, p, mem = report.model, report.profile, report.memory
     lines = []
     ops = ", ".join(f"{k}×{v}" for k, v in sorted(m.op_types.items(), key=lambda kv: -kv[1]))
@@ -64,7 +66,9 @@ def render_text(report: Report, top: int = 8) -> str:
             ["lower bound", _bytes(mem.lower_bound_bytes), _trust("lower_bound", ex, est)],
             ["flash", _bytes(mem.flash_bytes), _trust("flash", ex, est)]]
     lines += _columns(rows)
-    if mem.timeline:
+    if layers:
+        lines += ["", *layer_lines(report.layers)]
+    elif mem.timeline:
         peak = sorted(mem.timeline, key=lambda s: (-s.live_bytes, s.op_index))[:top]
         lines += ["", f"Operators with the most live bytes (top {len(peak)} of "
                       f"{len(mem.timeline)})"]

@@ -326,3 +326,37 @@ def test_latency_budget_is_judged_on_the_measured_time(phones, model, arm64_bina
     out = capsys.readouterr().out
     assert code == 1
     assert "Verdict: FAIL" in out and re.search(r"OVER latency [\d.]+ ms exceeds its 5", out)
+
+
+def test_op_profiling_times_reach_the_layer_table_csv_and_html(phones, model, arm64_binary,
+                                                               tmp_path, capsys) -> None:
+    """benchmark_model's per-operator table (a capture written for this model: the fake phone
+    prints it as benchmark_model does) lands in the layer rows, ``--layers``, ``--csv`` and
+    the HTML table instead of being dropped."""
+    from simulator.reader import read_model
+
+    sg = read_model(model).main
+    lines = ["", "=" * 30 + " Run Order " + "=" * 30,
+             "\t[node type]\t[start]\t[first]\t[avg ms]\t[%]\t[cdf%]\t[mem KB]\t"
+             "[times called]\t[Name]"]
+    for op in sg.operators:
+        ms = 0.5 + op.index
+        lines.append(f"\t{op.op_name}\t0.000\t{ms:.3f}\t{ms:.3f}\t1.000%\t1.000%\t0.000\t1\t"
+                     f"[{sg.tensors[op.outputs[0]].name}]:{op.index}")
+    capture = tmp_path / "profile.txt"
+    capture.write_text("\n".join(lines) + "\n\n")
+    phones.add("FAKE01", op_profile_file=str(capture))
+    out_csv, page = tmp_path / "layers.csv", tmp_path / "bench.html"
+    code = main(["bench", str(model), "--profile", "android-arm64-cpu", "--benchmark-binary",
+                 str(arm64_binary), "--adb", str(phones.adb), "--runs", "2", "--op-profiling",
+                 "--layers", "--csv", str(out_csv), "--html", str(page)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    last = sg.operators[-1]
+    assert (f"slowest on the device (measured): op {last.index} {last.op_name} "
+            f"({0.5 + last.index:.2f} ms)") in out
+    import csv
+
+    rows = list(csv.DictReader(out_csv.open()))
+    assert [float(r["device_ms"]) for r in rows] == [0.5 + op.index for op in sg.operators]
+    assert 'data-col="device_ms"' in page.read_text()

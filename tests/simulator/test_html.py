@@ -97,3 +97,26 @@ def test_missing_chromium_fails_with_how_to_install_it(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(pytest.fail.Exception, match="Chromium is missing.*apt-get install"):
         render(tmp_path / "page.html")
+
+
+def test_layer_table_sorts_and_filters_in_chromium(tmp_path):
+    """The inline script runs with no network: sorted by live bytes (``?sort=``) the first
+    row is the op the CLI names as the costliest; a filter hides the other op types."""
+    from simulator.layers import costliest
+
+    report = simulate(model_path("residual_int8"), "stm32l4r5-cortex-m4")
+    page = tmp_path / "layers.html"
+    page.write_text(render_html("layers", [Section("residual", report)]))
+    shown = render(page, query="sort=live_bytes&filter=conv_2d")
+    assert shown.console == [], shown.console
+    assert 'data-ready="1"' in shown.dom  # the script ran
+    order = re.findall(r'<tr data-op="(\d+)"( hidden="")?', shown.dom)
+    top = costliest(report.layers, "live_bytes")
+    assert order[0] == (str(top.index), "")
+    assert 'aria-sort="descending"' in shown.dom
+    visible = {int(i) for i, hidden in order if not hidden}
+    assert visible == {r.index for r in report.layers if r.op == "CONV_2D"}
+    assert f"most live bytes: op {top.index} {top.op}" in shown.dom
+    slow = costliest(report.layers, "estimated_ms")
+    by_time = re.findall(r'<tr data-op="(\d+)"', render(page, query="sort=estimated_ms").dom)
+    assert by_time[0] == str(slow.index)
