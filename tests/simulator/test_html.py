@@ -120,3 +120,24 @@ def test_layer_table_sorts_and_filters_in_chromium(tmp_path):
     slow = costliest(report.layers, "estimated_ms")
     by_time = re.findall(r'<tr data-op="(\d+)"', render(page, query="sort=estimated_ms").dom)
     assert by_time[0] == str(slow.index)
+
+
+def test_diff_page_shows_what_changed(tmp_path):
+    """``devicefit diff --html`` in Chromium: the figures, the layer pairing and the changed
+    layers are in the rendered page, with the same numbers as the JSON."""
+    from simulator.diff import Side, diff_reports
+    from simulator.units import format_size
+    from simulator.views.diffview import render_html as render_diff
+
+    a, b = (simulate(model_path(n), "stm32l4r5-cortex-m4") for n in ("chain_int8",
+                                                                     "chain_float32"))
+    diff = diff_reports(Side("int8", a), Side("float32", b), "models")
+    page = tmp_path / "diff.html"
+    page.write_text(render_diff(diff))
+    shown = render(page)
+    assert shown.console == [], shown.console
+    text = re.sub(r"<[^>]+>", " ", shown.dom)
+    assert "Layers (paired by index): 8 changed" in text
+    assert re.search(rf"arena\s+{re.escape(format_size(a.memory.arena_bytes))}\s+"
+                     rf"{re.escape(format_size(b.memory.arena_bytes))}", text)
+    assert len(re.findall(r'<tr class="changed">', shown.dom)) == 8
