@@ -4,6 +4,7 @@ profiles (size, flash, arena, latency, accuracy, op counts, layers)."""
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 from simulator.errors import UsageError
 
@@ -11,13 +12,15 @@ from simulator.errors import UsageError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "diff", help="compare two models on a profile, or one model on two profiles",
-        description="Simulate both sides and show what changed: model size, flash, arena, "
-                    "estimated latency with its error band, accuracy where the models' "
-                    "conversion metadata records it, op counts and per-layer changes. "
-                    "Exit 0 (a diff is not a gate), 2 on bad input.",
-        epilog="examples:\n  devicefit diff before.tflite after.tflite --profile "
-               "stm32l4r5-cortex-m4\n  devicefit diff model.tflite --profile "
-               "stm32l4r5-cortex-m4 --profile nrf52840-cortex-m4",
+        description=textwrap.fill(
+            "Simulate both sides and show what changed: model size, flash, arena, "
+            "estimated latency with its error band, accuracy where the models' "
+            "conversion metadata records it, op counts and per-layer changes. "
+            "Exit 0 (a diff is not a gate), 2 on bad input.", 78),
+        epilog="example: devicefit diff before.tflite after.tflite \\\n"
+               "           --profile stm32l4r5-cortex-m4\n"
+               "example: devicefit diff model.tflite --profile stm32l4r5-cortex-m4 \\\n"
+               "           --profile nrf52840-cortex-m4",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="+", metavar="MODEL",
                    help="two .tflite files (A then B), or one with two --profile")
