@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from simulator.fileio import write_atomic
 from simulator.report import Report
@@ -23,15 +24,44 @@ def write_pictures(args: argparse.Namespace, reports: Sequence[tuple[str, Report
                    intro: str = "") -> None:
     """Write the views the user asked for; ``reports`` are (heading, report) pairs.
 
-    The PNG shows the last report's timeline (a plot is for one model on one device: the
-    result, e.g. the converted model after its float baseline).
+    Several reports (convert's before/after) are drawn on one y scale, in the page and in
+    the PNG, so their heights compare.
     """
     if getattr(args, "html", None):
         from simulator.views.html import Section, render_html
 
-        page = render_html(title or reports[0][0], [Section(h, r) for h, r in reports], intro)
+        page = render_html(title or reports[0][0], [Section(h, r) for h, r in reports], intro,
+                           shared_scale=len(reports) > 1)
         write_atomic(args.html, page, inputs=inputs)
     if getattr(args, "plot", None) and reports:
-        from simulator.views import render
+        from simulator.views.png import render_reports
 
-        write_atomic(args.plot, render("png", reports[-1][1]), inputs=inputs)
+        write_atomic(args.plot, render_reports(reports), inputs=inputs)
+
+
+def conversion_summary_html(report: Any) -> str:
+    """The figures of a conversion (a :class:`sdk.convert.ConversionReport`) a before/after
+    page leads with: sizes and their ratio, accuracy before and after, SQNR."""
+    from simulator.units import format_size
+    from simulator.views.html import html_table
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{100 * value:.2f} %"
+
+    rows = [("converted size", format_size(report.output_bytes))]
+    if report.float_tflite_bytes:
+        rows.append(("float32 .tflite size", format_size(report.float_tflite_bytes)))
+    if report.size_ratio is not None:
+        rows.append(("size ratio (after / before)", f"{report.size_ratio:.2f}x"))
+    acc = report.accuracy
+    if acc is None:
+        rows.append(("accuracy", "not measured (give --eval DATA)"))
+    else:
+        drop = acc.accuracy_drop_pp
+        rows += [("accuracy before (float32)", pct(acc.float_accuracy)),
+                 ("accuracy after", pct(acc.converted_accuracy)),
+                 ("accuracy drop", "-" if drop is None else f"{drop:.2f} pp"),
+                 ("top-1 agreement", pct(acc.top1_agreement)),
+                 ("SQNR", "-" if acc.sqnr_db is None else f"{acc.sqnr_db:.1f} dB"),
+                 ("evaluated on", f"{acc.samples} samples, {acc.runtime}")]
+    return '<h2>Conversion</h2><div id="conversion">' + html_table((), rows) + "</div>"

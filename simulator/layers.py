@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from simulator.benchmark import OpProfileRow
     from simulator.model import Model, Subgraph
-    from simulator.report import Report
+    from simulator.report import Report, TimelineStep
 
 #: benchmark_model names a node ``[output tensor name]:node index`` (newer releases) or
 #: ``[output tensor name]``.
@@ -112,6 +112,12 @@ def bench_times(sg: Subgraph, profile: Sequence[OpProfileRow]) -> dict[int, floa
         if index is not None and types.get(index) == row.node_type:
             times[index] = times.get(index, 0.0) + row.avg_ms
     return times
+
+
+def peak(timeline: Sequence[TimelineStep]) -> TimelineStep | None:
+    """The operator with the most live bytes, ties to the lowest index: the peak every view
+    names (text, PNG, HTML)."""
+    return min(timeline, key=lambda s: (-s.live_bytes, s.op_index), default=None)
 
 
 def costliest(rows: Sequence[LayerRow], figure: str) -> LayerRow | None:

@@ -109,6 +109,10 @@ class TimelineStep:
     op_index: int
     op: str
     live_bytes: int
+    #: The arena-plan steps the operator spans (a control-flow op spans its bodies' steps;
+    #: step 0 holds the inputs): how a picture drawn per step names the operator.
+    first_step: int = -1
+    last_step: int = -1
 
 
 @dataclass

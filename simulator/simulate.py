@@ -141,7 +141,8 @@ def memory_report(model: Model, profile: Profile, plan: MemoryPlan) -> MemoryRep
     timeline = []
     for op_index, (first, last) in sorted(plan.op_steps.items(), key=lambda kv: kv[1]):
         live = max(plan.live_bytes[first:last + 1], default=0)
-        timeline.append(TimelineStep(op_index, sg.operators[op_index].op_name, live))
+        timeline.append(TimelineStep(op_index, sg.operators[op_index].op_name, live,
+                                     first, last))
     planned = []
     for b, offset in zip(plan.buffers, plan.offsets, strict=True):
         t = model.subgraphs[b.subgraph].tensors[b.tensor] if b.tensor >= 0 else None

@@ -204,6 +204,7 @@ def html(result: CheckResult) -> str:
              f"<b>{escape(result.verdict)}</b></p>"
              + html_table(("model", "profile", *METRICS, "regression", "problems", "status"),
                           rows, [o.status for o in result.outcomes], last_cell_class="status"))
-    sections = [Section(f"{o.model} on {o.profile}", o.report)
+    sections = [Section(f"{o.model} on {o.profile}", o.report, o.status,
+                        tuple(problems(o)) if o.status != "pass" else ())
                 for o in result.outcomes if o.report is not None]
     return render_html(f"devicefit check: {Path(result.project).name}", sections, intro)

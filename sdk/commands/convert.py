@@ -76,7 +76,7 @@ def _convert(args: argparse.Namespace) -> int:
     console = make_console(args.no_color)
     with tempfile.TemporaryDirectory() as tmp, _warnings_to(console), \
             _progress(args.no_color) as (progress, on_stage):
-        baseline = Path(tmp) / "float32.tflite" if args.html else None
+        baseline = Path(tmp) / "float32.tflite" if args.html or args.plot else None
         report = convert(
             args.model, args.profile, args.output, calibration=args.calibration,
             eval_data=args.eval_data, sparsity_pattern=args.sparsity,
@@ -142,14 +142,21 @@ def verdict_line(report) -> tuple[str, str]:
 
 
 def _before_after(args: argparse.Namespace, report, baseline: Path) -> None:
-    """``--html``/``--plot``: the float32 model and the converted one on the same profile."""
+    """``--html``/``--plot``: the float32 model and the converted one on the same profile,
+    with the conversion's size ratio and accuracy; the float32 file is a temp file, so the
+    pictures name it by what it is, not by its path."""
+    import dataclasses
+
+    from sdk.pictures import conversion_summary_html
     from simulator.simulate import simulate
 
-    pairs = [(f"before: float32 .tflite of {args.model}", simulate(baseline, report.profile,
-                                                                    profiles_dirs=args.profiles_dir)),
+    before = simulate(baseline, report.profile, profiles_dirs=args.profiles_dir)
+    before.model = dataclasses.replace(before.model,
+                                       path=f"float32 .tflite of {args.model} (not kept)")
+    pairs = [(f"before: float32 .tflite of {args.model}", before),
              (f"after: {report.output} ({report.settings['scheme']})",
               simulate(report.output, report.profile, profiles_dirs=args.profiles_dir))]
-    write_pictures(args, pairs, inputs=[args.model],
+    write_pictures(args, pairs, inputs=[args.model], intro=conversion_summary_html(report),
                    title=f"convert {args.model} for {report.profile}: before / after")
 
 

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simulator.escape import clean
-from simulator.report import BudgetName, PlannedBuffer, Report
+from simulator.layers import peak
+from simulator.report import BudgetName, PlannedBuffer, Report, TimelineStep
 from simulator.units import format_size, format_time_ms
 from simulator.views import layertable
 from simulator.views.base import View, heading
@@ -34,9 +35,12 @@ tr.pass td.status{background:#d8f0d8;color:#14591a}
 tr.fail td.status,tr.error td.status{background:#f8d7d7;color:#8a1010}
 tr.at-risk td.status{background:#fff1c2;color:#6b4e00}
 .verdict{display:inline-block;padding:2px 10px;border-radius:4px;font-weight:600}
-.verdict.pass{background:#d8f0d8;color:#14591a}.verdict.fail{background:#f8d7d7;color:#8a1010}
+.verdict.pass{background:#d8f0d8;color:#14591a}.verdict.fail,.verdict.error{background:#f8d7d7;color:#8a1010}
+.verdict.at-risk{background:#fff1c2;color:#6b4e00}
 svg{display:block;margin:4px 0 12px;background:#fff}svg text{font:11px system-ui,sans-serif;fill:#333}
 .note{color:#666;font-size:12px}
+ul.legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px}
+.swatch{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
 table.layers th{cursor:pointer;white-space:nowrap}table.layers th[aria-sort=ascending]::after{content:" ▲"}
 table.layers th[aria-sort=descending]::after{content:" ▼"}table.layers td{font-size:12px}
 """
@@ -46,6 +50,15 @@ table.layers th[aria-sort=descending]::after{content:" ▼"}table.layers td{font
 class Section:
     heading: str
     report: Report
+    #: The status to show when a caller judges more than the report (``check``'s regression
+    #: rules): "pass", "fail", "at-risk", "error"; None: the report's verdict.
+    status: str | None = None
+    #: Why, when ``status`` differs from the report's verdict.
+    problems: tuple[str, ...] = ()
+
+    @property
+    def shown_status(self) -> str:
+        return self.status or self.report.verdict.value
 
 
 def escape(value: object) -> str:
@@ -151,28 +164,67 @@ def _steps(report: Report) -> int:
     return max(len(report.memory.timeline), last + 1, 1)
 
 
-def _timeline_svg(report: Report, arena_budget: float | None) -> str:
-    """Live bytes per step, stacked by buffer; budget and lower bound as lines."""
-    mem = report.memory
+def _live_by_step(report: Report) -> tuple[list[list[PlannedBuffer]], list[int]]:
+    """The buffers live at each plan step (stacked by offset) and their total bytes."""
     steps = _steps(report)
     live_by_step: list[list[PlannedBuffer]] = [[] for _ in range(steps)]
-    for b in sorted(mem.plan, key=lambda b: (b.offset, b.tensor, b.name)):
+    for b in sorted(report.memory.plan, key=lambda b: (b.offset, b.tensor, b.name)):
         for s in range(max(b.first_step, 0), min(b.last_step, steps - 1) + 1):
             live_by_step[s].append(b)
-    totals = [sum(b.size_bytes for b in bufs) for bufs in live_by_step]
-    peak_value = max(mem.lower_bound_bytes, max(totals, default=0), 1)
+    return live_by_step, [sum(b.size_bytes for b in bufs) for bufs in live_by_step]
+
+
+def timeline_top(report: Report, arena_budget: float | None) -> float:
+    """The top of the timeline's y axis; pages of several reports may share the largest."""
+    peak_value = max(report.memory.lower_bound_bytes, max(_live_by_step(report)[1], default=0), 1)
     show_budget = arena_budget is not None and arena_budget <= 1.5 * peak_value
-    top = max(peak_value, arena_budget if show_budget else 0) * 1.08
-    bar_w = PLOT_WIDTH / steps
-    height = PLOT_SVG_HEIGHT
-    y = _y_scale(top)
-    parts = [_svg_open("timeline", "memory timeline")]
+    return max(peak_value, arena_budget if show_budget and arena_budget else 0) * 1.08
+
+
+def _step_ops(report: Report) -> dict[int, str]:
+    """Plan step → the operator running at it (``op 2``), as the CLI and the PNG number it."""
+    names = {0: "inputs"}
+    for t in report.memory.timeline:
+        for s in range(max(t.first_step, 0), t.last_step + 1):
+            names[s] = f"op {t.op_index}"
+    return names
+
+
+def _y_axis(y, top: float, label: str, fmt) -> list[str]:
+    """Grid lines with tick labels in their unit, and the axis title."""
+    parts = []
     for frac in (0, 0.25, 0.5, 0.75, 1.0):
-        v = top / 1.08 * frac
+        v = top * frac
         parts.append(f'<line x1="{MARGIN_LEFT}" x2="{WIDTH - 10}" y1="{_num(y(v))}" '
-                     f'y2="{_num(y(v))}" stroke="#eee"/><text x="{MARGIN_LEFT - 6}" '
-                     f'y="{_num(y(v) + 4)}" text-anchor="end">{escape(format_size(v))}</text>')
-    peak_step = max(range(steps), key=lambda s: totals[s])
+                     f'y2="{_num(y(v))}" stroke="#eee"/><text class="tick" x="{MARGIN_LEFT - 6}" '
+                     f'y="{_num(y(v) + 4)}" text-anchor="end">{escape(fmt(v))}</text>')
+    mid = _num(10 + PLOT_HEIGHT / 2)
+    parts.append(f'<text class="axis-label" x="12" y="{mid}" text-anchor="middle" '
+                 f'transform="rotate(-90 12 {mid})">{escape(label)}</text>')
+    return parts
+
+
+def _x_labels(names: Sequence[str], bar_w: float, y: float) -> list[str]:
+    """An operator label under every k-th bar, k chosen so the labels do not overlap."""
+    every = max(1, -(-len(names) * 34 // PLOT_WIDTH))
+    return [f'<text class="op-label" x="{_num(MARGIN_LEFT + (i + 0.5) * bar_w)}" y="{_num(y)}" '
+            f'text-anchor="middle">{escape(n)}</text>'
+            for i, n in enumerate(names) if i % every == 0 and n]
+
+
+def _timeline_svg(report: Report, arena_budget: float | None, top: float | None = None) -> str:
+    """Live bytes per plan step, stacked by buffer; budget and lower bound as lines. Steps
+    are labelled with the operator that runs at them (step 0: the inputs)."""
+    mem = report.memory
+    live_by_step, totals = _live_by_step(report)
+    steps = len(live_by_step)
+    top = top or timeline_top(report, arena_budget)
+    show_budget = arena_budget is not None and arena_budget <= top / 1.08
+    bar_w = PLOT_WIDTH / steps
+    height = PLOT_SVG_HEIGHT + 14
+    y = _y_scale(top)
+    parts = [_svg_open("timeline", "memory timeline", height),
+             *_y_axis(y, top / 1.08, "live bytes in the arena", format_size)]
     for s, bufs in enumerate(live_by_step):
         x0, base = MARGIN_LEFT + s * bar_w, 0
         for b in bufs:
@@ -183,11 +235,18 @@ def _timeline_svg(report: Report, arena_budget: float | None) -> str:
                 f'fill="{_color(b)}">'
                 f'<title>step {s}: {escape(_buffer_title(b))}</title></rect>')
             base += b.size_bytes
-    parts.append(
-        f'<rect id="peak-step" data-step="{peak_step}" x="{_num(MARGIN_LEFT + peak_step * bar_w)}" '
-        f'y="10" width="{_num(bar_w)}" height="{PLOT_HEIGHT}" fill="none" stroke="#c00" '
-        f'stroke-width="2" stroke-dasharray="4 2"><title>peak: step {peak_step}, '
-        f'{totals[peak_step]} bytes live</title></rect>')
+    names = _step_ops(report)
+    parts += _x_labels([names.get(s, "").removeprefix("op ") for s in range(steps)], bar_w,
+                       PLOT_HEIGHT + 24)
+    top_op = peak(mem.timeline)
+    if top_op is not None:
+        first, last = max(top_op.first_step, 0), max(top_op.last_step, top_op.first_step, 0)
+        parts.append(
+            f'<rect id="peak-step" data-op="{top_op.op_index}" data-step="{first}" '
+            f'x="{_num(MARGIN_LEFT + first * bar_w)}" y="10" '
+            f'width="{_num(bar_w * (last - first + 1))}" height="{PLOT_HEIGHT}" fill="none" '
+            f'stroke="#c00" stroke-width="2" stroke-dasharray="4 2"><title>peak: op '
+            f'{top_op.op_index} {escape(top_op.op)}, {top_op.live_bytes} bytes live</title></rect>')
     lb = y(mem.lower_bound_bytes)
     parts.append(f'<line id="lower-bound" x1="{MARGIN_LEFT}" x2="{WIDTH - 10}" y1="{_num(lb)}" '
                  f'y2="{_num(lb)}" stroke="#555" stroke-dasharray="6 3"/>'
@@ -203,9 +262,28 @@ def _timeline_svg(report: Report, arena_budget: float | None) -> str:
         else:
             parts.append(f'<text id="arena-budget" x="{MARGIN_LEFT + 4}" y="22">arena budget '
                          f'{escape(format_size(arena_budget))} (off scale)</text>')
-    parts.append(f'<text x="{MARGIN_LEFT}" y="{height - 6}">operator step →  '
-                 f'(peak at step {peak_step})</text></svg>')
-    return "".join(parts)
+    caption = (f" · peak at op {top_op.op_index} {top_op.op}, "
+               f"{format_size(top_op.live_bytes)} live" if top_op is not None else "")
+    parts.append(f'<text id="timeline-caption" x="{MARGIN_LEFT}" y="{height - 6}">operator '
+                 f'(execution order; step 0: inputs) →{escape(caption)}</text></svg>')
+    return "".join(parts) + _legend(live_by_step, top_op)
+
+
+def _legend(live_by_step: list[list[PlannedBuffer]], top_op: TimelineStep | None) -> str:
+    """What each colour is: the buffers live at the peak, largest first (every other block
+    names its tensor when hovered)."""
+    if top_op is None:
+        return ""
+    at_peak = {id(b): b for s in range(max(top_op.first_step, 0), top_op.last_step + 1)
+               if s < len(live_by_step) for b in live_by_step[s]}
+    shown = sorted(at_peak.values(), key=lambda b: (-b.size_bytes, b.tensor, b.name))
+    items = "".join(
+        f'<li data-tensor="{b.tensor}"><span class="swatch" style="background:{_color(b)}">'
+        f'</span>{escape(b.name)} ({escape(format_size(b.size_bytes))})</li>'
+        for b in shown[:12])
+    more = f"<li>… {len(shown) - 12} more</li>" if len(shown) > 12 else ""
+    return (f'<p class="note">Colours: one per tensor; live at the peak (op {top_op.op_index}):'
+            f'</p><ul class="legend">{items}{more}</ul>')
 
 
 def _layout_svg(report: Report) -> str:
@@ -231,14 +309,17 @@ def _layout_svg(report: Report) -> str:
             f'width="{_num(max(w - 1, 0.5))}" height="{_num(max(y(b.offset) - y(b.offset + b.size_bytes), 0.5))}" '
             f'fill="{_color(b)}" '
             f'stroke="#fff" stroke-width="0.5"><title>{escape(_buffer_title(b))}</title></rect>')
-    parts.append(f'<text x="{MARGIN_LEFT}" y="{height - 6}">operator step → ; offset ↑ '
-                 f'(head {escape(format_size(mem.arena_head_bytes))})</text></svg>')
+    names = _step_ops(report)
+    parts += _x_labels([names.get(s, "").removeprefix("op ") for s in range(steps)], step_w,
+                       PLOT_HEIGHT + 24)
+    parts.append(f'<text x="{MARGIN_LEFT}" y="{height - 6}">operator (execution order) → ; '
+                 f'offset ↑ (head {escape(format_size(mem.arena_head_bytes))})</text></svg>')
     return "".join(parts)
 
 
 def _per_op_svg(report: Report) -> str:
-    """Per-op estimated latency (MACs where the report has no estimate), MACs in the hover
-    text."""
+    """Per-op estimated device time (MACs where the report has no estimate) in file order,
+    with a y axis in its unit and the op index under the bars; MACs in the hover text."""
     macs = {c.op_index: c.macs for c in report.compute.per_op}
     rows = [(o.op_index, o.op, o.estimated_ms) for o in report.latency.per_op] \
         if report.latency else []
@@ -247,23 +328,24 @@ def _per_op_svg(report: Report) -> str:
             return '<p class="note">No per-op figures in this report.</p>'
         rows = [(c.op_index, c.op, 0.0) for c in report.compute.per_op]
     estimated = any(ms for _, _, ms in rows)
-    def metric(op_index: int, ms: float) -> float:
-        return ms if estimated else float(macs.get(op_index, 0))
-    top = max((metric(i, ms) for i, _, ms in rows), default=0) or 1
+    values = [ms if estimated else float(macs.get(i, 0)) for i, _, ms in rows]
+    top = max(values, default=0) or 1
     bar_w = PLOT_WIDTH / len(rows)
-    height = 160 + MARGIN_BOTTOM
-    parts = [_svg_open("per-op", "per-op cost", height)]
-    label = "estimated device ms" if estimated else "MACs"
-    parts.append(f'<text x="4" y="14">{escape(label)} per op (hover for details)</text>')
-    for i, (op_index, op, ms) in enumerate(rows):
-        h = 130 * metric(op_index, ms) / top
-        x0 = MARGIN_LEFT + i * bar_w
+    height = PLOT_SVG_HEIGHT + 14
+    y = _y_scale(top)
+    label, fmt = (("estimated device time", format_time_ms) if estimated
+                  else ("MACs", lambda v: f"{v:,.0f}"))
+    parts = [_svg_open("per-op", "per-op cost", height), *_y_axis(y, top, label, fmt)]
+    for k, ((op_index, op, ms), v) in enumerate(zip(rows, values, strict=True)):
         title = (f"op {op_index} {op}\nMACs {macs.get(op_index, 0):,}"
                  + (f"\nestimated {format_time_ms(ms)}" if estimated else ""))
-        parts.append(f'<rect class="op" data-op="{op_index}" x="{_num(x0 + 0.5)}" '
-                     f'y="{_num(150 - h)}" width="{_num(max(bar_w * 0.45, 0.5))}" '
-                     f'height="{_num(max(h, 0.5))}" fill="#4e79a7"><title>{escape(title)}</title></rect>')
-    parts.append(f'<text x="{MARGIN_LEFT}" y="{height - 6}">operator →</text></svg>')
+        parts.append(f'<rect class="op" data-op="{op_index}" x="{_num(MARGIN_LEFT + k * bar_w + 0.5)}" '
+                     f'y="{_num(y(v))}" width="{_num(max(bar_w - 1, 0.5))}" '
+                     f'height="{_num(max(y(0) - y(v), 0.5))}" fill="#4e79a7">'
+                     f'<title>{escape(title)}</title></rect>')
+    parts += _x_labels([str(i) for i, _, _ in rows], bar_w, PLOT_HEIGHT + 24)
+    parts.append(f'<text x="{MARGIN_LEFT}" y="{height - 6}">operator index (file order) →'
+                 f'</text></svg>')
     return "".join(parts)
 
 
@@ -284,16 +366,21 @@ def _bench(report: Report) -> str:
     return "<h3>Measured on the device (benchmark_model)</h3>" + html_table((), rows)
 
 
-def _section(index: int, section: Section) -> str:
+def _arena_limit(report: Report) -> float | None:
+    return next((b.limit for b in report.budgets if b.name == BudgetName.ARENA), None)
+
+
+def _section(index: int, section: Section, top: float | None = None) -> str:
     r = section.report
-    arena_limit = next((b.limit for b in r.budgets if b.name == BudgetName.ARENA), None)
-    verdict = r.verdict
+    status = section.shown_status
     notes = "".join(f"<li>{escape(n)}</li>" for n in r.notes)
+    problems = "".join(f"<li>{escape(p)}</li>" for p in section.problems)
     return (
         f'<section id="section-{index}"><h2>{escape(section.heading)} '
-        f'<span class="verdict {escape(verdict)}">{escape(verdict.upper())}</span></h2>'
-        f"<h3>Budgets</h3>{_budgets(r)}{_bench(r)}"
-        f"<h3>Memory timeline</h3>{_timeline_svg(r, arena_limit)}"
+        f'<span class="verdict {escape(status)}">{escape(status.upper())}</span></h2>'
+        + (f'<h3>Problems</h3><ul class="problems">{problems}</ul>' if problems else "")
+        + f"<h3>Budgets</h3>{_budgets(r)}{_bench(r)}"
+        f"<h3>Memory timeline</h3>{_timeline_svg(r, _arena_limit(r), top)}"
         f"<h3>Arena layout</h3>{_layout_svg(r)}"
         f"<h3>Per-op cost</h3>{_per_op_svg(r)}"
         f"<h3>Layers</h3>{layertable.html_table(r.layers, f'layers-{index}')}"
@@ -313,13 +400,18 @@ def render_page(title: str, body: str) -> str:
             + "</body></html>\n")
 
 
-def render_html(title: str, sections: Sequence[Section], intro: str = "") -> str:
+def render_html(title: str, sections: Sequence[Section], intro: str = "",
+                shared_scale: bool = False) -> str:
     """The page of one or more reports; deterministic for the same reports.
 
     ``intro`` is extra HTML placed before the sections (e.g. a project summary table).
+    ``shared_scale``: every memory timeline gets the same y axis (a before/after page).
     """
-    body = "".join(_section(i, s) for i, s in enumerate(sections))
-    toc = "".join(f'<li><a href="#section-{i}">{escape(s.heading)}</a> — {escape(s.report.verdict)}</li>'
+    top = max((timeline_top(s.report, _arena_limit(s.report)) for s in sections),
+              default=None) if shared_scale else None
+    body = "".join(_section(i, s, top) for i, s in enumerate(sections))
+    toc = "".join(f'<li class="{escape(s.shown_status)}"><a href="#section-{i}">'
+                  f'{escape(s.heading)}</a> — {escape(s.shown_status)}</li>'
                   for i, s in enumerate(sections)) if len(sections) > 1 else ""
     return render_page(title, intro + (f"<ul>{toc}</ul>" if toc else "") + body)
 

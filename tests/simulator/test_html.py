@@ -141,3 +141,106 @@ def test_diff_page_shows_what_changed(tmp_path):
     assert re.search(rf"arena\s+{re.escape(format_size(a.memory.arena_bytes))}\s+"
                      rf"{re.escape(format_size(b.memory.arena_bytes))}", text)
     assert len(re.findall(r'<tr class="changed">', shown.dom)) == 8
+
+
+def _png_height(data: bytes) -> int:
+    return int.from_bytes(data[20:24], "big")  # IHDR: width at 16, height at 20
+
+
+def test_convert_pictures_agree_with_the_conversion(tmp_path, capsys):
+    """``convert --html --plot``: the page leads with the size ratio, accuracy and SQNR the
+    conversion measured (the same as ``--report``), names the float32 model without its
+    deleted temp path, draws before and after on one y scale; the PNG has both."""
+    import json
+
+    from examples.digits import cached_cnn, load_digits
+    from sdk.cli import main
+    from tests.paths import TESTS
+
+    data = {k: str(v) for k, v in load_digits().save_npz(tmp_path).items()}
+    out, page, plot, rep = (tmp_path / n for n in ("m.tflite", "c.html", "c.png", "r.json"))
+    assert main(["convert", str(cached_cnn(TESTS / "artifacts")), "--profile",
+                 "stm32l4r5-cortex-m4", "--calibration", data["train"], "--eval", data["test"],
+                 "-o", str(out), "--html", str(page), "--plot", str(plot),
+                 "--report", str(rep)]) == 0
+    capsys.readouterr()
+    report = json.loads(rep.read_text())
+    shown = render(page)
+    assert shown.console == [], shown.console
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", shown.dom))
+    acc = report["accuracy"]
+    assert f"size ratio (after / before) {report['size_ratio']:.2f}x" in text
+    assert f"accuracy after {100 * acc['converted_accuracy']:.2f} %" in text
+    assert f"SQNR {acc['sqnr_db']:.1f} dB" in text
+    assert "float32 .tflite of" in text and "/float32.tflite" not in shown.dom
+    # One y scale: both timelines have the same tick labels.
+    ticks = [re.findall(r'<text class="tick"[^>]*>([^<]+)</text>', svg)
+             for svg in re.findall(r"<svg[^>]*class=\"timeline\".*?</svg>", shown.dom, re.S)]
+    assert len(ticks) == 2 and ticks[0] == ticks[1]
+    # The PNG draws before and after: two stacked plots of the single plot's height.
+    single = render_png(simulate(out, "stm32l4r5-cortex-m4"))
+    assert _png_height(plot.read_bytes()) == 2 * _png_height(single)
+
+
+def test_pictures_number_operators_as_the_cli_does(tmp_path):
+    """The timeline's peak, its caption, the colour legend and the per-op chart's axes in
+    Chromium name the same operator and units as ``devicefit simulate``'s text."""
+    from simulator.views.text import render_text
+
+    report = simulate(model_path("residual_int8"), "stm32l4r5-cortex-m4")
+    cli_top = render_text(report).split("Operators with the most live bytes")[1] \
+        .splitlines()[2].split()
+    op, kind = cli_top[0], cli_top[1]
+    page = tmp_path / "p.html"
+    page.write_text(render_html("p", [Section("residual", report)]))
+    shown = render(page)
+    assert re.search(rf'<rect id="peak-step" data-op="{op}"', shown.dom)
+    caption = re.search(r'<text id="timeline-caption"[^>]*>([^<]+)<', shown.dom).group(1)
+    assert f"peak at op {op} {kind}" in caption
+    peak_buffers = [b for b in report.memory.plan
+                    if b.first_step <= int(op) + 1 <= b.last_step]  # op k runs at step k+1
+    legend = re.findall(r'<li data-tensor="(-?\d+)"><span class="swatch" style="background:'
+                        r'(#[0-9a-f]{6})"', shown.dom)
+    assert sorted(int(t) for t, _ in legend) == sorted(b.tensor for b in peak_buffers)
+    for tensor, colour in legend:  # the legend's colour is the one drawn for the tensor
+        assert re.search(rf'data-tensor="{tensor}" [^>]*fill="{colour}"', shown.dom)
+    per_op = re.search(r'<svg[^>]*class="per-op".*?</svg>', shown.dom, re.S).group(0)
+    assert "estimated device time" in per_op
+    assert re.findall(r'<text class="op-label"[^>]*>(\d+)<', per_op) == \
+        [str(r.index) for r in report.layers]
+    ticks = re.findall(r'<text class="tick"[^>]*>([^<]+)<', per_op)
+    assert ticks[0] == "0 us" and ticks[-1].endswith(" ms")
+
+
+def test_check_page_shows_a_regression_failure_as_a_failure(tmp_path, capsys):
+    """A model within its budgets whose arena grew past the regression rule: the project
+    table, the link list and the section's badge all say FAIL, and the section says why."""
+    import json
+
+    from sdk.cli import main
+
+    shutil.copy(model_path("chain_int8"), tmp_path / "chain_int8.tflite")
+    project = tmp_path / "devicefit.yaml"
+    project.write_text("baseline: baseline.json\ndefaults:\n  regression: {arena: 5%}\n"
+                       "models:\n  - path: chain_int8.tflite\n    profiles: "
+                       "[stm32l4r5-cortex-m4, nrf52840-cortex-m4]\n")
+    assert main(["check", str(project), "--update-baseline"]) == 0
+    baseline = tmp_path / "baseline.json"
+    data = json.loads(baseline.read_text())
+    entry = data["models"]["chain_int8"]["stm32l4r5-cortex-m4"]
+    entry["arena_bytes"] = int(entry["arena_bytes"] * 0.8)
+    baseline.write_text(json.dumps(data))
+    page = tmp_path / "check.html"
+    assert main(["check", str(project), "--html", str(page)]) == 1
+    capsys.readouterr()
+    shown = render(page)
+    links = {name: status for status, name in re.findall(
+        r'<li class="([a-z-]+)"><a href="#section-\d+">([^<]+)</a>', shown.dom)}
+    assert links == {"chain_int8 on stm32l4r5-cortex-m4": "fail",
+                     "chain_int8 on nrf52840-cortex-m4": "pass"}
+    badges = re.findall(r'<h2>([^<]+) <span class="verdict ([a-z-]+)">([A-Z-]+)</span>',
+                        shown.dom)
+    assert ("chain_int8 on stm32l4r5-cortex-m4", "fail", "FAIL") in badges
+    assert ("chain_int8 on nrf52840-cortex-m4", "pass", "PASS") in badges
+    problems = re.search(r'<ul class="problems">(.*?)</ul>', shown.dom).group(1)
+    assert "arena grew from" in problems
