@@ -63,7 +63,8 @@ def _layer_delta(c: LayerChange, figure: str) -> str:
     if d is None or d == 0:
         return ""
     if figure == "estimated_ms":
-        return f"{'+' if d > 0 else '-'}{format_figure(abs(d), 'ms')}"
+        # Below a microsecond the estimate's own rounding, not a change worth a number.
+        return "±<1 us" if abs(d) < 5e-4 else f"{'+' if d > 0 else '-'}{format_figure(abs(d), 'ms')}"
     return f"{d:+,}"
 
 

@@ -1,4 +1,5 @@
-"""HTML view of reports: one self-contained page of inline SVG, no script, no network.
+"""HTML view of reports: one self-contained page of inline SVG, no network; the only script
+is the layer table's sort and filter (:mod:`simulator.views.layertable`).
 
 Memory problems are spatial, so the page draws them: the memory timeline (live bytes per
 operator step, stacked by tensor, with the arena budget and the lower bound), the arena
