@@ -9,7 +9,7 @@ elsewhere. The registries that used to list targets by name (``PLANNERS``, ``CHE
 ``SECTIONS``, ``RUNNERS``, the profile schema's runtime names, kernels, delegates, op tables
 and device classes) are views of this one.
 
-The record (all fields but the last two required):
+The record (``section_type`` and the fields from ``cpu_kernels`` on have defaults):
 
 ``name``
     The profile's ``runtime.name`` (``"tflm"``), also the name of its op table
