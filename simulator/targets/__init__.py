@@ -164,6 +164,12 @@ def lazy_type(ref: str) -> Callable[[], type]:
     return get
 
 
+def _add(targets: dict[str, Target], target: Target) -> None:
+    if target.name in targets:
+        raise ValueError(f"target '{target.name}' is registered twice")
+    targets[target.name] = target
+
+
 class _Registry(Mapping[str, Target]):
     """Target name → :class:`Target`; the package's modules are imported on first read."""
 
@@ -181,20 +187,17 @@ class _Registry(Mapping[str, Target]):
         return self._targets
 
     def _discover(self) -> None:
+        # Into a new dict: a module that fails to import leaves the registry as it was.
+        found: dict[str, Target] = {}
         for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
             module = importlib.import_module(f"{__name__}.{info.name}")
             target = getattr(module, "TARGET", None)
             if isinstance(target, Target):
-                self._add(target)
-
-    def _add(self, target: Target) -> None:
-        if target.name in self._targets:
-            raise ValueError(f"target '{target.name}' is registered twice")
-        self._targets[target.name] = target
+                _add(found, target)
+        self._targets = found
 
     def register(self, target: Target) -> None:
-        self._all()
-        self._add(target)
+        _add(self._all(), target)
 
     def unregister(self, name: str) -> None:
         self._all().pop(name)
