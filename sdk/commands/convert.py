@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 
@@ -194,13 +195,8 @@ def _print_summary(console, report) -> None:
         parts.append("SQNR " + ("identical" if acc.sqnr_db is None else f"{acc.sqnr_db:.1f} dB"))
         console.print("evaluation: " + ", ".join(parts))
     console.print("stages: " + ", ".join(f"{k} {v:.2f}s" for k, v in report.stages.items()))
-    if report.edgetpu is not None:
-        e = report.edgetpu
-        first = e.first_unmapped
-        console.print(f"Edge TPU: {e.mapped_ops}/{e.total_ops} ops mapped"
-                      + (f"; first on CPU: op {first.index} {first.op}: {first.reason}"
-                         if first else "")
-                      + (f"; {e.compile_error}" if e.compile_error else ""))
+    for line in _target_lines(report.target_extra):
+        console.print(line)
     if report.memory_optimization is not None:
         o = report.memory_optimization
         console.print(f"memory optimization: {o.summary} (TFLM head "
@@ -214,6 +210,19 @@ def _print_summary(console, report) -> None:
         console.print(escape(figures) + verdict, soft_wrap=True)
     for w in report.warnings:
         console.print(f"[bold yellow]warning:[/bold yellow] {w}")
+
+
+def _target_lines(extra: Any) -> list[str]:
+    """What the target's ``after_convert`` hook reported, in a line or a few: the Edge TPU
+    partition as one line; a result that renders itself (``text_lines()``) as its lines."""
+    from simulator.compat.edgetpu import EdgeTpuReport
+
+    if isinstance(extra, EdgeTpuReport):
+        first = extra.first_unmapped
+        return [f"Edge TPU: {extra.mapped_ops}/{extra.total_ops} ops mapped"
+                + (f"; first on CPU: op {first.index} {first.op}: {first.reason}" if first else "")
+                + (f"; {extra.compile_error}" if extra.compile_error else "")]
+    return list(extra.text_lines()) if hasattr(extra, "text_lines") else []
 
 
 class _ConsoleHandler(logging.Handler):

@@ -87,9 +87,10 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
         report.verdict = None if sim.report is None else sim.report.verdict
         report.unchecked_budgets = sim.unchecked
         report.unsupported_layers = sim.unsupported_layers
-        report.edgetpu = sim.edgetpu
         if sim.warning:
             report.warnings.append(sim.warning)
+        else:
+            report.target_extra = pipeline.after_convert(job)
     timer.start(None)
     report.stages = timer.stages
     return report

@@ -28,9 +28,9 @@ from sdk.convert.spec import ConversionSpec
 from simulator.errors import DevicefitError, InputError, UsageError
 from simulator.fileio import write_atomic
 from simulator.profiles import Profile
+from simulator.targets import target_for
 
 if TYPE_CHECKING:
-    from simulator.compat.edgetpu import EdgeTpuReport
     from simulator.optimize.driver import OptimizeReport
     from simulator.report import Report
 
@@ -71,9 +71,10 @@ def check(model: Any, profile: Profile, output: str | Path, spec: ConversionSpec
         sparsity.check_allowed(profile, kind.kind, kind)
     out = check_output(output, model, spec.calibration, spec.eval_data,
                        spec.fine_tune.train if spec.fine_tune else None)
-    if spec.optimize_memory is not None and profile.runtime.name != "tflm":
-        raise UsageError(f"--optimize-memory rewrites the TFLite-Micro arena plan; profile "
-                         f"'{profile.name}' runs '{profile.runtime.name}'")
+    target = target_for(profile)
+    if spec.optimize_memory is not None and not target.offline_plan:
+        raise UsageError(f"--optimize-memory writes an offline arena plan, which {target.title} "
+                         f"does not take; profile '{profile.name}' runs '{profile.runtime.name}'")
     job = Job(model, profile, out, spec, quant)
     if not job.in_memory and not Path(model).exists():
         raise InputError(f"model not found: {model}")
@@ -255,12 +256,11 @@ class Simulated:
     unchecked: dict[str, str] = field(default_factory=dict)
     #: "subgraph:op_index" → Keras layer of each unsupported op.
     unsupported_layers: dict[str, str] = field(default_factory=dict)
-    edgetpu: EdgeTpuReport | None = None
     warning: str | None = None
 
 
 def simulate(job: Job, layers: dict[str, str]) -> Simulated:
-    """The simulator's verdict on the written model, and the Edge TPU partition if any."""
+    """The simulator's verdict on the written model."""
     from simulator.reader import read_model
     from simulator.simulate import simulate as run_simulation
 
@@ -273,9 +273,8 @@ def simulate(job: Job, layers: dict[str, str]) -> Simulated:
         return Simulated(warning=f"simulation on {profile.name} failed, no verdict: {exc}")
     out = Simulated(report=sim)
     unsupported = (sim.compatibility or {}).get("unsupported_ops") or []
-    model = read_model(path) if unsupported or profile.runtime.name == "edgetpu" else None
     if unsupported:
-        out.unsupported_layers = _unsupported_layers(model, unsupported, layers)
+        out.unsupported_layers = _unsupported_layers(read_model(path), unsupported, layers)
     checked = {b.name for b in sim.budgets}
     for name, limit in (("flash", profile.budgets.flash_bytes),
                         ("arena", profile.budgets.arena_bytes),
@@ -284,11 +283,14 @@ def simulate(job: Job, layers: dict[str, str]) -> Simulated:
             out.unchecked[name] = next(
                 (n for n in sim.notes if n.startswith(f"no device {name}")
                  or n.startswith(f"no {name}")), f"no {name} figure")
-    if profile.runtime.name == "edgetpu":
-        from simulator.compat.edgetpu import partition
-
-        out.edgetpu = partition(model, profile)
     return out
+
+
+def after_convert(job: Job) -> Any:
+    """What the profile's target adds on the written model (``Target.after_convert``: the
+    Edge TPU's predicted partition), or None."""
+    hook = target_for(job.profile).after_convert
+    return None if hook is None else hook(job.output, job.profile)
 
 
 def _unsupported_layers(model: Any, unsupported: list[dict[str, Any]],

@@ -11,7 +11,6 @@ from sdk.convert.finetune import FineTuneResult
 from sdk.convert.sparsity import PrunedLayer, WeightSparsity
 
 if TYPE_CHECKING:
-    from simulator.compat.edgetpu import EdgeTpuReport
     from simulator.optimize.driver import OptimizeReport
     from simulator.report import Report
 
@@ -79,8 +78,9 @@ class ConversionReport:
     #: The simulator's report on the written model on the profile.
     simulation: Report | None = None
     verdict: str | None = None
-    #: Edge TPU op mapping of the written model (edgetpu profiles only).
-    edgetpu: EdgeTpuReport | None = None
+    #: What the target's ``after_convert`` hook reported on the written model (Edge TPU:
+    #: its predicted partition, an ``EdgeTpuReport``); in JSON under the target's name.
+    target_extra: Any = None
     #: What ``--optimize-memory`` did.
     memory_optimization: OptimizeReport | None = None
     #: Keras layer name → class (names unsupported ops' layers in verdict lines).
@@ -102,8 +102,11 @@ class ConversionReport:
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for name in ("settings", "edgetpu", "simulation"):
+        for name in ("settings", "simulation"):
             out[name] = None if out[name] is None else out[name].to_dict()
+        extra = out.pop("target_extra")
+        if extra is not None:
+            out[self.runtime] = _plain(extra)
         for name in ("weights", "pruned_layers", "fine_tune", "accuracy", "memory_optimization"):
             out[name] = _plain(out[name])
         del out["unsupported_layers"]

@@ -44,6 +44,7 @@ from sdk.fit.space import space_for
 from simulator.errors import UsageError
 from simulator.fileio import write_atomic
 from simulator.profiles import Profile, load_profile
+from simulator.targets import target_for
 
 __all__ = ["FitReport", "SearchSettings", "export", "fit"]
 
@@ -81,9 +82,11 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
     if cluster is not None:
         check_clusters(cluster)
     prof = profile if isinstance(profile, Profile) else load_profile(profile, profiles_dirs)
-    if patches is not None and prof.runtime.name != "tflm":
-        raise UsageError(f"--patches rewrites the graph for TFLite-Micro; profile "
-                         f"'{prof.name}' runs '{prof.runtime.name}'")
+    target = target_for(prof)
+    if patches is not None and not target.offline_plan:
+        raise UsageError(f"--patches rewrites the graph and its TFLite-Micro arena plan, which "
+                         f"{target.title} does not take; profile '{prof.name}' runs "
+                         f"'{prof.runtime.name}'")
     out_path = check_output(output, model, train, eval_data, calibration)
     loaded = loading.load(model, unsafe=unsafe)
     if not loaded.is_keras:

@@ -147,9 +147,8 @@ def space_for(profile: Profile, *, can_train: bool, can_prune: bool,
               groups: tuple[str, ...] = ()) -> SearchSpace:
     """What ``profile`` lets fit try; without training data only post-training schemes.
     ``groups`` are the model's prunable layer groups (for per-layer ratios)."""
+    # The profile loader keeps its schemes within the target's (``Target.quant_schemes``).
     schemes = tuple(s for s in SCHEMES if s in profile.quantization.schemes)
-    if profile.runtime.name == "edgetpu":
-        schemes = ("int8",)
     kinds = profile.sparsity.kinds
     prune = PRUNE_RATIOS if can_train and can_prune and "channel" in kinds else (0.0,)
     nm: tuple[str | None, ...] = (None,)

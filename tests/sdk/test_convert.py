@@ -149,8 +149,9 @@ def test_edgetpu_gets_uint8_io_and_a_partition(digits, tmp_path):
                      float_baseline=False)
     sg = read_model(str(out)).main
     assert sg.tensors[sg.inputs[0]].dtype == "uint8"
-    assert report.edgetpu.total_ops == len(sg.operators)
-    assert report.edgetpu.mapped_ops == report.edgetpu.total_ops
+    assert report.target_extra.total_ops == len(sg.operators)
+    assert report.target_extra.mapped_ops == report.target_extra.total_ops
+    assert report.to_dict()["edgetpu"]["mapped_ops"] == report.target_extra.mapped_ops
 
 
 @pytest.mark.parametrize("scheme, weight_dtype", [("float16", "float16"), ("dynamic", "int8")])

@@ -37,6 +37,7 @@ from sdk.convert.sparsity.nm import NMPattern, apply_masks, nm_mask, nm_masks, p
 from sdk.convert.sparsity.readback import WeightSparsity, tflite_weight_sparsity
 from simulator.errors import UsageError
 from simulator.profiles import Profile
+from simulator.targets import target_for
 
 __all__ = [
     "KINDS", "ChannelPruneResult", "ChannelRatio", "NMPattern", "PrunedLayer", "SparsityKind",
@@ -64,9 +65,8 @@ def check_allowed(profile: Profile, kind: str, spec: SparsitySpec | None = None)
     """Refuse a sparsity kind the profile's runtime cannot use; never apply it silently."""
     kinds = profile.sparsity.kinds
     if kind not in kinds:
-        why = {"tflm": "TFLite-Micro kernels do not skip zero weights",
-               "edgetpu": "the Edge TPU compiler does not use sparse weights"}.get(
-                   profile.runtime.name, f"runtime {profile.runtime.name} cannot use it")
+        why = target_for(profile).sparse_weights or \
+            f"runtime {profile.runtime.name} cannot use it"
         raise UsageError(f"profile {profile.name} does not allow {kind} sparsity ({why}; "
                          f"it allows: {', '.join(k for k in kinds if k != 'none') or 'none'})")
     if spec is not None:
