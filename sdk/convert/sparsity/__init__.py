@@ -29,21 +29,24 @@ from sdk.convert.sparsity.base import (
 )
 from sdk.convert.sparsity.channel import (
     ChannelPruneResult,
+    ChannelPruning,
     ChannelRatio,
     prunable_groups,
     prune_channels,
+    prune_in_stages,
 )
-from sdk.convert.sparsity.nm import NMPattern, apply_masks, nm_mask, nm_masks, parse_nm
+from sdk.convert.sparsity.nm import NMPattern, apply_masks, keep_masks, nm_mask, nm_masks, parse_nm
 from sdk.convert.sparsity.readback import WeightSparsity, tflite_weight_sparsity
 from simulator.errors import UsageError
 from simulator.profiles import Profile
 from simulator.targets import target_for
 
 __all__ = [
-    "KINDS", "ChannelPruneResult", "ChannelRatio", "NMPattern", "PrunedLayer", "SparsityKind",
-    "SparsityOutcome", "SparsitySpec", "Training", "WeightSparsity", "apply_masks",
-    "check_allowed", "from_mapping", "from_options", "nm_mask", "nm_masks", "parse_nm",
-    "prunable_groups", "prune_channels", "tflite_weight_sparsity",
+    "KINDS", "ChannelPruneResult", "ChannelPruning", "ChannelRatio", "NMPattern", "PrunedLayer",
+    "SparsityKind", "SparsityOutcome", "SparsitySpec", "Training", "WeightSparsity",
+    "apply_masks", "check_allowed", "from_mapping", "from_options", "keep_masks", "nm_mask",
+    "nm_masks", "parse_nm", "prunable_groups", "prune_channels", "prune_in_stages",
+    "tflite_weight_sparsity",
 ]
 
 
