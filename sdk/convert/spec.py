@@ -103,10 +103,7 @@ class ConversionSpec:
     def from_options(cls, **options: Any) -> ConversionSpec:
         """The spec for ``convert()``'s keywords / the CLI's flag values (:data:`OPTIONS`);
         a UsageError (naming flags) for combinations that make no sense."""
-        unknown = sorted(set(options) - set(OPTIONS))
-        if unknown:
-            raise TypeError(f"unknown conversion option {unknown[0]!r}"
-                            f"{did_you_mean(unknown[0], list(OPTIONS))}")
+        _refuse_unknown(options)
         o = {**OPTIONS, **{k: v for k, v in options.items() if v is not None}}
         spec = sparsity.from_options(o)
         return cls.checked(o, () if spec is None else (spec,))
@@ -136,7 +133,8 @@ class ConversionSpec:
             float_baseline=bool(o["float_baseline"]), unsafe=bool(o["unsafe"]))
 
     def options(self) -> dict[str, Any]:
-        """The flat options that build this spec again (the inverse of :meth:`from_options`)."""
+        """The flat options that build this spec again (the inverse of :meth:`from_options`
+        for specs flags can express: one sparsity kind without per-layer ratios)."""
         out = {**OPTIONS, "scheme": self.scheme, "io_type": self.io_type,
                "calibration": self.calibration, "eval_data": self.eval_data,
                "float_baseline": self.float_baseline, "unsafe": self.unsafe}
@@ -158,12 +156,12 @@ class ConversionSpec:
 
     def with_options(self, **options: Any) -> ConversionSpec:
         """This spec with the given options (None: not given) replacing its own: flags
-        over a ``--spec`` file. A sparsity flag replaces the file's sparsity of any kind."""
+        over a ``--spec`` file. A sparsity flag replaces the file's sparsity, all kinds."""
+        _refuse_unknown(options)
         given = {k: v for k, v in options.items() if v is not None}
-        merged = self.options()
-        if any(k.option in given for k in sparsity.KINDS.values()):
-            merged.update({k.option: None for k in sparsity.KINDS.values()})
-        return ConversionSpec.from_options(**{**merged, **given})
+        flagged = sparsity.from_options(given)
+        return ConversionSpec.checked({**self.options(), **given},
+                                      self.sparsity if flagged is None else (flagged,))
 
     # ----------------------------------------------------------------------- YAML
     @classmethod
@@ -258,6 +256,13 @@ SPEC_KEYS = ("scheme", "io_type", "calibration", "eval", "sparsity", "fine_tune"
              "optimize_memory", "float_baseline")
 FINE_TUNE_KEYS = ("train", "epochs", "distill")
 MEMORY_KEYS = ("patches", "max_mac_overhead", "patch_objective")
+
+
+def _refuse_unknown(options: Mapping[str, Any]) -> None:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown conversion option {unknown[0]!r}"
+                        f"{did_you_mean(unknown[0], list(OPTIONS))}")
 
 
 @dataclass

@@ -111,6 +111,17 @@ def test_flags_given_override_the_spec_file_and_the_rest_comes_from_it(tmp_path)
     assert convert_command.spec_from_args(_args()) == ConversionSpec()
 
 
+def test_flags_keep_a_spec_files_sparsity_that_no_flag_can_say(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text("calibration: c.npz\nsparsity:\n"
+                    "  - {kind: channel, ratio: 0.0, layers: {conv2+conv3: 0.5}}\n"
+                    "  - {kind: n:m, pattern: \"2:4\"}\n")
+    spec = convert_command.spec_from_args(_args("--spec", str(path), "--scheme", "int8"))
+    assert spec.sparsity == (sparsity.ChannelRatio(0.0, (("conv2+conv3", 0.5),)),
+                             sparsity.NMPattern(2, 4))
+    assert spec.scheme == "int8"
+
+
 def test_the_cli_offers_one_flag_per_registered_sparsity_kind():
     args = _args("--sparsity", "2:4")
     assert {k.option for k in sparsity.KINDS.values()} <= set(vars(args))
