@@ -135,13 +135,13 @@ def verdict_line(report) -> tuple[str, str]:
     figures += [f"{name} unchecked ({why})" for name, why in report.unchecked_budgets.items()]
     reasons = [f"{b.name} over budget by {format_figure(-b.margin, b.unit)}"
                for b in sim.budgets if not b.ok]
-    ops = (sim.compatibility or {}).get("unsupported_ops") or []
+    ops = sim.compatibility.unsupported_ops if sim.compatibility is not None else ()
     if ops:
-        named = [f"{o['op']}" + (f" (layer {layer})" if (layer := report.layer_of(o)) else "")
-                 for o in ops[:6]]
+        named = [o.op + (f" (layer {layer})" if (layer := report.layer_of(o.subgraph, o.op_index))
+                         else "") for o in ops[:6]]
         reasons.append(f"{report.runtime} cannot run {', '.join(named)}"
                        + (f" and {len(ops) - 6} more" if len(ops) > 6 else "")
-                       + (f": {ops[0]['reason']}" if ops[0].get("reason") else ""))
+                       + (f": {ops[0].reason}" if ops[0].reason else ""))
     if report.verdict != "pass":
         word, colour = "FAIL: " + "; ".join(reasons or ["see the report"]), "red"
     elif report.unchecked_budgets:

@@ -16,7 +16,7 @@ import os
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +32,7 @@ from simulator.targets import target_for
 
 if TYPE_CHECKING:
     from simulator.optimize.driver import OptimizeReport
-    from simulator.report import Report
+    from simulator.report import Report, UnsupportedOp
 
 log = logging.getLogger(__name__)
 
@@ -271,18 +271,11 @@ def simulate(job: Job, layers: dict[str, str]) -> Simulated:
         # The .tflite is written and fine; a simulator that cannot judge it (e.g. a profile
         # without a cost for this dtype) must not turn the conversion into a failure.
         return Simulated(warning=f"simulation on {profile.name} failed, no verdict: {exc}")
-    out = Simulated(report=sim)
-    unsupported = (sim.compatibility or {}).get("unsupported_ops") or []
+    out = Simulated(report=sim, unchecked={str(k): why for k, why in
+                                           sim.unchecked_budgets.items()})
+    unsupported = sim.compatibility.unsupported_ops if sim.compatibility is not None else ()
     if unsupported:
         out.unsupported_layers = _unsupported_layers(read_model(path), unsupported, layers)
-    checked = {b.name for b in sim.budgets}
-    for name, limit in (("flash", profile.budgets.flash_bytes),
-                        ("arena", profile.budgets.arena_bytes),
-                        ("latency", profile.budgets.latency_ms)):
-        if limit is not None and name not in checked:
-            out.unchecked[name] = next(
-                (n for n in sim.notes if n.startswith(f"no device {name}")
-                 or n.startswith(f"no {name}")), f"no {name} figure")
     return out
 
 
@@ -293,19 +286,19 @@ def after_convert(job: Job) -> Any:
     return None if hook is None else hook(job.output, job.profile)
 
 
-def _unsupported_layers(model: Any, unsupported: list[dict[str, Any]],
+def _unsupported_layers(model: Any, unsupported: Sequence[UnsupportedOp],
                         layers: dict[str, str]) -> dict[str, str]:
     """The Keras layer of each unsupported op (from its output tensor's name)."""
     from sdk.convert.diagnose import layer_of
 
     found: dict[str, str] = {}
     for entry in unsupported:
-        graph = model.subgraphs[entry.get("subgraph", 0)]
-        op = graph.operators[entry["op_index"]]
+        graph = model.subgraphs[entry.subgraph]
+        op = graph.operators[entry.op_index]
         names = [graph.tensors[i].name for i in op.outputs if i >= 0]
         layer = next((layer_of(n, list(layers)) for n in names), None)
         if layer:
-            found[f"{entry.get('subgraph', 0)}:{entry['op_index']}"] = layer
+            found[f"{entry.subgraph}:{entry.op_index}"] = layer
     return found
 
 

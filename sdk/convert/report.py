@@ -96,9 +96,9 @@ class ConversionReport:
         before = self.float_tflite_bytes or self.float_weight_bytes
         return self.output_bytes / before if before else None
 
-    def layer_of(self, op: dict[str, Any]) -> str | None:
-        """The Keras layer of an ``unsupported_ops`` entry of the simulation, if known."""
-        return self.unsupported_layers.get(f"{op.get('subgraph', 0)}:{op['op_index']}")
+    def layer_of(self, subgraph: int, op_index: int) -> str | None:
+        """The Keras layer of an unsupported op of the simulation, if known."""
+        return self.unsupported_layers.get(f"{subgraph}:{op_index}")
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -112,7 +112,7 @@ class ConversionReport:
         del out["unsupported_layers"]
         if self.simulation is not None:  # the layer next to each unsupported op, as before
             for op in (out["simulation"].get("compatibility") or {}).get("unsupported_ops") or []:
-                layer = self.layer_of(op)
+                layer = self.layer_of(op.get("subgraph", 0), op["op_index"])
                 if layer:
                     op["layer"] = layer
         out["size_ratio"] = self.size_ratio
