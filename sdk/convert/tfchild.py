@@ -246,7 +246,7 @@ def main(work_dir: str) -> int:
         emit(done={"source": result.source, "kind": result.kind,
                    "input_shape": list(result.input_shape), "converter": result.converter,
                    "float_weight_bytes": result.float_weight_bytes, "layers": result.layers,
-                   "parts": result.parts})
+                   "sparsity": result.sparsity})
         return 0
     except errors.DevicefitError as exc:
         traceback.print_exc()
