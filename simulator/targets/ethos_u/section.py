@@ -1,0 +1,172 @@
+"""The Ethos-U section of a report: Vela's figures for one model on one profile.
+
+Every figure in it is Vela's own (read from its summary and per-layer CSVs) or read from the
+compiled file; devicefit adds the partition in the user's operators (which of *their* ops run
+on the NPU, which stay on the Cortex-M and Vela's reason), the Cortex-M part's latency and
+op support. It renders itself (text, HTML) and goes to JSON as :meth:`to_dict`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from html import escape
+
+from simulator.units import format_size, format_time_ms
+
+NPU, CPU = "npu", "cpu"
+
+
+@dataclass(frozen=True)
+class PartitionOp:
+    """One operator of the model Vela was given, and where it runs."""
+
+    subgraph: int
+    op_index: int
+    op: str
+    unit: str  # NPU or CPU
+    #: Vela's words for a CPU op ("Unsupported depth-reduction. ..."), else None.
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class LayerCycles:
+    """One row of Vela's per-layer CSV (its rewritten operators, not the user's)."""
+
+    original_op: str
+    vela_op: str
+    unit: str
+    cycles: int
+    macs: int
+    name: str
+
+
+@dataclass(frozen=True)
+class VelaFigures:
+    """Vela's summary CSV, in bytes, cycles and seconds."""
+
+    accelerator: str
+    system_config: str
+    memory_mode: str
+    core_clock_hz: float
+    sram_used_bytes: int
+    dram_used_bytes: int
+    on_chip_flash_used_bytes: int
+    off_chip_flash_used_bytes: int
+    original_weights_bytes: int
+    encoded_weights_bytes: int
+    npu_cycles: int
+    total_cycles: int
+    inference_time_s: float
+    macs: int
+
+
+@dataclass(frozen=True)
+class EthosUSection:
+    """``compatibility.ethos-u``: the NPU/CPU split and Vela's figures (None where the file
+    alone cannot tell, e.g. cycles of a model someone else compiled)."""
+
+    #: "vela" (devicefit ran Vela), "vela record" (a compiled file with the record
+    #: ``devicefit convert`` wrote beside it) or "compiled file" (no Vela figures).
+    basis: str
+    vela_version: str | None
+    compiled_bytes: int
+    ethos_u_ops: int
+    npu_ops: int
+    cpu_ops: int
+    partition: tuple[PartitionOp, ...]
+    #: The NPU scratch tensors' bytes in the compiled file (its arena and fast scratch).
+    scratch_bytes: int
+    figures: VelaFigures | None = None
+    per_layer: tuple[LayerCycles, ...] = ()
+    #: Vela's total cycles at its clock; the Cortex-M part from devicefit's kernel tables.
+    npu_ms: float | None = None
+    cpu_ms: float | None = None
+    cpu_band: tuple[float, float] | None = None
+    #: Vela's own "CPU/NPU operators = N" lines (its rewritten ops; see notes).
+    vela_counts: tuple[int | None, int | None] = (None, None)
+    command: tuple[str, ...] = ()
+    ini: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def latency_ms(self) -> float | None:
+        if self.npu_ms is None or self.cpu_ms is None:
+            return None
+        return self.npu_ms + self.cpu_ms
+
+    @property
+    def latency_band_ms(self) -> tuple[float, float] | None:
+        """Vela's NPU time as it is, the Cortex-M part widened by its kernel tables' band."""
+        if self.latency_ms is None or self.npu_ms is None or self.cpu_ms is None:
+            return None
+        low, high = self.cpu_band or (1.0, 1.0)
+        return (self.npu_ms + self.cpu_ms * low, self.npu_ms + self.cpu_ms * high)
+
+    def cpu_partition(self) -> list[PartitionOp]:
+        return [p for p in self.partition if p.unit == CPU]
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["latency_ms"] = self.latency_ms
+        out["latency_band_ms"] = list(self.latency_band_ms) if self.latency_band_ms else None
+        return out
+
+    def text_lines(self) -> list[str]:
+        f = self.figures
+        basis = {"vela": f"Vela {self.vela_version} run by devicefit",
+                 "vela record": f"Vela {self.vela_version}, record written by devicefit convert",
+                 "compiled file": "read from the compiled file; no Vela figures"}[self.basis]
+        lines = [f"Ethos-U NPU ({basis})"]
+        if f is not None:
+            lines.append(f"  config       {f.accelerator}, system {f.system_config}, memory mode "
+                         f"{f.memory_mode}, NPU clock {f.core_clock_hz / 1e6:g} MHz")
+        lines.append(f"  partition    {self.npu_ops} ops on the NPU ({self.ethos_u_ops} ethos-u "
+                     f"op{'s' if self.ethos_u_ops != 1 else ''}), {self.cpu_ops} on the Cortex-M")
+        for p in self.cpu_partition()[:12]:
+            where = f"{p.subgraph}:{p.op_index}" if p.subgraph else str(p.op_index)
+            lines.append(f"    CPU op {where} {p.op}: {p.reason or 'left on the CPU by Vela'}")
+        if len(self.cpu_partition()) > 12:
+            lines.append(f"    ... {len(self.cpu_partition()) - 12} more (JSON has all)")
+        if f is not None:
+            lines.append(f"  SRAM         {_b(f.sram_used_bytes)} (Vela)"
+                         + (f"; DRAM {_b(f.dram_used_bytes)}" if f.dram_used_bytes else ""))
+            lines.append(f"  flash        {_b(f.off_chip_flash_used_bytes + f.on_chip_flash_used_bytes)}"
+                         f" (Vela); compiled file {_b(self.compiled_bytes)}")
+            lines.append(f"  weights      {_b(f.encoded_weights_bytes)} encoded (from "
+                         f"{_b(f.original_weights_bytes)})")
+            lines.append(f"  cycles       {f.total_cycles:,} (NPU {f.npu_cycles:,}); "
+                         f"{f.macs:,} MACs")
+        else:
+            lines.append(f"  scratch      {_b(self.scratch_bytes)} (NPU arena in the file); "
+                         f"compiled file {_b(self.compiled_bytes)}")
+        if self.latency_ms is not None and self.npu_ms is not None and self.cpu_ms is not None:
+            band = self.latency_band_ms
+            likely = (f" (likely {format_time_ms(band[0])}–{format_time_ms(band[1])})"
+                      if band and band[0] != band[1] else "")
+            lines.append(f"  latency      {format_time_ms(self.latency_ms)}{likely} = NPU "
+                         f"{format_time_ms(self.npu_ms)} (Vela) + Cortex-M "
+                         f"{format_time_ms(self.cpu_ms)} (estimated)")
+        top = sorted(self.per_layer, key=lambda r: -r.cycles)[:5]
+        if top:
+            lines.append("  most cycles  " + "; ".join(
+                f"{r.original_op}/{r.vela_op} {r.cycles:,}" for r in top))
+        lines += [f"  note         {n}" for n in self.notes]
+        return lines
+
+    def html(self) -> str:
+        """The NPU/CPU split as a table, each operator coloured by where it runs."""
+        rows = "".join(
+            f"<tr class='{p.unit}'><td>{p.subgraph}:{p.op_index}</td><td>{escape(p.op)}</td>"
+            f"<td>{p.unit.upper()}</td><td>{escape(p.reason or '')}</td></tr>"
+            for p in self.partition)
+        items = "".join(f"<li>{escape(line.strip())}</li>" for line in self.text_lines()[1:]
+                        if not line.startswith("    "))
+        return (f"<section class='ethos-u'><h2>{escape(self.text_lines()[0])}</h2>"
+                f"<ul>{items}</ul><style>.ethos-u tr.npu td{{background:#e3f2e1}}"
+                f".ethos-u tr.cpu td{{background:#fbe3d6}}</style>"
+                f"<table><tr><th>op</th><th>type</th><th>runs on</th><th>Vela's reason</th></tr>"
+                f"{rows}</table></section>")
+
+
+def _b(n: int) -> str:
+    return f"{n:,} B" + (f" ({format_size(n)})" if n >= 10240 else "")
