@@ -22,6 +22,7 @@ import yaml
 from simulator.errors import ProfileError
 from simulator.fileio import regular_file_problem
 from simulator.safeyaml import load_yaml, read_regular_file
+from simulator.targets import TARGETS, Target, union
 from simulator.units import (
     SIZE_UNITS_HELP,
     TIME_UNITS_HELP,
@@ -33,14 +34,29 @@ from simulator.units import (
 PROFILE_SUFFIXES = (".yaml", ".yml")
 ENV_PROFILES = "DEVICEFIT_PROFILES"
 
-DEVICE_CLASSES = ("mobile-cpu", "edgetpu", "mcu")
-RUNTIMES = ("litert", "edgetpu", "tflm")
-DELEGATES = ("xnnpack", "gpu", "nnapi", "edgetpu")
-KERNELS = ("reference", "cmsis-nn", "xnnpack", "esp-nn", "andes-nn", "edgetpu")
 QUANT_SCHEMES = ("int8", "int16x8", "float16", "dynamic", "float32")
 IO_TYPES = ("int8", "uint8", "int16", "float32")
 SPARSITY_KINDS = ("none", "n:m", "channel")
-OP_TABLES = ("tflm", "litert", "edgetpu")
+
+#: Names whose allowed values the registered targets declare (:mod:`simulator.targets`):
+#: module attributes computed when read, so a registered target is accepted at once.
+_FROM_TARGETS: dict[str, Callable[[Target], tuple[str, ...]]] = {
+    "RUNTIMES": lambda t: (t.name,),
+    "OP_TABLES": lambda t: (t.name,),
+    "DEVICE_CLASSES": lambda t: t.device_kinds,
+    "KERNELS": lambda t: t.kernels,
+    "DELEGATES": lambda t: t.delegates,
+}
+
+
+def _declared(name: str) -> tuple[str, ...]:
+    return union(_FROM_TARGETS[name])
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    if name in _FROM_TARGETS:
+        return _declared(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --------------------------------------------------------------------------- typed profile
@@ -287,57 +303,62 @@ def _band(v: Any) -> tuple[float, float]:
 SIZE = _wrap(parse_size, SIZE_UNITS_HELP)
 TIME = _wrap(parse_time_ms, TIME_UNITS_HELP)
 
-#: The profile schema: nested mappings of key → Leaf. Unknown keys are errors.
-SCHEMA: dict[str, Any] = {
-    "name": _str(),
-    "description": _str(),
-    "extends": _str(),
-    "abstract": _bool(),
-    "device": {
-        "class": _enum(*DEVICE_CLASSES),
-        "cpu": _str(),
-        "clock": _wrap(parse_frequency_hz, "a frequency such as 120MHz"),
-        "cores": _int(1, 1024),
-        "sram": SIZE,
-        "flash": SIZE,
-        "ram": SIZE,
-        "psram": SIZE,
-    },
-    "runtime": {
-        "name": _enum(*RUNTIMES),
-        "threads": _int(1, 64),
-        "delegates": _list(_enum(*DELEGATES)),
-        "kernels": _enum(*KERNELS),
-        "pointer_size": _one_of_ints(4, 8),
-        "code_size": SIZE,
-        "version": _wrap(_version, "a version such as 2.3.1"),
-    },
-    "budgets": {"flash": SIZE, "arena": SIZE, "latency": TIME},
-    "quantization": {
-        "schemes": _list(_enum(*QUANT_SCHEMES), non_empty=True),
-        "default": _enum(*QUANT_SCHEMES),
-        "io_types": _list(_enum(*IO_TYPES), non_empty=True),
-        "per_channel": _bool(),
-    },
-    "sparsity": {
-        "kinds": _list(_enum(*SPARSITY_KINDS), non_empty=True),
-        "n_m": _wrap(_nm_pattern, "an N:M pattern such as 2:4"),
-    },
-    "ops": {"table": _enum(*OP_TABLES), "allow": _list(_str()), "max_cpu_share": _share()},
-    "cost_model": {
-        "cycles_per_mac": _mapping(_number()),
-        "cycles_per_byte": _number(),
-        "op_overhead": TIME,
-        "parallel_efficiency": _number(),
-        "tpu_macs_per_second": _number(),
-        "tpu_efficiency": _fraction(),
-        "invoke_overhead": TIME,
-        "link_bandwidth": _wrap(_bandwidth, "a rate such as 320MB/s"),
-        "param_cache": SIZE,
-        "error_band": _wrap(_band, "[low, high] multipliers with 0 < low <= 1 <= high"),
-        "sources": _list(_str()),
-    },
-}
+
+def profile_schema() -> dict[str, Any]:
+    """The profile schema: nested mappings of key → Leaf; unknown keys are errors. Runtime
+    names, device classes, kernels, delegates and op tables are those the registered
+    targets declare (each file is checked on its own, so against all of them; :func:`_build`
+    checks the merged profile against its own target)."""
+    return {
+        "name": _str(),
+        "description": _str(),
+        "extends": _str(),
+        "abstract": _bool(),
+        "device": {
+            "class": _enum(*_declared("DEVICE_CLASSES")),
+            "cpu": _str(),
+            "clock": _wrap(parse_frequency_hz, "a frequency such as 120MHz"),
+            "cores": _int(1, 1024),
+            "sram": SIZE,
+            "flash": SIZE,
+            "ram": SIZE,
+            "psram": SIZE,
+        },
+        "runtime": {
+            "name": _enum(*_declared("RUNTIMES")),
+            "threads": _int(1, 64),
+            "delegates": _list(_enum(*_declared("DELEGATES"))),
+            "kernels": _enum(*_declared("KERNELS")),
+            "pointer_size": _one_of_ints(4, 8),
+            "code_size": SIZE,
+            "version": _wrap(_version, "a version such as 2.3.1"),
+        },
+        "budgets": {"flash": SIZE, "arena": SIZE, "latency": TIME},
+        "quantization": {
+            "schemes": _list(_enum(*QUANT_SCHEMES), non_empty=True),
+            "default": _enum(*QUANT_SCHEMES),
+            "io_types": _list(_enum(*IO_TYPES), non_empty=True),
+            "per_channel": _bool(),
+        },
+        "sparsity": {
+            "kinds": _list(_enum(*SPARSITY_KINDS), non_empty=True),
+            "n_m": _wrap(_nm_pattern, "an N:M pattern such as 2:4"),
+        },
+        "ops": {"table": _enum(*_declared("OP_TABLES")), "allow": _list(_str()), "max_cpu_share": _share()},
+        "cost_model": {
+            "cycles_per_mac": _mapping(_number()),
+            "cycles_per_byte": _number(),
+            "op_overhead": TIME,
+            "parallel_efficiency": _number(),
+            "tpu_macs_per_second": _number(),
+            "tpu_efficiency": _fraction(),
+            "invoke_overhead": TIME,
+            "link_bandwidth": _wrap(_bandwidth, "a rate such as 320MB/s"),
+            "param_cache": SIZE,
+            "error_band": _wrap(_band, "[low, high] multipliers with 0 < low <= 1 <= high"),
+            "sources": _list(_str()),
+        },
+    }
 
 
 # --------------------------------------------------------------------------- YAML with lines
@@ -444,7 +465,7 @@ def _read_file(path: Path) -> _RawFile:
     data, lines = _compose(text, path)
     if data is None:
         raise ProfileError(f"{path}: profile file is empty")
-    return _RawFile(path, _validate(data, SCHEMA, path, lines), data, lines)
+    return _RawFile(path, _validate(data, profile_schema(), path, lines), data, lines)
 
 
 def _resolve_ref(ref: str, relative_to: Path | None, files: dict[str, Path]) -> Path:
@@ -524,6 +545,28 @@ def _require(merged: dict, section: str, key: str, leaf: _RawFile) -> Any:
     return value
 
 
+def _check_target(m: dict, target: Target, leaf: _RawFile) -> None:
+    """Refuse settings the profile's target cannot honour: each file was checked against
+    every target's values, the merged profile is checked against its own."""
+    rt, q, sp = m.get("runtime", {}), m.get("quantization", {}), m.get("sparsity", {})
+    asked = (("device.class", (m["device"]["class"],), target.device_kinds),
+             ("runtime.kernels", (rt["kernels"],) if "kernels" in rt else (), target.kernels),
+             ("runtime.delegates", rt.get("delegates", ()), target.delegates),
+             ("quantization.schemes", q.get("schemes", ()), target.quant_schemes))
+    for key, values, allowed in asked:
+        wrong = [v for v in values if v not in allowed]
+        if wrong:
+            raise ProfileError(
+                f"{leaf.path}: {key} '{wrong[0]}' is not for runtime '{target.name}' "
+                f"({target.title} takes: {', '.join(allowed) or 'none'})")
+    if "int16" in q.get("io_types", ()) and not target.int16_io:
+        raise ProfileError(f"{leaf.path}: quantization.io_types has int16, which "
+                           f"{target.title} does not take as model input or output")
+    if "n:m" in sp.get("kinds", ()) and target.sparse_weights is not None:
+        raise ProfileError(f"{leaf.path}: sparsity.kinds has 'n:m', which gives "
+                           f"{target.title} nothing: {target.sparse_weights}")
+
+
 def _build(m: dict, shown: dict, leaf: _RawFile, parents: tuple[str, ...]) -> Profile:
     dev, rt = m.get("device", {}), m.get("runtime", {})
     kind = _require(m, "device", "class", leaf)
@@ -540,6 +583,7 @@ def _build(m: dict, shown: dict, leaf: _RawFile, parents: tuple[str, ...]) -> Pr
     kinds = sp.get("kinds", ("none",))
     if "n:m" in kinds and not sp.get("n_m"):
         raise ProfileError(f"{leaf.path}: sparsity.kinds has 'n:m' but sparsity.n_m is not set")
+    _check_target(m, TARGETS[runtime_name], leaf)
     cm = m.get("cost_model", {})
     ops = m.get("ops", {})
     cpu = dev.get("cpu")
