@@ -309,7 +309,7 @@ def profile_schema() -> dict[str, Any]:
     names, device classes, kernels, delegates and op tables are those the registered
     targets declare (each file is checked on its own, so against all of them; :func:`_build`
     checks the merged profile against its own target)."""
-    return {
+    schema: dict[str, Any] = {
         "name": _str(),
         "description": _str(),
         "extends": _str(),
@@ -359,6 +359,10 @@ def profile_schema() -> dict[str, Any]:
             "sources": _list(_str()),
         },
     }
+    for target in TARGETS.values():  # keys a target declares, e.g. its own section
+        for section, keys in target.profile_keys.items():
+            schema.setdefault(section, {}).update(keys)
+    return schema
 
 
 # --------------------------------------------------------------------------- YAML with lines

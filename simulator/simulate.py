@@ -26,6 +26,7 @@ from simulator.planners import plan_memory
 from simulator.planners.base import MemoryPlan
 from simulator.profiles import Profile, load_profile
 from simulator.reader import read_model
+from simulator.targets import target_for
 from simulator.report import (
     ComputeReport,
     MemoryReport,
@@ -56,6 +57,8 @@ def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = Fals
     if not isinstance(profile, Profile):
         profile = load_profile(profile, list(profiles_dirs))
     model = read_model(model_path)
+    if (prepare := target_for(profile).prepare) is not None:  # e.g. compile it for an NPU
+        model = prepare(model, profile)
     report = static_report(model, profile, order)
     if run:
         # Imported here: the static path must not load native runtimes.

@@ -51,6 +51,9 @@ The record (all fields but the last two required):
 ``profile_keys``
     Extra YAML keys the target declares, ``{section: {key: Leaf}}`` (the Edge TPU's
     constants under ``cost_model``), validated like the built-in keys.
+``prepare``
+    ``(model, profile) -> model``: the model the device runs, which simulate reports on
+    (the Ethos-U: Vela's compilation of a plain int8 model); None: the model itself.
 ``after_convert``
     ``(path, profile) -> extra | None``, run by ``convert`` on the written model (the Edge
     TPU partition of the result); None when the target adds nothing.
@@ -110,6 +113,7 @@ class Target:
     bench_tool: str | None = None
     profile_keys: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     after_convert: Callable[..., Any] | None = None
+    prepare: Callable[[Model, Profile], Model] | None = None  # the model the device runs
 
 
 def lazy(ref: str) -> Callable[..., Any]:

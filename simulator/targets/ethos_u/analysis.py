@@ -43,6 +43,9 @@ FLOATS = ("float32", "float16")
 #: Compiled model sha256 → its section: simulate's stages (plan, op check, section, latency)
 #: all ask about the same compilation, which runs Vela once.
 _SECTIONS: dict[str, EthosUSection] = {}
+#: (source sha256, Vela configuration) → compiled model: convert's Vela step and its
+#: simulation of the int8 file share one Vela run.
+_COMPILED: dict[tuple[str, VelaConfig], Model] = {}
 
 
 def config_for(profile: Profile) -> VelaConfig:
@@ -64,10 +67,14 @@ def compiled_model(model: Model, profile: Profile) -> Model:
         _SECTIONS.setdefault(model.sha256, _precompiled_section(model))
         return model
     config = config_for(profile)
+    found = _COMPILED.get((model.sha256, config))
+    if found is not None:
+        return found
     data = Path(model.path).read_bytes()
     run = run_vela(data, config, name=Path(model.path).stem or "model")
     compiled = parse_model(run.compiled, model.path)
     _SECTIONS[compiled.sha256] = section_from_run(model, compiled, run, "vela", profile)
+    _COMPILED[(model.sha256, config)] = compiled
     return compiled
 
 
@@ -86,7 +93,7 @@ def partition(source: Model, compiled: Model, reasons: tuple[CpuReason, ...]) ->
     """Where each of the user's operators runs. An operator still in the compiled file (same
     subgraph, type and outputs) stays on the CPU; every other one went into an ``ethos-u``
     op (Vela also folds some away, e.g. reshapes, which costs the NPU nothing)."""
-    kept = {(sg.index, op.op_name, _outputs(sg, op.outputs))
+    kept = {(sg.index, op.op_name, _outputs(sg, op.outputs)): op.index
             for sg in compiled.subgraphs for op in sg.operators if op.op_name != ETHOS_U_OP}
     said: dict[str, str] = {}
     for r in reasons:
@@ -95,9 +102,10 @@ def partition(source: Model, compiled: Model, reasons: tuple[CpuReason, ...]) ->
     for sg in source.subgraphs:
         for op in sg.operators:
             outputs = _outputs(sg, op.outputs)
-            if (sg.index, op.op_name, outputs) in kept:
+            at = kept.get((sg.index, op.op_name, outputs))
+            if at is not None:
                 why = next((said[n] for n in outputs if n in said), None)
-                out.append(PartitionOp(sg.index, op.index, op.op_name, CPU, why))
+                out.append(PartitionOp(sg.index, op.index, op.op_name, CPU, why, at))
             else:
                 out.append(PartitionOp(sg.index, op.index, op.op_name, NPU))
     return out
@@ -181,9 +189,9 @@ def _precompiled_section(model: Model) -> EthosUSection:
     if record is not None:
         run, parts = record
         return section_from_run(model, model, run, "vela record", parts=parts)
-    parts = [PartitionOp(sg.index, op.index, op.op_name, NPU if op.op_name == ETHOS_U_OP else CPU,
-                         None if op.op_name == ETHOS_U_OP else
-                         "compiled before devicefit saw it: Vela's reason is not in the file")
+    parts = [PartitionOp(sg.index, op.index, op.op_name, NPU) if op.op_name == ETHOS_U_OP else
+             PartitionOp(sg.index, op.index, op.op_name, CPU, "compiled before devicefit saw "
+                         "it: Vela's reason is not in the file", op.index)
              for sg in model.subgraphs for op in sg.operators]
     return EthosUSection(
         basis="compiled file", vela_version=None, compiled_bytes=model.size_bytes,
@@ -270,11 +278,13 @@ def compile_file(src: Path, dst: Path, profile: Profile) -> tuple[Model, EthosUS
     """Vela's compilation of ``src`` written atomically to ``dst`` with its record beside it
     (``convert``'s Vela step)."""
     source = read_model(src)
-    run = run_vela(src.read_bytes(), config_for(profile), name=src.stem or "model")
+    config = config_for(profile)
+    run = run_vela(src.read_bytes(), config, name=src.stem or "model")
     compiled = parse_model(run.compiled, str(dst))
     parts = partition(source, compiled, run.cpu_reasons)
     write_atomic(dst, run.compiled)
     write_record(dst, compiled, run, parts)
     section = section_from_run(source, compiled, run, "vela", profile, parts)
     _SECTIONS[compiled.sha256] = section
+    _COMPILED[(source.sha256, config)] = dataclasses.replace(compiled, path=str(src))
     return compiled, _with_cpu_latency(section, compiled, profile)

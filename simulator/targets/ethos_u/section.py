@@ -26,6 +26,8 @@ class PartitionOp:
     unit: str  # NPU or CPU
     #: Vela's words for a CPU op ("Unsupported depth-reduction. ..."), else None.
     reason: str | None = None
+    #: A CPU op's index in the compiled file (its subgraph is the same).
+    compiled_index: int | None = None
 
 
 @dataclass(frozen=True)
@@ -105,10 +107,26 @@ class EthosUSection:
     def cpu_partition(self) -> list[PartitionOp]:
         return [p for p in self.partition if p.unit == CPU]
 
+    def latency_split(self) -> dict | None:
+        """The estimate as a target's latency split: Vela's NPU time (as it is: no
+        validation of Vela's cycle model exists here) plus the Cortex-M part, whose band
+        comes from devicefit's kernel tables. None when a part is unknown."""
+        total, band = self.latency_ms, self.latency_band_ms
+        if total is None or band is None or not total:
+            return None
+        return {"total_ms": total, "npu_ms": self.npu_ms, "cpu_ms": self.cpu_ms,
+                "band": [band[0] / total, band[1] / total],
+                "band_basis": "Vela's cycles at the NPU clock as they are; the Cortex-M part "
+                              "widened by devicefit's kernel-table band",
+                "per_op": []}
+
+    def supported_line(self) -> str:
+        return (f"every operator can run ({self.npu_ops} on the NPU, {self.cpu_ops} on the "
+                f"Cortex-M)")
+
     def to_dict(self) -> dict:
         out = asdict(self)
-        out["latency_ms"] = self.latency_ms
-        out["latency_band_ms"] = list(self.latency_band_ms) if self.latency_band_ms else None
+        out["latency"] = self.latency_split()
         return out
 
     def text_lines(self) -> list[str]:
@@ -146,7 +164,7 @@ class EthosUSection:
             lines.append(f"  latency      {format_time_ms(self.latency_ms)}{likely} = NPU "
                          f"{format_time_ms(self.npu_ms)} (Vela) + Cortex-M "
                          f"{format_time_ms(self.cpu_ms)} (estimated)")
-        top = sorted(self.per_layer, key=lambda r: -r.cycles)[:5]
+        top = sorted((r for r in self.per_layer if r.cycles), key=lambda r: -r.cycles)[:5]
         if top:
             lines.append("  most cycles  " + "; ".join(
                 f"{r.original_op}/{r.vela_op} {r.cycles:,}" for r in top))
