@@ -26,7 +26,6 @@ from simulator.planners import plan_memory
 from simulator.planners.base import MemoryPlan
 from simulator.profiles import Profile, load_profile
 from simulator.reader import read_model
-from simulator.targets import target_for
 from simulator.report import (
     ComputeReport,
     MemoryReport,
@@ -37,6 +36,7 @@ from simulator.report import (
     Report,
     TimelineStep,
 )
+from simulator.targets import target_for
 from simulator.verdict import flash_bytes, judge
 
 log = logging.getLogger(__name__)

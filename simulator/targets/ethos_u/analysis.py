@@ -39,10 +39,13 @@ ETHOS_U_OP = "CUSTOM:ethos-u"
 RECORD_SUFFIX = ".vela.json"
 RECORD_FORMAT = "devicefit.vela/1"
 FLOATS = ("float32", "float16")
+#: Float/int conversions at a model's float inputs and outputs: cheap, and TFLM runs them on
+#: the Cortex-M; a float model is one whose *computing* operators are float.
+CONVERSIONS = ("QUANTIZE", "DEQUANTIZE")
 
-#: Compiled model sha256 → its section: simulate's stages (plan, op check, section, latency)
-#: all ask about the same compilation, which runs Vela once.
-_SECTIONS: dict[str, EthosUSection] = {}
+#: (path, sha256) of a compiled model → its section: simulate's stages (plan, op check,
+#: section, latency) all ask about the same compilation, which runs Vela once.
+_SECTIONS: dict[tuple[str, str], EthosUSection] = {}
 #: (source sha256, Vela configuration) → compiled model: convert's Vela step and its
 #: simulation of the int8 file share one Vela run.
 _COMPILED: dict[tuple[str, VelaConfig], Model] = {}
@@ -64,7 +67,8 @@ def compiled_model(model: Model, profile: Profile) -> Model:
     """The model the Ethos-U device runs: ``model`` if Vela compiled it already, else Vela's
     compilation of it (Vela runs here, once per model and profile)."""
     if is_compiled(model):
-        _SECTIONS.setdefault(model.sha256, _precompiled_section(model))
+        if _key(model) not in _SECTIONS:
+            _SECTIONS[_key(model)] = _precompiled_section(model)
         return model
     config = config_for(profile)
     found = _COMPILED.get((model.sha256, config))
@@ -73,19 +77,23 @@ def compiled_model(model: Model, profile: Profile) -> Model:
     data = Path(model.path).read_bytes()
     run = run_vela(data, config, name=Path(model.path).stem or "model")
     compiled = parse_model(run.compiled, model.path)
-    _SECTIONS[compiled.sha256] = section_from_run(model, compiled, run, "vela", profile)
+    _SECTIONS[_key(compiled)] = section_from_run(model, compiled, run, "vela", profile)
     _COMPILED[(model.sha256, config)] = compiled
     return compiled
 
 
 def section_for(model: Model, profile: Profile) -> EthosUSection:
     """The section of a model :func:`compiled_model` returned (compiled by Vela)."""
-    found = _SECTIONS.get(model.sha256)
+    found = _SECTIONS.get(_key(model))
     if found is None:
         found = _precompiled_section(model) if is_compiled(model) else None
     if found is None:
         raise ValueError("section_for() needs the model compiled_model() returned")
     return _with_cpu_latency(found, model, profile)
+
+
+def _key(model: Model) -> tuple[str, str]:
+    return (model.path, model.sha256)
 
 
 # --------------------------------------------------------------------------- partition
@@ -170,7 +178,8 @@ def section_from_run(source: Model, compiled: Model, run: VelaRun, basis: str,
             and fig.memory_mode.startswith("Shared"):
         notes.append(f"Vela's SRAM figure ({fig.sram_used_bytes:,} B) differs from the NPU "
                      f"scratch tensors in the file ({scratch_bytes(compiled):,} B)")
-    if any(p.unit == CPU and _is_float(source, p) for p in parts):
+    if any(p.unit == CPU and p.compiled_index is not None
+           and float_compute(compiled, p.subgraph, p.compiled_index) for p in parts):
         notes.append("float operators stay on the Cortex-M: the Ethos-U runs int8/int16 "
                      "only; quantize the model (devicefit convert --profile "
                      f"{profile.name if profile else '<ethos-u profile>'})")
@@ -206,11 +215,15 @@ def _count(model: Model, op_name: str) -> int:
     return sum(op.op_name == op_name for sg in model.subgraphs for op in sg.operators)
 
 
-def _is_float(model: Model, p: PartitionOp) -> bool:
-    sg = model.subgraphs[p.subgraph]
-    op = sg.operators[p.op_index]
-    return any(sg.tensors[i].dtype in FLOATS for i in (*op.inputs, *op.outputs)
-               if i >= 0 and not sg.tensors[i].has_data)
+def float_compute(model: Model, subgraph: int, op_index: int) -> str | None:
+    """The float dtype an operator computes in (conversions aside), else None."""
+    sg = model.subgraphs[subgraph]
+    op = sg.operators[op_index]
+    if op.op_name in CONVERSIONS:
+        return None
+    return next((sg.tensors[i].dtype for i in (*op.inputs, *op.outputs)
+                 if i >= 0 and not sg.tensors[i].has_data and sg.tensors[i].dtype in FLOATS),
+                None)
 
 
 # --------------------------------------------------------------------------- latency
@@ -285,6 +298,8 @@ def compile_file(src: Path, dst: Path, profile: Profile) -> tuple[Model, EthosUS
     write_atomic(dst, run.compiled)
     write_record(dst, compiled, run, parts)
     section = section_from_run(source, compiled, run, "vela", profile, parts)
-    _SECTIONS[compiled.sha256] = section
-    _COMPILED[(source.sha256, config)] = dataclasses.replace(compiled, path=str(src))
+    # simulate of the int8 file (convert's verdict) reports this compilation.
+    as_source = dataclasses.replace(compiled, path=str(src))
+    _COMPILED[(source.sha256, config)] = as_source
+    _SECTIONS[_key(as_source)] = section
     return compiled, _with_cpu_latency(section, compiled, profile)

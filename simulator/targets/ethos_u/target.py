@@ -15,9 +15,9 @@ from simulator.planners.base import MemoryPlan
 from simulator.profiles import Profile
 from simulator.targets.ethos_u.analysis import (
     ETHOS_U_OP,
-    FLOATS,
     compile_file,
     compiled_model,
+    float_compute,
     section_for,
 )
 from simulator.targets.ethos_u.section import CPU, EthosUSection
@@ -53,13 +53,12 @@ def check_ops(model: Model, profile: Profile) -> list[UnsupportedOp]:
         for op in sg.operators:
             if op.op_name == ETHOS_U_OP or (sg.index, op.index) in flagged:
                 continue
-            floats = [sg.tensors[i].dtype for i in (*op.inputs, *op.outputs)
-                      if i >= 0 and not sg.tensors[i].has_data and sg.tensors[i].dtype in FLOATS]
-            if floats:
+            dtype = float_compute(model, sg.index, op.index)
+            if dtype is not None:
                 vela = reasons.get((sg.index, op.index))
                 found.append(UnsupportedOp(
                     op.index, op.op_name,
-                    f"{floats[0]} operator: the Ethos-U NPU runs int8/int16 only, so it stays "
+                    f"{dtype} operator: the Ethos-U NPU runs int8/int16 only, so it stays "
                     f"on the Cortex-M" + (f" (Vela: {vela})" if vela else "")
                     + f"; quantize the model (devicefit convert --profile {profile.name})",
                     sg.index))

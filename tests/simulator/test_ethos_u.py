@@ -1,0 +1,207 @@
+"""The Ethos-U target with the real Vela compiler (ethos-u-vela 5.2.0) in the loop.
+
+Every test runs Vela for real (a child process, about a second per small model); the
+models are the zoo's (built with the real TF converter). Public models: tests/public_models/
+test_corpus_ethos_u.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sdk.cli import main
+from simulator.profiles import load_profile
+from simulator.reader import read_model
+from simulator.simulate import simulate
+from simulator.targets import target_for
+from simulator.targets.ethos_u.analysis import record_path
+from simulator.targets.ethos_u.config import vela_config
+from simulator.targets.ethos_u.vela import run_vela
+
+VELA_INI = "Arm/vela.ini"  # shipped inside ethos-u-vela: Vela's own reference configs
+#: Vela's reference system "Ethos_U55_High_End_Embedded" + "Shared_Sram", as a profile section.
+HIGH_END = {
+    "accelerator": "ethos-u55-128", "system_config": "Ethos_U55_High_End_Embedded",
+    "memory_mode": "Shared_Sram", "npu_clock": "500MHz", "axi0": "sram",
+    "axi1": "off_chip_flash", "const_area": "axi1", "arena_area": "axi0", "cache_area": "axi0",
+    "memories": {"sram": {"clock_scale": 1.0, "burst_length": 32, "read_latency": 32,
+                          "write_latency": 32, "max_reads": 4, "max_writes": 4},
+                 "off_chip_flash": {"clock_scale": 0.125, "burst_length": 128,
+                                    "read_latency": 64, "write_latency": 0, "max_reads": 2,
+                                    "max_writes": 0}}}
+
+
+def vela_cli(model: Path, out: Path, *options: str) -> dict[str, str]:
+    """Vela's own command line, as a user runs it; its summary CSV row."""
+    cmd = [sys.executable, "-c", "import sys; from ethosu.vela.vela import main; sys.exit(main())",
+           *options, "--output-dir", str(out), str(model)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    [summary] = out.glob("*_summary_*.csv")
+    return next(csv.DictReader(summary.open()))
+
+
+def simulate_json(capsys, model: Path, profile: str, *more: str) -> tuple[int, dict]:
+    code = main(["simulate", str(model), "--profile", profile, "--json", *more])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_generated_ini_gives_what_vela_gives_with_its_own_config(tmp_path, model_zoo):
+    """A profile section equal to Vela's reference config compiles to the same bytes and
+    the same figures as Vela's own CLI with that config."""
+    model = model_zoo("mobilenet_v2_96_int8")
+    ours = run_vela(model.read_bytes(), vela_config(HIGH_END, tmp_path / "p.yaml", "p"))
+    theirs = vela_cli(model, tmp_path / "vela", "--accelerator-config", "ethos-u55-128",
+                      "--config", VELA_INI, "--system-config", "Ethos_U55_High_End_Embedded",
+                      "--memory-mode", "Shared_Sram")
+    for key in ("cycles_total", "cycles_npu", "sram_memory_used", "off_chip_flash_memory_used",
+                "total_npu_encoded_weights", "inference_time"):
+        assert ours.summary[key] == theirs[key], key
+    [compiled] = (tmp_path / "vela").glob("*_vela.tflite")
+    assert ours.compiled == compiled.read_bytes()
+
+
+def test_int8_model_simulates_as_vela_compiles_it(tmp_path, capsys, model_zoo):
+    src = model_zoo("mobilenet_v2_96_int8")
+    code, report = simulate_json(capsys, src, "ethos-u55-128")
+    assert code == 0 and report["verdict"] == "pass"
+    s = report["compatibility"]["ethos-u"]
+    source_ops = sum(len(sg.operators) for sg in read_model(src).subgraphs)
+    assert s["basis"] == "vela" and s["vela_version"] == "5.2.0"
+    assert (s["npu_ops"], s["cpu_ops"]) == (source_ops, 0)
+    assert report["model"]["op_types"] == {"CUSTOM:ethos-u": 1}
+    # Shared_Sram: Vela's SRAM figure is the NPU scratch tensor of the compiled file, which
+    # the TFLM arena holds (plus the Cortex-M side's tail).
+    f = s["figures"]
+    assert f["sram_used_bytes"] == s["scratch_bytes"] > 0
+    assert report["memory"]["arena_bytes"] >= f["sram_used_bytes"]
+    profile = load_profile("ethos-u55-128")
+    assert report["memory"]["flash_bytes"] == s["compiled_bytes"] + profile.runtime.code_bytes
+    assert f["core_clock_hz"] == 160e6  # the profile's ethos_u.npu_clock
+    assert s["latency"]["npu_ms"] == pytest.approx(f["total_cycles"] / 160e6 * 1e3)
+    assert s["latency"]["npu_ms"] == pytest.approx(f["inference_time_s"] * 1e3, rel=1e-5)
+    assert report["latency"]["estimated_device_ms"] == pytest.approx(s["latency"]["total_ms"])
+    assert sum(r["cycles"] for r in s["per_layer"]) > 0
+    assert {b["name"] for b in report["budgets"]} == {"flash", "arena", "latency"}
+
+
+def test_op_the_npu_cannot_take_runs_on_the_cortex_m_with_velas_reason(capsys, model_zoo):
+    """The zoo's edgetpu_limits_int8 ends in a MEAN over 6 channels: Vela keeps it on the
+    CPU ("Unsupported depth-reduction"); TFLM runs it, so the verdict stays a pass."""
+    code, report = simulate_json(capsys, model_zoo("edgetpu_limits_int8"), "ethos-u55-128")
+    s = report["compatibility"]["ethos-u"]
+    cpu = [p for p in s["partition"] if p["unit"] == "cpu"]
+    assert [p["op"] for p in cpu] == ["MEAN"]
+    assert "Unsupported depth-reduction" in cpu[0]["reason"]
+    assert s["ethos_u_ops"] == 2  # the NPU part is split around the CPU op
+    assert code == 0 and report["compatibility"]["supported"]
+    assert s["latency"]["cpu_ms"] > 0 and s["latency"]["npu_ms"] > 0
+
+
+def test_float_model_is_refused_for_the_npu(capsys, model_zoo):
+    code, report = simulate_json(capsys, model_zoo("chain_float32"), "ethos-u55-256")
+    assert code == 1 and report["verdict"] == "fail"
+    s = report["compatibility"]["ethos-u"]
+    assert s["npu_ops"] == 0 and s["ethos_u_ops"] == 0
+    reasons = [u["reason"] for u in report["compatibility"]["unsupported_ops"]]
+    assert reasons and all("runs int8/int16 only" in r for r in reasons)
+    assert any("unsupported DataType Float32" in r for r in reasons)  # Vela's own words
+    assert "devicefit convert --profile ethos-u55-256" in reasons[0]
+
+
+def test_convert_hook_writes_the_vela_file_and_its_record(tmp_path, capsys, model_zoo):
+    src = tmp_path / "out.tflite"
+    shutil.copy(model_zoo("edgetpu_limits_int8"), src)
+    before = src.read_bytes()
+    profile = load_profile("ethos-u55-128")
+    section = target_for(profile).after_convert(src, profile)
+    vela_file = tmp_path / "out_vela.tflite"
+    assert src.read_bytes() == before and vela_file.is_file()
+    assert record_path(vela_file).is_file()
+    assert read_model(vela_file).op_types["CUSTOM:ethos-u"] == 2
+    # Simulating the compiled file later reports Vela's figures from the record.
+    code, report = simulate_json(capsys, vela_file, "ethos-u55-128")
+    s = report["compatibility"]["ethos-u"]
+    assert code == 0 and s["basis"] == "vela record"
+    assert s["figures"]["total_cycles"] == section.figures.total_cycles
+    assert [p["op"] for p in s["partition"] if p["unit"] == "cpu"] == ["MEAN"]
+    assert report["latency"]["estimated_device_ms"] == pytest.approx(section.latency_ms)
+    # A record that does not belong to the file is ignored: the figures are not claimed.
+    vela_file.write_bytes(vela_file.read_bytes() + b"\0" * 16)
+    code, report = simulate_json(capsys, vela_file, "ethos-u55-128")
+    s = report["compatibility"]["ethos-u"]
+    assert s["basis"] == "compiled file" and s["figures"] is None
+    assert report["latency"]["estimated_device_ms"] is None
+
+
+def test_vela_compiled_file_is_a_finding_on_other_targets(tmp_path, capsys, model_zoo):
+    src = tmp_path / "m.tflite"
+    shutil.copy(model_zoo("chain_int8"), src)
+    target_for(load_profile("ethos-u55-128")).after_convert(src, load_profile("ethos-u55-128"))
+    code, report = simulate_json(capsys, tmp_path / "m_vela.tflite", "stm32h743-cortex-m7")
+    assert code == 1
+    assert any("compiled for the Arm Ethos-U NPU" in u["reason"]
+               for u in report["compatibility"]["unsupported_ops"])
+
+
+def test_check_gates_an_ethos_u_model(tmp_path, capsys, model_zoo):
+    shutil.copy(model_zoo("mobilenet_v1_96_int8"), tmp_path / "m.tflite")
+    project = tmp_path / "devicefit.yaml"
+    project.write_text("models:\n  - path: m.tflite\n    profiles: [ethos-u55-128]\n")
+    assert main(["check", str(project)]) == 0
+    project.write_text("models:\n  - path: m.tflite\n    profiles:\n"
+                       "      - {name: ethos-u55-128, budgets: {latency: 10us}}\n")
+    assert main(["check", str(project)]) == 1
+    assert "latency" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("profile", ["ethos-u55-256", "ethos-u65-256", "ethos-u85-256"])
+def test_every_ethos_u_profile_compiles(profile, model_zoo):
+    report = simulate(model_zoo("residual_int8"), profile)
+    s = report.compatibility["ethos-u"]
+    p = load_profile(profile)
+    assert s["figures"]["accelerator"].lower().replace("_", "-") == \
+        p.resolved["ethos_u"]["accelerator"]
+    assert s["cpu_ops"] == 0 and s["latency"]["total_ms"] > 0
+    if profile == "ethos-u65-256":  # Dedicated_Sram: the arena is in DRAM, the cache in SRAM
+        assert s["figures"]["dram_used_bytes"] > 0
+
+
+def test_profile_errors_name_the_key(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("extends: ethos-u55-128\nethos_u:\n  accelerator: ethos-u99\n")
+    assert main(["profiles", "validate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "ethos_u.accelerator" in err and "ethos-u55-128" in err
+    bad.write_text("extends: ethos-u55-128\nethos_u:\n  memories: {sram: {burst: 3}}\n")
+    assert main(["profiles", "validate", str(bad)]) == 2
+    assert "unknown memories.sram key 'burst'" in capsys.readouterr().err
+
+
+def test_user_vela_ini_and_vela_failures_are_clean_errors(tmp_path, capsys, model_zoo):
+    ini = tmp_path / "mine.ini"
+    [package] = importlib.util.find_spec("ethosu").submodule_search_locations
+    ini.write_text(Path(package, "config_files", VELA_INI).read_text())
+    user = tmp_path / "user.yaml"
+    user.write_text("extends: ethos-u55-128\nethos_u:\n  config_file: mine.ini\n"
+                    "  system_config: Ethos_U55_Deep_Embedded\n")
+    code, report = simulate_json(capsys, model_zoo("mlp_int8"), str(user))
+    assert code == 0
+    assert report["compatibility"]["ethos-u"]["figures"]["core_clock_hz"] == 200e6
+    # A section the .ini lacks: Vela refuses; one line, exit 2.
+    user.write_text("extends: ethos-u55-128\nethos_u:\n  config_file: mine.ini\n"
+                    "  system_config: No_Such_Section\n")
+    assert main(["simulate", str(model_zoo("mlp_int8")), "--profile", str(user)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("devicefit: error: Vela 5.2.0 could not compile") and \
+        "Traceback" not in err
+    user.write_text("extends: ethos-u55-128\nethos_u:\n  timeout: 1ms\n")
+    assert main(["simulate", str(model_zoo("mlp_int8")), "--profile", str(user)]) == 2
+    assert "did not finish within 0.001 s" in capsys.readouterr().err
