@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from simulator.model import Model
 from simulator.profiles import Profile
-from simulator.targets import TargetView
+from simulator.targets import TARGETS, TargetView
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,13 @@ CHECKERS: Mapping[str, Checker] = TargetView(lambda t: t.check_ops)
 #: Op table name → the target's own section, ``compatibility.<table>`` of the report, for
 #: targets whose op support is static analysis (the Edge TPU partition).
 SECTIONS: Mapping[str, Callable[[Model, Profile], dict]] = TargetView(lambda t: t.section)
+
+
+def section_type(table: str) -> type | None:
+    """The class of ``compatibility.<table>`` (to read a report back from JSON), None for a
+    table without a section."""
+    target = TARGETS.get(table)
+    return target.section_type() if target is not None and target.section_type else None
 
 
 def table_for(profile: Profile) -> str:

@@ -97,6 +97,9 @@ def runner_name(profile_runtime: str) -> str:
     """The registered runner that runs models for a profile's runtime (its target's
     ``runner``: the Edge TPU's CPU reference runs in LiteRT)."""
     target = TARGETS.get(profile_runtime)
+    if target is not None and target.runner is None:
+        raise UsageError(f"the {target.name} target ({target.title}) has no runner here, so "
+                         f"its models cannot be run; the static figures need no run")
     name = target.runner if target is not None else profile_runtime
     if name not in RUNNERS:
         raise UsageError(f"no runner for runtime '{profile_runtime}' (known: "

@@ -41,6 +41,9 @@ The record (all fields but the last two required):
 ``section``
     ``(model, profile) -> section | None``: the target's own static report section
     (``compatibility.<name>``; the Edge TPU partition), or None for targets without one.
+``section_type``
+    ``() -> type``: the class of that section, to read a report back from JSON; None
+    for targets without a section.
 ``cpu_kernels``
     ``runtime.kernels`` values that name an accelerator rather than a CPU library, each
     mapped to the library the ops left on the host CPU run on (Edge TPU: ``{"edgetpu":
@@ -50,7 +53,12 @@ The record (all fields but the last two required):
     (LiteRT's ``benchmark_model``); None when bench cannot measure it.
 ``profile_keys``
     Extra YAML keys the target declares, ``{section: {key: Leaf}}`` (the Edge TPU's
-    constants under ``cost_model``), validated like the built-in keys.
+    constants under ``cost_model``), validated like the built-in keys; a profile of another
+    target may not set them.
+``settings``
+    ``({section: {key: value}}) -> settings``: the target's typed settings from the
+    values of its ``profile_keys`` the profile sets, kept as ``Profile.target_settings``;
+    None when it declares no keys.
 ``prepare``
     ``(model, profile) -> model``: the model the device runs, which simulate reports on
     (the Ethos-U: Vela's compilation of a plain int8 model); None: the model itself.
@@ -86,6 +94,7 @@ if TYPE_CHECKING:
     from simulator.planners.base import MemoryPlan
     from simulator.profiles import Profile
     from simulator.runtimes import Runner
+    from simulator.schema import Leaf
 
     Planner = Callable[[Model, Profile, "Sequence[int] | None"], MemoryPlan]
     Checker = Callable[[Model, Profile], list[UnsupportedOp]]
@@ -109,32 +118,54 @@ class Target:
     sparse_weights: str | None
     offline_plan: bool
     section: Callable[[Model, Profile], Any] | None
+    section_type: Callable[[], type] | None = None
     cpu_kernels: Mapping[str, str] = field(default_factory=dict)
     bench_tool: str | None = None
-    profile_keys: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    profile_keys: Mapping[str, Mapping[str, Leaf]] = field(default_factory=dict)
+    settings: Callable[[Mapping[str, Mapping[str, Any]]], Any] | None = None
     after_convert: Callable[..., Any] | None = None
     prepare: Callable[[Model, Profile], Model] | None = None  # the model the device runs
 
 
+def load(ref: str) -> Any:
+    """The object ``"module:attr"`` names (``attr`` may be dotted: ``"mod:Class.method"``)."""
+    module, _, attr = ref.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        found = getattr(found, part)
+    return found
+
+
 def lazy(ref: str) -> Callable[..., Any]:
-    """A function that imports ``"module:attr"`` when first called and calls it.
+    """A function that imports ``"module:attr"`` (see :func:`load`) when first called and
+    calls it.
 
     Target modules bind their planners, op tables and runners through this so that reading
     a target's record imports none of them (they import :mod:`simulator.profiles`, which
     reads the registry).
     """
-    module, _, attr = ref.partition(":")
     found: list[Callable[..., Any]] = []
 
     def call(*args: Any, **kwargs: Any) -> Any:
         if not found:
-            found.append(getattr(importlib.import_module(module), attr))
+            found.append(load(ref))
         return found[0](*args, **kwargs)
 
-    call.__name__ = attr
+    call.__name__ = ref.rpartition(".")[2].rpartition(":")[2]
     call.__qualname__ = ref
     call.__doc__ = f"{ref}, imported on first use."
     return call
+
+
+def lazy_type(ref: str) -> Callable[[], type]:
+    """A function that imports and returns the class ``"module:Class"`` (not an instance),
+    for fields that name a type without importing its module."""
+
+    def get() -> type:
+        return load(ref)
+
+    get.__qualname__ = ref
+    return get
 
 
 class _Registry(Mapping[str, Target]):
@@ -236,5 +267,5 @@ def union(pick: Callable[[Target], tuple[str, ...]]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(v for t in TARGETS.values() for v in pick(t)))
 
 
-__all__ = ["TARGETS", "Target", "TargetView", "lazy", "register", "target_for", "union",
-           "unregister"]
+__all__ = ["TARGETS", "Target", "TargetView", "lazy", "lazy_type", "load", "register",
+           "target_for", "union", "unregister"]

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from simulator.targets import Target, lazy
+from simulator.compat.edgetpu_cost import PROFILE_KEYS, EdgeTpuCost
+from simulator.targets import Target, lazy, lazy_type
 
 if TYPE_CHECKING:
     from simulator.compat.edgetpu import EdgeTpuReport
@@ -42,6 +43,9 @@ TARGET = Target(
     sparse_weights="the Edge TPU compiler does not use sparse weights",
     offline_plan=False,
     section=lazy("simulator.compat.edgetpu:section"),
+    section_type=lazy_type("simulator.compat.edgetpu:EdgeTpuReport"),
     cpu_kernels={"edgetpu": "xnnpack"},
+    profile_keys=PROFILE_KEYS,
+    settings=EdgeTpuCost.from_values,
     after_convert=_after_convert,
 )

@@ -22,21 +22,22 @@ from simulator.profiles import load_profile
 from simulator.reader import read_model
 from simulator.simulate import simulate
 from simulator.targets import target_for
-from simulator.targets.ethos_u.analysis import record_path
-from simulator.targets.ethos_u.config import vela_config
+from simulator.targets.ethos_u.analysis import config_for, record_path
 from simulator.targets.ethos_u.vela import run_vela
 
 VELA_INI = "Arm/vela.ini"  # shipped inside ethos-u-vela: Vela's own reference configs
-#: Vela's reference system "Ethos_U55_High_End_Embedded" + "Shared_Sram", as a profile section.
-HIGH_END = {
-    "accelerator": "ethos-u55-128", "system_config": "Ethos_U55_High_End_Embedded",
-    "memory_mode": "Shared_Sram", "npu_clock": "500MHz", "axi0": "sram",
-    "axi1": "off_chip_flash", "const_area": "axi1", "arena_area": "axi0", "cache_area": "axi0",
-    "memories": {"sram": {"clock_scale": 1.0, "burst_length": 32, "read_latency": 32,
-                          "write_latency": 32, "max_reads": 4, "max_writes": 4},
-                 "off_chip_flash": {"clock_scale": 0.125, "burst_length": 128,
-                                    "read_latency": 64, "write_latency": 0, "max_reads": 2,
-                                    "max_writes": 0}}}
+#: Vela's reference system "Ethos_U55_High_End_Embedded" + "Shared_Sram", as a profile.
+HIGH_END = """extends: ethos-u55-128
+ethos_u:
+  system_config: Ethos_U55_High_End_Embedded
+  memory_mode: Shared_Sram
+  npu_clock: 500MHz
+  memories:
+    sram: {clock_scale: 1.0, burst_length: 32, read_latency: 32, write_latency: 32,
+           max_reads: 4, max_writes: 4}
+    off_chip_flash: {clock_scale: 0.125, burst_length: 128, read_latency: 64,
+                     write_latency: 0, max_reads: 2, max_writes: 0}
+"""
 
 
 def vela_cli(model: Path, out: Path, *options: str) -> dict[str, str]:
@@ -57,7 +58,9 @@ def test_generated_ini_gives_what_vela_gives_with_its_own_config(tmp_path, model
     """A profile section equal to Vela's reference config compiles to the same bytes and
     the same figures as Vela's own CLI with that config."""
     model = model_zoo("mobilenet_v2_96_int8")
-    ours = run_vela(model.read_bytes(), vela_config(HIGH_END, tmp_path / "p.yaml", "p"))
+    profile = tmp_path / "high_end.yaml"
+    profile.write_text(HIGH_END)
+    ours = run_vela(model.read_bytes(), config_for(load_profile(profile)))
     theirs = vela_cli(model, tmp_path / "vela", "--accelerator-config", "ethos-u55-128",
                       "--config", VELA_INI, "--system-config", "Ethos_U55_High_End_Embedded",
                       "--memory-mode", "Shared_Sram")
@@ -84,7 +87,7 @@ def test_int8_model_simulates_as_vela_compiles_it(tmp_path, capsys, model_zoo):
     assert report["memory"]["arena_bytes"] >= f["sram_used_bytes"]
     profile = load_profile("ethos-u55-128")
     assert report["memory"]["flash_bytes"] == s["compiled_bytes"] + profile.runtime.code_bytes
-    assert f["core_clock_hz"] == 160e6  # the profile's ethos_u.npu_clock
+    assert f["core_clock_hz"] == profile.target_settings["npu_clock"] == 160e6
     assert s["latency"]["npu_ms"] == pytest.approx(f["total_cycles"] / 160e6 * 1e3)
     assert s["latency"]["npu_ms"] == pytest.approx(f["inference_time_s"] * 1e3, rel=1e-5)
     assert report["latency"]["estimated_device_ms"] == pytest.approx(s["latency"]["total_ms"])
@@ -168,7 +171,7 @@ def test_every_ethos_u_profile_compiles(profile, model_zoo):
     s = report.compatibility["ethos-u"]
     p = load_profile(profile)
     assert s["figures"]["accelerator"].lower().replace("_", "-") == \
-        p.resolved["ethos_u"]["accelerator"]
+        p.target_settings["accelerator"]
     assert s["cpu_ops"] == 0 and s["latency"]["total_ms"] > 0
     if profile == "ethos-u65-256":  # Dedicated_Sram: the arena is in DRAM, the cache in SRAM
         assert s["figures"]["dram_used_bytes"] > 0

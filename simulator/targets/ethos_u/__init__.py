@@ -14,8 +14,8 @@ is taken as it is. ``convert`` writes ``<out>_vela.tflite`` beside the int8 file
 
 from __future__ import annotations
 
-from simulator.targets import Target, lazy
-from simulator.targets.ethos_u.config import PROFILE_KEYS, SECTION
+from simulator.targets import Target, lazy, lazy_type
+from simulator.targets.ethos_u.config import PROFILE_KEYS, SECTION, settings
 
 TARGET = Target(
     name="ethos-u",
@@ -35,7 +35,9 @@ TARGET = Target(
     # Vela writes its own offline plan (the NPU scratch aliases the op's input and output).
     offline_plan=False,
     section=lazy("simulator.targets.ethos_u.target:section"),
+    section_type=lazy_type("simulator.targets.ethos_u.section:EthosUSection"),
     profile_keys={SECTION: PROFILE_KEYS},
+    settings=settings,
     after_convert=lazy("simulator.targets.ethos_u.target:after_convert"),
     prepare=lazy("simulator.targets.ethos_u.target:prepare"),
 )

@@ -22,7 +22,7 @@ from simulator.fileio import write_atomic
 from simulator.model import Model, Subgraph
 from simulator.profiles import Profile
 from simulator.reader import parse_model, read_model
-from simulator.targets.ethos_u.config import SECTION, VelaConfig, vela_config
+from simulator.targets.ethos_u.config import VelaConfig, vela_config
 from simulator.targets.ethos_u.section import (
     CPU,
     NPU,
@@ -52,11 +52,7 @@ _COMPILED: dict[tuple[str, VelaConfig], Model] = {}
 
 
 def config_for(profile: Profile) -> VelaConfig:
-    raw = profile.resolved.get(SECTION)
-    if not isinstance(raw, dict):
-        raise ProfileError(f"profile '{profile.name}': runtime ethos-u needs an '{SECTION}' "
-                           f"section (accelerator, system config, memory mode)")
-    return vela_config(raw, profile.path, profile.name)
+    return vela_config(profile.target_settings or {}, profile.path, profile.name)
 
 
 def is_compiled(model: Model) -> bool:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import ProfileError
-from simulator.profiles import Leaf
+from simulator.schema import Leaf
 from simulator.units import SIZE_UNITS_HELP, parse_frequency_hz, parse_size, parse_time_ms
 
 #: The accelerator configurations ethos-u-vela 5.2.0 accepts (``vela --help``).
@@ -203,21 +203,15 @@ _GENERATED_NEEDS = ("npu_clock", "axi0", "axi1", "memories", "const_area", "aren
 SECTION = "ethos_u"
 
 
-def vela_config(section: Mapping[str, Any], where: Path, profile_name: str) -> VelaConfig:
-    """Validate a profile's raw ``ethos_u`` mapping (as written in YAML) into a
-    :class:`VelaConfig`; ``where`` is the profile file (errors name it; relative
-    ``config_file`` paths start there)."""
-    values: dict[str, Any] = {}
-    for key, raw in section.items():
-        leaf = PROFILE_KEYS.get(key)
-        if leaf is None:
-            raise ProfileError(f"{where}: unknown key '{SECTION}.{key}' (allowed here: "
-                               f"{', '.join(sorted(PROFILE_KEYS))})")
-        try:
-            values[key] = leaf.check(raw)
-        except ValueError as exc:
-            raise ProfileError(f"{where}: bad value for '{SECTION}.{key}': {raw!r} ({exc}); "
-                               f"allowed: {leaf.allowed}") from exc
+def settings(values: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """``Profile.target_settings``: the ``ethos_u`` values as parsed (checked when used, as
+    an abstract profile may leave the accelerator to the profiles that extend it)."""
+    return dict(values.get(SECTION, {}))
+
+
+def vela_config(values: Mapping[str, Any], where: Path, profile_name: str) -> VelaConfig:
+    """A profile's parsed ``ethos_u`` values as a :class:`VelaConfig`; ``where`` is the
+    profile file (errors name it; a relative ``config_file`` starts there)."""
     for key in ("accelerator", "system_config", "memory_mode"):
         if key not in values:
             raise ProfileError(f"{where}: profile '{profile_name}' needs '{SECTION}.{key}'")
