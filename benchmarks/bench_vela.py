@@ -29,7 +29,6 @@ Exit status 1 when a devicefit figure differs from Vela's.
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
 import json
 import subprocess
@@ -41,28 +40,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simulator.profiles import load_profile  # noqa: E402
 from simulator.reader import read_model  # noqa: E402
 from simulator.simulate import simulate  # noqa: E402
-from simulator.targets.ethos_u.analysis import config_for  # noqa: E402
 from tests.corpus import corpus  # noqa: E402
+from tests.vela_anchor import HIGH_END_PROFILE, vela_cli_for  # noqa: E402
 
 MODELS = ("mltk_image_classification", "mltk_image_example1", "mltk_tflite_micro_speech",
           "mltk_anomaly_detection", "mww_okay_nabu")
 PROFILES = ("ethos-u55-128", "ethos-u55-256", "ethos-u65-256", "ethos-u85-256")
-#: MLIA's ethos-u55-128 target: Vela's reference system config and memory mode.
-MLIA_SECTION = """extends: ethos-u55-128
-ethos_u:
-  system_config: Ethos_U55_High_End_Embedded
-  npu_clock: 500MHz
-  memories:
-    sram: {clock_scale: 1.0, burst_length: 32, read_latency: 32, write_latency: 32,
-           max_reads: 4, max_writes: 4}
-    off_chip_flash: {clock_scale: 0.125, burst_length: 128, read_latency: 64,
-                     write_latency: 0, max_reads: 2, max_writes: 0}
-"""
-
-
 @dataclass(frozen=True)
 class Figures:
     sram: int
@@ -78,24 +63,16 @@ def kib(text: str) -> int:
     return round(float(text) * 1024)
 
 
-def vela_cli(model: Path, profile: str, work: Path) -> Figures:
+def vela_figures(model: Path, profile: str, work: Path) -> Figures:
     """Vela's own command line on ``model`` with the profile's generated ``.ini``."""
-    config = config_for(load_profile(profile))
-    ini = work / "profile.ini"
-    ini.write_text(config.ini_text())
-    out = work / "out"
-    exe = Path(sys.executable).with_name("vela")
-    subprocess.run([str(exe), *config.vela_args(ini), "--output-dir", str(out), str(model)],
-                   check=True, capture_output=True, timeout=600)
-    [summary] = out.glob("*_summary_*.csv")
-    row = next(csv.DictReader(summary.open()))
-    [compiled] = out.glob("*_vela.tflite")
-    cpu = sum(1 for sg in read_model(compiled).subgraphs for op in sg.operators
+    out = vela_cli_for(model, profile, work)
+    row = out.summary
+    cpu = sum(1 for sg in read_model(out.compiled).subgraphs for op in sg.operators
               if op.op_name != "CUSTOM:ethos-u")
     return Figures(kib(row["sram_memory_used"]), kib(row["off_chip_flash_memory_used"])
                    + kib(row["on_chip_flash_memory_used"]), int(row["total_npu_encoded_weights"]),
                    int(row["cycles_total"]), float(row["inference_time"]) * 1e3, cpu,
-                   hashlib.sha256(compiled.read_bytes()).hexdigest())
+                   hashlib.sha256(out.compiled.read_bytes()).hexdigest())
 
 
 def devicefit(model: Path, profile: str, dirs: list[Path] | None = None):
@@ -134,7 +111,7 @@ def main() -> int:
     for name in args.models:
         for profile in args.profiles:
             with tempfile.TemporaryDirectory() as tmp:
-                theirs = vela_cli(paths[name], profile, Path(tmp))
+                theirs = vela_figures(paths[name], profile, Path(tmp))
             ours, report, s = devicefit(paths[name], profile)
             # devicefit's report is of the compiled model: its sha is the compiled file's.
             same = [theirs.sram == ours.sram, theirs.flash == ours.flash,
@@ -164,7 +141,7 @@ def main() -> int:
               "MLIA off-chip flash B / devicefit | MLIA encoded weights B / devicefit |")
         print("|---|---|---|---|---|")
         with tempfile.TemporaryDirectory() as tmp:
-            (Path(tmp) / "mlia-ethos-u55-128.yaml").write_text(MLIA_SECTION)
+            (Path(tmp) / "mlia-ethos-u55-128.yaml").write_text(HIGH_END_PROFILE)
             for name in args.models:
                 m = mlia(args.mlia, paths[name], Path(tmp))
                 ours, _, _ = devicefit(paths[name], "mlia-ethos-u55-128", [Path(tmp)])

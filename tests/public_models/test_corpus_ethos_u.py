@@ -4,18 +4,14 @@ resource variables), and files Vela compiled before devicefit saw them."""
 
 from __future__ import annotations
 
-import csv
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from simulator.profiles import load_profile
 from simulator.reader import read_model
 from simulator.simulate import simulate
-from simulator.targets.ethos_u.analysis import config_for
 from tests.corpus import corpus
+from tests.vela_anchor import vela_cli_for
 
 PROFILE = "ethos-u55-128"
 
@@ -25,25 +21,12 @@ def models() -> dict[str, Path]:
     return {m.name: m.path for m in corpus(kinds={"mcu-int8"})}
 
 
-def vela_cli(model: Path, tmp: Path, profile: str) -> dict[str, str]:
-    """Vela's own CLI fed the .ini devicefit writes for ``profile``: the anchor."""
-    config = config_for(load_profile(profile))
-    ini = tmp / "profile.ini"
-    ini.write_text(config.ini_text())
-    out = tmp / "vela"
-    subprocess.run([sys.executable, "-c", "import sys; from ethosu.vela.vela import main; "
-                    "sys.exit(main())", *config.vela_args(ini), "--output-dir", str(out),
-                    str(model)], check=True, capture_output=True, timeout=300)
-    [summary] = out.glob("*_summary_*.csv")
-    return next(csv.DictReader(summary.open()))
-
-
 @pytest.mark.parametrize("name", ["mltk_image_classification", "mltk_anomaly_detection",
                                   "mltk_tflite_micro_speech"])
 def test_devicefits_figures_are_velas(models, tmp_path, name):
     report = simulate(models[name], PROFILE)
     s = report.compatibility["ethos-u"]
-    theirs = vela_cli(models[name], tmp_path, PROFILE)
+    theirs = vela_cli_for(models[name], PROFILE, tmp_path).summary
     f = s["figures"]
     assert f["total_cycles"] == int(theirs["cycles_total"])
     assert f["sram_used_bytes"] == round(float(theirs["sram_memory_used"]) * 1024)

@@ -7,12 +7,9 @@ test_corpus_ethos_u.py.
 
 from __future__ import annotations
 
-import csv
 import importlib.util
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,31 +21,13 @@ from simulator.simulate import simulate
 from simulator.targets import target_for
 from simulator.targets.ethos_u.analysis import config_for, record_path
 from simulator.targets.ethos_u.vela import run_vela
+from tests.vela_anchor import HIGH_END_PROFILE, vela_cli
 
 VELA_INI = "Arm/vela.ini"  # shipped inside ethos-u-vela: Vela's own reference configs
-#: Vela's reference system "Ethos_U55_High_End_Embedded" + "Shared_Sram", as a profile.
-HIGH_END = """extends: ethos-u55-128
-ethos_u:
-  system_config: Ethos_U55_High_End_Embedded
-  memory_mode: Shared_Sram
-  npu_clock: 500MHz
-  memories:
-    sram: {clock_scale: 1.0, burst_length: 32, read_latency: 32, write_latency: 32,
-           max_reads: 4, max_writes: 4}
-    off_chip_flash: {clock_scale: 0.125, burst_length: 128, read_latency: 64,
-                     write_latency: 0, max_reads: 2, max_writes: 0}
-"""
 
 
-def vela_cli(model: Path, out: Path, *options: str) -> dict[str, str]:
-    """Vela's own command line, as a user runs it; its summary CSV row."""
-    cmd = [sys.executable, "-c", "import sys; from ethosu.vela.vela import main; sys.exit(main())",
-           *options, "--output-dir", str(out), str(model)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
-    [summary] = out.glob("*_summary_*.csv")
-    return next(csv.DictReader(summary.open()))
 
-
+VELA_INI = "Arm/vela.ini"  # shipped inside ethos-u-vela: Vela's own reference configs
 def simulate_json(capsys, model: Path, profile: str, *more: str) -> tuple[int, dict]:
     code = main(["simulate", str(model), "--profile", profile, "--json", *more])
     return code, json.loads(capsys.readouterr().out)
@@ -59,16 +38,15 @@ def test_generated_ini_gives_what_vela_gives_with_its_own_config(tmp_path, model
     the same figures as Vela's own CLI with that config."""
     model = model_zoo("mobilenet_v2_96_int8")
     profile = tmp_path / "high_end.yaml"
-    profile.write_text(HIGH_END)
+    profile.write_text(HIGH_END_PROFILE)
     ours = run_vela(model.read_bytes(), config_for(load_profile(profile)))
     theirs = vela_cli(model, tmp_path / "vela", "--accelerator-config", "ethos-u55-128",
                       "--config", VELA_INI, "--system-config", "Ethos_U55_High_End_Embedded",
                       "--memory-mode", "Shared_Sram")
     for key in ("cycles_total", "cycles_npu", "sram_memory_used", "off_chip_flash_memory_used",
                 "total_npu_encoded_weights", "inference_time"):
-        assert ours.summary[key] == theirs[key], key
-    [compiled] = (tmp_path / "vela").glob("*_vela.tflite")
-    assert ours.compiled == compiled.read_bytes()
+        assert ours.summary[key] == theirs.summary[key], key
+    assert ours.compiled == theirs.compiled.read_bytes()
 
 
 def test_int8_model_simulates_as_vela_compiles_it(tmp_path, capsys, model_zoo):
