@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from simulator.simulate import simulate
 from simulator.targets import target_for
 from simulator.targets.ethos_u.analysis import config_for, record_path
 from simulator.targets.ethos_u.vela import run_vela
+from tests.paths import ROOT
 from tests.vela_anchor import HIGH_END_PROFILE, vela_cli
 
 VELA_INI = "Arm/vela.ini"  # shipped inside ethos-u-vela: Vela's own reference configs
@@ -186,3 +189,21 @@ def test_user_vela_ini_and_vela_failures_are_clean_errors(tmp_path, capsys, mode
     user.write_text("extends: ethos-u55-128\nethos_u:\n  timeout: 1ms\n")
     assert main(["simulate", str(model_zoo("mlp_int8")), "--profile", str(user)]) == 2
     assert "did not finish within 0.001 s" in capsys.readouterr().err
+
+
+def test_without_vela_installed_one_line_says_how_to_get_it(tmp_path, model_zoo):
+    """A real environment without Vela: the CLI in a child Python whose imports of
+    ``ethosu`` fail, as they do where the extra is not installed."""
+    hide = ("import sys, importlib.abc\n"
+            "class NoVela(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] == 'ethosu':\n"
+            "            raise ModuleNotFoundError(name)\n"
+            "sys.meta_path.insert(0, NoVela())\n"
+            "from sdk.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    done = subprocess.run([sys.executable, "-c", hide, "simulate", str(model_zoo("mlp_int8")),
+                           "--profile", "ethos-u55-128"], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'devicefit[ethos-u]'" in done.stderr and "Traceback" not in done.stderr

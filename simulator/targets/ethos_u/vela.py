@@ -76,7 +76,11 @@ def vela_version() -> str | None:
 def require_vela() -> str:
     """The installed Vela version; a clear error when the optional dependency is missing."""
     found = vela_version()
-    if found is None or importlib.util.find_spec("ethosu") is None:
+    try:
+        importable = importlib.util.find_spec("ethosu.vela") is not None
+    except ImportError:
+        importable = False
+    if found is None or not importable:
         raise UsageError("the Ethos-U target runs Arm's Vela compiler, which is not installed: "
                          "pip install 'devicefit[ethos-u]' (ethos-u-vela==5.2.0)")
     return found
