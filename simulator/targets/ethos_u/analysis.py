@@ -12,12 +12,13 @@ itself tells (partition, scratch size) is reported.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import ProfileError
+from simulator.errors import InputError, ProfileError
 from simulator.fileio import write_atomic
 from simulator.model import Model, Subgraph
 from simulator.profiles import Profile
@@ -46,9 +47,29 @@ CONVERSIONS = ("QUANTIZE", "DEQUANTIZE")
 #: (path, sha256) of a compiled model → its section: simulate's stages (plan, op check,
 #: section, latency) all ask about the same compilation, which runs Vela once.
 _SECTIONS: dict[tuple[str, str], EthosUSection] = {}
-#: (source sha256, Vela configuration) → compiled model: convert's Vela step and its
-#: simulation of the int8 file share one Vela run.
-_COMPILED: dict[tuple[str, VelaConfig], Model] = {}
+#: (source sha256, Vela configuration) → Vela's run: convert's verdict (a simulate of the
+#: int8 file) and its Vela step share one compilation.
+_RUNS: dict[tuple[str, VelaConfig], VelaRun] = {}
+
+
+#: How many compilations the caches keep (fit and check go through many models).
+_KEEP = 8
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any) -> Any:
+    cache[key] = value
+    while len(cache) > _KEEP:
+        del cache[next(iter(cache))]  # the oldest: dicts keep insertion order
+    return value
+
+
+def _vela(source: Model, data: bytes, config: VelaConfig) -> VelaRun:
+    if hashlib.sha256(data).hexdigest() != source.sha256:
+        raise InputError(f"{source.path}: the file changed while devicefit read it")
+    key = (source.sha256, config)
+    found = _RUNS.get(key)
+    return found if found is not None else _remember(
+        _RUNS, key, run_vela(data, config, name=Path(source.path).stem or "model"))
 
 
 def config_for(profile: Profile) -> VelaConfig:
@@ -64,17 +85,13 @@ def compiled_model(model: Model, profile: Profile) -> Model:
     compilation of it (Vela runs here, once per model and profile)."""
     if is_compiled(model):
         if _key(model) not in _SECTIONS:
-            _SECTIONS[_key(model)] = _precompiled_section(model)
+            _remember(_SECTIONS, _key(model), _precompiled_section(model))
         return model
-    config = config_for(profile)
-    found = _COMPILED.get((model.sha256, config))
-    if found is not None:
-        return found
-    data = Path(model.path).read_bytes()
-    run = run_vela(data, config, name=Path(model.path).stem or "model")
+    run = _vela(model, Path(model.path).read_bytes(), config_for(profile))
     compiled = parse_model(run.compiled, model.path)
-    _SECTIONS[_key(compiled)] = section_from_run(model, compiled, run, "vela", profile)
-    _COMPILED[(model.sha256, config)] = compiled
+    if _key(compiled) not in _SECTIONS:
+        _remember(_SECTIONS, _key(compiled),
+                  section_from_run(model, compiled, run, "vela", profile))
     return compiled
 
 
@@ -287,15 +304,10 @@ def compile_file(src: Path, dst: Path, profile: Profile) -> tuple[Model, EthosUS
     """Vela's compilation of ``src`` written atomically to ``dst`` with its record beside it
     (``convert``'s Vela step)."""
     source = read_model(src)
-    config = config_for(profile)
-    run = run_vela(src.read_bytes(), config, name=src.stem or "model")
+    run = _vela(source, src.read_bytes(), config_for(profile))
     compiled = parse_model(run.compiled, str(dst))
     parts = partition(source, compiled, run.cpu_reasons)
     write_atomic(dst, run.compiled)
     write_record(dst, compiled, run, parts)
     section = section_from_run(source, compiled, run, "vela", profile, parts)
-    # simulate of the int8 file (convert's verdict) reports this compilation.
-    as_source = dataclasses.replace(compiled, path=str(src))
-    _COMPILED[(source.sha256, config)] = as_source
-    _SECTIONS[_key(as_source)] = section
     return compiled, _with_cpu_latency(section, compiled, profile)
