@@ -76,14 +76,14 @@ def vela_figures(model: Path, profile: str, work: Path) -> Figures:
 
 
 def devicefit(model: Path, profile: str, dirs: list[Path] | None = None):
-    report = simulate(model, profile, profiles_dirs=dirs or [])
-    s = report.compatibility["ethos-u"]
+    report = simulate(model, profile, profiles_dirs=dirs or []).to_dict()
+    s = report["compatibility"]["ethos-u"]
     f = s["figures"]
     ours = Figures(f["sram_used_bytes"], f["off_chip_flash_used_bytes"]
                    + f["on_chip_flash_used_bytes"], f["encoded_weights_bytes"],
                    f["total_cycles"], s["latency"]["npu_ms"] if s["latency"] else s["npu_ms"],
                    sum(1 for sg in read_model(model).subgraphs for _ in sg.operators)
-                   - s["npu_ops"], report.model.sha256)
+                   - s["npu_ops"], report["model"]["sha256"])
     return ours, report, s
 
 
@@ -123,9 +123,10 @@ def main() -> int:
                   f"{ours.flash:,} | {theirs.weights:,} / {ours.weights:,} | {theirs.cycles:,} / "
                   f"{ours.cycles:,} | {theirs.npu_ms:.3f} / {ours.npu_ms:.3f} | "
                   f"{theirs.cpu_ops} / {ours.cpu_ops} | {'yes' if same[-1] else 'NO'} |")
-            budgets = {b.name: b.status for b in report.budgets}
-            added.append((name, profile, report.memory.arena_bytes, report.memory.flash_bytes,
-                          s["latency"], budgets, report.verdict, s["notes"]))
+            budgets = {b["name"]: b["status"] for b in report["budgets"]}
+            added.append((name, profile, report["memory"]["arena_bytes"],
+                          report["memory"]["flash_bytes"], s["latency"], budgets,
+                          report["verdict"], s["notes"]))
     print(f"\nrows where a devicefit figure differs from Vela's: {mismatches} of "
           f"{len(args.models) * len(args.profiles)}\n")
     print("| model | profile | TFLM arena B | flash B (+code) | NPU ms + Cortex-M ms = latency"

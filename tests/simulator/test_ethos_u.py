@@ -24,7 +24,7 @@ from simulator.targets import target_for
 from simulator.targets.ethos_u.analysis import config_for, record_path
 from simulator.targets.ethos_u.vela import run_vela
 from tests.paths import ROOT
-from tests.vela_anchor import HIGH_END_PROFILE, vela_cli
+from tests.vela_anchor import HIGH_END_PROFILE, vela_cli, vela_cli_for
 
 VELA_INI = "Arm/vela.ini"  # shipped inside ethos-u-vela: Vela's own reference configs
 
@@ -148,8 +148,7 @@ def test_check_gates_an_ethos_u_model(tmp_path, capsys, model_zoo):
 
 @pytest.mark.parametrize("profile", ["ethos-u55-256", "ethos-u65-256", "ethos-u85-256"])
 def test_every_ethos_u_profile_compiles(profile, model_zoo):
-    report = simulate(model_zoo("residual_int8"), profile)
-    s = report.compatibility["ethos-u"]
+    s = simulate(model_zoo("residual_int8"), profile).to_dict()["compatibility"]["ethos-u"]
     p = load_profile(profile)
     assert s["figures"]["accelerator"].lower().replace("_", "-") == \
         p.target_settings["accelerator"]
@@ -207,3 +206,17 @@ def test_without_vela_installed_one_line_says_how_to_get_it(tmp_path, model_zoo)
                           timeout=300, cwd=ROOT)
     assert done.returncode == 2, done.stderr
     assert "pip install 'devicefit[ethos-u]'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_one_process_two_configs_keep_their_own_figures(tmp_path, model_zoo):
+    """Two profiles can compile a model to the same bytes with other cycles (other memory
+    timings): each simulation reports its own configuration's Vela figures."""
+    model = model_zoo("mlp_int8")
+    high_end = tmp_path / "high_end.yaml"
+    high_end.write_text(HIGH_END_PROFILE)
+    first = simulate(model, "ethos-u55-128").to_dict()["compatibility"]["ethos-u"]["figures"]
+    second = simulate(model, high_end).to_dict()["compatibility"]["ethos-u"]["figures"]
+    theirs = vela_cli_for(model, high_end, tmp_path).summary
+    assert (first["system_config"], second["system_config"]) == \
+        ("Ethos_U55_128_160MHz", "Ethos_U55_High_End_Embedded")
+    assert second["total_cycles"] == int(theirs["cycles_total"]) != first["total_cycles"]

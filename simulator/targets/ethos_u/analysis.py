@@ -44,9 +44,9 @@ FLOATS = ("float32", "float16")
 #: the Cortex-M; a float model is one whose *computing* operators are float.
 CONVERSIONS = ("QUANTIZE", "DEQUANTIZE")
 
-#: (path, sha256) of a compiled model → its section: simulate's stages (plan, op check,
+#: (path, sha256, Vela configuration) of a compiled model → its section: simulate's stages (plan, op check,
 #: section, latency) all ask about the same compilation, which runs Vela once.
-_SECTIONS: dict[tuple[str, str], EthosUSection] = {}
+_SECTIONS: dict[tuple[str, str, VelaConfig], EthosUSection] = {}
 #: (source sha256, Vela configuration) → Vela's run: convert's verdict (a simulate of the
 #: int8 file) and its Vela step share one compilation.
 _RUNS: dict[tuple[str, VelaConfig], VelaRun] = {}
@@ -84,20 +84,20 @@ def compiled_model(model: Model, profile: Profile) -> Model:
     """The model the Ethos-U device runs: ``model`` if Vela compiled it already, else Vela's
     compilation of it (Vela runs here, once per model and profile)."""
     if is_compiled(model):
-        if _key(model) not in _SECTIONS:
-            _remember(_SECTIONS, _key(model), _precompiled_section(model))
+        if _key(model, profile) not in _SECTIONS:
+            _remember(_SECTIONS, _key(model, profile), _precompiled_section(model))
         return model
     run = _vela(model, Path(model.path).read_bytes(), config_for(profile))
     compiled = parse_model(run.compiled, model.path)
-    if _key(compiled) not in _SECTIONS:
-        _remember(_SECTIONS, _key(compiled),
+    if _key(compiled, profile) not in _SECTIONS:
+        _remember(_SECTIONS, _key(compiled, profile),
                   section_from_run(model, compiled, run, "vela", profile))
     return compiled
 
 
 def section_for(model: Model, profile: Profile) -> EthosUSection:
     """The section of a model :func:`compiled_model` returned (compiled by Vela)."""
-    found = _SECTIONS.get(_key(model))
+    found = _SECTIONS.get(_key(model, profile))
     if found is None:
         found = _precompiled_section(model) if is_compiled(model) else None
     if found is None:
@@ -105,8 +105,10 @@ def section_for(model: Model, profile: Profile) -> EthosUSection:
     return _with_cpu_latency(found, model, profile)
 
 
-def _key(model: Model) -> tuple[str, str]:
-    return (model.path, model.sha256)
+def _key(model: Model, profile: Profile) -> tuple[str, str, VelaConfig]:
+    """A section belongs to a file and a configuration: two configurations can compile a
+    model to the same bytes with other cycles (the system's memory timings)."""
+    return (model.path, model.sha256, config_for(profile))
 
 
 # --------------------------------------------------------------------------- partition
