@@ -117,6 +117,12 @@ def test_convert_hook_writes_the_vela_file_and_its_record(tmp_path, capsys, mode
     assert s["figures"]["total_cycles"] == section.figures.total_cycles
     assert [p["op"] for p in s["partition"] if p["unit"] == "cpu"] == ["MEAN"]
     assert report["latency"]["estimated_device_ms"] == pytest.approx(section.latency_ms)
+    # Vela's command stream is for one NPU configuration: on another it is a finding.
+    code, report = simulate_json(capsys, vela_file, "ethos-u55-256")
+    assert code == 1
+    reasons = [u["reason"] for u in report["compatibility"]["unsupported_ops"]]
+    assert len(reasons) == 2 and all("compiled by Vela for ethos-u55-128, but this "
+                                     "profile's NPU is ethos-u55-256" in r for r in reasons)
     # A record that does not belong to the file is ignored: the figures are not claimed.
     vela_file.write_bytes(vela_file.read_bytes() + b"\0" * 16)
     code, report = simulate_json(capsys, vela_file, "ethos-u55-128")

@@ -17,6 +17,7 @@ from simulator.targets.ethos_u.analysis import (
     ETHOS_U_OP,
     compile_file,
     compiled_model,
+    config_for,
     float_compute,
     section_for,
 )
@@ -48,6 +49,10 @@ def check_ops(model: Model, profile: Profile) -> list[UnsupportedOp]:
     reasons = {(p.subgraph, p.compiled_index): p.reason for p in section.partition
                if p.unit == CPU and p.reason}
     found = [u for u in tflm.check(model, profile) if u.op != ETHOS_U_OP]
+    wrong = _other_accelerator(section, profile)
+    if wrong is not None:
+        found += [UnsupportedOp(op.index, op.op_name, wrong, sg.index)
+                  for sg in model.subgraphs for op in sg.operators if op.op_name == ETHOS_U_OP]
     flagged = {(u.subgraph, u.op_index) for u in found}
     for sg in model.subgraphs:
         for op in sg.operators:
@@ -63,6 +68,20 @@ def check_ops(model: Model, profile: Profile) -> list[UnsupportedOp]:
                     + f"; quantize the model (devicefit convert --profile {profile.name})",
                     sg.index))
     return found
+
+
+def _other_accelerator(section: EthosUSection, profile: Profile) -> str | None:
+    """Why the ``ethos-u`` ops cannot run on this profile's NPU, if Vela compiled them for
+    another configuration (known from the record of a compiled file)."""
+    if section.figures is None:
+        return None
+    made_for = section.figures.accelerator.lower().replace("_", "-")
+    wanted = config_for(profile).accelerator
+    if made_for == wanted:
+        return None
+    return (f"compiled by Vela for {made_for}, but this profile's NPU is {wanted}: the "
+            f"command stream runs only on the configuration it was compiled for; compile the "
+            f"int8 model for this profile")
 
 
 def section(model: Model, profile: Profile) -> dict[str, Any]:
