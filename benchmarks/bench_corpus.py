@@ -210,8 +210,7 @@ class Static:
 
 def tflm_wheel_profile():
     """The TFLM profile as the pip wheel runs it: reference kernels, 64-bit pointers."""
-    from simulator.profiles import load_profile
-    from simulator.simulate import with_runtime
+    from simulator.profiles import load_profile, with_runtime
 
     return with_runtime(load_profile(TFLM_PROFILE), kernels="reference", pointer_bytes=8)
 

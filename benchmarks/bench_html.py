@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from simulator.html import Section, render_html
 from simulator.simulate import simulate
+from simulator.views.html import Section, render_html
 from tests.browser import render
 from tests.zoo import model_path
 

@@ -131,9 +131,9 @@ def _tflm_child(path: str, repeat: int) -> dict:
 
 # --------------------------------------------------------------------------- parent side
 def _static(path: Path, repeat: int) -> tuple[float, int, int, int]:
-    from simulator.profiles import load_profile
+    from simulator.profiles import load_profile, with_runtime
     from simulator.reader import read_model
-    from simulator.simulate import static_report, with_runtime
+    from simulator.simulate import static_report
 
     # The pip wheel runs reference kernels on a 64-bit host: predict for that.
     profile = with_runtime(load_profile(PROFILE), kernels="reference", pointer_bytes=8)

@@ -75,11 +75,11 @@ def main(out: Path = ROOT / "build" / "demo") -> int:
         on_mcu = load_profile(v.profile).runtime.name == "tflm"
         sim = simulate(target, v.profile, run=on_mcu, runs=3)
         budgets = {b.name: b for b in sim.budgets}
-        m = sim.measured or {}
+        m = sim.measured
         # The real interpreter (reference kernels) checks the planner to the byte.
-        check = ("-" if "arena_head_bytes" not in m else
-                 f"{m['arena_head_bytes']:,} B " + ("= predicted" if m["head_difference_bytes"] == 0
-                                                   else f"≠ predicted {m['predicted_head_bytes']:,} B"))
+        check = ("-" if m is None or m.arena_head_bytes is None else
+                 f"{m.arena_head_bytes:,} B " + ("= predicted" if m.head_difference_bytes == 0
+                                                else f"≠ predicted {m.predicted_head_bytes:,} B"))
         rows.append((
             v.profile, v.name, format_size(report.output_bytes),
             f"{report.size_ratio:.2f}x", f"{_weight_zeros(report):.0%}",

@@ -27,11 +27,11 @@ def write_pictures(args: argparse.Namespace, reports: Sequence[tuple[str, Report
     result, e.g. the converted model after its float baseline).
     """
     if getattr(args, "html", None):
-        from simulator.html import Section, render_html
+        from simulator.views.html import Section, render_html
 
         page = render_html(title or reports[0][0], [Section(h, r) for h, r in reports], intro)
         write_atomic(args.html, page, inputs=inputs)
     if getattr(args, "plot", None) and reports:
-        from simulator.plot import plot_timeline
+        from simulator.views import render
 
-        plot_timeline(reports[-1][1], args.plot, inputs=tuple(str(i) for i in inputs))
+        write_atomic(args.plot, render("png", reports[-1][1]), inputs=inputs)

@@ -23,14 +23,14 @@ covers makes the whole estimate an explicit "no estimate" (with the reason), not
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from simulator.cores import Core, find_core
 from simulator.errors import ProfileError
 from simulator.kernels import OP_KINDS, KernelData, OpShape, kernel_data, library_for, op_cycles
 from simulator.model import Model, Operator, Subgraph
 from simulator.profiles import CostModel, Profile
-from simulator.report import OpCompute
+from simulator.report import LatencyBasis, LatencyReport, OpCompute, OpLatencyRow
 from simulator.targets import target_for
 
 #: Band of an estimate from a table nobody validated: published/estimated in [0.5, 2].
@@ -61,12 +61,9 @@ class LatencyEstimate:
     band: tuple[float, float] = UNCALIBRATED_BAND
     #: Where the band comes from, for the reader.
     band_basis: str = ""
-    #: "registry" (core + kernel tables) or "profile" (its own cycles_per_mac).
-    basis: str = "registry"
+    #: Core + kernel tables, or the profile's own cycles_per_mac.
+    basis: LatencyBasis = LatencyBasis.REGISTRY
     no_estimate: str | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     @property
     def band_ms(self) -> tuple[float, float] | None:
@@ -166,7 +163,8 @@ def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile
     band, basis = estimate_band(profile, core, data, model)
     est = LatencyEstimate(total_ms=sum(o.ms for o in ops), clock_hz=clock, threads=threads,
                           per_op=ops, sources=list(cost.sources), band=band, band_basis=basis,
-                          basis="profile" if core is None else "registry")
+                          basis=LatencyBasis.PROFILE if core is None
+                          else LatencyBasis.REGISTRY)
     if missing:
         where = ("the profile's cost_model.cycles_per_mac" if core is None
                  else f"the {host_library(profile)} kernel tables")
@@ -210,24 +208,22 @@ def format_band(total_ms: float, band: tuple[float, float]) -> str:
             f"{format_time_ms(total_ms * band[1])}")
 
 
-def latency_section(model: Model, profile: Profile, per_op: Sequence[OpCompute]) -> dict:
+def latency_section(model: Model, profile: Profile, per_op: Sequence[OpCompute]) -> LatencyReport:
     """``report.latency`` with the device estimate (host figures are added by a run)."""
     est = estimate_latency(model, per_op, profile)
-    return {
-        "estimated_device_ms": est.total_ms,
-        "band_ms": list(est.band_ms) if est.band_ms else None,
-        "band": list(est.band),
-        "band_basis": est.band_basis,
-        "basis": est.basis,
-        "no_estimate": est.no_estimate,
-        "cpu": profile.device.cpu,
-        "kernels": profile.runtime.kernels,
-        "runtime_version": profile.runtime.version,
-        "clock_hz": est.clock_hz,
-        "threads": est.threads,
-        "per_op": [{"op_index": o.op_index, "op": o.op, "dtype": o.dtype, "macs": o.macs,
-                    "bytes_moved": o.bytes_moved, "estimated_ms": o.ms} for o in est.per_op],
-        "sources": est.sources,
-        "host_ms": None,
-        "host_per_op_ms": None,
-    }
+    return LatencyReport(
+        estimated_device_ms=est.total_ms,
+        band_ms=est.band_ms,
+        band=est.band,
+        band_basis=est.band_basis,
+        basis=est.basis,
+        no_estimate=est.no_estimate,
+        cpu=profile.device.cpu,
+        kernels=profile.runtime.kernels,
+        runtime_version=profile.runtime.version,
+        clock_hz=est.clock_hz,
+        threads=est.threads,
+        per_op=tuple(OpLatencyRow(o.op_index, o.op, o.dtype, o.macs, o.bytes_moved, o.ms)
+                     for o in est.per_op),
+        sources=tuple(est.sources),
+    )

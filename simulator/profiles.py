@@ -575,3 +575,17 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+def with_runtime(profile: Profile, *, kernels: str | None = None,
+                 pointer_bytes: int | None = None) -> Profile:
+    """``profile`` with its kernel flavour and/or pointer width replaced (e.g. to compare a
+    prediction with the pip wheel, which runs reference kernels on a 64-bit host)."""
+    changes: dict[str, Any] = {}
+    if kernels is not None:
+        changes["kernels"] = kernels
+    if pointer_bytes is not None:
+        changes["pointer_bytes"] = pointer_bytes
+    if not changes:
+        return profile
+    return dataclasses.replace(profile, runtime=dataclasses.replace(profile.runtime, **changes))

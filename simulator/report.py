@@ -1,17 +1,84 @@
-"""The report every command produces, as dataclasses; text/JSON/JUnit/Markdown/HTML are views.
+"""The report every command produces, as typed dataclasses; text/JSON/JUnit/Markdown/HTML
+are views of it (:mod:`simulator.views`).
 
-One report, many views: a view never computes a number that the report lacks. Sections of
-later stages (``measured``, ``latency``, ``compatibility``, ``bench``) are None until the
-stage that fills them has run. ``to_dict`` is the JSON view's source.
+One report, many views: a view never computes a number that the report lacks. The driver
+(:func:`simulator.simulate.simulate`) builds the report whole — the static half, then the
+running half (``measured``, host figures in ``latency``), then a device benchmark's section
+(``bench``) — and :func:`simulator.verdict.judge` judges it once. Sections of later stages
+are None until the stage that fills them has run.
+
+The sections are frozen; statuses, budget names, units and bases are ``str`` enums, so a
+report goes to JSON as it is (:meth:`Report.to_dict`, with a ``schema_version``) and comes
+back typed (:meth:`Report.from_dict`, e.g. the shard results ``check merge`` combines).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum, StrEnum
+from typing import Any, Protocol
+
+from simulator.benchmark import BenchComparison, BenchResult
+
+#: Version of the JSON form. 1: the untyped sections before it had a version (read back
+#: the same way). 2: typed sections, ``schema_version`` and ``unchecked_budgets``.
+SCHEMA_VERSION = 2
+
+
+class Status(StrEnum):
+    """A budget's outcome, and a report's verdict (never "at-risk")."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    #: An estimate within its budget whose error band crosses it.
+    AT_RISK = "at-risk"
+
+
+class BudgetName(StrEnum):
+    FLASH = "flash"
+    ARENA = "arena"
+    LATENCY = "latency"
+
+
+class Unit(StrEnum):
+    BYTES = "bytes"
+    MS = "ms"
+
+
+class Basis(StrEnum):
+    """What a figure rests on."""
+
+    #: Static analysis that reproduces the runtime.
+    PREDICTED = "predicted"
+    #: The real runtime (or the device) gave it.
+    MEASURED = "measured"
+    #: A model of the runtime with parts it cannot reproduce (cost model, tail estimate).
+    ESTIMATED = "estimated"
+
+
+class LatencyBasis(StrEnum):
+    """Where a device-latency estimate comes from."""
+
+    #: A core of :mod:`simulator.cores` and the kernel tables of :mod:`simulator.kernels`.
+    REGISTRY = "registry"
+    #: The profile's own ``cost_model.cycles_per_mac``.
+    PROFILE = "profile"
+    #: A target's own estimate, split in its section (the Edge TPU: TPU compute, link
+    #: transfers, CPU fallback); ``LatencyReport.split`` names where.
+    TARGET = "target split"
+
+    @classmethod
+    def _missing_(cls, value: object) -> LatencyBasis | None:
+        # Version 1 reports named the target: "edgetpu split".
+        return cls.TARGET if isinstance(value, str) and value.endswith(" split") else None
+
+
+# --------------------------------------------------------------------------- static half
 
 
 @dataclass
@@ -92,28 +159,231 @@ class ComputeReport:
     per_op: list[OpCompute] = field(default_factory=list)
 
 
-@dataclass
+# --------------------------------------------------------------------------- compatibility
+
+
+@dataclass(frozen=True)
+class UnsupportedOp:
+    op_index: int
+    op: str
+    reason: str
+    subgraph: int = 0
+
+
+#: Op table name → the class of its target section (None: the table has none).
+SectionTypes = Callable[[str], "type | None"]
+
+
+class TargetSection(Protocol):
+    """A target's own static section (the Edge TPU partition), ``compatibility.<table>``.
+
+    A frozen dataclass; it writes its own text lines (the text view prints them) and may
+    carry the target's own device-latency estimate.
+    """
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    def text_lines(self) -> list[str]: ...
+
+    def supported_line(self) -> str:
+        """What "every operator supported" means on this target, in one line."""
+
+    def latency_report(self, profile: Any, split: str) -> LatencyReport | None:
+        """``report.latency`` from the section's own estimate (``split``: where the report
+        holds its parts), else None: the CPU cost model estimates the model."""
+
+
+@dataclass(frozen=True)
+class CompatibilityReport:
+    """Can the target's runtime run every operator? The op table's answer, plus the
+    target's own section where it has one (JSON: under the table's name, as
+    ``compatibility.edgetpu``)."""
+
+    table: str
+    supported: bool
+    unsupported_ops: tuple[UnsupportedOp, ...] = ()
+    section: TargetSection | None = None
+
+    def summary(self) -> str:
+        """One line naming each unsupported op, where it is and why, for messages."""
+        by_op: dict[tuple[str, str], list[str]] = {}
+        for u in self.unsupported_ops:
+            where = f"{u.subgraph}:{u.op_index}" if u.subgraph else str(u.op_index)
+            by_op.setdefault((u.op, u.reason), []).append(where)
+        return "; ".join(f"{op} (op{'s' if len(at) > 1 else ''} {', '.join(at)}: {reason})"
+                         for (op, reason), at in by_op.items())
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"table": self.table, "supported": self.supported,
+               "unsupported_ops": [dataclasses.asdict(u) for u in self.unsupported_ops]}
+        if self.section is not None:
+            out[self.table] = self.section.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any],
+                  section_type: SectionTypes | None = None) -> CompatibilityReport:
+        """``section_type`` names the class of a table's section (the targets know them)."""
+        table = data["table"]
+        kind = section_type(table) if section_type and data.get(table) is not None else None
+        if data.get(table) is not None and kind is None:
+            raise ValueError(f"compatibility.{table}: no section type to read it with")
+        return cls(table, data["supported"],
+                   tuple(UnsupportedOp(**u) for u in data.get("unsupported_ops") or ()),
+                   build(kind, data[table]) if kind is not None else None)
+
+
+# --------------------------------------------------------------------------- latency
+
+
+@dataclass(frozen=True)
+class OpLatencyRow:
+    """One operator's estimated device time."""
+
+    op_index: int
+    op: str
+    dtype: str
+    macs: int
+    bytes_moved: int
+    estimated_ms: float
+    #: Where a target with its own split runs it ("tpu" | "cpu"); None on a plain CPU.
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class HostLatency:
+    """Host wall-clock time of the timed invokes of a real run."""
+
+    median: float
+    p90: float
+    min: float
+    runs: int
+    runtime: str
+    threads: int
+
+
+@dataclass(frozen=True)
+class HostOpTime:
+    op_index: int
+    op: str
+    ms: float
+
+
+@dataclass(frozen=True)
+class LatencyReport:
+    """The device-latency estimate with its error band, and the host's measured times."""
+
+    #: None: no estimate (``no_estimate`` says why).
+    estimated_device_ms: float | None = None
+    #: (low, high) in ms where the real latency likely lies.
+    band_ms: tuple[float, float] | None = None
+    #: The same band as multipliers of the estimate.
+    band: tuple[float, float] | None = None
+    band_basis: str = ""
+    basis: LatencyBasis | None = None
+    no_estimate: str | None = None
+    cpu: str | None = None
+    kernels: str | None = None
+    runtime_version: str | None = None
+    clock_hz: float | None = None
+    threads: int | None = None
+    per_op: tuple[OpLatencyRow, ...] = ()
+    sources: tuple[str, ...] = ()
+    #: Filled by a run (``--run``).
+    host_ms: HostLatency | None = None
+    host_per_op_ms: tuple[HostOpTime, ...] | None = None
+    #: Where a target's own estimate is split up (e.g. ``compatibility.edgetpu.latency``).
+    split: str | None = None
+
+
+# --------------------------------------------------------------------------- running half
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    """TFLM against LiteRT's reference kernels on the same inputs (integer models)."""
+
+    runtimes: tuple[str, ...] = ("tflm", "litert (reference kernels)")
+    bit_exact: bool | None = None
+    max_abs_difference: float | None = None
+    #: A runtime refused or crashed on the file: a finding of the check.
+    error: str | None = None
+    #: Why it was not done.
+    skipped: str | None = None
+
+
+@dataclass(frozen=True)
+class MeasuredReport:
+    """What the real runtime measured on this host (``--run``)."""
+
+    runtime: str
+    #: Where the inputs came from.
+    inputs: str
+    #: Why the runtime was not started (it lacks an operator of the model).
+    skipped: str | None = None
+    #: The interpreter's arena (TFLM's RecordingMicroAllocator); None without one.
+    arena_head_bytes: int | None = None
+    arena_tail_bytes: int | None = None
+    arena_total_bytes: int | None = None
+    arena_categories: dict[str, int] = field(default_factory=dict)
+    #: The planner's head for the kernels the wheel runs, and the difference from it.
+    predicted_head_bytes: int | None = None
+    predicted_head_basis: str | None = None
+    head_difference_bytes: int | None = None
+    tail_basis: str | None = None
+    #: The arena the device needs, from the measured head (and tail, on a host-like profile).
+    arena_bytes: int | None = None
+    arena_basis: Basis | None = None
+    arena_budget_bytes: int | None = None
+    over_budget_bytes: int | None = None
+    #: TFLM and LiteRT's reference kernels agree bit for bit; None: not cross-checked.
+    outputs_agree: bool | None = None
+    cross_check: CrossCheck | None = None
+
+
+# --------------------------------------------------------------------------- device benchmark
+
+
+@dataclass(frozen=True)
+class BenchSection:
+    """``report.bench``: the benchmark's result and its comparison with the estimate (in
+    JSON the result's fields and ``vs_estimate`` side by side)."""
+
+    result: BenchResult
+    vs_estimate: BenchComparison
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain_fields(self.result) | {"vs_estimate": _plain_fields(self.vs_estimate)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BenchSection:
+        rest = {k: v for k, v in data.items() if k != "vs_estimate"}
+        return cls(build(BenchResult, rest), build(BenchComparison, data["vs_estimate"]))
+
+
+# --------------------------------------------------------------------------- budgets
+
+
+@dataclass(frozen=True)
 class BudgetCheck:
-    name: str  # "flash" | "arena" | "latency" | ...
+    name: BudgetName
     limit: float
     value: float
     ok: bool
-    unit: str  # "bytes" | "ms"
+    unit: Unit
     #: limit − value: how much room is left (negative: by how much it is missed).
     margin: float = 0.0
-    #: "predicted" (static), "measured" (real runtime) or "estimated" (cost model).
-    basis: str = "predicted"
+    basis: Basis = Basis.PREDICTED
     #: "pass", "fail" or "at-risk" (an estimate within its budget whose error band crosses it).
-    status: str = ""
+    status: Status = Status.PASS
     #: (low, high) where an estimated value likely lies; None for predicted/measured figures.
     band: tuple[float, float] | None = None
-
-    def __post_init__(self) -> None:
-        if not self.status:
-            self.status = "pass" if self.ok else "fail"
     #: Where the limit comes from: "budgets", or the device key (e.g. "device.sram") when
     #: the device's memory is tighter than the budget or no budget is set.
     limit_from: str = "budgets"
+
+
+# --------------------------------------------------------------------------- the report
 
 
 @dataclass
@@ -122,31 +392,71 @@ class Report:
     profile: ProfileSummary
     memory: MemoryReport
     compute: ComputeReport
-    budgets: list[BudgetCheck]
-    verdict: str  # "pass" | "fail"
-    measured: dict[str, Any] | None = None
-    latency: dict[str, Any] | None = None
-    compatibility: dict[str, Any] | None = None
-    bench: dict[str, Any] | None = None
+    #: Filled by :func:`simulator.verdict.judge`, once the report is whole.
+    budgets: list[BudgetCheck] = field(default_factory=list)
+    verdict: Status = Status.FAIL
+    measured: MeasuredReport | None = None
+    latency: LatencyReport | None = None
+    compatibility: CompatibilityReport | None = None
+    bench: BenchSection | None = None
     notes: list[str] = field(default_factory=list)
+    #: Budgets the profile sets that this report has no figure for → why (never a pass).
+    unchecked_budgets: dict[BudgetName, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return self.verdict == "pass"
+        return self.verdict == Status.PASS
+
+    @property
+    def status(self) -> Status:
+        """The verdict, or "at-risk" when it passes on an estimate whose band crosses a budget."""
+        if not self.ok:
+            return Status.FAIL
+        return Status.AT_RISK if self.at_risk else Status.PASS
 
     @property
     def at_risk(self) -> list[str]:
         """Budgets met by the estimate but not by the top of its error band."""
-        return [b.name for b in self.budgets if b.status == "at-risk"]
+        return [b.name for b in self.budgets if b.status == Status.AT_RISK]
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The JSON form (plain dicts, lists, str, numbers), with its ``schema_version``."""
+        return {"schema_version": SCHEMA_VERSION, **_plain_fields(self)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Report:
+    def from_dict(cls, data: dict[str, Any], section_type: SectionTypes) -> Report:
         """The inverse of :meth:`to_dict` (for reports read back from JSON, e.g. the shard
-        results that ``check merge`` combines); ``KeyError``/``TypeError`` if malformed."""
-        return _build(cls, data)
+        results that ``check merge`` combines); ``KeyError``/``TypeError``/``ValueError`` if
+        malformed. Version 1 reports (before ``schema_version``) read the same way.
+        ``section_type`` gives the class of a target's section
+        (:func:`simulator.views.json.read_report` passes the targets' own)."""
+        compat = data.get("compatibility")
+        rest = {k: v for k, v in data.items() if k != "compatibility"}
+        report = _from_fields(cls, rest)
+        if compat is not None:
+            report.compatibility = CompatibilityReport.from_dict(compat, section_type)
+        return report
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON-ready data; a dataclass with its own ``to_dict`` decides its form."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        own: Callable[[], dict[str, Any]] | None = getattr(value, "to_dict", None)
+        return own() if own is not None else _plain_fields(value)
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _plain_fields(value: Any) -> dict[str, Any]:
+    return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
 
 
 @functools.cache
@@ -156,18 +466,38 @@ def _fields(cls: type) -> tuple[tuple[str, Any], ...]:
     return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
 
 
-def _build(cls: type, data: Any) -> Any:
-    """A dataclass from its ``asdict`` form, following the field annotations."""
-    # A field missing from the JSON (added since it was written) keeps its default.
+def build(cls: type, data: Any) -> Any:
+    """A dataclass from its JSON form, following the field annotations. A class with its own
+    ``from_dict`` reads itself; a field missing from the JSON (added since it was written)
+    keeps its default, and a key the class does not know is ignored."""
+    own: Callable[[Any], Any] | None = getattr(cls, "from_dict", None)
+    return own(data) if own is not None else _from_fields(cls, data)
+
+
+def _from_fields(cls: type, data: Any) -> Any:
     return cls(**{name: _value(hint, data[name]) for name, hint in _fields(cls) if name in data})
 
 
 def _value(hint: Any, value: Any) -> Any:
     if value is None:
         return None
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        (hint,) = [h for h in typing.get_args(hint) if h is not type(None)]
+        origin = typing.get_origin(hint)
     if dataclasses.is_dataclass(hint):
-        return _build(hint, value)
-    if typing.get_origin(hint) is list:
+        return build(hint, value)
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return hint(value)
+    if origin is list:
         (item,) = typing.get_args(hint)
         return [_value(item, v) for v in value]
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_value(args[0], v) for v in value)
+        return tuple(_value(a, v) for a, v in zip(args, value, strict=True))
+    if origin is dict:
+        key, item = typing.get_args(hint)
+        return {_value(key, k): _value(item, v) for k, v in value.items()}
     return value

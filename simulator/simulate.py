@@ -1,22 +1,23 @@
-"""The simulator's driver: read → plan → count → [run] → judge, one :class:`Report` out.
+"""The simulator's driver: read → plan → count → [run] → [bench] → judge, one :class:`Report`.
 
 The static path (the default) imports no runtime and no TensorFlow: it reads the flatbuffer,
-plans the arena with the profile's runtime planner, counts flash, parameters and MACs, and
-judges the profile's budgets. ``run=True`` hands the report to the running half:
-``simulator.runtimes.run_stage(model, profile, report, **run_options) -> None`` fills the
-``measured``, ``latency`` and ``compatibility`` sections; the budgets are judged again
-afterwards so measured figures win.
+plans the arena with the profile's runtime planner, counts flash, parameters and MACs,
+checks op support and estimates latency. ``run=True`` hands the report to the running half,
+``simulator.runtimes.stage.run_stage(model, profile, report, **run_options) -> Report``,
+which fills the ``measured`` section and the host figures of ``latency``; a device
+benchmark (``bench``) adds its section. Only then, with every figure in, are the budgets
+judged — once (:func:`simulator.verdict.judge`), so measured figures win.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from simulator.benchmark import BenchComparison, BenchResult
 from simulator.compat import static_compatibility, static_latency
 from simulator.compute import op_work, parameters_by_dtype
 from simulator.errors import ProfileError
@@ -27,6 +28,7 @@ from simulator.planners.base import MemoryPlan
 from simulator.profiles import Profile, load_profile
 from simulator.reader import read_model
 from simulator.report import (
+    BenchSection,
     ComputeReport,
     MemoryReport,
     ModelSummary,
@@ -46,13 +48,17 @@ CONVERSION_METADATA = "devicefit.conversion"
 
 
 def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = False,
-             order: Sequence[int] | None = None,
-             profiles_dirs: Sequence[str | Path] = (), **run_options: Any) -> Report:
-    """Predict (and with ``run=True`` also measure) ``model_path`` on ``profile``.
+             order: Sequence[int] | None = None, profiles_dirs: Sequence[str | Path] = (),
+             bench: BenchResult | None = None, strict: bool = False,
+             **run_options: Any) -> Report:
+    """Predict (and with ``run=True`` also measure) ``model_path`` on ``profile``, judged.
 
     ``profile`` is a loaded :class:`Profile` or a name/path for :func:`load_profile`.
     ``order`` executes the main graph's operators in that order (for the optimizer).
-    ``run_options`` go to the running half unchanged.
+    ``bench`` is what the device itself measured (``devicefit bench``): its average time is
+    judged against the latency budget instead of the estimate. ``strict``: a budget the
+    report has no figure for fails the verdict. ``run_options`` go to the running half
+    unchanged.
     """
     if not isinstance(profile, Profile):
         profile = load_profile(profile, list(profiles_dirs))
@@ -62,14 +68,24 @@ def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = Fals
     report = static_report(model, profile, order)
     if run:
         # Imported here: the static path must not load native runtimes.
-        from simulator.runtimes import run_stage
+        from simulator.runtimes.stage import run_stage
 
-        run_stage(model, profile, report, **run_options)
-    return judge(report, profile)
+        report = run_stage(model, profile, report, **run_options)
+    if bench is not None:
+        report.bench = bench_section(bench, report)
+    return judge(report, profile, strict=strict)
+
+
+def bench_section(result: BenchResult, report: Report | None,
+                  why: str = "no latency in the report") -> BenchSection:
+    """A device benchmark beside the report's estimate (``report`` None: none to compare)."""
+    estimate = report.latency.estimated_device_ms if report and report.latency else None
+    return BenchSection(result, BenchComparison.of(result.results.inference_avg_ms, estimate,
+                                                   why if estimate is None else None))
 
 
 def static_report(model: Model, profile: Profile, order: Sequence[int] | None = None) -> Report:
-    """The report of the static half, budgets already judged on predicted figures."""
+    """The report of the static half, not judged yet (:func:`simulate` judges it whole)."""
     plan = plan_memory(model, profile, order)
     work = op_work(model)
     report = Report(
@@ -81,8 +97,6 @@ def static_report(model: Model, profile: Profile, order: Sequence[int] | None = 
         compute=ComputeReport(
             macs=sum(w.macs for w in work),
             per_op=[OpCompute(w.op_index, w.op, w.macs, w.bytes_moved) for w in work]),
-        budgets=[],
-        verdict="pass",
         notes=list(plan.notes),
     )
     if any(t.is_dynamic for t in model.main.tensors):
@@ -96,9 +110,9 @@ def static_report(model: Model, profile: Profile, order: Sequence[int] | None = 
         except ProfileError as exc:
             # An incomplete cost model costs the latency figure, not the memory verdict.
             report.notes.append(f"no device latency estimate: {exc}")
-    if report.latency and report.latency.get("no_estimate"):
-        report.notes.append(report.latency["no_estimate"])
-    return judge(report, profile)
+    if report.latency and report.latency.no_estimate:
+        report.notes.append(report.latency.no_estimate)
+    return report
 
 
 def model_summary(model: Model) -> ModelSummary:
@@ -150,17 +164,3 @@ def memory_report(model: Model, profile: Profile, plan: MemoryPlan) -> MemoryRep
         exact=list(plan.exact) + ["flash"],
         estimated=list(plan.estimated),
     )
-
-
-def with_runtime(profile: Profile, *, kernels: str | None = None,
-                 pointer_bytes: int | None = None) -> Profile:
-    """``profile`` with its kernel flavour and/or pointer width replaced (e.g. to compare a
-    prediction with the pip wheel, which runs reference kernels on a 64-bit host)."""
-    changes: dict[str, Any] = {}
-    if kernels is not None:
-        changes["kernels"] = kernels
-    if pointer_bytes is not None:
-        changes["pointer_bytes"] = pointer_bytes
-    if not changes:
-        return profile
-    return dataclasses.replace(profile, runtime=dataclasses.replace(profile.runtime, **changes))

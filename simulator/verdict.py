@@ -1,19 +1,25 @@
-"""Budgets → checks → verdict. Every budget the profile sets becomes one :class:`BudgetCheck`.
+"""Budgets → checks → verdict, judged once per report, when the report is whole.
 
-A figure measured on the real runtime wins over the static prediction of the same thing
-(``report.measured["arena_bytes"]``, ``report.measured["device_latency_ms"]`` from a device
-benchmark); latency is judged only once a stage has filled
-``report.latency["estimated_device_ms"]`` (a latency budget with no figure yet is left out
-and noted, never passed silently). A latency budget the estimate meets but the top of its
-error band (``report.latency["band_ms"]``) does not is "at-risk": it passes the verdict, and
-``check --fail-on-risk`` fails on it. When the running half reports an unsupported operator
-(``report.compatibility["supported"] is False``) the verdict fails whatever the budgets say.
+Every budget is one entry of :data:`BUDGETS`: its name, its unit, the profile's limit (capped
+by the device's own memory), and how its value is chosen from the report. A figure measured
+on the real runtime wins over the static prediction of the same thing (the measured arena of
+``--run``; the phone's average time from ``devicefit bench``). A budget the report has no
+figure for (a latency budget with no estimate) is not judged: it is listed in
+``report.unchecked_budgets`` and noted, never passed silently — and with ``strict`` (fit:
+only what it can show to fit) it fails the verdict. A latency budget the estimate meets but
+the top of its error band does not is "at-risk": it passes the verdict, and ``check
+--fail-on-risk`` fails on it. An operator the target's runtime lacks fails the verdict
+whatever the budgets say.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from simulator.profiles import Profile
-from simulator.report import BudgetCheck, MemoryReport, Report
+from simulator.report import Basis, BudgetCheck, BudgetName, Report, Status, Unit
 
 
 def flash_bytes(model_bytes: int, profile: Profile) -> int:
@@ -21,10 +27,63 @@ def flash_bytes(model_bytes: int, profile: Profile) -> int:
     return model_bytes + (profile.runtime.code_bytes or 0)
 
 
-def _check(name: str, limit: float, value: float, unit: str, basis: str,
-           limit_from: str = "budgets") -> BudgetCheck:
-    return BudgetCheck(name=name, limit=limit, value=value, ok=value <= limit, unit=unit,
-                       margin=limit - value, basis=basis, limit_from=limit_from)
+@dataclass(frozen=True)
+class Figure:
+    """The value a budget is judged on, what it rests on and, for an estimate, its band."""
+
+    value: float
+    basis: Basis
+    band: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One budget a profile may set."""
+
+    name: BudgetName
+    unit: Unit
+    #: The profile's limit, None when it sets none.
+    limit: Callable[[Profile], float | None]
+    #: The report's figure for it, or why the report has none.
+    value: Callable[[Report], Figure | str]
+    #: Bounded by the device's physical memory of this kind (``device_limits``).
+    device_bound: bool = False
+
+
+def _flash(report: Report) -> Figure:
+    return Figure(report.memory.flash_bytes, Basis.PREDICTED)
+
+
+def _arena(report: Report) -> Figure:
+    # The runtime must also be able to start: TFLM needs extra room while planning, which
+    # neither the final allocation nor a run's recorded total includes.
+    mem, measured = report.memory, report.measured
+    if measured is not None and measured.arena_bytes is not None:
+        return Figure(max(measured.arena_bytes, mem.arena_required_bytes),
+                      measured.arena_basis or Basis.MEASURED)
+    return Figure(max(mem.arena_bytes, mem.arena_required_bytes),
+                  Basis.PREDICTED if "arena_tail" in mem.exact else Basis.ESTIMATED)
+
+
+def _latency(report: Report) -> Figure | str:
+    # A time measured on the device itself (``bench``) beats any estimate, and has no band.
+    on_device = report.bench.vs_estimate.measured_ms if report.bench else None
+    if on_device is not None:
+        return Figure(float(on_device), Basis.MEASURED)
+    lat = report.latency
+    if lat is None or lat.estimated_device_ms is None:
+        return "the report has no latency estimate"
+    return Figure(float(lat.estimated_device_ms), Basis.ESTIMATED, lat.band_ms)
+
+
+#: Every budget, in the order reports list them.
+BUDGETS: tuple[Budget, ...] = (
+    Budget(BudgetName.FLASH, Unit.BYTES, lambda p: p.budgets.flash_bytes, _flash,
+           device_bound=True),
+    Budget(BudgetName.ARENA, Unit.BYTES, lambda p: p.budgets.arena_bytes, _arena,
+           device_bound=True),
+    Budget(BudgetName.LATENCY, Unit.MS, lambda p: p.budgets.latency_ms, _latency),
+)
 
 
 def device_limits(profile: Profile) -> dict[str, tuple[int, str]]:
@@ -39,90 +98,66 @@ def device_limits(profile: Profile) -> dict[str, tuple[int, str]]:
     rams = [(v, f"device.{k}") for k, v in (("sram", d.sram_bytes), ("psram", d.psram_bytes),
                                              ("ram", d.ram_bytes)) if v is not None]
     if rams:
-        limits["arena"] = max(rams)
+        limits[BudgetName.ARENA] = max(rams)
     if d.flash_bytes is not None:
-        limits["flash"] = (d.flash_bytes, "device.flash")
+        limits[BudgetName.FLASH] = (d.flash_bytes, "device.flash")
     return limits
 
 
-def _bounded(name: str, budget: float | None, profile: Profile,
-             notes: list[str]) -> tuple[float | None, str]:
-    """The limit to judge ``name`` against: the budget, capped by the device's memory."""
-    device = device_limits(profile).get(name)
+def _bounded(budget: Budget, profile: Profile, notes: list[str]) -> tuple[float | None, str]:
+    """The limit to judge ``budget`` against: the profile's, capped by the device's memory."""
+    limit = budget.limit(profile)
+    device = device_limits(profile).get(budget.name) if budget.device_bound else None
     if device is None:
-        return budget, "budgets"
+        return limit, "budgets"
     size, key = device
-    if budget is None or budget > size:
-        if budget is not None:
-            notes.append(f"profile '{profile.name}': budgets.{name} ({int(budget):,} B) is larger "
-                         f"than {key} ({size:,} B); judged against the device")
+    if limit is None or limit > size:
+        if limit is not None:
+            notes.append(f"profile '{profile.name}': budgets.{budget.name} ({int(limit):,} B) "
+                         f"is larger than {key} ({size:,} B); judged against the device")
         return size, key
-    return budget, "budgets"
+    return limit, "budgets"
 
 
 def device_warnings(profile: Profile) -> list[str]:
     """The profile's budgets that promise more memory than its device has."""
     notes: list[str] = []
-    for name, budget in (("flash", profile.budgets.flash_bytes),
-                         ("arena", profile.budgets.arena_bytes)):
-        _bounded(name, budget, profile, notes)
+    for budget in BUDGETS:
+        _bounded(budget, profile, notes)
     return notes
 
 
-def budget_checks(profile: Profile, memory: MemoryReport, measured: dict | None = None,
-                  latency: dict | None = None) -> tuple[list[BudgetCheck], list[str]]:
-    """The checks of ``profile``'s budgets against these figures, and notes on any skipped."""
-    b = profile.budgets
+def _check(budget: Budget, limit: float, figure: Figure, limit_from: str) -> BudgetCheck:
+    ok = figure.value <= limit
+    status = Status.PASS if ok else Status.FAIL
+    # Met by the estimate, not by the top of its band: its own status.
+    if ok and figure.band is not None and figure.band[1] > limit:
+        status = Status.AT_RISK
+    return BudgetCheck(name=budget.name, limit=limit, value=figure.value, ok=ok,
+                       unit=budget.unit, margin=limit - figure.value, basis=figure.basis,
+                       status=status, band=figure.band, limit_from=limit_from)
+
+
+def judge(report: Report, profile: Profile, *, strict: bool = False) -> Report:
+    """``report`` with its budget checks, unchecked budgets and verdict: call it once, on
+    the whole report. ``strict``: a budget without a figure fails the verdict."""
+    if report.budgets or report.unchecked_budgets:
+        raise ValueError("judge: this report is judged already")
     checks: list[BudgetCheck] = []
+    unchecked: dict[BudgetName, str] = {}
     notes: list[str] = []
-    flash_limit, flash_from = _bounded("flash", b.flash_bytes, profile, notes)
-    if flash_limit is not None:
-        checks.append(_check("flash", flash_limit, memory.flash_bytes, "bytes", "predicted",
-                             flash_from))
-    arena_limit, arena_from = _bounded("arena", b.arena_bytes, profile, notes)
-    if arena_limit is not None:
-        # The runtime must also be able to start: TFLM needs extra room while planning,
-        # which neither the final allocation nor a run's recorded total includes.
-        if measured and measured.get("arena_bytes") is not None:
-            needed = max(measured["arena_bytes"], memory.arena_required_bytes)
-            basis = measured.get("arena_basis", "measured")
+    for budget in BUDGETS:
+        limit, limit_from = _bounded(budget, profile, notes)
+        if limit is None:
+            continue
+        figure = budget.value(report)
+        if isinstance(figure, str):
+            unchecked[budget.name] = figure
+            notes.append(f"{budget.name} budget not checked: {figure}")
         else:
-            needed = max(memory.arena_bytes, memory.arena_required_bytes)
-            basis = "predicted" if "arena_tail" in memory.exact else "estimated"
-        checks.append(_check("arena", arena_limit, needed, "bytes", basis, arena_from))
-    if b.latency_ms is not None:
-        # A time measured on the device itself (``bench``) beats any estimate.
-        on_device = (measured or {}).get("device_latency_ms")
-        value = on_device if on_device is not None else (latency or {}).get("estimated_device_ms")
-        if value is None:
-            notes.append("latency budget not checked: no latency estimate in this report")
-        else:
-            check = _check("latency", b.latency_ms, float(value), "ms",
-                           "estimated" if on_device is None else "measured")
-            # A measured time has no error band; only an estimate can be "at risk".
-            band = (latency or {}).get("band_ms") if on_device is None else None
-            if band:
-                check.band = (float(band[0]), float(band[1]))
-                # Met by the estimate, not by the top of its band: its own status.
-                if check.ok and check.band[1] > b.latency_ms:
-                    check.status = "at-risk"
-            checks.append(check)
-    return checks, notes
-
-
-def overall(checks: list[BudgetCheck], compatibility: dict | None = None) -> str:
-    """"fail" if a budget fails or the runtime lacks an operator the model uses."""
-    if compatibility is not None and compatibility.get("supported") is False:
-        return "fail"
-    return "pass" if all(c.ok for c in checks) else "fail"
-
-
-def judge(report: Report, profile: Profile) -> Report:
-    """(Re)compute ``report.budgets`` and ``report.verdict`` from the report's figures."""
-    checks, notes = budget_checks(profile, report.memory, report.measured, report.latency)
-    report.budgets = checks
-    report.verdict = overall(checks, report.compatibility)
-    report.notes = [n for n in report.notes if n not in notes
-                    and not n.startswith("latency budget not checked")]
-    report.notes.extend(notes)
-    return report
+            checks.append(_check(budget, limit, figure, limit_from))
+    unsupported = report.compatibility is not None and not report.compatibility.supported
+    failed = unsupported or any(not c.ok for c in checks) or (strict and bool(unchecked))
+    return dataclasses.replace(report, budgets=checks, unchecked_budgets=unchecked,
+                               verdict=Status.FAIL if failed else Status.PASS,
+                               notes=[*report.notes, *notes])

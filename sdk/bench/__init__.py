@@ -1,16 +1,13 @@
 """Benchmark a model on a real Android phone with TFLite's ``benchmark_model`` over adb.
 
-``bench(model, profile, benchmark_binary=...)`` returns a :class:`BenchResult`;
-``dataclasses.asdict`` of it is the ``bench`` section of the simulate report.
+``bench(model, profile, benchmark_binary=...)`` returns a :class:`BenchResult` (its type
+lives in :mod:`simulator.benchmark`, beside the report whose ``bench`` section it fills).
 """
 
 from sdk.bench.adb import AdbError, DeviceGone
-from sdk.bench.benchmark_output import (
-    BenchmarkOutput,
-    BenchmarkOutputError,
-    parse_benchmark_output,
-)
-from sdk.bench.runner import BenchResult, BenchSettings, bench
+from sdk.bench.benchmark_output import BenchmarkOutputError, parse_benchmark_output
+from sdk.bench.runner import bench
+from simulator.benchmark import BenchmarkOutput, BenchResult, BenchSettings
 
 __all__ = [
     "AdbError",

@@ -33,8 +33,14 @@ from __future__ import annotations
 import logging
 import math
 import re
-from dataclasses import dataclass, field
 
+from simulator.benchmark import (
+    BenchmarkOutput,
+    DelegateCoverage,
+    OpProfileRow,
+    OpTypeSummary,
+    RunStats,
+)
 from simulator.errors import RuntimeFailure
 
 log = logging.getLogger(__name__)
@@ -81,79 +87,6 @@ _TIMING_KEYS = {
 
 class BenchmarkOutputError(RuntimeFailure):
     """benchmark_model ran but printed nothing this parser recognises as a result."""
-
-
-@dataclass
-class RunStats:
-    """One ``count=...`` line; times in milliseconds (the tool prints microseconds)."""
-
-    count: int
-    first_ms: float | None = None
-    curr_ms: float | None = None
-    min_ms: float | None = None
-    max_ms: float | None = None
-    avg_ms: float | None = None
-    std_ms: float | None = None
-    p5_ms: float | None = None
-    median_ms: float | None = None
-    p95_ms: float | None = None
-
-
-@dataclass
-class OpProfileRow:
-    """One node of the ``Run Order`` table (times in ms as the tool prints them)."""
-
-    node_type: str
-    name: str
-    first_ms: float | None
-    avg_ms: float | None
-    percent: float | None
-    cdf_percent: float | None
-    mem_kb: float | None
-    times_called: int | None
-
-
-@dataclass
-class OpTypeSummary:
-    """One row of ``Summary by node type``."""
-
-    node_type: str
-    count: int | None
-    avg_ms: float | None
-    percent: float | None
-    cdf_percent: float | None
-    mem_kb: float | None
-    times_called: int | None
-
-
-@dataclass
-class DelegateCoverage:
-    """How much of the graph a delegate took, as far as the log says."""
-
-    delegate: str
-    nodes_delegated: int | None = None
-    nodes_total: int | None = None
-    partitions: int | None = None
-    #: True/False when the tool stated the whole graph does (not) run on the delegate.
-    whole_graph: bool | None = None
-
-
-@dataclass
-class BenchmarkOutput:
-    model_size_mb: float | None = None
-    init_ms: float | None = None
-    first_inference_ms: float | None = None
-    warmup_avg_ms: float | None = None
-    inference_avg_ms: float | None = None
-    warmup: RunStats | None = None
-    inference: RunStats | None = None
-    memory_init_mb: float | None = None
-    memory_overall_mb: float | None = None
-    memory_peak_mb: float | None = None
-    delegates_created: list[str] = field(default_factory=list)
-    delegate_coverage: list[DelegateCoverage] = field(default_factory=list)
-    op_profile: list[OpProfileRow] = field(default_factory=list)
-    op_summary: list[OpTypeSummary] = field(default_factory=list)
 
 
 def _f(text: str | None) -> float | None:

@@ -11,11 +11,11 @@ import logging
 import re
 import shlex
 import signal
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from sdk.bench.adb import AdbClient, AdbError, DeviceGone, check_binary_arch, find_adb
-from sdk.bench.benchmark_output import BenchmarkOutput, parse_benchmark_output, tail
+from sdk.bench.benchmark_output import parse_benchmark_output, tail
+from simulator.benchmark import BenchmarkOutput, BenchResult, BenchSettings
 from simulator.errors import InputError, RuntimeFailure, UsageError
 from simulator.profiles import Profile
 from simulator.targets import TARGETS, target_for
@@ -30,37 +30,6 @@ _DELEGATE_FLAGS = {"xnnpack": "--use_xnnpack=true", "gpu": "--use_gpu=true",
                    "nnapi": "--use_nnapi=true", None: "--use_xnnpack=false"}
 _CPU_MASK = re.compile(r"^(0x)?[0-9a-fA-F]+$")
 DEFAULT_RUN_TIMEOUT_S = 600.0
-
-
-@dataclass
-class BenchSettings:
-    """What was asked of benchmark_model (after profile defaults were applied)."""
-
-    threads: int
-    delegate: str | None
-    runs: int
-    warmup_runs: int
-    cpu_mask: str | None
-    op_profiling: bool
-
-
-@dataclass
-class BenchResult:
-    model: str
-    profile: str
-    serial: str
-    device_model: str
-    abis: list[str]
-    binary_arch: str
-    settings: BenchSettings
-    #: The shell command run on the device.
-    command: str
-    results: BenchmarkOutput
-    #: Remote files pushed by this run, and those already on the device with the same bytes.
-    pushed: list[str] = field(default_factory=list)
-    already_on_device: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    output_tail: list[str] = field(default_factory=list)
 
 
 def default_delegate(profile: Profile) -> str | None:

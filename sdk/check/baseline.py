@@ -44,7 +44,7 @@ class RegressionCheck:
 
 def report_metrics(report: Report) -> dict[str, float | None]:
     """The figures a baseline keeps for one model × profile."""
-    latency = (report.latency or {}).get("estimated_device_ms")
+    latency = report.latency.estimated_device_ms if report.latency else None
     return {"flash_bytes": report.memory.flash_bytes, "arena_bytes": report.memory.arena_bytes,
             "latency_ms": latency}
 

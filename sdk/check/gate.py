@@ -21,6 +21,7 @@ from simulator.errors import DevicefitError
 from simulator.profiles import Profile
 from simulator.report import Report
 from simulator.simulate import simulate
+from simulator.views.json import read_report
 
 from .baseline import RegressionCheck, compare
 from .project import Project, Target
@@ -40,12 +41,16 @@ class Outcome:
     regressions: list[RegressionCheck] = field(default_factory=list)
     #: Why some regression rules were not evaluated (no baseline entry, no figure).
     regression_notes: list[str] = field(default_factory=list)
-    #: Budgets the (overridden) profile sets that the report could not judge → why not.
-    unchecked_budgets: dict[str, str] = field(default_factory=dict)
     #: The metrics with a regression rule, checked or not.
     rules: list[str] = field(default_factory=list)
     overridden: list[str] = field(default_factory=list)
     seconds: float = 0.0
+
+    @property
+    def unchecked_budgets(self) -> dict[str, str]:
+        """Budgets the (overridden) profile sets that the report could not judge → why not."""
+        return {str(k): v for k, v in self.report.unchecked_budgets.items()} if self.report \
+            else {}
 
     @property
     def status(self) -> str:
@@ -53,9 +58,9 @@ class Outcome:
         by the estimate but not by the top of its error band) or ``"pass"``."""
         if self.report is None:
             return "error"
-        if not self.report.ok or any(not r.ok for r in self.regressions):
+        if any(not r.ok for r in self.regressions):
             return "fail"
-        return "at-risk" if self.report.at_risk else "pass"
+        return self.report.status.value
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,9 +80,9 @@ class Outcome:
     def from_dict(cls, data: dict[str, Any]) -> Outcome:
         """The inverse of :meth:`to_dict` (a shard's result read back by ``check merge``)."""
         return cls(data["model"], data["model_path"], data["profile"],
-                   Report.from_dict(data["report"]) if data["report"] is not None else None,
+                   read_report(data["report"]) if data["report"] is not None else None,
                    data["error"], [RegressionCheck(**r) for r in data["regressions"]],
-                   list(data["regression_notes"]), dict(data["unchecked_budgets"]),
+                   list(data["regression_notes"]),
                    list(data["rules"]), list(data["overridden_budgets"]), data["seconds"])
 
 
@@ -173,17 +178,6 @@ def _results(targets: tuple[Target, ...], run: bool, jobs: int,
             raise
 
 
-def _unchecked(target: Target, report: Report) -> dict[str, str]:
-    """A budget set but not judged must show in CI, never read as a pass."""
-    judged = {b.name for b in report.budgets}
-    b = target.profile.budgets
-    return {name: ("the report has no latency estimate" if name == "latency"
-                   else "not judged by the simulator")
-            for name, limit in (("flash", b.flash_bytes), ("arena", b.arena_bytes),
-                                ("latency", b.latency_ms))
-            if limit is not None and name not in judged}
-
-
 def run_check(project: Project, *, run: bool = False, jobs: int = 1,
               baseline: dict[str, dict[str, dict[str, Any]]] | None = None,
               baseline_path: Path | None = None, run_options: dict[str, Any] | None = None,
@@ -201,8 +195,6 @@ def run_check(project: Project, *, run: bool = False, jobs: int = 1,
         o = Outcome(t.model, str(t.model_path), t.profile.name, report, error,
                     rules=[r.metric for r in t.rules], overridden=list(t.overridden),
                     seconds=seconds)
-        if report is not None:
-            o.unchecked_budgets = _unchecked(t, report)
         if report is not None and t.rules:
             if baseline is None:
                 o.regression_notes.append("no baseline given, regression rules not checked")

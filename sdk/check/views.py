@@ -1,10 +1,10 @@
-"""Views of a :class:`~sdk.check.gate.CheckResult`: JUnit XML, Markdown, JSON, table rows.
+"""Views of a :class:`~sdk.check.gate.CheckResult`: JUnit XML, Markdown, JSON, HTML, table
+rows — the project-wide layer over the report views of :mod:`simulator.views`.
 
-They only format what the result holds (one report, many views). JUnit: one testsuite per
-model × profile, one testcase per budget and per regression rule; a target that could not be
-simulated is one ``simulate`` testcase with an ``<error>``. Failures carry the limit, the
-value and the margin in both the message and the text, since CI viewers show one or the
-other.
+They only format what the result holds. JUnit: one testsuite per model × profile, with the
+report's own testcases (:func:`simulator.views.junit.report_cases`: budgets, op support)
+and one per regression rule; a target that could not be simulated is one ``simulate``
+testcase with an ``<error>``.
 """
 
 from __future__ import annotations
@@ -12,33 +12,20 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
 
-from simulator.escape import clean
 from simulator.escape import markdown as md_literal
 from simulator.escape import markdown_code as md_code
-from simulator.report import BudgetCheck
+from simulator.report import Status
 from simulator.units import format_figure as fmt
+from simulator.views.html import Section, escape, html_table, render_html
+from simulator.views.junit import COUNTS, case, report_cases, xml_text
+from simulator.views.markdown import MARKS
+from simulator.views.messages import details, figures
+from simulator.views.messages import problems as report_problems
 
 from .baseline import METRIC_KEYS, RegressionCheck, report_metrics
 from .gate import CheckResult, Outcome
 from .project import METRICS
-
-MARKS = {"pass": "✅", "at-risk": "🟠", "fail": "❌", "error": "⚠️"}
-
-
-def budget_message(b: BudgetCheck) -> str:
-    limit = "budget" if b.limit_from == "budgets" else f"limit ({b.limit_from})"
-    if b.status == "at-risk" and b.band:
-        return (f"{b.name} {fmt(b.value, b.unit)} (likely {fmt(b.band[0], b.unit)}–"
-                f"{fmt(b.band[1], b.unit)}) is AT RISK: within its {fmt(b.limit, b.unit)} "
-                f"{limit}, but the error band reaches {fmt(b.band[1] - b.limit, b.unit)} past it "
-                f"({b.basis})")
-    if b.ok:
-        return (f"{b.name} {fmt(b.value, b.unit)} within its {fmt(b.limit, b.unit)} {limit} "
-                f"({fmt(b.margin, b.unit)} left, {b.basis})")
-    return (f"{b.name} {fmt(b.value, b.unit)} exceeds its {fmt(b.limit, b.unit)} {limit} by "
-            f"{fmt(-b.margin, b.unit)} ({b.basis})")
 
 
 def regression_message(r: RegressionCheck) -> str:
@@ -57,23 +44,9 @@ def _change(r: RegressionCheck) -> str:
     return f"{(r.value - r.baseline) / r.baseline:+.1%}"
 
 
-def _details(fields: dict[str, Any]) -> str:
-    return "\n".join(f"{k}: {v}" for k, v in fields.items())
-
-
-def _figures(check: BudgetCheck | RegressionCheck) -> dict[str, str]:
-    """Exact numbers and readable ones, for a failure's text."""
-    names = ["baseline"] if isinstance(check, RegressionCheck) else []
-    out = {n: f"{getattr(check, n):g} {check.unit} ({fmt(getattr(check, n), check.unit)})"
-           for n in [*names, "limit", "value", "margin"]}
-    if isinstance(check, RegressionCheck):
-        out["rule"] = f"may grow by {check.rule}"
-    else:
-        out["basis"] = check.basis
-        if check.band:
-            out["likely"] = (f"{fmt(check.band[0], check.unit)} to "
-                             f"{fmt(check.band[1], check.unit)}")
-    return out
+def _figures(r: RegressionCheck) -> dict[str, str]:
+    return {**figures(r, ("baseline", "limit", "value", "margin")),
+            "rule": f"may grow by {r.rule}"}
 
 
 # --------------------------------------------------------------------------- cells
@@ -85,7 +58,7 @@ def metric_cell(o: Outcome, metric: str) -> tuple[str, bool | None]:
     if budget is not None:
         likely = (f" (likely {fmt(budget.band[0], budget.unit)}–{fmt(budget.band[1], budget.unit)})"
                   if budget.band else "")
-        risk = " at risk" if budget.status == "at-risk" else ""
+        risk = " at risk" if budget.status == Status.AT_RISK else ""
         return (f"{fmt(budget.value, budget.unit)}{likely} / {fmt(budget.limit, budget.unit)}"
                 f"{risk}", budget.ok)
     if metric in o.unchecked_budgets:
@@ -112,37 +85,18 @@ def notes(result: CheckResult) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def compatibility_message(compat: dict[str, Any]) -> str | None:
-    """Why the target runtime cannot run the model, or None if it can (or was not checked)."""
-    if compat.get("supported") is not False:
-        return None
-    ops = compat.get("unsupported_ops") or []
-    names = ", ".join(sorted({str(op.get("op")) for op in ops})) or "some operators"
-    text = (f"{compat.get('table') or 'the runtime'} cannot run this model: unsupported "
-            f"{names} ({len(ops)} op{'s' if len(ops) != 1 else ''})")
-    if ops and ops[0].get("reason"):
-        reason = str(ops[0]["reason"])
-        text += f"; op {ops[0].get('op_index')}: {reason[:150]}{'...' if len(reason) > 150 else ''}"
-    return text
-
-
 def problems(o: Outcome) -> list[str]:
     """One line per failed budget, unsupported op set or regression, or the error."""
     if o.report is None:
         return [o.error or "simulation failed"]
-    found = [budget_message(b) for b in o.report.budgets if b.status != "pass"]
-    compat = compatibility_message(o.report.compatibility or {})
-    found += [compat] if compat else []
-    found += [f"regression: {regression_message(r)}" for r in o.regressions if not r.ok]
-    if not o.report.ok and not found:  # a verdict must never fail unexplained
-        found.append("the simulator's verdict is fail; see the JSON report")
-    return found
+    return report_problems(o.report) + [f"regression: {regression_message(r)}"
+                                        for r in o.regressions if not r.ok]
 
 
 # --------------------------------------------------------------------------- JUnit
 def junit_xml(result: CheckResult) -> str:
     root = ET.Element("testsuites", name="devicefit check")
-    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    totals = dict.fromkeys(COUNTS, 0)
     for o in result.outcomes:
         suite = ET.SubElement(root, "testsuite", name=f"{o.model} @ {o.profile}")
         props = ET.SubElement(suite, "properties")
@@ -158,71 +112,34 @@ def junit_xml(result: CheckResult) -> str:
     for k, v in totals.items():
         root.set(k, str(v))
     root.set("time", f"{result.seconds:.3f}")
-    _clean_tree(root)
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
-
-
-def _clean_tree(root: ET.Element) -> None:
-    """Names and messages quote the project and the models: ElementTree escapes ``<&"`` but
-    writes control characters as they are, which no XML parser accepts."""
-    for element in root.iter():
-        for key, value in element.attrib.items():
-            element.set(key, clean(value))
-        if element.text:
-            element.text = clean(element.text)
+    return xml_text(root)
 
 
 def _suite_cases(suite: ET.Element, o: Outcome, classname: str,
                  fail_on_risk: bool = False) -> dict[str, int]:
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-
-    def case(name: str) -> ET.Element:
-        counts["tests"] += 1
-        return ET.SubElement(suite, "testcase", classname=classname, name=name, time="0")
-
+    counts = dict.fromkeys(COUNTS, 0)
     if o.report is None:
-        err = ET.SubElement(case("simulate"), "error", type="DevicefitError",
-                            message=o.error or "simulation failed")
+        err = ET.SubElement(case(suite, counts, classname, "simulate"), "error",
+                            type="DevicefitError", message=o.error or "simulation failed")
         err.text = o.error
         counts["errors"] += 1
         return counts
-    for b in o.report.budgets:
-        tc = case(f"budget.{b.name}")
-        if not b.ok or (fail_on_risk and b.status == "at-risk"):
-            failure = ET.SubElement(tc, "failure", type="BudgetExceeded" if not b.ok
-                                    else "BudgetAtRisk", message=budget_message(b))
-            failure.text = _details(_figures(b))
-            counts["failures"] += 1
-        elif b.status == "at-risk":  # JUnit has no warning: CI viewers show system-out
-            ET.SubElement(tc, "system-out").text = budget_message(b)
-    if o.report.compatibility is not None:
-        tc = case("compatibility")
-        message = compatibility_message(o.report.compatibility)
-        if message:
-            failure = ET.SubElement(tc, "failure", type="UnsupportedOperator", message=message)
-            failure.text = "\n".join(
-                f"op {op.get('op_index')} {op.get('op')}: {op.get('reason')}"
-                for op in o.report.compatibility.get("unsupported_ops") or [])
-            counts["failures"] += 1
-    for name, why in o.unchecked_budgets.items():
-        ET.SubElement(case(f"budget.{name}"), "skipped", message=f"{name} budget not checked: {why}")
-        counts["skipped"] += 1
+    report_cases(suite, o.report, classname, counts, fail_on_risk)
     checked = {r.name for r in o.regressions}
     for r in o.regressions:
-        tc = case(f"regression.{r.name}")
+        tc = case(suite, counts, classname, f"regression.{r.name}")
         if not r.ok:
             failure = ET.SubElement(tc, "failure", type="Regression",
                                     message=regression_message(r))
-            failure.text = _details(_figures(r))
+            failure.text = details(_figures(r))
             counts["failures"] += 1
     for name in o.rules:
         if name not in checked:
-            ET.SubElement(case(f"regression.{name}"), "skipped",
+            ET.SubElement(case(suite, counts, classname, f"regression.{name}"), "skipped",
                           message="; ".join(o.regression_notes) or "not checked")
             counts["skipped"] += 1
     if counts["tests"] == 0:  # no budget and no rule: still say it simulated
-        case("simulate")
+        case(suite, counts, classname, "simulate")
     return counts
 
 
@@ -278,8 +195,6 @@ def json_text(result: CheckResult) -> str:
 
 def html(result: CheckResult) -> str:
     """One page for the project: the gate's table, then a section per model × profile."""
-    from simulator.html import Section, escape, html_table, render_html
-
     rows = [(o.model, o.profile, *(metric_cell(o, m)[0] for m in METRICS),
              regression_cell(o)[0], "; ".join(problems(o)) if o.status != "pass" else "",
              o.status.upper() if o.status != "pass" else "pass")

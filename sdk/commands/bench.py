@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-from typing import Any
 
 from rich.markup import escape
 
@@ -12,9 +10,10 @@ from sdk.argtypes import positive_seconds
 from sdk.console import make_console, print_json, table
 from sdk.outputs import check_outputs, picture_outputs, profile_inputs
 from sdk.pictures import add_picture_options, write_pictures
+from simulator.benchmark import BenchComparison, BenchResult
 from simulator.errors import DevicefitError
+from simulator.report import Report
 from simulator.units import format_time_ms
-from simulator.verdict import judge
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,21 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_bench)
 
 
-def _estimate(args: argparse.Namespace, profile: Any) -> tuple[Any, float | None, str]:
-    """The simulate report, the estimated device latency (ms) and why it may be missing."""
-    from simulator.simulate import simulate
-
-    try:
-        report = simulate(args.model, profile)
-    except DevicefitError as exc:
-        return None, None, f"simulate failed: {exc}"
-    estimate = (report.latency or {}).get("estimated_device_ms")
-    return report, estimate, "" if estimate is not None else "no latency in the report"
-
-
 def _bench(args: argparse.Namespace) -> int:
     from sdk.bench import bench
     from simulator.profiles import load_profile
+    from simulator.simulate import bench_section, simulate
 
     profile = load_profile(args.profile, args.profiles_dir)
     check_outputs(picture_outputs(args), [("model", args.model), *profile_inputs(profile),
@@ -72,35 +60,28 @@ def _bench(args: argparse.Namespace) -> int:
                    serial=args.serial, adb=args.adb, runs=args.runs, warmup=args.warmup,
                    threads=args.threads, delegate=args.delegate, cpu_mask=args.cpu_mask,
                    op_profiling=args.op_profiling, keep=args.keep, timeout_s=args.timeout)
-    report, estimate, why = _estimate(args, profile)
-    measured = result.results.inference_avg_ms
-    comparison = {"measured_ms": measured, "estimated_ms": estimate,
-                  "ratio": measured / estimate if measured and estimate else None,
-                  "estimate_unavailable": why or None}
-    bench_dict = dataclasses.asdict(result) | {"vs_estimate": comparison}
+    # The report judges the budgets with the latency the phone measured.
+    report: Report | None
+    try:
+        report = simulate(args.model, profile, bench=result)
+        why = ""
+    except DevicefitError as exc:
+        report, why = None, f"simulate failed: {exc}"
+    section = report.bench if report is not None and report.bench is not None \
+        else bench_section(result, None, why)
     if report is not None:
-        report.bench = bench_dict
-        if measured is not None:
-            # The budgets are judged again, latency now on what the phone measured.
-            report.measured = {**(report.measured or {}), "device_latency_ms": measured,
-                               "device_latency_source": f"benchmark_model on {result.serial} "
-                                                        f"(average of {result.settings.runs} runs)"}
-            judge(report, profile)
         write_pictures(args, [(f"{args.model} on {result.serial}", report)], inputs=[args.model])
-    code = 1 if report is not None and report.verdict == "fail" else 0
+    code = 1 if report is not None and not report.ok else 0
     if args.json:
-        if report is not None:
-            print_json(report.to_dict())
-        else:
-            print_json({"bench": bench_dict})
+        print_json(report.to_dict() if report is not None else {"bench": section.to_dict()})
         return code
-    _print(args, result, comparison)
+    _print(args, result, section.vs_estimate)
     _print_verdict(args, report)
     return code
 
 
-def _print_verdict(args: argparse.Namespace, report: Any) -> None:
-    from sdk.check.views import budget_message
+def _print_verdict(args: argparse.Namespace, report: Report | None) -> None:
+    from simulator.views.messages import budget_message
 
     con = make_console(args.no_color)
     if report is None:
@@ -117,7 +98,7 @@ def _mb(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} MB"
 
 
-def _print(args: argparse.Namespace, result: Any, comparison: dict) -> None:
+def _print(args: argparse.Namespace, result: BenchResult, comparison: BenchComparison) -> None:
     con = make_console(args.no_color)
     r, s = result.results, result.settings
     # serial, device model and ABIs are the device's own words: never rich markup.
@@ -154,13 +135,13 @@ def _print(args: argparse.Namespace, result: Any, comparison: dict) -> None:
                         [(o.node_type, format_time_ms(o.avg_ms),
                           "-" if o.percent is None else f"{o.percent:g}%", escape(o.name))
                          for o in top]))
-    if comparison["ratio"] is not None:
-        con.print(f"measured {format_time_ms(comparison['measured_ms'])} vs simulator estimate "
-                  f"{format_time_ms(comparison['estimated_ms'])}: ratio "
-                  f"{comparison['ratio']:.2f}x (measured / estimated)")
+    if comparison.ratio is not None:
+        con.print(f"measured {format_time_ms(comparison.measured_ms)} vs simulator estimate "
+                  f"{format_time_ms(comparison.estimated_ms)}: ratio "
+                  f"{comparison.ratio:.2f}x (measured / estimated)")
     else:
-        con.print(f"measured {format_time_ms(comparison['measured_ms'])}; simulator estimate "
-                  f"unavailable ({comparison['estimate_unavailable']})")
+        con.print(f"measured {format_time_ms(comparison.measured_ms)}; simulator estimate "
+                  f"unavailable ({comparison.estimate_unavailable})")
     kept = "kept on the device" if args.keep else "removed from the device"
     if result.pushed:
         con.print(f"pushed {', '.join(result.pushed)} ({kept})")

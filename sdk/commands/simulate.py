@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 
 from sdk.argtypes import positive_seconds
-from sdk.console import make_console, print_json
+from sdk.console import make_console
 from sdk.outputs import check_outputs, picture_outputs, profile_inputs
 from sdk.pictures import add_picture_options, write_pictures
 from simulator.errors import UsageError
 from simulator.profiles import KERNELS
+from simulator.views import VIEWS
+from simulator.views.base import heading
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,6 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="device profile name or path to a profile .yaml "
                         "(see 'devicefit profiles list')")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    p.add_argument("--format", choices=sorted(n for n, v in VIEWS.items() if not v.binary),
+                   default=None, metavar="NAME",
+                   help="print the report in this format: "
+                        + ", ".join(sorted(n for n, v in VIEWS.items() if not v.binary))
+                        + " (default text; --json is --format json)")
     add_picture_options(p)
     p.add_argument("--top", type=int, default=8, metavar="N",
                    help="operators listed in the memory timeline (default 8)")
@@ -47,9 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from simulator.profiles import load_profile
-    from simulator.simulate import simulate, with_runtime
-    from simulator.views.text import render_text
+    from simulator.profiles import load_profile, with_runtime
+    from simulator.simulate import simulate
+    from simulator.views import render
 
     profile = with_runtime(load_profile(args.profile, args.profiles_dir),
                            kernels=args.kernels, pointer_bytes=args.pointer_size)
@@ -67,10 +74,8 @@ def _simulate(args: argparse.Namespace) -> int:
             report = simulate(args.model, profile, run=True, **run_options)
     else:
         report = simulate(args.model, profile, run=args.run, **run_options)
-    write_pictures(args, [(f"{report.model.path} on {report.profile.name}", report)],
-                   inputs=[args.model])
-    if args.json:
-        print_json(report.to_dict())
-    else:
-        print(render_text(report, top=max(args.top, 0)), end="")
+    write_pictures(args, [(heading(report), report)], inputs=[args.model])
+    view = "json" if args.json else args.format or "text"
+    options = {"top": max(args.top, 0)} if view == "text" else {}
+    print(render(view, report, **options), end="")
     return 0 if report.ok else 1

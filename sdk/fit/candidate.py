@@ -31,7 +31,7 @@ from sdk.fit.cluster import gzip_size
 from sdk.fit.space import Candidate
 from simulator.fileio import write_atomic
 from simulator.profiles import Profile
-from simulator.report import Report
+from simulator.report import BudgetName, Report
 
 log = logging.getLogger(__name__)
 
@@ -120,12 +120,7 @@ def static_check(path: Path, profile: Profile) -> Report:
     it: fit only returns what it can show to fit."""
     from simulator.simulate import simulate
 
-    report = simulate(path, profile)
-    if profile.budgets.latency_ms is not None and \
-            (report.latency or {}).get("estimated_device_ms") is None:
-        report.verdict = "fail"
-        report.notes.append(NO_LATENCY)
-    return report
+    return simulate(path, profile, strict=True)
 
 
 def convert_candidate(ctx: Context, model: Any, candidate: Candidate) -> bytes:
@@ -232,23 +227,22 @@ def _record(number: int, candidate: Candidate, stage: str, report: Report, tflit
         number=number, candidate=candidate, stage=stage, verdict=report.verdict,
         budgets=[dataclasses.asdict(b) for b in report.budgets],
         flash_bytes=report.memory.flash_bytes, arena_bytes=_arena(report),
-        latency_ms=(report.latency or {}).get("estimated_device_ms"),
+        latency_ms=report.latency.estimated_device_ms if report.latency else None,
         model_bytes=len(tflite), gzip_bytes=gzip_size(tflite),
         seconds=time.perf_counter() - started, path=str(path), note=note)
 
 
 def _arena(report: Report) -> int:
     """The arena figure the budget is judged on (TFLM also needs room while planning)."""
-    judged = next((b.value for b in report.budgets if b.name == "arena"), None)
+    judged = next((b.value for b in report.budgets if b.name == BudgetName.ARENA), None)
     return int(judged) if judged is not None else report.memory.arena_bytes
 
 
 def _why_not(report: Report) -> str:
     missed = [b.name for b in report.budgets if not b.ok]
-    compat = report.compatibility or {}
-    if compat.get("supported") is False:
+    if report.compatibility is not None and not report.compatibility.supported:
         missed.append("unsupported ops")
-    if NO_LATENCY in report.notes:
+    if BudgetName.LATENCY in report.unchecked_budgets:
         return NO_LATENCY
     return "misses " + ", ".join(missed) if missed else "fails"
 

@@ -8,40 +8,18 @@ every target. The verdict fails when any operator is unsupported.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
 
 from simulator.model import Model
 from simulator.profiles import Profile
+from simulator.report import (
+    CompatibilityReport,
+    LatencyReport,
+    TargetSection,
+    UnsupportedOp,
+)
 from simulator.targets import TARGETS, TargetView
-
-
-@dataclass(frozen=True)
-class UnsupportedOp:
-    op_index: int
-    op: str
-    reason: str
-    subgraph: int = 0
-
-
-@dataclass
-class Compatibility:
-    table: str
-    supported: bool
-    unsupported_ops: list[UnsupportedOp] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def summary(self) -> str:
-        """One line naming each unsupported op, where it is and why, for messages."""
-        by_op: dict[tuple[str, str], list[str]] = {}
-        for u in self.unsupported_ops:
-            where = f"{u.subgraph}:{u.op_index}" if u.subgraph else str(u.op_index)
-            by_op.setdefault((u.op, u.reason), []).append(where)
-        return "; ".join(f"{op} (op{'s' if len(at) > 1 else ''} {', '.join(at)}: {reason})"
-                         for (op, reason), at in by_op.items())
-
 
 Checker = Callable[[Model, Profile], list[UnsupportedOp]]
 
@@ -68,7 +46,7 @@ CHECKERS: Mapping[str, Checker] = TargetView(lambda t: t.check_ops)
 
 #: Op table name → the target's own section, ``compatibility.<table>`` of the report, for
 #: targets whose op support is static analysis (the Edge TPU partition).
-SECTIONS: Mapping[str, Callable[[Model, Profile], dict]] = TargetView(lambda t: t.section)
+SECTIONS: Mapping[str, Callable[[Model, Profile], TargetSection]] = TargetView(lambda t: t.section)
 
 
 def section_type(table: str) -> type | None:
@@ -82,7 +60,7 @@ def table_for(profile: Profile) -> str:
     return profile.ops.table or profile.runtime.name
 
 
-def check_ops(model: Model, profile: Profile) -> Compatibility:
+def check_ops(model: Model, profile: Profile) -> CompatibilityReport:
     """Check every operator of ``model`` against ``profile``'s op table and allow-list."""
     table = table_for(profile)
     checker = CHECKERS.get(table)
@@ -97,37 +75,24 @@ def check_ops(model: Model, profile: Profile) -> Compatibility:
                                                f"not in profile '{profile.name}' ops.allow",
                                                sg.index))
     found.sort(key=lambda u: (u.subgraph, u.op_index))
-    return Compatibility(table=table, supported=not found, unsupported_ops=found)
+    return CompatibilityReport(table=table, supported=not found, unsupported_ops=tuple(found))
 
 
-def static_compatibility(model: Model, profile: Profile) -> dict:
+def static_compatibility(model: Model, profile: Profile) -> CompatibilityReport:
     """``report.compatibility`` on the static path: op support against the profile's table
     and allow-list, plus the target's own section where it has one (the Edge TPU partition).
     All of it is read from the file, so ``check`` gates on it without running anything."""
     table = table_for(profile)
-    section = {table: SECTIONS[table](model, profile)} if table in SECTIONS else {}
-    return {**check_ops(model, profile).to_dict(), **section}
+    found = check_ops(model, profile)
+    if table not in SECTIONS:
+        return found
+    return dataclasses.replace(found, section=SECTIONS[table](model, profile))
 
 
-def static_latency(compatibility: dict, profile: Profile) -> dict | None:
+def static_latency(compatibility: CompatibilityReport, profile: Profile) -> LatencyReport | None:
     """A section's own device-latency estimate, for ``report.latency`` (the Edge TPU splits
     an inference into TPU compute, link transfers and CPU fallback); None if it has none."""
-    section = compatibility.get(table_for(profile))
+    section = compatibility.section
     if section is None:
         return None
-    split = section.get("latency")
-    if not split:
-        why = [n for n in section.get("notes", ()) if "latency" in n]
-        return {"estimated_device_ms": None, "band_ms": None, "no_estimate": "; ".join(why)
-                or "no latency split", "per_op": [], "sources": [], "host_ms": None,
-                "host_per_op_ms": None, "clock_hz": profile.device.clock_hz,
-                "threads": profile.runtime.threads}
-    band = list(split["band"])
-    return {"estimated_device_ms": split["total_ms"],
-            "band_ms": [split["total_ms"] * band[0], split["total_ms"] * band[1]],
-            "band": band, "band_basis": split["band_basis"], "basis": "edgetpu split",
-            "no_estimate": None, "cpu": profile.device.cpu, "kernels": profile.runtime.kernels,
-            "runtime_version": profile.runtime.version, "clock_hz": profile.device.clock_hz,
-            "threads": profile.runtime.threads, "per_op": split["per_op"],
-            "sources": list(profile.cost_model.sources), "host_ms": None,
-            "host_per_op_ms": None, "split": f"compatibility.{table_for(profile)}.latency"}
+    return section.latency_report(profile, f"compatibility.{compatibility.table}.latency")

@@ -43,6 +43,7 @@ from simulator.compat.edgetpu_rules import (
 )
 from simulator.model import Model, Operator, Subgraph, Tensor
 from simulator.profiles import Profile
+from simulator.report import LatencyBasis, LatencyReport, OpLatencyRow
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ class FirstUnmapped:
     status: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class LatencySplit:
     """Estimated time per inference, from the profile's cost model."""
 
@@ -100,8 +101,7 @@ class LatencySplit:
     boundary_out_bytes: int
     tpu_macs: int
     cpu_macs: int
-    #: ``{op_index, op, device, dtype, macs, bytes_moved, estimated_ms}`` per operator.
-    per_op: list[dict[str, Any]] = field(default_factory=list)
+    per_op: tuple[OpLatencyRow, ...] = ()
     #: (low, high) multipliers of total_ms where the real latency likely lies.
     band: tuple[float, float] = (0.5, 2.0)
     band_basis: str = ""
@@ -110,8 +110,11 @@ class LatencySplit:
 
 
 
-@dataclass
+@dataclass(frozen=True)
 class EdgeTpuReport:
+    """``compatibility.edgetpu`` of the simulate report: the predicted partition, the
+    parameter cache, the latency split and, when installed, the real compiler's figures."""
+
     compiler_version: str
     #: "predicted" from the op table, or "compiler" when a real compiler run is attached.
     basis: str
@@ -145,6 +148,30 @@ class EdgeTpuReport:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def text_lines(self) -> list[str]:
+        return text_lines(self)
+
+    def supported_line(self) -> str:
+        # Ops the TPU cannot take still run, on the host CPU.
+        return (f"every operator can run ({self.mapped_ops} on the Edge TPU, {self.cpu_ops} on "
+                f"the CPU)")
+
+    def latency_report(self, profile: Profile, split: str) -> LatencyReport:
+        """``report.latency`` from the split: its total, band and per-op rows."""
+        common = {"clock_hz": profile.device.clock_hz, "threads": profile.runtime.threads}
+        lat = self.latency
+        if lat is None:
+            why = [n for n in self.notes if "latency" in n]
+            return LatencyReport(no_estimate="; ".join(why) or "no latency split", **common)
+        low, high = lat.band
+        return LatencyReport(
+            estimated_device_ms=lat.total_ms,
+            band_ms=(lat.total_ms * low, lat.total_ms * high), band=lat.band,
+            band_basis=lat.band_basis, basis=LatencyBasis.TARGET, cpu=profile.device.cpu,
+            kernels=profile.runtime.kernels, runtime_version=profile.runtime.version,
+            per_op=lat.per_op, sources=tuple(profile.cost_model.sources), split=split,
+            **common)
 
 
 def _first_failure(ctx: OpContext, table: OpTable, specs: Iterable[CheckSpec],
@@ -335,9 +362,8 @@ def estimate_split_latency(model: Model, report: EdgeTpuReport,
     for w in work:
         device = "tpu" if w.op_index in on_tpu else "cpu"
         ms = 1e3 * w.macs / tpu_rate if device == "tpu" else cpu_ms[w.op_index]
-        per_op.append({"op_index": w.op_index, "op": w.op, "device": device, "dtype": w.dtype,
-                       "macs": w.macs, "bytes_moved": w.bytes_moved, "estimated_ms": ms})
-    tpu_ms = sum(o["estimated_ms"] for o in per_op if o["device"] == "tpu")
+        per_op.append(OpLatencyRow(w.op_index, w.op, w.dtype, w.macs, w.bytes_moved, ms, device))
+    tpu_ms = sum(o.estimated_ms for o in per_op if o.device == "tpu")
     link_ms = 1e3 * link_bytes / cost.link_bytes_per_second
     invoke_ms = cost.invoke_overhead_ms if on_tpu else 0.0
     total_cpu = cpu.total_ms if cpu and cpu.total_ms is not None else 0.0
@@ -346,7 +372,7 @@ def estimate_split_latency(model: Model, report: EdgeTpuReport,
         tpu_compute_ms=tpu_ms, link_ms=link_ms, cpu_ms=total_cpu, invoke_ms=invoke_ms,
         total_ms=tpu_ms + link_ms + invoke_ms + total_cpu, link_bytes=link_bytes,
         boundary_in_bytes=b_in, boundary_out_bytes=b_out, tpu_macs=tpu_macs,
-        cpu_macs=sum(c.macs for c in cpu_work), per_op=per_op,
+        cpu_macs=sum(c.macs for c in cpu_work), per_op=tuple(per_op),
         band=band or (0.5, 2.0),
         band_basis=("profile cost_model.error_band (leave-one-out on Coral's figures)" if band
                     else "uncalibrated (no cost_model.error_band in the profile)"))
@@ -360,30 +386,32 @@ def edgetpu_partition(model: Model, profile: Profile) -> EdgeTpuReport:
     parameter cache and latency split. Static analysis only (no compiler run)."""
     report = partition(model, profile)
     cost = edgetpu_cost(profile)
+    notes: list[str] = []
+    latency = None
     if cost.tpu_macs_per_second and cost.link_bytes_per_second:
-        report.latency = estimate_split_latency(model, report, profile)
-        if report.latency is None:
-            report.notes.append("no latency estimate: an op left on the host CPU has a dtype "
-                                "no kernel table covers")
+        latency = estimate_split_latency(model, report, profile)
+        if latency is None:
+            notes.append("no latency estimate: an op left on the host CPU has a dtype no "
+                         "kernel table covers")
     else:
-        report.notes.append(f"profile '{profile.name}' lacks cost_model.tpu_macs_per_second or "
-                            "link_bandwidth: no latency split")
+        notes.append(f"profile '{profile.name}' lacks cost_model.tpu_macs_per_second or "
+                     "link_bandwidth: no latency split")
     if cost.param_cache_bytes is None:
-        report.notes.append(f"profile '{profile.name}' has no cost_model.param_cache: every "
-                            "parameter counted as cached on chip")
-    return report
+        notes.append(f"profile '{profile.name}' has no cost_model.param_cache: every "
+                     "parameter counted as cached on chip")
+    return dataclasses.replace(report, latency=latency, notes=[*report.notes, *notes])
 
 
 def edgetpu_report(model: Model, profile: Profile, *, use_compiler: bool = True) -> EdgeTpuReport:
     """:func:`edgetpu_partition` plus the real compiler's figures when it is installed."""
     report = edgetpu_partition(model, profile)
     if use_compiler and compiler_available():
-        report.compiler = run_compiler(model.path)
-        report.basis = "compiler" if report.compiler.error is None else "predicted"
-    else:
-        report.notes.append(f"{COMPILER} is not installed: figures are predicted from the "
-                            f"compiler {report.compiler_version} op table")
-    return report
+        compiler = run_compiler(model.path)
+        return dataclasses.replace(report, compiler=compiler, basis="compiler"
+                                   if compiler.error is None else "predicted")
+    return dataclasses.replace(report, notes=[
+        *report.notes, f"{COMPILER} is not installed: figures are predicted from the compiler "
+                       f"{report.compiler_version} op table"])
 
 
 def check(model: Model, profile: Profile) -> list[Any]:
@@ -415,63 +443,63 @@ def check(model: Model, profile: Profile) -> list[Any]:
     return found
 
 
-def section(model: Model, profile: Profile) -> dict[str, Any]:
+def section(model: Model, profile: Profile) -> EdgeTpuReport:
     """``compatibility.edgetpu`` of the simulate report."""
-    return edgetpu_report(model, profile).to_dict()
+    return edgetpu_report(model, profile)
 
 
 # --------------------------------------------------------------------------- text view
 
 
-def text_lines(section: dict[str, Any]) -> list[str]:
+def text_lines(section: EdgeTpuReport) -> list[str]:
     """``compatibility.edgetpu`` as the lines ``devicefit simulate`` prints (no new figures)."""
     from simulator.units import format_size, format_time_ms
 
     def b(n: int | None) -> str:
         return "-" if n is None else f"{n:,} B" + (f" ({format_size(n)})" if n >= 10240 else "")
 
-    compiler = section.get("compiler")
-    basis = ("real compiler output below" if section["basis"] == "compiler"
-             else f"predicted from the compiler {section['compiler_version']} op table")
+    compiler = section.compiler
+    basis = ("real compiler output below" if section.basis == "compiler"
+             else f"predicted from the compiler {section.compiler_version} op table")
     lines = [f"Edge TPU ({basis})"]
-    if section["compile_error"]:
-        lines.append(f"  NOT COMPILED  {section['compile_error']}")
-    seg = section["segment"]
+    if section.compile_error:
+        lines.append(f"  NOT COMPILED  {section.compile_error}")
+    seg = section.segment
     where = f" (one subgraph: ops {seg[0]}-{seg[1]})" if seg else ""
-    lines.append(f"  mapped       {section['mapped_ops']} of {section['total_ops']} ops on the TPU"
-                 f"{where}; {section['cpu_ops']} on the CPU")
-    if section.get("precompiled"):
+    lines.append(f"  mapped       {section.mapped_ops} of {section.total_ops} ops on the TPU"
+                 f"{where}; {section.cpu_ops} on the CPU")
+    if section.precompiled:
         lines.append("  compiled     the model holds an edgetpu-custom-op: compiled already")
-    elif section.get("max_cpu_share") is not None:
-        lines.append(f"  CPU share    {section['cpu_share']:.0%} of the MACs on the CPU "
-                     f"(the profile accepts {section['max_cpu_share']:.0%})")
-    first = section["first_unmapped"]
-    if first and not section["compile_error"]:
-        lines.append(f"  first CPU op op {first['index']} {first['op']}: {first['reason']}")
-    cache = section["param_cache_bytes"]
-    lines.append(f"  parameters   {b(section['onchip_param_bytes'])} cached on chip"
+    elif section.max_cpu_share is not None:
+        lines.append(f"  CPU share    {section.cpu_share:.0%} of the MACs on the CPU "
+                     f"(the profile accepts {section.max_cpu_share:.0%})")
+    first = section.first_unmapped
+    if first and not section.compile_error:
+        lines.append(f"  first CPU op op {first.index} {first.op}: {first.reason}")
+    cache = section.param_cache_bytes
+    lines.append(f"  parameters   {b(section.onchip_param_bytes)} cached on chip"
                  + (f" of {b(cache)}" if cache is not None else "")
-                 + f"; {b(section['offchip_param_bytes'])} streamed every inference")
-    lat = section.get("latency")
+                 + f"; {b(section.offchip_param_bytes)} streamed every inference")
+    lat = section.latency
     if lat:
-        lo, hi = (lat["total_ms"] * f for f in lat["band"])
-        lines.append(f"  latency      {format_time_ms(lat['total_ms'])} (likely "
+        lo, hi = (lat.total_ms * f for f in lat.band)
+        lines.append(f"  latency      {format_time_ms(lat.total_ms)} (likely "
                      f"{format_time_ms(lo)}–{format_time_ms(hi)}) = invoke "
-                     f"{format_time_ms(lat['invoke_ms'])} + TPU "
-                     f"{format_time_ms(lat['tpu_compute_ms'])} + link "
-                     f"{format_time_ms(lat['link_ms'])} ({b(lat['link_bytes'])}) + CPU "
-                     f"{format_time_ms(lat['cpu_ms'])} (estimated)")
+                     f"{format_time_ms(lat.invoke_ms)} + TPU "
+                     f"{format_time_ms(lat.tpu_compute_ms)} + link "
+                     f"{format_time_ms(lat.link_ms)} ({b(lat.link_bytes)}) + CPU "
+                     f"{format_time_ms(lat.cpu_ms)} (estimated)")
     rows = [("Operator", "Count", "Status")] + [
-        (r["operator"], str(r["count"]), r["status"]) for r in section["table"]]
+        (r.operator, str(r.count), r.status) for r in section.table]
     width = max(len(r[0]) for r in rows)
     lines += [f"  {op.ljust(width)}  {count.rjust(5)}  {status}" for op, count, status in rows]
-    lines += [f"  note         {n}" for n in section["notes"]]
+    lines += [f"  note         {n}" for n in section.notes]
     if compiler:
-        if compiler["error"]:
-            lines.append(f"  compiler     {compiler['error']}")
+        if compiler.error:
+            lines.append(f"  compiler     {compiler.error}")
         else:
-            lines.append(f"  compiler {compiler['version']}: {compiler['tpu_ops']} TPU / "
-                         f"{compiler['cpu_ops']} CPU ops, on-chip "
-                         f"{b(compiler['on_chip_used_bytes'])}, off-chip "
-                         f"{b(compiler['off_chip_bytes'])}")
+            lines.append(f"  compiler {compiler.version}: {compiler.tpu_ops} TPU / "
+                         f"{compiler.cpu_ops} CPU ops, on-chip "
+                         f"{b(compiler.on_chip_used_bytes)}, off-chip "
+                         f"{b(compiler.off_chip_bytes)}")
     return lines

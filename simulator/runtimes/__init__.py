@@ -373,10 +373,3 @@ def compare_outputs(a: list[np.ndarray], b: list[np.ndarray]) -> tuple[bool, flo
                 for x, y in zip(a, b, strict=True) if x.size), default=0.0)
     exact = all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     return exact, diff
-
-
-def run_stage(model: Model, profile, report, **options):
-    """The running half of ``simulate`` (see :mod:`simulator.runtimes.stage`)."""
-    from simulator.runtimes.stage import run_stage as stage
-
-    return stage(model, profile, report, **options)

@@ -1,7 +1,7 @@
 """The running half of ``simulate``: op support, real runs, cross-check, latency → report.
 
 :func:`run_stage` fills ``report.compatibility``, ``report.measured`` and ``report.latency``
-(the driver judges the budgets again afterwards). What it runs:
+(the driver then judges the whole report). What it runs:
 
 - the profile's runtime (``edgetpu`` → its LiteRT CPU reference) with warm-up and ``runs``
   timed invokes, for host latency and, in TFLM, the real arena (RecordingMicroAllocator);
@@ -26,8 +26,17 @@ from simulator.errors import RuntimeFailure
 from simulator.latency import op_dtype
 from simulator.model import Model
 from simulator.planners import plan_memory
-from simulator.profiles import Ops, Profile
-from simulator.report import Report
+from simulator.profiles import Ops, Profile, with_runtime
+from simulator.report import (
+    Basis,
+    CrossCheck,
+    HostLatency,
+    HostOpTime,
+    LatencyReport,
+    MeasuredReport,
+    MemoryReport,
+    Report,
+)
 from simulator.runtimes import (
     INPUT_SEED,
     RunResult,
@@ -35,7 +44,6 @@ from simulator.runtimes import (
     run_model,
     runner_name,
 )
-from simulator.simulate import with_runtime
 
 INTEGER_DTYPES = {"int8", "uint8", "int16"}
 #: Ops that only convert between float and integer at the model's edges.
@@ -49,33 +57,35 @@ def is_integer_model(model: Model) -> bool:
     return bool(ops) and all(op_dtype(sg, op) in INTEGER_DTYPES for op in ops)
 
 
-def host_summary(result: RunResult, threads: int) -> dict:
+def host_summary(result: RunResult, threads: int) -> HostLatency:
     times = sorted(result.host_ms)
     p90 = times[min(len(times) - 1, int(np.ceil(0.9 * len(times))) - 1)]
-    return {"median": statistics.median(times), "p90": p90, "min": times[0],
-            "runs": len(times), "runtime": result.runtime, "threads": threads}
+    return HostLatency(median=statistics.median(times), p90=p90, min=times[0],
+                       runs=len(times), runtime=result.runtime, threads=threads)
 
 
 def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
               warmup: int = 1, input_path: str | Path | None = None, timeout_s: float = 60,
               cross_check: bool = True) -> Report:
-    """Run ``model`` for real and fill the report's running-half sections (in place)."""
+    """``report`` with its running-half sections filled by running ``model`` for real."""
     compat = check_ops(model, profile)
     # Keep what the static path found (e.g. compatibility.edgetpu and its latency split).
-    report.compatibility = {**(report.compatibility or {}), **compat.to_dict()}
+    section = report.compatibility.section if report.compatibility else None
+    notes = list(report.notes)
+    done = dataclasses.replace(report, compatibility=dataclasses.replace(compat, section=section),
+                               notes=notes)
     primary = runner_name(profile.runtime.name)
-    measured: dict = {"runtime": primary, "inputs": str(input_path) if input_path
-                      else f"random within each input's range (seed {INPUT_SEED})"}
-    report.measured = measured
+    inputs = (str(input_path) if input_path
+              else f"random within each input's range (seed {INPUT_SEED})")
     # Whether the runner can run it is its own op table's call (an Edge TPU profile's CPU
     # reference runs in LiteRT; ops.allow models the device's resolver, not the wheel's);
     # the profile's verdict stays with ``compat``.
     runnable = check_ops(model, dataclasses.replace(profile, ops=Ops(table=primary)))
     if not runnable.supported:
-        measured["skipped"] = f"not run: unsupported {runnable.summary()}"
-        report.notes.append(f"{primary} cannot run this model: unsupported "
-                            f"{runnable.summary()}")
-        return report
+        notes.append(f"{primary} cannot run this model: unsupported {runnable.summary()}")
+        done.measured = MeasuredReport(primary, inputs,
+                                       skipped=f"not run: unsupported {runnable.summary()}")
+        return done
     threads = profile.runtime.threads
     xnnpack = primary != "litert" or "xnnpack" in profile.runtime.delegates
     # Inputs are read or generated in each run's child, never here (see run_model).
@@ -84,47 +94,45 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
                      xnnpack=xnnpack, **common)
     # A profile whose cost model has no entry for the model's dtypes has no latency section
     # from the static half; the host measurement still belongs in one.
-    report.latency = report.latency or {}
-    report.latency["host_ms"] = host_summary(main, threads)
-    report.latency["host_per_op_ms"] = main.per_op_ms
+    per_op = (tuple(HostOpTime(o["op_index"], o["op"], o["ms"]) for o in main.per_op_ms)
+              if main.per_op_ms is not None else None)
+    done.latency = dataclasses.replace(report.latency or LatencyReport(),
+                                       host_ms=host_summary(main, threads), host_per_op_ms=per_op)
+    measured = MeasuredReport(primary, inputs)
     if main.arena_head_bytes is not None:
-        measured.update(_arena(model, main, report, profile))
-    measured["outputs_agree"] = None
+        measured = _arena(measured, model, main, report.memory, profile, notes)
     if cross_check and is_integer_model(model) and not tflm_ops.check(model, profile):
-        measured["cross_check"] = _cross_check(model, main if primary == "tflm" else None,
-                                               report, common, profile)
-        measured["outputs_agree"] = measured["cross_check"]["bit_exact"]
-    return report
+        check = _cross_check(model, main if primary == "tflm" else None, common, profile, notes)
+        measured = dataclasses.replace(measured, cross_check=check, outputs_agree=check.bit_exact)
+    done.measured = measured
+    return done
 
 
-def _cross_check(model: Model, tflm: RunResult | None, report: Report, common: dict,
-                 profile: Profile) -> dict:
+def _cross_check(model: Model, tflm: RunResult | None, common: dict, profile: Profile,
+                 notes: list[str]) -> CrossCheck:
     """TFLM against LiteRT's reference kernels on the same inputs (bit-exact for integer
     kernels). Either runtime refusing or crashing on the file is a finding of the check —
     some real models load in one and not the other — never the end of the measurement."""
-    check: dict = {"runtimes": ["tflm", "litert (reference kernels)"], "bit_exact": None,
-                   "max_abs_difference": None, "error": None, "skipped": None}
     lacking = check_ops(model, dataclasses.replace(profile, ops=Ops(table="litert")))
     if not lacking.supported:  # e.g. TFLM's Signal ops: LiteRT has no kernel for them
-        check["skipped"] = f"LiteRT cannot run {lacking.summary()}"
-        return check
+        return CrossCheck(skipped=f"LiteRT cannot run {lacking.summary()}")
     try:
         tflm = tflm or run_model(model.path, "tflm", runs=1, **common)
         ref = run_model(model.path, "litert", runs=1, reference_kernels=True, **common)
     except RuntimeFailure as exc:
-        check["error"] = str(exc)
-        report.notes.append(f"cross-check not done: {exc}")
-        return check
+        notes.append(f"cross-check not done: {exc}")
+        return CrossCheck(error=str(exc))
     exact, diff = compare_outputs(tflm.outputs, ref.outputs)
-    check.update(bit_exact=exact, max_abs_difference=diff)
     if not exact:
-        report.notes.append(f"TFLM and LiteRT reference kernels disagree on the same "
-                            f"inputs (max difference {diff}); expected bit-exact")
-    return check
+        notes.append(f"TFLM and LiteRT reference kernels disagree on the same inputs (max "
+                     f"difference {diff}); expected bit-exact")
+    return CrossCheck(bit_exact=exact, max_abs_difference=diff)
 
 
-def _arena(model: Model, result: RunResult, report: Report, profile: Profile) -> dict:
-    """Measured arena figures beside the prediction, and what they mean for the device.
+def _arena(measured: MeasuredReport, model: Model, result: RunResult, mem: MemoryReport,
+           profile: Profile, notes: list[str]) -> MeasuredReport:
+    """``measured`` with the arena the run measured beside the prediction, and what it means
+    for the device.
 
     The wheel runs reference kernels on a 64-bit host. Its head checks the planner: it is
     compared with the prediction for those same kernels, which must match to the byte. The
@@ -132,38 +140,34 @@ def _arena(model: Model, result: RunResult, report: Report, profile: Profile) ->
     are narrower, so the device needs the head and tail predicted for its runtime; only a
     host-like profile (reference kernels, 64-bit) takes the measured figures as they are.
     """
-    mem = report.memory
+    head = result.arena_head_bytes or 0
     kernels_match = profile.runtime.kernels == "reference"
     host_like = kernels_match and profile.runtime.pointer_bytes == 8
     wheel_head = mem.arena_head_bytes if kernels_match else plan_memory(
         model, with_runtime(profile, kernels="reference")).head_bytes
-    device_head = result.arena_head_bytes if kernels_match else mem.arena_head_bytes
-    device_arena = result.arena_total_bytes if host_like else device_head + mem.arena_tail_bytes
-    out = {
-        "arena_head_bytes": result.arena_head_bytes,
-        "arena_tail_bytes": result.arena_tail_bytes,
-        "arena_total_bytes": result.arena_total_bytes,
-        "arena_categories": result.arena_categories,
-        "predicted_head_bytes": wheel_head,
-        "predicted_head_basis": "reference kernels, as the tflite-micro wheel runs them",
-        "head_difference_bytes": result.arena_head_bytes - wheel_head,
-        "tail_basis": ("measured" if host_like else
-                       f"predicted for {profile.runtime.pointer_bytes * 8}-bit pointers and "
-                       f"{profile.runtime.kernels} kernels (the host's tail is not the device's)"),
-        "arena_bytes": device_arena,
+    device_head = head if kernels_match else mem.arena_head_bytes
+    device_arena = (result.arena_total_bytes or 0) if host_like \
+        else device_head + mem.arena_tail_bytes
+    difference = head - wheel_head
+    budget = profile.budgets.arena_bytes
+    if budget is not None and device_arena > budget:
+        notes.append(f"the model needs {device_arena - budget} bytes more arena than the "
+                     f"profile's budget of {budget} bytes")
+    if difference:
+        notes.append(f"measured arena head differs from the prediction for reference "
+                     f"kernels by {difference:+d} bytes")
+    return dataclasses.replace(
+        measured, arena_head_bytes=head, arena_tail_bytes=result.arena_tail_bytes,
+        arena_total_bytes=result.arena_total_bytes, arena_categories=result.arena_categories,
+        predicted_head_bytes=wheel_head,
+        predicted_head_basis="reference kernels, as the tflite-micro wheel runs them",
+        head_difference_bytes=difference,
+        tail_basis=("measured" if host_like else
+                    f"predicted for {profile.runtime.pointer_bytes * 8}-bit pointers and "
+                    f"{profile.runtime.kernels} kernels (the host's tail is not the device's)"),
+        arena_bytes=device_arena,
         # What the device arena figure rests on, for the budget check: only a host-like
         # profile takes the interpreter's own total; others keep estimated parts.
-        "arena_basis": "measured" if host_like else "estimated",
-    }
-    budget = profile.budgets.arena_bytes
-    if budget is not None:
-        out["arena_budget_bytes"] = budget
-        out["over_budget_bytes"] = max(0, device_arena - budget)
-        if device_arena > budget:
-            report.notes.append(f"the model needs {device_arena - budget} bytes more arena than "
-                                f"the profile's budget of {budget} bytes")
-    if out["head_difference_bytes"]:
-        report.notes.append(f"measured arena head differs from the prediction for reference "
-                            f"kernels by {out['head_difference_bytes']:+d} bytes")
-    return out
-
+        arena_basis=Basis.MEASURED if host_like else Basis.ESTIMATED,
+        arena_budget_bytes=budget,
+        over_budget_bytes=None if budget is None else max(0, device_arena - budget))

@@ -1,7 +1,9 @@
 """The plain-text view of a simulate report (what ``devicefit simulate`` prints).
 
 Every figure says whether it reproduces the runtime ("exact"), was measured, or is an
-estimate, so a user knows how much to trust it.
+estimate, so a user knows how much to trust it. The running half's sections (measured vs
+predicted, latency, op support) are drawn here too; a target's own section writes its own
+lines (:meth:`~simulator.report.TargetSection.text_lines`).
 """
 
 from __future__ import annotations
@@ -10,13 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.compat.edgetpu import text_lines as edgetpu_text_lines
 from simulator.escape import clean
-from simulator.report import Report
+from simulator.report import CompatibilityReport, LatencyBasis, Report, Status
 from simulator.units import format_size, format_time_ms
+from simulator.views.base import View
 
 #: A budget's status as the text views print it.
-STATUS_WORDS = {"pass": "ok", "fail": "OVER", "at-risk": "AT RISK"}
+STATUS_WORDS = {Status.PASS: "ok", Status.FAIL: "OVER", Status.AT_RISK: "AT RISK"}
 
 
 def _bytes(n: float) -> str:
@@ -68,12 +70,10 @@ def render_text(report: Report, top: int = 8) -> str:
                       f"{len(mem.timeline)})"]
         lines += _columns([["op", "type", "live"]] +
                           [[s.op_index, s.op, _bytes(s.live_bytes)] for s in peak])
-    from simulator.runtimes.text import run_sections  # it builds on this module's helpers
-
     lines += run_sections(report)
-    edgetpu = (report.compatibility or {}).get("edgetpu")
-    if edgetpu:
-        lines += ["", *edgetpu_text_lines(edgetpu)]
+    section = report.compatibility.section if report.compatibility else None
+    if section is not None:
+        lines += ["", *section.text_lines()]
     if report.budgets:
         lines += ["", "Budgets"]
         rows = []
@@ -91,3 +91,110 @@ def render_text(report: Report, top: int = 8) -> str:
     lines += ["", f"Verdict: {report.verdict.upper()}{risk}"]
     # Names in the model and the profile reach the terminal only through here.
     return clean("\n".join(lines)) + "\n"
+
+
+def measured_lines(report: Report) -> list[str]:
+    m = report.measured
+    if m is None:
+        return []
+    lines = [f"Measured (real {m.runtime} interpreter, child process)"]
+    if m.skipped:
+        return lines + [f"  {m.skipped}"]
+    if m.arena_head_bytes is not None:
+        diff = m.head_difference_bytes
+        measured_tail = m.tail_basis == "measured"
+        rows = [["", "measured", "predicted", ""],
+                ["arena head", _bytes(m.arena_head_bytes), _bytes(m.predicted_head_bytes or 0),
+                 "same to the byte" if diff == 0 else f"differs by {diff:+,} B"],
+                ["arena tail", _bytes(m.arena_tail_bytes or 0),
+                 _bytes(report.memory.arena_tail_bytes),
+                 "" if measured_tail else "64-bit host, reference kernels"],
+                ["device arena", _bytes(m.arena_bytes or 0), "",
+                 "measured head + " + ("measured tail" if measured_tail
+                                       else "predicted device tail")]]
+        lines += _columns(rows)
+        if m.over_budget_bytes:
+            lines.append(f"  needs {_bytes(m.over_budget_bytes)} more than the arena budget "
+                         f"of {_bytes(m.arena_budget_bytes or 0)}")
+    cc = m.cross_check
+    if cc is not None and cc.error:
+        lines.append(f"  outputs      cross-check failed, a finding: {cc.error}")
+    elif cc is not None and cc.skipped:
+        lines.append(f"  outputs      not cross-checked: {cc.skipped}")
+    elif cc is None or m.outputs_agree is None:
+        lines.append("  outputs      not cross-checked (float model or TFLM cannot run it)")
+    else:
+        diff = cc.max_abs_difference
+        verdict = ("agree bit for bit" if m.outputs_agree else "DISAGREE (" + (
+            "different output shapes" if diff is None else f"max difference {diff:g}") + ")")
+        lines.append(f"  outputs      {' vs '.join(cc.runtimes)}: {verdict}")
+    lines.append(f"  inputs       {m.inputs}")
+    return lines
+
+
+def latency_lines(report: Report, top: int = 5) -> list[str]:
+    lat = report.latency
+    if lat is None:
+        return []
+    lines = ["Latency"]
+    host = lat.host_ms
+    if host:
+        lines.append(f"  host         {host.runtime}, {host.threads} thread(s), "
+                     f"{host.runs} runs: median {format_time_ms(host.median)}, "
+                     f"p90 {format_time_ms(host.p90)}, min {format_time_ms(host.min)}")
+    if lat.estimated_device_ms is None:
+        lines.append(f"  device       no estimate: {lat.no_estimate or 'no cost model'}")
+        return lines
+    estimate = format_time_ms(lat.estimated_device_ms)
+    if lat.band_ms:
+        lo, hi = lat.band_ms
+        estimate += f", likely {format_time_ms(lo)}–{format_time_ms(hi)}"
+    if lat.split:  # a target's own estimate (the Edge TPU), shown in its section
+        lines.append(f"  device       {estimate} (estimated), split in {lat.split}")
+        return lines
+    where = (f"{lat.cpu} + {lat.kernels} kernels"
+             + (f", runtime {lat.runtime_version}" if lat.runtime_version else "")
+             if lat.basis == LatencyBasis.REGISTRY else "the profile's cost table")
+    lines.append(f"  device       {estimate} (estimated at {(lat.clock_hz or 0) / 1e6:g} MHz, "
+                 f"{where})")
+    if lat.band_basis:
+        lines.append(f"  band         {lat.band_basis}")
+    slow = sorted(lat.per_op, key=lambda o: -o.estimated_ms)[:top]
+    if slow:
+        lines.append(f"  slowest operators (estimated, top {len(slow)} of {len(lat.per_op)})")
+        lines += _columns([["op", "type", "MACs", "ms"]] +
+                          [[o.op_index, o.op, f"{o.macs:,}", f"{o.estimated_ms:.3f}"]
+                           for o in slow], indent="    ")
+    return lines
+
+
+def compatibility_lines(report: Report) -> list[str]:
+    c = report.compatibility
+    if c is None:
+        return []
+    if c.supported:
+        return ["Compatibility", f"  {_supported_line(c)}"]
+    lines = ["Compatibility", f"  UNSUPPORTED by the {c.table} op table:"]
+    lines += _columns([[f"op {u.op_index}", u.op, u.reason] for u in c.unsupported_ops],
+                      indent="    ")
+    return lines
+
+
+def _supported_line(c: CompatibilityReport) -> str:
+    """What "supported" means: a target's own section may say more (on the Edge TPU, ops
+    the TPU cannot take still run, on the host CPU)."""
+    if c.section is not None:
+        return c.section.supported_line()
+    return f"every operator is supported by the {c.table} op table"
+
+
+def run_sections(report: Report) -> list[str]:
+    """Blank-line separated sections for the report's running-half figures."""
+    out: list[str] = []
+    for part in (compatibility_lines(report), measured_lines(report), latency_lines(report)):
+        if part:
+            out += ["", *part]
+    return out
+
+
+VIEW = View("text", ".txt", render_text)

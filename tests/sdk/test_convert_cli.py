@@ -114,9 +114,9 @@ def test_unsafe_loads_a_lambda_model(digits, tmp_path):
 
 
 def test_optimize_memory_rewrites_the_arena_plan_and_keeps_the_settings(digits, tmp_path, capsys):
-    from simulator.profiles import load_profile
+    from simulator.profiles import load_profile, with_runtime
     from simulator.reader import read_model
-    from simulator.simulate import simulate, with_runtime
+    from simulator.simulate import simulate
 
     out, rep = tmp_path / "m.tflite", tmp_path / "r.json"
     code = main(["convert", digits["model"], "--profile", MCU, "--calibration", digits["train"],

@@ -79,9 +79,9 @@ def test_fit_finds_a_candidate_for_a_profile_plain_int8_misses(tight_fit):
 def test_the_written_model_passes_every_budget_in_the_real_tflm_run(tight_fit):
     verified = simulate(tight_fit["out"], tight_fit["profile"], run=True)
     assert verified.verdict == "pass"
-    assert verified.measured["runtime"] == "tflm"
+    assert verified.measured.runtime == "tflm"
     arena = next(b for b in verified.budgets if b.name == "arena")
-    assert arena.ok and verified.measured["head_difference_bytes"] == 0  # TFLM agrees
+    assert arena.ok and verified.measured.head_difference_bytes == 0  # TFLM agrees
     assert verified.model.conversion["tool"] == "devicefit fit"
     assert tight_fit["report"]["verification"]["measured"]["runtime"] == "tflm"
 

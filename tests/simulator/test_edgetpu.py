@@ -191,7 +191,7 @@ def test_simulate_json_and_text_carry_the_edgetpu_section(coral, tmp_path):
     assert any(b["name"] == "latency" for b in report["budgets"])
     # the same figures through the library's static path
     static = static_compatibility(read_model(path), coral)
-    assert static["edgetpu"]["mapped_ops"] == etpu["mapped_ops"]
+    assert static.section.mapped_ops == etpu["mapped_ops"]
     text = io.StringIO()
     with redirect_stdout(text):
         assert main(["simulate", path, "--profile", str(lenient)]) == 0

@@ -3,6 +3,8 @@ into the figures the compiler printed, with the status texts devicefit uses."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from simulator.compat.edgetpu import load_table, parse_compiler_log
 from tests.paths import TESTS
 
@@ -58,8 +60,8 @@ def test_compiler_figures_are_shown_beside_the_prediction():
     from tests.zoo import model_path
 
     report = edgetpu_partition(read_model(model_path("chain_int8")), load_profile("coral-edgetpu"))
-    report.compiler = parse_compiler_log((FIXTURES / "yolov3_tiny_compiler15_stdout.txt").read_text())
-    report.basis = "compiler"
-    shown = "\n".join(text_lines(report.to_dict()))
+    report = dataclasses.replace(report, basis="compiler", compiler=parse_compiler_log(
+        (FIXTURES / "yolov3_tiny_compiler15_stdout.txt").read_text()))
+    shown = "\n".join(text_lines(report))
     assert "real compiler output below" in shown
     assert "compiler 15.0.340273435: 2 TPU / 34 CPU ops, on-chip 3,072 B, off-chip 0 B" in shown

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from simulator.html import Section, render_html
-from simulator.plot import plot_timeline
 from simulator.simulate import simulate
+from simulator.views.html import Section, render_html
+from simulator.views.png import render as render_png
 from tests.browser import render
 from tests.paths import TESTS
 from tests.zoo import model_path
@@ -66,17 +66,17 @@ def test_200_op_model_page_stays_under_2_mb():
 
 def test_plot_writes_a_png(tmp_path):
     report = simulate(model_path("chain_int8"), "nrf52840-cortex-m4")
-    out = plot_timeline(report, tmp_path / "timeline.png")
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert render_png(report)[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_plot_refuses_to_overwrite_its_input(tmp_path):
     from simulator.errors import UsageError
+    from simulator.fileio import write_atomic
 
     sine = _sine(tmp_path)
     report = simulate(sine, "stm32l4r5-cortex-m4")
     with pytest.raises(UsageError, match="refusing to overwrite"):
-        plot_timeline(report, sine, inputs=(str(sine),))
+        write_atomic(sine, render_png(report), inputs=(str(sine),))
 
 
 def test_simulate_cli_writes_html_and_png_but_never_over_its_input(tmp_path, capsys):

@@ -249,7 +249,7 @@ def test_published_data_names_known_cores_and_libraries():
 def test_budget_inside_the_band_is_at_risk(tmp_path):
     model = zoo.model_path("mobilenet_v1_96_int8")
     base = simulate(str(model), load_profile("esp32-s3"))
-    est, (low, high) = base.latency["estimated_device_ms"], base.latency["band_ms"]
+    est, (low, high) = base.latency.estimated_device_ms, base.latency.band_ms
     inside = _variant(tmp_path, "esp32-s3", f"budgets: {{latency: {(est + high) / 2:.3f}ms}}\n")
     report = simulate(str(model), inside)
     check = next(b for b in report.budgets if b.name == "latency")
@@ -269,7 +269,7 @@ def test_check_reports_at_risk_and_fails_on_it_when_told(tmp_path, capsys):
 
     model = zoo.model_path("mobilenet_v1_96_int8")
     est = simulate(str(model), load_profile("esp32-s3")).latency
-    budget = (est["estimated_device_ms"] + est["band_ms"][1]) / 2
+    budget = (est.estimated_device_ms + est.band_ms[1]) / 2
     project = tmp_path / "devicefit.yaml"
     project.write_text(f"models:\n  - path: {model}\n    profiles:\n"
                        f"      - {{name: esp32-s3, budgets: {{latency: {budget:.3f}ms}}}}\n")

@@ -22,10 +22,9 @@ from simulator.lifetimes import (
 )
 from simulator.planners import PlanError, check_plan, greedy_plan, plan_tflm
 from simulator.planners.litert import best_fit_plan, litert_buffers
-from simulator.profiles import load_profile
+from simulator.profiles import load_profile, with_runtime
 from simulator.reader import read_model
 from simulator.runtimes import run_model
-from simulator.simulate import with_runtime
 from simulator.writer import reorder_operators, set_offline_plan
 from tests.zoo import model_path
 

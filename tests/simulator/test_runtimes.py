@@ -8,7 +8,7 @@ import pytest
 from sdk.cli import main
 from simulator.compat import check_ops
 from simulator.errors import InputError, RuntimeFailure, UsageError
-from simulator.profiles import load_profile
+from simulator.profiles import load_profile, with_runtime
 from simulator.reader import read_model
 from simulator.runtimes import (
     RUNNERS,
@@ -21,7 +21,7 @@ from simulator.runtimes import (
     runner_name,
 )
 from simulator.runtimes.tflm import parse_allocations
-from simulator.simulate import simulate, with_runtime
+from simulator.simulate import simulate
 from tests import zoo
 from tests.tflite_builder import slice_model, topk_model
 
@@ -73,9 +73,9 @@ def test_run_stage_fills_report_and_cross_checks_bit_exact():
 
 def test_litert_profile_runs_with_its_threads():
     report = simulate(zoo.model_path("mlp_int8"), "android-arm64-cpu", run=True, runs=2)
-    assert report.measured["runtime"] == "litert"
-    assert report.latency["host_ms"]["threads"] == 4
-    assert report.measured["outputs_agree"] is True  # TFLM vs LiteRT reference kernels
+    assert report.measured.runtime == "litert"
+    assert report.latency.host_ms.threads == 4
+    assert report.measured.outputs_agree is True  # TFLM vs LiteRT reference kernels
 
 
 def test_same_inputs_same_outputs_across_runtimes(built):
@@ -167,13 +167,13 @@ def test_over_the_arena_budget_says_by_how_much(tmp_path):
     report = simulate(zoo.model_path("chain_float32"), load_profile(tmp_path / "tiny.yaml"),
                       run=True, runs=1)
     m = report.measured
-    assert m["over_budget_bytes"] == m["arena_bytes"] - 8 * 1024 > 0
-    assert f"needs {m['over_budget_bytes']} bytes more arena" in " ".join(report.notes)
+    assert m.over_budget_bytes == m.arena_bytes - 8 * 1024 > 0
+    assert f"needs {m.over_budget_bytes} bytes more arena" in " ".join(report.notes)
     arena = next(b for b in report.budgets if b.name == "arena")
     # The device's CMSIS-NN head and 32-bit tail are predictions even after a run.
-    assert arena.basis == "estimated" and arena.value == m["arena_bytes"]
+    assert arena.basis == "estimated" and arena.value == m.arena_bytes
     assert not arena.ok and report.verdict == "fail"
-    assert m["outputs_agree"] is None  # a float model is not cross-checked bit for bit
+    assert m.outputs_agree is None  # a float model is not cross-checked bit for bit
 
 
 def test_a_host_like_profile_is_judged_on_the_measured_arena(tmp_path):
@@ -182,9 +182,9 @@ def test_a_host_like_profile_is_judged_on_the_measured_arena(tmp_path):
     report = simulate(zoo.model_path("chain_int8"), load_profile(tmp_path / "host.yaml"),
                       run=True, runs=1)
     arena = next(b for b in report.budgets if b.name == "arena")
-    assert report.measured["arena_bytes"] == report.measured["arena_total_bytes"]
+    assert report.measured.arena_bytes == report.measured.arena_total_bytes
     assert arena.basis == "measured"
-    assert arena.value == max(report.measured["arena_total_bytes"],
+    assert arena.value == max(report.measured.arena_total_bytes,
                               report.memory.arena_required_bytes)
 
 

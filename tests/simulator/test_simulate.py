@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from sdk.cli import main
-from simulator.profiles import load_profile
+from simulator.profiles import load_profile, with_runtime
 from simulator.runtimes import run_model
-from simulator.simulate import CONVERSION_METADATA, simulate, with_runtime
+from simulator.simulate import CONVERSION_METADATA, simulate
 from simulator.writer import add_metadata
 from tests.zoo import model_path
 

@@ -1,16 +1,17 @@
-"""``--plot out.png``: the memory timeline as a matplotlib figure, for slides and issues."""
+"""The PNG view (``--plot out.png``): the memory timeline as a matplotlib figure, for
+slides and issues."""
 
 from __future__ import annotations
 
 import io
 from pathlib import Path
 
-from simulator.fileio import write_atomic
-from simulator.report import Report
+from simulator.report import BudgetName, Report
+from simulator.views.base import View
 
 
-def plot_timeline(report: Report, path: str | Path, *, inputs: tuple[str, ...] = ()) -> Path:
-    """Live bytes per operator step with the lower bound and the arena budget."""
+def render(report: Report) -> bytes:
+    """Live bytes per operator step with the lower bound and the arena budget, as PNG."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display here or in CI
@@ -29,7 +30,7 @@ def plot_timeline(report: Report, path: str | Path, *, inputs: tuple[str, ...] =
                label=f"lower bound {report.memory.lower_bound_bytes / 1024:.1f} KiB")
     ax.axhline(report.memory.arena_head_bytes / 1024, color="#f28e2b", ls="-.",
                label=f"planned head {report.memory.arena_head_bytes / 1024:.1f} KiB")
-    budget = next((b.limit for b in report.budgets if b.name == "arena"), None)
+    budget = next((b.limit for b in report.budgets if b.name == BudgetName.ARENA), None)
     if budget is not None and live and budget <= 1.5 * max(max(live) * 1024, 1):
         ax.axhline(budget / 1024, color="#c00", label=f"arena budget {budget / 1024:.0f} KiB")
     ax.set_xlabel("operator index")
@@ -40,4 +41,7 @@ def plot_timeline(report: Report, path: str | Path, *, inputs: tuple[str, ...] =
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)
-    return write_atomic(path, buf.getvalue(), inputs=inputs)
+    return buf.getvalue()
+
+
+VIEW = View("png", ".png", render, binary=True)

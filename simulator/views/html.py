@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simulator.escape import clean
-from simulator.report import PlannedBuffer, Report
+from simulator.report import BudgetName, PlannedBuffer, Report
 from simulator.units import format_size, format_time_ms
+from simulator.views.base import View, heading
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
            "#ff9da7", "#9c755f", "#bab0ac", "#1f77b4", "#8c564b")
@@ -110,17 +111,18 @@ def _summaries(report: Report) -> str:
                    ("arena total", format_size(mem.arena_bytes)),
                    ("lower bound (max live bytes)", format_size(mem.lower_bound_bytes)),
                    ("flash", format_size(mem.flash_bytes))]
-    if report.measured and report.measured.get("arena_head_bytes") is not None:
-        memory_rows.append(("measured head (" + str(report.measured.get("runtime")) + ")",
-                            format_size(report.measured["arena_head_bytes"])))
-    lat = report.latency or {}
-    if lat.get("estimated_device_ms") is not None:
-        likely = (f", likely {format_time_ms(lat['band_ms'][0])}–"
-                  f"{format_time_ms(lat['band_ms'][1])}" if lat.get("band_ms") else "")
+    measured = report.measured
+    if measured is not None and measured.arena_head_bytes is not None:
+        memory_rows.append((f"measured head ({measured.runtime})",
+                            format_size(measured.arena_head_bytes)))
+    lat = report.latency
+    if lat is not None and lat.estimated_device_ms is not None:
+        likely = (f", likely {format_time_ms(lat.band_ms[0])}–{format_time_ms(lat.band_ms[1])}"
+                  if lat.band_ms else "")
         memory_rows.append(("device latency (estimated)",
-                            format_time_ms(lat["estimated_device_ms"]) + likely))
-    elif lat.get("no_estimate"):
-        memory_rows.append(("device latency", lat["no_estimate"]))
+                            format_time_ms(lat.estimated_device_ms) + likely))
+    elif lat is not None and lat.no_estimate:
+        memory_rows.append(("device latency", lat.no_estimate))
     return ("<h3>Model</h3>" + html_table((), model_rows)
             + "<h3>Profile</h3>" + html_table((), profile_rows)
             + "<h3>Memory and latency</h3>" + html_table((), memory_rows))
@@ -232,64 +234,56 @@ def _layout_svg(report: Report) -> str:
 
 
 def _per_op_svg(report: Report) -> str:
-    """Per-op estimated (and measured) latency with MACs in the hover text."""
-    per_op = list((report.latency or {}).get("per_op") or [])
+    """Per-op estimated latency (MACs where the report has no estimate), MACs in the hover
+    text."""
     macs = {c.op_index: c.macs for c in report.compute.per_op}
-    if not per_op:
+    rows = [(o.op_index, o.op, o.estimated_ms) for o in report.latency.per_op] \
+        if report.latency else []
+    if not rows:
         if not macs:
             return '<p class="note">No per-op figures in this report.</p>'
-        per_op = [{"op_index": c.op_index, "op": c.op} for c in report.compute.per_op]
-    def value(e: dict, key: str) -> float:
-        return float(e.get(key) or 0.0)
-    key = "estimated_ms" if any(value(e, "estimated_ms") for e in per_op) else None
-    metric = (lambda e: value(e, "estimated_ms")) if key else (lambda e: float(macs.get(e["op_index"], 0)))
-    top = max((max(metric(e), value(e, "measured_ms")) for e in per_op), default=0) or 1
-    bar_w = PLOT_WIDTH / len(per_op)
+        rows = [(c.op_index, c.op, 0.0) for c in report.compute.per_op]
+    estimated = any(ms for _, _, ms in rows)
+    def metric(op_index: int, ms: float) -> float:
+        return ms if estimated else float(macs.get(op_index, 0))
+    top = max((metric(i, ms) for i, _, ms in rows), default=0) or 1
+    bar_w = PLOT_WIDTH / len(rows)
     height = 160 + MARGIN_BOTTOM
     parts = [_svg_open("per-op", "per-op cost", height)]
-    label = "estimated device ms" if key else "MACs"
+    label = "estimated device ms" if estimated else "MACs"
     parts.append(f'<text x="4" y="14">{escape(label)} per op (hover for details)</text>')
-    for i, e in enumerate(per_op):
-        v = metric(e)
-        h = 130 * v / top
+    for i, (op_index, op, ms) in enumerate(rows):
+        h = 130 * metric(op_index, ms) / top
         x0 = MARGIN_LEFT + i * bar_w
-        title = (f"op {e['op_index']} {e.get('op', '')}\nMACs {macs.get(e['op_index'], 0):,}"
-                 + (f"\nestimated {format_time_ms(value(e, 'estimated_ms'))}" if key else "")
-                 + (f"\nmeasured {format_time_ms(value(e, 'measured_ms'))}"
-                    if e.get("measured_ms") is not None else ""))
-        parts.append(f'<rect class="op" data-op="{e["op_index"]}" x="{_num(x0 + 0.5)}" '
+        title = (f"op {op_index} {op}\nMACs {macs.get(op_index, 0):,}"
+                 + (f"\nestimated {format_time_ms(ms)}" if estimated else ""))
+        parts.append(f'<rect class="op" data-op="{op_index}" x="{_num(x0 + 0.5)}" '
                      f'y="{_num(150 - h)}" width="{_num(max(bar_w * 0.45, 0.5))}" '
                      f'height="{_num(max(h, 0.5))}" fill="#4e79a7"><title>{escape(title)}</title></rect>')
-        if e.get("measured_ms") is not None:
-            hm = 130 * value(e, "measured_ms") / top
-            parts.append(f'<rect class="op-measured" data-op="{e["op_index"]}" '
-                         f'x="{_num(x0 + bar_w * 0.5)}" y="{_num(150 - hm)}" '
-                         f'width="{_num(max(bar_w * 0.45, 0.5))}" height="{_num(max(hm, 0.5))}" '
-                         f'fill="#f28e2b"><title>{escape(title)}</title></rect>')
     parts.append(f'<text x="{MARGIN_LEFT}" y="{height - 6}">operator →</text></svg>')
     return "".join(parts)
 
 
 def _bench(report: Report) -> str:
     """Measured on a phone (``devicefit bench``) beside the simulator's estimate."""
-    bench = report.bench
-    if not bench:
+    if report.bench is None:
         return ""
-    results, vs = bench.get("results") or {}, bench.get("vs_estimate") or {}
-    rows = [("device", f"{bench.get('serial', '?')} {bench.get('device_model') or ''}".strip()),
-            ("inference avg (measured)", format_time_ms(results.get("inference_avg_ms"))),
-            ("estimated by the profile's cost model", format_time_ms(vs.get("estimated_ms"))),
-            ("measured / estimated", "-" if vs.get("ratio") is None else f"{vs['ratio']:.2f}x"),
-            ("init", format_time_ms(results.get("init_ms"))),
-            ("first inference", format_time_ms(results.get("first_inference_ms"))),
-            ("memory peak", "-" if results.get("memory_peak_mb") is None
-             else f"{results['memory_peak_mb']:.2f} MB")]
+    bench, vs = report.bench.result, report.bench.vs_estimate
+    results = bench.results
+    rows = [("device", f"{bench.serial} {bench.device_model or ''}".strip()),
+            ("inference avg (measured)", format_time_ms(results.inference_avg_ms)),
+            ("estimated by the profile's cost model", format_time_ms(vs.estimated_ms)),
+            ("measured / estimated", "-" if vs.ratio is None else f"{vs.ratio:.2f}x"),
+            ("init", format_time_ms(results.init_ms)),
+            ("first inference", format_time_ms(results.first_inference_ms)),
+            ("memory peak", "-" if results.memory_peak_mb is None
+             else f"{results.memory_peak_mb:.2f} MB")]
     return "<h3>Measured on the device (benchmark_model)</h3>" + html_table((), rows)
 
 
 def _section(index: int, section: Section) -> str:
     r = section.report
-    arena_limit = next((b.limit for b in r.budgets if b.name == "arena"), None)
+    arena_limit = next((b.limit for b in r.budgets if b.name == BudgetName.ARENA), None)
     verdict = r.verdict
     notes = "".join(f"<li>{escape(n)}</li>" for n in r.notes)
     return (
@@ -323,3 +317,11 @@ def render_html(title: str, sections: Sequence[Section], intro: str = "") -> str
     toc = "".join(f'<li><a href="#section-{i}">{escape(s.heading)}</a> — {escape(s.report.verdict)}</li>'
                   for i, s in enumerate(sections)) if len(sections) > 1 else ""
     return render_page(title, intro + (f"<ul>{toc}</ul>" if toc else "") + body)
+
+
+def render(report: Report) -> str:
+    """The page of one report (``devicefit simulate --html``)."""
+    return render_html(heading(report), [Section(heading(report), report)])
+
+
+VIEW = View("html", ".html", render)

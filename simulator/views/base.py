@@ -1,0 +1,29 @@
+"""What a view is: a named renderer of a :class:`~simulator.report.Report`.
+
+Every module of :mod:`simulator.views` that defines ``VIEW`` is one output format; the
+package finds them (:data:`simulator.views.VIEWS`), so a new format is one module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from simulator.report import Report
+
+
+@dataclass(frozen=True)
+class View:
+    #: The format's name, as commands and ``VIEWS`` know it ("text", "json", ...).
+    name: str
+    #: The file suffix of its output.
+    suffix: str
+    #: The report → its text (``str``) or its bytes (a picture); options are the view's own.
+    render: Callable[..., str | bytes]
+    #: Bytes, not text: written to a file, never printed.
+    binary: bool = False
+
+
+def heading(report: Report) -> str:
+    """``model on profile``: what a single report's page or picture is titled."""
+    return f"{report.model.path} on {report.profile.name}"

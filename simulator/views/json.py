@@ -1,0 +1,23 @@
+"""The JSON view: the report as data (``--json``), with its ``schema_version``, and the way
+back (:func:`read_report`, for the shard results ``check merge`` combines)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from simulator.compat import section_type
+from simulator.report import Report
+from simulator.views.base import View
+
+
+def render(report: Report) -> str:
+    return json.dumps(report.to_dict(), indent=2) + "\n"
+
+
+def read_report(data: dict[str, Any]) -> Report:
+    """A report from its JSON form (:meth:`Report.from_dict` with the targets' sections)."""
+    return Report.from_dict(data, section_type)
+
+
+VIEW = View("json", ".json", render)
