@@ -226,3 +226,17 @@ def test_one_process_two_configs_keep_their_own_figures(tmp_path, model_zoo):
     assert (first["system_config"], second["system_config"]) == \
         ("Ethos_U55_128_160MHz", "Ethos_U55_High_End_Embedded")
     assert second["total_cycles"] == int(theirs["cycles_total"]) != first["total_cycles"]
+
+
+def test_text_and_html_show_the_npu_cpu_split(tmp_path, capsys, model_zoo):
+    model = model_zoo("edgetpu_limits_int8")
+    page = tmp_path / "r.html"
+    assert main(["simulate", str(model), "--profile", "ethos-u55-128", "--html", str(page)]) == 0
+    text = capsys.readouterr().out
+    assert "Ethos-U NPU (Vela 5.2.0 run by devicefit)" in text
+    assert "CPU op 3 MEAN: Unsupported depth-reduction" in text
+    assert "every operator can run (5 on the NPU, 1 on the Cortex-M)" in text
+    html = page.read_text()
+    assert ("<td>0:3</td><td>MEAN</td><td>CPU</td><td>Unsupported depth-reduction."
+            in html)
+    assert html.count("<td>NPU</td>") == 5

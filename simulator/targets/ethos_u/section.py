@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from html import escape
+from typing import Any
 
 from simulator.units import format_size, format_time_ms
 
@@ -120,6 +121,22 @@ class EthosUSection:
                               "widened by devicefit's kernel-table band",
                 "per_op": []}
 
+    def latency_report(self, profile: Any, split: str) -> Any:
+        """``report.latency``: Vela's cycles at the NPU clock plus the Cortex-M part."""
+        from simulator.report import LatencyBasis, LatencyReport
+
+        common = {"clock_hz": self.figures.core_clock_hz if self.figures else None,
+                  "threads": 1, "cpu": profile.device.cpu, "kernels": profile.runtime.kernels,
+                  "runtime_version": profile.runtime.version}
+        lat = self.latency_split()
+        if lat is None:
+            why = [n for n in self.notes if "latency" in n or "Cortex-M part" in n]
+            return LatencyReport(no_estimate="; ".join(why) or "no Vela cycles", **common)
+        return LatencyReport(
+            estimated_device_ms=lat["total_ms"], band_ms=self.latency_band_ms,
+            band=(lat["band"][0], lat["band"][1]), band_basis=lat["band_basis"],
+            basis=LatencyBasis.TARGET, split=split, **common)
+
     def supported_line(self) -> str:
         return (f"every operator can run ({self.npu_ops} on the NPU, {self.cpu_ops} on the "
                 f"Cortex-M)")
@@ -172,18 +189,19 @@ class EthosUSection:
         return lines
 
     def html(self) -> str:
-        """The NPU/CPU split as a table, each operator coloured by where it runs."""
+        """The section for the HTML view: its lines, and the NPU/CPU split as a table with
+        each operator coloured by where it runs."""
+        colour = {NPU: "#e3f2e1", CPU: "#fbe3d6"}
         rows = "".join(
-            f"<tr class='{p.unit}'><td>{p.subgraph}:{p.op_index}</td><td>{escape(p.op)}</td>"
-            f"<td>{p.unit.upper()}</td><td>{escape(p.reason or '')}</td></tr>"
-            for p in self.partition)
-        items = "".join(f"<li>{escape(line.strip())}</li>" for line in self.text_lines()[1:]
+            f"<tr style='background:{colour[p.unit]}'><td>{p.subgraph}:{p.op_index}</td>"
+            f"<td>{escape(p.op)}</td><td>{p.unit.upper()}</td>"
+            f"<td>{escape(p.reason or '')}</td></tr>" for p in self.partition)
+        lines = self.text_lines()
+        items = "".join(f"<li>{escape(line.strip())}</li>" for line in lines[1:]
                         if not line.startswith("    "))
-        return (f"<section class='ethos-u'><h2>{escape(self.text_lines()[0])}</h2>"
-                f"<ul>{items}</ul><style>.ethos-u tr.npu td{{background:#e3f2e1}}"
-                f".ethos-u tr.cpu td{{background:#fbe3d6}}</style>"
+        return (f"<h3>{escape(lines[0])}</h3><ul>{items}</ul>"
                 f"<table><tr><th>op</th><th>type</th><th>runs on</th><th>Vela's reason</th></tr>"
-                f"{rows}</table></section>")
+                f"{rows}</table>")
 
 
 def _b(n: int) -> str:

@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from simulator.compat import UnsupportedOp
 from simulator.model import Model
 from simulator.planners.base import MemoryPlan
 from simulator.profiles import Profile
+from simulator.report import UnsupportedOp
 from simulator.targets.ethos_u.analysis import (
     ETHOS_U_OP,
     compile_file,
@@ -84,9 +84,9 @@ def _other_accelerator(section: EthosUSection, profile: Profile) -> str | None:
             f"int8 model for this profile")
 
 
-def section(model: Model, profile: Profile) -> dict[str, Any]:
-    """``compatibility.ethos-u`` (with its latency split under ``latency``)."""
-    return section_for(model, profile).to_dict()
+def section(model: Model, profile: Profile) -> EthosUSection:
+    """``compatibility.ethos-u`` (JSON: with its latency split under ``latency``)."""
+    return section_for(model, profile)
 
 
 def after_convert(int8_path: Path, profile: Profile) -> EthosUSection:
