@@ -59,6 +59,9 @@ The record (``section_type`` and the fields from ``cpu_kernels`` on have default
     ``({section: {key: value}}) -> settings``: the target's typed settings from the
     values of its ``profile_keys`` the profile sets, kept as ``Profile.target_settings``;
     None when it declares no keys.
+``prepare``
+    ``(model, profile) -> model``: the model the device runs, which simulate reports on
+    (the Ethos-U: Vela's compilation of a plain int8 model); None: the model itself.
 ``after_convert``
     ``(path, profile) -> extra | None``, run by ``convert`` on the written model (the Edge
     TPU partition of the result); None when the target adds nothing.
@@ -121,6 +124,7 @@ class Target:
     profile_keys: Mapping[str, Mapping[str, Leaf]] = field(default_factory=dict)
     settings: Callable[[Mapping[str, Mapping[str, Any]]], Any] | None = None
     after_convert: Callable[..., Any] | None = None
+    prepare: Callable[[Model, Profile], Model] | None = None  # the model the device runs
 
 
 def load(ref: str) -> Any:

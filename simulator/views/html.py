@@ -281,6 +281,13 @@ def _bench(report: Report) -> str:
     return "<h3>Measured on the device (benchmark_model)</h3>" + html_table((), rows)
 
 
+def _target_html(report: Report) -> str:
+    """A target section that draws itself for HTML (the Ethos-U's NPU/CPU split)."""
+    section = report.compatibility.section if report.compatibility else None
+    draw = getattr(section, "html", None)
+    return draw() if draw is not None else ""
+
+
 def _section(index: int, section: Section) -> str:
     r = section.report
     arena_limit = next((b.limit for b in r.budgets if b.name == BudgetName.ARENA), None)
@@ -293,7 +300,7 @@ def _section(index: int, section: Section) -> str:
         f"<h3>Memory timeline</h3>{_timeline_svg(r, arena_limit)}"
         f"<h3>Arena layout</h3>{_layout_svg(r)}"
         f"<h3>Per-op cost</h3>{_per_op_svg(r)}"
-        f"{_summaries(r)}"
+        f"{_summaries(r)}{_target_html(r)}"
         + (f"<h3>Notes</h3><ul>{notes}</ul>" if notes else "")
         + "</section>"
     )
