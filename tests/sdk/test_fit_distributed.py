@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,11 +24,12 @@ from sdk.fit.candidate import TrialRecord
 from sdk.fit.report import choose
 from sdk.fit.search import BUILD, DECISION, RECORD
 from simulator.reader import read_model
+from tests.paths import ROOT
 from tests.postgres import postgres_server
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+
 ARTIFACTS = ROOT / "tests" / "artifacts" / "convert"
 STUDY = "digits-tight"
 MAX_TRIALS = 5

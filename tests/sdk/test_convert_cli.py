@@ -10,10 +10,11 @@ import pytest
 
 from examples.digits import cached_cnn, load_digits
 from sdk.cli import main
+from tests.paths import TESTS
 
 pytestmark = pytest.mark.slow
 
-ARTIFACTS = Path(__file__).parent / "artifacts" / "convert"
+ARTIFACTS = TESTS / "artifacts" / "convert"
 MCU = "stm32l4r5-cortex-m4"
 
 

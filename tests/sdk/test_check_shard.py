@@ -13,6 +13,7 @@ import pytest
 
 from sdk.check.shard import assign
 from sdk.cli import main
+from tests.paths import ROOT
 from tests.zoo import model_path
 
 MODELS = ("chain_int8", "mlp_int8", "residual_int8", "inception_int8")
@@ -193,7 +194,7 @@ def test_the_github_matrix_example_shards_then_merges():
 
     from sdk.cli import build_parser
 
-    example = Path(__file__).parents[1] / "examples" / "ci" / "github-actions-sharded.yml"
+    example = ROOT / "examples" / "ci" / "github-actions-sharded.yml"
     jobs = yaml.safe_load(example.read_text())["jobs"]
     assert jobs["shard"]["strategy"]["matrix"]["shard"] == [1, 2, 3, 4]
     assert jobs["merge"]["needs"] == "shard"

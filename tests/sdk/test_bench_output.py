@@ -3,8 +3,6 @@ sources in its README) and against lines in the formats of the tool's source."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from sdk.bench.benchmark_output import (
@@ -14,8 +12,9 @@ from sdk.bench.benchmark_output import (
     parse_benchmark_output,
     parse_stat_line,
 )
+from tests.paths import TESTS
 
-FIXTURES = Path(__file__).parent / "fixtures" / "benchmark_model"
+FIXTURES = TESTS / "fixtures" / "benchmark_model"
 
 # file → figures stated in it (ms, MB); None = the capture does not print it.
 REAL = {

@@ -13,10 +13,11 @@ from simulator.html import Section, render_html
 from simulator.plot import plot_timeline
 from simulator.simulate import simulate
 from tests.browser import render
+from tests.paths import TESTS
 from tests.zoo import model_path
 
-ARTIFACTS = Path(__file__).parent / "artifacts" / "html"
-GOLDEN = Path(__file__).parent / "golden" / "sine_stm32l4r5.html"
+ARTIFACTS = TESTS / "artifacts" / "html"
+GOLDEN = TESTS / "golden" / "sine_stm32l4r5.html"
 
 
 def _sine(tmp_path: Path) -> Path:

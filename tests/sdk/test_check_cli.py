@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from sdk.cli import main
+from tests.paths import ROOT
 from tests.zoo import model_path
 
-ROOT = Path(__file__).resolve().parents[1]
 LOOSE = "{flash: 100MB, arena: 100MB, latency: 100s}"
 
 

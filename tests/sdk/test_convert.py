@@ -14,10 +14,11 @@ import pytest
 from examples.digits import cached_cnn, load_digits
 from simulator.reader import read_model
 from simulator.simulate import simulate
+from tests.paths import TESTS
 
 pytestmark = pytest.mark.slow
 
-ARTIFACTS = Path(__file__).parent / "artifacts" / "convert"
+ARTIFACTS = TESTS / "artifacts" / "convert"
 MCU, PHONE, TPU = "stm32l4r5-cortex-m4", "android-arm64-cpu", "coral-edgetpu"
 
 

@@ -7,7 +7,6 @@ outputs must be bit-identical and TFLM's measured head must be the predicted one
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,10 +25,11 @@ from simulator.optimize.patches import (
 from simulator.profiles import load_profile
 from simulator.reader import parse_model, read_model
 from simulator.runtimes import input_specs, random_inputs, run_model
+from tests.paths import TESTS
 from tests.zoo import convert_keras, model_path
 
 PROFILE = "stm32l4r5-cortex-m4"
-DIGITS_ARTIFACTS = Path(__file__).parent / "artifacts" / "convert"
+DIGITS_ARTIFACTS = TESTS / "artifacts" / "convert"
 NEW_OPS = {"SLICE", "PAD", "CONCATENATION"}
 
 

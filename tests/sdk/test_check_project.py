@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 from sdk.check.project import ProjectError, load_project
+from tests.paths import ROOT
 from tests.zoo import model_path
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ci" / "devicefit.yaml"
+EXAMPLE = ROOT / "examples" / "ci" / "devicefit.yaml"
 
 
 @pytest.fixture(scope="module")

@@ -3,11 +3,10 @@ into the figures the compiler printed, with the status texts devicefit uses."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from simulator.compat.edgetpu import load_table, parse_compiler_log
+from tests.paths import TESTS
 
-FIXTURES = Path(__file__).parent / "fixtures" / "edgetpu"
+FIXTURES = TESTS / "fixtures" / "edgetpu"
 
 
 def test_compiler_15_stdout_parses_into_its_figures():

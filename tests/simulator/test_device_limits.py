@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from sdk.cli import main
 from simulator.profiles import load_profile
 from simulator.simulate import simulate
+from tests.paths import ROOT
 from tests.zoo import model_path
 
 
@@ -69,6 +69,6 @@ def test_validate_warns_about_a_budget_above_the_device(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "warning: profile 'small-board': budgets.arena (524,288 B) is larger than device.sram" in out
     assert "budgets.flash (1,572,864 B) is larger than device.flash" in out
-    builtin = Path(__file__).resolve().parents[1] / "device_profiles" / "stm32l4r5-cortex-m4.yaml"
+    builtin = ROOT / "device_profiles" / "stm32l4r5-cortex-m4.yaml"
     assert main(["profiles", "validate", str(builtin)]) == 0
     assert "warning" not in capsys.readouterr().out

@@ -17,11 +17,11 @@ import pytest
 from sdk.cli import main
 from sdk.convert import data
 from simulator.errors import InputError
+from tests.paths import ROOT
 
 pytestmark = pytest.mark.slow
 
 MCU = "stm32l4r5-cortex-m4"
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _keras():

@@ -15,10 +15,11 @@ import pytest
 from examples.digits import cached_cnn, load_digits
 from sdk.cli import main
 from simulator.simulate import simulate
+from tests.paths import TESTS
 
 pytestmark = pytest.mark.slow
 
-ARTIFACTS = Path(__file__).parent / "artifacts" / "convert"
+ARTIFACTS = TESTS / "artifacts" / "convert"
 BASE = "stm32l4r5-cortex-m4"
 # Plain int8 of the CNN needs ~173 KiB of flash (100 KiB of it TFLM code) and ~6.7 KB of
 # arena; removing about half the channels or more brings it under these.
