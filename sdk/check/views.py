@@ -22,6 +22,7 @@ from simulator.units import format_figure as fmt
 
 from .baseline import METRIC_KEYS, RegressionCheck, report_metrics
 from .gate import CheckResult, Outcome
+from .junit_meta import testsuite_attributes
 from .project import METRICS
 
 MARKS = {"pass": "✅", "at-risk": "🟠", "fail": "❌", "error": "⚠️"}
@@ -143,8 +144,9 @@ def problems(o: Outcome) -> list[str]:
 def junit_xml(result: CheckResult) -> str:
     root = ET.Element("testsuites", name="devicefit check")
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    ran = testsuite_attributes(result.seconds)
     for o in result.outcomes:
-        suite = ET.SubElement(root, "testsuite", name=f"{o.model} @ {o.profile}")
+        suite = ET.SubElement(root, "testsuite", name=f"{o.model} @ {o.profile}", **ran)
         props = ET.SubElement(suite, "properties")
         for name, value in (("model", o.model_path), ("profile", o.profile),
                             ("run", str(result.run).lower()),
