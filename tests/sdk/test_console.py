@@ -1,0 +1,258 @@
+"""The console: help and tables readable at 80 columns, no padding when piped, NO_COLOR
+without any escape sequence, native and third-party log lines kept out of the terminal
+(in a log shown on failure), --plot without matplotlib, the API taking profile names."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pty
+import re
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import pytest
+
+import sdk.commands.profiles as profiles_command
+from sdk.cli import build_parser, main
+from sdk.console import native_log
+from simulator.errors import InputError
+from simulator.profiles import ProfileStore
+from tests.paths import ROOT, TESTS
+
+#: Lines that TensorFlow, absl and the MLIR quantizer print (issue #20).
+THIRD_PARTY = re.compile(r"absl|oneDNN|cudart|cuda drivers|fully_quantize|inference_type|"
+                         r"^[IWEF]\d{4} |WARNING:tensorflow|UserWarning")
+DESCRIPTION = "Mid-range Android phone, arm64 big cores 2.4 GHz, LiteRT + XNNPACK, 4 threads"
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
+    """(argv prefix, parser) of the top level and every (sub)command."""
+    yield prefix, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _commands(sub, (*prefix, name))
+
+
+def _flags(parser: argparse.ArgumentParser) -> set[str]:
+    return {s for _, p in _commands(parser) for a in p._actions for s in a.option_strings}
+
+
+def test_help_of_every_command_fits_80_columns_without_breaking_a_flag(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    parser = build_parser()
+    known = _flags(parser)
+    commands = list(_commands(parser))
+    assert len(commands) >= 10  # the top level, 8 commands, profiles' subcommands
+    for argv, _ in commands:
+        with pytest.raises(SystemExit) as done:
+            main([*argv, "--help"])
+        assert done.value.code == 0
+        text = capsys.readouterr().out
+        assert "example" in text or argv == ("profiles",) or argv[:1] == ("profiles",)
+        for line in text.splitlines():
+            assert len(line) <= 80, (argv, line)
+            assert not re.search(r"\w-$", line), (argv, line)  # a word broken at a hyphen
+        # Every flag shown is whole: argparse's own wrapping cut "--benchmark-binary" into
+        # "--benchmark-" and "binary".
+        shown = set(re.findall(r"(?<![\w-])--?[A-Za-z][\w-]*", text))
+        assert shown <= known | {"-o", "-j"}, (argv, shown - known)
+
+
+def test_help_keeps_a_flag_with_its_value(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    text = capsys.readouterr().out
+    example = text[text.index("example:"):]
+    assert "--benchmark-binary ./android_aarch64_benchmark_model" in example
+    assert "--profile android-arm64-cpu" in example
+
+
+def test_tables_at_80_columns_keep_names_whole(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["profiles", "list"]) == 0
+    out = capsys.readouterr().out
+    assert all(len(line) <= 80 for line in out.splitlines())
+    words = set(out.split())
+    for name in ProfileStore().names():
+        assert name in words, name  # not folded into "android-ar" + "m64-cpu"
+
+
+def test_piped_output_is_neither_padded_nor_folded(capsys):
+    assert main(["profiles", "list"]) == 0
+    out = capsys.readouterr().out
+    assert not [line for line in out.splitlines() if line != line.rstrip()]
+    assert DESCRIPTION in out  # one line: a log or grep sees it whole
+
+
+def _in_a_terminal(argv: list[str], **env: str) -> str:
+    """The CLI's output on a pseudo-terminal of 100 columns."""
+    main_fd, child_fd = pty.openpty()
+    environ = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    environ.update(PYTHONPATH=str(ROOT), COLUMNS="100", TERM="xterm-256color", **env)
+    proc = subprocess.Popen([sys.executable, "-m", "sdk.cli", *argv], stdout=child_fd,
+                            stderr=child_fd, env=environ)
+    os.close(child_fd)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:  # the terminal closes with the process
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.wait(timeout=60)
+    os.close(main_fd)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_no_color_means_no_escape_sequence_at_all():
+    # On a terminal the table's header is bold: rich's own NO_COLOR handling kept that.
+    assert "\x1b[" in _in_a_terminal(["profiles", "list"])
+    assert "\x1b[" not in _in_a_terminal(["profiles", "list"], NO_COLOR="1")
+    assert "\x1b[" not in _in_a_terminal(["--no-color", "profiles", "list"])
+
+
+def _noisy(log_line: bytes, error: Exception | None):
+    """A command handler that writes to fd 2 like native code and warns like Keras."""
+    def handler(args) -> int:
+        os.write(2, log_line)
+        warnings.warn("a third-party UserWarning", UserWarning, stacklevel=1)
+        if error is not None:
+            raise error
+        return 0
+    return handler
+
+
+def test_native_lines_and_warnings_stay_out_of_a_successful_command(monkeypatch, capfd,
+                                                                     tmp_path):
+    monkeypatch.setattr(profiles_command, "_list", _noisy(b"I0000 00:00 port.cc] oneDNN\n",
+                                                          None))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert main(["profiles", "list"]) == 0
+    err = capfd.readouterr().err
+    assert not THIRD_PARTY.search(err), err
+    assert not list(tmp_path.glob("devicefit-*.log"))  # nothing kept after a success
+
+
+def test_a_failure_shows_the_end_of_the_native_log_and_keeps_it(monkeypatch, capfd, tmp_path):
+    monkeypatch.setattr(profiles_command, "_list", _noisy(
+        b"F0000 check failed: the native reason\n", InputError("it went wrong")))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert main(["profiles", "list"]) == 2
+    err = capfd.readouterr().err
+    assert "devicefit: error: it went wrong" in err
+    assert "F0000 check failed: the native reason" in err
+    (kept,) = tmp_path.glob("devicefit-*.log")
+    assert str(kept) in err and "the native reason" in kept.read_text()
+
+
+def test_log_option_keeps_the_native_lines(monkeypatch, capfd, tmp_path):
+    monkeypatch.setattr(profiles_command, "_list", _noisy(b"absl says hello\n", None))
+    log = tmp_path / "native.log"
+    assert main(["--log", str(log), "profiles", "list"]) == 0
+    assert "absl says hello" not in capfd.readouterr().err
+    text = log.read_text()
+    assert "absl says hello" in text and "a third-party UserWarning" in text
+
+
+def test_native_log_leaves_a_replaced_stderr_alone(capsys):
+    """Under pytest's capsys sys.stderr is not fd 2: only the descriptor moves."""
+    before = sys.stderr
+    with native_log() as log:
+        print("mine", file=sys.stderr)
+        assert sys.stderr is before
+    assert "mine" in capsys.readouterr().err and not log.path.exists()
+
+
+# --------------------------------------------------------------------------- matplotlib
+def _without_matplotlib(code: str) -> subprocess.CompletedProcess:
+    prelude = "import sys\nsys.modules['matplotlib'] = None  # importing it now fails\n"
+    return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_plot_without_matplotlib_is_one_clear_message(tmp_path, model_zoo):
+    model = model_zoo("chain_int8")
+    done = _without_matplotlib(
+        "from sdk.cli import main\n"
+        f"sys.exit(main(['simulate', {str(model)!r}, '--profile', 'esp32-s3', "
+        f"'--plot', {str(tmp_path / 'm.png')!r}]))\n")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "devicefit: error: --plot needs matplotlib, which the light install leaves out: pip "
+        "install 'devicefit[plot]' (or use --html)"]
+    assert not (tmp_path / "m.png").exists()
+
+
+def test_the_light_install_needs_no_matplotlib(tmp_path, model_zoo):
+    """simulate, check and the HTML report work with matplotlib unimportable."""
+    model = model_zoo("chain_int8")
+    project = tmp_path / "devicefit.yaml"
+    project.write_text(f"version: 1\nmodels:\n  - name: chain\n    path: {model}\n"
+                       "    profiles: [esp32-s3]\n")
+    done = _without_matplotlib(
+        "from sdk.cli import main\n"
+        f"assert main(['simulate', {str(model)!r}, '--profile', 'esp32-s3', "
+        f"'--html', {str(tmp_path / 'r.html')!r}]) == 0\n"
+        f"assert main(['check', {str(project)!r}]) == 0\n"
+        "assert 'matplotlib' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "r.html").stat().st_size > 0
+
+
+def test_with_matplotlib_plot_writes_a_png(tmp_path, model_zoo):
+    out = tmp_path / "m.png"
+    assert main(["simulate", str(model_zoo("chain_int8")), "--profile", "esp32-s3",
+                 "--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --------------------------------------------------------------------------- API
+def test_every_api_entry_point_takes_a_profile_name(model_zoo):
+    from sdk import optimize_model_bytes, simulate
+    from sdk.bench import bench
+    from simulator.errors import UsageError
+
+    model = model_zoo("chain_int8")
+    assert simulate(model, "stm32l4r5-cortex-m4").profile.name == "stm32l4r5-cortex-m4"
+    _, report = optimize_model_bytes(model.read_bytes(), "stm32l4r5-cortex-m4", verify=False)
+    assert report.head_after_bytes > 0
+    # bench resolves the name before it needs a phone: the next problem is the binary.
+    with pytest.raises(UsageError, match="--benchmark-binary"):
+        bench(model, "android-arm64-cpu", benchmark_binary=None)
+
+
+# --------------------------------------------------------------------------- real TensorFlow
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory) -> dict[str, Path]:
+    from examples.digits import cached_cnn, load_digits
+
+    paths = load_digits().save_npz(tmp_path_factory.mktemp("digits"))
+    return {"model": cached_cnn(TESTS / "artifacts" / "convert"), **paths}
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it: its own process, stderr a pipe."""
+    return subprocess.run([sys.executable, "-m", "sdk.cli", *argv], capture_output=True,
+                          text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.slow
+def test_convert_and_fit_print_no_third_party_line(digits, tmp_path):
+    convert = _cli("convert", str(digits["model"]), "--profile", "stm32l4r5-cortex-m4",
+                   "--calibration", str(digits["train"]), "-o", str(tmp_path / "c.tflite"))
+    assert convert.returncode == 0, convert.stderr
+    fit = _cli("fit", str(digits["model"]), "--profile", "stm32l4r5-cortex-m4", "--train",
+               str(digits["train"]), "--eval", str(digits["test"]), "--max-trials", "2",
+               "--epochs", "1", "-o", str(tmp_path / "f.tflite"))
+    assert fit.returncode in (0, 1), fit.stderr
+    for done in (convert, fit):
+        lines = (done.stdout + done.stderr).splitlines()
+        assert not [ln for ln in lines if THIRD_PARTY.search(ln)], done.stderr
