@@ -269,7 +269,7 @@ def fit_rows(rows: list[Published], profile: Profile) -> Fit:
         # ms = overhead + GMACs × (ms per GMAC) + MB × (ms per MB) + cpu_ms
         a.append(np.array([1.0, f.tpu_macs / 1e9, f.link_bytes / 1e6]) / row.usb_ms)
         b.append((row.usb_ms - f.cpu_ms) / row.usb_ms)
-    peak = profile.cost_model.tpu_macs_per_second
+    peak = profile.target_settings.tpu_macs_per_second
     floor = [0.0, 1e12 / peak, 0.0]  # ms per GMAC at the peak rate
     x = lsq_linear(np.array(a), np.array(b), bounds=(floor, np.inf)).x
     overhead, ms_per_gmac, ms_per_mb = x
@@ -280,10 +280,11 @@ def fit_rows(rows: list[Published], profile: Profile) -> Fit:
 
 
 def with_fit(profile: Profile, fit: Fit) -> Profile:
-    cost = dataclasses.replace(profile.cost_model, invoke_overhead_ms=fit.invoke_overhead_ms,
+    cost = dataclasses.replace(profile.target_settings,
+                               invoke_overhead_ms=fit.invoke_overhead_ms,
                                tpu_efficiency=fit.tpu_efficiency,
                                link_bytes_per_second=fit.link_bytes_per_second)
-    return dataclasses.replace(profile, cost_model=cost)
+    return dataclasses.replace(profile, target_settings=cost)
 
 
 def estimate_ms(name: str, profile: Profile) -> float:

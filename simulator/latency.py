@@ -31,6 +31,7 @@ from simulator.kernels import OP_KINDS, KernelData, OpShape, kernel_data, librar
 from simulator.model import Model, Operator, Subgraph
 from simulator.profiles import CostModel, Profile
 from simulator.report import OpCompute
+from simulator.targets import target_for
 
 #: Band of an estimate from a table nobody validated: published/estimated in [0.5, 2].
 UNCALIBRATED_BAND = (0.5, 2.0)
@@ -124,7 +125,8 @@ def profile_core(profile: Profile) -> Core | None:
 
 def host_library(profile: Profile) -> str:
     """The kernel library the profile's CPU ops run on (an Edge TPU host runs XNNPACK)."""
-    return "xnnpack" if profile.runtime.kernels == "edgetpu" else profile.runtime.kernels
+    kernels = profile.runtime.kernels
+    return target_for(profile).cpu_kernels.get(kernels, kernels)
 
 
 def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile,

@@ -4,13 +4,18 @@ A profile names a target, its budgets, its runtime and the numbers the latency e
 Profiles inherit with ``extends:`` (deep merge; lists and scalars of the child replace the
 parent's). Each file is validated on its own, so an error names the file that holds the bad
 value, its key path, the value, what is allowed and the line where the YAML parser saw it.
+
+What a profile may say about its runtime comes from the registered targets
+(:mod:`simulator.targets`): the runtime names, device classes, kernels, delegates and op
+tables each file is checked against are theirs, a target may declare keys of its own (the
+Edge TPU's constants under ``cost_model``, parsed into ``Profile.target_settings``), and the
+merged profile is checked against its own target's values and capabilities.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,25 +27,49 @@ import yaml
 from simulator.errors import ProfileError
 from simulator.fileio import regular_file_problem
 from simulator.safeyaml import load_yaml, read_regular_file
-from simulator.units import (
-    SIZE_UNITS_HELP,
-    TIME_UNITS_HELP,
-    parse_frequency_hz,
-    parse_size,
-    parse_time_ms,
+from simulator.schema import (
+    SIZE,
+    TIME,
+    boolean,
+    integer,
+    leaf,
+    list_of,
+    mapping_of,
+    number,
+    one_of,
+    one_of_ints,
+    share,
+    string,
 )
+from simulator.targets import TARGETS, Target, union
+from simulator.units import parse_frequency_hz
 
 PROFILE_SUFFIXES = (".yaml", ".yml")
 ENV_PROFILES = "DEVICEFIT_PROFILES"
 
-DEVICE_CLASSES = ("mobile-cpu", "edgetpu", "mcu")
-RUNTIMES = ("litert", "edgetpu", "tflm")
-DELEGATES = ("xnnpack", "gpu", "nnapi", "edgetpu")
-KERNELS = ("reference", "cmsis-nn", "xnnpack", "esp-nn", "andes-nn", "edgetpu")
 QUANT_SCHEMES = ("int8", "int16x8", "float16", "dynamic", "float32")
 IO_TYPES = ("int8", "uint8", "int16", "float32")
 SPARSITY_KINDS = ("none", "n:m", "channel")
-OP_TABLES = ("tflm", "litert", "edgetpu")
+
+#: Names whose allowed values the registered targets declare (:mod:`simulator.targets`):
+#: module attributes computed when read, so a registered target is accepted at once.
+_FROM_TARGETS: dict[str, Callable[[Target], tuple[str, ...]]] = {
+    "RUNTIMES": lambda t: (t.name,),
+    "OP_TABLES": lambda t: (t.name,),
+    "DEVICE_CLASSES": lambda t: t.device_kinds,
+    "KERNELS": lambda t: t.kernels,
+    "DELEGATES": lambda t: t.delegates,
+}
+
+
+def _declared(name: str) -> tuple[str, ...]:
+    return union(_FROM_TARGETS[name])
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    if name in _FROM_TARGETS:
+        return _declared(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --------------------------------------------------------------------------- typed profile
@@ -115,13 +144,6 @@ class CostModel:
     cycles_per_byte: float | None = None
     op_overhead_ms: float = 0.0
     parallel_efficiency: float = 1.0
-    tpu_macs_per_second: float | None = None
-    #: Fraction of ``tpu_macs_per_second`` an accelerator reaches on real layers.
-    tpu_efficiency: float = 1.0
-    #: Fixed cost of one accelerator inference (host driver, USB/PCIe round trips).
-    invoke_overhead_ms: float = 0.0
-    link_bytes_per_second: float | None = None
-    param_cache_bytes: int | None = None
     #: (low, high): the real latency likely lies in [estimate × low, estimate × high].
     error_band: tuple[float, float] | None = None
     sources: tuple[str, ...] = ()
@@ -139,6 +161,9 @@ class Profile:
     sparsity: Sparsity = field(default_factory=Sparsity)
     ops: Ops = field(default_factory=Ops)
     cost_model: CostModel = field(default_factory=CostModel)
+    #: The target's own settings, from the profile keys it declares (the Edge TPU's
+    #: :class:`simulator.compat.edgetpu_cost.EdgeTpuCost`); None for targets without any.
+    target_settings: Any = None
     abstract: bool = False
     #: Names of the profiles this one inherits from, nearest first.
     extends: tuple[str, ...] = ()
@@ -146,107 +171,6 @@ class Profile:
     resolved: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: Every file read for this profile (itself, then its parents): inputs no output may replace.
     files: tuple[Path, ...] = field(default=(), compare=False, repr=False)
-
-
-# --------------------------------------------------------------------------- value checkers
-Checker = Callable[[Any], Any]
-
-
-@dataclass(frozen=True)
-class Leaf:
-    check: Checker
-    allowed: str
-
-
-def _str() -> Leaf:
-    def check(v: Any) -> str:
-        if not isinstance(v, str) or not v.strip():
-            raise ValueError("expected a non-empty string")
-        return v
-    return Leaf(check, "a string")
-
-
-def _bool() -> Leaf:
-    def check(v: Any) -> bool:
-        if not isinstance(v, bool):
-            raise ValueError("expected true or false")
-        return v
-    return Leaf(check, "true or false")
-
-
-def _int(lo: int, hi: int | None = None) -> Leaf:
-    def check(v: Any) -> int:
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
-            raise ValueError("out of range or not an integer")
-        return v
-    return Leaf(check, f"an integer >= {lo}" + (f" and <= {hi}" if hi is not None else ""))
-
-
-def _finite_number(v: Any) -> float:
-    """``v`` as a finite float; NaN would pass every comparison below and void a budget."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ValueError("not a finite number")
-    return float(v)
-
-
-def _number(lo: float = 0.0) -> Leaf:
-    def check(v: Any) -> float:
-        if _finite_number(v) < lo:
-            raise ValueError("not a number in range")
-        return float(v)
-    return Leaf(check, f"a finite number >= {lo:g}")
-
-
-def _fraction() -> Leaf:
-    def check(v: Any) -> float:
-        if not 0 < _finite_number(v) <= 1:
-            raise ValueError("not a fraction in range")
-        return float(v)
-    return Leaf(check, "a number > 0 and <= 1")
-
-
-def _share() -> Leaf:
-    def check(v: Any) -> float:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
-            raise ValueError("not a share in range")
-        return float(v)
-    return Leaf(check, "a number >= 0 and <= 1 (0.1 = 10 %)")
-
-
-def _enum(*choices: str) -> Leaf:
-    def check(v: Any) -> str:
-        if v not in choices:
-            raise ValueError("not one of the allowed values")
-        return v
-    return Leaf(check, "one of " + ", ".join(choices))
-
-
-def _list(item: Leaf, non_empty: bool = False) -> Leaf:
-    def check(v: Any) -> tuple:
-        if not isinstance(v, list) or (non_empty and not v):
-            raise ValueError("expected a non-empty list" if non_empty else "expected a list")
-        return tuple(item.check(x) for x in v)
-    return Leaf(check, f"a {'non-empty ' if non_empty else ''}list, each {item.allowed}")
-
-
-def _one_of_ints(*choices: int) -> Leaf:
-    def check(v: Any) -> int:
-        if isinstance(v, bool) or v not in choices:
-            raise ValueError("not one of the allowed values")
-        return int(v)
-    return Leaf(check, "one of " + ", ".join(map(str, choices)))
-
-
-def _mapping(value: Leaf) -> Leaf:
-    def check(v: Any) -> dict:
-        if not isinstance(v, dict):
-            raise ValueError("expected a mapping")
-        return {str(k): value.check(x) for k, x in v.items()}
-    return Leaf(check, f"a mapping of names to {value.allowed}")
-
-
-def _wrap(parse: Callable[[Any], Any], allowed: str) -> Leaf:
-    return Leaf(parse, allowed)
 
 
 def _nm_pattern(v: Any) -> str:
@@ -257,13 +181,6 @@ def _nm_pattern(v: Any) -> str:
             if 0 < n < m:
                 return v
     raise ValueError("expected N:M with 0 < N < M")
-
-
-def _bandwidth(v: Any) -> float:
-    """``"320MB/s"`` or a bytes-per-second number."""
-    if isinstance(v, str) and v.strip().endswith("/s"):
-        return float(parse_size(v.strip()[:-2]))
-    return float(parse_size(v))
 
 
 def _version(v: Any) -> str:
@@ -284,60 +201,76 @@ def _band(v: Any) -> tuple[float, float]:
     return (low, high)
 
 
-SIZE = _wrap(parse_size, SIZE_UNITS_HELP)
-TIME = _wrap(parse_time_ms, TIME_UNITS_HELP)
+def profile_schema() -> dict[str, Any]:
+    """The profile schema: nested mappings of key → Leaf; unknown keys are errors. Runtime
+    names, device classes, kernels, delegates and op tables are those the registered
+    targets declare (each file is checked on its own, so against all of them; :func:`_build`
+    checks the merged profile against its own target)."""
+    schema: dict[str, Any] = {
+        "name": string(),
+        "description": string(),
+        "extends": string(),
+        "abstract": boolean(),
+        "device": {
+            "class": one_of(*_declared("DEVICE_CLASSES")),
+            "cpu": string(),
+            "clock": leaf(parse_frequency_hz, "a frequency such as 120MHz"),
+            "cores": integer(1, 1024),
+            "sram": SIZE,
+            "flash": SIZE,
+            "ram": SIZE,
+            "psram": SIZE,
+        },
+        "runtime": {
+            "name": one_of(*_declared("RUNTIMES")),
+            "threads": integer(1, 64),
+            "delegates": list_of(one_of(*_declared("DELEGATES"))),
+            "kernels": one_of(*_declared("KERNELS")),
+            "pointer_size": one_of_ints(4, 8),
+            "code_size": SIZE,
+            "version": leaf(_version, "a version such as 2.3.1"),
+        },
+        "budgets": {"flash": SIZE, "arena": SIZE, "latency": TIME},
+        "quantization": {
+            "schemes": list_of(one_of(*QUANT_SCHEMES), non_empty=True),
+            "default": one_of(*QUANT_SCHEMES),
+            "io_types": list_of(one_of(*IO_TYPES), non_empty=True),
+            "per_channel": boolean(),
+        },
+        "sparsity": {
+            "kinds": list_of(one_of(*SPARSITY_KINDS), non_empty=True),
+            "n_m": leaf(_nm_pattern, "an N:M pattern such as 2:4"),
+        },
+        "ops": {"table": one_of(*_declared("OP_TABLES")), "allow": list_of(string()), "max_cpu_share": share()},
+        "cost_model": {
+            "cycles_per_mac": mapping_of(number()),
+            "cycles_per_byte": number(),
+            "op_overhead": TIME,
+            "parallel_efficiency": number(),
+            "error_band": leaf(_band, "[low, high] multipliers with 0 < low <= 1 <= high"),
+            "sources": list_of(string()),
+        },
+    }
+    builtin = {section: set(keys) for section, keys in schema.items() if isinstance(keys, dict)}
+    for target in TARGETS.values():
+        for section, keys in target.profile_keys.items():
+            clash = set(keys) & builtin.get(section, set())
+            if clash or not isinstance(schema.setdefault(section, {}), dict):
+                raise ValueError(f"target '{target.name}' declares {section}."
+                                 f"{next(iter(clash), '')}, which every profile has")
+            for key, check in keys.items():
+                schema[section].setdefault(key, check)
+    return schema
 
-#: The profile schema: nested mappings of key → Leaf. Unknown keys are errors.
-SCHEMA: dict[str, Any] = {
-    "name": _str(),
-    "description": _str(),
-    "extends": _str(),
-    "abstract": _bool(),
-    "device": {
-        "class": _enum(*DEVICE_CLASSES),
-        "cpu": _str(),
-        "clock": _wrap(parse_frequency_hz, "a frequency such as 120MHz"),
-        "cores": _int(1, 1024),
-        "sram": SIZE,
-        "flash": SIZE,
-        "ram": SIZE,
-        "psram": SIZE,
-    },
-    "runtime": {
-        "name": _enum(*RUNTIMES),
-        "threads": _int(1, 64),
-        "delegates": _list(_enum(*DELEGATES)),
-        "kernels": _enum(*KERNELS),
-        "pointer_size": _one_of_ints(4, 8),
-        "code_size": SIZE,
-        "version": _wrap(_version, "a version such as 2.3.1"),
-    },
-    "budgets": {"flash": SIZE, "arena": SIZE, "latency": TIME},
-    "quantization": {
-        "schemes": _list(_enum(*QUANT_SCHEMES), non_empty=True),
-        "default": _enum(*QUANT_SCHEMES),
-        "io_types": _list(_enum(*IO_TYPES), non_empty=True),
-        "per_channel": _bool(),
-    },
-    "sparsity": {
-        "kinds": _list(_enum(*SPARSITY_KINDS), non_empty=True),
-        "n_m": _wrap(_nm_pattern, "an N:M pattern such as 2:4"),
-    },
-    "ops": {"table": _enum(*OP_TABLES), "allow": _list(_str()), "max_cpu_share": _share()},
-    "cost_model": {
-        "cycles_per_mac": _mapping(_number()),
-        "cycles_per_byte": _number(),
-        "op_overhead": TIME,
-        "parallel_efficiency": _number(),
-        "tpu_macs_per_second": _number(),
-        "tpu_efficiency": _fraction(),
-        "invoke_overhead": TIME,
-        "link_bandwidth": _wrap(_bandwidth, "a rate such as 320MB/s"),
-        "param_cache": SIZE,
-        "error_band": _wrap(_band, "[low, high] multipliers with 0 < low <= 1 <= high"),
-        "sources": _list(_str()),
-    },
-}
+
+def _target_keys() -> dict[tuple[str, str], tuple[str, ...]]:
+    """(section, key) → the targets that declare it."""
+    owners: dict[tuple[str, str], tuple[str, ...]] = {}
+    for target in TARGETS.values():
+        for section, keys in target.profile_keys.items():
+            for key in keys:
+                owners[section, key] = (*owners.get((section, key), ()), target.name)
+    return owners
 
 
 # --------------------------------------------------------------------------- YAML with lines
@@ -444,7 +377,7 @@ def _read_file(path: Path) -> _RawFile:
     data, lines = _compose(text, path)
     if data is None:
         raise ProfileError(f"{path}: profile file is empty")
-    return _RawFile(path, _validate(data, SCHEMA, path, lines), data, lines)
+    return _RawFile(path, _validate(data, profile_schema(), path, lines), data, lines)
 
 
 def _resolve_ref(ref: str, relative_to: Path | None, files: dict[str, Path]) -> Path:
@@ -524,6 +457,42 @@ def _require(merged: dict, section: str, key: str, leaf: _RawFile) -> Any:
     return value
 
 
+def _check_target(m: dict, target: Target, leaf: _RawFile) -> None:
+    """Refuse settings the profile's target cannot honour: each file was checked against
+    every target's values, the merged profile is checked against its own."""
+    rt, q, sp = m.get("runtime", {}), m.get("quantization", {}), m.get("sparsity", {})
+    asked = (("device.class", (m["device"]["class"],), target.device_kinds),
+             ("runtime.kernels", (rt["kernels"],) if "kernels" in rt else (), target.kernels),
+             ("runtime.delegates", rt.get("delegates", ()), target.delegates),
+             ("quantization.schemes", q.get("schemes", ()), target.quant_schemes))
+    for key, values, allowed in asked:
+        wrong = [v for v in values if v not in allowed]
+        if wrong:
+            raise ProfileError(
+                f"{leaf.path}: {key} '{wrong[0]}' is not for runtime '{target.name}' "
+                f"({target.title} takes: {', '.join(allowed) or 'none'})")
+    if "int16" in q.get("io_types", ()) and not target.int16_io:
+        raise ProfileError(f"{leaf.path}: quantization.io_types has int16, which "
+                           f"{target.title} does not take as model input or output")
+    if "n:m" in sp.get("kinds", ()) and target.sparse_weights is not None:
+        raise ProfileError(f"{leaf.path}: sparsity.kinds has 'n:m', which gives "
+                           f"{target.title} nothing: {target.sparse_weights}")
+    for (section, key), owners in _target_keys().items():
+        if key in m.get(section, {}) and target.name not in owners:
+            line = leaf.lines.get((section, key))
+            raise ProfileError(
+                f"{leaf.path}{f':{line}' if line else ''}: {section}.{key} is a setting of "
+                f"the {' and '.join(owners)} target; this profile runs '{target.name}'")
+
+
+def _target_settings(m: dict, target: Target) -> Any:
+    """The target's typed settings from the values of the keys it declares."""
+    if target.settings is None:
+        return None
+    return target.settings({section: {k: m[section][k] for k in keys if k in m.get(section, {})}
+                            for section, keys in target.profile_keys.items()})
+
+
 def _build(m: dict, shown: dict, leaf: _RawFile, parents: tuple[str, ...]) -> Profile:
     dev, rt = m.get("device", {}), m.get("runtime", {})
     kind = _require(m, "device", "class", leaf)
@@ -540,6 +509,8 @@ def _build(m: dict, shown: dict, leaf: _RawFile, parents: tuple[str, ...]) -> Pr
     kinds = sp.get("kinds", ("none",))
     if "n:m" in kinds and not sp.get("n_m"):
         raise ProfileError(f"{leaf.path}: sparsity.kinds has 'n:m' but sparsity.n_m is not set")
+    target = TARGETS[runtime_name]
+    _check_target(m, target, leaf)
     cm = m.get("cost_model", {})
     ops = m.get("ops", {})
     cpu = dev.get("cpu")
@@ -578,13 +549,9 @@ def _build(m: dict, shown: dict, leaf: _RawFile, parents: tuple[str, ...]) -> Pr
             cycles_per_mac=cm.get("cycles_per_mac", {}), cycles_per_byte=cm.get("cycles_per_byte"),
             op_overhead_ms=cm.get("op_overhead", 0.0),
             parallel_efficiency=cm.get("parallel_efficiency", 1.0),
-            tpu_macs_per_second=cm.get("tpu_macs_per_second"),
-            tpu_efficiency=cm.get("tpu_efficiency", 1.0),
-            invoke_overhead_ms=cm.get("invoke_overhead", 0.0),
-            link_bytes_per_second=cm.get("link_bandwidth"),
-            param_cache_bytes=cm.get("param_cache"), error_band=cm.get("error_band"),
-            sources=cm.get("sources", ()),
+            error_band=cm.get("error_band"), sources=cm.get("sources", ()),
         ),
+        target_settings=_target_settings(m, target),
         abstract=m.get("abstract", False),
         extends=parents,
         resolved=shown,

@@ -20,6 +20,7 @@ from sdk.bench.benchmark_output import BenchmarkOutput, parse_benchmark_output, 
 from sdk.console import step
 from simulator.errors import InputError, RuntimeFailure, UsageError
 from simulator.profiles import Profile, load_profile
+from simulator.targets import TARGETS, target_for
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +72,10 @@ def default_delegate(profile: Profile) -> str | None:
 
 def _settings(profile: Profile, threads: int | None, delegate: str | None, runs: int,
               warmup: int, cpu_mask: str | None, op_profiling: bool) -> BenchSettings:
-    if profile.runtime.name != "litert":
+    if target_for(profile).bench_tool != REMOTE_BINARY:
+        takers = " or ".join(t.name for t in TARGETS.values() if t.bench_tool == REMOTE_BINARY)
         raise UsageError(f"profile {profile.name} targets {profile.runtime.name}; bench runs "
-                         "LiteRT on Android phones: use a litert profile such as "
+                         f"LiteRT on Android phones: use a {takers} profile such as "
                          "android-arm64-cpu")
     if delegate is not None and delegate not in DELEGATES:
         raise UsageError(f"unknown delegate '{delegate}': choose one of {', '.join(DELEGATES)}")

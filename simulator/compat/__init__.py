@@ -1,18 +1,19 @@
 """Operator support: can the target's runtime run every operator of a model?
 
-Each target's op table is one module exposing ``check(model, profile) -> list[UnsupportedOp]``
-and one line in :data:`CHECKERS` (keyed by the profile's ``ops.table``, else its runtime
-name). On top of the table, a profile's ``ops.allow`` list (builtin names) is enforced for
+Each target's op table is one module exposing ``check(model, profile) -> list[UnsupportedOp]``,
+bound by the target's record (:mod:`simulator.targets`); :data:`CHECKERS` is keyed by the
+profile's ``ops.table``, else its runtime name. On top of the table, a profile's ``ops.allow`` list (builtin names) is enforced for
 every target. The verdict fails when any operator is unsupported.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from simulator.model import Model
 from simulator.profiles import Profile
+from simulator.targets import TARGETS, TargetView
 
 
 @dataclass(frozen=True)
@@ -62,36 +63,19 @@ def accelerator_op(code: str) -> str | None:
             f"that accelerator")
 
 
-def _tflm(model: Model, profile: Profile) -> list[UnsupportedOp]:
-    from simulator.compat import tflm
-
-    return tflm.check(model, profile)
-
-
-def _litert(model: Model, profile: Profile) -> list[UnsupportedOp]:
-    from simulator.compat import litert
-
-    return litert.check(model, profile)
-
-
-def _edgetpu(model: Model, profile: Profile) -> list[UnsupportedOp]:
-    from simulator.compat import edgetpu
-
-    return edgetpu.check(model, profile)
-
-
-def _edgetpu_section(model: Model, profile: Profile) -> dict:
-    from simulator.compat import edgetpu
-
-    return edgetpu.section(model, profile)
-
-
-#: Op table name → checker. A new target: one module and one line here.
-CHECKERS: dict[str, Checker] = {"tflm": _tflm, "litert": _litert, "edgetpu": _edgetpu}
+#: Op table name (a target's name) → the target's checker: a view of the target registry.
+CHECKERS: Mapping[str, Checker] = TargetView(lambda t: t.check_ops)
 
 #: Op table name → the target's own section, ``compatibility.<table>`` of the report, for
 #: targets whose op support is static analysis (the Edge TPU partition).
-SECTIONS: dict[str, Callable[[Model, Profile], dict]] = {"edgetpu": _edgetpu_section}
+SECTIONS: Mapping[str, Callable[[Model, Profile], dict]] = TargetView(lambda t: t.section)
+
+
+def section_type(table: str) -> type | None:
+    """The class of ``compatibility.<table>`` (to read a report back from JSON), None for a
+    table without a section."""
+    target = TARGETS.get(table)
+    return target.section_type() if target is not None and target.section_type else None
 
 
 def table_for(profile: Profile) -> str:

@@ -32,6 +32,7 @@ from simulator.compat.edgetpu_compiler import (
     parse_compiler_log,
     run_compiler,
 )
+from simulator.compat.edgetpu_cost import edgetpu_cost
 from simulator.compat.edgetpu_rules import (
     MODEL_CHECKS,
     OP_CHECKS,
@@ -211,7 +212,7 @@ def partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
     end = start
     while end is not None and end + 1 < len(mappable) and mappable[end + 1]:
         end += 1
-    cache = profile.cost_model.param_cache_bytes if profile is not None else None
+    cache = edgetpu_cost(profile).param_cache_bytes
     onchip = offchip = 0
     seen_buffers: set[int] = set()
     placements = []
@@ -317,7 +318,7 @@ def estimate_split_latency(model: Model, report: EdgeTpuReport,
     from simulator.latency import estimate_latency
     from simulator.report import OpCompute
 
-    cost = profile.cost_model
+    cost = edgetpu_cost(profile)
     tpu_rate = cost.tpu_macs_per_second * cost.tpu_efficiency
     work = op_work(model)
     on_tpu = {p.index for p in report.ops if p.device == "tpu"}
@@ -358,7 +359,7 @@ def edgetpu_partition(model: Model, profile: Profile) -> EdgeTpuReport:
     """The Edge TPU prediction for ``model`` on an ``edgetpu`` ``profile``: partition,
     parameter cache and latency split. Static analysis only (no compiler run)."""
     report = partition(model, profile)
-    cost = profile.cost_model
+    cost = edgetpu_cost(profile)
     if cost.tpu_macs_per_second and cost.link_bytes_per_second:
         report.latency = estimate_split_latency(model, report, profile)
         if report.latency is None:

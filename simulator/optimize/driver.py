@@ -45,8 +45,12 @@ from simulator.planners.base import PlanError, check_plan
 from simulator.planners.tflm import greedy_plan
 from simulator.profiles import Profile, load_profile
 from simulator.reader import parse_model
+from simulator.targets import TARGETS, target_for
 from simulator.writer import reorder_operators, set_offline_plan
 
+#: The runtime the optimized model's outputs are also compared in: LiteRT's reference
+#: kernels are an implementation of the int8 kernels other than TFLM's.
+SECOND_OPINION = "litert"
 #: Patched graphs up to this many operators get the order search; larger ones keep their
 #: patch-by-patch order.
 EXACT_ORDER_SEARCH_OPS = 64
@@ -182,7 +186,7 @@ def optimize_model_bytes(data: bytes, profile: Profile | str, *, verify: bool = 
         report.notes.append(f"patches not used: {report.patches.refused}")
     report.seconds = time.perf_counter() - started
     if verify and report.changed:
-        _verify(data, out, report)
+        _verify(data, out, report, profile)
         if not report.changed:
             if report.patches.grid:
                 report.patches.refuse(report.summary)
@@ -230,9 +234,12 @@ def _optimize(data: bytes, profile: Profile, *, verify: bool, name: str,
               search_order: bool = True) -> tuple[bytes, OptimizeReport]:
     """Stages 1-5 of the module doc; without ``search_order`` the file's order is kept (a
     patched graph is written patch by patch, the order its plan is built for)."""
-    if profile.runtime.name != "tflm":
+    target = target_for(profile)
+    if not target.offline_plan:
+        takers = " or ".join(t.name for t in TARGETS.values() if t.offline_plan)
         raise UsageError(f"optimize rewrites the TFLite-Micro arena plan; profile "
-                         f"'{profile.name}' targets '{profile.runtime.name}': pick a tflm profile")
+                         f"'{profile.name}' targets '{profile.runtime.name}' ({target.title}), "
+                         f"which takes no offline plan: pick a {takers} profile")
     started = time.perf_counter()
     model = parse_model(data, name)
     pointer = profile.runtime.pointer_bytes
@@ -297,7 +304,7 @@ def _optimize(data: bytes, profile: Profile, *, verify: bool, name: str,
     report.head_after_bytes = candidate.head
     report.seconds = time.perf_counter() - started
     if verify:
-        _verify(data, out, report)
+        _verify(data, out, report, profile)
         if not report.changed:
             return data, report
     report.summary = _changed_summary(report)
@@ -361,21 +368,25 @@ def _check_written(data: bytes, expected_head: int, pointer: int) -> None:
                         f"the optimizer predicted {expected_head}")
 
 
-def _verify(original: bytes, optimized: bytes, report: OptimizeReport) -> None:
-    """Run both files in TFLM and LiteRT on the same inputs (reference kernels)."""
+def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
+            profile: Profile) -> None:
+    """Run both files on the same inputs (reference kernels) in the profile's runner (TFLM),
+    which must take both, and in LiteRT, a second implementation of the same kernels."""
     from simulator.runtimes import compare_outputs, run_model
+
+    runner = target_for(profile).runner
 
     with tempfile.TemporaryDirectory(prefix="devicefit-optimize-") as tmp:
         paths = [Path(tmp) / "original.tflite", Path(tmp) / "optimized.tflite"]
         for p, b in zip(paths, (original, optimized)):
             p.write_bytes(b)
-        for runtime in ("tflm", "litert"):
+        for runtime in dict.fromkeys((runner, SECOND_OPINION)):
             runs = []
             for which, p in zip(("original", "optimized"), paths):
                 try:
                     runs.append(run_model(p, runtime, reference_kernels=True))
                 except RuntimeFailure as exc:
-                    if runtime == "tflm":
+                    if runtime == runner:
                         raise RuntimeFailure(f"cannot check the optimized model in TFLM (the "
                                              f"{which} model fails), so it is not written: "
                                              f"{exc}") from exc
@@ -391,7 +402,7 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport) -> None:
                     f"the optimized model's outputs differ from the original's in {runtime} "
                     f"(max |diff| {diff:g}); nothing written. This is a devicefit bug: "
                     "please report it with the model")
-            if runtime == "tflm":
+            if runtime == runner:
                 report.measured_head_before_bytes = runs[0].arena_head_bytes
                 report.measured_head_after_bytes = runs[1].arena_head_bytes
     before, after = report.measured_head_before_bytes, report.measured_head_after_bytes

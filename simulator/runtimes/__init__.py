@@ -8,8 +8,9 @@ refusal into one :class:`RuntimeFailure` naming the runtime and the stage (load 
 invoke) it died in. The worker writes the stage it enters to a file before entering it, so
 the stage survives a crash.
 
-Runners (one module each, behind :class:`Runner`) are registered in :data:`RUNNERS` by the
-profile's runtime name; ``edgetpu`` profiles run their CPU reference in LiteRT.
+Runners (one module each, behind :class:`Runner`) are brought by targets
+(:mod:`simulator.targets`): :data:`RUNNERS` is keyed by the target that brings one, and a
+target names the runner its models run in (the Edge TPU's CPU reference runs in LiteRT).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -32,6 +33,7 @@ import numpy as np
 
 from simulator.errors import InputError, RuntimeFailure, UsageError
 from simulator.model import Model
+from simulator.targets import TARGETS, TargetView
 
 log = logging.getLogger(__name__)
 
@@ -86,27 +88,19 @@ class Runner(Protocol):
             options: RunOptions, stage: Callable[[str], None]) -> RunResult: ...
 
 
-def _tflm() -> Runner:
-    from simulator.runtimes.tflm import TflmRunner
-
-    return TflmRunner()
-
-
-def _litert() -> Runner:
-    from simulator.runtimes.litert import LiteRTRunner
-
-    return LiteRTRunner()
-
-
-#: Runtime name → factory of its runner (imported lazily: only the child needs the natives).
-RUNNERS: dict[str, Callable[[], Runner]] = {"tflm": _tflm, "litert": _litert}
-#: Profile runtimes that run their host-side reference in another runtime.
-REFERENCE_RUNTIME: dict[str, str] = {"edgetpu": "litert"}
+#: Runner name → factory of its runner (imported lazily: only the child needs the natives):
+#: the targets that bring a host runtime (:mod:`simulator.targets`).
+RUNNERS: Mapping[str, Callable[[], Runner]] = TargetView(lambda t: t.host_runtime)
 
 
 def runner_name(profile_runtime: str) -> str:
-    """The registered runner that runs models for a profile's runtime."""
-    name = REFERENCE_RUNTIME.get(profile_runtime, profile_runtime)
+    """The registered runner that runs models for a profile's runtime (its target's
+    ``runner``: the Edge TPU's CPU reference runs in LiteRT)."""
+    target = TARGETS.get(profile_runtime)
+    if target is not None and target.runner is None:
+        raise UsageError(f"the {target.name} target ({target.title}) has no runner here, so "
+                         f"its models cannot be run; the static figures need no run")
+    name = target.runner if target is not None else profile_runtime
     if name not in RUNNERS:
         raise UsageError(f"no runner for runtime '{profile_runtime}' (known: "
                          f"{', '.join(sorted(RUNNERS))})")

@@ -110,7 +110,7 @@ def test_float_model_is_rejected_with_the_quantization_reason(coral):
 def test_large_parameters_are_streamed(coral):
     model = read_model(model_path("large_params_int8"))
     r = edgetpu_partition(model, coral)
-    cache = coral.cost_model.param_cache_bytes
+    cache = coral.target_settings.param_cache_bytes
     assert r.fully_mapped
     assert 0 < r.onchip_param_bytes <= cache < r.onchip_param_bytes + r.offchip_param_bytes
     assert r.offchip_param_bytes > 0
@@ -119,7 +119,7 @@ def test_large_parameters_are_streamed(coral):
     # streamed parameters cross the link every inference, and dominate the estimate
     lat = r.latency
     assert lat.link_bytes == lat.boundary_in_bytes + lat.boundary_out_bytes + r.offchip_param_bytes
-    assert lat.link_ms == pytest.approx(1e3 * lat.link_bytes / coral.cost_model.link_bytes_per_second)
+    assert lat.link_ms == pytest.approx(1e3 * lat.link_bytes / coral.target_settings.link_bytes_per_second)
     assert lat.link_ms > lat.tpu_compute_ms
     assert lat.total_ms == pytest.approx(lat.invoke_ms + lat.tpu_compute_ms + lat.link_ms
                                          + lat.cpu_ms)
@@ -205,7 +205,7 @@ def test_simulate_json_and_text_carry_the_edgetpu_section(coral, tmp_path):
 
 def _cost(profile, **changes):
     return dataclasses.replace(
-        profile, cost_model=dataclasses.replace(profile.cost_model, **changes))
+        profile, target_settings=dataclasses.replace(profile.target_settings, **changes))
 
 
 def test_invoke_overhead_and_tpu_efficiency_enter_the_estimate(coral):
@@ -213,14 +213,14 @@ def test_invoke_overhead_and_tpu_efficiency_enter_the_estimate(coral):
     peak = _cost(coral, tpu_efficiency=1.0, invoke_overhead_ms=0.0)
     base = edgetpu_partition(model, peak).latency
     assert base.invoke_ms == 0
-    assert base.tpu_compute_ms == pytest.approx(1e3 * base.tpu_macs / coral.cost_model.tpu_macs_per_second)
+    assert base.tpu_compute_ms == pytest.approx(1e3 * base.tpu_macs / coral.target_settings.tpu_macs_per_second)
     slow = edgetpu_partition(model, _cost(peak, tpu_efficiency=0.25,
                                           invoke_overhead_ms=1.5)).latency
     assert slow.tpu_compute_ms == pytest.approx(4 * base.tpu_compute_ms)
     assert slow.invoke_ms == 1.5 and slow.link_ms == pytest.approx(base.link_ms)
     assert slow.total_ms == pytest.approx(base.total_ms + 3 * base.tpu_compute_ms + 1.5)
     # the built-in profile carries calibrated values, and nothing invokes a TPU with no op on it
-    assert 0 < coral.cost_model.tpu_efficiency < 1 and coral.cost_model.invoke_overhead_ms > 0
+    assert 0 < coral.target_settings.tpu_efficiency < 1 and coral.target_settings.invoke_overhead_ms > 0
     assert edgetpu_partition(read_model(model_path("chain_float32")), coral).latency.invoke_ms == 0
 
 
@@ -241,7 +241,16 @@ def test_new_cost_model_keys_parse_and_default(tmp_path):
     path = tmp_path / "mine.yaml"
     path.write_text("extends: coral-edgetpu\ncost_model:\n  tpu_efficiency: 0.5\n"
                     "  invoke_overhead: 250us\n")
-    cost = load_profile(path).cost_model
+    cost = load_profile(path).target_settings
     assert (cost.tpu_efficiency, cost.invoke_overhead_ms) == (0.5, 0.25)
-    other = load_profile("stm32l4r5-cortex-m4").cost_model  # profiles without them: no change
-    assert (other.tpu_efficiency, other.invoke_overhead_ms) == (1.0, 0.0)
+    assert load_profile("stm32l4r5-cortex-m4").target_settings is None  # not an Edge TPU
+
+
+def test_edge_tpu_keys_belong_to_edge_tpu_profiles(tmp_path):
+    """The TPU constants are the Edge TPU target's keys: a TFLM profile setting one is told
+    whose key it is (it would change nothing there)."""
+    path = tmp_path / "mine.yaml"
+    path.write_text("extends: esp32-s3\ncost_model:\n  param_cache: 8MiB\n")
+    with pytest.raises(ProfileError, match=r"mine.yaml:3: cost_model.param_cache is a setting "
+                                           r"of the edgetpu target; this profile runs 'tflm'"):
+        load_profile(path)

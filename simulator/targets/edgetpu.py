@@ -1,0 +1,51 @@
+"""Coral Edge TPU: a USB/PCIe accelerator beside a host CPU running LiteRT.
+
+The TPU runs the one segment of full-integer ops the compiler maps; the rest falls back to
+LiteRT on the host. So the arena is LiteRT's, op support is the compiler's rules table plus
+the host's LiteRT (:mod:`simulator.compat.edgetpu`), ``--run`` runs the CPU reference in
+LiteRT, and the target's own report section is the predicted partition, parameter cache and
+latency split (TPU compute, link, CPU fallback on XNNPACK).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from simulator.compat.edgetpu_cost import PROFILE_KEYS, EdgeTpuCost
+from simulator.targets import Target, lazy, lazy_type
+
+if TYPE_CHECKING:
+    from simulator.compat.edgetpu import EdgeTpuReport
+    from simulator.profiles import Profile
+
+
+def _after_convert(path: Path, profile: Profile) -> EdgeTpuReport:
+    """The predicted partition of the model ``convert`` wrote, for its report."""
+    from simulator.compat.edgetpu import partition
+    from simulator.reader import read_model
+
+    return partition(read_model(path), profile)
+
+
+TARGET = Target(
+    name="edgetpu",
+    title="Coral Edge TPU",
+    device_kinds=("edgetpu",),
+    kernels=("edgetpu", "xnnpack", "reference"),
+    delegates=("edgetpu", "xnnpack"),
+    planner=lazy("simulator.planners.litert:plan_litert"),
+    check_ops=lazy("simulator.compat.edgetpu:check"),
+    runner="litert",
+    host_runtime=None,
+    quant_schemes=("int8",),
+    int16_io=False,
+    sparse_weights="the Edge TPU compiler does not use sparse weights",
+    offline_plan=False,
+    section=lazy("simulator.compat.edgetpu:section"),
+    section_type=lazy_type("simulator.compat.edgetpu:EdgeTpuReport"),
+    cpu_kernels={"edgetpu": "xnnpack"},
+    profile_keys=PROFILE_KEYS,
+    settings=EdgeTpuCost.from_values,
+    after_convert=_after_convert,
+)

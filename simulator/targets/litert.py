@@ -1,0 +1,29 @@
+"""LiteRT (TensorFlow Lite) on phones and application processors.
+
+The arena is planned by LiteRT's arena planner rules (:mod:`simulator.planners.litert`),
+op support comes from the ai-edge-litert wheel and XNNPACK's rules
+(:mod:`simulator.compat.litert`), and ``--run`` runs the model in that wheel. ``devicefit
+bench`` measures it on a phone with LiteRT's ``benchmark_model`` over adb.
+"""
+
+from __future__ import annotations
+
+from simulator.targets import Target, lazy
+
+TARGET = Target(
+    name="litert",
+    title="LiteRT",
+    device_kinds=("mobile-cpu",),
+    kernels=("xnnpack", "reference"),
+    delegates=("xnnpack", "gpu", "nnapi"),
+    planner=lazy("simulator.planners.litert:plan_litert"),
+    check_ops=lazy("simulator.compat.litert:check"),
+    runner="litert",
+    host_runtime=lazy("simulator.runtimes.litert:LiteRTRunner"),
+    quant_schemes=("int8", "int16x8", "float16", "dynamic", "float32"),
+    int16_io=True,
+    sparse_weights=None,
+    offline_plan=False,
+    section=None,
+    bench_tool="benchmark_model",
+)

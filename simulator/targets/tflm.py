@@ -1,0 +1,29 @@
+"""TensorFlow Lite Micro on microcontrollers.
+
+The arena is planned by TFLM's own rules (:mod:`simulator.planners.tflm`: greedy head,
+persistent tail), op support comes from the tflite-micro wheel's op resolver
+(:mod:`simulator.compat.tflm`), and ``--run`` runs the model in that wheel. TFLM reads an
+offline arena plan from the model's metadata, which ``optimize`` writes.
+"""
+
+from __future__ import annotations
+
+from simulator.targets import Target, lazy
+
+TARGET = Target(
+    name="tflm",
+    title="TensorFlow Lite Micro",
+    device_kinds=("mcu",),
+    kernels=("reference", "cmsis-nn", "esp-nn", "andes-nn"),
+    delegates=(),
+    planner=lazy("simulator.planners.tflm:plan_tflm"),
+    check_ops=lazy("simulator.compat.tflm:check"),
+    runner="tflm",
+    host_runtime=lazy("simulator.runtimes.tflm:TflmRunner"),
+    # TFLM has no hybrid (dynamic-range) kernels and no float16 DEQUANTIZE.
+    quant_schemes=("int8", "int16x8", "float32"),
+    int16_io=True,
+    sparse_weights="TFLite-Micro kernels do not skip zero weights",
+    offline_plan=True,
+    section=None,
+)
