@@ -149,6 +149,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if args.log is not None and (problem := _log_problem(Path(args.log))):
+        print(f"devicefit: error: --log {clean(args.log)}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     # Through the environment so that worker processes (check --jobs) obey it too.
     saved = os.environ.get(ENV_MAX_OPS)
     if args.max_ops is not None:
@@ -202,6 +205,22 @@ def _show_log(log: NativeLog, kept: str | None = None) -> None:
         print(f"devicefit: last lines of {where}:", file=sys.stderr)
         for line in tail:
             print(f"  {line}", file=sys.stderr)
+
+
+#: An existing file --log may append to; anything else could be an input (never written).
+LOG_SUFFIXES = (".log", ".txt")
+
+
+def _log_problem(path: Path) -> str | None:
+    if path.exists() and (not path.is_file() or path.suffix.lower() not in LOG_SUFFIXES):
+        return (f"exists and is not a {'/'.join(LOG_SUFFIXES)} file; refusing to append to "
+                "it (it may be an input)")
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        return f"cannot write it ({exc.strerror})"
+    return None
 
 
 def _need_matplotlib() -> None:

@@ -269,9 +269,12 @@ def native_log(path: str | Path | None = None) -> Iterator[NativeLog]:
     original = sys.stderr
     with contextlib.suppress(AttributeError, ValueError, OSError):
         original.flush()
-    saved = os.dup(2)
+    try:
+        saved: int | None = os.dup(2)
+    except OSError:  # started with stderr closed: nothing to restore but the closed state
+        saved = None
     terminal = None
-    if _fileno(original) == 2:
+    if saved is not None and _fileno(original) == 2:
         terminal = io.TextIOWrapper(os.fdopen(os.dup(saved), "wb", buffering=0),
                                     encoding=getattr(original, "encoding", None) or "utf-8",
                                     errors="backslashreplace", line_buffering=True,
@@ -285,8 +288,11 @@ def native_log(path: str | Path | None = None) -> Iterator[NativeLog]:
         yield log
     finally:
         warnings.showwarning = shown
-        os.dup2(saved, 2)
-        os.close(saved)
+        if saved is None:
+            os.close(2)
+        else:
+            os.dup2(saved, 2)
+            os.close(saved)
         if terminal is not None:
             sys.stderr = original
             terminal.close()

@@ -256,3 +256,66 @@ def test_convert_and_fit_print_no_third_party_line(digits, tmp_path):
     for done in (convert, fit):
         lines = (done.stdout + done.stderr).splitlines()
         assert not [ln for ln in lines if THIRD_PARTY.search(ln)], done.stderr
+
+
+# --------------------------------------------------------------------------- progress, JUnit
+def test_progress_draws_on_a_terminal_only():
+    import io
+
+    from rich.console import Console
+
+    from sdk.console import Steps, count, progress, step
+
+    screen = io.StringIO()
+    steps = Steps(Console(file=screen, force_terminal=True, width=80))
+    steps.step("loading the model")
+    steps.count("measuring", 1, 4)
+    steps.close()
+    assert "loading the model" in screen.getvalue() and "1/4" in screen.getvalue()
+    # Off a terminal (pytest captures stderr) and outside a command: nothing, no error.
+    with progress() as quiet:
+        step("a step")
+        count("a count", 1, 2)
+        assert quiet.console is None
+    step("outside any command")
+
+
+def test_junit_testsuites_say_when_and_where(tmp_path, model_zoo):
+    import socket
+    import xml.etree.ElementTree as ET
+    from datetime import datetime, timezone
+
+    from sdk.check.junit_meta import testsuite_attributes
+
+    now = datetime(2026, 11, 30, 12, 0, 10, tzinfo=timezone.utc)
+    assert testsuite_attributes(10.0, now) == {"timestamp": "2026-11-30T12:00:00",
+                                               "hostname": socket.gethostname()}
+    project = tmp_path / "devicefit.yaml"
+    project.write_text(f"version: 1\nmodels:\n  - name: chain\n    path: "
+                       f"{model_zoo('chain_int8')}\n    profiles: [esp32-s3, android-arm64-cpu]\n")
+    assert main(["check", str(project), "--junit", str(tmp_path / "j.xml")]) == 0
+    suites = ET.parse(tmp_path / "j.xml").getroot().findall("testsuite")
+    assert len(suites) == 2
+    for suite in suites:
+        assert datetime.fromisoformat(suite.get("timestamp")) <= datetime.now(timezone.utc) \
+            .replace(tzinfo=None)
+        assert suite.get("hostname") == socket.gethostname()
+
+
+def test_log_option_never_appends_to_an_input(tmp_path, model_zoo, capsys):
+    model = tmp_path / "m.tflite"
+    model.write_bytes(model_zoo("chain_int8").read_bytes())
+    before = model.read_bytes()
+    assert main(["--log", str(model), "profiles", "list"]) == 2
+    assert "refusing to append" in capsys.readouterr().err
+    assert model.read_bytes() == before
+    assert main(["--log", str(tmp_path / "no" / "such" / "dir.log"), "profiles", "list"]) == 2
+    assert "cannot write it" in capsys.readouterr().err
+
+
+def test_a_closed_stderr_is_no_crash(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "sdk.cli", "profiles", "list"],
+                          stderr=subprocess.DEVNULL, capture_output=False, stdout=subprocess.PIPE,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120,
+                          preexec_fn=lambda: os.close(2))
+    assert done.returncode == 0 and b"stm32l4r5-cortex-m4" in done.stdout
