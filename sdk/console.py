@@ -242,12 +242,35 @@ class NativeLog:
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
-    """The last ``lines`` non-empty lines of a log file (empty if unreadable)."""
+    """The last ``lines`` non-empty lines of a log file (empty if unreadable), without
+    Python's tracebacks and faulthandler's stacks: the error message already says what they
+    end in, and a traceback under it would read as a crash of devicefit."""
     try:
         text = path.read_bytes()[-64 * 1024:].decode("utf-8", "replace")
     except OSError:
         return []
-    return [clean(ln, one_line=True) for ln in text.splitlines() if ln.strip()][-lines:]
+    return [clean(ln, one_line=True) for ln in _without_python_stacks(text.splitlines())
+            if ln.strip()][-lines:]
+
+
+_STACK_STARTS = ("Traceback (most recent call last):", "Fatal Python error",
+                 "Current thread 0x", "Thread 0x", "Stack (most recent call first)",
+                 "Extension modules:", "During handling of the above exception",
+                 "The above exception was the direct cause")
+
+
+def _without_python_stacks(lines: list[str]) -> list[str]:
+    kept, in_stack = [], False
+    for line in lines:
+        if line.startswith(_STACK_STARTS):
+            in_stack = True
+        elif in_stack and (line[:1] in (" ", "\t") or not line.strip()):
+            pass  # a frame or its source line
+        elif in_stack:
+            in_stack = False  # the exception's own line ("ValueError: ...") ends the stack
+        else:
+            kept.append(line)
+    return kept
 
 
 @contextlib.contextmanager

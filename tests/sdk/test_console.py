@@ -319,3 +319,20 @@ def test_a_closed_stderr_is_no_crash(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120,
                           preexec_fn=lambda: os.close(2))
     assert done.returncode == 0 and b"stm32l4r5-cortex-m4" in done.stdout
+
+
+def test_log_tail_leaves_out_python_stacks(tmp_path):
+    from sdk.console import log_tail
+
+    log = tmp_path / "converter.log"
+    log.write_text("I0000 port.cc:153] oneDNN custom operations are on\n"
+                   "Traceback (most recent call last):\n"
+                   '  File "tfwork.py", line 3, in run\n'
+                   "    convert()\n"
+                   "ValueError: bad\n"
+                   "error: 'tf.ResizeBicubic' op is neither a custom op nor a flex op\n"
+                   "Fatal Python error: Segmentation fault\n\n"
+                   "Current thread 0x00007f (most recent call first):\n"
+                   '  File "keras.py", line 9 in call\n')
+    assert log_tail(log) == ["I0000 port.cc:153] oneDNN custom operations are on",
+                             "error: 'tf.ResizeBicubic' op is neither a custom op nor a flex op"]
