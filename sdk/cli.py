@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sdk import commands
-from simulator.errors import DevicefitError, UsageError
+from simulator.errors import DevicefitError, InputError, UsageError
 from simulator.escape import clean
 from simulator.limits import DEFAULT_MAX_OPS, ENV_MAX_OPS, TENSORS_PER_OP
 from simulator.signals import (
@@ -177,7 +177,8 @@ def _run(args: argparse.Namespace) -> int:
         except DevicefitError as exc:
             # Messages quote file contents (names, YAML values): never raw control characters.
             print(f"devicefit: error: {clean(exc)}", file=sys.stderr)
-            _show_log(log, exc.log_path)
+            if not isinstance(exc, (UsageError, InputError)):  # native code may be the cause
+                _show_log(log)
             return exc.exit_code
         except Terminated as exc:
             # Outputs are written whole or not at all (write_atomic): none is half there.
@@ -191,18 +192,14 @@ def _run(args: argparse.Namespace) -> int:
             raise
 
 
-def _show_log(log: NativeLog, kept: str | None = None) -> None:
-    """The last lines of the failing child's log (``kept``, named in the message) or else of
-    what native code printed in this process, which is then kept too."""
-    from sdk.console import log_tail
-
-    if kept is not None:
-        tail, where = log_tail(Path(kept)), kept
-    else:
-        tail, where = log.tail(), str(log.path)
-        log.keep = bool(tail)
+def _show_log(log: NativeLog) -> None:
+    """The last lines native code printed in this process (and the processes that share its
+    stderr), and where the whole log is kept. A child's own log (the converter's) is named
+    in its error message instead."""
+    tail = log.tail()
+    log.keep = bool(tail)
     if tail:
-        print(f"devicefit: last lines of {where}:", file=sys.stderr)
+        print(f"devicefit: last lines of {log.path}:", file=sys.stderr)
         for line in tail:
             print(f"  {line}", file=sys.stderr)
 

@@ -12,9 +12,6 @@ class DevicefitError(Exception):
     """A problem the user can fix; printed as one line, never as a traceback."""
 
     exit_code: int = 2
-    #: A log file the failing tool (a converter or training child) left, kept for the user;
-    #: the CLI shows its last lines under the message.
-    log_path: str | None = None
 
 
 class UsageError(DevicefitError):

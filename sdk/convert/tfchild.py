@@ -8,8 +8,8 @@ each stage as it starts and progress within it; once the model is loaded it asks
 reference outputs) into WORKDIR. The child's stderr (TensorFlow's native log: absl, oneDNN
 and CUDA start-up lines, the MLIR quantizer's ``fully_quantize: …`` lines; faulthandler's
 stack on a crash, tracebacks) goes to ``WORKDIR/converter.log``, never to the terminal; the
-log is kept, named in the message and its last lines shown by the CLI when the conversion
-fails, and deleted when it succeeds.
+log is kept and named in the message when the conversion fails, and deleted when it
+succeeds.
 
 A native crash (the child dies of a signal), a hang (no event for :data:`STALL_TIMEOUT_S`)
 or an error becomes one :class:`~simulator.errors.DevicefitError` naming the stage.
@@ -117,8 +117,6 @@ def run_in_child(request: Any, supply: Callable[[tuple[int, ...]], Any],
                         **{**done, "input_shape": tuple(done["input_shape"])})
     except ConversionError as exc:
         keep_log = keep_log or "converter log:" in str(exc)
-        if keep_log:
-            exc.log_path = str(log_path)  # the CLI shows the log's last lines
         raise
     finally:
         if child.poll() is None:

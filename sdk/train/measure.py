@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sdk.console import step
+from sdk.console import log_tail, step
 from sdk.train.backend import Backend
 from simulator.errors import RuntimeFailure
 
@@ -98,10 +98,10 @@ def measure_steps(model_path: str | Path, updates: list[list[int]], *,
 
 
 def _failure(message: str, log: str) -> RuntimeFailure:
-    """The error naming the child's kept log (the CLI shows its last lines)."""
-    error = RuntimeFailure(f"{message}; its log: {log}")
-    error.log_path = log
-    return error
+    """The error with the child's last words (its exception, e.g. out of memory) and where
+    its whole log is kept."""
+    last = log_tail(Path(log), 1)
+    return RuntimeFailure(f"{message}{': ' + last[0] if last else ''}; its log: {log}")
 
 
 def measure_step_peak(model_path: str | Path, batch_size: int, *, optimizer: str = "adam",

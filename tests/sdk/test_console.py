@@ -19,7 +19,7 @@ import pytest
 import sdk.commands.profiles as profiles_command
 from sdk.cli import build_parser, main
 from sdk.console import native_log
-from simulator.errors import InputError
+from simulator.errors import InputError, RuntimeFailure
 from simulator.profiles import ProfileStore
 from tests.paths import ROOT, TESTS
 
@@ -143,7 +143,7 @@ def test_native_lines_and_warnings_stay_out_of_a_successful_command(monkeypatch,
 
 def test_a_failure_shows_the_end_of_the_native_log_and_keeps_it(monkeypatch, capfd, tmp_path):
     monkeypatch.setattr(profiles_command, "_list", _noisy(
-        b"F0000 check failed: the native reason\n", InputError("it went wrong")))
+        b"F0000 check failed: the native reason\n", RuntimeFailure("it went wrong")))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert main(["profiles", "list"]) == 2
     err = capfd.readouterr().err
@@ -151,6 +151,16 @@ def test_a_failure_shows_the_end_of_the_native_log_and_keeps_it(monkeypatch, cap
     assert "F0000 check failed: the native reason" in err
     (kept,) = tmp_path.glob("devicefit-*.log")
     assert str(kept) in err and "the native reason" in kept.read_text()
+
+
+def test_bad_input_is_one_line_without_the_native_log(monkeypatch, capfd, tmp_path):
+    """A missing file after TensorFlow started: its start-up lines are not the cause."""
+    monkeypatch.setattr(profiles_command, "_list", _noisy(
+        b"I0000 oneDNN custom operations are on\n", InputError("data.npz: not found")))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert main(["profiles", "list"]) == 2
+    assert capfd.readouterr().err == "devicefit: error: data.npz: not found\n"
+    assert not list(tmp_path.glob("devicefit-*.log"))
 
 
 def test_log_option_keeps_the_native_lines(monkeypatch, capfd, tmp_path):
