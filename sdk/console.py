@@ -116,14 +116,14 @@ class FitTable:
             yield t
             return
         if self.title:
-            yield Text(self.title, style="italic")
+            yield Text.from_markup(self.title, style="italic")
         for row in self.rows:
             yield Text.from_markup(row[0] or "-", style="bold")
             grid = Table.grid(padding=(0, 2), pad_edge=False)
             grid.add_column(no_wrap=True)
             grid.add_column(overflow="fold")
             for head, cell in zip(self.columns[1:], row[1:]):
-                grid.add_row(Text("  " + head), Text.from_markup(cell))
+                grid.add_row(Text.from_markup("  " + head), Text.from_markup(cell))
             yield grid
 
 
