@@ -12,6 +12,7 @@ The public API, for use from Python::
     from sdk.fit import fit              # compression search (needs TensorFlow)
 
 A profile is given as a name, a ``.yaml`` path or a :class:`Profile` everywhere.
+
 The commands' packages keep their own names (``sdk.convert`` is the package), so only what
 has no package of its name is re-exported here, imported on first use: ``import sdk`` never
 pulls in TensorFlow.
