@@ -260,7 +260,7 @@ def test_convert_and_fit_print_no_third_party_line(digits, tmp_path):
                    "--calibration", str(digits["train"]), "-o", str(tmp_path / "c.tflite"))
     assert convert.returncode == 0, convert.stderr
     fit = _cli("fit", str(digits["model"]), "--profile", "stm32l4r5-cortex-m4", "--train",
-               str(digits["train"]), "--eval", str(digits["test"]), "--max-trials", "2",
+               str(digits["train"]), "--eval", str(digits["test"]), "--max-trials", "1",
                "--epochs", "1", "-o", str(tmp_path / "f.tflite"))
     assert fit.returncode in (0, 1), fit.stderr
     for done in (convert, fit):
