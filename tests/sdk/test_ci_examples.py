@@ -14,7 +14,9 @@ installs devicefit from the checkout (a path), never a version that is not publi
 
 from __future__ import annotations
 
+import fcntl
 import glob
+import hashlib
 import os
 import re
 import shlex
@@ -28,7 +30,7 @@ import pytest
 import tomllib
 import yaml
 
-from tests.paths import ROOT
+from tests.paths import ROOT, TESTS
 
 EXAMPLES = ROOT / "examples" / "ci"
 #: Actions the interpreter skips, and why it may: see the module docstring.
@@ -166,16 +168,24 @@ def _unquote(word: str) -> str:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The example's models, built by the sharded workflow's ``models`` job: the script the
-    example ships."""
-    runner = Runner(tmp_path_factory.mktemp("models") / "checkout", None)
-    spec = yaml.safe_load((EXAMPLES / "github-actions-sharded.yml").read_text())
-    runner.steps(spec["jobs"]["models"]["steps"], {}, spec["env"])
-    runner.check_installs()
-    built = runner.root / "examples" / "ci" / "models"
-    assert sorted(p.name for p in built.glob("*.tflite")) == [
+    """The example's models, built by the sharded workflow's ``models`` job (the script the
+    example ships), once for all test workers: cached under ``tests/artifacts/`` by the hash
+    of the script and the workflow, like :mod:`tests.zoo`'s models."""
+    sources = [EXAMPLES / "build_models.py", EXAMPLES / "github-actions-sharded.yml"]
+    key = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
+    cache = TESTS / "artifacts" / "ci-models" / key
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with open(cache.parent / f".{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not cache.exists():
+            runner = Runner(tmp_path_factory.mktemp("models") / "checkout", None)
+            spec = yaml.safe_load(sources[1].read_text())
+            runner.steps(spec["jobs"]["models"]["steps"], {}, spec["env"])
+            runner.check_installs()
+            shutil.copytree(runner.root / "examples" / "ci" / "models", cache)
+    assert sorted(p.name for p in cache.glob("*.tflite")) == [
         "anomaly_int8.tflite", "kws_int8.tflite", "person_detect_int8.tflite"]
-    return built
+    return cache
 
 
 def test_github_workflow_with_the_composite_action(tmp_path, models):
