@@ -15,9 +15,11 @@ downloaded).
     .venv/bin/python benchmarks/bench_latency.py --fit    # the fitted constants for kernels.yaml
 
 The fit: bounded least squares on log(estimate / published) over every figure, for the
-cycles/MAC of each library (reference, CMSIS-NN, ESP-NN), the SIMD exponent gamma, the cost
-of 1x1, depthwise, fully connected and element-wise ops relative to k x k convolutions, the
-per-op overhead and the old-TFLM factors; a weak prior pulls unidentified factors to 1.
+cycles/MAC of each library's code paths (reference, CMSIS-NN DSP and Helium, ESP-NN C and
+PIE, Andes NN), the cost of 1x1, depthwise, fully connected and element-wise ops relative to
+k x k convolutions, the fixed per-op cost, the costs per output element and per output
+channel, the old-TFLM factors and XNNPACK's float32 cost; weak priors decide what no
+remaining figure constrains (a held-out board's only SIMD path or runtime version).
 Leave-one-board-out refits without any figure of one board and predicts that board's
 figures; its spread per library is the error band every estimate carries.
 """
@@ -230,9 +232,12 @@ FC_LIBRARIES = ("cmsis-nn", "andes-nn")
 VERSION_KINDS = ("conv", "depthwise")
 NAMES = (*(f"{lib}.{path}" for lib, path in PATH_PARAMS),
          *(f"kinds.{k}" for k in KIND_PARAMS), "op_overhead_cycles",
-         *(f"tflm<2.5.{k}" for k in VERSION_KINDS), "cycles_per_output",
+         *(f"tflm<2.5.{k}" for k in VERSION_KINDS), "cycles_per_output", "cycles_per_channel",
          *(f"{lib}.kinds.fully_connected" for lib in FC_LIBRARIES), "xnnpack.dtypes.float32")
 N_PATHS = len(PATH_PARAMS)
+#: Positions in the parameter vector (natural logs) after the paths.
+I_KINDS, I_OVERHEAD, I_VERSION, I_OUTPUT, I_CHANNEL, I_FC = (
+    N_PATHS, N_PATHS + 4, N_PATHS + 5, N_PATHS + 7, N_PATHS + 8, N_PATHS + 9)
 
 
 def _current() -> dict:
@@ -248,17 +253,17 @@ def apply(x: np.ndarray, base: dict | None = None) -> dict:
     for i, (lib, path) in enumerate(PATH_PARAMS):
         d["libraries"][lib]["paths"][path]["cycles_per_mac"] = float(np.exp(x[i]))
     for i, k in enumerate(KIND_PARAMS):
-        d["kinds"][k] = float(np.exp(x[N_PATHS + i]))
-    for lib in LIBRARIES:
-        d["libraries"][lib]["op_overhead_cycles"] = float(np.exp(x[N_PATHS + 4]))
+        d["kinds"][k] = float(np.exp(x[I_KINDS + i]))
     rule = next(v for v in d["versions"] if v["library"] == "cmsis-nn")
-    conv, dw = (float(np.exp(v)) for v in x[N_PATHS + 5:N_PATHS + 7])
+    conv, dw = (float(np.exp(v)) for v in x[I_VERSION:I_VERSION + 2])
     rule["kinds"] = {"conv": conv, "conv1x1": conv, "depthwise": dw,
                      "fully_connected": conv, "elementwise": conv}
     for lib in LIBRARIES:
-        d["libraries"][lib]["cycles_per_output"] = float(np.exp(x[N_PATHS + 7]))
+        d["libraries"][lib]["op_overhead_cycles"] = float(np.exp(x[I_OVERHEAD]))
+        d["libraries"][lib]["cycles_per_output"] = float(np.exp(x[I_OUTPUT]))
+        d["libraries"][lib]["cycles_per_channel"] = float(np.exp(x[I_CHANNEL]))
     for i, lib in enumerate(FC_LIBRARIES):
-        d["libraries"][lib]["kinds"] = {"fully_connected": float(np.exp(x[N_PATHS + 8 + i]))}
+        d["libraries"][lib]["kinds"] = {"fully_connected": float(np.exp(x[I_FC + i]))}
     d["libraries"]["xnnpack"]["dtypes"]["float32"] = float(np.exp(x[-1]))
     return d
 
@@ -266,14 +271,8 @@ def apply(x: np.ndarray, base: dict | None = None) -> dict:
 #: Start values; the priors below only decide parameters no remaining figure constrains
 #: (a held-out board's only SIMD path or runtime version).
 X0 = np.array([np.log(60), np.log(4), np.log(1), np.log(10), np.log(2), np.log(2),
-               0, 0, 0, 0, np.log(3000), 0, 0, np.log(20), 0, 0, np.log(3.1)])
+               0, 0, 0, 0, np.log(3000), 0, 0, np.log(20), np.log(50), 0, 0, np.log(3.1)])
 PRIOR_WEIGHT = 0.2
-#: The per-op overhead's pull toward 3000 cycles. Stronger pulls (0.5, 2.0) were tried: the
-#: fitted overhead falls to 5,200 / 3,100 cycles and the leave-one-board-out median error
-#: rises to 31 % / 33 %, so the figures want the larger overhead (~16,000 cycles/op; see
-#: BENCHMARKS.md on what that means for tiny models).
-OVERHEAD_PRIOR_WEIGHT = PRIOR_WEIGHT
-
 
 def priors(x: np.ndarray, base: dict) -> np.ndarray:
     """Weak pulls: op kinds and version factors toward 1, overhead toward 3000 cycles, and a
@@ -288,10 +287,11 @@ def priors(x: np.ndarray, base: dict) -> np.ndarray:
     # Andes NN's P-extension path: toward ESP-NN's C path (the other RISC-V library) scaled
     # by SMAQA's four MACs per cycle.
     pext = x[5] - (x[3] - np.log(peak("andes-nn", "p-ext") / peak("esp-nn", "scalar")))
-    return PRIOR_WEIGHT * np.array([mve, pie, pext, *x[N_PATHS:N_PATHS + 4],
-                                    OVERHEAD_PRIOR_WEIGHT / PRIOR_WEIGHT * (x[N_PATHS + 4] - np.log(3000)),
-                                    *x[N_PATHS + 5:N_PATHS + 7],
-                                    x[N_PATHS + 7] - np.log(20), *x[N_PATHS + 8:-1],
+    # The per-channel cost has no prior: every board's figures constrain it.
+    return PRIOR_WEIGHT * np.array([mve, pie, pext, *x[I_KINDS:I_KINDS + 4],
+                                    x[I_OVERHEAD] - np.log(3000),
+                                    *x[I_VERSION:I_VERSION + 2],
+                                    x[I_OUTPUT] - np.log(20), *x[I_FC:-1],
                                     x[-1] - np.log(3.1)])
 
 
@@ -349,6 +349,7 @@ def fitted_tables(x: np.ndarray, band: dict[str, tuple[float, float]]) -> dict:
                                if (lib, p) in PATH_PARAMS},
                      "op_overhead_cycles": round(src["op_overhead_cycles"]),
                      "cycles_per_output": round(src["cycles_per_output"], 2),
+                     "cycles_per_channel": round(src["cycles_per_channel"], 1),
                      "band": list(band[lib])}
         if src.get("kinds"):
             libs[lib]["kinds"] = {k: round(v, 4) for k, v in src["kinds"].items()}
@@ -357,7 +358,7 @@ def fitted_tables(x: np.ndarray, band: dict[str, tuple[float, float]]) -> dict:
     return {"kinds": {k: round(d["kinds"][k], 4) for k in KIND_PARAMS},
             "libraries": libs,
             "versions": [{**v, "kinds": {k: round(f, 4) for k, f in v["kinds"].items()}}
-                         for v in d["versions"]]}
+                         if v.get("kinds") else v for v in d["versions"]]}
 
 
 def write_fitted(tables: dict, summary_line: str) -> None:
@@ -372,7 +373,7 @@ def write_fitted(tables: dict, summary_line: str) -> None:
 
 # --------------------------------------------------------------------------- report
 def table(rows: list[Published], loo: dict[Published, float]) -> str:
-    lines = ["| board | core | clock | kernels | TFLM | model | MACs | published ms | "
+    lines = ["| board | core | clock | kernels | version | model | MACs | published ms | "
              "estimated ms (shipped tables) | est. / published | leave-one-board-out ms | "
              "LOBO / published |",
              "|---|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|"]

@@ -5,20 +5,27 @@ For one operator on one core with one kernel library::
 
     cycles = MACs × pad × cycles_per_mac(lib) × kind(op) × dtype(lib, dtype) × version
              / speed(core, lib)
-             + outputs × cycles_per_output + op_overhead_cycles
+             + outputs × cycles_per_output + out_channels × cycles_per_channel
+             + op_overhead_cycles
              + weight_bytes × core.flash_cycles_per_byte
 
 ``cycles_per_output`` is the work done once per output element (requantization, bias,
 activation clamp, the loop around each dot product): it is why a 1×1 convolution over 8
-channels costs more per MAC than a 3×3 one over 64.
+channels costs more per MAC than a 3×3 one over 64. ``cycles_per_channel`` is the work done
+once per output channel; with it the fit puts the fixed per-op cost near its 3,000-cycle
+prior instead of 16,000 cycles (see BENCHMARKS.md "Device latency").
 ``cycles_per_mac(lib)`` is the library's figure for the code path it runs on this core: its
 kernels for the core's SIMD extension (``dsp``, ``mve``, ``pie``, ``neon``…) when it has
 them, else its plain C path (``scalar``). Each path's figure holds at the path's ``peak``
 int8 MACs/cycle; a core with another peak on the same path scales by
 ``speed = (core peak / path peak) ** gamma`` (gamma < 1: kernels reach a smaller share of a
 wider unit). ``pad`` charges SIMD lanes a channel count leaves empty (3 input channels on a
-16-lane unit use 3/16 of it). A dtype a library has no kernels for runs on the
-``fallback`` library (TFLM: reference kernels; CMSIS-NN and ESP-NN have no float kernels).
+16-lane unit use 3/16 of it). ``version`` is the product of the ``versions`` rules that apply
+to ``runtime.version`` (an older runtime's or library's slower kernels); a rule may also say
+which op kinds a library version had no SIMD kernels for on a core (ESP-NN 1.1's ESP32-P4
+port vectorised only convolutions): those run the library's plain C path. A dtype a library
+has no kernels for runs on the ``fallback`` library (TFLM: reference kernels; CMSIS-NN and
+ESP-NN have no float kernels).
 The fitted numbers come from ``benchmarks/bench_latency.py --fit`` on published on-device
 latencies (listed with their sources in ``latency_data/published.yaml``); the error band
 each library carries is that script's leave-one-board-out spread.
@@ -67,6 +74,10 @@ class Library:
     fallback: str | None
     op_overhead_cycles: float
     cycles_per_output: float
+    #: Work done once per output channel (its requantization parameters, bias, the loop
+    #: around one filter): what the published figures charge each op in proportion to its
+    #: width, not a fixed per-op cost.
+    cycles_per_channel: float
     #: This library's op-kind costs where they differ from the shared ``kinds`` (multiplied).
     kinds: dict[str, float]
     #: (low, high) of published / estimated from the leave-one-board-out validation.
@@ -77,11 +88,26 @@ class Library:
 
 @dataclass(frozen=True)
 class VersionRule:
+    """What an older runtime or kernel library did differently, from the public record.
+
+    The rule applies when ``component``'s version in ``runtime.version`` is below ``before``;
+    an unversioned component is the current one, so no rule applies to it.
+    """
+
     runtime: str
     library: str
     before: tuple[int, ...]
+    #: Op kind → cost multiplier (fitted where figures of that version exist).
     kinds: dict[str, float]
     source: str
+    #: Whose version is compared: "" for the runtime's own (``"2.3.1"``), else a library
+    #: named in ``runtime.version`` (``"esp-nn 1.1.0"``).
+    component: str = ""
+    #: Cores the rule is about (empty: every core).
+    cores: tuple[str, ...] = ()
+    #: Op kinds that version had no SIMD kernels for on those cores: they run the library's
+    #: plain C path.
+    scalar_kinds: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,8 +120,33 @@ class KernelData:
     soft_float: float = 20.0
 
 
+def parse_versions(text: str) -> dict[str, tuple[int, ...]]:
+    """``runtime.version`` → {component: version}: ``"2.3.1"`` is the runtime's own (key ""),
+    ``"esp-nn 1.1.0"`` a kernel library's; several are comma-separated
+    (``"2.3.1, esp-nn 1.1.0"``). ValueError on anything else."""
+    out: dict[str, tuple[int, ...]] = {}
+    for entry in str(text).split(","):
+        words = entry.split()
+        if len(words) not in (1, 2) or (len(words) == 2 and words[0][:1].isdigit()):
+            raise ValueError(f"'{entry.strip()}' is not a version such as 2.3.1 or esp-nn 1.1.0")
+        name = words[0].lower() if len(words) == 2 else ""
+        if name in out:
+            raise ValueError(f"'{text}' gives the version of {name or 'the runtime'} twice")
+        out[name] = _one_version(words[-1])
+    return out
+
+
 def parse_version(text: str) -> tuple[int, ...]:
-    """``"2.3.1"`` → (2, 3, 1); non-numeric parts end the version (``"2.16-nightly"`` → (2, 16))."""
+    """``"2.3.1"`` → (2, 3, 1); non-numeric parts end the version (``"2.16-nightly"`` → (2, 16)).
+
+    A ``runtime.version`` naming library versions too (see :func:`parse_versions`) is checked
+    whole; the runtime's own version is returned, () when it names none."""
+    if "," in str(text) or len(str(text).split()) > 1:
+        return parse_versions(text).get("", ())
+    return _one_version(text)
+
+
+def _one_version(text: str) -> tuple[int, ...]:
     out = []
     for part in str(text).split("."):
         digits = "".join(c for c in part if c.isdigit())
@@ -120,6 +171,7 @@ def _library(name: str, d: dict[str, Any]) -> Library:
         dtypes={str(k): float(v) for k, v in d["dtypes"].items()}, fallback=d.get("fallback"),
         op_overhead_cycles=float(d.get("op_overhead_cycles", 0)),
         cycles_per_output=float(d.get("cycles_per_output", 0)),
+        cycles_per_channel=float(d.get("cycles_per_channel", 0)),
         kinds={str(k): float(v) for k, v in (d.get("kinds") or {}).items()},
         band=(float(band[0]), float(band[1])),
         calibrated=tuple(str(t) for t in d.get("calibrated") or ()))
@@ -131,9 +183,11 @@ def load_kernels(data: dict[str, Any]) -> KernelData:
         return KernelData(
             gamma=float(data["gamma"]), kinds={k: float(v) for k, v in data["kinds"].items()},
             libraries={n: _library(n, d) for n, d in data["libraries"].items()},
-            versions=tuple(VersionRule(v["runtime"], v["library"], parse_version(v["before"]),
-                                       {k: float(x) for k, x in v["kinds"].items()},
-                                       v.get("source", ""))
+            versions=tuple(VersionRule(v["runtime"], v["library"], _one_version(v["before"]),
+                                       {k: float(x) for k, x in (v.get("kinds") or {}).items()},
+                                       v.get("source", ""), str(v.get("component", "")),
+                                       tuple(v.get("cores") or ()),
+                                       tuple(v.get("scalar_kinds") or ()))
                            for v in data.get("versions", ())),
             soft_float=float(data.get("soft_float", 20.0)))
     except (KeyError, TypeError, ValueError) as exc:
@@ -176,6 +230,8 @@ class OpShape:
     weight_bytes: int = 0
     #: Output elements (requantized once each).
     outputs: int = 0
+    #: Output channels (filters) of a MAC op, 0 for the rest.
+    out_channels: int = 0
 
 
 def lane_padding(channels: int, lanes: int) -> float:
@@ -201,16 +257,19 @@ def library_for(data: KernelData, name: str, dtype: str) -> Library:
     return lib
 
 
-def version_factor(data: KernelData, runtime: str, version: str | None, library: str,
-                   kind: str) -> float:
+def version_rules(data: KernelData, runtime: str, version: str | None, library: str,
+                  core: str) -> list[VersionRule]:
+    """The rules of ``data`` that apply to ``library`` on ``core`` at ``runtime.version``."""
     if not version:
-        return 1.0
-    v = parse_version(version)
-    factor = 1.0
+        return []
+    given = parse_versions(version)
+    out = []
     for rule in data.versions:
-        if rule.runtime == runtime and rule.library == library and v < rule.before:
-            factor *= rule.kinds.get(kind, 1.0)
-    return factor
+        have = given.get(rule.component) or (given.get(runtime) if not rule.component else None)
+        if (rule.runtime == runtime and rule.library == library and have is not None
+                and have < rule.before and (not rule.cores or core in rule.cores)):
+            out.append(rule)
+    return out
 
 
 def op_cycles(data: KernelData, core: Core, library: str, runtime: str, version: str | None,
@@ -220,7 +279,8 @@ def op_cycles(data: KernelData, core: Core, library: str, runtime: str, version:
     dtype_cost = lib.dtypes.get(op.dtype)
     if dtype_cost is None:
         return None if op.macs else lib.op_overhead_cycles
-    simd = core.simd in lib.paths
+    rules = version_rules(data, runtime, version, lib.name, core.name)
+    simd = core.simd in lib.paths and not any(op.kind in r.scalar_kinds for r in rules)
     path = lib.paths[core.simd if simd else "scalar"]
     # A SIMD core running plain C still issues one MAC per cycle at best.
     rate = core.int8_macs_per_cycle if simd or core.simd == "none" else 1.0
@@ -229,6 +289,7 @@ def op_cycles(data: KernelData, core: Core, library: str, runtime: str, version:
     soft = data.soft_float if op.dtype in FLOATS and core.fpu == "none" else 1.0
     kind = data.kinds.get(op.kind, 1.0) * lib.kinds.get(op.kind, 1.0)
     per_mac = (path.cycles_per_mac * kind * dtype_cost * soft
-               * version_factor(data, runtime, version, lib.name, op.kind) / speed)
+               * math.prod(r.kinds.get(op.kind, 1.0) for r in rules) / speed)
     return (op.macs * pad * per_mac + op.outputs * lib.cycles_per_output * soft
+            + op.out_channels * lib.cycles_per_channel
             + lib.op_overhead_cycles + op.weight_bytes * core.flash_cycles_per_byte)

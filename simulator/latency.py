@@ -110,7 +110,11 @@ def op_shape(sg: Subgraph, op: Operator, macs: int) -> OpShape:
                 kind = "conv1x1"
     weight_bytes = sum(sg.tensors[t].nbytes for t in op.inputs if t >= 0 and sg.tensors[t].has_data)
     outputs = sum(sg.tensors[t].num_elements for t in op.outputs if t >= 0) if macs else 0
-    return OpShape(op.op_name, op_dtype(sg, op), macs, kind, channels, weight_bytes, outputs)
+    # Filters: the last weight axis of a depthwise convolution, the first of the others.
+    filters = (weights.shape[-1] if kind == "depthwise" else weights.shape[0]) \
+        if macs and weights is not None and weights.has_data and weights.shape else 0
+    return OpShape(op.op_name, op_dtype(sg, op), macs, kind, channels, weight_bytes, outputs,
+                   max(filters, 0))
 
 
 def profile_core(profile: Profile) -> Core | None:

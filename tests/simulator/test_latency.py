@@ -10,7 +10,7 @@ import yaml
 
 from simulator.cores import cores, find_core
 from simulator.errors import ProfileError
-from simulator.kernels import DATA_DIR, kernel_data, lane_padding, parse_version
+from simulator.kernels import DATA_DIR, kernel_data, lane_padding, parse_version, parse_versions
 from simulator.latency import cycles_per_mac, estimate_latency
 from simulator.profiles import CostModel, load_profile
 from simulator.reader import read_model
@@ -107,6 +107,15 @@ def test_runtime_version_is_validated(tmp_path):
     with pytest.raises(ProfileError, match="runtime.version"):
         _variant(tmp_path, "stm32l4r5-cortex-m4", "runtime: {version: latest}\n")
     assert parse_version("2.3.1") == (2, 3, 1) and parse_version("2.16-nightly") == (2, 16)
+    # A kernel library's own version, alone or after the runtime's.
+    assert parse_versions("esp-nn 1.1.0") == {"esp-nn": (1, 1, 0)}
+    assert parse_versions("2.3.1, ESP-NN 1.1") == {"": (2, 3, 1), "esp-nn": (1, 1)}
+    assert parse_version("esp-nn 1.1.0") == ()  # names no runtime version
+    ok = _variant(tmp_path, "esp32-s3", 'runtime: {version: "2.16, esp-nn 1.1.0"}\n', "ok")
+    assert ok.runtime.version == "2.16, esp-nn 1.1.0"
+    for bad in ("1.1.0 esp-nn", "esp-nn 1.1 extra", "2.3, 2.4", "esp-nn latest"):
+        with pytest.raises(ProfileError, match="runtime.version"):
+            _variant(tmp_path, "esp32-s3", f'runtime: {{version: "{bad}"}}\n', "bad")
 
 
 @pytest.mark.parametrize("name", ["stm32l4r5-cortex-m4", "stm32h743-cortex-m7",
@@ -157,8 +166,45 @@ def test_old_tflm_version_is_slower_on_cmsis_nn(tmp_path):
     ratio = _ratio(tmp_path, "stm32l4r5-cortex-m4", 'runtime: {version: "2.3.1"}\n',
                    'runtime: {version: "2.16"}\n')
     assert 1.3 < ratio < 4
+    old = _estimate("mobilenet_v1_96_int8", _variant(tmp_path, "stm32l4r5-cortex-m4",
+                                                     'runtime: {version: "2.3.1"}\n', "old"))
+    new = _estimate("mobilenet_v1_96_int8", load_profile("stm32l4r5-cortex-m4"))
+    assert _per_kind_ms(old)["DEPTHWISE_CONV_2D"] > 1.5 * _per_kind_ms(new)["DEPTHWISE_CONV_2D"]
     same = _ratio(tmp_path, "esp32-s3", 'runtime: {version: "2.3.1"}\n', "runtime: {}\n")
     assert same == pytest.approx(1.0)  # no published difference for ESP-NN: no rule
+
+
+def _per_kind_ms(est) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for o in est.per_op:
+        out[o.op] = out.get(o.op, 0.0) + o.ms
+    return out
+
+
+def test_esp_nn_version_without_p4_kernels_runs_them_in_c(tmp_path):
+    """ESP-NN 1.1.0 (the version of Espressif's 73 ms ESP32-P4 person-detection figure)
+    vectorised only CONV_2D on the P4: its depthwise and fully connected ops ran C. So that
+    version makes the P4 slower, its convolutions alone unchanged; on the S3 (PIE kernels for
+    every op since ESP-NN's start) the same version changes nothing."""
+    p4 = 'device: {cpu: esp32-p4, clock: 360MHz}\n'
+    old = _estimate("mobilenet_v1_96_int8",
+                    _variant(tmp_path, "esp32-s3", p4 + 'runtime: {version: "esp-nn 1.1.0"}\n', "old"))
+    new = _estimate("mobilenet_v1_96_int8",
+                    _variant(tmp_path, "esp32-s3", p4 + 'runtime: {version: "esp-nn 1.2.3"}\n', "new"))
+    before, after = _per_kind_ms(old), _per_kind_ms(new)
+    assert before["CONV_2D"] == pytest.approx(after["CONV_2D"])
+    assert before["DEPTHWISE_CONV_2D"] > 3 * after["DEPTHWISE_CONV_2D"]
+    assert 1.2 < old.total_ms / new.total_ms < 4
+    # Published: that P4 (73 ms at 360 MHz) was slower than the S3 (54 ms at 240 MHz).
+    assert old.total_ms > _estimate("mobilenet_v1_96_int8", load_profile("esp32-s3")).total_ms
+    s3 = _ratio(tmp_path, "esp32-s3", 'runtime: {version: "esp-nn 1.1.0"}\n', "runtime: {}\n")
+    assert s3 == pytest.approx(1.0)
+    # The runtime's own version does not select the library rule, nor the reverse.
+    tflm = _ratio(tmp_path, "esp32-s3", p4 + 'runtime: {version: "1.1.0"}\n', p4)
+    assert tflm == pytest.approx(1.0)
+    m4 = _ratio(tmp_path, "stm32l4r5-cortex-m4", 'runtime: {version: "tflm 2.3.1"}\n',
+                'runtime: {version: "2.3.1"}\n')
+    assert m4 == pytest.approx(1.0)  # "tflm 2.3.1" is the runtime's own version too
 
 
 def test_shape_effects():
@@ -167,12 +213,33 @@ def test_shape_effects():
     assert lane_padding(3, 1) == 1
 
 
+def test_leave_one_board_out_never_fits_on_the_board_it_predicts(monkeypatch):
+    """The validation's promise: each board is predicted by constants fitted without any
+    of its figures (checked on the real published list, with the fit and the estimator
+    replaced by recorders: the protocol is under test, not the numbers)."""
+    from benchmarks import bench_latency as bench
+
+    rows = bench.published()
+    seen: list[set[str]] = []
+    monkeypatch.setattr(bench, "fit", lambda fitted: seen.append({r.board for r in fitted})
+                        or bench.X0)
+    predicted: list[tuple[str, set[str]]] = []
+    monkeypatch.setattr(bench, "estimate_ms",
+                        lambda row, data=None: predicted.append((row.board, seen[-1])) or 1.0)
+    loo = bench.leave_one_board_out(rows)
+    assert set(loo) == set(rows) and len(predicted) == len(rows)
+    boards = {r.board for r in rows}
+    for board, fitted_on in predicted:
+        assert board not in fitted_on and fitted_on == boards - {board}
+
+
 def test_published_data_names_known_cores_and_libraries():
     data = yaml.safe_load((DATA_DIR / "published.yaml").read_text())
     tables = kernel_data()
     for board in data["boards"]:
         find_core(board["cpu"])
         assert board["kernels"] in tables.libraries and board["source"]
+        parse_versions(board.get("version") or "0")
     for lib in ("reference", "cmsis-nn", "esp-nn"):
         low, high = tables.libraries[lib].band
         assert 0 < low <= 1 <= high and "int8" in tables.libraries[lib].calibrated
