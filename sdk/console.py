@@ -159,16 +159,17 @@ class Steps:
         if self._bars is None and self.console is not None:
             from rich.progress import (
                 BarColumn,
-                MofNCompleteColumn,
                 Progress,
                 SpinnerColumn,
                 TextColumn,
                 TimeElapsedColumn,
             )
 
+            # "3/40" only where there is a count (rich's MofN column shows "0/?" otherwise).
+            counted = TextColumn("{task.fields[counted]}")
             self._bars = Progress(SpinnerColumn(), TextColumn("{task.description}"),
-                                  BarColumn(bar_width=24), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), console=self.console, transient=True)
+                                  BarColumn(bar_width=24), counted, TimeElapsedColumn(),
+                                  console=self.console, transient=True)
             self._bars.start()
         return self._bars
 
@@ -180,7 +181,7 @@ class Steps:
         if self._task is not None:
             bars.remove_task(self._task)
         self._text = text
-        self._task = bars.add_task(clean(text, one_line=True), total=None)
+        self._task = bars.add_task(clean(text, one_line=True), total=None, counted="")
 
     def count(self, text: str, done: int, total: int) -> None:
         """``done`` of ``total`` within a step named ``text`` (a new step if it is new)."""
@@ -188,7 +189,7 @@ class Steps:
             return
         if self._task is None or text != self._text:
             self.step(text)
-        self._bars.update(self._task, completed=done, total=total)
+        self._bars.update(self._task, completed=done, total=total, counted=f"{done}/{total}")
 
     def close(self) -> None:
         if self._bars is not None:
