@@ -58,8 +58,9 @@ class Runner:
         shims = root.parent / f"{root.name}-bin"
         shims.mkdir()
         # Scripts, not symlinks: a venv's python finds its packages from its own path.
-        for name, command in (("python", ""), ("devicefit", " -m sdk.cli")):
-            (shims / name).write_text(f'#!/bin/sh\nexec "{sys.executable}"{command} "$@"\n')
+        for name, module in (("python", None), ("devicefit", "sdk.cli")):
+            run = f'"{sys.executable}"' + (f" -m {module}" if module else "")
+            (shims / name).write_text(f'#!/bin/sh\nexec {run} "$@"\n')
             (shims / name).chmod(0o755)
         self.env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}",
                     "PYTHONPATH": str(ROOT), "GITHUB_STEP_SUMMARY": str(root / "summary.md")}
