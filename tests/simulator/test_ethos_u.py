@@ -240,3 +240,28 @@ def test_text_and_html_show_the_npu_cpu_split(tmp_path, capsys, model_zoo):
     assert ("<td>0:3</td><td>MEAN</td><td>CPU</td><td>Unsupported depth-reduction."
             in html)
     assert html.count("<td>NPU</td>") == 5
+
+
+@pytest.mark.slow
+def test_convert_for_an_ethos_u_profile_writes_the_vela_file(tmp_path, capsys):
+    """``devicefit convert`` (real TF converter, scikit-learn's digits as calibration data)
+    then Vela: the int8 file, ``out_vela.tflite`` beside it, and its record; simulating the
+    Vela file reports Vela's figures from that record."""
+    from examples.digits import cached_cnn, load_digits
+    from tests.paths import TESTS
+
+    data = load_digits().save_npz(tmp_path)
+    out, rep = tmp_path / "out.tflite", tmp_path / "r.json"
+    code = main(["convert", str(cached_cnn(TESTS / "artifacts" / "convert")), "--profile",
+                 "ethos-u55-128", "--calibration", str(data["train"]), "-o", str(out),
+                 "--report", str(rep)])
+    text = capsys.readouterr().out
+    assert code == 0 and "Ethos-U NPU (Vela 5.2.0 run by devicefit)" in text
+    vela_file = tmp_path / "out_vela.tflite"
+    assert out.is_file() and vela_file.is_file() and record_path(vela_file).is_file()
+    extra = json.loads(rep.read_text())["ethos-u"]
+    assert extra["npu_ops"] > 0 and extra["figures"]["total_cycles"] > 0
+    code, report = simulate_json(capsys, vela_file, "ethos-u55-128")
+    s = report["compatibility"]["ethos-u"]
+    assert code == 0 and s["basis"] == "vela record"
+    assert s["figures"]["total_cycles"] == extra["figures"]["total_cycles"]
