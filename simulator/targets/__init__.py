@@ -125,6 +125,9 @@ class Target:
     settings: Callable[[Mapping[str, Mapping[str, Any]]], Any] | None = None
     after_convert: Callable[..., Any] | None = None
     prepare: Callable[[Model, Profile], Model] | None = None  # the model the device runs
+    #: The custom op code the target's compiler leaves in a model for its compiled part
+    #: (e.g. Vela's ``ethos-u``); on any other target that op is a finding naming this one.
+    compiled_op: str | None = None
 
 
 def load(ref: str) -> Any:

@@ -40,4 +40,5 @@ TARGET = Target(
     settings=settings,
     after_convert=lazy("simulator.targets.ethos_u.target:after_convert"),
     prepare=lazy("simulator.targets.ethos_u.target:prepare"),
+    compiled_op="ethos-u",
 )
