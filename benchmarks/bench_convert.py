@@ -65,7 +65,7 @@ def table(model_file: Path, paths: dict, tmp: Path) -> list[dict]:
             "vs_float": r.size_ratio, "accuracy": r.accuracy.converted_accuracy,
             "float_accuracy": r.accuracy.float_accuracy,
             "agreement": r.accuracy.top1_agreement, "sqnr_db": r.accuracy.sqnr_db,
-            "arena_bytes": r.simulation["memory"]["arena_bytes"] if r.simulation else None,
+            "arena_bytes": r.simulation.memory.arena_bytes if r.simulation else None,
             "warnings": r.warnings,
             "seconds": time.perf_counter() - start})
     return rows

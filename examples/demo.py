@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout: `python examples/demo.py`
 
 from examples.digits import load_digits, train_cnn  # noqa: E402
-from sdk.console import make_console, table  # noqa: E402
+from sdk.console import count, make_console, native_log, progress, step, table  # noqa: E402
 from simulator.profiles import load_profile  # noqa: E402
 from simulator.simulate import simulate  # noqa: E402
 from simulator.units import format_size, format_time_ms  # noqa: E402
@@ -50,12 +50,25 @@ def variants(train_data: Path) -> list[Variant]:
 
 
 def main(out: Path = ROOT / "build" / "demo") -> int:
+    # TensorFlow trains here, in this process: its native start-up lines go to a log file
+    # (shown if the demo fails), as the CLI's do.
+    with native_log() as log, progress():
+        try:
+            return _demo(out)
+        except BaseException:
+            log.keep = True
+            print(f"TensorFlow's log: {log.path}", file=sys.stderr)
+            raise
+
+
+def _demo(out: Path) -> int:
     from sdk.convert import convert
 
     console = make_console()
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     console.print("[bold]1. Train[/bold] a small CNN on scikit-learn's 8x8 digits")
+    step("training the CNN (TensorFlow starts)")
     digits = load_digits()
     paths = digits.save_npz(out)
     model = train_cnn(digits)
@@ -67,7 +80,9 @@ def main(out: Path = ROOT / "build" / "demo") -> int:
 
     console.print("[bold]2. Convert[/bold] for each profile, [bold]3. simulate[/bold] on it")
     rows = []
-    for i, v in enumerate(variants(paths["train"])):
+    todo = variants(paths["train"])
+    for i, v in enumerate(todo):
+        count(f"converting and simulating: {v.name} for {v.profile}", i, len(todo))
         target = out / f"digits_{i}_{v.profile}.tflite"
         report = convert(model_file, v.profile, target, calibration=paths["train"],
                          eval_data=paths["test"], simulate=False, float_baseline=True,
@@ -78,8 +93,9 @@ def main(out: Path = ROOT / "build" / "demo") -> int:
         m = sim.measured
         # The real interpreter (reference kernels) checks the planner to the byte.
         check = ("-" if m is None or m.arena_head_bytes is None else
-                 f"{m.arena_head_bytes:,} B " + ("= predicted" if m.head_difference_bytes == 0
-                                                else f"≠ predicted {m.predicted_head_bytes:,} B"))
+                 f"{format_size(m.arena_head_bytes)} "
+                 + ("= predicted" if m.head_difference_bytes == 0
+                    else f"≠ predicted {format_size(m.predicted_head_bytes)}"))
         rows.append((
             v.profile, v.name, format_size(report.output_bytes),
             f"{report.size_ratio:.2f}x", f"{_weight_zeros(report):.0%}",
@@ -87,7 +103,8 @@ def main(out: Path = ROOT / "build" / "demo") -> int:
             check, f"{format_size(sim.memory.arena_bytes)} / {format_size(budgets['arena'].limit)}",
             f"{format_time_ms(budgets['latency'].value)} / {format_time_ms(budgets['latency'].limit)}"
             if "latency" in budgets else "-",
-            f"{report.accuracy.converted_accuracy:.2%} ({-report.accuracy.accuracy_drop_pp:+.1f} pp)",
+            f"{report.accuracy.converted_accuracy:.2%} "
+            f"({_pp(-report.accuracy.accuracy_drop_pp)})",
             sim.verdict.upper()))
     console.print(table("Verdicts", ["profile", "model", ".tflite", "vs float", "zeros",
                                      "flash / budget", "TFLM head (measured)",
@@ -97,6 +114,11 @@ def main(out: Path = ROOT / "build" / "demo") -> int:
                   f"{out.relative_to(ROOT)}/ (try: devicefit simulate {target.relative_to(ROOT)} "
                   f"--profile {v.profile})")
     return 0 if all(r[-1] == "PASS" for r in rows) else 1
+
+
+def _pp(points: float) -> str:
+    """Percentage points with a sign; a change that rounds to nothing is +0.0, not -0.0."""
+    return f"{round(points, 1) or 0.0:+.1f} pp"
 
 
 def _weight_zeros(report) -> float:

@@ -8,7 +8,10 @@ The public API, for use from Python::
     from sdk.convert import convert      # Keras/SavedModel → .tflite (needs TensorFlow)
     from sdk.check import run_check      # the CI gate over a devicefit.yaml project
     from sdk.bench import bench          # benchmark_model on a phone over adb
+    bench("model.tflite", "android-arm64-cpu", benchmark_binary="benchmark_model")
     from sdk.fit import fit              # compression search (needs TensorFlow)
+
+A profile is given as a name, a ``.yaml`` path or a :class:`Profile` everywhere.
 
 The commands' packages keep their own names (``sdk.convert`` is the package), so only what
 has no package of its name is re-exported here, imported on first use: ``import sdk`` never

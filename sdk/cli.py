@@ -12,11 +12,15 @@ import argparse
 import importlib
 import os
 import pkgutil
+import re
 import sys
+import textwrap
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sdk import commands
-from simulator.errors import DevicefitError
+from simulator.errors import DevicefitError, InputError, UsageError
 from simulator.escape import clean
 from simulator.limits import DEFAULT_MAX_OPS, ENV_MAX_OPS, TENSORS_PER_OP
 from simulator.signals import (
@@ -26,12 +30,77 @@ from simulator.signals import (
     terminate_as_interrupt,
 )
 
+if TYPE_CHECKING:
+    from sdk.console import NativeLog
+
 #: argparse's own exit code for usage errors, kept for the missing-command case too.
 EXIT_USAGE = 2
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's layout at the terminal's width (``COLUMNS``), readable at 80 columns.
+
+    argparse's own wrapping breaks at hyphens, so ``--benchmark-binary`` and
+    ``android-arm64-cpu`` were split across lines; here a line breaks only between words, a
+    flag stays with its value (``--profile esp32-s3``), descriptions keep their paragraphs
+    and a wrapped example continues indented under its start.
+    """
+
+    def _metavar_formatter(self, action: argparse.Action, default_metavar: str):
+        # ``{reference,cmsis-nn,...}`` is one unbreakable word: name it, list it in the help.
+        if not _long_choices(action):
+            return super()._metavar_formatter(action, default_metavar)
+        return lambda size: (default_metavar,) * size if isinstance(size, int) else \
+            (default_metavar,)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        if text and _long_choices(action):
+            text += f" (one of: {', '.join(map(str, action.choices))})"
+        return text
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return _wrap(" ".join(text.split()), width, "", "")
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        lines = []
+        for paragraph in text.splitlines():
+            lead = indent + paragraph[:len(paragraph) - len(paragraph.lstrip())]
+            # An example (a command line) continues indented, prose flush.
+            rest = lead + "    " if "devicefit " in paragraph else lead
+            lines += _wrap(paragraph.strip(), width, lead, rest) or [""]
+        return "\n".join(lines)
+
+
+#: Choices longer than this (joined) show as a name in usage lines, listed in the help.
+LONG_CHOICES = 30
+
+
+def _long_choices(action: argparse.Action) -> bool:
+    return (action.metavar is None and action.choices is not None and bool(action.option_strings)
+            and len(",".join(map(str, action.choices))) > LONG_CHOICES)
+
+
+#: A flag followed by its value, joined so that a line never breaks between them.
+_FLAG_VALUE = re.compile(r"(?<!\S)(-{1,2}[A-Za-z][\w-]*) (?=[^\s-])")
+_KEEP = "\x00"
+
+
+def _wrap(text: str, width: int, first: str, rest: str) -> list[str]:
+    joined = _FLAG_VALUE.sub(lambda m: m.group(1) + _KEEP, text).replace(
+        "devicefit ", "devicefit" + _KEEP)
+    return [line.replace(_KEEP, " ") for line in textwrap.wrap(
+        joined, max(width, 20), initial_indent=first, subsequent_indent=rest,
+        break_on_hyphens=False, break_long_words=False)]
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse exits with 2 on usage errors already; keep the message to one line + hint."""
+    """argparse exits with 2 on usage errors already; keep the message to one line + hint.
+    Every command's help uses :class:`HelpFormatter`."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["formatter_class"] = HelpFormatter
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"devicefit: error: {message} (see '{self.prog} --help')\n")
@@ -42,11 +111,18 @@ def build_parser() -> argparse.ArgumentParser:
         prog="devicefit",
         description="Know before flashing: will this model fit the device (flash, RAM, latency)?",
         epilog="example: devicefit simulate model.tflite --profile stm32l4r5-cortex-m4",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--profiles-dir", action="append", default=[], metavar="DIR",
                         help="extra folder of device profiles (repeatable; also $DEVICEFIT_PROFILES)")
-    parser.add_argument("--no-color", action="store_true", help="plain output, no colours")
+    parser.add_argument("--no-color", action="store_true",
+                        help="plain output, no colours or bold (also $NO_COLOR)")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress display (it is drawn on stderr only when that is a "
+                             "terminal)")
+    parser.add_argument("--log", metavar="FILE",
+                        help="append what TensorFlow and other native libraries print to "
+                             "FILE (default: a temporary file, shown and kept only when the "
+                             "command fails)")
     parser.add_argument("--max-ops", type=_positive_int, default=None, metavar="N",
                         help="refuse models with more operators than N, in the file or as "
                              f"executed through control flow (default {DEFAULT_MAX_OPS:,}; "
@@ -73,6 +149,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if args.log is not None and (problem := _log_problem(Path(args.log))):
+        print(f"devicefit: error: --log {clean(args.log)}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     # Through the environment so that worker processes (check --jobs) obey it too.
     saved = os.environ.get(ENV_MAX_OPS)
     if args.max_ops is not None:
@@ -87,12 +166,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    with terminate_as_interrupt():
+    from sdk.console import native_log, progress
+
+    with terminate_as_interrupt(), native_log(args.log) as log:
         try:
-            return int(args.handler(args))
+            if getattr(args, "plot", None):
+                _need_matplotlib()
+            with progress(quiet=args.quiet, no_color=args.no_color):
+                return int(args.handler(args))
         except DevicefitError as exc:
             # Messages quote file contents (names, YAML values): never raw control characters.
             print(f"devicefit: error: {clean(exc)}", file=sys.stderr)
+            if not isinstance(exc, (UsageError, InputError)):  # native code may be the cause
+                _show_log(log)
             return exc.exit_code
         except Terminated as exc:
             # Outputs are written whole or not at all (write_atomic): none is half there.
@@ -101,6 +187,45 @@ def _run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             print("devicefit: interrupted", file=sys.stderr)
             return 130
+        except Exception:
+            _show_log(log)  # then Python's traceback: a bug in devicefit
+            raise
+
+
+def _show_log(log: NativeLog) -> None:
+    """The last lines native code printed in this process (and the processes that share its
+    stderr), and where the whole log is kept. A child's own log (the converter's) is named
+    in its error message instead."""
+    tail = log.tail()
+    log.keep = bool(tail)
+    if tail:
+        print(f"devicefit: last lines of {log.path}:", file=sys.stderr)
+        for line in tail:
+            print(f"  {line}", file=sys.stderr)
+
+
+#: An existing file --log may append to; anything else could be an input (never written).
+LOG_SUFFIXES = (".log", ".txt")
+
+
+def _log_problem(path: Path) -> str | None:
+    if path.exists() and (not path.is_file() or path.suffix.lower() not in LOG_SUFFIXES):
+        return (f"exists and is not a {'/'.join(LOG_SUFFIXES)} file; refusing to append to "
+                "it (it may be an input)")
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        return f"cannot write it ({exc.strerror})"
+    return None
+
+
+def _need_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("--plot needs matplotlib, which the light install leaves out: "
+                         "pip install 'devicefit[plot]' (or use --html)") from None
 
 
 def run() -> None:

@@ -1,20 +1,48 @@
-"""Terminal output for the CLI: rich tables when on a TTY, plain text otherwise."""
+"""Terminal output for the CLI: tables, progress and the native log, one behaviour everywhere.
+
+- Width: the terminal's, or ``COLUMNS``; piped without ``COLUMNS`` nothing is folded (a log
+  or ``grep`` wants whole lines) and no line carries trailing padding.
+- ``NO_COLOR`` (any non-empty value) or ``--no-color``: no escape sequence at all, bold
+  included (https://no-color.org asks for no ANSI colour; rich keeps bold and dim then).
+- Tables never split a word: a table too wide for the terminal is shown row by row instead.
+- Progress (:func:`progress`, :func:`step`, :func:`count`) is a transient line on stderr when
+  stderr is a terminal; off a terminal or with ``--quiet`` nothing is drawn.
+- What native libraries write to file descriptor 2 (TensorFlow's absl/oneDNN/CUDA start-up
+  lines, the MLIR quantizer's ``fully_quantize: …``) goes to a log file
+  (:func:`native_log`), shown when a command fails.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import sys
-from collections.abc import Sequence
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
+from rich.text import Text
 
 from simulator.escape import clean
 
+#: Width for output that goes to a pipe or file without ``COLUMNS``: wide enough that no
+#: table or sentence folds; trailing padding is stripped, so it costs nothing.
+PIPE_WIDTH = 1000
+#: Lines of the native log shown with a failure.
+LOG_TAIL_LINES = 12
+
 
 class SafeConsole(Console):
-    """A rich console that never writes a control character it did not make itself.
+    """A rich console that never writes a control character it did not make itself, and
+    strips the padding rich adds to the end of lines when the output is not a terminal.
 
     rich passes ESC and C1 bytes inside strings through to the terminal; the strings
     printed here quote model and project files (see :mod:`simulator.escape`).
@@ -23,25 +51,289 @@ class SafeConsole(Console):
     def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
         super().print(*(clean(o) if isinstance(o, str) else o for o in objects), **kwargs)
 
+    def _render_buffer(self, buffer: Any) -> str:
+        text = super()._render_buffer(buffer)
+        if self.is_terminal:
+            return text
+        return "\n".join(line.rstrip(" ") for line in text.split("\n"))
+
+
+def color_disabled(no_color: bool = False) -> bool:
+    """``--no-color`` or a non-empty ``NO_COLOR``."""
+    return no_color or os.environ.get("NO_COLOR", "") != ""
+
+
+def console_width(stream: Any) -> int | None:
+    """``COLUMNS`` if set, the terminal's width on a TTY (None: rich asks it), else wide."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return None if _isatty(stream) else PIPE_WIDTH
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # closed or replaced streams
+        return False
+
 
 def make_console(no_color: bool = False, stderr: bool = False) -> Console:
-    # rich already drops colour when the stream is not a TTY or NO_COLOR is set; off a TTY
-    # its 80-column default would fold every table, so logs and pipes get a wide one.
     stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() else 200
-    return SafeConsole(no_color=no_color, stderr=stderr, highlight=False, width=width)
+    plain = color_disabled(no_color)
+    return SafeConsole(no_color=plain, color_system=None if plain else "auto", stderr=stderr,
+                       highlight=False, width=console_width(stream))
 
 
-def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
-    t = Table(title=title and clean(title), title_justify="left", show_edge=False,
-              pad_edge=False)
-    for col in columns:
-        t.add_column(clean(col), overflow="fold")
-    for row in rows:
-        t.add_row(*("" if c is None else clean(c, one_line=True) for c in row))
-    return t
+# --------------------------------------------------------------------------- tables
+@dataclass
+class FitTable:
+    """A table that never splits a word: as columns when every column's longest word fits
+    the width, otherwise one block per row (``header  value`` lines under the row's first
+    cell), the way ``psql``'s expanded display does."""
+
+    title: str | None
+    columns: list[str]
+    rows: list[list[str]]
+
+    def _min_widths(self) -> list[int]:
+        widths = []
+        for i, head in enumerate(self.columns):
+            texts = [head, *(r[i] for r in self.rows if i < len(r))]
+            widths.append(max((len(w) for t in texts for w in Text.from_markup(t).plain.split()),
+                              default=1))
+        return widths
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        widths = self._min_widths()
+        if sum(widths) + 3 * (len(widths) - 1) <= options.max_width:
+            t = Table(title=self.title, title_justify="left", show_edge=False,
+                      pad_edge=False)
+            for head, width in zip(self.columns, widths):
+                t.add_column(head, overflow="fold", min_width=width)
+            for row in self.rows:
+                t.add_row(*row)
+            yield t
+            return
+        if self.title:
+            yield Text.from_markup(self.title, style="italic")
+        for row in self.rows:
+            yield Text.from_markup(row[0] or "-", style="bold")
+            grid = Table.grid(padding=(0, 2), pad_edge=False)
+            grid.add_column(no_wrap=True)
+            grid.add_column(overflow="fold")
+            for head, cell in zip(self.columns[1:], row[1:]):
+                grid.add_row(Text.from_markup("  " + head), Text.from_markup(cell))
+            yield grid
+
+
+def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> FitTable:
+    """A table of rich-markup cells (None shows empty) for :meth:`Console.print`."""
+    return FitTable(title and clean(title), [clean(c) for c in columns],
+                    [["" if c is None else clean(c, one_line=True) for c in row]
+                     for row in rows])
 
 
 def print_json(data: Any) -> None:
     """Machine-readable output: stable key order, no colour, to stdout."""
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+# --------------------------------------------------------------------------- progress
+class Steps:
+    """The progress of one command: a transient line on a terminal (spinner, step, count,
+    elapsed time), drawn from the first step on; without a console it records nothing.
+
+    Library code reports through :func:`step` and :func:`count`, which reach the
+    :class:`Steps` the CLI opened (:func:`progress`) and do nothing when the library is used
+    from Python.
+    """
+
+    def __init__(self, console: Console | None) -> None:
+        self.console = console
+        self._bars: Any = None
+        self._task: Any = None
+        self._text = ""
+
+    def _started(self) -> Any:
+        if self._bars is None and self.console is not None:
+            from rich.progress import (
+                BarColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            # "3/40" only where there is a count (rich's MofN column shows "0/?" otherwise).
+            counted = TextColumn("{task.fields[counted]}")
+            self._bars = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                                  BarColumn(bar_width=24), counted, TimeElapsedColumn(),
+                                  console=self.console, transient=True)
+            self._bars.start()
+        return self._bars
+
+    def step(self, text: str) -> None:
+        """A new step starts (it replaces the one before)."""
+        bars = self._started()
+        if bars is None:
+            return
+        if self._task is not None:
+            bars.remove_task(self._task)
+        self._text = text
+        self._task = bars.add_task(clean(text, one_line=True), total=None, counted="")
+
+    def count(self, text: str, done: int, total: int) -> None:
+        """``done`` of ``total`` within a step named ``text`` (a new step if it is new)."""
+        if self._started() is None:
+            return
+        if self._task is None or text != self._text:
+            self.step(text)
+        self._bars.update(self._task, completed=done, total=total, counted=f"{done}/{total}")
+
+    def close(self) -> None:
+        if self._bars is not None:
+            self._bars.stop()
+            self._bars = None
+
+
+_CURRENT: ContextVar[Steps | None] = ContextVar("devicefit_steps", default=None)
+
+
+@contextlib.contextmanager
+def progress(*, quiet: bool = False, no_color: bool = False) -> Iterator[Steps]:
+    """Progress for the duration of a command: drawn on stderr only when it is a terminal
+    and not ``quiet``."""
+    shown = not quiet and _isatty(sys.stderr)
+    steps = Steps(make_console(no_color, stderr=True) if shown else None)
+    token = _CURRENT.set(steps)
+    try:
+        yield steps
+    finally:
+        steps.close()
+        _CURRENT.reset(token)
+
+
+def step(text: str) -> None:
+    """Report that a step starts (no-op outside a CLI command)."""
+    steps = _CURRENT.get()
+    if steps is not None:
+        steps.step(text)
+
+
+def count(text: str, done: int, total: int) -> None:
+    """Report ``done`` of ``total`` within a step (no-op outside a CLI command)."""
+    steps = _CURRENT.get()
+    if steps is not None:
+        steps.count(text, done, total)
+
+
+# --------------------------------------------------------------------------- native log
+@dataclass
+class NativeLog:
+    """Where native stderr went; ``keep`` once it should survive the command."""
+
+    path: Path
+    keep: bool = False
+    chosen: bool = False  # the user named the file (--log): never deleted
+
+    def tail(self, lines: int = LOG_TAIL_LINES) -> list[str]:
+        """The last non-empty lines, control characters removed."""
+        return log_tail(self.path, lines)
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last ``lines`` non-empty lines of a log file (empty if unreadable), without
+    Python's tracebacks and faulthandler's stacks: the error message already says what they
+    end in, and a traceback under it would read as a crash of devicefit."""
+    try:
+        text = path.read_bytes()[-64 * 1024:].decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [clean(ln, one_line=True) for ln in _without_python_stacks(text.splitlines())
+            if ln.strip()][-lines:]
+
+
+_STACK_STARTS = ("Traceback (most recent call last):", "Fatal Python error",
+                 "Current thread 0x", "Thread 0x", "Stack (most recent call first)",
+                 "Extension modules:", "During handling of the above exception",
+                 "The above exception was the direct cause")
+
+
+def _without_python_stacks(lines: list[str]) -> list[str]:
+    kept, in_stack = [], False
+    for line in lines:
+        if line.startswith(_STACK_STARTS):
+            in_stack = True
+        elif in_stack and (line[:1] in (" ", "\t") or not line.strip()):
+            pass  # a frame or its source line
+        elif in_stack:
+            in_stack = False  # the exception's own line ("ValueError: ...") ends the stack
+        else:
+            kept.append(line)
+    return kept
+
+
+@contextlib.contextmanager
+def native_log(path: str | Path | None = None) -> Iterator[NativeLog]:
+    """Send file descriptor 2 (native libraries, child processes that inherit it) and
+    third-party Python warnings to a log file for the duration; ``sys.stderr`` keeps
+    writing to the terminal, so the program's own messages and progress still show.
+
+    Without ``path`` the log is a temporary file, deleted at the end unless ``keep`` was
+    set (a failure) and it has something to show. Only file descriptors are swapped: a ``sys.stderr``
+    that is not fd 2 (pytest's capture) is left alone.
+    """
+    if path is None:
+        fd, name = tempfile.mkstemp(prefix="devicefit-", suffix=".log")
+        log = NativeLog(Path(name))
+    else:
+        log = NativeLog(Path(path), chosen=True)
+        fd = os.open(log.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    original = sys.stderr
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        original.flush()
+    try:
+        saved: int | None = os.dup(2)
+    except OSError:  # started with stderr closed: nothing to restore but the closed state
+        saved = None
+    terminal = None
+    if saved is not None and _fileno(original) == 2:
+        terminal = io.TextIOWrapper(os.fdopen(os.dup(saved), "wb", buffering=0),
+                                    encoding=getattr(original, "encoding", None) or "utf-8",
+                                    errors="backslashreplace", line_buffering=True,
+                                    write_through=True)
+        sys.stderr = terminal
+    os.dup2(fd, 2)
+    os.close(fd)
+    shown = warnings.showwarning
+    warnings.showwarning = _warning_to_log
+    try:
+        yield log
+    finally:
+        warnings.showwarning = shown
+        if saved is None:
+            os.close(2)
+        else:
+            os.dup2(saved, 2)
+            os.close(saved)
+        if terminal is not None:
+            sys.stderr = original
+            terminal.close()
+        if not (log.chosen or (log.keep and log.tail(1))):
+            log.path.unlink(missing_ok=True)
+
+
+def _warning_to_log(message: Any, category: type[Warning], filename: str, lineno: int,
+                    file: Any = None, line: str | None = None) -> None:
+    # fd 2 is the log while native_log is active: write there, not to sys.stderr.
+    text = warnings.formatwarning(message, category, filename, lineno, line)
+    with contextlib.suppress(OSError):
+        os.write(2, text.encode("utf-8", "replace"))
+
+
+def _fileno(stream: Any) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
+        return None

@@ -39,6 +39,7 @@ from simulator.report import (
     Report,
     TimelineStep,
 )
+from simulator.targets import target_for
 from simulator.verdict import flash_bytes, judge
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,8 @@ def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = Fals
     if not isinstance(profile, Profile):
         profile = load_profile(profile, list(profiles_dirs))
     model = read_model(model_path)
+    if (prepare := target_for(profile).prepare) is not None:  # e.g. compile it for an NPU
+        model = prepare(model, profile)
     report = static_report(model, profile, order)
     if run:
         # Imported here: the static path must not load native runtimes.

@@ -11,13 +11,15 @@ import logging
 import re
 import shlex
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 
 from sdk.bench.adb import AdbClient, AdbError, DeviceGone, check_binary_arch, find_adb
 from sdk.bench.benchmark_output import parse_benchmark_output, tail
+from sdk.console import step
 from simulator.benchmark import BenchmarkOutput, BenchResult, BenchSettings
 from simulator.errors import InputError, RuntimeFailure, UsageError
-from simulator.profiles import Profile
+from simulator.profiles import Profile, load_profile
 from simulator.targets import TARGETS, target_for
 
 log = logging.getLogger(__name__)
@@ -91,12 +93,19 @@ def _failure(returncode: int, output: str) -> RuntimeFailure:
     return RuntimeFailure(f"benchmark_model failed (exit {returncode}); its last lines: {last}")
 
 
-def bench(model: str | Path, profile: Profile, *, benchmark_binary: str | Path | None,
+def bench(model: str | Path, profile: Profile | str, *, benchmark_binary: str | Path | None,
           serial: str | None = None, adb: str | None = None, runs: int = 50, warmup: int = 1,
           threads: int | None = None, delegate: str | None = None, cpu_mask: str | None = None,
           op_profiling: bool = False, keep: bool = False,
-          timeout_s: float = DEFAULT_RUN_TIMEOUT_S) -> BenchResult:
-    """Benchmark ``model`` on an Android device over adb; see the module docstring."""
+          timeout_s: float = DEFAULT_RUN_TIMEOUT_S,
+          profiles_dirs: Sequence[str | Path] = ()) -> BenchResult:
+    """Benchmark ``model`` on an Android device over adb; see the module docstring.
+
+    ``profile`` is a :class:`Profile`, or a profile name or ``.yaml`` path looked up in
+    ``profiles_dirs`` and the built-in profiles, as everywhere in the API.
+    """
+    if not isinstance(profile, Profile):
+        profile = load_profile(profile, list(profiles_dirs))
     model = Path(model)
     if not model.is_file():
         raise InputError(f"model file not found: {model}")
@@ -123,6 +132,7 @@ def bench(model: str | Path, profile: Profile, *, benchmark_binary: str | Path |
                                                              remote_model),
                          results=BenchmarkOutput())
     try:
+        step(f"copying the model and benchmark_model to {entry.serial}")
         client.mkdir(REMOTE_DIR)
         for local, remote in ((binary, remote_binary), (model, remote_model)):
             if client.same_file(local, remote):
@@ -132,6 +142,7 @@ def bench(model: str | Path, profile: Profile, *, benchmark_binary: str | Path |
                 result.pushed.append(remote)
         client.chmod_executable(remote_binary)
         log.info("running on %s: %s", entry.serial, result.command)
+        step(f"running benchmark_model on {device_model or entry.serial}")
         run = client.shell(result.command, timeout=timeout_s, what="benchmark_model")
         output = run.stdout + ("\n" + run.stderr if run.stderr.strip() else "")
         result.output_tail = [ln for ln in output.splitlines() if ln.strip()][-40:]

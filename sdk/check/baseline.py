@@ -49,11 +49,29 @@ def report_metrics(report: Report) -> dict[str, float | None]:
             "latency_ms": latency}
 
 
+def starts_baseline(given: Path | None, named: Path | None) -> bool:
+    """True on a project's first run: the file its ``baseline:`` key names does not exist
+    yet (and no ``--baseline`` was given), so an unsharded run writes it, as
+    ``--update-baseline`` would, and a shard checks without it. A missing file given with
+    ``--baseline`` stays an error: likely a typo."""
+    return given is None and named is not None and not named.exists()
+
+
+def first_run_note(path: Path, sharded: bool = False) -> str:
+    if sharded:
+        return (f"{path}: no baseline yet; the regression rules are not checked (a shard "
+                f"cannot write it: run unsharded once, or 'devicefit check merge SHARDS "
+                f"--update-baseline --baseline {path}')")
+    return (f"{path}: no baseline yet, so this run writes it (the regression rules apply "
+            f"from the next run; commit the file)")
+
+
 def load_baseline(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
     """Model name → profile name → metrics; :class:`InputError` if missing or malformed."""
     if not path.exists():
         raise InputError(f"{path}: baseline file not found (write it from a run you accept "
-                         f"with 'devicefit check --update-baseline')")
+                         f"with 'devicefit check --update-baseline'; a project's first "
+                         f"run writes the file its 'baseline:' key names)")
     # A regular file of bounded size (not /dev/zero), finite numbers only (NaN would pass
     # every regression rule).
     text = read_regular_file(path, "baseline", limit=MAX_BASELINE_BYTES, kind=".json")

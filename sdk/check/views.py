@@ -25,6 +25,7 @@ from simulator.views.messages import problems as report_problems
 
 from .baseline import METRIC_KEYS, RegressionCheck, report_metrics
 from .gate import CheckResult, Outcome
+from .junit_meta import testsuite_attributes
 from .project import METRICS
 
 
@@ -97,8 +98,9 @@ def problems(o: Outcome) -> list[str]:
 def junit_xml(result: CheckResult) -> str:
     root = ET.Element("testsuites", name="devicefit check")
     totals = dict.fromkeys(COUNTS, 0)
+    ran = testsuite_attributes(result.seconds)
     for o in result.outcomes:
-        suite = ET.SubElement(root, "testsuite", name=f"{o.model} @ {o.profile}")
+        suite = ET.SubElement(root, "testsuite", name=f"{o.model} @ {o.profile}", **ran)
         props = ET.SubElement(suite, "properties")
         for name, value in (("model", o.model_path), ("profile", o.profile),
                             ("run", str(result.run).lower()),

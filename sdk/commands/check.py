@@ -88,6 +88,7 @@ def _shard(text: str):
 
 def _check(args: argparse.Namespace) -> int:
     from sdk.check import DEFAULT_PROJECT_FILE, load_baseline, load_project, run_check
+    from sdk.check.baseline import first_run_note, starts_baseline
     from sdk.check.shard import Shard, select, shard_document
     from sdk.console import make_console
     from sdk.outputs import check_outputs, profile_inputs
@@ -103,6 +104,13 @@ def _check(args: argparse.Namespace) -> int:
                          "'check merge' of all shards")
     project = load_project(args.file or DEFAULT_PROJECT_FILE, args.profiles_dir)
     baseline_path = args.baseline or project.baseline
+    if starts_baseline(args.baseline, project.baseline):
+        make_console(args.no_color, stderr=True).print(
+            first_run_note(baseline_path, sharded=args.shard is not None), markup=False)
+        if args.shard is None:
+            args.update_baseline = True
+        else:  # a shard's figures are not the whole baseline
+            baseline_path = None
     if args.update_baseline and baseline_path is None:
         raise UsageError("--update-baseline needs a file: pass --baseline FILE.json or set "
                          "'baseline:' in the project file")

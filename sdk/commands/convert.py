@@ -13,11 +13,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 
 from sdk.commands.optimize import add_patch_arguments, patch_options
 from sdk.console import make_console, table
+from sdk.convert.data import RANDOM
+from sdk.convert.sparsity import KINDS
+from sdk.convert.spec import OPTIONS, ConversionSpec
 from sdk.outputs import check_outputs, data_inputs, picture_outputs
 from sdk.pictures import add_picture_options, write_pictures
 from simulator.fileio import write_atomic
@@ -37,54 +41,66 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", help=".keras, .h5 file or SavedModel folder")
     p.add_argument("--profile", required=True, help="device profile name or .yaml path")
     p.add_argument("-o", "--output", required=True, metavar="OUT.tflite", help="output file")
+    p.add_argument("--spec", metavar="SPEC.yaml",
+                   help="conversion settings from a YAML file (keys in README, 'Conversion "
+                        "spec'); flags given as well override its keys")
     p.add_argument("--calibration", metavar="DATA",
                    help=".npy, .npz (x[, y]) or image folder; 'random' only to try things out")
     p.add_argument("--eval", dest="eval_data", metavar="DATA",
                    help="evaluation data (labels give accuracy; without: agreement and SQNR)")
     prune = p.add_mutually_exclusive_group()
-    prune.add_argument("--sparsity", metavar="N:M", help="N:M weight sparsity, e.g. 2:4")
-    prune.add_argument("--prune-channels", type=float, metavar="FRACTION",
-                       help="remove this fraction of filters/units, e.g. 0.5")
+    for kind in KINDS.values():
+        prune.add_argument(kind.flag, dest=kind.option, type=kind.flag_type,
+                           metavar=kind.metavar, help=kind.help)
     p.add_argument("--train", metavar="DATA", help="labelled data to fine-tune after pruning")
-    p.add_argument("--epochs", type=int, default=0, help="fine-tuning epochs (with --train)")
-    p.add_argument("--distill", action="store_true",
+    p.add_argument("--epochs", type=int, help="fine-tuning epochs (with --train)")
+    p.add_argument("--distill", action="store_true", default=None,
                    help="fine-tune with the original model as teacher (soft labels)")
     p.add_argument("--scheme", choices=QUANT_SCHEMES, help="quantization (profile default)")
     p.add_argument("--io-type", choices=("int8", "uint8", "int16", "float32"),
                    help="input/output tensor type (profile default)")
-    p.add_argument("--optimize-memory", action="store_true",
+    p.add_argument("--optimize-memory", action="store_true", default=None,
                    help="tflm profiles: reorder operators and write an offline arena plan "
                         "(as 'devicefit optimize' does) so TFLM needs less RAM")
     add_patch_arguments(p, "with --optimize-memory: ")
     p.add_argument("--report", metavar="OUT.json", help="write the full report as JSON")
     add_picture_options(p)
-    p.add_argument("--float-baseline", action="store_true",
+    p.add_argument("--float-baseline", action="store_true", default=None,
                    help="also convert the float32 model to report the size against (a second "
                         "conversion; without it the size is compared with the float32 weights)")
-    p.add_argument("--unsafe", action="store_true",
+    p.add_argument("--unsafe", action="store_true", default=None,
                    help="trust the model: allow Lambda layers (Python code in a .keras file) "
                         "and SavedModel ops that touch files, the network or Python")
     p.set_defaults(handler=_convert)
+
+
+def spec_from_args(args: argparse.Namespace) -> ConversionSpec:
+    """The conversion spec of ``--spec FILE`` (if given) with the flags given over it."""
+    base = ConversionSpec.load(args.spec) if args.spec else ConversionSpec()
+    flags = {name: getattr(args, name) for name in OPTIONS
+             if name not in ("patches", "max_mac_overhead", "patch_objective")}
+    flags.update(patch_options(args))  # given only with --patches (percent → fraction)
+    return base.with_options(**flags)
 
 
 def _convert(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
     from sdk.convert import convert
 
+    spec = spec_from_args(args)
+    data = [(f"{what} data", value) for what, value in (
+        ("calibration", spec.calibration), ("eval", spec.eval_data),
+        ("train", spec.fine_tune.train if spec.fine_tune else None))
+        if isinstance(value, (str, Path)) and value != RANDOM]
     check_outputs([("-o", args.output), ("--report", args.report), *picture_outputs(args)],
-                  data_inputs(args, ("calibration", "eval_data", "train")))
+                  [*data_inputs(args, ()), *data, ("spec", args.spec)])
     console = make_console(args.no_color)
-    with tempfile.TemporaryDirectory() as tmp, _warnings_to(console), \
+    with tempfile.TemporaryDirectory() as tmp, warnings_to(console), \
             _progress(args.no_color) as (progress, on_stage):
         baseline = Path(tmp) / "float32.tflite" if args.html or args.plot else None
-        report = convert(
-            args.model, args.profile, args.output, calibration=args.calibration,
-            eval_data=args.eval_data, sparsity_pattern=args.sparsity,
-            prune_channels=args.prune_channels, train=args.train, epochs=args.epochs,
-            distill=args.distill, optimize_memory=args.optimize_memory, **patch_options(args),
-            scheme=args.scheme, io_type=args.io_type, unsafe=args.unsafe,
-            profiles_dirs=args.profiles_dir, progress=progress, on_stage=on_stage,
-            float_baseline=args.float_baseline, baseline_output=baseline)
+        report = convert(args.model, args.profile, args.output, spec,
+                         profiles_dirs=args.profiles_dir, progress=progress, on_stage=on_stage,
+                         baseline_output=baseline)
         if baseline is not None:
             _before_after(args, report, baseline)
     if args.report:
@@ -96,7 +112,7 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _size_line(report) -> str:
     s = report.settings
-    line = (f"[bold]{report.output}[/bold]: {s['scheme']} ({s['io_type']} I/O) for "
+    line = (f"[bold]{report.output}[/bold]: {s.scheme} ({s.io_type} I/O) for "
             f"{report.profile}, {format_size(report.output_bytes)}")
     if report.float_tflite_bytes:
         line += (f" = {report.size_ratio:.2f}x the float32 .tflite "
@@ -111,22 +127,21 @@ def verdict_line(report) -> tuple[str, str]:
     """The simulated figures and the verdict with its reasons: which budget failed by how
     much, which ops the runtime lacks (and their layers), which budgets went unchecked."""
     sim = report.simulation
-    figures = [f"{b['name']} {format_figure(b['value'], b['unit'])}"
-               + (f" (likely {format_figure(b['band'][0], b['unit'])}–{format_figure(b['band'][1], b['unit'])})"
-                  if b.get("band") else "")
-               + f" of {format_figure(b['limit'], b['unit'])}" for b in sim["budgets"]]
-    at_risk = [b["name"] for b in sim["budgets"] if b.get("status") == "at-risk"]
+    figures = [f"{b.name} {format_figure(b.value, b.unit)}"
+               + (f" (likely {format_figure(b.band[0], b.unit)}–{format_figure(b.band[1], b.unit)})"
+                  if b.band else "")
+               + f" of {format_figure(b.limit, b.unit)}" for b in sim.budgets]
+    at_risk = sim.at_risk
     figures += [f"{name} unchecked ({why})" for name, why in report.unchecked_budgets.items()]
-    reasons = [f"{b['name']} over budget by {format_figure(-b['margin'], b['unit'])}"
-               for b in sim["budgets"] if not b["ok"]]
-    compat = sim.get("compatibility") or {}
-    ops = compat.get("unsupported_ops") or []
+    reasons = [f"{b.name} over budget by {format_figure(-b.margin, b.unit)}"
+               for b in sim.budgets if not b.ok]
+    ops = sim.compatibility.unsupported_ops if sim.compatibility is not None else ()
     if ops:
-        named = [f"{o['op']}" + (f" (layer {o['layer']})" if o.get("layer") else "")
-                 for o in ops[:6]]
+        named = [o.op + (f" (layer {layer})" if (layer := report.layer_of(o.subgraph, o.op_index))
+                         else "") for o in ops[:6]]
         reasons.append(f"{report.runtime} cannot run {', '.join(named)}"
                        + (f" and {len(ops) - 6} more" if len(ops) > 6 else "")
-                       + (f": {ops[0]['reason']}" if ops[0].get("reason") else ""))
+                       + (f": {ops[0].reason}" if ops[0].reason else ""))
     if report.verdict != "pass":
         word, colour = "FAIL: " + "; ".join(reasons or ["see the report"]), "red"
     elif report.unchecked_budgets:
@@ -154,7 +169,7 @@ def _before_after(args: argparse.Namespace, report, baseline: Path) -> None:
     before.model = dataclasses.replace(before.model,
                                        path=f"float32 .tflite of {args.model} (not kept)")
     pairs = [(f"before: float32 .tflite of {args.model}", before),
-             (f"after: {report.output} ({report.settings['scheme']})",
+             (f"after: {report.output} ({report.settings.scheme})",
               simulate(report.output, report.profile, profiles_dirs=args.profiles_dir))]
     write_pictures(args, pairs, inputs=[args.model], intro=conversion_summary_html(report),
                    title=f"convert {args.model} for {report.profile}: before / after")
@@ -170,11 +185,11 @@ def _print_summary(console, report) -> None:
         console.print(f"fine-tuned {ft.epochs} epoch(s): batch {ft.batch_size} x "
                       f"{ft.accumulation_steps} accumulation, loss "
                       + " → ".join(f"{v:.3f}" for v in ft.loss))
-    if s.get("sparsity"):
+    if s.sparsity:
         rows = [(w.tensor, w.op, "x".join(map(str, w.shape)), f"{w.zero_fraction:.0%}",
                  "-" if w.nm_groups is None else f"{w.nm_groups - w.nm_violations}/{w.nm_groups}")
                 for w in report.weights]
-        console.print(table(f"Weights read back from the file ({s['sparsity']})",
+        console.print(table(f"Weights read back from the file ({s.sparsity})",
                             ["tensor", "op", "shape", "zeros", "groups ok"], rows))
     acc = report.accuracy
     if acc is not None:
@@ -187,19 +202,14 @@ def _print_summary(console, report) -> None:
         parts.append("SQNR " + ("identical" if acc.sqnr_db is None else f"{acc.sqnr_db:.1f} dB"))
         console.print("evaluation: " + ", ".join(parts))
     console.print("stages: " + ", ".join(f"{k} {v:.2f}s" for k, v in report.stages.items()))
-    if report.edgetpu is not None:
-        e = report.edgetpu
-        first = e.get("first_unmapped")
-        console.print(f"Edge TPU: {e['mapped_ops']}/{e['total_ops']} ops mapped"
-                      + (f"; first on CPU: op {first['index']} {first['op']}: {first['reason']}"
-                         if first else "")
-                      + (f"; {e['compile_error']}" if e.get("compile_error") else ""))
+    for line in _target_lines(report.target_extra):
+        console.print(line)
     if report.memory_optimization is not None:
         o = report.memory_optimization
-        console.print(f"memory optimization: {o['summary']} (TFLM head "
-                      f"{format_size(o['head_before_bytes'])} → {format_size(o['head_after_bytes'])}"
-                      f", best-order bound {format_size(o['bound_best_order_bytes'])})")
-        for note in o["notes"]:
+        console.print(f"memory optimization: {o.summary} (TFLM head "
+                      f"{format_size(o.head_before_bytes)} → {format_size(o.head_after_bytes)}"
+                      f", best-order bound {format_size(o.bound_best_order_bytes)})")
+        for note in o.notes:
             if note.startswith("patches"):
                 console.print(f"  {note}")
     if report.simulation is not None:
@@ -207,6 +217,19 @@ def _print_summary(console, report) -> None:
         console.print(escape(figures) + verdict, soft_wrap=True)
     for w in report.warnings:
         console.print(f"[bold yellow]warning:[/bold yellow] {w}")
+
+
+def _target_lines(extra: Any) -> list[str]:
+    """What the target's ``after_convert`` hook reported, in a line or a few: the Edge TPU
+    partition as one line; a result that renders itself (``text_lines()``) as its lines."""
+    from simulator.compat.edgetpu import EdgeTpuReport
+
+    if isinstance(extra, EdgeTpuReport):
+        first = extra.first_unmapped
+        return [f"Edge TPU: {extra.mapped_ops}/{extra.total_ops} ops mapped"
+                + (f"; first on CPU: op {first.index} {first.op}: {first.reason}" if first else "")
+                + (f"; {extra.compile_error}" if extra.compile_error else "")]
+    return list(extra.text_lines()) if hasattr(extra, "text_lines") else []
 
 
 class _ConsoleHandler(logging.Handler):
@@ -220,7 +243,7 @@ class _ConsoleHandler(logging.Handler):
 
 
 @contextmanager
-def _warnings_to(console) -> Iterator[None]:
+def warnings_to(console) -> Iterator[None]:
     """Show the library's logged warnings as they happen (e.g. random calibration)."""
     logger = logging.getLogger("sdk")
     handler = _ConsoleHandler(make_console(console.no_color, stderr=True))

@@ -101,7 +101,7 @@ def _fit(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
     # The converter warns once per full-integer conversion; fit converts dozens of times.
     warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
-    from sdk.commands.convert import _warnings_to
+    from sdk.commands.convert import warnings_to
     from sdk.fit import SearchSettings, fit
 
     if args.heartbeat < 1:
@@ -124,7 +124,7 @@ def _fit(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"fit needs {', '.join(missing)} (or --export with --storage and "
                          "--study to write the best candidate of a search)")
-    with _warnings_to(console), _progress(args.no_color, args.json,
+    with warnings_to(console), _progress(args.no_color, args.json,
                                           args.max_trials) as (progress, on_trial):
         report = fit(args.model, args.profile, args.output, train=args.train,
                      eval_data=args.eval_data, calibration=args.calibration,

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sdk.console import make_console, print_json, table
+from sdk.console import make_console, print_json, step, table
 from simulator.errors import InputError, UsageError
 from simulator.units import SIZE_UNITS_HELP, format_size, parse_size
 
@@ -56,6 +56,7 @@ def load_keras_model(path: str) -> Any:
         raise InputError(f"{path} is not a Keras model file (expected "
                          f"{', '.join(MODEL_SUFFIXES)}); plan-batch needs the trainable model")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # no TF C++ start-up chatter
+    step(f"loading {file.name} (TensorFlow starts)")
     import keras
 
     try:
@@ -83,7 +84,9 @@ def _handle(args: argparse.Namespace) -> int:
     memory = _memory(args.memory)
     if args.target_batch < 1:
         raise UsageError(f"--target-batch must be at least 1, got {args.target_batch}")
-    plan = plan_batch(load_keras_model(args.model), memory_bytes=memory,
+    model = load_keras_model(args.model)
+    step("estimating training memory")
+    plan = plan_batch(model, memory_bytes=memory,
                       optimizer=args.optimizer, target_batch=args.target_batch, dtype=args.dtype,
                       calibrate_with=args.model if args.calibrate else None)
     if args.json:

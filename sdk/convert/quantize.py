@@ -21,6 +21,7 @@ import numpy as np
 from sdk.convert.loading import LoadedModel
 from simulator.errors import UsageError
 from simulator.profiles import Profile
+from simulator.targets import target_for
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +35,6 @@ SCHEME_IO_TYPES: dict[str, tuple[str, ...]] = {
     "dynamic": ("float32",),
     "float32": ("float32",),
 }
-
-#: Runtimes that run int16x8 models with int16 inputs and outputs.
-INT16_IO = ("tflm", "litert")
 
 Progress = Callable[[str, int, int], None]
 
@@ -56,16 +54,19 @@ def resolve(profile: Profile, scheme: str | None, io_type: str | None) -> QuantS
     """The profile's default scheme and I/O type unless asked; refuse what it does not allow."""
     q = profile.quantization
     scheme = scheme or q.default
+    # The profile loader keeps q.schemes within what the target executes
+    # (``Target.quant_schemes``), so a scheme the profile allows runs on it.
     if scheme not in q.schemes:
         raise UsageError(f"profile {profile.name} does not allow --scheme {scheme} "
                          f"(its runtime takes: {', '.join(q.schemes)})")
     possible = SCHEME_IO_TYPES[scheme]
     allowed = tuple(q.io_types)
-    if scheme == "int16x8" and "int16" not in allowed and profile.runtime.name in INT16_IO \
+    if scheme == "int16x8" and "int16" not in allowed and target_for(profile).int16_io \
             and any(t in allowed for t in ("int8", "uint8")):
         # int16 I/O is to int16x8 what int8 I/O is to int8: a profile taking integer I/O
         # takes the integer type of the scheme (TFLM and LiteRT have int16 kernels for the
-        # I/O ops); without it the model gets float I/O plus QUANTIZE/DEQUANTIZE ops.
+        # I/O ops: ``Target.int16_io``); without it the model gets float I/O plus
+        # QUANTIZE/DEQUANTIZE ops.
         allowed = ("int16", *allowed)
     if io_type is None:
         # The profile lists I/O types in order of preference (uint8 first for the Edge TPU).
@@ -76,8 +77,6 @@ def resolve(profile: Profile, scheme: str | None, io_type: str | None) -> QuantS
     elif io_type not in allowed:
         raise UsageError(f"profile {profile.name} does not allow --io-type {io_type} "
                          f"(allowed: {', '.join(allowed)})")
-    if profile.runtime.name == "edgetpu" and scheme != "int8":
-        raise UsageError(f"profile {profile.name}: the Edge TPU runs only full-integer int8 models")
     return QuantSettings(scheme=scheme, io_type=io_type, per_channel=q.per_channel)
 
 

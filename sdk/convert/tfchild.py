@@ -5,9 +5,11 @@ The parent (the CLI) never imports TensorFlow for a model given as a path: it st
 each stage as it starts and progress within it; once the model is loaded it asks for data
 (``need_data`` with the input shape), which the parent loads, checks and hands over as
 ``.npy`` files; at the end it writes the ``.tflite`` (and optional float baseline and float
-reference outputs) into WORKDIR. The child's stderr (TensorFlow's native log, faulthandler's
-stack on a crash, tracebacks) goes to ``WORKDIR/converter.log``, which is kept and named in
-the message when the conversion fails and deleted when it succeeds.
+reference outputs) into WORKDIR. The child's stderr (TensorFlow's native log: absl, oneDNN
+and CUDA start-up lines, the MLIR quantizer's ``fully_quantize: …`` lines; faulthandler's
+stack on a crash, tracebacks) goes to ``WORKDIR/converter.log``, never to the terminal; the
+log is kept and named in the message when the conversion fails, and deleted when it
+succeeds.
 
 A native crash (the child dies of a signal), a hang (no event for :data:`STALL_TIMEOUT_S`)
 or an error becomes one :class:`~simulator.errors.DevicefitError` naming the stage.
@@ -246,7 +248,7 @@ def main(work_dir: str) -> int:
         emit(done={"source": result.source, "kind": result.kind,
                    "input_shape": list(result.input_shape), "converter": result.converter,
                    "float_weight_bytes": result.float_weight_bytes, "layers": result.layers,
-                   "parts": result.parts})
+                   "sparsity": result.sparsity})
         return 0
     except errors.DevicefitError as exc:
         traceback.print_exc()

@@ -40,8 +40,8 @@ class TFRequest:
     io_type: str
     per_channel: bool
     unsafe: bool = False
-    sparsity: str | None = None
-    prune_channels: float | None = None
+    #: Sparsity kinds to apply in order, each in its YAML form (``sparsity.from_mapping``).
+    sparsity: list[dict[str, Any]] = field(default_factory=list)
     epochs: int = 0
     distill: bool = False
     #: Also convert the unpruned float32 model (the "before" of a report).
@@ -72,8 +72,8 @@ class TFResult:
     reference: np.ndarray | None = None
     #: Layer name → class, for messages naming layers.
     layers: dict[str, str] = field(default_factory=dict)
-    #: pruned_layers, nm_skipped, fine_tune, prune_stages, masks (a count).
-    parts: dict[str, Any] = field(default_factory=dict)
+    #: What sparsity did: ``sparsity.SparsityOutcome.to_dict()`` (it crosses a process).
+    sparsity: dict[str, Any] | None = None
 
 
 def run(request: TFRequest, model: Any, supply: Callable[[tuple[int, ...]], DataBundle],
@@ -88,7 +88,7 @@ def run(request: TFRequest, model: Any, supply: Callable[[tuple[int, ...]], Data
     import tensorflow as tf
 
     loaded = loading.load(request.model if model is None else model, unsafe=request.unsafe)
-    if (request.sparsity or request.prune_channels) and not loaded.is_keras:
+    if request.sparsity and not loaded.is_keras:
         raise UsageError(f"{loaded.source}: pruning needs a Keras model (.keras or .h5); a "
                          "SavedModel can only be quantized")
     layers = _layers(loaded)
@@ -103,9 +103,9 @@ def run(request: TFRequest, model: Any, supply: Callable[[tuple[int, ...]], Data
         stage("float reference")
         result.reference = loaded.predict(data.evaluation.x, batch_size=REFERENCE_BATCH)
     original = loaded
-    if request.sparsity or request.prune_channels is not None:
+    if request.sparsity:
         stage("sparsity")
-    loaded = _sparsify(loaded, request, data.training, progress, result.parts)
+        loaded = _sparsify(loaded, request, data.training, progress, result)
     stage("quantize")
     calib = None if data.calibration is None else data.calibration.x
     result.tflite = _convert(loaded, request.quant, calib, progress, request, layers)
@@ -153,46 +153,17 @@ def _float_weight_bytes(loaded: loading.LoadedModel) -> int:
 
 # --------------------------------------------------------------------------- sparsity stage
 def _sparsify(loaded: loading.LoadedModel, request: TFRequest, training: Dataset | None,
-              progress: Progress | None, parts: dict[str, Any]) -> loading.LoadedModel:
-    from sdk.convert import finetune
-
-    pattern = sparsity.parse_nm(request.sparsity) if request.sparsity else None
-    if pattern is None and request.prune_channels is None:
-        return loaded
+              progress: Progress | None, result: TFResult) -> loading.LoadedModel:
+    """Prune (and fine-tune) with each of the request's sparsity kinds in turn."""
     loss = None
     if request.distill and training is not None:  # the unpruned model teaches the pruned one
         from sdk.fit.distill import distillation
 
         training, loss = distillation(loaded.keras_model, loaded.keras_model, training)
-    epochs = request.epochs
-    if pattern is not None:
-        model = _clone(loaded.keras_model)  # never change the caller's model in place
-        masks, parts["nm_skipped"] = sparsity.nm_masks(model, pattern)
-        if not masks:
-            raise UsageError(f"no Conv/Dense layer takes {pattern} sparsity (input channels must "
-                             f"be a multiple of {pattern.m})")
-        sparsity.apply_masks(model, masks)
-        if training is not None:
-            parts["fine_tune"] = [dataclasses.asdict(finetune.fine_tune(
-                model, training, epochs, masks=masks, progress=progress, loss=loss))]
-            sparsity.apply_masks(model, masks)
-        parts["masks"] = len(masks)
-        return dataclasses.replace(loaded, keras_model=model)
-    result = finetune.prune_channels(loaded.keras_model, request.prune_channels, training,
-                                     epochs, progress, loss=loss)
-    if not result.layers:
-        raise UsageError("channel pruning found no prunable filters (every layer feeds an "
-                         "output or a layer whose channels must stay)")
-    parts["pruned_layers"] = [dataclasses.asdict(p) for p in result.layers]
-    parts["fine_tune"] = [dataclasses.asdict(f) for f in result.fine_tune]
-    parts["prune_stages"] = result.stages
-    return dataclasses.replace(loaded, keras_model=result.model)
-
-
-def _clone(model: Any) -> Any:
-    import keras
-
-    clone = keras.models.clone_model(model)
-    clone.set_weights(model.get_weights())
-    return clone
-
+    model, outcome = loaded.keras_model, sparsity.SparsityOutcome()
+    for kind in request.sparsity:
+        model, done = sparsity.from_mapping(kind).apply(model, sparsity.Training(
+            training, request.epochs, progress, loss))
+        outcome = outcome.merged(done)
+    result.sparsity = outcome.to_dict()
+    return dataclasses.replace(loaded, keras_model=model)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from sdk.convert.spec import ConversionSpec, MemoryOptimization
 from sdk.fit.candidate import (
     Context,
     TrialRecord,
@@ -32,6 +33,7 @@ from sdk.fit.export import (
     artifact_dir,
     embed_metadata,
     export,
+    metadata_base,
     remember,
     study_info,
     write_winner,
@@ -42,6 +44,7 @@ from sdk.fit.space import space_for
 from simulator.errors import UsageError
 from simulator.fileio import write_atomic
 from simulator.profiles import Profile, load_profile
+from simulator.targets import target_for
 
 __all__ = ["FitReport", "SearchSettings", "export", "fit"]
 
@@ -67,7 +70,7 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
     profiles) runs every candidate through ``devicefit optimize --patches`` before it is
     judged, so a model can fit by running its first stage patch by patch.
     """
-    from sdk.convert import _check_output, data, loading
+    from sdk.convert import check_output, data, loading
 
     settings = settings or SearchSettings()
     if settings.max_trials < 1:
@@ -79,10 +82,12 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
     if cluster is not None:
         check_clusters(cluster)
     prof = profile if isinstance(profile, Profile) else load_profile(profile, profiles_dirs)
-    if patches is not None and prof.runtime.name != "tflm":
-        raise UsageError(f"--patches rewrites the graph for TFLite-Micro; profile "
-                         f"'{prof.name}' runs '{prof.runtime.name}'")
-    out_path = _check_output(output, model, train, eval_data, calibration)
+    target = target_for(prof)
+    if patches is not None and not target.offline_plan:
+        raise UsageError(f"--patches rewrites the graph and its TFLite-Micro arena plan, which "
+                         f"{target.title} does not take; profile '{prof.name}' runs "
+                         f"'{prof.runtime.name}'")
+    out_path = check_output(output, model, train, eval_data, calibration)
     loaded = loading.load(model, unsafe=unsafe)
     if not loaded.is_keras:
         raise UsageError(f"{loaded.source}: fit prunes and fine-tunes, so it needs a Keras "
@@ -111,9 +116,10 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
                       calibration=calib, epochs=epochs, workdir=work,
                       float_accuracy=float_accuracy,
                       distill=DistillSettings() if distill else None, progress=progress,
-                      memory=None if patches is None else
-                      {"patches": patches, "max_mac_overhead": max_mac_overhead,
-                       "patch_objective": patch_objective})
+                      spec=ConversionSpec(
+                          calibration=calibration, unsafe=unsafe,
+                          optimize_memory=None if patches is None else MemoryOptimization(
+                              patches, max_mac_overhead, patch_objective)))
         ctx.qat_twins = space.qat  # PTQ twins of QAT candidates train the same epochs
         report = FitReport(
             source=loaded.source, profile=prof.name, runtime=prof.runtime.name,
@@ -194,22 +200,6 @@ def _here(ctx: Context, record: TrialRecord) -> TrialRecord | None:
     return None
 
 
-def metadata_base(ctx: Context, report: FitReport) -> dict[str, Any]:
-    """devicefit's metadata for every candidate of this search (kept in the study so that
-    ``fit --export`` writes the same bytes on a machine without the model or TensorFlow)."""
-    import tensorflow as tf
-
-    return {
-        "tool": "devicefit fit", "profile": ctx.profile.name, "runtime": ctx.profile.runtime.name,
-        "source": Path(ctx.loaded.source).name if ctx.loaded.kind != "memory"
-        else ctx.loaded.source, "source_format": ctx.loaded.kind,
-        "fine_tune_epochs": ctx.epochs, "distill": report.settings["distill"],
-        "cluster": report.settings["cluster"],
-        "calibration": {"source": ctx.train.source, "samples": len(ctx.calibration),
-                        "random": False},
-        "sparse_encoding": False, "converter": f"tensorflow {tf.__version__}"}
-
-
 def _cluster(ctx: Context, record: TrialRecord, clusters: int, tflite: bytes
              ) -> tuple[bytes, dict[str, Any]]:
     """Cluster the chosen candidate's weights, fine-tune with clusters kept, convert again."""
@@ -226,7 +216,7 @@ def _cluster(ctx: Context, record: TrialRecord, clusters: int, tflite: bytes
     keeper = cluster_weights(model, clusters)
     run = finetune.fine_tune(model, ctx.train, ctx.epochs, on_step_end=keeper,
                              progress=ctx.progress)
-    clustered = convert_candidate(ctx, model, record.candidate)
+    clustered = convert_candidate(ctx, model, record.candidate.spec(ctx.spec))
     path = ctx.workdir / f"trial-{record.number:03d}-clustered.tflite"
     write_atomic(path, clustered)
     return clustered, {

@@ -26,6 +26,8 @@ import numpy as np
 from sdk.convert import accuracy, finetune, quantize, sparsity
 from sdk.convert.data import Dataset
 from sdk.convert.loading import LoadedModel
+from sdk.convert.pipeline import optimize_memory
+from sdk.convert.spec import ConversionSpec
 from sdk.fit import distill, qat
 from sdk.fit.cluster import gzip_size
 from sdk.fit.space import Candidate
@@ -53,9 +55,9 @@ class Context:
     float_accuracy: float | None
     distill: distill.DistillSettings | None = None
     progress: Progress | None = None
-    #: ``optimize_model_bytes`` options (patches, max_mac_overhead) to shrink each
-    #: candidate's TFLM arena; None: candidates are judged as converted.
-    memory: dict[str, Any] | None = None
+    #: What every trial's conversion shares (its ``optimize_memory`` shrinks each
+    #: candidate's TFLM arena); a trial's own spec is ``candidate.spec(ctx.spec)``.
+    spec: ConversionSpec = ConversionSpec()
     #: The search also tries QAT: a PTQ candidate that has a QAT twin trains the same extra
     #: epochs, one at a time like QAT, without fake quantization (like for like).
     qat_twins: bool = False
@@ -123,14 +125,13 @@ def static_check(path: Path, profile: Profile) -> Report:
     return simulate(path, profile, strict=True)
 
 
-def convert_candidate(ctx: Context, model: Any, candidate: Candidate) -> bytes:
-    settings = quantize.resolve(ctx.profile, candidate.scheme, None)
+def convert_candidate(ctx: Context, model: Any, spec: ConversionSpec) -> bytes:
+    """``model`` (the candidate's, pruned and trained) quantized and written as ``spec`` says."""
+    settings = quantize.resolve(ctx.profile, spec.scheme, spec.io_type)
     loaded = dataclasses.replace(ctx.loaded, keras_model=model, saved_model_dir=None)
     tflite = quantize.to_tflite(loaded, settings, ctx.calibration)
-    if ctx.memory is not None:  # a candidate may fit only once its first stage runs in patches
-        from simulator.optimize import optimize_model_bytes
-
-        tflite, _ = optimize_model_bytes(tflite, ctx.profile, **ctx.memory)
+    # A candidate may fit only once its first stage runs in patches.
+    tflite, _ = optimize_memory(tflite, ctx.profile, spec)
     return tflite
 
 
@@ -154,9 +155,9 @@ def train_candidate(ctx: Context, candidate: Candidate) -> tuple[Any, list[Any]]
         data, loss = distill.distillation(ctx.model, ctx.model, ctx.train, ctx.distill)
     runs: list[Any] = []
     if candidate.pruned:
-        pruned = finetune.prune_channels(ctx.model, candidate.prune, data, ctx.epochs,
-                                         ctx.progress, loss=loss,
-                                         layer_ratios=candidate.layer_ratios())
+        pruned = sparsity.prune_in_stages(
+            ctx.model, candidate.prune, sparsity.Training(data, ctx.epochs, ctx.progress, loss),
+            candidate.layer_ratios())
         model = pruned.model
         runs += pruned.fine_tune
     else:
@@ -164,8 +165,8 @@ def train_candidate(ctx: Context, candidate: Candidate) -> tuple[Any, list[Any]]
     if candidate.nm:
         masks, _ = sparsity.nm_masks(model, sparsity.parse_nm(candidate.nm))
         sparsity.apply_masks(model, masks)
-        runs.append(finetune.fine_tune(model, data, ctx.epochs, masks=masks,
-                                       progress=ctx.progress, loss=loss))
+        runs.append(finetune.fine_tune(model, data, ctx.epochs, progress=ctx.progress,
+                                       loss=loss, on_step_end=sparsity.keep_masks(masks)))
         sparsity.apply_masks(model, masks)
     if candidate.qat:
         result = qat.quantization_aware_fit(model, data, ctx.epochs, ctx.calibration,
@@ -197,7 +198,8 @@ def evaluate(ctx: Context, candidate: Candidate, number: int) -> TrialRecord:
     """Run one candidate through the three steps; the ``.tflite`` stays in the work folder."""
     started = time.perf_counter()
     path = ctx.workdir / f"trial-{number:03d}.tflite"
-    tflite = convert_candidate(ctx, structural_model(ctx, candidate), candidate)
+    spec = candidate.spec(ctx.spec)
+    tflite = convert_candidate(ctx, structural_model(ctx, candidate), spec)
     write_atomic(path, tflite)
     report = static_check(path, ctx.profile)
     if not report.ok:
@@ -209,7 +211,7 @@ def evaluate(ctx: Context, candidate: Candidate, number: int) -> TrialRecord:
         model, runs = train_candidate(ctx, candidate)
         keras_path = ctx.workdir / f"trial-{number:03d}.keras"
         model.save(keras_path)
-        tflite = convert_candidate(ctx, model, candidate)
+        tflite = convert_candidate(ctx, model, spec)
         write_atomic(path, tflite)
         report = static_check(path, ctx.profile)
     record = _record(number, candidate, "trained" if runs else "post-training", report, tflite,

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sdk.convert.spec import ConversionSpec
 from sdk.fit.candidate import TrialRecord
 from sdk.fit.report import FitReport, choose, closest_miss, reason_for
 from sdk.fit.search import SearchSettings, records, storage_for
@@ -40,8 +41,6 @@ def artifact_dir(root: Path, study: str) -> Path:
 
 
 def study_info(report: FitReport, profile: Profile, ctx: Context) -> dict[str, Any]:
-    from sdk.fit import metadata_base
-
     return {"source": report.source, "profile": profile.name,
             "profile_path": str(profile.path) if profile.path else None,
             "runtime": report.runtime, "budgets": report.budgets, "space": report.space,
@@ -50,11 +49,27 @@ def study_info(report: FitReport, profile: Profile, ctx: Context) -> dict[str, A
             "metadata": metadata_base(ctx, report)}
 
 
+def metadata_base(ctx: Context, report: FitReport) -> dict[str, Any]:
+    """devicefit's metadata for every candidate of this search (kept in the study so that
+    ``fit --export`` writes the same bytes on a machine without the model or TensorFlow)."""
+    import tensorflow as tf
+
+    return {
+        "tool": "devicefit fit", "profile": ctx.profile.name, "runtime": ctx.profile.runtime.name,
+        "source": Path(ctx.loaded.source).name if ctx.loaded.kind != "memory"
+        else ctx.loaded.source, "source_format": ctx.loaded.kind,
+        "fine_tune_epochs": ctx.epochs, "distill": report.settings["distill"],
+        "cluster": report.settings["cluster"],
+        "calibration": {"source": ctx.train.source, "samples": len(ctx.calibration),
+                        "random": False},
+        "sparse_encoding": False, "converter": f"tensorflow {tf.__version__}"}
+
+
 def remember(settings: SearchSettings, name: str, info: dict[str, Any]) -> None:
     """Every worker writes the same values, so whichever wrote last is right."""
-    from sdk.fit.search import _study
+    from sdk.fit.search import open_study
 
-    _study(name, settings, None, create=True).set_user_attr(STUDY_INFO, info)
+    open_study(name, settings, None, create=True).set_user_attr(STUDY_INFO, info)
 
 
 def write_winner(report: FitReport, profile: Profile, out_path: Path, build: Build,
@@ -93,12 +108,10 @@ def embed_metadata(tflite: bytes, profile: Profile, record: TrialRecord,
     """The candidate's bytes with devicefit's conversion metadata (``base`` + the trial's)."""
     from sdk.convert import metadata, quantize
 
-    quant = quantize.resolve(profile, record.candidate.scheme, None)
+    spec = record.candidate.spec(ConversionSpec())
+    quant = quantize.resolve(profile, spec.scheme, spec.io_type)
     return metadata.embed(tflite, {
-        **base, "scheme": quant.scheme, "io_type": quant.io_type,
-        "per_channel": quant.per_channel, "prune_channels": record.candidate.prune or None,
-        "prune_layers": dict(record.candidate.layers) or None, "sparsity": record.candidate.nm,
-        "qat": record.candidate.qat, "trial": record.number,
+        **base, **spec.settings(quant), "qat": record.candidate.qat, "trial": record.number,
         "fine_tune_epochs": base["fine_tune_epochs"] if record.candidate.needs_training else 0})
 
 
@@ -111,15 +124,15 @@ def export(settings: SearchSettings, output: str | Path, *, profile: str | Path 
     """
     import optuna
 
-    from sdk.convert import _check_output
+    from sdk.convert import check_output
 
     if settings.storage is None or settings.study_name is None:
         raise UsageError("--export needs --storage URL and --study NAME")
-    out_path = _check_output(output)
-    from sdk.fit.search import _study
+    out_path = check_output(output)
+    from sdk.fit.search import open_study
 
     try:
-        study = _study(settings.study_name, settings, None, create=False)
+        study = open_study(settings.study_name, settings, None, create=False)
     except UsageError:
         names = [s.study_name for s in optuna.get_all_study_summaries(storage_for(settings))]
         raise UsageError(f"--study {settings.study_name}: no such study in --storage "

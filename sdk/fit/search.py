@@ -329,7 +329,7 @@ def storage_for(settings: SearchSettings) -> Any:
                               max_retry=MAX_RETRIES))
 
 
-def _study(name: str, settings: SearchSettings, seed: int | None, create: bool) -> Any:
+def open_study(name: str, settings: SearchSettings, seed: int | None, create: bool) -> Any:
     import optuna
     from sqlalchemy.exc import SQLAlchemyError  # optuna's RDB storage is SQLAlchemy
 
@@ -474,7 +474,7 @@ def search(ctx: Context, space: SearchSpace, settings: SearchSettings, *, name: 
     if settings.jobs > 1 and settings.storage is None:
         settings = replace(settings, storage=f"sqlite:///{ctx.workdir / 'fit.db'}")
     started = time.monotonic()
-    study = _study(name, settings, worker_seed(settings, 0), create=True)
+    study = open_study(name, settings, worker_seed(settings, 0), create=True)
     workers = _start_workers(ctx, space, settings, name, model_path) if settings.jobs > 1 else []
     interrupted = False
     run = _run(study, ctx, space, settings, on_trial)
@@ -527,7 +527,7 @@ def _worker(spec: _WorkerSpec) -> None:
 
     loaded = loading.load(spec.model_path)
     ctx = replace(spec.ctx, loaded=replace(spec.ctx.loaded, keras_model=loaded.keras_model))
-    study = _study(spec.name, spec.settings, worker_seed(spec.settings, spec.index),
+    study = open_study(spec.name, spec.settings, worker_seed(spec.settings, spec.index),
                    create=False)
     try:
         _run(study, ctx, spec.space, spec.settings, None).optimize()

@@ -9,9 +9,11 @@ quantization-aware training (int8 only: QAT matches the converter's int8 roundin
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from sdk.convert.sparsity import ChannelRatio, SparsitySpec, parse_nm
+from sdk.convert.spec import ConversionSpec
 from simulator.profiles import Profile
 
 #: Schemes fit tries, smallest weights first (the order breaks ties in the report).
@@ -43,7 +45,21 @@ class Candidate:
 
     def layer_ratios(self) -> dict[str, float] | None:
         """Producer layer name → ratio, as ``sparsity.prune_channels`` takes it."""
-        return {name: r for group, r in self.layers for name in group.split("+")} or None
+        return ChannelRatio(self.prune, self.layers).layer_ratios() if self.layers else None
+
+    def sparsity(self) -> tuple[SparsitySpec, ...]:
+        """The sparsity kinds this candidate applies, in the order fit trains them."""
+        kinds: list[SparsitySpec] = []
+        if self.pruned:
+            kinds.append(ChannelRatio(self.prune, self.layers))
+        if self.nm:
+            kinds.append(parse_nm(self.nm))
+        return tuple(kinds)
+
+    def spec(self, base: ConversionSpec) -> ConversionSpec:
+        """The conversion this candidate asks for: ``base`` (what every trial shares) with
+        its scheme and sparsity."""
+        return replace(base, scheme=self.scheme, sparsity=self.sparsity())
 
     @property
     def structure(self) -> tuple[str, str | None]:
@@ -131,9 +147,8 @@ def space_for(profile: Profile, *, can_train: bool, can_prune: bool,
               groups: tuple[str, ...] = ()) -> SearchSpace:
     """What ``profile`` lets fit try; without training data only post-training schemes.
     ``groups`` are the model's prunable layer groups (for per-layer ratios)."""
+    # The profile loader keeps its schemes within the target's (``Target.quant_schemes``).
     schemes = tuple(s for s in SCHEMES if s in profile.quantization.schemes)
-    if profile.runtime.name == "edgetpu":
-        schemes = ("int8",)
     kinds = profile.sparsity.kinds
     prune = PRUNE_RATIOS if can_train and can_prune and "channel" in kinds else (0.0,)
     nm: tuple[str | None, ...] = (None,)

@@ -26,11 +26,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sdk.console import log_tail, step
 from sdk.train.backend import Backend
 from simulator.errors import RuntimeFailure
 
@@ -72,22 +74,34 @@ def measure_steps(model_path: str | Path, updates: list[list[int]], *,
                           "steady_allocator": steady_allocator})
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     what = ", ".join("+".join(map(str, u)) for u in updates)
-    try:
-        done = subprocess.run([sys.executable, "-m", "sdk.train.measure", request],
-                              capture_output=True, text=True, timeout=timeout_s, env=env,
-                              check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise RuntimeFailure(f"measuring batch {what} took over {timeout_s:.0f} s") from exc
+    step(f"measuring training steps at batch {what} (a child process)")
+    # The child's stderr (TensorFlow's start-up lines, a traceback) goes to a log file that
+    # is kept, and its end shown, only when the measurement fails.
+    with tempfile.NamedTemporaryFile(prefix="devicefit-measure-", suffix=".log",
+                                     delete=False) as log:
+        try:
+            done = subprocess.run([sys.executable, "-m", "sdk.train.measure", request],
+                                  stdout=subprocess.PIPE, stderr=log, text=True,
+                                  timeout=timeout_s, env=env, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise _failure(f"measuring batch {what} took over {timeout_s:.0f} s",
+                           log.name) from exc
     if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        if done.returncode < 0:
-            tail = f"killed by signal {-done.returncode} (out of memory?)"
-        raise RuntimeFailure(f"measuring a training step at batch {what} failed "
-                             f"(exit {done.returncode}): {tail}")
+        cause = (f"killed by signal {-done.returncode} (out of memory?)" if done.returncode < 0
+                 else f"exit {done.returncode}")
+        raise _failure(f"measuring a training step at batch {what} failed ({cause})", log.name)
+    Path(log.name).unlink(missing_ok=True)
     raw = json.loads(done.stdout.strip().splitlines()[-1])
     return Measurement(backend=Backend(**raw["backend"]),
                        steps=[MeasuredStep(**s) for s in raw["steps"]],
                        device_free_bytes=raw["device_free_bytes"])
+
+
+def _failure(message: str, log: str) -> RuntimeFailure:
+    """The error with the child's last words (its exception, e.g. out of memory) and where
+    its whole log is kept."""
+    last = log_tail(Path(log), 1)
+    return RuntimeFailure(f"{message}{': ' + last[0] if last else ''}; its log: {log}")
 
 
 def measure_step_peak(model_path: str | Path, batch_size: int, *, optimizer: str = "adam",

@@ -23,21 +23,14 @@ from simulator.targets import TARGETS, TargetView
 
 Checker = Callable[[Model, Profile], list[UnsupportedOp]]
 
-#: Custom op codes an accelerator's compiler leaves in a model: the compiled part of the
-#: graph is one such op, which only that accelerator's driver can run.
-ACCELERATOR_OPS: dict[str, str] = {
-    "ethos-u": "Arm Ethos-U NPU (compiled by Vela)",
-    "edgetpu-custom-op": "Coral Edge TPU (compiled by edgetpu_compiler)",
-}
-
-
 def accelerator_op(code: str) -> str | None:
-    """The compatibility finding for a custom op compiled for an accelerator, else None."""
-    target = ACCELERATOR_OPS.get(code)
+    """The compatibility finding for a custom op a target's compiler left in the model (its
+    compiled part, which only that accelerator's driver runs), else None."""
+    target = next((t for t in TARGETS.values() if t.compiled_op == code), None)
     if target is None:
         return None
-    return (f"compiled for the {target}: this op is the accelerator's part of the graph and "
-            f"runs only where its driver is; give the uncompiled .tflite or a profile for "
+    return (f"compiled for the {target.title}: this op is the accelerator's part of the graph "
+            f"and runs only where its driver is; give the uncompiled .tflite or a profile for "
             f"that accelerator")
 
 

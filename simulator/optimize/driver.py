@@ -43,7 +43,7 @@ from simulator.optimize.patches import (
 from simulator.optimize.reorder import OrderResult, best_order
 from simulator.planners.base import PlanError, check_plan
 from simulator.planners.tflm import greedy_plan
-from simulator.profiles import Profile
+from simulator.profiles import Profile, load_profile
 from simulator.reader import parse_model
 from simulator.targets import TARGETS, target_for
 from simulator.writer import reorder_operators, set_offline_plan
@@ -128,7 +128,7 @@ class _Candidate:
     method: str
 
 
-def optimize_model_bytes(data: bytes, profile: Profile, *, verify: bool = True,
+def optimize_model_bytes(data: bytes, profile: Profile | str, *, verify: bool = True,
                          name: str = "<bytes>", patches: str | None = None,
                          max_mac_overhead: float = DEFAULT_MAX_MAC_OVERHEAD,
                          patch_objective: str = "arena") -> tuple[bytes, OptimizeReport]:
@@ -141,7 +141,10 @@ def optimize_model_bytes(data: bytes, profile: Profile, *, verify: bool = True,
     stage within ``max_mac_overhead`` extra MACs (0.2: +20 %), minimising
     ``patch_objective`` (``arena``: head + tail, ``head``); when it refuses or does not beat
     whole-tensor execution, the report says why and the whole-tensor result stands.
+    ``profile`` is a :class:`Profile` or a profile name or ``.yaml`` path.
     """
+    if not isinstance(profile, Profile):
+        profile = load_profile(profile)
     if patches is None:
         return _optimize(data, profile, verify=verify, name=name)
     settings = PatchSettings(patches, max_mac_overhead, patch_objective)

@@ -9,7 +9,7 @@ elsewhere. The registries that used to list targets by name (``PLANNERS``, ``CHE
 ``SECTIONS``, ``RUNNERS``, the profile schema's runtime names, kernels, delegates, op tables
 and device classes) are views of this one.
 
-The record (all fields but the last two required):
+The record (``section_type`` and the fields from ``cpu_kernels`` on have defaults):
 
 ``name``
     The profile's ``runtime.name`` (``"tflm"``), also the name of its op table
@@ -59,6 +59,9 @@ The record (all fields but the last two required):
     ``({section: {key: value}}) -> settings``: the target's typed settings from the
     values of its ``profile_keys`` the profile sets, kept as ``Profile.target_settings``;
     None when it declares no keys.
+``prepare``
+    ``(model, profile) -> model``: the model the device runs, which simulate reports on
+    (the Ethos-U: Vela's compilation of a plain int8 model); None: the model itself.
 ``after_convert``
     ``(path, profile) -> extra | None``, run by ``convert`` on the written model (the Edge
     TPU partition of the result); None when the target adds nothing.
@@ -121,6 +124,10 @@ class Target:
     profile_keys: Mapping[str, Mapping[str, Leaf]] = field(default_factory=dict)
     settings: Callable[[Mapping[str, Mapping[str, Any]]], Any] | None = None
     after_convert: Callable[..., Any] | None = None
+    prepare: Callable[[Model, Profile], Model] | None = None  # the model the device runs
+    #: The custom op code the target's compiler leaves in a model for its compiled part
+    #: (e.g. Vela's ``ethos-u``); on any other target that op is a finding naming this one.
+    compiled_op: str | None = None
 
 
 def load(ref: str) -> Any:
@@ -164,6 +171,12 @@ def lazy_type(ref: str) -> Callable[[], type]:
     return get
 
 
+def _add(targets: dict[str, Target], target: Target) -> None:
+    if target.name in targets:
+        raise ValueError(f"target '{target.name}' is registered twice")
+    targets[target.name] = target
+
+
 class _Registry(Mapping[str, Target]):
     """Target name → :class:`Target`; the package's modules are imported on first read."""
 
@@ -181,20 +194,17 @@ class _Registry(Mapping[str, Target]):
         return self._targets
 
     def _discover(self) -> None:
+        # Into a new dict: a module that fails to import leaves the registry as it was.
+        found: dict[str, Target] = {}
         for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
             module = importlib.import_module(f"{__name__}.{info.name}")
             target = getattr(module, "TARGET", None)
             if isinstance(target, Target):
-                self._add(target)
-
-    def _add(self, target: Target) -> None:
-        if target.name in self._targets:
-            raise ValueError(f"target '{target.name}' is registered twice")
-        self._targets[target.name] = target
+                _add(found, target)
+        self._targets = found
 
     def register(self, target: Target) -> None:
-        self._all()
-        self._add(target)
+        _add(self._all(), target)
 
     def unregister(self, name: str) -> None:
         self._all().pop(name)

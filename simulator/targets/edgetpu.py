@@ -48,4 +48,5 @@ TARGET = Target(
     profile_keys=PROFILE_KEYS,
     settings=EdgeTpuCost.from_values,
     after_convert=_after_convert,
+    compiled_op="edgetpu-custom-op",
 )

@@ -371,6 +371,13 @@ def _arena_limit(report: Report) -> float | None:
     return next((b.limit for b in report.budgets if b.name == BudgetName.ARENA), None)
 
 
+def _target_html(report: Report) -> str:
+    """A target section that draws itself for HTML (the Ethos-U's NPU/CPU split)."""
+    section = report.compatibility.section if report.compatibility else None
+    draw = getattr(section, "html", None)
+    return draw() if draw is not None else ""
+
+
 def _section(index: int, section: Section, top: float | None = None) -> str:
     r = section.report
     status = section.shown_status
@@ -385,7 +392,7 @@ def _section(index: int, section: Section, top: float | None = None) -> str:
         f"<h3>Arena layout</h3>{_layout_svg(r)}"
         f"<h3>Per-op cost</h3>{_per_op_svg(r)}"
         f"<h3>Layers</h3>{layertable.html_table(r.layers, f'layers-{index}')}"
-        f"{_summaries(r)}"
+        f"{_summaries(r)}{_target_html(r)}"
         + (f"<h3>Notes</h3><ul>{notes}</ul>" if notes else "")
         + "</section>"
     )

@@ -102,12 +102,27 @@ def test_failing_budget_exit_1_and_junit_failure(tmp_path, models, capsys):
     assert "**chain_int8** on `nrf52840-cortex-m4`: arena" in md
 
 
+def test_a_shard_checks_without_a_missing_baseline_and_says_how_to_write_it(tmp_path, models,
+                                                                           capsys):
+    f = _project(tmp_path, models, top="baseline: baseline.json")
+    assert main(["check", str(f), "--shard", "1/2", "--results", str(tmp_path / "1.json")]) == 0
+    assert "a shard cannot write it" in capsys.readouterr().err
+    assert not (tmp_path / "baseline.json").exists()
+
+
 def test_baseline_update_then_regression(tmp_path, models, capsys):
     f = _project(tmp_path, models, top="baseline: baseline.json")
     baseline = tmp_path / "baseline.json"
-    assert main(["check", str(f)]) == 2
+    # A missing file given on the command line is an error (a typo, most likely)...
+    assert main(["check", str(f), "--baseline", str(tmp_path / "typo.json")]) == 2
     assert "baseline file not found" in capsys.readouterr().err
+    # ... the project's first run writes the file its 'baseline:' key names, and says so.
+    assert main(["check", str(f)]) == 0
+    err = capsys.readouterr().err
+    assert f"{baseline}: no baseline yet, so this run writes it" in err
+    first = baseline.read_text()
     assert main(["check", str(f), "--update-baseline"]) == 0
+    assert baseline.read_text() == first  # the same figures as an explicit update
     data = json.loads(baseline.read_text())
     entry = data["models"]["chain_int8"]["stm32l4r5-cortex-m4"]
     assert entry["arena_bytes"] > 0 and entry["flash_bytes"] > 0 and entry["latency_ms"] > 0

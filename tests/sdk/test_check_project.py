@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shlex
 import shutil
 from pathlib import Path
 
@@ -146,25 +145,3 @@ def test_bad_files(tmp_path, chain, text, words):
 def test_missing_project_file_names_the_example(tmp_path):
     with pytest.raises(ProjectError, match="examples/ci/devicefit.yaml"):
         load_project(tmp_path / "devicefit.yaml")
-
-
-def _ci_commands() -> list[str]:
-    gh = yaml.safe_load((EXAMPLE.parent / "github-actions.yml").read_text())
-    gl = yaml.safe_load((EXAMPLE.parent / "gitlab-ci.yml").read_text())
-    runs = [s["run"] for job in gh["jobs"].values() for s in job["steps"] if "run" in s]
-    return [line.strip() for cmd in runs + gl["devicefit-check"]["script"]
-            for line in cmd.splitlines() if line.strip()]
-
-
-def test_ci_examples_install_without_tensorflow_and_parse():
-    """The example CI jobs: devicefit without the convert extra; their command lines parse."""
-    from sdk.cli import build_parser
-
-    commands = _ci_commands()
-    installs = [c for c in commands if "pip install" in c]
-    checks = [c for c in commands if c.startswith("devicefit check")]
-    assert len(installs) == 2 and len(checks) == 2
-    assert not any("[" in c or "tensorflow" in c or "convert" in c for c in installs)
-    for command in checks:
-        args = build_parser().parse_args(shlex.split(command)[1:])
-        assert args.command == "check" and args.junit and args.markdown

@@ -70,9 +70,10 @@ def _views(folder: Path) -> list[str]:
 
 
 def _normal(folder: Path, json_path: Path) -> dict[str, str]:
-    """The views with the run's durations taken out (they differ between any two runs)."""
+    """The views with the run's durations and start times taken out (they differ between
+    any two runs)."""
     texts = {name: (folder / name).read_text() for name in VIEWS.values()}
-    texts["junit.xml"] = re.sub(r' time="[0-9.]+"', "", texts["junit.xml"])
+    texts["junit.xml"] = re.sub(r' (time|timestamp)="[0-9.:T-]+"', "", texts["junit.xml"])
     texts["summary.md"] = re.sub(r" · [0-9.]+ s", "", texts["summary.md"])
     doc = json.loads(json_path.read_text())
     doc.pop("shard", None)

@@ -39,8 +39,8 @@ def int8_mcu(digits, tmp_path_factory):
 
 
 def _flash_and_arena(report) -> tuple[int, int]:
-    mem = report.simulation["memory"]
-    return mem["flash_bytes"], mem["arena_bytes"]
+    mem = report.simulation.memory
+    return mem.flash_bytes, mem.arena_bytes
 
 
 def test_int8_keeps_accuracy_within_one_point_and_shrinks_to_under_30_percent(int8_mcu):
@@ -137,7 +137,7 @@ def test_channel_pruning_with_fine_tuning_lowers_flash_and_arena(digits, int8_mc
     assert report.output_bytes < 0.5 * int8_mcu.output_bytes
     assert report.accuracy.accuracy_drop_pp is not None
     assert report.accuracy.converted_accuracy > 0.85
-    assert report.settings["prune_stages"] == [0.5]
+    assert report.settings.prune_stages == [0.5]
     assert len(report.fine_tune) == 1
 
 
@@ -149,8 +149,9 @@ def test_edgetpu_gets_uint8_io_and_a_partition(digits, tmp_path):
                      float_baseline=False)
     sg = read_model(str(out)).main
     assert sg.tensors[sg.inputs[0]].dtype == "uint8"
-    assert report.edgetpu["total_ops"] == len(sg.operators)
-    assert report.edgetpu["mapped_ops"] == report.edgetpu["total_ops"]
+    assert report.target_extra.total_ops == len(sg.operators)
+    assert report.target_extra.mapped_ops == report.target_extra.total_ops
+    assert report.to_dict()["edgetpu"]["mapped_ops"] == report.target_extra.mapped_ops
 
 
 @pytest.mark.parametrize("scheme, weight_dtype", [("float16", "float16"), ("dynamic", "int8")])
@@ -162,7 +163,7 @@ def test_float16_and_dynamic_range_schemes(digits, tmp_path, scheme, weight_dtyp
     # Dynamic range leaves tensors under 1024 weights in float32; the big ones are quantized.
     biggest = max(report.weights, key=lambda w: np.prod(w.shape))
     assert biggest.dtype == weight_dtype
-    assert report.settings["calibration"] is None
+    assert report.settings.calibration is None
     assert report.accuracy.top1_agreement >= 0.98
     assert report.output_bytes < 0.6 * report.float_tflite_bytes
 
@@ -174,7 +175,7 @@ def test_random_calibration_is_allowed_only_by_name_and_reported(digits, tmp_pat
                      float_baseline=False, simulate=False)
     assert any("RANDOM" in w for w in report.warnings)
     assert any("RANDOM" in r.getMessage() for r in caplog.records)
-    assert report.settings["calibration"]["random"] is True
+    assert report.settings.calibration.random is True
 
 
 def test_savedmodel_and_h5_inputs_convert(digits, tmp_path):
@@ -190,7 +191,7 @@ def test_savedmodel_and_h5_inputs_convert(digits, tmp_path):
     for source, kind in ((saved, "savedmodel"), (h5, "h5"), (model, "memory")):
         report = convert(source, MCU, tmp_path / f"{kind}.tflite", calibration=digits["train"],
                          eval_data=digits["test"], float_baseline=False, simulate=False)
-        assert report.settings["source_format"] == kind
+        assert report.settings.source_format == kind
         assert report.accuracy.top1_agreement >= 0.97
         sg = read_model(report.output).main
         assert not sg.tensors[sg.inputs[0]].is_dynamic, "batch must be fixed at 1"

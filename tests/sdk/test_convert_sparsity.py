@@ -119,7 +119,7 @@ def test_channel_pruning_refuses_subclassed_and_nested_models(keras):
 def test_nm_mask_keeps_the_n_largest_of_every_m_input_channels():
     kernel = np.arange(1, 3 * 3 * 8 * 2 + 1, dtype=np.float32).reshape(3, 3, 8, 2)
     kernel[0, 0, :4, 0] = [5.0, -9.0, 1.0, 7.0]
-    mask = sparsity._nm_mask(kernel, sparsity.NMPattern(2, 4))
+    mask = sparsity.nm_mask(kernel, sparsity.NMPattern(2, 4))
     assert mask.shape == kernel.shape
     assert list(mask[0, 0, :4, 0]) == [0.0, 1.0, 0.0, 1.0]
     groups = np.moveaxis(mask, 2, -1).reshape(-1, 4)

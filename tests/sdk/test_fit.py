@@ -190,7 +190,7 @@ def test_convert_distills_from_the_unpruned_model(digits, tmp_path):
                      calibration=str(digits["train"]), eval_data=str(digits["test"]),
                      prune_channels=0.5, train=str(digits["train"]), epochs=2, distill=True,
                      float_baseline=False)
-    assert report.settings["distill"] is True
+    assert report.settings.distill is True
     assert report.fine_tune and all(np.isfinite(ft.loss).all() for ft in report.fine_tune)
     assert report.accuracy.converted_accuracy > 0.8
 

@@ -257,6 +257,7 @@ def test_convert_patches_needs_optimize_memory(digits, tmp_path, capsys):
 
 def test_fit_candidates_are_converted_through_the_patch_rewrite(digits, tmp_path):
     from sdk.convert import loading
+    from sdk.convert.spec import ConversionSpec, MemoryOptimization
     from sdk.fit.candidate import Context, convert_candidate
     from sdk.fit.space import Candidate
 
@@ -264,8 +265,9 @@ def test_fit_candidates_are_converted_through_the_patch_rewrite(digits, tmp_path
     ctx = Context(loaded=loaded, profile=load_profile(PROFILE, []), train=None,
                   evaluation=None, calibration=np.load(digits["train"])["x"][:32], epochs=1,
                   workdir=tmp_path, float_accuracy=None,
-                  memory={"patches": "2x2", "patch_objective": "head"})
-    tflite = convert_candidate(ctx, loaded.keras_model, Candidate("int8"))
+                  spec=ConversionSpec(optimize_memory=MemoryOptimization(
+                      patches="2x2", patch_objective="head")))
+    tflite = convert_candidate(ctx, loaded.keras_model, Candidate("int8").spec(ctx.spec))
     assert NEW_OPS <= set(parse_model(tflite).op_types)
 
 

@@ -90,7 +90,7 @@ BAD_PROFILES = [
     ("wrong-type", "extends: esp32-s3\nruntime:\n  threads: four\n",
      ["bad.yaml:3", "runtime.threads", "'four'", "integer"]),
     ("bad-enum", "extends: esp32-s3\nruntime:\n  name: tensorrt\n",
-     ["bad.yaml:3", "runtime.name", "edgetpu, litert, tflm"]),
+     ["bad.yaml:3", "runtime.name", "edgetpu, ethos-u, litert, tflm"]),
     ("yaml-syntax", "device:\n  class: mcu\n   cpu: [unclosed\n",
      ["bad.yaml:3", "YAML syntax error"]),
     ("missing-required", "device:\n  class: mcu\n",

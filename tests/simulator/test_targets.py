@@ -6,7 +6,10 @@ profile schema, ``simulate``, ``check``, ``--run`` and ``optimize`` all follow."
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,6 +36,7 @@ from simulator.targets import (
     tflm,
     unregister,
 )
+from tests.paths import ROOT
 from tests.zoo import model_path
 
 #: The dummy NPU's whole op table: builtin op names it runs.
@@ -195,3 +199,19 @@ def test_capabilities_refuse_what_the_target_cannot_do(dummy, tmp_path, capsys):
     assert "'dummy' (Dummy NPU), which takes no offline plan: pick a tflm profile" in \
         capsys.readouterr().err
     assert not out.exists()
+
+
+def test_reading_the_registry_imports_no_planner_runtime_or_numpy():
+    """Validating a profile reads every target's record; the records bind their planners,
+    op tables and runners lazily, so that costs no heavy import (a child Python, to start
+    from an empty module table)."""
+    code = ("import sys; from simulator.profiles import ProfileStore\n"
+            "store = ProfileStore(); [store.load(n) for n in store.names()]\n"
+            "from simulator.targets import TARGETS; assert len(TARGETS) >= 3\n"
+            "heavy = [m for m in ('numpy', 'simulator.planners', 'simulator.compat.tflm',\n"
+            "         'simulator.runtimes', 'tflite_micro', 'ai_edge_litert') if m in sys.modules]\n"
+            "print(heavy)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

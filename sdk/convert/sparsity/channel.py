@@ -1,129 +1,144 @@
-"""Structured sparsity for Keras 3 models, without tensorflow-model-optimization.
+"""``channel`` pruning: filter pruning that *removes* filters/units by L1 magnitude and
+rebuilds a smaller functional Keras model.
 
-Two kinds (the names profiles use in ``sparsity.kinds``). Neither is ever written in TFLite's
-sparse tensor encoding (``Optimize.EXPERIMENTAL_SPARSITY``): TFLM has no DENSIFY kernel and
-the Edge TPU compiler rejects it, and XNNPACK runs it only for a narrow pattern; the zeros
-stay in a dense tensor, where they buy a smaller compressed download.
-
-* ``n:m`` — magnitude pruning of Conv/Dense kernels: in every group of M consecutive input
-  channels keep the N largest weights. TFLite stores conv weights as (out, h, w, in) and
-  fully-connected weights as (out, in), so the groups are contiguous in the written file;
-  :func:`tflite_weight_sparsity` checks them there.
-* ``channel`` — filter pruning that *removes* filters/units by L1 magnitude and rebuilds a
-  smaller functional model. Every tensor carries a channel map (for each channel index: which
-  group and which channel of that group it is). Conv/Dense start a group; BatchNorm,
-  activations, pooling and depthwise convs pass it through; residual adds merge the groups
-  they add (so both branches keep the same channels); Flatten repeats it per position.
-  A group that reaches a model output or a layer this module does not know is left whole.
+Every tensor carries a channel map (for each channel index: which group and which channel of
+that group it is). Conv/Dense start a group; BatchNorm, activations, pooling and depthwise
+convs pass it through; residual adds merge the groups they add (so both branches keep the
+same channels); Flatten repeats it per position. A group that reaches a model output or a
+layer this module does not know is left whole.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from simulator import writer
+from sdk.convert.sparsity.base import PrunedLayer, SparsityKind, SparsityOutcome, Training
+from sdk.convert.sparsity.readback import WeightSparsity
 from simulator.errors import UsageError
 from simulator.profiles import Profile
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from sdk.convert.finetune import FineTuneResult
+
+#: Most channel-pruning stages; fewer when there are fewer epochs.
+MAX_STAGES = 3
 
 
-
-# --------------------------------------------------------------------------- profile policy
 @dataclass(frozen=True)
-class NMPattern:
-    n: int
-    m: int
+class ChannelRatio:
+    """Remove ``ratio`` of the filters/units of every prunable group; ``layers`` gives some
+    groups (producer layers joined by "+") their own ratio, and then ``ratio`` may be 0."""
+
+    ratio: float
+    layers: tuple[tuple[str, float], ...] = ()
+
+    kind: ClassVar[str] = "channel"
+
+    def __post_init__(self) -> None:
+        low_ok = bool(self.layers) and self.ratio == 0.0
+        if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) \
+                or not (0.0 < self.ratio < 1.0 or low_ok):
+            raise UsageError(f"--prune-channels {self.ratio}: give a fraction between 0 and 1")
 
     def __str__(self) -> str:
-        return f"{self.n}:{self.m}"
+        return f"{self.ratio:g} of the channels"
+
+    def layer_ratios(self) -> dict[str, float] | None:
+        """Producer layer name → ratio, as :func:`prune_channels` takes it."""
+        return {name: r for group, r in self.layers for name in group.split("+")} or None
+
+    def option_value(self) -> float:
+        return self.ratio
+
+    def to_mapping(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "ratio": self.ratio}
+        if self.layers:
+            out["layers"] = dict(self.layers)
+        return out
+
+    def settings(self) -> dict[str, Any]:
+        return {"prune_channels": self.ratio or None, "prune_layers": dict(self.layers) or None}
+
+    def fits(self, profile: Profile) -> None:
+        """Every ratio runs wherever the kind is allowed: the model just gets smaller."""
+
+    def apply(self, model: Any, training: Training) -> tuple[Any, SparsityOutcome]:
+        """Prune in stages with fine-tuning between them (one step without training data)."""
+        result = prune_in_stages(model, self.ratio, training, self.layer_ratios())
+        if not result.layers:
+            raise UsageError("channel pruning found no prunable filters (every layer feeds an "
+                             "output or a layer whose channels must stay)")
+        return result.model, SparsityOutcome(pruned_layers=result.layers,
+                                             fine_tune=result.fine_tune,
+                                             prune_stages=result.stages)
+
+    def group_pattern(self) -> None:
+        """Channel pruning leaves no zero pattern to check in the file."""
+
+    def check_written(self, weights: list[WeightSparsity], outcome: SparsityOutcome) -> None:
+        """The removed channels are gone from the shapes; nothing more to check."""
 
 
-def parse_nm(text: str) -> NMPattern:
-    parts = text.split(":")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-        raise UsageError(f"--sparsity {text!r}: expected N:M such as 2:4")
-    n, m = int(parts[0]), int(parts[1])
-    if not 0 < n < m:
-        raise UsageError(f"--sparsity {text}: need 0 < N < M (N weights kept of every M)")
-    return NMPattern(n, m)
+def _from_mapping(data: Mapping[str, Any]) -> ChannelRatio:
+    ratio, layers = data.get("ratio", 0.0), data.get("layers") or {}
+    if not isinstance(layers, Mapping) or not all(
+            isinstance(r, (int, float)) and not isinstance(r, bool) and 0 <= r < 1
+            for r in layers.values()):
+        raise ValueError("'layers' must map layer names to fractions in [0, 1)")
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or \
+            not (0 < ratio < 1 or (layers and ratio == 0)):
+        raise ValueError(f"'ratio' must be a fraction between 0 and 1 such as 0.5, not {ratio!r}")
+    return ChannelRatio(float(ratio), tuple((str(k), float(v)) for k, v in layers.items()))
 
 
-def check_allowed(profile: Profile, kind: str, pattern: NMPattern | None = None) -> None:
-    """Refuse a sparsity kind the profile's runtime cannot use; never apply it silently."""
-    kinds = profile.sparsity.kinds
-    if kind not in kinds:
-        why = {"tflm": "TFLite-Micro kernels do not skip zero weights",
-               "edgetpu": "the Edge TPU compiler does not use sparse weights"}.get(
-                   profile.runtime.name, f"runtime {profile.runtime.name} cannot use it")
-        raise UsageError(f"profile {profile.name} does not allow {kind} sparsity ({why}; "
-                         f"it allows: {', '.join(k for k in kinds if k != 'none') or 'none'})")
-    if kind == "n:m" and pattern is not None and profile.sparsity.n_m:
-        want = parse_nm(profile.sparsity.n_m)
-        if pattern.m != want.m or pattern.n > want.n:
-            raise UsageError(f"profile {profile.name} uses {want} sparsity; --sparsity {pattern} "
-                             f"does not fit it (same M, at most {want.n} kept)")
-
-
-# --------------------------------------------------------------------------- N:M
-def _nm_layer(layer: Any) -> str | None:
-    """Why ``layer`` cannot take N:M along its input channels, or None when it can."""
-    kind = type(layer).__name__
-    if kind not in ("Dense", "Conv1D", "Conv2D", "Conv3D"):
-        return "not a Conv/Dense layer"
-    if getattr(layer, "groups", 1) != 1:
-        return "grouped convolution"
-    return None
-
-
-def nm_masks(model: Any, pattern: NMPattern) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Masks (layer name → 0/1 array shaped like the kernel) and the layers left dense, why."""
-    masks: dict[str, np.ndarray] = {}
-    skipped: dict[str, str] = {}
-    for layer in model.layers:
-        reason = _nm_layer(layer)
-        if reason is not None:
-            if layer.weights and type(layer).__name__ not in ("BatchNormalization",):
-                skipped[layer.name] = reason
-            continue
-        kernel = layer.kernel.numpy()
-        cin = kernel.shape[-2]
-        if cin % pattern.m:
-            skipped[layer.name] = f"{cin} input channels is not a multiple of {pattern.m}"
-            continue
-        masks[layer.name] = _nm_mask(kernel, pattern)
-    return masks, skipped
-
-
-def _nm_mask(kernel: np.ndarray, pattern: NMPattern) -> np.ndarray:
-    # Put input channels last, group them by M, keep the N largest magnitudes in each group.
-    moved = np.moveaxis(np.abs(kernel), -2, -1)
-    groups = moved.reshape(-1, pattern.m)
-    order = np.argsort(-groups, axis=1, kind="stable")
-    keep = np.zeros_like(groups, dtype=bool)
-    np.put_along_axis(keep, order[:, :pattern.n], True, axis=1)
-    return np.moveaxis(keep.reshape(moved.shape), -1, -2).astype(kernel.dtype)
-
-
-def apply_masks(model: Any, masks: dict[str, np.ndarray]) -> None:
-    """Zero the masked kernel weights in place (after pruning and after each training step)."""
-    for name, mask in masks.items():
-        kernel = model.get_layer(name).kernel
-        kernel.assign(kernel.numpy() * mask)
-
-
-# --------------------------------------------------------------------------- channel pruning
 @dataclass
-class PrunedLayer:
-    name: str
-    op: str
-    before: int
-    after: int
+class ChannelPruning:
+    """Staged channel pruning: the model, its pruned layers (channels before the first
+    stage, after the last), the fraction removed after each stage and the training runs."""
+
+    model: Any
+    layers: list[PrunedLayer]
+    stages: list[float]
+    fine_tune: list[FineTuneResult]
+
+
+def prune_in_stages(model: Any, ratio: float, training: Training,
+                    layer_ratios: dict[str, float] | None = None) -> ChannelPruning:
+    """Remove ``ratio`` of the prunable channels, in stages with fine-tuning between them
+    (removing half the filters at once loses more accuracy than removing them in steps the
+    network can recover from).
+
+    Without training data it is one step and no training (the report says so). Each stage
+    removes the same share of the original channels: fractions kept go 1 → 1-r/K → … → 1-r.
+    ``layer_ratios`` gives some layers their own ratio (see :func:`prune_channels`).
+    """
+    from sdk.convert.finetune import fine_tune
+
+    train, epochs = training.data, training.epochs
+    # At least two epochs per stage: one epoch does not recover from a cut.
+    stages = max(1, min(MAX_STAGES, epochs // 2)) if train is not None else 1
+    first: dict[str, int] = {}
+    last: dict[str, PrunedLayer] = {}
+    results: list[FineTuneResult] = []
+    ratios: list[float] = []
+    for k in range(1, stages + 1):
+        ratios.append(ratio * k / stages)
+        staged = {n: r * k / stages for n, r in layer_ratios.items()} if layer_ratios else None
+        pruned = prune_channels(model, ratios[-1], first, staged)
+        model = pruned.model
+        for layer in pruned.layers:
+            first.setdefault(layer.name, layer.before)
+            last[layer.name] = layer
+        if train is not None:
+            share = epochs // stages + (1 if k <= epochs % stages else 0)
+            results.append(fine_tune(model, train, share, progress=training.progress,
+                                     loss=training.loss))
+    layers = [PrunedLayer(n, layer.op, first[n], layer.after) for n, layer in last.items()]
+    return ChannelPruning(model, layers, ratios, results)
 
 
 @dataclass
@@ -418,95 +433,9 @@ def _rebuild(model, functional, nodes, maps, groups, keep) -> ChannelPruneResult
     return ChannelPruneResult(pruned, report)
 
 
-# --------------------------------------------------------------------------- read-back
-@dataclass
-class WeightSparsity:
-    """Sparsity of one weight tensor as stored in the written ``.tflite``."""
-
-    tensor: str
-    op: str
-    shape: list[int]
-    dtype: str
-    zero_fraction: float
-    #: Groups of M along the input-channel axis, and how many have fewer than M-N zeros.
-    nm_groups: int | None = None
-    nm_violations: int | None = None
-    #: Most distinct stored values in one channel (along the quantized dimension): what
-    #: weight clustering leaves after per-channel quantization, measured on the file.
-    distinct_per_channel: int | None = None
-
-
-_WEIGHT_OPS = {"CONV_2D": 1, "FULLY_CONNECTED": 1, "DEPTHWISE_CONV_2D": 1, "CONV_3D": 1}
-_NUMPY_TYPES = {"FLOAT32": np.float32, "FLOAT16": np.float16, "INT8": np.int8,
-                "UINT8": np.uint8, "INT16": np.int16, "INT32": np.int32}
-
-
-def tflite_weight_sparsity(model_bytes: bytes, pattern: NMPattern | None = None
-                           ) -> list[WeightSparsity]:
-    """Zeros of every Conv/FC weight tensor read back from the flatbuffer.
-
-    With ``pattern``, conv and fully-connected weights (input channels innermost) are also
-    checked group by group: each group of M must hold at least M-N zeros. A float16 model's
-    weights sit behind a DEQUANTIZE op; the stored float16 constant is the one read.
-    """
-    from ai_edge_litert import schema_py_generated as schema
-
-    op_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    type_names = {v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
-    model = writer.unpack(model_bytes)
-    out: list[WeightSparsity] = []
-    for sg in model.subgraphs:
-        producer = {o: op for op in sg.operators for o in op.outputs}
-        for op in sg.operators:
-            code = model.operatorCodes[op.opcodeIndex]
-            op_name = op_names.get(max(code.builtinCode, code.deprecatedBuiltinCode), "?")
-            if op_name not in _WEIGHT_OPS or len(op.inputs) <= _WEIGHT_OPS[op_name]:
-                continue
-            t_index = op.inputs[_WEIGHT_OPS[op_name]]
-            src = producer.get(t_index)
-            if src is not None and op_names.get(model.operatorCodes[src.opcodeIndex].builtinCode) \
-                    == "DEQUANTIZE":
-                t_index = src.inputs[0]
-            tensor = sg.tensors[t_index]
-            data = model.buffers[tensor.buffer].data
-            dtype = _NUMPY_TYPES.get(type_names.get(tensor.type, ""))
-            if data is None or dtype is None:
-                continue
-            values = np.frombuffer(np.asarray(data, dtype=np.uint8).tobytes(), dtype=dtype)
-            values = values.reshape([int(d) for d in tensor.shape])
-            zero = _zero_point(tensor, values.shape)
-            is_zero = values == zero
-            entry = WeightSparsity(_decode(tensor.name), op_name, list(values.shape),
-                                   type_names[tensor.type].lower(), float(is_zero.mean()),
-                                   distinct_per_channel=_distinct_per_channel(tensor, values))
-            if pattern is not None and op_name != "DEPTHWISE_CONV_2D" \
-                    and values.shape[-1] % pattern.m == 0:
-                zeros_per_group = is_zero.reshape(-1, pattern.m).sum(axis=1)
-                entry.nm_groups = int(zeros_per_group.size)
-                entry.nm_violations = int((zeros_per_group < pattern.m - pattern.n).sum())
-            out.append(entry)
-    return out
-
-
-def _distinct_per_channel(tensor: Any, values: np.ndarray) -> int:
-    q = tensor.quantization
-    axis = int(q.quantizedDimension) if q is not None and q.scale is not None \
-        and np.asarray(q.scale).size > 1 else None
-    if axis is None or values.ndim == 0:
-        return int(np.unique(values).size)
-    rows = np.moveaxis(values, axis, 0).reshape(values.shape[axis], -1)
-    return int(max(np.unique(row).size for row in rows))
-
-
-def _zero_point(tensor: Any, shape: tuple[int, ...]) -> Any:
-    q = tensor.quantization
-    zp = None if q is None or q.zeroPoint is None else np.asarray(q.zeroPoint)
-    if zp is None or zp.size <= 1:
-        return 0 if zp is None or zp.size == 0 else int(zp.reshape(-1)[0])
-    broadcast = [1] * len(shape)
-    broadcast[q.quantizedDimension] = zp.size
-    return zp.reshape(broadcast)
-
-
-def _decode(name: Any) -> str:
-    return name.decode("utf-8") if isinstance(name, bytes) else str(name)
+KIND = SparsityKind(
+    name=ChannelRatio.kind, option="prune_channels", flag="--prune-channels",
+    metavar="FRACTION", help="remove this fraction of filters/units, e.g. 0.5",
+    parse=ChannelRatio, keys={"ratio": "a fraction such as 0.5",
+                              "layers": "layer (group) name → its own fraction"},
+    from_mapping=_from_mapping, flag_type=float, order=1)

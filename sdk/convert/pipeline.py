@@ -1,0 +1,321 @@
+"""``convert`` as named stages, each a function with typed inputs and outputs.
+
+    check → transform (TensorFlow: load → data → float reference → sparsity (prune +
+    fine-tune) → quantize → float baseline) → verify → optimize memory → write (metadata,
+    atomic write, weights read back) → evaluate → simulate
+
+:func:`sdk.convert.convert` runs them in this order and times each under its name
+(:class:`StageTimer`). ``transform`` runs in a child process for models given as paths
+(:mod:`sdk.convert.tfchild`), so this module never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sdk.convert import accuracy, data, metadata, quantize, sparsity, tfchild, tfwork
+from sdk.convert.diagnose import ConversionError
+from sdk.convert.report import CalibrationInfo, ConversionSettings
+from sdk.convert.spec import ConversionSpec
+from simulator.errors import DevicefitError, InputError, UsageError
+from simulator.fileio import write_atomic
+from simulator.profiles import Profile
+from simulator.targets import target_for
+
+if TYPE_CHECKING:
+    from simulator.optimize.driver import OptimizeReport
+    from simulator.report import Report, UnsupportedOp
+
+log = logging.getLogger(__name__)
+
+#: Calibration samples used at most (the converter's guidance is 100-500).
+CALIBRATION_SAMPLES = 300
+Progress = Callable[[str, int, int], None]
+
+
+# --------------------------------------------------------------------------- check
+@dataclass(frozen=True)
+class Job:
+    """A conversion whose settings were checked against the profile (nothing ran yet)."""
+
+    #: A path, or an in-memory Keras model.
+    model: Any
+    profile: Profile
+    output: Path
+    spec: ConversionSpec
+    quant: quantize.QuantSettings
+
+    @property
+    def in_memory(self) -> bool:
+        return not isinstance(self.model, (str, Path))
+
+    def inputs(self) -> list[Path]:
+        """Files the outputs must never replace."""
+        s = self.spec
+        return input_paths(self.model, s.calibration, s.eval_data,
+                           s.fine_tune.train if s.fine_tune else None)
+
+
+def check(model: Any, profile: Profile, output: str | Path, spec: ConversionSpec) -> Job:
+    """Refuse, before minutes of work, what the profile or the file system cannot take."""
+    quant = quantize.resolve(profile, spec.scheme, spec.io_type)
+    for kind in spec.sparsity:
+        sparsity.check_allowed(profile, kind.kind, kind)
+    out = check_output(output, model, spec.calibration, spec.eval_data,
+                       spec.fine_tune.train if spec.fine_tune else None)
+    target = target_for(profile)
+    if spec.optimize_memory is not None and not target.offline_plan:
+        raise UsageError(f"--optimize-memory writes an offline arena plan, which {target.title} "
+                         f"does not take; profile '{profile.name}' runs '{profile.runtime.name}'")
+    job = Job(model, profile, out, spec, quant)
+    if not job.in_memory and not Path(model).exists():
+        raise InputError(f"model not found: {model}")
+    return job
+
+
+def check_output(output: str | Path, *inputs: Any) -> Path:
+    """``output`` as a path that can be written and is none of ``inputs`` (shared by fit)."""
+    out = Path(output)
+    if out.is_dir():
+        raise UsageError(f"-o {out} is a folder; give a file name such as {out / 'model.tflite'}")
+    # Checked before converting (minutes of work); write_atomic checks again when writing.
+    if not out.parent.is_dir():
+        raise UsageError(f"-o {out}: folder {out.parent} does not exist")
+    for source in input_paths(*inputs):
+        if source.exists() and out.resolve() == source.resolve():
+            raise UsageError(f"-o {out} is an input file; write the .tflite somewhere else")
+    return out
+
+
+def input_paths(*sources: Any) -> list[Path]:
+    return [Path(s) for s in sources if isinstance(s, (str, Path)) and s != data.RANDOM]
+
+
+# --------------------------------------------------------------------------- transform
+@dataclass
+class Transformed:
+    """What the TensorFlow stages produced, and the data they were given."""
+
+    result: tfwork.TFResult
+    sparsity: sparsity.SparsityOutcome
+    calibration: data.Dataset | None = None
+    evaluation: data.Dataset | None = None
+
+
+def transform(job: Job, timer: StageTimer, progress: Progress | None = None, *,
+              baseline: bool = False) -> Transformed:
+    """load → data → float reference → sparsity → quantize → float baseline, in TensorFlow.
+    ``baseline`` also converts the float32 model when the spec does not ask for it."""
+    s = job.spec
+    request = tfwork.TFRequest(
+        model="<in-memory model>" if job.in_memory else str(job.model),
+        profile=job.profile.name, runtime=job.profile.runtime.name, scheme=job.quant.scheme,
+        io_type=job.quant.io_type, per_channel=job.quant.per_channel, unsafe=s.unsafe,
+        sparsity=[kind.to_mapping() for kind in s.sparsity],
+        epochs=s.fine_tune.epochs if s.fine_tune else 0,
+        distill=bool(s.fine_tune and s.fine_tune.distill),
+        baseline=s.float_baseline or baseline)
+    loaded: dict[str, data.Dataset | None] = {}
+
+    def supply(shape: tuple[int, ...]) -> tfwork.DataBundle:
+        bundle = tfwork.DataBundle(
+            calibration=calibration_data(s.calibration, shape, job.quant),
+            evaluation=None if s.eval_data is None else data.load_data(
+                s.eval_data, shape, what="evaluation"),
+            training=None if s.fine_tune is None else data.load_data(
+                s.fine_tune.train, shape, what="training"))
+        loaded.update(calibration=bundle.calibration, evaluation=bundle.evaluation)
+        return bundle
+
+    if job.in_memory:
+        result = _in_process(request, job.model, supply, timer.start, progress)
+    else:
+        result = tfchild.run_in_child(request, supply, timer.start, progress)
+    outcome = sparsity.SparsityOutcome.from_dict(result.sparsity or {})
+    return Transformed(result, outcome, loaded.get("calibration"), loaded.get("evaluation"))
+
+
+def _in_process(request: tfwork.TFRequest, model: Any,
+                supply: Callable[[tuple[int, ...]], tfwork.DataBundle],
+                stage: Callable[[str], None], progress: Progress | None) -> tfwork.TFResult:
+    """An in-memory Keras model: TensorFlow is loaded already, convert here. A converter
+    failure still gets one line, with the full converter message kept in a log file."""
+    try:
+        return tfwork.run(request, model, supply, stage, progress)
+    except ConversionError as exc:
+        fd, log_path = tempfile.mkstemp(prefix="devicefit-convert-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            traceback.print_exception(exc.__cause__ or exc, file=f)
+        raise ConversionError(f"{exc} (converter log: {log_path})") from exc
+
+
+def calibration_data(source: data.DataSource | None, shape: tuple[int, ...],
+                     quant: quantize.QuantSettings) -> data.Dataset | None:
+    if not quant.needs_calibration:
+        if source is not None:
+            log.info("--scheme %s does not use calibration data; ignoring it", quant.scheme)
+        return None
+    if source is None:
+        raise UsageError(
+            f"--scheme {quant.scheme} needs calibration data: --calibration FILE.npy|.npz|DIR "
+            "(a few hundred real inputs), or '--calibration random' to accept a broken model")
+    return data.load_data(source, shape, what="calibration", limit=CALIBRATION_SAMPLES)
+
+
+# --------------------------------------------------------------------------- verify
+def verify_scheme(tflite: bytes, quant: quantize.QuantSettings) -> None:
+    """The written model must be what the report will call it: a full-integer scheme has no
+    float computation left (only QUANTIZE/DEQUANTIZE at float I/O), float16 and dynamic
+    range have their reduced weights. Bad calibration data used to give "int8 ... PASS" for
+    a float model."""
+    from simulator.reader import parse_model
+
+    model = parse_model(tflite)
+    graph = model.subgraphs[0]
+    boundary = ("QUANTIZE", "DEQUANTIZE")
+    float_ops = sorted({op.op_name for op in graph.operators if op.op_name not in boundary
+                        and any(graph.tensors[i].dtype == "float32"
+                                for i in (*op.inputs, *op.outputs) if i >= 0)})
+    weights = {t.dtype for t in graph.tensors if t.has_data}
+    problem = None
+    if quant.scheme in quantize.FULL_INTEGER and float_ops:
+        problem = f"float32 computation left in {', '.join(float_ops[:5])}"
+    elif quant.scheme == "float16" and "float16" not in weights:
+        problem = "no float16 weights"
+    elif quant.scheme == "dynamic" and "int8" not in weights:
+        problem = "no int8 weights"
+    if problem:
+        raise ConversionError(f"the converter did not apply --scheme {quant.scheme}: "
+                              f"{problem}; nothing was written (check the calibration data "
+                              "and the model's ops)")
+
+
+def settings_of(job: Job, done: Transformed) -> ConversionSettings:
+    """What was asked and applied (stored in the file's metadata and the report)."""
+    result, s, calib = done.result, job.spec, done.calibration
+    return ConversionSettings(
+        profile=job.profile.name, runtime=job.profile.runtime.name,
+        source=Path(result.source).name if result.kind != "memory" else result.source,
+        source_format=result.kind, **s.settings(job.quant), prune_stages=done.sparsity.prune_stages,
+        fine_tune_epochs=s.fine_tune.epochs if s.fine_tune else 0,
+        calibration=None if calib is None else CalibrationInfo(
+            Path(calib.source).name, len(calib), calib.random),
+        converter=result.converter, distill=bool(s.fine_tune and s.fine_tune.distill),
+        optimize_memory=s.optimize_memory is not None,
+        patches=s.optimize_memory.patches if s.optimize_memory else None)
+
+
+# --------------------------------------------------------------------------- optimize memory
+def optimize_memory(tflite: bytes, profile: Profile, spec: ConversionSpec, name: str = "<bytes>"
+                    ) -> tuple[bytes, OptimizeReport | None]:
+    """``--optimize-memory``: the rewritten bytes and what was done (unchanged without it)."""
+    if spec.optimize_memory is None:
+        return tflite, None
+    from simulator.optimize import optimize_model_bytes
+
+    return optimize_model_bytes(tflite, profile, name=name, **spec.optimize_memory.options())
+
+
+# --------------------------------------------------------------------------- write
+def write(job: Job, tflite: bytes, settings: ConversionSettings,
+          outcome: sparsity.SparsityOutcome) -> tuple[bytes, list[sparsity.WeightSparsity]]:
+    """Embed the settings, write atomically, read the weights back (checked for what the
+    sparsity kind did); returns the bytes written."""
+    tflite = metadata.embed(tflite, settings.to_dict())
+    write_atomic(job.output, tflite, inputs=job.inputs())
+    kinds = job.spec.sparsity
+    weights = sparsity.tflite_weight_sparsity(tflite, next(
+        (p for kind in kinds if (p := kind.group_pattern()) is not None), None))
+    for kind in kinds:
+        kind.check_written(weights, outcome)
+    return tflite, weights
+
+
+# --------------------------------------------------------------------------- evaluate
+def evaluate(job: Job, done: Transformed) -> accuracy.AccuracyReport | None:
+    """The written model against the float one on the evaluation data, if any."""
+    if done.evaluation is None or done.result.reference is None:
+        return None
+    converted = accuracy.run_tflite(job.output, done.evaluation.x)
+    return accuracy.compare(done.result.reference, converted, done.evaluation.y)
+
+
+# --------------------------------------------------------------------------- simulate
+@dataclass
+class Simulated:
+    report: Report | None = None
+    #: Budget → why the simulation could not judge it.
+    unchecked: dict[str, str] = field(default_factory=dict)
+    #: "subgraph:op_index" → Keras layer of each unsupported op.
+    unsupported_layers: dict[str, str] = field(default_factory=dict)
+    warning: str | None = None
+
+
+def simulate(job: Job, layers: dict[str, str]) -> Simulated:
+    """The simulator's verdict on the written model."""
+    from simulator.reader import read_model
+    from simulator.simulate import simulate as run_simulation
+
+    profile, path = job.profile, job.output
+    try:
+        sim = run_simulation(path, profile)
+    except DevicefitError as exc:
+        # The .tflite is written and fine; a simulator that cannot judge it (e.g. a profile
+        # without a cost for this dtype) must not turn the conversion into a failure.
+        return Simulated(warning=f"simulation on {profile.name} failed, no verdict: {exc}")
+    out = Simulated(report=sim, unchecked={str(k): why for k, why in
+                                           sim.unchecked_budgets.items()})
+    unsupported = sim.compatibility.unsupported_ops if sim.compatibility is not None else ()
+    if unsupported:
+        out.unsupported_layers = _unsupported_layers(read_model(path), unsupported, layers)
+    return out
+
+
+def after_convert(job: Job) -> Any:
+    """What the profile's target adds on the written model (``Target.after_convert``: the
+    Edge TPU's predicted partition), or None."""
+    hook = target_for(job.profile).after_convert
+    return None if hook is None else hook(job.output, job.profile)
+
+
+def _unsupported_layers(model: Any, unsupported: Sequence[UnsupportedOp],
+                        layers: dict[str, str]) -> dict[str, str]:
+    """The Keras layer of each unsupported op (from its output tensor's name)."""
+    from sdk.convert.diagnose import layer_of
+
+    found: dict[str, str] = {}
+    for entry in unsupported:
+        graph = model.subgraphs[entry.subgraph]
+        op = graph.operators[entry.op_index]
+        names = [graph.tensors[i].name for i in op.outputs if i >= 0]
+        layer = next((layer_of(n, list(layers)) for n in names), None)
+        if layer:
+            found[f"{entry.subgraph}:{entry.op_index}"] = layer
+    return found
+
+
+# --------------------------------------------------------------------------- timing
+class StageTimer:
+    """Seconds per stage; a stage ends when the next one starts (the child reports starts)."""
+
+    def __init__(self, on_stage: Callable[[str], None] | None = None) -> None:
+        self.stages: dict[str, float] = {}
+        self.on_stage = on_stage
+        self._current: tuple[str, float] | None = None
+
+    def start(self, name: str | None) -> None:
+        now = time.perf_counter()
+        if self._current is not None:
+            last, began = self._current
+            self.stages[last] = round(self.stages.get(last, 0.0) + now - began, 4)
+        self._current = None if name is None else (name, now)
+        if name is not None and self.on_stage is not None:
+            self.on_stage(name)

@@ -1,0 +1,208 @@
+"""The Ethos-U section of a report: Vela's figures for one model on one profile.
+
+Every figure in it is Vela's own (read from its summary and per-layer CSVs) or read from the
+compiled file; devicefit adds the partition in the user's operators (which of *their* ops run
+on the NPU, which stay on the Cortex-M and Vela's reason), the Cortex-M part's latency and
+op support. It renders itself (text, HTML) and goes to JSON as :meth:`to_dict`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from html import escape
+from typing import Any
+
+from simulator.units import format_size, format_time_ms
+
+NPU, CPU = "npu", "cpu"
+
+
+@dataclass(frozen=True)
+class PartitionOp:
+    """One operator of the model Vela was given, and where it runs."""
+
+    subgraph: int
+    op_index: int
+    op: str
+    unit: str  # NPU or CPU
+    #: Vela's words for a CPU op ("Unsupported depth-reduction. ..."), else None.
+    reason: str | None = None
+    #: A CPU op's index in the compiled file (its subgraph is the same).
+    compiled_index: int | None = None
+
+
+@dataclass(frozen=True)
+class LayerCycles:
+    """One row of Vela's per-layer CSV (its rewritten operators, not the user's)."""
+
+    original_op: str
+    vela_op: str
+    unit: str
+    cycles: int
+    macs: int
+    name: str
+
+
+@dataclass(frozen=True)
+class VelaFigures:
+    """Vela's summary CSV, in bytes, cycles and seconds."""
+
+    accelerator: str
+    system_config: str
+    memory_mode: str
+    core_clock_hz: float
+    sram_used_bytes: int
+    dram_used_bytes: int
+    on_chip_flash_used_bytes: int
+    off_chip_flash_used_bytes: int
+    original_weights_bytes: int
+    encoded_weights_bytes: int
+    npu_cycles: int
+    total_cycles: int
+    inference_time_s: float
+    macs: int
+
+
+@dataclass(frozen=True)
+class EthosUSection:
+    """``compatibility.ethos-u``: the NPU/CPU split and Vela's figures (None where the file
+    alone cannot tell, e.g. cycles of a model someone else compiled)."""
+
+    #: "vela" (devicefit ran Vela), "vela record" (a compiled file with the record
+    #: ``devicefit convert`` wrote beside it) or "compiled file" (no Vela figures).
+    basis: str
+    vela_version: str | None
+    compiled_bytes: int
+    ethos_u_ops: int
+    npu_ops: int
+    cpu_ops: int
+    partition: tuple[PartitionOp, ...]
+    #: The NPU scratch tensors' bytes in the compiled file (its arena and fast scratch).
+    scratch_bytes: int
+    figures: VelaFigures | None = None
+    per_layer: tuple[LayerCycles, ...] = ()
+    #: Vela's total cycles at its clock; the Cortex-M part from devicefit's kernel tables.
+    npu_ms: float | None = None
+    cpu_ms: float | None = None
+    cpu_band: tuple[float, float] | None = None
+    #: Vela's own "CPU/NPU operators = N" lines (its rewritten ops; see notes).
+    vela_counts: tuple[int | None, int | None] = (None, None)
+    command: tuple[str, ...] = ()
+    ini: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def latency_ms(self) -> float | None:
+        if self.npu_ms is None or self.cpu_ms is None:
+            return None
+        return self.npu_ms + self.cpu_ms
+
+    @property
+    def latency_band_ms(self) -> tuple[float, float] | None:
+        """Vela's NPU time as it is, the Cortex-M part widened by its kernel tables' band."""
+        if self.latency_ms is None or self.npu_ms is None or self.cpu_ms is None:
+            return None
+        low, high = self.cpu_band or (1.0, 1.0)
+        return (self.npu_ms + self.cpu_ms * low, self.npu_ms + self.cpu_ms * high)
+
+    def cpu_partition(self) -> list[PartitionOp]:
+        return [p for p in self.partition if p.unit == CPU]
+
+    def latency_split(self) -> dict | None:
+        """The estimate as a target's latency split: Vela's NPU time (as it is: no
+        validation of Vela's cycle model exists here) plus the Cortex-M part, whose band
+        comes from devicefit's kernel tables. None when a part is unknown."""
+        total, band = self.latency_ms, self.latency_band_ms
+        if total is None or band is None or not total:
+            return None
+        return {"total_ms": total, "npu_ms": self.npu_ms, "cpu_ms": self.cpu_ms,
+                "band": [band[0] / total, band[1] / total],
+                "band_basis": "Vela's cycles at the NPU clock as they are; the Cortex-M part "
+                              "widened by devicefit's kernel-table band",
+                "per_op": []}
+
+    def latency_report(self, profile: Any, split: str) -> Any:
+        """``report.latency``: Vela's cycles at the NPU clock plus the Cortex-M part."""
+        from simulator.report import LatencyBasis, LatencyReport
+
+        common = {"clock_hz": self.figures.core_clock_hz if self.figures else None,
+                  "threads": 1, "cpu": profile.device.cpu, "kernels": profile.runtime.kernels,
+                  "runtime_version": profile.runtime.version}
+        lat = self.latency_split()
+        if lat is None:
+            why = [n for n in self.notes if "latency" in n or "Cortex-M part" in n]
+            return LatencyReport(no_estimate="; ".join(why) or "no Vela cycles", **common)
+        return LatencyReport(
+            estimated_device_ms=lat["total_ms"], band_ms=self.latency_band_ms,
+            band=(lat["band"][0], lat["band"][1]), band_basis=lat["band_basis"],
+            basis=LatencyBasis.TARGET, split=split, **common)
+
+    def supported_line(self) -> str:
+        return (f"every operator can run ({self.npu_ops} on the NPU, {self.cpu_ops} on the "
+                f"Cortex-M)")
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["latency"] = self.latency_split()
+        return out
+
+    def text_lines(self) -> list[str]:
+        f = self.figures
+        basis = {"vela": f"Vela {self.vela_version} run by devicefit",
+                 "vela record": f"Vela {self.vela_version}, record written by devicefit convert",
+                 "compiled file": "read from the compiled file; no Vela figures"}[self.basis]
+        lines = [f"Ethos-U NPU ({basis})"]
+        if f is not None:
+            lines.append(f"  config       {f.accelerator}, system {f.system_config}, memory mode "
+                         f"{f.memory_mode}, NPU clock {f.core_clock_hz / 1e6:g} MHz")
+        lines.append(f"  partition    {self.npu_ops} ops on the NPU ({self.ethos_u_ops} ethos-u "
+                     f"op{'s' if self.ethos_u_ops != 1 else ''}), {self.cpu_ops} on the Cortex-M")
+        for p in self.cpu_partition()[:12]:
+            where = f"{p.subgraph}:{p.op_index}" if p.subgraph else str(p.op_index)
+            lines.append(f"    CPU op {where} {p.op}: {p.reason or 'left on the CPU by Vela'}")
+        if len(self.cpu_partition()) > 12:
+            lines.append(f"    ... {len(self.cpu_partition()) - 12} more (JSON has all)")
+        if f is not None:
+            lines.append(f"  SRAM         {_b(f.sram_used_bytes)} (Vela)"
+                         + (f"; DRAM {_b(f.dram_used_bytes)}" if f.dram_used_bytes else ""))
+            lines.append(f"  flash        {_b(f.off_chip_flash_used_bytes + f.on_chip_flash_used_bytes)}"
+                         f" (Vela); compiled file {_b(self.compiled_bytes)}")
+            lines.append(f"  weights      {_b(f.encoded_weights_bytes)} encoded (from "
+                         f"{_b(f.original_weights_bytes)})")
+            lines.append(f"  cycles       {f.total_cycles:,} (NPU {f.npu_cycles:,}); "
+                         f"{f.macs:,} MACs")
+        else:
+            lines.append(f"  scratch      {_b(self.scratch_bytes)} (NPU arena in the file); "
+                         f"compiled file {_b(self.compiled_bytes)}")
+        if self.latency_ms is not None and self.npu_ms is not None and self.cpu_ms is not None:
+            band = self.latency_band_ms
+            likely = (f" (likely {format_time_ms(band[0])}–{format_time_ms(band[1])})"
+                      if band and band[0] != band[1] else "")
+            lines.append(f"  latency      {format_time_ms(self.latency_ms)}{likely} = NPU "
+                         f"{format_time_ms(self.npu_ms)} (Vela) + Cortex-M "
+                         f"{format_time_ms(self.cpu_ms)} (estimated)")
+        top = sorted((r for r in self.per_layer if r.cycles), key=lambda r: -r.cycles)[:5]
+        if top:
+            lines.append("  most cycles  " + "; ".join(
+                f"{r.original_op}/{r.vela_op} {r.cycles:,}" for r in top))
+        lines += [f"  note         {n}" for n in self.notes]
+        return lines
+
+    def html(self) -> str:
+        """The section for the HTML view: its lines, and the NPU/CPU split as a table with
+        each operator coloured by where it runs."""
+        colour = {NPU: "#e3f2e1", CPU: "#fbe3d6"}
+        rows = "".join(
+            f"<tr style='background:{colour[p.unit]}'><td>{p.subgraph}:{p.op_index}</td>"
+            f"<td>{escape(p.op)}</td><td>{p.unit.upper()}</td>"
+            f"<td>{escape(p.reason or '')}</td></tr>" for p in self.partition)
+        lines = self.text_lines()
+        items = "".join(f"<li>{escape(line.strip())}</li>" for line in lines[1:]
+                        if not line.startswith("    "))
+        return (f"<h3>{escape(lines[0])}</h3><ul>{items}</ul>"
+                f"<table><tr><th>op</th><th>type</th><th>runs on</th><th>Vela's reason</th></tr>"
+                f"{rows}</table>")
+
+
+def _b(n: int) -> str:
+    return f"{n:,} B" + (f" ({format_size(n)})" if n >= 10240 else "")

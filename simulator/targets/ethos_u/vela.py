@@ -1,0 +1,156 @@
+"""Run Arm's Vela compiler in a child process and read what it writes.
+
+Vela (``ethos-u-vela``, an optional dependency: ``pip install 'devicefit[ethos-u]'``) runs
+as ``python -c 'from ethosu.vela.vela import main; ...'`` with the interpreter devicefit runs
+on, in a temporary folder, with a timeout: a crash or a hang of the compiler costs the
+command one clear message, never the CLI process. It writes, for ``model.tflite``:
+
+* ``model_vela.tflite`` — the compiled model: the NPU part as ``ethos-u`` custom ops, the
+  rest left as TFLite operators for the Cortex-M;
+* ``model_summary_<system config>.csv`` — one row: memory used per memory, encoded weight
+  bytes, cycles, inference time at the configured clock;
+* ``model_per-layer.csv`` (with ``--verbose-performance``) — one row per NPU/CPU operator
+  after Vela's graph rewrites, with its cycles;
+* on stdout, for every operator it leaves on the CPU (``--show-cpu-operations``)::
+
+      Warning (supported operators) operator: MEAN, ofm: 'model/Mean'
+      Reason: Unsupported depth-reduction.  IFM: 1, 4, 8, 6
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from simulator.errors import RuntimeFailure, UsageError
+from simulator.targets.ethos_u.config import VelaConfig
+
+DISTRIBUTION = "ethos-u-vela"
+_LAUNCH = "import sys; from ethosu.vela.vela import main; sys.exit(main())"
+_REASON = re.compile(r"^Warning \(supported operators\) operator: (\S+), ofm: '(.*)'\s*$")
+
+
+@dataclass(frozen=True)
+class CpuReason:
+    """Why Vela left one operator on the CPU, as Vela words it."""
+
+    op: str
+    ofm: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class VelaRun:
+    """One Vela compilation: the compiled bytes and Vela's own figures, unchanged."""
+
+    compiled: bytes
+    #: The summary CSV's single row, column name → text, as Vela wrote it.
+    summary: dict[str, str]
+    #: The per-layer CSV, one dict per row.
+    per_layer: tuple[dict[str, str], ...]
+    cpu_reasons: tuple[CpuReason, ...]
+    #: Vela's "CPU operators = N" / "NPU operators = N" lines (its own, rewritten ops).
+    vela_cpu_ops: int | None
+    vela_npu_ops: int | None
+    version: str
+    #: The ``.ini`` Vela read and the options it ran with, for the report.
+    ini: str
+    command: tuple[str, ...]
+
+
+def vela_version() -> str | None:
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return None
+
+
+def require_vela() -> str:
+    """The installed Vela version; a clear error when the optional dependency is missing."""
+    found = vela_version()
+    try:
+        importable = importlib.util.find_spec("ethosu.vela") is not None
+    except ImportError:
+        importable = False
+    if found is None or not importable:
+        raise UsageError("the Ethos-U target runs Arm's Vela compiler, which is not installed: "
+                         "pip install 'devicefit[ethos-u]' (ethos-u-vela==5.2.0)")
+    return found
+
+
+def run_vela(model_bytes: bytes, config: VelaConfig, name: str = "model") -> VelaRun:
+    """Compile ``model_bytes`` with Vela for ``config``; raise :class:`RuntimeFailure` with
+    Vela's last words if it fails or exceeds ``config.timeout_s``."""
+    found = require_vela()
+    with tempfile.TemporaryDirectory(prefix="devicefit-vela-") as tmp:
+        work = Path(tmp)
+        src = work / f"{name}.tflite"
+        src.write_bytes(model_bytes)
+        ini = work / "devicefit_vela.ini"
+        ini_text = config.ini_text()
+        ini.write_text(ini_text, encoding="utf-8")
+        out = work / "out"
+        options = [*config.vela_args(ini), "--output-dir", str(out), "--verbose-performance",
+                   "--show-cpu-operations"]
+        cmd = [sys.executable, "-c", _LAUNCH, *options, str(src)]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, cwd=work,
+                                  timeout=config.timeout_s)
+        except subprocess.TimeoutExpired:
+            raise RuntimeFailure(f"Vela {found} did not finish within {config.timeout_s:g} s "
+                                 f"(profile key ethos_u.timeout)") from None
+        compiled = out / f"{name}_vela.tflite"
+        if done.returncode != 0 or not compiled.is_file():
+            raise RuntimeFailure(f"Vela {found} could not compile the model (exit "
+                                 f"{done.returncode}): {_last_words(done.stderr, done.stdout)}")
+        summaries = sorted(out.glob(f"{name}_summary_*.csv"))
+        if len(summaries) != 1:
+            raise RuntimeFailure(f"Vela {found} wrote {len(summaries)} summary CSVs, expected 1")
+        per_layer = out / f"{name}_per-layer.csv"
+        rows = _csv_rows(per_layer.read_text()) if per_layer.is_file() else []
+        summary_rows = _csv_rows(summaries[0].read_text())
+        if len(summary_rows) != 1:
+            raise RuntimeFailure(f"Vela {found}: summary CSV has {len(summary_rows)} rows")
+        return VelaRun(
+            compiled=compiled.read_bytes(), summary=summary_rows[0], per_layer=tuple(rows),
+            cpu_reasons=tuple(parse_reasons(done.stdout)),
+            vela_cpu_ops=_count(done.stdout, "CPU"), vela_npu_ops=_count(done.stdout, "NPU"),
+            version=found, ini=ini_text,
+            command=("vela", *options[:-4], "--verbose-performance", "--show-cpu-operations",
+                     f"{name}.tflite"))
+
+
+def _csv_rows(text: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def parse_reasons(stdout: str) -> list[CpuReason]:
+    """Vela's "supported operators" warnings: each names an op, its output and a reason."""
+    found: list[CpuReason] = []
+    lines = stdout.splitlines()
+    for i, line in enumerate(lines):
+        m = _REASON.match(line)
+        if m and i + 1 < len(lines) and lines[i + 1].startswith("Reason: "):
+            found.append(CpuReason(m.group(1), m.group(2), lines[i + 1][len("Reason: "):].strip()))
+    return found
+
+
+def _count(stdout: str, unit: str) -> int | None:
+    m = re.search(rf"^{unit} operators = (\d+) ", stdout, re.MULTILINE)
+    return int(m.group(1)) if m else None
+
+
+def _last_words(*streams: str) -> str:
+    for text in streams:
+        lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+        if lines:
+            return lines[-1]
+    return "no output"

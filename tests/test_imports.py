@@ -1,0 +1,142 @@
+"""The import graph of ``sdk`` and ``simulator``: no circles, no private names across modules.
+
+Every ``import`` statement counts, also one inside a function: an import deferred to break a
+circle at load time still ties the two modules together (only ``if TYPE_CHECKING:`` blocks
+are skipped, they never run). The graph is read from the source with :mod:`ast`, so the test
+sees the code as written, not what one run happened to import.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("sdk", "simulator")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _walk(tree: ast.AST):
+    """Every node except those under ``if TYPE_CHECKING:``."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            yield from (n for child in node.orelse for n in [child, *_walk(child)])
+            continue
+        yield node
+        yield from _walk(node)
+
+
+def _resolve(module: str, path: Path, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    base = package[:len(package) - node.level + 1]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def _known(name: str) -> str | None:
+    """The module of ours that ``name`` (a module or module.attribute) denotes, if any."""
+    while name:
+        if name in MODULES:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _imports(module: str, path: Path) -> list[tuple[str, str | None, int]]:
+    """(imported module, imported name or None, line) for each import of one of ours."""
+    out = []
+    for node in _walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(t, None, node.lineno) for a in node.names if (t := _known(a.name))]
+        elif isinstance(node, ast.ImportFrom):
+            source = _resolve(module, path, node)
+            for alias in node.names:
+                # ``from pkg import submodule`` imports the submodule itself.
+                target = _known(f"{source}.{alias.name}")
+                if target == f"{source}.{alias.name}":
+                    out.append((target, None, node.lineno))
+                elif (target := _known(source)) is not None:
+                    out.append((target, alias.name, node.lineno))
+    return out
+
+
+GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    edges = {m: sorted({t for t, _, _ in imps if t != m}) for m, imps in GRAPH.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_modules_are_found():
+    assert "simulator.simulate" in MODULES and "sdk.cli" in MODULES
+    assert any(t == "simulator.report" for t, _, _ in GRAPH["simulator.simulate"])
+
+
+def test_no_import_circles():
+    assert _cycles() == []
+
+
+def test_no_private_names_from_other_modules():
+    offenders = [f"{MODULES[m].relative_to(ROOT)}:{line}: {name} from {target}"
+                 for m, imps in GRAPH.items() for target, name, line in imps
+                 if target != m and name and name.startswith("_") and not name.startswith("__")]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("simulator")))
+def test_simulator_never_imports_sdk(module):
+    assert [t for t, _, _ in GRAPH[module] if t.startswith("sdk")] == []
