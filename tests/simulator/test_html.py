@@ -147,6 +147,7 @@ def _png_height(data: bytes) -> int:
     return int.from_bytes(data[20:24], "big")  # IHDR: width at 16, height at 20
 
 
+@pytest.mark.slow  # a real conversion of the digits CNN, as in test_convert_cli
 def test_convert_pictures_agree_with_the_conversion(tmp_path, capsys):
     """``convert --html --plot``: the page leads with the size ratio, accuracy and SQNR the
     conversion measured (the same as ``--report``), names the float32 model without its
