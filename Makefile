@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(PY) examples/demo.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check sdk simulator tests benchmarks examples
+	$(VENV)/bin/ruff check devicefit sdk simulator tests benchmarks examples
 
 # The HTML-report tests look at pages in Debian's headless Chromium; install it if missing.
 browser:

@@ -27,8 +27,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from devicefit.simulator.units import format_size  # noqa: E402
+
 from examples.digits import cached_cnn, load_digits  # noqa: E402
-from simulator.units import format_size  # noqa: E402
 
 MCU, PHONE = "stm32l4r5-cortex-m4", "android-arm64-cpu"
 VARIANTS = [
@@ -45,8 +46,8 @@ VARIANTS = [
 
 
 def table(model_file: Path, paths: dict, tmp: Path) -> list[dict]:
-    from sdk.convert import convert
-    from simulator.profiles import load_profile
+    from devicefit.sdk.convert import convert
+    from devicefit.simulator.profiles import load_profile
 
     rows = []
     for name, profile, options in VARIANTS:

@@ -75,11 +75,10 @@ def _forked(fn, *args) -> tuple[str, object]:
 
 
 def _tflm_create(path: str, arena: int, invoke: bool) -> dict:
+    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.runtimes import input_specs, random_inputs
+    from devicefit.simulator.runtimes.tflm import capture_fd2, parse_allocations
     from tflite_micro.python.tflite_micro import runtime
-
-    from simulator.reader import read_model
-    from simulator.runtimes import input_specs, random_inputs
-    from simulator.runtimes.tflm import capture_fd2, parse_allocations
 
     interp = runtime.Interpreter.from_file(path, arena_size=arena)
     with capture_fd2() as report:
@@ -95,10 +94,9 @@ def _tflm_create(path: str, arena: int, invoke: bool) -> dict:
 def tflm_at(path: str | Path, arena: int, invoke: bool = True) -> tuple[str, object]:
     """Create (and invoke) the real TFLM interpreter at exactly ``arena`` bytes, forked."""
     # Import once here, not in every forked copy.
+    import devicefit.simulator.reader  # noqa: F401
+    import devicefit.simulator.runtimes.tflm  # noqa: F401
     import tflite_micro.python.tflite_micro.runtime  # noqa: F401
-
-    import simulator.reader  # noqa: F401
-    import simulator.runtimes.tflm  # noqa: F401
 
     return _forked(_tflm_create, str(path), arena, invoke)
 
@@ -210,17 +208,17 @@ class Static:
 
 def tflm_wheel_profile():
     """The TFLM profile as the pip wheel runs it: reference kernels, 64-bit pointers."""
-    from simulator.profiles import load_profile, with_runtime
+    from devicefit.simulator.profiles import load_profile, with_runtime
 
     return with_runtime(load_profile(TFLM_PROFILE), kernels="reference", pointer_bytes=8)
 
 
 def static(path: Path) -> Static:
-    from simulator.compat import check_ops
-    from simulator.compute import op_work
-    from simulator.planners import plan_memory
-    from simulator.profiles import load_profile
-    from simulator.reader import read_model
+    from devicefit.simulator.compat import check_ops
+    from devicefit.simulator.compute import op_work
+    from devicefit.simulator.planners import plan_memory
+    from devicefit.simulator.profiles import load_profile
+    from devicefit.simulator.reader import read_model
 
     model = read_model(path)
     profile = tflm_wheel_profile()

@@ -46,7 +46,7 @@ ZOO = ["chain_int8", "residual_int8", "inception_int8", "mlp_int8", "leaky_mid_i
 
 
 def _cli(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "sdk.cli", *args], env=ENV, cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "devicefit.sdk.cli", *args], env=ENV, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

@@ -38,9 +38,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simulator.compat.edgetpu import EdgeTpuReport, edgetpu_partition  # noqa: E402
-from simulator.profiles import Profile, load_profile  # noqa: E402
-from simulator.reader import read_model  # noqa: E402
+from devicefit.simulator.compat.edgetpu import EdgeTpuReport, edgetpu_partition  # noqa: E402
+from devicefit.simulator.profiles import Profile, load_profile  # noqa: E402
+from devicefit.simulator.reader import read_model  # noqa: E402
 
 PROFILE = "coral-edgetpu"
 CACHE_ROOT = ROOT / "tests" / "artifacts" / "edgetpu_bench"
@@ -173,8 +173,7 @@ def model_path(name: str) -> Path:
         return target
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import keras
-
-    from sdk.convert import convert
+    from devicefit.sdk.convert import convert
 
     keras.utils.set_random_seed(0)
     model = BUILDERS[name](keras)

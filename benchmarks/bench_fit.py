@@ -25,10 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from devicefit.sdk.fit import SearchSettings, fit  # noqa: E402
+from devicefit.sdk.fit.report import FitReport  # noqa: E402
+from devicefit.simulator.units import format_size, format_time_ms  # noqa: E402
+
 from examples.digits import cached_cnn, load_digits  # noqa: E402
-from sdk.fit import SearchSettings, fit  # noqa: E402
-from sdk.fit.report import FitReport  # noqa: E402
-from simulator.units import format_size, format_time_ms  # noqa: E402
 
 PROFILES = {"tight": {"flash": "132KiB", "arena": "4500B"},
             "tighter": {"flash": "116KiB", "arena": "3600B"}}

@@ -138,8 +138,7 @@ def _byte_mutant(rng: random.Random, data: bytes) -> bytes:
 
 def _schema_mutant(rng: random.Random, data: bytes) -> bytes | None:
     from ai_edge_litert import schema_py_generated as fb
-
-    from simulator.writer import pack
+    from devicefit.simulator.writer import pack
 
     m = fb.ModelT.InitFromPackedBuf(data, 0)
     sg = rng.choice(m.subgraphs)
@@ -531,13 +530,13 @@ def _leftovers(tmp: Path) -> list[str]:
         if proc.name.isdigit():
             with contextlib.suppress(OSError):
                 cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
-                if "simulator.runtimes._worker" in cmd and str(tmp) in cmd:
+                if "devicefit.simulator.runtimes._worker" in cmd and str(tmp) in cmd:
                     left.append(f"worker {proc.name}")
     return left
 
 
 def _run_in_process(case: Case, folder: Path) -> dict:
-    from sdk.cli import main
+    from devicefit.sdk.cli import main
 
     argv = [a.replace("{d}", str(folder)) for a in case.argv]
     out, err = io.StringIO(), io.StringIO()
@@ -593,7 +592,7 @@ def _signal_case(case: Case, folder: Path, tmp: Path) -> dict:
     env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT)}
     argv = [a.replace("{d}", str(folder)) for a in case.argv]
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "sdk.cli", *argv], env=env, cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "devicefit.sdk.cli", *argv], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     # A CI runner cancels a job that is working: wait until a run has started (its
     # devicefit-run-* folder exists), then a random moment more.

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def _seconds(data: bytes, folder: Path, repeat: int = 3) -> float:
-    from simulator.simulate import simulate
+    from devicefit.simulator.simulate import simulate
 
     path = folder / "m.tflite"
     path.write_bytes(data)

@@ -15,8 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from simulator.simulate import simulate
-from simulator.views.html import Section, render_html
+from devicefit.simulator.simulate import simulate
+from devicefit.simulator.views.html import Section, render_html
+
 from tests.browser import render
 from tests.zoo import model_path
 

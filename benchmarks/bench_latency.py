@@ -44,14 +44,14 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simulator.cores import DATA_DIR  # noqa: E402
-from simulator.kernels import FITTED, KernelData, load_kernels  # noqa: E402
-from simulator.latency import estimate_latency  # noqa: E402
-from simulator.model import Model  # noqa: E402
-from simulator.profiles import CostModel, Profile, load_profile  # noqa: E402
-from simulator.reader import read_model  # noqa: E402
-from simulator.report import OpCompute  # noqa: E402
-from simulator.simulate import static_report  # noqa: E402
+from devicefit.simulator.cores import DATA_DIR  # noqa: E402
+from devicefit.simulator.kernels import FITTED, KernelData, load_kernels  # noqa: E402
+from devicefit.simulator.latency import estimate_latency  # noqa: E402
+from devicefit.simulator.model import Model  # noqa: E402
+from devicefit.simulator.profiles import CostModel, Profile, load_profile  # noqa: E402
+from devicefit.simulator.reader import read_model  # noqa: E402
+from devicefit.simulator.report import OpCompute  # noqa: E402
+from devicefit.simulator.simulate import static_report  # noqa: E402
 
 CACHE_ROOT = ROOT / "tests" / "artifacts" / "mlperf_tiny"
 
@@ -362,7 +362,7 @@ def fitted_tables(x: np.ndarray, band: dict[str, tuple[float, float]]) -> dict:
 
 
 def write_fitted(tables: dict, summary_line: str) -> None:
-    from simulator.fileio import write_atomic
+    from devicefit.simulator.fileio import write_atomic
 
     header = ("# Written by `benchmarks/bench_latency.py --fit --write`: the kernel-table numbers\n"
               "# fitted on every figure of published.yaml (merged over kernels.yaml). Do not\n"
@@ -405,7 +405,7 @@ def summary(rows: list[Published], loo: dict[Published, float]) -> str:
 
 
 def profile_family(cpu: str) -> str:
-    from simulator.cores import find_core
+    from devicefit.simulator.cores import find_core
 
     return find_core(cpu).family
 

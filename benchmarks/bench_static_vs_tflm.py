@@ -131,9 +131,9 @@ def _tflm_child(path: str, repeat: int) -> dict:
 
 # --------------------------------------------------------------------------- parent side
 def _static(path: Path, repeat: int) -> tuple[float, int, int, int]:
-    from simulator.profiles import load_profile, with_runtime
-    from simulator.reader import read_model
-    from simulator.simulate import static_report
+    from devicefit.simulator.profiles import load_profile, with_runtime
+    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.simulate import static_report
 
     # The pip wheel runs reference kernels on a 64-bit host: predict for that.
     profile = with_runtime(load_profile(PROFILE), kernels="reference", pointer_bytes=8)
@@ -199,7 +199,7 @@ def main() -> int:
     print(f"\ngeometric mean ratio: one recorded run {geo([r['ratio_one_run'] for r in rows]):.1f}x, "
           f"trial and error {geo([r['ratio_search'] for r in rows]):.0f}x; "
           f"heads equal: {sum(r['head_predicted'] == r['head_tflm'] for r in rows)}/{len(rows)}")
-    print(f"cold import: simulator.simulate {_import_s('simulator.simulate'):.2f} s, "
+    print(f"cold import: simulator.simulate {_import_s('devicefit.simulator.simulate'):.2f} s, "
           f"tflite_micro runtime {_import_s('tflite_micro.python.tflite_micro.runtime'):.2f} s")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")

@@ -90,10 +90,9 @@ def main() -> int:
     models = {n: f for n, f in _models().items() if n in args.models.split(",")}
 
     import keras
-
-    from sdk.train import TrainingMemoryModel
-    from sdk.train.calibrate import calibration_batches
-    from sdk.train.measure import measure_steps
+    from devicefit.sdk.train import TrainingMemoryModel
+    from devicefit.sdk.train.calibrate import calibration_batches
+    from devicefit.sdk.train.measure import measure_steps
 
     mib = 1024**2
     rows = []

@@ -40,8 +40,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simulator.reader import read_model  # noqa: E402
-from simulator.simulate import simulate  # noqa: E402
+from devicefit.simulator.reader import read_model  # noqa: E402
+from devicefit.simulator.simulate import simulate  # noqa: E402
+
 from tests.corpus import corpus  # noqa: E402
 from tests.vela_anchor import HIGH_END_PROFILE, vela_cli_for  # noqa: E402
 

@@ -58,7 +58,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
 
 DEVICEFIT = r"""
 import resource, sys
-from sdk.cli import main
+from devicefit.sdk.cli import main
 code = main(["convert", *sys.argv[1:]])
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
       resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)

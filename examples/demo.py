@@ -19,11 +19,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout: `python examples/demo.py`
 
+from devicefit.sdk.console import count, make_console, native_log, progress, step, table  # noqa: E402
+from devicefit.simulator.profiles import load_profile  # noqa: E402
+from devicefit.simulator.simulate import simulate  # noqa: E402
+from devicefit.simulator.units import format_size, format_time_ms  # noqa: E402
+
 from examples.digits import load_digits, train_cnn  # noqa: E402
-from sdk.console import count, make_console, native_log, progress, step, table  # noqa: E402
-from simulator.profiles import load_profile  # noqa: E402
-from simulator.simulate import simulate  # noqa: E402
-from simulator.units import format_size, format_time_ms  # noqa: E402
 
 MCU, PHONE = "stm32l4r5-cortex-m4", "android-arm64-cpu"
 
@@ -62,7 +63,7 @@ def main(out: Path = ROOT / "build" / "demo") -> int:
 
 
 def _demo(out: Path) -> int:
-    from sdk.convert import convert
+    from devicefit.sdk.convert import convert
 
     console = make_console()
     out.mkdir(parents=True, exist_ok=True)

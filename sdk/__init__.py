@@ -2,14 +2,14 @@
 
 The public API, for use from Python::
 
-    from sdk import load_profile, simulate
+    from devicefit.sdk import load_profile, simulate
     report = simulate("model.tflite", "stm32l4r5-cortex-m4", run=True)
 
-    from sdk.convert import convert      # Keras/SavedModel → .tflite (needs TensorFlow)
-    from sdk.check import run_check      # the CI gate over a devicefit.yaml project
-    from sdk.bench import bench          # benchmark_model on a phone over adb
+    from devicefit.sdk.convert import convert      # Keras/SavedModel → .tflite (needs TensorFlow)
+    from devicefit.sdk.check import run_check      # the CI gate over a devicefit.yaml project
+    from devicefit.sdk.bench import bench          # benchmark_model on a phone over adb
     bench("model.tflite", "android-arm64-cpu", benchmark_binary="benchmark_model")
-    from sdk.fit import fit              # compression search (needs TensorFlow)
+    from devicefit.sdk.fit import fit              # compression search (needs TensorFlow)
 
 A profile is given as a name, a ``.yaml`` path or a :class:`Profile` everywhere.
 
@@ -23,14 +23,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from simulator.errors import DevicefitError
-from simulator.profiles import Profile, load_profile
+from devicefit.simulator.errors import DevicefitError
+from devicefit.simulator.profiles import Profile, load_profile
 
 _LAZY = {
-    "simulate": ("simulator.simulate", "simulate"),
-    "Report": ("simulator.report", "Report"),
-    "optimize_model_bytes": ("simulator.optimize", "optimize_model_bytes"),
-    "plan_batch": ("sdk.train", "plan_batch"),
+    "simulate": ("devicefit.simulator.simulate", "simulate"),
+    "Report": ("devicefit.simulator.report", "Report"),
+    "optimize_model_bytes": ("devicefit.simulator.optimize", "optimize_model_bytes"),
+    "plan_batch": ("devicefit.sdk.train", "plan_batch"),
 }
 
 __all__ = ["DevicefitError", "Profile", "load_profile", *_LAZY]

@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sdk import commands
-from simulator.errors import DevicefitError, InputError, UsageError
-from simulator.escape import clean
-from simulator.limits import DEFAULT_MAX_OPS, ENV_MAX_OPS, TENSORS_PER_OP
-from simulator.signals import (
+from devicefit.sdk import commands
+from devicefit.simulator.errors import DevicefitError, InputError, UsageError
+from devicefit.simulator.escape import clean
+from devicefit.simulator.limits import DEFAULT_MAX_OPS, ENV_MAX_OPS, TENSORS_PER_OP
+from devicefit.simulator.signals import (
     Terminated,
     exit_outside_work,
     ignore_during_shutdown,
@@ -31,7 +31,7 @@ from simulator.signals import (
 )
 
 if TYPE_CHECKING:
-    from sdk.console import NativeLog
+    from devicefit.sdk.console import NativeLog
 
 #: argparse's own exit code for usage errors, kept for the missing-command case too.
 EXIT_USAGE = 2
@@ -166,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sdk.console import native_log, progress
+    from devicefit.sdk.console import native_log, progress
 
     with terminate_as_interrupt(), native_log(args.log) as log:
         try:

@@ -27,11 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devicefit.simulator.escape import clean
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
-
-from simulator.escape import clean
 
 #: Width for output that goes to a pipe or file without ``COLUMNS``: wide enough that no
 #: table or sentence folds; trailing padding is stripped, so it costs nothing.

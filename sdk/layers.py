@@ -7,8 +7,8 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from simulator.fileio import Named, write_atomic
-from simulator.report import Report
+from devicefit.simulator.fileio import Named, write_atomic
+from devicefit.simulator.report import Report
 
 
 def add_layer_options(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +28,6 @@ def write_layers(args: argparse.Namespace, report: Report, *,
                  inputs: Sequence[str | Path] = ()) -> None:
     """Write ``--csv`` (atomically, never over an input)."""
     if getattr(args, "csv", None):
-        from simulator.views import render
+        from devicefit.simulator.views import render
 
         write_atomic(args.csv, render("csv", report), inputs=inputs)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from simulator.fileio import Named, check_outputs
-from simulator.profiles import Profile
+from devicefit.simulator.fileio import Named, check_outputs
+from devicefit.simulator.profiles import Profile
 
 __all__ = ["check_outputs", "data_inputs", "picture_outputs", "profile_inputs"]
 
@@ -24,7 +24,7 @@ def picture_outputs(args: argparse.Namespace) -> list[Named]:
 def data_inputs(args: argparse.Namespace, data_options: tuple[str, ...]) -> list[Named]:
     """The model, the profile's files and the data options of a converting command;
     ``random`` (generated calibration data) is no file."""
-    from simulator.profiles import load_profile
+    from devicefit.simulator.profiles import load_profile
 
     data = [(f"{name.replace('_data', '')} data", getattr(args, name, None))
             for name in data_options]

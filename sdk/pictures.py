@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.fileio import write_atomic
-from simulator.report import Report
+from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.report import Report
 
 
 def add_picture_options(parser: argparse.ArgumentParser) -> None:
@@ -28,13 +28,13 @@ def write_pictures(args: argparse.Namespace, reports: Sequence[tuple[str, Report
     the PNG, so their heights compare.
     """
     if getattr(args, "html", None):
-        from simulator.views.html import Section, render_html
+        from devicefit.simulator.views.html import Section, render_html
 
         page = render_html(title or reports[0][0], [Section(h, r) for h, r in reports], intro,
                            shared_scale=len(reports) > 1)
         write_atomic(args.html, page, inputs=inputs)
     if getattr(args, "plot", None) and reports:
-        from simulator.views.png import render_reports
+        from devicefit.simulator.views.png import render_reports
 
         write_atomic(args.plot, render_reports(reports), inputs=inputs)
 
@@ -42,8 +42,8 @@ def write_pictures(args: argparse.Namespace, reports: Sequence[tuple[str, Report
 def conversion_summary_html(report: Any) -> str:
     """The figures of a conversion (a :class:`sdk.convert.ConversionReport`) a before/after
     page leads with: sizes and their ratio, accuracy before and after, SQNR."""
-    from simulator.units import format_size
-    from simulator.views.html import html_table
+    from devicefit.simulator.units import format_size
+    from devicefit.simulator.views.html import html_table
 
     def pct(value: float | None) -> str:
         return "-" if value is None else f"{100 * value:.2f} %"

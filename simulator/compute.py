@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simulator.model import Model, Operator, Subgraph, Tensor
+from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
 
 
 @dataclass(frozen=True)

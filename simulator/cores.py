@@ -15,8 +15,7 @@ from functools import cache
 from pathlib import Path
 
 import yaml
-
-from simulator.errors import ProfileError
+from devicefit.simulator.errors import ProfileError
 
 DATA_DIR = Path(__file__).parent / "latency_data"
 SIMD_PATHS = ("none", "dsp", "mve", "pie", "p-ext", "neon", "neon-dotprod")

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from simulator.layers import LayerRow
-from simulator.report import Report, Unit
+from devicefit.simulator.layers import LayerRow
+from devicefit.simulator.report import Report, Unit
 
 
 class Matching(StrEnum):

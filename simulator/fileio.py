@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from simulator.errors import InputError, UsageError
+from devicefit.simulator.errors import InputError, UsageError
 
 #: Pseudo file systems whose entries claim to be regular files of size 0.
 _PSEUDO_ROOTS = ("/proc/", "/sys/", "/dev/")

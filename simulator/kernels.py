@@ -39,9 +39,8 @@ from functools import cache
 from typing import Any
 
 import yaml
-
-from simulator.cores import DATA_DIR, Core
-from simulator.errors import ProfileError
+from devicefit.simulator.cores import DATA_DIR, Core
+from devicefit.simulator.errors import ProfileError
 
 KINDS = ("conv", "conv1x1", "depthwise", "fully_connected", "recurrent", "elementwise")
 #: Op name → kind; CONV_2D becomes conv1x1 when its filter is 1×1 (see :func:`op_kind`).

@@ -25,13 +25,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from simulator.cores import Core, find_core
-from simulator.errors import ProfileError
-from simulator.kernels import OP_KINDS, KernelData, OpShape, kernel_data, library_for, op_cycles
-from simulator.model import Model, Operator, Subgraph
-from simulator.profiles import CostModel, Profile
-from simulator.report import LatencyBasis, LatencyReport, OpCompute, OpLatencyRow
-from simulator.targets import target_for
+from devicefit.simulator.cores import Core, find_core
+from devicefit.simulator.errors import ProfileError
+from devicefit.simulator.kernels import (
+    OP_KINDS,
+    KernelData,
+    OpShape,
+    kernel_data,
+    library_for,
+    op_cycles,
+)
+from devicefit.simulator.model import Model, Operator, Subgraph
+from devicefit.simulator.profiles import CostModel, Profile
+from devicefit.simulator.report import LatencyBasis, LatencyReport, OpCompute, OpLatencyRow
+from devicefit.simulator.targets import target_for
 
 #: Band of an estimate from a table nobody validated: published/estimated in [0.5, 2].
 UNCALIBRATED_BAND = (0.5, 2.0)
@@ -202,7 +209,7 @@ def _main_dtype(model: Model) -> str:
 
 def format_band(total_ms: float, band: tuple[float, float]) -> str:
     """``"266 ms, likely 190–370 ms"``."""
-    from simulator.units import format_time_ms
+    from devicefit.simulator.units import format_time_ms
 
     return (f"{format_time_ms(total_ms)}, likely {format_time_ms(total_ms * band[0])}–"
             f"{format_time_ms(total_ms * band[1])}")

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from simulator.benchmark import OpProfileRow
-    from simulator.model import Model, Subgraph
-    from simulator.report import Report, TimelineStep
+    from devicefit.simulator.benchmark import OpProfileRow
+    from devicefit.simulator.model import Model, Subgraph
+    from devicefit.simulator.report import Report, TimelineStep
 
 #: benchmark_model names a node ``[output tensor name]:node index`` (newer releases) or
 #: ``[output tensor name]``.

@@ -25,10 +25,10 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from simulator.errors import InputError, ModelFormatError
-from simulator.limits import check_ops
-from simulator.model import DTYPE_BYTES, Model, Operator, Subgraph, Tensor
-from simulator.scratch import ScratchRequest, scratch_requests
+from devicefit.simulator.errors import InputError, ModelFormatError
+from devicefit.simulator.limits import check_ops
+from devicefit.simulator.model import DTYPE_BYTES, Model, Operator, Subgraph, Tensor
+from devicefit.simulator.scratch import ScratchRequest, scratch_requests
 
 #: ``MicroArenaBufferAlignment()``: every head buffer is padded to a multiple of this.
 TFLM_ALIGNMENT = 16

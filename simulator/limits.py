@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from simulator.errors import InputError, UsageError
+from devicefit.simulator.errors import InputError, UsageError
 
 DEFAULT_MAX_OPS = 100_000
 ENV_MAX_OPS = "DEVICEFIT_MAX_OPS"

@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from simulator.errors import ProfileError
-from simulator.fileio import regular_file_problem
-from simulator.safeyaml import load_yaml, read_regular_file
-from simulator.schema import (
+from devicefit.simulator.errors import ProfileError
+from devicefit.simulator.fileio import regular_file_problem
+from devicefit.simulator.safeyaml import load_yaml, read_regular_file
+from devicefit.simulator.schema import (
     SIZE,
     TIME,
     boolean,
@@ -41,8 +40,8 @@ from simulator.schema import (
     share,
     string,
 )
-from simulator.targets import TARGETS, Target, union
-from simulator.units import parse_frequency_hz
+from devicefit.simulator.targets import TARGETS, Target, union
+from devicefit.simulator.units import parse_frequency_hz
 
 PROFILE_SUFFIXES = (".yaml", ".yml")
 ENV_PROFILES = "DEVICEFIT_PROFILES"
@@ -185,7 +184,7 @@ def _nm_pattern(v: Any) -> str:
 
 def _version(v: Any) -> str:
     """A runtime version such as ``2.3.1`` (kept as text; the kernel tables compare it)."""
-    from simulator.kernels import parse_version
+    from devicefit.simulator.kernels import parse_version
 
     text = str(v).strip()
     parse_version(text)
@@ -515,7 +514,7 @@ def _build(m: dict, shown: dict, leaf: _RawFile, parents: tuple[str, ...]) -> Pr
     ops = m.get("ops", {})
     cpu = dev.get("cpu")
     if cpu is not None and not cm.get("cycles_per_mac") and not m.get("abstract", False):
-        from simulator.cores import find_core
+        from devicefit.simulator.cores import find_core
 
         try:
             find_core(cpu)

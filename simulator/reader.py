@@ -21,11 +21,10 @@ from typing import Any
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as fb
-
-from simulator.errors import ModelFormatError
-from simulator.fileio import regular_file_problem
-from simulator.limits import check_ops
-from simulator.model import (
+from devicefit.simulator.errors import ModelFormatError
+from devicefit.simulator.fileio import regular_file_problem
+from devicefit.simulator.limits import check_ops
+from devicefit.simulator.model import (
     DTYPE_BYTES,
     Model,
     Operator,

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any, Protocol
 
-from simulator.benchmark import BenchComparison, BenchResult
-from simulator.layers import LayerRow
+from devicefit.simulator.benchmark import BenchComparison, BenchResult
+from devicefit.simulator.layers import LayerRow
 
 #: Version of the JSON form. 1: the untyped sections before it had a version (read back
 #: the same way). 2: typed sections, ``schema_version`` and ``unchecked_budgets``.

@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from simulator.errors import DevicefitError, InputError
-from simulator.fileio import not_regular
+from devicefit.simulator.errors import DevicefitError, InputError
+from devicefit.simulator.fileio import not_regular
 
 MAX_YAML_BYTES = 1024 * 1024
 MAX_DEPTH = 40

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simulator.model import DTYPE_BYTES, Operator, Subgraph, Tensor
+from devicefit.simulator.model import DTYPE_BYTES, Operator, Subgraph, Tensor
 
 
 @dataclass(frozen=True)

@@ -17,18 +17,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.benchmark import BenchComparison, BenchResult
-from simulator.compat import static_compatibility, static_latency
-from simulator.compute import op_work, parameters_by_dtype
-from simulator.errors import ProfileError
-from simulator.latency import latency_section
-from simulator.layers import layer_rows
-from simulator.model import Model
-from simulator.planners import plan_memory
-from simulator.planners.base import MemoryPlan
-from simulator.profiles import Profile, load_profile
-from simulator.reader import read_model
-from simulator.report import (
+from devicefit.simulator.benchmark import BenchComparison, BenchResult
+from devicefit.simulator.compat import static_compatibility, static_latency
+from devicefit.simulator.compute import op_work, parameters_by_dtype
+from devicefit.simulator.errors import ProfileError
+from devicefit.simulator.latency import latency_section
+from devicefit.simulator.layers import layer_rows
+from devicefit.simulator.model import Model
+from devicefit.simulator.planners import plan_memory
+from devicefit.simulator.planners.base import MemoryPlan
+from devicefit.simulator.profiles import Profile, load_profile
+from devicefit.simulator.reader import read_model
+from devicefit.simulator.report import (
     BenchSection,
     ComputeReport,
     MemoryReport,
@@ -39,8 +39,8 @@ from simulator.report import (
     Report,
     TimelineStep,
 )
-from simulator.targets import target_for
-from simulator.verdict import flash_bytes, judge
+from devicefit.simulator.targets import target_for
+from devicefit.simulator.verdict import flash_bytes, judge
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = Fals
     report = static_report(model, profile, order)
     if run:
         # Imported here: the static path must not load native runtimes.
-        from simulator.runtimes.stage import run_stage
+        from devicefit.simulator.runtimes.stage import run_stage
 
         report = run_stage(model, profile, report, **run_options)
     if bench is not None:

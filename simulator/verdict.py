@@ -18,8 +18,8 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simulator.profiles import Profile
-from simulator.report import Basis, BudgetCheck, BudgetName, Report, Status, Unit
+from devicefit.simulator.profiles import Profile
+from devicefit.simulator.report import Basis, BudgetCheck, BudgetName, Report, Status, Unit
 
 
 def flash_bytes(model_bytes: int, profile: Profile) -> int:

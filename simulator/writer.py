@@ -14,8 +14,7 @@ from collections.abc import Sequence
 import flatbuffers
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
-
-from simulator.errors import ModelFormatError
+from devicefit.simulator.errors import ModelFormatError
 
 #: The flatbuffer file identifier of TFLite models.
 FILE_IDENTIFIER = b"TFL3"

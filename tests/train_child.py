@@ -17,9 +17,8 @@ import sys
 def main(request: dict) -> dict:
     import keras
     import numpy as np
-
-    from sdk.train import BatchPlan, TrainingMemoryModel, fit
-    from sdk.train.measure import PeakMeter
+    from devicefit.sdk.train import BatchPlan, TrainingMemoryModel, fit
+    from devicefit.sdk.train.measure import PeakMeter
 
     meter = PeakMeter()
     meter.reset()

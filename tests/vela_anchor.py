@@ -10,8 +10,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.profiles import load_profile
-from simulator.targets.ethos_u.analysis import config_for
+from devicefit.simulator.profiles import load_profile
+from devicefit.simulator.targets.ethos_u.analysis import config_for
 
 #: Vela's reference system "Ethos_U55_High_End_Embedded" + "Shared_Sram" (its Arm/vela.ini,
 #: and Arm MLIA's ethos-u55-128 target) as a profile extending ethos-u55-128.

@@ -87,9 +87,8 @@ def build(out: Path) -> list[Path]:
     """Convert every model into ``out``; returns the files written."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import keras
-
-    from sdk.convert import convert
-    from simulator.units import format_size
+    from devicefit.sdk.convert import convert
+    from devicefit.simulator.units import format_size
 
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -110,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder for the .tflite files (default: models/ beside this file)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE.parents[1]))  # run from a checkout: `python build_models.py`
-    from sdk.console import native_log
+    from devicefit.sdk.console import native_log
 
     # TensorFlow's start-up and converter lines go to a log shown only if something fails.
     with native_log() as log:

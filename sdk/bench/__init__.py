@@ -4,10 +4,10 @@
 lives in :mod:`simulator.benchmark`, beside the report whose ``bench`` section it fills).
 """
 
-from sdk.bench.adb import AdbError, DeviceGone
-from sdk.bench.benchmark_output import BenchmarkOutputError, parse_benchmark_output
-from sdk.bench.runner import bench
-from simulator.benchmark import BenchmarkOutput, BenchResult, BenchSettings
+from devicefit.sdk.bench.adb import AdbError, DeviceGone
+from devicefit.sdk.bench.benchmark_output import BenchmarkOutputError, parse_benchmark_output
+from devicefit.sdk.bench.runner import bench
+from devicefit.simulator.benchmark import BenchmarkOutput, BenchResult, BenchSettings
 
 __all__ = [
     "AdbError",

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.errors import InputError, RuntimeFailure, UsageError
+from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
 
 log = logging.getLogger(__name__)
 

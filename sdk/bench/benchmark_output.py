@@ -34,14 +34,14 @@ import logging
 import math
 import re
 
-from simulator.benchmark import (
+from devicefit.simulator.benchmark import (
     BenchmarkOutput,
     DelegateCoverage,
     OpProfileRow,
     OpTypeSummary,
     RunStats,
 )
-from simulator.errors import RuntimeFailure
+from devicefit.simulator.errors import RuntimeFailure
 
 log = logging.getLogger(__name__)
 

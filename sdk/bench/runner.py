@@ -14,13 +14,13 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
-from sdk.bench.adb import AdbClient, AdbError, DeviceGone, check_binary_arch, find_adb
-from sdk.bench.benchmark_output import parse_benchmark_output, tail
-from sdk.console import step
-from simulator.benchmark import BenchmarkOutput, BenchResult, BenchSettings
-from simulator.errors import InputError, RuntimeFailure, UsageError
-from simulator.profiles import Profile, load_profile
-from simulator.targets import TARGETS, target_for
+from devicefit.sdk.bench.adb import AdbClient, AdbError, DeviceGone, check_binary_arch, find_adb
+from devicefit.sdk.bench.benchmark_output import parse_benchmark_output, tail
+from devicefit.sdk.console import step
+from devicefit.simulator.benchmark import BenchmarkOutput, BenchResult, BenchSettings
+from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
+from devicefit.simulator.profiles import Profile, load_profile
+from devicefit.simulator.targets import TARGETS, target_for
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import InputError
-from simulator.report import Report
-from simulator.safeyaml import read_regular_file
+from devicefit.simulator.errors import InputError
+from devicefit.simulator.report import Report
+from devicefit.simulator.safeyaml import read_regular_file
 
 from .project import RegressionRule
 

@@ -16,12 +16,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulator import signals
-from simulator.errors import DevicefitError
-from simulator.profiles import Profile
-from simulator.report import Report
-from simulator.simulate import simulate
-from simulator.views.json import read_report
+from devicefit.simulator import signals
+from devicefit.simulator.errors import DevicefitError
+from devicefit.simulator.profiles import Profile
+from devicefit.simulator.report import Report
+from devicefit.simulator.simulate import simulate
+from devicefit.simulator.views.json import read_report
 
 from .baseline import RegressionCheck, compare
 from .project import Project, Target

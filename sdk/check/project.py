@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import DevicefitError, InputError
-from simulator.profiles import Profile, ProfileStore, did_you_mean
-from simulator.reader import FILE_IDENTIFIER
-from simulator.safeyaml import load_yaml, read_regular_file
-from simulator.units import SIZE_UNITS_HELP, TIME_UNITS_HELP, parse_size, parse_time_ms
+from devicefit.simulator.errors import DevicefitError, InputError
+from devicefit.simulator.profiles import Profile, ProfileStore, did_you_mean
+from devicefit.simulator.reader import FILE_IDENTIFIER
+from devicefit.simulator.safeyaml import load_yaml, read_regular_file
+from devicefit.simulator.units import SIZE_UNITS_HELP, TIME_UNITS_HELP, parse_size, parse_time_ms
 
 DEFAULT_PROJECT_FILE = "devicefit.yaml"
 METRICS = ("flash", "arena", "latency")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import InputError
+from devicefit.simulator.errors import InputError
 
 from .gate import CheckResult, Outcome
 from .project import Project

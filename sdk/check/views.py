@@ -13,15 +13,15 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from simulator.escape import markdown as md_literal
-from simulator.escape import markdown_code as md_code
-from simulator.report import Status
-from simulator.units import format_figure as fmt
-from simulator.views.html import Section, escape, html_table, render_html
-from simulator.views.junit import COUNTS, case, report_cases, xml_text
-from simulator.views.markdown import MARKS
-from simulator.views.messages import details, figures
-from simulator.views.messages import problems as report_problems
+from devicefit.simulator.escape import markdown as md_literal
+from devicefit.simulator.escape import markdown_code as md_code
+from devicefit.simulator.report import Status
+from devicefit.simulator.units import format_figure as fmt
+from devicefit.simulator.views.html import Section, escape, html_table, render_html
+from devicefit.simulator.views.junit import COUNTS, case, report_cases, xml_text
+from devicefit.simulator.views.markdown import MARKS
+from devicefit.simulator.views.messages import details, figures
+from devicefit.simulator.views.messages import problems as report_problems
 
 from .baseline import METRIC_KEYS, RegressionCheck, report_metrics
 from .gate import CheckResult, Outcome

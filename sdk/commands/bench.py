@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from devicefit.sdk.argtypes import positive_seconds
+from devicefit.sdk.console import make_console, print_json, table
+from devicefit.sdk.layers import add_layer_options, layer_outputs, write_layers
+from devicefit.sdk.outputs import check_outputs, picture_outputs, profile_inputs
+from devicefit.sdk.pictures import add_picture_options, write_pictures
+from devicefit.simulator.benchmark import BenchComparison, BenchResult
+from devicefit.simulator.errors import DevicefitError
+from devicefit.simulator.report import Report
+from devicefit.simulator.units import format_time_ms
 from rich.markup import escape
-
-from sdk.argtypes import positive_seconds
-from sdk.console import make_console, print_json, table
-from sdk.layers import add_layer_options, layer_outputs, write_layers
-from sdk.outputs import check_outputs, picture_outputs, profile_inputs
-from sdk.pictures import add_picture_options, write_pictures
-from simulator.benchmark import BenchComparison, BenchResult
-from simulator.errors import DevicefitError
-from simulator.report import Report
-from simulator.units import format_time_ms
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,9 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from sdk.bench import bench
-    from simulator.profiles import load_profile
-    from simulator.simulate import bench_section, simulate
+    from devicefit.sdk.bench import bench
+    from devicefit.simulator.profiles import load_profile
+    from devicefit.simulator.simulate import bench_section, simulate
 
     profile = load_profile(args.profile, args.profiles_dir)
     check_outputs([*picture_outputs(args), *layer_outputs(args)], [("model", args.model), *profile_inputs(profile),
@@ -80,7 +79,7 @@ def _bench(args: argparse.Namespace) -> int:
         return code
     _print(args, result, section.vs_estimate)
     if args.layers and report is not None:
-        from simulator.views.layertable import text_lines
+        from devicefit.simulator.views.layertable import text_lines
 
         make_console(args.no_color).print(escape("\n".join(text_lines(report.layers))))
     _print_verdict(args, report)
@@ -88,7 +87,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _print_verdict(args: argparse.Namespace, report: Report | None) -> None:
-    from simulator.views.messages import budget_message
+    from devicefit.simulator.views.messages import budget_message
 
     con = make_console(args.no_color)
     if report is None:

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from simulator.errors import UsageError
+from devicefit.simulator.errors import UsageError
 
 if TYPE_CHECKING:
-    from sdk.check import CheckResult, Outcome
+    from devicefit.sdk.check import CheckResult, Outcome
 
 # sdk.check (numpy, the simulator, rich tables) is imported inside the handlers so that
 # `devicefit --help` and the other commands do not pay for it.
@@ -81,17 +81,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _shard(text: str):
-    from sdk.check.shard import parse_shard
+    from devicefit.sdk.check.shard import parse_shard
 
     return parse_shard(text)
 
 
 def _check(args: argparse.Namespace) -> int:
-    from sdk.check import DEFAULT_PROJECT_FILE, load_baseline, load_project, run_check
-    from sdk.check.baseline import first_run_note, starts_baseline
-    from sdk.check.shard import Shard, select, shard_document
-    from sdk.console import make_console
-    from sdk.outputs import check_outputs, profile_inputs
+    from devicefit.sdk.check import DEFAULT_PROJECT_FILE, load_baseline, load_project, run_check
+    from devicefit.sdk.check.baseline import first_run_note, starts_baseline
+    from devicefit.sdk.check.shard import Shard, select, shard_document
+    from devicefit.sdk.console import make_console
+    from devicefit.sdk.outputs import check_outputs, profile_inputs
 
     if args.file == "merge":
         return _merge(args)
@@ -147,7 +147,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _merge(args: argparse.Namespace) -> int:
     """``check merge``: the shards' results as one run's views and exit code."""
-    from sdk.check.shard import load_shards, merge
+    from devicefit.sdk.check.shard import load_shards, merge
 
     used = [flag for flag, on in (("--run", args.run), ("--shard", args.shard is not None),
                                   ("--results", args.results is not None),
@@ -159,7 +159,7 @@ def _merge(args: argparse.Namespace) -> int:
                          "the shard runs")
     if args.update_baseline and args.baseline is None:
         raise UsageError("check merge --update-baseline needs --baseline FILE.json")
-    from sdk.outputs import check_outputs
+    from devicefit.sdk.outputs import check_outputs
 
     inputs = [Path(p) for p in args.shard_results]
     check_outputs([("--junit", args.junit), ("--markdown", args.markdown), ("--html", args.html),
@@ -171,8 +171,8 @@ def _merge(args: argparse.Namespace) -> int:
 
 def _views(args: argparse.Namespace, result: CheckResult, inputs: list[Path],
            written: list[str], baseline_path: Path | None) -> int:
-    from sdk.check.views import html, json_text, junit_xml, markdown
-    from sdk.console import make_console
+    from devicefit.sdk.check.views import html, json_text, junit_xml, markdown
+    from devicefit.sdk.console import make_console
 
     for path, render in ((args.junit, junit_xml), (args.markdown, markdown), (args.html, html)):
         if path is not None:
@@ -189,14 +189,14 @@ def _views(args: argparse.Namespace, result: CheckResult, inputs: list[Path],
 
 
 def _write(path: Path, text: str, inputs: list[Path]) -> None:
-    from simulator.fileio import write_atomic
+    from devicefit.simulator.fileio import write_atomic
 
     path.parent.mkdir(parents=True, exist_ok=True)  # CI jobs like reports/junit.xml
     write_atomic(path, text, inputs=inputs)
 
 
 def _update_baseline(result: CheckResult, path: Path, err, inputs: list[Path]) -> list[str]:
-    from sdk.check import baseline_document
+    from devicefit.sdk.check import baseline_document
 
     done = [(o.model, o.profile, o.report) for o in result.outcomes if o.report is not None]
     if len(done) < len(result.outcomes):
@@ -237,11 +237,10 @@ class _Progress:
 
 
 def _print(console, result: CheckResult, written: list[str], notes: bool) -> None:
+    from devicefit.sdk.check.views import metric_cell, problems, regression_cell
+    from devicefit.sdk.check.views import notes as check_notes
+    from devicefit.sdk.console import table
     from rich.markup import escape
-
-    from sdk.check.views import metric_cell, problems, regression_cell
-    from sdk.check.views import notes as check_notes
-    from sdk.console import table
 
     def _cell(text: str, ok: bool | None) -> str:
         return escape(text) if ok is not False else f"[red]{escape(text)}[/]"

@@ -15,18 +15,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
+from devicefit.sdk.console import make_console, table
+from devicefit.sdk.convert.data import RANDOM
+from devicefit.sdk.convert.sparsity import KINDS
+from devicefit.sdk.convert.spec import OPTIONS, ConversionSpec
+from devicefit.sdk.outputs import check_outputs, data_inputs, picture_outputs
+from devicefit.sdk.pictures import add_picture_options, write_pictures
+from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.profiles import QUANT_SCHEMES
+from devicefit.simulator.units import format_figure, format_size
 from rich.markup import escape
-
-from sdk.commands.optimize import add_patch_arguments, patch_options
-from sdk.console import make_console, table
-from sdk.convert.data import RANDOM
-from sdk.convert.sparsity import KINDS
-from sdk.convert.spec import OPTIONS, ConversionSpec
-from sdk.outputs import check_outputs, data_inputs, picture_outputs
-from sdk.pictures import add_picture_options, write_pictures
-from simulator.fileio import write_atomic
-from simulator.profiles import QUANT_SCHEMES
-from simulator.units import format_figure, format_size
 
 EXAMPLE = ("example: devicefit convert model.keras --profile stm32l4r5-cortex-m4 "
            "--calibration train.npz --eval test.npz -o model.tflite")
@@ -85,7 +84,7 @@ def spec_from_args(args: argparse.Namespace) -> ConversionSpec:
 
 def _convert(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
-    from sdk.convert import convert
+    from devicefit.sdk.convert import convert
 
     spec = spec_from_args(args)
     data = [(f"{what} data", value) for what, value in (
@@ -162,8 +161,8 @@ def _before_after(args: argparse.Namespace, report, baseline: Path) -> None:
     pictures name it by what it is, not by its path."""
     import dataclasses
 
-    from sdk.pictures import conversion_summary_html
-    from simulator.simulate import simulate
+    from devicefit.sdk.pictures import conversion_summary_html
+    from devicefit.simulator.simulate import simulate
 
     before = simulate(baseline, report.profile, profiles_dirs=args.profiles_dir)
     before.model = dataclasses.replace(before.model,
@@ -222,7 +221,7 @@ def _print_summary(console, report) -> None:
 def _target_lines(extra: Any) -> list[str]:
     """What the target's ``after_convert`` hook reported, in a line or a few: the Edge TPU
     partition as one line; a result that renders itself (``text_lines()``) as its lines."""
-    from simulator.compat.edgetpu import EdgeTpuReport
+    from devicefit.simulator.compat.edgetpu import EdgeTpuReport
 
     if isinstance(extra, EdgeTpuReport):
         first = extra.first_unmapped
@@ -245,7 +244,7 @@ class _ConsoleHandler(logging.Handler):
 @contextmanager
 def warnings_to(console) -> Iterator[None]:
     """Show the library's logged warnings as they happen (e.g. random calibration)."""
-    logger = logging.getLogger("sdk")
+    logger = logging.getLogger("devicefit.sdk")
     handler = _ConsoleHandler(make_console(console.no_color, stderr=True))
     logger.addHandler(handler)
     try:

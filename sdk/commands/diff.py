@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from simulator.errors import UsageError
+from devicefit.simulator.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,12 +35,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from sdk.outputs import check_outputs, profile_inputs
-    from simulator.diff import Side, diff_reports
-    from simulator.fileio import write_atomic
-    from simulator.profiles import load_profile
-    from simulator.simulate import simulate
-    from simulator.views.diffview import render_html, render_json, render_text
+    from devicefit.sdk.outputs import check_outputs, profile_inputs
+    from devicefit.simulator.diff import Side, diff_reports
+    from devicefit.simulator.fileio import write_atomic
+    from devicefit.simulator.profiles import load_profile
+    from devicefit.simulator.simulate import simulate
+    from devicefit.simulator.views.diffview import render_html, render_json, render_text
 
     models, names = args.models, args.profile
     if len(models) == 2 and len(names) == 1:

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sdk.commands.optimize import add_patch_arguments, patch_options
-from sdk.console import make_console, print_json, table
-from simulator.errors import UsageError
-from simulator.fileio import write_atomic
-from simulator.units import format_size
+from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
+from devicefit.sdk.console import make_console, print_json, table
+from devicefit.simulator.errors import UsageError
+from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.units import format_size
 
 EXAMPLE = ("example: devicefit fit model.keras --profile stm32l4r5-cortex-m4 --train train.npz "
            "--eval test.npz -o model.tflite --max-trials 20 --time-budget 30m\n"
@@ -101,12 +101,12 @@ def _fit(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
     # The converter warns once per full-integer conversion; fit converts dozens of times.
     warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
-    from sdk.commands.convert import warnings_to
-    from sdk.fit import SearchSettings, fit
+    from devicefit.sdk.commands.convert import warnings_to
+    from devicefit.sdk.fit import SearchSettings, fit
 
     if args.heartbeat < 1:
         raise UsageError(f"--heartbeat {args.heartbeat}: give at least 1 second")
-    from sdk.outputs import check_outputs, data_inputs
+    from devicefit.sdk.outputs import check_outputs, data_inputs
 
     check_outputs([("-o", args.output), ("--report", args.report), ("--html", args.html)],
                   data_inputs(args, ("train", "eval_data", "calibration")))
@@ -136,7 +136,7 @@ def _fit(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace, settings, console) -> int:
-    from sdk.fit import export
+    from devicefit.sdk.fit import export
 
     given = [flag for flag, value in (("MODEL", args.model), ("--train", args.train),
                                       ("--eval", args.eval_data)) if value is not None]
@@ -148,7 +148,7 @@ def _export(args: argparse.Namespace, settings, console) -> int:
 
 
 def _outputs(args: argparse.Namespace, console, report, inputs: list[str]) -> int:
-    from sdk.fit.report import render_fit_html
+    from devicefit.sdk.fit.report import render_fit_html
 
     if args.report:
         write_atomic(args.report, json.dumps(report.to_dict(), indent=2) + "\n", inputs=inputs)
@@ -164,7 +164,7 @@ def _outputs(args: argparse.Namespace, console, report, inputs: list[str]) -> in
 
 
 def _print_summary(console, report) -> None:
-    from sdk.fit.report import TRIAL_COLUMNS, format_value, trial_rows
+    from devicefit.sdk.fit.report import TRIAL_COLUMNS, format_value, trial_rows
 
     console.print(table(f"Trials on {report.profile} ({report.search_seconds:.0f} s"
                         + (", interrupted" if report.interrupted else "") + ")",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from sdk.console import make_console, print_json, table
-from sdk.outputs import check_outputs, profile_inputs
-from simulator.optimize.patches import OBJECTIVES
+from devicefit.sdk.console import make_console, print_json, table
+from devicefit.sdk.outputs import check_outputs, profile_inputs
+from devicefit.simulator.optimize.patches import OBJECTIVES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -52,8 +52,8 @@ def add_patch_arguments(p: argparse.ArgumentParser, when: str = "") -> None:
 
 def patch_options(args: argparse.Namespace) -> dict:
     """The keyword arguments of ``optimize_model_bytes`` for the parsed patch flags."""
-    from simulator.errors import UsageError
-    from simulator.optimize.patches import parse_grid
+    from devicefit.simulator.errors import UsageError
+    from devicefit.simulator.optimize.patches import parse_grid
 
     if args.patches is None:
         return {}
@@ -66,10 +66,10 @@ def patch_options(args: argparse.Namespace) -> dict:
 
 
 def _optimize(args: argparse.Namespace) -> int:
-    from simulator.fileio import write_atomic
-    from simulator.optimize import optimize_model_bytes
-    from simulator.profiles import load_profile
-    from simulator.reader import read_model
+    from devicefit.simulator.fileio import write_atomic
+    from devicefit.simulator.optimize import optimize_model_bytes
+    from devicefit.simulator.profiles import load_profile
+    from devicefit.simulator.reader import read_model
 
     options = patch_options(args)
     profile = load_profile(args.profile, args.profiles_dir)

@@ -7,16 +7,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sdk.console import make_console, print_json, step, table
-from simulator.errors import InputError, UsageError
-from simulator.units import SIZE_UNITS_HELP, format_size, parse_size
+from devicefit.sdk.console import make_console, print_json, step, table
+from devicefit.simulator.errors import InputError, UsageError
+from devicefit.simulator.units import SIZE_UNITS_HELP, format_size, parse_size
 
 MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from sdk.train.estimate import ACTIVATION_BYTES
-    from sdk.train.optimizers import OPTIMIZERS
+    from devicefit.sdk.train.estimate import ACTIVATION_BYTES
+    from devicefit.sdk.train.optimizers import OPTIMIZERS
 
     p = sub.add_parser(
         "plan-batch", help="largest training batch that fits memory, and gradient accumulation",
@@ -79,7 +79,7 @@ def _memory(value: str) -> int | None:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from sdk.train.plan import plan_batch
+    from devicefit.sdk.train.plan import plan_batch
 
     memory = _memory(args.memory)
     if args.target_batch < 1:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from sdk.console import make_console, print_json, table
-from simulator.errors import DevicefitError
-from simulator.escape import clean
-from simulator.profiles import Profile, ProfileStore, dump_resolved, load_profile
-from simulator.units import format_size, format_time_ms
-from simulator.verdict import device_warnings
+from devicefit.sdk.console import make_console, print_json, table
+from devicefit.simulator.errors import DevicefitError
+from devicefit.simulator.escape import clean
+from devicefit.simulator.profiles import Profile, ProfileStore, dump_resolved, load_profile
+from devicefit.simulator.units import format_size, format_time_ms
+from devicefit.simulator.verdict import device_warnings
 
 
 def register(sub: argparse._SubParsersAction) -> None:

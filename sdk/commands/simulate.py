@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from sdk.argtypes import positive_seconds
-from sdk.console import make_console
-from sdk.layers import add_layer_options, layer_outputs, write_layers
-from sdk.outputs import check_outputs, picture_outputs, profile_inputs
-from sdk.pictures import add_picture_options, write_pictures
-from simulator.errors import UsageError
-from simulator.profiles import KERNELS
-from simulator.views import VIEWS
-from simulator.views.base import heading
+from devicefit.sdk.argtypes import positive_seconds
+from devicefit.sdk.console import make_console
+from devicefit.sdk.layers import add_layer_options, layer_outputs, write_layers
+from devicefit.sdk.outputs import check_outputs, picture_outputs, profile_inputs
+from devicefit.sdk.pictures import add_picture_options, write_pictures
+from devicefit.simulator.errors import UsageError
+from devicefit.simulator.profiles import KERNELS
+from devicefit.simulator.views import VIEWS
+from devicefit.simulator.views.base import heading
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,9 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from simulator.profiles import load_profile, with_runtime
-    from simulator.simulate import simulate
-    from simulator.views import render
+    from devicefit.simulator.profiles import load_profile, with_runtime
+    from devicefit.simulator.simulate import simulate
+    from devicefit.simulator.views import render
 
     profile = with_runtime(load_profile(args.profile, args.profiles_dir),
                            kernels=args.kernels, pointer_bytes=args.pointer_size)

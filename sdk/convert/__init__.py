@@ -14,13 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sdk.convert import pipeline
-from sdk.convert.data import RANDOM_WARNING
-from sdk.convert.pipeline import StageTimer, check_output, verify_scheme
-from sdk.convert.report import ConversionReport, ConversionSettings
-from sdk.convert.spec import ConversionSpec
-from simulator.fileio import write_atomic
-from simulator.profiles import Profile, load_profile
+from devicefit.sdk.convert import pipeline
+from devicefit.sdk.convert.data import RANDOM_WARNING
+from devicefit.sdk.convert.pipeline import StageTimer, check_output, verify_scheme
+from devicefit.sdk.convert.report import ConversionReport, ConversionSettings
+from devicefit.sdk.convert.spec import ConversionSpec
+from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.profiles import Profile, load_profile
 
 __all__ = ["ConversionReport", "ConversionSettings", "ConversionSpec", "check_output", "convert",
            "verify_scheme"]

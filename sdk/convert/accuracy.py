@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from simulator.errors import RuntimeFailure
+from devicefit.simulator.errors import RuntimeFailure
 
 #: Seconds per evaluated sample allowed to the child, plus a fixed start-up allowance.
 CHILD_TIMEOUT_PER_SAMPLE_S = 0.5
@@ -49,7 +48,7 @@ def run_tflite(model_path: Path, x: np.ndarray) -> np.ndarray:
     with tempfile.TemporaryDirectory(prefix="devicefit-eval-") as tmp:
         inputs, outputs = Path(tmp) / "x.npy", Path(tmp) / "y.npy"
         np.save(inputs, x.astype(np.float32))
-        cmd = [sys.executable, "-m", "sdk.convert.litert_child", str(model_path), str(inputs),
+        cmd = [sys.executable, "-m", "devicefit.sdk.convert.litert_child", str(model_path), str(inputs),
                str(outputs)]
         env = dict(os.environ)
         # The child must import this package even when it runs from a checkout (no install).

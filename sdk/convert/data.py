@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
-
-from simulator.errors import InputError, UsageError
-from simulator.units import format_size
+from devicefit.simulator.errors import InputError, UsageError
+from devicefit.simulator.units import format_size
 
 log = logging.getLogger(__name__)
 

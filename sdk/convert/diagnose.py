@@ -12,7 +12,7 @@ import re
 import signal
 from collections.abc import Iterable
 
-from simulator.errors import DevicefitError
+from devicefit.simulator.errors import DevicefitError
 
 # 'tf.ResizeBicubic' op is neither a custom op nor a flex op
 _NOT_BUILTIN = re.compile(r"'tf\.(\w+)' op is neither a custom op nor a flex op")

@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from sdk.convert.data import Dataset
-from simulator.errors import UsageError
+from devicefit.sdk.convert.data import Dataset
+from devicefit.simulator.errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +63,7 @@ def fine_tune(model: Any, data: Dataset, epochs: int, *,
     if data.y is None:
         raise UsageError(f"{data.source}: fine-tuning needs labels (an .npz with x and y, or a "
                          "folder of class sub-folders)")
-    from sdk import train
+    from devicefit.sdk import train
 
     started = time.perf_counter()
     plan = train.plan_batch(model, optimizer="adam", target_batch=TARGET_BATCH)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import InputError, UsageError
+from devicefit.simulator.errors import InputError, UsageError
 
 log = logging.getLogger(__name__)
 

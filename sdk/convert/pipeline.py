@@ -21,18 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sdk.convert import accuracy, data, metadata, quantize, sparsity, tfchild, tfwork
-from sdk.convert.diagnose import ConversionError
-from sdk.convert.report import CalibrationInfo, ConversionSettings
-from sdk.convert.spec import ConversionSpec
-from simulator.errors import DevicefitError, InputError, UsageError
-from simulator.fileio import write_atomic
-from simulator.profiles import Profile
-from simulator.targets import target_for
+from devicefit.sdk.convert import accuracy, data, metadata, quantize, sparsity, tfchild, tfwork
+from devicefit.sdk.convert.diagnose import ConversionError
+from devicefit.sdk.convert.report import CalibrationInfo, ConversionSettings
+from devicefit.sdk.convert.spec import ConversionSpec
+from devicefit.simulator.errors import DevicefitError, InputError, UsageError
+from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.profiles import Profile
+from devicefit.simulator.targets import target_for
 
 if TYPE_CHECKING:
-    from simulator.optimize.driver import OptimizeReport
-    from simulator.report import Report, UnsupportedOp
+    from devicefit.simulator.optimize.driver import OptimizeReport
+    from devicefit.simulator.report import Report, UnsupportedOp
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ def verify_scheme(tflite: bytes, quant: quantize.QuantSettings) -> None:
     float computation left (only QUANTIZE/DEQUANTIZE at float I/O), float16 and dynamic
     range have their reduced weights. Bad calibration data used to give "int8 ... PASS" for
     a float model."""
-    from simulator.reader import parse_model
+    from devicefit.simulator.reader import parse_model
 
     model = parse_model(tflite)
     graph = model.subgraphs[0]
@@ -219,7 +219,7 @@ def optimize_memory(tflite: bytes, profile: Profile, spec: ConversionSpec, name:
     """``--optimize-memory``: the rewritten bytes and what was done (unchanged without it)."""
     if spec.optimize_memory is None:
         return tflite, None
-    from simulator.optimize import optimize_model_bytes
+    from devicefit.simulator.optimize import optimize_model_bytes
 
     return optimize_model_bytes(tflite, profile, name=name, **spec.optimize_memory.options())
 
@@ -261,8 +261,8 @@ class Simulated:
 
 def simulate(job: Job, layers: dict[str, str]) -> Simulated:
     """The simulator's verdict on the written model."""
-    from simulator.reader import read_model
-    from simulator.simulate import simulate as run_simulation
+    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.simulate import simulate as run_simulation
 
     profile, path = job.profile, job.output
     try:
@@ -289,7 +289,7 @@ def after_convert(job: Job) -> Any:
 def _unsupported_layers(model: Any, unsupported: Sequence[UnsupportedOp],
                         layers: dict[str, str]) -> dict[str, str]:
     """The Keras layer of each unsupported op (from its output tensor's name)."""
-    from sdk.convert.diagnose import layer_of
+    from devicefit.sdk.convert.diagnose import layer_of
 
     found: dict[str, str] = {}
     for entry in unsupported:

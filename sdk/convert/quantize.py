@@ -17,11 +17,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
-
-from sdk.convert.loading import LoadedModel
-from simulator.errors import UsageError
-from simulator.profiles import Profile
-from simulator.targets import target_for
+from devicefit.sdk.convert.loading import LoadedModel
+from devicefit.simulator.errors import UsageError
+from devicefit.simulator.profiles import Profile
+from devicefit.simulator.targets import target_for
 
 log = logging.getLogger(__name__)
 

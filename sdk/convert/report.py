@@ -6,13 +6,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sdk.convert.accuracy import AccuracyReport
-from sdk.convert.finetune import FineTuneResult
-from sdk.convert.sparsity import PrunedLayer, WeightSparsity
+from devicefit.sdk.convert.accuracy import AccuracyReport
+from devicefit.sdk.convert.finetune import FineTuneResult
+from devicefit.sdk.convert.sparsity import PrunedLayer, WeightSparsity
 
 if TYPE_CHECKING:
-    from simulator.optimize.driver import OptimizeReport
-    from simulator.report import Report
+    from devicefit.simulator.optimize.driver import OptimizeReport
+    from devicefit.simulator.report import Report
 
 
 @dataclass(frozen=True)

@@ -37,13 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sdk.convert import sparsity
-from sdk.convert.data import RANDOM, DataSource
-from sdk.convert.quantize import SCHEME_IO_TYPES, QuantSettings
-from sdk.convert.sparsity import SparsitySpec
-from simulator.errors import InputError, UsageError
-from simulator.profiles import did_you_mean
-from simulator.safeyaml import load_yaml, read_regular_file
+from devicefit.sdk.convert import sparsity
+from devicefit.sdk.convert.data import RANDOM, DataSource
+from devicefit.sdk.convert.quantize import SCHEME_IO_TYPES, QuantSettings
+from devicefit.sdk.convert.sparsity import SparsitySpec
+from devicefit.simulator.errors import InputError, UsageError
+from devicefit.simulator.profiles import did_you_mean
+from devicefit.simulator.safeyaml import load_yaml, read_regular_file
 
 __all__ = ["ConversionSpec", "FineTuning", "MemoryOptimization", "OPTIONS", "SPEC_KEYS"]
 
@@ -323,7 +323,7 @@ class _Reader:
         m = self.mapping(value, key, MEMORY_KEYS)
         out: dict[str, Any] = {"optimize_memory": True}
         if "patches" in m:
-            from simulator.optimize.patches import parse_grid
+            from devicefit.simulator.optimize.patches import parse_grid
 
             try:
                 parse_grid(m["patches"] if isinstance(m["patches"], str) else repr(m["patches"]))
@@ -335,7 +335,7 @@ class _Reader:
             out["max_mac_overhead"] = self.number(m["max_mac_overhead"],
                                                   (*key, "max_mac_overhead")) / 100
         if "patch_objective" in m:
-            from simulator.optimize.patches import OBJECTIVES
+            from devicefit.simulator.optimize.patches import OBJECTIVES
 
             out["patch_objective"] = self.choice(m["patch_objective"],
                                                  (*key, "patch_objective"), OBJECTIVES)

@@ -33,11 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from sdk.convert import diagnose
-from sdk.convert.data import Dataset
-from sdk.convert.diagnose import ConversionError
-from simulator import errors
+from devicefit.sdk.convert import diagnose
+from devicefit.sdk.convert.data import Dataset
+from devicefit.sdk.convert.diagnose import ConversionError
+from devicefit.simulator import errors
 
 #: Seconds without any event from the child before it counts as hung. Fine-tuning reports
 #: every batch and calibration every sample; MLIR conversion of a big model is the longest
@@ -56,7 +55,7 @@ Progress = Callable[[str, int, int], None]
 def run_in_child(request: Any, supply: Callable[[tuple[int, ...]], Any],
                  stage: Callable[[str], None], progress: Progress | None = None) -> Any:
     """Run :func:`sdk.convert.tfwork.run` for ``request`` in a child; return its TFResult."""
-    from sdk.convert.tfwork import TFResult
+    from devicefit.sdk.convert.tfwork import TFResult
 
     work = Path(tempfile.mkdtemp(prefix="devicefit-convert-"))
     log_path = work / LOG_NAME
@@ -68,7 +67,7 @@ def run_in_child(request: Any, supply: Callable[[tuple[int, ...]], Any],
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     stall = float(os.environ.get("DEVICEFIT_CONVERT_STALL_S", STALL_TIMEOUT_S))
     with open(log_path, "wb") as log:
-        child = subprocess.Popen([sys.executable, "-m", "sdk.convert.tfchild", str(work)],
+        child = subprocess.Popen([sys.executable, "-m", "devicefit.sdk.convert.tfchild", str(work)],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                  env=env, start_new_session=True)
     state = {"stage": "start"}
@@ -234,7 +233,7 @@ def main(work_dir: str) -> int:
         proto.write(json.dumps(event) + "\n")
 
     try:
-        from sdk.convert import tfwork
+        from devicefit.sdk.convert import tfwork
 
         request = tfwork.TFRequest(**json.loads((work / "request.json").read_text()))
         result = tfwork.run(request, None, _supplier(work, emit), lambda n: emit(stage=n),
@@ -262,7 +261,7 @@ def main(work_dir: str) -> int:
 
 
 def _supplier(work: Path, emit: Callable[..., None]) -> Callable[[tuple[int, ...]], Any]:
-    from sdk.convert.tfwork import DataBundle
+    from devicefit.sdk.convert.tfwork import DataBundle
 
     def supply(shape: tuple[int, ...]) -> DataBundle:
         emit(need_data=list(shape))

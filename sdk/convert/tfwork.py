@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from sdk.convert import diagnose, loading, quantize, sparsity
-from sdk.convert.data import Dataset
-from simulator.errors import DevicefitError, UsageError
+from devicefit.sdk.convert import diagnose, loading, quantize, sparsity
+from devicefit.sdk.convert.data import Dataset
+from devicefit.simulator.errors import DevicefitError, UsageError
 
 Progress = Callable[[str, int, int], None]
 #: Called when a stage starts (the child reports it to the parent).
@@ -157,7 +156,7 @@ def _sparsify(loaded: loading.LoadedModel, request: TFRequest, training: Dataset
     """Prune (and fine-tune) with each of the request's sparsity kinds in turn."""
     loss = None
     if request.distill and training is not None:  # the unpruned model teaches the pruned one
-        from sdk.fit.distill import distillation
+        from devicefit.sdk.fit.distill import distillation
 
         training, loss = distillation(loaded.keras_model, loaded.keras_model, training)
     model, outcome = loaded.keras_model, sparsity.SparsityOutcome()

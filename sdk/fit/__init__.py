@@ -18,18 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from sdk.convert.spec import ConversionSpec, MemoryOptimization
-from sdk.fit.candidate import (
+from devicefit.sdk.convert.spec import ConversionSpec, MemoryOptimization
+from devicefit.sdk.fit.candidate import (
     Context,
     TrialRecord,
     convert_candidate,
     evaluate,
     measure_accuracy,
 )
-from sdk.fit.cluster import check_clusters, gzip_size
-from sdk.fit.distill import DistillSettings
-from sdk.fit.export import (
+from devicefit.sdk.fit.cluster import check_clusters, gzip_size
+from devicefit.sdk.fit.distill import DistillSettings
+from devicefit.sdk.fit.export import (
     artifact_dir,
     embed_metadata,
     export,
@@ -38,13 +37,13 @@ from sdk.fit.export import (
     study_info,
     write_winner,
 )
-from sdk.fit.report import FitReport
-from sdk.fit.search import SearchSettings, search, shown_url, study_name
-from sdk.fit.space import space_for
-from simulator.errors import UsageError
-from simulator.fileio import write_atomic
-from simulator.profiles import Profile, load_profile
-from simulator.targets import target_for
+from devicefit.sdk.fit.report import FitReport
+from devicefit.sdk.fit.search import SearchSettings, search, shown_url, study_name
+from devicefit.sdk.fit.space import space_for
+from devicefit.simulator.errors import UsageError
+from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.profiles import Profile, load_profile
+from devicefit.simulator.targets import target_for
 
 __all__ = ["FitReport", "SearchSettings", "export", "fit"]
 
@@ -70,7 +69,7 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
     profiles) runs every candidate through ``devicefit optimize --patches`` before it is
     judged, so a model can fit by running its first stage patch by patch.
     """
-    from sdk.convert import check_output, data, loading
+    from devicefit.sdk.convert import check_output, data, loading
 
     settings = settings or SearchSettings()
     if settings.max_trials < 1:
@@ -156,7 +155,7 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
 
 def _groups(model: Any) -> tuple[str, ...]:
     """The model's prunable layer groups, or none if channel pruning cannot read it."""
-    from sdk.convert import sparsity
+    from devicefit.sdk.convert import sparsity
 
     try:
         return tuple("+".join(g) for g in sparsity.prunable_groups(model))
@@ -204,9 +203,8 @@ def _cluster(ctx: Context, record: TrialRecord, clusters: int, tflite: bytes
              ) -> tuple[bytes, dict[str, Any]]:
     """Cluster the chosen candidate's weights, fine-tune with clusters kept, convert again."""
     import keras
-
-    from sdk.convert import finetune
-    from sdk.fit.cluster import cluster_weights, file_distinct_values, gzip_size
+    from devicefit.sdk.convert import finetune
+    from devicefit.sdk.fit.cluster import cluster_weights, file_distinct_values, gzip_size
 
     if record.keras_path:
         model = keras.models.load_model(record.keras_path, compile=False)

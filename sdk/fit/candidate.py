@@ -22,18 +22,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from sdk.convert import accuracy, finetune, quantize, sparsity
-from sdk.convert.data import Dataset
-from sdk.convert.loading import LoadedModel
-from sdk.convert.pipeline import optimize_memory
-from sdk.convert.spec import ConversionSpec
-from sdk.fit import distill, qat
-from sdk.fit.cluster import gzip_size
-from sdk.fit.space import Candidate
-from simulator.fileio import write_atomic
-from simulator.profiles import Profile
-from simulator.report import BudgetName, Report
+from devicefit.sdk.convert import accuracy, finetune, quantize, sparsity
+from devicefit.sdk.convert.data import Dataset
+from devicefit.sdk.convert.loading import LoadedModel
+from devicefit.sdk.convert.pipeline import optimize_memory
+from devicefit.sdk.convert.spec import ConversionSpec
+from devicefit.sdk.fit import distill, qat
+from devicefit.sdk.fit.cluster import gzip_size
+from devicefit.sdk.fit.space import Candidate
+from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.profiles import Profile
+from devicefit.simulator.report import BudgetName, Report
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +119,7 @@ def static_check(path: Path, profile: Profile) -> Report:
     """The simulator's static report (op support and latency estimate included; no runtime
     is started). A latency budget the cost model cannot estimate for this candidate fails
     it: fit only returns what it can show to fit."""
-    from simulator.simulate import simulate
+    from devicefit.simulator.simulate import simulate
 
     return simulate(path, profile, strict=True)
 

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from simulator.errors import UsageError
+from devicefit.simulator.errors import UsageError
 
 CLUSTERED_LAYERS = ("Conv1D", "Conv2D", "Conv3D", "Dense", "DepthwiseConv2D")
 KMEANS_ITERATIONS = 25
@@ -71,7 +70,7 @@ def file_distinct_values(tflite: bytes) -> dict[str, int]:
     written file: per-channel scales turn K float centroids into up to K int8 values per
     channel (counting the float kernels instead said K where the file held 41-78 per
     tensor)."""
-    from sdk.convert.sparsity import tflite_weight_sparsity
+    from devicefit.sdk.convert.sparsity import tflite_weight_sparsity
 
     return {w.tensor: w.distinct_per_channel for w in tflite_weight_sparsity(tflite)
             if w.distinct_per_channel is not None}

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from sdk.convert.data import Dataset
-from simulator.errors import UsageError
+from devicefit.sdk.convert.data import Dataset
+from devicefit.simulator.errors import UsageError
 
 TEMPERATURE = 4.0
 ALPHA = 0.5

@@ -16,16 +16,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sdk.convert.spec import ConversionSpec
-from sdk.fit.candidate import TrialRecord
-from sdk.fit.report import FitReport, choose, closest_miss, reason_for
-from sdk.fit.search import SearchSettings, records, storage_for
-from simulator.errors import InputError, UsageError
-from simulator.fileio import write_atomic
-from simulator.profiles import Profile, load_profile
+from devicefit.sdk.convert.spec import ConversionSpec
+from devicefit.sdk.fit.candidate import TrialRecord
+from devicefit.sdk.fit.report import FitReport, choose, closest_miss, reason_for
+from devicefit.sdk.fit.search import SearchSettings, records, storage_for
+from devicefit.simulator.errors import InputError, UsageError
+from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.profiles import Profile, load_profile
 
 if TYPE_CHECKING:
-    from sdk.fit.candidate import Context
+    from devicefit.sdk.fit.candidate import Context
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def metadata_base(ctx: Context, report: FitReport) -> dict[str, Any]:
 
 def remember(settings: SearchSettings, name: str, info: dict[str, Any]) -> None:
     """Every worker writes the same values, so whichever wrote last is right."""
-    from sdk.fit.search import open_study
+    from devicefit.sdk.fit.search import open_study
 
     open_study(name, settings, None, create=True).set_user_attr(STUDY_INFO, info)
 
@@ -75,7 +75,7 @@ def remember(settings: SearchSettings, name: str, info: dict[str, Any]) -> None:
 def write_winner(report: FitReport, profile: Profile, out_path: Path, build: Build,
                  inputs: list[Any]) -> None:
     """Verify the best fitting candidates in the real runtime; write the first that passes."""
-    from simulator.simulate import simulate
+    from devicefit.simulator.simulate import simulate
 
     fitting = choose(report.trials)
     for record in fitting:
@@ -106,7 +106,7 @@ def write_winner(report: FitReport, profile: Profile, out_path: Path, build: Bui
 def embed_metadata(tflite: bytes, profile: Profile, record: TrialRecord,
                    base: dict[str, Any]) -> bytes:
     """The candidate's bytes with devicefit's conversion metadata (``base`` + the trial's)."""
-    from sdk.convert import metadata, quantize
+    from devicefit.sdk.convert import metadata, quantize
 
     spec = record.candidate.spec(ConversionSpec())
     quant = quantize.resolve(profile, spec.scheme, spec.io_type)
@@ -123,13 +123,12 @@ def export(settings: SearchSettings, output: str | Path, *, profile: str | Path 
     workers were given); a trial still running elsewhere is simply not considered yet.
     """
     import optuna
-
-    from sdk.convert import check_output
+    from devicefit.sdk.convert import check_output
 
     if settings.storage is None or settings.study_name is None:
         raise UsageError("--export needs --storage URL and --study NAME")
     out_path = check_output(output)
-    from sdk.fit.search import open_study
+    from devicefit.sdk.fit.search import open_study
 
     try:
         study = open_study(settings.study_name, settings, None, create=False)

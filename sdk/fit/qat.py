@@ -28,10 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from sdk.convert.data import Dataset
-from sdk.convert.finetune import FineTuneResult, fine_tune, loss_for
-from simulator.errors import UsageError
+from devicefit.sdk.convert.data import Dataset
+from devicefit.sdk.convert.finetune import FineTuneResult, fine_tune, loss_for
+from devicefit.simulator.errors import UsageError
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ import dataclasses
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sdk.fit.candidate import TrialRecord
-from simulator.report import Report
-from simulator.units import format_size, format_time_ms
-from simulator.views.html import Section, escape, html_table, render_html
+from devicefit.sdk.fit.candidate import TrialRecord
+from devicefit.simulator.report import Report
+from devicefit.simulator.units import format_size, format_time_ms
+from devicefit.simulator.views.html import Section, escape, html_table, render_html
 
 PLOT_W, PLOT_H, LEFT, BOTTOM = 720, 300, 70, 40
 

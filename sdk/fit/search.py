@@ -34,10 +34,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sdk.fit.candidate import Context, TrialRecord, evaluate
-from sdk.fit.space import Candidate, SearchSpace
-from simulator.errors import DevicefitError, UsageError
-from simulator.fileio import write_atomic
+from devicefit.sdk.fit.candidate import Context, TrialRecord, evaluate
+from devicefit.sdk.fit.space import Candidate, SearchSpace
+from devicefit.simulator.errors import DevicefitError, UsageError
+from devicefit.simulator.fileio import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -523,7 +523,7 @@ def _start_workers(ctx: Context, space: SearchSpace, settings: SearchSettings, n
 def _worker(spec: _WorkerSpec) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     warnings.filterwarnings("ignore", message="Statistics for quantized inputs")  # as the CLI
-    from sdk.convert import loading
+    from devicefit.sdk.convert import loading
 
     loaded = loading.load(spec.model_path)
     ctx = replace(spec.ctx, loaded=replace(spec.ctx.loaded, keras_model=loaded.keras_model))

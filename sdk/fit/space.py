@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from sdk.convert.sparsity import ChannelRatio, SparsitySpec, parse_nm
-from sdk.convert.spec import ConversionSpec
-from simulator.profiles import Profile
+from devicefit.sdk.convert.sparsity import ChannelRatio, SparsitySpec, parse_nm
+from devicefit.sdk.convert.spec import ConversionSpec
+from devicefit.simulator.profiles import Profile
 
 #: Schemes fit tries, smallest weights first (the order breaks ties in the report).
 SCHEMES = ("int8", "int16x8", "float16", "dynamic", "float32")

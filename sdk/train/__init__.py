@@ -5,10 +5,10 @@
 functions that need it.
 """
 
-from sdk.train.estimate import LayerMemory, TrainingMemory, TrainingMemoryModel
-from sdk.train.loop import fit
-from sdk.train.optimizers import OPTIMIZERS, get_optimizer
-from sdk.train.plan import BatchPlan, auto_memory_limit, plan_batch
+from devicefit.sdk.train.estimate import LayerMemory, TrainingMemory, TrainingMemoryModel
+from devicefit.sdk.train.loop import fit
+from devicefit.sdk.train.optimizers import OPTIMIZERS, get_optimizer
+from devicefit.sdk.train.plan import BatchPlan, auto_memory_limit, plan_batch
 
 __all__ = ["OPTIMIZERS", "BatchPlan", "LayerMemory", "TrainingMemory", "TrainingMemoryModel",
            "auto_memory_limit", "fit", "get_optimizer", "plan_batch"]

@@ -28,10 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sdk.train.backend import Backend
-from sdk.train.measure import MeasuredStep, measure_steps, micro_batches
-from simulator.errors import UsageError
-from simulator.units import format_size
+from devicefit.sdk.train.backend import Backend
+from devicefit.sdk.train.measure import MeasuredStep, measure_steps, micro_batches
+from devicefit.simulator.errors import UsageError
+from devicefit.simulator.units import format_size
 
 MARGIN = 0.10
 MIN_MARGIN = 32 * 1024**2

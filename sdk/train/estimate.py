@@ -20,10 +20,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sdk.train.graph import Graph, Op, trace_model
-from sdk.train.optimizers import get_optimizer
-from sdk.train.rules import Rule, im2col_bytes, rule_for
-from simulator.errors import UsageError
+from devicefit.sdk.train.graph import Graph, Op, trace_model
+from devicefit.sdk.train.optimizers import get_optimizer
+from devicefit.sdk.train.rules import Rule, im2col_bytes, rule_for
+from devicefit.simulator.errors import UsageError
 
 PARAM_BYTES = 4  # variables stay float32, also under mixed_float16
 ACTIVATION_BYTES = {"float32": 4, "mixed_float16": 2}

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.errors import InputError
+from devicefit.simulator.errors import InputError
 
 
 @dataclass

@@ -19,12 +19,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
-from sdk.train.optimizers import get_optimizer
-from simulator.errors import UsageError
+from devicefit.sdk.train.optimizers import get_optimizer
+from devicefit.simulator.errors import UsageError
 
 if TYPE_CHECKING:
-    from sdk.train.plan import BatchPlan
+    from devicefit.sdk.train.plan import BatchPlan
 
 log = logging.getLogger(__name__)
 

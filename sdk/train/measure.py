@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sdk.console import log_tail, step
-from sdk.train.backend import Backend
-from simulator.errors import RuntimeFailure
+from devicefit.sdk.console import log_tail, step
+from devicefit.sdk.train.backend import Backend
+from devicefit.simulator.errors import RuntimeFailure
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def measure_steps(model_path: str | Path, updates: list[list[int]], *,
     with tempfile.NamedTemporaryFile(prefix="devicefit-measure-", suffix=".log",
                                      delete=False) as log:
         try:
-            done = subprocess.run([sys.executable, "-m", "sdk.train.measure", request],
+            done = subprocess.run([sys.executable, "-m", "devicefit.sdk.train.measure", request],
                                   stdout=subprocess.PIPE, stderr=log, text=True,
                                   timeout=timeout_s, env=env, check=False)
         except subprocess.TimeoutExpired as exc:
@@ -195,16 +195,14 @@ def _load(path: str, dtype: str) -> Any:
 def _child(request: dict) -> dict:
     import numpy as np
     import tensorflow as tf
-
-    from sdk.train.backend import backend_here
+    from devicefit.sdk.train.backend import backend_here
 
     gpus = tf.config.list_physical_devices("GPU")
     for gpu in gpus:  # allocate as needed, so the peak is the step's, not a pre-grab
         tf.config.experimental.set_memory_growth(gpu, True)
     import keras
-
-    from sdk.train.loop import make_train_step, spec_of, use_steady_allocator
-    from sdk.train.optimizers import get_optimizer
+    from devicefit.sdk.train.loop import make_train_step, spec_of, use_steady_allocator
+    from devicefit.sdk.train.optimizers import get_optimizer
 
     if request["steady_allocator"]:
         use_steady_allocator()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.errors import UsageError
+from devicefit.simulator.errors import UsageError
 
 
 @dataclass(frozen=True)

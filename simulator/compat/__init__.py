@@ -11,15 +11,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
-from simulator.model import Model
-from simulator.profiles import Profile
-from simulator.report import (
+from devicefit.simulator.model import Model
+from devicefit.simulator.profiles import Profile
+from devicefit.simulator.report import (
     CompatibilityReport,
     LatencyReport,
     TargetSection,
     UnsupportedOp,
 )
-from simulator.targets import TARGETS, TargetView
+from devicefit.simulator.targets import TARGETS, TargetView
 
 Checker = Callable[[Model, Profile], list[UnsupportedOp]]
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.compat.edgetpu_compiler import (
+from devicefit.simulator.compat.edgetpu_compiler import (
     COMPILER,
     CompilerLog,
     OpTableRow,
@@ -32,8 +32,8 @@ from simulator.compat.edgetpu_compiler import (
     parse_compiler_log,
     run_compiler,
 )
-from simulator.compat.edgetpu_cost import edgetpu_cost
-from simulator.compat.edgetpu_rules import (
+from devicefit.simulator.compat.edgetpu_cost import edgetpu_cost
+from devicefit.simulator.compat.edgetpu_rules import (
     MODEL_CHECKS,
     OP_CHECKS,
     CheckSpec,
@@ -41,9 +41,9 @@ from simulator.compat.edgetpu_rules import (
     OpTable,
     load_table,
 )
-from simulator.model import Model, Operator, Subgraph, Tensor
-from simulator.profiles import Profile
-from simulator.report import LatencyBasis, LatencyReport, OpLatencyRow
+from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
+from devicefit.simulator.profiles import Profile
+from devicefit.simulator.report import LatencyBasis, LatencyReport, OpLatencyRow
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +291,7 @@ def partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
 
 def cpu_share(model: Model, placements: list[OpPlacement]) -> float:
     """The share of the main graph's MACs that run on the CPU; by op count when it has none."""
-    from simulator.compute import op_work
+    from devicefit.simulator.compute import op_work
 
     if not placements:
         return 0.0
@@ -341,9 +341,9 @@ def estimate_split_latency(model: Model, report: EdgeTpuReport,
     band (``cost_model.error_band``) is that fit's leave-one-out spread. None when the host
     has no estimate for an op left on the CPU (an op dtype no kernel table covers).
     """
-    from simulator.compute import op_work
-    from simulator.latency import estimate_latency
-    from simulator.report import OpCompute
+    from devicefit.simulator.compute import op_work
+    from devicefit.simulator.latency import estimate_latency
+    from devicefit.simulator.report import OpCompute
 
     cost = edgetpu_cost(profile)
     tpu_rate = cost.tpu_macs_per_second * cost.tpu_efficiency
@@ -425,7 +425,7 @@ def check(model: Model, profile: Profile) -> list[Any]:
     LiteRT lacks an op. A model compiled for the Edge TPU already (``edgetpu-custom-op``)
     is judged by its host ops only: its TPU part is opaque.
     """
-    from simulator.compat import UnsupportedOp, litert
+    from devicefit.simulator.compat import UnsupportedOp, litert
 
     found = [u for u in litert.check(model, profile) if u.op != f"CUSTOM:{COMPILED_OP}"]
     report = partition(model, profile)
@@ -453,7 +453,7 @@ def section(model: Model, profile: Profile) -> EdgeTpuReport:
 
 def text_lines(section: EdgeTpuReport) -> list[str]:
     """``compatibility.edgetpu`` as the lines ``devicefit simulate`` prints (no new figures)."""
-    from simulator.units import format_size, format_time_ms
+    from devicefit.simulator.units import format_size, format_time_ms
 
     def b(n: int | None) -> str:
         return "-" if n is None else f"{n:,} B" + (f" ({format_size(n)})" if n >= 10240 else "")

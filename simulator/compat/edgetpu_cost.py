@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from simulator.schema import BANDWIDTH, SIZE, TIME, fraction, number
+from devicefit.simulator.schema import BANDWIDTH, SIZE, TIME, fraction, number
 
 if TYPE_CHECKING:
-    from simulator.profiles import Profile
+    from devicefit.simulator.profiles import Profile
 
 #: The keys an Edge TPU profile may set, by section.
 PROFILE_KEYS = {"cost_model": {

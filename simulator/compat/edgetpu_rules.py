@@ -17,8 +17,7 @@ from typing import Any
 
 import numpy as np
 import yaml
-
-from simulator.model import Model, Operator, Subgraph, Tensor
+from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
 
 log = logging.getLogger(__name__)
 

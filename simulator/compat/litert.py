@@ -31,9 +31,9 @@ import json
 from functools import cache
 from pathlib import Path
 
-from simulator.compat import UnsupportedOp, accelerator_op
-from simulator.model import Model, Operator, Subgraph, Tensor
-from simulator.profiles import Profile
+from devicefit.simulator.compat import UnsupportedOp, accelerator_op
+from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
+from devicefit.simulator.profiles import Profile
 
 SUPPORT_FILE = Path(__file__).with_name("litert_support.json")
 
@@ -55,7 +55,7 @@ def support() -> dict:
 
 def refusal(sg: Subgraph, op: Operator, xnnpack: bool) -> str | None:
     """Why LiteRT's kernels refuse this op's type combination, or None."""
-    from simulator.compat.tflm import signature
+    from devicefit.simulator.compat.tflm import signature
 
     sig = signature(sg, op)
     table = support()
@@ -81,7 +81,7 @@ def version_refusal(op: Operator) -> str | None:
 
 
 def _zero_point_refusal(sg: Subgraph, op: Operator, xnnpack: bool) -> str | None:
-    from simulator.compat.tflm import zero_point_refusal
+    from devicefit.simulator.compat.tflm import zero_point_refusal
 
     tables = support()["zero_points"]
     why = zero_point_refusal(sg, op, tables["builtin"])

@@ -33,9 +33,9 @@ import json
 from functools import cache
 from pathlib import Path
 
-from simulator.compat import UnsupportedOp, accelerator_op
-from simulator.model import Model, Operator, Subgraph
-from simulator.profiles import Profile
+from devicefit.simulator.compat import UnsupportedOp, accelerator_op
+from devicefit.simulator.model import Model, Operator, Subgraph
+from devicefit.simulator.profiles import Profile
 
 SUPPORT_FILE = Path(__file__).with_name("tflm_support.json")
 

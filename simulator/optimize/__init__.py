@@ -7,6 +7,6 @@ written as TFLM's ``OfflineMemoryAllocation`` metadata. Stages: :mod:`.graph` (t
 :mod:`.reorder` (order search), :mod:`.packing` (offsets), :mod:`.driver` (rewrite + verify).
 """
 
-from simulator.optimize.driver import OptimizeReport, optimize_model_bytes
+from devicefit.simulator.optimize.driver import OptimizeReport, optimize_model_bytes
 
 __all__ = ["OptimizeReport", "optimize_model_bytes"]

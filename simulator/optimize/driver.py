@@ -28,25 +28,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from simulator.errors import InputError, RuntimeFailure, UsageError
-from simulator.lifetimes import OFFLINE_METADATA, Buffer, lower_bound, tflm_buffers
-from simulator.model import Model
-from simulator.optimize.graph import graph_from_buffers
-from simulator.optimize.packing import pack
-from simulator.optimize.patches import (
+from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
+from devicefit.simulator.lifetimes import OFFLINE_METADATA, Buffer, lower_bound, tflm_buffers
+from devicefit.simulator.model import Model
+from devicefit.simulator.optimize.graph import graph_from_buffers
+from devicefit.simulator.optimize.packing import pack
+from devicefit.simulator.optimize.patches import (
     DEFAULT_MAX_MAC_OVERHEAD,
     PatchReport,
     PatchSettings,
     predicted_arena,
     search_patches,
 )
-from simulator.optimize.reorder import OrderResult, best_order
-from simulator.planners.base import PlanError, check_plan
-from simulator.planners.tflm import greedy_plan
-from simulator.profiles import Profile, load_profile
-from simulator.reader import parse_model
-from simulator.targets import TARGETS, target_for
-from simulator.writer import reorder_operators, set_offline_plan
+from devicefit.simulator.optimize.reorder import OrderResult, best_order
+from devicefit.simulator.planners.base import PlanError, check_plan
+from devicefit.simulator.planners.tflm import greedy_plan
+from devicefit.simulator.profiles import Profile, load_profile
+from devicefit.simulator.reader import parse_model
+from devicefit.simulator.targets import TARGETS, target_for
+from devicefit.simulator.writer import reorder_operators, set_offline_plan
 
 #: The runtime the optimized model's outputs are also compared in: LiteRT's reference
 #: kernels are an implementation of the int8 kernels other than TFLM's.
@@ -218,10 +218,10 @@ def _adopt_patched(report: OptimizeReport, after: OptimizeReport, model: Model,
 
 def _latency_ms(model: Model, profile: Profile) -> float | None:
     """The cost model's estimate (extra ops and MACs included), None without one."""
-    from simulator.compute import op_work
-    from simulator.errors import ProfileError
-    from simulator.latency import estimate_latency
-    from simulator.report import OpCompute
+    from devicefit.simulator.compute import op_work
+    from devicefit.simulator.errors import ProfileError
+    from devicefit.simulator.latency import estimate_latency
+    from devicefit.simulator.report import OpCompute
 
     work = [OpCompute(w.op_index, w.op, w.macs, w.bytes_moved) for w in op_work(model)]
     try:
@@ -372,7 +372,7 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
             profile: Profile) -> None:
     """Run both files on the same inputs (reference kernels) in the profile's runner (TFLM),
     which must take both, and in LiteRT, a second implementation of the same kernels."""
-    from simulator.runtimes import compare_outputs, run_model
+    from devicefit.simulator.runtimes import compare_outputs, run_model
 
     runner = target_for(profile).runner
 

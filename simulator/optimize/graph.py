@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from simulator.errors import InputError
-from simulator.lifetimes import Buffer, live_bytes_per_step
-from simulator.model import Subgraph
+from devicefit.simulator.errors import InputError
+from devicefit.simulator.lifetimes import Buffer, live_bytes_per_step
+from devicefit.simulator.model import Subgraph
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from simulator.lifetimes import Buffer, lower_bound
-from simulator.planners.base import check_plan, overlaps_in_time
+from devicefit.simulator.lifetimes import Buffer, lower_bound
+from devicefit.simulator.planners.base import check_plan, overlaps_in_time
 
 #: Offsets stay multiples of TFLM's buffer alignment (buffer sizes already are).
 ALIGN = 16

@@ -32,16 +32,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
-
-from simulator.compute import op_work
-from simulator.errors import DevicefitError, UsageError
-from simulator.lifetimes import live_bytes_per_step, lower_bound, tflm_buffers
-from simulator.model import Model, Operator
-from simulator.planners.tflm import planning_bytes
-from simulator.planners.tflm_tail import estimate_tail, prepare_peak
-from simulator.profiles import Profile
-from simulator.reader import parse_model
-from simulator.writer import OFFLINE_MEMORY_ALLOCATION, pack, unpack
+from devicefit.simulator.compute import op_work
+from devicefit.simulator.errors import DevicefitError, UsageError
+from devicefit.simulator.lifetimes import live_bytes_per_step, lower_bound, tflm_buffers
+from devicefit.simulator.model import Model, Operator
+from devicefit.simulator.planners.tflm import planning_bytes
+from devicefit.simulator.planners.tflm_tail import estimate_tail, prepare_peak
+from devicefit.simulator.profiles import Profile
+from devicefit.simulator.reader import parse_model
+from devicefit.simulator.writer import OFFLINE_MEMORY_ALLOCATION, pack, unpack
 
 #: Ops with a spatial window (their receptive field adds a halo).
 WINDOW_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D"})

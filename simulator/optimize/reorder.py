@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.optimize.graph import OpGraph
+from devicefit.simulator.optimize.graph import OpGraph
 
 #: States the search may keep over all layers; a layer beyond ``budget / operators`` states
 #: (at least :data:`MIN_BEAM`) is cut to that many: the search becomes a beam search.

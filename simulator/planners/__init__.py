@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from simulator.model import Model
-from simulator.planners.base import MemoryPlan, PlanError, check_plan
-from simulator.planners.litert import plan_litert
-from simulator.planners.tflm import greedy_plan, plan_tflm
-from simulator.profiles import Profile
-from simulator.targets import TargetView, target_for
+from devicefit.simulator.model import Model
+from devicefit.simulator.planners.base import MemoryPlan, PlanError, check_plan
+from devicefit.simulator.planners.litert import plan_litert
+from devicefit.simulator.planners.tflm import greedy_plan, plan_tflm
+from devicefit.simulator.profiles import Profile
+from devicefit.simulator.targets import TargetView, target_for
 
 #: Target name → its planner: a view of the target registry.
 PLANNERS = TargetView(lambda t: t.planner)

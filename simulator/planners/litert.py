@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from simulator.lifetimes import Buffer, align_up, live_bytes_per_step
-from simulator.model import DTYPE_BYTES, Model
-from simulator.planners.base import MemoryPlan, check_plan
-from simulator.planners.index import PlacedIndex
-from simulator.profiles import Profile
+from devicefit.simulator.lifetimes import Buffer, align_up, live_bytes_per_step
+from devicefit.simulator.model import DTYPE_BYTES, Model
+from devicefit.simulator.planners.base import MemoryPlan, check_plan
+from devicefit.simulator.planners.index import PlacedIndex
+from devicefit.simulator.profiles import Profile
 
 LITERT_ALIGNMENT = 64
 

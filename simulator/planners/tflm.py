@@ -10,13 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from simulator.lifetimes import Buffer, align_up, live_bytes_per_step, op_steps, tflm_buffers
-from simulator.model import Model
-from simulator.planners.base import MemoryPlan, check_plan
-from simulator.planners.index import PlacedIndex
-from simulator.planners.tflm_tail import estimate_tail, prepare_peak
-from simulator.profiles import Profile
-from simulator.scratch import KERNEL_SCRATCH, is_exact
+from devicefit.simulator.lifetimes import (
+    Buffer,
+    align_up,
+    live_bytes_per_step,
+    op_steps,
+    tflm_buffers,
+)
+from devicefit.simulator.model import Model
+from devicefit.simulator.planners.base import MemoryPlan, check_plan
+from devicefit.simulator.planners.index import PlacedIndex
+from devicefit.simulator.planners.tflm_tail import estimate_tail, prepare_peak
+from devicefit.simulator.profiles import Profile
+from devicefit.simulator.scratch import KERNEL_SCRATCH, is_exact
 
 
 def greedy_plan(buffers: Sequence[Buffer]) -> list[int]:

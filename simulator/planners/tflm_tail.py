@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from simulator.lifetimes import align_up, tflm_tensor_bytes
-from simulator.model import Model, Operator, Subgraph, Tensor
+from devicefit.simulator.lifetimes import align_up, tflm_tensor_bytes
+from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
 
 #: Allocator objects (MicroAllocator, its arena allocators, the planner, the graph) for a
 #: model with one subgraph, and what each further subgraph adds (64-bit, measured).

@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-
-from simulator.errors import InputError, RuntimeFailure, UsageError
-from simulator.model import Model
-from simulator.targets import TARGETS, TargetView
+from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
+from devicefit.simulator.model import Model
+from devicefit.simulator.targets import TARGETS, TargetView
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +211,7 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
     :class:`InputError` for inputs that do not fit the model, :class:`RuntimeFailure` when
     the runtime refuses the model, crashes or exceeds ``timeout_s`` (the child is killed).
     """
-    from simulator.reader import read_model
+    from devicefit.simulator.reader import read_model
 
     name = runner_name(runtime)
     if runs < 1 or warmup < 0:
@@ -285,7 +284,7 @@ def _check_io_bytes(model: Model) -> None:
 
 def worker_inputs(request: dict) -> list[np.ndarray]:
     """The inputs a worker runs with, as :func:`run_model` asked for them (child side)."""
-    from simulator.reader import read_model
+    from devicefit.simulator.reader import read_model
 
     work, source = Path(request["dir"]), request["inputs"]
     if source.get("given"):
@@ -312,7 +311,7 @@ def _spawn(work: Path, timeout_s: float) -> tuple[subprocess.CompletedProcess | 
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    cmd = [sys.executable, "-m", "simulator.runtimes._worker", str(work / "request.json")]
+    cmd = [sys.executable, "-m", "devicefit.simulator.runtimes._worker", str(work / "request.json")]
     with open(work / "stderr.txt", "w+b") as err:
         try:
             done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env,

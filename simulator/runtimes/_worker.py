@@ -18,9 +18,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-
-from simulator.fileio import write_atomic
-from simulator.runtimes import RUNNERS, RunOptions, worker_inputs
+from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.runtimes import RUNNERS, RunOptions, worker_inputs
 
 
 def _exit_with_parent() -> None:

@@ -14,9 +14,8 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-
-from simulator.errors import RuntimeFailure
-from simulator.runtimes import RunOptions, RunResult
+from devicefit.simulator.errors import RuntimeFailure
+from devicefit.simulator.runtimes import RunOptions, RunResult
 
 
 def _interpreter_module():

@@ -19,15 +19,14 @@ import statistics
 from pathlib import Path
 
 import numpy as np
-
-from simulator.compat import check_ops
-from simulator.compat import tflm as tflm_ops
-from simulator.errors import RuntimeFailure
-from simulator.latency import op_dtype
-from simulator.model import Model
-from simulator.planners import plan_memory
-from simulator.profiles import Ops, Profile, with_runtime
-from simulator.report import (
+from devicefit.simulator.compat import check_ops
+from devicefit.simulator.compat import tflm as tflm_ops
+from devicefit.simulator.errors import RuntimeFailure
+from devicefit.simulator.latency import op_dtype
+from devicefit.simulator.model import Model
+from devicefit.simulator.planners import plan_memory
+from devicefit.simulator.profiles import Ops, Profile, with_runtime
+from devicefit.simulator.report import (
     Basis,
     CrossCheck,
     HostLatency,
@@ -37,7 +36,7 @@ from simulator.report import (
     MemoryReport,
     Report,
 )
-from simulator.runtimes import (
+from devicefit.simulator.runtimes import (
     INPUT_SEED,
     RunResult,
     compare_outputs,

@@ -18,8 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-
-from simulator.runtimes import RunOptions, RunResult
+from devicefit.simulator.runtimes import RunOptions, RunResult
 
 _TOTAL = re.compile(r"Arena allocation (total|head|tail) (\d+) bytes")
 _CATEGORY = re.compile(r"'([^']+)' used (\d+) bytes")

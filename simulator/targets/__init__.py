@@ -84,17 +84,17 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from simulator.errors import ProfileError
+from devicefit.simulator.errors import ProfileError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from simulator.compat import UnsupportedOp
-    from simulator.model import Model
-    from simulator.planners.base import MemoryPlan
-    from simulator.profiles import Profile
-    from simulator.runtimes import Runner
-    from simulator.schema import Leaf
+    from devicefit.simulator.compat import UnsupportedOp
+    from devicefit.simulator.model import Model
+    from devicefit.simulator.planners.base import MemoryPlan
+    from devicefit.simulator.profiles import Profile
+    from devicefit.simulator.runtimes import Runner
+    from devicefit.simulator.schema import Leaf
 
     Planner = Callable[[Model, Profile, "Sequence[int] | None"], MemoryPlan]
     Checker = Callable[[Model, Profile], list[UnsupportedOp]]

@@ -12,18 +12,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from simulator.compat.edgetpu_cost import PROFILE_KEYS, EdgeTpuCost
-from simulator.targets import Target, lazy, lazy_type
+from devicefit.simulator.compat.edgetpu_cost import PROFILE_KEYS, EdgeTpuCost
+from devicefit.simulator.targets import Target, lazy, lazy_type
 
 if TYPE_CHECKING:
-    from simulator.compat.edgetpu import EdgeTpuReport
-    from simulator.profiles import Profile
+    from devicefit.simulator.compat.edgetpu import EdgeTpuReport
+    from devicefit.simulator.profiles import Profile
 
 
 def _after_convert(path: Path, profile: Profile) -> EdgeTpuReport:
     """The predicted partition of the model ``convert`` wrote, for its report."""
-    from simulator.compat.edgetpu import partition
-    from simulator.reader import read_model
+    from devicefit.simulator.compat.edgetpu import partition
+    from devicefit.simulator.reader import read_model
 
     return partition(read_model(path), profile)
 
@@ -34,16 +34,16 @@ TARGET = Target(
     device_kinds=("edgetpu",),
     kernels=("edgetpu", "xnnpack", "reference"),
     delegates=("edgetpu", "xnnpack"),
-    planner=lazy("simulator.planners.litert:plan_litert"),
-    check_ops=lazy("simulator.compat.edgetpu:check"),
+    planner=lazy("devicefit.simulator.planners.litert:plan_litert"),
+    check_ops=lazy("devicefit.simulator.compat.edgetpu:check"),
     runner="litert",
     host_runtime=None,
     quant_schemes=("int8",),
     int16_io=False,
     sparse_weights="the Edge TPU compiler does not use sparse weights",
     offline_plan=False,
-    section=lazy("simulator.compat.edgetpu:section"),
-    section_type=lazy_type("simulator.compat.edgetpu:EdgeTpuReport"),
+    section=lazy("devicefit.simulator.compat.edgetpu:section"),
+    section_type=lazy_type("devicefit.simulator.compat.edgetpu:EdgeTpuReport"),
     cpu_kernels={"edgetpu": "xnnpack"},
     profile_keys=PROFILE_KEYS,
     settings=EdgeTpuCost.from_values,

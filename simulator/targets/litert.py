@@ -8,7 +8,7 @@ bench`` measures it on a phone with LiteRT's ``benchmark_model`` over adb.
 
 from __future__ import annotations
 
-from simulator.targets import Target, lazy
+from devicefit.simulator.targets import Target, lazy
 
 TARGET = Target(
     name="litert",
@@ -16,10 +16,10 @@ TARGET = Target(
     device_kinds=("mobile-cpu",),
     kernels=("xnnpack", "reference"),
     delegates=("xnnpack", "gpu", "nnapi"),
-    planner=lazy("simulator.planners.litert:plan_litert"),
-    check_ops=lazy("simulator.compat.litert:check"),
+    planner=lazy("devicefit.simulator.planners.litert:plan_litert"),
+    check_ops=lazy("devicefit.simulator.compat.litert:check"),
     runner="litert",
-    host_runtime=lazy("simulator.runtimes.litert:LiteRTRunner"),
+    host_runtime=lazy("devicefit.simulator.runtimes.litert:LiteRTRunner"),
     quant_schemes=("int8", "int16x8", "float16", "dynamic", "float32"),
     int16_io=True,
     sparse_weights=None,

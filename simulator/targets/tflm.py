@@ -8,7 +8,7 @@ offline arena plan from the model's metadata, which ``optimize`` writes.
 
 from __future__ import annotations
 
-from simulator.targets import Target, lazy
+from devicefit.simulator.targets import Target, lazy
 
 TARGET = Target(
     name="tflm",
@@ -16,10 +16,10 @@ TARGET = Target(
     device_kinds=("mcu",),
     kernels=("reference", "cmsis-nn", "esp-nn", "andes-nn"),
     delegates=(),
-    planner=lazy("simulator.planners.tflm:plan_tflm"),
-    check_ops=lazy("simulator.compat.tflm:check"),
+    planner=lazy("devicefit.simulator.planners.tflm:plan_tflm"),
+    check_ops=lazy("devicefit.simulator.compat.tflm:check"),
     runner="tflm",
-    host_runtime=lazy("simulator.runtimes.tflm:TflmRunner"),
+    host_runtime=lazy("devicefit.simulator.runtimes.tflm:TflmRunner"),
     # TFLM has no hybrid (dynamic-range) kernels and no float16 DEQUANTIZE.
     quant_schemes=("int8", "int16x8", "float32"),
     int16_io=True,

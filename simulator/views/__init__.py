@@ -11,8 +11,8 @@ import importlib
 import pkgutil
 from typing import Any
 
-from simulator.report import Report
-from simulator.views.base import View
+from devicefit.simulator.report import Report
+from devicefit.simulator.views.base import View
 
 
 def _discover() -> dict[str, View]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simulator.report import Report
+from devicefit.simulator.report import Report
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import csv
 import io
 
-from simulator.layers import COLUMNS, cells
-from simulator.report import Report
-from simulator.views.base import View
+from devicefit.simulator.layers import COLUMNS, cells
+from devicefit.simulator.report import Report
+from devicefit.simulator.views.base import View
 
 
 def render(report: Report) -> str:

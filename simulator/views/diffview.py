@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from simulator.diff import LAYER_FIGURES, Change, Figure, LayerChange, ReportDiff
-from simulator.escape import clean
-from simulator.layers import LayerRow, shape_text
-from simulator.units import format_figure
-from simulator.views.html import escape, html_table, render_page
+from devicefit.simulator.diff import LAYER_FIGURES, Change, Figure, LayerChange, ReportDiff
+from devicefit.simulator.escape import clean
+from devicefit.simulator.layers import LayerRow, shape_text
+from devicefit.simulator.units import format_figure
+from devicefit.simulator.views.html import escape, html_table, render_page
 
 
 def _value(f: Figure, value: float | None) -> str:

@@ -15,12 +15,12 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from simulator.escape import clean
-from simulator.layers import peak
-from simulator.report import BudgetName, PlannedBuffer, Report, TimelineStep
-from simulator.units import format_size, format_time_ms
-from simulator.views import layertable
-from simulator.views.base import View, heading
+from devicefit.simulator.escape import clean
+from devicefit.simulator.layers import peak
+from devicefit.simulator.report import BudgetName, PlannedBuffer, Report, TimelineStep
+from devicefit.simulator.units import format_size, format_time_ms
+from devicefit.simulator.views import layertable
+from devicefit.simulator.views.base import View, heading
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
            "#ff9da7", "#9c755f", "#bab0ac", "#1f77b4", "#8c564b")

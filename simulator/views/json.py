@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from simulator.compat import section_type
-from simulator.report import Report
-from simulator.views.base import View
+from devicefit.simulator.compat import section_type
+from devicefit.simulator.report import Report
+from devicefit.simulator.views.base import View
 
 
 def render(report: Report) -> str:

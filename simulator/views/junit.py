@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from simulator.escape import clean
-from simulator.report import Report, Status
-from simulator.views.base import View, heading
-from simulator.views.messages import budget_figures, budget_message, compatibility_message, details
+from devicefit.simulator.escape import clean
+from devicefit.simulator.report import Report, Status
+from devicefit.simulator.views.base import View, heading
+from devicefit.simulator.views.messages import (
+    budget_figures,
+    budget_message,
+    compatibility_message,
+    details,
+)
 
 #: The counters of a ``<testsuite>``.
 COUNTS = ("tests", "failures", "errors", "skipped")

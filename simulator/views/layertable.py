@@ -10,9 +10,9 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from simulator.escape import clean
-from simulator.layers import COLUMNS, LayerRow, cells, costliest
-from simulator.units import format_size, format_time_ms
+from devicefit.simulator.escape import clean
+from devicefit.simulator.layers import COLUMNS, LayerRow, cells, costliest
+from devicefit.simulator.units import format_size, format_time_ms
 
 #: The columns in the order people read them: what the op is, then what it costs.
 _ORDER = ("op_index", "subgraph", "op", "inputs", "outputs", "dtype", "macs", "params",

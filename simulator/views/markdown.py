@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.escape import markdown as md_literal
-from simulator.escape import markdown_code as md_code
-from simulator.report import Report, Status
-from simulator.units import format_figure as fmt
-from simulator.views.base import View
-from simulator.views.messages import problems
+from devicefit.simulator.escape import markdown as md_literal
+from devicefit.simulator.escape import markdown_code as md_code
+from devicefit.simulator.report import Report, Status
+from devicefit.simulator.units import format_figure as fmt
+from devicefit.simulator.views.base import View
+from devicefit.simulator.views.messages import problems
 
 #: The mark of a status ("error": a target that could not be simulated).
 MARKS = {"pass": "✅", "at-risk": "🟠", "fail": "❌", "error": "⚠️"}

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from simulator.report import BudgetCheck, CompatibilityReport, Report, Status
-from simulator.units import format_figure as fmt
+from devicefit.simulator.report import BudgetCheck, CompatibilityReport, Report, Status
+from devicefit.simulator.units import format_figure as fmt
 
 
 def budget_message(b: BudgetCheck) -> str:

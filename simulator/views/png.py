@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.layers import peak
-from simulator.report import BudgetName, Report
-from simulator.views.base import View
+from devicefit.simulator.layers import peak
+from devicefit.simulator.report import BudgetName, Report
+from devicefit.simulator.views.base import View
 
 
 def _draw(ax: Any, report: Report, title: str) -> None:

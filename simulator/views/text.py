@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.escape import clean
-from simulator.report import CompatibilityReport, LatencyBasis, Report, Status
-from simulator.units import format_size, format_time_ms
-from simulator.views.base import View
-from simulator.views.layertable import text_lines as layer_lines
+from devicefit.simulator.escape import clean
+from devicefit.simulator.report import CompatibilityReport, LatencyBasis, Report, Status
+from devicefit.simulator.units import format_size, format_time_ms
+from devicefit.simulator.views.base import View
+from devicefit.simulator.views.layertable import text_lines as layer_lines
 
 #: A budget's status as the text views print it.
 STATUS_WORDS = {Status.PASS: "ok", Status.FAIL: "OVER", Status.AT_RISK: "AT RISK"}

@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from devicefit.sdk.bench import bench
+from devicefit.sdk.cli import main
+from devicefit.simulator.profiles import load_profile
 
-from sdk.bench import bench
-from sdk.cli import main
-from simulator.profiles import load_profile
 from tests.paths import TESTS
 from tests.zoo import model_path
 
@@ -310,7 +310,7 @@ def test_latency_budget_is_judged_on_the_measured_time(phones, model, arm64_bina
     phones.add("FAKE01", slow_ms=10)
     strict = tmp_path / "strict-phone.yaml"
     strict.write_text("name: strict-phone\nextends: android-arm64-cpu\nbudgets:\n  latency: 5ms\n")
-    from simulator.simulate import simulate
+    from devicefit.simulator.simulate import simulate
 
     estimate = simulate(model, load_profile(strict)).latency.estimated_device_ms
     assert estimate < 5
@@ -333,7 +333,7 @@ def test_op_profiling_times_reach_the_layer_table_csv_and_html(phones, model, ar
     """benchmark_model's per-operator table (a capture written for this model: the fake phone
     prints it as benchmark_model does) lands in the layer rows, ``--layers``, ``--csv`` and
     the HTML table instead of being dropped."""
-    from simulator.reader import read_model
+    from devicefit.simulator.reader import read_model
 
     sg = read_model(model).main
     lines = ["", "=" * 30 + " Run Order " + "=" * 30,

@@ -4,14 +4,14 @@ sources in its README) and against lines in the formats of the tool's source."""
 from __future__ import annotations
 
 import pytest
-
-from sdk.bench.benchmark_output import (
+from devicefit.sdk.bench.benchmark_output import (
     BenchmarkOutputError,
     DelegateCoverage,
     RunStats,
     parse_benchmark_output,
     parse_stat_line,
 )
+
 from tests.paths import TESTS
 
 FIXTURES = TESTS / "fixtures" / "benchmark_model"

@@ -11,8 +11,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from devicefit.sdk.cli import main
 
-from sdk.cli import main
 from tests.paths import ROOT
 from tests.zoo import model_path
 
@@ -219,7 +219,7 @@ def test_check_never_imports_tensorflow(tmp_path, models):
             f"open({str(marker)!r}, 'a').write({name!r})\n"
             f"raise ImportError('{name} is not installed in this test')\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked), str(ROOT)])}
-    script = ("import sys; from sdk.cli import main; code = main(sys.argv[1:]); "
+    script = ("import sys; from devicefit.sdk.cli import main; code = main(sys.argv[1:]); "
               "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules; "
               "sys.exit(code)")
     proc = subprocess.run([sys.executable, "-c", script, "check", str(f), "--run"],

@@ -10,9 +10,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from devicefit.sdk.check.shard import assign
+from devicefit.sdk.cli import main
 
-from sdk.check.shard import assign
-from sdk.cli import main
 from tests.paths import ROOT
 from tests.zoo import model_path
 
@@ -192,8 +192,7 @@ def test_the_github_matrix_example_shards_then_merges():
     import shlex
 
     import yaml
-
-    from sdk.cli import build_parser
+    from devicefit.sdk.cli import build_parser
 
     example = ROOT / "examples" / "ci" / "github-actions-sharded.yml"
     jobs = yaml.safe_load(example.read_text())["jobs"]

@@ -58,7 +58,7 @@ class Runner:
         shims = root.parent / f"{root.name}-bin"
         shims.mkdir()
         # Scripts, not symlinks: a venv's python finds its packages from its own path.
-        for name, module in (("python", None), ("devicefit", "sdk.cli")):
+        for name, module in (("python", None), ("devicefit", "devicefit.sdk.cli")):
             run = f'"{sys.executable}"' + (f" -m {module}" if module else "")
             (shims / name).write_text(f'#!/bin/sh\nexec {run} "$@"\n')
             (shims / name).chmod(0o755)

@@ -6,8 +6,7 @@ import subprocess
 import sys
 
 import pytest
-
-from sdk.cli import build_parser, main
+from devicefit.sdk.cli import build_parser, main
 
 
 def test_no_command_prints_help_and_exits_2(capsys):
@@ -31,7 +30,7 @@ def test_every_command_has_help_with_an_example():
 
 def test_console_script_starts_without_tensorflow():
     """`devicefit --help` must stay fast: importing every command module imports no TF."""
-    code = "import sys; from sdk.cli import build_parser; build_parser(); " \
+    code = "import sys; from devicefit.sdk.cli import build_parser; build_parser(); " \
            "bad = [m for m in ('tensorflow', 'keras') if m in sys.modules]; print(bad)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -39,11 +38,12 @@ def test_console_script_starts_without_tensorflow():
 
 def test_public_api_resolves_lazily_without_tensorflow():
     code = ("import sys, sdk; [getattr(sdk, n) for n in sdk.__all__]; "
-            "import sdk.convert, sdk.check, sdk.bench, sdk.fit; "
+            "import devicefit.sdk.convert, sdk.check, sdk.bench, sdk.fit; "
             "print([m for m in ('tensorflow', 'keras') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-    import sdk
-    from sdk.convert import convert
+    from devicefit.sdk.convert import convert
+
+    from devicefit import sdk
 
     assert callable(convert) and callable(sdk.simulate) and callable(sdk.plan_batch)

@@ -14,13 +14,13 @@ import tempfile
 import warnings
 from pathlib import Path
 
+import devicefit.sdk.commands.profiles as profiles_command
 import pytest
+from devicefit.sdk.cli import build_parser, main
+from devicefit.sdk.console import native_log
+from devicefit.simulator.errors import InputError, RuntimeFailure
+from devicefit.simulator.profiles import ProfileStore
 
-import sdk.commands.profiles as profiles_command
-from sdk.cli import build_parser, main
-from sdk.console import native_log
-from simulator.errors import InputError, RuntimeFailure
-from simulator.profiles import ProfileStore
 from tests.paths import ROOT, TESTS
 
 #: Lines that TensorFlow, absl and the MLIR quantizer print (issue #20).
@@ -95,7 +95,7 @@ def _in_a_terminal(argv: list[str], **env: str) -> str:
     main_fd, child_fd = pty.openpty()
     environ = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
     environ.update(PYTHONPATH=str(ROOT), COLUMNS="100", TERM="xterm-256color", **env)
-    proc = subprocess.Popen([sys.executable, "-m", "sdk.cli", *argv], stdout=child_fd,
+    proc = subprocess.Popen([sys.executable, "-m", "devicefit.sdk.cli", *argv], stdout=child_fd,
                             stderr=child_fd, env=environ)
     os.close(child_fd)
     chunks = []
@@ -191,7 +191,7 @@ def _without_matplotlib(code: str) -> subprocess.CompletedProcess:
 def test_plot_without_matplotlib_is_one_clear_message(tmp_path, model_zoo):
     model = model_zoo("chain_int8")
     done = _without_matplotlib(
-        "from sdk.cli import main\n"
+        "from devicefit.sdk.cli import main\n"
         f"sys.exit(main(['simulate', {str(model)!r}, '--profile', 'esp32-s3', "
         f"'--plot', {str(tmp_path / 'm.png')!r}]))\n")
     assert done.returncode == 2, done.stderr
@@ -208,7 +208,7 @@ def test_the_light_install_needs_no_matplotlib(tmp_path, model_zoo):
     project.write_text(f"version: 1\nmodels:\n  - name: chain\n    path: {model}\n"
                        "    profiles: [esp32-s3]\n")
     done = _without_matplotlib(
-        "from sdk.cli import main\n"
+        "from devicefit.sdk.cli import main\n"
         f"assert main(['simulate', {str(model)!r}, '--profile', 'esp32-s3', "
         f"'--html', {str(tmp_path / 'r.html')!r}]) == 0\n"
         f"assert main(['check', {str(project)!r}]) == 0\n"
@@ -226,9 +226,9 @@ def test_with_matplotlib_plot_writes_a_png(tmp_path, model_zoo):
 
 # --------------------------------------------------------------------------- API
 def test_every_api_entry_point_takes_a_profile_name(model_zoo):
-    from sdk import optimize_model_bytes, simulate
-    from sdk.bench import bench
-    from simulator.errors import UsageError
+    from devicefit.sdk import optimize_model_bytes, simulate
+    from devicefit.sdk.bench import bench
+    from devicefit.simulator.errors import UsageError
 
     model = model_zoo("chain_int8")
     assert simulate(model, "stm32l4r5-cortex-m4").profile.name == "stm32l4r5-cortex-m4"
@@ -250,7 +250,7 @@ def digits(tmp_path_factory) -> dict[str, Path]:
 
 def _cli(*argv: str) -> subprocess.CompletedProcess:
     """The CLI as a user runs it: its own process, stderr a pipe."""
-    return subprocess.run([sys.executable, "-m", "sdk.cli", *argv], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "devicefit.sdk.cli", *argv], capture_output=True,
                           text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
@@ -272,9 +272,8 @@ def test_convert_and_fit_print_no_third_party_line(digits, tmp_path):
 def test_progress_draws_on_a_terminal_only():
     import io
 
+    from devicefit.sdk.console import Steps, count, progress, step
     from rich.console import Console
-
-    from sdk.console import Steps, count, progress, step
 
     screen = io.StringIO()
     steps = Steps(Console(file=screen, force_terminal=True, width=80))
@@ -295,7 +294,7 @@ def test_junit_testsuites_say_when_and_where(tmp_path, model_zoo):
     import xml.etree.ElementTree as ET
     from datetime import datetime, timezone
 
-    from sdk.check.junit_meta import testsuite_attributes
+    from devicefit.sdk.check.junit_meta import testsuite_attributes
 
     now = datetime(2026, 11, 30, 12, 0, 10, tzinfo=timezone.utc)
     assert testsuite_attributes(10.0, now) == {"timestamp": "2026-11-30T12:00:00",
@@ -324,7 +323,7 @@ def test_log_option_never_appends_to_an_input(tmp_path, model_zoo, capsys):
 
 
 def test_a_closed_stderr_is_no_crash(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "sdk.cli", "profiles", "list"],
+    done = subprocess.run([sys.executable, "-m", "devicefit.sdk.cli", "profiles", "list"],
                           stderr=subprocess.DEVNULL, capture_output=False, stdout=subprocess.PIPE,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120,
                           preexec_fn=lambda: os.close(2))
@@ -332,7 +331,7 @@ def test_a_closed_stderr_is_no_crash(tmp_path):
 
 
 def test_log_tail_leaves_out_python_stacks(tmp_path):
-    from sdk.console import log_tail
+    from devicefit.sdk.console import log_tail
 
     log = tmp_path / "converter.log"
     log.write_text("I0000 port.cc:153] oneDNN custom operations are on\n"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from devicefit.simulator.reader import read_model
+from devicefit.simulator.simulate import simulate
 
 from examples.digits import cached_cnn, load_digits
-from simulator.reader import read_model
-from simulator.simulate import simulate
 from tests.paths import TESTS
 
 pytestmark = pytest.mark.slow
@@ -31,7 +31,7 @@ def digits(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def int8_mcu(digits, tmp_path_factory):
-    from sdk.convert import convert
+    from devicefit.sdk.convert import convert
 
     out = tmp_path_factory.mktemp("int8") / "digits_int8.tflite"
     return convert(digits["model"], MCU, out, calibration=digits["train"],
@@ -104,7 +104,7 @@ def _nm_groups_from_file(path: str, m: int) -> list[np.ndarray]:
 
 
 def test_2_4_sparsity_with_fine_tuning_holds_in_the_written_file(digits, tmp_path):
-    from sdk.convert import convert
+    from devicefit.sdk.convert import convert
 
     out = tmp_path / "digits_24.tflite"
     report = convert(digits["model"], PHONE, out, calibration=digits["train"],
@@ -124,7 +124,7 @@ def test_2_4_sparsity_with_fine_tuning_holds_in_the_written_file(digits, tmp_pat
 
 
 def test_channel_pruning_with_fine_tuning_lowers_flash_and_arena(digits, int8_mcu, tmp_path):
-    from sdk.convert import convert
+    from devicefit.sdk.convert import convert
 
     report = convert(digits["model"], MCU, tmp_path / "pruned.tflite",
                      calibration=digits["train"], eval_data=digits["test"], prune_channels=0.5,
@@ -142,7 +142,7 @@ def test_channel_pruning_with_fine_tuning_lowers_flash_and_arena(digits, int8_mc
 
 
 def test_edgetpu_gets_uint8_io_and_a_partition(digits, tmp_path):
-    from sdk.convert import convert
+    from devicefit.sdk.convert import convert
 
     out = tmp_path / "tpu.tflite"
     report = convert(digits["model"], TPU, out, calibration=digits["train"],
@@ -156,7 +156,7 @@ def test_edgetpu_gets_uint8_io_and_a_partition(digits, tmp_path):
 
 @pytest.mark.parametrize("scheme, weight_dtype", [("float16", "float16"), ("dynamic", "int8")])
 def test_float16_and_dynamic_range_schemes(digits, tmp_path, scheme, weight_dtype):
-    from sdk.convert import convert
+    from devicefit.sdk.convert import convert
 
     report = convert(digits["model"], PHONE, tmp_path / f"{scheme}.tflite", scheme=scheme,
                      eval_data=digits["test"], float_baseline=True)
@@ -169,7 +169,7 @@ def test_float16_and_dynamic_range_schemes(digits, tmp_path, scheme, weight_dtyp
 
 
 def test_random_calibration_is_allowed_only_by_name_and_reported(digits, tmp_path, caplog):
-    from sdk.convert import convert
+    from devicefit.sdk.convert import convert
 
     report = convert(digits["model"], MCU, tmp_path / "r.tflite", calibration="random",
                      float_baseline=False, simulate=False)
@@ -180,8 +180,7 @@ def test_random_calibration_is_allowed_only_by_name_and_reported(digits, tmp_pat
 
 def test_savedmodel_and_h5_inputs_convert(digits, tmp_path):
     import keras
-
-    from sdk.convert import convert
+    from devicefit.sdk.convert import convert
 
     model = keras.models.load_model(digits["model"])
     saved = tmp_path / "saved"
@@ -199,8 +198,7 @@ def test_savedmodel_and_h5_inputs_convert(digits, tmp_path):
 
 def test_in_memory_model_is_not_changed_by_nm_pruning(digits, tmp_path):
     import keras
-
-    from sdk.convert import convert
+    from devicefit.sdk.convert import convert
 
     model = keras.models.load_model(digits["model"])
     before = [w.copy() for w in model.get_weights()]

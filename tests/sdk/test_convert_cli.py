@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from devicefit.sdk.cli import main
 
 from examples.digits import cached_cnn, load_digits
-from sdk.cli import main
 from tests.paths import TESTS
 
 pytestmark = pytest.mark.slow
@@ -105,7 +105,7 @@ def test_bad_input_exits_2_with_one_line(digits, tmp_path, capsys, case):
 
 
 def test_unsafe_loads_a_lambda_model(digits, tmp_path):
-    from sdk.convert import convert
+    from devicefit.sdk.convert import convert
 
     model = _lambda_model(tmp_path / "lam.keras")
     report = convert(model, MCU, tmp_path / "lam.tflite", calibration=digits["train"],
@@ -114,9 +114,9 @@ def test_unsafe_loads_a_lambda_model(digits, tmp_path):
 
 
 def test_optimize_memory_rewrites_the_arena_plan_and_keeps_the_settings(digits, tmp_path, capsys):
-    from simulator.profiles import load_profile, with_runtime
-    from simulator.reader import read_model
-    from simulator.simulate import simulate
+    from devicefit.simulator.profiles import load_profile, with_runtime
+    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.simulate import simulate
 
     out, rep = tmp_path / "m.tflite", tmp_path / "r.json"
     code = main(["convert", digits["model"], "--profile", MCU, "--calibration", digits["train"],

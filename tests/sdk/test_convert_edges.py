@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from devicefit.sdk.cli import main
+from devicefit.sdk.convert import data
+from devicefit.simulator.errors import InputError
 
-from sdk.cli import main
-from sdk.convert import data
-from simulator.errors import InputError
 from tests.paths import ROOT
 
 pytestmark = pytest.mark.slow
@@ -114,7 +114,7 @@ def test_lstm_converts_to_int8_unrolled_or_is_refused_in_one_line(models, tmp_pa
     # unrolled cell's gate SPLIT in float32 (6 of 8 CLI runs on one machine, whatever
     # PYTHONHASHSEED). convert must then refuse in one line rather than call it int8, so
     # either outcome is correct; a crash, a traceback or a float op called int8 is not.
-    from simulator.reader import read_model
+    from devicefit.simulator.reader import read_model
 
     out, rep = tmp_path / "lstm.tflite", tmp_path / "r.json"
     code, _, err = _cli(capsys, models["lstm"], models["lstm-data"], out,
@@ -176,7 +176,7 @@ def test_gelu_on_an_mcu_fails_saying_which_op_and_layer(models, tmp_path, capsys
 
 
 def test_int16x8_on_an_mcu_gets_int16_io_and_never_an_unjudged_pass(models, tmp_path, capsys):
-    from simulator.reader import read_model
+    from devicefit.simulator.reader import read_model
 
     out, rep = tmp_path / "m16.tflite", tmp_path / "r.json"
     code, text, _ = _cli(capsys, models["mlp"], models["mlp-data"], out, "--scheme", "int16x8",
@@ -217,7 +217,7 @@ def test_nan_calibration_is_refused_with_the_sample_index(models, tmp_path, caps
 
 def test_subclassed_model_gets_a_clear_message(tmp_path):
     k = _keras()
-    from sdk.convert import convert
+    from devicefit.sdk.convert import convert
 
     class Net(k.Model):
         def __init__(self):
@@ -234,7 +234,7 @@ def test_subclassed_model_gets_a_clear_message(tmp_path):
 
 
 def test_the_parent_never_imports_tensorflow_for_a_failing_conversion(models, tmp_path):
-    code = ("import sys; from sdk.cli import main; "
+    code = ("import sys; from devicefit.sdk.cli import main; "
             f"rc = main(['convert', {str(models['bicubic'])!r}, '--profile', {MCU!r}, "
             f"'--calibration', {str(models['bicubic-data'])!r}, '-o', "
             f"{str(tmp_path / 'x.tflite')!r}]); "
@@ -258,9 +258,10 @@ def test_a_child_that_stays_silent_is_stopped_with_the_stage_named(models, tmp_p
 
 
 def test_written_model_must_have_the_claimed_scheme():
-    from sdk.convert import verify_scheme
-    from sdk.convert.diagnose import ConversionError
-    from sdk.convert.quantize import QuantSettings
+    from devicefit.sdk.convert import verify_scheme
+    from devicefit.sdk.convert.diagnose import ConversionError
+    from devicefit.sdk.convert.quantize import QuantSettings
+
     from tests.zoo import model_path
 
     float_model = model_path("chain_float32").read_bytes()
@@ -272,7 +273,7 @@ def test_written_model_must_have_the_claimed_scheme():
 def test_plain_progress_lines_off_a_terminal(capsys):
     import io
 
-    from sdk.commands.convert import _PlainProgress
+    from devicefit.sdk.commands.convert import _PlainProgress
 
     stream = io.StringIO()
     with _PlainProgress(stream) as plain:

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from sdk.convert import sparsity
-from simulator.errors import UsageError
-from simulator.profiles import load_profile
+from devicefit.sdk.convert import sparsity
+from devicefit.simulator.errors import UsageError
+from devicefit.simulator.profiles import load_profile
 
 pytestmark = pytest.mark.slow
 

@@ -8,13 +8,12 @@ import argparse
 from pathlib import Path
 
 import pytest
-
-from sdk.commands import convert as convert_command
-from sdk.convert import sparsity
-from sdk.convert.spec import OPTIONS, ConversionSpec, FineTuning, MemoryOptimization
-from sdk.fit.space import Candidate
-from simulator.errors import InputError, UsageError
-from simulator.profiles import load_profile
+from devicefit.sdk.commands import convert as convert_command
+from devicefit.sdk.convert import sparsity
+from devicefit.sdk.convert.spec import OPTIONS, ConversionSpec, FineTuning, MemoryOptimization
+from devicefit.sdk.fit.space import Candidate
+from devicefit.simulator.errors import InputError, UsageError
+from devicefit.simulator.profiles import load_profile
 
 MCU = "stm32l4r5-cortex-m4"
 
@@ -167,8 +166,9 @@ def test_fit_trials_are_specs_with_their_scheme_and_sparsity():
 
 @pytest.mark.slow
 def test_a_yaml_spec_converts_to_the_same_bytes_as_the_same_flags(tmp_path, capsys):
+    from devicefit.sdk.cli import main
+
     from examples.digits import cached_cnn, load_digits
-    from sdk.cli import main
     from tests.paths import TESTS
 
     model = str(cached_cnn(TESTS / "artifacts" / "convert"))

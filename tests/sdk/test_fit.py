@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from devicefit.sdk.cli import main
+from devicefit.simulator.simulate import simulate
 
 from examples.digits import cached_cnn, load_digits
-from sdk.cli import main
-from simulator.simulate import simulate
 from tests.paths import TESTS
 
 pytestmark = pytest.mark.slow
@@ -150,7 +150,7 @@ def test_storage_resumes_a_search(digits, tmp_path, capsys):
 
 
 def test_ctrl_c_keeps_the_best_fitting_candidate_so_far(digits, tmp_path):
-    from sdk.fit import SearchSettings, fit
+    from devicefit.sdk.fit import SearchSettings, fit
 
     def interrupt(record):
         raise KeyboardInterrupt
@@ -184,7 +184,7 @@ def test_missing_model_exits_2(digits, tmp_path, capsys):
 
 
 def test_convert_distills_from_the_unpruned_model(digits, tmp_path):
-    from sdk.convert import convert
+    from devicefit.sdk.convert import convert
 
     report = convert(str(digits["model"]), BASE, tmp_path / "distilled.tflite",
                      calibration=str(digits["train"]), eval_data=str(digits["test"]),
@@ -218,7 +218,7 @@ def _outlier_mlp(digits_data, factor: float = 150.0):
 
 
 def _int8_accuracy(model, data, path: Path) -> float:
-    from sdk.convert import accuracy, loading, quantize
+    from devicefit.sdk.convert import accuracy, loading, quantize
 
     tflite = quantize.to_tflite(loading.load(model), quantize.QuantSettings("int8", "int8", True),
                                 data.x_train[:300])
@@ -229,9 +229,8 @@ def _int8_accuracy(model, data, path: Path) -> float:
 
 def test_qat_recovers_at_least_half_of_what_ptq_loses(tmp_path):
     import keras
-
-    from sdk.convert.data import Dataset
-    from sdk.fit import qat
+    from devicefit.sdk.convert.data import Dataset
+    from devicefit.sdk.fit import qat
 
     data = load_digits()
     model = _outlier_mlp(data)

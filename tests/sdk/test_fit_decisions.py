@@ -9,8 +9,7 @@ import warnings
 
 import optuna
 import pytest
-
-from sdk.fit.search import (
+from devicefit.sdk.fit.search import (
     BUILD,
     DECISION,
     DUPLICATE,
@@ -22,7 +21,7 @@ from sdk.fit.search import (
     shown_url,
     writes_winner,
 )
-from sdk.fit.space import SearchSpace
+from devicefit.sdk.fit.space import SearchSpace
 
 SPACE = SearchSpace(schemes=("int8",), prune_ratios=(0.0, 0.5), nm_patterns=(None,), qat=False)
 

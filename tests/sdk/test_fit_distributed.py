@@ -16,14 +16,14 @@ import time
 
 import numpy as np
 import pytest
+from devicefit.sdk.convert import metadata
+from devicefit.sdk.convert.accuracy import run_tflite
+from devicefit.sdk.fit.candidate import TrialRecord
+from devicefit.sdk.fit.report import choose
+from devicefit.sdk.fit.search import BUILD, DECISION, RECORD
+from devicefit.simulator.reader import read_model
 
 from examples.digits import cached_cnn, load_digits
-from sdk.convert import metadata
-from sdk.convert.accuracy import run_tflite
-from sdk.fit.candidate import TrialRecord
-from sdk.fit.report import choose
-from sdk.fit.search import BUILD, DECISION, RECORD
-from simulator.reader import read_model
 from tests.paths import ROOT
 from tests.postgres import postgres_server
 
@@ -51,7 +51,7 @@ def _study(url: str):
 
 def _cli(*args: str, **popen) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
-    return subprocess.Popen([sys.executable, "-m", "sdk.cli", *args], env=env, cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "devicefit.sdk.cli", *args], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
 
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from sdk.commands.fit import parse_duration
-from sdk.fit.candidate import TrialRecord
-from sdk.fit.cluster import gzip_size, kmeans_1d
-from sdk.fit.report import FitReport, choose, closest_miss, pareto_front, pareto_svg
-from sdk.fit.search import blocking
-from sdk.fit.space import Candidate, space_for
-from simulator.errors import UsageError
-from simulator.profiles import load_profile
+from devicefit.sdk.commands.fit import parse_duration
+from devicefit.sdk.fit.candidate import TrialRecord
+from devicefit.sdk.fit.cluster import gzip_size, kmeans_1d
+from devicefit.sdk.fit.report import FitReport, choose, closest_miss, pareto_front, pareto_svg
+from devicefit.sdk.fit.search import blocking
+from devicefit.sdk.fit.space import Candidate, space_for
+from devicefit.simulator.errors import UsageError
+from devicefit.simulator.profiles import load_profile
 
 
 def _budget(name: str, value: float, limit: float, unit: str = "bytes") -> dict:
@@ -125,7 +124,7 @@ def test_kmeans_puts_every_value_on_k_centroids():
 
 
 def test_weight_quantization_is_per_channel_symmetric_int8():
-    from sdk.fit.qat import quantize_weights
+    from devicefit.sdk.fit.qat import quantize_weights
 
     rng = np.random.default_rng(1)
     kernel = rng.standard_normal((3, 3, 4, 5)).astype(np.float32) * np.arange(1, 6)
@@ -139,9 +138,8 @@ def test_weight_quantization_is_per_channel_symmetric_int8():
 
 def test_distillation_loss_is_cross_entropy_plus_scaled_kl():
     import keras
-
-    from sdk.convert.data import Dataset
-    from sdk.fit.distill import DistillSettings, distillation
+    from devicefit.sdk.convert.data import Dataset
+    from devicefit.sdk.fit.distill import DistillSettings, distillation
 
     keras.utils.set_random_seed(0)
     inp = keras.Input((4,))
@@ -189,8 +187,9 @@ def test_a_static_miss_skips_per_layer_variants_it_covers():
 
 
 def test_channel_pruning_takes_a_ratio_per_layer_group():
+    from devicefit.sdk.convert import sparsity
+
     from examples.digits import build_cnn
-    from sdk.convert import sparsity
 
     model = build_cnn()
     assert sparsity.prunable_groups(model) == [["conv1"], ["conv2", "conv3"], ["fc1"]]
@@ -203,7 +202,7 @@ def test_channel_pruning_takes_a_ratio_per_layer_group():
 
 
 def test_qat_is_compared_with_its_ptq_twin_only_at_equal_epochs():
-    from sdk.fit.report import qat_twin, reason_for
+    from devicefit.sdk.fit.report import qat_twin, reason_for
 
     def trained(record: TrialRecord, *epochs: int) -> TrialRecord:
         record.fine_tune = [{"epochs": e} for e in epochs]
@@ -220,7 +219,7 @@ def test_qat_is_compared_with_its_ptq_twin_only_at_equal_epochs():
 
 
 def test_a_ptq_candidate_with_a_qat_twin_trains_too():
-    from sdk.fit.candidate import Context, has_qat_twin
+    from devicefit.sdk.fit.candidate import Context, has_qat_twin
 
     ctx = Context(loaded=None, profile=None, train=None, evaluation=None, calibration=None,
                   epochs=2, workdir=None, float_accuracy=None, qat_twins=True)
@@ -232,7 +231,8 @@ def test_a_ptq_candidate_with_a_qat_twin_trains_too():
 
 
 def test_distinct_values_are_counted_per_channel_in_the_file():
-    from sdk.fit.cluster import file_distinct_values
+    from devicefit.sdk.fit.cluster import file_distinct_values
+
     from tests.zoo import model_path
 
     counts = file_distinct_values(model_path("chain_int8").read_bytes())

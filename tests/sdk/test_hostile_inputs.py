@@ -19,9 +19,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from devicefit.sdk.cli import main
+from devicefit.simulator.escape import clean, markdown
 
-from sdk.cli import main
-from simulator.escape import clean, markdown
 from tests import hostile
 from tests.paths import ROOT
 from tests.tflite_builder import custom_model, fb
@@ -293,8 +293,8 @@ def test_max_ops_bounds_operators_in_the_file(tmp_path, capsys):
 
 def test_memoised_lifetimes_equal_the_literal_walk():
     """The once-per-subgraph analysis against TFLM's walk, re-marking at every call."""
-    from simulator.lifetimes import tflm_buffers
-    from simulator.reader import parse_model
+    from devicefit.simulator.lifetimes import tflm_buffers
+    from devicefit.simulator.reader import parse_model
 
     for depth in (1, 2, 5):
         model = parse_model(hostile.nested_if(depth), f"if{depth}")
@@ -339,7 +339,7 @@ def test_many_unused_tensors_and_long_chains_are_planned(tmp_path):
     """100k tensors no operator touches (TFLM stacks them in the head) and 5,000 operators:
     quadratic before. No time limit here (benchmarks/bench_fuzz.py measures); the figures
     must be TFLM's."""
-    from simulator.simulate import simulate
+    from devicefit.simulator.simulate import simulate
 
     unused = tmp_path / "unused.tflite"
     unused.write_bytes(hostile.unused_tensors(100_000))
@@ -406,7 +406,7 @@ def _worker_pids(marker: str) -> list[int]:
                 cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
             except OSError:
                 continue
-            if "simulator.runtimes._worker" in cmd and marker in cmd:
+            if "devicefit.simulator.runtimes._worker" in cmd and marker in cmd:
                 pids.append(int(proc.name))
     return pids
 
@@ -420,7 +420,7 @@ def test_terminate_and_hangup_clean_up_like_ctrl_c(tmp_path, tiny, sig):
     page = tmp_path / "r.html"
     env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sdk.cli", "simulate", str(tiny), "--profile", "esp32-s3",
+        [sys.executable, "-m", "devicefit.sdk.cli", "simulate", str(tiny), "--profile", "esp32-s3",
          "--run", "--runs", "100000000", "--html", str(page)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
     try:
@@ -456,7 +456,7 @@ CAPTURE = ROOT / "tests" / "fixtures" / "benchmark_model" / "tf42507_android_cpu
     ("overall=12.8672", "overall=nan"),
 ], ids=["nan-average", "negative-stat", "inf-average", "nan-memory"])
 def test_bench_refuses_impossible_figures_from_the_device(old, new):
-    from sdk.bench.benchmark_output import BenchmarkOutputError, parse_benchmark_output
+    from devicefit.sdk.bench.benchmark_output import BenchmarkOutputError, parse_benchmark_output
 
     text = CAPTURE.read_text()
     assert old in text
@@ -527,7 +527,7 @@ def test_model_path_must_be_a_regular_file(tmp_path, capsys, model):
 def test_a_signal_outside_the_work_exits_with_its_status_not_by_it():
     """Found by bench_fuzz: SIGTERM arriving while the interpreter shut down after a
     finished `check --jobs 2` killed the process (status -15: a crash to CI)."""
-    code = ("import os, signal, time; from simulator.signals import exit_outside_work; "
+    code = ("import os, signal, time; from devicefit.simulator.signals import exit_outside_work; "
             "exit_outside_work(); os.kill(os.getpid(), signal.SIGTERM); time.sleep(30)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})

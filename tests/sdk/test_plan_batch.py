@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from sdk.cli import main
+from devicefit.sdk.cli import main
 
 keras = pytest.importorskip("keras")
 

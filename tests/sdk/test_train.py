@@ -14,12 +14,12 @@ import pytest
 
 keras = pytest.importorskip("keras")
 
-from sdk.train import BatchPlan, TrainingMemoryModel, fit, plan_batch  # noqa: E402
-from sdk.train.backend import cores  # noqa: E402
-from sdk.train.calibrate import MIN_MARGIN  # noqa: E402
-from sdk.train.measure import measure_steps  # noqa: E402
-from sdk.train.plan import free_memory  # noqa: E402
-from simulator.errors import InputError, UsageError  # noqa: E402
+from devicefit.sdk.train import BatchPlan, TrainingMemoryModel, fit, plan_batch  # noqa: E402
+from devicefit.sdk.train.backend import cores  # noqa: E402
+from devicefit.sdk.train.calibrate import MIN_MARGIN  # noqa: E402
+from devicefit.sdk.train.measure import measure_steps  # noqa: E402
+from devicefit.sdk.train.plan import free_memory  # noqa: E402
+from devicefit.simulator.errors import InputError, UsageError  # noqa: E402
 
 L = keras.layers
 
@@ -299,7 +299,7 @@ def test_calibrated_plan_holds_when_fit_runs_it(tmp_path, builder) -> None:
 
 
 def test_calibration_fits_a_line_and_never_a_negative_slope() -> None:
-    from sdk.train.calibrate import calibration_batches, fit_line
+    from devicefit.sdk.train.calibrate import calibration_batches, fit_line
 
     assert fit_line([(4, 1000), (16, 2200), (16, 2300)], 50) == (1000 - 4 * 108, 108)
     assert fit_line([(8, 500), (32, 400)], 7) == (500, 0)
@@ -333,7 +333,7 @@ def test_gpu_plan_is_against_device_memory(tmp_path) -> None:
 ], ids=["dense-relu", "dense-gelu", "conv", "relu6", "leaky-relu-layer", "maxpool", "gap",
         "flatten"])
 def test_rules_follow_what_tf_gradients_read(layer, expected) -> None:
-    from sdk.train.rules import rule_for
+    from devicefit.sdk.train.rules import rule_for
 
     rule = rule_for(layer, type(layer).__name__)
     assert {k: getattr(rule, k) for k in expected} == expected

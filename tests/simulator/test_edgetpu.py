@@ -9,9 +9,8 @@ import re
 from contextlib import redirect_stdout
 
 import pytest
-
-from simulator.compat import check_ops, static_compatibility
-from simulator.compat.edgetpu import (
+from devicefit.simulator.compat import check_ops, static_compatibility
+from devicefit.simulator.compat.edgetpu import (
     MODEL_CHECKS,
     OP_CHECKS,
     edgetpu_partition,
@@ -19,9 +18,10 @@ from simulator.compat.edgetpu import (
     load_table,
     run_compiler,
 )
-from simulator.errors import ProfileError
-from simulator.profiles import load_profile
-from simulator.reader import read_model
+from devicefit.simulator.errors import ProfileError
+from devicefit.simulator.profiles import load_profile
+from devicefit.simulator.reader import read_model
+
 from tests.zoo import model_path
 
 MAPPED = "Mapped to Edge TPU"
@@ -143,7 +143,8 @@ def test_op_version_newer_than_compiler_16_is_rejected(coral):
 
 
 def test_already_compiled_model_is_refused(coral):
-    from simulator.reader import parse_model
+    from devicefit.simulator.reader import parse_model
+
     from tests.tflite_builder import custom_model
 
     r = edgetpu_partition(parse_model(custom_model("edgetpu-custom-op")), coral)
@@ -169,7 +170,7 @@ def test_op_table_registry_is_consistent():
 
 
 def test_simulate_json_and_text_carry_the_edgetpu_section(coral, tmp_path):
-    from sdk.cli import main
+    from devicefit.sdk.cli import main
 
     path = str(model_path("leaky_mid_int8"))
     # A quarter of this model's MACs fall back to the CPU: more than coral-edgetpu accepts

@@ -15,14 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from devicefit.sdk.cli import main
+from devicefit.simulator.profiles import load_profile
+from devicefit.simulator.reader import read_model
+from devicefit.simulator.simulate import simulate
+from devicefit.simulator.targets import target_for
+from devicefit.simulator.targets.ethos_u.analysis import config_for, record_path
+from devicefit.simulator.targets.ethos_u.vela import run_vela
 
-from sdk.cli import main
-from simulator.profiles import load_profile
-from simulator.reader import read_model
-from simulator.simulate import simulate
-from simulator.targets import target_for
-from simulator.targets.ethos_u.analysis import config_for, record_path
-from simulator.targets.ethos_u.vela import run_vela
 from tests.paths import ROOT
 from tests.vela_anchor import HIGH_END_PROFILE, vela_cli, vela_cli_for
 
@@ -205,7 +205,7 @@ def test_without_vela_installed_one_line_says_how_to_get_it(tmp_path, model_zoo)
             "        if name.split('.')[0] == 'ethosu':\n"
             "            raise ModuleNotFoundError(name)\n"
             "sys.meta_path.insert(0, NoVela())\n"
-            "from sdk.cli import main\n"
+            "from devicefit.sdk.cli import main\n"
             "sys.exit(main(sys.argv[1:]))\n")
     done = subprocess.run([sys.executable, "-c", hide, "simulate", str(model_zoo("mlp_int8")),
                            "--profile", "ethos-u55-128"], capture_output=True, text=True,

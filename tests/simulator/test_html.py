@@ -8,10 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from devicefit.simulator.simulate import simulate
+from devicefit.simulator.views.html import Section, render_html
+from devicefit.simulator.views.png import render as render_png
 
-from simulator.simulate import simulate
-from simulator.views.html import Section, render_html
-from simulator.views.png import render as render_png
 from tests.browser import render
 from tests.paths import TESTS
 from tests.zoo import model_path
@@ -70,8 +70,8 @@ def test_plot_writes_a_png(tmp_path):
 
 
 def test_plot_refuses_to_overwrite_its_input(tmp_path):
-    from simulator.errors import UsageError
-    from simulator.fileio import write_atomic
+    from devicefit.simulator.errors import UsageError
+    from devicefit.simulator.fileio import write_atomic
 
     sine = _sine(tmp_path)
     report = simulate(sine, "stm32l4r5-cortex-m4")
@@ -80,7 +80,7 @@ def test_plot_refuses_to_overwrite_its_input(tmp_path):
 
 
 def test_simulate_cli_writes_html_and_png_but_never_over_its_input(tmp_path, capsys):
-    from sdk.cli import main
+    from devicefit.sdk.cli import main
 
     sine = _sine(tmp_path)
     page, png = tmp_path / "r.html", tmp_path / "r.png"
@@ -102,7 +102,7 @@ def test_missing_chromium_fails_with_how_to_install_it(tmp_path, monkeypatch):
 def test_layer_table_sorts_and_filters_in_chromium(tmp_path):
     """The inline script runs with no network: sorted by live bytes (``?sort=``) the first
     row is the op the CLI names as the costliest; a filter hides the other op types."""
-    from simulator.layers import costliest
+    from devicefit.simulator.layers import costliest
 
     report = simulate(model_path("residual_int8"), "stm32l4r5-cortex-m4")
     page = tmp_path / "layers.html"
@@ -125,9 +125,9 @@ def test_layer_table_sorts_and_filters_in_chromium(tmp_path):
 def test_diff_page_shows_what_changed(tmp_path):
     """``devicefit diff --html`` in Chromium: the figures, the layer pairing and the changed
     layers are in the rendered page, with the same numbers as the JSON."""
-    from simulator.diff import Side, diff_reports
-    from simulator.units import format_size
-    from simulator.views.diffview import render_html as render_diff
+    from devicefit.simulator.diff import Side, diff_reports
+    from devicefit.simulator.units import format_size
+    from devicefit.simulator.views.diffview import render_html as render_diff
 
     a, b = (simulate(model_path(n), "stm32l4r5-cortex-m4") for n in ("chain_int8",
                                                                      "chain_float32"))
@@ -154,8 +154,9 @@ def test_convert_pictures_agree_with_the_conversion(tmp_path, capsys):
     deleted temp path, draws before and after on one y scale; the PNG has both."""
     import json
 
+    from devicefit.sdk.cli import main
+
     from examples.digits import cached_cnn, load_digits
-    from sdk.cli import main
     from tests.paths import TESTS
 
     data = {k: str(v) for k, v in load_digits().save_npz(tmp_path).items()}
@@ -186,7 +187,7 @@ def test_convert_pictures_agree_with_the_conversion(tmp_path, capsys):
 def test_pictures_number_operators_as_the_cli_does(tmp_path):
     """The timeline's peak, its caption, the colour legend and the per-op chart's axes in
     Chromium name the same operator and units as ``devicefit simulate``'s text."""
-    from simulator.views.text import render_text
+    from devicefit.simulator.views.text import render_text
 
     report = simulate(model_path("residual_int8"), "stm32l4r5-cortex-m4")
     cli_top = render_text(report).split("Operators with the most live bytes")[1] \
@@ -218,7 +219,7 @@ def test_check_page_shows_a_regression_failure_as_a_failure(tmp_path, capsys):
     table, the link list and the section's badge all say FAIL, and the section says why."""
     import json
 
-    from sdk.cli import main
+    from devicefit.sdk.cli import main
 
     shutil.copy(model_path("chain_int8"), tmp_path / "chain_int8.tflite")
     project = tmp_path / "devicefit.yaml"

@@ -7,14 +7,20 @@ import json
 
 import pytest
 import yaml
+from devicefit.simulator.cores import cores, find_core
+from devicefit.simulator.errors import ProfileError
+from devicefit.simulator.kernels import (
+    DATA_DIR,
+    kernel_data,
+    lane_padding,
+    parse_version,
+    parse_versions,
+)
+from devicefit.simulator.latency import cycles_per_mac, estimate_latency
+from devicefit.simulator.profiles import CostModel, load_profile
+from devicefit.simulator.reader import read_model
+from devicefit.simulator.simulate import simulate, static_report
 
-from simulator.cores import cores, find_core
-from simulator.errors import ProfileError
-from simulator.kernels import DATA_DIR, kernel_data, lane_padding, parse_version, parse_versions
-from simulator.latency import cycles_per_mac, estimate_latency
-from simulator.profiles import CostModel, load_profile
-from simulator.reader import read_model
-from simulator.simulate import simulate, static_report
 from tests import zoo
 
 
@@ -265,7 +271,7 @@ def test_budget_inside_the_band_is_at_risk(tmp_path):
 
 
 def test_check_reports_at_risk_and_fails_on_it_when_told(tmp_path, capsys):
-    from sdk.cli import main
+    from devicefit.sdk.cli import main
 
     model = zoo.model_path("mobilenet_v1_96_int8")
     est = simulate(str(model), load_profile("esp32-s3")).latency
@@ -285,7 +291,7 @@ def test_check_reports_at_risk_and_fails_on_it_when_told(tmp_path, capsys):
 
 
 def test_text_json_and_html_show_the_band(tmp_path, capsys):
-    from sdk.cli import main
+    from devicefit.sdk.cli import main
 
     model = str(zoo.model_path("chain_int8"))
     assert main(["simulate", model, "--profile", "stm32l4r5-cortex-m4"]) == 0
@@ -348,7 +354,7 @@ def scheme_models(tmp_path_factory):
 def test_every_dtype_gets_an_estimate(scheme_models, profile, scheme, capsys):
     """Issue 16: simulate --profile coral-edgetpu exited 2 on uint8 I/O, int16 or float16
     ("cost_model has no entry for 'QUANTIZE.uint8'"). Each now gets an estimate and a band."""
-    from sdk.cli import main
+    from devicefit.sdk.cli import main
 
     path = scheme_models[scheme]
     dtypes = {o.dtype for o in _ops(path)}
@@ -362,7 +368,7 @@ def test_every_dtype_gets_an_estimate(scheme_models, profile, scheme, capsys):
 def _ops(path):
     model = read_model(path)
     sg = model.main
-    from simulator.latency import op_shape
+    from devicefit.simulator.latency import op_shape
 
     return [op_shape(sg, op, 0) for op in sg.operators]
 
@@ -370,7 +376,7 @@ def _ops(path):
 def test_int16_costs_more_than_int8_and_falls_back_where_a_library_has_none():
     """CMSIS-NN's s16 kernels: the same MACs, fewer per SIMD instruction. ESP-NN has no int16
     kernels: TFLM runs those ops on its reference kernels."""
-    from simulator.kernels import library_for
+    from devicefit.simulator.kernels import library_for
 
     data = kernel_data()
     lib = data.libraries["cmsis-nn"]
@@ -382,7 +388,7 @@ def test_int16_costs_more_than_int8_and_falls_back_where_a_library_has_none():
 def test_no_estimate_is_said_not_an_error(tmp_path, capsys):
     """An own cost table without float entries: simulate still exits 0, says why there is no
     estimate, and leaves the latency budget unchecked instead of passing it."""
-    from sdk.cli import main
+    from devicefit.sdk.cli import main
 
     (tmp_path / "own.yaml").write_text(
         "extends: stm32l4r5-cortex-m4\ndevice: {cpu: my-dsp}\n"

@@ -8,14 +8,15 @@ import dataclasses
 import io
 import json
 
-from sdk.cli import main
-from simulator.benchmark import OpProfileRow
-from simulator.layers import bench_times, costliest, layer_rows
-from simulator.reader import read_model
-from simulator.report import HostOpTime
-from simulator.simulate import simulate
-from simulator.views.json import read_report
-from simulator.views.layertable import text_lines
+from devicefit.sdk.cli import main
+from devicefit.simulator.benchmark import OpProfileRow
+from devicefit.simulator.layers import bench_times, costliest, layer_rows
+from devicefit.simulator.reader import read_model
+from devicefit.simulator.report import HostOpTime
+from devicefit.simulator.simulate import simulate
+from devicefit.simulator.views.json import read_report
+from devicefit.simulator.views.layertable import text_lines
+
 from tests.zoo import model_path
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from devicefit.sdk.cli import main
+from devicefit.simulator.lifetimes import lower_bound, offline_offsets, tflm_buffers
+from devicefit.simulator.optimize import optimize_model_bytes
+from devicefit.simulator.planners.base import check_plan
+from devicefit.simulator.profiles import load_profile
+from devicefit.simulator.reader import parse_model, read_model
+from devicefit.simulator.runtimes import run_model
 
-from sdk.cli import main
-from simulator.lifetimes import lower_bound, offline_offsets, tflm_buffers
-from simulator.optimize import optimize_model_bytes
-from simulator.planners.base import check_plan
-from simulator.profiles import load_profile
-from simulator.reader import parse_model, read_model
-from simulator.runtimes import run_model
 from tests.zoo import model_path
 
 PROFILE = "stm32l4r5-cortex-m4"
@@ -83,8 +83,7 @@ def test_the_offline_plan_in_the_file_never_overlaps_live_tensors(results):
 
 def test_outputs_stay_bit_identical_on_other_inputs(results, tmp_path):
     import numpy as np
-
-    from simulator.runtimes import input_specs, random_inputs
+    from devicefit.simulator.runtimes import input_specs, random_inputs
 
     _, out, _ = results["branches_int8"]
     path = tmp_path / "opt.tflite"
@@ -140,8 +139,8 @@ def test_cli_bad_usage_exits_2(tmp_path, capsys, argv, message):
 
 
 def test_a_stale_offline_plan_is_replaced_when_operators_move(profile):
-    from simulator.planners.tflm import greedy_plan
-    from simulator.writer import set_offline_plan
+    from devicefit.simulator.planners.tflm import greedy_plan
+    from devicefit.simulator.writer import set_offline_plan
 
     # branches_int8 with TFLM's own greedy offsets written as its offline plan: valid for the
     # file order only. Reordering must write a plan for the new order.

@@ -10,21 +10,21 @@ import json
 
 import numpy as np
 import pytest
-
-from sdk.cli import main
-from simulator.compute import op_work
-from simulator.lifetimes import lower_bound, tflm_buffers
-from simulator.optimize import optimize_model_bytes
-from simulator.optimize.patches import (
+from devicefit.sdk.cli import main
+from devicefit.simulator.compute import op_work
+from devicefit.simulator.lifetimes import lower_bound, tflm_buffers
+from devicefit.simulator.optimize import optimize_model_bytes
+from devicefit.simulator.optimize.patches import (
     PatchRefused,
     patch_model,
     plan_for,
     split_points,
     stage_mac_ratio,
 )
-from simulator.profiles import load_profile
-from simulator.reader import parse_model, read_model
-from simulator.runtimes import input_specs, random_inputs, run_model
+from devicefit.simulator.profiles import load_profile
+from devicefit.simulator.reader import parse_model, read_model
+from devicefit.simulator.runtimes import input_specs, random_inputs, run_model
+
 from tests.paths import TESTS
 from tests.zoo import convert_keras, model_path
 
@@ -256,10 +256,10 @@ def test_convert_patches_needs_optimize_memory(digits, tmp_path, capsys):
 
 
 def test_fit_candidates_are_converted_through_the_patch_rewrite(digits, tmp_path):
-    from sdk.convert import loading
-    from sdk.convert.spec import ConversionSpec, MemoryOptimization
-    from sdk.fit.candidate import Context, convert_candidate
-    from sdk.fit.space import Candidate
+    from devicefit.sdk.convert import loading
+    from devicefit.sdk.convert.spec import ConversionSpec, MemoryOptimization
+    from devicefit.sdk.fit.candidate import Context, convert_candidate
+    from devicefit.sdk.fit.space import Candidate
 
     loaded = loading.load(str(digits["model"]))
     ctx = Context(loaded=loaded, profile=load_profile(PROFILE, []), train=None,
@@ -280,7 +280,7 @@ def test_fit_patches_needs_a_tflm_profile(digits, tmp_path, capsys):
 
 def test_a_dynamic_batch_in_the_signature_still_patches():
     # Models exported with a -1 batch (MLTK's, many Keras exports) run with batch 1.
-    from simulator.writer import pack, unpack
+    from devicefit.simulator.writer import pack, unpack
 
     mt = unpack(model_path("chain_int8").read_bytes())
     for t in mt.subgraphs[0].tensors:

@@ -8,11 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from simulator.errors import InputError, RuntimeFailure
-from simulator.lifetimes import (
+from devicefit.simulator.errors import InputError, RuntimeFailure
+from devicefit.simulator.lifetimes import (
     Buffer,
     align_up,
     live_bytes_per_step,
@@ -20,12 +17,15 @@ from simulator.lifetimes import (
     op_steps,
     tflm_buffers,
 )
-from simulator.planners import PlanError, check_plan, greedy_plan, plan_tflm
-from simulator.planners.litert import best_fit_plan, litert_buffers
-from simulator.profiles import load_profile, with_runtime
-from simulator.reader import read_model
-from simulator.runtimes import run_model
-from simulator.writer import reorder_operators, set_offline_plan
+from devicefit.simulator.planners import PlanError, check_plan, greedy_plan, plan_tflm
+from devicefit.simulator.planners.litert import best_fit_plan, litert_buffers
+from devicefit.simulator.profiles import load_profile, with_runtime
+from devicefit.simulator.reader import read_model
+from devicefit.simulator.runtimes import run_model
+from devicefit.simulator.writer import reorder_operators, set_offline_plan
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.zoo import model_path
 
 SINE = (Path(__import__("tflite_micro").__file__).parent / "python" / "tflite_micro"

@@ -7,13 +7,12 @@ sizes, offline offsets and never-used tensors (lifetime -1), the cases the index
 
 from __future__ import annotations
 
+from devicefit.simulator.lifetimes import Buffer, align_up
+from devicefit.simulator.planners.base import overlaps_in_time
+from devicefit.simulator.planners.litert import best_fit_plan
+from devicefit.simulator.planners.tflm import greedy_plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from simulator.lifetimes import Buffer, align_up
-from simulator.planners.base import overlaps_in_time
-from simulator.planners.litert import best_fit_plan
-from simulator.planners.tflm import greedy_plan
 
 
 def _greedy_reference(buffers: list[Buffer]) -> list[int]:
@@ -106,7 +105,7 @@ def _clashes_reference(buffers: list[Buffer], offsets: list[int]) -> bool:
 @given(buffer_sets(aligned=True, offline=False),
        st.lists(st.sampled_from([0, 16, 32, 64, 100]), min_size=40, max_size=40))
 def test_plan_check_finds_exactly_the_clashing_plans(buffers, offsets):
-    from simulator.planners.base import PlanError, check_plan
+    from devicefit.simulator.planners.base import PlanError, check_plan
 
     offsets = offsets[:len(buffers)]
     try:

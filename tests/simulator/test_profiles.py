@@ -8,11 +8,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from devicefit.sdk.cli import main
+from devicefit.simulator.cores import find_core
+from devicefit.simulator.errors import ProfileError
+from devicefit.simulator.profiles import ProfileStore, builtin_profiles_dir, load_profile
 
-from sdk.cli import main
-from simulator.cores import find_core
-from simulator.errors import ProfileError
-from simulator.profiles import ProfileStore, builtin_profiles_dir, load_profile
 from tests.paths import ROOT
 
 BUILTINS = sorted(p.stem for p in builtin_profiles_dir().glob("*.yaml"))
@@ -141,13 +141,16 @@ def test_non_editable_install_finds_every_profile(tmp_path):
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as z:
         z.extractall(site)
+        # One import root: devicefit.sdk and devicefit.simulator, no generic top-level names.
+        tops = {n.split("/")[0] for n in z.namelist()}
+        assert {t for t in tops if not t.endswith(".dist-info")} == {"devicefit"}
     code = (
-        "import simulator.profiles as p, sys;"
+        "import devicefit.simulator.profiles as p, sys;"
         "assert p.__file__.startswith(sys.argv[1]), p.__file__;"
         "s = p.ProfileStore(); names = s.names(include_abstract=True);"
         "[s.load(n) for n in names]; print(' '.join(names));"
         # The core registry and kernel tables ship as package data.
-        "import simulator.kernels as k; assert k.kernel_data().libraries['cmsis-nn'].calibrated"
+        "import devicefit.simulator.kernels as k; assert k.kernel_data().libraries['cmsis-nn'].calibrated"
     )
     out = subprocess.run([sys.executable, "-c", code, str(site)], cwd=tmp_path,
                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},

@@ -10,11 +10,10 @@ import io
 import json
 
 import pytest
-
-from simulator.compat.edgetpu import EdgeTpuReport
-from simulator.profiles import load_profile
-from simulator.reader import read_model
-from simulator.report import (
+from devicefit.simulator.compat.edgetpu import EdgeTpuReport
+from devicefit.simulator.profiles import load_profile
+from devicefit.simulator.reader import read_model
+from devicefit.simulator.report import (
     SCHEMA_VERSION,
     Basis,
     BudgetName,
@@ -22,10 +21,11 @@ from simulator.report import (
     Report,
     Status,
 )
-from simulator.simulate import simulate, static_report
-from simulator.verdict import BUDGETS, judge
-from simulator.views import VIEWS, render
-from simulator.views.json import read_report
+from devicefit.simulator.simulate import simulate, static_report
+from devicefit.simulator.verdict import BUDGETS, judge
+from devicefit.simulator.views import VIEWS, render
+from devicefit.simulator.views.json import read_report
+
 from tests.zoo import model_path
 
 
@@ -123,7 +123,7 @@ def test_sections_are_frozen():
 
 
 def test_simulate_prints_any_registered_text_view(capsys):
-    from sdk.cli import main
+    from devicefit.sdk.cli import main
 
     path = str(model_path("chain_int8"))
     assert main(["simulate", path, "--profile", "esp32-s3", "--format", "csv"]) == 0
@@ -141,7 +141,7 @@ def test_simulate_prints_any_registered_text_view(capsys):
 def test_a_device_benchmark_is_judged_on_its_time_and_carries_its_ratio(tmp_path):
     """The phone's figures come from sdk's ``bench``; here a result as it would fill them
     (no phone in this test: tests/sdk/test_bench.py drives the real command with a fake adb)."""
-    from simulator.benchmark import BenchmarkOutput, BenchResult, BenchSettings
+    from devicefit.simulator.benchmark import BenchmarkOutput, BenchResult, BenchSettings
 
     yaml = tmp_path / "phone.yaml"
     yaml.write_text("name: phone\nextends: android-arm64-cpu\nbudgets: {latency: 5ms}\n")

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from sdk.cli import main
-from simulator.compat import check_ops
-from simulator.errors import InputError, RuntimeFailure, UsageError
-from simulator.profiles import load_profile, with_runtime
-from simulator.reader import read_model
-from simulator.runtimes import (
+from devicefit.sdk.cli import main
+from devicefit.simulator.compat import check_ops
+from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
+from devicefit.simulator.profiles import load_profile, with_runtime
+from devicefit.simulator.reader import read_model
+from devicefit.simulator.runtimes import (
     RUNNERS,
     InputSpec,
     compare_outputs,
@@ -20,8 +19,9 @@ from simulator.runtimes import (
     run_model,
     runner_name,
 )
-from simulator.runtimes.tflm import parse_allocations
-from simulator.simulate import simulate
+from devicefit.simulator.runtimes.tflm import parse_allocations
+from devicefit.simulator.simulate import simulate
+
 from tests import zoo
 from tests.tflite_builder import slice_model, topk_model
 

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from devicefit.sdk.cli import main
+from devicefit.simulator.profiles import load_profile, with_runtime
+from devicefit.simulator.runtimes import run_model
+from devicefit.simulator.simulate import CONVERSION_METADATA, simulate
+from devicefit.simulator.writer import add_metadata
 
-from sdk.cli import main
-from simulator.profiles import load_profile, with_runtime
-from simulator.runtimes import run_model
-from simulator.simulate import CONVERSION_METADATA, simulate
-from simulator.writer import add_metadata
 from tests.zoo import model_path
 
 REQUIRED = {
@@ -114,7 +114,7 @@ def test_static_path_needs_neither_tensorflow_nor_a_runtime() -> None:
     code = (
         "import sys\n"
         "sys.modules['tensorflow'] = None\n"  # importing TensorFlow now fails
-        "from simulator.simulate import simulate\n"
+        "from devicefit.simulator.simulate import simulate\n"
         f"r = simulate({str(model_path('chain_int8'))!r}, 'stm32l4r5-cortex-m4')\n"
         "assert r.memory.arena_head_bytes == 14336, r.memory.arena_head_bytes\n"
         "loaded = [m for m in sys.modules if m.startswith(('tflite_micro', 'keras'))]\n"

@@ -14,19 +14,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from sdk.cli import main
-from simulator import profiles
-from simulator.compat import CHECKERS, UnsupportedOp, section_type
-from simulator.errors import ProfileError
-from simulator.model import Model
-from simulator.planners import PLANNERS
-from simulator.profiles import Profile, ProfileStore, load_profile
-from simulator.reader import read_model
-from simulator.runtimes import RUNNERS, runner_name
-from simulator.schema import number
-from simulator.simulate import simulate
-from simulator.targets import (
+from devicefit.sdk.cli import main
+from devicefit.simulator import profiles
+from devicefit.simulator.compat import CHECKERS, UnsupportedOp, section_type
+from devicefit.simulator.errors import ProfileError
+from devicefit.simulator.model import Model
+from devicefit.simulator.planners import PLANNERS
+from devicefit.simulator.profiles import Profile, ProfileStore, load_profile
+from devicefit.simulator.reader import read_model
+from devicefit.simulator.runtimes import RUNNERS, runner_name
+from devicefit.simulator.schema import number
+from devicefit.simulator.simulate import simulate
+from devicefit.simulator.targets import (
     TARGETS,
     Target,
     edgetpu,
@@ -36,6 +35,7 @@ from simulator.targets import (
     tflm,
     unregister,
 )
+
 from tests.paths import ROOT
 from tests.zoo import model_path
 
@@ -92,7 +92,7 @@ def test_builtin_targets_are_discovered_from_their_modules():
     assert set(PLANNERS) == set(CHECKERS) == set(TARGETS) == set(profiles.RUNTIMES)
     assert set(RUNNERS) == {n for n, t in TARGETS.items() if t.host_runtime is not None}
     # a section's class, to read reports back from JSON, is named without importing it
-    from simulator.compat.edgetpu import EdgeTpuReport, edgetpu_report
+    from devicefit.simulator.compat.edgetpu import EdgeTpuReport, edgetpu_report
 
     assert section_type("edgetpu") is EdgeTpuReport and section_type("tflm") is None
     assert isinstance(edgetpu_report(read_model(model_path("chain_int8")),
@@ -205,11 +205,11 @@ def test_reading_the_registry_imports_no_planner_runtime_or_numpy():
     """Validating a profile reads every target's record; the records bind their planners,
     op tables and runners lazily, so that costs no heavy import (a child Python, to start
     from an empty module table)."""
-    code = ("import sys; from simulator.profiles import ProfileStore\n"
+    code = ("import sys; from devicefit.simulator.profiles import ProfileStore\n"
             "store = ProfileStore(); [store.load(n) for n in store.names()]\n"
-            "from simulator.targets import TARGETS; assert len(TARGETS) >= 3\n"
-            "heavy = [m for m in ('numpy', 'simulator.planners', 'simulator.compat.tflm',\n"
-            "         'simulator.runtimes', 'tflite_micro', 'ai_edge_litert') if m in sys.modules]\n"
+            "from devicefit.simulator.targets import TARGETS; assert len(TARGETS) >= 3\n"
+            "heavy = [m for m in ('numpy', 'devicefit.simulator.planners', 'devicefit.simulator.compat.tflm',\n"
+            "         'devicefit.simulator.runtimes', 'tflite_micro', 'ai_edge_litert') if m in sys.modules]\n"
             "print(heavy)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)

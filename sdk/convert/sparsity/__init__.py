@@ -20,14 +20,14 @@ import pkgutil
 from collections.abc import Mapping
 from typing import Any
 
-from sdk.convert.sparsity.base import (
+from devicefit.sdk.convert.sparsity.base import (
     PrunedLayer,
     SparsityKind,
     SparsityOutcome,
     SparsitySpec,
     Training,
 )
-from sdk.convert.sparsity.channel import (
+from devicefit.sdk.convert.sparsity.channel import (
     ChannelPruneResult,
     ChannelPruning,
     ChannelRatio,
@@ -35,11 +35,18 @@ from sdk.convert.sparsity.channel import (
     prune_channels,
     prune_in_stages,
 )
-from sdk.convert.sparsity.nm import NMPattern, apply_masks, keep_masks, nm_mask, nm_masks, parse_nm
-from sdk.convert.sparsity.readback import WeightSparsity, tflite_weight_sparsity
-from simulator.errors import UsageError
-from simulator.profiles import Profile
-from simulator.targets import target_for
+from devicefit.sdk.convert.sparsity.nm import (
+    NMPattern,
+    apply_masks,
+    keep_masks,
+    nm_mask,
+    nm_masks,
+    parse_nm,
+)
+from devicefit.sdk.convert.sparsity.readback import WeightSparsity, tflite_weight_sparsity
+from devicefit.simulator.errors import UsageError
+from devicefit.simulator.profiles import Profile
+from devicefit.simulator.targets import target_for
 
 __all__ = [
     "KINDS", "ChannelPruneResult", "ChannelPruning", "ChannelRatio", "NMPattern", "PrunedLayer",

@@ -8,12 +8,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from simulator.profiles import Profile
+from devicefit.simulator.profiles import Profile
 
 if TYPE_CHECKING:
-    from sdk.convert.data import Dataset
-    from sdk.convert.finetune import FineTuneResult
-    from sdk.convert.sparsity.readback import WeightSparsity
+    from devicefit.sdk.convert.data import Dataset
+    from devicefit.sdk.convert.finetune import FineTuneResult
+    from devicefit.sdk.convert.sparsity.readback import WeightSparsity
 
 Progress = Callable[[str, int, int], None]
 
@@ -63,7 +63,7 @@ class SparsityOutcome:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SparsityOutcome:
-        from sdk.convert.finetune import FineTuneResult
+        from devicefit.sdk.convert.finetune import FineTuneResult
 
         return cls(pruned_layers=[PrunedLayer(**p) for p in data.get("pruned_layers", [])],
                    skipped=dict(data.get("skipped", {})),

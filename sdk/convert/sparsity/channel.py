@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-
-from sdk.convert.sparsity.base import PrunedLayer, SparsityKind, SparsityOutcome, Training
-from sdk.convert.sparsity.readback import WeightSparsity
-from simulator.errors import UsageError
-from simulator.profiles import Profile
+from devicefit.sdk.convert.sparsity.base import PrunedLayer, SparsityKind, SparsityOutcome, Training
+from devicefit.sdk.convert.sparsity.readback import WeightSparsity
+from devicefit.simulator.errors import UsageError
+from devicefit.simulator.profiles import Profile
 
 if TYPE_CHECKING:
-    from sdk.convert.finetune import FineTuneResult
+    from devicefit.sdk.convert.finetune import FineTuneResult
 
 #: Most channel-pruning stages; fewer when there are fewer epochs.
 MAX_STAGES = 3
@@ -116,7 +115,7 @@ def prune_in_stages(model: Any, ratio: float, training: Training,
     removes the same share of the original channels: fractions kept go 1 → 1-r/K → … → 1-r.
     ``layer_ratios`` gives some layers their own ratio (see :func:`prune_channels`).
     """
-    from sdk.convert.finetune import fine_tune
+    from devicefit.sdk.convert.finetune import fine_tune
 
     train, epochs = training.data, training.epochs
     # At least two epochs per stage: one epoch does not recover from a cut.

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-
-from sdk.convert.sparsity.base import SparsityKind, SparsityOutcome, Training, clone_model
-from sdk.convert.sparsity.readback import WeightSparsity
-from simulator.errors import UsageError
-from simulator.profiles import Profile
+from devicefit.sdk.convert.sparsity.base import SparsityKind, SparsityOutcome, Training, clone_model
+from devicefit.sdk.convert.sparsity.readback import WeightSparsity
+from devicefit.simulator.errors import UsageError
+from devicefit.simulator.profiles import Profile
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ class NMPattern:
         apply_masks(model, masks)
         outcome = SparsityOutcome(skipped=skipped, masks=len(masks))
         if training.data is not None:
-            from sdk.convert.finetune import fine_tune
+            from devicefit.sdk.convert.finetune import fine_tune
 
             outcome.fine_tune.append(fine_tune(
                 model, training.data, training.epochs, progress=training.progress,

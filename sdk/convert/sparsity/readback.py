@@ -7,11 +7,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
-from simulator import writer
+from devicefit.simulator import writer
 
 if TYPE_CHECKING:
-    from sdk.convert.sparsity.nm import NMPattern
+    from devicefit.sdk.convert.sparsity.nm import NMPattern
 
 
 @dataclass

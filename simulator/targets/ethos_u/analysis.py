@@ -18,13 +18,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import InputError, ProfileError
-from simulator.fileio import write_atomic
-from simulator.model import Model, Subgraph
-from simulator.profiles import Profile
-from simulator.reader import parse_model, read_model
-from simulator.targets.ethos_u.config import VelaConfig, vela_config
-from simulator.targets.ethos_u.section import (
+from devicefit.simulator.errors import InputError, ProfileError
+from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.model import Model, Subgraph
+from devicefit.simulator.profiles import Profile
+from devicefit.simulator.reader import parse_model, read_model
+from devicefit.simulator.targets.ethos_u.config import VelaConfig, vela_config
+from devicefit.simulator.targets.ethos_u.section import (
     CPU,
     NPU,
     EthosUSection,
@@ -32,7 +32,7 @@ from simulator.targets.ethos_u.section import (
     PartitionOp,
     VelaFigures,
 )
-from simulator.targets.ethos_u.vela import CpuReason, VelaRun, run_vela
+from devicefit.simulator.targets.ethos_u.vela import CpuReason, VelaRun, run_vela
 
 log = logging.getLogger(__name__)
 
@@ -244,9 +244,9 @@ def float_compute(model: Model, subgraph: int, op_index: int) -> str | None:
 # --------------------------------------------------------------------------- latency
 def _with_cpu_latency(section: EthosUSection, compiled: Model, profile: Profile) -> EthosUSection:
     """Add the Cortex-M part: devicefit's kernel tables for the ops Vela left to TFLM."""
-    from simulator.compute import op_work
-    from simulator.latency import estimate_latency
-    from simulator.report import OpCompute
+    from devicefit.simulator.compute import op_work
+    from devicefit.simulator.latency import estimate_latency
+    from devicefit.simulator.report import OpCompute
 
     work = [OpCompute(w.op_index, w.op, w.macs, w.bytes_moved)
             for w in op_work(compiled) if w.op != ETHOS_U_OP]

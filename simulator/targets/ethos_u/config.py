@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import ProfileError
-from simulator.schema import Leaf
-from simulator.units import SIZE_UNITS_HELP, parse_frequency_hz, parse_size, parse_time_ms
+from devicefit.simulator.errors import ProfileError
+from devicefit.simulator.schema import Leaf
+from devicefit.simulator.units import SIZE_UNITS_HELP, parse_frequency_hz, parse_size, parse_time_ms
 
 #: The accelerator configurations ethos-u-vela 5.2.0 accepts (``vela --help``).
 ACCELERATORS = ("ethos-u55-32", "ethos-u55-64", "ethos-u55-128", "ethos-u55-256",

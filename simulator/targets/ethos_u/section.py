@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from html import escape
 from typing import Any
 
-from simulator.units import format_size, format_time_ms
+from devicefit.simulator.units import format_size, format_time_ms
 
 NPU, CPU = "npu", "cpu"
 
@@ -123,7 +123,7 @@ class EthosUSection:
 
     def latency_report(self, profile: Any, split: str) -> Any:
         """``report.latency``: Vela's cycles at the NPU clock plus the Cortex-M part."""
-        from simulator.report import LatencyBasis, LatencyReport
+        from devicefit.simulator.report import LatencyBasis, LatencyReport
 
         common = {"clock_hz": self.figures.core_clock_hz if self.figures else None,
                   "threads": 1, "cpu": profile.device.cpu, "kernels": profile.runtime.kernels,

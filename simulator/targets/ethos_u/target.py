@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from simulator.model import Model
-from simulator.planners.base import MemoryPlan
-from simulator.profiles import Profile
-from simulator.report import UnsupportedOp
-from simulator.targets.ethos_u.analysis import (
+from devicefit.simulator.model import Model
+from devicefit.simulator.planners.base import MemoryPlan
+from devicefit.simulator.profiles import Profile
+from devicefit.simulator.report import UnsupportedOp
+from devicefit.simulator.targets.ethos_u.analysis import (
     ETHOS_U_OP,
     compile_file,
     compiled_model,
@@ -21,7 +21,7 @@ from simulator.targets.ethos_u.analysis import (
     float_compute,
     section_for,
 )
-from simulator.targets.ethos_u.section import CPU, EthosUSection
+from devicefit.simulator.targets.ethos_u.section import CPU, EthosUSection
 
 NAME = "ethos-u"
 
@@ -35,7 +35,7 @@ def prepare(model: Model, profile: Profile) -> Model:
 def plan(model: Model, profile: Profile, order: Any = None) -> MemoryPlan:
     """TFLM's arena of the compiled model: the NPU's scratch tensors (Vela's offline plan
     places them) plus whatever the Cortex-M part needs."""
-    from simulator.planners.tflm import plan_tflm
+    from devicefit.simulator.planners.tflm import plan_tflm
 
     return plan_tflm(model, profile, order)
 
@@ -43,7 +43,7 @@ def plan(model: Model, profile: Profile, order: Any = None) -> MemoryPlan:
 def check_ops(model: Model, profile: Profile) -> list[UnsupportedOp]:
     """Op support of what stays on the Cortex-M: TFLM's table for the CPU operators (the
     ``ethos-u`` ops run on the NPU), and every float operator, which the NPU cannot take."""
-    from simulator.compat import tflm
+    from devicefit.simulator.compat import tflm
 
     section = section_for(model, profile)
     reasons = {(p.subgraph, p.compiled_index): p.reason for p in section.partition

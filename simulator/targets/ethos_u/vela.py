@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from simulator.errors import RuntimeFailure, UsageError
-from simulator.targets.ethos_u.config import VelaConfig
+from devicefit.simulator.errors import RuntimeFailure, UsageError
+from devicefit.simulator.targets.ethos_u.config import VelaConfig
 
 DISTRIBUTION = "ethos-u-vela"
 _LAUNCH = "import sys; from ethosu.vela.vela import main; sys.exit(main())"
