@@ -159,3 +159,17 @@ def test_no_private_names_from_other_modules():
                                           if m.startswith("devicefit.simulator")))
 def test_simulator_never_imports_sdk(module):
     assert [t for t, _, _ in GRAPH[module] if t.startswith("devicefit.sdk")] == []
+
+
+def test_the_checkout_is_what_runs():
+    """An editable install (what ``make`` sets up) imports this checkout's code, not the copy
+    hatch leaves in site-packages (a child Python started away from the checkout)."""
+    import subprocess
+    import sys
+
+    code = "import devicefit.simulator.simulate as s, devicefit.sdk.cli as c; print(s.__file__, c.__file__)"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/",
+                         env=env, check=True).stdout.split()
+    assert [Path(p).resolve() for p in out] == [ROOT / "simulator" / "simulate.py",
+                                                ROOT / "sdk" / "cli.py"]
