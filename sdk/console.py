@@ -18,8 +18,10 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import sys
 import tempfile
+import textwrap
 import warnings
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
@@ -68,6 +70,26 @@ def console_width(stream: Any) -> int | None:
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
     return None if _isatty(stream) else PIPE_WIDTH
+
+
+def fold(text: str, stream: Any = None) -> str:
+    """``text`` for plain ``print`` (report and diff views): lines wider than the terminal or
+    ``COLUMNS`` folded at spaces, each continuation indented under its line's own text.
+    Piped without ``COLUMNS`` it is left whole, like the tables."""
+    stream = sys.stdout if stream is None else stream
+    width = console_width(stream) or shutil.get_terminal_size().columns
+    if width >= PIPE_WIDTH:
+        return text
+    out: list[str] = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        out += textwrap.wrap(line.strip(), width=width, initial_indent=indent,
+                             subsequent_indent=indent + "    ", break_long_words=False,
+                             break_on_hyphens=False) or [line]
+    return "\n".join(out)
 
 
 def _isatty(stream: Any) -> bool:

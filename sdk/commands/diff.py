@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
+from devicefit.sdk.console import fold
 from devicefit.simulator.errors import UsageError
 
 
@@ -59,5 +60,5 @@ def _diff(args: argparse.Namespace) -> int:
     diff = diff_reports(sides[0], sides[1], kind)
     if args.html:
         write_atomic(args.html, render_html(diff), inputs=models)
-    print(render_json(diff) if args.json else render_text(diff, max(args.top, 0)), end="")
+    print(render_json(diff) if args.json else fold(render_text(diff, max(args.top, 0))), end="")
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from devicefit.sdk.argtypes import positive_seconds
-from devicefit.sdk.console import make_console
+from devicefit.sdk.console import fold, make_console
 from devicefit.sdk.layers import add_layer_options, layer_outputs, write_layers
 from devicefit.sdk.outputs import check_outputs, picture_outputs, profile_inputs
 from devicefit.sdk.pictures import add_picture_options, write_pictures
@@ -80,5 +80,6 @@ def _simulate(args: argparse.Namespace) -> int:
     write_layers(args, report, inputs=[args.model])
     view = "json" if args.json else args.format or "text"
     options = {"top": max(args.top, 0), "layers": args.layers} if view == "text" else {}
-    print(render(view, report, **options), end="")
+    text = render(view, report, **options)
+    print(text if view == "json" else fold(text), end="")
     return 0 if report.ok else 1

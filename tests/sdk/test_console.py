@@ -22,6 +22,7 @@ from devicefit.simulator.errors import InputError, RuntimeFailure
 from devicefit.simulator.profiles import ProfileStore
 
 from tests.paths import ROOT, TESTS
+from tests.zoo import model_path
 
 #: Lines that TensorFlow, absl and the MLIR quantizer print (issue #20).
 THIRD_PARTY = re.compile(r"absl|oneDNN|cudart|cuda drivers|fully_quantize|inference_type|"
@@ -81,6 +82,26 @@ def test_tables_at_80_columns_keep_names_whole(monkeypatch, capsys):
     words = set(out.split())
     for name in ProfileStore().names():
         assert name in words, name  # not folded into "android-ar" + "m64-cpu"
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "{a}", "--profile", "esp32-s3"],
+    ["simulate", "{a}", "--profile", "esp32-s3", "--layers"],
+    ["diff", "{a}", "{b}", "--profile", "stm32l4r5-cortex-m4"],
+], ids=["simulate", "simulate-layers", "diff"])
+def test_reports_at_80_columns_fold_at_spaces(monkeypatch, capsys, argv):
+    a, b = model_path("chain_int8"), model_path("residual_int8")
+    argv = [x.format(a=a, b=b) for x in argv]
+    monkeypatch.delenv("COLUMNS", raising=False)
+    main(argv)
+    whole = capsys.readouterr().out
+    monkeypatch.setenv("COLUMNS", "80")
+    main(argv)
+    folded = capsys.readouterr().out
+    assert max(map(len, whole.splitlines())) > 80  # piped: nothing folded
+    assert all(len(line) <= 80 for line in folded.splitlines())
+    # the same words in the same order: folding only moves line breaks
+    assert folded.split() == whole.split()
 
 
 def test_piped_output_is_neither_padded_nor_folded(capsys):
