@@ -133,7 +133,7 @@ def _check(args: argparse.Namespace) -> int:
                 if baseline_path is not None and has_rules and not args.update_baseline else None)
 
     err = make_console(args.no_color, stderr=True)
-    with _Progress(err, len(project.targets)) as advance:
+    with _Progress(err, 0 if args.quiet else len(project.targets)) as advance:
         result = run_check(project, run=args.run, jobs=args.jobs, baseline=baseline,
                            baseline_path=baseline_path if baseline is not None else None,
                            on_done=advance, fail_on_risk=args.fail_on_risk)

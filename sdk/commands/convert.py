@@ -95,7 +95,7 @@ def _convert(args: argparse.Namespace) -> int:
                   [*data_inputs(args, ()), *data, ("spec", args.spec)])
     console = make_console(args.no_color)
     with tempfile.TemporaryDirectory() as tmp, warnings_to(console), \
-            _progress(args.no_color) as (progress, on_stage):
+            _progress(args.no_color, args.quiet) as (progress, on_stage):
         baseline = Path(tmp) / "float32.tflite" if args.html or args.plot else None
         report = convert(args.model, args.profile, args.output, spec,
                          profiles_dirs=args.profiles_dir, progress=progress, on_stage=on_stage,
@@ -254,9 +254,12 @@ def warnings_to(console) -> Iterator[None]:
 
 
 @contextmanager
-def _progress(no_color: bool) -> Iterator:
+def _progress(no_color: bool, quiet: bool = False) -> Iterator:
     """(progress, on_stage) callbacks: rich bars on a TTY, plain lines otherwise (a CI log
-    must show a long run is alive too)."""
+    must show a long run is alive too); none with ``--quiet``."""
+    if quiet:
+        yield None, None
+        return
     if not sys.stderr.isatty():
         with _PlainProgress(sys.stderr) as plain:
             yield plain.update, plain.stage

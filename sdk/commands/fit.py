@@ -124,7 +124,7 @@ def _fit(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"fit needs {', '.join(missing)} (or --export with --storage and "
                          "--study to write the best candidate of a search)")
-    with warnings_to(console), _progress(args.no_color, args.json,
+    with warnings_to(console), _progress(args.no_color, args.json or args.quiet,
                                           args.max_trials) as (progress, on_trial):
         report = fit(args.model, args.profile, args.output, train=args.train,
                      eval_data=args.eval_data, calibration=args.calibration,

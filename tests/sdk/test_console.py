@@ -287,9 +287,23 @@ def test_convert_and_fit_print_no_third_party_line(digits, tmp_path):
     for done in (convert, fit):
         lines = (done.stdout + done.stderr).splitlines()
         assert not [ln for ln in lines if THIRD_PARTY.search(ln)], done.stderr
+    # Off a terminal convert names a stage still running after 2 s; --quiet silences that.
+    quiet = _cli("--quiet", "convert", str(digits["model"]), "--profile", "stm32l4r5-cortex-m4",
+                 "--calibration", str(digits["train"]), "-o", str(tmp_path / "q.tflite"))
+    assert quiet.returncode == 0, quiet.stderr
+    assert "devicefit convert:" not in quiet.stderr, quiet.stderr
 
 
 # --------------------------------------------------------------------------- progress, JUnit
+def test_quiet_means_no_progress_callbacks():
+    from devicefit.sdk.commands.convert import _progress
+
+    with _progress(no_color=True, quiet=True) as callbacks:
+        assert callbacks == (None, None)
+    with _progress(no_color=True) as (update, stage):  # off a terminal: plain lines
+        assert callable(update) and callable(stage)
+
+
 def test_progress_draws_on_a_terminal_only():
     import io
 
