@@ -54,3 +54,39 @@ def test_litert_custom_ops(code, reason):
     tflm = check_ops(model, load_profile("stm32l4r5-cortex-m4"))
     # TFLM registers its own detection post-process kernel, not the others.
     assert tflm.supported is (code == "TFLite_Detection_PostProcess")
+
+
+def _with_zero_scale(path, tmp_path):
+    """``path`` with the scale of op 1's output set to 0, as a converter writes it when a
+    layer's calibrated range is empty."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    m = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(path.read_bytes(), 0))
+    sg = m.subgraphs[0]
+    out = sg.operators[1].outputs[0]
+    sg.tensors[out].quantization.scale = [0.0]
+    b = flatbuffers.Builder(0)
+    b.Finish(m.Pack(b), file_identifier=b"TFL3")
+    bad = tmp_path / "zero_scale.tflite"
+    bad.write_bytes(bytes(b.Output()))
+    return bad, out
+
+
+@pytest.mark.parametrize("profile,runtime", [("stm32l4r5-cortex-m4", "tflm"),
+                                             ("android-arm64-cpu", "litert")])
+def test_a_zero_scale_is_a_finding_because_the_runtime_refuses_it(tmp_path, profile, runtime):
+    from devicefit.simulator.errors import RuntimeFailure
+    from devicefit.simulator.runtimes import run_model
+
+    bad, tensor = _with_zero_scale(zoo.model_path("chain_int8"), tmp_path)
+    found = check_ops(read_model(bad), load_profile(profile))
+    assert not found.supported
+    assert {u.op_index for u in found.unsupported_ops} == {1, 2}  # its writer and its reader
+    assert all(f"tensor {tensor} " in u.reason and "quantization scale 0" in u.reason
+               for u in found.unsupported_ops)
+    # The ground truth: the real runtime stops at prepare on exactly this file.
+    with pytest.raises(RuntimeFailure, match="allocate"):
+        run_model(str(bad), runtime, runs=1)
+    # and the untouched model is fine
+    assert check_ops(read_model(zoo.model_path("chain_int8")), load_profile(profile)).supported
