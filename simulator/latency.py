@@ -207,14 +207,6 @@ def _main_dtype(model: Model) -> str:
     return max(counts, key=counts.__getitem__) if counts else "int8"
 
 
-def format_band(total_ms: float, band: tuple[float, float]) -> str:
-    """``"266 ms, likely 190–370 ms"``."""
-    from devicefit.simulator.units import format_time_ms
-
-    return (f"{format_time_ms(total_ms)}, likely {format_time_ms(total_ms * band[0])}–"
-            f"{format_time_ms(total_ms * band[1])}")
-
-
 def latency_section(model: Model, profile: Profile, per_op: Sequence[OpCompute]) -> LatencyReport:
     """``report.latency`` with the device estimate (host figures are added by a run)."""
     est = estimate_latency(model, per_op, profile)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 _SIZE_FACTORS = {
     "": 1, "b": 1,
@@ -101,6 +102,15 @@ def format_size(num_bytes: int | float | None) -> str:
         if abs(value) < 1024 or unit == "GiB":
             return f"{value:.1f} {unit}"
     raise AssertionError("unreachable")
+
+
+def format_band(band: tuple[float, float] | list[float],
+                fmt: Callable[[float], str] | None = None) -> str:
+    """An error band as ``low–high`` in ``fmt`` (times by default); one figure when both ends
+    print the same (an estimate with nothing uncertain left in it, e.g. all on an NPU)."""
+    fmt = fmt or format_time_ms
+    low, high = fmt(band[0]), fmt(band[1])
+    return low if low == high else f"{low}–{high}"
 
 
 def format_time_ms(ms: float | None) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from devicefit.simulator.escape import markdown as md_literal
 from devicefit.simulator.escape import markdown_code as md_code
 from devicefit.simulator.report import Status
+from devicefit.simulator.units import format_band
 from devicefit.simulator.units import format_figure as fmt
 from devicefit.simulator.views.html import Section, escape, html_table, render_html
 from devicefit.simulator.views.junit import COUNTS, case, report_cases, xml_text
@@ -57,7 +58,7 @@ def metric_cell(o: Outcome, metric: str) -> tuple[str, bool | None]:
         return "-", None
     budget = next((b for b in o.report.budgets if b.name == metric), None)
     if budget is not None:
-        likely = (f" (likely {fmt(budget.band[0], budget.unit)}–{fmt(budget.band[1], budget.unit)})"
+        likely = (f" (likely {format_band(budget.band, lambda v: fmt(v, budget.unit))})"
                   if budget.band else "")
         risk = " at risk" if budget.status == Status.AT_RISK else ""
         return (f"{fmt(budget.value, budget.unit)}{likely} / {fmt(budget.limit, budget.unit)}"

@@ -24,7 +24,7 @@ from devicefit.sdk.outputs import check_outputs, data_inputs, picture_outputs
 from devicefit.sdk.pictures import add_picture_options, write_pictures
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.profiles import QUANT_SCHEMES
-from devicefit.simulator.units import format_figure, format_size
+from devicefit.simulator.units import format_band, format_figure, format_size
 from rich.markup import escape
 
 EXAMPLE = ("example: devicefit convert model.keras --profile stm32l4r5-cortex-m4 "
@@ -127,7 +127,7 @@ def verdict_line(report) -> tuple[str, str]:
     much, which ops the runtime lacks (and their layers), which budgets went unchecked."""
     sim = report.simulation
     figures = [f"{b.name} {format_figure(b.value, b.unit)}"
-               + (f" (likely {format_figure(b.band[0], b.unit)}–{format_figure(b.band[1], b.unit)})"
+               + (f" (likely {format_band(b.band, lambda v, u=b.unit: format_figure(v, u))})"
                   if b.band else "")
                + f" of {format_figure(b.limit, b.unit)}" for b in sim.budgets]
     at_risk = sim.at_risk

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from devicefit.simulator.escape import clean
 from devicefit.simulator.layers import peak
 from devicefit.simulator.report import BudgetName, PlannedBuffer, Report, TimelineStep
-from devicefit.simulator.units import format_size, format_time_ms
+from devicefit.simulator.units import format_band, format_size, format_time_ms
 from devicefit.simulator.views import layertable
 from devicefit.simulator.views.base import View, heading
 
@@ -105,7 +105,7 @@ def _budgets(report: Report) -> str:
     rows, classes = [], []
     for b in report.budgets:
         fmt = format_time_ms if b.unit == "ms" else format_size
-        likely = f"{fmt(b.band[0])}–{fmt(b.band[1])}" if b.band else "-"
+        likely = format_band(b.band, fmt) if b.band else "-"
         rows.append((b.name, fmt(b.limit), fmt(b.value), likely, fmt(b.margin), b.basis,
                      {"pass": "pass", "fail": "FAIL", "at-risk": "AT RISK"}[b.status]))
         classes.append(b.status)
@@ -134,8 +134,7 @@ def _summaries(report: Report) -> str:
                             format_size(measured.arena_head_bytes)))
     lat = report.latency
     if lat is not None and lat.estimated_device_ms is not None:
-        likely = (f", likely {format_time_ms(lat.band_ms[0])}–{format_time_ms(lat.band_ms[1])}"
-                  if lat.band_ms else "")
+        likely = f", likely {format_band(lat.band_ms)}" if lat.band_ms else ""
         memory_rows.append(("device latency (estimated)",
                             format_time_ms(lat.estimated_device_ms) + likely))
     elif lat is not None and lat.no_estimate:

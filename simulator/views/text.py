@@ -14,7 +14,7 @@ from typing import Any
 
 from devicefit.simulator.escape import clean
 from devicefit.simulator.report import CompatibilityReport, LatencyBasis, Report, Status
-from devicefit.simulator.units import format_size, format_time_ms
+from devicefit.simulator.units import format_band, format_size, format_time_ms
 from devicefit.simulator.views.base import View
 from devicefit.simulator.views.layertable import text_lines as layer_lines
 
@@ -83,7 +83,7 @@ def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
         rows = []
         for b in report.budgets:
             fmt = _bytes if b.unit == "bytes" else format_time_ms
-            value = fmt(b.value) + (f", likely {fmt(b.band[0])}–{fmt(b.band[1])}" if b.band
+            value = fmt(b.value) + (f", likely {format_band(b.band, fmt)}" if b.band
                                     else "")
             source = "" if b.limit_from == "budgets" else f" ({b.limit_from})"
             rows.append([b.name, value, "of", fmt(b.limit) + source, STATUS_WORDS[b.status],
@@ -151,8 +151,7 @@ def latency_lines(report: Report, top: int = 5) -> list[str]:
         return lines
     estimate = format_time_ms(lat.estimated_device_ms)
     if lat.band_ms:
-        lo, hi = lat.band_ms
-        estimate += f", likely {format_time_ms(lo)}–{format_time_ms(hi)}"
+        estimate += f", likely {format_band(lat.band_ms)}"
     if lat.split:  # a target's own estimate (the Edge TPU), shown in its section
         lines.append(f"  device       {estimate} (estimated), split in {lat.split}")
         return lines

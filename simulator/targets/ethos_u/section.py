@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from html import escape
 from typing import Any
 
-from devicefit.simulator.units import format_size, format_time_ms
+from devicefit.simulator.units import format_band, format_size, format_time_ms
 
 NPU, CPU = "npu", "cpu"
 
@@ -176,8 +176,7 @@ class EthosUSection:
                          f"compiled file {_b(self.compiled_bytes)}")
         if self.latency_ms is not None and self.npu_ms is not None and self.cpu_ms is not None:
             band = self.latency_band_ms
-            likely = (f" (likely {format_time_ms(band[0])}–{format_time_ms(band[1])})"
-                      if band and band[0] != band[1] else "")
+            likely = f" (likely {format_band(band)})" if band and band[0] != band[1] else ""
             lines.append(f"  latency      {format_time_ms(self.latency_ms)}{likely} = NPU "
                          f"{format_time_ms(self.npu_ms)} (Vela) + Cortex-M "
                          f"{format_time_ms(self.cpu_ms)} (estimated)")
