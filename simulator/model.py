@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+#: Integer activation dtypes: quantized with a scale and zero point.
+INTEGER_DTYPES = frozenset({"int8", "uint8", "int16"})
+
 #: Bytes per element by dtype name; int4 counts one byte per element, as TFLM plans it.
 DTYPE_BYTES: dict[str, int] = {
     "float32": 4, "float16": 2, "int32": 4, "uint8": 1, "int64": 8, "string": 1, "bool": 1,

@@ -23,7 +23,7 @@ from devicefit.sdk.convert.spec import OPTIONS, ConversionSpec
 from devicefit.sdk.outputs import check_outputs, data_inputs, picture_outputs
 from devicefit.sdk.pictures import add_picture_options, write_pictures
 from devicefit.simulator.fileio import write_atomic
-from devicefit.simulator.profiles import QUANT_SCHEMES
+from devicefit.simulator.profiles import IO_TYPES, QUANT_SCHEMES
 from devicefit.simulator.units import format_band, format_figure, format_size
 from rich.markup import escape
 
@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--distill", action="store_true", default=None,
                    help="fine-tune with the original model as teacher (soft labels)")
     p.add_argument("--scheme", choices=QUANT_SCHEMES, help="quantization (profile default)")
-    p.add_argument("--io-type", choices=("int8", "uint8", "int16", "float32"),
+    p.add_argument("--io-type", choices=IO_TYPES,
                    help="input/output tensor type (profile default)")
     p.add_argument("--optimize-memory", action="store_true", default=None,
                    help="tflm profiles: reorder operators and write an offline arena plan "

@@ -42,7 +42,7 @@ from devicefit.sdk.convert.data import RANDOM, DataSource
 from devicefit.sdk.convert.quantize import SCHEME_IO_TYPES, QuantSettings
 from devicefit.sdk.convert.sparsity import SparsitySpec
 from devicefit.simulator.errors import InputError, UsageError
-from devicefit.simulator.profiles import did_you_mean
+from devicefit.simulator.profiles import IO_TYPES, did_you_mean
 from devicefit.simulator.safeyaml import load_yaml, read_regular_file
 
 __all__ = ["ConversionSpec", "FineTuning", "MemoryOptimization", "OPTIONS", "SPEC_KEYS"]
@@ -251,7 +251,6 @@ OPTIONS: dict[str, Any] = {
     "optimize_memory": False, "patches": None, "max_mac_overhead": DEFAULT_MAC_OVERHEAD,
     "patch_objective": "arena", "float_baseline": False, "unsafe": False,
 }
-IO_TYPES = ("int8", "uint8", "int16", "float32")
 SPEC_KEYS = ("scheme", "io_type", "calibration", "eval", "sparsity", "fine_tune",
              "optimize_memory", "float_baseline")
 FINE_TUNE_KEYS = ("train", "epochs", "distill")

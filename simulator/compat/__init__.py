@@ -12,7 +12,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 
-from devicefit.simulator.model import Model
+from devicefit.simulator.model import INTEGER_DTYPES, Model, Tensor
 from devicefit.simulator.profiles import Profile
 from devicefit.simulator.report import (
     CompatibilityReport,
@@ -54,48 +54,42 @@ def table_for(profile: Profile) -> str:
     return profile.ops.table or profile.runtime.name
 
 
-def bad_scale(model: Model, sg_index: int, tensor_index: int) -> str | None:
+def bad_scale(t: Tensor) -> str | None:
     """Why a quantized tensor's scale makes every runtime refuse the op, else None.
 
     A requantizing kernel divides by the scale: TFLM stops at prepare
     (``no_integer_overflow_from_quantization``), LiteRT's XNNPACK delegate rejects the tensor
     ("unsupported scale value (0.000000)"). A converter writes such a scale when a layer's
     calibrated range is empty (e.g. all weights of a channel at zero)."""
-    t = model.subgraphs[sg_index].tensors[tensor_index]
     q = t.quantization
-    if q is None or not q.scale or t.dtype not in ("int8", "uint8", "int16"):
+    if q is None or not q.scale or t.dtype not in INTEGER_DTYPES:
         return None
     bad = [s for s in q.scale if not (math.isfinite(s) and s > 0)]
     if not bad:
         return None
-    return (f"tensor {tensor_index} ({t.name}) has quantization scale {bad[0]:g}: runtimes "
+    return (f"tensor {t.index} ({t.name}) has quantization scale {bad[0]:g}: runtimes "
             f"refuse to requantize with it (TFLM and LiteRT stop at prepare)")
 
 
 def check_ops(model: Model, profile: Profile) -> CompatibilityReport:
-    """Check every operator of ``model`` against ``profile``'s op table and allow-list, and
-    every quantized tensor it reads or writes for a scale no runtime can use."""
+    """Check every operator of ``model`` against ``profile``'s op table, then the ones it
+    passes for a quantized tensor whose scale no runtime can use and against the allow-list
+    (one reason per op, the first that applies)."""
     table = table_for(profile)
     checker = CHECKERS.get(table)
     found = list(checker(model, profile)) if checker is not None else []
     flagged = {(u.subgraph, u.op_index) for u in found}
+    allowed = None if profile.ops.allow is None else set(profile.ops.allow)
     for sg in model.subgraphs:
         for op in sg.operators:
             if (sg.index, op.index) in flagged:
                 continue
             why = next((w for i in (*op.inputs, *op.outputs) if i >= 0
-                        if (w := bad_scale(model, sg.index, i))), None)
+                        if (w := bad_scale(sg.tensors[i]))), None)
+            if why is None and allowed is not None and op.op_name not in allowed:
+                why = f"not in profile '{profile.name}' ops.allow"
             if why:
                 found.append(UnsupportedOp(op.index, op.op_name, why, sg.index))
-    if profile.ops.allow is not None:
-        allowed = set(profile.ops.allow)
-        flagged = {(u.subgraph, u.op_index) for u in found}
-        for sg in model.subgraphs:
-            for op in sg.operators:
-                if op.op_name not in allowed and (sg.index, op.index) not in flagged:
-                    found.append(UnsupportedOp(op.index, op.op_name,
-                                               f"not in profile '{profile.name}' ops.allow",
-                                               sg.index))
     found.sort(key=lambda u: (u.subgraph, u.op_index))
     return CompatibilityReport(table=table, supported=not found, unsupported_ops=tuple(found))
 

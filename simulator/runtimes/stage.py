@@ -23,7 +23,7 @@ from devicefit.simulator.compat import check_ops
 from devicefit.simulator.compat import tflm as tflm_ops
 from devicefit.simulator.errors import RuntimeFailure
 from devicefit.simulator.latency import op_dtype
-from devicefit.simulator.model import Model
+from devicefit.simulator.model import INTEGER_DTYPES, Model
 from devicefit.simulator.planners import plan_memory
 from devicefit.simulator.profiles import Ops, Profile, with_runtime
 from devicefit.simulator.report import (
@@ -44,7 +44,6 @@ from devicefit.simulator.runtimes import (
     runner_name,
 )
 
-INTEGER_DTYPES = {"int8", "uint8", "int16"}
 #: Ops that only convert between float and integer at the model's edges.
 _EDGE_OPS = {"QUANTIZE", "DEQUANTIZE"}
 
