@@ -174,13 +174,16 @@ class Published:
     ms: float
     source: str
     threads: int = 1
+    #: False for a figure that validates but is never fitted (published.yaml ``fit: false``:
+    #: its board differs in something the model has no term for; see ``why``).
+    fit: bool = True
 
 
 def published() -> list[Published]:
     data = yaml.safe_load((DATA_DIR / "published.yaml").read_text(encoding="utf-8"))
     return [Published(b["board"], b["cpu"], float(b["clock"]), b["runtime"], b.get("version"),
                       b["kernels"], model, float(ms), " ".join(b["source"].split()),
-                      int(b.get("threads", 1)))
+                      int(b.get("threads", 1)), bool(b.get("fit", True)))
             for b in data["boards"] for model, ms in b["ms"].items()]
 
 
@@ -313,7 +316,7 @@ def leave_one_board_out(rows: list[Published]) -> dict[Published, float]:
     """Each row's estimate from constants fitted without any figure of its board."""
     out: dict[Published, float] = {}
     for board in sorted({r.board for r in rows}):
-        data = load_kernels(apply(fit([r for r in rows if r.board != board])))
+        data = load_kernels(apply(fit([r for r in rows if r.board != board and r.fit])))
         for r in rows:
             if r.board == board:
                 out[r] = estimate_ms(r, data)
@@ -365,8 +368,8 @@ def write_fitted(tables: dict, summary_line: str) -> None:
     from devicefit.simulator.fileio import write_atomic
 
     header = ("# Written by `benchmarks/bench_latency.py --fit --write`: the kernel-table numbers\n"
-              "# fitted on every figure of published.yaml (merged over kernels.yaml). Do not\n"
-              "# edit by hand; change the data or the model and refit.\n"
+              "# fitted on every figure of published.yaml not marked `fit: false` (merged over\n"
+              "# kernels.yaml). Do not edit by hand; change the data or the model and refit.\n"
               f"# Validation of this model: {summary_line}\n")
     write_atomic(FITTED, header + yaml.safe_dump(tables, sort_keys=False))
 
@@ -381,16 +384,19 @@ def table(rows: list[Published], loo: dict[Published, float]) -> str:
         model, per_op = model_and_ops(r.model)
         macs = sum(c.macs for c in per_op)
         est = estimate_ms(r)
-        lines.append(f"| {r.board} | {r.cpu} | {r.clock_hz / 1e6:g} MHz | {r.kernels} | "
+        board = r.board if r.fit else f"{r.board} (not fitted)"
+        lines.append(f"| {board} | {r.cpu} | {r.clock_hz / 1e6:g} MHz | {r.kernels} | "
                      f"{r.version or 'current'} | {r.model} | {macs:,} | {r.ms:g} | {est:.3g} | "
                      f"{est / r.ms:.2f} | {loo[r]:.3g} | {loo[r] / r.ms:.2f} |")
     return "\n".join(lines)
 
 
 def summaries(rows: list[Published], loo: dict[Published, float]) -> list[str]:
-    """The summary over every figure, and over the microcontroller (TFLM) ones alone."""
+    """The summary over every figure, over the microcontroller (TFLM) ones, and over the
+    TFLM figures of boards the fit may use (without the validation-only ones)."""
     tflm = [r for r in rows if r.runtime == "tflm"]
-    return [f"all figures: {summary(rows, loo)}", f"TFLM figures: {summary(tflm, loo)}"]
+    return [f"all figures: {summary(rows, loo)}", f"TFLM figures: {summary(tflm, loo)}",
+            f"TFLM figures of fitted boards: {summary([r for r in tflm if r.fit], loo)}"]
 
 
 def summary(rows: list[Published], loo: dict[Published, float]) -> str:
@@ -424,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = published()
     loo = leave_one_board_out(rows)
     if args.fit:
-        x = fit(rows)
+        x = fit([r for r in rows if r.fit])
         for name, value in zip(NAMES, x, strict=True):
             print(f"{name}: {float(np.exp(value)):.4g}")
         for lib, band in bands(rows, loo).items():

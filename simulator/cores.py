@@ -36,6 +36,9 @@ class Core:
     #: Cycles to read one weight byte from execute-in-place flash (0: weights in RAM).
     flash_cycles_per_byte: float
     aliases: tuple[str, ...] = ()
+    #: The core designer's published CoreMark/MHz (None where none is published): how fast
+    #: the core runs plain scalar code such as a kernel's per-op bookkeeping.
+    coremark_per_mhz: float | None = None
 
 
 def _core(name: str, d: dict) -> Core:
@@ -43,11 +46,13 @@ def _core(name: str, d: dict) -> Core:
         core = Core(name=name, family=str(d["family"]), arch=str(d["arch"]), simd=str(d["simd"]),
                     int8_macs_per_cycle=float(d["int8_macs_per_cycle"]), lanes=int(d["lanes"]),
                     fpu=str(d["fpu"]), flash_cycles_per_byte=float(d["flash_cycles_per_byte"]),
-                    aliases=tuple(str(a) for a in d.get("aliases", ())))
+                    aliases=tuple(str(a) for a in d.get("aliases", ())),
+                    coremark_per_mhz=(float(d["coremark_per_mhz"])
+                                      if d.get("coremark_per_mhz") is not None else None))
     except (KeyError, TypeError, ValueError) as exc:
         raise ProfileError(f"{DATA_DIR / 'cores.yaml'}: core '{name}' is malformed: {exc}") from exc
     if core.simd not in SIMD_PATHS or core.fpu not in FPUS or core.int8_macs_per_cycle <= 0 \
-            or core.lanes < 1:
+            or core.lanes < 1 or (core.coremark_per_mhz is not None and core.coremark_per_mhz <= 0):
         raise ProfileError(f"{DATA_DIR / 'cores.yaml'}: core '{name}' has an invalid value")
     return core
 

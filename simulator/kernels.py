@@ -5,8 +5,8 @@ For one operator on one core with one kernel library::
 
     cycles = MACs × pad × cycles_per_mac(lib) × kind(op) × dtype(lib, dtype) × version
              / speed(core, lib)
-             + outputs × cycles_per_output + out_channels × cycles_per_channel
-             + op_overhead_cycles
+             + (outputs × cycles_per_output + out_channels × cycles_per_channel
+                + op_overhead_cycles) / scalar_speed(core)
              + weight_bytes × core.flash_cycles_per_byte
 
 ``cycles_per_output`` is the work done once per output element (requantization, bias,
@@ -14,6 +14,10 @@ activation clamp, the loop around each dot product): it is why a 1×1 convolutio
 channels costs more per MAC than a 3×3 one over 64. ``cycles_per_channel`` is the work done
 once per output channel; with it the fit puts the fixed per-op cost near its 3,000-cycle
 prior instead of 16,000 cycles (see BENCHMARKS.md "Device latency").
+These three are plain scalar code (address arithmetic, requantization, branches), so they run
+at the core's general-purpose speed, not its MAC rate: ``scalar_speed`` is the core's published
+CoreMark/MHz over ``reference_coremark_per_mhz`` (a Cortex-M85 runs the same bookkeeping in
+0.64 of a Cortex-M33's cycles); a core without a published figure counts as the reference.
 ``cycles_per_mac(lib)`` is the library's figure for the code path it runs on this core: its
 kernels for the core's SIMD extension (``dsp``, ``mve``, ``pie``, ``neon``…) when it has
 them, else its plain C path (``scalar``). Each path's figure holds at the path's ``peak``
@@ -117,6 +121,8 @@ class KernelData:
     versions: tuple[VersionRule, ...] = ()
     #: Multiplier for float math on a core without an FPU (software floating point).
     soft_float: float = 20.0
+    #: The CoreMark/MHz the per-op, per-output and per-channel costs are stated for.
+    reference_coremark_per_mhz: float = 4.02
 
 
 def parse_versions(text: str) -> dict[str, tuple[int, ...]]:
@@ -188,7 +194,8 @@ def load_kernels(data: dict[str, Any]) -> KernelData:
                                        tuple(v.get("cores") or ()),
                                        tuple(v.get("scalar_kinds") or ()))
                            for v in data.get("versions", ())),
-            soft_float=float(data.get("soft_float", 20.0)))
+            soft_float=float(data.get("soft_float", 20.0)),
+            reference_coremark_per_mhz=float(data.get("reference_coremark_per_mhz", 4.02)))
     except (KeyError, TypeError, ValueError) as exc:
         raise ProfileError(f"{DATA_DIR / 'kernels.yaml'}: malformed kernel table: {exc}") from exc
 
@@ -289,6 +296,14 @@ def op_cycles(data: KernelData, core: Core, library: str, runtime: str, version:
     kind = data.kinds.get(op.kind, 1.0) * lib.kinds.get(op.kind, 1.0)
     per_mac = (path.cycles_per_mac * kind * dtype_cost * soft
                * math.prod(r.kinds.get(op.kind, 1.0) for r in rules) / speed)
-    return (op.macs * pad * per_mac + op.outputs * lib.cycles_per_output * soft
-            + op.out_channels * lib.cycles_per_channel
-            + lib.op_overhead_cycles + op.weight_bytes * core.flash_cycles_per_byte)
+    bookkeeping = (op.outputs * lib.cycles_per_output * soft
+                   + op.out_channels * lib.cycles_per_channel + lib.op_overhead_cycles)
+    return (op.macs * pad * per_mac + bookkeeping / scalar_speed(data, core)
+            + op.weight_bytes * core.flash_cycles_per_byte)
+
+
+def scalar_speed(data: KernelData, core: Core) -> float:
+    """How much faster than the reference core ``core`` runs plain scalar code."""
+    if core.coremark_per_mhz is None:
+        return 1.0
+    return core.coremark_per_mhz / data.reference_coremark_per_mhz

@@ -16,7 +16,7 @@ from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
 from devicefit.sdk.console import make_console, print_json, table
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.fileio import write_atomic
-from devicefit.simulator.units import format_size
+from devicefit.simulator.units import format_band, format_size
 
 EXAMPLE = ("example: devicefit fit model.keras --profile stm32l4r5-cortex-m4 --train train.npz "
            "--eval test.npz -o model.tflite --max-trials 20 --time-budget 30m\n"
@@ -186,9 +186,7 @@ def _print_summary(console, report) -> None:
                           f"{run['accumulation_steps']} accumulation (sdk.train plan for "
                           f"{format_size(run['memory_limit_bytes'])}), loss "
                           + " → ".join(f"{v:.3f}" for v in run["loss"]))
-        budgets = ", ".join(f"{b['name']} {format_value(b['value'], b['unit'])} ≤ "
-                            f"{format_value(b['limit'], b['unit'])} ({b['basis']})"
-                            for b in v.get("budgets", []))
+        budgets = ", ".join(budget_text(b) for b in v.get("budgets", []))
         console.print(f"verified in {runtime}: {budgets}")
         if report.clustering:
             c = report.clustering
@@ -243,3 +241,16 @@ def _progress(no_color: bool, quiet: bool, max_trials: int) -> Iterator[tuple]:
             bars.advance(search)
             bars.console.print(_trial_line(record))
         yield update, on_trial
+
+
+def budget_text(budget: dict) -> str:
+    """One verified budget; an estimate shows with its error band and says when it is at risk."""
+    from devicefit.sdk.fit.report import format_value
+
+    def fmt(value: float) -> str:
+        return format_value(value, budget["unit"])
+
+    band = f" (likely {format_band(budget['band'], fmt)})" if budget.get("band") else ""
+    risk = ", at risk" if budget.get("status") == "at-risk" else ""
+    return (f"{budget['name']} {fmt(budget['value'])}{band} ≤ {fmt(budget['limit'])} "
+            f"({budget['basis']}{risk})")

@@ -77,6 +77,8 @@ class TrialRecord:
     flash_bytes: int | None = None
     arena_bytes: int | None = None
     latency_ms: float | None = None
+    #: The estimate's error band (low, high) in ms, from the latency validation.
+    latency_band_ms: tuple[float, float] | None = None
     model_bytes: int | None = None
     gzip_bytes: int | None = None
     accuracy: float | None = None
@@ -229,6 +231,7 @@ def _record(number: int, candidate: Candidate, stage: str, report: Report, tflit
         budgets=[dataclasses.asdict(b) for b in report.budgets],
         flash_bytes=report.memory.flash_bytes, arena_bytes=_arena(report),
         latency_ms=report.latency.estimated_device_ms if report.latency else None,
+        latency_band_ms=report.latency.band_ms if report.latency else None,
         model_bytes=len(tflite), gzip_bytes=gzip_size(tflite),
         seconds=time.perf_counter() - started, path=str(path), note=note)
 

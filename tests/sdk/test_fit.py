@@ -123,6 +123,11 @@ def test_html_report_has_trials_and_the_pareto_plot(tight_fit):
     assert page.count('class="trial"') == 2 * evaluated  # accuracy vs flash and vs arena
     assert page.count('class="budget"') == 2
     assert "Chosen candidate" in page
+    # Each trial's latency estimate shows with its error band, as everywhere else.
+    banded = [t for t in tight_fit["report"]["trials"] if t["latency_ms"] is not None]
+    assert banded and all(t["latency_band_ms"][0] < t["latency_ms"] < t["latency_band_ms"][1]
+                          for t in banded)
+    assert page.count("(likely ") >= len(banded)
 
 
 def test_nothing_fits_exits_1_with_the_closest_miss(digits, tmp_path, capsys):

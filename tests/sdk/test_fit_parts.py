@@ -237,3 +237,28 @@ def test_distinct_values_are_counted_per_channel_in_the_file():
 
     counts = file_distinct_values(model_path("chain_int8").read_bytes())
     assert counts and all(1 <= n <= 255 for n in counts.values())
+
+
+def test_the_verified_line_shows_an_estimate_with_its_band_and_risk(tmp_path):
+    """fit's "verified in ..." line, from a real report's JSON: the latency estimate shows
+    its error band and says "at risk" when the budget lies inside it; sizes show neither."""
+    import json
+
+    from devicefit.sdk.commands.fit import budget_text
+    from devicefit.simulator.simulate import simulate
+    from devicefit.simulator.units import format_band, format_time_ms
+    from devicefit.simulator.views.json import render
+
+    from tests import zoo
+
+    model = zoo.model_path("mobilenet_v1_96_int8")
+    estimate = simulate(model, load_profile("esp32-s3")).latency
+    limit = (estimate.estimated_device_ms + estimate.band_ms[1]) / 2
+    (tmp_path / "p.yaml").write_text(f"extends: esp32-s3\nbudgets: {{latency: {limit:.3f}ms}}\n")
+    budgets = {b["name"]: b for b in json.loads(render(simulate(model, load_profile(
+        tmp_path / "p.yaml"))))["budgets"]}
+    latency = budget_text(budgets["latency"])
+    assert f"(likely {format_band(estimate.band_ms)})" in latency
+    assert latency.startswith(f"latency {format_time_ms(estimate.estimated_device_ms)} (likely")
+    assert latency.endswith("(estimated, at risk)")
+    assert "likely" not in budget_text(budgets["flash"])
