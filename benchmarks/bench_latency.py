@@ -111,7 +111,40 @@ def _ad_autoencoder(k):
     return k.Model(inp, k.layers.Dense(640)(x))
 
 
+def _micronet(k, shape: tuple[int, int], first: tuple[int, int, int],
+              blocks: tuple[tuple[int, int], ...], pool: tuple[int, int], classes: int):
+    """A MicroNet (Banbury et al., MLSys 2021, Table 5): a k×k convolution with ``first`` =
+    (kernel h, kernel w, filters) at stride 1, depthwise-separable blocks (3×3 depthwise at
+    the block's stride, 1×1 to its filters; each followed by batch norm and ReLU), average
+    pooling and the classifier."""
+    def bn_relu(y):
+        return k.layers.ReLU()(k.layers.BatchNormalization()(y))
+
+    x = inp = k.Input((*shape, 1), batch_size=1)
+    x = bn_relu(k.layers.Conv2D(first[2], first[:2], padding="same")(x))
+    for filters, stride in blocks:
+        x = bn_relu(k.layers.DepthwiseConv2D(3, strides=stride, padding="same")(x))
+        x = bn_relu(k.layers.Conv2D(filters, 1, padding="same")(x))
+    x = k.layers.AveragePooling2D(pool)(x)
+    return k.Model(inp, k.layers.Dense(classes, activation="softmax")(k.layers.Flatten()(x)))
+
+
+#: MicroNet-KWS-S/M/L and -AD-S/M on 49×10 MFCCs and 32×32 spectrograms (Table 5).
+MICRONETS = {
+    "micronet_kws_s": ((49, 10), (10, 4, 84),
+                       ((112, 2), (84, 1), (84, 1), (84, 1), (196, 1)), (25, 5), 12),
+    "micronet_kws_m": ((49, 10), (10, 4, 140),
+                       ((140, 2), (140, 1), (140, 1), (112, 1), (196, 1)), (25, 5), 12),
+    "micronet_kws_l": ((49, 10), (10, 4, 276),
+                       ((248, 2), (276, 1), (276, 1), (248, 1), (248, 1), (248, 1), (248, 1)),
+                       (25, 5), 12),
+    "micronet_ad_s": ((32, 32), (3, 3, 72), ((164, 2), (220, 1), (276, 2), (276, 2)), (4, 4), 4),
+    "micronet_ad_m": ((32, 32), (3, 3, 192),
+                      ((276, 2), (276, 1), (276, 1), (276, 2), (276, 2)), (4, 4), 4),
+}
+
 BUILDERS = {
+    **{name: (lambda k, spec=spec: _micronet(k, *spec)) for name, spec in MICRONETS.items()},
     "kws_dscnn": _kws_dscnn,
     "ic_resnet8": _ic_resnet8,
     "vww_mobilenet_v1_025": lambda k: _mobilenet_v1_025(k, 3),
@@ -130,7 +163,7 @@ FLOAT_MODELS = ("mobilenet_v1_f32", "mobilenet_v2_f32")
 def _cache() -> Path:
     """Cache folder keyed by the builders' source, so editing the rest reuses the models."""
     source = "".join(inspect.getsource(f) for f in (_kws_dscnn, _ic_resnet8, _mobilenet_v1_025,
-                                                     _ad_autoencoder))
+                                                     _ad_autoencoder, _micronet)) + repr(MICRONETS)
     return CACHE_ROOT / hashlib.sha256(source.encode()).hexdigest()[:12]
 
 
@@ -158,7 +191,8 @@ def model_path(name: str) -> Path:
 #: published.yaml's model keys → the builders above.
 MODEL_KEYS = {"kws": "kws_dscnn", "ic": "ic_resnet8", "vww": "vww_mobilenet_v1_025",
               "ad": "ad_autoencoder", "person_detection": "person_detection",
-              "mobilenet_v1_f32": "mobilenet_v1_f32", "mobilenet_v2_f32": "mobilenet_v2_f32"}
+              "mobilenet_v1_f32": "mobilenet_v1_f32", "mobilenet_v2_f32": "mobilenet_v2_f32",
+              **{name: name for name in MICRONETS}}
 
 
 # --------------------------------------------------------------------------- published
@@ -229,18 +263,28 @@ PATH_PARAMS = (("reference", "scalar"), ("cmsis-nn", "dsp"), ("cmsis-nn", "mve")
 LIBRARIES = ("reference", "cmsis-nn", "esp-nn", "andes-nn")
 #: Every library with published figures (XNNPACK: float32 only, so only its float cost is fitted).
 VALIDATED = (*LIBRARIES, "xnnpack")
-#: Libraries whose figures include a fully connected model (MLPerf's AD), so their own
-#: fully-connected cost (memory-bound: each weight is used once) can be fitted.
-FC_LIBRARIES = ("cmsis-nn", "andes-nn")
+#: Op-kind costs a library has of its own, fitted where its figures cover the kind: the
+#: fully connected cost (memory-bound: each weight is used once) of the libraries with an
+#: FC model (MLPerf's AD) among their figures, and CMSIS-NN's 1x1 convolution (its own
+#: kernel without im2col, arm_convolve_1x1_s8_fast).
+LIBRARY_KINDS = (("cmsis-nn", "fully_connected"), ("andes-nn", "fully_connected"),
+                 ("cmsis-nn", "conv1x1"))
 VERSION_KINDS = ("conv", "depthwise")
+#: Libraries with figures on two cores of different peak on one path (CMSIS-NN's DSP path on
+#: the single-issue M4/M33 and the dual-issue M7; Andes NN on the D25F and the dual-issue
+#: D45), so how much of the wider core's peak their kernels reach can be fitted.
+GAMMA_LIBRARIES = ("cmsis-nn", "andes-nn")
 NAMES = (*(f"{lib}.{path}" for lib, path in PATH_PARAMS),
          *(f"kinds.{k}" for k in KIND_PARAMS), "op_overhead_cycles",
          *(f"tflm<2.5.{k}" for k in VERSION_KINDS), "cycles_per_output", "cycles_per_channel",
-         *(f"{lib}.kinds.fully_connected" for lib in FC_LIBRARIES), "xnnpack.dtypes.float32")
+         *(f"{lib}.kinds.{kind}" for lib, kind in LIBRARY_KINDS), "xnnpack.dtypes.float32",
+         *(f"{lib}.gamma" for lib in GAMMA_LIBRARIES))
 N_PATHS = len(PATH_PARAMS)
 #: Positions in the parameter vector (natural logs) after the paths.
 I_KINDS, I_OVERHEAD, I_VERSION, I_OUTPUT, I_CHANNEL, I_FC = (
     N_PATHS, N_PATHS + 4, N_PATHS + 5, N_PATHS + 7, N_PATHS + 8, N_PATHS + 9)
+I_XNNPACK = len(NAMES) - 1 - len(GAMMA_LIBRARIES)
+I_GAMMA = I_XNNPACK + 1
 
 
 def _current() -> dict:
@@ -265,21 +309,26 @@ def apply(x: np.ndarray, base: dict | None = None) -> dict:
         d["libraries"][lib]["op_overhead_cycles"] = float(np.exp(x[I_OVERHEAD]))
         d["libraries"][lib]["cycles_per_output"] = float(np.exp(x[I_OUTPUT]))
         d["libraries"][lib]["cycles_per_channel"] = float(np.exp(x[I_CHANNEL]))
-    for i, lib in enumerate(FC_LIBRARIES):
-        d["libraries"][lib]["kinds"] = {"fully_connected": float(np.exp(x[I_FC + i]))}
-    d["libraries"]["xnnpack"]["dtypes"]["float32"] = float(np.exp(x[-1]))
+    for i, (lib, kind) in enumerate(LIBRARY_KINDS):
+        d["libraries"][lib].setdefault("kinds", {})[kind] = float(np.exp(x[I_FC + i]))
+    d["libraries"]["xnnpack"]["dtypes"]["float32"] = float(np.exp(x[I_XNNPACK]))
+    for i, lib in enumerate(GAMMA_LIBRARIES):
+        d["libraries"][lib]["gamma"] = float(np.exp(x[I_GAMMA + i]))
     return d
 
 
 #: Start values; the priors below only decide parameters no remaining figure constrains
 #: (a held-out board's only SIMD path or runtime version).
 X0 = np.array([np.log(60), np.log(4), np.log(1), np.log(10), np.log(2), np.log(2),
-               0, 0, 0, 0, np.log(3000), 0, 0, np.log(20), np.log(50), 0, 0, np.log(3.1)])
+               0, 0, 0, 0, np.log(3000), 0, 0, np.log(20), np.log(50),
+               *np.zeros(len(LIBRARY_KINDS)), np.log(3.1),
+               *np.full(len(GAMMA_LIBRARIES), np.log(0.5))])
 PRIOR_WEIGHT = 0.2
 
 def priors(x: np.ndarray, base: dict) -> np.ndarray:
-    """Weak pulls: op kinds and version factors toward 1, overhead toward 3000 cycles, and a
-    SIMD path toward its library's other path scaled by the ratio of their peak MACs/cycle."""
+    """Weak pulls: op kinds and version factors toward 1, overhead toward 3000 cycles, gamma
+    toward 0.5, and a SIMD path toward its library's other path scaled by the ratio of their
+    peak MACs/cycle."""
     libs = base["libraries"]
 
     def peak(lib: str, path: str) -> float:
@@ -294,8 +343,9 @@ def priors(x: np.ndarray, base: dict) -> np.ndarray:
     return PRIOR_WEIGHT * np.array([mve, pie, pext, *x[I_KINDS:I_KINDS + 4],
                                     x[I_OVERHEAD] - np.log(3000),
                                     *x[I_VERSION:I_VERSION + 2],
-                                    x[I_OUTPUT] - np.log(20), *x[I_FC:-1],
-                                    x[-1] - np.log(3.1)])
+                                    x[I_OUTPUT] - np.log(20), *x[I_FC:I_XNNPACK],
+                                    x[I_XNNPACK] - np.log(3.1),
+                                    *(x[I_GAMMA:] - np.log(0.5))])
 
 
 def fit(rows: list[Published]) -> np.ndarray:
@@ -354,6 +404,8 @@ def fitted_tables(x: np.ndarray, band: dict[str, tuple[float, float]]) -> dict:
                      "cycles_per_output": round(src["cycles_per_output"], 2),
                      "cycles_per_channel": round(src["cycles_per_channel"], 1),
                      "band": list(band[lib])}
+        if lib in GAMMA_LIBRARIES:
+            libs[lib]["gamma"] = round(src["gamma"], 4)
         if src.get("kinds"):
             libs[lib]["kinds"] = {k: round(v, 4) for k, v in src["kinds"].items()}
     libs["xnnpack"] = {"dtypes": {"float32": round(d["libraries"]["xnnpack"]["dtypes"]["float32"], 4)},

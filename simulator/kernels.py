@@ -23,7 +23,7 @@ kernels for the core's SIMD extension (``dsp``, ``mve``, ``pie``, ``neon``…) w
 them, else its plain C path (``scalar``). Each path's figure holds at the path's ``peak``
 int8 MACs/cycle; a core with another peak on the same path scales by
 ``speed = (core peak / path peak) ** gamma`` (gamma < 1: kernels reach a smaller share of a
-wider unit). ``pad`` charges SIMD lanes a channel count leaves empty (3 input channels on a
+wider unit; a library may have its own gamma where figures on two peaks of one path fit it). ``pad`` charges SIMD lanes a channel count leaves empty (3 input channels on a
 16-lane unit use 3/16 of it). ``version`` is the product of the ``versions`` rules that apply
 to ``runtime.version`` (an older runtime's or library's slower kernels); a rule may also say
 which op kinds a library version had no SIMD kernels for on a core (ESP-NN 1.1's ESP32-P4
@@ -38,7 +38,7 @@ each library carries is that script's leave-one-board-out spread.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -64,6 +64,10 @@ class Path:
 
     cycles_per_mac: float
     peak: float
+    #: Op kind → the kind whose cost it has on this path, where the library's source runs
+    #: both through one kernel (CMSIS-NN's Helium path: k×k convolutions im2col in int8 into
+    #: the 1×1 matrix kernel, where its DSP path widens them to int16 first).
+    kinds_as: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,8 @@ class Library:
     band: tuple[float, float]
     #: The dtypes published figures validated (the band means something only for these).
     calibrated: tuple[str, ...]
+    #: This library's share of a wider core's extra peak (None: the tables' gamma).
+    gamma: float | None = None
 
 
 @dataclass(frozen=True)
@@ -167,7 +173,8 @@ def _one_version(text: str) -> tuple[int, ...]:
 
 def _library(name: str, d: dict[str, Any]) -> Library:
     band = d.get("band", [0.5, 2.0])
-    paths = {str(k): Path(float(v["cycles_per_mac"]), float(v["peak"]))
+    paths = {str(k): Path(float(v["cycles_per_mac"]), float(v["peak"]),
+                          {str(a): str(b) for a, b in (v.get("kinds_as") or {}).items()})
              for k, v in d["paths"].items()}
     if "scalar" not in paths:
         raise ValueError(f"library '{name}' has no scalar path")
@@ -179,7 +186,8 @@ def _library(name: str, d: dict[str, Any]) -> Library:
         cycles_per_channel=float(d.get("cycles_per_channel", 0)),
         kinds={str(k): float(v) for k, v in (d.get("kinds") or {}).items()},
         band=(float(band[0]), float(band[1])),
-        calibrated=tuple(str(t) for t in d.get("calibrated") or ()))
+        calibrated=tuple(str(t) for t in d.get("calibrated") or ()),
+        gamma=float(d["gamma"]) if d.get("gamma") is not None else None)
 
 
 def load_kernels(data: dict[str, Any]) -> KernelData:
@@ -290,10 +298,11 @@ def op_cycles(data: KernelData, core: Core, library: str, runtime: str, version:
     path = lib.paths[core.simd if simd else "scalar"]
     # A SIMD core running plain C still issues one MAC per cycle at best.
     rate = core.int8_macs_per_cycle if simd or core.simd == "none" else 1.0
-    speed = (rate / path.peak) ** data.gamma
+    speed = (rate / path.peak) ** (data.gamma if lib.gamma is None else lib.gamma)
     pad = lane_padding(op.channels, core.lanes) if simd else 1.0
     soft = data.soft_float if op.dtype in FLOATS and core.fpu == "none" else 1.0
-    kind = data.kinds.get(op.kind, 1.0) * lib.kinds.get(op.kind, 1.0)
+    cost_kind = path.kinds_as.get(op.kind, op.kind)
+    kind = data.kinds.get(cost_kind, 1.0) * lib.kinds.get(cost_kind, 1.0)
     per_mac = (path.cycles_per_mac * kind * dtype_cost * soft
                * math.prod(r.kinds.get(op.kind, 1.0) for r in rules) / speed)
     bookkeeping = (op.outputs * lib.cycles_per_output * soft

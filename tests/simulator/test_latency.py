@@ -167,6 +167,25 @@ def test_cpu_changes_the_estimate_as_published(tmp_path):
     assert m85.total_ms < m7.total_ms < m33.total_ms < m4.total_ms < m0.total_ms
     assert 1 < m4.total_ms / m33.total_ms < 4.02 / 3.42
     assert m4.total_ms / m85.total_ms > 3
+    # MicroNets (MLSys 2021, Table 4): person detection 0.254 s on the STM32F446RE (M4,
+    # 180 MHz), 0.108 s on the STM32F746ZG (M7, 216 MHz): 1.96x per cycle.
+    assert 1.5 < m4.total_ms / m7.total_ms < 2.6
+
+
+def test_helium_runs_kxk_convolutions_through_the_1x1_kernel():
+    """CMSIS-NN's Helium path builds the im2col in int8 and calls the 1x1 matrix kernel; its
+    DSP path widens it to int16 first. So a 3x3 convolution costs per MAC what a 1x1 one does
+    on a Cortex-M85, and more than a 1x1 one on a Cortex-M4."""
+    from devicefit.simulator.kernels import OpShape, op_cycles
+
+    data = kernel_data()
+
+    def cycles(cpu: str, kind: str) -> float:
+        op = OpShape("CONV_2D", "int8", macs=1_000_000, kind=kind, channels=64)
+        return op_cycles(data, find_core(cpu), "cmsis-nn", "tflm", None, op)
+
+    assert cycles("cortex-m85", "conv") == pytest.approx(cycles("cortex-m85", "conv1x1"))
+    assert cycles("cortex-m4", "conv") > 1.5 * cycles("cortex-m4", "conv1x1")
 
 
 def test_core_without_a_published_coremark_counts_as_the_reference():
