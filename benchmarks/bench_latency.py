@@ -1,25 +1,28 @@
 """Leave-one-board-out validation of the device-latency model on published latencies.
 
 Builds the public MLPerf Tiny architectures (DS-CNN keyword spotting, ResNet-8 image
-classification, MobileNetV1-0.25 visual wake words, FC auto-encoder) and TFLM's person
-detection model with random weights, converts them to int8 with the real TFLite converter
+classification, MobileNetV1-0.25 visual wake words, FC auto-encoder), TFLM's person
+detection model and the MicroNets of Banbury et al. (MLSys 2021, Table 5) with random
+weights, converts them to int8 with the real TFLite converter
 (the benchmark's only TensorFlow use; cached in tests/artifacts/mlperf_tiny/), and estimates
 each on the (core, kernel library, runtime version, clock) of every published figure in
 ``simulator/latency_data/published.yaml`` with devicefit's own estimator
 (:func:`simulator.latency.estimate_latency`). Latency depends on shapes, not weight values,
 so random weights time like trained ones; ``--models DIR`` uses the submitters' own .tflite
-files instead (``DIR/<kws|ic|vww|ad|person_detection>.tflite``, read locally, never
+files instead (``DIR/<key>.tflite`` for any model key of published.yaml, read locally, never
 downloaded).
 
     .venv/bin/python benchmarks/bench_latency.py          # table + leave-one-board-out summary
     .venv/bin/python benchmarks/bench_latency.py --fit    # the fitted constants for kernels.yaml
 
-The fit: bounded least squares on log(estimate / published) over every figure, for the
-cycles/MAC of each library's code paths (reference, CMSIS-NN DSP and Helium, ESP-NN C and
-PIE, Andes NN), the cost of 1x1, depthwise, fully connected and element-wise ops relative to
-k x k convolutions, the fixed per-op cost, the costs per output element and per output
-channel, the old-TFLM factors and XNNPACK's float32 cost; weak priors decide what no
-remaining figure constrains (a held-out board's only SIMD path or runtime version).
+The fit: bounded least squares on log(estimate / published) over every figure of a board
+not marked ``fit: false``, for the cycles/MAC of each library's code paths (reference,
+CMSIS-NN DSP and Helium, ESP-NN C and PIE, Andes NN), the cost of 1x1, depthwise, fully
+connected and element-wise ops relative to k x k convolutions (and the library-specific ones
+of LIBRARY_KINDS), the fixed per-op cost, the costs per output element and per output
+channel, the old-TFLM factors, XNNPACK's float32 cost and the gamma of the libraries with
+figures on two peaks of one path; weak priors decide what no remaining figure constrains
+(a held-out board's only SIMD path, core peak or runtime version).
 Leave-one-board-out refits without any figure of one board and predicts that board's
 figures; its spread per library is the error band every estimate carries.
 """

@@ -23,7 +23,9 @@ kernels for the core's SIMD extension (``dsp``, ``mve``, ``pie``, ``neon``…) w
 them, else its plain C path (``scalar``). Each path's figure holds at the path's ``peak``
 int8 MACs/cycle; a core with another peak on the same path scales by
 ``speed = (core peak / path peak) ** gamma`` (gamma < 1: kernels reach a smaller share of a
-wider unit; a library may have its own gamma where figures on two peaks of one path fit it). ``pad`` charges SIMD lanes a channel count leaves empty (3 input channels on a
+wider unit; a library may have its own gamma where figures on two peaks of one path fit it).
+A path may cost one op kind as another (``kinds_as``: CMSIS-NN's Helium convolutions run its
+1×1 kernel). ``pad`` charges SIMD lanes a channel count leaves empty (3 input channels on a
 16-lane unit use 3/16 of it). ``version`` is the product of the ``versions`` rules that apply
 to ``runtime.version`` (an older runtime's or library's slower kernels); a rule may also say
 which op kinds a library version had no SIMD kernels for on a core (ESP-NN 1.1's ESP32-P4
