@@ -91,7 +91,10 @@ def test_tables_at_80_columns_keep_names_whole(monkeypatch, capsys):
 ], ids=["simulate", "simulate-layers", "diff"])
 def test_reports_at_80_columns_fold_at_spaces(monkeypatch, capsys, argv):
     a, b = model_path("chain_int8"), model_path("residual_int8")
-    argv = [x.format(a=a, b=b) for x in argv]
+    # Relative names: the reports echo the paths given, and the checkout's own path (any
+    # length on a CI machine) must not decide whether a line can fold to 80 columns.
+    monkeypatch.chdir(a.parent)
+    argv = [x.format(a=a.name, b=b.name) for x in argv]
     monkeypatch.delenv("COLUMNS", raising=False)
     main(argv)
     whole = capsys.readouterr().out
@@ -102,6 +105,17 @@ def test_reports_at_80_columns_fold_at_spaces(monkeypatch, capsys, argv):
     assert all(len(line) <= 80 for line in folded.splitlines())
     # the same words in the same order: folding only moves line breaks
     assert folded.split() == whole.split()
+
+
+def test_a_word_wider_than_the_terminal_stays_whole(monkeypatch):
+    """A path longer than the terminal is not cut (users copy it); the rest still folds."""
+    from devicefit.sdk.console import fold
+
+    monkeypatch.setenv("COLUMNS", "40")
+    path = "/very/long/checkout/" + "x" * 40 + "/model.tflite"
+    folded = fold(f"  model {path} on stm32l4r5-cortex-m4 with a budget")
+    assert path in folded.splitlines()[1].split()
+    assert all(len(line) <= 40 for line in folded.splitlines() if path not in line)
 
 
 def test_piped_output_is_neither_padded_nor_folded(capsys):
