@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from devicefit.sdk.fit import SearchSettings, fit  # noqa: E402
-from devicefit.sdk.fit.report import FitReport  # noqa: E402
-from devicefit.simulator.units import format_size, format_time_ms  # noqa: E402
+from devicefit.sdk.fit.report import FitReport, latency_text  # noqa: E402
+from devicefit.simulator.units import format_size  # noqa: E402
 
 from examples.digits import cached_cnn, load_digits  # noqa: E402
 
@@ -62,7 +62,7 @@ def markdown(report: FitReport, wall_s: float) -> str:
             f"{'-' if t.accuracy is None else f'{t.accuracy:.2%}'} | "
             f"{'-' if skipped else format_size(t.flash_bytes)} | "
             f"{'-' if skipped else format_size(t.arena_bytes)} | "
-            f"{'-' if skipped or t.latency_ms is None else format_time_ms(t.latency_ms)} | "
+            f"{'-' if skipped or t.latency_ms is None else latency_text(t)} | "
             f"{'-' if skipped else format_size(t.gzip_bytes)} | {verdict} | {t.seconds:.1f} s |")
     if report.found:
         measured = (report.verification or {}).get("measured") or {}

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout: `python examples/demo.py`
 from devicefit.sdk.console import count, make_console, native_log, progress, step, table  # noqa: E402
 from devicefit.simulator.profiles import load_profile  # noqa: E402
 from devicefit.simulator.simulate import simulate  # noqa: E402
-from devicefit.simulator.units import format_size, format_time_ms  # noqa: E402
+from devicefit.simulator.units import format_band, format_size, format_time_ms  # noqa: E402
 
 from examples.digits import load_digits, train_cnn  # noqa: E402
 
@@ -102,8 +102,7 @@ def _demo(out: Path) -> int:
             f"{report.size_ratio:.2f}x", f"{_weight_zeros(report):.0%}",
             f"{format_size(sim.memory.flash_bytes)} / {format_size(budgets['flash'].limit)}",
             check, f"{format_size(sim.memory.arena_bytes)} / {format_size(budgets['arena'].limit)}",
-            f"{format_time_ms(budgets['latency'].value)} / {format_time_ms(budgets['latency'].limit)}"
-            if "latency" in budgets else "-",
+            _latency(budgets["latency"]) if "latency" in budgets else "-",
             f"{report.accuracy.converted_accuracy:.2%} "
             f"({_pp(-report.accuracy.accuracy_drop_pp)})",
             sim.verdict.upper()))
@@ -115,6 +114,12 @@ def _demo(out: Path) -> int:
                   f"{out.relative_to(ROOT)}/ (try: devicefit simulate {target.relative_to(ROOT)} "
                   f"--profile {v.profile})")
     return 0 if all(r[-1] == "PASS" for r in rows) else 1
+
+
+def _latency(budget) -> str:
+    """The estimate with its error band, then the budget."""
+    band = f" (likely {format_band(budget.band)})" if budget.band else ""
+    return f"{format_time_ms(budget.value)}{band} / {format_time_ms(budget.limit)}"
 
 
 def _pp(points: float) -> str:

@@ -161,14 +161,14 @@ def trial_rows(report: FitReport) -> list[tuple[Any, ...]]:
             "-" if t.accuracy is None else f"{t.accuracy:.2%}",
             "-" if skipped else format_size(t.flash_bytes),
             "-" if skipped else format_size(t.arena_bytes),
-            "-" if skipped or t.latency_ms is None else _latency(t),
+            "-" if skipped or t.latency_ms is None else latency_text(t),
             "-" if skipped else format_size(t.gzip_bytes),
             ("PASS" if t.fits else "fail") + ("  ← chosen" if t.number == report.chosen else ""),
             f"{t.seconds:.1f}s", t.note or t.stage))
     return rows
 
 
-def _latency(t: TrialRecord) -> str:
+def latency_text(t: TrialRecord) -> str:
     """The estimate with its band, as everywhere else an estimate shows."""
     text = format_time_ms(t.latency_ms)
     return f"{text} (likely {format_band(t.latency_band_ms)})" if t.latency_band_ms else text
