@@ -80,6 +80,9 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
     if done.evaluation is not None and result.reference is not None:
         timer.start("evaluate")
         report.accuracy = pipeline.evaluate(job, done)
+        if report.accuracy is not None:
+            tflite = pipeline.record_accuracy(job, tflite, settings, report.accuracy)
+            report.output_bytes = len(tflite)
     if simulate:
         timer.start("simulate")
         sim = pipeline.simulate(job, result.layers)

@@ -248,6 +248,21 @@ def evaluate(job: Job, done: Transformed) -> accuracy.AccuracyReport | None:
     return accuracy.compare(done.result.reference, converted, done.evaluation.y)
 
 
+def record_accuracy(job: Job, tflite: bytes, settings: ConversionSettings,
+                    measured: accuracy.AccuracyReport) -> bytes:
+    """Rewrite the output with the accuracy in its conversion metadata, so ``devicefit diff``
+    and ``simulate`` can show it later without the evaluation data; returns the new bytes.
+    Only the metadata changes: the graph and weights evaluated are the ones kept."""
+    recorded = {"accuracy": measured.converted_accuracy,
+                "reference_accuracy": measured.float_accuracy,
+                "accuracy_drop_pp": measured.accuracy_drop_pp, "sqnr_db": measured.sqnr_db,
+                "agreement": measured.top1_agreement, "samples": measured.samples}
+    rounded = {k: round(v, 4) for k, v in recorded.items() if v is not None}
+    tflite = metadata.embed(tflite, {**settings.to_dict(), "accuracy": rounded})
+    write_atomic(job.output, tflite, inputs=job.inputs())
+    return tflite
+
+
 # --------------------------------------------------------------------------- simulate
 @dataclass
 class Simulated:

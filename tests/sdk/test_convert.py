@@ -71,6 +71,21 @@ def test_settings_are_stored_in_the_file_and_simulate_shows_them(int8_mcu):
     assert conversion["calibration"]["samples"] == 300
     assert conversion["calibration"]["random"] is False
     assert int8_mcu.verdict == report.verdict == "pass"
+    # The evaluation is recorded too, so diff can compare accuracy without the data.
+    acc = conversion["accuracy"]
+    assert acc["accuracy"] == pytest.approx(int8_mcu.accuracy.converted_accuracy, abs=1e-4)
+    assert acc["reference_accuracy"] == pytest.approx(int8_mcu.accuracy.float_accuracy, abs=1e-4)
+    assert acc["samples"] == 360 and acc["sqnr_db"] > 20
+
+
+def test_diff_shows_the_accuracy_convert_recorded(int8_mcu, capsys):
+    from devicefit.sdk.cli import main
+
+    assert main(["diff", int8_mcu.output, int8_mcu.output, "--profile", MCU, "--json"]) == 0
+    recorded = {f["name"]: f for f in json.loads(capsys.readouterr().out)["accuracy"]}
+    assert {"accuracy", "float accuracy", "SQNR (dB)", "top-1 agreement"} <= set(recorded)
+    assert recorded["accuracy"]["a"] == pytest.approx(int8_mcu.accuracy.converted_accuracy,
+                                                      abs=1e-4)
 
 
 def test_report_json_has_sizes_stages_and_verdict(int8_mcu):
