@@ -58,6 +58,7 @@ import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -202,17 +203,14 @@ def _schema_mutant(rng: random.Random, data: bytes) -> bytes | None:
 
 
 # --------------------------------------------------------------------------- YAML mutants
-PROFILE_KEYS = {
-    "device": ["class", "cpu", "clock", "cores", "sram", "flash", "ram", "psram"],
-    "runtime": ["name", "threads", "delegates", "kernels", "pointer_size", "code_size"],
-    "budgets": ["flash", "arena", "latency"],
-    "quantization": ["schemes", "default", "io_types", "per_channel"],
-    "sparsity": ["kinds", "n_m"],
-    "ops": ["table", "allow"],
-    "cost_model": ["cycles_per_mac", "cycles_per_byte", "op_overhead", "parallel_efficiency",
-                   "tpu_macs_per_second", "tpu_efficiency", "invoke_overhead",
-                   "link_bandwidth", "param_cache", "sources"],
-}
+@cache
+def profile_keys() -> dict[str, list[str]]:
+    """Section → keys, from the profile schema itself (targets' own keys included), so the
+    mutants reach every key a profile may have, including ones added later."""
+    from devicefit.simulator.profiles import profile_schema
+
+    return {section: sorted(keys) for section, keys in profile_schema().items()
+            if isinstance(keys, dict)}
 
 
 def _alias_bomb(rng: random.Random, levels: int, fan: int) -> str:
@@ -247,9 +245,10 @@ def _profile_yaml(rng: random.Random) -> str:
     if rng.random() < 0.15:
         return _structural_yaml(rng, "budgets")
     lines = [f"extends: {rng.choice(PROFILES + ('/dev/zero', '/proc/self/status', './pipe.yaml', './dir', './self.yaml', 'nope'))}"]
-    for section in rng.sample(sorted(PROFILE_KEYS), rng.randint(1, 3)):
+    sections = profile_keys()
+    for section in rng.sample(sorted(sections), rng.randint(1, 3)):
         lines.append(f"{section}:")
-        keys = PROFILE_KEYS[section]
+        keys = sections[section]
         for key in rng.sample(keys, rng.randint(1, min(3, len(keys)))):
             lines.append(f"  {key}: {rng.choice(HOSTILE_SCALARS)}")
         if rng.random() < 0.2:
