@@ -178,10 +178,13 @@ def while_trips(model: Model, op: Operator) -> int:
     return trips
 
 
-def _macs(model: Model, sg: Subgraph, op: Operator, seen: frozenset[int]) -> int:
+def _macs(model: Model, sg: Subgraph, op: Operator, seen: frozenset[int],
+          totals: dict[int, int]) -> int:
     """MACs of one operator; control flow counts the subgraphs it runs (an IF its larger
     branch, a WHILE its condition and body per iteration; CALL_ONCE's initialisation runs
-    once before the first inference and is not counted)."""
+    once before the first inference and is not counted). ``totals`` keeps each subgraph's
+    sum once computed: IFs whose branches share a subgraph, nested 64 deep, would otherwise
+    walk 2^64 paths; ``seen`` cuts a subgraph that calls itself."""
     rule = MAC_RULES.get(op.op_name)
     if rule is not None:
         return rule(sg, op)
@@ -189,8 +192,11 @@ def _macs(model: Model, sg: Subgraph, op: Operator, seen: frozenset[int]) -> int
     def total(index: object) -> int:
         if not isinstance(index, int) or not 0 <= index < len(model.subgraphs) or index in seen:
             return 0
-        inner = model.subgraphs[index]
-        return sum(_macs(model, inner, o, seen | {index}) for o in inner.operators)
+        if index not in totals:
+            inner = model.subgraphs[index]
+            totals[index] = sum(_macs(model, inner, o, seen | {index}, totals)
+                                for o in inner.operators)
+        return totals[index]
 
     if op.op_name == "IF":
         return max(total(op.options.get("then_subgraph_index")),
@@ -205,11 +211,12 @@ def op_work(model: Model) -> list[OpWork]:
     """MACs and bytes moved for every operator of the main subgraph, in file order."""
     sg = model.main
     work = []
+    totals: dict[int, int] = {}
     for op in sg.operators:
         touched = {t for t in (*op.inputs, *op.outputs) if t >= 0}
         first = _t(sg, op.inputs, 0)
         work.append(OpWork(
-            op_index=op.index, op=op.op_name, macs=_macs(model, sg, op, frozenset({0})),
+            op_index=op.index, op=op.op_name, macs=_macs(model, sg, op, frozenset({0}), totals),
             bytes_moved=sum(sg.tensors[t].nbytes for t in touched),
             dtype=first.dtype if first else ""))
     return work

@@ -279,6 +279,30 @@ def test_nested_control_flow_is_analysed_once_per_subgraph(tmp_path, capsys):
     _one_line_error(capsys, "4,398,046,511,101 operators executed", "--max-ops")
 
 
+@pytest.mark.parametrize("profile", ["android-arm64-cpu", "coral-edgetpu"])
+def test_nested_control_flow_macs_count_each_subgraph_once(tmp_path, capsys, monkeypatch,
+                                                           profile):
+    """The same IF chain 63 deep on runtimes without TFLM's executed-operator bound: the
+    MAC count visits each subgraph once (it walked 2**63 paths and never returned; found by
+    bench_fuzz). A walk past a few hundred visits fails here instead of hanging."""
+    from devicefit.simulator import compute
+
+    visits = 0
+    counted = compute._macs
+
+    def bounded(*args):
+        nonlocal visits
+        visits += 1
+        assert visits < 1000, "the IF chain is being walked path by path"
+        return counted(*args)
+
+    monkeypatch.setattr(compute, "_macs", bounded)
+    model = tmp_path / "if63.tflite"
+    model.write_bytes(hostile.nested_if(63))
+    assert main(["simulate", str(model), "--profile", profile]) in (0, 1)
+    assert visits <= 64 * 2 * 3  # each subgraph's operators, a few passes at most
+
+
 def test_max_ops_bounds_operators_in_the_file(tmp_path, capsys):
     model = tmp_path / "chain.tflite"
     model.write_bytes(hostile.relu_chain(300))

@@ -172,6 +172,11 @@ def test_profile_errors_name_the_key(tmp_path, capsys):
     bad.write_text("extends: ethos-u55-128\nethos_u:\n  memories: {sram: {burst: 3}}\n")
     assert main(["profiles", "validate", str(bad)]) == 2
     assert "unknown memories.sram key 'burst'" in capsys.readouterr().err
+    # A list where a name is expected (a fuzzer's mutant raised TypeError: unhashable).
+    bad.write_text("extends: ethos-u55-128\nethos_u:\n  arena_area: []\n")
+    assert main(["profiles", "show", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "ethos_u.arena_area" in err and "Traceback" not in err and len(err.splitlines()) == 1
 
 
 def test_user_vela_ini_and_vela_failures_are_clean_errors(tmp_path, capsys, model_zoo):

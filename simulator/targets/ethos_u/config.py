@@ -141,7 +141,8 @@ def _section_name(v: Any) -> str:
 
 def _one_of(choices: Mapping[str, str] | tuple[str, ...]):
     def check(v: Any) -> str:
-        if v not in choices:
+        # A list or mapping from YAML is unhashable: test the type before membership.
+        if not isinstance(v, str) or v not in choices:
             raise ValueError("not one of the allowed values")
         return v
     return check
