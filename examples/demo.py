@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout: `python examples/demo.py`
 from devicefit.sdk.console import count, make_console, native_log, progress, step, table  # noqa: E402
 from devicefit.simulator.profiles import load_profile  # noqa: E402
 from devicefit.simulator.simulate import simulate  # noqa: E402
-from devicefit.simulator.units import format_band, format_size, format_time_ms  # noqa: E402
+from devicefit.simulator.units import format_estimate, format_size, format_time_ms  # noqa: E402
 
 from examples.digits import load_digits, train_cnn  # noqa: E402
 
@@ -118,8 +118,7 @@ def _demo(out: Path) -> int:
 
 def _latency(budget) -> str:
     """The estimate with its error band, then the budget."""
-    band = f" (likely {format_band(budget.band)})" if budget.band else ""
-    return f"{format_time_ms(budget.value)}{band} / {format_time_ms(budget.limit)}"
+    return f"{format_estimate(budget.value, 'ms', budget.band)} / {format_time_ms(budget.limit)}"
 
 
 def _pp(points: float) -> str:

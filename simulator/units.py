@@ -104,6 +104,16 @@ def format_size(num_bytes: int | float | None) -> str:
     raise AssertionError("unreachable")
 
 
+def format_estimate(value: float, unit: str,
+                    band: tuple[float, float] | list[float] | None) -> str:
+    """A figure in its unit with its error band, ``18.27 ms (likely 11.69 ms–21.74 ms)``; the
+    figure alone without a band (a prediction or a measurement)."""
+    text = format_figure(value, unit)
+    if not band:
+        return text
+    return f"{text} (likely {format_band(band, lambda v: format_figure(v, unit))})"
+
+
 def format_band(band: tuple[float, float] | list[float],
                 fmt: Callable[[float], str] | None = None) -> str:
     """An error band as ``low–high`` in ``fmt`` (times by default); one figure when both ends

@@ -16,7 +16,7 @@ from pathlib import Path
 from devicefit.simulator.escape import markdown as md_literal
 from devicefit.simulator.escape import markdown_code as md_code
 from devicefit.simulator.report import Status
-from devicefit.simulator.units import format_band
+from devicefit.simulator.units import format_estimate
 from devicefit.simulator.units import format_figure as fmt
 from devicefit.simulator.views.html import Section, escape, html_table, render_html
 from devicefit.simulator.views.junit import COUNTS, case, report_cases, xml_text
@@ -58,11 +58,9 @@ def metric_cell(o: Outcome, metric: str) -> tuple[str, bool | None]:
         return "-", None
     budget = next((b for b in o.report.budgets if b.name == metric), None)
     if budget is not None:
-        likely = (f" (likely {format_band(budget.band, lambda v: fmt(v, budget.unit))})"
-                  if budget.band else "")
         risk = " at risk" if budget.status == Status.AT_RISK else ""
-        return (f"{fmt(budget.value, budget.unit)}{likely} / {fmt(budget.limit, budget.unit)}"
-                f"{risk}", budget.ok)
+        return (f"{format_estimate(budget.value, budget.unit, budget.band)} / "
+                f"{fmt(budget.limit, budget.unit)}{risk}", budget.ok)
     if metric in o.unchecked_budgets:
         return "not checked", None
     key, unit = METRIC_KEYS[metric]

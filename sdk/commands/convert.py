@@ -24,7 +24,7 @@ from devicefit.sdk.outputs import check_outputs, data_inputs, picture_outputs
 from devicefit.sdk.pictures import add_picture_options, write_pictures
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.profiles import IO_TYPES, QUANT_SCHEMES
-from devicefit.simulator.units import format_band, format_figure, format_size
+from devicefit.simulator.units import format_estimate, format_figure, format_size
 from rich.markup import escape
 
 EXAMPLE = ("example: devicefit convert model.keras --profile stm32l4r5-cortex-m4 "
@@ -126,10 +126,8 @@ def verdict_line(report) -> tuple[str, str]:
     """The simulated figures and the verdict with its reasons: which budget failed by how
     much, which ops the runtime lacks (and their layers), which budgets went unchecked."""
     sim = report.simulation
-    figures = [f"{b.name} {format_figure(b.value, b.unit)}"
-               + (f" (likely {format_band(b.band, lambda v, u=b.unit: format_figure(v, u))})"
-                  if b.band else "")
-               + f" of {format_figure(b.limit, b.unit)}" for b in sim.budgets]
+    figures = [f"{b.name} {format_estimate(b.value, b.unit, b.band)} of "
+               f"{format_figure(b.limit, b.unit)}" for b in sim.budgets]
     at_risk = sim.at_risk
     figures += [f"{name} unchecked ({why})" for name, why in report.unchecked_budgets.items()]
     reasons = [f"{b.name} over budget by {format_figure(-b.margin, b.unit)}"

@@ -16,7 +16,7 @@ from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
 from devicefit.sdk.console import make_console, print_json, table
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.fileio import write_atomic
-from devicefit.simulator.units import format_band, format_size
+from devicefit.simulator.units import format_estimate, format_figure, format_size
 
 EXAMPLE = ("example: devicefit fit model.keras --profile stm32l4r5-cortex-m4 --train train.npz "
            "--eval test.npz -o model.tflite --max-trials 20 --time-budget 30m\n"
@@ -245,12 +245,7 @@ def _progress(no_color: bool, quiet: bool, max_trials: int) -> Iterator[tuple]:
 
 def budget_text(budget: dict) -> str:
     """One verified budget; an estimate shows with its error band and says when it is at risk."""
-    from devicefit.sdk.fit.report import format_value
-
-    def fmt(value: float) -> str:
-        return format_value(value, budget["unit"])
-
-    band = f" (likely {format_band(budget['band'], fmt)})" if budget.get("band") else ""
+    unit = budget["unit"]
     risk = ", at risk" if budget.get("status") == "at-risk" else ""
-    return (f"{budget['name']} {fmt(budget['value'])}{band} ≤ {fmt(budget['limit'])} "
-            f"({budget['basis']}{risk})")
+    return (f"{budget['name']} {format_estimate(budget['value'], unit, budget.get('band'))} ≤ "
+            f"{format_figure(budget['limit'], unit)} ({budget['basis']}{risk})")

@@ -13,7 +13,7 @@ from typing import Any
 
 from devicefit.sdk.fit.candidate import TrialRecord
 from devicefit.simulator.report import Report
-from devicefit.simulator.units import format_band, format_size, format_time_ms
+from devicefit.simulator.units import format_estimate, format_size, format_time_ms
 from devicefit.simulator.views.html import Section, escape, html_table, render_html
 
 PLOT_W, PLOT_H, LEFT, BOTTOM = 720, 300, 70, 40
@@ -170,8 +170,7 @@ def trial_rows(report: FitReport) -> list[tuple[Any, ...]]:
 
 def latency_text(t: TrialRecord) -> str:
     """The estimate with its band, as everywhere else an estimate shows."""
-    text = format_time_ms(t.latency_ms)
-    return f"{text} (likely {format_band(t.latency_band_ms)})" if t.latency_band_ms else text
+    return format_estimate(t.latency_ms, "ms", t.latency_band_ms)
 
 
 TRIAL_COLUMNS = ("#", "candidate", "accuracy", "flash", "arena", "est. latency", "gzip",

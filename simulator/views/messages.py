@@ -7,14 +7,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from devicefit.simulator.report import BudgetCheck, CompatibilityReport, Report, Status
-from devicefit.simulator.units import format_band
+from devicefit.simulator.units import format_estimate
 from devicefit.simulator.units import format_figure as fmt
 
 
 def budget_message(b: BudgetCheck) -> str:
     limit = "budget" if b.limit_from == "budgets" else f"limit ({b.limit_from})"
     if b.status == Status.AT_RISK and b.band:
-        return (f"{b.name} {fmt(b.value, b.unit)} (likely {format_band(b.band, lambda v: fmt(v, b.unit))}) "
+        return (f"{b.name} {format_estimate(b.value, b.unit, b.band)} "
                 f"is AT RISK: within its {fmt(b.limit, b.unit)} "
                 f"{limit}, but the error band reaches {fmt(b.band[1] - b.limit, b.unit)} past it "
                 f"({b.basis})")
