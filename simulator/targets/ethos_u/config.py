@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.errors import ProfileError
-from devicefit.simulator.schema import Leaf
+from devicefit.simulator.schema import Leaf, one_of
 from devicefit.simulator.units import SIZE_UNITS_HELP, parse_frequency_hz, parse_size, parse_time_ms
 
 #: The accelerator configurations ethos-u-vela 5.2.0 accepts (``vela --help``).
@@ -139,15 +139,6 @@ def _section_name(v: Any) -> str:
     return text
 
 
-def _one_of(choices: Mapping[str, str] | tuple[str, ...]):
-    def check(v: Any) -> str:
-        # A list or mapping from YAML is unhashable: test the type before membership.
-        if not isinstance(v, str) or v not in choices:
-            raise ValueError("not one of the allowed values")
-        return v
-    return check
-
-
 def _memories(v: Any) -> dict[str, dict[str, float | int]]:
     if not isinstance(v, dict) or not v:
         raise ValueError("expected a mapping of memory names to settings")
@@ -181,19 +172,19 @@ def _timeout(v: Any) -> float:
 
 #: The ``ethos_u:`` keys a profile may set, each with its check (the target declares them).
 PROFILE_KEYS: dict[str, Leaf] = {
-    "accelerator": Leaf(_one_of(ACCELERATORS), "one of " + ", ".join(ACCELERATORS)),
+    "accelerator": one_of(*ACCELERATORS),
     "npu_clock": Leaf(parse_frequency_hz, "a frequency such as 400MHz"),
     "system_config": Leaf(_section_name, "a Vela section name (letters, digits, _)"),
     "memory_mode": Leaf(_section_name, "a Vela section name (letters, digits, _)"),
-    "axi0": Leaf(_one_of(MEMORIES), "one of " + ", ".join(MEMORIES)),
-    "axi1": Leaf(_one_of(MEMORIES), "one of " + ", ".join(MEMORIES)),
+    "axi0": one_of(*MEMORIES),
+    "axi1": one_of(*MEMORIES),
     "memories": Leaf(_memories, "a mapping of memory names (" + ", ".join(MEMORIES)
                      + ") to Vela settings (" + ", ".join(MEMORY_KEYS) + ")"),
-    "const_area": Leaf(_one_of(AREAS), "axi0 or axi1"),
-    "arena_area": Leaf(_one_of(AREAS), "axi0 or axi1"),
-    "cache_area": Leaf(_one_of(AREAS), "axi0 or axi1"),
+    "const_area": Leaf(one_of(*AREAS).check, "axi0 or axi1"),
+    "arena_area": Leaf(one_of(*AREAS).check, "axi0 or axi1"),
+    "cache_area": Leaf(one_of(*AREAS).check, "axi0 or axi1"),
     "arena_cache_size": Leaf(parse_size, SIZE_UNITS_HELP),
-    "optimise": Leaf(_one_of(OPTIMISE), "Performance or Size"),
+    "optimise": Leaf(one_of(*OPTIMISE).check, "Performance or Size"),
     "config_file": Leaf(_text, "a path to a Vela .ini (relative to the profile file)"),
     "timeout": Leaf(_timeout, "a time such as 300s"),
 }
