@@ -13,6 +13,7 @@ import importlib
 import os
 import pkgutil
 import re
+import signal
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ from devicefit.simulator.signals import (
     Terminated,
     exit_outside_work,
     ignore_during_shutdown,
+    stopped_message,
     terminate_as_interrupt,
 )
 
@@ -182,11 +184,11 @@ def _run(args: argparse.Namespace) -> int:
             return exc.exit_code
         except Terminated as exc:
             # Outputs are written whole or not at all (write_atomic): none is half there.
-            print(f"devicefit: stopped by {exc.name}", file=sys.stderr)
+            print(stopped_message(exc.signum), file=sys.stderr)
             return 128 + exc.signum
         except KeyboardInterrupt:
-            print("devicefit: interrupted", file=sys.stderr)
-            return 130
+            print(stopped_message(signal.SIGINT), file=sys.stderr)
+            return 128 + signal.SIGINT
         except Exception:
             _show_log(log)  # then Python's traceback: a bug in devicefit
             raise
@@ -229,7 +231,8 @@ def _need_matplotlib() -> None:
 
 
 def run() -> None:
-    """Console-script entry point."""
+    """Console-script entry point (through :mod:`devicefit.__main__`, which guards the
+    imports before this module's)."""
     exit_outside_work()
     code = main()
     ignore_during_shutdown()

@@ -9,10 +9,13 @@ target's error and the others still run: CI then shows every problem of the chan
 from __future__ import annotations
 
 import multiprocessing
+import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +146,12 @@ def _simulate(model_path: str, profile: Profile, run: bool,
     return report, None, time.perf_counter() - start
 
 
+def _simulate_in_worker(model_path: str, profile: Profile, run: bool,
+                        options: dict[str, Any]) -> tuple[Report | None, str | None, float]:
+    with signals.worker_task():
+        return _simulate(model_path, profile, run, options)
+
+
 def _results(targets: tuple[Target, ...], run: bool, jobs: int,
              options: dict[str, Any]) -> Iterator[tuple[int, tuple[Report | None, str | None,
                                                                     float]]]:
@@ -159,9 +168,10 @@ def _results(targets: tuple[Target, ...], run: bool, jobs: int,
         context.set_forkserver_preload([__name__])
     else:
         context = multiprocessing.get_context("spawn")
+    _start_resource_tracker()
     with ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context,
-                             initializer=signals.install) as pool:
-        futures = {pool.submit(_simulate, str(t.model_path), t.profile, run, options): i
+                             initializer=signals.install_in_worker) as pool:
+        futures = {pool.submit(_simulate_in_worker, str(t.model_path), t.profile, run, options): i
                    for i, t in enumerate(targets)}
         pending = set(futures)
         try:
@@ -172,10 +182,33 @@ def _results(targets: tuple[Target, ...], run: bool, jobs: int,
         except BaseException:
             # A bug in one target, Ctrl-C or SIGTERM: do not wait for the queue to drain, and
             # stop the running targets (their handler kills their --run child and temp files).
+            # The workers are taken first: shutdown() forgets them.
+            workers = list((pool._processes or {}).values())
             pool.shutdown(wait=False, cancel_futures=True)
-            for process in list((pool._processes or {}).values()):
+            for process in workers:
                 process.terminate()
             raise
+
+
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker deaf to SIGHUP, writing to fd 2 (the CLI's
+    native log).
+
+    The tracker ignores SIGINT and SIGTERM but not SIGHUP: a closed terminal killed it with
+    the process group, and the pool's shutdown then started a new one that knew none of the
+    pool's semaphores and printed a ``KeyError`` traceback for each. A signal blocked while
+    it starts stays blocked in it (the mask survives fork and exec); the tracker still ends
+    when the last process holding its pipe does. It inherits ``sys.stderr``'s descriptor,
+    which the CLI points at the terminal: what it prints belongs in the log.
+    """
+    shown = sys.stderr
+    sys.stderr = sys.__stderr__
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        sys.stderr = shown
 
 
 def run_check(project: Project, *, run: bool = False, jobs: int = 1,

