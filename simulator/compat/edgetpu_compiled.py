@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from devicefit.simulator.errors import ModelFormatError
 from devicefit.simulator.model import Model
-from devicefit.simulator.reader import _Flatbuffer
+from devicefit.simulator.reader import FlatbufferReader
 
 COMPILED_OP = "edgetpu-custom-op"
 _PACKAGE_KEY = "4"
@@ -51,17 +51,17 @@ class CompiledOp:
     error: str = ""
 
 
-def _root(fb: _Flatbuffer):
+def _root(fb: FlatbufferReader):
     return fb.table_at(struct.unpack_from("<I", fb.data, 0)[0])
 
 
-def _bytes_field(fb: _Flatbuffer, table, slot: int, what: str) -> bytes:
+def _bytes_field(fb: FlatbufferReader, table, slot: int, what: str) -> bytes:
     start, n = fb.vector(table, slot, 1, what)
     return fb.data[start:start + n]
 
 
 def _executables(multi: bytes, where: str) -> list[bytes]:
-    fb = _Flatbuffer(multi, where)
+    fb = FlatbufferReader(multi, where)
     start, n = fb.vector(_root(fb), _MULTI_EXECUTABLES, 4, "serialized_executables")
     out = []
     for i in range(n):
@@ -82,12 +82,12 @@ def read_package(options: bytes, op_index: int, where: str) -> CompiledOp:
         package = bytes(ref.AsBlob if ref.IsBlob else ref.AsStringBytes)
         if package[4:8] != _IDENTIFIER:
             return CompiledOp(**{**empty.__dict__, "error": "no DWN1 package in the op"})
-        fb = _Flatbuffer(package, where)
+        fb = FlatbufferReader(package, where)
         root = _root(fb)
         cached = streamed = instructions = 0
         exes = _executables(_bytes_field(fb, root, _PKG_MULTI_EXECUTABLE, "executables"), where)
         for exe in exes:
-            efb = _Flatbuffer(exe, where)
+            efb = FlatbufferReader(exe, where)
             e = _root(efb)
             params = efb.vector(e, _EXE_PARAMETERS, 1, "parameters")[1]
             kind_at = e.field(_EXE_TYPE)  # an int16 enum, STAND_ALONE when absent
