@@ -6,14 +6,16 @@ The op table and its constraint checks live in :mod:`.edgetpu_rules` (data in
 :mod:`.edgetpu_compiler`; this module partitions, sizes the cache, estimates latency and
 reports.
 
-Partition, as the compiler does it by default (one Edge TPU subgraph, edgetpu#461): ops run in
-execution order; unmappable ops before the first mappable one stay on the CPU (e.g. a float
-input QUANTIZE); the TPU segment runs from the first mappable op up to the first op that
-cannot map; that op and every op after it run on the CPU, the mappable ones with "More than
-one subgraph is not supported". Parameters of mapped ops are cached on chip in execution
-order while they fit the profile's ``param_cache_bytes``; the rest are streamed over the link
-every inference. The figures are predictions; :func:`run_compiler` runs the real
-``edgetpu_compiler`` when it is installed and :func:`parse_compiler_log` reads its output.
+Partition, as the compiler does it by default (one Edge TPU subgraph, edgetpu#461), by data
+flow (:func:`_place`): unmappable ops in front of the first mappable one stay on the CPU and
+feed the TPU (e.g. a float input QUANTIZE); after that an op maps when it can map by itself
+and reads no result of an op left on the CPU after the subgraph began — mappable ops that
+do are left on the CPU with "More than one subgraph is not supported". Parameters of mapped
+ops are cached on chip in execution order while they fit the profile's ``param_cache_bytes``;
+the rest are streamed over the link every inference. The figures are predictions;
+:func:`run_compiler` runs the real ``edgetpu_compiler`` when it is installed and
+:func:`parse_compiler_log` reads its output. A model compiled already is read instead
+(:func:`compiled_partition`, :mod:`.edgetpu_compiled`).
 """
 
 from __future__ import annotations
@@ -242,28 +244,24 @@ def _place(model: Model, own: list[tuple[str, str] | None]) -> tuple[list[bool],
     mappable op left on the CPU the CPU op whose result it reads (-1 otherwise).
 
     Unmappable ops in front of the first mappable one feed the subgraph from the CPU. After
-    that an op maps when it can map by itself and none of its inputs comes back from a CPU
-    op that read a TPU result: that round trip would need a second subgraph. Execution order
-    does not matter, the data flow does (``partition`` in edgetpu_ops.yaml says whose
+    that an op maps when it can map by itself and reads no result of an op left on the CPU
+    after the subgraph began (the data flow, not the execution order: a mappable op that
+    only reads TPU results maps after CPU ops; ``partition`` in edgetpu_ops.yaml says whose
     compiled files show it)."""
     sg = model.main
-    producer = {t: op.index for op in sg.operators for t in op.outputs}
-    after_tpu: set[int] = set()  # tensors computed from a TPU result
-    returned: dict[int, int] = {}  # tensor -> the CPU op that brought it back from the TPU
+    cpu_result: dict[int, int] = {}  # tensor -> the CPU op after the start that computed it
     on_tpu = [False] * len(sg.operators)
     blocked_by = [-1] * len(sg.operators)
+    started = False
     for op, status in zip(sg.operators, own):
-        inputs = [t for t in op.inputs if t >= 0 and t in producer]
-        back = next((returned[t] for t in inputs if t in returned), None)
+        back = next((cpu_result[t] for t in op.inputs if t in cpu_result), None)
         if status is None and back is None:
-            on_tpu[op.index] = True
-            after_tpu.update(op.outputs)
+            on_tpu[op.index] = started = True
             continue
         if status is None:
             blocked_by[op.index] = back
-        if back is not None or any(t in after_tpu for t in inputs):
-            returned.update({t: op.index for t in op.outputs})
-            after_tpu.update(op.outputs)
+        if started:
+            cpu_result.update({t: op.index for t in op.outputs})
     return on_tpu, blocked_by
 
 
@@ -300,8 +298,9 @@ def partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
             back = blocked_by[op.index]
             placements.append(OpPlacement(
                 op.index, op.op_name, op.version, "cpu", table.status("subgraph"),
-                f"reads what op {back} ({sg.operators[back].op_name}) computed on the CPU "
-                "from the Edge TPU's output: mapping it would need a second Edge TPU subgraph"))
+                f"reads the result of op {back} ({sg.operators[back].op_name}), which runs on "
+                "the CPU after the Edge TPU subgraph began: mapping it would need a second "
+                "Edge TPU subgraph"))
         else:
             placements.append(OpPlacement(op.index, op.op_name, op.version, "cpu", *status))
     first = next((p for p in placements if p.device == "cpu"
@@ -570,7 +569,8 @@ def text_lines(section: EdgeTpuReport) -> list[str]:
     for c in section.compiled:
         lines.append(f"  compiled     op {c.op_index} edgetpu-custom-op: {b(c.data_bytes)} "
                      f"({b(c.instruction_bytes)} of instructions, {c.executables} executables, "
-                     f"compiler {c.compiler_version or 'unknown'})"
+                     # compiler 16 often writes a bare "cl/" (no change-list number)
+                     f"compiler {c.compiler_version if c.compiler_version.strip('cl/') else 'not recorded'})"
                      + (f"; {c.error}" if c.error else ""))
     if section.cpu_share is not None and section.max_cpu_share is not None:
         lines.append(f"  CPU share    {section.cpu_share:.0%} of the MACs on the CPU "
