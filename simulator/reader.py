@@ -122,7 +122,7 @@ class _Table:
         return self.pos + off if off else 0
 
 
-class _Flatbuffer:
+class FlatbufferReader:
     """Bounds-checked reads of flatbuffer tables, vectors and strings at absolute offsets."""
 
     def __init__(self, data: bytes, path: str) -> None:
@@ -179,7 +179,7 @@ class _Flatbuffer:
         return self.data[start:start + n].decode("utf-8", "replace") if n else ""
 
 
-class _Decoder(_Flatbuffer):
+class _Decoder(FlatbufferReader):
     #: Buffers whose data lies after the flatbuffer (set by :meth:`model` first).
     outside: frozenset[int] = frozenset()
 

@@ -6,14 +6,16 @@ The op table and its constraint checks live in :mod:`.edgetpu_rules` (data in
 :mod:`.edgetpu_compiler`; this module partitions, sizes the cache, estimates latency and
 reports.
 
-Partition, as the compiler does it by default (one Edge TPU subgraph, edgetpu#461): ops run in
-execution order; unmappable ops before the first mappable one stay on the CPU (e.g. a float
-input QUANTIZE); the TPU segment runs from the first mappable op up to the first op that
-cannot map; that op and every op after it run on the CPU, the mappable ones with "More than
-one subgraph is not supported". Parameters of mapped ops are cached on chip in execution
-order while they fit the profile's ``param_cache_bytes``; the rest are streamed over the link
-every inference. The figures are predictions; :func:`run_compiler` runs the real
-``edgetpu_compiler`` when it is installed and :func:`parse_compiler_log` reads its output.
+Partition, as the compiler does it by default (one Edge TPU subgraph, edgetpu#461), by data
+flow (:func:`_place`): unmappable ops in front of the first mappable one stay on the CPU and
+feed the TPU (e.g. a float input QUANTIZE); after that an op maps when it can map by itself
+and reads no result of an op left on the CPU after the subgraph began — mappable ops that
+do are left on the CPU with "More than one subgraph is not supported". Parameters of mapped
+ops are cached on chip in execution order while they fit the profile's ``param_cache_bytes``;
+the rest are streamed over the link every inference. The figures are predictions;
+:func:`run_compiler` runs the real ``edgetpu_compiler`` when it is installed and
+:func:`parse_compiler_log` reads its output. A model compiled already is read instead
+(:func:`compiled_partition`, :mod:`.edgetpu_compiled`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from devicefit.simulator.compat.edgetpu_compiled import COMPILED_OP, CompiledOp, compiled_ops
 from devicefit.simulator.compat.edgetpu_compiler import (
     COMPILER,
     CompilerLog,
@@ -46,9 +49,6 @@ from devicefit.simulator.profiles import Profile
 from devicefit.simulator.report import LatencyBasis, LatencyReport, OpLatencyRow
 
 log = logging.getLogger(__name__)
-
-#: The custom op ``edgetpu_compiler`` writes for the part of the graph it compiled.
-COMPILED_OP = "edgetpu-custom-op"
 
 #: Re-exported for callers of this module (the converter, the tests, the text view).
 __all__ = ["MODEL_CHECKS", "OP_CHECKS", "CompilerLog", "EdgeTpuReport", "OpTableRow",
@@ -136,11 +136,19 @@ class EdgeTpuReport:
     compiler: CompilerLog | None = None
     notes: list[str] = field(default_factory=list)
     #: Share of the model's MACs left on the host CPU (of its ops when it has no MACs),
-    #: and the most the profile accepts (``ops.max_cpu_share``).
-    cpu_share: float = 0.0
+    #: and the most the profile accepts (``ops.max_cpu_share``). None for a compiled model:
+    #: its TPU part's MACs are compiled away.
+    cpu_share: float | None = 0.0
     max_cpu_share: float | None = None
-    #: The model holds an ``edgetpu-custom-op``: compiled already, its TPU part is opaque.
-    precompiled: bool = False
+    #: The model's ``edgetpu-custom-op``s when it is compiled already (basis "compiled"):
+    #: the partition and the parameter split are read from them, not predicted.
+    compiled: tuple[CompiledOp, ...] = ()
+    #: MACs of the ops on the host CPU.
+    cpu_macs: int = 0
+
+    @property
+    def precompiled(self) -> bool:
+        return bool(self.compiled)
 
     @property
     def fully_mapped(self) -> bool:
@@ -153,6 +161,11 @@ class EdgeTpuReport:
         return text_lines(self)
 
     def supported_line(self) -> str:
+        if self.precompiled:
+            data = sum(c.data_bytes for c in self.compiled)
+            return (f"compiled for the Edge TPU already: {self.mapped_ops} edgetpu-custom-op "
+                    f"({data:,} B of compiled program and parameters) on the TPU, "
+                    f"{self.cpu_ops} operator(s) left on the CPU ({self.cpu_macs:,} MACs)")
         # Ops the TPU cannot take still run, on the host CPU.
         return (f"every operator can run ({self.mapped_ops} on the Edge TPU, {self.cpu_ops} on "
                 f"the CPU)")
@@ -161,7 +174,7 @@ class EdgeTpuReport:
         """``report.latency`` from the split: its total, band and per-op rows."""
         common = {"clock_hz": profile.device.clock_hz, "threads": profile.runtime.threads}
         lat = self.latency
-        if lat is None:
+        if lat is None or self.precompiled:
             why = [n for n in self.notes if "latency" in n]
             return LatencyReport(no_estimate="; ".join(why) or "no latency split", **common)
         low, high = lat.band
@@ -226,26 +239,50 @@ def _param_tensors(sg: Subgraph, op: Operator) -> list[Tensor]:
     return [sg.tensors[i] for i in op.inputs if i >= 0 and sg.tensors[i].has_data]
 
 
+def _place(model: Model, own: list[tuple[str, str] | None]) -> tuple[list[bool], list[int]]:
+    """Which ops go on the TPU, as the compiler does by default (one subgraph), and for each
+    mappable op left on the CPU the CPU op whose result it reads (-1 otherwise).
+
+    Unmappable ops in front of the first mappable one feed the subgraph from the CPU. After
+    that an op maps when it can map by itself and reads no result of an op left on the CPU
+    after the subgraph began (the data flow, not the execution order: a mappable op that
+    only reads TPU results maps after CPU ops; ``partition`` in edgetpu_ops.yaml says whose
+    compiled files show it)."""
+    sg = model.main
+    cpu_result: dict[int, int] = {}  # tensor -> the CPU op after the start that computed it
+    on_tpu = [False] * len(sg.operators)
+    blocked_by = [-1] * len(sg.operators)
+    started = False
+    for op, status in zip(sg.operators, own):
+        back = next((cpu_result[t] for t in op.inputs if t in cpu_result), None)
+        if status is None and back is None:
+            on_tpu[op.index] = started = True
+            continue
+        if status is None:
+            blocked_by[op.index] = back
+        if started:
+            cpu_result.update({t: op.index for t in op.outputs})
+    return on_tpu, blocked_by
+
+
 def partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
-    """Predict the compiler's partition and parameter caching (no latency, no compiler run)."""
+    """Predict the compiler's partition and parameter caching (no latency, no compiler run);
+    for a model compiled already, read them from its ``edgetpu-custom-op``."""
+    if any(op.op_name == f"CUSTOM:{COMPILED_OP}" for op in model.main.operators):
+        return compiled_partition(model, profile)
     table = load_table()
     sg = model.main
     error = _compile_error(model, table)
     own: list[tuple[str, str] | None] = []
     for op in sg.operators:
         own.append(("", error) if error else _own_status(OpContext(model, sg, op), table))
-    mappable = [s is None for s in own]
-    start = next((i for i, ok in enumerate(mappable) if ok), None)
-    end = start
-    while end is not None and end + 1 < len(mappable) and mappable[end + 1]:
-        end += 1
+    on_tpu, blocked_by = _place(model, own)
     cache = edgetpu_cost(profile).param_cache_bytes
     onchip = offchip = 0
     seen_buffers: set[int] = set()
     placements = []
     for op, status in zip(sg.operators, own):
-        on_tpu = start is not None and start <= op.index <= end
-        if on_tpu:
+        if on_tpu[op.index]:
             fresh = [t for t in _param_tensors(sg, op) if t.buffer not in seen_buffers]
             seen_buffers.update(t.buffer for t in fresh)
             nbytes = sum(model.buffer_sizes[t.buffer] for t in fresh)
@@ -257,25 +294,28 @@ def partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
         elif error:
             placements.append(OpPlacement(op.index, op.op_name, op.version, "cpu",
                                           "Model not compiled", error))
-        elif status is None:  # mappable, but after the segment ended
+        elif status is None:  # mappable, but it reads a result the CPU brought back
+            back = blocked_by[op.index]
             placements.append(OpPlacement(
                 op.index, op.op_name, op.version, "cpu", table.status("subgraph"),
-                f"runs on the CPU after op {end + 1} left the single Edge TPU subgraph"))
+                f"reads the result of op {back} ({sg.operators[back].op_name}), which runs on "
+                "the CPU after the Edge TPU subgraph began: mapping it would need a second "
+                "Edge TPU subgraph"))
         else:
             placements.append(OpPlacement(op.index, op.op_name, op.version, "cpu", *status))
     first = next((p for p in placements if p.device == "cpu"
                   and p.status != table.status("subgraph")), None)
-    mapped = sum(p.device == "tpu" for p in placements)
-    precompiled = any(op.op_name == f"CUSTOM:{COMPILED_OP}" for op in sg.operators)
+    tpu = [p.index for p in placements if p.device == "tpu"]
+    share, cpu_macs = cpu_work(model, placements)
     return EdgeTpuReport(
         compiler_version=table.compiler_version,
         basis="predicted",
         compile_error=error,
         total_ops=len(placements),
-        mapped_ops=mapped,
-        cpu_ops=len(placements) - mapped,
-        tpu_subgraphs=1 if mapped else 0,
-        segment=(start, end) if mapped else None,
+        mapped_ops=len(tpu),
+        cpu_ops=len(placements) - len(tpu),
+        tpu_subgraphs=1 if tpu else 0,
+        segment=(tpu[0], tpu[-1]) if tpu else None,
         first_unmapped=FirstUnmapped(first.index, first.op, first.reason, first.status)
         if first else None,
         param_cache_bytes=cache,
@@ -283,34 +323,79 @@ def partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
         offchip_param_bytes=offchip,
         ops=placements,
         table=_group(placements),
-        cpu_share=cpu_share(model, placements),
+        cpu_share=share,
         max_cpu_share=profile.ops.max_cpu_share if profile is not None else None,
-        precompiled=precompiled,
+        cpu_macs=cpu_macs,
     )
 
 
-def cpu_share(model: Model, placements: list[OpPlacement]) -> float:
-    """The share of the main graph's MACs that run on the CPU; by op count when it has none."""
+def compiled_partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
+    """The partition a compiled model holds: its ``edgetpu-custom-op``s on the TPU, the ops
+    the compiler left beside them on the CPU, the parameter split its packages state."""
+    from devicefit.simulator.compute import op_work
+
+    compiled = {c.op_index: c for c in compiled_ops(model)}
+    placements = []
+    for op in model.main.operators:
+        c = compiled.get(op.index)
+        if c is not None:
+            placements.append(OpPlacement(
+                op.index, op.op_name, op.version, "tpu", "Compiled for the Edge TPU", c.error,
+                c.cached_param_bytes + c.streamed_param_bytes,
+                "off-chip" if c.streamed_param_bytes else "on-chip"))
+        else:
+            placements.append(OpPlacement(
+                op.index, op.op_name, op.version, "cpu", "Left on the CPU by the compiler",
+                "compiled before devicefit saw it: the compiler's reason is not in the file"))
+    cpu = {p.index for p in placements if p.device == "cpu"}
+    versions = sorted({c.compiler_version for c in compiled.values() if c.compiler_version})
+    unread = [c for c in compiled.values() if c.error]
+    notes = [f"op {c.op_index}: {c.error}: its parameter split is unknown" for c in unread]
+    return EdgeTpuReport(
+        compiler_version=", ".join(versions) or "unknown",
+        basis="compiled",
+        compile_error=None,
+        total_ops=len(placements),
+        mapped_ops=len(compiled),
+        cpu_ops=len(cpu),
+        tpu_subgraphs=len(compiled),
+        segment=(min(compiled), max(compiled)),
+        first_unmapped=None,
+        param_cache_bytes=edgetpu_cost(profile).param_cache_bytes,
+        onchip_param_bytes=sum(c.cached_param_bytes for c in compiled.values()),
+        offchip_param_bytes=sum(c.streamed_param_bytes for c in compiled.values()),
+        ops=placements,
+        table=_group(placements),
+        notes=notes,
+        cpu_share=None,
+        max_cpu_share=profile.ops.max_cpu_share if profile is not None else None,
+        compiled=tuple(compiled.values()),
+        cpu_macs=sum(w.macs for w in op_work(model) if w.op_index in cpu),
+    )
+
+
+def cpu_work(model: Model, placements: list[OpPlacement]) -> tuple[float, int]:
+    """The share of the main graph's MACs that run on the CPU (by op count when it has no
+    MACs), and those MACs."""
     from devicefit.simulator.compute import op_work
 
     if not placements:
-        return 0.0
+        return 0.0, 0
     on_cpu = {p.index for p in placements if p.device == "cpu"}
     work = op_work(model)
     total = sum(w.macs for w in work)
+    cpu_macs = sum(w.macs for w in work if w.op_index in on_cpu)
     if total == 0:
-        return len(on_cpu) / len(placements)
-    return sum(w.macs for w in work if w.op_index in on_cpu) / total
+        return len(on_cpu) / len(placements), 0
+    return cpu_macs / total, cpu_macs
 
 
 # --------------------------------------------------------------------------- latency
 
 
-def _boundary_bytes(model: Model, segment: tuple[int, int]) -> tuple[int, int]:
-    """Bytes into and out of the TPU segment per inference (graph I/O and CPU hand-overs)."""
+def _boundary_bytes(model: Model, inside: set[int]) -> tuple[int, int]:
+    """Bytes into and out of the TPU ops per inference (graph I/O and CPU hand-overs)."""
     sg = model.main
-    first, last = segment
-    inside = range(first, last + 1)
     produced_by: dict[int, int] = {t: op.index for op in sg.operators for t in op.outputs}
     consumed_by: dict[int, set[int]] = {}
     for op in sg.operators:
@@ -356,7 +441,7 @@ def estimate_split_latency(model: Model, report: EdgeTpuReport,
     if cpu is not None and cpu.total_ms is None:
         return None
     cpu_ms = {o.op_index: o.ms for o in cpu.per_op} if cpu else {}
-    b_in, b_out = _boundary_bytes(model, report.segment) if report.segment else (0, 0)
+    b_in, b_out = _boundary_bytes(model, on_tpu)
     link_bytes = b_in + b_out + report.offchip_param_bytes
     per_op = []
     for w in work:
@@ -396,15 +481,27 @@ def edgetpu_partition(model: Model, profile: Profile) -> EdgeTpuReport:
     else:
         notes.append(f"profile '{profile.name}' lacks cost_model.tpu_macs_per_second or "
                      "link_bandwidth: no latency split")
-    if cost.param_cache_bytes is None:
+    if cost.param_cache_bytes is None and not report.precompiled:
         notes.append(f"profile '{profile.name}' has no cost_model.param_cache: every "
                      "parameter counted as cached on chip")
+    if report.precompiled and latency is not None:
+        from devicefit.simulator.units import format_time_ms
+
+        notes.append(
+            "the Edge TPU part of a compiled model is opaque (its MACs are not in the file), "
+            f"so its latency is unknown; the known parts are invoke {format_time_ms(latency.invoke_ms)} + link "
+            f"{format_time_ms(latency.link_ms)} ({latency.link_bytes:,} B: TPU I/O and streamed "
+            f"parameters) + CPU {format_time_ms(latency.cpu_ms)} ({latency.cpu_macs:,} MACs) = "
+            f"{format_time_ms(latency.total_ms)}, a lower bound; simulate the uncompiled "
+            ".tflite for an estimate")
     return dataclasses.replace(report, latency=latency, notes=[*report.notes, *notes])
 
 
 def edgetpu_report(model: Model, profile: Profile, *, use_compiler: bool = True) -> EdgeTpuReport:
     """:func:`edgetpu_partition` plus the real compiler's figures when it is installed."""
     report = edgetpu_partition(model, profile)
+    if report.precompiled:  # the compiler has run already: its partition is in the file
+        return report
     if use_compiler and compiler_available():
         compiler = run_compiler(model.path)
         return dataclasses.replace(report, compiler=compiler, basis="compiler"
@@ -430,7 +527,7 @@ def check(model: Model, profile: Profile) -> list[Any]:
     found = [u for u in litert.check(model, profile) if u.op != f"CUSTOM:{COMPILED_OP}"]
     report = partition(model, profile)
     if report.precompiled:
-        return found
+        return found  # the compiler's partition, whatever it cost, is what the file is
     f = report.first_unmapped
     if report.mapped_ops == 0 and f is not None:
         found.append(UnsupportedOp(f.index, f.op, f"no op maps to the Edge TPU: {f.reason}"))
@@ -459,18 +556,23 @@ def text_lines(section: EdgeTpuReport) -> list[str]:
         return "-" if n is None else f"{n:,} B" + (f" ({format_size(n)})" if n >= 10240 else "")
 
     compiler = section.compiler
-    basis = ("real compiler output below" if section.basis == "compiler"
-             else f"predicted from the compiler {section.compiler_version} op table")
+    basis = {"compiler": "real compiler output below",
+             "compiled": "read from the compiled model's edgetpu-custom-op"}.get(
+        section.basis, f"predicted from the compiler {section.compiler_version} op table")
     lines = [f"Edge TPU ({basis})"]
     if section.compile_error:
         lines.append(f"  NOT COMPILED  {section.compile_error}")
     seg = section.segment
-    where = f" (one subgraph: ops {seg[0]}-{seg[1]})" if seg else ""
+    where = f" (one subgraph: ops {seg[0]}-{seg[1]})" if seg and not section.precompiled else ""
     lines.append(f"  mapped       {section.mapped_ops} of {section.total_ops} ops on the TPU"
-                 f"{where}; {section.cpu_ops} on the CPU")
-    if section.precompiled:
-        lines.append("  compiled     the model holds an edgetpu-custom-op: compiled already")
-    elif section.max_cpu_share is not None:
+                 f"{where}; {section.cpu_ops} on the CPU ({section.cpu_macs:,} MACs)")
+    for c in section.compiled:
+        lines.append(f"  compiled     op {c.op_index} edgetpu-custom-op: {b(c.data_bytes)} "
+                     f"({b(c.instruction_bytes)} of instructions, {c.executables} executables, "
+                     # compiler 16 often writes a bare "cl/" (no change-list number)
+                     f"compiler {c.compiler_version if c.compiler_version.strip('cl/') else 'not recorded'})"
+                     + (f"; {c.error}" if c.error else ""))
+    if section.cpu_share is not None and section.max_cpu_share is not None:
         lines.append(f"  CPU share    {section.cpu_share:.0%} of the MACs on the CPU "
                      f"(the profile accepts {section.max_cpu_share:.0%})")
     first = section.first_unmapped
@@ -481,7 +583,7 @@ def text_lines(section: EdgeTpuReport) -> list[str]:
                  + (f" of {b(cache)}" if cache is not None else "")
                  + f"; {b(section.offchip_param_bytes)} streamed every inference")
     lat = section.latency
-    if lat:
+    if lat and not section.precompiled:
         lo, hi = (lat.total_ms * f for f in lat.band)
         lines.append(f"  latency      {format_time_ms(lat.total_ms)} (likely "
                      f"{format_time_ms(lo)}–{format_time_ms(hi)}) = invoke "

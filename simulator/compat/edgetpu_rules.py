@@ -60,6 +60,8 @@ class OpTable:
     supported_op_requirements: tuple[CheckSpec, ...]
     parse_max_versions: dict[str, ParseLimit]
     ops: dict[str, OpRule]
+    #: Where the partition rule (one subgraph, dataflow, edgetpu.py) comes from.
+    partition_sources: tuple[str, ...] = ()
 
     def status(self, key: str) -> str:
         return self.statuses[key]
@@ -155,6 +157,7 @@ def load_table(path: Path = TABLE_PATH) -> OpTable:
             for name, spec in raw["parse_max_versions"].items()
         },
         ops=ops,
+        partition_sources=tuple(raw["partition"]["source"]),
     )
     _verify_table(table, raw)
     return table
@@ -171,7 +174,7 @@ def _verify_table(table: OpTable, raw: dict) -> None:
             problems.append(f"unknown op check '{spec.name}'")
         if spec.status not in table.statuses:
             problems.append(f"unknown status '{spec.status}' for check '{spec.name}'")
-    cited = [s for r in table.ops.values() for s in r.sources]
+    cited = [s for r in table.ops.values() for s in r.sources] + list(table.partition_sources)
     cited += [s for lim in table.parse_max_versions.values() for s in lim.sources]
     cited += [s for key in ("model_requirements", "op_requirements", "supported_op_requirements")
               for item in raw[key] for s in item.get("source", ())]
@@ -193,11 +196,16 @@ def _flatbuffer(path: str, sha256: str) -> bytes | None:
     return data if hashlib.sha256(data).hexdigest() == sha256 else None
 
 
+def model_bytes(model: Model) -> bytes | None:
+    """The model file's bytes, None when the file changed since the IR was read."""
+    return _flatbuffer(model.path, model.sha256)
+
+
 def _constant_data(model: Model, t: Tensor) -> np.ndarray | None:
     """A constant tensor's values, read from the model file (the IR keeps only sizes)."""
     from ai_edge_litert import schema_py_generated as fb
 
-    data = _flatbuffer(model.path, model.sha256)
+    data = model_bytes(model)
     if data is None:
         return None
     buf = fb.Model.GetRootAs(data, 0).Buffers(t.buffer)
@@ -228,16 +236,6 @@ def _static_shapes(model: Model) -> CheckResult:
     return True, ""
 
 
-@model_check("not_yet_compiled")
-def _not_yet_compiled(model: Model) -> CheckResult:
-    compiled = [op for op in model.main.operators if op.op_name == "CUSTOM:edgetpu-custom-op"]
-    if compiled:
-        return False, (f"op {compiled[0].index} is an edgetpu-custom-op: this model is already "
-                       "compiled for the Edge TPU; give devicefit the .tflite from before "
-                       "edgetpu_compiler")
-    return True, ""
-
-
 @op_check("tensors_8bit")
 def _tensors_8bit(ctx: OpContext) -> CheckResult:
     for t in (*ctx.inputs(), *ctx.outputs()):
@@ -246,6 +244,43 @@ def _tensors_8bit(ctx: OpContext) -> CheckResult:
         if t.dtype not in allowed:
             return False, (f"tensor '{t.name}' is {t.dtype}: the Edge TPU needs every tensor "
                            "8-bit quantized (int8/uint8); convert with full-integer quantization")
+    return True, ""
+
+
+#: UNIDIRECTIONAL_SEQUENCE_LSTM's cell state input (schema order); the integer LSTM kernel
+#: keeps it in int16.
+_LSTM_CELL_STATE = 19
+
+
+@op_check("lstm_integer")
+def _lstm_integer(ctx: OpContext) -> CheckResult:
+    """An integer LSTM as TFLite writes it: 8-bit everywhere but the int16 cell state."""
+    cell = ctx.input(_LSTM_CELL_STATE)
+    if cell is not None and cell.dtype not in (*EIGHT_BIT, "int16"):
+        return False, (f"cell state '{cell.name}' is {cell.dtype}: the Edge TPU maps an integer "
+                       "LSTM (int8 with an int16 cell state)")
+    others = [t for k, t in enumerate(ctx.op.inputs) if t >= 0 and k != _LSTM_CELL_STATE]
+    for t in (*(ctx.tensor(i) for i in others), *ctx.outputs()):
+        allowed = (*EIGHT_BIT, "int32") if t.has_data else EIGHT_BIT
+        if t.dtype not in allowed:
+            return False, (f"tensor '{t.name}' is {t.dtype}: an Edge TPU LSTM needs 8-bit "
+                           "inputs, weights, outputs and hidden state (int16 only for the cell "
+                           "state); convert with full-integer quantization")
+    return True, ""
+
+
+@op_check("align_corners_keeps_size")
+def _align_corners_keeps_size(ctx: OpContext) -> CheckResult:
+    if not ctx.op.options.get("align_corners", False):
+        return True, ""
+    x, out = ctx.input(0), ctx.outputs()[0]
+    before = tuple(x.shape[1:3]) if x is not None else ()
+    after = tuple(out.shape[1:3])
+    if before != after:
+        return False, (f"align_corners resize {'x'.join(map(str, before))} -> "
+                       f"{'x'.join(map(str, after))}: compilers 15 and 16 leave an "
+                       "align_corners resize that changes the size on the CPU; resize with "
+                       "half_pixel_centers (or neither) instead")
     return True, ""
 
 

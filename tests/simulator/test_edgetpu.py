@@ -142,15 +142,6 @@ def test_op_version_newer_than_compiler_16_is_rejected(coral):
     assert "grouped convolution" in r.compile_error and r.mapped_ops == 0
 
 
-def test_already_compiled_model_is_refused(coral):
-    from devicefit.simulator.reader import parse_model
-
-    from tests.tflite_builder import custom_model
-
-    r = edgetpu_partition(parse_model(custom_model("edgetpu-custom-op")), coral)
-    assert "already compiled for the Edge TPU" in r.compile_error and r.mapped_ops == 0
-
-
 def test_without_compiler_figures_are_marked_predicted(coral, monkeypatch):
     monkeypatch.setenv("PATH", "")
     r = edgetpu_report(read_model(model_path("chain_int8")), coral)

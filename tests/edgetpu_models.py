@@ -1,0 +1,162 @@
+"""Hand-built int8 models of each Edge TPU partition rule's kind, and a compiled Edge TPU file.
+
+The partition rules come from public compiled/uncompiled pairs (edgetpu_ops.yaml cites them);
+these small graphs have the same structure, so the tests check the rule and not one file:
+
+- :func:`branch_model`: a TPU result goes to a CPU op, and two ops read on — one from that
+  CPU op (it cannot map: a second subgraph), one straight from the TPU (it maps, although it
+  comes after the CPU ops in execution order), as movenet_single_pose_lightning does;
+- :func:`resize_model`: one RESIZE_BILINEAR with the given options and sizes;
+- :func:`tile_model`: TILE 1x1 → 33x33, as deeplab_mobilenet_edgetpu_slim has;
+- :func:`compiled_model`: what ``edgetpu_compiler`` writes — an ``edgetpu-custom-op`` whose
+  ``custom_options`` is a FlexBuffer map holding a DarwiNN package (executable.fbs of
+  libedgetpu) with a parameter-caching and an execution-only executable — and ops left
+  on the CPU after it. No real compiler output is copied: the executables carry zero bytes
+  of the sizes the test asks for.
+"""
+
+from __future__ import annotations
+
+import flatbuffers
+import numpy as np
+from ai_edge_litert import schema_py_generated as fb
+from flatbuffers import flexbuffers
+
+from tests.tflite_builder import _buffer, _model, _opcode, _operator, _tensor
+
+I8, I32, F32 = fb.TensorType.INT8, fb.TensorType.INT32, fb.TensorType.FLOAT32
+
+
+def _conv(c: int) -> fb.Conv2DOptionsT:
+    o = fb.Conv2DOptionsT()
+    o.padding, o.strideW, o.strideH = fb.Padding.SAME, 1, 1
+    o.dilationWFactor = o.dilationHFactor = 1
+    return o
+
+
+def branch_model(c: int = 8, hw: int = 8) -> bytes:
+    """x → CONV(0) → {LEAKY_RELU(1) → ADD(2, reads 1 and 0), CONV(3, reads 0)}; the ADD
+    cannot map (it reads a CPU result of the TPU), the second CONV maps."""
+    w = np.ones((c, 1, 1, c), np.int8)
+    b = np.zeros(c, np.int32)
+    shape = (1, hw, hw, c)
+    tensors = [_tensor("x", shape, I8, 0), _tensor("w0", w.shape, I8, 1),
+               _tensor("b0", b.shape, I32, 2), _tensor("conv0", shape, I8, 0),
+               _tensor("leaky", shape, I8, 0), _tensor("add", shape, I8, 0),
+               _tensor("w3", w.shape, I8, 3), _tensor("b3", b.shape, I32, 4),
+               _tensor("conv3", shape, I8, 0)]
+    codes = [_opcode(fb.BuiltinOperator.CONV_2D), _opcode(fb.BuiltinOperator.LEAKY_RELU),
+             _opcode(fb.BuiltinOperator.ADD)]
+    ops = [_operator(0, [0, 1, 2], [3], fb.BuiltinOptions.Conv2DOptions, _conv(c)),
+           _operator(1, [3], [4], fb.BuiltinOptions.LeakyReluOptions, fb.LeakyReluOptionsT()),
+           _operator(2, [4, 3], [5], fb.BuiltinOptions.AddOptions, fb.AddOptionsT()),
+           _operator(0, [3, 6, 7], [8], fb.BuiltinOptions.Conv2DOptions, _conv(c))]
+    return _model(codes, tensors, [_buffer(w), _buffer(b), _buffer(w + 1), _buffer(b)], ops,
+                  [0], [5, 8])
+
+
+def resize_model(before: int, after: int, *, align_corners: bool = False,
+                 half_pixel_centers: bool = False, c: int = 4) -> bytes:
+    """x[1, before, before, c] int8 → RESIZE_BILINEAR → [1, after, after, c]. The converter
+    writes v3 for half_pixel_centers, v1 otherwise (op_version.cc)."""
+    code = _opcode(fb.BuiltinOperator.RESIZE_BILINEAR)
+    code.version = 3 if half_pixel_centers else 1
+    o = fb.ResizeBilinearOptionsT()
+    o.alignCorners, o.halfPixelCenters = align_corners, half_pixel_centers
+    return _model(
+        [code],
+        [_tensor("x", (1, before, before, c), I8, 0), _tensor("size", (2,), I32, 1),
+         _tensor("y", (1, after, after, c), I8, 0)],
+        [_buffer(np.array([after, after], np.int32))],
+        [_operator(0, [0, 1], [2], fb.BuiltinOptions.ResizeBilinearOptions, o)], [0], [2])
+
+
+def tile_model(hw: int = 33, c: int = 8) -> bytes:
+    """x[1, 1, 1, c] int8 → TILE([1, hw, hw, 1]) → [1, hw, hw, c]."""
+    return _model(
+        [_opcode(fb.BuiltinOperator.TILE)],
+        [_tensor("x", (1, 1, 1, c), I8, 0), _tensor("multiples", (4,), I32, 1),
+         _tensor("y", (1, hw, hw, c), I8, 0)],
+        [_buffer(np.array([1, hw, hw, 1], np.int32))],
+        [_operator(0, [0, 1], [2], fb.BuiltinOptions.TileOptions, fb.TileOptionsT())], [0], [2])
+
+
+# --------------------------------------------------------------------------- compiled file
+
+
+def _executable(kind: int, param_bytes: int, instruction_bytes: int) -> bytes:
+    """A DarwiNN ``Executable`` table (executable.fbs): parameters, one bitstream, type."""
+    b = flatbuffers.Builder(1024)
+    bits = b.CreateByteVector(bytes(instruction_bytes))
+    b.StartObject(2)  # InstructionBitstream
+    b.PrependUOffsetTRelativeSlot(0, bits, 0)
+    bitstream = b.EndObject()
+    b.StartVector(4, 1, 4)
+    b.PrependUOffsetTRelative(bitstream)
+    bitstreams = b.EndVector()
+    params = b.CreateByteVector(bytes(param_bytes))
+    b.StartObject(17)
+    b.PrependUOffsetTRelativeSlot(5, bitstreams, 0)
+    b.PrependUOffsetTRelativeSlot(6, params, 0)
+    b.PrependInt16Slot(13, kind, 0)
+    b.Finish(b.EndObject())
+    return bytes(b.Output())
+
+
+def package(cached_bytes: int, streamed_bytes: int, instruction_bytes: int = 256,
+            compiler_version: str = "cl/test") -> bytes:
+    """A DarwiNN ``Package`` (file identifier DWN1) with an execution-only executable whose
+    parameters are streamed and a parameter-caching one whose parameters are cached."""
+    exes = [_executable(2, streamed_bytes, instruction_bytes), _executable(1, cached_bytes, 0)]
+    multi = flatbuffers.Builder(1024)
+    strings = [multi.CreateByteVector(e) for e in exes]
+    multi.StartVector(4, len(strings), 4)
+    for s in reversed(strings):
+        multi.PrependUOffsetTRelative(s)
+    vec = multi.EndVector()
+    multi.StartObject(1)
+    multi.PrependUOffsetTRelativeSlot(0, vec, 0)
+    multi.Finish(multi.EndObject())
+    b = flatbuffers.Builder(1024)
+    serialized = b.CreateByteVector(bytes(multi.Output()))
+    version = b.CreateString(compiler_version)
+    b.StartObject(8)
+    b.PrependInt32Slot(0, 12, 0)
+    b.PrependUOffsetTRelativeSlot(1, serialized, 0)
+    b.PrependUOffsetTRelativeSlot(4, version, 0)
+    b.Finish(b.EndObject(), file_identifier=b"DWN1")
+    return bytes(b.Output())
+
+
+def custom_options(pkg: bytes) -> bytes:
+    """The FlexBuffer map the compiler writes as the op's custom_options; key "4" holds the
+    package (the other keys' values are what compiled files hold)."""
+    fbb = flexbuffers.Builder()
+    with fbb.Map():
+        fbb.Key("1")
+        fbb.Int(0)
+        fbb.Key("4")
+        fbb.Blob(pkg)
+        fbb.Key("5")
+        fbb.Int(-1)
+    return bytes(fbb.Finish())
+
+
+def compiled_model(cached_bytes: int = 40_000, streamed_bytes: int = 600,
+                   units: int = 4, features: int = 8) -> bytes:
+    """uint8 x[1, features] → edgetpu-custom-op → int8 → DEQUANTIZE → FULLY_CONNECTED float
+    (units × features MACs on the CPU) → y."""
+    w = np.ones((units, features), np.float32)
+    op = _operator(0, [0], [1])
+    op.customOptions = list(custom_options(package(cached_bytes, streamed_bytes)))
+    return _model(
+        [_opcode(fb.BuiltinOperator.CUSTOM, "edgetpu-custom-op"),
+         _opcode(fb.BuiltinOperator.DEQUANTIZE), _opcode(fb.BuiltinOperator.FULLY_CONNECTED)],
+        [_tensor("x", (1, features), fb.TensorType.UINT8, 0),
+         _tensor("tpu_out", (1, features), I8, 0), _tensor("deq", (1, features), F32, 0),
+         _tensor("w", (units, features), F32, 1), _tensor("y", (1, units), F32, 0)],
+        [_buffer(w)],
+        [op, _operator(1, [1], [2]),
+         _operator(2, [2, 3, -1], [4], fb.BuiltinOptions.FullyConnectedOptions,
+                   fb.FullyConnectedOptionsT())],
+        [0], [4])
