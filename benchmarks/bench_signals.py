@@ -240,7 +240,7 @@ def _keras_model(path: Path) -> None:
             "keras.Input((16, 16, 1)), keras.layers.Conv2D(4, 3, activation='relu'), "
             "keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3, activation='softmax')]); "
             f"m.save({str(path)!r})")
-    subprocess.run([sys.executable, "-c", code], check=True,
+    subprocess.run([sys.executable, "-c", code], check=True, stderr=subprocess.DEVNULL,
                    env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
 
 

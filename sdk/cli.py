@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from devicefit.sdk import commands
 from devicefit.simulator.errors import DevicefitError, InputError, UsageError
 from devicefit.simulator.escape import clean
+from devicefit.simulator.fileio import all_or_nothing
 from devicefit.simulator.limits import DEFAULT_MAX_OPS, ENV_MAX_OPS, TENSORS_PER_OP
 from devicefit.simulator.signals import (
     Terminated,
@@ -174,7 +175,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             if getattr(args, "plot", None):
                 _need_matplotlib()
-            with progress(quiet=args.quiet, no_color=args.no_color):
+            with progress(quiet=args.quiet, no_color=args.no_color), all_or_nothing():
                 return int(args.handler(args))
         except DevicefitError as exc:
             # Messages quote file contents (names, YAML values): never raw control characters.

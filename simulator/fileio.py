@@ -3,10 +3,14 @@ rename) and never over an input or each other."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from devicefit.simulator.errors import InputError, UsageError
@@ -40,12 +44,75 @@ def _umask() -> int:
     return mask
 
 
+@dataclass(frozen=True)
+class _Written:
+    """An output written inside :func:`all_or_nothing`, and what it replaced (a hard link
+    to the old file beside it), if anything."""
+
+    target: Path
+    previous: Path | None
+
+
+#: The outputs of the command now running (None outside :func:`all_or_nothing`).
+_written: list[_Written] | None = None
+
+
+@contextmanager
+def all_or_nothing() -> Iterator[None]:
+    """One command's outputs: kept if the block ends normally, else as if never written.
+
+    A command writes several files (a model, then its report and page) and reads some back
+    (the converted model is evaluated and simulated from disk), so each is written in place
+    with :func:`write_atomic` as usual; when the block fails or is interrupted, every file
+    it wrote is removed again and a file it replaced gets its old content back. So an
+    interrupted or failed command leaves no output, or only complete outputs of a
+    completed run. Nested blocks belong to the outermost one.
+    """
+    global _written
+    if _written is not None:
+        yield
+        return
+    _written = []
+    try:
+        yield
+    except BaseException:
+        for w in reversed(_written):
+            with contextlib.suppress(OSError):
+                if w.previous is not None:
+                    os.replace(w.previous, w.target)
+                else:
+                    w.target.unlink(missing_ok=True)
+        raise
+    else:
+        for w in _written:
+            if w.previous is not None:
+                w.previous.unlink(missing_ok=True)
+    finally:
+        _written = None
+
+
+def _remember(target: Path) -> None:
+    """Record ``target`` before it is (re)placed inside :func:`all_or_nothing`."""
+    if _written is None or any(w.target == target for w in _written):
+        return
+    previous = None
+    if target.exists():
+        previous = target.with_name(f".{target.name}.devicefit-old-{os.getpid()}")
+        previous.unlink(missing_ok=True)
+        try:
+            os.link(target, previous)
+        except OSError:  # no hard links here: a copy keeps the old content just as well
+            shutil.copy2(target, previous)
+    _written.append(_Written(target, previous))
+
+
 def write_atomic(path: str | Path, data: bytes | str, *,
                  inputs: Iterable[str | Path] = ()) -> Path:
     """Write ``data`` to ``path`` via a temp file in the same folder and ``os.replace``.
 
     A reader never sees a half-written file, and a crash leaves the old file intact.
     ``inputs`` are the command's input files: writing over one of them is refused.
+    Inside :func:`all_or_nothing` the write is undone if the command does not complete.
     """
     target = Path(path)
     for source in inputs:
@@ -64,6 +131,7 @@ def write_atomic(path: str | Path, data: bytes | str, *,
         os.fchmod(fd, target.stat().st_mode & 0o777 if target.exists() else 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
+        _remember(target.absolute())
         os.replace(tmp, target)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)

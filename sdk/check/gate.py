@@ -132,7 +132,8 @@ class CheckResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CheckResult:
         return cls(data["project"], [Outcome.from_dict(o) for o in data["results"]],
-                   bool(data["run"]), data["baseline"], float(data["seconds"]))
+                   bool(data["run"]), data["baseline"], float(data["seconds"]),
+                   bool(data.get("fail_on_risk", False)))
 
 
 def _simulate(model_path: str, profile: Profile, run: bool,

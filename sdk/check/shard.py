@@ -119,7 +119,7 @@ def merge(docs: Sequence[tuple[Path, dict[str, Any]]]) -> CheckResult:
             if s.get(key) != first["shard"].get(key):
                 raise InputError(f"{path} and {first_path} are not shards of one run: "
                                  f"different {key.replace('_', ' ')}")
-        for key in ("project", "run", "baseline"):
+        for key in ("project", "run", "baseline", "fail_on_risk"):
             if doc.get(key) != first.get(key):
                 raise InputError(f"{path} and {first_path} are not shards of one run: "
                                  f"different {key}")
@@ -151,4 +151,4 @@ def merge(docs: Sequence[tuple[Path, dict[str, Any]]]) -> CheckResult:
     # The work the runners did together (their wall times overlap).
     seconds = sum(float(doc["seconds"]) for _, doc in docs)
     return CheckResult(first["project"], [o for o in placed if o is not None], first["run"],
-                       first["baseline"], seconds)
+                       first["baseline"], seconds, bool(first.get("fail_on_risk", False)))

@@ -161,12 +161,16 @@ def _merge(args: argparse.Namespace) -> int:
         raise UsageError("check merge --update-baseline needs --baseline FILE.json")
     from devicefit.sdk.outputs import check_outputs
 
-    inputs = [Path(p) for p in args.shard_results]
+    shards = [Path(p) for p in args.shard_results]
+    result = merge(load_shards(shards))
+    # What the shards were run on is an input too (a --junit over a model or the project
+    # file would replace it): the project file and every model, as the shards name them.
+    named = [*(("shard result", p) for p in shards), ("project file", Path(result.project)),
+             *(("model", Path(o.model_path)) for o in result.outcomes)]
     check_outputs([("--junit", args.junit), ("--markdown", args.markdown), ("--html", args.html),
                    ("--update-baseline", args.baseline if args.update_baseline else None)],
-                  [("shard result", p) for p in inputs], create_folders=True)
-    result = merge(load_shards(inputs))
-    return _views(args, result, inputs, [], args.baseline)
+                  named, create_folders=True)
+    return _views(args, result, [p for _, p in named], [], args.baseline)
 
 
 def _views(args: argparse.Namespace, result: CheckResult, inputs: list[Path],

@@ -65,6 +65,10 @@ def run_in_child(request: Any, supply: Callable[[tuple[int, ...]], Any],
     env["TF_CPP_MIN_LOG_LEVEL"] = "1"  # its stderr is the log file: keep TF's warnings
     root = str(Path(__file__).resolve().parents[2])  # importable from a checkout, too
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    # TensorFlow leaves __autograph_generated_file* and folders in $TMPDIR, and a killed
+    # child cleans nothing: its temp files go where this process removes them.
+    (work / "tmp").mkdir()
+    env["TMPDIR"] = str(work / "tmp")
     stall = float(os.environ.get("DEVICEFIT_CONVERT_STALL_S", STALL_TIMEOUT_S))
     with open(log_path, "wb") as log:
         child = subprocess.Popen([sys.executable, "-m", "devicefit.sdk.convert.tfchild", str(work)],
@@ -203,7 +207,9 @@ def _cleanup(work: Path, keep_log: bool) -> None:
         shutil.rmtree(work, ignore_errors=True)
         return
     for f in work.iterdir():
-        if f.name != LOG_NAME:
+        if f.is_dir():
+            shutil.rmtree(f, ignore_errors=True)
+        elif f.name != LOG_NAME:
             f.unlink(missing_ok=True)
 
 

@@ -220,3 +220,43 @@ def test_merge_writes_the_baseline_an_unsharded_run_would(project, tmp_path):
     assert main(["check", "merge", *map(str, shards), "--update-baseline", "--baseline",
                  str(merged)]) == 1
     assert json.loads(merged.read_text()) == json.loads(whole.read_text())
+
+
+@pytest.mark.parametrize("flag", ["--junit", "--markdown", "--html", "--update-baseline"])
+@pytest.mark.parametrize("victim", ["project", "model"])
+def test_merge_never_writes_over_the_project_or_its_models(runs, project, capsys, flag, victim):
+    """Found by the fault campaign: merge knew only the shard files as inputs, so
+    ``--junit vww.tflite`` replaced a model and ``--markdown devicefit.yaml`` the project."""
+    path = project if victim == "project" else project.parent / "mlp_int8.tflite"
+    before = path.read_bytes()
+    args = ["--baseline", str(path), "--update-baseline"] if flag == "--update-baseline" \
+        else [flag, str(path)]
+    assert main(["check", "merge", *map(str, runs["shards"]), *args]) == 2
+    assert "would replace an input" in capsys.readouterr().err
+    assert path.read_bytes() == before
+
+
+def test_merge_keeps_fail_on_risk(project, tmp_path, capsys):
+    """A sharded run with --fail-on-risk and its merge agree on the exit code: the flag
+    travels in the shard results (it was dropped, so merge exited 0 on an at-risk target)."""
+    from devicefit.simulator.simulate import simulate
+
+    model = project.parent / "chain_int8.tflite"
+    latency = simulate(str(model), "stm32l4r5-cortex-m4").latency
+    # A latency budget inside the estimate's band: met by the estimate, not by its top.
+    budget = (latency.estimated_device_ms + latency.band_ms[1]) / 2
+    risky = tmp_path / "risky.yaml"
+    risky.write_text(f"""models:
+  - path: {model}
+    profiles: [stm32l4r5-cortex-m4, {{name: esp32-s3, budgets: {{latency: 100s}}}}]
+    budgets: {{latency: {budget:.3f}ms}}
+""")
+    shards = [tmp_path / f"s{k}.json" for k in (1, 2)]
+    codes = [main(["check", str(risky), "--shard", f"{k}/2", "--results", str(s),
+                   "--fail-on-risk"]) for k, s in zip((1, 2), shards)]
+    assert max(codes) == 1  # the at-risk target's shard fails
+    capsys.readouterr()
+    merged = main(["check", "merge", *map(str, shards), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["fail_on_risk"] is True
+    assert merged == max(codes)
