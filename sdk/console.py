@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import shutil
 import sys
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devicefit.simulator import jsonout
 from devicefit.simulator.escape import clean
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
@@ -157,7 +157,7 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
 
 def print_json(data: Any) -> None:
     """Machine-readable output: stable key order, no colour, to stdout."""
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    sys.stdout.write(jsonout.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 # --------------------------------------------------------------------------- progress

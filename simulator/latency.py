@@ -22,6 +22,7 @@ covers makes the whole estimate an explicit "no estimate" (with the reason), not
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -178,6 +179,12 @@ def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile
         est.total_ms = None
         est.no_estimate = (f"no latency estimate: {where} cover(s) no "
                            f"{', '.join(sorted(set(missing)))}")
+    elif not math.isfinite(est.total_ms):
+        # Each figure of the profile is finite, their sum over the operators is not
+        # (op_overhead: 1e308): no number, rather than "inf s" and a margin of -inf.
+        est.total_ms = None
+        est.no_estimate = (f"no latency estimate: the cost_model of profile "
+                           f"'{profile.name}' overflows over {len(ops)} operators")
     return est
 
 

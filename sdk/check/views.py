@@ -9,10 +9,10 @@ testcase with an ``<error>``.
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from devicefit.simulator import jsonout
 from devicefit.simulator.escape import markdown as md_literal
 from devicefit.simulator.escape import markdown_code as md_code
 from devicefit.simulator.report import Status
@@ -191,7 +191,7 @@ def _md_cell(text: str, ok: bool | None) -> str:
 
 # --------------------------------------------------------------------------- JSON
 def json_text(result: CheckResult) -> str:
-    return json.dumps(result.to_dict(), indent=2) + "\n"
+    return jsonout.dumps(result.to_dict(), indent=2) + "\n"
 
 
 def html(result: CheckResult) -> str:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from devicefit.simulator import jsonout
 from devicefit.simulator.errors import UsageError
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ def _check(args: argparse.Namespace) -> int:
     written = []
     if args.results is not None:
         doc = shard_document(result, whole, shard, positions, len(whole.targets))
-        _write(args.results, json.dumps(doc, indent=2) + "\n", inputs)
+        _write(args.results, jsonout.dumps(doc, indent=2) + "\n", inputs)
         written.append(f"{args.results} (shard {shard})")
     return _views(args, result, inputs, written, baseline_path)
 
@@ -208,7 +208,7 @@ def _update_baseline(result: CheckResult, path: Path, err, inputs: list[Path]) -
         err.print(f"baseline not written: {len(result.outcomes) - len(done)} target(s) could "
                   f"not be simulated; fix them first", markup=False)
         return []
-    _write(path, json.dumps(baseline_document(done), indent=2, sort_keys=True) + "\n", inputs)
+    _write(path, jsonout.dumps(baseline_document(done), indent=2, sort_keys=True) + "\n", inputs)
     return [f"{path} (baseline)"]
 
 

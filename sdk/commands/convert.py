@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -22,6 +21,7 @@ from devicefit.sdk.convert.sparsity import KINDS
 from devicefit.sdk.convert.spec import OPTIONS, ConversionSpec
 from devicefit.sdk.outputs import check_outputs, data_inputs, picture_outputs
 from devicefit.sdk.pictures import add_picture_options, write_pictures
+from devicefit.simulator import jsonout
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.profiles import IO_TYPES, QUANT_SCHEMES
 from devicefit.simulator.units import format_estimate, format_figure, format_size
@@ -103,7 +103,7 @@ def _convert(args: argparse.Namespace) -> int:
         if baseline is not None:
             _before_after(args, report, baseline)
     if args.report:
-        write_atomic(args.report, json.dumps(report.to_dict(), indent=2) + "\n",
+        write_atomic(args.report, jsonout.dumps(report.to_dict(), indent=2) + "\n",
                      inputs=[args.model])
     _print_summary(console, report)
     return 0 if report.verdict in (None, "pass") else 1

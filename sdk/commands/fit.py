@@ -4,7 +4,6 @@ candidate that passes every budget, verify it in the runtime and write it."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import warnings
@@ -14,6 +13,7 @@ from pathlib import Path
 
 from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
 from devicefit.sdk.console import make_console, print_json, table
+from devicefit.simulator import jsonout
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.units import format_estimate, format_figure, format_size
@@ -151,7 +151,7 @@ def _outputs(args: argparse.Namespace, console, report, inputs: list[str]) -> in
     from devicefit.sdk.fit.report import render_fit_html
 
     if args.report:
-        write_atomic(args.report, json.dumps(report.to_dict(), indent=2) + "\n", inputs=inputs)
+        write_atomic(args.report, jsonout.dumps(report.to_dict(), indent=2) + "\n", inputs=inputs)
     if args.html:
         write_atomic(args.html, render_fit_html(report), inputs=inputs)
     if args.json:

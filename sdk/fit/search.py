@@ -22,7 +22,6 @@ without any work, and repeated proposals of a finished candidate are pruned with
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import multiprocessing
 import os
@@ -36,6 +35,7 @@ from typing import Any
 
 from devicefit.sdk.fit.candidate import Context, TrialRecord, evaluate
 from devicefit.sdk.fit.space import Candidate, SearchSpace
+from devicefit.simulator import jsonout
 from devicefit.simulator.errors import DevicefitError, UsageError
 from devicefit.simulator.fileio import write_atomic
 
@@ -199,7 +199,7 @@ class Objective:
         everything needed to export the winner on any machine."""
         if record.path is not None:
             write_atomic(Path(record.path).with_suffix(".json"),
-                         json.dumps(record.to_dict(), indent=2) + "\n")
+                         jsonout.dumps(record.to_dict(), indent=2) + "\n")
 
     def _evaluate(self, candidate: Candidate, number: int) -> TrialRecord:
         # One candidate the converter or the profile cannot handle (e.g. no cost-model entry

@@ -7,9 +7,9 @@ on each side.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
+from devicefit.simulator import jsonout
 from devicefit.simulator.diff import LAYER_FIGURES, Change, Figure, LayerChange, ReportDiff
 from devicefit.simulator.escape import clean
 from devicefit.simulator.layers import LayerRow, shape_text
@@ -118,7 +118,7 @@ def render_text(diff: ReportDiff, top: int = 20) -> str:
 
 
 def render_json(diff: ReportDiff) -> str:
-    return json.dumps(diff.to_dict(), indent=2) + "\n"
+    return jsonout.dumps(diff.to_dict(), indent=2) + "\n"
 
 
 def render_html(diff: ReportDiff) -> str:

@@ -3,16 +3,16 @@ back (:func:`read_report`, for the shard results ``check merge`` combines)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from devicefit.simulator import jsonout
 from devicefit.simulator.compat import section_type
 from devicefit.simulator.report import Report
 from devicefit.simulator.views.base import View
 
 
 def render(report: Report) -> str:
-    return json.dumps(report.to_dict(), indent=2) + "\n"
+    return jsonout.dumps(report.to_dict(), indent=2) + "\n"
 
 
 def read_report(data: dict[str, Any]) -> Report:

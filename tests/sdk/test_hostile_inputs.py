@@ -556,3 +556,48 @@ def test_a_signal_outside_the_work_exits_with_its_status_not_by_it():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 128 + signal.SIGTERM
+
+
+# --------------------------------------------------------------------------- strict JSON
+def _strict(text: str):
+    """Parse as a strict JSON parser would (jq, JSON.parse): no NaN/Infinity."""
+    import json
+
+    def refuse(constant: str):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_an_overflowing_cost_model_gives_no_estimate_and_strict_json(tmp_path, capsys, tiny):
+    """Found by the fault campaign: each figure of the profile is finite, their sum over
+    the operators is not; --json printed a bare Infinity and the text 'inf s'."""
+    profile = tmp_path / "huge.yaml"
+    profile.write_text("extends: esp32-s3\ncost_model:\n  op_overhead: 1e308\n")
+    model = tmp_path / "chain.tflite"
+    model.write_bytes(hostile.relu_chain(4))
+    main(["simulate", str(model), "--profile", str(profile), "--json"])
+    doc = _strict(capsys.readouterr().out)
+    assert doc["latency"]["estimated_device_ms"] is None
+    assert "overflows" in doc["latency"]["no_estimate"]
+    main(["simulate", str(model), "--profile", str(profile)])
+    assert "inf" not in capsys.readouterr().out.replace("info", "")
+
+
+def test_check_results_are_strict_json_whatever_the_regression_rule(tmp_path, capsys, tiny):
+    project = tmp_path / "devicefit.yaml"
+    project.write_text(f"baseline: base.json\ndefaults:\n  regression: {{flash: 1e308%}}\n"
+                       f"models:\n  - path: {tiny}\n    profiles: [esp32-s3]\n")
+    assert main(["check", str(project)]) == 0  # the first run writes the baseline
+    capsys.readouterr()
+    results = tmp_path / "results.json"
+    assert main(["check", str(project), "--results", str(results), "--json"]) == 0
+    _strict(results.read_text())
+    _strict(capsys.readouterr().out)
+
+
+def test_strict_json_writes_null_for_every_non_finite_figure():
+    from devicefit.simulator import jsonout
+
+    doc = {"a": float("inf"), "b": [1.5, float("nan"), {"c": -float("inf")}], "d": (2,)}
+    assert _strict(jsonout.dumps(doc)) == {"a": None, "b": [1.5, None, {"c": None}], "d": [2]}
