@@ -8,16 +8,22 @@ tell apart from a benchmark that failed on a healthy device.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import os
 import re
+import selectors
 import shlex
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from devicefit.sdk.bench.benchmark_output import brief, tail
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
 
 log = logging.getLogger(__name__)
@@ -106,6 +112,79 @@ def file_digest(path: Path, algo: str = "sha256") -> str:
     return digest.hexdigest()
 
 
+#: What one adb call may print that is kept: its first and its last half (benchmark_model's
+#: results come last). A device that prints forever costs this much memory, no more.
+OUTPUT_LIMIT = 16 * 1024 * 1024
+
+
+class _Capped:
+    """A stream's first ``limit / 2`` bytes and its last ``limit / 2``."""
+
+    def __init__(self, limit: int) -> None:
+        self.half = limit // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        self.tail += chunk
+        if len(self.tail) > 2 * self.half:  # trimmed in bulk: amortised O(1) a byte
+            cut = len(self.tail) - self.half
+            self.dropped += cut
+            del self.tail[:cut]
+
+    def text(self) -> str:
+        tail = self.tail[-self.half:] if len(self.tail) > self.half else self.tail
+        self.dropped += len(self.tail) - len(tail)
+        gap = f"\n[... {self.dropped:,} bytes left out ...]\n" if self.dropped else ""
+        return (bytes(self.head).decode(errors="replace") + gap
+                + bytes(tail).decode(errors="replace"))
+
+
+def run_bounded(cmd: Sequence[str], timeout: float, limit: int = OUTPUT_LIMIT
+                ) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` with both memory and time bounded, whatever the device prints.
+
+    ``capture_output`` keeps everything (a phone printing without end filled 4 GB in 12 s)
+    and its timeout is only checked between reads of a stream that never ends. Here each
+    stream keeps its first and last ``limit / 2`` bytes, and the deadline is wall-clock:
+    at it the adb process group is killed and :class:`subprocess.TimeoutExpired` raised.
+    """
+    deadline = time.monotonic() + timeout
+    proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    streams = {proc.stdout: _Capped(limit), proc.stderr: _Capped(limit)}
+    try:
+        with selectors.DefaultSelector() as sel:
+            for stream in streams:
+                sel.register(stream, selectors.EVENT_READ)
+            while sel.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(list(cmd), timeout)
+                for key, _ in sel.select(min(left, 1.0)):
+                    chunk = os.read(key.fd, 1 << 16)
+                    if chunk:
+                        streams[key.fileobj].add(chunk)
+                    else:
+                        sel.unregister(key.fileobj)
+        code = proc.wait(max(0.0, deadline - time.monotonic()))
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    finally:
+        for stream in streams:
+            stream.close()
+    out, err = streams.values()
+    return subprocess.CompletedProcess(list(cmd), code, out.text(), err.text())
+
+
 class AdbClient:
     """One adb executable and, after :meth:`select`, one device serial."""
 
@@ -122,27 +201,25 @@ class AdbClient:
         cmd += list(args)
         what = what or "adb " + " ".join(args[:2])
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
-                                  timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+            proc = run_bounded(cmd, timeout)
         except subprocess.TimeoutExpired as exc:
             hint = " (it may still be running on the device)" if args[:1] == ["shell"] else ""
             raise AdbError(f"{what} timed out after {timeout:g} s{hint}; check that the device "
                            "is awake and connected, or raise --timeout") from exc
         except OSError as exc:
             raise AdbError(f"cannot run {self.adb_path}: {exc.strerror}") from exc
-        if device and proc.returncode != 0 and _GONE.search(proc.stderr or ""):
+        if device and proc.returncode != 0 and _GONE.search(proc.stderr[-64 * 1024:]):
             raise DeviceGone(f"device {self.serial or '(default)'} is no longer available during "
-                             f"{what} ({proc.stderr.strip().splitlines()[0]}); reconnect it and "
-                             "run again")
+                             f"{what} ({brief(proc.stderr.strip().splitlines()[0])}); reconnect "
+                             "it and run again")
         return proc
 
     def _checked(self, args: Sequence[str], timeout: float = QUICK_TIMEOUT_S,
                  what: str | None = None) -> str:
         proc = self._run(args, timeout, what=what)
         if proc.returncode != 0:
-            msg = (proc.stderr or proc.stdout).strip().replace("\n", " | ")
             raise AdbError(f"{what or 'adb ' + ' '.join(args[:2])} failed "
-                           f"(exit {proc.returncode}): {msg}")
+                           f"(exit {proc.returncode}): {tail(proc.stderr or proc.stdout)}")
         return proc.stdout
 
     # ------------------------------------------------------------------ devices
@@ -150,7 +227,7 @@ class AdbClient:
         proc = self._run(["devices"], QUICK_TIMEOUT_S, device=False, what="adb devices")
         if proc.returncode != 0:
             raise AdbError(f"adb devices failed (exit {proc.returncode}): "
-                           f"{(proc.stderr or proc.stdout).strip()}")
+                           f"{tail(proc.stderr or proc.stdout)}")
         entries = []
         for line in proc.stdout.splitlines():
             parts = line.split()

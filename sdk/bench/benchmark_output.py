@@ -248,20 +248,31 @@ def parse_benchmark_output(text: str) -> BenchmarkOutput:
 
 #: Figures that are differences and may be negative (memory freed since the tool started).
 _SIGNED = {"memory_init_mb", "memory_overall_mb"}
+#: Larger than any figure a run can print: a day in ms, a TiB in MB (model size, memory).
+_MAX_FIGURE = {"_ms": 86_400_000.0, "_mb": 1_048_576.0}
+
+
+def _impossible(name: str, value: float) -> bool:
+    if not math.isfinite(value) or (value < 0 and name not in _SIGNED):
+        return True
+    limit = next((v for suffix, v in _MAX_FIGURE.items() if name.endswith(suffix)), None)
+    return limit is not None and abs(value) > limit
 
 
 def _check_figures(out: BenchmarkOutput) -> None:
-    """Refuse NaN, infinite and negative figures: a device (or a tool build) that prints
-    them would otherwise pass or fail the latency budget on nothing."""
+    """Refuse NaN, infinite, negative and absurdly large figures, and statistics over no
+    run: a device (or a tool build) that prints them would otherwise pass or fail the
+    latency budget on nothing."""
     found: list[tuple[str, float]] = []
 
     def visit(prefix: str, obj: object) -> None:
         for name, value in vars(obj).items():
-            if isinstance(value, float) and (not math.isfinite(value)
-                                            or (value < 0 and name not in _SIGNED)):
+            if isinstance(value, float) and _impossible(name, value):
                 found.append((prefix + name, value))
             elif isinstance(value, RunStats | OpProfileRow | OpTypeSummary):
                 visit(f"{prefix}{name}.", value)
+        if isinstance(obj, RunStats) and obj.count < 1:
+            found.append((prefix + "count", float(obj.count)))
 
     visit("", out)
     for i, row in enumerate([*out.op_profile, *out.op_summary]):
@@ -274,7 +285,17 @@ def _check_figures(out: BenchmarkOutput) -> None:
             f"is judged on it")
 
 
+#: How much of a device's text an error message quotes: a line, and all of it.
+LINE_CHARS, MESSAGE_CHARS = 200, 800
+
+
+def brief(text: str, limit: int = LINE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit:,} more)"
+
+
 def tail(text: str, n: int = 6) -> str:
-    """The last ``n`` non-empty lines of ``text`` joined on one line (for one-line errors)."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return " | ".join(lines[-n:]) if lines else "(no output)"
+    """The last ``n`` non-empty lines of ``text`` joined on one line (for one-line errors),
+    each line and the whole bounded: a device can print megabytes on one line."""
+    lines = [brief(ln.strip()) for ln in text[-64 * 1024:].splitlines() if ln.strip()]
+    return brief(" | ".join(lines[-n:]), MESSAGE_CHARS) if lines else "(no output)"

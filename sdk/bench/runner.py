@@ -78,6 +78,10 @@ def _remote_name(model: Path) -> str:
 def _failure(returncode: int, output: str) -> RuntimeFailure:
     """The error for a benchmark_model run that exited non-zero on a device still online."""
     last = tail(output)
+    if returncode == 255:
+        # adb's own failure code (and no signal's: shells report a signal as 128 + n < 255).
+        return RuntimeFailure(f"adb failed while benchmark_model ran (exit 255: adb's own "
+                              f"error, or benchmark_model exited 255); its last lines: {last}")
     if returncode > 128:
         try:
             name = signal.Signals(returncode - 128).name

@@ -20,7 +20,9 @@ ARGS``. A program is "executed" like the phone would: it must exist and be execu
 runs the pushed model in LiteRT on this machine. ``vanish`` makes the device disconnect
 halfway through the benchmark (it stays gone: a ``.gone`` file in its storage); ``noexec``
 ignores chmod (storage mounted noexec); ``hang`` sleeps that many seconds instead of running;
-``unplug_at_push`` disconnects the device when the first push starts.
+``unplug_at_push`` disconnects the device when the first push starts; ``flood`` prints that
+many bytes of one line of noise (on stderr with ``flood_stderr``; forever when -1) before the
+real output, or instead of it when ``flood_exit`` gives an exit status.
 Messages and exit codes follow adb and Android's toybox/mksh.
 """
 
@@ -100,6 +102,18 @@ def shell(dev: dict, config: dict, words: list[str]) -> int:
     return fail(f"/system/bin/sh: {cmd}: inaccessible or not found", 127)
 
 
+def flood(count: int, stream) -> None:
+    """``count`` bytes of one line of noise (forever when negative), in 1 MiB writes."""
+    chunk = "noise " * (1 << 20 // 6)
+    sent = 0
+    while count < 0 or sent < count:
+        part = chunk if count < 0 else chunk[:count - sent]
+        stream.write(part)
+        sent += len(part)
+    stream.write("\n")
+    stream.flush()
+
+
 def execute(dev: dict, config: dict, program: str, args: list[str]) -> int:
     target = on_device(dev, program)
     if not target.is_file():
@@ -117,6 +131,10 @@ def execute(dev: dict, config: dict, program: str, args: list[str]) -> int:
     if behaviour.get("hang"):  # a benchmark that never ends (adb is killed by its caller)
         time.sleep(float(behaviour["hang"]))
         return 0
+    if behaviour.get("flood"):  # a hostile device: noise first, on one line, or without end
+        flood(int(behaviour["flood"]), sys.stderr if behaviour.get("flood_stderr") else sys.stdout)
+        if behaviour.get("flood_exit"):
+            return int(behaviour["flood_exit"])
     env = dict(os.environ, FAKE_BENCH=json.dumps(behaviour))
     proc = subprocess.run([config["python"], str(HERE / "fake_benchmark_model.py"), *args],
                           capture_output=True, text=True, env=env, check=False)

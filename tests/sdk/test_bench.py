@@ -360,3 +360,65 @@ def test_op_profiling_times_reach_the_layer_table_csv_and_html(phones, model, ar
     rows = list(csv.DictReader(out_csv.open()))
     assert [float(r["device_ms"]) for r in rows] == [0.5 + op.index for op in sg.operators]
     assert 'data-col="device_ms"' in page.read_text()
+
+
+# --------------------------------------------------------------------------- hostile phones
+def _fake_adb_processes(config: Path) -> list[int]:
+    """The fake adb processes still running with ``config`` (their environment names it)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if proc.name.isdigit() and f"FAKE_ADB_CONFIG={config}\0".encode() in environ:
+            found.append(int(proc.name))
+    return found
+
+
+def test_a_device_printing_without_end_stops_at_the_timeout(phones, model, arm64_binary,
+                                                            capsys) -> None:
+    """A FAKE phone (no Android device here) that prints forever: adb's output used to be
+    kept whole until memory ran out; now the deadline holds and adb is killed."""
+    phones.add("FAKE01", flood=-1)
+    assert main(_run_cli(model, arm64_binary, str(phones.adb), "--timeout", "2")) == 2
+    err = capsys.readouterr().err
+    assert "benchmark_model timed out after 2 s" in err
+    assert len(err) < 2000
+    assert _fake_adb_processes(phones.config_path) == []
+
+
+def test_a_device_printing_a_flood_keeps_its_results(phones, model, arm64_binary,
+                                                    capsys) -> None:
+    """24 MB (more than adb.OUTPUT_LIMIT) of noise on one line before benchmark_model's real output (a FAKE phone): the
+    last part of what it prints is kept, so the results still parse."""
+    phones.add("FAKE01", flood=24 << 20)
+    assert main(_run_cli(model, arm64_binary, str(phones.adb))) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "ms" in out and len(out) < 20_000
+
+
+def test_a_device_error_is_quoted_briefly(phones, model, arm64_binary, capsys) -> None:
+    """20 MB on one stderr line and a failure (a FAKE phone): one short line quotes it."""
+    phones.add("FAKE01", flood=20 << 20, flood_stderr=True, flood_exit=1)
+    assert main(_run_cli(model, arm64_binary, str(phones.adb))) == 2
+    err = capsys.readouterr().err
+    assert "benchmark_model failed (exit 1)" in err
+    assert "more)" in err and len(err) < 2000
+
+
+def test_run_bounded_keeps_the_head_and_the_tail() -> None:
+    from devicefit.sdk.bench.adb import run_bounded
+
+    done = run_bounded(["sh", "-c", "echo first; head -c 5000000 /dev/zero | tr '\\0' x; "
+                        "echo; echo last"], timeout=60, limit=1 << 20)
+    assert done.returncode == 0
+    assert done.stdout.startswith("first\n") and done.stdout.rstrip().endswith("last")
+    assert "bytes left out" in done.stdout and len(done.stdout) < (1 << 20) + 100
+
+
+def test_adb_exit_255_is_adbs_failure_not_a_signal() -> None:
+    from devicefit.sdk.bench.runner import _failure
+
+    message = str(_failure(255, "error: closed"))
+    assert "adb failed" in message and "signal" not in message
