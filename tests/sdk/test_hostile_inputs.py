@@ -478,7 +478,10 @@ CAPTURE = ROOT / "tests" / "fixtures" / "benchmark_model" / "tf42507_android_cpu
     ("avg=33209.4 std=450", "avg=-33209.4 std=450"),
     ("Inference (avg): 33209.4", "Inference (avg): inf"),
     ("overall=12.8672", "overall=nan"),
-], ids=["nan-average", "negative-stat", "inf-average", "nan-memory"])
+    ("Inference (avg): 33209.4", "Inference (avg): 1e300"),
+    ("count=50 first=32891", "count=0 first=32891"),
+], ids=["nan-average", "negative-stat", "inf-average", "nan-memory", "absurd-average",
+        "no-runs"])
 def test_bench_refuses_impossible_figures_from_the_device(old, new):
     from devicefit.sdk.bench.benchmark_output import BenchmarkOutputError, parse_benchmark_output
 
