@@ -80,6 +80,8 @@ def all_or_nothing() -> Iterator[None]:
             with contextlib.suppress(OSError):
                 if w.previous is not None:
                     os.replace(w.previous, w.target)
+                elif w.target.is_dir():  # a folder made for the outputs: empty again now
+                    w.target.rmdir()
                 else:
                     w.target.unlink(missing_ok=True)
         raise
@@ -89,6 +91,27 @@ def all_or_nothing() -> Iterator[None]:
                 w.previous.unlink(missing_ok=True)
     finally:
         _written = None
+
+
+def _make_folder(folder: Path) -> None:
+    """Create ``folder`` and its missing parents (``-o build/m.tflite``, CI's
+    ``reports/junit.xml``), each undone with the outputs inside :func:`all_or_nothing`."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for made in reversed(missing):
+        try:
+            made.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise InputError(f"cannot create the output folder {made}: "
+                             f"{exc.strerror or exc}") from None
+        if _written is not None:
+            _written.append(_Written(made.absolute(), None))
+    if not folder.is_dir() and not missing:
+        raise UsageError(f"output folder {folder} is not a folder")
 
 
 def _remember(target: Path) -> None:
@@ -119,8 +142,7 @@ def write_atomic(path: str | Path, data: bytes | str, *,
         if Path(source).exists() and target.exists() and target.resolve() == Path(source).resolve():
             raise UsageError(f"refusing to overwrite the input file {source}; choose another output")
     folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise UsageError(f"output folder does not exist: {folder}")
+    _make_folder(folder)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
@@ -161,16 +183,15 @@ def _inside(path: Path, folder: Path) -> bool:
         return False
 
 
-def check_outputs(outputs: Iterable[Named], inputs: Iterable[Named], *,
-                  create_folders: bool = False) -> None:
+def check_outputs(outputs: Iterable[Named], inputs: Iterable[Named]) -> None:
     """Refuse, before any work, outputs that would replace an input or each other, or that
     cannot be written: one :class:`UsageError` line naming both sides.
 
     Every command calls this with all its outputs (``-o``, ``--report``, ``--html``, ...) and
     all its inputs (model, data, profile files, project, baseline). An input folder (a
     SavedModel, an image folder) protects everything inside it: a new file there would be
-    read back as data next time. ``create_folders``: the command makes missing parent folders
-    (CI report paths), so only the nearest existing one must be writable.
+    read back as data next time. Missing parent folders are made when the output is written
+    (:func:`write_atomic`), so only the nearest existing one must be writable.
     """
     ins = list(dict.fromkeys((what, Path(p)) for what, p in inputs
                              if p is not None and str(p) != ""))
@@ -191,20 +212,19 @@ def check_outputs(outputs: Iterable[Named], inputs: Iterable[Named], *,
                 raise UsageError(f"{what} and {other_what} are the same file {out}; "
                                  f"give each output its own path")
         seen.append((what, out))
-        _check_writable(what, out, create_folders)
+        _check_writable(what, out)
 
 
-def _check_writable(what: str, out: Path, create_folders: bool) -> None:
+def _check_writable(what: str, out: Path) -> None:
     if out.is_dir():
         raise UsageError(f"{what} {out} is a folder; give a file path")
     if out.exists() and not out.is_file():
         raise UsageError(f"{what} {out} is not a regular file; give a file path")
     folder = out.parent if str(out.parent) else Path(".")
-    if create_folders:
-        while not folder.exists() and folder != folder.parent:
-            folder = folder.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
     if not folder.is_dir():
-        raise UsageError(f"{what}: output folder does not exist: {folder}")
+        raise UsageError(f"{what}: {folder} is not a folder")
     # Trying is the only honest test: permissions, read-only mounts and pseudo file systems
     # (/proc accepts nothing new even from root) all answer here.
     try:

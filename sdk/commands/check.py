@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from devicefit.simulator import jsonout
 from devicefit.simulator.errors import UsageError
+from devicefit.simulator.fileio import write_atomic
 
 if TYPE_CHECKING:
     from devicefit.sdk.check import CheckResult, Outcome
@@ -124,7 +125,7 @@ def _check(args: argparse.Namespace) -> int:
     check_outputs([("--junit", args.junit), ("--markdown", args.markdown), ("--html", args.html),
                    ("--results", args.results),
                    ("--update-baseline", baseline_path if args.update_baseline else None)],
-                  named_inputs, create_folders=True)
+                  named_inputs)
     shard = args.shard or Shard(1, 1)
     whole = project
     project, positions = select(project, shard)
@@ -140,7 +141,7 @@ def _check(args: argparse.Namespace) -> int:
     written = []
     if args.results is not None:
         doc = shard_document(result, whole, shard, positions, len(whole.targets))
-        _write(args.results, jsonout.dumps(doc, indent=2) + "\n", inputs)
+        write_atomic(args.results, jsonout.dumps(doc, indent=2) + "\n", inputs=inputs)
         written.append(f"{args.results} (shard {shard})")
     return _views(args, result, inputs, written, baseline_path)
 
@@ -169,7 +170,7 @@ def _merge(args: argparse.Namespace) -> int:
              *(("model", Path(o.model_path)) for o in result.outcomes)]
     check_outputs([("--junit", args.junit), ("--markdown", args.markdown), ("--html", args.html),
                    ("--update-baseline", args.baseline if args.update_baseline else None)],
-                  named, create_folders=True)
+                  named)
     return _views(args, result, [p for _, p in named], [], args.baseline)
 
 
@@ -180,7 +181,7 @@ def _views(args: argparse.Namespace, result: CheckResult, inputs: list[Path],
 
     for path, render in ((args.junit, junit_xml), (args.markdown, markdown), (args.html, html)):
         if path is not None:
-            _write(path, render(result), inputs)
+            write_atomic(path, render(result), inputs=inputs)
             written.append(str(path))
     if args.update_baseline:
         err = make_console(args.no_color, stderr=True)
@@ -192,13 +193,6 @@ def _views(args: argparse.Namespace, result: CheckResult, inputs: list[Path],
     return result.exit_code
 
 
-def _write(path: Path, text: str, inputs: list[Path]) -> None:
-    from devicefit.simulator.fileio import write_atomic
-
-    path.parent.mkdir(parents=True, exist_ok=True)  # CI jobs like reports/junit.xml
-    write_atomic(path, text, inputs=inputs)
-
-
 def _update_baseline(result: CheckResult, path: Path, err, inputs: list[Path]) -> list[str]:
     from devicefit.sdk.check import baseline_document
 
@@ -208,7 +202,8 @@ def _update_baseline(result: CheckResult, path: Path, err, inputs: list[Path]) -
         err.print(f"baseline not written: {len(result.outcomes) - len(done)} target(s) could "
                   f"not be simulated; fix them first", markup=False)
         return []
-    _write(path, jsonout.dumps(baseline_document(done), indent=2, sort_keys=True) + "\n", inputs)
+    write_atomic(path, jsonout.dumps(baseline_document(done), indent=2, sort_keys=True) + "\n",
+                 inputs=inputs)
     return [f"{path} (baseline)"]
 
 

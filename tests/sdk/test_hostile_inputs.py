@@ -213,9 +213,10 @@ def _outputs_case(tmp_path: Path, tiny: Path, case: str) -> tuple[list[str], lis
                              [tiny], "is a folder"),
         "html-unwritable": (["simulate", m, "--profile", "esp32-s3", "--html",
                              "/proc/devicefit.html"], [tiny], "cannot write to the folder"),
+        # A missing folder is made, under the nearest one that exists: that must be writable.
         "html-missing-folder": (["simulate", m, "--profile", "esp32-s3", "--html",
-                                 str(tmp_path / "no" / "r.html")], [tiny],
-                                "does not exist"),
+                                 "/proc/devicefit-no/r.html"], [tiny],
+                                "cannot write to the folder /proc"),
         "optimize-over-profile": (["optimize", m, "--profile", prof, "-o", prof],
                                   [profile], "would replace an input, the profile"),
         "convert-into-savedmodel": (["convert", str(sm), "--profile", "esp32-s3", "-o",

@@ -42,3 +42,30 @@ def test_outside_a_block_writes_are_final(tmp_path):
     with pytest.raises(RuntimeError), all_or_nothing():
         raise RuntimeError
     assert (tmp_path / "a.txt").read_text() == "a"
+
+
+def test_missing_folders_are_made_and_unmade_with_the_outputs(tmp_path):
+    out = tmp_path / "build" / "reports" / "junit.xml"
+    with pytest.raises(_Stop), all_or_nothing():
+        write_atomic(out, "<testsuites/>")
+        assert out.read_text() == "<testsuites/>"
+        raise _Stop()
+    assert list(tmp_path.iterdir()) == []
+    with all_or_nothing():
+        write_atomic(out, "<testsuites/>")
+    assert out.read_text() == "<testsuites/>"
+
+
+def test_every_command_makes_the_output_folder(tmp_path, capsys):
+    """One rule for every command (optimize refused a missing folder, check made it)."""
+    from devicefit.sdk.cli import main
+
+    from tests import hostile
+
+    model = tmp_path / "m.tflite"
+    model.write_bytes(hostile.relu_chain(2))
+    assert main(["simulate", str(model), "--profile", "esp32-s3",
+                 "--html", str(tmp_path / "a" / "r.html")]) == 0
+    assert main(["optimize", str(model), "--profile", "esp32-s3",
+                 "-o", str(tmp_path / "b" / "c" / "m.tflite")]) == 0
+    assert (tmp_path / "a" / "r.html").is_file() and (tmp_path / "b" / "c" / "m.tflite").is_file()
