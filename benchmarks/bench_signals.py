@@ -8,6 +8,9 @@ runner's cancel and a closed terminal send), and checks:
 
 - **traceback**: ``Traceback`` on stderr;
 - **died by the signal**: a negative status (a crash to CI) instead of 128 + signal;
+  a signal that lands while Python itself starts (``site``, before any devicefit code can
+  install a handler: its traceback names no devicefit file, or the process died silently)
+  is counted apart, as "during Python's own start-up";
 - **hang**: not ended 30 s after the signal;
 - **leaked**: any process of the session still alive 10 s after the command ended
   (workers, fork server, resource tracker, runtime children), looked up by session id;
@@ -64,6 +67,8 @@ class Tally:
     trials: int = 0
     completed: int = 0
     interrupted: int = 0
+    #: Signals that came while Python itself started (see :func:`trial`).
+    before_devicefit: int = 0
     defects: dict[str, list[str]] = field(default_factory=dict)
 
     def add(self, kind: str, what: str) -> None:
@@ -155,6 +160,11 @@ def trial(cmd: Command, work: Path, reference: dict[str, str], rng: random.Rando
     tally.trials += 1
     if code is None:
         tally.add("hang", label)
+        return
+    if ("Traceback" in err and "devicefit" not in err) or (code < 0 and not err.strip()):
+        # The interpreter's own start-up (site, encodings), before a line of devicefit runs
+        # and can handle a signal: counted apart, it is not the project's to fix.
+        tally.before_devicefit += 1
         return
     if "Traceback" in err:
         tally.add("traceback", f"{label}: {err.strip().splitlines()[-1][:160]}")
@@ -268,7 +278,7 @@ def main() -> int:
             defects = sum(len(v) for v in tally.defects.values())
             print(f"{cmd.name:9s} {tally.trials} trials (reference run {duration:.1f} s): "
                   f"{tally.completed} completed, {tally.interrupted} interrupted, "
-                  f"{defects} defects")
+                  f"{tally.before_devicefit} during Python's own start-up, {defects} defects")
             for kind, items in tally.defects.items():
                 print(f"  {kind}: {len(items)}; e.g. {items[0]}")
     if args.json:
