@@ -426,6 +426,16 @@ class Report:
         """Budgets met by the estimate but not by the top of its error band."""
         return [b.name for b in self.budgets if b.status == Status.AT_RISK]
 
+    def summary(self) -> Report:
+        """This report without its per-tensor and per-operator detail (the memory plan and
+        timeline, MACs, latency and layer rows by operator): every figure and verdict a
+        budget, a regression rule or a CI view reads stays. ``check`` keeps passing targets
+        of a large project so (a thousand full reports were 100 MB of JSON)."""
+        latency = None if self.latency is None else dataclasses.replace(self.latency, per_op=())
+        return dataclasses.replace(
+            self, memory=dataclasses.replace(self.memory, timeline=[], plan=[]),
+            compute=dataclasses.replace(self.compute, per_op=[]), latency=latency, layers=[])
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (plain dicts, lists, str, numbers), with its ``schema_version``."""
         return {"schema_version": SCHEMA_VERSION, **_plain_fields(self)}

@@ -48,6 +48,8 @@ class Outcome:
     rules: list[str] = field(default_factory=list)
     overridden: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: False when the report was kept as its :meth:`~simulator.report.Report.summary`.
+    detailed: bool = True
 
     @property
     def unchecked_budgets(self) -> dict[str, str]:
@@ -76,6 +78,7 @@ class Outcome:
             "regression_notes": self.regression_notes,
             "rules": self.rules,
             "error": self.error,
+            "detailed": self.detailed,
             "report": self.report.to_dict() if self.report else None,
         }
 
@@ -86,7 +89,8 @@ class Outcome:
                    read_report(data["report"]) if data["report"] is not None else None,
                    data["error"], [RegressionCheck(**r) for r in data["regressions"]],
                    list(data["regression_notes"]),
-                   list(data["rules"]), list(data["overridden_budgets"]), data["seconds"])
+                   list(data["rules"]), list(data["overridden_budgets"]), data["seconds"],
+                   bool(data.get("detailed", True)))
 
 
 @dataclass
@@ -216,11 +220,12 @@ def run_check(project: Project, *, run: bool = False, jobs: int = 1,
               baseline: dict[str, dict[str, dict[str, Any]]] | None = None,
               baseline_path: Path | None = None, run_options: dict[str, Any] | None = None,
               on_done: Callable[[Outcome], None] | None = None,
-              fail_on_risk: bool = False) -> CheckResult:
+              fail_on_risk: bool = False, passing_details: bool = True) -> CheckResult:
     """Simulate every target of ``project`` and judge it; ``on_done`` sees each as it ends.
 
     ``baseline`` (from :func:`~sdk.check.baseline.load_baseline`) turns the targets'
-    regression rules into checks; without it the rules are not evaluated.
+    regression rules into checks; without it the rules are not evaluated. Without
+    ``passing_details`` a passing target keeps only its report's summary.
     """
     start = time.perf_counter()
     outcomes: list[Outcome | None] = [None] * len(project.targets)
@@ -239,6 +244,8 @@ def run_check(project: Project, *, run: bool = False, jobs: int = 1,
             else:
                 o.regressions, o.regression_notes = compare(
                     t.rules, baseline[t.model][t.profile.name], report)
+        if report is not None and not passing_details and o.status == "pass":
+            o.report, o.detailed = report.summary(), False
         outcomes[i] = o
         if on_done is not None:
             on_done(o)

@@ -201,11 +201,16 @@ def html(result: CheckResult) -> str:
              o.status.upper() if o.status != "pass" else "pass")
             for o in result.outcomes]
     mode = "static analysis + real inference" if result.run else "static analysis"
+    summarized = sum(1 for o in result.outcomes if not o.detailed)
+    more = (f"<p>{summarized} passing target(s) are in the table only; their memory plans "
+            f"and per-operator figures are left out of this page and the results (run with "
+            f"--details all to keep them)</p>" if summarized else "")
     intro = (f"<p>{escape(Path(result.project).name)} · {escape(mode)} · verdict "
              f"<b>{escape(result.verdict)}</b></p>"
              + html_table(("model", "profile", *METRICS, "regression", "problems", "status"),
-                          rows, [o.status for o in result.outcomes], last_cell_class="status"))
+                          rows, [o.status for o in result.outcomes], last_cell_class="status")
+             + more)
     sections = [Section(f"{o.model} on {o.profile}", o.report, o.status,
                         tuple(problems(o)) if o.status != "pass" else ())
-                for o in result.outcomes if o.report is not None]
+                for o in result.outcomes if o.report is not None and o.detailed]
     return render_html(f"devicefit check: {Path(result.project).name}", sections, intro)

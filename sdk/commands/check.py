@@ -18,6 +18,17 @@ if TYPE_CHECKING:
 # sdk.check (numpy, the simulator, rich tables) is imported inside the handlers so that
 # `devicefit --help` and the other commands do not pay for it.
 
+#: ``check --details``: which targets keep their whole report (per tensor, per operator) in
+#: the results and the page. ``auto``: all up to DETAIL_LIMIT targets, then the problems.
+DETAILS = ("auto", "all", "problems")
+DETAIL_LIMIT = 100
+
+
+def keeps_details(details: str, targets: int) -> bool:
+    """Whether a passing target keeps its whole report (every other target always does)."""
+    return details == "all" or (details == "auto" and targets <= DETAIL_LIMIT)
+
+
 #: Below this many targets a progress bar only flickers.
 PROGRESS_MIN_TARGETS = 4
 _STATUS = {"pass": "[green]pass[/]", "at-risk": "[bold yellow]AT RISK[/]",
@@ -75,6 +86,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results", type=Path, metavar="OUT.json",
                    help="write the JSON result with its shard placement (what 'check merge' "
                         "reads)")
+    p.add_argument("--details", choices=DETAILS, default="auto",
+                   help="which targets keep their whole report (memory plan, per-operator "
+                        "figures) in --results and --html: all, or only those that did not "
+                        f"pass; auto: all up to {DETAIL_LIMIT} targets, then the problems")
     p.add_argument("--fail-on-risk", action="store_true",
                    help="fail (exit 1) on a latency budget the estimate meets but the top of "
                         "its error band does not ('at risk'; passes by default)")
@@ -137,7 +152,8 @@ def _check(args: argparse.Namespace) -> int:
     with _Progress(err, 0 if args.quiet else len(project.targets)) as advance:
         result = run_check(project, run=args.run, jobs=args.jobs, baseline=baseline,
                            baseline_path=baseline_path if baseline is not None else None,
-                           on_done=advance, fail_on_risk=args.fail_on_risk)
+                           on_done=advance, fail_on_risk=args.fail_on_risk,
+                           passing_details=keeps_details(args.details, len(whole.targets)))
     written = []
     if args.results is not None:
         doc = shard_document(result, whole, shard, positions, len(whole.targets))

@@ -268,3 +268,36 @@ def test_html_has_the_project_table_and_a_section_per_target(tmp_path, models, c
                     "mlp_int8 on android-arm64-cpu"):
         assert f"<h2>{heading} " in html
     assert "exceeds its 1024 B budget" in html  # the failing target's problem in the table
+
+
+def test_large_projects_keep_details_for_their_problems_only(tmp_path, capsys):
+    """Scale: a thousand full reports were 108 MB of results and a 136 MB page. With
+    --details problems (auto beyond 100 targets) a passing target keeps its summary:
+    every budget figure and verdict, no memory plan or per-operator rows; a failing one
+    keeps everything, and check merge reads both back."""
+    from devicefit.sdk.cli import main
+
+    from tests import hostile
+
+    model = tmp_path / "m.tflite"
+    model.write_bytes(hostile.relu_chain(6))
+    project = tmp_path / "devicefit.yaml"
+    project.write_text(f"models:\n  - path: {model}\n    profiles: [esp32-s3, "
+                       f"{{name: stm32l4r5-cortex-m4, budgets: {{arena: 16B}}}}]\n")
+    results, page = tmp_path / "r.json", tmp_path / "r.html"
+    assert main(["check", str(project), "--details", "problems", "--results", str(results),
+                 "--html", str(page)]) == 1
+    doc = json.loads(results.read_text())
+    passing, failing = doc["results"]
+    assert (passing["status"], passing["detailed"]) == ("pass", False)
+    assert passing["report"]["memory"]["plan"] == [] and passing["report"]["layers"] == []
+    assert passing["report"]["memory"]["arena_required_bytes"] > 0  # figures stay
+    assert (failing["status"], failing["detailed"]) == ("fail", True)
+    assert failing["report"]["memory"]["plan"] and failing["report"]["layers"]
+    html = page.read_text()
+    assert "1 passing target(s) are in the table only" in html
+    assert "<h2>m on stm32l4r5-cortex-m4" in html and "<h2>m on esp32-s3" not in html
+    capsys.readouterr()
+    assert main(["check", "merge", str(results), "--json"]) == 1
+    merged = json.loads(capsys.readouterr().out)
+    assert [r["detailed"] for r in merged["results"]] == [False, True]
