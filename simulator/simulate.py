@@ -11,6 +11,7 @@ judged — once (:func:`simulator.verdict.judge`), so measured figures win.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Sequence
@@ -37,8 +38,10 @@ from devicefit.simulator.report import (
     PlannedBuffer,
     ProfileSummary,
     Report,
+    ShapesReport,
     TimelineStep,
 )
+from devicefit.simulator.shapes import resolve_shapes, shape_notes
 from devicefit.simulator.targets import target_for
 from devicefit.simulator.verdict import flash_bytes, judge
 
@@ -51,6 +54,7 @@ CONVERSION_METADATA = "devicefit.conversion"
 def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = False,
              order: Sequence[int] | None = None, profiles_dirs: Sequence[str | Path] = (),
              bench: BenchResult | None = None, strict: bool = False,
+             input_shapes: Sequence[tuple[str | None, tuple[int, ...]]] = (),
              **run_options: Any) -> Report:
     """Predict (and with ``run=True`` also measure) ``model_path`` on ``profile``, judged.
 
@@ -58,15 +62,17 @@ def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = Fals
     ``order`` executes the main graph's operators in that order (for the optimizer).
     ``bench`` is what the device itself measured (``devicefit bench``): its average time is
     judged against the latency budget instead of the estimate. ``strict``: a budget the
-    report has no figure for fails the verdict. ``run_options`` go to the running half
+    report has no figure for fails the verdict. ``input_shapes``: (input name or None for
+    the only one, shape) pairs the dynamic dimensions are resolved from (else the stored
+    input shapes; :mod:`simulator.shapes`). ``run_options`` go to the running half
     unchanged.
     """
     if not isinstance(profile, Profile):
         profile = load_profile(profile, list(profiles_dirs))
-    model = read_model(model_path)
+    model, shapes = resolve_shapes(read_model(model_path), input_shapes)
     if (prepare := target_for(profile).prepare) is not None:  # e.g. compile it for an NPU
         model = prepare(model, profile)
-    report = static_report(model, profile, order)
+    report = static_report(model, profile, order, shapes)
     if run:
         # Imported here: the static path must not load native runtimes.
         from devicefit.simulator.runtimes.stage import run_stage
@@ -86,12 +92,14 @@ def bench_section(result: BenchResult, report: Report | None,
                                                    why if estimate is None else None))
 
 
-def static_report(model: Model, profile: Profile, order: Sequence[int] | None = None) -> Report:
-    """The report of the static half, not judged yet (:func:`simulate` judges it whole)."""
+def static_report(model: Model, profile: Profile, order: Sequence[int] | None = None,
+                  shapes: ShapesReport | None = None) -> Report:
+    """The report of the static half, not judged yet (:func:`simulate` judges it whole).
+    ``shapes``: how :func:`simulator.shapes.resolve_shapes` set ``model``'s shapes."""
     plan = plan_memory(model, profile, order)
     work = op_work(model)
     report = Report(
-        model=model_summary(model),
+        model=model_summary(model, shapes),
         profile=ProfileSummary(name=profile.name, device_class=profile.device.kind,
                                runtime=profile.runtime.name, kernels=profile.runtime.kernels,
                                description=profile.description),
@@ -101,9 +109,8 @@ def static_report(model: Model, profile: Profile, order: Sequence[int] | None = 
             per_op=[OpCompute(w.op_index, w.op, w.macs, w.bytes_moved) for w in work]),
         notes=list(plan.notes),
     )
-    if any(t.is_dynamic for t in model.main.tensors):
-        report.notes.append("the model has dynamic dimensions (-1 in shape_signature): "
-                            "planned with the sizes stored in the file")
+    if shapes is not None:
+        report.notes.extend(shape_notes(shapes))
     report.compatibility = static_compatibility(model, profile)
     report.latency = static_latency(report.compatibility, profile)
     if report.latency is None:
@@ -114,15 +121,20 @@ def static_report(model: Model, profile: Profile, order: Sequence[int] | None = 
             report.notes.append(f"no device latency estimate: {exc}")
     if report.latency and report.latency.no_estimate:
         report.notes.append(report.latency.no_estimate)
+    if shapes is not None and not shapes.resolved and report.latency:
+        report.latency = dataclasses.replace(
+            report.latency, band_ms=None, band=None,
+            band_basis="shapes unresolved: no validated band (the estimate counts the "
+                       "file's placeholder sizes for the unresolved dimensions)")
     return report
 
 
-def model_summary(model: Model) -> ModelSummary:
+def model_summary(model: Model, shapes: ShapesReport | None = None) -> ModelSummary:
     return ModelSummary(
         path=model.path, sha256=model.sha256, size_bytes=model.size_bytes,
         operators=sum(len(sg.operators) for sg in model.subgraphs),
         op_types=model.op_types, parameters=parameters_by_dtype(model),
-        conversion=conversion_settings(model))
+        conversion=conversion_settings(model), shapes=shapes)
 
 
 def conversion_settings(model: Model) -> dict[str, Any] | None:

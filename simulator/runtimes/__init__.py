@@ -306,12 +306,13 @@ def starting_arena(model: Model) -> int:
     return 2 * activations + 256 * 1024 + 64 * sum(len(sg.operators) for sg in model.subgraphs)
 
 
-def _spawn(work: Path, timeout_s: float) -> tuple[subprocess.CompletedProcess | None, bool]:
+def _spawn(work: Path, timeout_s: float, module: str = "devicefit.simulator.runtimes._worker"
+           ) -> tuple[subprocess.CompletedProcess | None, bool]:
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    cmd = [sys.executable, "-m", "devicefit.simulator.runtimes._worker", str(work / "request.json")]
+    cmd = [sys.executable, "-m", module, str(work / "request.json")]
     with open(work / "stderr.txt", "w+b") as err:
         try:
             done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env,
