@@ -107,6 +107,18 @@ class ShapesReport:
         return not self.unresolved
 
 
+@dataclass(frozen=True)
+class SourceModel:
+    """The user's file, when the report describes what a target compiled it into (the
+    Ethos-U: Vela's output), so neither is mistaken for the other."""
+
+    size_bytes: int
+    sha256: str
+    operators: int
+    #: Who compiled it (the target's title).
+    compiled_for: str
+
+
 @dataclass
 class ModelSummary:
     path: str
@@ -120,6 +132,9 @@ class ModelSummary:
     conversion: dict[str, Any] | None = None
     #: The shapes planned with, when the model has dynamic dimensions or shapes were given.
     shapes: ShapesReport | None = None
+    #: Set when the figures are for a compilation of ``path`` (then size, sha256 and
+    #: operators above are the compiled model's).
+    source: SourceModel | None = None
 
 
 @dataclass

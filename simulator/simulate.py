@@ -21,7 +21,7 @@ from typing import Any
 from devicefit.simulator.benchmark import BenchComparison, BenchResult
 from devicefit.simulator.compat import static_compatibility, static_latency
 from devicefit.simulator.compute import op_work, parameters_by_dtype
-from devicefit.simulator.errors import ProfileError
+from devicefit.simulator.errors import ProfileError, UsageError
 from devicefit.simulator.latency import latency_section
 from devicefit.simulator.layers import layer_rows
 from devicefit.simulator.model import Model
@@ -39,6 +39,7 @@ from devicefit.simulator.report import (
     ProfileSummary,
     Report,
     ShapesReport,
+    SourceModel,
     TimelineStep,
 )
 from devicefit.simulator.shapes import resolve_shapes, shape_notes
@@ -69,10 +70,20 @@ def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = Fals
     """
     if not isinstance(profile, Profile):
         profile = load_profile(profile, list(profiles_dirs))
-    model, shapes = resolve_shapes(read_model(model_path), input_shapes)
-    if (prepare := target_for(profile).prepare) is not None:  # e.g. compile it for an NPU
-        model = prepare(model, profile)
+    source = read_model(model_path)
+    target = target_for(profile)
+    model = source
+    if target.prepare is not None:  # e.g. compile it for an NPU
+        if input_shapes:
+            raise UsageError(f"--input-shape: the {target.title} target compiles the file "
+                             f"with the shapes stored in it; convert the model at that shape")
+        model = target.prepare(source, profile)
+    model, shapes = resolve_shapes(model, input_shapes)
     report = static_report(model, profile, order, shapes)
+    if model.sha256 != source.sha256:
+        report.model.source = SourceModel(
+            source.size_bytes, source.sha256, sum(len(sg.operators) for sg in source.subgraphs),
+            target.title)
     if run:
         # Imported here: the static path must not load native runtimes.
         from devicefit.simulator.runtimes.stage import run_stage

@@ -32,6 +32,26 @@ class PartitionOp:
 
 
 @dataclass(frozen=True)
+class CompiledOp:
+    """One ``ethos-u`` op of a compiled file, as its inputs tell (TFLM's Ethos-U kernel
+    reads them in this order: command stream, read-only data, scratch, fast scratch, then
+    the feature maps)."""
+
+    subgraph: int
+    op_index: int
+    #: The NPU's command stream (constant).
+    command_stream_bytes: int
+    #: Encoded weights and biases, read from flash (constant).
+    weights_bytes: int
+    #: The NPU's arena in the TFLM arena, and its fast scratch (0: the same tensor).
+    scratch_bytes: int
+    fast_scratch_bytes: int
+    #: Feature maps in and out.
+    inputs: int
+    outputs: int
+
+
+@dataclass(frozen=True)
 class LayerCycles:
     """One row of Vela's per-layer CSV (its rewritten operators, not the user's)."""
 
@@ -90,6 +110,10 @@ class EthosUSection:
     command: tuple[str, ...] = ()
     ini: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: What each ``ethos-u`` op's inputs tell (sizes of its command stream, weights ...).
+    compiled_ops: tuple[CompiledOp, ...] = ()
+    #: MACs of the operators left on the Cortex-M (the NPU's are in its command stream).
+    cpu_macs: int | None = None
 
     @property
     def latency_ms(self) -> float | None:
@@ -131,6 +155,9 @@ class EthosUSection:
         lat = self.latency_split()
         if lat is None:
             why = [n for n in self.notes if "latency" in n or "Cortex-M part" in n]
+            if self.npu_ms is None and self.cpu_ms:
+                why.append(f"the Cortex-M part alone is {format_time_ms(self.cpu_ms)} "
+                           f"(estimated), a lower bound")
             return LatencyReport(no_estimate="; ".join(why) or "no Vela cycles", **common)
         return LatencyReport(
             estimated_device_ms=lat["total_ms"], band_ms=self.latency_band_ms,
@@ -174,6 +201,21 @@ class EthosUSection:
         else:
             lines.append(f"  scratch      {_b(self.scratch_bytes)} (NPU arena in the file); "
                          f"compiled file {_b(self.compiled_bytes)}")
+        for c in self.compiled_ops:
+            where = f"{c.subgraph}:{c.op_index}" if c.subgraph else str(c.op_index)
+            fast = _b(c.fast_scratch_bytes) if c.fast_scratch_bytes else "the same tensor"
+            lines.append(f"  ethos-u op {where}  command stream {_b(c.command_stream_bytes)}, "
+                         f"weights {_b(c.weights_bytes)} (flash), scratch "
+                         f"{_b(c.scratch_bytes)}, fast scratch {fast}; {c.inputs} input(s), "
+                         f"{c.outputs} output(s)")
+        if self.cpu_macs is not None:
+            cpu_time = (f", {format_time_ms(self.cpu_ms)} (estimated)"
+                        if self.cpu_ms is not None else "")
+            lines.append(f"  Cortex-M     {self.cpu_ops} op(s), {self.cpu_macs:,} MACs{cpu_time}"
+                         f"; the NPU's MACs are inside its command stream")
+        if self.npu_ms is None:
+            lines.append("  latency      unknown: the NPU's cycles are not in a compiled file "
+                         "(Vela's record or the int8 .tflite gives them)")
         if self.latency_ms is not None and self.npu_ms is not None and self.cpu_ms is not None:
             band = self.latency_band_ms
             likely = f" (likely {format_band(band)})" if band and band[0] != band[1] else ""
