@@ -239,7 +239,7 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
                    "dir": str(work), "inputs": source,
                    "memory_bytes": WORKER_MEMORY_BYTES}
         (work / "request.json").write_text(json.dumps(request))
-        proc, timed_out = _spawn(work, timeout_s)
+        proc, timed_out = spawn_worker(work, timeout_s)
         stage = _read_stage(work)
         result_file = work / "result.json"
         if timed_out:
@@ -254,8 +254,8 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
                                      f"{result['error']}{hint}")
             if proc.returncode == 0 or stage == "done":
                 return _result_from(result, work)
-        raise RuntimeFailure(f"{name} crashed during '{stage}' ({_describe_exit(proc.returncode)})"
-                             f"{_stderr_tail(proc.stderr)}; the model is malformed or hits a "
+        raise RuntimeFailure(f"{name} crashed during '{stage}' ({describe_exit(proc.returncode)})"
+                             f"{stderr_tail(proc.stderr)}; the model is malformed or hits a "
                              f"bug in {name} (devicefit ran it in a child process)")
 
 
@@ -306,7 +306,7 @@ def starting_arena(model: Model) -> int:
     return 2 * activations + 256 * 1024 + 64 * sum(len(sg.operators) for sg in model.subgraphs)
 
 
-def _spawn(work: Path, timeout_s: float, module: str = "devicefit.simulator.runtimes._worker"
+def spawn_worker(work: Path, timeout_s: float, module: str = "devicefit.simulator.runtimes._worker"
            ) -> tuple[subprocess.CompletedProcess | None, bool]:
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])
@@ -340,7 +340,7 @@ _SIGNAL_HINTS = {
 }
 
 
-def _describe_exit(code: int) -> str:
+def describe_exit(code: int) -> str:
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -351,7 +351,7 @@ def _describe_exit(code: int) -> str:
     return f"exit status {code}"
 
 
-def _stderr_tail(stderr: bytes | None, lines: int = 3) -> str:
+def stderr_tail(stderr: bytes | None, lines: int = 3) -> str:
     text = (stderr or b"").decode("utf-8", "replace").strip().splitlines()
     useful = [t for t in text if t.strip()][-lines:]
     return (": " + " | ".join(useful)) if useful else ""

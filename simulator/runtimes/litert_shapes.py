@@ -4,7 +4,7 @@
 (``Interpreter.resize_tensor_input``), allocates, reads back each tensor's shape, then
 invokes once on zeros and reads them again: outputs whose shape depends on values (a
 RESHAPE fed by SHAPE arithmetic) are only sized during invoke. The parent side,
-:func:`litert_shapes`, runs it like every runtime here (:func:`simulator.runtimes._spawn`:
+:func:`litert_shapes`, runs it like every runtime here (:func:`simulator.runtimes.spawn_worker`:
 a timeout, a crash is an answer, not the end of this process).
 """
 
@@ -21,9 +21,9 @@ from pathlib import Path
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.runtimes import (
     WORKER_MEMORY_BYTES,
-    _describe_exit,
-    _spawn,
-    _stderr_tail,
+    describe_exit,
+    spawn_worker,
+    stderr_tail,
 )
 
 MODULE = "devicefit.simulator.runtimes.litert_shapes"
@@ -48,14 +48,14 @@ def litert_shapes(path: str | Path, inputs: Mapping[int, tuple[int, ...]],
         request = {"model": str(Path(path).resolve()), "dir": str(work),
                    "inputs": {str(k): list(v) for k, v in inputs.items()}}
         (work / "request.json").write_text(json.dumps(request))
-        proc, timed_out = _spawn(work, timeout_s, MODULE)
+        proc, timed_out = spawn_worker(work, timeout_s, MODULE)
         if timed_out:
             return RuntimeShapes({}, problem=f"LiteRT gave no answer after {timeout_s:g} s")
         result_file = work / "result.json"
         if not result_file.exists():
             return RuntimeShapes({}, problem=(
-                f"LiteRT crashed ({_describe_exit(proc.returncode if proc else 1)})"
-                f"{_stderr_tail(proc.stderr if proc else None)}"))
+                f"LiteRT crashed ({describe_exit(proc.returncode if proc else 1)})"
+                f"{stderr_tail(proc.stderr if proc else None)}"))
         result = json.loads(result_file.read_text())
     return RuntimeShapes({int(k): tuple(v) for k, v in result["shapes"].items()},
                          invoked=result["invoked"], problem=result["problem"])
@@ -63,10 +63,10 @@ def litert_shapes(path: str | Path, inputs: Mapping[int, tuple[int, ...]],
 
 def _main(request_path: str) -> int:
     import numpy as np
-    from devicefit.simulator.runtimes._worker import _exit_with_parent, _limit_memory
-    from devicefit.simulator.runtimes.litert import _interpreter_module
+    from devicefit.simulator.runtimes._worker import exit_with_parent, limit_memory
+    from devicefit.simulator.runtimes.litert import interpreter_module
 
-    _exit_with_parent()
+    exit_with_parent()
     request = json.loads(Path(request_path).read_text())
     work = Path(request["dir"])
     shapes: dict[str, list[int]] = {}
@@ -77,8 +77,8 @@ def _main(request_path: str) -> int:
             shapes[str(d["index"])] = [int(x) for x in d["shape"]]
 
     try:
-        _limit_memory(WORKER_MEMORY_BYTES)
-        mod = _interpreter_module()
+        limit_memory(WORKER_MEMORY_BYTES)
+        mod = interpreter_module()
         interpreter = mod.Interpreter(
             model_path=request["model"],
             experimental_op_resolver_type=mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
