@@ -79,7 +79,7 @@ def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = Fals
                              f"with the shapes stored in it; convert the model at that shape")
         model = target.prepare(source, profile)
     model, shapes = resolve_shapes(model, input_shapes)
-    report = static_report(model, profile, order, shapes)
+    report = static_report(model, profile, order, shapes=shapes)
     if model.sha256 != source.sha256:
         report.model.source = SourceModel(
             source.size_bytes, source.sha256, sum(len(sg.operators) for sg in source.subgraphs),
@@ -103,7 +103,7 @@ def bench_section(result: BenchResult, report: Report | None,
                                                    why if estimate is None else None))
 
 
-def static_report(model: Model, profile: Profile, order: Sequence[int] | None = None,
+def static_report(model: Model, profile: Profile, order: Sequence[int] | None = None, *,
                   shapes: ShapesReport | None = None) -> Report:
     """The report of the static half, not judged yet (:func:`simulate` judges it whole).
     ``shapes``: how :func:`simulator.shapes.resolve_shapes` set ``model``'s shapes."""

@@ -4,7 +4,7 @@
 (``Interpreter.resize_tensor_input``), allocates, reads back each tensor's shape, then
 invokes once on zeros and reads them again: outputs whose shape depends on values (a
 RESHAPE fed by SHAPE arithmetic) are only sized during invoke. The parent side,
-:func:`litert_shapes`, runs it like every runtime here (:func:`simulator.runtimes.spawn_worker`:
+:func:`litert_shapes`, runs it like every runtime here (:func:`simulator.runtimes.spawn`:
 a timeout, a crash is an answer, not the end of this process).
 """
 
@@ -19,14 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devicefit.simulator.fileio import write_atomic
-from devicefit.simulator.runtimes import (
-    WORKER_MEMORY_BYTES,
-    describe_exit,
-    spawn_worker,
-    stderr_tail,
-)
-
-MODULE = "devicefit.simulator.runtimes.litert_shapes"
+from devicefit.simulator.runtimes import WORKER_MEMORY_BYTES, describe_exit, spawn
 
 
 @dataclass(frozen=True)
@@ -48,14 +41,13 @@ def litert_shapes(path: str | Path, inputs: Mapping[int, tuple[int, ...]],
         request = {"model": str(Path(path).resolve()), "dir": str(work),
                    "inputs": {str(k): list(v) for k, v in inputs.items()}}
         (work / "request.json").write_text(json.dumps(request))
-        proc, timed_out = spawn_worker(work, timeout_s, MODULE)
+        proc, timed_out = spawn(work, timeout_s, "litert_shapes")
         if timed_out:
             return RuntimeShapes({}, problem=f"LiteRT gave no answer after {timeout_s:g} s")
         result_file = work / "result.json"
         if not result_file.exists():
             return RuntimeShapes({}, problem=(
-                f"LiteRT crashed ({describe_exit(proc.returncode if proc else 1)})"
-                f"{stderr_tail(proc.stderr if proc else None)}"))
+                f"LiteRT crashed ({describe_exit(proc.returncode if proc else 1)})"))
         result = json.loads(result_file.read_text())
     return RuntimeShapes({int(k): tuple(v) for k, v in result["shapes"].items()},
                          invoked=result["invoked"], problem=result["problem"])
