@@ -72,14 +72,10 @@ def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = Fals
         profile = load_profile(profile, list(profiles_dirs))
     source = read_model(model_path)
     target = target_for(profile)
-    model = source
-    if target.prepare is not None:  # e.g. compile it for an NPU
-        if input_shapes:
-            raise UsageError(f"--input-shape: the {target.title} target compiles the file "
-                             f"with the shapes stored in it; convert the model at that shape")
-        model = target.prepare(source, profile)
-    model, shapes = resolve_shapes(model, input_shapes)
+    model, shapes, fixed = device_model(source, profile, input_shapes, run)
     report = static_report(model, profile, order, shapes=shapes)
+    if fixed is not None:
+        report.notes.append(fixed)
     if model.sha256 != source.sha256:
         report.model.source = SourceModel(
             source.size_bytes, source.sha256, sum(len(sg.operators) for sg in source.subgraphs),
@@ -88,11 +84,40 @@ def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = Fals
         # Imported here: the static path must not load native runtimes.
         from devicefit.simulator.runtimes.stage import run_stage
 
+        if input_shapes and shapes is not None:
+            run_options = {"input_shapes": dict(shapes.inputs), **run_options}
         report = run_stage(model, profile, report, **run_options)
     if bench is not None:
         report.bench = bench_section(bench, report)
     report.layers = layer_rows(model, report)
     return judge(report, profile, strict=strict)
+
+
+def device_model(source: Model, profile: Profile,
+                 input_shapes: Sequence[tuple[str | None, tuple[int, ...]]], run: bool
+                 ) -> tuple[Model, ShapesReport | None, str | None]:
+    """The model the device runs (compiled, for an NPU target) with its shapes resolved, and
+    a note when the given shapes are ones the runtime cannot resize to (TFLM runs the stored
+    ones: the figures are then for the model converted at that shape, and it cannot run)."""
+    target = target_for(profile)
+    model = source
+    if target.prepare is not None:  # e.g. compile it for an NPU
+        if input_shapes:
+            raise UsageError(f"--input-shape: the {target.title} target compiles the file "
+                             f"with the shapes stored in it; convert the model at that shape")
+        model = target.prepare(source, profile)
+    model, shapes = resolve_shapes(model, input_shapes)
+    if target.resizes_inputs or shapes is None or all(
+            shape == source.main.tensors[i].shape
+            for i, (_, shape) in zip(source.main.inputs, shapes.inputs, strict=False)):
+        return model, shapes, None
+    if run:
+        raise UsageError(f"--input-shape with --run: {target.title} cannot resize an input, "
+                         f"it runs the shapes stored in the file; convert the model at that "
+                         f"shape, or run it on a LiteRT profile")
+    return model, shapes, (f"{target.title} allocates the input shapes stored in the file and "
+                           f"cannot resize them: these figures are for the model converted "
+                           f"at the given shape")
 
 
 def bench_section(result: BenchResult, report: Report | None,

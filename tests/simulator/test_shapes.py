@@ -180,3 +180,18 @@ def test_check_takes_input_shapes_per_model_and_per_profile_entry(conv_time, cap
                        f"    profiles: [{PHONE}]\n")
     with pytest.raises(ProjectError, match=r"input_shapes\[0\].*at least 1"):
         load_project(project)
+
+
+def test_run_uses_the_given_shape_where_the_runtime_resizes(conv_time):
+    r = simulate(conv_time, PHONE, run=True, runs=1, input_shapes=[(None, (2, 50, 8))])
+    assert r.measured.skipped is None and "at x 2x50x8" in r.measured.inputs
+    assert r.latency.host_ms is not None and r.compute.macs == conv_time_macs(2, 50)
+
+
+def test_tflm_cannot_resize_an_input_and_the_report_says_so(conv_time):
+    mcu = "stm32h743-cortex-m7"
+    r = simulate(conv_time, mcu, input_shapes=[(None, (2, 50, 8))])
+    assert r.compute.macs == conv_time_macs(2, 50)
+    assert any("cannot resize them" in n for n in r.notes)
+    with pytest.raises(UsageError, match="cannot resize an input"):
+        simulate(conv_time, mcu, run=True, input_shapes=[(None, (2, 50, 8))])
