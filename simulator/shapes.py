@@ -42,9 +42,13 @@ MAX_VALUE_ELEMENTS = 64
 def shape_notes(r: ShapesReport) -> list[str]:
     """One line each for the report's notes."""
     shapes = ", ".join(f"'{name}' {_text(shape)}" for name, shape in r.inputs)
-    lines = [f"dynamic dimensions (-1 in shape_signature): shapes propagated by "
-             f"{r.resolved_by} from the input shape(s) {r.source} ({shapes}); {r.changed} "
-             f"tensor shape(s) differ from the file's placeholders"]
+    if r.changed or r.unresolved:
+        lines = [f"dynamic dimensions (-1 in shape_signature): shapes resolved by "
+                 f"{r.resolved_by} from the input shape(s) {r.source} ({shapes}); "
+                 f"{r.changed} tensor shape(s) differ from the file's placeholders"]
+    else:
+        lines = [f"dynamic dimensions (-1 in shape_signature): at the input shape(s) "
+                 f"{r.source} ({shapes}) every shape is the file's own"]
     if r.unresolved:
         lines.append(f"shapes unresolved for {len(r.unresolved)} tensor(s) (e.g. "
                      f"{'; '.join(r.unresolved[:3])}): their sizes are the file's "
