@@ -89,7 +89,7 @@ class ShapesReport:
 
     #: Input name → the shape planned with.
     inputs: tuple[tuple[str, tuple[int, ...]], ...]
-    #: Where the input shapes come from: "given with --input-shape" or "stored in the file".
+    #: Where the input shapes come from: "given (--input-shape)" or "stored in the file".
     source: str
     #: Who resolved the other shapes: "devicefit" or "LiteRT".
     resolved_by: str = "devicefit"

@@ -518,7 +518,7 @@ def resolve_shapes(model: Model, given: Sequence[tuple[str | None, Shape]] = (),
     shapes, unresolved = infer(model, inputs)
     report = ShapesReport(
         inputs=tuple((sg.tensors[i].name, s) for i, s in inputs.items()),
-        source="given with --input-shape" if given else "stored in the file",
+        source="given (--input-shape)" if given else "stored in the file",
         unresolved=tuple(f"'{sg.tensors[i].name}' {_text(shapes[i])}" for i in unresolved))
     differs = any(shapes[t.index] != t.shape for t in sg.tensors if t.index in shapes)
     if confirm and (given or differs or unresolved):

@@ -22,6 +22,7 @@ from devicefit.simulator.shapes import (
     resolve_shapes,
 )
 from devicefit.simulator.simulate import simulate
+from devicefit.simulator.views.json import read_report
 
 from tests.tflite_builder import conv_time_model, shape_reshape_model
 
@@ -157,6 +158,7 @@ def test_cli_input_shape_json_and_bad_input(conv_time, capsys):
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["compute"]["macs"] == conv_time_macs(2, 50)
     assert report["model"]["shapes"]["inputs"] == [["x", [2, 50, 8]]]
+    assert read_report(report).model.shapes.inputs == (("x", (2, 50, 8)),)
     assert main(["simulate", str(conv_time), "--profile", PHONE,
                  "--input-shape", "x:2x50x9"]) == 2
     assert "does not fit" in capsys.readouterr().err
