@@ -83,6 +83,10 @@ def test_int8_file_is_reported_as_the_users_with_its_compilation_beside(model_zo
     assert r.model.sha256 != source.sha256 and "CUSTOM:ethos-u" in r.model.op_types
     text = render("text", r)
     assert f"{source.size_bytes:,} B" in text and "compiled for the Arm Ethos-U NPU" in text
+    # Every operator on the NPU: Vela's cycles as they are, and no zero-width band that
+    # would claim them exact.
+    assert r.compatibility.section.cpu_ops == 0 and r.latency.estimated_device_ms > 0
+    assert r.latency.band_ms is None and "no band" in r.latency.band_basis
 
 
 def test_input_shape_on_an_ethos_u_profile_is_a_usage_error(model_zoo):

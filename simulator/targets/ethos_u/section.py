@@ -123,8 +123,10 @@ class EthosUSection:
 
     @property
     def latency_band_ms(self) -> tuple[float, float] | None:
-        """Vela's NPU time as it is, the Cortex-M part widened by its kernel tables' band."""
-        if self.latency_ms is None or self.npu_ms is None or self.cpu_ms is None:
+        """Vela's NPU time as it is, the Cortex-M part widened by its kernel tables' band;
+        None without a Cortex-M part to widen: nothing here validates Vela's cycle model,
+        and a band of zero width would claim it exact."""
+        if self.latency_ms is None or self.npu_ms is None or not self.cpu_ms:
             return None
         low, high = self.cpu_band or (1.0, 1.0)
         return (self.npu_ms + self.cpu_ms * low, self.npu_ms + self.cpu_ms * high)
@@ -137,12 +139,14 @@ class EthosUSection:
         validation of Vela's cycle model exists here) plus the Cortex-M part, whose band
         comes from devicefit's kernel tables. None when a part is unknown."""
         total, band = self.latency_ms, self.latency_band_ms
-        if total is None or band is None or not total:
+        if total is None or not total:
             return None
         return {"total_ms": total, "npu_ms": self.npu_ms, "cpu_ms": self.cpu_ms,
-                "band": [band[0] / total, band[1] / total],
+                "band": None if band is None else [band[0] / total, band[1] / total],
                 "band_basis": "Vela's cycles at the NPU clock as they are; the Cortex-M part "
-                              "widened by devicefit's kernel-table band",
+                              "widened by devicefit's kernel-table band" if band is not None
+                else "Vela's cycles at the NPU clock as they are; no band: nothing here "
+                     "validates Vela's cycle model and no Cortex-M part runs",
                 "per_op": []}
 
     def latency_report(self, profile: Any, split: str) -> Any:
@@ -161,7 +165,8 @@ class EthosUSection:
             return LatencyReport(no_estimate="; ".join(why) or "no Vela cycles", **common)
         return LatencyReport(
             estimated_device_ms=lat["total_ms"], band_ms=self.latency_band_ms,
-            band=(lat["band"][0], lat["band"][1]), band_basis=lat["band_basis"],
+            band=None if lat["band"] is None else (lat["band"][0], lat["band"][1]),
+            band_basis=lat["band_basis"],
             basis=LatencyBasis.TARGET, split=split, **common)
 
     def supported_line(self) -> str:
