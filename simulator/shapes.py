@@ -119,7 +119,7 @@ class _Unresolved(Exception):
     """A rule cannot compute an output: an input or a needed value is unknown."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Op:
     """What a rule sees of one operator: its input shapes and known small values."""
 
