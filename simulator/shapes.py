@@ -419,6 +419,11 @@ def _depth_to_space(o: _Op) -> list[Shape]:
     return [(n, h * b, w * b, c // (b * b))]
 
 
+def _sequence_rnn(o: _Op) -> list[Shape]:
+    # input [batch, time, features] (or time-major), weights [units, features]: every step out.
+    return [(*o.shape(0)[:-1], o.shape(1)[0])]
+
+
 def _while(o: _Op) -> list[Shape]:
     # Loop-carried values keep their shapes (LiteRT resizes them if the body changes one).
     return [o.shape(k) for k in range(len(o.shapes))]
@@ -459,6 +464,7 @@ SHAPE_RULES: dict[str, Rule] = {
     "SHAPE": _shape, "FILL": _fill, "TILE": _tile, "BROADCAST_TO": _broadcast_to,
     "SPACE_TO_DEPTH": _space_to_depth, "DEPTH_TO_SPACE": _depth_to_space,
     "SELECT": _select, "SELECT_V2": _select, "WHILE": _while,
+    "UNIDIRECTIONAL_SEQUENCE_RNN": _sequence_rnn,
 }
 
 

@@ -173,3 +173,28 @@ def shape_reshape_model(custom: str | None = None) -> bytes:
          _buffer(rng.standard_normal((5, 24)).astype(np.float32)),
          _buffer(np.zeros(5, np.float32))],
         ops, [12 if custom is not None else 0], [11])
+
+
+def sequence_rnn_model(units: int = 6, features: int = 4) -> bytes:
+    """x[1, time, features] (time dynamic) float → UNIDIRECTIONAL_SEQUENCE_RNN (tanh,
+    ``units``) over every step → FULLY_CONNECTED (keep_num_dims) ``units`` → 2."""
+    rng = np.random.default_rng(0)
+    B = fb.BuiltinOperator
+    hidden = _tensor("hidden", (1, units), F32, 0)
+    hidden.isVariable = True
+    return _model(
+        [_opcode(B.UNIDIRECTIONAL_SEQUENCE_RNN), _opcode(B.FULLY_CONNECTED)],
+        [_dyn("x", (1, 1, features), (1, -1, features)),
+         _tensor("w", (units, features), F32, 1), _tensor("r", (units, units), F32, 2),
+         _tensor("b", (units,), F32, 3), hidden, _dyn("seq", (1, 1, units), (1, -1, units)),
+         _tensor("fc_w", (2, units), F32, 4), _tensor("fc_b", (2,), F32, 5),
+         _dyn("y", (1, 1, 2), (1, -1, 2))],
+        [_buffer(rng.standard_normal((units, features)).astype(np.float32)),
+         _buffer(rng.standard_normal((units, units)).astype(np.float32)),
+         _buffer(np.zeros(units, np.float32)),
+         _buffer(rng.standard_normal((2, units)).astype(np.float32)),
+         _buffer(np.zeros(2, np.float32))],
+        [_operator(0, [0, 1, 2, 3, 4], [5], *_options(
+            "SequenceRNN", fusedActivationFunction=fb.ActivationFunctionType.TANH)),
+         _operator(1, [5, 6, 7], [8], *_options("FullyConnected", keepNumDims=True))],
+        [0], [8])

@@ -24,7 +24,7 @@ from devicefit.simulator.shapes import (
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.views.json import read_report
 
-from tests.tflite_builder import conv_time_model, shape_reshape_model
+from tests.tflite_builder import conv_time_model, sequence_rnn_model, shape_reshape_model
 
 PHONE = "android-arm64-cpu"
 
@@ -197,3 +197,17 @@ def test_tflm_cannot_resize_an_input_and_the_report_says_so(conv_time):
     assert any("cannot resize them" in n for n in r.notes)
     with pytest.raises(UsageError, match="cannot resize an input"):
         simulate(conv_time, mcu, run=True, input_shapes=[(None, (2, 50, 8))])
+
+
+def test_a_recurrent_layer_over_a_dynamic_time_axis(tmp_path):
+    """UNIDIRECTIONAL_SEQUENCE_RNN over 30 steps: each step multiplies its input (4 → 6)
+    and its state (6 → 6) matrices; the FC layer after it runs on every step's output."""
+    path = tmp_path / "rnn.tflite"
+    path.write_bytes(sequence_rnn_model(units=6, features=4))
+    model = read_model(path)
+    ours, _ = resolve_shapes(model, [(None, (1, 30, 4))], confirm=False)
+    theirs, report = resolve_shapes(model, [(None, (1, 30, 4))])
+    assert shapes_of(ours) == shapes_of(theirs) and shapes_of(ours)["y"] == (1, 30, 2)
+    assert report.resolved_by == "LiteRT" and not report.disagreements
+    r = simulate(path, PHONE, input_shapes=[(None, (1, 30, 4))])
+    assert r.compute.macs == 30 * (4 * 6 + 6 * 6) + 30 * 2 * 6
