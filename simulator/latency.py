@@ -152,6 +152,9 @@ def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile
     sg = model.main
     ops: list[OpLatency] = []
     missing: list[str] = []
+    if (compiled := _compiled_elsewhere(per_op, profile)) is not None:
+        return LatencyEstimate(total_ms=None, clock_hz=clock, threads=threads,
+                               sources=list(cost.sources), no_estimate=compiled)
     for c in per_op:
         shape = op_shape(sg, sg.operators[c.op_index], c.macs)
         if core is None:
@@ -186,6 +189,20 @@ def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile
         est.no_estimate = (f"no latency estimate: the cost_model of profile "
                            f"'{profile.name}' overflows over {len(ops)} operators")
     return est
+
+
+def _compiled_elsewhere(per_op: Sequence[OpCompute], profile: Profile) -> str | None:
+    """Why there is no estimate when an op is another accelerator's compiled part: its work
+    is in a command stream no cost table here reads (0 MACs would be a false "fast")."""
+    from devicefit.simulator.compat import compiled_for
+
+    for c in per_op:
+        target = compiled_for(c.op.removeprefix("CUSTOM:")) if c.op.startswith("CUSTOM:") \
+            else None
+        if target is not None and target.name != profile.runtime.name:
+            return (f"no latency estimate: op {c.op_index} ({c.op}) is compiled for the "
+                    f"{target.title}; its work is inside it, not in the file's operators")
+    return None
 
 
 def estimate_band(profile: Profile, core: Core | None, data: KernelData,

@@ -286,16 +286,47 @@ def _intermediates(sg: Subgraph) -> set[int]:
 
 
 def live_bytes_per_step(buffers: Sequence[Buffer]) -> list[int]:
-    """Bytes live at each step 0..last step (a buffer counts at every step in [first, last])."""
+    """Bytes live at each step 0..last step (a buffer counts at every step in [first, last]).
+
+    Buffers an offline plan places count the bytes they cover together: Vela's plan puts an
+    ``ethos-u`` op's input and output inside its scratch area on purpose, and the sum of
+    their sizes would exceed the arena that holds them."""
     if not buffers:
         return []
+    steps = max(b.last for b in buffers) + 1
     # Differences then a running sum: linear in buffers + steps, whatever the lifetimes.
-    change = [0] * (max(b.last for b in buffers) + 2)
+    change = [0] * (steps + 1)
+    offline = []
     for b in buffers:
-        if b.last >= max(b.first, 0):
-            change[max(b.first, 0)] += b.size
-            change[b.last + 1] -= b.size
-    return list(itertools.accumulate(change[:-1]))
+        if b.last < max(b.first, 0):
+            continue
+        if b.offline_offset is not None:
+            offline.append(b)
+            continue
+        change[max(b.first, 0)] += b.size
+        change[b.last + 1] -= b.size
+    live = list(itertools.accumulate(change[:-1]))
+    if offline:
+        for step, extra in enumerate(_covered_per_step(offline, steps)):
+            live[step] += extra
+    return live
+
+
+def _covered_per_step(buffers: Sequence[Buffer], steps: int) -> list[int]:
+    """Bytes of the arena the offline-placed ``buffers`` live at each step cover (their
+    union, not their sum)."""
+    covered = []
+    for step in range(steps):
+        spans = sorted((b.offline_offset or 0, (b.offline_offset or 0) + b.size)
+                       for b in buffers if max(b.first, 0) <= step <= b.last)
+        total, end = 0, 0
+        for lo, hi in spans:
+            lo = max(lo, end)
+            if hi > lo:
+                total += hi - lo
+                end = hi
+        covered.append(total)
+    return covered
 
 
 def lower_bound(buffers: Sequence[Buffer]) -> int:

@@ -12,6 +12,7 @@ with the schema LiteRT ships (``ai_edge_litert.schema_py_generated``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import struct
@@ -392,3 +393,39 @@ def _options(op: Any) -> dict[str, Any]:
                 value = _ENUM_FIELDS[key].get(value, value)
             out[key] = value
     return out
+
+
+@functools.lru_cache(maxsize=4)
+def _file_bytes(path: str, sha256: str) -> bytes | None:
+    """The model file's bytes if it is still the file the IR was read from."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    return data if hashlib.sha256(data).hexdigest() == sha256 else None
+
+
+def model_file_bytes(model: Model) -> bytes | None:
+    """The model file's bytes, None when the file changed since the IR was read."""
+    return _file_bytes(model.path, model.sha256)
+
+
+#: Dtypes whose constants :func:`constant_values` decodes.
+_VALUE_DTYPES = frozenset({"int8", "uint8", "int16", "int32", "int64", "float16", "float32"})
+
+
+def constant_values(model: Model, t: Tensor) -> np.ndarray | None:
+    """A constant tensor's values, read from the model file (the IR keeps only sizes);
+    None when the file changed since it was read, or the dtype is not a plain number."""
+    if not t.has_data or t.dtype not in _VALUE_DTYPES or t.is_sparse:
+        return None
+    data = model_file_bytes(model)
+    if data is None:
+        return None
+    buf = fb.Model.GetRootAs(data, 0).Buffers(t.buffer)
+    offset, size = int(buf.Offset()), int(buf.Size())
+    raw = data[offset:offset + size] if offset > 1 else buf.DataAsNumpy().tobytes()
+    dtype = np.dtype(t.dtype)
+    if len(raw) < t.num_elements * dtype.itemsize:
+        return None
+    return np.frombuffer(raw, dtype=dtype, count=t.num_elements).reshape(t.shape)

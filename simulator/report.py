@@ -82,6 +82,43 @@ class LatencyBasis(StrEnum):
 # --------------------------------------------------------------------------- static half
 
 
+@dataclass(frozen=True)
+class ShapesReport:
+    """How the shapes of a model with dynamic dimensions (or given input shapes) were set
+    (:mod:`simulator.shapes`); every figure of the report is for these shapes."""
+
+    #: Input name → the shape planned with.
+    inputs: tuple[tuple[str, tuple[int, ...]], ...]
+    #: Where the input shapes come from: "given (--input-shape)" or "stored in the file".
+    source: str
+    #: Who resolved the other shapes: "devicefit" or "LiteRT".
+    resolved_by: str = "devicefit"
+    #: Tensors whose planned shape differs from the one stored in the file.
+    changed: int = 0
+    #: Tensors (name and shape, ? unknown) no rule resolved: their sizes are placeholders.
+    unresolved: tuple[str, ...] = ()
+    #: Tensors where devicefit's shape inference and LiteRT disagree (LiteRT's are used).
+    disagreements: tuple[str, ...] = ()
+    #: Why LiteRT did not confirm the shapes, when it was asked and did not.
+    runtime_problem: str | None = None
+
+    @property
+    def resolved(self) -> bool:
+        return not self.unresolved
+
+
+@dataclass(frozen=True)
+class SourceModel:
+    """The user's file, when the report describes what a target compiled it into (the
+    Ethos-U: Vela's output), so neither is mistaken for the other."""
+
+    size_bytes: int
+    sha256: str
+    operators: int
+    #: Who compiled it (the target's title).
+    compiled_for: str
+
+
 @dataclass
 class ModelSummary:
     path: str
@@ -93,6 +130,11 @@ class ModelSummary:
     parameters: dict[str, int] = field(default_factory=dict)
     #: Conversion settings stored by ``devicefit convert`` in the model metadata, if any.
     conversion: dict[str, Any] | None = None
+    #: The shapes planned with, when the model has dynamic dimensions or shapes were given.
+    shapes: ShapesReport | None = None
+    #: Set when the figures are for a compilation of ``path`` (then size, sha256 and
+    #: operators above are the compiled model's).
+    source: SourceModel | None = None
 
 
 @dataclass

@@ -11,6 +11,7 @@ judged — once (:func:`simulator.verdict.judge`), so measured figures win.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from typing import Any
 from devicefit.simulator.benchmark import BenchComparison, BenchResult
 from devicefit.simulator.compat import static_compatibility, static_latency
 from devicefit.simulator.compute import op_work, parameters_by_dtype
-from devicefit.simulator.errors import ProfileError
+from devicefit.simulator.errors import ProfileError, UsageError
 from devicefit.simulator.latency import latency_section
 from devicefit.simulator.layers import layer_rows
 from devicefit.simulator.model import Model
@@ -37,8 +38,11 @@ from devicefit.simulator.report import (
     PlannedBuffer,
     ProfileSummary,
     Report,
+    ShapesReport,
+    SourceModel,
     TimelineStep,
 )
+from devicefit.simulator.shapes import resolve_shapes, shape_notes
 from devicefit.simulator.targets import target_for
 from devicefit.simulator.verdict import flash_bytes, judge
 
@@ -51,6 +55,7 @@ CONVERSION_METADATA = "devicefit.conversion"
 def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = False,
              order: Sequence[int] | None = None, profiles_dirs: Sequence[str | Path] = (),
              bench: BenchResult | None = None, strict: bool = False,
+             input_shapes: Sequence[tuple[str | None, tuple[int, ...]]] = (),
              **run_options: Any) -> Report:
     """Predict (and with ``run=True`` also measure) ``model_path`` on ``profile``, judged.
 
@@ -58,24 +63,61 @@ def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = Fals
     ``order`` executes the main graph's operators in that order (for the optimizer).
     ``bench`` is what the device itself measured (``devicefit bench``): its average time is
     judged against the latency budget instead of the estimate. ``strict``: a budget the
-    report has no figure for fails the verdict. ``run_options`` go to the running half
+    report has no figure for fails the verdict. ``input_shapes``: (input name or None for
+    the only one, shape) pairs the dynamic dimensions are resolved from (else the stored
+    input shapes; :mod:`simulator.shapes`). ``run_options`` go to the running half
     unchanged.
     """
     if not isinstance(profile, Profile):
         profile = load_profile(profile, list(profiles_dirs))
-    model = read_model(model_path)
-    if (prepare := target_for(profile).prepare) is not None:  # e.g. compile it for an NPU
-        model = prepare(model, profile)
-    report = static_report(model, profile, order)
+    source = read_model(model_path)
+    target = target_for(profile)
+    model, shapes, fixed = device_model(source, profile, input_shapes, run)
+    report = static_report(model, profile, order, shapes=shapes)
+    if fixed is not None:
+        report.notes.append(fixed)
+    if model.sha256 != source.sha256:
+        report.model.source = SourceModel(
+            source.size_bytes, source.sha256, sum(len(sg.operators) for sg in source.subgraphs),
+            target.title)
     if run:
         # Imported here: the static path must not load native runtimes.
         from devicefit.simulator.runtimes.stage import run_stage
 
+        if input_shapes and shapes is not None:
+            run_options = {"input_shapes": dict(shapes.inputs), **run_options}
         report = run_stage(model, profile, report, **run_options)
     if bench is not None:
         report.bench = bench_section(bench, report)
     report.layers = layer_rows(model, report)
     return judge(report, profile, strict=strict)
+
+
+def device_model(source: Model, profile: Profile,
+                 input_shapes: Sequence[tuple[str | None, tuple[int, ...]]], run: bool
+                 ) -> tuple[Model, ShapesReport | None, str | None]:
+    """The model the device runs (compiled, for an NPU target) with its shapes resolved, and
+    a note when the given shapes are ones the runtime cannot resize to (TFLM runs the stored
+    ones: the figures are then for the model converted at that shape, and it cannot run)."""
+    target = target_for(profile)
+    model = source
+    if target.prepare is not None:  # e.g. compile it for an NPU
+        if input_shapes:
+            raise UsageError(f"--input-shape: the {target.title} target compiles the file "
+                             f"with the shapes stored in it; convert the model at that shape")
+        model = target.prepare(source, profile)
+    model, shapes = resolve_shapes(model, input_shapes)
+    if target.resizes_inputs or shapes is None or all(
+            shape == source.main.tensors[i].shape
+            for i, (_, shape) in zip(source.main.inputs, shapes.inputs, strict=False)):
+        return model, shapes, None
+    if run:
+        raise UsageError(f"--input-shape with --run: {target.title} cannot resize an input, "
+                         f"it runs the shapes stored in the file; convert the model at that "
+                         f"shape, or run it on a LiteRT profile")
+    return model, shapes, (f"{target.title} allocates the input shapes stored in the file and "
+                           f"cannot resize them: these figures are for the model converted "
+                           f"at the given shape")
 
 
 def bench_section(result: BenchResult, report: Report | None,
@@ -86,12 +128,14 @@ def bench_section(result: BenchResult, report: Report | None,
                                                    why if estimate is None else None))
 
 
-def static_report(model: Model, profile: Profile, order: Sequence[int] | None = None) -> Report:
-    """The report of the static half, not judged yet (:func:`simulate` judges it whole)."""
+def static_report(model: Model, profile: Profile, order: Sequence[int] | None = None, *,
+                  shapes: ShapesReport | None = None) -> Report:
+    """The report of the static half, not judged yet (:func:`simulate` judges it whole).
+    ``shapes``: how :func:`simulator.shapes.resolve_shapes` set ``model``'s shapes."""
     plan = plan_memory(model, profile, order)
     work = op_work(model)
     report = Report(
-        model=model_summary(model),
+        model=model_summary(model, shapes),
         profile=ProfileSummary(name=profile.name, device_class=profile.device.kind,
                                runtime=profile.runtime.name, kernels=profile.runtime.kernels,
                                description=profile.description),
@@ -101,9 +145,8 @@ def static_report(model: Model, profile: Profile, order: Sequence[int] | None = 
             per_op=[OpCompute(w.op_index, w.op, w.macs, w.bytes_moved) for w in work]),
         notes=list(plan.notes),
     )
-    if any(t.is_dynamic for t in model.main.tensors):
-        report.notes.append("the model has dynamic dimensions (-1 in shape_signature): "
-                            "planned with the sizes stored in the file")
+    if shapes is not None:
+        report.notes.extend(shape_notes(shapes))
     report.compatibility = static_compatibility(model, profile)
     report.latency = static_latency(report.compatibility, profile)
     if report.latency is None:
@@ -114,15 +157,20 @@ def static_report(model: Model, profile: Profile, order: Sequence[int] | None = 
             report.notes.append(f"no device latency estimate: {exc}")
     if report.latency and report.latency.no_estimate:
         report.notes.append(report.latency.no_estimate)
+    if shapes is not None and not shapes.resolved and report.latency:
+        report.latency = dataclasses.replace(
+            report.latency, band_ms=None, band=None,
+            band_basis="shapes unresolved: no validated band (the estimate counts the "
+                       "file's placeholder sizes for the unresolved dimensions)")
     return report
 
 
-def model_summary(model: Model) -> ModelSummary:
+def model_summary(model: Model, shapes: ShapesReport | None = None) -> ModelSummary:
     return ModelSummary(
         path=model.path, sha256=model.sha256, size_bytes=model.size_bytes,
         operators=sum(len(sg.operators) for sg in model.subgraphs),
         op_types=model.op_types, parameters=parameters_by_dtype(model),
-        conversion=conversion_settings(model))
+        conversion=conversion_settings(model), shapes=shapes)
 
 
 def conversion_settings(model: Model) -> dict[str, Any] | None:

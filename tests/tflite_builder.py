@@ -94,3 +94,139 @@ def probe_model(code: int) -> bytes:
         [_opcode(code), _opcode(fb.BuiltinOperator.CUSTOM, "devicefit_missing")],
         [_tensor("t", (1,), F32, 0)], [],
         [_operator(0, [], []), _operator(1, [], [])], [0], [0])
+
+
+def _dyn(name: str, shape: tuple[int, ...], signature: tuple[int, ...], dtype: int = F32,
+         buffer: int = 0) -> fb.TensorT:
+    """A tensor with dynamic dimensions: ``shape`` holds the placeholder sizes (-1 → 1, as
+    the converter writes them), ``signature`` the -1s."""
+    t = _tensor(name, shape, dtype, buffer)
+    t.shapeSignature = list(signature)
+    return t
+
+
+def _options(kind: str, **values):
+    """``<kind>OptionsT`` with ``values`` set, and its union type."""
+    opts = getattr(fb, f"{kind}OptionsT")()
+    for key, value in values.items():
+        setattr(opts, key, value)
+    return getattr(fb.BuiltinOptions, f"{kind}Options"), opts
+
+
+def conv_time_model(seed: int = 0) -> bytes:
+    """x[batch, time, 8] (both dynamic) float → EXPAND_DIMS → CONV_2D 1×3 VALID, 4 filters →
+    MEAN over time → FULLY_CONNECTED 4 → 3. The stored placeholders (time 1) are narrower
+    than the kernel, as a converter writes them: only a real time length resolves it."""
+    rng = np.random.default_rng(seed)
+    B = fb.BuiltinOperator
+    conv = _options("Conv2D", padding=fb.Padding.VALID, strideW=1, strideH=1,
+                    dilationWFactor=1, dilationHFactor=1)
+    return _model(
+        [_opcode(B.EXPAND_DIMS), _opcode(B.CONV_2D), _opcode(B.MEAN),
+         _opcode(B.FULLY_CONNECTED)],
+        [_dyn("x", (1, 1, 8), (-1, -1, 8)), _tensor("axis", (), I32, 1),
+         _dyn("x4", (1, 1, 1, 8), (-1, 1, -1, 8)), _tensor("filter", (4, 1, 3, 8), F32, 2),
+         _tensor("bias", (4,), F32, 3), _dyn("conv", (1, 1, 1, 4), (-1, 1, -1, 4)),
+         _tensor("axes", (2,), I32, 4), _dyn("mean", (1, 4), (-1, 4)),
+         _tensor("w", (3, 4), F32, 5), _tensor("b", (3,), F32, 6), _dyn("y", (1, 3), (-1, 3))],
+        [_buffer(np.array(1, np.int32)),
+         _buffer(rng.standard_normal((4, 1, 3, 8)).astype(np.float32)),
+         _buffer(np.zeros(4, np.float32)), _buffer(np.array([1, 2], np.int32)),
+         _buffer(rng.standard_normal((3, 4)).astype(np.float32)),
+         _buffer(np.zeros(3, np.float32))],
+        [_operator(0, [0, 1], [2], *_options("ExpandDims")),
+         _operator(1, [2, 3, 4], [5], *conv),
+         _operator(2, [5, 6], [7], *_options("Reducer", keepDims=False)),
+         _operator(3, [7, 8, 9], [10], *_options("FullyConnected"))],
+        [0], [10])
+
+
+def shape_reshape_model(custom: str | None = None) -> bytes:
+    """x[batch, 4, 6] (batch dynamic) float → RESHAPE to [batch, 24], the batch read at run
+    time (SHAPE → STRIDED_SLICE → PACK, as TensorFlow writes ``reshape(x, [tf.shape(x)[0],
+    -1])``) → FULLY_CONNECTED 24 → 5. ``custom``: a custom op of that code between the
+    input and the rest (no shape rule knows it: shapes after it cannot be resolved)."""
+    B = fb.BuiltinOperator
+    codes = [_opcode(B.SHAPE), _opcode(B.STRIDED_SLICE), _opcode(B.PACK), _opcode(B.RESHAPE),
+             _opcode(B.FULLY_CONNECTED)]
+    tensors = [
+        _dyn("x", (1, 4, 6), (-1, 4, 6)), _tensor("shape", (3,), I32, 0),
+        _tensor("begin", (1,), I32, 1), _tensor("end", (1,), I32, 2),
+        _tensor("strides", (1,), I32, 3), _tensor("batch", (), I32, 0),
+        _tensor("rest", (), I32, 4), _tensor("new_shape", (2,), I32, 0),
+        _dyn("flat", (1, 24), (-1, 24)), _tensor("w", (5, 24), F32, 5),
+        _tensor("b", (5,), F32, 6), _dyn("y", (1, 5), (-1, 5))]
+    ops = [_operator(0, [0], [1], *_options("Shape", outType=I32)),
+           _operator(1, [1, 2, 3, 4], [5], *_options("StridedSlice", shrinkAxisMask=1)),
+           _operator(2, [5, 6], [7], *_options("Pack", valuesCount=2, axis=0)),
+           _operator(3, [0, 7], [8], *_options("Reshape")),
+           _operator(4, [8, 9, 10], [11], *_options("FullyConnected"))]
+    if custom is not None:
+        codes.append(_opcode(B.CUSTOM, custom))
+        tensors.append(_dyn("x_in", (1, 4, 6), (-1, 4, 6)))
+        ops.insert(0, _operator(len(codes) - 1, [12], [0]))
+    rng = np.random.default_rng(0)
+    return _model(
+        codes, tensors,
+        [_buffer(np.array([0], np.int32)), _buffer(np.array([1], np.int32)),
+         _buffer(np.array([1], np.int32)), _buffer(np.array(-1, np.int32)),
+         _buffer(rng.standard_normal((5, 24)).astype(np.float32)),
+         _buffer(np.zeros(5, np.float32))],
+        ops, [12 if custom is not None else 0], [11])
+
+
+def sequence_rnn_model(units: int = 6, features: int = 4) -> bytes:
+    """x[1, time, features] (time dynamic) float → UNIDIRECTIONAL_SEQUENCE_RNN (tanh,
+    ``units``) over every step → FULLY_CONNECTED (keep_num_dims) ``units`` → 2."""
+    rng = np.random.default_rng(0)
+    B = fb.BuiltinOperator
+    hidden = _tensor("hidden", (1, units), F32, 0)
+    hidden.isVariable = True
+    return _model(
+        [_opcode(B.UNIDIRECTIONAL_SEQUENCE_RNN), _opcode(B.FULLY_CONNECTED)],
+        [_dyn("x", (1, 1, features), (1, -1, features)),
+         _tensor("w", (units, features), F32, 1), _tensor("r", (units, units), F32, 2),
+         _tensor("b", (units,), F32, 3), hidden, _dyn("seq", (1, 1, units), (1, -1, units)),
+         _tensor("fc_w", (2, units), F32, 4), _tensor("fc_b", (2,), F32, 5),
+         _dyn("y", (1, 1, 2), (1, -1, 2))],
+        [_buffer(rng.standard_normal((units, features)).astype(np.float32)),
+         _buffer(rng.standard_normal((units, units)).astype(np.float32)),
+         _buffer(np.zeros(units, np.float32)),
+         _buffer(rng.standard_normal((2, units)).astype(np.float32)),
+         _buffer(np.zeros(2, np.float32))],
+        [_operator(0, [0, 1, 2, 3, 4], [5], *_options(
+            "SequenceRNN", fusedActivationFunction=fb.ActivationFunctionType.TANH)),
+         _operator(1, [5, 6, 7], [8], *_options("FullyConnected", keepNumDims=True))],
+        [0], [8])
+
+
+def shape_values_model(fft: int = 16) -> bytes:
+    """x[1, time] (time dynamic) float → two outputs whose sizes are values computed at run
+    time, as BirdNET's spectrogram front end computes its frame count: the time length
+    (SHAPE → SPLIT_V → REDUCE_PROD) // 4, at least 2, as a RANGE; and an RFFT2D of
+    ``fft`` bins over the time axis (``fft / 2 + 1`` complex outputs)."""
+    B = fb.BuiltinOperator
+    c64 = fb.TensorType.COMPLEX64
+    return _model(
+        [_opcode(B.SHAPE), _opcode(B.SPLIT_V), _opcode(B.REDUCE_PROD), _opcode(B.FLOOR_DIV),
+         _opcode(B.MAXIMUM), _opcode(B.RANGE), _opcode(B.EXPAND_DIMS), _opcode(B.RFFT2D)],
+        [_dyn("x", (1, 1), (1, -1)), _tensor("shape", (2,), I32, 0),
+         _tensor("sizes", (2,), I32, 1), _tensor("axis", (), I32, 2),
+         _tensor("rows", (1,), I32, 0), _tensor("length", (1,), I32, 0),
+         _tensor("axes", (1,), I32, 2), _tensor("n", (), I32, 0), _tensor("four", (), I32, 3),
+         _tensor("q", (), I32, 0), _tensor("two", (), I32, 4), _tensor("m", (), I32, 0),
+         _tensor("zero", (), I32, 2), _tensor("one", (), I32, 5),
+         _dyn("frames", (1,), (-1,), I32), _dyn("x3", (1, 1, 1), (1, 1, -1)),
+         _tensor("fft_length", (2,), I32, 6), _tensor("spectrum", (1, 1, fft // 2 + 1), c64, 0)],
+        [_buffer(np.array([1, -1], np.int32)), _buffer(np.array(0, np.int32)),
+         _buffer(np.array(4, np.int32)), _buffer(np.array(2, np.int32)),
+         _buffer(np.array(1, np.int32)), _buffer(np.array([1, fft], np.int32))],
+        [_operator(0, [0], [1], *_options("Shape", outType=I32)),
+         _operator(1, [1, 2, 3], [4, 5], *_options("SplitV", numSplits=2)),
+         _operator(2, [5, 6], [7], *_options("Reducer", keepDims=False)),
+         _operator(3, [7, 8], [9], *_options("FloorDiv")),
+         _operator(4, [9, 10], [11], *_options("MaximumMinimum")),
+         _operator(5, [12, 11, 13], [14], *_options("Range")),
+         _operator(6, [0, 13], [15], *_options("ExpandDims")),
+         _operator(7, [15, 16], [17], *_options("Rfft2d"))],
+        [0], [14, 17])

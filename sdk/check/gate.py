@@ -27,7 +27,7 @@ from devicefit.simulator.simulate import simulate
 from devicefit.simulator.views.json import read_report
 
 from .baseline import RegressionCheck, compare
-from .project import Project, Target
+from .project import InputShapes, Project, Target
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 
@@ -140,21 +140,22 @@ class CheckResult:
                    bool(data.get("fail_on_risk", False)))
 
 
-def _simulate(model_path: str, profile: Profile, run: bool,
-              options: dict[str, Any]) -> tuple[Report | None, str | None, float]:
+def _simulate(model_path: str, profile: Profile, run: bool, options: dict[str, Any],
+              input_shapes: InputShapes = ()) -> tuple[Report | None, str | None, float]:
     """One target; module level so a worker process can run it. Only user errors are caught."""
     start = time.perf_counter()
     try:
-        report = simulate(model_path, profile, run=run, **options)
+        report = simulate(model_path, profile, run=run, input_shapes=input_shapes, **options)
     except DevicefitError as exc:
         return None, str(exc), time.perf_counter() - start
     return report, None, time.perf_counter() - start
 
 
-def _simulate_in_worker(model_path: str, profile: Profile, run: bool,
-                        options: dict[str, Any]) -> tuple[Report | None, str | None, float]:
+def _simulate_in_worker(model_path: str, profile: Profile, run: bool, options: dict[str, Any],
+                        input_shapes: InputShapes = ()
+                        ) -> tuple[Report | None, str | None, float]:
     with signals.worker_task():
-        return _simulate(model_path, profile, run, options)
+        return _simulate(model_path, profile, run, options, input_shapes)
 
 
 def _results(targets: tuple[Target, ...], run: bool, jobs: int,
@@ -163,7 +164,7 @@ def _results(targets: tuple[Target, ...], run: bool, jobs: int,
     """(index, result) in completion order."""
     if jobs <= 1 or len(targets) <= 1:
         for i, t in enumerate(targets):
-            yield i, _simulate(str(t.model_path), t.profile, run, options)
+            yield i, _simulate(str(t.model_path), t.profile, run, options, t.input_shapes)
         return
     # Not fork: the CLI's progress bar runs a thread, and forking a threaded process can
     # copy a held lock (logging, rich) into the worker. The fork server imports the simulator
@@ -176,7 +177,8 @@ def _results(targets: tuple[Target, ...], run: bool, jobs: int,
     _start_resource_tracker()
     with ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context,
                              initializer=signals.install_in_worker) as pool:
-        futures = {pool.submit(_simulate_in_worker, str(t.model_path), t.profile, run, options): i
+        futures = {pool.submit(_simulate_in_worker, str(t.model_path), t.profile, run, options,
+                               t.input_shapes): i
                    for i, t in enumerate(targets)}
         pending = set(futures)
         try:

@@ -22,6 +22,7 @@ from devicefit.simulator.errors import DevicefitError, InputError
 from devicefit.simulator.profiles import Profile, ProfileStore, did_you_mean
 from devicefit.simulator.reader import FILE_IDENTIFIER
 from devicefit.simulator.safeyaml import load_yaml, read_regular_file
+from devicefit.simulator.shapes import parse_input_shape
 from devicefit.simulator.units import SIZE_UNITS_HELP, TIME_UNITS_HELP, parse_size, parse_time_ms
 
 DEFAULT_PROJECT_FILE = "devicefit.yaml"
@@ -34,8 +35,10 @@ _BUDGET_FIELDS: dict[str, tuple[str, Callable[[Any], float], str]] = {
 }
 _TOP_KEYS = ("version", "models", "defaults", "profiles_dir", "baseline")
 _DEFAULTS_KEYS = ("profiles", "budgets", "regression")
-_MODEL_KEYS = ("name", "path", "profiles", "budgets", "regression")
-_PROFILE_ENTRY_KEYS = ("name", "budgets", "regression")
+_MODEL_KEYS = ("name", "path", "profiles", "budgets", "regression", "input_shapes")
+_PROFILE_ENTRY_KEYS = ("name", "budgets", "regression", "input_shapes")
+#: (input name or None for the only input, shape), as ``--input-shape`` gives them.
+InputShapes = tuple[tuple[str | None, tuple[int, ...]], ...]
 
 
 class ProjectError(InputError):
@@ -69,6 +72,9 @@ class Target:
     rules: tuple[RegressionRule, ...] = ()
     #: Budget names the project file set for this target (shown as overrides).
     overridden: tuple[str, ...] = ()
+    #: Shapes the dynamic dimensions are resolved from (``input_shapes:``; simulate's
+    #: ``--input-shape``), the profile entry's over the model's.
+    input_shapes: InputShapes = ()
 
 
 @dataclass(frozen=True)
@@ -175,6 +181,24 @@ def _rules(p: _Problems, value: Any, key: tuple[str, ...]) -> dict[str, Regressi
     return out
 
 
+def _input_shapes(p: _Problems, value: Any, key: tuple[str, ...]) -> InputShapes | None:
+    """``input_shapes: [NAME:1x1280, ...]`` (or one string); None when not set."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        p.add(key, f"must be a shape such as 1x1280 or NAME:1x1280, or a list of them, got "
+                   f"{_kind(value)}")
+        return None
+    out = []
+    for i, text in enumerate(items):
+        try:
+            out.append(parse_input_shape(text))
+        except DevicefitError as exc:
+            p.add((*key, str(i)) if isinstance(value, list) else key, str(exc))
+    return tuple(out)
+
+
 def _string_list(p: _Problems, value: Any, key: tuple[str, ...]) -> list[str]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(i, str) and i for i in items):
@@ -189,6 +213,7 @@ class _ProfileEntry:
     key: tuple[str, ...]
     budgets: dict[str, float | None]
     rules: dict[str, RegressionRule]
+    input_shapes: InputShapes | None = None
 
 
 def _profile_entries(p: _Problems, value: Any, key: tuple[str, ...]) -> list[_ProfileEntry]:
@@ -213,7 +238,8 @@ def _profile_entries(p: _Problems, value: Any, key: tuple[str, ...]) -> list[_Pr
             continue
         entries.append(_ProfileEntry(
             name, ikey, _budgets(p, body.get("budgets", {}), (*ikey, "budgets")),
-            _rules(p, body.get("regression", {}), (*ikey, "regression"))))
+            _rules(p, body.get("regression", {}), (*ikey, "regression")),
+            _input_shapes(p, body.get("input_shapes"), (*ikey, "input_shapes"))))
     seen: set[str] = set()
     for e in entries:
         if e.name in seen:
@@ -313,6 +339,7 @@ def _model_targets(p: _Problems, item: Any, mkey: tuple[str, ...], base: Path,
     names[name] = _dotted(mkey)
     budgets = {**defaults.budgets, **_budgets(p, m.get("budgets", {}), (*mkey, "budgets"))}
     rules = {**defaults.rules, **_rules(p, m.get("regression", {}), (*mkey, "regression"))}
+    shapes = _input_shapes(p, m.get("input_shapes"), (*mkey, "input_shapes")) or ()
     if "profiles" in m:
         entries = _profile_entries(p, m["profiles"], (*mkey, "profiles"))
     elif defaults.profiles is not None:
@@ -330,7 +357,8 @@ def _model_targets(p: _Problems, item: Any, mkey: tuple[str, ...], base: Path,
         b, r = {**budgets, **e.budgets}, {**rules, **e.rules}
         targets.append(Target(name, model_path, _apply(profile, b),
                               tuple(r[k] for k in METRICS if k in r),
-                              tuple(k for k in METRICS if k in b)))
+                              tuple(k for k in METRICS if k in b),
+                              shapes if e.input_shapes is None else e.input_shapes))
     return targets
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from devicefit.sdk.argtypes import positive_seconds
+from devicefit.sdk.argtypes import input_shape, positive_seconds
 from devicefit.sdk.console import fold, make_console
 from devicefit.sdk.layers import add_layer_options, layer_outputs, write_layers
 from devicefit.sdk.outputs import check_outputs, picture_outputs, profile_inputs
@@ -39,6 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kernels", choices=KERNELS, default=None,
                    help="override the profile's kernel flavour (e.g. 'reference' to compare "
                         "with the tflite-micro pip wheel)")
+    p.add_argument("--input-shape", action="append", default=[], type=input_shape,
+                   metavar="[NAME:]DIMS",
+                   help="resolve dynamic dimensions (-1) from this input shape, e.g. 1x1280 or "
+                        "NAME:1,1280; once per input (default: the shapes stored in the file)")
     p.add_argument("--pointer-size", type=int, choices=(4, 8), default=None,
                    help="override the target's pointer width in bytes (8: 64-bit host)")
     run = p.add_argument_group("running the model (--run)")
@@ -73,9 +77,11 @@ def _simulate(args: argparse.Namespace) -> int:
         # The runs happen in child processes: show that something is going on.
         with err.status(f"running {args.runs} timed invokes in {profile.runtime.name} "
                         "(child process)…"):
-            report = simulate(args.model, profile, run=True, **run_options)
+            report = simulate(args.model, profile, run=True, input_shapes=args.input_shape,
+                              **run_options)
     else:
-        report = simulate(args.model, profile, run=args.run, **run_options)
+        report = simulate(args.model, profile, run=args.run, input_shapes=args.input_shape,
+                          **run_options)
     write_pictures(args, [(heading(report), report)], inputs=[args.model])
     write_layers(args, report, inputs=[args.model])
     view = "json" if args.json else args.format or "text"

@@ -20,14 +20,19 @@ from devicefit.simulator.report import (
     TargetSection,
     UnsupportedOp,
 )
-from devicefit.simulator.targets import TARGETS, TargetView
+from devicefit.simulator.targets import TARGETS, Target, TargetView
 
 Checker = Callable[[Model, Profile], list[UnsupportedOp]]
+
+def compiled_for(code: str) -> Target | None:
+    """The target whose compiler leaves custom op ``code`` in a model, if any."""
+    return next((t for t in TARGETS.values() if t.compiled_op == code), None)
+
 
 def accelerator_op(code: str) -> str | None:
     """The compatibility finding for a custom op a target's compiler left in the model (its
     compiled part, which only that accelerator's driver runs), else None."""
-    target = next((t for t in TARGETS.values() if t.compiled_op == code), None)
+    target = compiled_for(code)
     if target is None:
         return None
     return (f"compiled for the {target.title}: this op is the accelerator's part of the graph "

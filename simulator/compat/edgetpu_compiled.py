@@ -107,12 +107,12 @@ def read_package(options: bytes, op_index: int, where: str) -> CompiledOp:
 def compiled_ops(model: Model) -> list[CompiledOp]:
     """Every ``edgetpu-custom-op`` of the main graph, read from the model file."""
     from ai_edge_litert import schema_py_generated as fbs
-    from devicefit.simulator.compat.edgetpu_rules import model_bytes
+    from devicefit.simulator.reader import model_file_bytes
 
     indices = [op.index for op in model.main.operators if op.op_name == f"CUSTOM:{COMPILED_OP}"]
     if not indices:
         return []
-    data = model_bytes(model)
+    data = model_file_bytes(model)
     if data is None:
         return [CompiledOp(i, 0, 0, 0, 0, 0, "", "the model file changed since it was read")
                 for i in indices]

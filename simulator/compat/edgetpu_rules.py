@@ -8,7 +8,6 @@ the user-facing sentence. :mod:`simulator.compat.edgetpu` applies them to partit
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 import yaml
 from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
+from devicefit.simulator.reader import constant_values
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class OpContext:
         t = self.input(k)
         if t is None or not t.has_data:
             return None
-        return _constant_data(self.model, t)
+        return constant_values(self.model, t)
 
 
 CheckResult = tuple[bool, str]
@@ -181,41 +181,6 @@ def _verify_table(table: OpTable, raw: dict) -> None:
     problems += [f"unknown source '{s}'" for s in cited if s not in table.sources]
     if problems:
         raise ValueError(f"{TABLE_PATH.name}: " + "; ".join(sorted(set(problems))))
-
-
-# --------------------------------------------------------------------------- constant data
-
-
-@functools.lru_cache(maxsize=4)
-def _flatbuffer(path: str, sha256: str) -> bytes | None:
-    """The model file's bytes if it is still the file the IR was read from."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
-        return None
-    return data if hashlib.sha256(data).hexdigest() == sha256 else None
-
-
-def model_bytes(model: Model) -> bytes | None:
-    """The model file's bytes, None when the file changed since the IR was read."""
-    return _flatbuffer(model.path, model.sha256)
-
-
-def _constant_data(model: Model, t: Tensor) -> np.ndarray | None:
-    """A constant tensor's values, read from the model file (the IR keeps only sizes)."""
-    from ai_edge_litert import schema_py_generated as fb
-
-    data = model_bytes(model)
-    if data is None:
-        return None
-    buf = fb.Model.GetRootAs(data, 0).Buffers(t.buffer)
-    offset, size = int(buf.Offset()), int(buf.Size())
-    raw = data[offset:offset + size] if offset > 1 else buf.DataAsNumpy().tobytes()
-    dtype = np.dtype(t.dtype) if t.dtype in ("int8", "uint8", "int32", "int64", "float32",
-                                             "int16", "float16") else None
-    if dtype is None or len(raw) < t.num_elements * dtype.itemsize:
-        return None
-    return np.frombuffer(raw, dtype=dtype, count=t.num_elements).reshape(t.shape)
 
 
 # --------------------------------------------------------------------------- the checks

@@ -15,6 +15,7 @@ target names the runner its models run in (the Edge TPU's CPU reference runs in 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -202,12 +203,15 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
               input_path: str | Path | None = None,
               runs: int = 1, warmup: int = 1, threads: int = 1, xnnpack: bool = True,
               reference_kernels: bool = False, timeout_s: float = 60,
-              arena_size: int | None = None) -> RunResult:
+              arena_size: int | None = None,
+              input_shapes: Mapping[str, Sequence[int]] | None = None) -> RunResult:
     """Run ``path`` in ``runtime`` (a key of :data:`RUNNERS`) in a child process.
 
     Inputs are ``inputs``, else read from ``input_path`` (:func:`load_inputs`), else
-    :func:`random_inputs`; the last two are made in the child, under its memory limit, so a
-    hostile data file or input shape costs the child, not this process. Raises
+    :func:`random_inputs` (at ``input_shapes``, input name → shape, where given: the
+    dynamic dimensions resolved with ``--input-shape``); the last two are made in the child,
+    under its memory limit, so a hostile data file or input shape costs the child, not this
+    process. Raises
     :class:`InputError` for inputs that do not fit the model, :class:`RuntimeFailure` when
     the runtime refuses the model, crashes or exceeds ``timeout_s`` (the child is killed).
     """
@@ -221,7 +225,7 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
     model = read_model(path)
     _check_io_bytes(model)
     # Data read from --input is checked in the child; the placeholder shape shows only here.
-    hint = _stored_shape_hint(model, inputs) if input_path is None else ""
+    hint = _stored_shape_hint(model, inputs) if input_path is None and not input_shapes else ""
     options = RunOptions(runs=runs, warmup=warmup, threads=threads, xnnpack=xnnpack,
                          reference_kernels=reference_kernels,
                          arena_size=arena_size or starting_arena(model))
@@ -233,13 +237,14 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
         elif input_path is not None:
             source = {"file": str(Path(input_path).resolve())}
         else:
-            source = {"seed": INPUT_SEED}
+            source = {"seed": INPUT_SEED,
+                      "shapes": {k: list(v) for k, v in (input_shapes or {}).items()}}
         request = {"runtime": name, "model": str(Path(path).resolve()),
                    "num_outputs": len(model.main.outputs), "options": asdict(options),
                    "dir": str(work), "inputs": source,
                    "memory_bytes": WORKER_MEMORY_BYTES}
         (work / "request.json").write_text(json.dumps(request))
-        proc, timed_out = _spawn(work, timeout_s)
+        proc, timed_out = spawn(work, timeout_s)
         stage = _read_stage(work)
         result_file = work / "result.json"
         if timed_out:
@@ -254,7 +259,7 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
                                      f"{result['error']}{hint}")
             if proc.returncode == 0 or stage == "done":
                 return _result_from(result, work)
-        raise RuntimeFailure(f"{name} crashed during '{stage}' ({_describe_exit(proc.returncode)})"
+        raise RuntimeFailure(f"{name} crashed during '{stage}' ({describe_exit(proc.returncode)})"
                              f"{_stderr_tail(proc.stderr)}; the model is malformed or hits a "
                              f"bug in {name} (devicefit ran it in a child process)")
 
@@ -293,6 +298,9 @@ def worker_inputs(request: dict) -> list[np.ndarray]:
     specs = input_specs(read_model(request["model"]))
     if "file" in source:
         return load_inputs(source["file"], specs)
+    shapes = source.get("shapes", {})
+    specs = [dataclasses.replace(s, shape=tuple(shapes[s.name])) if s.name in shapes else s
+             for s in specs]
     return random_inputs(specs, seed=source["seed"])
 
 
@@ -306,12 +314,17 @@ def starting_arena(model: Model) -> int:
     return 2 * activations + 256 * 1024 + 64 * sum(len(sg.operators) for sg in model.subgraphs)
 
 
-def _spawn(work: Path, timeout_s: float) -> tuple[subprocess.CompletedProcess | None, bool]:
+def spawn(work: Path, timeout_s: float, worker: str = "_worker"
+          ) -> tuple[subprocess.CompletedProcess | None, bool]:
+    """Run ``python -m simulator.runtimes.<worker> WORK/request.json`` in a new session, its
+    stderr in ``WORK/stderr.txt``; (the finished process, False) or (None, True) on a
+    timeout."""
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    cmd = [sys.executable, "-m", "devicefit.simulator.runtimes._worker", str(work / "request.json")]
+    cmd = [sys.executable, "-m", f"devicefit.simulator.runtimes.{worker}",
+           str(work / "request.json")]
     with open(work / "stderr.txt", "w+b") as err:
         try:
             done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env,
@@ -339,7 +352,7 @@ _SIGNAL_HINTS = {
 }
 
 
-def _describe_exit(code: int) -> str:
+def describe_exit(code: int) -> str:
     if code < 0:
         try:
             name = signal.Signals(-code).name

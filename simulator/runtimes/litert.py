@@ -18,7 +18,7 @@ from devicefit.simulator.errors import RuntimeFailure
 from devicefit.simulator.runtimes import RunOptions, RunResult
 
 
-def _interpreter_module():
+def interpreter_module():
     try:
         from ai_edge_litert import interpreter
     except ImportError:
@@ -35,7 +35,7 @@ class LiteRTRunner:
 
     def run(self, model_path: str, inputs: list[np.ndarray], num_outputs: int,
             options: RunOptions, stage: Callable[[str], None]) -> RunResult:
-        mod = _interpreter_module()
+        mod = interpreter_module()
         kinds = mod.OpResolverType
         if options.reference_kernels:
             resolver = kinds.BUILTIN_REF

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -64,8 +65,10 @@ def host_summary(result: RunResult, threads: int) -> HostLatency:
 
 def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
               warmup: int = 1, input_path: str | Path | None = None, timeout_s: float = 60,
-              cross_check: bool = True) -> Report:
-    """``report`` with its running-half sections filled by running ``model`` for real."""
+              cross_check: bool = True,
+              input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Report:
+    """``report`` with its running-half sections filled by running ``model`` for real;
+    random inputs at ``input_shapes`` (input name → shape) where given."""
     compat = check_ops(model, profile)
     # Keep what the static path found (e.g. compatibility.edgetpu and its latency split).
     section = report.compatibility.section if report.compatibility else None
@@ -75,6 +78,9 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
     primary = runner_name(profile.runtime.name)
     inputs = (str(input_path) if input_path
               else f"random within each input's range (seed {INPUT_SEED})")
+    if input_shapes and not input_path:
+        inputs += ", at " + ", ".join(f"{name} {'x'.join(map(str, shape))}"
+                                      for name, shape in input_shapes.items())
     # Whether the runner can run it is its own op table's call (an Edge TPU profile's CPU
     # reference runs in LiteRT; ops.allow models the device's resolver, not the wheel's);
     # the profile's verdict stays with ``compat``.
@@ -87,7 +93,7 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
     threads = profile.runtime.threads
     xnnpack = primary != "litert" or "xnnpack" in profile.runtime.delegates
     # Inputs are read or generated in each run's child, never here (see run_model).
-    common = {"input_path": input_path, "timeout_s": timeout_s}
+    common = {"input_path": input_path, "timeout_s": timeout_s, "input_shapes": input_shapes}
     main = run_model(model.path, primary, runs=runs, warmup=warmup, threads=threads,
                      xnnpack=xnnpack, **common)
     # A profile whose cost model has no entry for the model's dtypes has no latency section

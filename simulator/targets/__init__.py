@@ -65,6 +65,9 @@ The record (``section_type`` and the fields from ``cpu_kernels`` on have default
 ``after_convert``
     ``(path, profile) -> extra | None``, run by ``convert`` on the written model (the Edge
     TPU partition of the result); None when the target adds nothing.
+``resizes_inputs``
+    Whether the runtime resizes a dynamic input at run time (LiteRT does; TFLM allocates the
+    shapes stored in the file), for ``--input-shape``.
 
 The device-latency estimate is the target's section's own split where its section has one
 (the Edge TPU: TPU compute, link, CPU fallback), else the CPU cost model of
@@ -125,6 +128,8 @@ class Target:
     settings: Callable[[Mapping[str, Mapping[str, Any]]], Any] | None = None
     after_convert: Callable[..., Any] | None = None
     prepare: Callable[[Model, Profile], Model] | None = None  # the model the device runs
+    #: Whether the runtime resizes dynamic inputs (LiteRT) or runs the stored shapes (TFLM).
+    resizes_inputs: bool = True
     #: The custom op code the target's compiler leaves in a model for its compiled part
     #: (e.g. Vela's ``ethos-u``); on any other target that op is a finding naming this one.
     compiled_op: str | None = None

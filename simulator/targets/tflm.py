@@ -25,5 +25,6 @@ TARGET = Target(
     int16_io=True,
     sparse_weights="TFLite-Micro kernels do not skip zero weights",
     offline_plan=True,
+    resizes_inputs=False,
     section=None,
 )

@@ -46,9 +46,18 @@ def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
     lines = []
     ops = ", ".join(f"{k}×{v}" for k, v in sorted(m.op_types.items(), key=lambda kv: -kv[1]))
     params = ", ".join(f"{k} {v:,}" for k, v in m.parameters.items()) or "none"
-    lines += [f"Model    {Path(m.path).name}  {_bytes(m.size_bytes)}  sha256 {m.sha256[:12]}",
-              f"         {m.operators} operators: {ops}",
-              f"         parameters: {params}; {report.compute.macs:,} MACs"]
+    if m.source is None:
+        lines.append(f"Model    {Path(m.path).name}  {_bytes(m.size_bytes)}  sha256 "
+                     f"{m.sha256[:12]}")
+    else:
+        src = m.source
+        lines += [f"Model    {Path(m.path).name}  {_bytes(src.size_bytes)}  sha256 "
+                  f"{src.sha256[:12]}  ({src.operators} operators)",
+                  f"         compiled for the {src.compiled_for}: {_bytes(m.size_bytes)}  "
+                  f"sha256 {m.sha256[:12]}; the figures below are the compiled model's"]
+    macs = " on the CPU (the accelerator's are inside its compiled ops)" if m.source else ""
+    lines += [f"         {m.operators} operators: {ops}",
+              f"         parameters: {params}; {report.compute.macs:,} MACs{macs}"]
     if m.conversion:
         conv = ", ".join(f"{k}={v}" for k, v in m.conversion.items()
                          if isinstance(v, (str, int, float, bool)))
@@ -92,6 +101,8 @@ def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
     if report.notes:
         lines += ["", "Notes"] + [f"  - {n}" for n in report.notes]
     risk = f" (at risk: {', '.join(report.at_risk)})" if report.at_risk else ""
+    if report.ok and report.unchecked_budgets:
+        risk += f" ({', '.join(report.unchecked_budgets)} not checked: no figure)"
     lines += ["", f"Verdict: {report.verdict.upper()}{risk}"]
     # Names in the model and the profile reach the terminal only through here.
     return clean("\n".join(lines)) + "\n"

@@ -27,6 +27,7 @@ from devicefit.simulator.targets.ethos_u.config import VelaConfig, vela_config
 from devicefit.simulator.targets.ethos_u.section import (
     CPU,
     NPU,
+    CompiledOp,
     EthosUSection,
     LayerCycles,
     PartitionOp,
@@ -138,6 +139,27 @@ def _outputs(sg: Subgraph, refs: tuple[int, ...]) -> tuple[str, ...]:
     return tuple(sg.tensors[i].name for i in refs if i >= 0)
 
 
+def compiled_ops(compiled: Model) -> tuple[CompiledOp, ...]:
+    """Each ``ethos-u`` op's command stream, read-only data and scratch sizes, from its
+    inputs (a malformed op, with fewer inputs, reports what it has)."""
+    found = []
+    for sg in compiled.subgraphs:
+        for op in sg.operators:
+            if op.op_name != ETHOS_U_OP:
+                continue
+
+            def size(k: int, refs: tuple[int, ...] = op.inputs, sg: Subgraph = sg) -> int:
+                return sg.tensors[refs[k]].nbytes if k < len(refs) and refs[k] >= 0 else 0
+
+            same = len(op.inputs) > 3 and op.inputs[3] == op.inputs[2]
+            found.append(CompiledOp(
+                sg.index, op.index, command_stream_bytes=size(0), weights_bytes=size(1),
+                scratch_bytes=size(2), fast_scratch_bytes=0 if same else size(3),
+                inputs=sum(1 for i in op.inputs[4:] if i >= 0),
+                outputs=sum(1 for i in op.outputs if i >= 0)))
+    return tuple(found)
+
+
 def scratch_bytes(compiled: Model) -> int:
     """The NPU's scratch tensors (inputs 2 and 3 of each ``ethos-u`` op: its arena and fast
     scratch; one tensor when they coincide), counted once each."""
@@ -205,7 +227,7 @@ def section_from_run(source: Model, compiled: Model, run: VelaRun, basis: str,
         partition=tuple(parts), scratch_bytes=scratch_bytes(compiled), figures=fig,
         per_layer=layers(run.per_layer), npu_ms=fig.total_cycles / fig.core_clock_hz * 1e3,
         vela_counts=(run.vela_cpu_ops, run.vela_npu_ops), command=run.command, ini=run.ini,
-        notes=tuple(notes))
+        notes=tuple(notes), compiled_ops=compiled_ops(compiled))
 
 
 def _precompiled_section(model: Model) -> EthosUSection:
@@ -221,7 +243,7 @@ def _precompiled_section(model: Model) -> EthosUSection:
         basis="compiled file", vela_version=None, compiled_bytes=model.size_bytes,
         ethos_u_ops=_count(model, ETHOS_U_OP), npu_ops=sum(p.unit == NPU for p in parts),
         cpu_ops=sum(p.unit == CPU for p in parts), partition=tuple(parts),
-        scratch_bytes=scratch_bytes(model),
+        scratch_bytes=scratch_bytes(model), compiled_ops=compiled_ops(model),
         notes=("no Vela record beside this file (devicefit convert writes one): cycles and "
                "latency are unknown; simulate the int8 .tflite to let devicefit run Vela",))
 
@@ -250,6 +272,7 @@ def _with_cpu_latency(section: EthosUSection, compiled: Model, profile: Profile)
 
     work = [OpCompute(w.op_index, w.op, w.macs, w.bytes_moved)
             for w in op_work(compiled) if w.op != ETHOS_U_OP]
+    section = dataclasses.replace(section, cpu_macs=sum(w.macs for w in work))
     if not work:
         return dataclasses.replace(section, cpu_ms=0.0)
     host = dataclasses.replace(profile, runtime=dataclasses.replace(profile.runtime, name="tflm"))

@@ -32,6 +32,26 @@ class PartitionOp:
 
 
 @dataclass(frozen=True)
+class CompiledOp:
+    """One ``ethos-u`` op of a compiled file, as its inputs tell (TFLM's Ethos-U kernel
+    reads them in this order: command stream, read-only data, scratch, fast scratch, then
+    the feature maps)."""
+
+    subgraph: int
+    op_index: int
+    #: The NPU's command stream (constant).
+    command_stream_bytes: int
+    #: Encoded weights and biases, read from flash (constant).
+    weights_bytes: int
+    #: The NPU's arena in the TFLM arena, and its fast scratch (0: the same tensor).
+    scratch_bytes: int
+    fast_scratch_bytes: int
+    #: Feature maps in and out.
+    inputs: int
+    outputs: int
+
+
+@dataclass(frozen=True)
 class LayerCycles:
     """One row of Vela's per-layer CSV (its rewritten operators, not the user's)."""
 
@@ -90,6 +110,10 @@ class EthosUSection:
     command: tuple[str, ...] = ()
     ini: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: What each ``ethos-u`` op's inputs tell (sizes of its command stream, weights ...).
+    compiled_ops: tuple[CompiledOp, ...] = ()
+    #: MACs of the operators left on the Cortex-M (the NPU's are in its command stream).
+    cpu_macs: int | None = None
 
     @property
     def latency_ms(self) -> float | None:
@@ -99,8 +123,10 @@ class EthosUSection:
 
     @property
     def latency_band_ms(self) -> tuple[float, float] | None:
-        """Vela's NPU time as it is, the Cortex-M part widened by its kernel tables' band."""
-        if self.latency_ms is None or self.npu_ms is None or self.cpu_ms is None:
+        """Vela's NPU time as it is, the Cortex-M part widened by its kernel tables' band;
+        None without a Cortex-M part to widen: nothing here validates Vela's cycle model,
+        and a band of zero width would claim it exact."""
+        if self.latency_ms is None or self.npu_ms is None or not self.cpu_ms:
             return None
         low, high = self.cpu_band or (1.0, 1.0)
         return (self.npu_ms + self.cpu_ms * low, self.npu_ms + self.cpu_ms * high)
@@ -113,12 +139,14 @@ class EthosUSection:
         validation of Vela's cycle model exists here) plus the Cortex-M part, whose band
         comes from devicefit's kernel tables. None when a part is unknown."""
         total, band = self.latency_ms, self.latency_band_ms
-        if total is None or band is None or not total:
+        if total is None or not total:
             return None
         return {"total_ms": total, "npu_ms": self.npu_ms, "cpu_ms": self.cpu_ms,
-                "band": [band[0] / total, band[1] / total],
+                "band": None if band is None else [band[0] / total, band[1] / total],
                 "band_basis": "Vela's cycles at the NPU clock as they are; the Cortex-M part "
-                              "widened by devicefit's kernel-table band",
+                              "widened by devicefit's kernel-table band" if band is not None
+                else "Vela's cycles at the NPU clock as they are; no band: nothing here "
+                     "validates Vela's cycle model and no Cortex-M part runs",
                 "per_op": []}
 
     def latency_report(self, profile: Any, split: str) -> Any:
@@ -131,10 +159,14 @@ class EthosUSection:
         lat = self.latency_split()
         if lat is None:
             why = [n for n in self.notes if "latency" in n or "Cortex-M part" in n]
+            if self.npu_ms is None and self.cpu_ms:
+                why.append(f"the Cortex-M part alone is {format_time_ms(self.cpu_ms)} "
+                           f"(estimated), a lower bound")
             return LatencyReport(no_estimate="; ".join(why) or "no Vela cycles", **common)
         return LatencyReport(
             estimated_device_ms=lat["total_ms"], band_ms=self.latency_band_ms,
-            band=(lat["band"][0], lat["band"][1]), band_basis=lat["band_basis"],
+            band=None if lat["band"] is None else (lat["band"][0], lat["band"][1]),
+            band_basis=lat["band_basis"],
             basis=LatencyBasis.TARGET, split=split, **common)
 
     def supported_line(self) -> str:
@@ -174,6 +206,21 @@ class EthosUSection:
         else:
             lines.append(f"  scratch      {_b(self.scratch_bytes)} (NPU arena in the file); "
                          f"compiled file {_b(self.compiled_bytes)}")
+        for c in self.compiled_ops:
+            where = f"{c.subgraph}:{c.op_index}" if c.subgraph else str(c.op_index)
+            fast = _b(c.fast_scratch_bytes) if c.fast_scratch_bytes else "the same tensor"
+            lines.append(f"  ethos-u op {where}  command stream {_b(c.command_stream_bytes)}, "
+                         f"weights {_b(c.weights_bytes)} (flash), scratch "
+                         f"{_b(c.scratch_bytes)}, fast scratch {fast}; {c.inputs} input(s), "
+                         f"{c.outputs} output(s)")
+        if self.cpu_macs is not None:
+            cpu_time = (f", {format_time_ms(self.cpu_ms)} (estimated)"
+                        if self.cpu_ms is not None else "")
+            lines.append(f"  Cortex-M     {self.cpu_ops} op(s), {self.cpu_macs:,} MACs{cpu_time}"
+                         f"; the NPU's MACs are inside its command stream")
+        if self.npu_ms is None:
+            lines.append("  latency      unknown: the NPU's cycles are not in a compiled file "
+                         "(Vela's record or the int8 .tflite gives them)")
         if self.latency_ms is not None and self.npu_ms is not None and self.cpu_ms is not None:
             band = self.latency_band_ms
             likely = f" (likely {format_band(band)})" if band and band[0] != band[1] else ""

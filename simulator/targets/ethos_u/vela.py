@@ -35,7 +35,9 @@ from devicefit.simulator.targets.ethos_u.config import VelaConfig
 
 DISTRIBUTION = "ethos-u-vela"
 _LAUNCH = "import sys; from ethosu.vela.vela import main; sys.exit(main())"
-_REASON = re.compile(r"^Warning \(supported operators\) operator: (\S+), ofm: '(.*)'\s*$")
+#: A tensor name may hold a newline (Vela prints it as it is), so the ofm spans lines.
+_REASON = re.compile(r"^Warning \(supported operators\) operator: (\S+), ofm: '([\s\S]*?)'[ \t]*\n"
+                     r"Reason: (.*)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ def run_vela(model_bytes: bytes, config: VelaConfig, name: str = "model") -> Vel
         if len(summaries) != 1:
             raise RuntimeFailure(f"Vela {found} wrote {len(summaries)} summary CSVs, expected 1")
         per_layer = out / f"{name}_per-layer.csv"
-        rows = _csv_rows(per_layer.read_text()) if per_layer.is_file() else []
+        rows = per_layer_rows(per_layer.read_text()) if per_layer.is_file() else []
         summary_rows = _csv_rows(summaries[0].read_text())
         if len(summary_rows) != 1:
             raise RuntimeFailure(f"Vela {found}: summary CSV has {len(summary_rows)} rows")
@@ -132,15 +134,28 @@ def _csv_rows(text: str) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(text)))
 
 
+def per_layer_rows(text: str) -> list[dict[str, str]]:
+    """Vela's per-layer CSV. Vela writes the last column (the tensor name) unquoted, so a
+    comma in a name would split it and a newline would start a short line; both are put
+    back into the name."""
+    lines = text.splitlines()
+    if not lines:
+        return []
+    header = lines[0].split(",")
+    rows: list[list[str]] = []
+    for line in lines[1:]:
+        fields = line.split(",", len(header) - 1)
+        if len(fields) == len(header):
+            rows.append(fields)
+        elif rows:  # the rest of the previous row's name, after a newline in it
+            rows[-1][-1] += "\n" + line
+    return [dict(zip(header, r, strict=True)) for r in rows]
+
+
 def parse_reasons(stdout: str) -> list[CpuReason]:
     """Vela's "supported operators" warnings: each names an op, its output and a reason."""
-    found: list[CpuReason] = []
-    lines = stdout.splitlines()
-    for i, line in enumerate(lines):
-        m = _REASON.match(line)
-        if m and i + 1 < len(lines) and lines[i + 1].startswith("Reason: "):
-            found.append(CpuReason(m.group(1), m.group(2), lines[i + 1][len("Reason: "):].strip()))
-    return found
+    return [CpuReason(m.group(1), m.group(2), m.group(3).strip())
+            for m in _REASON.finditer(stdout)]
 
 
 def _count(stdout: str, unit: str) -> int | None:
