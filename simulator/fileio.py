@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devicefit.simulator.errors import InputError, UsageError
+from devicefit.simulator.signals import deferred
 
 #: Pseudo file systems whose entries claim to be regular files of size 0.
 _PSEUDO_ROOTS = ("/proc/", "/sys/", "/dev/")
@@ -234,3 +235,16 @@ def _check_writable(what: str, out: Path) -> None:
                          f"({exc.strerror or exc})") from None
     os.close(fd)
     os.unlink(probe)
+
+
+@contextmanager
+def temporary_folder(prefix: str) -> Iterator[Path]:
+    """A private work folder, removed at the end whatever happens: a signal that arrives
+    while it is being removed waits until it is gone (with ``TemporaryDirectory`` a SIGTERM
+    in the middle of its removal left the folder half there)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield folder
+    finally:
+        with deferred():
+            shutil.rmtree(folder, ignore_errors=True)

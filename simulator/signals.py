@@ -162,3 +162,15 @@ def terminate_as_interrupt() -> Iterator[None]:
         _stopping = False
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Hold the stopping signals for the block (a clean-up that must run whole): one that
+    arrives meanwhile is delivered when the block ends. Per thread; signals reach Python's
+    main thread, so that is where it matters."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, set(STOPPING))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)

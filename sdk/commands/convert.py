@@ -6,7 +6,6 @@ import argparse
 import logging
 import os
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from devicefit.sdk.convert.spec import OPTIONS, ConversionSpec
 from devicefit.sdk.outputs import check_outputs, data_inputs, picture_outputs
 from devicefit.sdk.pictures import add_picture_options, write_pictures
 from devicefit.simulator import jsonout
-from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.fileio import temporary_folder, write_atomic
 from devicefit.simulator.profiles import IO_TYPES, QUANT_SCHEMES
 from devicefit.simulator.units import format_estimate, format_figure, format_size
 from rich.markup import escape
@@ -94,7 +93,7 @@ def _convert(args: argparse.Namespace) -> int:
     check_outputs([("-o", args.output), ("--report", args.report), *picture_outputs(args)],
                   [*data_inputs(args, ()), *data, ("spec", args.spec)])
     console = make_console(args.no_color)
-    with tempfile.TemporaryDirectory() as tmp, warnings_to(console), \
+    with temporary_folder("devicefit-") as tmp, warnings_to(console), \
             _progress(args.no_color, args.quiet) as (progress, on_stage):
         baseline = Path(tmp) / "float32.tflite" if args.html or args.plot else None
         report = convert(args.model, args.profile, args.output, spec,

@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from devicefit.simulator.errors import RuntimeFailure
+from devicefit.simulator.fileio import temporary_folder
 
 #: Seconds per evaluated sample allowed to the child, plus a fixed start-up allowance.
 CHILD_TIMEOUT_PER_SAMPLE_S = 0.5
@@ -45,7 +45,7 @@ class AccuracyReport:
 def run_tflite(model_path: Path, x: np.ndarray) -> np.ndarray:
     """Outputs of the ``.tflite`` for float inputs ``x``, from LiteRT in a child process."""
     timeout = CHILD_TIMEOUT_BASE_S + CHILD_TIMEOUT_PER_SAMPLE_S * len(x)
-    with tempfile.TemporaryDirectory(prefix="devicefit-eval-") as tmp:
+    with temporary_folder("devicefit-eval-") as tmp:
         inputs, outputs = Path(tmp) / "x.npy", Path(tmp) / "y.npy"
         np.save(inputs, x.astype(np.float32))
         cmd = [sys.executable, "-m", "devicefit.sdk.convert.litert_child", str(model_path), str(inputs),

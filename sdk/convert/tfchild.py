@@ -37,6 +37,7 @@ from devicefit.sdk.convert import diagnose
 from devicefit.sdk.convert.data import Dataset
 from devicefit.sdk.convert.diagnose import ConversionError
 from devicefit.simulator import errors
+from devicefit.simulator.signals import deferred
 
 #: Seconds without any event from the child before it counts as hung. Fine-tuning reports
 #: every batch and calibration every sample; MLIR conversion of a big model is the longest
@@ -122,10 +123,11 @@ def run_in_child(request: Any, supply: Callable[[tuple[int, ...]], Any],
         keep_log = keep_log or "converter log:" in str(exc)
         raise
     finally:
-        if child.poll() is None:
-            _kill(child)
-        _close(child)
-        _cleanup(work, keep_log)
+        with deferred():  # the child and its folder go whole, whatever signal comes now
+            if child.poll() is None:
+                _kill(child)
+            _close(child)
+            _cleanup(work, keep_log)
 
 
 def _stalled_is_an_error(events, state: dict[str, str], stall: float, log_path: Path):

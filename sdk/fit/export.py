@@ -11,7 +11,6 @@ shared artifact folder.
 from __future__ import annotations
 
 import logging
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +20,7 @@ from devicefit.sdk.fit.candidate import TrialRecord
 from devicefit.sdk.fit.report import FitReport, choose, closest_miss, reason_for
 from devicefit.sdk.fit.search import SearchSettings, records, storage_for
 from devicefit.simulator.errors import InputError, UsageError
-from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.fileio import temporary_folder, write_atomic
 from devicefit.simulator.profiles import Profile, load_profile
 
 if TYPE_CHECKING:
@@ -80,7 +79,7 @@ def write_winner(report: FitReport, profile: Profile, out_path: Path, build: Bui
     fitting = choose(report.trials)
     for record in fitting:
         tflite = build(record)
-        with tempfile.TemporaryDirectory(prefix="devicefit-verify-") as staging:
+        with temporary_folder("devicefit-verify-") as staging:
             staged = Path(staging) / "verify.tflite"  # the workdir may be shared: stage apart
             write_atomic(staged, tflite)
             verified = simulate(staged, profile, run=True)

@@ -10,9 +10,10 @@ import logging
 import re
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from devicefit.simulator.fileio import temporary_folder
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ def run_compiler(model_path: str | Path, timeout_s: float = COMPILER_TIMEOUT_S) 
     exe = shutil.which(COMPILER)
     if exe is None:
         return CompilerLog(error=f"{COMPILER} is not on PATH")
-    with tempfile.TemporaryDirectory(prefix="devicefit-edgetpu-") as tmp:
+    with temporary_folder("devicefit-edgetpu-") as tmp:
         try:
             proc = subprocess.run([exe, "-s", "-o", tmp, str(Path(model_path).resolve())],
                                   capture_output=True, text=True, timeout=timeout_s, cwd=tmp)

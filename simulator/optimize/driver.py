@@ -22,13 +22,13 @@ then run on the rewritten graph and stage 5 compares it with the original file.
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
+from devicefit.simulator.fileio import temporary_folder
 from devicefit.simulator.lifetimes import OFFLINE_METADATA, Buffer, lower_bound, tflm_buffers
 from devicefit.simulator.model import Model
 from devicefit.simulator.optimize.graph import graph_from_buffers
@@ -376,7 +376,7 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
 
     runner = target_for(profile).runner
 
-    with tempfile.TemporaryDirectory(prefix="devicefit-optimize-") as tmp:
+    with temporary_folder("devicefit-optimize-") as tmp:
         paths = [Path(tmp) / "original.tflite", Path(tmp) / "optimized.tflite"]
         for p, b in zip(paths, (original, optimized)):
             p.write_bytes(b)

@@ -23,7 +23,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -32,6 +31,7 @@ from typing import Protocol
 
 import numpy as np
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
+from devicefit.simulator.fileio import temporary_folder
 from devicefit.simulator.model import Model
 from devicefit.simulator.targets import TARGETS, TargetView
 
@@ -229,7 +229,7 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
     options = RunOptions(runs=runs, warmup=warmup, threads=threads, xnnpack=xnnpack,
                          reference_kernels=reference_kernels,
                          arena_size=arena_size or starting_arena(model))
-    with tempfile.TemporaryDirectory(prefix="devicefit-run-") as tmp:
+    with temporary_folder("devicefit-run-") as tmp:
         work = Path(tmp)
         if inputs is not None:
             np.savez(work / "inputs.npz", *inputs)

@@ -13,12 +13,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.fileio import temporary_folder, write_atomic
 from devicefit.simulator.runtimes import WORKER_MEMORY_BYTES, describe_exit, spawn
 
 
@@ -36,7 +35,7 @@ class RuntimeShapes:
 def litert_shapes(path: str | Path, inputs: Mapping[int, tuple[int, ...]],
                   timeout_s: float = 60) -> RuntimeShapes:
     """LiteRT's shapes for ``path`` with input tensor index → shape ``inputs`` resized."""
-    with tempfile.TemporaryDirectory(prefix="devicefit-shapes-") as tmp:
+    with temporary_folder("devicefit-shapes-") as tmp:
         work = Path(tmp)
         request = {"model": str(Path(path).resolve()), "dir": str(work),
                    "inputs": {str(k): list(v) for k, v in inputs.items()}}

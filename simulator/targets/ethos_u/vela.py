@@ -25,12 +25,12 @@ import io
 import re
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from devicefit.simulator.errors import RuntimeFailure, UsageError
+from devicefit.simulator.fileio import temporary_folder
 from devicefit.simulator.targets.ethos_u.config import VelaConfig
 
 DISTRIBUTION = "ethos-u-vela"
@@ -92,7 +92,7 @@ def run_vela(model_bytes: bytes, config: VelaConfig, name: str = "model") -> Vel
     """Compile ``model_bytes`` with Vela for ``config``; raise :class:`RuntimeFailure` with
     Vela's last words if it fails or exceeds ``config.timeout_s``."""
     found = require_vela()
-    with tempfile.TemporaryDirectory(prefix="devicefit-vela-") as tmp:
+    with temporary_folder("devicefit-vela-") as tmp:
         work = Path(tmp)
         src = work / f"{name}.tflite"
         src.write_bytes(model_bytes)
