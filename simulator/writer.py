@@ -8,6 +8,7 @@ and an unaligned buffer can fault there.
 
 from __future__ import annotations
 
+import copy
 import struct
 from collections.abc import Sequence
 
@@ -134,3 +135,45 @@ def set_offline_plan(model_bytes: bytes, offsets: Sequence[int]) -> bytes:
         raise ValueError(f"an offline plan needs one offset per tensor ({total}), "
                          f"got {len(offsets)}")
     return add_metadata(model_bytes, OFFLINE_MEMORY_ALLOCATION, offline_plan_bytes(offsets))
+
+
+def one_op_model(model: schema.ModelT, subgraph: int, op_index: int) -> bytes:
+    """A model of one operator of ``model``, with that operator's own tensors (shapes,
+    types, quantization, constant data, variable flags) and options: what a runtime is asked
+    when it must say whether it runs this operator (:mod:`simulator.compat.probe`).
+
+    Its non-constant, non-variable inputs become the graph's inputs, its outputs the graph's
+    outputs. ``model`` is unpacked once by the caller (:func:`unpack`) and left unchanged.
+    """
+    sg = model.subgraphs[subgraph]
+    op = sg.operators[op_index]
+    used = list(dict.fromkeys(i for i in (*op.inputs, *op.outputs, *(op.intermediates or ()))
+                              if i >= 0))
+    remap = {old: new for new, old in enumerate(used)}
+    buffers = [schema.BufferT()]
+    tensors = []
+    for old in used:
+        t = copy.copy(sg.tensors[old])
+        data = model.buffers[t.buffer].data if 0 < t.buffer < len(model.buffers) else None
+        if data is not None and len(data):
+            buffers.append(copy.copy(model.buffers[t.buffer]))
+            t.buffer = len(buffers) - 1
+        else:
+            t.buffer = 0
+        tensors.append(t)
+    one = copy.copy(op)
+    one.opcodeIndex = 0
+    one.inputs = [remap.get(i, -1) for i in op.inputs]
+    one.outputs = [remap[i] for i in op.outputs]
+    one.intermediates = [remap[i] for i in op.intermediates or ()] or None
+    produced = set(one.outputs)
+    out = schema.SubGraphT()
+    out.tensors, out.operators = tensors, [one]
+    out.inputs = list(dict.fromkeys(
+        i for i in one.inputs if i >= 0 and i not in produced and tensors[i].buffer == 0
+        and not tensors[i].isVariable))
+    out.outputs = one.outputs
+    m = schema.ModelT()
+    m.version, m.description = 3, "devicefit one-op probe"
+    m.operatorCodes, m.subgraphs, m.buffers = [model.operatorCodes[op.opcodeIndex]], [out], buffers
+    return pack(m)

@@ -239,7 +239,7 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
                    "dir": str(work), "inputs": source,
                    "memory_bytes": WORKER_MEMORY_BYTES}
         (work / "request.json").write_text(json.dumps(request))
-        proc, timed_out = _spawn(work, timeout_s)
+        proc, timed_out = spawn(work, timeout_s)
         stage = _read_stage(work)
         result_file = work / "result.json"
         if timed_out:
@@ -254,7 +254,7 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
                                      f"{result['error']}{hint}")
             if proc.returncode == 0 or stage == "done":
                 return _result_from(result, work)
-        raise RuntimeFailure(f"{name} crashed during '{stage}' ({_describe_exit(proc.returncode)})"
+        raise RuntimeFailure(f"{name} crashed during '{stage}' ({describe_exit(proc.returncode)})"
                              f"{_stderr_tail(proc.stderr)}; the model is malformed or hits a "
                              f"bug in {name} (devicefit ran it in a child process)")
 
@@ -306,12 +306,17 @@ def starting_arena(model: Model) -> int:
     return 2 * activations + 256 * 1024 + 64 * sum(len(sg.operators) for sg in model.subgraphs)
 
 
-def _spawn(work: Path, timeout_s: float) -> tuple[subprocess.CompletedProcess | None, bool]:
+def spawn(work: Path, timeout_s: float, worker: str = "_worker"
+          ) -> tuple[subprocess.CompletedProcess | None, bool]:
+    """Run ``python -m simulator.runtimes.<worker> WORK/request.json`` in a new session, its
+    stderr in ``WORK/stderr.txt``; (the finished process, False) or (None, True) on a
+    timeout."""
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    cmd = [sys.executable, "-m", "devicefit.simulator.runtimes._worker", str(work / "request.json")]
+    cmd = [sys.executable, "-m", f"devicefit.simulator.runtimes.{worker}",
+           str(work / "request.json")]
     with open(work / "stderr.txt", "w+b") as err:
         try:
             done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env,
@@ -339,7 +344,7 @@ _SIGNAL_HINTS = {
 }
 
 
-def _describe_exit(code: int) -> str:
+def describe_exit(code: int) -> str:
     if code < 0:
         try:
             name = signal.Signals(-code).name

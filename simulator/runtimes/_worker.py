@@ -22,7 +22,7 @@ from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.runtimes import RUNNERS, RunOptions, worker_inputs
 
 
-def _exit_with_parent() -> None:
+def exit_with_parent() -> None:
     """The parent kills this process on a timeout or a signal; should the parent itself die
     without that chance (SIGKILL, OOM killer), this process must not run on, unwatched."""
     parent = os.getppid()
@@ -35,7 +35,7 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
-def _limit_memory(limit: int) -> None:
+def limit_memory(limit: int) -> None:
     """Cap this process's address space: a huge input or a runtime gone wild gets a
     MemoryError (reported as a refusal) instead of the machine's memory."""
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -46,7 +46,7 @@ def _limit_memory(limit: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    _exit_with_parent()
+    exit_with_parent()
     request_path = Path(argv[0])
     request = json.loads(request_path.read_text())
     work = Path(request["dir"])
@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
         (work / "stage").write_text(name)
 
     try:
-        _limit_memory(request["memory_bytes"])
+        limit_memory(request["memory_bytes"])
         stage("inputs")
         inputs = worker_inputs(request)
         stage("load")

@@ -1,0 +1,337 @@
+"""Op support asked of the runtime itself, one operator signature at a time.
+
+The op tables (:mod:`simulator.compat.tflm`, :mod:`simulator.compat.litert`) were probed
+from the pinned wheels with synthetic one-op models, then generalised; a generalisation can
+be wrong on a model nobody probed (TFLM's own ``keyword_scrambled``: an int8 → int16 softmax
+whose output zero point is −32768; an untrained MobileNetV2 whose softmax input scale is
+7.8e-9, which TFLM aborts on). So for a TFLM or LiteRT profile every distinct operator
+*signature* of the model — op and version, options, and for every input, output and
+intermediate its type, shape pattern (rank, which dimensions are 1 or dynamic), constness,
+variable flag and the quantization its kernel checks (zero points, per-tensor or
+per-channel, each scale's power of two) — is cut out of the model with its real tensors
+(:func:`simulator.writer.one_op_model`) and prepared and invoked once in the real runtime,
+in a child process (:mod:`simulator.runtimes._probe_worker`, the runners ``--run`` uses).
+
+The table stays the fast first answer; where the runtime answers otherwise, the runtime
+wins and the report says so (``compatibility.disagreements``: the operator, the table's
+answer, the runtime's). Answers are cached on disk by the signature's hash and the runtime
+wheel's version (``$DEVICEFIT_CACHE/op-probe`` or ``~/.cache/devicefit/op-probe``, one
+atomically written file per signature), so a model whose signatures were seen before starts
+no child at all. Costs: ``benchmarks/bench_op_probe.py`` (BENCHMARKS.md).
+
+Not probed (the table's answer stands, and the report lists them): control flow (IF, WHILE,
+CALL_ONCE: their bodies are other subgraphs), ops on resource/variant/string tensors (a
+variable's handle only means something inside its model), ops compiled for an accelerator,
+and files whose constants lie after the flatbuffer (which cannot be cut up).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+from devicefit.simulator.compat import accelerator_op
+from devicefit.simulator.errors import DevicefitError
+from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
+from devicefit.simulator.profiles import Profile
+from devicefit.simulator.report import Disagreement, ProbeSummary, UnsupportedOp
+
+#: Version of the signature and answer format: part of every cache key.
+FORMAT = 1
+#: The wheel each probed runner is, by runner name.
+WHEELS = {"tflm": "tflite-micro", "litert": "ai-edge-litert"}
+#: Seconds one probe child may take for its whole batch; a hang costs that op its answer.
+CHILD_TIMEOUT_S = 120.0
+#: Address space of a probe child (as a run's worker).
+CHILD_MEMORY_BYTES = 8 * 1024**3
+_CONTROL_FLOW = frozenset({"IF", "WHILE", "CALL_ONCE"})
+_OPAQUE_DTYPES = frozenset({"resource", "variant", "string"})
+_SEED = 0
+
+
+@dataclass(frozen=True)
+class ProbeRuntime:
+    """The runtime a profile's op support is asked of: a runner and how it is set up."""
+
+    runner: str
+    xnnpack: bool
+    #: ``"<wheel> <version>"``, in every cache key: a new wheel asks again.
+    wheel: str
+
+    @property
+    def label(self) -> str:
+        delegate = {True: " (XNNPACK)", False: " (builtin kernels)"}[self.xnnpack]
+        return self.wheel + (delegate if self.runner == "litert" else "")
+
+
+@dataclass(frozen=True)
+class ProbeAnswer:
+    """What the runtime did with one operator's one-op model."""
+
+    ok: bool
+    #: The stage it stopped in (load, allocate, invoke, or crash), "done" when it ran.
+    stage: str
+    message: str = ""
+
+
+def probe_runtime(table: str, profile: Profile) -> ProbeRuntime | None:
+    """The runtime behind op table ``table`` on ``profile``, None for a table whose
+    runtime is not a wheel here (Edge TPU, Ethos-U: their own static analysis) or whose
+    wheel is not installed."""
+    if table not in WHEELS:
+        return None
+    try:
+        version = metadata.version(WHEELS[table])
+    except metadata.PackageNotFoundError:
+        return None
+    xnnpack = table == "litert" and "xnnpack" in profile.runtime.delegates
+    return ProbeRuntime(table, xnnpack, f"{WHEELS[table]} {version}")
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("DEVICEFIT_CACHE")
+    return (Path(root) if root else Path.home() / ".cache" / "devicefit") / "op-probe"
+
+
+# --------------------------------------------------------------------------- signatures
+def _quantization(t: Tensor) -> dict | None:
+    q = t.quantization
+    if q is None or not q.scale:
+        return None
+
+    def exponent(s: float) -> int | str:
+        return math.floor(math.log2(s)) if math.isfinite(s) and s > 0 else repr(s)
+
+    exponents = sorted({exponent(s) for s in q.scale}, key=str)
+    zero_points = sorted(set(q.zero_point))
+    return {"channels": "one" if len(q.scale) == 1 else "per-channel",
+            "dim": q.quantized_dimension, "log2_scale": exponents[:1] + exponents[-1:],
+            "zero_points": zero_points if len(zero_points) <= 4 else "many"}
+
+
+def _tensor_class(sg: Subgraph, index: int) -> dict | None:
+    if index < 0:
+        return None
+    t = sg.tensors[index]
+    dims = t.shape_signature if t.is_dynamic else t.shape
+    return {"dtype": t.dtype, "dims": ["?" if d < 0 else d if d <= 1 else "n" for d in dims],
+            "const": t.has_data and not t.data_after_flatbuffer, "variable": t.is_variable,
+            "sparse": t.is_sparse, "quant": _quantization(t)}
+
+
+def op_signature(sg: Subgraph, op: Operator) -> dict:
+    """What an op's kernel decides on, without its weights' values or exact sizes."""
+    return {"op": op.op_name, "version": op.version,
+            "options": json.loads(json.dumps(dict(op.options), sort_keys=True, default=str)),
+            "inputs": [_tensor_class(sg, i) for i in op.inputs],
+            "outputs": [_tensor_class(sg, i) for i in op.outputs],
+            "intermediates": [_tensor_class(sg, i) for i in op.intermediates]}
+
+
+def signature_key(signature: dict, runtime: ProbeRuntime) -> str:
+    text = json.dumps({"format": FORMAT, "runtime": runtime.label, "op": signature},
+                      sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def not_probed(sg: Subgraph, op: Operator) -> str | None:
+    """Why this op is not asked of the runtime one at a time, else None."""
+    if op.op_name in _CONTROL_FLOW:
+        return "control flow: its bodies are other subgraphs"
+    if op.is_custom and accelerator_op(op.op_name.removeprefix("CUSTOM:")):
+        return "compiled for an accelerator"
+    if any(sg.tensors[i].dtype in _OPAQUE_DTYPES
+           for i in (*op.inputs, *op.outputs) if i >= 0):
+        return "resource, variant or string tensors only mean something inside the model"
+    if any(sg.tensors[i].data_after_flatbuffer for i in op.inputs if i >= 0):
+        return "its constants lie after the flatbuffer"
+    return None
+
+
+# --------------------------------------------------------------------------- child side
+def probe_inputs(model: Model) -> list[np.ndarray]:
+    """Inputs a one-op model is invoked on: integers over their whole quantized range,
+    floats in [0.25, 1) (so LOG, SQRT, DIV stay finite and a NaN means the kernel misread
+    its types), int32/int64 zeros (always a valid index, axis or count)."""
+    rng = np.random.default_rng(_SEED)
+    out = []
+    for index in model.main.inputs:
+        t = model.main.tensors[index]
+        shape = tuple(max(d, 1) for d in t.shape)
+        dt = np.dtype(t.dtype)
+        if dt.kind in "iu" and dt.itemsize <= 2:
+            info = np.iinfo(dt)
+            out.append(rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=dt))
+        elif dt.kind in "iub":
+            out.append(np.zeros(shape, dt))
+        else:
+            out.append(rng.uniform(0.25, 1.0, size=shape).astype(dt))
+    return out
+
+
+_SOURCE_PATH = re.compile(r"\S*(?:tensorflow|tflite)/\S+\.(?:cc|h)(?::\d+)?\s*")
+#: The interpreters' follow-up lines after a kernel's own complaint.
+_NOISE = re.compile(r"\(number \d+\) failed|^Node number \d+ \(\S+\) failed|^Failed to|"
+                    r"^TFLM failed|^Interpreter invocation failed")
+_WRAPPER = re.compile(r"^TFLM (could not create the interpreter|invoke failed):\s*")
+
+
+def runtime_message(text: str) -> str:
+    """A runtime's refusal as one line: the kernel's complaint, without source paths and
+    the interpreter's follow-up lines ("Node CAST (number 0) failed to invoke")."""
+    parts = []
+    for part in re.split(r"\s*\|\s*|(?<=\.)(?=Node number)", text):
+        part = _WRAPPER.sub("", _SOURCE_PATH.sub("", part).strip())
+        if part and not _NOISE.search(part):
+            parts.append(part)
+    return " ".join(dict.fromkeys(parts))[:400] or " ".join(text.split())[:400]
+
+
+# --------------------------------------------------------------------------- parent side
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """Answers per (subgraph, op index) and what it took to get them."""
+
+    answers: dict[tuple[int, int], ProbeAnswer]
+    summary: ProbeSummary
+
+
+def probe_ops(model: Model, runtime: ProbeRuntime) -> ProbeOutcome:
+    """Ask ``runtime`` about every probeable operator of ``model``: cached answers first,
+    the rest in child processes (one per batch; a crash ends a child, the next one goes on
+    after the operator that killed it)."""
+    keys: dict[tuple[int, int], str] = {}
+    skipped: list[str] = []
+    representative: dict[str, tuple[int, int]] = {}
+    for sg in model.subgraphs:
+        for op in sg.operators:
+            where = f"{sg.index}:{op.index}" if sg.index else str(op.index)
+            if why := not_probed(sg, op):
+                skipped.append(f"{op.op_name} (op {where}): {why}")
+                continue
+            key = signature_key(op_signature(sg, op), runtime)
+            keys[(sg.index, op.index)] = key
+            representative.setdefault(key, (sg.index, op.index))
+    folder = cache_dir()
+    known = {k: a for k in representative if (a := _cached(folder, k)) is not None}
+    missing = [(sg, op, k) for k, (sg, op) in representative.items() if k not in known]
+    fresh, children = _probe_in_children(model.path, runtime, missing) if missing else ({}, 0)
+    for key, answer in fresh.items():
+        _store(folder, key, runtime, answer)
+    known.update(fresh)
+    answers = {where: known[k] for where, k in keys.items() if k in known}
+    unanswered = [f"{model.subgraphs[sg].operators[op].op_name} (op {op}): no answer from "
+                  f"the runtime" for sg, op, k in missing if k not in fresh]
+    summary = ProbeSummary(runtime=runtime.label, signatures=len(representative),
+                           cached=len(representative) - len(missing), probed=len(fresh),
+                           children=children, not_probed=tuple(skipped + unanswered))
+    return ProbeOutcome(answers, summary)
+
+
+def _cached(folder: Path, key: str) -> ProbeAnswer | None:
+    try:
+        data = json.loads((folder / f"{key}.json").read_text())
+        return ProbeAnswer(bool(data["ok"]), str(data["stage"]), str(data["message"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # absent or damaged: ask again
+
+
+def _store(folder: Path, key: str, runtime: ProbeRuntime, answer: ProbeAnswer) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(folder / f"{key}.json", json.dumps(
+            {"runtime": runtime.label, "ok": answer.ok, "stage": answer.stage,
+             "message": answer.message}))
+    except (OSError, DevicefitError):
+        pass  # a read-only or full cache costs the next run its speed, not this answer
+
+
+def _probe_in_children(path: str, runtime: ProbeRuntime, todo: list[tuple[int, int, str]]
+                       ) -> tuple[dict[str, ProbeAnswer], int]:
+    from devicefit.simulator.runtimes import describe_exit, spawn
+
+    answers: dict[str, ProbeAnswer] = {}
+    children = 0
+    while todo:
+        with tempfile.TemporaryDirectory(prefix="devicefit-probe-") as tmp:
+            work = Path(tmp)
+            (work / "request.json").write_text(json.dumps(
+                {"runtime": runtime.runner, "xnnpack": runtime.xnnpack,
+                 "model": str(Path(path).resolve()), "ops": todo, "dir": str(work),
+                 "memory_bytes": CHILD_MEMORY_BYTES}))
+            proc, timed_out = spawn(work, CHILD_TIMEOUT_S, "_probe_worker")
+            children += 1
+            answers.update(_answers(work / "answers.jsonl"))
+            current = _read(work / "current")
+            stage = _read(work / "stage") or "allocate"
+        if current is None or current in answers:
+            if proc is None or proc.returncode != 0:
+                break  # died before its first op, or after its last: nothing more to learn
+            todo = []
+            continue
+        if not timed_out and proc is not None:
+            answers[current] = ProbeAnswer(False, "crash", f"the runtime died during "
+                                           f"'{stage}' ({describe_exit(proc.returncode)})")
+        done = [k for _, _, k in todo].index(current)
+        todo = todo[done + 1:]
+    return answers, children
+
+
+def _answers(path: Path) -> dict[str, ProbeAnswer]:
+    out = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        try:
+            a = json.loads(line)
+        except ValueError:
+            continue  # the line a crash cut short
+        out[a["key"]] = ProbeAnswer(a["ok"], a["stage"], a["message"])
+    return out
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+# --------------------------------------------------------------------------- the verdict
+def reconcile(model: Model, table: str, runtime: ProbeRuntime,
+              findings: Iterable[UnsupportedOp]
+              ) -> tuple[list[UnsupportedOp], tuple[Disagreement, ...], ProbeSummary]:
+    """The table's ``findings`` with the runtime's answers winning where they differ, the
+    differences, and the probe's summary."""
+    outcome = probe_ops(model, runtime)
+    by_op = {(u.subgraph, u.op_index): u for u in findings}
+    kept = [u for where, u in by_op.items() if where not in outcome.answers
+            or not outcome.answers[where].ok]
+    disagreements = []
+    for (sg, index), answer in sorted(outcome.answers.items()):
+        op = model.subgraphs[sg].operators[index]
+        found = by_op.get((sg, index))
+        if answer.ok and found is not None:
+            disagreements.append(Disagreement(index, op.op_name, found.reason,
+                                              "runs (one-op model prepared and invoked)",
+                                              "probe", sg))
+        elif not answer.ok and found is None:
+            said = f"{runtime.wheel} refuses it at {answer.stage}: {answer.message}"
+            kept.append(UnsupportedOp(index, op.op_name, f"{said} (asked of the runtime with "
+                                      f"a one-op model; the {table} table missed it)", sg))
+            disagreements.append(Disagreement(index, op.op_name, "supported", said,
+                                              "probe", sg))
+    kept.sort(key=lambda u: (u.subgraph, u.op_index))
+    return kept, tuple(disagreements), outcome.summary
