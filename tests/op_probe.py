@@ -70,6 +70,8 @@ class T:
     zero_point: int = 0
     #: A variable tensor (an LSTM's state): no data, not a graph input, kept across invokes.
     variable: bool = False
+    #: Quantization parameters on an int32 activation (QUANTIZE's int32 output has them).
+    quantized: bool = False
 
     def fill(self) -> np.ndarray:
         return np.ones(self.shape, NUMPY[self.dtype])
@@ -105,8 +107,8 @@ def single_op(code: int, inputs: list[T | None], outputs: list[T], options_type:
                 data = (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8)
             buffers.append(_buffer(data))
             ft.buffer = len(buffers)
-        if t.dtype in QUANTIZED or (t.dtype in ("int32", "int64") and t.data is not None
-                                    and t.scale != 1.0):
+        if t.dtype in QUANTIZED or t.quantized or (t.dtype in ("int32", "int64")
+                                                   and t.data is not None and t.scale != 1.0):
             q = fb.QuantizationParametersT()
             q.scale, q.zeroPoint = [t.scale], [t.zero_point]
             ft.quantization = q
@@ -275,7 +277,8 @@ ACTIVATION_OPS: dict[str, Callable[[str], tuple]] = {
 
 def _conversion(code_name: str, src: str, dst: str) -> tuple:
     src_t = const((4,), src) if code_name == "DEQUANTIZE" else T((4,), src)
-    return [src_t], [T((4,), dst)], 0, None
+    # A QUANTIZE to int32 (int16 → int32 at a 16x8 model's edge) writes a quantized int32.
+    return [src_t], [T((4,), dst, quantized=dst == "int32")], 0, None
 
 
 #: (op, input type, output type) of the type-converting ops.

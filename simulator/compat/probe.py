@@ -280,8 +280,8 @@ def _probe_in_children(path: str, runtime: ProbeRuntime, todo: list[tuple[int, i
             todo = []
             continue
         if not timed_out and proc is not None:
-            answers[current] = ProbeAnswer(False, "crash", f"the runtime died during "
-                                           f"'{stage}' ({describe_exit(proc.returncode)})")
+            answers[current] = ProbeAnswer(False, stage,
+                                           f"crashed ({describe_exit(proc.returncode)})")
         done = [k for _, _, k in todo].index(current)
         todo = todo[done + 1:]
     return answers, children
@@ -310,6 +310,21 @@ def _read(path: Path) -> str | None:
 
 
 # --------------------------------------------------------------------------- the verdict
+def scales(sg: Subgraph, op: Operator) -> str:
+    """The quantization scales of an op's tensors, for a crash message (an abort at
+    prepare is most often a scale the kernel cannot turn into a multiplier)."""
+    def one(role: str, indices: tuple[int, ...]) -> list[str]:
+        out = []
+        for k, i in enumerate(indices):
+            q = sg.tensors[i].quantization if i >= 0 else None
+            if q is not None and q.scale:
+                low, high = min(q.scale), max(q.scale)
+                span = f"{low:.3g}" if low == high else f"{low:.3g}…{high:.3g}"
+                out.append(f"{role} {k} {span}")
+        return out
+    return ", ".join(one("input", op.inputs) + one("output", op.outputs)) or "none"
+
+
 def reconcile(model: Model, table: str, runtime: ProbeRuntime,
               findings: Iterable[UnsupportedOp]
               ) -> tuple[list[UnsupportedOp], tuple[Disagreement, ...], ProbeSummary]:
@@ -329,6 +344,8 @@ def reconcile(model: Model, table: str, runtime: ProbeRuntime,
                                               "probe", sg))
         elif not answer.ok and found is None:
             said = f"{runtime.wheel} refuses it at {answer.stage}: {answer.message}"
+            if answer.message.startswith("crashed"):
+                said += f"; its scales: {scales(model.subgraphs[sg], op)}"
             kept.append(UnsupportedOp(index, op.op_name, f"{said} (asked of the runtime with "
                                       f"a one-op model; the {table} table missed it)", sg))
             disagreements.append(Disagreement(index, op.op_name, "supported", said,

@@ -41,6 +41,11 @@ def main(argv: list[str]) -> int:
         for subgraph, op_index, key in request["ops"]:
             (work / "current").write_text(key)
             stage = ["build"]
+
+            def enter(name: str, stage: list[str] = stage) -> None:
+                stage.append(name)
+                (work / "stage").write_text(name)
+
             answer: dict = {"key": key, "ok": True, "stage": "done", "message": ""}
             try:
                 if model is None:
@@ -52,9 +57,9 @@ def main(argv: list[str]) -> int:
                     f.flush()
                     options = RunOptions(runs=1, warmup=0, xnnpack=request["xnnpack"],
                                          arena_size=starting_arena(one))
-                    stage.append("load")
+                    enter("load")
                     result = runner.run(f.name, probe_inputs(one), len(one.main.outputs),
-                                        options, stage.append)
+                                        options, enter)
                 if not all(np.isfinite(o).all() for o in result.outputs if o.dtype.kind == "f"):
                     # Accepted, but the kernel read its weights as another type (TFLM's
                     # float LSTM with int8 weights); the probe's inputs keep sane ops finite.
