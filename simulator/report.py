@@ -362,14 +362,38 @@ class CrossCheck:
 
 
 @dataclass(frozen=True)
+class RunFailure:
+    """What the runtime did when a ``--run`` did not complete: the stage, its message, and
+    the operator it stopped at when the runtime names it or probing finds it."""
+
+    stage: str
+    message: str
+    #: True when the runtime died (a signal, e.g. TFLM's SIGABRT) instead of refusing.
+    crashed: bool = False
+    op_index: int | None = None
+    op: str | None = None
+    subgraph: int = 0
+    #: How the operator was found: "the runtime's message" or "probing each operator".
+    op_found_by: str | None = None
+
+    def line(self) -> str:
+        where = "" if self.op is None else f" at op {self.op_index} {self.op}"
+        found = f" [operator found by {self.op_found_by}]" if self.op_found_by else ""
+        return (f"{'crashed' if self.crashed else 'failed'} during '{self.stage}'{where}: "
+                f"{self.message}{found}")
+
+
+@dataclass(frozen=True)
 class MeasuredReport:
     """What the real runtime measured on this host (``--run``)."""
 
     runtime: str
     #: Where the inputs came from.
     inputs: str
-    #: Why the runtime was not started (it lacks an operator of the model).
+    #: Why the runtime was not started.
     skipped: str | None = None
+    #: The run was started and did not complete: what the runtime did.
+    failure: RunFailure | None = None
     #: The interpreter's arena (TFLM's RecordingMicroAllocator); None without one.
     arena_head_bytes: int | None = None
     arena_tail_bytes: int | None = None

@@ -41,6 +41,7 @@ from devicefit.simulator.report import (
 )
 from devicefit.simulator.targets import target_for
 from devicefit.simulator.verdict import flash_bytes, judge
+from devicefit.simulator.views.messages import disagreement_messages
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ CONVERSION_METADATA = "devicefit.conversion"
 
 def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = False,
              order: Sequence[int] | None = None, profiles_dirs: Sequence[str | Path] = (),
-             bench: BenchResult | None = None, strict: bool = False,
+             bench: BenchResult | None = None, strict: bool = False, probe: bool = True,
              **run_options: Any) -> Report:
     """Predict (and with ``run=True`` also measure) ``model_path`` on ``profile``, judged.
 
@@ -58,15 +59,17 @@ def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = Fals
     ``order`` executes the main graph's operators in that order (for the optimizer).
     ``bench`` is what the device itself measured (``devicefit bench``): its average time is
     judged against the latency budget instead of the estimate. ``strict``: a budget the
-    report has no figure for fails the verdict. ``run_options`` go to the running half
-    unchanged.
+    report has no figure for fails the verdict. ``probe``: on a TFLM or LiteRT profile, ask
+    the runtime about each operator signature (:mod:`simulator.compat.probe`; cached on
+    disk, a child process only for signatures not seen before). ``run_options`` go to the
+    running half unchanged.
     """
     if not isinstance(profile, Profile):
         profile = load_profile(profile, list(profiles_dirs))
     model = read_model(model_path)
     if (prepare := target_for(profile).prepare) is not None:  # e.g. compile it for an NPU
         model = prepare(model, profile)
-    report = static_report(model, profile, order)
+    report = static_report(model, profile, order, probe=probe)
     if run:
         # Imported here: the static path must not load native runtimes.
         from devicefit.simulator.runtimes.stage import run_stage
@@ -86,8 +89,10 @@ def bench_section(result: BenchResult, report: Report | None,
                                                    why if estimate is None else None))
 
 
-def static_report(model: Model, profile: Profile, order: Sequence[int] | None = None) -> Report:
-    """The report of the static half, not judged yet (:func:`simulate` judges it whole)."""
+def static_report(model: Model, profile: Profile, order: Sequence[int] | None = None, *,
+                  probe: bool = False) -> Report:
+    """The report of the static half, not judged yet (:func:`simulate` judges it whole);
+    ``probe``: op support asked of the runtime too (see :func:`simulate`)."""
     plan = plan_memory(model, profile, order)
     work = op_work(model)
     report = Report(
@@ -104,7 +109,8 @@ def static_report(model: Model, profile: Profile, order: Sequence[int] | None = 
     if any(t.is_dynamic for t in model.main.tensors):
         report.notes.append("the model has dynamic dimensions (-1 in shape_signature): "
                             "planned with the sizes stored in the file")
-    report.compatibility = static_compatibility(model, profile)
+    report.compatibility = static_compatibility(model, profile, probe=probe)
+    report.notes += disagreement_messages(report)
     report.latency = static_latency(report.compatibility, profile)
     if report.latency is None:
         try:

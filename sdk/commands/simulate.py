@@ -41,6 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "with the tflite-micro pip wheel)")
     p.add_argument("--pointer-size", type=int, choices=(4, 8), default=None,
                    help="override the target's pointer width in bytes (8: 64-bit host)")
+    p.add_argument("--no-probe", dest="probe", action="store_false",
+                   help="answer op support from devicefit's tables only; by default each "
+                        "operator signature not seen before is also run alone in the TFLM or "
+                        "LiteRT wheel (a child process, cached in ~/.cache/devicefit/op-probe)")
     run = p.add_argument_group("running the model (--run)")
     run.add_argument("--run", action="store_true",
                      help="also run the model in the profile's real runtime (TFLM, LiteRT) in a "
@@ -68,6 +72,7 @@ def _simulate(args: argparse.Namespace) -> int:
                                           *profile_inputs(profile)])
     run_options = ({"runs": args.runs, "input_path": args.input, "timeout_s": args.timeout}
                    if args.run else {})
+    run_options["probe"] = args.probe
     err = make_console(args.no_color, stderr=True)
     if args.run and err.is_terminal:
         # The runs happen in child processes: show that something is going on.
