@@ -262,7 +262,7 @@ class CompatibilityReport:
         out = {"table": self.table, "supported": self.supported,
                "unsupported_ops": [dataclasses.asdict(u) for u in self.unsupported_ops],
                "disagreements": [dataclasses.asdict(d) for d in self.disagreements],
-               "probe": None if self.probe is None else dataclasses.asdict(self.probe)}
+               "probe": None if self.probe is None else _plain_fields(self.probe)}
         if self.section is not None:
             out[self.table] = self.section.to_dict()
         return out
