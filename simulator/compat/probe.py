@@ -153,8 +153,6 @@ def not_probed(sg: Subgraph, op: Operator) -> str | None:
     if any(sg.tensors[i].dtype in _OPAQUE_DTYPES
            for i in (*op.inputs, *op.outputs) if i >= 0):
         return "resource, variant or string tensors only mean something inside the model"
-    if any(sg.tensors[i].data_after_flatbuffer for i in op.inputs if i >= 0):
-        return "its constants lie after the flatbuffer"
     return None
 
 
@@ -213,10 +211,14 @@ def probe_ops(model: Model, runtime: ProbeRuntime) -> ProbeOutcome:
     keys: dict[tuple[int, int], str] = {}
     skipped: list[str] = []
     representative: dict[str, tuple[int, int]] = {}
+    outside = any(t.data_after_flatbuffer for sg in model.subgraphs for t in sg.tensors)
     for sg in model.subgraphs:
         for op in sg.operators:
             where = f"{sg.index}:{op.index}" if sg.index else str(op.index)
-            if why := not_probed(sg, op):
+            # A file with constants after its flatbuffer cannot be cut up at all.
+            why = ("the file keeps constants after its flatbuffer" if outside else
+                   None if Path(model.path).is_file() else "the model is not a file here")
+            if why := why or not_probed(sg, op):
                 skipped.append(f"{op.op_name} (op {where}): {why}")
                 continue
             key = signature_key(op_signature(sg, op), runtime)
@@ -225,13 +227,15 @@ def probe_ops(model: Model, runtime: ProbeRuntime) -> ProbeOutcome:
     folder = cache_dir()
     known = {k: a for k in representative if (a := _cached(folder, k)) is not None}
     missing = [(sg, op, k) for k, (sg, op) in representative.items() if k not in known]
-    fresh, children = _probe_in_children(model.path, runtime, missing) if missing else ({}, 0)
+    got, children = _probe_in_children(model.path, runtime, missing) if missing else ({}, 0)
+    fresh = {k: a for k, a in got.items() if isinstance(a, ProbeAnswer)}
     for key, answer in fresh.items():
         _store(folder, key, runtime, answer)
     known.update(fresh)
     answers = {where: known[k] for where, k in keys.items() if k in known}
-    unanswered = [f"{model.subgraphs[sg].operators[op].op_name} (op {op}): no answer from "
-                  f"the runtime" for sg, op, k in missing if k not in fresh]
+    unanswered = [f"{model.subgraphs[sg].operators[op].op_name} (op {op}): "
+                  f"{got.get(k) or 'no answer from the runtime'}"
+                  for sg, op, k in missing if k not in fresh]
     summary = ProbeSummary(runtime=runtime.label, signatures=len(representative),
                            cached=len(representative) - len(missing), probed=len(fresh),
                            children=children, not_probed=tuple(skipped + unanswered))
@@ -257,10 +261,11 @@ def _store(folder: Path, key: str, runtime: ProbeRuntime, answer: ProbeAnswer) -
 
 
 def _probe_in_children(path: str, runtime: ProbeRuntime, todo: list[tuple[int, int, str]]
-                       ) -> tuple[dict[str, ProbeAnswer], int]:
+                       ) -> tuple[dict[str, ProbeAnswer | str], int]:
+    """Answers (or why none) by key, and the number of children it took."""
     from devicefit.simulator.runtimes import describe_exit, spawn
 
-    answers: dict[str, ProbeAnswer] = {}
+    answers: dict[str, ProbeAnswer | str] = {}
     children = 0
     while todo:
         with tempfile.TemporaryDirectory(prefix="devicefit-probe-") as tmp:
@@ -273,7 +278,7 @@ def _probe_in_children(path: str, runtime: ProbeRuntime, todo: list[tuple[int, i
             children += 1
             answers.update(_answers(work / "answers.jsonl"))
             current = _read(work / "current")
-            stage = _read(work / "stage") or "allocate"
+            stage = _read(work / "stage") or "load"
         if current is None or current in answers:
             if proc is None or proc.returncode != 0:
                 break  # died before its first op, or after its last: nothing more to learn
@@ -287,8 +292,9 @@ def _probe_in_children(path: str, runtime: ProbeRuntime, todo: list[tuple[int, i
     return answers, children
 
 
-def _answers(path: Path) -> dict[str, ProbeAnswer]:
-    out = {}
+def _answers(path: Path) -> dict[str, ProbeAnswer | str]:
+    """The child's answers by key: a :class:`ProbeAnswer`, or why it could not ask."""
+    out: dict[str, ProbeAnswer | str] = {}
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:
@@ -298,7 +304,8 @@ def _answers(path: Path) -> dict[str, ProbeAnswer]:
             a = json.loads(line)
         except ValueError:
             continue  # the line a crash cut short
-        out[a["key"]] = ProbeAnswer(a["ok"], a["stage"], a["message"])
+        out[a["key"]] = a["skipped"] if "skipped" in a else ProbeAnswer(a["ok"], a["stage"],
+                                                                        a["message"])
     return out
 
 

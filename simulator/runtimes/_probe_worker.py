@@ -22,9 +22,35 @@ from devicefit.simulator.runtimes import RUNNERS, RunOptions, starting_arena
 from devicefit.simulator.runtimes._worker import exit_with_parent, limit_memory
 
 
+def _ask(runner, work: Path, data: bytes, inputs: list[np.ndarray], outputs: int,
+         options: RunOptions) -> dict:
+    """One one-op model through the runner: {"ok", "stage", "message"}."""
+    from devicefit.simulator.compat.probe import runtime_message
+
+    stage = ["load"]
+
+    def enter(name: str) -> None:
+        stage.append(name)
+        (work / "stage").write_text(name)
+
+    try:
+        with tempfile.NamedTemporaryFile(suffix=".tflite", dir=work) as f:
+            f.write(data)
+            f.flush()
+            enter("load")
+            result = runner.run(f.name, inputs, outputs, options, enter)
+        if not all(np.isfinite(o).all() for o in result.outputs if o.dtype.kind == "f"):
+            # Accepted, but the kernel read its weights as another type (TFLM's float LSTM
+            # with int8 weights); the probe's inputs keep sane ops finite.
+            raise ValueError("runs but returns NaN/Inf: the kernel does not handle these "
+                             "types")
+    except Exception as exc:  # noqa: BLE001 — a refusal is the answer, as data
+        return {"ok": False, "stage": stage[-1], "message": runtime_message(str(exc))}
+    return {"ok": True, "stage": "done", "message": ""}
+
+
 def main(argv: list[str]) -> int:
-    from devicefit.simulator.compat.probe import probe_inputs, runtime_message
-    from devicefit.simulator.errors import ModelFormatError
+    from devicefit.simulator.compat.probe import probe_inputs
     from devicefit.simulator.reader import parse_model
     from devicefit.simulator.writer import one_op_model, unpack
 
@@ -33,41 +59,22 @@ def main(argv: list[str]) -> int:
     work = Path(request["dir"])
     limit_memory(request["memory_bytes"])
     runner = RUNNERS[request["runtime"]]()
-    try:
-        model = unpack(Path(request["model"]).read_bytes())
-    except ModelFormatError as exc:
-        model, unreadable = None, str(exc)
+    model = unpack(Path(request["model"]).read_bytes())
     with open(work / "answers.jsonl", "a", encoding="utf-8") as answers:
         for subgraph, op_index, key in request["ops"]:
             (work / "current").write_text(key)
-            stage = ["build"]
-
-            def enter(name: str, stage: list[str] = stage) -> None:
-                stage.append(name)
-                (work / "stage").write_text(name)
-
-            answer: dict = {"key": key, "ok": True, "stage": "done", "message": ""}
+            (work / "stage").write_text("build")
             try:
-                if model is None:
-                    raise ValueError(unreadable)
                 data = one_op_model(model, subgraph, op_index)
                 one = parse_model(data, "probe.tflite")
-                with tempfile.NamedTemporaryFile(suffix=".tflite", dir=work) as f:
-                    f.write(data)
-                    f.flush()
-                    options = RunOptions(runs=1, warmup=0, xnnpack=request["xnnpack"],
-                                         arena_size=starting_arena(one))
-                    enter("load")
-                    result = runner.run(f.name, probe_inputs(one), len(one.main.outputs),
-                                        options, enter)
-                if not all(np.isfinite(o).all() for o in result.outputs if o.dtype.kind == "f"):
-                    # Accepted, but the kernel read its weights as another type (TFLM's
-                    # float LSTM with int8 weights); the probe's inputs keep sane ops finite.
-                    raise ValueError("runs but returns NaN/Inf: the kernel does not handle "
-                                     "these types")
-            except Exception as exc:  # noqa: BLE001 — a refusal is the answer, as data
-                answer.update(ok=False, stage=stage[-1], message=runtime_message(str(exc)))
-            answers.write(json.dumps(answer) + "\n")
+                inputs = probe_inputs(one)
+            except Exception as exc:  # noqa: BLE001 — the probe's limit, not the runtime's
+                answer = {"skipped": f"cannot be cut out alone ({exc})"}
+            else:
+                options = RunOptions(runs=1, warmup=0, xnnpack=request["xnnpack"],
+                                     arena_size=starting_arena(one))
+                answer = _ask(runner, work, data, inputs, len(one.main.outputs), options)
+            answers.write(json.dumps({"key": key, **answer}) + "\n")
             answers.flush()
     sys.stdout.flush()
     sys.stderr.flush()
