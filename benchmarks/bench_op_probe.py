@@ -43,11 +43,11 @@ def measure(path: Path, profile_name: str) -> dict:
     start = time.perf_counter()
     again = check_ops(model, profile, probe=True)
     cached_s = time.perf_counter() - start
-    assert again.probe is not None and again.probe.children == 0, "the cache was not used"
     p = first.probe
     return {"operators": sum(len(sg.operators) for sg in model.subgraphs),
             "signatures": p.signatures if p else 0, "children": p.children if p else 0,
             "not_probed": len(p.not_probed) if p else 0, "table_s": table_s,
+            "children_cached": again.probe.children if again.probe else 0,
             "first_s": first_s, "cached_s": cached_s,
             "disagreements": [d.line() for d in first.disagreements]}
 
@@ -66,13 +66,14 @@ def main() -> int:
         for m in models(args.models):
             for runtime, profile in PROFILES.items():
                 rows.append({"model": m.name, "runtime": runtime, **measure(m.path, profile)})
-    print("| model | runtime | ops | signatures | children | tables alone | probe, first run "
-          "| probe, cached | disagreements |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| model | runtime | ops | signatures | not asked | children | tables alone | "
+          "probe, first run | probe, cached (children) | disagreements |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['model']} | {r['runtime']} | {r['operators']} | {r['signatures']} | "
-              f"{r['children']} | {r['table_s'] * 1e3:.1f} ms | {r['first_s']:.2f} s | "
-              f"{r['cached_s'] * 1e3:.0f} ms | {len(r['disagreements'])} |")
+              f"{r['not_probed']} | {r['children']} | {r['table_s'] * 1e3:.1f} ms | "
+              f"{r['first_s']:.2f} s | {r['cached_s'] * 1e3:.0f} ms ({r['children_cached']}) "
+              f"| {len(r['disagreements'])} |")
     for r in rows:
         for d in r["disagreements"]:
             print(f"  {r['model']} ({r['runtime']}): {d}")

@@ -39,12 +39,12 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
-from devicefit.simulator.compat import accelerator_op
 from devicefit.simulator.errors import DevicefitError
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
 from devicefit.simulator.profiles import Profile
 from devicefit.simulator.report import Disagreement, ProbeSummary, UnsupportedOp
+from devicefit.simulator.targets import TARGETS
 
 #: Version of the signature and answer format: part of every cache key.
 FORMAT = 1
@@ -148,7 +148,8 @@ def not_probed(sg: Subgraph, op: Operator) -> str | None:
     """Why this op is not asked of the runtime one at a time, else None."""
     if op.op_name in _CONTROL_FLOW:
         return "control flow: its bodies are other subgraphs"
-    if op.is_custom and accelerator_op(op.op_name.removeprefix("CUSTOM:")):
+    if op.is_custom and any(t.compiled_op == op.op_name.removeprefix("CUSTOM:")
+                            for t in TARGETS.values()):
         return "compiled for an accelerator"
     if any(sg.tensors[i].dtype in _OPAQUE_DTYPES
            for i in (*op.inputs, *op.outputs) if i >= 0):
@@ -228,34 +229,38 @@ def probe_ops(model: Model, runtime: ProbeRuntime) -> ProbeOutcome:
     known = {k: a for k in representative if (a := _cached(folder, k)) is not None}
     missing = [(sg, op, k) for k, (sg, op) in representative.items() if k not in known]
     got, children = _probe_in_children(model.path, runtime, missing) if missing else ({}, 0)
-    fresh = {k: a for k, a in got.items() if isinstance(a, ProbeAnswer)}
-    for key, answer in fresh.items():
+    for key, answer in got.items():
         _store(folder, key, runtime, answer)
-    known.update(fresh)
-    answers = {where: known[k] for where, k in keys.items() if k in known}
+    known.update(got)
+    answers = {where: a for where, k in keys.items()
+               if isinstance(a := known.get(k), ProbeAnswer)}
     unanswered = [f"{model.subgraphs[sg].operators[op].op_name} (op {op}): "
-                  f"{got.get(k) or 'no answer from the runtime'}"
-                  for sg, op, k in missing if k not in fresh]
+                  f"{known.get(k) or 'no answer from the runtime'}"
+                  for (sg, op), k in keys.items() if not isinstance(known.get(k), ProbeAnswer)]
+    fresh = [k for k in got if isinstance(got[k], ProbeAnswer)]
     summary = ProbeSummary(runtime=runtime.label, signatures=len(representative),
                            cached=len(representative) - len(missing), probed=len(fresh),
                            children=children, not_probed=tuple(skipped + unanswered))
     return ProbeOutcome(answers, summary)
 
 
-def _cached(folder: Path, key: str) -> ProbeAnswer | None:
+def _cached(folder: Path, key: str) -> ProbeAnswer | str | None:
+    """The stored answer, or why the op cannot be asked alone; None: not stored."""
     try:
         data = json.loads((folder / f"{key}.json").read_text())
+        if "skipped" in data:
+            return str(data["skipped"])
         return ProbeAnswer(bool(data["ok"]), str(data["stage"]), str(data["message"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None  # absent or damaged: ask again
 
 
-def _store(folder: Path, key: str, runtime: ProbeRuntime, answer: ProbeAnswer) -> None:
+def _store(folder: Path, key: str, runtime: ProbeRuntime, answer: ProbeAnswer | str) -> None:
+    entry = ({"skipped": answer} if isinstance(answer, str) else
+             {"ok": answer.ok, "stage": answer.stage, "message": answer.message})
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(folder / f"{key}.json", json.dumps(
-            {"runtime": runtime.label, "ok": answer.ok, "stage": answer.stage,
-             "message": answer.message}))
+        write_atomic(folder / f"{key}.json", json.dumps({"runtime": runtime.label, **entry}))
     except (OSError, DevicefitError):
         pass  # a read-only or full cache costs the next run its speed, not this answer
 
