@@ -7,7 +7,8 @@ process per model and runtime, more after a crash) and again with the cache fill
 operators, distinct signatures and child processes. The cache is a fresh temporary folder
 (``$DEVICEFIT_CACHE``), so the figures do not depend on what ran before.
 
-    .venv/bin/python benchmarks/bench_op_probe.py [--models a,b | --models DIR] [--json out.json]
+    .venv/bin/python benchmarks/bench_op_probe.py [--models a,b | --models DIR] [--run]
+                                                  [--json out.json]
 """
 
 from __future__ import annotations
@@ -52,6 +53,21 @@ def measure(path: Path, profile_name: str) -> dict:
             "disagreements": [d.line() for d in first.disagreements]}
 
 
+def run_agrees(path: Path, profile_name: str) -> str:
+    """``simulate --run``'s outcome against its own static answer: "agree (runs)", "agree
+    (refused)", or "disagreement reported: ..." (a contradiction it did not report would
+    be "UNREPORTED", the defect this column exists to catch)."""
+    from devicefit.simulator.simulate import simulate
+
+    static = simulate(path, profile_name).compatibility
+    report = simulate(path, profile_name, run=True, runs=1, cross_check=False)
+    ran = report.measured is not None and report.measured.failure is None
+    runs = [d for d in report.compatibility.disagreements if d.source == "run"]
+    if ran == static.supported:
+        return "agree (runs)" if ran else "agree (refused)"
+    return (f"disagreement reported: {runs[0].line()}"[:160] if runs else "UNREPORTED")
+
+
 def main() -> int:
     from benchmarks.bench_corpus import models
 
@@ -59,13 +75,19 @@ def main() -> int:
     ap.add_argument("--models", help="comma-separated corpus names (default: all), or a "
                                      "folder of .tflite files")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON")
+    ap.add_argument("--run", action="store_true",
+                    help="also run each model (simulate --run) and say whether the run agrees "
+                         "with the static answer or reports the disagreement")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="devicefit-probe-bench-") as cache:
         os.environ["DEVICEFIT_CACHE"] = cache
         for m in models(args.models):
             for runtime, profile in PROFILES.items():
-                rows.append({"model": m.name, "runtime": runtime, **measure(m.path, profile)})
+                row = {"model": m.name, "runtime": runtime, **measure(m.path, profile)}
+                if args.run:
+                    row["run"] = run_agrees(m.path, profile)
+                rows.append(row)
     print("| model | runtime | ops | signatures | not asked | children | tables alone | "
           "probe, first run | probe, cached (children) | disagreements |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -77,6 +99,9 @@ def main() -> int:
     for r in rows:
         for d in r["disagreements"]:
             print(f"  {r['model']} ({r['runtime']}): {d}")
+    for r in rows:
+        if "run" in r:
+            print(f"  --run {r['model']} ({r['runtime']}): {r['run']}")
     for runtime in PROFILES:
         mine = [r for r in rows if r["runtime"] == runtime]
         if not mine:

@@ -139,3 +139,15 @@ def test_answers_are_cached_a_second_check_starts_no_child(models, tmp_path, mon
     # Another runtime is another key: LiteRT is asked itself.
     litert = check_ops(model, load_profile(LITERT), probe=True).probe
     assert (litert.probed, litert.children) == (1, 1)
+
+
+def test_disagreement_reaches_junit_markdown_and_html(models):
+    from devicefit.simulator.simulate import simulate
+    from devicefit.simulator.views import render
+
+    report = simulate(models["cast_uint8"], TFLM)
+    for view in ("junit", "markdown", "html"):
+        text = render(view, report)
+        assert "op support: op 0 CAST: the table says &#x27;supported&#x27;" in text or (
+            "op support: op 0 CAST: the table says 'supported'" in text), view
+    assert "<system-out>op support: op 0 CAST" in render("junit", report)
