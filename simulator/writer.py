@@ -137,19 +137,24 @@ def set_offline_plan(model_bytes: bytes, offsets: Sequence[int]) -> bytes:
     return add_metadata(model_bytes, OFFLINE_MEMORY_ALLOCATION, offline_plan_bytes(offsets))
 
 
-def one_op_model(model: schema.ModelT, subgraph: int, op_index: int) -> bytes:
-    """A model of one operator of ``model``, with that operator's own tensors (shapes,
-    types, quantization, constant data, variable flags) and options: what a runtime is asked
-    when it must say whether it runs this operator (:mod:`simulator.compat.probe`).
+def cut_ops(model: schema.ModelT, subgraph: int, op_indices: Sequence[int]) -> bytes:
+    """A model of a few operators of ``model`` (``op_indices``, in execution order; usually
+    one, plus the ops that compute its weights from constants), with those operators' own
+    tensors (shapes, types, quantization, constant data, variable flags) and options: what a
+    runtime is asked when it must say whether it runs an operator
+    (:mod:`simulator.compat.probe`).
 
-    Its non-constant, non-variable inputs become the graph's inputs, its outputs the graph's
-    outputs. ``model`` is unpacked once by the caller (:func:`unpack`) and left unchanged.
+    Tensors the cut consumes but does not produce, and that are neither constants nor
+    variables, become the graph's inputs; the last operator's outputs its outputs.
+    ``model`` is unpacked once by the caller (:func:`unpack`) and left unchanged.
     """
     sg = model.subgraphs[subgraph]
-    op = sg.operators[op_index]
-    used = list(dict.fromkeys(i for i in (*op.inputs, *op.outputs, *(op.intermediates or ()))
+    ops = [sg.operators[i] for i in op_indices]
+    used = list(dict.fromkeys(i for op in ops
+                              for i in (*op.inputs, *op.outputs, *(op.intermediates or ()))
                               if i >= 0))
     remap = {old: new for new, old in enumerate(used)}
+    codes: dict[int, int] = {}
     buffers = [schema.BufferT()]
     tensors = []
     for old in used:
@@ -161,19 +166,23 @@ def one_op_model(model: schema.ModelT, subgraph: int, op_index: int) -> bytes:
         else:
             t.buffer = 0
         tensors.append(t)
-    one = copy.copy(op)
-    one.opcodeIndex = 0
-    one.inputs = [remap.get(i, -1) for i in op.inputs]
-    one.outputs = [remap[i] for i in op.outputs]
-    one.intermediates = [remap[i] for i in op.intermediates or ()] or None
-    produced = set(one.outputs)
+    cut = []
+    for op in ops:
+        one = copy.copy(op)
+        one.opcodeIndex = codes.setdefault(op.opcodeIndex, len(codes))
+        one.inputs = [remap.get(i, -1) for i in op.inputs]
+        one.outputs = [remap[i] for i in op.outputs]
+        one.intermediates = [remap[i] for i in op.intermediates or ()] or None
+        cut.append(one)
+    produced = {i for one in cut for i in one.outputs}
     out = schema.SubGraphT()
-    out.tensors, out.operators = tensors, [one]
+    out.tensors, out.operators = tensors, cut
     out.inputs = list(dict.fromkeys(
-        i for i in one.inputs if i >= 0 and i not in produced and tensors[i].buffer == 0
-        and not tensors[i].isVariable))
-    out.outputs = one.outputs
+        i for one in cut for i in one.inputs if i >= 0 and i not in produced
+        and tensors[i].buffer == 0 and not tensors[i].isVariable))
+    out.outputs = cut[-1].outputs
     m = schema.ModelT()
-    m.version, m.description = 3, "devicefit one-op probe"
-    m.operatorCodes, m.subgraphs, m.buffers = [model.operatorCodes[op.opcodeIndex]], [out], buffers
+    m.version, m.description = 3, "devicefit op probe"
+    m.operatorCodes = [model.operatorCodes[code] for code in codes]
+    m.subgraphs, m.buffers = [out], buffers
     return pack(m)

@@ -6,11 +6,13 @@ be wrong on a model nobody probed (TFLM's own ``keyword_scrambled``: an int8 →
 whose output zero point is −32768; an untrained MobileNetV2 whose softmax input scale is
 7.8e-9, which TFLM aborts on). So for a TFLM or LiteRT profile every distinct operator
 *signature* of the model — op and version, options, and for every input, output and
-intermediate its type, shape pattern (rank, which dimensions are 1 or dynamic), constness,
-variable flag and the quantization its kernel checks (zero points, per-tensor or
-per-channel, each scale's power of two) — is cut out of the model with its real tensors
-(:func:`simulator.writer.one_op_model`) and prepared and invoked once in the real runtime,
-in a child process (:mod:`simulator.runtimes._probe_worker`, the runners ``--run`` uses).
+intermediate its type, shape pattern (rank, which dimensions are 1), constness, variable
+flag and the quantization its kernel checks (zero points, per-tensor or per-channel, each
+scale's power of two) — is cut out of the model with its real tensors and data
+(:func:`simulator.writer.cut_ops`; weights a DEQUANTIZE or DENSIFY computes from constants
+come with their producers, as the runtime folds them) and prepared and invoked once in the
+real runtime, in a child process (:mod:`simulator.runtimes._probe_worker`, the runners
+``--run`` uses).
 
 The table stays the fast first answer; where the runtime answers otherwise, the runtime
 wins and the report says so (``compatibility.disagreements``: the operator, the table's
@@ -19,10 +21,14 @@ wheel's version (``$DEVICEFIT_CACHE/op-probe`` or ``~/.cache/devicefit/op-probe`
 atomically written file per signature), so a model whose signatures were seen before starts
 no child at all. Costs: ``benchmarks/bench_op_probe.py`` (BENCHMARKS.md).
 
-Not probed (the table's answer stands, and the report lists them): control flow (IF, WHILE,
-CALL_ONCE: their bodies are other subgraphs), ops on resource/variant/string tensors (a
-variable's handle only means something inside its model), ops compiled for an accelerator,
-and files whose constants lie after the flatbuffer (which cannot be cut up).
+The probe knows the model's constants but not its run-time values, so where its answer
+could be about made-up data it does not count, and the table's answer stands (the report
+lists each such op with why): control flow (IF, WHILE, CALL_ONCE: their bodies are other
+subgraphs), resource/variant/string tensors, ops compiled for an accelerator, files whose
+constants lie after the flatbuffer (they cannot be cut up), tensors with dynamic dimensions
+past the batch (the stored sizes are placeholders), and a refusal at invoke of an op fed run-time integers
+(shapes, indices: "num_input_elements != num_output_elements" on invented values) unless the
+kernel refuses a type ("Type 'INT32' is not supported by FLOOR_DIV").
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from devicefit.simulator.report import Disagreement, ProbeSummary, UnsupportedOp
 from devicefit.simulator.targets import TARGETS
 
 #: Version of the signature and answer format: part of every cache key.
-FORMAT = 1
+FORMAT = 2
 #: The wheel each probed runner is, by runner name.
 WHEELS = {"tflm": "tflite-micro", "litert": "ai-edge-litert"}
 #: Seconds one probe child may take for its whole batch; a hang costs that op its answer.
@@ -119,23 +125,53 @@ def _quantization(t: Tensor) -> dict | None:
             "zero_points": zero_points if len(zero_points) <= 4 else "many"}
 
 
-def _tensor_class(sg: Subgraph, index: int) -> dict | None:
+def folded(sg: Subgraph) -> dict[int, int]:
+    """Tensors computed from constants only (an fp16 DEQUANTIZE's or a DENSIFY's output),
+    each with the op that computes it: runtimes fold them or hand them to their consumer as
+    weights, so the probe treats them as constants and cuts their producers out with the
+    consumer."""
+    out: dict[int, int] = {}
+    for op in sg.operators:  # execution order: producers first
+        inputs = [i for i in op.inputs if i >= 0]
+        if inputs and all(sg.tensors[i].has_data or i in out for i in inputs):
+            out.update(dict.fromkeys((i for i in op.outputs if i >= 0), op.index))
+    return out
+
+
+def producers(sg: Subgraph, op: Operator, constant: dict[int, int]) -> list[int]:
+    """The ops (execution order) that compute ``op``'s folded inputs, then ``op``."""
+    found: set[int] = set()
+    todo = [i for i in op.inputs if i in constant]
+    while todo:
+        producer = constant[todo.pop()]
+        if producer not in found:
+            found.add(producer)
+            todo += [i for i in sg.operators[producer].inputs if i in constant]
+    return [*sorted(found), op.index]
+
+
+def _tensor_class(sg: Subgraph, index: int, constant: dict[int, int]) -> dict | None:
     if index < 0:
         return None
     t = sg.tensors[index]
     dims = t.shape_signature if t.is_dynamic else t.shape
     return {"dtype": t.dtype, "dims": ["?" if d < 0 else d if d <= 1 else "n" for d in dims],
-            "const": t.has_data and not t.data_after_flatbuffer, "variable": t.is_variable,
-            "sparse": t.is_sparse, "quant": _quantization(t)}
+            "const": (t.has_data and not t.data_after_flatbuffer) or index in constant,
+            "variable": t.is_variable, "sparse": t.is_sparse, "quant": _quantization(t)}
 
 
-def op_signature(sg: Subgraph, op: Operator) -> dict:
-    """What an op's kernel decides on, without its weights' values or exact sizes."""
+def op_signature(sg: Subgraph, op: Operator, constant: dict[int, int]) -> dict:
+    """What an op's kernel decides on, without its weights' values or exact sizes (and the
+    signatures of the ops that compute its folded weights, which are cut out with it)."""
+    def tensors(indices: tuple[int, ...]) -> list[dict | None]:
+        return [_tensor_class(sg, i, constant) for i in indices]
+
+    chain = producers(sg, op, constant)[:-1]
     return {"op": op.op_name, "version": op.version,
             "options": json.loads(json.dumps(dict(op.options), sort_keys=True, default=str)),
-            "inputs": [_tensor_class(sg, i) for i in op.inputs],
-            "outputs": [_tensor_class(sg, i) for i in op.outputs],
-            "intermediates": [_tensor_class(sg, i) for i in op.intermediates]}
+            "inputs": tensors(op.inputs), "outputs": tensors(op.outputs),
+            "intermediates": tensors(op.intermediates),
+            "folded_from": [op_signature(sg, sg.operators[i], constant) for i in chain]}
 
 
 def signature_key(signature: dict, runtime: ProbeRuntime) -> str:
@@ -144,17 +180,35 @@ def signature_key(signature: dict, runtime: ProbeRuntime) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def not_probed(sg: Subgraph, op: Operator) -> str | None:
-    """Why this op is not asked of the runtime one at a time, else None."""
+def not_probed(sg: Subgraph, op: Operator, constant: dict[int, int]) -> str | None:
+    """Why this op is not asked of the runtime on its own, else None."""
+    tensors = [sg.tensors[i] for i in (*op.inputs, *op.outputs) if i >= 0]
     if op.op_name in _CONTROL_FLOW:
         return "control flow: its bodies are other subgraphs"
     if op.is_custom and any(t.compiled_op == op.op_name.removeprefix("CUSTOM:")
                             for t in TARGETS.values()):
         return "compiled for an accelerator"
-    if any(sg.tensors[i].dtype in _OPAQUE_DTYPES
-           for i in (*op.inputs, *op.outputs) if i >= 0):
+    if any(t.dtype in _OPAQUE_DTYPES for t in tensors):
         return "resource, variant or string tensors only mean something inside the model"
+    if any(t.is_dynamic and any(d < 0 for d in (t.shape_signature or ())[1:])
+           for t in tensors):
+        # A dynamic batch runs at the stored 1, as --run does; other dynamic sizes stored
+        # as 1 are placeholders (one audio sample) no real input has.
+        return "dynamic dimensions: the sizes stored in the file are placeholders"
+    if op.outputs and all(i in constant for i in op.outputs if i >= 0):
+        return "computes weights from constants: asked with the op that consumes them"
     return None
+
+
+def _integer_fed(sg: Subgraph, op: Operator, constant: dict[int, int]) -> bool:
+    """True when the op reads integers computed at run time (shapes, indices, axes): values
+    the probe has to invent, so a failure at invoke may be the made-up data's."""
+    return any(sg.tensors[i].dtype in ("int32", "int64", "bool") and not sg.tensors[i].has_data
+               and i not in constant for i in op.inputs if i >= 0)
+
+
+#: A kernel refusing a type, not a value ("Type 'INT32' is not supported by FLOOR_DIV").
+_TYPE_REFUSAL = re.compile(r"\b(type|Type|TYPE)\b|\b(U?INT\d+|FLOAT\d+|BOOL)\b.*support")
 
 
 # --------------------------------------------------------------------------- child side
@@ -166,7 +220,7 @@ def probe_inputs(model: Model) -> list[np.ndarray]:
     out = []
     for index in model.main.inputs:
         t = model.main.tensors[index]
-        shape = tuple(max(d, 1) for d in t.shape)
+        shape = t.shape
         dt = np.dtype(t.dtype)
         if dt.kind in "iu" and dt.itemsize <= 2:
             info = np.iinfo(dt)
@@ -211,35 +265,45 @@ def probe_ops(model: Model, runtime: ProbeRuntime) -> ProbeOutcome:
     after the operator that killed it)."""
     keys: dict[tuple[int, int], str] = {}
     skipped: list[str] = []
-    representative: dict[str, tuple[int, int]] = {}
+    cuts: dict[str, tuple[int, list[int]]] = {}
     outside = any(t.data_after_flatbuffer for sg in model.subgraphs for t in sg.tensors)
     for sg in model.subgraphs:
+        constant = folded(sg)
         for op in sg.operators:
             where = f"{sg.index}:{op.index}" if sg.index else str(op.index)
             # A file with constants after its flatbuffer cannot be cut up at all.
             why = ("the file keeps constants after its flatbuffer" if outside else
                    None if Path(model.path).is_file() else "the model is not a file here")
-            if why := why or not_probed(sg, op):
+            if why := why or not_probed(sg, op, constant):
                 skipped.append(f"{op.op_name} (op {where}): {why}")
                 continue
-            key = signature_key(op_signature(sg, op), runtime)
+            key = signature_key(op_signature(sg, op, constant), runtime)
             keys[(sg.index, op.index)] = key
-            representative.setdefault(key, (sg.index, op.index))
+            cuts.setdefault(key, (sg.index, producers(sg, op, constant)))
     folder = cache_dir()
-    known = {k: a for k in representative if (a := _cached(folder, k)) is not None}
-    missing = [(sg, op, k) for k, (sg, op) in representative.items() if k not in known]
+    known = {k: a for k in cuts if (a := _cached(folder, k)) is not None}
+    missing = [(sg, ops, k) for k, (sg, ops) in cuts.items() if k not in known]
     got, children = _probe_in_children(model.path, runtime, missing) if missing else ({}, 0)
     for key, answer in got.items():
         _store(folder, key, runtime, answer)
     known.update(got)
-    answers = {where: a for where, k in keys.items()
-               if isinstance(a := known.get(k), ProbeAnswer)}
-    unanswered = [f"{model.subgraphs[sg].operators[op].op_name} (op {op}): "
-                  f"{known.get(k) or 'no answer from the runtime'}"
-                  for (sg, op), k in keys.items() if not isinstance(known.get(k), ProbeAnswer)]
+    answers: dict[tuple[int, int], ProbeAnswer] = {}
+    unanswered = []
+    for (sg, index), k in keys.items():
+        a, op = known.get(k), model.subgraphs[sg].operators[index]
+        if (isinstance(a, ProbeAnswer) and not a.ok and a.stage == "invoke"
+                and not _TYPE_REFUSAL.search(a.message)
+                and _integer_fed(model.subgraphs[sg], op, folded(model.subgraphs[sg]))):
+            a = (f"refused at invoke on the integers the probe made up for its run-time "
+                 f"shape or index inputs ({a.message}): not counted")
+        if isinstance(a, ProbeAnswer):
+            answers[(sg, index)] = a
+        else:
+            where = f"{sg}:{index}" if sg else str(index)
+            unanswered.append(f"{op.op_name} (op {where}): {a or 'no answer from the runtime'}")
     fresh = [k for k in got if isinstance(got[k], ProbeAnswer)]
-    summary = ProbeSummary(runtime=runtime.label, signatures=len(representative),
-                           cached=len(representative) - len(missing), probed=len(fresh),
+    summary = ProbeSummary(runtime=runtime.label, signatures=len(cuts),
+                           cached=len(cuts) - len(missing), probed=len(fresh),
                            children=children, not_probed=tuple(skipped + unanswered))
     return ProbeOutcome(answers, summary)
 
@@ -265,7 +329,8 @@ def _store(folder: Path, key: str, runtime: ProbeRuntime, answer: ProbeAnswer | 
         pass  # a read-only or full cache costs the next run its speed, not this answer
 
 
-def _probe_in_children(path: str, runtime: ProbeRuntime, todo: list[tuple[int, int, str]]
+def _probe_in_children(path: str, runtime: ProbeRuntime,
+                       todo: list[tuple[int, list[int], str]]
                        ) -> tuple[dict[str, ProbeAnswer | str], int]:
     """Answers (or why none) by key, and the number of children it took."""
     from devicefit.simulator.runtimes import describe_exit, spawn

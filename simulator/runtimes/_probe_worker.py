@@ -1,7 +1,7 @@
 """Child-process entry point of the op probe: ``python -m ...runtimes._probe_worker REQUEST``.
 
 For each requested operator of a model it builds a one-op model
-(:func:`simulator.writer.one_op_model`) and runs it once in the requested runner — the same
+(:func:`simulator.writer.cut_ops`) and runs it once in the requested runner — the same
 runners ``--run`` uses — on inputs from :func:`simulator.compat.probe.probe_inputs`. Each
 answer is appended to ``answers.jsonl`` as soon as it is known, and the key of the operator
 being probed is written to ``current`` before it starts: when a kernel kills the process
@@ -52,7 +52,7 @@ def _ask(runner, work: Path, data: bytes, inputs: list[np.ndarray], outputs: int
 def main(argv: list[str]) -> int:
     from devicefit.simulator.compat.probe import probe_inputs
     from devicefit.simulator.reader import parse_model
-    from devicefit.simulator.writer import one_op_model, unpack
+    from devicefit.simulator.writer import cut_ops, unpack
 
     exit_with_parent()
     request = json.loads(Path(argv[0]).read_text())
@@ -61,11 +61,11 @@ def main(argv: list[str]) -> int:
     runner = RUNNERS[request["runtime"]]()
     model = unpack(Path(request["model"]).read_bytes())
     with open(work / "answers.jsonl", "a", encoding="utf-8") as answers:
-        for subgraph, op_index, key in request["ops"]:
+        for subgraph, op_indices, key in request["ops"]:
             (work / "current").write_text(key)
             (work / "stage").write_text("build")
             try:
-                data = one_op_model(model, subgraph, op_index)
+                data = cut_ops(model, subgraph, op_indices)
                 one = parse_model(data, "probe.tflite")
                 inputs = probe_inputs(one)
             except Exception as exc:  # noqa: BLE001 — the probe's limit, not the runtime's
