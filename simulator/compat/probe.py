@@ -412,9 +412,13 @@ def reconcile(model: Model, table: str, runtime: ProbeRuntime,
     kept = [u for where, u in by_op.items() if where not in outcome.answers
             or not outcome.answers[where].ok]
     disagreements = []
+    constants = {sg.index: folded(sg) for sg in model.subgraphs}
     for (sg, index), answer in sorted(outcome.answers.items()):
         op = model.subgraphs[sg].operators[index]
         found = by_op.get((sg, index))
+        chain = producers(model.subgraphs[sg], op, constants[sg])[:-1]
+        if not answer.ok and found is None and any((sg, p) in by_op for p in chain):
+            continue  # its weights' producer is refused already: the cut failed there
         if answer.ok and found is not None:
             disagreements.append(Disagreement(index, op.op_name, found.reason,
                                               "runs (one-op model prepared and invoked)",
