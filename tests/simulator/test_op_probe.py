@@ -151,3 +151,37 @@ def test_disagreement_reaches_junit_markdown_and_html(models):
         assert "op support: op 0 CAST: the table says &#x27;supported&#x27;" in text or (
             "op support: op 0 CAST: the table says 'supported'" in text), view
     assert "<system-out>op support: op 0 CAST" in render("junit", report)
+
+
+def _fp16_weights_conv() -> bytes:
+    """MediaPipe's layout: float16 weights expanded by DEQUANTIZE, then a float conv."""
+    import numpy as np
+
+    from tests.tflite_builder import _buffer, _model, _opcode, _operator, _tensor
+
+    f32, f16 = fb.TensorType.FLOAT32, fb.TensorType.FLOAT16
+    return _model(
+        [_opcode(B.DEQUANTIZE), _opcode(B.CONV_2D)],
+        [_tensor("x", (1, 4, 4, 2), f32, 0), _tensor("w16", (2, 3, 3, 2), f16, 1),
+         _tensor("w", (2, 3, 3, 2), f32, 0), _tensor("b", (2,), f32, 2),
+         _tensor("y", (1, 4, 4, 2), f32, 0)],
+        [_buffer(np.full((2, 3, 3, 2), 0.1, np.float16)), _buffer(np.zeros(2, np.float32))],
+        [_operator(0, [1], [2]),
+         _operator(1, [0, 2, 3], [4], OPT.Conv2DOptions,
+                   _opts(fb.Conv2DOptionsT, padding=fb.Padding.SAME, strideW=1, strideH=1,
+                         dilationWFactor=1, dilationHFactor=1))],
+        [0], [4])
+
+
+def test_weights_computed_from_constants_are_probed_with_their_consumer(tmp_path):
+    path = tmp_path / "fp16_conv.tflite"
+    path.write_bytes(_fp16_weights_conv())
+    model = read_model(path)
+    # LiteRT folds the DEQUANTIZE into the conv's weights: alone it fails under XNNPACK,
+    # cut out with its consumer it runs, and nobody disagrees.
+    litert = check_ops(model, load_profile(LITERT), probe=True)
+    assert litert.supported and litert.disagreements == ()
+    assert litert.probe.signatures == 1 and "DEQUANTIZE (op 0)" in litert.probe.not_probed[0]
+    # TFLM refuses the float16 DEQUANTIZE (the table knows); the conv is not blamed for it.
+    tflm = check_ops(model, load_profile(TFLM), probe=True)
+    assert [u.op for u in tflm.unsupported_ops] == ["DEQUANTIZE"] and tflm.disagreements == ()
