@@ -82,10 +82,11 @@ class ProbeRuntime:
 
 @dataclass(frozen=True)
 class ProbeAnswer:
-    """What the runtime did with one operator's one-op model."""
+    """What the runtime did with one operator's cut-out model."""
 
     ok: bool
-    #: The stage it stopped in (load, allocate, invoke, or crash), "done" when it ran.
+    #: The stage it stopped in (load, allocate, invoke; a crash's message starts with
+    #: "crashed"), "done" when it ran.
     stage: str
     message: str = ""
 
