@@ -181,7 +181,7 @@ def signature_key(signature: dict, runtime: ProbeRuntime) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def not_probed(sg: Subgraph, op: Operator, constant: dict[int, int]) -> str | None:
+def not_probed(sg: Subgraph, op: Operator) -> str | None:
     """Why this op is not asked of the runtime on its own, else None."""
     tensors = [sg.tensors[i] for i in (*op.inputs, *op.outputs) if i >= 0]
     if op.op_name in _CONTROL_FLOW:
@@ -196,8 +196,6 @@ def not_probed(sg: Subgraph, op: Operator, constant: dict[int, int]) -> str | No
         # A dynamic batch runs at the stored 1, as --run does; other dynamic sizes stored
         # as 1 are placeholders (one audio sample) no real input has.
         return "dynamic dimensions: the sizes stored in the file are placeholders"
-    if op.outputs and all(i in constant for i in op.outputs if i >= 0):
-        return "computes weights from constants: asked with the op that consumes them"
     return None
 
 
@@ -275,9 +273,11 @@ def probe_ops(model: Model, runtime: ProbeRuntime) -> ProbeOutcome:
             # A file with constants after its flatbuffer cannot be cut up at all.
             why = ("the file keeps constants after its flatbuffer" if outside else
                    None if Path(model.path).is_file() else "the model is not a file here")
-            if why := why or not_probed(sg, op, constant):
+            if why := why or not_probed(sg, op):
                 skipped.append(f"{op.op_name} (op {where}): {why}")
                 continue
+            if op.outputs and all(i in constant for i in op.outputs if i >= 0):
+                continue  # computes weights from constants: asked with their consumer
             key = signature_key(op_signature(sg, op, constant), runtime)
             keys[(sg.index, op.index)] = key
             cuts.setdefault(key, (sg.index, producers(sg, op, constant)))
