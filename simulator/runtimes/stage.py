@@ -92,7 +92,7 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
         main = run_model(model.path, primary, runs=runs, warmup=warmup, threads=threads,
                          xnnpack=xnnpack, **common)
     except RuntimeFailure as exc:
-        failure = _failure(model, profile, primary, exc, compat)
+        failure = _failure(model, profile, primary, exc)
         notes.append(f"{primary} {failure.line()}")
         done.measured = MeasuredReport(primary, inputs, failure=failure)
         done.compatibility = _after_failed_run(compat, failure, primary)
@@ -121,8 +121,7 @@ _NODE = (re.compile(r"Node (?P<op>[A-Z0-9_]+) \(number (?P<index>\d+)\)"),
          re.compile(r"Node number (?P<index>\d+) \((?P<op>[A-Z0-9_]+)\)"))
 
 
-def _failure(model: Model, profile: Profile, runner: str, exc: RuntimeFailure,
-             compat: CompatibilityReport) -> RunFailure:
+def _failure(model: Model, profile: Profile, runner: str, exc: RuntimeFailure) -> RunFailure:
     """What the run did, with the operator it stopped at: the one the runtime's message
     names, else (a crash says nothing) the first one the runtime refuses on its own, asked
     one operator at a time (:mod:`simulator.compat.probe`, cached)."""

@@ -16,6 +16,7 @@ from devicefit.sdk.cli import main
 from devicefit.simulator.compat import check_ops
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import read_model
+from devicefit.simulator.views.json import read_report
 
 from tests.op_probe import OPT, B, T, _opts, const, fb, single_op
 
@@ -95,6 +96,8 @@ def test_run_json_on_a_model_that_fails_at_invoke_prints_the_report_and_exits_1(
     assert failure["op_found_by"] == "the runtime's message" and not failure["crashed"]
     [d] = report["compatibility"]["disagreements"]
     assert (d["table"], d["source"]) == ("supported", "run") and report["verdict"] == "fail"
+    # ``check merge`` and baselines read reports back: the new sections survive the trip.
+    assert read_report(report).to_dict() == report
 
 
 def test_tiny_softmax_scale_tflm_aborts_on_is_named_litert_runs_it(models, capsys):
