@@ -68,51 +68,55 @@ def test_what_both_runtimes_run_the_table_and_the_probe_pass(models, name, profi
     assert probed.probe.signatures == 1 and not probed.probe.not_probed
 
 
-def test_uint8_cast_tflm_refuses_at_invoke_is_a_disagreement_in_text_and_json(models,
-                                                                              capsys):
+def test_uint8_cast_tflm_refuses_at_invoke_the_table_and_the_probe_agree(models):
     path = str(models["cast_uint8"])
-    assert check_ops(read_model(path), load_profile(TFLM)).supported, "the table misses it"
-    assert main(["simulate", path, "--profile", TFLM]) == 1
-    out = capsys.readouterr().out
-    assert "DISAGREE" in out and "Input type UINT8 (3) not supported" in out
-    assert main(["simulate", path, "--profile", TFLM, "--json"]) == 1
-    compat = json.loads(capsys.readouterr().out)["compatibility"]
-    assert not compat["supported"] and compat["unsupported_ops"][0]["op"] == "CAST"
-    [d] = compat["disagreements"]
-    assert (d["op"], d["table"], d["source"]) == ("CAST", "supported", "probe")
-    assert "at invoke" in d["runtime"] and "UINT8" in d["runtime"]
+    table = check_ops(read_model(path), load_profile(TFLM))
+    probed = check_ops(read_model(path), load_profile(TFLM), probe=True)
+    for found in (table, probed):
+        [u] = found.unsupported_ops
+        assert u.op == "CAST" and "Input type UINT8 (3) not supported" in u.reason
+    assert probed.disagreements == ()
+    assert check_ops(read_model(path), load_profile(LITERT), probe=True).supported
 
 
 def test_run_json_on_a_model_that_fails_at_invoke_prints_the_report_and_exits_1(models,
                                                                                capsys):
-    # Without the probe the static answer is the table's "supported": the run disagrees.
-    code = main(["simulate", str(models["cast_uint8"]), "--profile", TFLM, "--run", "--json",
-                 "--no-probe"])
+    code = main(["simulate", str(models["cast_uint8"]), "--profile", TFLM, "--run", "--json"])
     captured = capsys.readouterr()
     assert code == 1 and captured.err == ""
     report = json.loads(captured.out)
     failure = report["measured"]["failure"]
     assert (failure["stage"], failure["op"], failure["op_index"]) == ("invoke", "CAST", 0)
     assert failure["op_found_by"] == "the runtime's message" and not failure["crashed"]
-    [d] = report["compatibility"]["disagreements"]
-    assert (d["table"], d["source"]) == ("supported", "run") and report["verdict"] == "fail"
+    assert report["verdict"] == "fail" and report["compatibility"]["disagreements"] == []
     # ``check merge`` and baselines read reports back: the new sections survive the trip.
     assert read_report(report).to_dict() == report
 
 
-def test_tiny_softmax_scale_tflm_aborts_on_is_named_litert_runs_it(models, capsys):
-    model = read_model(models["softmax_tiny_scale"])
+def test_tiny_softmax_scale_tflm_aborts_on_is_a_disagreement_in_text_and_json(models,
+                                                                              capsys):
+    path = str(models["softmax_tiny_scale"])
+    model = read_model(path)
     assert check_ops(model, load_profile(TFLM)).supported, "the table misses it"
-    tflm = check_ops(model, load_profile(TFLM), probe=True)
-    [u] = tflm.unsupported_ops
-    assert u.op == "SOFTMAX" and "SIGABRT" in u.reason and "7.8e-09" in u.reason
-    assert check_ops(model, load_profile(LITERT), probe=True).supported
-    # --run without the probe: the crash says nothing, the operator is found by probing.
-    assert main(["simulate", str(models["softmax_tiny_scale"]), "--profile", TFLM, "--run",
-                 "--json", "--no-probe"]) == 1
-    failure = json.loads(capsys.readouterr().out)["measured"]["failure"]
+    assert check_ops(model, load_profile(LITERT), probe=True).supported, "LiteRT runs it"
+    assert main(["simulate", path, "--profile", TFLM]) == 1
+    out = capsys.readouterr().out
+    assert "DISAGREE" in out and "SIGABRT" in out and "7.8e-09" in out
+    assert main(["simulate", path, "--profile", TFLM, "--json"]) == 1
+    compat = json.loads(capsys.readouterr().out)["compatibility"]
+    [u] = compat["unsupported_ops"]
+    assert u["op"] == "SOFTMAX" and "at allocate: crashed" in u["reason"]
+    [d] = compat["disagreements"]
+    assert (d["op"], d["table"], d["source"]) == ("SOFTMAX", "supported", "probe")
+    # --run without the probe: the run disagrees with the table; the crash names no
+    # operator, so it is found by running each one alone.
+    assert main(["simulate", path, "--profile", TFLM, "--run", "--json", "--no-probe"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    failure = report["measured"]["failure"]
     assert failure["crashed"] and failure["stage"] == "allocate"
     assert failure["op"] == "SOFTMAX" and "running each operator alone" in failure["op_found_by"]
+    [d] = report["compatibility"]["disagreements"]
+    assert (d["op"], d["table"], d["source"]) == ("SOFTMAX", "supported", "run")
 
 
 def test_the_table_refusing_what_the_run_runs_is_a_disagreement_the_run_wins(models,
@@ -148,12 +152,11 @@ def test_disagreement_reaches_junit_markdown_and_html(models):
     from devicefit.simulator.simulate import simulate
     from devicefit.simulator.views import render
 
-    report = simulate(models["cast_uint8"], TFLM)
+    report = simulate(models["softmax_tiny_scale"], TFLM)
     for view in ("junit", "markdown", "html"):
-        text = render(view, report)
-        assert "op support: op 0 CAST: the table says &#x27;supported&#x27;" in text or (
-            "op support: op 0 CAST: the table says 'supported'" in text), view
-    assert "<system-out>op support: op 0 CAST" in render("junit", report)
+        text = render(view, report).replace("&#x27;", "'")
+        assert "op support: op 0 SOFTMAX: the table says 'supported'" in text, view
+    assert "<system-out>op support: op 0 SOFTMAX" in render("junit", report)
 
 
 def _fp16_weights_conv() -> bytes:
