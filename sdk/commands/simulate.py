@@ -20,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "simulate", help="predict a .tflite's flash, arena and compute on a device profile",
         description="Read a .tflite model and predict, without running it, the flash and the "
                     "tensor arena it needs on a device profile; judge the profile's budgets. "
+                    "Op support on TFLM and LiteRT profiles is also asked of the runtime, one "
+                    "operator at a time (cached; --no-probe: the tables alone). "
                     "Exit 0 if every budget passes, 1 if one fails, 2 on bad input.",
         epilog="example: devicefit simulate model.tflite --profile stm32l4r5-cortex-m4")
     p.add_argument("model", help="the .tflite model file")
