@@ -191,3 +191,16 @@ def test_weights_computed_from_constants_are_probed_with_their_consumer(tmp_path
     # TFLM refuses the float16 DEQUANTIZE (the table knows); the conv is not blamed for it.
     tflm = check_ops(model, load_profile(TFLM), probe=True)
     assert [u.op for u in tflm.unsupported_ops] == ["DEQUANTIZE"] and tflm.disagreements == ()
+
+
+def test_a_refusal_on_the_probes_made_up_shape_values_does_not_count(tmp_path):
+    """A RESHAPE whose target shape is computed at run time (SHAPE → PACK → RESHAPE, as
+    converters write dynamic flattening): alone, the probe must invent the shape's values,
+    and LiteRT refuses the invented ones at invoke. That says nothing about the model."""
+    path = tmp_path / "reshape.tflite"
+    path.write_bytes(single_op(B.RESHAPE, [T((1, 4), "float32"), T((2,), "int32")],
+                               [T((2, 2), "float32")]))
+    found = check_ops(read_model(path), load_profile(LITERT), probe=True)
+    assert found.supported and found.disagreements == ()
+    [why] = found.probe.not_probed
+    assert "made up" in why and "not counted" in why
