@@ -39,6 +39,7 @@ import math
 import os
 import re
 import tempfile
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import metadata
@@ -56,8 +57,13 @@ from devicefit.simulator.targets import TARGETS
 FORMAT = 2
 #: The wheel each probed runner is, by runner name.
 WHEELS = {"tflm": "tflite-micro", "litert": "ai-edge-litert"}
-#: Seconds one probe child may take for its whole batch; a hang costs that op its answer.
-CHILD_TIMEOUT_S = 120.0
+#: Seconds the children of one model and runtime may take together, and how many may be
+#: started (a crash ends one): a hostile file whose every op kills its child, or hangs it,
+#: costs a bounded wait; what is left unasked keeps the table's answer.
+PROBE_BUDGET_S = 45.0
+MAX_CHILDREN = 8
+_NO_ANSWER = (f"no answer: the runtime hung on it, or the probe's budget ({MAX_CHILDREN} "
+              f"child processes, {PROBE_BUDGET_S:g} s) was spent first")
 #: Address space of a probe child (as a run's worker).
 CHILD_MEMORY_BYTES = 8 * 1024**3
 _CONTROL_FLOW = frozenset({"IF", "WHILE", "CALL_ONCE"})
@@ -301,7 +307,7 @@ def probe_ops(model: Model, runtime: ProbeRuntime) -> ProbeOutcome:
             answers[(sg, index)] = a
         else:
             where = f"{sg}:{index}" if sg else str(index)
-            unanswered.append(f"{op.op_name} (op {where}): {a or 'no answer from the runtime'}")
+            unanswered.append(f"{op.op_name} (op {where}): {a or _NO_ANSWER}")
     fresh = [k for k in got if isinstance(got[k], ProbeAnswer)]
     summary = ProbeSummary(runtime=runtime.label, signatures=len(cuts),
                            cached=len(cuts) - len(missing), probed=len(fresh),
@@ -338,14 +344,15 @@ def _probe_in_children(path: str, runtime: ProbeRuntime,
 
     answers: dict[str, ProbeAnswer | str] = {}
     children = 0
-    while todo:
+    deadline = time.monotonic() + PROBE_BUDGET_S
+    while todo and children < MAX_CHILDREN and (left := deadline - time.monotonic()) > 1:
         with tempfile.TemporaryDirectory(prefix="devicefit-probe-") as tmp:
             work = Path(tmp)
             (work / "request.json").write_text(json.dumps(
                 {"runtime": runtime.runner, "xnnpack": runtime.xnnpack,
                  "model": str(Path(path).resolve()), "ops": todo, "dir": str(work),
                  "memory_bytes": CHILD_MEMORY_BYTES}))
-            proc, timed_out = spawn(work, CHILD_TIMEOUT_S, "_probe_worker")
+            proc, timed_out = spawn(work, left, "_probe_worker")
             children += 1
             answers.update(_answers(work / "answers.jsonl"))
             current = _read(work / "current")
