@@ -272,8 +272,9 @@ def probe_ops(model: Model, runtime: ProbeRuntime) -> ProbeOutcome:
     skipped: list[str] = []
     cuts: dict[str, tuple[int, list[int]]] = {}
     outside = any(t.data_after_flatbuffer for sg in model.subgraphs for t in sg.tensors)
+    constants = {sg.index: folded(sg) for sg in model.subgraphs}
     for sg in model.subgraphs:
-        constant = folded(sg)
+        constant = constants[sg.index]
         for op in sg.operators:
             where = f"{sg.index}:{op.index}" if sg.index else str(op.index)
             # A file with constants after its flatbuffer cannot be cut up at all.
@@ -300,7 +301,7 @@ def probe_ops(model: Model, runtime: ProbeRuntime) -> ProbeOutcome:
         a, op = known.get(k), model.subgraphs[sg].operators[index]
         if (isinstance(a, ProbeAnswer) and not a.ok and a.stage == "invoke"
                 and not _TYPE_REFUSAL.search(a.message)
-                and _integer_fed(model.subgraphs[sg], op, folded(model.subgraphs[sg]))):
+                and _integer_fed(model.subgraphs[sg], op, constants[sg])):
             a = (f"refused at invoke on the integers the probe made up for its run-time "
                  f"shape or index inputs ({a.message}): not counted")
         if isinstance(a, ProbeAnswer):
