@@ -15,11 +15,15 @@ wheels, plus Vela/quantizer outputs of them):
   allocate (prepare), invoke.
 
 A *false pass* is a model devicefit calls supported that the runtime refuses (or crashes
-on); a *false fail* is the reverse. Prints a table and one summary line::
+on); a *false fail* is the reverse. devicefit's answer is its op tables corrected by the
+runtime itself, asked per operator signature (:mod:`simulator.compat.probe`; ``--no-probe``:
+the tables alone); the tables' own counts are printed beside it. Prints a table and one
+summary line::
 
-    heads exact N/M · start arena never under N/M (max over +X B) · false pass N · false fail N
+    heads exact N/M · start arena never under N/M (max over +X B) · false pass N ·
+    false fail N (op tables alone: N / N)
 
-    .venv/bin/python benchmarks/bench_corpus.py [--models a,b] [--json out.json]
+    .venv/bin/python benchmarks/bench_corpus.py [--models a,b | --models DIR] [--json out.json]
 """
 
 from __future__ import annotations
@@ -200,10 +204,14 @@ class Static:
     tail: int
     required: int
     macs: int
+    #: devicefit's answer (the op tables, then the runtime asked per operator signature
+    #: unless --no-probe), and the op tables' own answer beside it.
     tflm_supported: bool
     tflm_why: str
     litert_supported: bool
     litert_why: str
+    tflm_table_supported: bool
+    litert_table_supported: bool
 
 
 def tflm_wheel_profile():
@@ -213,7 +221,7 @@ def tflm_wheel_profile():
     return with_runtime(load_profile(TFLM_PROFILE), kernels="reference", pointer_bytes=8)
 
 
-def static(path: Path) -> Static:
+def static(path: Path, probe: bool = True) -> Static:
     from devicefit.simulator.compat import check_ops
     from devicefit.simulator.compute import op_work
     from devicefit.simulator.planners import plan_memory
@@ -223,19 +231,40 @@ def static(path: Path) -> Static:
     model = read_model(path)
     profile = tflm_wheel_profile()
     plan = plan_memory(model, profile)
-    tflm = check_ops(model, profile)
-    litert = check_ops(model, load_profile(LITERT_PROFILE))
+    litert_profile = load_profile(LITERT_PROFILE)
+    tflm = check_ops(model, profile, probe=probe)
+    litert = check_ops(model, litert_profile, probe=probe)
     return Static(plan.head_bytes, plan.tail_bytes, plan.arena_required_bytes,
                   sum(w.macs for w in op_work(model)), tflm.supported, tflm.summary(),
-                  litert.supported, litert.summary())
+                  litert.supported, litert.summary(), check_ops(model, profile).supported,
+                  check_ops(model, litert_profile).supported)
 
 
-def judge(names: list[str] | None = None) -> list[dict]:
-    from tests.corpus import INPUT_SHAPES, corpus
+@dataclass(frozen=True)
+class Extra:
+    """A public model given in a folder (``--models DIR``), beside the corpus."""
+
+    name: str
+    path: Path
+    source: str = "--models DIR"
+    kinds: tuple[str, ...] = ()
+
+
+def models(selection: str | None) -> list:
+    """The corpus (or the named part of it), or every ``.tflite`` of a folder."""
+    from tests.corpus import corpus
+
+    if selection and Path(selection).is_dir():
+        return [Extra(p.stem, p) for p in sorted(Path(selection).glob("*.tflite"))]
+    return list(corpus(names=selection.split(",") if selection else None))
+
+
+def judge(selected: list, probe: bool = True) -> list[dict]:
+    from tests.corpus import INPUT_SHAPES
 
     rows = []
-    for m in corpus(names=names):
-        s = static(m.path)
+    for m in selected:
+        s = static(m.path, probe)
         tflm = run_tflm(m.path, s.required)
         litert = run_litert(m.path, INPUT_SHAPES.get((m.name, "litert")))
         tflm_runs = bool(tflm.get("loads") and tflm.get("invokes"))
@@ -250,18 +279,22 @@ def summary(rows: list[dict]) -> dict:
     heads = sum(r["static"]["head"] == r["tflm"]["head"] for r in measured)
     never_under = [r for r in measured if r["static"]["required"] >= r["tflm"]["smallest"]]
     over = max((r["static"]["required"] - r["tflm"]["smallest"] for r in measured), default=0)
-    fp = [f"{r['model']} ({rt})" for r in rows for rt in ("tflm", "litert")
-          if r["static"][f"{rt}_supported"] and not r[f"{rt}_runs"]]
-    ff = [f"{r['model']} ({rt})" for r in rows for rt in ("tflm", "litert")
-          if not r["static"][f"{rt}_supported"] and r[f"{rt}_runs"]]
+    def wrong(key: str, said: bool) -> list[str]:
+        return [f"{r['model']} ({rt})" for r in rows for rt in ("tflm", "litert")
+                if r["static"][f"{rt}{key}"] == said and r[f"{rt}_runs"] != said]
+
     return {"heads_exact": heads, "measured": len(measured), "never_under": len(never_under),
-            "max_over": over, "false_pass": fp, "false_fail": ff}
+            "max_over": over, "false_pass": wrong("_supported", True),
+            "false_fail": wrong("_supported", False),
+            "table_false_pass": wrong("_table_supported", True),
+            "table_false_fail": wrong("_table_supported", False)}
 
 
 def summary_line(s: dict) -> str:
     return (f"heads exact {s['heads_exact']}/{s['measured']} · start arena never under "
             f"{s['never_under']}/{s['measured']} (max over +{s['max_over']} B) · false pass "
-            f"{len(s['false_pass'])} · false fail {len(s['false_fail'])}")
+            f"{len(s['false_pass'])} · false fail {len(s['false_fail'])} (op tables alone: "
+            f"{len(s['table_false_pass'])} / {len(s['table_false_fail'])})")
 
 
 def _verdict(supported: bool, runs: bool) -> str:
@@ -291,7 +324,10 @@ def table(rows: list[dict]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", help="comma-separated corpus names (default: all)")
+    ap.add_argument("--models", help="comma-separated corpus names (default: all), or a "
+                                     "folder of other public .tflite files to judge instead")
+    ap.add_argument("--no-probe", dest="probe", action="store_false",
+                    help="devicefit's answer from its op tables only (no per-op probe)")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON")
     ap.add_argument("--tflm", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--litert", help=argparse.SUPPRESS)
@@ -309,10 +345,10 @@ def main() -> int:
         print(json.dumps(_litert_child(args.litert, args.shape)))
         sys.stdout.flush()
         os._exit(0)  # LiteRT can crash in teardown, after the answer is out
-    rows = judge(args.models.split(",") if args.models else None)
+    rows = judge(models(args.models), args.probe)
     print(table(rows))
     s = summary(rows)
-    for what in ("false_pass", "false_fail"):
+    for what in ("false_pass", "false_fail", "table_false_pass", "table_false_fail"):
         if s[what]:
             print(f"\n{what.replace('_', ' ')}: " + "; ".join(s[what]))
     refused = [f"{r['model']}: {r['tflm'].get('error')}" for r in rows if not r["tflm_runs"]]

@@ -31,4 +31,12 @@ class ModelFormatError(InputError):
 
 
 class RuntimeFailure(DevicefitError):
-    """A native runtime crashed, hung or refused a model (it ran in a child process)."""
+    """A native runtime crashed, hung or refused a model (it ran in a child process).
+
+    ``stage``: where it stopped (load, allocate, invoke), when known; ``crashed``: the
+    runtime died (a signal or an exit status), rather than refusing with a message."""
+
+    def __init__(self, message: str, *, stage: str | None = None, crashed: bool = False):
+        super().__init__(message)
+        self.stage = stage
+        self.crashed = crashed

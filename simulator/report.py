@@ -217,6 +217,42 @@ class UnsupportedOp:
     subgraph: int = 0
 
 
+@dataclass(frozen=True)
+class Disagreement:
+    """The op table and the runtime answered differently for one operator; the runtime's
+    answer stands. ``source``: "probe" (its one-op model, :mod:`simulator.compat.probe`)
+    or "run" (the whole model, ``--run``)."""
+
+    op_index: int
+    op: str
+    #: The table's answer: "supported", or why it refused the op.
+    table: str
+    #: What the runtime did: "runs ...", or its refusal.
+    runtime: str
+    source: str = "probe"
+    subgraph: int = 0
+
+    def line(self) -> str:
+        where = f"{self.subgraph}:{self.op_index}" if self.subgraph else str(self.op_index)
+        return (f"op {where} {self.op}: the table says {self.table!r}; the runtime "
+                f"({self.source}) {self.runtime}")
+
+
+@dataclass(frozen=True)
+class ProbeSummary:
+    """What asking the runtime took (``compatibility.probe``)."""
+
+    runtime: str
+    #: Distinct operator signatures of the model, answered from the cache, probed now.
+    signatures: int
+    cached: int
+    probed: int
+    #: Child processes started for it (0 when every answer was cached).
+    children: int
+    #: Operators the runtime was not asked about, each with why (the table's answer stands).
+    not_probed: tuple[str, ...] = ()
+
+
 #: Op table name → the class of its target section (None: the table has none).
 SectionTypes = Callable[[str], "type | None"]
 
@@ -250,6 +286,10 @@ class CompatibilityReport:
     supported: bool
     unsupported_ops: tuple[UnsupportedOp, ...] = ()
     section: TargetSection | None = None
+    #: Where the runtime (probe or run) answered otherwise than the table; the runtime won.
+    disagreements: tuple[Disagreement, ...] = ()
+    #: What the per-operator probe took; None when the runtime was not asked.
+    probe: ProbeSummary | None = None
 
     def summary(self) -> str:
         """One line naming each unsupported op, where it is and why, for messages."""
@@ -262,7 +302,9 @@ class CompatibilityReport:
 
     def to_dict(self) -> dict[str, Any]:
         out = {"table": self.table, "supported": self.supported,
-               "unsupported_ops": [dataclasses.asdict(u) for u in self.unsupported_ops]}
+               "unsupported_ops": [dataclasses.asdict(u) for u in self.unsupported_ops],
+               "disagreements": [dataclasses.asdict(d) for d in self.disagreements],
+               "probe": None if self.probe is None else _plain_fields(self.probe)}
         if self.section is not None:
             out[self.table] = self.section.to_dict()
         return out
@@ -277,7 +319,9 @@ class CompatibilityReport:
             raise ValueError(f"compatibility.{table}: no section type to read it with")
         return cls(table, data["supported"],
                    tuple(UnsupportedOp(**u) for u in data.get("unsupported_ops") or ()),
-                   build(kind, data[table]) if kind is not None else None)
+                   build(kind, data[table]) if kind is not None else None,
+                   tuple(Disagreement(**d) for d in data.get("disagreements") or ()),
+                   build(ProbeSummary, data["probe"]) if data.get("probe") else None)
 
 
 # --------------------------------------------------------------------------- latency
@@ -360,14 +404,38 @@ class CrossCheck:
 
 
 @dataclass(frozen=True)
+class RunFailure:
+    """What the runtime did when a ``--run`` did not complete: the stage, its message, and
+    the operator it stopped at when the runtime names it or probing finds it."""
+
+    stage: str
+    message: str
+    #: True when the runtime died (a signal, e.g. TFLM's SIGABRT) instead of refusing.
+    crashed: bool = False
+    op_index: int | None = None
+    op: str | None = None
+    subgraph: int = 0
+    #: How the operator was found: "the runtime's message" or "probing each operator".
+    op_found_by: str | None = None
+
+    def line(self) -> str:
+        where = "" if self.op is None else f" at op {self.op_index} {self.op}"
+        found = f" [operator found by {self.op_found_by}]" if self.op_found_by else ""
+        return (f"{'crashed' if self.crashed else 'failed'} during '{self.stage}'{where}: "
+                f"{self.message}{found}")
+
+
+@dataclass(frozen=True)
 class MeasuredReport:
     """What the real runtime measured on this host (``--run``)."""
 
     runtime: str
     #: Where the inputs came from.
     inputs: str
-    #: Why the runtime was not started (it lacks an operator of the model).
+    #: Why the runtime was not started.
     skipped: str | None = None
+    #: The run was started and did not complete: what the runtime did.
+    failure: RunFailure | None = None
     #: The interpreter's arena (TFLM's RecordingMicroAllocator); None without one.
     arena_head_bytes: int | None = None
     arena_tail_bytes: int | None = None

@@ -45,6 +45,7 @@ from devicefit.simulator.report import (
 from devicefit.simulator.shapes import resolve_shapes, shape_notes
 from devicefit.simulator.targets import target_for
 from devicefit.simulator.verdict import flash_bytes, judge
+from devicefit.simulator.views.messages import disagreement_messages
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ CONVERSION_METADATA = "devicefit.conversion"
 
 def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = False,
              order: Sequence[int] | None = None, profiles_dirs: Sequence[str | Path] = (),
-             bench: BenchResult | None = None, strict: bool = False,
+             bench: BenchResult | None = None, strict: bool = False, probe: bool = True,
              input_shapes: Sequence[tuple[str | None, tuple[int, ...]]] = (),
              **run_options: Any) -> Report:
     """Predict (and with ``run=True`` also measure) ``model_path`` on ``profile``, judged.
@@ -63,17 +64,19 @@ def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = Fals
     ``order`` executes the main graph's operators in that order (for the optimizer).
     ``bench`` is what the device itself measured (``devicefit bench``): its average time is
     judged against the latency budget instead of the estimate. ``strict``: a budget the
-    report has no figure for fails the verdict. ``input_shapes``: (input name or None for
-    the only one, shape) pairs the dynamic dimensions are resolved from (else the stored
-    input shapes; :mod:`simulator.shapes`). ``run_options`` go to the running half
-    unchanged.
+    report has no figure for fails the verdict. ``probe``: on a TFLM or LiteRT profile, ask
+    the runtime about each operator signature (:mod:`simulator.compat.probe`; cached on
+    disk, a child process only for signatures not seen before). ``input_shapes``: (input
+    name or None for the only one, shape) pairs the dynamic dimensions are resolved from
+    (else the stored input shapes; :mod:`simulator.shapes`). ``run_options`` go to the
+    running half unchanged.
     """
     if not isinstance(profile, Profile):
         profile = load_profile(profile, list(profiles_dirs))
     source = read_model(model_path)
     target = target_for(profile)
     model, shapes, fixed = device_model(source, profile, input_shapes, run)
-    report = static_report(model, profile, order, shapes=shapes)
+    report = static_report(model, profile, order, shapes=shapes, probe=probe)
     if fixed is not None:
         report.notes.append(fixed)
     if model.sha256 != source.sha256:
@@ -129,9 +132,10 @@ def bench_section(result: BenchResult, report: Report | None,
 
 
 def static_report(model: Model, profile: Profile, order: Sequence[int] | None = None, *,
-                  shapes: ShapesReport | None = None) -> Report:
+                  shapes: ShapesReport | None = None, probe: bool = False) -> Report:
     """The report of the static half, not judged yet (:func:`simulate` judges it whole).
-    ``shapes``: how :func:`simulator.shapes.resolve_shapes` set ``model``'s shapes."""
+    ``shapes``: how :func:`simulator.shapes.resolve_shapes` set ``model``'s shapes;
+    ``probe``: op support asked of the runtime too (see :func:`simulate`)."""
     plan = plan_memory(model, profile, order)
     work = op_work(model)
     report = Report(
@@ -147,7 +151,8 @@ def static_report(model: Model, profile: Profile, order: Sequence[int] | None = 
     )
     if shapes is not None:
         report.notes.extend(shape_notes(shapes))
-    report.compatibility = static_compatibility(model, profile)
+    report.compatibility = static_compatibility(model, profile, probe=probe)
+    report.notes += disagreement_messages(report)
     report.latency = static_latency(report.compatibility, profile)
     if report.latency is None:
         try:

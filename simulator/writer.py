@@ -8,6 +8,7 @@ and an unaligned buffer can fault there.
 
 from __future__ import annotations
 
+import copy
 import struct
 from collections.abc import Sequence
 
@@ -134,3 +135,54 @@ def set_offline_plan(model_bytes: bytes, offsets: Sequence[int]) -> bytes:
         raise ValueError(f"an offline plan needs one offset per tensor ({total}), "
                          f"got {len(offsets)}")
     return add_metadata(model_bytes, OFFLINE_MEMORY_ALLOCATION, offline_plan_bytes(offsets))
+
+
+def cut_ops(model: schema.ModelT, subgraph: int, op_indices: Sequence[int]) -> bytes:
+    """A model of a few operators of ``model`` (``op_indices``, in execution order; usually
+    one, plus the ops that compute its weights from constants), with those operators' own
+    tensors (shapes, types, quantization, constant data, variable flags) and options: what a
+    runtime is asked when it must say whether it runs an operator
+    (:mod:`simulator.compat.probe`).
+
+    Tensors the cut consumes but does not produce, and that are neither constants nor
+    variables, become the graph's inputs; the last operator's outputs its outputs.
+    ``model`` is unpacked once by the caller (:func:`unpack`) and left unchanged.
+    """
+    sg = model.subgraphs[subgraph]
+    ops = [sg.operators[i] for i in op_indices]
+    used = list(dict.fromkeys(i for op in ops
+                              for i in (*op.inputs, *op.outputs, *(op.intermediates or ()))
+                              if i >= 0))
+    remap = {old: new for new, old in enumerate(used)}
+    codes: dict[int, int] = {}
+    buffers = [schema.BufferT()]
+    tensors = []
+    for old in used:
+        t = copy.copy(sg.tensors[old])
+        data = model.buffers[t.buffer].data if 0 < t.buffer < len(model.buffers) else None
+        if data is not None and len(data):
+            buffers.append(copy.copy(model.buffers[t.buffer]))
+            t.buffer = len(buffers) - 1
+        else:
+            t.buffer = 0
+        tensors.append(t)
+    cut = []
+    for op in ops:
+        one = copy.copy(op)
+        one.opcodeIndex = codes.setdefault(op.opcodeIndex, len(codes))
+        one.inputs = [remap.get(i, -1) for i in op.inputs]
+        one.outputs = [remap[i] for i in op.outputs]
+        one.intermediates = [remap[i] for i in op.intermediates or ()] or None
+        cut.append(one)
+    produced = {i for one in cut for i in one.outputs}
+    out = schema.SubGraphT()
+    out.tensors, out.operators = tensors, cut
+    out.inputs = list(dict.fromkeys(
+        i for one in cut for i in one.inputs if i >= 0 and i not in produced
+        and tensors[i].buffer == 0 and not tensors[i].isVariable))
+    out.outputs = cut[-1].outputs
+    m = schema.ModelT()
+    m.version, m.description = 3, "devicefit op probe"
+    m.operatorCodes = [model.operatorCodes[code] for code in codes]
+    m.subgraphs, m.buffers = [out], buffers
+    return pack(m)

@@ -53,3 +53,13 @@ TERMINAL_VARIABLES = ("COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR")
 def _no_terminal_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in TERMINAL_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The op probe's answers (simulator/compat/probe.py) go to a cache of this session,
+    not the developer's ~/.cache: a test sees what the runtime answers now, and the CLI's
+    child processes inherit it through the environment."""
+    import os
+
+    os.environ.setdefault("DEVICEFIT_CACHE", str(tmp_path_factory.mktemp("devicefit-cache")))

@@ -70,6 +70,8 @@ class T:
     zero_point: int = 0
     #: A variable tensor (an LSTM's state): no data, not a graph input, kept across invokes.
     variable: bool = False
+    #: Quantization parameters on an int32 activation (QUANTIZE's int32 output has them).
+    quantized: bool = False
 
     def fill(self) -> np.ndarray:
         return np.ones(self.shape, NUMPY[self.dtype])
@@ -105,8 +107,8 @@ def single_op(code: int, inputs: list[T | None], outputs: list[T], options_type:
                 data = (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8)
             buffers.append(_buffer(data))
             ft.buffer = len(buffers)
-        if t.dtype in QUANTIZED or (t.dtype in ("int32", "int64") and t.data is not None
-                                    and t.scale != 1.0):
+        if t.dtype in QUANTIZED or t.quantized or (t.dtype in ("int32", "int64")
+                                                   and t.data is not None and t.scale != 1.0):
             q = fb.QuantizationParametersT()
             q.scale, q.zeroPoint = [t.scale], [t.zero_point]
             ft.quantization = q
@@ -265,6 +267,8 @@ ACTIVATION_OPS: dict[str, Callable[[str], tuple]] = {
     "ADD": _binary(OPT.AddOptions, fb.AddOptionsT), "SUB": _binary(OPT.SubOptions, fb.SubOptionsT),
     "MUL": _binary(OPT.MulOptions, fb.MulOptionsT), "MAXIMUM": _binary(), "MINIMUM": _binary(),
     "SQUARED_DIFFERENCE": _binary(), "DIV": _binary(OPT.DivOptions, fb.DivOptionsT),
+    "FLOOR_DIV": _binary(OPT.FloorDivOptions, fb.FloorDivOptionsT),
+    "FLOOR_MOD": _binary(OPT.FloorModOptions, fb.FloorModOptionsT),
     "RELU": _unary, "RELU6": _unary, "TANH": _logistic, "LOGISTIC": _logistic,
     "HARD_SWISH": _unary, "ABS": _unary, "RSQRT": _unary, "SQRT": _unary, "EXP": _unary,
     "NEG": _unary, "ELU": _unary, "LEAKY_RELU": _leaky, "SOFTMAX": _softmax,
@@ -275,15 +279,20 @@ ACTIVATION_OPS: dict[str, Callable[[str], tuple]] = {
 
 def _conversion(code_name: str, src: str, dst: str) -> tuple:
     src_t = const((4,), src) if code_name == "DEQUANTIZE" else T((4,), src)
-    return [src_t], [T((4,), dst)], 0, None
+    # A QUANTIZE to int32 (int16 → int32 at a 16x8 model's edge) writes a quantized int32.
+    return [src_t], [T((4,), dst, quantized=code_name == "QUANTIZE" and dst == "int32")], 0, None
 
 
-#: (op, input type, output type) of the type-converting ops.
+#: (op, input type, output type) of the type-converting ops (CAST: MoveNet's first op is a
+#: uint8 → int8 CAST, which TFLM refuses at invoke).
 CONVERSIONS = [("DEQUANTIZE", s, "float32") for s in ("int8", "int16", "uint8", "float16")] + [
     ("QUANTIZE", s, d) for s, d in (("float32", "int8"), ("float32", "int16"),
                                     ("float32", "uint8"), ("int8", "int8"), ("int16", "int8"),
                                     ("int8", "int16"), ("uint8", "int8"), ("int8", "uint8"),
-                                    ("int16", "int16"), ("int16", "int32"))]
+                                    ("int16", "int16"), ("int16", "int32"))] + [
+    ("CAST", s, d) for s, d in (("uint8", "int8"), ("uint8", "float32"), ("int8", "float32"),
+                                ("int16", "float32"), ("int32", "float32"), ("float32", "int32"),
+                                ("float32", "int8"), ("float32", "uint8"), ("int8", "int32"))]
 
 
 def _shape_like(values: list[int], constant: bool, shape: tuple[int, ...] | None = None) -> T:

@@ -21,7 +21,7 @@ from devicefit.simulator.units import format_figure as fmt
 from devicefit.simulator.views.html import Section, escape, html_table, render_html
 from devicefit.simulator.views.junit import COUNTS, case, report_cases, xml_text
 from devicefit.simulator.views.markdown import MARKS
-from devicefit.simulator.views.messages import details, figures
+from devicefit.simulator.views.messages import details, disagreement_messages, figures
 from devicefit.simulator.views.messages import problems as report_problems
 
 from .baseline import METRIC_KEYS, RegressionCheck, report_metrics
@@ -78,10 +78,13 @@ def regression_cell(o: Outcome) -> tuple[str, bool | None]:
 
 
 def notes(result: CheckResult) -> list[str]:
-    """Why something was not checked, each reason once."""
+    """Why something was not checked, and where the runtime overruled the op table, each
+    once."""
     found = [f"{name} budget not checked: {why}" for o in result.outcomes
              for name, why in o.unchecked_budgets.items()]
     found += [n for o in result.outcomes for n in o.regression_notes]
+    found += [f"{o.model} on {o.profile}: {n}" for o in result.outcomes if o.report is not None
+              for n in disagreement_messages(o.report)]
     return list(dict.fromkeys(found))
 
 

@@ -77,6 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write the baseline from this run instead of checking regressions")
     p.add_argument("--run", action="store_true",
                    help="also run each model in its real runtime (slower; measured figures)")
+    p.add_argument("--no-probe", dest="probe", action="store_false",
+                   help="op support from devicefit's tables only, without asking the TFLM or "
+                        "LiteRT wheel about operator signatures not seen before")
     p.add_argument("--jobs", "-j", type=_jobs, default=1, metavar="N",
                    help="simulate in N parallel processes (0: one per CPU; default 1). "
                         "Pays with --run; the static gate is faster in one process")
@@ -151,6 +154,7 @@ def _check(args: argparse.Namespace) -> int:
     err = make_console(args.no_color, stderr=True)
     with _Progress(err, 0 if args.quiet else len(project.targets)) as advance:
         result = run_check(project, run=args.run, jobs=args.jobs, baseline=baseline,
+                           run_options={"probe": args.probe},
                            baseline_path=baseline_path if baseline is not None else None,
                            on_done=advance, fail_on_risk=args.fail_on_risk,
                            passing_details=keeps_details(args.details, len(whole.targets)))

@@ -20,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "simulate", help="predict a .tflite's flash, arena and compute on a device profile",
         description="Read a .tflite model and predict, without running it, the flash and the "
                     "tensor arena it needs on a device profile; judge the profile's budgets. "
+                    "Op support on TFLM and LiteRT profiles is also asked of the runtime, one "
+                    "operator at a time (cached; --no-probe: the tables alone). "
                     "Exit 0 if every budget passes, 1 if one fails, 2 on bad input.",
         epilog="example: devicefit simulate model.tflite --profile stm32l4r5-cortex-m4")
     p.add_argument("model", help="the .tflite model file")
@@ -45,6 +47,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "NAME:1,1280; once per input (default: the shapes stored in the file)")
     p.add_argument("--pointer-size", type=int, choices=(4, 8), default=None,
                    help="override the target's pointer width in bytes (8: 64-bit host)")
+    p.add_argument("--no-probe", dest="probe", action="store_false",
+                   help="answer op support from devicefit's tables only; by default each "
+                        "operator signature not seen before is also run alone in the TFLM or "
+                        "LiteRT wheel (a child process, cached in ~/.cache/devicefit/op-probe)")
     run = p.add_argument_group("running the model (--run)")
     run.add_argument("--run", action="store_true",
                      help="also run the model in the profile's real runtime (TFLM, LiteRT) in a "
@@ -72,6 +78,7 @@ def _simulate(args: argparse.Namespace) -> int:
                                           *profile_inputs(profile)])
     run_options = ({"runs": args.runs, "input_path": args.input, "timeout_s": args.timeout}
                    if args.run else {})
+    run_options["probe"] = args.probe
     err = make_console(args.no_color, stderr=True)
     if args.run and err.is_terminal:
         # The runs happen in child processes: show that something is going on.

@@ -76,35 +76,48 @@ def bad_scale(t: Tensor) -> str | None:
             f"refuse to requantize with it (TFLM and LiteRT stop at prepare)")
 
 
-def check_ops(model: Model, profile: Profile) -> CompatibilityReport:
+def check_ops(model: Model, profile: Profile, *, probe: bool = False) -> CompatibilityReport:
     """Check every operator of ``model`` against ``profile``'s op table, then the ones it
-    passes for a quantized tensor whose scale no runtime can use and against the allow-list
-    (one reason per op, the first that applies)."""
+    passes for a quantized tensor whose scale no runtime can use; with ``probe`` the
+    runtime itself is asked about each operator signature and wins where it answers
+    otherwise (:mod:`simulator.compat.probe`); last, the profile's allow-list. One reason
+    per op, the first that applies."""
     table = table_for(profile)
     checker = CHECKERS.get(table)
     found = list(checker(model, profile)) if checker is not None else []
     flagged = {(u.subgraph, u.op_index) for u in found}
-    allowed = None if profile.ops.allow is None else set(profile.ops.allow)
     for sg in model.subgraphs:
         for op in sg.operators:
-            if (sg.index, op.index) in flagged:
-                continue
             why = next((w for i in (*op.inputs, *op.outputs) if i >= 0
                         if (w := bad_scale(sg.tensors[i]))), None)
-            if why is None and allowed is not None and op.op_name not in allowed:
-                why = f"not in profile '{profile.name}' ops.allow"
-            if why:
+            if why and (sg.index, op.index) not in flagged:
                 found.append(UnsupportedOp(op.index, op.op_name, why, sg.index))
+    disagreements, summary = (), None
+    if probe:
+        from devicefit.simulator.compat.probe import probe_runtime, reconcile
+
+        if (runtime := probe_runtime(table, profile)) is not None:
+            found, disagreements, summary = reconcile(model, table, runtime, found)
+    if profile.ops.allow is not None:
+        allowed = set(profile.ops.allow)
+        flagged = {(u.subgraph, u.op_index) for u in found}
+        found += [UnsupportedOp(op.index, op.op_name,
+                                f"not in profile '{profile.name}' ops.allow", sg.index)
+                  for sg in model.subgraphs for op in sg.operators
+                  if op.op_name not in allowed and (sg.index, op.index) not in flagged]
     found.sort(key=lambda u: (u.subgraph, u.op_index))
-    return CompatibilityReport(table=table, supported=not found, unsupported_ops=tuple(found))
+    return CompatibilityReport(table=table, supported=not found, unsupported_ops=tuple(found),
+                               disagreements=disagreements, probe=summary)
 
 
-def static_compatibility(model: Model, profile: Profile) -> CompatibilityReport:
+def static_compatibility(model: Model, profile: Profile, *, probe: bool = False
+                         ) -> CompatibilityReport:
     """``report.compatibility`` on the static path: op support against the profile's table
-    and allow-list, plus the target's own section where it has one (the Edge TPU partition).
-    All of it is read from the file, so ``check`` gates on it without running anything."""
+    (asked of the runtime too with ``probe``) and allow-list, plus the target's own section
+    where it has one (the Edge TPU partition). ``check`` gates on it without running the
+    model."""
     table = table_for(profile)
-    found = check_ops(model, profile)
+    found = check_ops(model, profile, probe=probe)
     if table not in SECTIONS:
         return found
     return dataclasses.replace(found, section=SECTIONS[table](model, profile))

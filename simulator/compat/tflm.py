@@ -99,16 +99,22 @@ def constant_input_refusal(sg: Subgraph, op: Operator) -> str | None:
 
 def zero_point_refusal(sg: Subgraph, op: Operator, table: dict[str, dict[str, str]]
                        ) -> str | None:
-    """Why a kernel refuses this op's asymmetric quantization — int8 weights or int16
-    activations with a non-zero zero point (the converter writes both symmetric) — from a
+    """Why a kernel refuses this op's asymmetric quantization — int8 weights, or int16
+    activations of an int16 → int16 op, with a non-zero zero point (the converter writes
+    both symmetric) — from a
     probed ``{op: {"weights:int8" | "activations:int16": answer}}`` table, or None."""
     answers = table.get(op.op_name, {})
     weights = WEIGHTS_INPUT.get(op.op_name)
     checks = []
     if weights is not None and weights < len(op.inputs) and op.inputs[weights] >= 0:
         checks.append(("weights:int8", [sg.tensors[op.inputs[weights]]]))
-    checks.append(("activations:int16", [sg.tensors[i] for i in (*op.inputs, *op.outputs)
-                                         if i >= 0 and not sg.tensors[i].has_data]))
+    data_input = DATA_INPUT.get(op.op_name, 0)
+    if {sg.tensors[i].dtype for i in (op.inputs[data_input:data_input + 1] + op.outputs[:1])
+            if i >= 0} == {"int16"}:
+        # The probe's model had int16 in and out; a type-changing op keeps its own rules
+        # (an int8 → int16 softmax needs output zero point -32768, not 0).
+        checks.append(("activations:int16", [sg.tensors[i] for i in (*op.inputs, *op.outputs)
+                                             if i >= 0 and not sg.tensors[i].has_data]))
     for what, tensors in checks:
         dtype = what.partition(":")[2]
         asymmetric = [t for t in tensors if t.dtype == dtype and t.quantization is not None

@@ -249,19 +249,21 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
         result_file = work / "result.json"
         if timed_out:
             raise RuntimeFailure(f"{name}: no answer after {timeout_s:g} s during '{stage}' "
-                                 f"(the model hangs the runtime or needs a longer --timeout)")
+                                 f"(the model hangs the runtime or needs a longer --timeout)",
+                                 stage=stage)
         if result_file.exists():
             result = json.loads(result_file.read_text())
             if not result["ok"] and result["stage"] == "inputs":
                 raise InputError(result["error"])
             if not result["ok"]:
                 raise RuntimeFailure(f"{name} refused the model during '{result['stage']}': "
-                                     f"{result['error']}{hint}")
+                                     f"{result['error']}{hint}", stage=result["stage"])
             if proc.returncode == 0 or stage == "done":
                 return _result_from(result, work)
         raise RuntimeFailure(f"{name} crashed during '{stage}' ({describe_exit(proc.returncode)})"
                              f"{_stderr_tail(proc.stderr)}; the model is malformed or hits a "
-                             f"bug in {name} (devicefit ran it in a child process)")
+                             f"bug in {name} (devicefit ran it in a child process)",
+                             stage=stage, crashed=True)
 
 
 def _stored_shape_hint(model: Model, inputs: list[np.ndarray] | None) -> str:

@@ -8,13 +8,15 @@
 - for integer models, TFLM and LiteRT's reference kernels on the same inputs: the int8
   kernels are the same code, so the outputs must agree bit for bit.
 
-A runtime whose op table lacks an op of the model is not started: the report names the ops
-and the verdict fails on ``compatibility``.
+The model is always run, also when the static op support says it cannot be: the run's
+answer wins and a difference is a disagreement in ``compatibility``; a failed run names
+the stage, the runtime's message and the operator, and fails the verdict.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import statistics
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from devicefit.simulator.compat import check_ops
 from devicefit.simulator.compat import tflm as tflm_ops
+from devicefit.simulator.compat.probe import probe_ops, probe_runtime, scales
 from devicefit.simulator.errors import RuntimeFailure
 from devicefit.simulator.latency import op_dtype
 from devicefit.simulator.model import INTEGER_DTYPES, Model
@@ -29,13 +32,17 @@ from devicefit.simulator.planners import plan_memory
 from devicefit.simulator.profiles import Ops, Profile, with_runtime
 from devicefit.simulator.report import (
     Basis,
+    CompatibilityReport,
     CrossCheck,
+    Disagreement,
     HostLatency,
     HostOpTime,
     LatencyReport,
     MeasuredReport,
     MemoryReport,
     Report,
+    RunFailure,
+    UnsupportedOp,
 )
 from devicefit.simulator.runtimes import (
     INPUT_SEED,
@@ -68,34 +75,37 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
               cross_check: bool = True,
               input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Report:
     """``report`` with its running-half sections filled by running ``model`` for real;
-    random inputs at ``input_shapes`` (input name → shape) where given."""
-    compat = check_ops(model, profile)
-    # Keep what the static path found (e.g. compatibility.edgetpu and its latency split).
-    section = report.compatibility.section if report.compatibility else None
+    random inputs at ``input_shapes`` (input name → shape) where given.
+
+    The model is run whatever the static answer was: a run that fails is reported (stage,
+    message, operator) and fails the verdict; a run that disagrees with the static op
+    support, either way, is a disagreement in ``compatibility`` and the run's answer wins.
+    """
+    compat = report.compatibility or check_ops(model, profile)
     notes = list(report.notes)
-    done = dataclasses.replace(report, compatibility=dataclasses.replace(compat, section=section),
-                               notes=notes)
+    done = dataclasses.replace(report, compatibility=compat, notes=notes)
     primary = runner_name(profile.runtime.name)
     inputs = (str(input_path) if input_path
               else f"random within each input's range (seed {INPUT_SEED})")
     if input_shapes and not input_path:
         inputs += ", at " + ", ".join(f"{name} {'x'.join(map(str, shape))}"
                                       for name, shape in input_shapes.items())
-    # Whether the runner can run it is its own op table's call (an Edge TPU profile's CPU
-    # reference runs in LiteRT; ops.allow models the device's resolver, not the wheel's);
-    # the profile's verdict stays with ``compat``.
-    runnable = check_ops(model, dataclasses.replace(profile, ops=Ops(table=primary)))
-    if not runnable.supported:
-        notes.append(f"{primary} cannot run this model: unsupported {runnable.summary()}")
-        done.measured = MeasuredReport(primary, inputs,
-                                       skipped=f"not run: unsupported {runnable.summary()}")
-        return done
     threads = profile.runtime.threads
     xnnpack = primary != "litert" or "xnnpack" in profile.runtime.delegates
     # Inputs are read or generated in each run's child, never here (see run_model).
     common = {"input_path": input_path, "timeout_s": timeout_s, "input_shapes": input_shapes}
-    main = run_model(model.path, primary, runs=runs, warmup=warmup, threads=threads,
-                     xnnpack=xnnpack, **common)
+    try:
+        main = run_model(model.path, primary, runs=runs, warmup=warmup, threads=threads,
+                         xnnpack=xnnpack, **common)
+    except RuntimeFailure as exc:
+        failure = _failure(model, profile, primary, exc)
+        notes.append(f"{primary} {failure.line()}")
+        done.measured = MeasuredReport(primary, inputs, failure=failure)
+        done.compatibility = _after_failed_run(compat, failure, primary)
+        notes += _new_disagreements(compat, done.compatibility)
+        return done
+    done.compatibility = _after_run(compat, profile, primary)
+    notes += _new_disagreements(compat, done.compatibility)
     # A profile whose cost model has no entry for the model's dtypes has no latency section
     # from the static half; the host measurement still belongs in one.
     per_op = (tuple(HostOpTime(o["op_index"], o["op"], o["ms"]) for o in main.per_op_ms)
@@ -110,6 +120,74 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
         measured = dataclasses.replace(measured, cross_check=check, outputs_agree=check.bit_exact)
     done.measured = measured
     return done
+
+
+#: How the interpreters name the node they stopped at: TFLM, then LiteRT.
+_NODE = (re.compile(r"Node (?P<op>[A-Z0-9_]+) \(number (?P<index>\d+)\)"),
+         re.compile(r"Node number (?P<index>\d+) \((?P<op>[A-Z0-9_]+)\)"))
+
+
+def _failure(model: Model, profile: Profile, runner: str, exc: RuntimeFailure) -> RunFailure:
+    """What the run did, with the operator it stopped at: the one the runtime's message
+    names, else (a crash says nothing) the first one the runtime refuses on its own, asked
+    one operator at a time (:mod:`simulator.compat.probe`, cached)."""
+    message = str(exc)
+    failure = RunFailure(exc.stage or "start", message, crashed=exc.crashed)
+    for pattern in _NODE:
+        if (m := pattern.search(message)) is not None:
+            return dataclasses.replace(failure, op_index=int(m["index"]), op=m["op"],
+                                       op_found_by="the runtime's message")
+    runtime = probe_runtime(runner, profile)
+    if runtime is None:
+        return failure
+    answers = probe_ops(model, runtime).answers
+    refused = next((where for where, a in sorted(answers.items()) if not a.ok), None)
+    if refused is None:
+        return failure
+    sg, index = refused
+    op = model.subgraphs[sg].operators[index]
+    return dataclasses.replace(
+        failure, op_index=index, subgraph=sg, op=op.op_name,
+        op_found_by=f"running each operator alone: it fails alone too, at "
+                    f"{answers[refused].stage}; its scales: {scales(model.subgraphs[sg], op)}")
+
+
+def _new_disagreements(before: CompatibilityReport, after: CompatibilityReport) -> list[str]:
+    return [f"op support: {d.line()}" for d in after.disagreements[len(before.disagreements):]]
+
+
+def _after_failed_run(compat: CompatibilityReport, failure: RunFailure, runner: str
+                      ) -> CompatibilityReport:
+    """A failed run of the profile's own runtime is its answer on op support: a model the
+    static check passed fails it, as a disagreement. (An Edge TPU profile's run is its CPU
+    reference in LiteRT: its failure is reported, not the accelerator's verdict.)"""
+    if compat.table != runner or not compat.supported:
+        return compat
+    index = -1 if failure.op_index is None else failure.op_index
+    op = failure.op or "(model)"
+    said = f"the run {failure.line()}"
+    return dataclasses.replace(
+        compat, supported=False,
+        unsupported_ops=(UnsupportedOp(index, op, said, failure.subgraph),),
+        disagreements=(*compat.disagreements,
+                       Disagreement(index, op, "supported", said, "run", failure.subgraph)))
+
+
+def _after_run(compat: CompatibilityReport, profile: Profile, runner: str
+               ) -> CompatibilityReport:
+    """A complete run of the profile's own runtime answers op support for the whole model:
+    what the static check refused ran (a disagreement, the run wins), except ops the
+    profile's ``ops.allow`` leaves out of the device's resolver."""
+    if compat.table != runner or compat.supported:
+        return compat
+    allowed = profile.ops.allow
+    kept = tuple(u for u in compat.unsupported_ops if allowed is not None
+                 and u.op not in allowed)
+    ran = tuple(Disagreement(u.op_index, u.op, u.reason, "ran (the whole model, --run)",
+                             "run", u.subgraph)
+                for u in compat.unsupported_ops if u not in kept)
+    return dataclasses.replace(compat, supported=not kept, unsupported_ops=kept,
+                               disagreements=(*compat.disagreements, *ran))
 
 
 def _cross_check(model: Model, tflm: RunResult | None, common: dict, profile: Profile,

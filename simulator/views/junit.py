@@ -17,6 +17,7 @@ from devicefit.simulator.views.messages import (
     budget_message,
     compatibility_message,
     details,
+    disagreement_messages,
 )
 
 #: The counters of a ``<testsuite>``.
@@ -48,6 +49,8 @@ def report_cases(suite: ET.Element, report: Report, classname: str, counts: dict
             failure.text = "\n".join(f"op {op.op_index} {op.op}: {op.reason}"
                                      for op in report.compatibility.unsupported_ops)
             counts["failures"] += 1
+        if disagreements := disagreement_messages(report):
+            ET.SubElement(tc, "system-out").text = "\n".join(disagreements)
     for name, why in report.unchecked_budgets.items():
         ET.SubElement(case(suite, counts, classname, f"budget.{name}"), "skipped",
                       message=f"{name} budget not checked: {why}")

@@ -39,6 +39,13 @@ def compatibility_message(compat: CompatibilityReport | None) -> str | None:
     return text
 
 
+def disagreement_messages(report: Report) -> list[str]:
+    """One line per operator on which the op table and the runtime (its one-op probe or the
+    run) answered differently; the runtime's answer is the report's."""
+    c = report.compatibility
+    return [f"op support: {d.line()}" for d in c.disagreements] if c is not None else []
+
+
 def problems(report: Report) -> list[str]:
     """One line per budget not passed and per unsupported op set; never an unexplained fail."""
     found = [budget_message(b) for b in report.budgets if b.status != Status.PASS]

@@ -115,6 +115,8 @@ def measured_lines(report: Report) -> list[str]:
     lines = [f"Measured (real {m.runtime} interpreter, child process)"]
     if m.skipped:
         return lines + [f"  {m.skipped}"]
+    if m.failure is not None:
+        return lines + [f"  FAILED: {m.runtime} {m.failure.line()}", f"  inputs       {m.inputs}"]
     if m.arena_head_bytes is not None:
         diff = m.head_difference_bytes
         measured_tail = m.tail_basis == "measured"
@@ -187,10 +189,22 @@ def compatibility_lines(report: Report) -> list[str]:
     if c is None:
         return []
     if c.supported:
-        return ["Compatibility", f"  {_supported_line(c)}"]
-    lines = ["Compatibility", f"  UNSUPPORTED by the {c.table} op table:"]
-    lines += _columns([[f"op {u.op_index}", u.op, u.reason] for u in c.unsupported_ops],
-                      indent="    ")
+        lines = ["Compatibility", f"  {_supported_line(c)}"]
+    else:
+        lines = ["Compatibility", f"  UNSUPPORTED by the {c.table} "
+                 f"{'runtime' if c.disagreements else 'op table'}:"]
+        lines += _columns([[f"op {u.op_index}", u.op, u.reason] for u in c.unsupported_ops],
+                          indent="    ")
+    if c.disagreements:
+        lines.append("  the op table and the runtime DISAGREE (the runtime's answer stands):")
+        lines += _columns([[f"op {d.op_index}", d.op, f"table: {d.table}",
+                            f"runtime ({d.source}): {d.runtime}"] for d in c.disagreements],
+                          indent="    ")
+    if c.probe is not None:
+        p = c.probe
+        lines.append(f"  asked of {p.runtime}: {p.signatures} operator signatures, "
+                     f"{p.cached} cached, {p.probed} probed now"
+                     + (f"; not asked: {'; '.join(p.not_probed)}" if p.not_probed else ""))
     return lines
 
 

@@ -1,0 +1,85 @@
+"""Child-process entry point of the op probe: ``python -m ...runtimes._probe_worker REQUEST``.
+
+For each requested operator of a model it builds a one-op model
+(:func:`simulator.writer.cut_ops`) and runs it once in the requested runner — the same
+runners ``--run`` uses — on inputs from :func:`simulator.compat.probe.probe_inputs`. Each
+answer is appended to ``answers.jsonl`` as soon as it is known, and the key of the operator
+being probed is written to ``current`` before it starts: when a kernel kills the process
+(TFLM aborts on a quantization scale it cannot use), the parent knows which operator did it
+and starts a new child for the rest (:func:`simulator.compat.probe.probe_ops`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from devicefit.simulator.runtimes import RUNNERS, RunOptions, starting_arena
+from devicefit.simulator.runtimes._worker import exit_with_parent, limit_memory
+
+
+def _ask(runner, work: Path, data: bytes, inputs: list[np.ndarray], outputs: int,
+         options: RunOptions) -> dict:
+    """One one-op model through the runner: {"ok", "stage", "message"}."""
+    from devicefit.simulator.compat.probe import runtime_message
+
+    stage = ["load"]
+
+    def enter(name: str) -> None:
+        stage.append(name)
+        (work / "stage").write_text(name)
+
+    try:
+        with tempfile.NamedTemporaryFile(suffix=".tflite", dir=work) as f:
+            f.write(data)
+            f.flush()
+            enter("load")
+            result = runner.run(f.name, inputs, outputs, options, enter)
+        if not all(np.isfinite(o).all() for o in result.outputs if o.dtype.kind == "f"):
+            # Accepted, but the kernel read its weights as another type (TFLM's float LSTM
+            # with int8 weights); the probe's inputs keep sane ops finite.
+            raise ValueError("runs but returns NaN/Inf: the kernel does not handle these "
+                             "types")
+    except Exception as exc:  # noqa: BLE001 — a refusal is the answer, as data
+        return {"ok": False, "stage": stage[-1], "message": runtime_message(str(exc))}
+    return {"ok": True, "stage": "done", "message": ""}
+
+
+def main(argv: list[str]) -> int:
+    from devicefit.simulator.compat.probe import probe_inputs
+    from devicefit.simulator.reader import parse_model
+    from devicefit.simulator.writer import cut_ops, unpack
+
+    exit_with_parent()
+    request = json.loads(Path(argv[0]).read_text())
+    work = Path(request["dir"])
+    limit_memory(request["memory_bytes"])
+    runner = RUNNERS[request["runtime"]]()
+    model = unpack(Path(request["model"]).read_bytes())
+    with open(work / "answers.jsonl", "a", encoding="utf-8") as answers:
+        for subgraph, op_indices, key in request["ops"]:
+            (work / "current").write_text(key)
+            (work / "stage").write_text("build")
+            try:
+                data = cut_ops(model, subgraph, op_indices)
+                one = parse_model(data, "probe.tflite")
+                inputs = probe_inputs(one)
+            except Exception as exc:  # noqa: BLE001 — the probe's limit, not the runtime's
+                answer = {"skipped": f"cannot be cut out alone ({exc})"}
+            else:
+                options = RunOptions(runs=1, warmup=0, xnnpack=request["xnnpack"],
+                                     arena_size=starting_arena(one))
+                answer = _ask(runner, work, data, inputs, len(one.main.outputs), options)
+            answers.write(json.dumps({"key": key, **answer}) + "\n")
+            answers.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip interpreter teardown (see _worker)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
