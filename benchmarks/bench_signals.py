@@ -14,7 +14,8 @@ runner's cancel and a closed terminal send), and checks:
 - **hang**: not ended 30 s after the signal;
 - **leaked**: any process of the session still alive 10 s after the command ended
   (workers, fork server, resource tracker, runtime children), looked up by session id;
-- **partial output**: an interrupted command (status ≠ 0/1) left any output or temp file;
+- **partial output**: an interrupted command (status 128 + signal) left any output or temp
+  file;
   a completed one lacks one of its outputs or wrote one that differs in kind from the
   reference run's (a ``.tflite`` without the metadata of a completed run, unparsable JSON);
 - **input changed**: an input's sha256 differs after the trial.
@@ -180,7 +181,7 @@ def trial(cmd: Command, work: Path, reference: dict[str, str], rng: random.Rando
         tally.add("temp left in TMPDIR", f"{label}: {leftovers[:5]}")
         for p in (work / "tmp").iterdir():
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
-    if code in (0, 1):
+    if code in (0, 1, 2):  # finished: passed, a budget failed, or bad input / a target error
         tally.completed += 1
         for name in cmd.outputs:
             path = out / name
