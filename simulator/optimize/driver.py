@@ -211,10 +211,10 @@ def optimize_model_bytes(data: bytes, profile: Profile | str, *, verify: bool = 
         _adopt_patched(report, chosen.report, model, chosen.choice.model, profile)
     elif best_patched is not None and best_patched.choice is not None:
         plan = best_patched.choice.plan
-        p.refuse(f"the best patched graph ({plan.grid} over the first {plan.split} operators, "
-                 + (_arena_change(plain_arena, best_patched.arena) if by_arena else
-                    f"head {best_patched.value:,} B, not below the plain offline plan's "
-                    f"{chosen.value:,} B") + ")")
+        what = f"the best patched graph, {plan.grid} over the first {plan.split} operators"
+        p.refuse(_arena_change(what, plain_arena, best_patched.arena) if by_arena else
+                 f"{what}, needs a head of {best_patched.value:,} B, not below the plain "
+                 f"offline plan's {chosen.value:,} B")
     if p.refused:
         report.notes.append(f"patches not used: {p.refused}")
     report.seconds = time.perf_counter() - started
@@ -284,8 +284,8 @@ def _keep_plain(data: bytes, plain_out: bytes, plain: OptimizeReport, p: PatchRe
     (verified in its turn), with the measured figures that refused the patches."""
     assert p.plain_measured is not None and p.patched_measured is not None
     grid, split = p.grid, p.split
-    p.refuse(f"the {grid} patched graph over the first {split} operators, "
-             f"{_arena_change(p.plain_measured, p.patched_measured)}")
+    p.refuse(_arena_change(f"the {grid} patched graph over the first {split} operators",
+                           p.plain_measured, p.patched_measured))
     report = copy.deepcopy(plain)
     report.patches = p
     report.notes.append(f"patches not used: {p.refused}")
@@ -300,15 +300,16 @@ def _signed(n: int) -> str:
     return f"+{n:,}" if n >= 0 else f"\u2212{-n:,}"
 
 
-def _arena_change(plain: ArenaFigures, patched: ArenaFigures) -> str:
-    """"head −8,304 B but tail +9,648 B: whole arena +1,344 B ..." against the plain plan."""
+def _arena_change(what: str, plain: ArenaFigures, patched: ArenaFigures) -> str:
+    """"WHAT (measured, ...): head −8,304 B but tail +9,648 B, whole arena +1,344 B against
+    the plain offline plan (85,248 → 86,592 B)"."""
     head, tail = patched.head_bytes - plain.head_bytes, patched.tail_bytes - plain.tail_bytes
-    what = "arena to start" if patched.start_bytes != patched.whole_bytes or \
+    arena = "arena to start" if patched.start_bytes != patched.whole_bytes or \
         plain.start_bytes != plain.whole_bytes else "whole arena"
-    return (f"{patched.build}: head {_signed(head)} B {'but' if head * tail < 0 else 'and'} "
-            f"tail {_signed(tail)} B, {what} {_signed(patched.start_bytes - plain.start_bytes)} B "
-            f"against the plain offline plan ({plain.start_bytes:,} \u2192 "
-            f"{patched.start_bytes:,} B)")
+    return (f"{what} ({patched.build}): head {_signed(head)} B "
+            f"{'but' if head * tail < 0 else 'and'} tail {_signed(tail)} B, {arena} "
+            f"{_signed(patched.start_bytes - plain.start_bytes)} B against the plain offline "
+            f"plan ({plain.start_bytes:,} \u2192 {patched.start_bytes:,} B)")
 
 
 def _adopt_patched(report: OptimizeReport, after: OptimizeReport, model: Model,
@@ -327,9 +328,9 @@ def _adopt_patched(report: OptimizeReport, after: OptimizeReport, model: Model,
     assert p.plain_arena is not None and p.patched_arena is not None
     if p.patched_arena.start_bytes > p.plain_arena.start_bytes:
         report.notes.append(
-            f"the arena to start grows ({_arena_change(p.plain_arena, p.patched_arena)}): each "
-            "cloned operator keeps its own OpData and per-channel arrays in the arena's tail; "
-            "--patch-objective arena (the default) never lets it grow")
+            _arena_change("the arena grows with patches", p.plain_arena, p.patched_arena)
+            + ": each cloned operator keeps its own OpData and per-channel arrays in the "
+            "tail; --patch-objective arena (the default) never lets it grow")
     report.summary = _changed_summary(report)
 
 
