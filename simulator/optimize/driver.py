@@ -187,12 +187,7 @@ def optimize_model_bytes(data: bytes, profile: Profile | str, *, verify: bool = 
     # "No patches" is always a candidate, and wins ties: a patched graph costs MACs and flash.
     candidates = [_Planned(value(plain_arena, plain), plain_out, plain, plain_arena, None)]
     for choice in choices:
-        # The order search is exact and cheap on a few dozen operators (and can interleave
-        # patches better); on hundreds it turns into a beam search that costs seconds and
-        # found nothing below the patch-by-patch order on the models tried.
-        patched, after = _optimize(
-            choice.data, profile, verify=False, name=name,
-            search_order=len(choice.model.main.operators) <= EXACT_ORDER_SEARCH_OPS)
+        patched, after = plan_patched(choice.data, profile, name)
         arena = planned_arena(patched, profile)
         candidates.append(_Planned(value(arena, after), patched, after, arena, choice))
         if after.head_after_bytes <= choice.bound:  # at its bound: the next cannot beat it
@@ -202,16 +197,18 @@ def optimize_model_bytes(data: bytes, profile: Profile | str, *, verify: bool = 
     report = copy.deepcopy(plain)  # ``plain`` stays as it was, should verification refuse
     report.patches = p
     out = plain_out
-    if best_patched is not None:
+    if best_patched is not None and best_patched.choice is not None:
         p.patched_arena = best_patched.arena
+        p.patched_grid, p.patched_split = best_patched.choice.plan.grid, \
+            best_patched.choice.plan.split
     if chosen.choice is not None:
         out = chosen.data
         p.choose(chosen.choice, model)
         p.model_bytes_before, p.model_bytes_after = len(data), len(out)
         _adopt_patched(report, chosen.report, model, chosen.choice.model, profile)
-    elif best_patched is not None and best_patched.choice is not None:
-        plan = best_patched.choice.plan
-        what = f"the best patched graph, {plan.grid} over the first {plan.split} operators"
+    elif best_patched is not None:
+        what = f"the best patched graph, {p.patched_grid} over the first {p.patched_split} " \
+            "operators"
         p.refuse(_arena_change(what, plain_arena, best_patched.arena) if by_arena else
                  f"{what}, needs a head of {best_patched.value:,} B, not below the plain "
                  f"offline plan's {chosen.value:,} B")
@@ -222,8 +219,8 @@ def optimize_model_bytes(data: bytes, profile: Profile | str, *, verify: bool = 
         run = _Runs()
         _verify(data, out, report, profile, run)
         if not report.changed:
-            if p.grid:
-                p.refuse(report.summary)
+            if p.grid:  # the plain plan may still gain
+                return _keep_plain(data, plain_out, plain, p, profile, run, report.summary)
             return data, report
         measured = _measured(report)
         if p.grid is None:
@@ -232,9 +229,23 @@ def optimize_model_bytes(data: bytes, profile: Profile | str, *, verify: bool = 
             p.patched_measured = measured
             p.plain_measured = _measure(plain_out, profile, run)
             if by_arena and measured.whole_bytes > p.plain_measured.whole_bytes:
-                return _keep_plain(data, plain_out, plain, p, profile, run)
+                return _keep_plain(data, plain_out, plain, p, profile, run, _arena_change(
+                    f"the {p.grid} patched graph over the first {p.split} operators",
+                    p.plain_measured, measured))
         report.summary = _changed_summary(report)
     return (out if report.changed else data), report
+
+
+def plan_patched(patched: bytes, profile: Profile, name: str = "<bytes>"
+                 ) -> tuple[bytes, OptimizeReport]:
+    """A patched graph (:func:`~simulator.optimize.patches.patch_model`'s) with the order
+    and offline plan ``--patches`` would write for it, unverified: what it weighs."""
+    # The order search is exact and cheap on a few dozen operators (and can interleave
+    # patches better); on hundreds it turns into a beam search that costs seconds and found
+    # nothing below the patch-by-patch order on the models tried.
+    operators = len(parse_model(patched, name).main.operators)
+    return _optimize(patched, profile, verify=False, name=name,
+                     search_order=operators <= EXACT_ORDER_SEARCH_OPS)
 
 
 @dataclass(frozen=True)
@@ -279,13 +290,11 @@ def _measure(data: bytes, profile: Profile, run: _Runs) -> ArenaFigures:
 
 
 def _keep_plain(data: bytes, plain_out: bytes, plain: OptimizeReport, p: PatchReport,
-                profile: Profile, run: _Runs) -> tuple[bytes, OptimizeReport]:
-    """TFLM measured a larger whole arena with patches than without: write the plain plan
-    (verified in its turn), with the measured figures that refused the patches."""
-    assert p.plain_measured is not None and p.patched_measured is not None
-    grid, split = p.grid, p.split
-    p.refuse(_arena_change(f"the {grid} patched graph over the first {split} operators",
-                           p.plain_measured, p.patched_measured))
+                profile: Profile, run: _Runs, reason: str) -> tuple[bytes, OptimizeReport]:
+    """Verification refused the patched graph (``reason``: TFLM measured a larger whole
+    arena than without patches, or no gain at all): write the plain plan, verified in its
+    turn."""
+    p.refuse(reason)
     report = copy.deepcopy(plain)
     report.patches = p
     report.notes.append(f"patches not used: {p.refused}")

@@ -569,6 +569,9 @@ class PatchReport:
     #: verification, measured in TFLM (the host wheel).
     plain_arena: ArenaFigures | None = None
     patched_arena: ArenaFigures | None = None
+    #: Which patched graph ``patched_arena`` is: its grid and split point.
+    patched_grid: str | None = None
+    patched_split: int | None = None
     plain_measured: ArenaFigures | None = None
     patched_measured: ArenaFigures | None = None
     grid: str | None = None

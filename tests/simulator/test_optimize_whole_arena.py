@@ -14,6 +14,7 @@ import json
 import pytest
 from devicefit.sdk.cli import main
 from devicefit.simulator.optimize import optimize_model_bytes
+from devicefit.simulator.optimize.driver import plan_patched
 from devicefit.simulator.optimize.patches import patch_model, plan_for
 from devicefit.simulator.profiles import load_profile, with_runtime
 from devicefit.simulator.reader import parse_model
@@ -79,16 +80,13 @@ def _measure(tmp_path, name: str, data: bytes):
 
 
 def _best_patched(data: bytes, report, profile) -> bytes:
-    """The best patched graph the search planned, rebuilt and planned as the optimizer
-    plans it (the report keeps its figures, not its bytes)."""
+    """The best patched graph the search planned, rebuilt (the report keeps its figures,
+    not its bytes)."""
     p = report.patches
-    best = min((c for c in p.candidates if c.arena_bytes is not None),
-               key=lambda c: (c.arena_bytes, c.mac_overhead_pct))
-    rows, cols = (int(v) for v in best.grid.split("x"))
+    rows, cols = (int(v) for v in p.patched_grid.split("x"))
     model = parse_model(data)
-    patched = patch_model(data, model, plan_for(model, best.split, rows, cols))
-    planned, _ = optimize_model_bytes(patched, profile, verify=False)
-    return planned
+    patched = patch_model(data, model, plan_for(model, p.patched_split, rows, cols))
+    return plan_patched(patched, profile)[0]
 
 
 def test_patches_that_grow_the_whole_arena_are_not_written(models, host, tmp_path):
