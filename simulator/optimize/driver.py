@@ -54,7 +54,7 @@ from devicefit.simulator.optimize.reorder import OrderResult, best_order
 from devicefit.simulator.planners import plan_memory
 from devicefit.simulator.planners.base import PlanError, check_plan
 from devicefit.simulator.planners.tflm import greedy_plan
-from devicefit.simulator.profiles import Profile, load_profile
+from devicefit.simulator.profiles import Profile, load_profile, with_runtime
 from devicefit.simulator.reader import parse_model
 from devicefit.simulator.targets import TARGETS, target_for
 from devicefit.simulator.writer import reorder_operators, set_offline_plan
@@ -228,10 +228,11 @@ def optimize_model_bytes(data: bytes, profile: Profile | str, *, verify: bool = 
         else:
             p.patched_measured = measured
             p.plain_measured = _measure(plain_out, profile, run)
-            if by_arena and measured.whole_bytes > p.plain_measured.whole_bytes:
-                return _keep_plain(data, plain_out, plain, p, profile, run, _arena_change(
-                    f"the {p.grid} patched graph over the first {p.split} operators",
-                    p.plain_measured, measured))
+            judged = judge_measured(p, *_host_change(plain_out, out, profile))
+            if by_arena and judged.refuse:
+                return _keep_plain(data, plain_out, plain, p, profile, run, judged.reason)
+            if judged.reason:
+                report.notes.append(judged.reason)
         report.summary = _changed_summary(report)
     return (out if report.changed else data), report
 
@@ -287,6 +288,50 @@ def _measure(data: bytes, profile: Profile, run: _Runs) -> ArenaFigures:
     if head is None or whole is None:
         raise RuntimeFailure("TFLM reported no arena figures for the plain offline plan")
     return ArenaFigures(head, whole - head, whole, MEASURED_BUILD)
+
+
+@dataclass(frozen=True)
+class MeasuredVerdict:
+    """What the measured arenas say of a patched graph: refuse it, and why (or a note)."""
+
+    refuse: bool
+    reason: str = ""
+
+
+def judge_measured(p: PatchReport, host_change: int, same_build: bool) -> MeasuredVerdict:
+    """Judge a patched graph on the whole arena of the profile's build, with the arenas TFLM
+    measured (``p.plain_measured``, ``p.patched_measured``) as the check on the prediction.
+
+    TFLM runs here as the tflite-micro wheel: this host's pointer width, reference kernels.
+    The profile's build may have other pointers and kernels, whose tail only the prediction
+    gives; ``host_change`` is the change with patches devicefit predicts for the measured
+    build (``same_build``: it is the profile's). When the measurement grew more than that,
+    the excess is added to the profile's predicted change, which must stay a gain; on the
+    profile's own build this is the measured change itself.
+    """
+    assert p.plain_arena and p.patched_arena and p.plain_measured and p.patched_measured
+    measured = _arena_change(f"the {p.grid} patched graph over the first {p.split} operators",
+                             p.plain_measured, p.patched_measured)
+    grows = p.patched_measured.whole_bytes - p.plain_measured.whole_bytes
+    change = p.patched_arena.start_bytes - p.plain_arena.start_bytes + max(grows - host_change, 0)
+    other = f"the profile's build ({p.patched_arena.build.removeprefix('predicted, ')})"
+    if change >= 0:
+        return MeasuredVerdict(True, measured if same_build else
+                               f"{measured}; devicefit predicted {_signed(host_change)} B for "
+                               f"that build, so {other} is expected at {_signed(change)} B too")
+    if grows < 0:
+        return MeasuredVerdict(False)
+    return MeasuredVerdict(False, f"patches kept: {measured}, as devicefit predicts for that "
+                           f"build ({_signed(host_change)} B); for {other} it predicts "
+                           f"{_signed(change)} B (smaller pointers and kernel data)")
+
+
+def _host_change(plain: bytes, patched: bytes, profile: Profile) -> tuple[int, bool]:
+    """The change of the whole arena with patches predicted for the build TFLM measures on
+    (this host's pointers, reference kernels), and whether that is the profile's build."""
+    host = with_runtime(profile, kernels="reference", pointer_bytes=struct.calcsize("P"))
+    change = planned_arena(patched, host).whole_bytes - planned_arena(plain, host).whole_bytes
+    return change, host.runtime == profile.runtime
 
 
 def _keep_plain(data: bytes, plain_out: bytes, plain: OptimizeReport, p: PatchReport,
