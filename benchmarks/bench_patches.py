@@ -113,6 +113,7 @@ def bench_one(name: str, path: Path, profile, objective: str, runs: int) -> dict
         patched_grid=f"{p.patched_grid} over {p.patched_split} ops" if p.patched_grid else None,
         predicted={"plain": p.plain_arena and p.plain_arena.start_bytes,
                    "patched": p.patched_arena and p.patched_arena.start_bytes},
+        kept_despite_host=next((n for n in r.notes if n.startswith("patches kept")), None),
         ratio_to_bound=round(after.arena_head_bytes / row["bound"], 3) if row["bound"] else None,
         mac_overhead_pct=round(p.mac_overhead_pct, 1),
         latency_ratio=round(ms_after / ms_before, 3) if ms_before else None,
@@ -179,12 +180,18 @@ def main() -> int:
     print(markdown(rows) if args.markdown else "")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
-    # The rule of the default objective: never a whole arena above the plain offline plan's.
+    # The rule of the default objective: never a whole arena above the plain offline plan's
+    # on the profile's build. Measured here on the host build, a growth is only right where
+    # the optimizer says the profile's build (smaller pointers, other kernels) still gains.
     by_arena = [r for r in rows if r["objective"] == "arena"]
-    grew = [r["model"] for r in by_arena if r["written"]["whole"] > r["plain"]["whole"]]
-    print(f"arena objective: the written whole arena (measured) exceeds the plain offline "
-          f"plan's on {len(grew)} of {len(by_arena)} models" + (f": {', '.join(grew)}" if grew
-                                                                else ""))
+    host = [r for r in by_arena if r["written"]["whole"] > r["plain"]["whole"]]
+    grew = [r["model"] for r in host if not r["kept_despite_host"]]
+    print(f"arena objective: the written whole arena measured on the host exceeds the plain "
+          f"offline plan's on {len(host)} of {len(by_arena)} models, unexplained on "
+          f"{len(grew)}" + (f": {', '.join(grew)}" if grew else ""))
+    for r in host:
+        if r["kept_despite_host"]:
+            print(f"- {r['model']}: {r['kept_despite_host']}")
     v1 = next((r for r in rows if r["model"] == "mobilenet_v1_96_int8"
                and r["objective"] == "head"), None)
     if v1 is None:
