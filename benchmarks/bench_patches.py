@@ -34,10 +34,9 @@ sys.path.insert(0, str(ROOT))
 
 from devicefit.simulator.errors import DevicefitError  # noqa: E402
 from devicefit.simulator.optimize import optimize_model_bytes  # noqa: E402
-from devicefit.simulator.optimize.driver import plan_patched  # noqa: E402
-from devicefit.simulator.optimize.patches import patch_model, plan_for  # noqa: E402
+from devicefit.simulator.optimize.driver import rebuild_patched  # noqa: E402
 from devicefit.simulator.profiles import load_profile  # noqa: E402
-from devicefit.simulator.reader import parse_model, read_model  # noqa: E402
+from devicefit.simulator.reader import read_model  # noqa: E402
 from devicefit.simulator.runtimes import input_specs, random_inputs, run_model  # noqa: E402
 
 from tests.zoo import model_path  # noqa: E402
@@ -73,16 +72,6 @@ def _arena(run) -> dict[str, int]:
             "whole": run.arena_total_bytes}
 
 
-def _best_patched(data: bytes, p, profile) -> bytes | None:
-    """The best patched graph the search planned (kept or not), as it would be written."""
-    if p.patched_grid is None:
-        return None
-    rows, cols = (int(v) for v in p.patched_grid.split("x"))
-    model = parse_model(data)
-    return plan_patched(patch_model(data, model, plan_for(model, p.patched_split, rows, cols)),
-                        profile)[0]
-
-
 def bench_one(name: str, path: Path, profile, objective: str, runs: int) -> dict:
     data = path.read_bytes()
     started = time.perf_counter()
@@ -94,7 +83,7 @@ def bench_one(name: str, path: Path, profile, objective: str, runs: int) -> dict
            "refused": p.refused, "bound": p.bound_whole_tensor_bytes,
            "optimize_s": round(seconds, 1)}
     plain, _ = optimize_model_bytes(data, profile, name=name, verify=False)
-    best = _best_patched(data, p, profile)
+    best = rebuild_patched(data, p, profile)
     with tempfile.TemporaryDirectory() as tmp:
         files = {}
         for which, blob in (("written", out), ("plain", plain), ("patched", best)):

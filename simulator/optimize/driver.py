@@ -48,6 +48,8 @@ from devicefit.simulator.optimize.patches import (
     PatchReport,
     PatchSettings,
     build_name,
+    patch_model,
+    plan_for,
     search_patches,
 )
 from devicefit.simulator.optimize.reorder import OrderResult, best_order
@@ -247,6 +249,17 @@ def plan_patched(patched: bytes, profile: Profile, name: str = "<bytes>"
     operators = len(parse_model(patched, name).main.operators)
     return _optimize(patched, profile, verify=False, name=name,
                      search_order=operators <= EXACT_ORDER_SEARCH_OPS)
+
+
+def rebuild_patched(data: bytes, p: PatchReport, profile: Profile) -> bytes | None:
+    """The best patched graph ``p`` names (kept or not), rebuilt from the input ``data`` as
+    ``--patches`` would write it: the report keeps its figures, not its bytes."""
+    if p.patched_grid is None or p.patched_split is None:
+        return None
+    rows, cols = (int(v) for v in p.patched_grid.split("x"))
+    model = parse_model(data)
+    return plan_patched(patch_model(data, model, plan_for(model, p.patched_split, rows, cols)),
+                        profile)[0]
 
 
 @dataclass(frozen=True)

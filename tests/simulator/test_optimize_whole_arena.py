@@ -14,10 +14,9 @@ import json
 import pytest
 from devicefit.sdk.cli import main
 from devicefit.simulator.optimize import optimize_model_bytes
-from devicefit.simulator.optimize.driver import judge_measured, plan_patched
-from devicefit.simulator.optimize.patches import ArenaFigures, PatchReport, patch_model, plan_for
+from devicefit.simulator.optimize.driver import judge_measured, rebuild_patched
+from devicefit.simulator.optimize.patches import ArenaFigures, PatchReport
 from devicefit.simulator.profiles import load_profile, with_runtime
-from devicefit.simulator.reader import parse_model
 from devicefit.simulator.runtimes import run_model
 
 from tests.zoo import convert_keras
@@ -79,16 +78,6 @@ def _measure(tmp_path, name: str, data: bytes):
     return run_model(path, "tflm", reference_kernels=True)
 
 
-def _best_patched(data: bytes, report, profile) -> bytes:
-    """The best patched graph the search planned, rebuilt (the report keeps its figures,
-    not its bytes)."""
-    p = report.patches
-    rows, cols = (int(v) for v in p.patched_grid.split("x"))
-    model = parse_model(data)
-    patched = patch_model(data, model, plan_for(model, p.patched_split, rows, cols))
-    return plan_patched(patched, profile)[0]
-
-
 def test_patches_that_grow_the_whole_arena_are_not_written(models, host, tmp_path):
     data = models["losing"]
     plain, plain_report = optimize_model_bytes(data, host, verify=False)
@@ -100,7 +89,7 @@ def test_patches_that_grow_the_whole_arena_are_not_written(models, host, tmp_pat
     # The choice agrees with TFLM: the patched graph's head is smaller, its whole arena
     # larger, and the predicted figures are the measured ones' build.
     without = _measure(tmp_path, "plain", plain)
-    patched = _measure(tmp_path, "patched", _best_patched(data, r, host))
+    patched = _measure(tmp_path, "patched", rebuild_patched(data, r.patches, host))
     assert patched.arena_head_bytes < without.arena_head_bytes
     assert patched.arena_total_bytes > without.arena_total_bytes
     assert p.patched_arena.head_bytes == patched.arena_head_bytes
