@@ -233,7 +233,10 @@ def optimize_model_bytes(data: bytes, profile: Profile | str, *, verify: bool = 
             judged = judge_measured(p, *_host_change(plain_out, out, profile))
             if by_arena and judged.refuse:
                 return _keep_plain(data, plain_out, plain, p, profile, run, judged.reason)
-            if judged.reason:
+            if judged.refuse:
+                report.notes.append("patches kept (--patch-objective head) though the whole "
+                                    f"arena grows: {judged.reason}")
+            elif judged.reason:
                 report.notes.append(judged.reason)
         report.summary = _changed_summary(report)
     return (out if report.changed else data), report
