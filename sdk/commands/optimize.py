@@ -46,8 +46,10 @@ def add_patch_arguments(p: argparse.ArgumentParser, when: str = "") -> None:
                    help="with --patches: the most extra multiply-accumulates the halo "
                         "recomputation may cost, in %% of the model's (20)")
     p.add_argument("--patch-objective", choices=OBJECTIVES, default="arena",
-                   help="with --patches: minimise the whole arena TFLM needs (default: each "
-                        "cloned operator adds OpData to the arena's tail) or the head alone")
+                   help="with --patches: minimise the arena TFLM needs to start, head + tail "
+                        "(default: each cloned operator adds OpData to the tail; patches are "
+                        "only kept when it is smaller than without them) or the head alone "
+                        "(for a head in memory of its own: the whole arena may grow)")
 
 
 def patch_options(args: argparse.Namespace) -> dict:
@@ -131,6 +133,30 @@ def _rows(r) -> list[tuple[str, str, str]]:
     ]
 
 
+def _arena_table(p) -> tuple[str, list[str], list[tuple[str, str, str]]]:
+    """Head, tail and whole arena of the plain offline plan and of the best patched graph,
+    predicted for the profile's build and, once verified, measured in TFLM."""
+    def size(n: int | None) -> str:
+        return "-" if n is None else f"{n:,} B"
+
+    rows, builds = [], []
+    for plain, patched in ((p.plain_arena, p.patched_arena),
+                           (p.plain_measured, p.patched_measured)):
+        if plain is None and patched is None:
+            continue
+        kind, build = (plain or patched).build.split(", ", 1)
+        builds.append(f"{kind}: {build}")
+        fields = [("head", "head_bytes"), ("tail", "tail_bytes"),
+                  ("whole arena (head + tail)", "whole_bytes")]
+        if kind == "predicted":  # measured, the whole arena is what TFLM used
+            fields.append(("arena to start", "start_bytes"))
+        rows += [(f"{label}, {kind}", size(getattr(plain, attr, None)),
+                  size(getattr(patched, attr, None))) for label, attr in fields]
+    return (f"arena ({'; '.join(builds)})",
+            ["", "plain offline plan", "best patched (" + ("kept" if p.grid else "not used") + ")"],
+            rows)
+
+
 def _print_patches(console, p) -> None:
     """The chosen patch plan and the head vs MAC-overhead pairs it was chosen from."""
     if p.grid:
@@ -139,9 +165,9 @@ def _print_patches(console, p) -> None:
         console.print(f"patches: {p.grid} grid over the first {p.split} operators, "
                       f"{p.operators_before} → {p.operators_after} operators, MACs "
                       f"{p.macs_before:,} → {p.macs_after:,} (+{p.mac_overhead_pct:.1f} %){ms}; "
-                      f"arena needed (head + estimated tail) {p.arena_before_bytes:,} → "
-                      f"{p.arena_after_bytes:,} B; file {p.model_bytes_before:,} → "
-                      f"{p.model_bytes_after:,} B")
+                      f"file {p.model_bytes_before:,} → {p.model_bytes_after:,} B")
+    if p.plain_arena is not None and p.patched_arena is not None:
+        console.print(table(*_arena_table(p)))
     by_head = p.objective == "head"
     built = sorted((c for c in p.candidates if c.bound_bytes is not None),
                    key=lambda c: (c.bound_bytes if by_head else c.arena_bytes,

@@ -16,16 +16,23 @@ Stages, each checked before the next reads it:
 
 With ``patches`` (opt-in) the first stage is first rewritten to run patch by patch
 (:mod:`simulator.optimize.patches`), which goes below the whole-tensor bound; stages 1-4
-then run on the rewritten graph and stage 5 compares it with the original file.
+then run on the rewritten graph and stage 5 compares it with the original file. Patches
+shrink the head but every cloned operator adds tail, so each patched graph and the plain
+offline plan (stages 1-4 on the original) are weighed on the whole arena to start; stage 5
+then also measures the plain plan's whole arena, and a patched graph that needs more is
+dropped for it.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import hashlib
+import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
 from devicefit.simulator.fileio import temporary_folder
@@ -35,18 +42,26 @@ from devicefit.simulator.optimize.graph import graph_from_buffers
 from devicefit.simulator.optimize.packing import pack
 from devicefit.simulator.optimize.patches import (
     DEFAULT_MAX_MAC_OVERHEAD,
+    ArenaFigures,
+    PatchChoice,
     PatchReport,
     PatchSettings,
-    predicted_arena,
+    build_name,
+    patch_model,
+    plan_for,
     search_patches,
 )
 from devicefit.simulator.optimize.reorder import OrderResult, best_order
+from devicefit.simulator.planners import plan_memory
 from devicefit.simulator.planners.base import PlanError, check_plan
 from devicefit.simulator.planners.tflm import greedy_plan
-from devicefit.simulator.profiles import Profile, load_profile
+from devicefit.simulator.profiles import Profile, load_profile, with_runtime
 from devicefit.simulator.reader import parse_model
 from devicefit.simulator.targets import TARGETS, target_for
 from devicefit.simulator.writer import reorder_operators, set_offline_plan
+
+if TYPE_CHECKING:  # the runners load only when verification runs
+    from devicefit.simulator.runtimes import RunResult
 
 #: The runtime the optimized model's outputs are also compared in: LiteRT's reference
 #: kernels are an implementation of the int8 kernels other than TFLM's.
@@ -85,6 +100,9 @@ class OptimizeReport:
     #: TFLM's measured heads (RecordingMicroAllocator, reference kernels, 64-bit host).
     measured_head_before_bytes: int | None = None
     measured_head_after_bytes: int | None = None
+    #: TFLM's measured whole arenas (head + tail), same build.
+    measured_arena_before_bytes: int | None = None
+    measured_arena_after_bytes: int | None = None
     #: Runtime → outputs of the two files bit-identical on the same inputs.
     outputs_identical: dict[str, bool] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -116,6 +134,10 @@ class OptimizeReport:
                  gap_bytes=self.gap_bytes, gap_pct=round(self.gap_pct, 2))
         if self.patches is not None:
             d["patches"]["mac_overhead_pct"] = round(self.patches.mac_overhead_pct, 2)
+            for key in ("plain_arena", "patched_arena", "plain_measured", "patched_measured"):
+                figures = getattr(self.patches, key)
+                if figures is not None:
+                    d["patches"][key]["whole_bytes"] = figures.whole_bytes
         return d
 
 
@@ -139,8 +161,12 @@ def optimize_model_bytes(data: bytes, profile: Profile | str, *, verify: bool = 
     returned when outputs are bit-identical and the measured head does not grow.
     ``patches`` (``"auto"`` or ``"RxC"``) also tries patch-based execution of the first
     stage within ``max_mac_overhead`` extra MACs (0.2: +20 %), minimising
-    ``patch_objective`` (``arena``: head + tail, ``head``); when it refuses or does not beat
-    whole-tensor execution, the report says why and the whole-tensor result stands.
+    ``patch_objective``: ``arena``, the arena TFLM needs to start on the profile's build
+    (head + tail + load-time room, simulate's ``arena_required_bytes``), or ``head``. The
+    plain offline plan (no patches) is always a candidate; under ``arena`` a patched graph
+    is only written when its predicted arena is smaller, and (``verify``) when the arena TFLM
+    measures for it (head + tail) is not larger than the plain plan's. Otherwise the report
+    says why and the plain result stands.
     ``profile`` is a :class:`Profile` or a profile name or ``.yaml`` path.
     """
     if not isinstance(profile, Profile):
@@ -149,50 +175,210 @@ def optimize_model_bytes(data: bytes, profile: Profile | str, *, verify: bool = 
         return _optimize(data, profile, verify=verify, name=name)
     settings = PatchSettings(patches, max_mac_overhead, patch_objective)
     started = time.perf_counter()
-    out, report = _optimize(data, profile, verify=False, name=name)
+    plain_out, plain = _optimize(data, profile, verify=False, name=name)
+    plain_arena = planned_arena(plain_out, profile)
     model = parse_model(data, name)
-    choices, report.patches = search_patches(data, model, settings, profile,
-                                             report.head_after_bytes,
-                                             report.bound_best_order_bytes)
-    p = report.patches
-    planned = []  # (objective value, choice, bytes, report, predicted arena)
+    choices, p = search_patches(data, model, settings, profile, plain.head_after_bytes,
+                                plain.bound_best_order_bytes, plain_arena)
+    by_arena = patch_objective == "arena"
+
+    def value(arena: ArenaFigures, planned: OptimizeReport) -> int:
+        return arena.start_bytes if by_arena else planned.head_after_bytes
+
+    # "No patches" is always a candidate, and wins ties: a patched graph costs MACs and flash.
+    candidates = [_Planned(value(plain_arena, plain), plain_out, plain, plain_arena, None)]
     for choice in choices:
-        # The order search is exact and cheap on a few dozen operators (and can interleave
-        # patches better); on hundreds it turns into a beam search that costs seconds and
-        # found nothing below the patch-by-patch order on the models tried.
-        patched, after = _optimize(
-            choice.data, profile, verify=False, name=name,
-            search_order=len(choice.model.main.operators) <= EXACT_ORDER_SEARCH_OPS)
-        arena = predicted_arena(parse_model(patched, name), profile, after.head_after_bytes)
-        value = arena if patch_objective == "arena" else after.head_after_bytes
-        planned.append((value, choice, patched, after, arena))
+        patched, after = plan_patched(choice.data, profile, name)
+        arena = planned_arena(patched, profile)
+        candidates.append(_Planned(value(arena, after), patched, after, arena, choice))
         if after.head_after_bytes <= choice.bound:  # at its bound: the next cannot beat it
             break
-    if planned:
-        value, choice, patched, after, arena = min(planned, key=lambda c: c[0])
-        baseline = p.arena_before_bytes if patch_objective == "arena" else \
-            report.head_after_bytes
-        if value < baseline:
-            out = patched
-            p.choose(choice, model)
-            p.arena_after_bytes = arena
-            p.model_bytes_before, p.model_bytes_after = len(data), len(patched)
-            _adopt_patched(report, after, model, choice.model, profile)
-        else:
-            p.refuse(f"the best patched graph ({choice.plan.grid} over the first "
-                     f"{choice.plan.split} operators) needs {value:,} bytes of "
-                     f"{patch_objective}, not less than whole-tensor execution's {baseline:,}")
-    if report.patches.refused:
-        report.notes.append(f"patches not used: {report.patches.refused}")
+    best_patched = min(candidates[1:], key=lambda c: c.value, default=None)
+    chosen = min(candidates, key=lambda c: (c.value, c.choice is not None))
+    report = copy.deepcopy(plain)  # ``plain`` stays as it was, should verification refuse
+    report.patches = p
+    out = plain_out
+    if best_patched is not None and best_patched.choice is not None:
+        p.patched_arena = best_patched.arena
+        p.patched_grid, p.patched_split = best_patched.choice.plan.grid, \
+            best_patched.choice.plan.split
+    if chosen.choice is not None:
+        out = chosen.data
+        p.choose(chosen.choice, model)
+        p.model_bytes_before, p.model_bytes_after = len(data), len(out)
+        _adopt_patched(report, chosen.report, model, chosen.choice.model, profile)
+    elif best_patched is not None:
+        what = f"the best patched graph, {p.patched_grid} over the first {p.patched_split} " \
+            "operators"
+        p.refuse(_arena_change(what, plain_arena, best_patched.arena) if by_arena else
+                 f"{what}, needs a head of {best_patched.value:,} B, not below the plain "
+                 f"offline plan's {chosen.value:,} B")
+    if p.refused:
+        report.notes.append(f"patches not used: {p.refused}")
     report.seconds = time.perf_counter() - started
     if verify and report.changed:
-        _verify(data, out, report, profile)
+        run = _Runs()
+        _verify(data, out, report, profile, run)
         if not report.changed:
-            if report.patches.grid:
-                report.patches.refuse(report.summary)
+            if p.grid:  # the plain plan may still gain
+                return _keep_plain(data, plain_out, plain, p, profile, run, report.summary)
             return data, report
+        measured = _measured(report)
+        if p.grid is None:
+            p.plain_measured = measured
+        else:
+            p.patched_measured = measured
+            p.plain_measured = _measure(plain_out, profile, run)
+            judged = judge_measured(p, *_host_change(plain_out, out, profile))
+            if by_arena and judged.refuse:
+                return _keep_plain(data, plain_out, plain, p, profile, run, judged.reason)
+            if judged.refuse:
+                report.notes.append("patches kept (--patch-objective head) though the whole "
+                                    f"arena grows: {judged.reason}")
+            elif judged.reason:
+                report.notes.append(judged.reason)
         report.summary = _changed_summary(report)
     return (out if report.changed else data), report
+
+
+def plan_patched(patched: bytes, profile: Profile, name: str = "<bytes>"
+                 ) -> tuple[bytes, OptimizeReport]:
+    """A patched graph (:func:`~simulator.optimize.patches.patch_model`'s) with the order
+    and offline plan ``--patches`` would write for it, unverified: what it weighs."""
+    # The order search is exact and cheap on a few dozen operators (and can interleave
+    # patches better); on hundreds it turns into a beam search that costs seconds and found
+    # nothing below the patch-by-patch order on the models tried.
+    operators = len(parse_model(patched, name).main.operators)
+    return _optimize(patched, profile, verify=False, name=name,
+                     search_order=operators <= EXACT_ORDER_SEARCH_OPS)
+
+
+def rebuild_patched(data: bytes, p: PatchReport, profile: Profile) -> bytes | None:
+    """The best patched graph ``p`` names (kept or not), rebuilt from the input ``data`` as
+    ``--patches`` would write it: the report keeps its figures, not its bytes."""
+    if p.patched_grid is None or p.patched_split is None:
+        return None
+    rows, cols = (int(v) for v in p.patched_grid.split("x"))
+    model = parse_model(data)
+    return plan_patched(patch_model(data, model, plan_for(model, p.patched_split, rows, cols)),
+                        profile)[0]
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A result ``optimize --patches`` can write, planned: its objective value, bytes, report
+    and predicted arena; ``choice`` None is the plain offline plan (no patches)."""
+
+    value: int
+    data: bytes
+    report: OptimizeReport
+    arena: ArenaFigures
+    choice: PatchChoice | None
+
+
+def planned_arena(data: bytes, profile: Profile) -> ArenaFigures:
+    """The arena simulate predicts for the file ``data`` on ``profile``'s build (its offline
+    plan, if written, is the head TFLM places the tensors by)."""
+    plan = plan_memory(parse_model(data, "<optimized>"), profile)
+    return ArenaFigures(plan.head_bytes, plan.tail_bytes, plan.arena_required_bytes,
+                        build_name(profile))
+
+
+#: The build the verification measures on: the tflite-micro wheel in this Python.
+MEASURED_BUILD = (f"measured, TFLM wheel on this host ({struct.calcsize('P')}-byte pointers, "
+                  "reference kernels)")
+
+
+def _measured(report: OptimizeReport) -> ArenaFigures:
+    """The arena TFLM measured for the optimized file."""
+    head, whole = report.measured_head_after_bytes, report.measured_arena_after_bytes
+    assert head is not None and whole is not None  # set by _verify
+    return ArenaFigures(head, whole - head, whole, MEASURED_BUILD)
+
+
+def _measure(data: bytes, profile: Profile, run: _Runs) -> ArenaFigures:
+    """The arena the profile's runner (TFLM, reference kernels) measures for ``data``."""
+    result = run(data, target_for(profile).runner)
+    head, whole = result.arena_head_bytes, result.arena_total_bytes
+    if head is None or whole is None:
+        raise RuntimeFailure("TFLM reported no arena figures for the plain offline plan")
+    return ArenaFigures(head, whole - head, whole, MEASURED_BUILD)
+
+
+@dataclass(frozen=True)
+class MeasuredVerdict:
+    """What the measured arenas say of a patched graph: refuse it, and why (or a note)."""
+
+    refuse: bool
+    reason: str = ""
+
+
+def judge_measured(p: PatchReport, host_change: int, same_build: bool) -> MeasuredVerdict:
+    """Judge a patched graph on the whole arena of the profile's build, with the arenas TFLM
+    measured (``p.plain_measured``, ``p.patched_measured``) as the check on the prediction.
+
+    TFLM runs here as the tflite-micro wheel: this host's pointer width, reference kernels.
+    The profile's build may have other pointers and kernels, whose tail only the prediction
+    gives; ``host_change`` is the change with patches devicefit predicts for the measured
+    build (``same_build``: it is the profile's). When the measurement grew more than that,
+    the excess is added to the profile's predicted change, which must stay a gain; on the
+    profile's own build this is the measured change itself.
+    """
+    assert p.plain_arena and p.patched_arena and p.plain_measured and p.patched_measured
+    measured = _arena_change(f"the {p.grid} patched graph over the first {p.split} operators",
+                             p.plain_measured, p.patched_measured)
+    grows = p.patched_measured.whole_bytes - p.plain_measured.whole_bytes
+    change = p.patched_arena.start_bytes - p.plain_arena.start_bytes + max(grows - host_change, 0)
+    other = f"the profile's build ({p.patched_arena.build.removeprefix('predicted, ')})"
+    if change >= 0:
+        return MeasuredVerdict(True, measured if same_build else
+                               f"{measured}; devicefit predicted {_signed(host_change)} B for "
+                               f"that build, so {other} is expected at {_signed(change)} B too")
+    if grows < 0:
+        return MeasuredVerdict(False)
+    return MeasuredVerdict(False, f"patches kept: {measured}, as devicefit predicts for that "
+                           f"build ({_signed(host_change)} B); for {other} it predicts "
+                           f"{_signed(change)} B (smaller pointers and kernel data)")
+
+
+def _host_change(plain: bytes, patched: bytes, profile: Profile) -> tuple[int, bool]:
+    """The change of the whole arena with patches predicted for the build TFLM measures on
+    (this host's pointers, reference kernels), and whether that is the profile's build."""
+    host = with_runtime(profile, kernels="reference", pointer_bytes=struct.calcsize("P"))
+    change = planned_arena(patched, host).whole_bytes - planned_arena(plain, host).whole_bytes
+    return change, host.runtime == profile.runtime
+
+
+def _keep_plain(data: bytes, plain_out: bytes, plain: OptimizeReport, p: PatchReport,
+                profile: Profile, run: _Runs, reason: str) -> tuple[bytes, OptimizeReport]:
+    """Verification refused the patched graph (``reason``: TFLM measured a larger whole
+    arena than without patches, or no gain at all): write the plain plan, verified in its
+    turn."""
+    p.refuse(reason)
+    report = copy.deepcopy(plain)
+    report.patches = p
+    report.notes.append(f"patches not used: {p.refused}")
+    if report.changed:
+        _verify(data, plain_out, report, profile, run)
+    if report.changed:
+        report.summary = _changed_summary(report)
+    return (plain_out if report.changed else data), report
+
+
+def _signed(n: int) -> str:
+    return f"+{n:,}" if n >= 0 else f"\u2212{-n:,}"
+
+
+def _arena_change(what: str, plain: ArenaFigures, patched: ArenaFigures) -> str:
+    """"WHAT (measured, ...): head −8,304 B but tail +9,648 B, whole arena +1,344 B against
+    the plain offline plan (85,248 → 86,592 B)"."""
+    head, tail = patched.head_bytes - plain.head_bytes, patched.tail_bytes - plain.tail_bytes
+    arena = "arena to start" if patched.start_bytes != patched.whole_bytes or \
+        plain.start_bytes != plain.whole_bytes else "whole arena"
+    return (f"{what} ({patched.build}): head {_signed(head)} B "
+            f"{'but' if head * tail < 0 else 'and'} tail {_signed(tail)} B, {arena} "
+            f"{_signed(patched.start_bytes - plain.start_bytes)} B against the plain offline "
+            f"plan ({plain.start_bytes:,} \u2192 {patched.start_bytes:,} B)")
 
 
 def _adopt_patched(report: OptimizeReport, after: OptimizeReport, model: Model,
@@ -208,11 +394,12 @@ def _adopt_patched(report: OptimizeReport, after: OptimizeReport, model: Model,
     assert p is not None
     p.estimated_ms_before, p.estimated_ms_after = _latency_ms(model, profile), \
         _latency_ms(patched, profile)
-    if (p.arena_after_bytes or 0) > (p.arena_before_bytes or 0):
+    assert p.plain_arena is not None and p.patched_arena is not None
+    if p.patched_arena.start_bytes > p.plain_arena.start_bytes:
         report.notes.append(
-            f"the whole arena grows ({p.arena_before_bytes:,} → {p.arena_after_bytes:,} B "
-            "predicted): each cloned operator keeps its own OpData and per-channel arrays in "
-            "the arena's tail; --patch-objective arena weighs that")
+            _arena_change("the arena grows with patches", p.plain_arena, p.patched_arena)
+            + ": each cloned operator keeps its own OpData and per-channel arrays in the "
+            "tail; --patch-objective arena (the default) never lets it grow")
     report.summary = _changed_summary(report)
 
 
@@ -368,43 +555,60 @@ def _check_written(data: bytes, expected_head: int, pointer: int) -> None:
                         f"the optimizer predicted {expected_head}")
 
 
+class _Runs:
+    """Each file runs once per runtime (reference kernels, the same default inputs) however
+    many results are compared: verifying patches also measures the plain plan, and
+    verifies it too when it is the one written."""
+
+    def __init__(self) -> None:
+        self._done: dict[tuple[bytes, str], RunResult] = {}
+
+    def __call__(self, data: bytes, runtime: str) -> RunResult:
+        from devicefit.simulator.runtimes import run_model
+
+        key = (hashlib.sha256(data).digest(), runtime)
+        if key not in self._done:
+            with temporary_folder("devicefit-optimize-") as tmp:
+                path = tmp / "model.tflite"
+                path.write_bytes(data)
+                self._done[key] = run_model(path, runtime, reference_kernels=True)
+        return self._done[key]
+
+
 def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
-            profile: Profile) -> None:
+            profile: Profile, run: _Runs | None = None) -> None:
     """Run both files on the same inputs (reference kernels) in the profile's runner (TFLM),
     which must take both, and in LiteRT, a second implementation of the same kernels."""
-    from devicefit.simulator.runtimes import compare_outputs, run_model
+    from devicefit.simulator.runtimes import compare_outputs
 
     runner = target_for(profile).runner
-
-    with temporary_folder("devicefit-optimize-") as tmp:
-        paths = [Path(tmp) / "original.tflite", Path(tmp) / "optimized.tflite"]
-        for p, b in zip(paths, (original, optimized)):
-            p.write_bytes(b)
-        for runtime in dict.fromkeys((runner, SECOND_OPINION)):
-            runs = []
-            for which, p in zip(("original", "optimized"), paths):
-                try:
-                    runs.append(run_model(p, runtime, reference_kernels=True))
-                except RuntimeFailure as exc:
-                    if runtime == runner:
-                        raise RuntimeFailure(f"cannot check the optimized model in TFLM (the "
-                                             f"{which} model fails), so it is not written: "
-                                             f"{exc}") from exc
-                    report.notes.append(f"outputs not compared in LiteRT ({which} model): "
-                                        f"{exc}")
-                    break
-            if len(runs) < len(paths):
-                continue
-            identical, diff = compare_outputs(runs[0].outputs, runs[1].outputs)
-            report.outputs_identical[runtime] = identical
-            if not identical:
-                raise RuntimeFailure(
-                    f"the optimized model's outputs differ from the original's in {runtime} "
-                    f"(max |diff| {diff:g}); nothing written. This is a devicefit bug: "
-                    "please report it with the model")
-            if runtime == runner:
-                report.measured_head_before_bytes = runs[0].arena_head_bytes
-                report.measured_head_after_bytes = runs[1].arena_head_bytes
+    run = run or _Runs()
+    for runtime in dict.fromkeys((runner, SECOND_OPINION)):
+        runs = []
+        for which, data in (("original", original), ("optimized", optimized)):
+            try:
+                runs.append(run(data, runtime))
+            except RuntimeFailure as exc:
+                if runtime == runner:
+                    raise RuntimeFailure(f"cannot check the optimized model in TFLM (the "
+                                         f"{which} model fails), so it is not written: "
+                                         f"{exc}") from exc
+                report.notes.append(f"outputs not compared in LiteRT ({which} model): {exc}")
+                break
+        if len(runs) < 2:
+            continue
+        identical, diff = compare_outputs(runs[0].outputs, runs[1].outputs)
+        report.outputs_identical[runtime] = identical
+        if not identical:
+            raise RuntimeFailure(
+                f"the optimized model's outputs differ from the original's in {runtime} "
+                f"(max |diff| {diff:g}); nothing written. This is a devicefit bug: "
+                "please report it with the model")
+        if runtime == runner:
+            report.measured_head_before_bytes = runs[0].arena_head_bytes
+            report.measured_head_after_bytes = runs[1].arena_head_bytes
+            report.measured_arena_before_bytes = runs[0].arena_total_bytes
+            report.measured_arena_after_bytes = runs[1].arena_total_bytes
     before, after = report.measured_head_before_bytes, report.measured_head_after_bytes
     if before is not None and after is not None and after >= before:
         unseen = (f"; TFLM's head was {before} bytes where devicefit predicted "
@@ -417,6 +621,7 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
         report.plan_method = "none"
         report.head_after_bytes = report.head_before_bytes
         report.measured_head_after_bytes = before
+        report.measured_arena_after_bytes = report.measured_arena_before_bytes
     elif after is not None and after != report.head_after_bytes:
         report.notes.append(f"TFLM measured a head of {after} bytes, predicted "
                             f"{report.head_after_bytes} (host pointer width)")

@@ -36,8 +36,7 @@ from devicefit.simulator.compute import op_work
 from devicefit.simulator.errors import DevicefitError, UsageError
 from devicefit.simulator.lifetimes import live_bytes_per_step, lower_bound, tflm_buffers
 from devicefit.simulator.model import Model, Operator
-from devicefit.simulator.planners.tflm import planning_bytes
-from devicefit.simulator.planners.tflm_tail import estimate_tail, prepare_peak
+from devicefit.simulator.planners.tflm import start_arena
 from devicefit.simulator.profiles import Profile
 from devicefit.simulator.reader import parse_model
 from devicefit.simulator.writer import OFFLINE_MEMORY_ALLOCATION, pack, unpack
@@ -517,10 +516,29 @@ MAX_AUTO_SIDE = 6
 #: Candidates planned for real (packing can stay above a candidate's bound, so the best
 #: bound is not always the best head).
 TRIED = 3
-#: What the search minimises. ``arena``: the arena TFLM needs (head + tail + what it needs
-#: while planning), since every cloned operator keeps its own OpData and per-channel arrays
-#: in the tail; ``head``: the head alone (the tensor arena MCUNetV2 reports).
+#: What the search minimises. ``arena``: the arena TFLM needs to start (head + tail + what
+#: it needs while loading), since every cloned operator keeps its own OpData and per-channel
+#: arrays in the tail; a patched graph is then only kept when that arena is smaller than the
+#: plain offline plan's. ``head``: the head alone (the tensor arena MCUNetV2 reports; for a
+#: head placed in memory of its own, TFLM's two-buffer allocator), the whole arena may grow.
 OBJECTIVES = ("arena", "head")
+
+
+@dataclass(frozen=True)
+class ArenaFigures:
+    """One file's TFLM arena: head, tail and the arena it needs to start, on one build."""
+
+    head_bytes: int
+    tail_bytes: int
+    #: The smallest arena TFLM starts in (predicted: ``arena_required_bytes``, at least head
+    #: + tail; measured: head + tail as the RecordingMicroAllocator counts them).
+    start_bytes: int
+    #: The build the figures are for ("predicted, 4-byte pointers, cmsis-nn kernels" ...).
+    build: str
+
+    @property
+    def whole_bytes(self) -> int:
+        return self.head_bytes + self.tail_bytes
 
 
 @dataclass(frozen=True)
@@ -546,9 +564,16 @@ class PatchReport:
     max_mac_overhead_pct: float
     #: Whole-tensor execution's best-order bound: what patches have to beat.
     bound_whole_tensor_bytes: int
-    #: The arena TFLM needs (predicted: head + estimated tail + planning) before and after.
-    arena_before_bytes: int | None = None
-    arena_after_bytes: int | None = None
+    #: The arena of the plain offline plan (no patches, always a candidate) and of the best
+    #: patched graph planned (kept or not), predicted for the profile's build and, after
+    #: verification, measured in TFLM (the host wheel).
+    plain_arena: ArenaFigures | None = None
+    patched_arena: ArenaFigures | None = None
+    #: Which patched graph ``patched_arena`` is: its grid and split point.
+    patched_grid: str | None = None
+    patched_split: int | None = None
+    plain_measured: ArenaFigures | None = None
+    patched_measured: ArenaFigures | None = None
     grid: str | None = None
     #: The stage is the first ``split`` operators of the original file.
     split: int | None = None
@@ -584,7 +609,6 @@ class PatchReport:
         self.refused = reason
         self.grid = self.split = self.cut_tensor = None
         self.operators_after, self.macs_after = self.operators_before, self.macs_before
-        self.arena_after_bytes = self.arena_before_bytes
         self.estimated_ms_after = self.estimated_ms_before
         self.model_bytes_after = self.model_bytes_before
 
@@ -616,15 +640,19 @@ def _macs(model: Model) -> int:
     return sum(w.macs for w in op_work(model))
 
 
-def predicted_arena(model: Model, profile: Profile, head: int) -> int:
-    """The arena TFLM needs for ``model`` once its head is ``head`` (an offline plan's):
-    the tail estimate and the planner's temporary arrays as :func:`plan_tflm` counts them."""
-    pointer, kernels = profile.runtime.pointer_bytes, profile.runtime.kernels
-    buffers = tflm_buffers(model, pointer_bytes=pointer, kernels=kernels)
-    tail = estimate_tail(model, pointer_bytes=pointer, kernels=kernels).total
-    n_scratch = sum(1 for b in buffers if b.kind == "scratch")
-    return max(max(head, planning_bytes(model, buffers, pointer)) + tail,
-               prepare_peak(model, tail, pointer_bytes=pointer, n_scratch=n_scratch))
+def build_name(profile: Profile) -> str:
+    """The build a prediction for ``profile`` is for."""
+    return (f"predicted, {profile.runtime.pointer_bytes}-byte pointers, "
+            f"{profile.runtime.kernels} kernels")
+
+
+def predicted_start(model: Model, profile: Profile, head: int) -> int:
+    """The arena TFLM needs to start ``model`` on ``profile``'s build once an offline plan
+    gives it a head of ``head``: simulate's start-arena model with that head (or the build's
+    own peak, when its kernels' scratch buffers, placed online, need more)."""
+    buffers = tflm_buffers(model, pointer_bytes=profile.runtime.pointer_bytes,
+                           kernels=profile.runtime.kernels)
+    return start_arena(model, buffers, profile).required(max(head, lower_bound(buffers)))
 
 
 @dataclass(frozen=True)
@@ -635,7 +663,7 @@ class PatchSettings:
 
 
 def search_patches(data: bytes, model: Model, settings: PatchSettings, profile: Profile,
-                   whole_head: int, bound_whole_tensor: int
+                   whole_head: int, bound_whole_tensor: int, plain: ArenaFigures
                    ) -> tuple[list[PatchChoice], PatchReport]:
     """Build every (split, grid) candidate within the MAC limit; return the best
     :data:`TRIED` by ``settings.objective`` (ties: the smaller overhead), best first.
@@ -643,7 +671,8 @@ def search_patches(data: bytes, model: Model, settings: PatchSettings, profile: 
     A candidate's head is taken as the peak of live bytes in its written (patch-by-patch)
     order, which the offline packing reaches or nearly reaches: the caller plans the first
     few for real, keeps the best and records it with :meth:`PatchReport.choose`.
-    ``whole_head`` is what whole-tensor execution reaches (the arena baseline);
+    ``whole_head`` is what whole-tensor execution reaches, ``plain`` that plan's arena
+    (the baseline every candidate is weighed against);
     ``settings.requested`` is ``auto`` or a fixed ``RxC`` grid.
     """
     if settings.objective not in OBJECTIVES:
@@ -652,13 +681,11 @@ def search_patches(data: bytes, model: Model, settings: PatchSettings, profile: 
     grid = parse_grid(settings.requested)
     limit = settings.max_mac_overhead
     report = PatchReport(settings.requested, settings.objective, round(100 * limit, 2),
-                         bound_whole_tensor, operators_before=len(model.main.operators),
-                         macs_before=_macs(model))
+                         bound_whole_tensor, plain_arena=plain,
+                         operators_before=len(model.main.operators), macs_before=_macs(model))
     if len(model.subgraphs) > 1:
         report.refuse("models with control flow (several subgraphs) are not patched")
         return [], report
-    report.arena_before_bytes = predicted_arena(model, profile, whole_head)
-    tail_before = report.arena_before_bytes - whole_head
     points, reason = split_points(model)
     if not points:
         report.refuse(f"no first stage to patch: {reason}")
@@ -685,12 +712,12 @@ def search_patches(data: bytes, model: Model, settings: PatchSettings, profile: 
             continue
         # Operators after the stage run as before: their peak is a floor for this split,
         # and joining the patches holds the stage output twice. More operators only add
-        # to the tail.
+        # to the tail, so the plain plan's tail is a floor for the patched graph's.
         cut_bytes = model.main.tensors[plans[0].cut_tensor].nbytes
         floor = max([2 * cut_bytes, *live[split + 1:]])
         least_floor = min(least_floor, floor)
         if floor >= whole_head or (best is not None and
-                                   floor + (tail_before if by_arena else 0) >= best[0]):
+                                   floor + (plain.tail_bytes if by_arena else 0) >= best[0]):
             continue
         for plan in plans:
             stage_whole, stage_patched = stage_mac_ratio(model, plan)
@@ -707,7 +734,7 @@ def search_patches(data: bytes, model: Model, settings: PatchSettings, profile: 
                 continue
             patched = parse_model(out, "<patched>")
             peak = lower_bound(tflm_buffers(patched))
-            arena = predicted_arena(patched, profile, peak)
+            arena = predicted_start(patched, profile, peak)
             report.candidates.append(PatchCandidate(split, plan.grid, round(100 * overhead, 2),
                                                     True, peak, arena))
             key = (arena if by_arena else peak, overhead)

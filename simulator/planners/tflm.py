@@ -9,6 +9,7 @@ node structs, kernel data) is an estimate per pointer width and kernel flavour.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from devicefit.simulator.lifetimes import (
     Buffer,
@@ -20,7 +21,7 @@ from devicefit.simulator.lifetimes import (
 from devicefit.simulator.model import Model
 from devicefit.simulator.planners.base import MemoryPlan, check_plan
 from devicefit.simulator.planners.index import PlacedIndex
-from devicefit.simulator.planners.tflm_tail import estimate_tail, prepare_peak
+from devicefit.simulator.planners.tflm_tail import TailEstimate, estimate_tail, prepare_peak
 from devicefit.simulator.profiles import Profile
 from devicefit.simulator.scratch import KERNEL_SCRATCH, is_exact
 
@@ -86,6 +87,32 @@ def planning_bytes(model: Model, buffers: Sequence[Buffer], pointer_bytes: int) 
             + _PLANNER_BYTES_PER_BUFFER * len(buffers))
 
 
+@dataclass(frozen=True)
+class StartArena:
+    """What TFLM needs beside the head to start: the tail, and the room it takes while it
+    loads (planning, the kernels' Prepare) and frees afterwards."""
+
+    tail: TailEstimate
+    planning_bytes: int
+    prepare_bytes: int
+
+    def required(self, head: int) -> int:
+        """The smallest arena TFLM starts in once its head is ``head`` bytes (simulate's
+        ``arena_required_bytes``; the optimizer weighs candidate heads with it)."""
+        return max(max(head, self.planning_bytes) + self.tail.total, self.prepare_bytes)
+
+
+def start_arena(model: Model, buffers: Sequence[Buffer], profile: Profile) -> StartArena:
+    """The tail and load-time room of ``model`` on ``profile``'s build (pointer width, kernel
+    library), ``buffers`` being its :func:`tflm_buffers` for that build."""
+    pointer, kernels = profile.runtime.pointer_bytes, profile.runtime.kernels
+    n_scratch = sum(1 for b in buffers if b.kind == "scratch")
+    tail = estimate_tail(model, pointer_bytes=pointer, kernels=kernels, n_scratch=n_scratch)
+    return StartArena(tail, planning_bytes(model, buffers, pointer),
+                      prepare_peak(model, tail.total, pointer_bytes=pointer,
+                                   n_scratch=n_scratch))
+
+
 def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None) -> MemoryPlan:
     """TFLM's arena for ``model`` on ``profile``: exact head, estimated tail."""
     kernels = profile.runtime.kernels
@@ -94,8 +121,8 @@ def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None
     offsets = greedy_plan(buffers)
     head = check_plan(buffers, offsets, "TFLM greedy plan")
     live = live_bytes_per_step(buffers)
-    n_scratch = sum(1 for b in buffers if b.kind == "scratch")
-    tail = estimate_tail(model, pointer_bytes=pointer, kernels=kernels, n_scratch=n_scratch)
+    start = start_arena(model, buffers, profile)
+    tail = start.tail
     exact: list[str] = []
     estimated = ["arena_tail", "arena_required"]
     notes = [tail.note]
@@ -110,9 +137,7 @@ def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None
             notes.append(f"head: tensors planned exactly, but '{kernels}' kernels request "
                          "scratch buffers devicefit sizes as the reference kernels do; the "
                          "real head can be larger")
-    required = max(head, planning_bytes(model, buffers, pointer)) + tail.total
-    required = max(required, prepare_peak(model, tail.total, pointer_bytes=pointer,
-                                          n_scratch=n_scratch))
+    required = start.required(head)
     if required > head + tail.total:
         notes.append(f"TFLM needs {required - head - tail.total:,} B more while it loads "
                      f"(kernels' Prepare, planning; freed afterwards): the arena must be at "
