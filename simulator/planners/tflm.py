@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from devicefit.simulator.cores import find_core
+from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.lifetimes import (
     Buffer,
     align_up,
@@ -22,7 +24,7 @@ from devicefit.simulator.planners.base import MemoryPlan, check_plan
 from devicefit.simulator.planners.index import PlacedIndex
 from devicefit.simulator.planners.tflm_tail import estimate_tail, prepare_peak
 from devicefit.simulator.profiles import Profile
-from devicefit.simulator.scratch import KERNEL_SCRATCH, is_exact
+from devicefit.simulator.scratch import ESTIMATED, KERNEL_SCRATCH, flavour, verified_against
 
 
 def greedy_plan(buffers: Sequence[Buffer]) -> list[int]:
@@ -86,9 +88,22 @@ def planning_bytes(model: Model, buffers: Sequence[Buffer], pointer_bytes: int) 
             + _PLANNER_BYTES_PER_BUFFER * len(buffers))
 
 
+def kernel_flavour(profile: Profile) -> str:
+    """The profile's kernel library as the scratch and tail tables know it: CMSIS-NN's
+    sizes depend on the core's extension (``device.cpu`` → none / DSP / MVE)."""
+    kernels = profile.runtime.kernels
+    if kernels != "cmsis-nn":
+        return kernels
+    try:
+        simd = find_core(profile.device.cpu).simd if profile.device.cpu else None
+    except ProfileError:
+        simd = None
+    return flavour(kernels, simd)
+
+
 def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None) -> MemoryPlan:
     """TFLM's arena for ``model`` on ``profile``: exact head, estimated tail."""
-    kernels = profile.runtime.kernels
+    kernels = kernel_flavour(profile)
     pointer = profile.runtime.pointer_bytes
     buffers = tflm_buffers(model, order, pointer_bytes=pointer, kernels=kernels)
     offsets = greedy_plan(buffers)
@@ -99,20 +114,24 @@ def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None
     exact: list[str] = []
     estimated = ["arena_tail", "arena_required"]
     notes = [tail.note]
-    if is_exact(kernels):
+    basis = verified_against(kernels, pointer)
+    if basis != ESTIMATED:
         exact += ["arena_head", "lower_bound", "timeline"]
+        notes.append(f"head: tensors planned exactly, '{kernels}' scratch buffers sized from "
+                     f"the kernel sources; verified against: {basis}")
     else:
         estimated += ["arena_head", "lower_bound", "timeline"]
         if kernels in KERNEL_SCRATCH:
             notes.append(f"head: tensors planned exactly; '{kernels}' scratch buffers sized "
-                         "from its get_buffer_size functions (Cortex-M with DSP, GCC build)")
+                         "from the kernel sources (CMSIS-NN's get_buffer_size functions, GCC "
+                         f"build) for {pointer * 8}-bit pointers; verified against: estimated")
         else:
             notes.append(f"head: tensors planned exactly, but '{kernels}' kernels request "
                          "scratch buffers devicefit sizes as the reference kernels do; the "
-                         "real head can be larger")
+                         "real head can be larger; verified against: estimated")
     required = max(head, planning_bytes(model, buffers, pointer)) + tail.total
     required = max(required, prepare_peak(model, tail.total, pointer_bytes=pointer,
-                                          n_scratch=n_scratch))
+                                          n_scratch=n_scratch, kernels=kernels))
     if required > head + tail.total:
         notes.append(f"TFLM needs {required - head - tail.total:,} B more while it loads "
                      f"(kernels' Prepare, planning; freed afterwards): the arena must be at "
