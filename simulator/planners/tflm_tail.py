@@ -70,6 +70,12 @@ _OPDATA_64 = {
     "L2_NORMALIZATION": 12, "VAR_HANDLE": 4, "ASSIGN_VARIABLE": 4, "CALL_ONCE": 8, "IF": 8,
     "WHILE": 8, "ADD_N": 8, "CUMSUM": 8, "SVDF": 36, "UNIDIRECTIONAL_SEQUENCE_LSTM": 688,
     "EMBEDDING_LOOKUP": 8, "DETECTION_POSTPROCESS": 256,
+    # TFLM's Signal ops (signal/micro/kernels/*.cc), the params struct their Init keeps
+    # (sizeof on x86-64); SignalFftAutoScale and SignalFilterBankSquareRoot have no Init.
+    **{f"CUSTOM:Signal{name}": size for name, size in (
+        ("Window", 8), ("Energy", 8), ("FilterBank", 64), ("FilterBankLog", 8),
+        ("FilterBankSpectralSubtraction", 56), ("PCAN", 4), ("Rfft", 48),
+        ("FftAutoScale", 0), ("FilterBankSquareRoot", 0))},
     **{name: 0 for name in (
         "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "SHAPE", "PACK", "UNPACK", "SPLIT", "SPLIT_V",
         "TRANSPOSE", "MAXIMUM", "MINIMUM", "LOG", "EXP", "SQRT", "SIN", "COS", "NEG",
@@ -81,11 +87,45 @@ _OPDATA_64 = {
 }
 #: OpData of an op missing from the table: above most measured ones.
 _OPDATA_DEFAULT_64 = 96
-#: 32-bit sizeof of the OpData the reference kernels' Init allocates (probed; the ops
-#: missing here hold no pointer and keep their 64-bit size).
-_OPDATA_32: dict[str, int] = {}
-#: 32-bit sizeof of the OpData of TFLM's kernels/cmsis_nn/*.cc (probed).
-_OPDATA_32_CMSIS_NN: dict[str, int] = {}
+#: 32-bit sizeof of the OpData the reference kernels' Init allocates (arm-none-eabi-g++ 12.2,
+#: -mcpu=cortex-m4, TFLM 90b983c2; the file:line of each AllocatePersistentBuffer call).
+#: Ops missing here keep their 64-bit size: a struct never grows when its pointers shrink.
+_OPDATA_32: dict[str, int] = {
+    "CONV_2D": 56,  # conv_common.cc:77 OpDataConv
+    "DEPTHWISE_CONV_2D": 56,  # depthwise_conv.cc:33 OpDataConv
+    "FULLY_CONNECTED": 48,  # fully_connected.cc:32 OpDataFullyConnected
+    "CONCATENATION": 24,  # concatenation.cc:125
+    "SOFTMAX": 56,  # softmax_common.cc:142 SoftmaxParams
+    "PAD": 56, "PADV2": 56,  # pad_common.cc:27
+    "MAX_POOL_2D": 32, "AVERAGE_POOL_2D": 32, "L2_POOL_2D": 32,  # pooling.cc:96
+    "DEQUANTIZE": 32,  # dequantize.cc:34
+    "QUANTIZE": 32,  # quantize.cc:31 OpDataQuantizeReference
+    "ADD": 60,  # add.cc:165 OpDataAdd
+    "MUL": 36,  # mul_common.cc:35 OpDataMul
+    "DIV": 28,  # div.cc:70 OpDataDiv
+    "LOGISTIC": 16,  # logistic.cc:35
+    "RELU": 28, "RELU6": 8,  # activations.cc:35, :82
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": 688,  # unidirectional_sequence_lstm.cc:40 OpDataLSTM
+    "VAR_HANDLE": 4, "CALL_ONCE": 8,  # var_handle.cc:41, call_once.cc:41
+    # signal/micro/kernels: filter_bank.cc:54, filter_bank_spectral_subtraction.cc:65,
+    # rfft.cc:62 (each holds pointers).
+    "CUSTOM:SignalFilterBank": 36, "CUSTOM:SignalFilterBankSpectralSubtraction": 44,
+    "CUSTOM:SignalRfft": 32,
+}
+#: 32-bit sizeof of the OpData of TFLM's kernels/cmsis_nn/*.cc (same compiler); their
+#: float paths run the reference code but keep this OpData.
+_OPDATA_32_CMSIS_NN: dict[str, int] = {
+    "CONV_2D": 60,  # cmsis_nn/conv.cc:42
+    "DEPTHWISE_CONV_2D": 60,  # cmsis_nn/depthwise_conv.cc:55
+    "FULLY_CONNECTED": 72,  # cmsis_nn/fully_connected.cc:51
+    "MAX_POOL_2D": 36, "AVERAGE_POOL_2D": 36,  # cmsis_nn/pooling.cc:150
+    "SOFTMAX": 64,  # cmsis_nn/softmax.cc:40 CMSISNNSoftmaxParams
+    "SVDF": 40,  # cmsis_nn/svdf.cc:56 CmsisNnOpDataSvdf
+    "TRANSPOSE_CONV": 76,  # cmsis_nn/transpose_conv.cc:154
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": 912,  # cmsis_nn/unidirectional_sequence_lstm.cc:332
+    "ADD": 60,  # cmsis_nn/add.cc:285
+    "BATCH_MATMUL": 36,  # cmsis_nn/batch_matmul.cc:186
+}
 #: Parsed builtin options (``TfLite*Params``) the allocator keeps per operator (64-bit).
 _PARAMS_64 = {
     "CONV_2D": 28, "DEPTHWISE_CONV_2D": 28, "TRANSPOSE_CONV": 20, "FULLY_CONNECTED": 32,
