@@ -243,7 +243,7 @@ def test_scratch_follows_the_core_feature() -> None:
 # --------------------------------------------------------------------------- recorded builds
 def _records():
     try:
-        from benchmarks.target_truth import loader, load_records
+        from benchmarks.target_truth import load_records, loader
     except ImportError:
         return None
     if not TRUTH.is_dir() or not any(TRUTH.glob("*.json")):
