@@ -7,13 +7,15 @@ kernel flavour, op name → rule returning the requests in the order the kernel 
 
 - ``reference``: the kernels in ``tensorflow/lite/micro/kernels/*.cc``, which the pip
   ``tflite-micro`` wheel runs; checked against it byte for byte.
-- ``cmsis-nn``: TFLM's ``kernels/cmsis_nn/`` for a Cortex-M with the DSP extension (M4, M7,
-  M33) built with GCC, sized with CMSIS-NN's ``arm_*_get_buffer_size`` functions; ops it
-  does not override use the reference rules. An estimate: MVE cores (M55, M85) and the Arm
-  compiler size some buffers differently.
+- ``cmsis-nn:<feature>``: TFLM's ``kernels/cmsis_nn/`` built with GCC for a core without
+  SIMD (``none``: M0+, M3), with the DSP extension (``dsp``: M4, M7, M33) or with MVE
+  (``mve``: M55, M85), sized with CMSIS-NN's ``arm_*_get_buffer_size`` functions
+  (:mod:`simulator.cmsis_nn`); ops it does not override, and the float paths of those it
+  does, use the reference rules.
 
-Other flavours (``esp-nn`` ...) are sized with the reference rules; :func:`is_exact` says
-when that is not the real thing.
+Other flavours (``esp-nn`` ...) are sized with the reference rules. :func:`verified_against`
+says what each flavour's figures were checked against: the 64-bit host wheel, a recorded
+32-bit build, or nothing (an estimate).
 """
 
 from __future__ import annotations
@@ -132,12 +134,18 @@ def _lstm(sg: Subgraph, op: Operator, _ptr: int) -> list[ScratchRequest]:
 
 def _signal_rfft(sg: Subgraph, op: Operator, _ptr: int) -> list[ScratchRequest]:
     """TFLM's SignalRfft (signal/micro/kernels/rfft.cc:101): one work area of fft_length
-    values of the input type; fft_length / 2 + 1 complex values come out."""
+    values of the input type."""
     inp, out = _tensor(sg, op, 0), _tensor(sg, op, 0, outputs=True)
     if inp is None or out is None or not out.shape:
         return []
-    fft_length = (out.shape[-1] // 2 - 1) * 2
-    return [ScratchRequest(fft_length * DTYPE_BYTES.get(inp.dtype, 4), "FFT work area")]
+    return [ScratchRequest(signal_fft_length(out) * DTYPE_BYTES.get(inp.dtype, 4),
+                           "FFT work area")]
+
+
+def signal_fft_length(out: Tensor) -> int:
+    """SignalRfft's fft_length from its output: fft_length / 2 + 1 complex values, stored
+    as pairs of the input type (rfft.cc:101); the flexbuffer options hold the same."""
+    return (out.shape[-1] // 2 - 1) * 2
 
 
 #: Scratch buffers of the reference kernels, by op; ops not listed request none.
@@ -336,7 +344,9 @@ KERNEL_SCRATCH: dict[str, dict[str, ScratchRule]] = {
     "reference": REFERENCE_SCRATCH,
     **{f"cmsis-nn:{f}": cmsis_nn_scratch(f) for f in cmsis_nn.FEATURES},
 }
-KERNEL_SCRATCH["cmsis-nn"] = KERNEL_SCRATCH["cmsis-nn:dsp"]
+#: Flavour names kept for callers that know only the library: a DSP core.
+KERNEL_ALIASES = {"cmsis-nn": "cmsis-nn:dsp"}
+KERNEL_SCRATCH["cmsis-nn"] = KERNEL_SCRATCH[KERNEL_ALIASES["cmsis-nn"]]
 
 
 def flavour(kernels: str, simd: str | None) -> str:
@@ -364,9 +374,6 @@ _VERIFIED: dict[tuple[str, int], str] = {
 def verified_against(flavour_: str, pointer_bytes: int) -> str:
     """:data:`HOST_MEASURED`, :data:`BUILD_MEASURED` or :data:`ESTIMATED`."""
     return _VERIFIED.get((KERNEL_ALIASES.get(flavour_, flavour_), pointer_bytes), ESTIMATED)
-
-
-KERNEL_ALIASES = {"cmsis-nn": "cmsis-nn:dsp"}
 
 
 def is_exact(kernels: str, pointer_bytes: int = 8) -> bool:

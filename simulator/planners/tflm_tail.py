@@ -41,6 +41,7 @@ from devicefit.simulator.scratch import (
     cmsis_fc_kernel_sums,
     cmsis_lstm_integer,
     fc_sums_persistent,
+    signal_fft_length,
     verified_against,
 )
 
@@ -204,14 +205,8 @@ def _signal_allocations(sg: Subgraph, op: Operator, ptr: int) -> list[int]:
         # filter_bank_spectral_subtraction.cc:91 noise_estimate: num_channels uint32.
         return [inp.shape[-1] * 4]
     if name == "SignalRfft" and out is not None and out.shape and inp is not None:
-        return [rfft_state_bytes(_fft_length(out), inp.dtype, ptr)]
+        return [rfft_state_bytes(signal_fft_length(out), inp.dtype, ptr)]
     return []
-
-
-def _fft_length(out: Tensor) -> int:
-    """SignalRfft's fft_length from its output: fft_length / 2 + 1 complex values, stored
-    as pairs of the input type (rfft.cc:101)."""
-    return (out.shape[-1] // 2 - 1) * 2
 
 
 def rfft_state_bytes(fft_length: int, dtype: str, ptr: int) -> int:
