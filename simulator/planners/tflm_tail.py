@@ -108,6 +108,10 @@ _OPDATA_32: dict[str, int] = {
     "RELU": 28, "RELU6": 8,  # activations.cc:35, :82
     "UNIDIRECTIONAL_SEQUENCE_LSTM": 688,  # unidirectional_sequence_lstm.cc:40 OpDataLSTM
     "VAR_HANDLE": 4, "CALL_ONCE": 8,  # var_handle.cc:41, call_once.cc:41
+    "LEAKY_RELU": 24, "HARD_SWISH": 20,  # leaky_relu.cc:50, hard_swish.cc:35
+    "ABS": 28, "RSQRT": 28,  # elementwise.cc:230 OpDataAbsRsqrt
+    "BATCH_MATMUL": 16,  # batch_matmul.cc:176 OpDataBatchMatmul
+    "TRANSPOSE_CONV": 72,  # transpose_conv.cc:149
     # signal/micro/kernels: filter_bank.cc:54, filter_bank_spectral_subtraction.cc:65,
     # rfft.cc:62 (each holds pointers).
     "CUSTOM:SignalFilterBank": 36, "CUSTOM:SignalFilterBankSpectralSubtraction": 44,
@@ -244,7 +248,7 @@ def prepare_allocations(sg: Subgraph, op: Operator, pointer_bytes: int = 8,
     elif name == "BATCH_MATMUL":
         lhs, rhs = _input(sg, op, 0), _input(sg, op, 1)
         if lhs is not None and lhs.dtype in ("int8", "int16"):
-            sizes.append(32)  # OpDataBatchMatmul::quantization (8 int32)
+            sizes.append(28)  # OpDataBatchMatmul::quantization (7 int32, batch_matmul.cc:144)
         if op.options.get("adj_x"):
             sizes += _transposed_operand(lhs, pointer_bytes)
         if not op.options.get("adj_y"):
