@@ -22,7 +22,7 @@ from devicefit.simulator.lifetimes import (
 from devicefit.simulator.model import Model
 from devicefit.simulator.planners.base import MemoryPlan, check_plan
 from devicefit.simulator.planners.index import PlacedIndex
-from devicefit.simulator.planners.tflm_tail import estimate_tail, prepare_peak
+from devicefit.simulator.planners.tflm_tail import estimate_tail, prepare_peak, struct_sizes
 from devicefit.simulator.profiles import Profile
 from devicefit.simulator.scratch import ESTIMATED, KERNEL_SCRATCH, flavour, verified_against
 
@@ -80,7 +80,7 @@ def planning_bytes(model: Model, buffers: Sequence[Buffer], pointer_bytes: int) 
     """
     n_scratch = sum(1 for b in buffers if b.kind == "scratch")
     n_tensors = sum(len(sg.tensors) for sg in model.subgraphs)
-    request = 2 * pointer_bytes  # ScratchBufferRequest {size_t, int, int}
+    request = struct_sizes(pointer_bytes)["scratch_request"]
     allocation_info = 4 * pointer_bytes if pointer_bytes >= 8 else 24
     return (align_up((n_scratch + _SCRATCH_REQUEST_HEADROOM) * request)
             + align_up(pointer_bytes * len(model.subgraphs))
@@ -129,7 +129,12 @@ def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None
             notes.append(f"head: tensors planned exactly, but '{kernels}' kernels request "
                          "scratch buffers devicefit sizes as the reference kernels do; the "
                          "real head can be larger; verified against: estimated")
-    required = max(head, planning_bytes(model, buffers, pointer)) + tail.total
+    # The interpreter allocates the input/output TfLiteTensors and pointer arrays only after
+    # planning (micro_interpreter.cc AllocateTensors: FinishModelAllocation, then
+    # input_tensors_/output_tensors_), so while it plans the tail is that much shorter.
+    late = sum(tail.breakdown[k] for k in ("io_tensors", "io_pointers", "io_quantization"))
+    required = max(head + tail.total,
+                   planning_bytes(model, buffers, pointer) + tail.total - late)
     required = max(required, prepare_peak(model, tail.total, pointer_bytes=pointer,
                                           n_scratch=n_scratch, kernels=kernels))
     if required > head + tail.total:

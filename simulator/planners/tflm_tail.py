@@ -165,15 +165,16 @@ class TailEstimate:
 
 #: sizeof the structs the tail holds under ``TF_LITE_STATIC_MEMORY`` (common.h,
 #: micro_allocator.h), by pointer width: TfLiteEvalTensor, NodeAndRegistration (TfLiteNode
-#: + registration pointer), TfLiteTensor, TfLiteAffineQuantization. 64-bit: the x86-64
-#: wheel; 32-bit: arm-none-eabi-g++ -mcpu=cortex-m4.
+#: + registration pointer), TfLiteTensor, TfLiteAffineQuantization, and the head-side
+#: internal::ScratchBufferRequest {size_t, int, int}. 64-bit: the x86-64 wheel; 32-bit:
+#: arm-none-eabi-g++ -mcpu=cortex-m4.
 _STRUCTS = {
-    8: {"eval_tensor": 24, "node": 64, "tensor": 64, "affine_quant": 24},
-    4: {"eval_tensor": 12, "node": 32, "tensor": 32, "affine_quant": 12},
+    8: {"eval_tensor": 24, "node": 64, "tensor": 64, "affine_quant": 24, "scratch_request": 16},
+    4: {"eval_tensor": 12, "node": 32, "tensor": 32, "affine_quant": 12, "scratch_request": 12},
 }
 
 
-def _struct_sizes(ptr: int) -> dict[str, int]:
+def struct_sizes(ptr: int) -> dict[str, int]:
     """sizeof the TFLM structs the tail holds, for a pointer width of ``ptr`` bytes."""
     return _STRUCTS[8 if ptr >= 8 else 4]
 
@@ -337,10 +338,10 @@ def prepare_peak(model: Model, tail_bytes: int, *, pointer_bytes: int = 8,
     everything Init kept and the earlier kernels' Prepare buffers. A big per-channel weight
     late in the graph (a wide dense layer) can need more than the final head + tail.
     """
-    sizes = _struct_sizes(pointer_bytes)
+    sizes = struct_sizes(pointer_bytes)
     ops = [(sg, op) for sg in model.subgraphs for op in sg.operators]  # Prepare order
     later = sum(_kernel_bytes(sg, op, pointer_bytes, kernels)[1] for sg, op in ops)
-    requests = align_up((n_scratch + 12) * 2 * pointer_bytes)  # kMaxScratchBuffersPerOp
+    requests = align_up((n_scratch + 12) * sizes["scratch_request"])  # kMaxScratchBuffersPerOp
     peak = 0
     for sg, op in ops:
         later -= _kernel_bytes(sg, op, pointer_bytes, kernels)[1]
@@ -361,7 +362,7 @@ def estimate_tail(model: Model, *, pointer_bytes: int = 8, kernels: str = "refer
     """Estimated tail bytes of ``model`` for this pointer width and kernel flavour
     (``reference``, ``cmsis-nn:<feature>`` … see :func:`simulator.scratch.flavour`);
     ``n_scratch`` scratch-buffer requests each keep a handle (one pointer) in the tail."""
-    sizes = _struct_sizes(pointer_bytes)
+    sizes = struct_sizes(pointer_bytes)
     main = model.main
     io = [main.tensors[t] for t in (*main.inputs, *main.outputs) if t >= 0]
     quant = 0
