@@ -35,7 +35,7 @@ from devicefit.simulator.scratch import (
 from tests.recurrent_models import UNITS, lstm_model
 from tests.zoo import model_path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).absolute().parents[2]
 TRUTH = ROOT / "tests" / "data" / "tflm_builds"
 #: The acceptance bound of issue 29: median (start arena − smallest working arena).
 MEDIAN_OVER_BYTES = 256
@@ -229,15 +229,17 @@ def test_float_convolutions_keep_no_per_channel_arrays_under_cmsis_nn() -> None:
 
 
 def test_scratch_follows_the_core_feature() -> None:
-    """inception_int8's 3x3 and 5x5 convolutions: int16 im2col on DSP and plain cores, the
-    MVE lane-padded layout on MVE; its average pool's accumulators only on DSP."""
+    """inception_int8's 3x3 and 5x5 convolutions (its 1x1 ones need none): int16 im2col of two
+    columns on DSP and plain cores (3×3×6 → 2 × 56 × 2 = 224 B), MVE's four 16-lane columns
+    (4 × 4 × 16 = 256 B)."""
     model = read_model(model_path("inception_int8"))
     sizes = {f: [b.size for b in tflm_buffers(model, pointer_bytes=4, kernels=f"cmsis-nn:{f}")
-                 if b.kind == "scratch"] for f in cmsis_nn.FEATURES}
-    assert sizes["dsp"] and sizes["mve"] != sizes["dsp"]
+                 if b.kind == "scratch" and "CMSIS-NN" in b.name] for f in cmsis_nn.FEATURES}
     convs = [op for op in model.main.operators if op.op_name == "CONV_2D"
              and model.main.tensors[op.inputs[1]].shape[1] > 1]
-    assert len(sizes["none"]) == len(convs)
+    assert len(sizes["none"]) == len(sizes["dsp"]) == len(sizes["mve"]) == len(convs) == 2
+    assert sizes["dsp"] == sizes["none"] == [224, 400]
+    assert sizes["mve"] == [256, 448]
 
 
 # --------------------------------------------------------------------------- recorded builds
