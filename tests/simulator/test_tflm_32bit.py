@@ -22,7 +22,11 @@ from devicefit.simulator.cmsis_nn import ConvParams, Dims
 from devicefit.simulator.lifetimes import tflm_buffers
 from devicefit.simulator.planners import plan_tflm
 from devicefit.simulator.planners.tflm import kernel_flavour
-from devicefit.simulator.planners.tflm_tail import estimate_tail, prepare_allocations
+from devicefit.simulator.planners.tflm_tail import (
+    estimate_tail,
+    prepare_allocations,
+    rfft_state_bytes,
+)
 from devicefit.simulator.profiles import load_profile, with_runtime
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.scratch import (
@@ -240,6 +244,50 @@ def test_scratch_follows_the_core_feature() -> None:
     assert len(sizes["none"]) == len(sizes["dsp"]) == len(sizes["mve"]) == len(convs) == 2
     assert sizes["dsp"] == sizes["none"] == [224, 400]
     assert sizes["mve"] == [256, 448]
+
+
+def test_rfft_state_is_kissfft_memory() -> None:
+    """kiss_fftr_alloc(512) for int16: kiss_fftr_state (3 pointers) + kiss_fft_state of the
+    256-point complex FFT (2 ints, 64 factors, 256 twiddles of 4 B) + 384 complex values."""
+    sub = 4 + 4 + 4 * 64 + 4 * 256
+    assert rfft_state_bytes(512, "int16", 4) == 3 * 4 + sub + 4 * 384
+    assert rfft_state_bytes(512, "int16", 8) == 3 * 8 + sub + 4 * 384
+    assert rfft_state_bytes(512, "float32", 4) == 12 + 8 + 256 + 8 * 256 + 8 * 384
+
+
+#: TFLM's micro_speech audio front end, built of its Signal ops (read from a git mirror of
+#: tflite-micro when one is here; never downloaded).
+_AUDIO = ("tensorflow/lite/micro/examples/micro_speech/models/audio_preprocessor_int8.tflite")
+_TFLM_GIT = Path(os.environ.get("DEVICEFIT_MIRRORS", "/work/.mirror")) / "tensorflow+tflite-micro" / "repo"
+
+
+def _audio_front_end(tmp_path: Path) -> Path | None:
+    if not _TFLM_GIT.is_dir():
+        return None
+    done = subprocess.run(["git", "--git-dir", str(_TFLM_GIT), "show",
+                           f"90b983c2b3f1480642e040bbd2ddb37b998f3424:{_AUDIO}"],
+                          capture_output=True)
+    if done.returncode != 0:
+        return None
+    path = tmp_path / "audio_preprocessor_int8.tflite"
+    path.write_bytes(done.stdout)
+    return path
+
+
+def test_signal_ops_state_on_the_host_wheel(tmp_path: Path) -> None:
+    """The Signal ops' params, FilterBank work area, SpectralSubtraction noise estimate and
+    Rfft state are in the tail, its work area in the head: against the tflite-micro wheel."""
+    path = _audio_front_end(tmp_path)
+    if path is None:
+        pytest.skip("needs a git mirror of tflite-micro at $DEVICEFIT_MIRRORS")
+    from devicefit.simulator.runtimes import run_model
+
+    plan = plan_tflm(read_model(path), with_runtime(load_profile("stm32l4r5-cortex-m4"),
+                                                    kernels="reference", pointer_bytes=8))
+    real = run_model(path, "tflm")
+    assert plan.head_bytes == real.arena_head_bytes
+    assert real.arena_tail_bytes is not None
+    assert 0 <= plan.tail_bytes - real.arena_tail_bytes <= 64
 
 
 # --------------------------------------------------------------------------- recorded builds
