@@ -7,13 +7,15 @@ kernel flavour, op name → rule returning the requests in the order the kernel 
 
 - ``reference``: the kernels in ``tensorflow/lite/micro/kernels/*.cc``, which the pip
   ``tflite-micro`` wheel runs; checked against it byte for byte.
-- ``cmsis-nn``: TFLM's ``kernels/cmsis_nn/`` for a Cortex-M with the DSP extension (M4, M7,
-  M33) built with GCC, sized with CMSIS-NN's ``arm_*_get_buffer_size`` functions; ops it
-  does not override use the reference rules. An estimate: MVE cores (M55, M85) and the Arm
-  compiler size some buffers differently.
+- ``cmsis-nn:<feature>``: TFLM's ``kernels/cmsis_nn/`` built with GCC for a core without
+  SIMD (``none``: M0+, M3), with the DSP extension (``dsp``: M4, M7, M33) or with MVE
+  (``mve``: M55, M85), sized with CMSIS-NN's ``arm_*_get_buffer_size`` functions
+  (:mod:`simulator.cmsis_nn`); ops it does not override, and the float paths of those it
+  does, use the reference rules.
 
-Other flavours (``esp-nn`` ...) are sized with the reference rules; :func:`is_exact` says
-when that is not the real thing.
+Other flavours (``esp-nn`` ...) are sized with the reference rules. :func:`verified_against`
+says what each flavour's figures were checked against: the 64-bit host wheel, a recorded
+32-bit build, or nothing (an estimate).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from devicefit.simulator import cmsis_nn
+from devicefit.simulator.cmsis_nn import ConvParams, Dims, Feature
 from devicefit.simulator.model import DTYPE_BYTES, Operator, Subgraph, Tensor
 
 
@@ -38,6 +42,11 @@ def _tensor(sg: Subgraph, op: Operator, i: int, outputs: bool = False) -> Tensor
     if i >= len(refs) or refs[i] < 0:
         return None
     return sg.tensors[refs[i]]
+
+
+def _constant(t: Tensor) -> bool:
+    """TFLM's ``IsConstantTensor``: data in the flatbuffer (TFLM ignores data stored after it)."""
+    return t.has_data and not t.data_after_flatbuffer
 
 
 def _int4_filter(sg: Subgraph, op: Operator, _ptr: int) -> list[ScratchRequest]:
@@ -123,6 +132,22 @@ def _lstm(sg: Subgraph, op: Operator, _ptr: int) -> list[ScratchRequest]:
     return [ScratchRequest(size, f"gate buffer {i}") for i in range(4)]
 
 
+def _signal_rfft(sg: Subgraph, op: Operator, _ptr: int) -> list[ScratchRequest]:
+    """TFLM's SignalRfft (signal/micro/kernels/rfft.cc:101): one work area of fft_length
+    values of the input type."""
+    inp, out = _tensor(sg, op, 0), _tensor(sg, op, 0, outputs=True)
+    if inp is None or out is None or not out.shape:
+        return []
+    return [ScratchRequest(signal_fft_length(out) * DTYPE_BYTES.get(inp.dtype, 4),
+                           "FFT work area")]
+
+
+def signal_fft_length(out: Tensor) -> int:
+    """SignalRfft's fft_length from its output: fft_length / 2 + 1 complex values, stored
+    as pairs of the input type (rfft.cc:101); the flexbuffer options hold the same."""
+    return (out.shape[-1] // 2 - 1) * 2
+
+
 #: Scratch buffers of the reference kernels, by op; ops not listed request none.
 REFERENCE_SCRATCH: dict[str, ScratchRule] = {
     "CONV_2D": _int4_filter,
@@ -137,108 +162,223 @@ REFERENCE_SCRATCH: dict[str, ScratchRule] = {
     "MIRROR_PAD": _mirror_pad,
     "SVDF": _svdf,
     "UNIDIRECTIONAL_SEQUENCE_LSTM": _lstm,
+    "CUSTOM:SignalRfft": _signal_rfft,
 }
 
 
-# --------------------------------------------------------------------------- CMSIS-NN (DSP)
+# --------------------------------------------------------------------------- CMSIS-NN
 def _same_padding(in_size: int, k: int, stride: int, dilation: int, out_size: int) -> int:
     """TFLM's ``ComputePaddingHeightWidth`` for SAME padding (the leading side)."""
     return max((out_size - 1) * stride + (k - 1) * dilation + 1 - in_size, 0) // 2
 
 
-@dataclass(frozen=True)
-class _ConvGeometry:
-    inp: Tensor
-    filter: Tensor
-    out: Tensor
-    pad_h: int
-    pad_w: int
-    dilated: bool
-
-
-def _conv_geometry(sg: Subgraph, op: Operator, dtype: str) -> _ConvGeometry | None:
-    """Shapes and padding of a 4-D convolution whose input (conv) or filter (depthwise) is
-    ``dtype``; None otherwise (CMSIS-NN then runs the reference kernel)."""
+def _conv_dims(sg: Subgraph, op: Operator) -> tuple[Dims, Dims, Dims, ConvParams] | None:
+    """CMSIS-NN's view of a 4-D CONV_2D / DEPTHWISE_CONV_2D, as TFLM's ``cmsis_nn/conv.cc``
+    and ``depthwise_conv.cc`` fill it: filter dims {1, h, w, filter channels} (depthwise:
+    {1, h, w, output depth}), padding from TFLM's own computation."""
     inp, f, out = _tensor(sg, op, 0), _tensor(sg, op, 1), _tensor(sg, op, 0, outputs=True)
     if inp is None or f is None or out is None or not (len(inp.shape) == len(f.shape)
                                                       == len(out.shape) == 4):
         return None
-    if (inp if op.op_name == "CONV_2D" else f).dtype != dtype:
-        return None
     o = op.options
-    dilation_h, dilation_w = int(o.get("dilation_h_factor", 1)), int(o.get("dilation_w_factor", 1))
-    pad_h = pad_w = 0
+    p = ConvParams(stride_h=int(o.get("stride_h", 1)), stride_w=int(o.get("stride_w", 1)),
+                   dilation_h=int(o.get("dilation_h_factor", 1)),
+                   dilation_w=int(o.get("dilation_w_factor", 1)))
     if o.get("padding", "SAME") == "SAME":
-        pad_h = _same_padding(inp.shape[1], f.shape[1], int(o.get("stride_h", 1)), dilation_h,
-                              out.shape[1])
-        pad_w = _same_padding(inp.shape[2], f.shape[2], int(o.get("stride_w", 1)), dilation_w,
-                              out.shape[2])
-    return _ConvGeometry(inp, f, out, pad_h, pad_w, dilated=(dilation_h, dilation_w) != (1, 1))
+        p = ConvParams(p.stride_h, p.stride_w,
+                       _same_padding(inp.shape[1], f.shape[1], p.stride_h, p.dilation_h,
+                                     out.shape[1]),
+                       _same_padding(inp.shape[2], f.shape[2], p.stride_w, p.dilation_w,
+                                     out.shape[2]),
+                       p.dilation_h, p.dilation_w)
+    return Dims(*inp.shape), Dims(1, f.shape[1], f.shape[2], f.shape[3]), Dims(*out.shape), p
 
 
-def _cmsis_conv(sg: Subgraph, op: Operator, _ptr: int) -> list[ScratchRequest]:
-    """``arm_convolve_wrapper_s8_get_buffer_size`` (DSP): an int16 im2col of two columns."""
-    g = _conv_geometry(sg, op, "int8")
-    if g is None:
-        return []
-    channels, kh, kw = g.inp.shape[3], g.filter.shape[1], g.filter.shape[2]
-    if g.pad_h == g.pad_w == 0 and kh == kw == 1 and not g.dilated and channels == g.filter.shape[3]:
-        return []  # 1x1: no buffer with GCC (the Arm compiler's fast path takes 4 × channels)
-    cols = kw * kh * channels
-    cols += -cols % 4
-    return [ScratchRequest(2 * cols * 2, "im2col (CMSIS-NN)")]
+def _cmsis_conv(feature: Feature) -> ScratchRule:
+    def rule(sg: Subgraph, op: Operator, _ptr: int) -> list[ScratchRequest]:
+        """``cmsis_nn/conv.cc`` Prepare: int8 → ``arm_convolve_wrapper_s8``; int16 with an
+        int64 (or no) bias → ``arm_convolve_wrapper_s16``; float → the reference kernel."""
+        dims, inp, bias = _conv_dims(sg, op), _tensor(sg, op, 0), _tensor(sg, op, 2)
+        if dims is None or inp is None:
+            return []
+        i, f, o, p = dims
+        size = 0
+        if inp.dtype == "int8":
+            size = cmsis_nn.convolve_wrapper_s8(p, i, f, o, feature)
+        elif inp.dtype == "int16" and (bias is None or bias.dtype == "int64"):
+            size = cmsis_nn.convolve_wrapper_s16(i, f, feature)
+        return [ScratchRequest(size, "im2col (CMSIS-NN)")] if size > 0 else []
+    return rule
 
 
-def _cmsis_depthwise(sg: Subgraph, op: Operator, _ptr: int) -> list[ScratchRequest]:
-    """``arm_depthwise_conv_wrapper_s8_get_buffer_size`` (DSP)."""
-    g = _conv_geometry(sg, op, "int8")
-    if g is None or g.dilated or g.inp.shape[3] != g.out.shape[3] or g.inp.shape[0] != 1:
-        return []
-    kh, kw = g.filter.shape[1], g.filter.shape[2]
-    if kh == kw == 3 and g.pad_h <= 1 and g.pad_w <= 1:
-        return []  # the dedicated 3x3 kernel needs no buffer
-    return [ScratchRequest(g.inp.shape[3] * kh * kw * 2, "im2col (CMSIS-NN)")]
+def _cmsis_depthwise(feature: Feature) -> ScratchRule:
+    def rule(sg: Subgraph, op: Operator, _ptr: int) -> list[ScratchRequest]:
+        """``cmsis_nn/depthwise_conv.cc``: only int8 inputs ask CMSIS-NN for a buffer."""
+        dims, inp = _conv_dims(sg, op), _tensor(sg, op, 0)
+        if dims is None or inp is None or inp.dtype != "int8":
+            return []
+        i, f, o, p = dims
+        size = cmsis_nn.depthwise_conv_wrapper_s8(p, i, Dims(1, f.h, f.w, o.c), o, feature)
+        return [ScratchRequest(size, "im2col (CMSIS-NN)")] if size > 0 else []
+    return rule
 
 
-def _cmsis_fully_connected(sg: Subgraph, op: Operator, _ptr: int) -> list[ScratchRequest]:
-    """Per-tensor int8 FC run as a 1x1 conv needs per-channel parameters in a scratch buffer;
-    ``arm_fully_connected_s8_get_buffer_size`` is 0 on DSP cores."""
+def fc_runs_as_conv_1x1(sg: Subgraph, op: Operator) -> bool:
+    """``cmsis_nn/fully_connected.cc``: an int8 FC whose output has rank > 2 and whose
+    accumulation depth is a multiple of 4 runs as a 1x1 convolution."""
+    f, out = _tensor(sg, op, 1), _tensor(sg, op, 0, outputs=True)
+    return f is not None and out is not None and len(out.shape) > 2 and bool(f.shape) \
+        and f.shape[-1] % 4 == 0
+
+
+def cmsis_fc_kernel_sums(sg: Subgraph, op: Operator, feature: Feature) -> int:
+    """Bytes of the int8 FC's kernel-sum buffer (``arm_fully_connected_s8_get_buffer_size``),
+    0 when there is none. Kept persistent when filter and bias are constant
+    (``KERNELS_OPTIMIZED_FOR_SPEED``, TFLM's default), else requested as scratch."""
     inp, f, out = _tensor(sg, op, 0), _tensor(sg, op, 1), _tensor(sg, op, 0, outputs=True)
-    if inp is None or f is None or out is None or inp.dtype != "int8" or f.dtype != "int8":
+    if inp is None or f is None or out is None or inp.dtype != "int8" or f.dtype != "int8" \
+            or not out.shape or fc_runs_as_conv_1x1(sg, op):
+        return 0
+    return cmsis_nn.fully_connected_s8(out.shape[-1], feature)
+
+
+def fc_sums_persistent(sg: Subgraph, op: Operator) -> bool:
+    f, bias = _tensor(sg, op, 1), _tensor(sg, op, 2)
+    return f is not None and _constant(f) and (bias is None or _constant(bias))
+
+
+def _cmsis_fully_connected(feature: Feature) -> ScratchRule:
+    def rule(sg: Subgraph, op: Operator, _ptr: int) -> list[ScratchRequest]:
+        inp, f, out = _tensor(sg, op, 0), _tensor(sg, op, 1), _tensor(sg, op, 0, outputs=True)
+        if inp is None or f is None or out is None or inp.dtype != "int8" or f.dtype != "int8":
+            return []
+        per_channel = f.quantization is not None and f.quantization.per_channel
+        if fc_runs_as_conv_1x1(sg, op):
+            # Per-tensor quantization faked as per-channel for the 1x1 conv.
+            return [] if per_channel else [
+                ScratchRequest(out.shape[-1] * 4 * 2, "per-channel parameters (CMSIS-NN)")]
+        sums = cmsis_fc_kernel_sums(sg, op, feature)
+        if sums and not fc_sums_persistent(sg, op):
+            return [ScratchRequest(sums, "kernel sums (CMSIS-NN)")]
         return []
-    per_channel = f.quantization is not None and f.quantization.per_channel
-    if len(out.shape) > 2 and f.shape and f.shape[-1] % 4 == 0 and not per_channel:
-        return [ScratchRequest(out.shape[-1] * 4 * 2, "per-channel parameters (CMSIS-NN)")]
-    return []
+    return rule
 
 
-def _cmsis_average_pool(sg: Subgraph, op: Operator, _ptr: int) -> list[ScratchRequest]:
-    """``arm_avgpool_s8_get_buffer_size`` (DSP): one int32 accumulator per channel."""
-    inp = _tensor(sg, op, 0)
-    if inp is None or inp.dtype != "int8" or len(inp.shape) != 4:
-        return []
-    return [ScratchRequest(inp.shape[3] * 4, "accumulators (CMSIS-NN)")]
+def _cmsis_average_pool(feature: Feature) -> ScratchRule:
+    def rule(sg: Subgraph, op: Operator, _ptr: int) -> list[ScratchRequest]:
+        """``cmsis_nn/pooling.cc`` AveragePrepare: ``arm_avgpool_s8/s16_get_buffer_size``."""
+        inp = _tensor(sg, op, 0)
+        if inp is None or inp.dtype not in ("int8", "int16") or len(inp.shape) != 4:
+            return []
+        size = cmsis_nn.avgpool(inp.shape[3], feature)
+        return [ScratchRequest(size, "accumulators (CMSIS-NN)")] if size > 0 else []
+    return rule
 
 
-CMSIS_NN_SCRATCH: dict[str, ScratchRule] = {
-    **REFERENCE_SCRATCH,
-    "CONV_2D": _cmsis_conv,
-    "DEPTHWISE_CONV_2D": _cmsis_depthwise,
-    "FULLY_CONNECTED": _cmsis_fully_connected,
-    "AVERAGE_POOL_2D": _cmsis_average_pool,
-}
+def cmsis_lstm_integer(sg: Subgraph, op: Operator) -> str | None:
+    """'int8' / 'int16' when ``cmsis_nn/unidirectional_sequence_lstm.cc`` runs CMSIS-NN's
+    LSTM (int8 or int16 activations, int16 cell state), else None (reference fallback)."""
+    inp, cell = _tensor(sg, op, 0), _tensor(sg, op, 19)
+    if inp is not None and cell is not None and cell.dtype == "int16" \
+            and inp.dtype in ("int8", "int16"):
+        return inp.dtype
+    return None
 
-#: kernel flavour → its scratch rules.
+
+def _cmsis_lstm(sg: Subgraph, op: Operator, ptr: int) -> list[ScratchRequest]:
+    """CMSIS-NN's LSTM takes 3 gate buffers where the reference kernel takes 4."""
+    reqs = _lstm(sg, op, ptr)
+    return reqs[:3] if cmsis_lstm_integer(sg, op) else reqs
+
+
+def _cmsis_transpose_conv(feature: Feature) -> ScratchRule:
+    def rule(sg: Subgraph, op: Operator, ptr: int) -> list[ScratchRequest]:
+        """``cmsis_nn/transpose_conv.cc``: int8 asks for the CMSIS-NN buffer and the reversed
+        filter's (both requested, even at 0 bytes); int16 as the reference kernel."""
+        inp, f, out = _tensor(sg, op, 2), _tensor(sg, op, 1), _tensor(sg, op, 0, outputs=True)
+        if inp is None or f is None or out is None or inp.dtype != "int8" \
+                or not (len(inp.shape) == len(f.shape) == len(out.shape) == 4):
+            return _transpose_conv(sg, op, ptr)
+        sh, sw = int(op.options.get("stride_h", 1)), int(op.options.get("stride_w", 1))
+        i = Dims(*inp.shape)
+        filt = Dims(f.shape[0], f.shape[1], f.shape[2], inp.shape[3])
+        o = Dims(out.shape[0], out.shape[1], out.shape[2], f.shape[0])
+        return [ScratchRequest(cmsis_nn.transpose_conv_s8(sh, sw, i, filt, o, feature),
+                               "columns (CMSIS-NN)"),
+                ScratchRequest(cmsis_nn.transpose_conv_s8_reverse(sh, sw, i, filt),
+                               "reversed filter (CMSIS-NN)")]
+    return rule
+
+
+def _cmsis_batch_matmul(feature: Feature) -> ScratchRule:
+    def rule(sg: Subgraph, op: Operator, _ptr: int) -> list[ScratchRequest]:
+        """``cmsis_nn/batch_matmul.cc``: int8 → ``arm_fully_connected_s8_get_buffer_size``
+        of the output's last dimension."""
+        lhs, rhs, out = _tensor(sg, op, 0), _tensor(sg, op, 1), _tensor(sg, op, 0, outputs=True)
+        if lhs is None or rhs is None or out is None or lhs.dtype != "int8" \
+                or rhs.dtype == "float32" or not out.shape:
+            return []
+        size = cmsis_nn.fully_connected_s8(out.shape[-1], feature)
+        return [ScratchRequest(size, "kernel sums (CMSIS-NN)")] if size > 0 else []
+    return rule
+
+
+def cmsis_nn_scratch(feature: Feature) -> dict[str, ScratchRule]:
+    """Scratch rules of TFLM's ``kernels/cmsis_nn/`` on a core with ``feature``; ops it does
+    not override (and float paths of those it does) are the reference kernels'."""
+    return {
+        **REFERENCE_SCRATCH,
+        "CONV_2D": _cmsis_conv(feature),
+        "DEPTHWISE_CONV_2D": _cmsis_depthwise(feature),
+        "FULLY_CONNECTED": _cmsis_fully_connected(feature),
+        "AVERAGE_POOL_2D": _cmsis_average_pool(feature),
+        "UNIDIRECTIONAL_SEQUENCE_LSTM": _cmsis_lstm,
+        "TRANSPOSE_CONV": _cmsis_transpose_conv(feature),
+        "BATCH_MATMUL": _cmsis_batch_matmul(feature),
+    }
+
+
+#: kernel flavour → its scratch rules. ``cmsis-nn:<feature>`` is CMSIS-NN built for a core
+#: with that extension (:func:`flavour`); plain ``cmsis-nn`` means a DSP core (M4/M7/M33).
 KERNEL_SCRATCH: dict[str, dict[str, ScratchRule]] = {
     "reference": REFERENCE_SCRATCH,
-    "cmsis-nn": CMSIS_NN_SCRATCH,
+    **{f"cmsis-nn:{f}": cmsis_nn_scratch(f) for f in cmsis_nn.FEATURES},
 }
-#: Flavours whose rules reproduce the runtime byte for byte (checked against it in tests).
-EXACT_FLAVOURS = ("reference",)
+#: Flavour names kept for callers that know only the library: a DSP core.
+KERNEL_ALIASES = {"cmsis-nn": "cmsis-nn:dsp"}
+KERNEL_SCRATCH["cmsis-nn"] = KERNEL_SCRATCH[KERNEL_ALIASES["cmsis-nn"]]
 
 
-def is_exact(kernels: str) -> bool:
-    return kernels in EXACT_FLAVOURS
+def flavour(kernels: str, simd: str | None) -> str:
+    """The scratch/tail flavour of ``kernels`` on a core whose SIMD path is ``simd``
+    (:class:`simulator.cores.Core`): CMSIS-NN's sizes depend on DSP / MVE."""
+    if kernels != "cmsis-nn":
+        return kernels
+    return f"cmsis-nn:{simd if simd in ('dsp', 'mve') else 'none'}" if simd else "cmsis-nn:dsp"
+
+
+#: What each (flavour, pointer width)'s arena figures have been checked against: the pip
+#: wheel's RecordingMicroAllocator on a 64-bit host, or recorded 32-bit TFLM builds
+#: (``tests/data/tflm_builds/``, checked in ``tests/simulator/test_tflm_32bit.py``).
+#: Anything else is sized from the kernel sources but never compared with a run.
+HOST_MEASURED = "64-bit host measured"
+BUILD_MEASURED = "32-bit build measured"
+ESTIMATED = "estimated"
+_VERIFIED: dict[tuple[str, int], str] = {
+    ("reference", 8): HOST_MEASURED,
+    ("reference", 4): BUILD_MEASURED,
+    ("cmsis-nn:dsp", 4): BUILD_MEASURED,
+}
+
+
+def verified_against(flavour_: str, pointer_bytes: int) -> str:
+    """:data:`HOST_MEASURED`, :data:`BUILD_MEASURED` or :data:`ESTIMATED`."""
+    return _VERIFIED.get((KERNEL_ALIASES.get(flavour_, flavour_), pointer_bytes), ESTIMATED)
+
+
+def is_exact(kernels: str, pointer_bytes: int = 8) -> bool:
+    """Do the head's scratch requests of this flavour match a measured build?"""
+    return verified_against(kernels, pointer_bytes) != ESTIMATED
 
 
 def scratch_requests(sg: Subgraph, op: Operator, pointer_bytes: int = 8,

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from devicefit.simulator.cores import find_core
+from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.lifetimes import (
     Buffer,
     align_up,
@@ -21,9 +23,14 @@ from devicefit.simulator.lifetimes import (
 from devicefit.simulator.model import Model
 from devicefit.simulator.planners.base import MemoryPlan, check_plan
 from devicefit.simulator.planners.index import PlacedIndex
-from devicefit.simulator.planners.tflm_tail import TailEstimate, estimate_tail, prepare_peak
+from devicefit.simulator.planners.tflm_tail import (
+    TailEstimate,
+    estimate_tail,
+    prepare_peak,
+    struct_sizes,
+)
 from devicefit.simulator.profiles import Profile
-from devicefit.simulator.scratch import KERNEL_SCRATCH, is_exact
+from devicefit.simulator.scratch import ESTIMATED, KERNEL_SCRATCH, flavour, verified_against
 
 
 def greedy_plan(buffers: Sequence[Buffer]) -> list[int]:
@@ -79,12 +86,25 @@ def planning_bytes(model: Model, buffers: Sequence[Buffer], pointer_bytes: int) 
     """
     n_scratch = sum(1 for b in buffers if b.kind == "scratch")
     n_tensors = sum(len(sg.tensors) for sg in model.subgraphs)
-    request = 2 * pointer_bytes  # ScratchBufferRequest {size_t, int, int}
+    request = struct_sizes(pointer_bytes)["scratch_request"]
     allocation_info = 4 * pointer_bytes if pointer_bytes >= 8 else 24
     return (align_up((n_scratch + _SCRATCH_REQUEST_HEADROOM) * request)
             + align_up(pointer_bytes * len(model.subgraphs))
             + align_up(allocation_info * (n_tensors + n_scratch))
             + _PLANNER_BYTES_PER_BUFFER * len(buffers))
+
+
+def kernel_flavour(profile: Profile) -> str:
+    """The profile's kernel library as the scratch and tail tables know it: CMSIS-NN's
+    sizes depend on the core's extension (``device.cpu`` → none / DSP / MVE)."""
+    kernels = profile.runtime.kernels
+    if kernels != "cmsis-nn":
+        return kernels
+    try:
+        simd = find_core(profile.device.cpu).simd if profile.device.cpu else None
+    except ProfileError:
+        simd = None
+    return flavour(kernels, simd)
 
 
 @dataclass(frozen=True)
@@ -99,23 +119,29 @@ class StartArena:
     def required(self, head: int) -> int:
         """The smallest arena TFLM starts in once its head is ``head`` bytes (simulate's
         ``arena_required_bytes``; the optimizer weighs candidate heads with it)."""
-        return max(max(head, self.planning_bytes) + self.tail.total, self.prepare_bytes)
+        # The interpreter allocates the input/output TfLiteTensors and pointer arrays only
+        # after planning (micro_interpreter.cc AllocateTensors: FinishModelAllocation, then
+        # input_tensors_/output_tensors_), so while it plans the tail is that much shorter.
+        late = sum(self.tail.breakdown[k] for k in ("io_tensors", "io_pointers",
+                                                    "io_quantization"))
+        return max(head + self.tail.total, self.planning_bytes + self.tail.total - late,
+                   self.prepare_bytes)
 
 
 def start_arena(model: Model, buffers: Sequence[Buffer], profile: Profile) -> StartArena:
     """The tail and load-time room of ``model`` on ``profile``'s build (pointer width, kernel
     library), ``buffers`` being its :func:`tflm_buffers` for that build."""
-    pointer, kernels = profile.runtime.pointer_bytes, profile.runtime.kernels
+    pointer, kernels = profile.runtime.pointer_bytes, kernel_flavour(profile)
     n_scratch = sum(1 for b in buffers if b.kind == "scratch")
     tail = estimate_tail(model, pointer_bytes=pointer, kernels=kernels, n_scratch=n_scratch)
     return StartArena(tail, planning_bytes(model, buffers, pointer),
                       prepare_peak(model, tail.total, pointer_bytes=pointer,
-                                   n_scratch=n_scratch))
+                                   n_scratch=n_scratch, kernels=kernels))
 
 
 def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None) -> MemoryPlan:
     """TFLM's arena for ``model`` on ``profile``: exact head, estimated tail."""
-    kernels = profile.runtime.kernels
+    kernels = kernel_flavour(profile)
     pointer = profile.runtime.pointer_bytes
     buffers = tflm_buffers(model, order, pointer_bytes=pointer, kernels=kernels)
     offsets = greedy_plan(buffers)
@@ -126,17 +152,21 @@ def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None
     exact: list[str] = []
     estimated = ["arena_tail", "arena_required"]
     notes = [tail.note]
-    if is_exact(kernels):
+    basis = verified_against(kernels, pointer)
+    if basis != ESTIMATED:
         exact += ["arena_head", "lower_bound", "timeline"]
+        notes.append(f"head: tensors planned exactly, '{kernels}' scratch buffers sized from "
+                     f"the kernel sources; verified against: {basis}")
     else:
         estimated += ["arena_head", "lower_bound", "timeline"]
         if kernels in KERNEL_SCRATCH:
             notes.append(f"head: tensors planned exactly; '{kernels}' scratch buffers sized "
-                         "from its get_buffer_size functions (Cortex-M with DSP, GCC build)")
+                         "from the kernel sources (CMSIS-NN's get_buffer_size functions, GCC "
+                         f"build) for {pointer * 8}-bit pointers; verified against: estimated")
         else:
             notes.append(f"head: tensors planned exactly, but '{kernels}' kernels request "
                          "scratch buffers devicefit sizes as the reference kernels do; the "
-                         "real head can be larger")
+                         "real head can be larger; verified against: estimated")
     required = start.required(head)
     if required > head + tail.total:
         notes.append(f"TFLM needs {required - head - tail.total:,} B more while it loads "

@@ -9,24 +9,54 @@ handles, each operator's parsed builtin options and what its kernel keeps: the O
 the transposed constant operand of BATCH_MATMUL, int16 softmax tables, resource-variable
 storage). Every kernel allocation is 16-byte aligned (``MicroArenaBufferAlignment``).
 
-The sizes are the pinned ``tflite-micro`` wheel's (64-bit host, reference kernels), read from
-``tensorflow/lite/micro/kernels/*`` and checked op by op against the wheel's
-RecordingMicroAllocator on one-operator models cut from the public corpus
-(``benchmarks/bench_corpus.py``). 32-bit targets and other kernel flavours are scaled
-estimates. Ops not in the tables get a generous default, so the tail errs high, never low.
+Two pointer widths, each with its own sizes:
+
+- 64-bit: the pinned ``tflite-micro`` wheel's (reference kernels), read from
+  ``tensorflow/lite/micro/kernels/*`` and checked op by op against the wheel's
+  RecordingMicroAllocator on one-operator models cut from the public corpus
+  (``benchmarks/bench_corpus.py``); its allocator objects are the recording ones the wheel
+  creates.
+- 32-bit: ``sizeof`` of each struct and OpData as ``arm-none-eabi-g++ -mcpu=cortex-m4``
+  compiles TFLM 90b983c2 and its CMSIS-NN 4ab83cc3 (``benchmarks/probe_tflm_sizes.py``
+  prints them from a checkout); the allocator objects are an application's plain
+  ``MicroAllocator``. CMSIS-NN's own persistent buffers (LSTM and FC/SVDF kernel sums)
+  follow :mod:`simulator.cmsis_nn` for the core's feature (none / DSP / MVE).
+
+TFLM's Signal library ops (``Signal*`` custom ops of audio front ends) keep their
+configuration and state in the tail too. Ops not in the tables get a generous default, so
+the tail errs high, never low. What each figure was checked against is
+:func:`simulator.scratch.verified_against`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from devicefit.simulator import cmsis_nn
+from devicefit.simulator.cmsis_nn import FEATURES, Feature
 from devicefit.simulator.lifetimes import align_up, tflm_tensor_bytes
 from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
+from devicefit.simulator.scratch import (
+    KERNEL_ALIASES,
+    cmsis_fc_kernel_sums,
+    cmsis_lstm_integer,
+    fc_sums_persistent,
+    signal_fft_length,
+    verified_against,
+)
 
 #: Allocator objects (MicroAllocator, its arena allocators, the planner, the graph) for a
-#: model with one subgraph, and what each further subgraph adds (64-bit, measured).
+#: model with one subgraph, and what each further subgraph adds (64-bit wheel, measured).
 _BASE_64 = 488
 _PER_SUBGRAPH_64 = 32
+#: 32-bit, an application's ``MicroAllocator::Create(arena, size)`` (micro_allocator.cc):
+#: SingleArenaBufferAllocator 36 + GreedyMemoryPlanner 44 + MicroAllocator 36, then
+#: StartModelAllocation's MicroBuiltinDataAllocator 8 and one SubgraphAllocations (8) per
+#: subgraph (sizeof as arm-none-eabi-g++ 12.2 -mcpu=cortex-m4 compiles them). The
+#: RecordingMicroAllocator a measuring harness uses is 104 B larger (52 + 124 for the two
+#: recording classes).
+_BASE_32 = 36 + 44 + 36 + 8 + 8
+_PER_SUBGRAPH_32 = 8
 #: sizeof the OpData each reference kernel's Init allocates (64-bit); 0 = no Init data.
 _OPDATA_64 = {
     "CONV_2D": 80, "DEPTHWISE_CONV_2D": 80, "TRANSPOSE_CONV": 88, "FULLY_CONNECTED": 72,
@@ -41,6 +71,12 @@ _OPDATA_64 = {
     "L2_NORMALIZATION": 12, "VAR_HANDLE": 4, "ASSIGN_VARIABLE": 4, "CALL_ONCE": 8, "IF": 8,
     "WHILE": 8, "ADD_N": 8, "CUMSUM": 8, "SVDF": 36, "UNIDIRECTIONAL_SEQUENCE_LSTM": 688,
     "EMBEDDING_LOOKUP": 8, "DETECTION_POSTPROCESS": 256,
+    # TFLM's Signal ops (signal/micro/kernels/*.cc), the params struct their Init keeps
+    # (sizeof on x86-64); SignalFftAutoScale and SignalFilterBankSquareRoot have no Init.
+    **{f"CUSTOM:Signal{name}": size for name, size in (
+        ("Window", 8), ("Energy", 8), ("FilterBank", 64), ("FilterBankLog", 8),
+        ("FilterBankSpectralSubtraction", 56), ("PCAN", 4), ("Rfft", 48),
+        ("FftAutoScale", 0), ("FilterBankSquareRoot", 0))},
     **{name: 0 for name in (
         "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "SHAPE", "PACK", "UNPACK", "SPLIT", "SPLIT_V",
         "TRANSPOSE", "MAXIMUM", "MINIMUM", "LOG", "EXP", "SQRT", "SIN", "COS", "NEG",
@@ -52,6 +88,49 @@ _OPDATA_64 = {
 }
 #: OpData of an op missing from the table: above most measured ones.
 _OPDATA_DEFAULT_64 = 96
+#: 32-bit sizeof of the OpData the reference kernels' Init allocates (arm-none-eabi-g++ 12.2,
+#: -mcpu=cortex-m4, TFLM 90b983c2; the file:line of each AllocatePersistentBuffer call).
+#: Ops missing here keep their 64-bit size: a struct never grows when its pointers shrink.
+_OPDATA_32: dict[str, int] = {
+    "CONV_2D": 56,  # conv_common.cc:77 OpDataConv
+    "DEPTHWISE_CONV_2D": 56,  # depthwise_conv.cc:33 OpDataConv
+    "FULLY_CONNECTED": 48,  # fully_connected.cc:32 OpDataFullyConnected
+    "CONCATENATION": 24,  # concatenation.cc:125
+    "SOFTMAX": 56,  # softmax_common.cc:142 SoftmaxParams
+    "PAD": 56, "PADV2": 56,  # pad_common.cc:27
+    "MAX_POOL_2D": 32, "AVERAGE_POOL_2D": 32, "L2_POOL_2D": 32,  # pooling.cc:96
+    "DEQUANTIZE": 32,  # dequantize.cc:34
+    "QUANTIZE": 32,  # quantize.cc:31 OpDataQuantizeReference
+    "ADD": 60,  # add.cc:165 OpDataAdd
+    "MUL": 36,  # mul_common.cc:35 OpDataMul
+    "DIV": 28,  # div.cc:70 OpDataDiv
+    "LOGISTIC": 16,  # logistic.cc:35
+    "RELU": 28, "RELU6": 8,  # activations.cc:35, :82
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": 688,  # unidirectional_sequence_lstm.cc:40 OpDataLSTM
+    "VAR_HANDLE": 4, "CALL_ONCE": 8,  # var_handle.cc:41, call_once.cc:41
+    "LEAKY_RELU": 24, "HARD_SWISH": 20,  # leaky_relu.cc:50, hard_swish.cc:35
+    "ABS": 28, "RSQRT": 28,  # elementwise.cc:230 OpDataAbsRsqrt
+    "BATCH_MATMUL": 16,  # batch_matmul.cc:176 OpDataBatchMatmul
+    "TRANSPOSE_CONV": 72,  # transpose_conv.cc:149
+    # signal/micro/kernels: filter_bank.cc:54, filter_bank_spectral_subtraction.cc:65,
+    # rfft.cc:62 (each holds pointers).
+    "CUSTOM:SignalFilterBank": 36, "CUSTOM:SignalFilterBankSpectralSubtraction": 44,
+    "CUSTOM:SignalRfft": 32,
+}
+#: 32-bit sizeof of the OpData of TFLM's kernels/cmsis_nn/*.cc (same compiler); their
+#: float paths run the reference code but keep this OpData.
+_OPDATA_32_CMSIS_NN: dict[str, int] = {
+    "CONV_2D": 60,  # cmsis_nn/conv.cc:42
+    "DEPTHWISE_CONV_2D": 60,  # cmsis_nn/depthwise_conv.cc:55
+    "FULLY_CONNECTED": 72,  # cmsis_nn/fully_connected.cc:51
+    "MAX_POOL_2D": 36, "AVERAGE_POOL_2D": 36,  # cmsis_nn/pooling.cc:150
+    "SOFTMAX": 64,  # cmsis_nn/softmax.cc:40 CMSISNNSoftmaxParams
+    "SVDF": 40,  # cmsis_nn/svdf.cc:56 CmsisNnOpDataSvdf
+    "TRANSPOSE_CONV": 76,  # cmsis_nn/transpose_conv.cc:154
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": 912,  # cmsis_nn/unidirectional_sequence_lstm.cc:332
+    "ADD": 60,  # cmsis_nn/add.cc:285
+    "BATCH_MATMUL": 36,  # cmsis_nn/batch_matmul.cc:186
+}
 #: Parsed builtin options (``TfLite*Params``) the allocator keeps per operator (64-bit).
 _PARAMS_64 = {
     "CONV_2D": 28, "DEPTHWISE_CONV_2D": 28, "TRANSPOSE_CONV": 20, "FULLY_CONNECTED": 32,
@@ -69,9 +148,10 @@ _PARAMS_64 = {
 #: filter is quantized per channel (fully_connected_common.cc), the others always.
 _PER_CHANNEL = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0, "TRANSPOSE_CONV": 0}
 _ALIGN = 16
-#: ``MicroResourceVariables`` and one ``MicroResourceVariable`` entry (64-bit).
-_RESOURCE_VARIABLES_64 = 16
-_RESOURCE_ENTRY_64 = 40
+#: ``MicroResourceVariables`` and one ``MicroResourceVariable`` entry (micro_resource_variable.h:
+#: three pointers, a size_t and an int8 default), by pointer width.
+_RESOURCE_VARIABLES = {8: 16, 4: 12}
+_RESOURCE_ENTRY = {8: 40, 4: 20}
 #: int16 SOFTMAX keeps two 513-entry int16 lookup tables (softmax_common.cc).
 _SOFTMAX_INT16_LUTS = 2 * 513 * 2
 
@@ -83,24 +163,20 @@ class TailEstimate:
     note: str = ""
 
 
-def _struct_sizes(ptr: int) -> dict[str, int]:
+#: sizeof the structs the tail holds under ``TF_LITE_STATIC_MEMORY`` (common.h,
+#: micro_allocator.h), by pointer width: TfLiteEvalTensor, NodeAndRegistration (TfLiteNode
+#: + registration pointer), TfLiteTensor, TfLiteAffineQuantization, and the head-side
+#: internal::ScratchBufferRequest {size_t, int, int}. 64-bit: the x86-64 wheel; 32-bit:
+#: arm-none-eabi-g++ -mcpu=cortex-m4.
+_STRUCTS = {
+    8: {"eval_tensor": 24, "node": 64, "tensor": 64, "affine_quant": 24, "scratch_request": 16},
+    4: {"eval_tensor": 12, "node": 32, "tensor": 32, "affine_quant": 12, "scratch_request": 12},
+}
+
+
+def struct_sizes(ptr: int) -> dict[str, int]:
     """sizeof the TFLM structs the tail holds, for a pointer width of ``ptr`` bytes."""
-    return {
-        # TfLiteEvalTensor: data pointer, dims pointer, type enum (padded to the pointer).
-        "eval_tensor": 3 * ptr,
-        # NodeAndRegistration: TfLiteNode (6 pointers + int) + registration pointer.
-        "node": align_up(7 * ptr + 4, ptr),
-        # TfLiteTensor under TF_LITE_STATIC_MEMORY: quantization {enum, pointer}, params
-        # {float, int32}, data, dims, bytes, type, allocation type, is_variable.
-        "tensor": align_up(2 * ptr + 8 + 3 * ptr + 9, ptr),
-        # TfLiteAffineQuantization: two array pointers + quantized dimension.
-        "affine_quant": align_up(2 * ptr + 4, ptr),
-    }
-
-
-def _scale(pointer_bytes: int) -> float:
-    # Allocator objects and OpData mix pointers with ints: about 3/4 the size on 32-bit.
-    return 1.0 if pointer_bytes >= 8 else 0.75
+    return _STRUCTS[8 if ptr >= 8 else 4]
 
 
 def _input(sg: Subgraph, op: Operator, i: int) -> Tensor | None:
@@ -114,20 +190,66 @@ def _transposed_operand(t: Tensor | None, ptr: int) -> list[int]:
     return [3 * ptr, 4 + 4 * len(t.shape), tflm_tensor_bytes(t)]
 
 
-def prepare_allocations(sg: Subgraph, op: Operator, pointer_bytes: int = 8) -> list[int]:
-    """Sizes of the persistent buffers ``op``'s kernel allocates in Prepare (not Init)."""
+def _cmsis_feature(flavour: str) -> Feature | None:
+    """The core feature of a ``cmsis-nn:<feature>`` flavour; None for other libraries."""
+    if not flavour.startswith("cmsis-nn"):
+        return None
+    feature = KERNEL_ALIASES.get(flavour, flavour).partition(":")[2]
+    return feature if feature in FEATURES else "dsp"  # type: ignore[return-value]
+
+
+def _signal_allocations(sg: Subgraph, op: Operator, ptr: int) -> list[int]:
+    """What TFLM's Signal ops keep beyond their params struct (signal/micro/kernels/*.cc),
+    sized from the tensor shapes (the counts also sit in the op's flexbuffer options)."""
+    name = op.op_name.removeprefix("CUSTOM:")
+    inp, out = _input(sg, op, 0), (sg.tensors[op.outputs[0]] if op.outputs else None)
+    if name == "SignalFilterBank" and out is not None and out.shape:
+        # filter_bank.cc:64 work_area: (num_channels + 1) uint64.
+        return [(out.shape[-1] + 1) * 8]
+    if name == "SignalFilterBankSpectralSubtraction" and inp is not None and inp.shape:
+        # filter_bank_spectral_subtraction.cc:91 noise_estimate: num_channels uint32.
+        return [inp.shape[-1] * 4]
+    if name == "SignalRfft" and out is not None and out.shape and inp is not None:
+        return [rfft_state_bytes(signal_fft_length(out), inp.dtype, ptr)]
+    return []
+
+
+def rfft_state_bytes(fft_length: int, dtype: str, ptr: int) -> int:
+    """kissfft's ``kiss_fftr_alloc`` memory for ``fft_length`` (signal/src/rfft_*.cc):
+    kiss_fftr_state (3 pointers) + the half-length complex FFT's kiss_fft_state (nfft,
+    inverse, 2 × MAXFACTORS=32 factors, nfft twiddles) + 3/2 nfft complex values."""
+    cpx = 2 * (2 if dtype == "int16" else 4)
+    nfft = fft_length // 2
+    sub = 4 + 4 + 4 * 2 * 32 + cpx * nfft
+    return 3 * ptr + sub + cpx * (nfft * 3 // 2)
+
+
+def prepare_allocations(sg: Subgraph, op: Operator, pointer_bytes: int = 8,
+                        flavour: str = "reference") -> list[int]:
+    """Sizes of the persistent buffers ``op``'s kernel allocates in Prepare (or, for the
+    Signal ops, in Init beyond their params struct)."""
     name = op.op_name
+    feature = _cmsis_feature(flavour)
     sizes: list[int] = []
+    if name.startswith("CUSTOM:Signal"):
+        return _signal_allocations(sg, op, pointer_bytes)
     if name in _PER_CHANNEL:
-        f = _input(sg, op, 1)
+        f, inp = _input(sg, op, 1), _input(sg, op, 2 if name == "TRANSPOSE_CONV" else 0)
         per_channel = f is not None and f.quantization is not None and f.quantization.per_channel
+        # cmsis_nn/conv.cc:121 and depthwise_conv.cc:100 keep per-channel arrays for
+        # int8/int16 inputs only; the reference kernels (conv_common.cc:175) always.
+        integer_only = feature is not None and name in ("CONV_2D", "DEPTHWISE_CONV_2D")
         if f is not None and len(f.shape) > _PER_CHANNEL[name] and (
-                name != "FULLY_CONNECTED" or per_channel):
+                name != "FULLY_CONNECTED" or per_channel) and not (
+                integer_only and (inp is None or inp.dtype not in ("int8", "int16"))):
             sizes += [4 * f.shape[_PER_CHANNEL[name]]] * 2
+        if name == "FULLY_CONNECTED" and feature is not None \
+                and fc_sums_persistent(sg, op):
+            sizes += [s for s in [cmsis_fc_kernel_sums(sg, op, feature)] if s]
     elif name == "BATCH_MATMUL":
         lhs, rhs = _input(sg, op, 0), _input(sg, op, 1)
         if lhs is not None and lhs.dtype in ("int8", "int16"):
-            sizes.append(32)  # OpDataBatchMatmul::quantization
+            sizes.append(28)  # OpDataBatchMatmul::quantization (7 int32, batch_matmul.cc:144)
         if op.options.get("adj_x"):
             sizes += _transposed_operand(lhs, pointer_bytes)
         if not op.options.get("adj_y"):
@@ -136,25 +258,48 @@ def prepare_allocations(sg: Subgraph, op: Operator, pointer_bytes: int = 8) -> l
         t = _input(sg, op, 0)
         if t is not None and t.dtype == "int16":
             sizes.append(_SOFTMAX_INT16_LUTS)
+    elif name == "UNIDIRECTIONAL_SEQUENCE_LSTM" and feature is not None:
+        act = cmsis_lstm_integer(sg, op)
+        hidden = _input(sg, op, 18)
+        if act is not None and hidden is not None and hidden.shape:
+            # cmsis_nn/unidirectional_sequence_lstm.cc:120-144: 8 kernel sums of the state
+            # size, int32 (int8 activations) or int64 (int16 activations).
+            sizes += [hidden.shape[-1] * (4 if act == "int8" else 8)] * 8
+    elif name == "SVDF" and feature is not None:
+        inp, wf = _input(sg, op, 0), _input(sg, op, 1)
+        if inp is not None and wf is not None and inp.dtype == "int8" and wf.shape:
+            # cmsis_nn/svdf.cc:192 kernel sums (KERNELS_OPTIMIZED_FOR_SPEED).
+            sizes += [s for s in [cmsis_nn.svdf_s8(wf.shape[0], feature)] if s]
     return sizes
 
 
-def _opdata(op: Operator, scale: float) -> int:
-    return round(_OPDATA_64.get(op.op_name, _OPDATA_DEFAULT_64) * scale)
+def _opdata(op: Operator, pointer_bytes: int, flavour: str) -> int:
+    """sizeof the OpData ``op``'s Init allocates for this pointer width and library."""
+    name = op.op_name
+    if pointer_bytes >= 8:
+        return _OPDATA_64.get(name, _OPDATA_DEFAULT_64)
+    if flavour.startswith("cmsis-nn") and name in _OPDATA_32_CMSIS_NN:
+        return _OPDATA_32_CMSIS_NN[name]
+    # An op not probed on 32-bit takes its 64-bit size: a struct never grows when its
+    # pointers shrink.
+    return _OPDATA_32.get(name, _OPDATA_64.get(name, _OPDATA_DEFAULT_64))
 
 
-def _params(op: Operator, scale: float) -> int:
+def _params(op: Operator, pointer_bytes: int) -> int:
     # Builtin options are packed at their struct's alignment (4 for these int/float
-    # structs); unknown options: 8 bytes per field is generous.
-    return align_up(round(_PARAMS_64.get(op.op_name, 8 * len(op.options)) * scale), 4)
+    # structs); only VAR_HANDLE's holds pointers. Unknown options: 8 bytes per field.
+    if op.op_name == "VAR_HANDLE":
+        return 2 * pointer_bytes
+    return align_up(_PARAMS_64.get(op.op_name, 8 * len(op.options)), 4)
 
 
-def _kernel_bytes(sg: Subgraph, op: Operator, pointer_bytes: int) -> tuple[int, int]:
+def _kernel_bytes(sg: Subgraph, op: Operator, pointer_bytes: int,
+                  flavour: str = "reference") -> tuple[int, int]:
     """(bytes Init keeps incl. builtin options, bytes Prepare adds) for ``op``, aligned."""
-    scale = _scale(pointer_bytes)
-    opdata = _opdata(op, scale)
-    init = (align_up(opdata, _ALIGN) if opdata else 0) + _params(op, scale)
-    prepare = sum(align_up(s, _ALIGN) for s in prepare_allocations(sg, op, pointer_bytes))
+    opdata = _opdata(op, pointer_bytes, flavour)
+    init = (align_up(opdata, _ALIGN) if opdata else 0) + _params(op, pointer_bytes)
+    prepare = sum(align_up(s, _ALIGN)
+                  for s in prepare_allocations(sg, op, pointer_bytes, flavour))
     return init, prepare
 
 
@@ -178,14 +323,14 @@ def _resource_variables(model: Model, pointer_bytes: int) -> int:
                     buffers.setdefault(name, tflm_tensor_bytes(value))
     if not names:
         return 0
-    scale = _scale(pointer_bytes)
-    return (align_up(round(_RESOURCE_VARIABLES_64 * scale), _ALIGN)
-            + align_up(round(_RESOURCE_ENTRY_64 * scale) * len(names), _ALIGN)
+    width = 8 if pointer_bytes >= 8 else 4
+    return (align_up(_RESOURCE_VARIABLES[width], _ALIGN)
+            + align_up(_RESOURCE_ENTRY[width] * len(names), _ALIGN)
             + sum(align_up(b, _ALIGN) for b in buffers.values()))
 
 
 def prepare_peak(model: Model, tail_bytes: int, *, pointer_bytes: int = 8,
-                 n_scratch: int = 0) -> int:
+                 n_scratch: int = 0, kernels: str = "reference") -> int:
     """Arena TFLM needs while kernels run ``Prepare`` (an estimate, tail included).
 
     Each kernel reads its tensors as temporary ``TfLiteTensor`` structs, each with a copy of
@@ -193,13 +338,13 @@ def prepare_peak(model: Model, tail_bytes: int, *, pointer_bytes: int = 8,
     everything Init kept and the earlier kernels' Prepare buffers. A big per-channel weight
     late in the graph (a wide dense layer) can need more than the final head + tail.
     """
-    sizes = _struct_sizes(pointer_bytes)
+    sizes = struct_sizes(pointer_bytes)
     ops = [(sg, op) for sg in model.subgraphs for op in sg.operators]  # Prepare order
-    later = sum(_kernel_bytes(sg, op, pointer_bytes)[1] for sg, op in ops)
-    requests = align_up((n_scratch + 12) * 2 * pointer_bytes)  # kMaxScratchBuffersPerOp
+    later = sum(_kernel_bytes(sg, op, pointer_bytes, kernels)[1] for sg, op in ops)
+    requests = align_up((n_scratch + 12) * sizes["scratch_request"])  # kMaxScratchBuffersPerOp
     peak = 0
     for sg, op in ops:
-        later -= _kernel_bytes(sg, op, pointer_bytes)[1]
+        later -= _kernel_bytes(sg, op, pointer_bytes, kernels)[1]
         temp = requests
         for t in (*op.inputs, *op.outputs):
             if t < 0:
@@ -214,10 +359,10 @@ def prepare_peak(model: Model, tail_bytes: int, *, pointer_bytes: int = 8,
 
 def estimate_tail(model: Model, *, pointer_bytes: int = 8, kernels: str = "reference",
                   n_scratch: int = 0) -> TailEstimate:
-    """Estimated tail bytes of ``model`` for this pointer width and kernel flavour;
+    """Estimated tail bytes of ``model`` for this pointer width and kernel flavour
+    (``reference``, ``cmsis-nn:<feature>`` … see :func:`simulator.scratch.flavour`);
     ``n_scratch`` scratch-buffer requests each keep a handle (one pointer) in the tail."""
-    sizes = _struct_sizes(pointer_bytes)
-    scale = _scale(pointer_bytes)
+    sizes = struct_sizes(pointer_bytes)
     main = model.main
     io = [main.tensors[t] for t in (*main.inputs, *main.outputs) if t >= 0]
     quant = 0
@@ -225,12 +370,15 @@ def estimate_tail(model: Model, *, pointer_bytes: int = 8, kernels: str = "refer
         q = t.quantization
         if q is not None and q.scale:
             quant += sizes["affine_quant"] + 4 + 4 * len(q.zero_point or q.scale)
-    kernel = sum(sum(_kernel_bytes(sg, op, pointer_bytes)) for sg in model.subgraphs
+    kernel = sum(sum(_kernel_bytes(sg, op, pointer_bytes, kernels)) for sg in model.subgraphs
                  for op in sg.operators)
     variables = sum(align_up(tflm_tensor_bytes(t)) for sg in model.subgraphs
                     for t in sg.tensors if t.is_variable)
+    extra_subgraphs = len(model.subgraphs) - 1
+    allocator = (_BASE_64 + _PER_SUBGRAPH_64 * extra_subgraphs if pointer_bytes >= 8
+                 else align_up(_BASE_32 + _PER_SUBGRAPH_32 * extra_subgraphs, _ALIGN))
     breakdown = {
-        "allocator": round((_BASE_64 + _PER_SUBGRAPH_64 * (len(model.subgraphs) - 1)) * scale),
+        "allocator": allocator,
         "eval_tensors": sum(align_up(sizes["eval_tensor"] * len(sg.tensors), _ALIGN)
                             for sg in model.subgraphs),
         "nodes": sum(align_up(sizes["node"] * len(sg.operators), _ALIGN)
@@ -247,7 +395,7 @@ def estimate_tail(model: Model, *, pointer_bytes: int = 8, kernels: str = "refer
         "variables": variables,
         "resource_variables": _resource_variables(model, pointer_bytes),
     }
-    note = (f"tail: estimated for {pointer_bytes * 8}-bit pointers and '{kernels}' kernels "
-            "from TFLM's struct and OpData sizes (checked against the reference kernels on "
-            "a 64-bit host); other targets can differ by a few hundred bytes")
+    basis = verified_against(kernels, pointer_bytes)
+    note = (f"tail: {pointer_bytes * 8}-bit pointers, '{kernels}' kernels, from TFLM's struct "
+            f"and OpData sizes; verified against: {basis}")
     return TailEstimate(total=align_up(sum(breakdown.values())), breakdown=breakdown, note=note)
