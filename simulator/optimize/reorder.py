@@ -39,33 +39,39 @@ class _State:
     alive: int
     #: Operators whose inputs are all computed and that have not run yet (a bitmask).
     ready: int
+    #: The state this one was reached from and the operator run to get here, as indexes
+    #: into :func:`best_order`'s history: a layer's bitmasks are dropped once the next
+    #: layer is built (n states of n-bit masks were quadratic memory: 2.9 GB at 100k ops).
     parent: int
     op: int
 
 
 class _Tables:
-    """Bitmask views of the graph the search evaluates in its inner loop."""
+    """The graph as the search's inner loop reads it. Operators are listed by index, never
+    as bitmasks: a mask per operator with a bit near its own index is quadratic memory
+    over a long graph (40,000 operators: 200 MB); only the search's sets are masks.
+    ``done >> i & 1`` asks whether operator ``i`` has run."""
 
     def __init__(self, graph: OpGraph) -> None:
         n = graph.n_ops
         prod = graph.producers()
-        self.pred_mask = [0] * n
+        self.preds: list[list[int]] = [[] for _ in range(n)]
         self.succ: list[list[int]] = [[] for _ in range(n)]
         for op, ins in enumerate(graph.op_inputs):
             for t in ins:
-                if t in prod and not self.pred_mask[op] >> prod[t] & 1:
-                    self.pred_mask[op] |= 1 << prod[t]
+                if t in prod and prod[t] not in self.preds[op]:
+                    self.preds[op].append(prod[t])
                     self.succ[prod[t]].append(op)
-        self.start_ready = sum(1 << op for op in range(n) if not self.pred_mask[op])
-        consumers: dict[int, int] = {}
+        self.start_ready = sum(1 << op for op in range(n) if not self.preds[op])
+        consumers: dict[int, list[int]] = {}
         for op, ins in enumerate(graph.op_inputs):
             for t in ins:
-                consumers[t] = consumers.get(t, 0) | (1 << op)
+                consumers.setdefault(t, []).append(op)
         outputs = set(graph.graph_outputs)
         self.out_bytes = [sum(graph.sizes[t] for t in outs) for outs in graph.op_outputs]
         self.step_extra = [o + s for o, s in zip(self.out_bytes, graph.scratch)]
         # Outputs that stay live after their producer's step: read later or a graph output.
-        self.kept = [[(graph.sizes[t], consumers.get(t, 0), t in outputs) for t in outs]
+        self.kept = [[(graph.sizes[t], consumers.get(t, []), t in outputs) for t in outs]
                      for outs in graph.op_outputs]
         # Inputs an operator may free: (size, all readers) unless they are graph outputs.
         self.freed = [[(graph.sizes[t], consumers[t]) for t in ins if t not in outputs]
@@ -78,17 +84,17 @@ class _Tables:
         """Ready set once ``op`` has run (``done`` includes ``op``)."""
         ready &= ~(1 << op)
         for s in self.succ[op]:
-            if not self.pred_mask[s] & ~done:
+            if all(done >> p & 1 for p in self.preds[s]):
                 ready |= 1 << s
         return ready
 
     def after(self, alive: int, op: int, done: int) -> int:
         """Live bytes between steps once ``op`` has run (``done`` includes ``op``)."""
         for size, readers, is_output in self.kept[op]:
-            if is_output or readers & ~done:
+            if is_output or not all(done >> r & 1 for r in readers):
                 alive += size
         for size, readers in self.freed[op]:
-            if not readers & ~done:
+            if all(done >> r & 1 for r in readers):
                 alive -= size
         return alive
 
@@ -101,16 +107,18 @@ def best_order(graph: OpGraph, budget: int = DEFAULT_BUDGET) -> OrderResult:
     if n == 0:
         return OrderResult((), graph.peak(()), True, graph.peak(()), 0)
     tab = _Tables(graph)
-    full = (1 << n) - 1
-    states: dict[int, _State] = {0: _State(tab.start_peak, tab.start_alive, tab.start_ready,
-                                           -1, -1)}
-    layer = [0]
+    layer: dict[int, _State] = {0: _State(tab.start_peak, tab.start_alive, tab.start_ready,
+                                          -1, -1)}
+    #: (parent index, op) of every state kept, in the order kept; a layer's state at
+    #: position k of its dict has index ``first + k``.
+    history: list[tuple[int, int]] = [(-1, -1)]
+    first = 0
     exact = True
     visited = 1
     for _ in range(n):
         nxt: dict[int, _State] = {}
-        for done in layer:
-            st = states[done]
+        for k, (done, st) in enumerate(layer.items()):
+            here = first + k
             ready = st.ready
             # Ascending op index: among equal peaks the earliest-in-file op wins, so the file
             # order survives whenever it is optimal.
@@ -123,16 +131,18 @@ def best_order(graph: OpGraph, budget: int = DEFAULT_BUDGET) -> OrderResult:
                 cur = nxt.get(new)
                 if cur is None or peak < cur.peak:
                     nxt[new] = _State(peak, tab.after(st.alive, op, new),
-                                      tab.ready_after(st.ready, op, new), done, op)
+                                      tab.ready_after(st.ready, op, new), here, op)
         if len(nxt) > beam:
             exact = False
             kept = sorted(nxt, key=lambda m: (nxt[m].peak, nxt[m].alive))[:beam]
             nxt = {m: nxt[m] for m in kept}
         visited += len(nxt)
-        states.update(nxt)
-        layer = list(nxt)
-    order = _backtrack(states, full)
-    peak = states[full].peak
+        first = len(history)
+        history += [(st.parent, st.op) for st in nxt.values()]
+        layer = nxt
+    (last,) = layer.values()  # the one state where every operator has run
+    order = _backtrack(history, first)
+    peak = last.peak
     file_peak = graph.peak(file_order)
     if file_peak <= peak:  # the beam may have dropped the file order; never do worse
         order, peak = file_order, file_peak
@@ -140,11 +150,9 @@ def best_order(graph: OpGraph, budget: int = DEFAULT_BUDGET) -> OrderResult:
     return OrderResult(order, peak, exact, bound, visited)
 
 
-def _backtrack(states: dict[int, _State], full: int) -> tuple[int, ...]:
+def _backtrack(history: list[tuple[int, int]], index: int) -> tuple[int, ...]:
     order: list[int] = []
-    mask = full
-    while mask:
-        st = states[mask]
-        order.append(st.op)
-        mask = st.parent
+    while index > 0:
+        index, op = history[index]
+        order.append(op)
     return tuple(reversed(order))
