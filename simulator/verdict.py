@@ -58,6 +58,9 @@ def _arena(report: Report) -> Figure:
     # The runtime must also be able to start: TFLM needs extra room while planning, which
     # neither the final allocation nor a run's recorded total includes.
     mem, measured = report.memory, report.measured
+    if measured is not None and measured.target_build is not None and measured.target_build.ok:
+        # The device's own build started in that arena: nothing left to add for planning.
+        return Figure(measured.target_build.min_arena_bytes or 0, Basis.MEASURED)
     if measured is not None and measured.arena_bytes is not None:
         return Figure(max(measured.arena_bytes, mem.arena_required_bytes),
                       measured.arena_basis or Basis.MEASURED)

@@ -40,8 +40,12 @@ from devicefit.simulator.runtimes import (
     INPUT_SEED,
     RunResult,
     compare_outputs,
+    input_specs,
+    load_inputs,
+    random_inputs,
     run_model,
     runner_name,
+    starting_arena,
 )
 
 #: Ops that only convert between float and integer at the model's edges.
@@ -64,8 +68,13 @@ def host_summary(result: RunResult, threads: int) -> HostLatency:
 
 def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
               warmup: int = 1, input_path: str | Path | None = None, timeout_s: float = 60,
-              cross_check: bool = True) -> Report:
-    """``report`` with its running-half sections filled by running ``model`` for real."""
+              cross_check: bool = True, target_build: str | Path | None = None) -> Report:
+    """``report`` with its running-half sections filled by running ``model`` for real.
+
+    ``target_build``: a TFLM checkout to also build for the profile's core and kernels and
+    run the model on under QEMU (:mod:`simulator.targets.tflm.measure`); its smallest
+    working arena is then the measured device arena.
+    """
     compat = check_ops(model, profile)
     # Keep what the static path found (e.g. compatibility.edgetpu and its latency split).
     section = report.compatibility.section if report.compatibility else None
@@ -81,8 +90,9 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
     runnable = check_ops(model, dataclasses.replace(profile, ops=Ops(table=primary)))
     if not runnable.supported:
         notes.append(f"{primary} cannot run this model: unsupported {runnable.summary()}")
-        done.measured = MeasuredReport(primary, inputs,
-                                       skipped=f"not run: unsupported {runnable.summary()}")
+        done.measured = _with_target(
+            MeasuredReport(primary, inputs, skipped=f"not run: unsupported {runnable.summary()}"),
+            model, profile, target_build, input_path, None, notes)
         return done
     threads = profile.runtime.threads
     xnnpack = primary != "litert" or "xnnpack" in profile.runtime.delegates
@@ -102,8 +112,48 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
     if cross_check and is_integer_model(model) and not tflm_ops.check(model, profile):
         check = _cross_check(model, main if primary == "tflm" else None, common, profile, notes)
         measured = dataclasses.replace(measured, cross_check=check, outputs_agree=check.bit_exact)
-    done.measured = measured
+    done.measured = _with_target(measured, model, profile, target_build, input_path, main, notes)
     return done
+
+
+def _with_target(measured: MeasuredReport, model: Model, profile: Profile,
+                 target_build: str | Path | None, input_path: str | Path | None,
+                 host: RunResult | None, notes: list[str]) -> MeasuredReport:
+    """``measured`` with the model measured on the device's own TFLM build, when asked.
+
+    The inputs are the host run's (the same file, or the same seed), so the outputs of the
+    build are compared with the host runtime's. A build that runs the model gives the
+    device arena: its smallest working arena, measured (the budget is judged on it).
+    """
+    if target_build is None:
+        return measured
+    # Imported here: only --target-build needs the builder.
+    from devicefit.simulator.targets.tflm.build import TflmBuild, spec_for
+    from devicefit.simulator.targets.tflm.measure import measure
+
+    spec = spec_for(target_build, profile.device.cpu, profile.runtime.kernels,
+                    profile.runtime.name, profile.name)
+    specs = input_specs(model)
+    inputs = load_inputs(input_path, specs) if input_path else random_inputs(specs)
+    target, outputs = measure(TflmBuild(spec), Path(model.path), model.op_types,
+                              inputs, starting_arena(model))
+    if host is not None and target.ok:
+        as_host = [np.frombuffer(raw.tobytes(), dtype=ref.dtype).reshape(ref.shape)
+                   if raw.size == ref.nbytes else raw for raw, ref in zip(outputs, host.outputs)]
+        exact, diff = compare_outputs(as_host, host.outputs)
+        target = dataclasses.replace(target, outputs_agree=exact, max_abs_difference=diff,
+                                     compared_with=f"{host.runtime} on this host, same inputs")
+    if not target.ok:
+        notes.append(f"{target.build}: {target.status}"
+                     + (f" ({', '.join(target.unsupported_ops)})" if target.unsupported_ops
+                        else f": {target.message}" if target.message else ""))
+        return dataclasses.replace(measured, target_build=target)
+    budget = profile.budgets.arena_bytes
+    arena = target.min_arena_bytes or 0
+    return dataclasses.replace(
+        measured, target_build=target, arena_bytes=arena, arena_basis=Basis.MEASURED,
+        arena_budget_bytes=budget,
+        over_budget_bytes=None if budget is None else max(0, arena - budget))
 
 
 def _cross_check(model: Model, tflm: RunResult | None, common: dict, profile: Profile,
