@@ -177,9 +177,9 @@ def record_build(config: BuildConfig, tflm: Path, models: list[TruthModel],
             continue
         entry = measure_one(build, model, data)
         record["models"].append(entry)
-        print(f"  {model.name}: {entry['status']} head {entry.get('head')} tail "
+        print(f"  {model.name}: {entry['status']} {entry.get('message') or ''} head {entry.get('head')} tail "
               f"{entry.get('tail')} min {entry.get('min_arena_mult16')} "
-              f"({entry['seconds']} s)", flush=True)
+              f"({entry.get('seconds')} s)", flush=True)
         _write(path, record, copy_to)
     names = {m["name"] for m in record["models"]}
     record["models"] += [m for n, m in old.items() if n not in names]  # --only keeps the rest

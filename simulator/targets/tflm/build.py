@@ -191,6 +191,11 @@ def parse_resolver(header: str) -> dict[str, OpBinding]:
     return bindings
 
 
+def _mentions_any(path: Path, names: Iterable[str]) -> bool:
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    return any(re.search(rf"\b{re.escape(n)}\b", text) for n in names)
+
+
 def _family(src: str) -> str:
     """A kernel source's family: ``kernels/cmsis_nn/conv.cc`` and ``conv_common.cc`` → conv."""
     return Path(src).stem.removesuffix("_common")
@@ -201,6 +206,22 @@ def op_key(op_name: str) -> str:
     return op_name.split(":", 1)[1] if op_name.startswith("CUSTOM:") else op_name
 
 
+def build_dir(spec: BuildSpec, key: str, cache: Path | None = None) -> Path:
+    """The cache folder of one (checkout, core, kernels) build."""
+    return (cache or cache_root()) / f"{key}-{spec.name}"
+
+
+def make_command(spec: BuildSpec, gendir: Path) -> list[str]:
+    """TFLM's Makefile with its cortex_m_qemu target, the core and the kernel library; all
+    its output under ``gendir`` (make's command line overrides the Makefile's
+    ``BASE_GENDIR``), so the checkout is only read. Run from the checkout's root."""
+    args = ["make", "-f", MAKEFILE, "TARGET=cortex_m_qemu", f"TARGET_ARCH={spec.core}",
+            f"BASE_GENDIR={gendir}"]
+    if spec.optimized_kernel_dir:
+        args.append(f"OPTIMIZED_KERNEL_DIR={spec.optimized_kernel_dir}")
+    return args
+
+
 class TflmBuild:
     """One TFLM build in its cache folder; :meth:`harness` gives a runnable harness."""
 
@@ -209,7 +230,7 @@ class TflmBuild:
         self.spec = spec
         self.env = tool_env()
         self.key = source_key(spec.tflm_dir)
-        self.dir = (cache or cache_root()) / f"{self.key}-{spec.name}"
+        self.dir = build_dir(spec, self.key, cache)
         self.gendir = self.dir / "gen"
 
     @property
@@ -217,13 +238,7 @@ class TflmBuild:
         return f"TFLM {self.key} {self.spec.core} {self.spec.kernels}"
 
     def make_args(self) -> list[str]:
-        """TFLM's Makefile, its cortex_m_qemu target, the core and the library; all output
-        under the cache folder."""
-        args = ["make", "-f", MAKEFILE, "TARGET=cortex_m_qemu", f"TARGET_ARCH={self.spec.core}",
-                f"BASE_GENDIR={self.gendir}"]
-        if self.spec.optimized_kernel_dir:
-            args.append(f"OPTIMIZED_KERNEL_DIR={self.spec.optimized_kernel_dir}")
-        return args
+        return make_command(self.spec, self.gendir)
 
     def _make(self, targets: Sequence[str], log: Path | None = None,
               jobs: int = 1) -> subprocess.CompletedProcess[str]:
@@ -298,25 +313,20 @@ class TflmBuild:
         objs = self.variables["MICROLITE_THIRD_PARTY_KERNEL_OBJS"]
         if not objs:
             return []
-        objdir = self.variables["THIRD_PARTY_KERNEL_OBJDIR"][0]
         kernel_dir = self.variables["KERNEL_OBJDIR"][0]
         root = self.spec.tflm_dir
-
-        def source(obj: str, prefix: str) -> Path:
-            base = root / obj.removeprefix(prefix)
-            return next((base.with_suffix(x) for x in (".c", ".cc", ".cpp")
-                         if base.with_suffix(x).is_file()), base.with_suffix(".c"))
 
         def mentions(path: Path) -> set[str]:
             return set(re.findall(r"\barm_\w+", path.read_text(errors="replace"))) \
                 if path.is_file() else set()
 
         by_stem = {Path(o).stem: o for o in objs}
-        names = set().union(*(mentions(source(o, kernel_dir)) for o in kernel_objects))
+        names = set().union(*(mentions((root / o.removeprefix(kernel_dir)).with_suffix(".cc"))
+                              for o in kernel_objects))
         picked: set[str] = set()
         while new := {by_stem[n] for n in names if n in by_stem} - picked:
             picked |= new
-            names |= set().union(*(mentions(source(o, objdir)) for o in new))
+            names |= set().union(*(mentions(self._source_of(o)) for o in new))
         return [o for o in objs if o in picked]
 
     def compile(self, objects: Sequence[str]) -> None:
@@ -328,23 +338,36 @@ class TflmBuild:
                                  f"{self.dir / 'make.log'}): {done.stderr.strip()[-400:]}")
 
     def harness(self, op_names: Iterable[str]) -> tuple[Path, list[str]]:
-        """The harness linked for these operators, and the operators this build lacks.
+        """A harness whose op resolver has these operators, and those this build lacks.
 
         Operators the build has no resolver method or kernel for are left out of the
-        resolver (TFLM then fails at init naming them); the caller reports them.
+        resolver (TFLM then fails at init naming them); the caller reports them. A harness
+        made for an earlier model is reused when it registers all of this model's
+        operators (registering more changes nothing in the arena: the resolver lives
+        outside it); a new one registers the union with the largest earlier set, so the
+        cache converges on a few binaries (each compile of the harness takes a minute).
         """
-        keys = sorted({op_key(n) for n in op_names})
-        have = [self.bindings[k] for k in keys if k in self.bindings]
-        kernels, undefined = self.kernel_objects(b.registration for b in have if b.registration)
-        lacking = [k for k in keys if k not in self.bindings] + [
-            b.key for b in have if b.registration in undefined]
-        have = [b for b in have if b.registration not in undefined]
+        keys = {op_key(n) for n in op_names}
+        absent = {k for k in keys if k not in self.bindings}
+        wanted = keys - absent
+        earlier = []
+        for info in sorted((self.dir / "harness").glob("*/ops.json")):
+            ops = json.loads(info.read_text())
+            if (info.parent / "harness").is_file():
+                earlier.append((info.parent / "harness", set(ops["ops"]), set(ops["lacking"])))
+        for binary, ops, lacking in earlier:
+            if wanted <= ops | lacking:
+                return binary, sorted(absent | (wanted & lacking))
+        largest = max(earlier, key=lambda e: len(e[1]), default=(None, set(), set()))
+        bindings = [self.bindings[k] for k in sorted(wanted | largest[1])]
+        kernels, undefined = self.kernel_objects(b.registration for b in bindings if b.registration)
+        lacking = {b.key for b in bindings if b.registration in undefined}
+        have = [b for b in bindings if b.key not in lacking]
         tag = hashlib.sha256(" ".join(b.method for b in have).encode()).hexdigest()[:12]
         out = self.dir / "harness" / tag
         binary = out / "harness"
-        if binary.is_file():
-            return binary, lacking
-        objects = self.core_objects() + kernels + self.library_objects(kernels)
+        library = self.library_objects(kernels)
+        objects = self.core_objects() + kernels + library
         self.compile(objects)
         out.mkdir(parents=True, exist_ok=True)
         write_atomic(out / "df_ops.inc", "".join(f"DF_OP({b.method})\n" for b in have))
@@ -354,7 +377,23 @@ class TflmBuild:
         self._run([*self._nice(), "arm-none-eabi-g++", "-c", *v["CXXFLAGS"], *v["INCLUDES"],
                    f"-I{out}", f'-DDF_BUILD_NAME="{self.spec.name}"', "-o", str(obj),
                    str(source)], "compiling the harness")
-        archive = out / "libtflm.a"
+        undefined = self._link(obj, objects, binary)
+        if undefined:
+            # A library symbol not named after its file (CMSIS-NN's lookup tables): add the
+            # library files that mention it.
+            objects += [o for o in self.variables["MICROLITE_THIRD_PARTY_KERNEL_OBJS"]
+                        if o not in library and _mentions_any(self._source_of(o), undefined)]
+            self.compile(objects)
+            if undefined := self._link(obj, objects, binary):
+                raise RuntimeFailure(f"{self.label}: linking the harness failed (undefined: "
+                                     f"{', '.join(undefined[:5])}); see {self.dir / 'make.log'}")
+        write_atomic(out / "ops.json", json.dumps({"ops": sorted(b.key for b in have),
+                                                   "lacking": sorted(lacking)}))
+        return binary, sorted(absent | (wanted & lacking))
+
+    def _link(self, obj: Path, objects: Sequence[str], binary: Path) -> list[str]:
+        """Link the harness; the symbols left undefined (empty: linked)."""
+        archive = binary.parent / "libtflm.a"
         archive.unlink(missing_ok=True)
         self._run(["arm-none-eabi-ar", "rcs", str(archive), *objects], "archiving TFLM")
         # Linked against the profile-neutral ARMv7 Thumb multilib of newlib/rdimon: its
@@ -362,12 +401,30 @@ class TflmBuild:
         # Debian's qemu-arm 7.2 aborts in user mode on every M-profile -cpu, so the M code
         # (all TFLM and kernel objects, built with -mcpu=<core>) runs on cortex-a15; only
         # libc, libstdc++ and crt0 come from that multilib, and the arena depends on none.
-        self._run([*self._nice(), "arm-none-eabi-g++", "-march=armv7", "-mthumb",
-                   "-mfloat-abi=soft", "--specs=rdimon.specs", "-o", str(binary) + ".tmp",
-                   str(obj), str(archive), *v["LDFLAGS"], *v["MICROLITE_LIBS"], "-lm"],
-                  "linking the harness")
-        os.replace(str(binary) + ".tmp", binary)
-        return binary, lacking
+        v = self.variables
+        cmd = [*self._nice(), "arm-none-eabi-g++", "-march=armv7", "-mthumb",
+               "-mfloat-abi=soft", "--specs=rdimon.specs", "-o", f"{binary}.tmp", str(obj),
+               str(archive), *v["LDFLAGS"], *v["MICROLITE_LIBS"], "-lm"]
+        done = subprocess.run(cmd, cwd=self.spec.tflm_dir, env=self.env, capture_output=True,
+                              text=True)
+        self._log(cmd, done)
+        if done.returncode == 0:
+            os.replace(f"{binary}.tmp", binary)
+            return []
+        undefined = sorted(set(re.findall(r"undefined reference to `([^']+)'", done.stderr)))
+        if not undefined:
+            raise RuntimeFailure(f"{self.label}: linking the harness failed: "
+                                 f"{done.stderr.strip()[-400:]}")
+        return undefined
+
+    def _source_of(self, obj: str) -> Path:
+        base = self.spec.tflm_dir / obj.removeprefix(self.variables["THIRD_PARTY_KERNEL_OBJDIR"][0])
+        return next((base.with_suffix(x) for x in (".c", ".cc", ".cpp")
+                     if base.with_suffix(x).is_file()), base.with_suffix(".c"))
+
+    def _log(self, cmd: Sequence[str], done: subprocess.CompletedProcess[str]) -> None:
+        with (self.dir / "make.log").open("a") as fh:
+            fh.write(f"$ {' '.join(cmd)}\n{done.stdout}{done.stderr}")
 
     @staticmethod
     def _nice() -> list[str]:
@@ -376,14 +433,10 @@ class TflmBuild:
     def _run(self, cmd: list[str], what: str) -> None:
         done = subprocess.run(cmd, cwd=self.spec.tflm_dir, env=self.env, capture_output=True,
                               text=True)
-        with (self.dir / "make.log").open("a") as fh:
-            fh.write(f"$ {' '.join(cmd)}\n{done.stdout}{done.stderr}")
+        self._log(cmd, done)
         if done.returncode != 0:
-            undefined = sorted(set(re.findall(r"undefined reference to `([^']+)'", done.stderr)))
-            detail = (f"undefined: {', '.join(undefined[:5])}" if undefined
-                      else done.stderr.strip()[-400:])
-            raise RuntimeFailure(f"{self.label}: {what} failed ({detail}); see "
-                                 f"{self.dir / 'make.log'}")
+            raise RuntimeFailure(f"{self.label}: {what} failed "
+                                 f"({done.stderr.strip()[-400:]}); see {self.dir / 'make.log'}")
 
 
 def toolchain_version(env: Mapping[str, str] | None = None) -> str:
