@@ -218,7 +218,27 @@ def report(data: Path, builds: list[str], models_dir: Path | None) -> int:
               f"max {s.max_over} B")
         for why in skipped:
             print(f"  skipped {why}")
+        if (same := _same_outputs(records, name)) is not None:
+            print(f"outputs: {same}")
     return 0
+
+
+def _same_outputs(records: dict[str, dict], name: str) -> str | None:
+    """How many models give the same output bytes here as on the reference-kernel build of
+    the same core (else of the Cortex-M4), on the same inputs."""
+    b = records[name]["build"]
+    if b["kernels"] == "reference":
+        return None
+    ref = next((r for r in records.values() if r["build"]["kernels"] == "reference"
+                and r["build"]["cpu"] == b["cpu"]), records.get("cortex-m4-reference"))
+    if ref is None:
+        return None
+    theirs = {m["name"]: m.get("output_hash") for m in ref["models"] if m["status"] == "ok"}
+    both = [(m["name"], m["output_hash"] == theirs[m["name"]]) for m in records[name]["models"]
+            if m["status"] == "ok" and m["name"] in theirs]
+    differ = [n for n, same in both if not same]
+    return (f"{len(both) - len(differ)}/{len(both)} bit-identical to {ref['build']['name']}"
+            + (f" (differ: {', '.join(differ)})" if differ else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
