@@ -141,7 +141,7 @@ def measure_one(build: Any, model: TruthModel, data: bytes) -> dict[str, Any]:
 
 def record_build(config: BuildConfig, tflm: Path, models: list[TruthModel],
                  models_dir: Path | None, out: Path, copy_to: Path | None,
-                 tflm_commit: str | None) -> None:
+                 tflm_commit: str | None, resume: bool = False) -> None:
     from devicefit.simulator.targets.tflm.build import (
         BuildSpec,
         TflmBuild,
@@ -174,6 +174,10 @@ def record_build(config: BuildConfig, tflm: Path, models: list[TruthModel],
             print(f"  {model.name}: not available here, skipped", flush=True)
             if model.name in old:
                 record["models"].append(old[model.name])
+            continue
+        if resume and model.name in old and \
+                old[model.name]["sha256"] == hashlib.sha256(data).hexdigest():
+            record["models"].append(old[model.name])
             continue
         entry = measure_one(build, model, data)
         record["models"].append(entry)
@@ -250,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=DATA)
     p.add_argument("--copy-to", type=Path, default=None,
                    help="also copy each build's JSON here as it grows")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the models already recorded in --out (same sha256)")
     p.add_argument("--tflm-commit", default=None,
                    help="the commit the checkout was exported from (an export has no .git)")
     args = p.parse_args(argv)
@@ -265,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         for config in builds:
             print(f"== {config.name}", flush=True)
             record_build(config, args.tflm, models, args.models, args.out, args.copy_to,
-                         args.tflm_commit)
+                         args.tflm_commit, args.resume)
     except DevicefitError as exc:
         print(f"bench_target_builds: {exc}", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@ toolchain and qemu-arm are installed (CI has neither).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -212,8 +213,6 @@ def test_target_build_measures_the_model_end_to_end(small_model, tmp_path, capsy
     code = main(["simulate", str(small_model), "--profile", "stm32l4r5-cortex-m4", "--run",
                  "--target-build", str(tflm), "--json"])
     assert code in (0, 1)
-    import json
-
     report = json.loads(capsys.readouterr().out)
     t = report["measured"]["target_build"]
     assert t["status"] == "ok" and "cortex-m4 cmsis-nn (qemu)" in t["build"]
@@ -223,3 +222,47 @@ def test_target_build_measures_the_model_end_to_end(small_model, tmp_path, capsy
     assert t["head"] == report["memory"]["arena_head_bytes"]
     assert t["outputs_agree"] is True
     assert report["measured"]["arena_bytes"] == t["min_arena_bytes"]
+
+
+# --------------------------------------------------------------------------- the report
+def _measurement(**kw):
+    from devicefit.simulator.report import PlannerBuffer, TailCategory, TargetMeasurement
+
+    base = dict(build="TFLM abc cortex-m4 cmsis-nn (qemu)", core="cortex-m4", kernels="cmsis-nn",
+                tflm="abc", status="ok", head=5488, tail=3780, total=9268, min_arena_bytes=9184,
+                min_arena_invokes=True, probes=5,
+                tail_breakdown={"op_data": TailCategory(700, 688, 1)},
+                planner_buffers=(PlannerBuffer(1960, 0, 0), PlannerBuffer(128, 0, 0)),
+                planned_tensors=1, output_hash="0" * 64, outputs_agree=False,
+                max_abs_difference=145.0, compared_with="tflm on this host, same inputs")
+    return TargetMeasurement(**(base | kw))
+
+
+def test_target_measurement_survives_the_json_report(small_model):
+    import dataclasses
+
+    from devicefit.simulator.report import MeasuredReport, Report
+    from devicefit.simulator.simulate import simulate
+    from devicefit.simulator.views.json import read_report
+
+    report = simulate(small_model, "stm32l4r5-cortex-m4")
+    report = dataclasses.replace(report, measured=MeasuredReport(
+        "tflm", "seed 0", target_build=_measurement()))
+    back = read_report(json.loads(json.dumps(report.to_dict())))
+    assert isinstance(back, Report)
+    assert back.measured.target_build == report.measured.target_build
+    assert back.measured.target_build.scratch_buffers[0].size == 128
+
+
+def test_text_names_the_build_and_compares_with_the_prediction(small_model):
+    from devicefit.simulator.simulate import simulate
+    from devicefit.simulator.views.text import target_build_lines
+
+    mem = simulate(small_model, "stm32l4r5-cortex-m4").memory
+    text = "\n".join(target_build_lines(_measurement(), mem))
+    assert "measured on TFLM abc cortex-m4 cmsis-nn (qemu): ok" in text
+    assert "smallest arena  9,184 B" in text and "scratch buffers 1: 128 B" in text
+    assert "differ (max difference 145)" in text
+    lacking = "\n".join(target_build_lines(_measurement(
+        status="unsupported", unsupported_ops=("ethos-u",), head=None), mem))
+    assert "the build lacks ethos-u: a finding" in lacking and "smallest" not in lacking

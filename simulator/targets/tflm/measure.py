@@ -21,6 +21,7 @@ import hashlib
 import re
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,10 @@ UNRUNNABLE_CORES = {"cortex-m55": "MVE (Helium)", "cortex-m85": "MVE (Helium)"}
 #: The largest arena a report run tries (it doubles from the first guess on failure).
 MAX_ARENA = 256 * 1024 * 1024
 PROBE_TIMEOUT_S = 600.0
+#: A probe (no Invoke) that takes this many times the report run (which also invokes), or
+#: at least this many seconds, is taken as hung.
+PROBE_TIMEOUT_FACTOR = 5.0
+PROBE_TIMEOUT_MIN_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -110,13 +115,13 @@ def qemu_command(binary: Path, args: Sequence[str]) -> list[str]:
 
 
 def _run(build: TflmBuild, binary: Path, args: Sequence[str],
-         timeout_s: float) -> subprocess.CompletedProcess[str]:
+         timeout_s: float) -> subprocess.CompletedProcess[str] | None:
+    """One harness process under QEMU; None when it did not finish within ``timeout_s``."""
     try:
         return subprocess.run(qemu_command(binary, args), env=build.env, capture_output=True,
                               text=True, timeout=timeout_s, errors="replace")
     except subprocess.TimeoutExpired:
-        raise RuntimeFailure(f"{build.label}: qemu-arm gave no answer after {timeout_s:g} s "
-                             f"({' '.join(args[:3])})") from None
+        return None
 
 
 def _tflm_messages(stderr: str, lines: int = 4) -> str:
@@ -189,8 +194,12 @@ def measure(build: TflmBuild, model_path: Path, op_names: Sequence[str],
         outputs_file = work / "outputs.bin"
         arena = align_up(first_arena, 16)
         while True:
+            started = time.monotonic()
             done = _run(build, binary, [str(model_path), "report", str(arena), str(inputs_file),
                                         str(outputs_file)], timeout_s)
+            if done is None:
+                raise RuntimeFailure(f"{build.label}: qemu-arm gave no answer after "
+                                     f"{timeout_s:g} s running {model_path.name}")
             run = parse_report(done.stdout)
             if run.ok or run.failed_stage != "allocate" or arena >= MAX_ARENA:
                 break
@@ -201,11 +210,15 @@ def measure(build: TflmBuild, model_path: Path, op_names: Sequence[str],
                                      message=_tflm_messages(done.stderr)
                                      or done.stdout.strip()[-300:]), []
         raw = outputs_file.read_bytes() if outputs_file.is_file() else b""
+        # A too-small arena can also hang TFLM (its allocator objects overwrite the heap):
+        # a probe far slower than the whole report run counts as a failure.
+        probe_timeout = min(timeout_s, max(PROBE_TIMEOUT_MIN_S,
+                                           PROBE_TIMEOUT_FACTOR * (time.monotonic() - started)))
 
         def probe(n: int, stage: str = "allocate") -> bool:
             answer = _run(build, binary, [str(model_path), "probe", str(n), str(inputs_file),
-                                          stage], timeout_s)
-            return parse_probe(answer.stdout) == "ok"
+                                          stage], timeout_s if stage == "invoke" else probe_timeout)
+            return answer is not None and parse_probe(answer.stdout) == "ok"
 
         smallest, probes = search_min_arena(probe, run.total or 16)
         invokes = probe(smallest, "invoke")
