@@ -378,6 +378,12 @@ class TargetMeasurement:
         return self.status == "ok"
 
     @property
+    def refused(self) -> bool:
+        """The device's build cannot run the model (an op it lacks, a Prepare that fails);
+        not a build or QEMU problem ("error", "not runnable here")."""
+        return self.status == "unsupported" or self.status.startswith("failed at")
+
+    @property
     def scratch_buffers(self) -> tuple[PlannerBuffer, ...]:
         if self.planned_tensors is None:
             return ()

@@ -160,7 +160,8 @@ def judge(report: Report, profile: Profile, *, strict: bool = False) -> Report:
         else:
             checks.append(_check(budget, limit, figure, limit_from))
     unsupported = report.compatibility is not None and not report.compatibility.supported
-    failed = unsupported or any(not c.ok for c in checks) or (strict and bool(unchecked))
+    target = report.measured.target_build if report.measured else None
+    failed = unsupported or (target is not None and target.refused) or any(not c.ok for c in checks) or (strict and bool(unchecked))
     return dataclasses.replace(report, budgets=checks, unchecked_budgets=unchecked,
                                verdict=Status.FAIL if failed else Status.PASS,
                                notes=[*report.notes, *notes])

@@ -35,6 +35,7 @@ from devicefit.simulator.report import (
     MeasuredReport,
     MemoryReport,
     Report,
+    TargetMeasurement,
 )
 from devicefit.simulator.runtimes import (
     INPUT_SEED,
@@ -135,8 +136,13 @@ def _with_target(measured: MeasuredReport, model: Model, profile: Profile,
                     profile.runtime.name, profile.name)
     specs = input_specs(model)
     inputs = load_inputs(input_path, specs) if input_path else random_inputs(specs)
-    target, outputs = measure(TflmBuild(spec), Path(model.path), model.op_types,
-                              inputs, starting_arena(model))
+    build = TflmBuild(spec)
+    try:
+        target, outputs = measure(build, Path(model.path), model.op_types, inputs,
+                                  starting_arena(model))
+    except RuntimeFailure as exc:  # the build or QEMU failed: a finding, the host run stands
+        target, outputs = TargetMeasurement(f"{build.label} (qemu)", spec.core, spec.kernels,
+                                            build.key, "error", message=str(exc)), []
     if host is not None and target.ok:
         as_host = [np.frombuffer(raw.tobytes(), dtype=ref.dtype).reshape(ref.shape)
                    if raw.size == ref.nbytes else raw for raw, ref in zip(outputs, host.outputs)]

@@ -266,3 +266,26 @@ def test_text_names_the_build_and_compares_with_the_prediction(small_model):
     lacking = "\n".join(target_build_lines(_measurement(
         status="unsupported", unsupported_ops=("ethos-u",), head=None), mem))
     assert "the build lacks ethos-u: a finding" in lacking and "smallest" not in lacking
+
+
+@pytest.mark.parametrize(("status", "fails"), [("ok", False), ("unsupported", True),
+                                               ("failed at allocate", True), ("error", False)])
+def test_a_build_that_cannot_run_the_model_fails_the_verdict(small_model, status, fails):
+    import dataclasses
+
+    from devicefit.simulator.profiles import load_profile
+    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.report import MeasuredReport, Status
+    from devicefit.simulator.simulate import static_report
+    from devicefit.simulator.verdict import judge
+
+    profile = load_profile("stm32l4r5-cortex-m4")
+    report = static_report(read_model(small_model), profile)
+    assert judge(report, profile).verdict == Status.PASS  # the static half alone passes
+    report = dataclasses.replace(report, measured=MeasuredReport(
+        "tflm", "seed 0", target_build=_measurement(status=status)))
+    judged = judge(report, profile)
+    assert (judged.verdict == Status.FAIL) == fails
+    if status == "ok":  # the build's smallest arena is the measured figure judged
+        arena = next(c for c in judged.budgets if c.name == "arena")
+        assert arena.value == 9184 and arena.basis.value == "measured"
