@@ -15,6 +15,7 @@ Nothing is downloaded: a checkout whose third-party trees are missing is an inpu
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -349,7 +350,14 @@ class TflmBuild:
         """
         keys = {op_key(n) for n in op_names}
         absent = {k for k in keys if k not in self.bindings}
-        wanted = keys - absent
+        self.dir.mkdir(parents=True, exist_ok=True)
+        # One build folder, several devicefit processes: make must not compile the same
+        # object twice at once, and a harness is looked for again once the lock is held.
+        with (self.dir / "lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return self._harness(keys - absent, absent)
+
+    def _harness(self, wanted: set[str], absent: set[str]) -> tuple[Path, list[str]]:
         earlier = []
         for info in sorted((self.dir / "harness").glob("*/ops.json")):
             ops = json.loads(info.read_text())
