@@ -175,7 +175,7 @@ def record_build(config: BuildConfig, tflm: Path, models: list[TruthModel],
             if model.name in old:
                 record["models"].append(old[model.name])
             continue
-        if resume and model.name in old and \
+        if resume and model.name in old and old[model.name]["status"] != "error" and \
                 old[model.name]["sha256"] == hashlib.sha256(data).hexdigest():
             record["models"].append(old[model.name])
             continue
@@ -213,13 +213,21 @@ def report(data: Path, builds: list[str], models_dir: Path | None) -> int:
         s = summarize(rows)
         print(f"\n== {name}: {records[name]['build'].get('tflm_commit')} "
               f"({records[name]['build'].get('toolchain')})")
-        print(f"{'model':44} {'head':>8} {'pred':>8} {'min':>8} {'start':>8} {'over':>7}")
+        measured = {m["name"]: m for m in records[name]["models"]}
+        print(f"{'model':40} {'head':>7} {'pred':>7} {'tail':>6} {'total':>7} {'min':>7} "
+              f"{'start':>7} {'over':>7}")
         for c in rows:
-            print(f"{c.model[:44]:44} {c.measured_head:8} {c.predicted_head:8} {c.min_arena:8} "
-                  f"{c.predicted_start:8} {c.over:+7}{'  UNDER' if c.over < 0 else ''}")
+            m = measured[c.model]
+            print(f"{c.model[:40]:40} {c.measured_head:7} {c.predicted_head:7} {m['tail']:6} "
+                  f"{m['total']:7} {c.min_arena:7} {c.predicted_start:7} {c.over:+7}"
+                  f"{'  UNDER' if c.over < 0 else ''}")
         print(f"head exact {s.head_exact}/{s.models}; under {len(s.under)}"
               f"{': ' + ', '.join(s.under) if s.under else ''}; over median {s.median_over} B, "
               f"max {s.max_over} B")
+        for m in measured.values():
+            if m["status"] != "ok":
+                why = ", ".join(m.get("unsupported_ops") or []) or (m.get("message") or "")[:90]
+                print(f"  {m['name']}: {m['status']} ({why})")
         for why in skipped:
             print(f"  skipped {why}")
         if (same := _same_outputs(records, name)) is not None:

@@ -277,9 +277,9 @@ class TflmBuild:
 
     def kernel_objects(self, registrations: Iterable[str]) -> tuple[list[str], list[str]]:
         """The objects of the kernel sources that define ``registrations``, with the kernel
-        sources of every kernel header they include (``conv.h`` → ``conv_common.cc``),
-        to a fixed point, and the shared kernel helpers; and the registrations no source
-        of this build defines."""
+        sources of every kernel header they include (``conv.h`` → ``conv_common.cc``) and
+        the sources that include theirs, to a fixed point, and the shared kernel helpers;
+        and the registrations no source of this build defines."""
         srcs = self.variables["MICROLITE_CC_KERNEL_SRCS"]
         texts = {s: (self.spec.tflm_dir / s).read_text(errors="replace") for s in srcs}
         stems: set[str] = set(_SHARED_KERNEL_STEMS)
@@ -288,11 +288,15 @@ class TflmBuild:
             if defined := {r for r in missing if re.search(rf"\b{r}\(\)\s*\{{", text)}:
                 stems.add(_family(src))
                 missing -= defined
+        includes = {s: set(re.findall(r'#include "(?:tensorflow/lite/micro|signal/micro)/kernels/'
+                                      r'(?:\w+/)?(\w+)\.h"', t)) for s, t in texts.items()}
         while True:
             picked = [s for s in srcs if _family(s) in stems]
-            grown = stems | {h for s in picked for h in
-                             re.findall(r'#include "tensorflow/lite/micro/kernels/(?:\w+/)?(\w+)\.h"',
-                                        texts[s])}
+            own = {Path(s).stem for s in picked} - set(_SHARED_KERNEL_STEMS)
+            # the headers the picked sources include, and the sources that include a picked
+            # source's own header (fft_auto_scale_common.cc includes fft_auto_scale_kernel.h)
+            grown = stems | {h for s in picked for h in includes[s]} | {
+                _family(s) for s in srcs if includes[s] & own}
             if grown == stems:
                 break
             stems = grown
@@ -387,10 +391,9 @@ class TflmBuild:
                    str(source)], "compiling the harness")
         undefined = self._link(obj, objects, binary)
         if undefined:
-            # A library symbol not named after its file (CMSIS-NN's lookup tables): add the
-            # library files that mention it.
-            objects += [o for o in self.variables["MICROLITE_THIRD_PARTY_KERNEL_OBJS"]
-                        if o not in library and _mentions_any(self._source_of(o), undefined)]
+            # A symbol the file-name rules missed (CMSIS-NN's lookup tables, a kernel helper
+            # in a differently named file): add the sources that define it.
+            objects += self._defining(undefined, set(objects))
             self.compile(objects)
             if undefined := self._link(obj, objects, binary):
                 raise RuntimeFailure(f"{self.label}: linking the harness failed (undefined: "
@@ -424,6 +427,26 @@ class TflmBuild:
             raise RuntimeFailure(f"{self.label}: linking the harness failed: "
                                  f"{done.stderr.strip()[-400:]}")
         return undefined
+
+    def _defining(self, symbols: Sequence[str], have: set[str]) -> list[str]:
+        """Objects not in ``have`` whose sources define one of the linker's undefined
+        ``symbols``: C data or functions of the kernel library, C++ kernel functions (a
+        definition starts a line: ``TfLiteStatus FftAutoScalePrepare(...) {``)."""
+        names = {re.sub(r"\(.*", "", s).rsplit("::", 1)[-1] for s in symbols}
+        v = self.variables
+        kernel_dir = v["KERNEL_OBJDIR"][0]
+        found = []
+        for src in v["MICROLITE_CC_KERNEL_SRCS"]:
+            obj = kernel_dir + str(Path(src).with_suffix(".o"))
+            if obj in have or obj not in v["MICROLITE_KERNEL_OBJS"]:
+                continue
+            text = (self.spec.tflm_dir / src).read_text(errors="replace")
+            if any(re.search(rf"^\S[^\n;]*\b{re.escape(n)}\(", text, re.MULTILINE)
+                   for n in names):
+                found.append(obj)
+        found += [o for o in v["MICROLITE_THIRD_PARTY_KERNEL_OBJS"]
+                  if o not in have and _mentions_any(self._source_of(o), names)]
+        return found
 
     def _source_of(self, obj: str) -> Path:
         base = self.spec.tflm_dir / obj.removeprefix(self.variables["THIRD_PARTY_KERNEL_OBJDIR"][0])
