@@ -148,6 +148,30 @@ def test_resolver_methods_are_read_from_the_header():
     assert tb.op_key("CUSTOM:SignalEnergy") == "SignalEnergy" and tb.op_key("ADD") == "ADD"
 
 
+def test_kernel_sources_follow_registrations_headers_and_companions():
+    # Sources shaped like TFLM's kernels (written here): a CMSIS-NN conv with the reference
+    # conv_common, a Signal kernel whose Prepare lives in a *_common file, an unrelated op.
+    inc = '#include "tensorflow/lite/micro/kernels/{}.h"\n'
+    texts = {
+        "tensorflow/lite/micro/kernels/cmsis_nn/conv.cc":
+            inc.format("conv") + inc.format("kernel_util")
+            + "TFLMRegistration Register_CONV_2D() {\n  return {};\n}\n",
+        "tensorflow/lite/micro/kernels/conv_common.cc": inc.format("conv"),
+        "tensorflow/lite/micro/kernels/kernel_util.cc": inc.format("kernel_util"),
+        "tensorflow/lite/micro/kernels/add.cc":
+            inc.format("kernel_util") + "TFLMRegistration Register_ADD() {\n}\n",
+        "signal/micro/kernels/fft_auto_scale_kernel.cc":
+            '#include "signal/micro/kernels/fft_auto_scale_kernel.h"\n'
+            "TFLMRegistration* Register_FFT_AUTO_SCALE() {\n}\n",
+        "signal/micro/kernels/fft_auto_scale_common.cc":
+            '#include "signal/micro/kernels/fft_auto_scale_kernel.h"\n',
+    }
+    picked, missing = tb.kernel_sources(texts, ["Register_CONV_2D", "Register_FFT_AUTO_SCALE",
+                                                "Register_NOPE"])
+    assert picked == set(texts) - {"tensorflow/lite/micro/kernels/add.cc"}
+    assert missing == ["Register_NOPE"]
+
+
 def test_checkout_problems_are_one_line_each(tmp_path, monkeypatch):
     with pytest.raises(tb.TargetBuildError, match="not a TFLite-Micro checkout"):
         tb.check_checkout(tb.BuildSpec(tmp_path, "cortex-m4", "cmsis-nn"))

@@ -192,6 +192,32 @@ def parse_resolver(header: str) -> dict[str, OpBinding]:
     return bindings
 
 
+def kernel_sources(texts: Mapping[str, str],
+                   registrations: Iterable[str]) -> tuple[set[str], list[str]]:
+    """The kernel sources (path → text, the build's list) that define ``registrations``,
+    with the sources of every kernel header they include (``conv.h`` → ``conv_common.cc``)
+    and the sources that include theirs, to a fixed point, and the shared kernel helpers;
+    and the registrations no source defines."""
+    stems: set[str] = set(_SHARED_KERNEL_STEMS)
+    missing = set(registrations)
+    for src, text in texts.items():
+        if defined := {r for r in missing if re.search(rf"\b{r}\(\)\s*\{{", text)}:
+            stems.add(_family(src))
+            missing -= defined
+    includes = {s: set(re.findall(r'#include "(?:tensorflow/lite/micro|signal/micro)/kernels/'
+                                  r'(?:\w+/)?(\w+)\.h"', t)) for s, t in texts.items()}
+    while True:
+        picked = {s for s in texts if _family(s) in stems}
+        own = {Path(s).stem for s in picked} - set(_SHARED_KERNEL_STEMS)
+        # the headers the picked sources include, and the sources that include a picked
+        # source's own header (fft_auto_scale_common.cc includes fft_auto_scale_kernel.h)
+        grown = stems | {h for s in picked for h in includes[s]} | {
+            _family(s) for s in texts if includes[s] & own}
+        if grown == stems:
+            return picked, sorted(missing)
+        stems = grown
+
+
 def _mentions_any(path: Path, names: Iterable[str]) -> bool:
     text = path.read_text(errors="replace") if path.is_file() else ""
     return any(re.search(rf"\b{re.escape(n)}\b", text) for n in names)
@@ -276,36 +302,17 @@ class TflmBuild:
         return parse_resolver((self.spec.tflm_dir / RESOLVER_HEADER).read_text())
 
     def kernel_objects(self, registrations: Iterable[str]) -> tuple[list[str], list[str]]:
-        """The objects of the kernel sources that define ``registrations``, with the kernel
-        sources of every kernel header they include (``conv.h`` → ``conv_common.cc``) and
-        the sources that include theirs, to a fixed point, and the shared kernel helpers;
-        and the registrations no source of this build defines."""
+        """The objects of :func:`kernel_sources` for ``registrations`` (with the Signal
+        ops' own library, small and always linked), and the registrations no source of
+        this build defines."""
         srcs = self.variables["MICROLITE_CC_KERNEL_SRCS"]
         texts = {s: (self.spec.tflm_dir / s).read_text(errors="replace") for s in srcs}
-        stems: set[str] = set(_SHARED_KERNEL_STEMS)
-        missing = set(registrations)
-        for src, text in texts.items():
-            if defined := {r for r in missing if re.search(rf"\b{r}\(\)\s*\{{", text)}:
-                stems.add(_family(src))
-                missing -= defined
-        includes = {s: set(re.findall(r'#include "(?:tensorflow/lite/micro|signal/micro)/kernels/'
-                                      r'(?:\w+/)?(\w+)\.h"', t)) for s, t in texts.items()}
-        while True:
-            picked = [s for s in srcs if _family(s) in stems]
-            own = {Path(s).stem for s in picked} - set(_SHARED_KERNEL_STEMS)
-            # the headers the picked sources include, and the sources that include a picked
-            # source's own header (fft_auto_scale_common.cc includes fft_auto_scale_kernel.h)
-            grown = stems | {h for s in picked for h in includes[s]} | {
-                _family(s) for s in srcs if includes[s] & own}
-            if grown == stems:
-                break
-            stems = grown
+        picked, missing = kernel_sources(texts, registrations)
         objdir = self.variables["KERNEL_OBJDIR"][0]
         known = set(self.variables["MICROLITE_KERNEL_OBJS"])
         objects = [objdir + str(Path(s).with_suffix(".o")) for s in srcs
-                   # signal/src/* are the Signal kernels' own library: small, always linked
-                   if _family(s) in stems or s.startswith("signal/src/")]
-        return [o for o in objects if o in known], sorted(missing)
+                   if s in picked or s.startswith("signal/src/")]
+        return [o for o in objects if o in known], missing
 
     def core_objects(self) -> list[str]:
         """TFLM's core, without debug_log (the harness brings its own log sink)."""
