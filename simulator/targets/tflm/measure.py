@@ -38,6 +38,7 @@ UNRUNNABLE_CORES = {"cortex-m55": "MVE (Helium)", "cortex-m85": "MVE (Helium)"}
 #: The largest arena a report run tries (it doubles from the first guess on failure).
 MAX_ARENA = 256 * 1024 * 1024
 PROBE_TIMEOUT_S = 600.0
+MODEL = "model.tflite"
 #: A probe (no Invoke) that takes this many times the report run (which also invokes), or
 #: at least this many seconds, is taken as hung.
 PROBE_TIMEOUT_FACTOR = 5.0
@@ -114,12 +115,15 @@ def qemu_command(binary: Path, args: Sequence[str]) -> list[str]:
     return ["qemu-arm", "-cpu", QEMU_CPU, str(binary), *args]
 
 
-def _run(build: TflmBuild, binary: Path, args: Sequence[str],
+def _run(build: TflmBuild, binary: Path, args: Sequence[str], work: Path,
          timeout_s: float) -> subprocess.CompletedProcess[str] | None:
-    """One harness process under QEMU; None when it did not finish within ``timeout_s``."""
+    """One harness process under QEMU in ``work`` (file names relative to it: semihosting
+    hands the program a command line of limited length); None when it did not finish
+    within ``timeout_s``."""
     try:
-        return subprocess.run(qemu_command(binary, args), env=build.env, capture_output=True,
-                              text=True, timeout=timeout_s, errors="replace")
+        return subprocess.run(qemu_command(binary, args), cwd=work, env=build.env,
+                              capture_output=True, text=True, timeout=timeout_s,
+                              errors="replace")
     except subprocess.TimeoutExpired:
         return None
 
@@ -189,14 +193,15 @@ def measure(build: TflmBuild, model_path: Path, op_names: Sequence[str],
                     " (an MPS3 board in qemu-system-arm would run it)"), []
     with tempfile.TemporaryDirectory(prefix="devicefit-target-") as tmp:
         work = Path(tmp)
+        (work / MODEL).symlink_to(model_path.resolve())
         inputs_file = work / "inputs.bin"
         inputs_file.write_bytes(b"".join(np.ascontiguousarray(a).tobytes() for a in inputs))
         outputs_file = work / "outputs.bin"
         arena = align_up(first_arena, 16)
         while True:
             started = time.monotonic()
-            done = _run(build, binary, [str(model_path), "report", str(arena), str(inputs_file),
-                                        str(outputs_file)], timeout_s)
+            done = _run(build, binary, [MODEL, "report", str(arena), inputs_file.name,
+                                        outputs_file.name], work, timeout_s)
             if done is None:
                 raise RuntimeFailure(f"{build.label}: qemu-arm gave no answer after "
                                      f"{timeout_s:g} s running {model_path.name}")
@@ -216,8 +221,8 @@ def measure(build: TflmBuild, model_path: Path, op_names: Sequence[str],
                                            PROBE_TIMEOUT_FACTOR * (time.monotonic() - started)))
 
         def probe(n: int, stage: str = "allocate") -> bool:
-            answer = _run(build, binary, [str(model_path), "probe", str(n), str(inputs_file),
-                                          stage], timeout_s if stage == "invoke" else probe_timeout)
+            answer = _run(build, binary, [MODEL, "probe", str(n), inputs_file.name, stage],
+                          work, timeout_s if stage == "invoke" else probe_timeout)
             return answer is not None and parse_probe(answer.stdout) == "ok"
 
         smallest, probes = search_min_arena(probe, run.total or 16)
