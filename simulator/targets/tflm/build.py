@@ -267,14 +267,13 @@ class TflmBuild:
     def make_args(self) -> list[str]:
         return make_command(self.spec, self.gendir)
 
-    def _make(self, targets: Sequence[str], log: Path | None = None,
+    def _make(self, targets: Sequence[str], log: bool = False,
               jobs: int = 1) -> subprocess.CompletedProcess[str]:
-        cmd = ["nice", "-n", str(NICE), *self.make_args(), f"-j{jobs}", *targets]
+        cmd = [*self._nice(), *self.make_args(), f"-j{jobs}", *targets]
         done = subprocess.run(cmd, cwd=self.spec.tflm_dir, env=self.env, capture_output=True,
                               text=True)
-        if log is not None:
-            with log.open("a") as fh:
-                fh.write(f"$ {' '.join(cmd)}\n{done.stdout}{done.stderr}")
+        if log:
+            self._log(cmd, done)
         return done
 
     @cached_property
@@ -344,7 +343,7 @@ class TflmBuild:
     def compile(self, objects: Sequence[str]) -> None:
         """Compile ``objects`` with TFLM's rules (make skips those already up to date)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        done = self._make(list(objects), self.dir / "make.log", jobs=JOBS)
+        done = self._make(list(objects), log=True, jobs=JOBS)
         if done.returncode != 0:
             raise RuntimeFailure(f"{self.label}: compiling TFLM failed (see "
                                  f"{self.dir / 'make.log'}): {done.stderr.strip()[-400:]}")
