@@ -206,7 +206,10 @@ def measure(build: TflmBuild, model_path: Path, op_names: Sequence[str],
                 raise RuntimeFailure(f"{build.label}: qemu-arm gave no answer after "
                                      f"{timeout_s:g} s running {model_path.name}")
             run = parse_report(done.stdout)
-            if run.ok or run.failed_stage != "allocate" or arena >= MAX_ARENA:
+            # grow only when TFLM said the arena is short ("... missing: N"), not when a
+            # kernel's Prepare refused the model
+            short = "missing:" in done.stderr
+            if run.ok or run.failed_stage != "allocate" or not short or arena >= MAX_ARENA:
                 break
             arena = min(arena * 4, MAX_ARENA)  # the first guess was too small
         if not run.ok:
