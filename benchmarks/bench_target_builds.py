@@ -112,7 +112,7 @@ def measure_one(build: Any, model: TruthModel, data: bytes) -> dict[str, Any]:
         try:
             result, outputs = measure(build, path, m.op_types, inputs, starting_arena(m))
         except RuntimeFailure as exc:  # a crash or a link failure is this model's finding
-            return entry | {"status": "error", "message": str(exc)}
+            return entry | {"status": "error", "message": str(exc), "unsupported_ops": []}
         entry["seconds"] = round(time.monotonic() - t0, 1)
         host = _host_outputs(path, inputs) if result.ok else None
     entry.update(status=result.status, unsupported_ops=list(result.unsupported_ops),
