@@ -426,6 +426,79 @@ class RunFailure:
 
 
 @dataclass(frozen=True)
+class TailCategory:
+    """One RecordingMicroAllocator category of the tail: bytes used (aligned), requested."""
+
+    used: int
+    requested: int
+    count: int
+
+
+@dataclass(frozen=True)
+class PlannerBuffer:
+    """One buffer TFLM's memory planner was given: a tensor, or a kernel's scratch buffer."""
+
+    size: int
+    first: int
+    last: int
+    offline: int | None = None
+
+
+@dataclass(frozen=True)
+class TargetMeasurement:
+    """The model on a TFLM build for the device's core and kernel library, run under QEMU
+    (``simulate --run --target-build DIR``; :mod:`simulator.targets.tflm.measure`)."""
+
+    #: "TFLM <commit> cortex-m4 cmsis-nn (qemu)": the build the figures were measured on.
+    build: str
+    core: str
+    kernels: str
+    #: The checkout's commit, or ``tree-<hash>`` of its files.
+    tflm: str
+    #: "ok", "unsupported" (the build lacks an operator), "failed at <stage>" (TFLM refused
+    #: the model: init, allocate = a kernel's Prepare, invoke), "not runnable here".
+    status: str
+    unsupported_ops: tuple[str, ...] = ()
+    head: int | None = None
+    tail: int | None = None
+    #: head + tail as the RecordingMicroAllocator counted them (the start arena).
+    total: int | None = None
+    #: The smallest arena (a multiple of 16) an application's own set-up works in.
+    min_arena_bytes: int | None = None
+    #: Whether one Invoke also succeeds at ``min_arena_bytes``.
+    min_arena_invokes: bool | None = None
+    probes: int = 0
+    tail_breakdown: dict[str, TailCategory] = field(default_factory=dict)
+    planner_buffers: tuple[PlannerBuffer, ...] = ()
+    #: How many of ``planner_buffers`` are tensors; the rest are scratch buffers.
+    planned_tensors: int | None = None
+    #: sha256 of the output tensors' bytes, back to back.
+    output_hash: str | None = None
+    #: The outputs against the host run's on the same inputs (None: not compared).
+    outputs_agree: bool | None = None
+    max_abs_difference: float | None = None
+    compared_with: str | None = None
+    #: TFLM's own last messages when a stage failed.
+    message: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def refused(self) -> bool:
+        """The device's build cannot run the model (an op it lacks, a Prepare that fails);
+        not a build or QEMU problem ("error", "not runnable here")."""
+        return self.status == "unsupported" or self.status.startswith("failed at")
+
+    @property
+    def scratch_buffers(self) -> tuple[PlannerBuffer, ...]:
+        if self.planned_tensors is None:
+            return ()
+        return self.planner_buffers[self.planned_tensors:]
+
+
+@dataclass(frozen=True)
 class MeasuredReport:
     """What the real runtime measured on this host (``--run``)."""
 
@@ -454,6 +527,8 @@ class MeasuredReport:
     #: TFLM and LiteRT's reference kernels agree bit for bit; None: not cross-checked.
     outputs_agree: bool | None = None
     cross_check: CrossCheck | None = None
+    #: The model on a TFLM build for the device (``--target-build``); None: not asked.
+    target_build: TargetMeasurement | None = None
 
 
 # --------------------------------------------------------------------------- device benchmark

@@ -58,6 +58,9 @@ def _arena(report: Report) -> Figure:
     # The runtime must also be able to start: TFLM needs extra room while planning, which
     # neither the final allocation nor a run's recorded total includes.
     mem, measured = report.memory, report.measured
+    if measured is not None and measured.target_build is not None and measured.target_build.ok:
+        # The device's own build started in that arena: nothing left to add for planning.
+        return Figure(measured.target_build.min_arena_bytes or 0, Basis.MEASURED)
     if measured is not None and measured.arena_bytes is not None:
         return Figure(max(measured.arena_bytes, mem.arena_required_bytes),
                       measured.arena_basis or Basis.MEASURED)
@@ -157,7 +160,8 @@ def judge(report: Report, profile: Profile, *, strict: bool = False) -> Report:
         else:
             checks.append(_check(budget, limit, figure, limit_from))
     unsupported = report.compatibility is not None and not report.compatibility.supported
-    failed = unsupported or any(not c.ok for c in checks) or (strict and bool(unchecked))
+    target = report.measured.target_build if report.measured else None
+    failed = unsupported or (target is not None and target.refused) or any(not c.ok for c in checks) or (strict and bool(unchecked))
     return dataclasses.replace(report, budgets=checks, unchecked_budgets=unchecked,
                                verdict=Status.FAIL if failed else Status.PASS,
                                notes=[*report.notes, *notes])

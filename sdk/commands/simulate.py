@@ -62,6 +62,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "data within each input's range, fixed seed")
     run.add_argument("--timeout", type=positive_seconds, default=60.0, metavar="S",
                      help="seconds before a hanging runtime is killed (default 60)")
+    run.add_argument("--target-build", default=None, metavar="TFLM_DIR",
+                     help="also build TFLite-Micro from this checkout (its third-party trees "
+                          "downloaded) for the profile's core and kernel library with the Arm "
+                          "GNU toolchain, run the model in it under qemu-arm and measure the "
+                          "device's arena; builds are cached in ~/.cache/devicefit/tflm-builds "
+                          "($DEVICEFIT_CACHE), the first takes several minutes")
     p.set_defaults(handler=_simulate)
 
 
@@ -74,10 +80,18 @@ def _simulate(args: argparse.Namespace) -> int:
                            kernels=args.kernels, pointer_bytes=args.pointer_size)
     if args.input and not args.run:
         raise UsageError("--input gives data to run the model with: add --run")
+    if args.target_build and not args.run:
+        raise UsageError("--target-build runs the model on a TFLM build: add --run")
+    if args.target_build:
+        from devicefit.simulator.targets.tflm.build import spec_for
+
+        # Before the host run: a missing checkout or toolchain is one line, at once.
+        spec_for(args.target_build, profile.device.cpu, profile.runtime.kernels,
+                 profile.runtime.name, profile.name)
     check_outputs([*picture_outputs(args), *layer_outputs(args)], [("model", args.model), ("--input data", args.input),
                                           *profile_inputs(profile)])
-    run_options = ({"runs": args.runs, "input_path": args.input, "timeout_s": args.timeout}
-                   if args.run else {})
+    run_options = ({"runs": args.runs, "input_path": args.input, "timeout_s": args.timeout,
+                    "target_build": args.target_build} if args.run else {})
     run_options["probe"] = args.probe
     err = make_console(args.no_color, stderr=True)
     if args.run and err.is_terminal:

@@ -42,14 +42,19 @@ from devicefit.simulator.report import (
     MemoryReport,
     Report,
     RunFailure,
+    TargetMeasurement,
     UnsupportedOp,
 )
 from devicefit.simulator.runtimes import (
     INPUT_SEED,
     RunResult,
     compare_outputs,
+    input_specs,
+    load_inputs,
+    random_inputs,
     run_model,
     runner_name,
+    starting_arena,
 )
 
 #: Ops that only convert between float and integer at the model's edges.
@@ -73,13 +78,17 @@ def host_summary(result: RunResult, threads: int) -> HostLatency:
 def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
               warmup: int = 1, input_path: str | Path | None = None, timeout_s: float = 60,
               cross_check: bool = True,
-              input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Report:
+              input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+              target_build: str | Path | None = None) -> Report:
     """``report`` with its running-half sections filled by running ``model`` for real;
     random inputs at ``input_shapes`` (input name → shape) where given.
 
     The model is run whatever the static answer was: a run that fails is reported (stage,
     message, operator) and fails the verdict; a run that disagrees with the static op
     support, either way, is a disagreement in ``compatibility`` and the run's answer wins.
+    ``target_build``: a TFLM checkout to also build for the profile's core and kernels and
+    run the model on under QEMU (:mod:`simulator.targets.tflm.measure`); its smallest
+    working arena is then the measured device arena.
     """
     compat = report.compatibility or check_ops(model, profile)
     notes = list(report.notes)
@@ -100,7 +109,8 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
     except RuntimeFailure as exc:
         failure = _failure(model, profile, primary, exc)
         notes.append(f"{primary} {failure.line()}")
-        done.measured = MeasuredReport(primary, inputs, failure=failure)
+        done.measured = _with_target(MeasuredReport(primary, inputs, failure=failure), model,
+                                     profile, target_build, input_path, None, notes)
         done.compatibility = _after_failed_run(compat, failure, primary)
         notes += _new_disagreements(compat, done.compatibility)
         return done
@@ -118,7 +128,7 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
     if cross_check and is_integer_model(model) and not tflm_ops.check(model, profile):
         check = _cross_check(model, main if primary == "tflm" else None, common, profile, notes)
         measured = dataclasses.replace(measured, cross_check=check, outputs_agree=check.bit_exact)
-    done.measured = measured
+    done.measured = _with_target(measured, model, profile, target_build, input_path, main, notes)
     return done
 
 
@@ -188,6 +198,51 @@ def _after_run(compat: CompatibilityReport, profile: Profile, runner: str
                 for u in compat.unsupported_ops if u not in kept)
     return dataclasses.replace(compat, supported=not kept, unsupported_ops=kept,
                                disagreements=(*compat.disagreements, *ran))
+
+
+def _with_target(measured: MeasuredReport, model: Model, profile: Profile,
+                 target_build: str | Path | None, input_path: str | Path | None,
+                 host: RunResult | None, notes: list[str]) -> MeasuredReport:
+    """``measured`` with the model measured on the device's own TFLM build, when asked.
+
+    The inputs are the host run's (the same file, or the same seed), so the outputs of the
+    build are compared with the host runtime's. A build that runs the model gives the
+    device arena: its smallest working arena, measured (the budget is judged on it).
+    """
+    if target_build is None:
+        return measured
+    # Imported here: only --target-build needs the builder.
+    from devicefit.simulator.targets.tflm.build import TflmBuild, spec_for
+    from devicefit.simulator.targets.tflm.measure import measure
+
+    spec = spec_for(target_build, profile.device.cpu, profile.runtime.kernels,
+                    profile.runtime.name, profile.name)
+    specs = input_specs(model)
+    inputs = load_inputs(input_path, specs) if input_path else random_inputs(specs)
+    build = TflmBuild(spec)
+    try:
+        target, outputs = measure(build, Path(model.path), model.op_types, inputs,
+                                  starting_arena(model))
+    except RuntimeFailure as exc:  # the build or QEMU failed: a finding, the host run stands
+        target, outputs = TargetMeasurement(f"{build.label} (qemu)", spec.core, spec.kernels,
+                                            build.key, "error", message=str(exc)), []
+    if host is not None and target.ok:
+        as_host = [np.frombuffer(raw.tobytes(), dtype=ref.dtype).reshape(ref.shape)
+                   if raw.size == ref.nbytes else raw for raw, ref in zip(outputs, host.outputs)]
+        exact, diff = compare_outputs(as_host, host.outputs)
+        target = dataclasses.replace(target, outputs_agree=exact, max_abs_difference=diff,
+                                     compared_with=f"{host.runtime} on this host, same inputs")
+    if not target.ok:
+        notes.append(f"{target.build}: {target.status}"
+                     + (f" ({', '.join(target.unsupported_ops)})" if target.unsupported_ops
+                        else f": {target.message}" if target.message else ""))
+        return dataclasses.replace(measured, target_build=target)
+    budget = profile.budgets.arena_bytes
+    arena = target.min_arena_bytes or 0
+    return dataclasses.replace(
+        measured, target_build=target, arena_bytes=arena, arena_basis=Basis.MEASURED,
+        arena_budget_bytes=budget,
+        over_budget_bytes=None if budget is None else max(0, arena - budget))
 
 
 def _cross_check(model: Model, tflm: RunResult | None, common: dict, profile: Profile,

@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.escape import clean
-from devicefit.simulator.report import CompatibilityReport, LatencyBasis, Report, Status
+from devicefit.simulator.report import (
+    CompatibilityReport,
+    LatencyBasis,
+    MemoryReport,
+    Report,
+    Status,
+    TargetMeasurement,
+)
 from devicefit.simulator.units import format_band, format_size, format_time_ms
 from devicefit.simulator.views.base import View
 from devicefit.simulator.views.layertable import text_lines as layer_lines
@@ -145,8 +152,48 @@ def measured_lines(report: Report) -> list[str]:
         verdict = ("agree bit for bit" if m.outputs_agree else "DISAGREE (" + (
             "different output shapes" if diff is None else f"max difference {diff:g}") + ")")
         lines.append(f"  outputs      {' vs '.join(cc.runtimes)}: {verdict}")
+    lines += target_build_lines(m.target_build, report.memory)
     lines.append(f"  inputs       {m.inputs}")
     return lines
+
+
+def target_build_lines(t: TargetMeasurement | None, mem: MemoryReport) -> list[str]:
+    """The model on the device's own TFLM build (``--target-build``), beside the prediction."""
+    if t is None:
+        return []
+    lines = [f"  target build measured on {t.build}: {t.status}"]
+    if t.unsupported_ops:
+        lines.append(f"    the build lacks {', '.join(t.unsupported_ops)}: a finding")
+    if not t.ok:
+        return lines + ([f"    {t.message}"] if t.message else [])
+    rows = [["", "measured", "predicted", ""],
+            ["head", _bytes(t.head or 0), _bytes(mem.arena_head_bytes),
+             _diff(t.head, mem.arena_head_bytes)],
+            ["tail", _bytes(t.tail or 0), _bytes(mem.arena_tail_bytes),
+             _diff(t.tail, mem.arena_tail_bytes)],
+            ["start arena", _bytes(t.total or 0), _bytes(mem.arena_required_bytes),
+             _diff(t.total, mem.arena_required_bytes)],
+            ["smallest arena", _bytes(t.min_arena_bytes or 0), "",
+             "multiple of 16" + ("" if t.min_arena_invokes else ", Invoke FAILED there")]]
+    lines += _columns(rows, indent="    ")
+    scratch = t.scratch_buffers
+    if scratch:
+        lines.append(f"    scratch buffers {len(scratch)}: "
+                     + ", ".join(_bytes(b.size) for b in scratch[:6])
+                     + (" ..." if len(scratch) > 6 else ""))
+    if t.outputs_agree is not None:
+        verdict = "agree bit for bit" if t.outputs_agree else (
+            "differ (" + ("other shapes" if t.max_abs_difference is None
+                          else f"max difference {t.max_abs_difference:g}") + ")")
+        lines.append(f"    outputs vs {t.compared_with}: {verdict}")
+    return lines
+
+
+def _diff(measured: int | None, predicted: int) -> str:
+    if measured is None:
+        return ""
+    d = predicted - measured
+    return "same to the byte" if d == 0 else f"predicted {d:+,} B"
 
 
 def latency_lines(report: Report, top: int = 5) -> list[str]:

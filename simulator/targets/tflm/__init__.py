@@ -4,6 +4,10 @@ The arena is planned by TFLM's own rules (:mod:`simulator.planners.tflm`: greedy
 persistent tail), op support comes from the tflite-micro wheel's op resolver
 (:mod:`simulator.compat.tflm`), and ``--run`` runs the model in that wheel. TFLM reads an
 offline arena plan from the model's metadata, which ``optimize`` writes.
+
+``--run --target-build DIR`` also builds TFLM from the user's checkout for the profile's
+core and kernel library (:mod:`.build`) and measures the model on it under QEMU
+(:mod:`.measure`, with the harness ``harness.cc`` shipped beside them).
 """
 
 from __future__ import annotations

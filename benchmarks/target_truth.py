@@ -1,0 +1,266 @@
+"""Recorded truth of TFLM target builds, and devicefit's static prediction against it.
+
+``tests/data/tflm_builds/<build>.json`` holds what ``benchmarks/bench_target_builds.py``
+measured on one TFLM build (core, kernel library, pinned sources, toolchain, QEMU): per
+model its sha256, head, tail, start arena (RecordingMicroAllocator total), the smallest
+working arena (a multiple of 16, an application's own set-up), the tail by category, the
+planner's buffers and the output hash. The models are named by where they come from, never
+stored: a public corpus model (``tests/corpus.py``), a file of a public repository at a
+commit, or a function here that writes the bytes (so CI regenerates them identically).
+
+:func:`compare` puts devicefit's static prediction for the build's profile beside each
+measured model: predicted head vs measured head, and the predicted start arena (what
+``simulate`` tells a user to give TFLM) vs the smallest working arena — it must never be
+under, and should be over by little.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "tflm_builds"
+#: Bare git mirrors of public repositories (``owner+name/repo``), where a checkout has them.
+MIRRORS = Path(os.environ.get("DEVICEFIT_MIRRORS", "/work/.mirror"))
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """A recorded build: its file name, the core and kernels, and the profile predicting it."""
+
+    name: str
+    cpu: str
+    kernels: str
+    profile: str
+
+
+BUILDS = (
+    BuildConfig("cortex-m4-cmsis-nn", "cortex-m4", "cmsis-nn", "stm32l4r5-cortex-m4"),
+    BuildConfig("cortex-m7-cmsis-nn", "cortex-m7", "cmsis-nn", "stm32h743-cortex-m7"),
+    BuildConfig("cortex-m4-reference", "cortex-m4", "reference", "stm32l4r5-cortex-m4"),
+    BuildConfig("cortex-m0plus-reference", "cortex-m0plus", "reference", "stm32l4r5-cortex-m4"),
+)
+
+
+# --------------------------------------------------------------------------- models
+TFLM_REPO, TFLM_COMMIT = "tensorflow/tflite-micro", "90b983c2b3f1480642e040bbd2ddb37b998f3424"
+TINY_REPO, TINY_COMMIT = "mlcommons/tiny", "1afd2c9820f795965a6134facd0b4dfae41ef23f"
+_TFLM_FILES = (
+    "tensorflow/lite/micro/examples/hello_world/models/hello_world_float.tflite",
+    "tensorflow/lite/micro/examples/hello_world/models/hello_world_int8.tflite",
+    "tensorflow/lite/micro/examples/memory_footprint/models/simple_add_model.tflite",
+    "tensorflow/lite/micro/examples/micro_speech/models/audio_preprocessor_float.tflite",
+    "tensorflow/lite/micro/examples/micro_speech/models/audio_preprocessor_int8.tflite",
+    "tensorflow/lite/micro/examples/micro_speech/models/micro_speech_quantized.tflite",
+    "tensorflow/lite/micro/examples/mnist_lstm/trained_lstm.tflite",
+    "tensorflow/lite/micro/examples/mnist_lstm/trained_lstm_int8.tflite",
+    "tensorflow/lite/micro/examples/dtln/dtln_noise_suppression.tflite",
+    "tensorflow/lite/micro/models/keyword_scrambled.tflite",
+    "tensorflow/lite/micro/models/keyword_scrambled_8bit.tflite",
+    "tensorflow/lite/micro/models/person_detect.tflite",
+    "tensorflow/lite/micro/models/person_detect_vela.tflite",
+    "tensorflow/lite/micro/integration_tests/seanet/conv/conv10.tflite",
+    "tensorflow/lite/micro/integration_tests/seanet/transpose_conv/transpose_conv0.tflite",
+    "tensorflow/lite/micro/integration_tests/seanet/strided_slice/strided_slice15.tflite",
+    "third_party/xtensa/examples/micro_speech_lstm/micro_speech_lstm.tflite",
+)
+_TINY_FILES = (
+    "benchmark/training/anomaly_detection/trained_models/ad01_int8.tflite",
+    "benchmark/training/anomaly_detection/trained_models/ad01_fp32.tflite",
+    "benchmark/training/image_classification/trained_models/pretrainedResnet_quant.tflite",
+    "benchmark/training/image_classification/trained_models/pretrainedResnet.tflite",
+    "benchmark/training/keyword_spotting/trained_models/kws_ref_model.tflite",
+    "benchmark/training/keyword_spotting/trained_models/kws_ref_model_float32.tflite",
+    "benchmark/training/streaming_wakeword/trained_models/str_ww_ref_model.tflite",
+    "benchmark/training/visual_wake_words/trained_models/vww_96_int8.tflite",
+    "benchmark/training/visual_wake_words/trained_models/vww_96_float.tflite",
+)
+#: Models written by code here: (name, "module:function", arguments).
+_BUILT = (
+    ("lstm_int8", "tests.recurrent_models:lstm_model", ("int8",)),
+    ("lstm_float32", "tests.recurrent_models:lstm_model", ("float32",)),
+    ("slice_begin1", "tests.tflite_builder:slice_model", (1,)),
+    ("custom_op_unknown", "tests.tflite_builder:custom_model", ("DevicefitNoSuchOp",)),
+)
+#: Public corpus kinds TFLM can run (phone-only int models need LiteRT ops).
+CORPUS_KINDS = ("mcu-int8", "float32")
+
+
+@dataclass(frozen=True)
+class TruthModel:
+    """A model by its origin; :meth:`load` gives its bytes, or None where it is not here."""
+
+    name: str
+    source: dict[str, Any]
+
+    def load(self, models_dir: Path | None = None) -> bytes | None:
+        src = self.source
+        if "function" in src:
+            module, _, func = src["function"].partition(":")
+            import importlib
+
+            return getattr(importlib.import_module(module), func)(*src["args"])
+        if "corpus" in src:
+            from tests.corpus import CorpusUnavailable, corpus
+
+            try:
+                (m,) = corpus(names={src["corpus"]})
+            except CorpusUnavailable:
+                return None
+            return Path(m.path).read_bytes() if Path(m.path).is_file() else None
+        if models_dir is not None and (models_dir / self.name).is_file():
+            return (models_dir / self.name).read_bytes()
+        git_dir = MIRRORS / src["repo"].replace("/", "+") / "repo"
+        if not git_dir.is_dir():
+            return None
+        done = subprocess.run(["git", "--git-dir", str(git_dir), "show",
+                               f"{src['commit']}:{src['path']}"], capture_output=True)
+        return done.stdout if done.returncode == 0 else None
+
+
+def _repo_model(repo: str, commit: str, path: str) -> TruthModel:
+    short = repo.split("/")[1].replace("tflite-micro", "tflm")
+    return TruthModel(f"{short}__{Path(path).name}", {"repo": repo, "path": path,
+                                                      "commit": commit})
+
+
+def truth_models(with_corpus: bool = True) -> list[TruthModel]:
+    """Every model the recorded builds measure, in a fixed order."""
+    out = [TruthModel(f"built__{n}", {"function": f, "args": list(a)}) for n, f, a in _BUILT]
+    out += [_repo_model(TFLM_REPO, TFLM_COMMIT, p) for p in _TFLM_FILES]
+    out += [_repo_model(TINY_REPO, TINY_COMMIT, p) for p in _TINY_FILES]
+    if with_corpus:
+        from tests.corpus import MODELS
+
+        out += [TruthModel(f"corpus__{m.name}", {"corpus": m.name}) for m in MODELS
+                if set(m.kinds) & set(CORPUS_KINDS)]
+    return out
+
+
+# --------------------------------------------------------------------------- records
+def load_records(data: Path = DATA) -> dict[str, dict[str, Any]]:
+    """Build name → its recorded JSON (``{"build": {...}, "models": [...]}``)."""
+    out = {}
+    for path in sorted(data.glob("*.json")):
+        record = json.loads(path.read_text())
+        if not isinstance(record.get("build"), dict) or not isinstance(record.get("models"), list):
+            raise ValueError(f"{path}: not a recorded TFLM build (needs 'build' and 'models')")
+        out[record["build"]["name"]] = record
+    return out
+
+
+def build_config(name: str) -> BuildConfig:
+    for b in BUILDS:
+        if b.name == name:
+            return b
+    raise KeyError(f"no build '{name}' (known: {', '.join(b.name for b in BUILDS)})")
+
+
+def build_profile(config: BuildConfig) -> Any:
+    """The profile devicefit predicts the build with: the named board's, with the build's
+    core and kernel library."""
+    from devicefit.simulator.profiles import load_profile, with_runtime
+
+    profile = with_runtime(load_profile(config.profile), kernels=config.kernels)
+    if profile.device.cpu != config.cpu:
+        profile = dataclasses.replace(profile,
+                                      device=dataclasses.replace(profile.device, cpu=config.cpu))
+    return profile
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One measured model against devicefit's static prediction for the build."""
+
+    model: str
+    build: str
+    measured_head: int
+    predicted_head: int
+    min_arena: int
+    #: What devicefit tells a user to give TFLM (the verdict's arena figure).
+    predicted_start: int
+
+    @property
+    def head_exact(self) -> bool:
+        return self.measured_head == self.predicted_head
+
+    @property
+    def over(self) -> int:
+        """Predicted start arena − smallest working arena (negative: under, a failure)."""
+        return self.predicted_start - self.min_arena
+
+
+def predict(model_bytes: bytes, profile: Any, name: str = "model.tflite") -> tuple[int, int]:
+    """(head, start arena) devicefit predicts for a model on a profile, statically."""
+    import tempfile
+
+    from devicefit.simulator.planners import plan_memory
+    from devicefit.simulator.reader import read_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / name
+        path.write_bytes(model_bytes)
+        plan = plan_memory(read_model(path), profile)
+    return plan.head_bytes, max(plan.arena_bytes, plan.arena_required_bytes)
+
+
+def compare(record: Mapping[str, Any], load: Callable[[Mapping[str, Any]], bytes | None],
+            profile: Any | None = None) -> tuple[list[Comparison], list[str]]:
+    """Every measured model of ``record`` against the prediction; and the models left out
+    (bytes not available here, or not matching the recorded sha256), each with why.
+
+    ``load(entry)`` gives a recorded model's bytes or None; ``profile`` defaults to the
+    build's (:func:`build_profile`).
+    """
+    build = record["build"]["name"]
+    profile = profile or build_profile(build_config(build))
+    out, skipped = [], []
+    for entry in record["models"]:
+        if entry.get("status") != "ok":
+            continue
+        data = load(entry)
+        if data is None:
+            skipped.append(f"{entry['name']}: not available here")
+            continue
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            skipped.append(f"{entry['name']}: bytes differ from the recorded sha256")
+            continue
+        head, start = predict(data, profile, entry["name"])
+        out.append(Comparison(entry["name"], build, entry["head"], head,
+                              entry["min_arena_mult16"], start))
+    return out, skipped
+
+
+def loader(models_dir: Path | None = None) -> Callable[[Mapping[str, Any]], bytes | None]:
+    """``load`` for :func:`compare`: the recorded entry's source, via :class:`TruthModel`."""
+
+    def load(entry: Mapping[str, Any]) -> bytes | None:
+        return TruthModel(entry["name"], entry["source"]).load(models_dir)
+
+    return load
+
+
+@dataclass(frozen=True)
+class Summary:
+    models: int
+    head_exact: int
+    under: tuple[str, ...]
+    median_over: float | None
+    max_over: int | None
+
+
+def summarize(comparisons: Iterable[Comparison]) -> Summary:
+    rows = list(comparisons)
+    overs = [c.over for c in rows]
+    return Summary(len(rows), sum(c.head_exact for c in rows),
+                   tuple(f"{c.model} ({c.over:+,} B)" for c in rows if c.over < 0),
+                   statistics.median(overs) if overs else None, max(overs, default=None))
