@@ -11,8 +11,10 @@ flow (:func:`_place`): unmappable ops in front of the first mappable one stay on
 feed the TPU (e.g. a float input QUANTIZE); after that an op maps when it can map by itself
 and reads no result of an op left on the CPU after the subgraph began — mappable ops that
 do are left on the CPU with "More than one subgraph is not supported". Parameters of mapped
-ops are cached on chip in execution order while they fit the profile's ``param_cache_bytes``;
-the rest are streamed over the link every inference. The figures are predictions;
+ops, sized as the compiler lays them out (:mod:`.edgetpu_layout`), are cached on chip in
+execution order, an op's whole or not at all, while they fit the profile's
+``param_cache_bytes``; the rest, and element-wise constant operands always, are streamed
+over the link every inference. The figures are predictions;
 :func:`run_compiler` runs the real ``edgetpu_compiler`` when it is installed and
 :func:`parse_compiler_log` reads its output. A model compiled already is read instead
 (:func:`compiled_partition`, :mod:`.edgetpu_compiled`).
@@ -36,6 +38,7 @@ from devicefit.simulator.compat.edgetpu_compiler import (
     run_compiler,
 )
 from devicefit.simulator.compat.edgetpu_cost import edgetpu_cost
+from devicefit.simulator.compat.edgetpu_layout import OpParams, model_layout
 from devicefit.simulator.compat.edgetpu_rules import (
     MODEL_CHECKS,
     OP_CHECKS,
@@ -68,9 +71,12 @@ class OpPlacement:
     status: str
     #: What exactly is wrong, for a person ("" when mapped).
     reason: str = ""
+    #: The op's parameter bytes as the compiler lays them out (:mod:`.edgetpu_layout`).
     param_bytes: int = 0
     #: Where the op's parameters live: "on-chip", "off-chip" (streamed) or "" (none / CPU).
     params_in: str = ""
+    #: The layout rule that sized them ("tflite": not modelled, the TFLite bytes).
+    param_rule: str = ""
 
 
 
@@ -283,14 +289,19 @@ def partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
     placements = []
     for op, status in zip(sg.operators, own):
         if on_tpu[op.index]:
+            # Weights shared with an op placed already are stored once.
             fresh = [t for t in _param_tensors(sg, op) if t.buffer not in seen_buffers]
             seen_buffers.update(t.buffer for t in fresh)
-            nbytes = sum(model.buffer_sizes[t.buffer] for t in fresh)
-            fits = cache is None or onchip + nbytes <= cache
-            onchip, offchip = (onchip + nbytes, offchip) if fits else (onchip, offchip + nbytes)
+            params = model_layout(model, op) if fresh else OpParams()
+            fits = cache is None or onchip + params.cached <= cache
+            onchip += params.cached if fits else 0
+            offchip += params.streamed + (0 if fits else params.cached)
+            where = ("off-chip" if params.streamed or not fits else "on-chip") \
+                if params.cached + params.streamed else ""
             placements.append(OpPlacement(op.index, op.op_name, op.version, "tpu",
-                                          table.status("mapped"), "", nbytes,
-                                          ("on-chip" if fits else "off-chip") if nbytes else ""))
+                                          table.status("mapped"), "",
+                                          params.cached + params.streamed, where,
+                                          params.rule))
         elif error:
             placements.append(OpPlacement(op.index, op.op_name, op.version, "cpu",
                                           "Model not compiled", error))
