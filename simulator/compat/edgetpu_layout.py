@@ -28,15 +28,18 @@ their sign bit flipped as uint8):
 - ``shape_operand``: int32 constants of shape ops (RESHAPE, PAD, RESIZE_*, TILE ...) are
   compiled into the instructions (deeplab, posenet, movenet: no parameter bytes).
 
-Not modelled (their constants count as their TFLite bytes, ``rule == "tflite"``):
-UNIDIRECTIONAL_SEQUENCE_LSTM, and what the compiler adds without a TFLite constant:
-compiler 16's SOFTMAX (48,256 B for 1,001 classes; compiler 15 stores none), channel
-CONCATENATION/SPLIT selection matrices (64 B each in tools/split_concat). The benchmark
-states the error this leaves.
+Not modelled (``rule == "unmodelled"``: their TFLite constant bytes stand in, so the
+figure is low): UNIDIRECTIONAL_SEQUENCE_LSTM (keras_lstm_mnist: 43,968 B compiled for
+9,808 B of TFLite), compiler 16's SOFTMAX (48,256 B for 1,001 classes with no TFLite
+constant; compiler 15 stores none), SPLIT (tools/split_concat: 192 B of channel-selection
+matrices for one SPLIT and two CONCATENATIONs). Another op with constants the table does
+not know counts its TFLite bytes (``rule == "tflite"``). The benchmark states the error
+this leaves.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from devicefit.simulator.model import Model, Operator, Subgraph
@@ -53,6 +56,8 @@ RULES: dict[str, str] = {
 
 _MATRIX_OPS = frozenset({"CONV_2D", "FULLY_CONNECTED"})
 _ELEMENTWISE_OPS = frozenset({"ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE"})
+#: Ops the compiler stores parameters for that this module does not model (see above).
+UNMODELLED = frozenset({"UNIDIRECTIONAL_SEQUENCE_LSTM", "SOFTMAX", "SPLIT", "SPLIT_V"})
 _SHAPE_OPS = frozenset({"RESHAPE", "PAD", "PADV2", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR",
                         "TILE", "SPLIT", "SPLIT_V", "STRIDED_SLICE", "SLICE", "TRANSPOSE",
                         "MEAN", "SQUEEZE", "EXPAND_DIMS", "CONCATENATION", "GATHER"})
@@ -95,12 +100,14 @@ class LayoutOp:
 @dataclass(frozen=True)
 class OpParams:
     """An op's compiled parameter bytes: cached on chip (when they fit) and streamed every
-    inference whatever the cache holds; ``rule`` is the layout used ("" for none,
-    "tflite" when the op's kind is not modelled and its TFLite bytes stand in)."""
+    inference whatever the cache holds; ``rule`` is the layout used ("" for none;
+    "unmodelled" or "tflite" when its TFLite bytes stand in)."""
 
     cached: int = 0
     streamed: int = 0
     rule: str = ""
+    #: Every rule that shaped the figure (``rule`` and its refinements).
+    uses: tuple[str, ...] = ()
 
 
 def _pad(n: int, to: int) -> int:
@@ -118,10 +125,11 @@ def _matrix(op: LayoutOp, without: frozenset[str]) -> OpParams:
     taps = 1
     for d in w.shape[1:-1]:
         taps *= d
-    header = 12 if w.per_channel and "per_channel_header" not in without else 4
-    lanes = 4 if o <= 4 and "four_channels" not in without else _channels(o)
-    return OpParams(_pad(lanes * (header + taps * _pad(w.shape[-1], 4)), _ALIGN), 0,
-                    "matrix")
+    per_channel = w.per_channel and "per_channel_header" not in without
+    four = o <= 4 and "four_channels" not in without
+    lanes = 4 if four else _channels(o)
+    size = lanes * ((12 if per_channel else 4) + taps * _pad(w.shape[-1], 4))
+    return OpParams(_pad(size, _ALIGN), 0, "matrix", _uses("matrix", per_channel, four))
 
 
 def _depthwise(op: LayoutOp, without: frozenset[str]) -> OpParams:
@@ -129,8 +137,14 @@ def _depthwise(op: LayoutOp, without: frozenset[str]) -> OpParams:
     taps = 1
     for d in w.shape[1:-1]:
         taps *= d
-    header = 12 if w.per_channel and "per_channel_header" not in without else 4
-    return OpParams(_pad(w.shape[-1], 4) * (header + 4 * taps), 0, "depthwise")
+    per_channel = w.per_channel and "per_channel_header" not in without
+    return OpParams(_pad(w.shape[-1], 4) * ((12 if per_channel else 4) + 4 * taps), 0,
+                    "depthwise", _uses("depthwise", per_channel))
+
+
+def _uses(rule: str, per_channel: bool, four: bool = False) -> tuple[str, ...]:
+    return (rule, *(("per_channel_header",) if per_channel else ()),
+            *(("four_channels",) if four else ()))
 
 
 def _streamed(c: Constant) -> int:
@@ -153,19 +167,32 @@ def layout_params(op: LayoutOp, without: frozenset[str] = frozenset()) -> OpPara
     benchmark's leave-one-model-out check drops the rules only the held-out model shows);
     a left-out rule falls back to the TFLite bytes (or, for a refinement, the base rule)."""
     tflite = sum(c.nbytes for c in op.constants)
+    if op.kind in UNMODELLED:
+        return OpParams(tflite, 0, "unmodelled")
     has_weights = bool(op.constants) and len(op.constants[0].shape) >= 2
     if op.kind in _MATRIX_OPS and has_weights and "matrix" not in without:
         return _matrix(op, without)
     if op.kind == "DEPTHWISE_CONV_2D" and has_weights and "depthwise" not in without:
         return _depthwise(op, without)
     if op.kind in _ELEMENTWISE_OPS and op.constants and "streamed_operand" not in without:
-        return OpParams(0, sum(_streamed(c) for c in op.constants), "streamed_operand")
-    if op.kind in _SHAPE_OPS and all(c.dtype in ("int32", "int64") for c in op.constants) \
-            and "shape_operand" not in without:
-        return OpParams(0, 0, "shape_operand" if op.constants else "")
+        return OpParams(0, sum(_streamed(c) for c in op.constants), "streamed_operand",
+                        ("streamed_operand",))
+    if op.kind in _SHAPE_OPS and op.constants and "shape_operand" not in without and \
+            all(c.dtype in ("int32", "int64") for c in op.constants):
+        return OpParams(0, 0, "shape_operand", ("shape_operand",))
     return OpParams(tflite, 0, "tflite" if tflite else "")
 
 
-def model_layout(model: Model, op: Operator) -> OpParams:
-    """:func:`layout_params` of an op of ``model``'s main graph."""
-    return layout_params(LayoutOp.of(model.main, op, model.buffer_sizes))
+def stored_ops(model: Model, indices: Iterable[int]) -> dict[int, LayoutOp]:
+    """The :class:`LayoutOp` of each op of ``indices`` (main graph, in order) that has
+    constants no earlier one of them had: weights shared by two ops are stored once."""
+    sg = model.main
+    seen: set[int] = set()
+    out: dict[int, LayoutOp] = {}
+    for i in indices:
+        op = sg.operators[i]
+        buffers = {sg.tensors[t].buffer for t in op.inputs if t >= 0 and sg.tensors[t].has_data}
+        if buffers - seen:
+            out[i] = LayoutOp.of(sg, op, model.buffer_sizes)
+        seen |= buffers
+    return out
