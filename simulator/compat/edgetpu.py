@@ -38,7 +38,12 @@ from devicefit.simulator.compat.edgetpu_compiler import (
     run_compiler,
 )
 from devicefit.simulator.compat.edgetpu_cost import edgetpu_cost
-from devicefit.simulator.compat.edgetpu_layout import LayoutOp, layout_params, stored_ops
+from devicefit.simulator.compat.edgetpu_layout import (
+    LayoutOp,
+    cache_split,
+    layout_params,
+    stored_ops,
+)
 from devicefit.simulator.compat.edgetpu_rules import (
     MODEL_CHECKS,
     OP_CHECKS,
@@ -280,15 +285,17 @@ def partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
         own.append(("", error) if error else _own_status(OpContext(model, sg, op), table))
     on_tpu, blocked_by = _place(model, own)
     cache = edgetpu_cost(profile).param_cache_bytes
-    onchip = offchip = 0
-    stored = stored_ops(model, [i for i, tpu in enumerate(on_tpu) if tpu])
+    mapped = [i for i, tpu in enumerate(on_tpu) if tpu]
+    stored = stored_ops(model, mapped)
+    layout = {i: layout_params(stored.get(i) or LayoutOp(sg.operators[i].op_name))
+              for i in mapped}
+    placed = dict(zip(mapped, cache_split(list(layout.values()), cache)))
+    onchip = sum(layout[i].cached for i in mapped if placed[i])
+    offchip = sum(layout[i].streamed + (0 if placed[i] else layout[i].cached) for i in mapped)
     placements = []
     for op, status in zip(sg.operators, own):
         if on_tpu[op.index]:
-            params = layout_params(stored.get(op.index) or LayoutOp(op.op_name))
-            fits = cache is None or onchip + params.cached <= cache
-            onchip += params.cached if fits else 0
-            offchip += params.streamed + (0 if fits else params.cached)
+            params, fits = layout[op.index], placed[op.index]
             where = ("off-chip" if params.streamed or not fits else "on-chip") \
                 if params.cached + params.streamed else ""
             placements.append(OpPlacement(op.index, op.op_name, op.version, "tpu",

@@ -196,3 +196,15 @@ def stored_ops(model: Model, indices: Iterable[int]) -> dict[int, LayoutOp]:
             out[i] = LayoutOp.of(sg, op, model.buffer_sizes)
         seen |= buffers
     return out
+
+
+def cache_split(params: list[OpParams], cache: int | None) -> list[bool]:
+    """Whether each op's cached parameters are cached on chip: in execution order, an op's
+    whole or not at all, while they fit ``cache`` (None: no limit); the rest stream."""
+    used = 0
+    out = []
+    for p in params:
+        fits = cache is None or used + p.cached <= cache
+        used += p.cached if fits else 0
+        out.append(fits)
+    return out
