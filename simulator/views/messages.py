@@ -40,8 +40,10 @@ def compatibility_message(compat: CompatibilityReport | None) -> str | None:
 
 
 def problems(report: Report) -> list[str]:
-    """One line per budget not passed and per unsupported op set; never an unexplained fail."""
+    """One line per budget not passed or not checked and per unsupported op set; never an
+    unexplained fail."""
     found = [budget_message(b) for b in report.budgets if b.status != Status.PASS]
+    found += [f"{name} budget not checked: {why}" for name, why in report.unchecked_budgets.items()]
     compat = compatibility_message(report.compatibility)
     found += [compat] if compat else []
     if not report.ok and not found:
