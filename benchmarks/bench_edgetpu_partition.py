@@ -12,15 +12,29 @@ predicted and real, CPU share of the MACs, the verdict on ``coral-edgetpu`` (mor
 
     .venv/bin/python benchmarks/bench_edgetpu_partition.py
     .venv/bin/python benchmarks/bench_edgetpu_partition.py --mirror PATH/TO/test_data.git
+    .venv/bin/python benchmarks/bench_edgetpu_partition.py --fixture tests/fixtures/edgetpu/package_params.json
+
+Parameters: devicefit's layout model (``simulator.compat.edgetpu_layout``) against the
+package's cached (PARAMETER_CACHING) and streamed (EXECUTION_ONLY) bytes, and the same
+leave-one-model-out: for each model, the layout rules that no other model uses are left
+out (``--write-fixture`` records what the layout reads of every pair, with the package's
+figures, as tests/fixtures/edgetpu/package_params.json; ``--fixture`` reruns this check
+from it without the snapshot). It passes when every pair whose mapped ops are all modelled
+is within 1 % (leave-one-out) and the others are predicted low, as the report's note says.
 
 Blobs of 4 MiB or more are missing from the snapshot, so larger pairs (Inception,
 EfficientDet, SSD ...) are not run. The recorded compiler logs of tests/fixtures/edgetpu
-(no model beside them) are parsed and their cache figures printed.
+(no model beside them) are parsed and their cache figures printed, and the usable cache
+(used + remaining) of the public logs in cache_logs.json is compared with the profile's
+``param_cache``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,16 +49,72 @@ from devicefit.simulator.compat.edgetpu import (  # noqa: E402
     parse_compiler_log,
     partition,
 )
-from devicefit.simulator.compat.edgetpu_compiled import COMPILED_OP  # noqa: E402
+from devicefit.simulator.compat.edgetpu_compiled import COMPILED_OP, compiled_ops  # noqa: E402
+from devicefit.simulator.compat.edgetpu_compiler import compiler_size  # noqa: E402
+from devicefit.simulator.compat.edgetpu_cost import edgetpu_cost  # noqa: E402
+from devicefit.simulator.compat.edgetpu_layout import (  # noqa: E402
+    Constant,
+    LayoutOp,
+    cache_split,
+    layout_params,
+    stored_ops,
+)
+from devicefit.simulator.fileio import write_atomic  # noqa: E402
 from devicefit.simulator.model import Model  # noqa: E402
 from devicefit.simulator.profiles import load_profile  # noqa: E402
 from devicefit.simulator.reader import read_model  # noqa: E402
 
 MIRROR = Path("/work/.mirror/google-coral+test_data/repo")
+REPO = "google-coral/test_data"
 #: (release, commit, compiler) of google-coral/test_data.
 RELEASES = (("Grouper", "104342d2d3480b3e66203073dac24f4e2dbb4c41", "16.0"),
             ("Frogfish", "c21de4450f88a20ac5968628d375787745932a5a", "15.0"))
 FIXTURES = ROOT / "tests" / "fixtures" / "edgetpu"
+PACKAGE_FIXTURE = FIXTURES / "package_params.json"
+CACHE_LOGS = FIXTURES / "cache_logs.json"
+#: Within this share of the package's bytes a modelled pair agrees.
+TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class Params:
+    """One pair's parameter figures: what the layout reads of its mapped ops and what the
+    compiled package holds (the fixture's unit; no model file needed)."""
+
+    model: str
+    compiler: str
+    commit: str
+    compiled_path: str
+    real: tuple[int, int]  # (cached, streamed) bytes of the package
+    ops: tuple[LayoutOp, ...]
+
+    @property
+    def family(self) -> str:
+        """The model whatever the release and input size (posenet's three resolutions are
+        one network): leave-one-model-out leaves out a family."""
+        return re.sub(r"_\d{3,4}_\d{3,4}_", "_", self.model.split(" (")[0])
+
+
+@dataclass(frozen=True)
+class ParamRow:
+    model: str
+    real: tuple[int, int]
+    predicted: tuple[int, int]
+    loo: tuple[int, int]
+    #: Layout rules only this model uses, left out of its leave-one-out figure.
+    left_out: tuple[str, ...]
+    unmodelled: tuple[str, ...]
+
+    @property
+    def loo_error(self) -> float:
+        real = sum(self.real)
+        return (sum(self.loo) - real) / real if real else 0.0
+
+    @property
+    def agrees(self) -> bool:
+        if self.unmodelled:  # the report says the figure is low
+            return sum(self.loo) <= sum(self.real)
+        return abs(self.loo_error) <= TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -58,8 +128,7 @@ class Row:
     real_share: float
     predicted_verdict: str
     real_verdict: str
-    predicted_params: tuple[int, int]
-    real_params: tuple[int, int]
+    params: Params
 
 
 def _git(mirror: Path, *args: str) -> bytes:
@@ -105,7 +174,8 @@ def real_cpu_ops(model: Model, compiled: Model) -> set[int]:
             if any(model.main.tensors[t].name in names for t in op.outputs)}
 
 
-def run_pair(src: Path, comp: Path, name: str, compiler: str, profile) -> Row | str:
+def run_pair(src: Path, comp: Path, name: str, compiler: str, profile, commit: str = "",
+             compiled_path: str = "") -> Row | str:
     """The row of one pair, or why the files are no pair (the compiled one was made from
     another version of the graph)."""
     model, compiled = read_model(src), read_model(comp)
@@ -121,7 +191,14 @@ def run_pair(src: Path, comp: Path, name: str, compiler: str, profile) -> Row | 
                                       else "tpu"}) for p in predicted.ops]
     real_share, _ = cpu_work(model, real_placements)
     limit = profile.ops.max_cpu_share
-    real_report = partition(compiled, profile)
+    packages = compiled_ops(compiled)
+    real_tpu = [i for i in range(n) if i not in real_cpu]
+    stored = stored_ops(model, real_tpu)
+    params = Params(name, compiler, commit, compiled_path,
+                    (sum(c.cached_param_bytes for c in packages),
+                     sum(c.streamed_param_bytes for c in packages)),
+                    tuple(stored.get(i) or LayoutOp(model.main.operators[i].op_name)
+                          for i in real_tpu))
 
     def verdict(share: float, tpu_ops: int) -> str:
         return "FAIL" if tpu_ops == 0 or share > limit else "PASS"
@@ -134,26 +211,67 @@ def run_pair(src: Path, comp: Path, name: str, compiler: str, profile) -> Row | 
         predicted_share=predicted.cpu_share or 0.0, real_share=real_share,
         predicted_verdict=verdict(predicted.cpu_share or 0.0, predicted.mapped_ops),
         real_verdict=verdict(real_share, n - len(real_cpu)),
-        predicted_params=(predicted.onchip_param_bytes, predicted.offchip_param_bytes),
-        real_params=(real_report.onchip_param_bytes, real_report.offchip_param_bytes))
+        params=params)
+
+
+def _split(ops: tuple[LayoutOp, ...], cache: int | None, without: frozenset[str]
+           ) -> tuple[int, int]:
+    """(cached, streamed) bytes of ``ops``, placed as ``partition`` places them."""
+    params = [layout_params(op, without) for op in ops]
+    fits = cache_split(params, cache)
+    return (sum(p.cached for p, f in zip(params, fits) if f),
+            sum(p.streamed + (0 if f else p.cached) for p, f in zip(params, fits)))
+
+
+def param_rows(all_params: list[Params], cache: int | None) -> list[ParamRow]:
+    """Each pair's layout figures, in full and leave-one-model-out: the rules no other
+    family uses are left out of a family's own figure."""
+    used = {p.model: {r for op in p.ops for r in layout_params(op).uses} for p in all_params}
+    families: dict[str, set[str]] = {}
+    for p in all_params:
+        for rule in used[p.model]:
+            families.setdefault(rule, set()).add(p.family)
+    rows = []
+    for p in all_params:
+        alone = frozenset(r for r in used[p.model] if families[r] == {p.family})
+        unmodelled = sorted({op.kind for op in p.ops
+                             if layout_params(op).rule in ("unmodelled", "tflite")})
+        rows.append(ParamRow(p.model, p.real, _split(p.ops, cache, frozenset()),
+                             _split(p.ops, cache, alone), tuple(sorted(alone)),
+                             tuple(unmodelled)))
+    return rows
 
 
 def _kib(n: int) -> str:
     return f"{n / 1024:,.1f}"
 
 
+def _pair_kib(pair: tuple[int, int]) -> str:
+    return f"{_kib(pair[0])}/{_kib(pair[1])}"
+
+
 def table(rows: list[Row]) -> list[str]:
     lines = ["| model | compiler | TPU/CPU ops predicted | real | same ops | CPU share "
-             "predicted | real | verdict predicted | real | params cached/streamed KiB "
-             "predicted | real (package) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "predicted | real | verdict predicted | real |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r.model} | {r.compiler} | {r.predicted[0]}/{r.predicted[1]} | "
             f"{r.real[0]}/{r.real[1]} | {'yes' if r.same_ops else 'NO'} | "
             f"{r.predicted_share:.1%} | {r.real_share:.1%} | {r.predicted_verdict} | "
-            f"{r.real_verdict} | {_kib(r.predicted_params[0])}/{_kib(r.predicted_params[1])} | "
-            f"{_kib(r.real_params[0])}/{_kib(r.real_params[1])} |")
+            f"{r.real_verdict} |")
+    return lines
+
+
+def param_table(rows: list[ParamRow]) -> list[str]:
+    lines = ["| model | params cached/streamed KiB: predicted | leave-one-out | real "
+             "(package) | leave-one-out error | rules only it uses | not modelled |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r.model} | {_pair_kib(r.predicted)} | {_pair_kib(r.loo)} | "
+                     f"{_pair_kib(r.real)} | {r.loo_error:+.2%}"
+                     f"{'' if r.agrees else ' (DISAGREES)'} | {', '.join(r.left_out) or '-'} "
+                     f"| {', '.join(r.unmodelled) or '-'} |")
     return lines
 
 
@@ -171,38 +289,134 @@ def log_lines() -> list[str]:
     return lines
 
 
+def usable_cache(logs: list[dict]) -> tuple[list[tuple[dict, int]], int]:
+    """Each log with its used + remaining bytes, and the median of the compiler 15/16
+    logs of one model in one subgraph (co-compiled models share the cache, several
+    subgraphs split it)."""
+    sized = [(log, compiler_size(log["used"]) + compiler_size(log["remaining"]))
+             for log in logs]
+    plain = [n for log, n in sized if log["subgraphs"] == 1 and not log["co_compiled"]
+             and int(log["compiler"].split(".")[0]) >= 15]
+    return sized, int(statistics.median(plain))
+
+
+def cache_lines(profile_cache: int | None) -> tuple[list[str], bool]:
+    sized, median = usable_cache(json.loads(CACHE_LOGS.read_text())["logs"])
+    lines = ["| source | compiler | used | remaining | used + remaining MiB | streamed |",
+             "|---|---|---|---|---|---|"]
+    for log, n in sized:
+        mark = "" if log["subgraphs"] == 1 and not log["co_compiled"] else " (not counted)"
+        lines.append(f"| {log['source'].split(' ')[0]} {log['model']}{mark} | "
+                     f"{log['compiler']} | {log['used']} | {log['remaining']} | "
+                     f"{n / 2**20:.2f} | {log['streamed']} |")
+    same = profile_cache is not None and abs(profile_cache - median) <= 1024
+    lines += ["", f"median used + remaining (compiler 15/16, one model, one subgraph): "
+                  f"{median / 2**20:.2f} MiB; coral-edgetpu cost_model.param_cache "
+                  f"{'-' if profile_cache is None else f'{profile_cache / 2**20:.2f} MiB'}"
+                  f"{'' if same else ' — DIFFERS'}"]
+    return lines, same
+
+
+def write_fixture(path: Path, params: list[Params]) -> None:
+    """What the layout reads of every pair, and the package's bytes: small numbers, no
+    model data (the models stay in google-coral/test_data)."""
+    def op_json(op: LayoutOp) -> list:
+        return [op.kind, [[list(c.shape), c.dtype, c.nbytes, c.per_channel]
+                          for c in op.constants]]
+    head = {"source": f"https://github.com/{REPO}", "written_by": "benchmarks/"
+            "bench_edgetpu_partition.py --write-fixture"}
+    pairs = [json.dumps({"model": p.model, "compiler": p.compiler, "commit": p.commit,
+                         "compiled_path": p.compiled_path, "real_cached": p.real[0],
+                         "real_streamed": p.real[1], "ops": [op_json(op) for op in p.ops]},
+                        separators=(",", ":")) for p in params]
+    # One pair a line: a diff of a rerun shows which pair changed.
+    text = json.dumps(head, indent=1)[:-2] + ',\n "pairs": [\n' + ",\n".join(pairs) + "]}\n"
+    write_atomic(path, text)
+
+
+def read_fixture(path: Path) -> list[Params]:
+    pairs = json.loads(path.read_text())["pairs"]
+    return [Params(p["model"], p["compiler"], p["commit"], p["compiled_path"],
+                   (p["real_cached"], p["real_streamed"]),
+                   tuple(LayoutOp(kind, tuple(Constant(tuple(shape), dtype, nbytes, pc)
+                                              for shape, dtype, nbytes, pc in consts))
+                         for kind, consts in p["ops"]))
+            for p in pairs]
+
+
+def snapshot_rows(mirror: Path, profile) -> list[Row]:
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="devicefit-etpu-pairs-") as tmp:
+        for release, commit, compiler in RELEASES:
+            for src, comp in pairs(mirror, commit):
+                a = _blob(mirror, commit, src, Path(tmp))
+                b = _blob(mirror, commit, comp, Path(tmp))
+                if a is None or b is None:
+                    print(f"skipped: {release} {comp}: not in the snapshot (>= 4 MiB)",
+                          file=sys.stderr)
+                    continue
+                row = run_pair(a, b, f"{src} ({release})", compiler, profile, commit, comp)
+                if isinstance(row, str):
+                    print(f"skipped: {row}", file=sys.stderr)
+                else:
+                    rows.append(row)
+    return rows
+
+
+def check_params(params: list[Params], cache: int | None) -> tuple[list[str], bool]:
+    """The parameter table and its summary; True when every pair agrees."""
+    rows = param_rows(params, cache)
+    modelled = [r for r in rows if not r.unmodelled]
+    worst = max((abs(r.loo_error) for r in modelled), default=0.0)
+    exact = sum(r.loo == r.real for r in modelled)
+    low = [r for r in rows if r.unmodelled and r.loo != r.real]
+    lines = param_table(rows) + [
+        "", f"{sum(r.agrees for r in rows)} of {len(rows)} parameter splits agree. "
+            f"Leave-one-out on the {len(modelled)} pairs whose mapped ops are all modelled: "
+            f"{exact} exact, worst {worst:.2%}. Of the {len(rows) - len(modelled)} with an op "
+            f"not modelled, {len(rows) - len(modelled) - len(low)} are exact anyway and "
+            f"{len(low)} low: {', '.join(f'{r.model} {r.loo_error:+.1%}' for r in low)}"]
+    return lines, all(r.agrees for r in rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mirror", type=Path, default=MIRROR,
                     help="bare git dir of google-coral/test_data")
+    ap.add_argument("--fixture", type=Path,
+                    help="check the parameter layout on this fixture instead of the snapshot")
+    ap.add_argument("--write-fixture", type=Path,
+                    help="also write the pairs' layout inputs and package bytes here")
     args = ap.parse_args(argv)
     profile = load_profile("coral-edgetpu")
+    cache = edgetpu_cost(profile).param_cache_bytes
     rows: list[Row] = []
-    if not args.mirror.is_dir():
+    ok = True
+    if args.fixture is not None:
+        params = read_fixture(args.fixture)
+    elif not args.mirror.is_dir():
         print(f"skipped: no snapshot of google-coral/test_data at {args.mirror}")
+        params = []
     else:
-        with tempfile.TemporaryDirectory(prefix="devicefit-etpu-pairs-") as tmp:
-            for release, commit, compiler in RELEASES:
-                for src, comp in pairs(args.mirror, commit):
-                    a = _blob(args.mirror, commit, src, Path(tmp))
-                    b = _blob(args.mirror, commit, comp, Path(tmp))
-                    if a is None or b is None:
-                        print(f"skipped: {release} {comp}: not in the snapshot (>= 4 MiB)",
-                              file=sys.stderr)
-                        continue
-                    row = run_pair(a, b, f"{src} ({release})", compiler, profile)
-                    if isinstance(row, str):
-                        print(f"skipped: {row}", file=sys.stderr)
-                    else:
-                        rows.append(row)
-    print("\n".join(table(rows)))
-    print()
-    same = sum(r.same_ops for r in rows)
-    verdicts = sum(r.predicted_verdict == r.real_verdict for r in rows)
-    print(f"{same} of {len(rows)} partitions and {verdicts} of {len(rows)} verdicts agree")
+        rows = snapshot_rows(args.mirror, profile)
+        params = [r.params for r in rows]
+        print("\n".join(table(rows)))
+        print()
+        same = sum(r.same_ops for r in rows)
+        verdicts = sum(r.predicted_verdict == r.real_verdict for r in rows)
+        print(f"{same} of {len(rows)} partitions and {verdicts} of {len(rows)} verdicts agree")
+        print()
+        ok = bool(rows) and same == len(rows) and verdicts == len(rows)
+        if args.write_fixture is not None:
+            write_fixture(args.write_fixture, params)
+    lines, params_ok = check_params(params, cache)
+    print("\n".join(lines))
     print()
     print("\n".join(log_lines()))
-    return 0 if rows and same == len(rows) and verdicts == len(rows) else 1
+    print()
+    lines, cache_ok = cache_lines(cache)
+    print("\n".join(lines))
+    return 0 if ok and params and params_ok and cache_ok else 1
 
 
 if __name__ == "__main__":

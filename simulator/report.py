@@ -32,7 +32,7 @@ SCHEMA_VERSION = 2
 
 
 class Status(StrEnum):
-    """A budget's outcome, and a report's verdict (never "at-risk")."""
+    """A budget's outcome, and a report's verdict (never "at-risk": ``Report.status`` is)."""
 
     PASS = "pass"
     FAIL = "fail"
@@ -601,10 +601,12 @@ class Report:
 
     @property
     def status(self) -> Status:
-        """The verdict, or "at-risk" when it passes on an estimate whose band crosses a budget."""
+        """The verdict, or "at-risk" when it passes on an estimate whose band crosses a budget
+        or with a budget it has no figure for (an unknown latency is no pass: a compiled
+        Edge TPU model's TPU time is not in the file)."""
         if not self.ok:
             return Status.FAIL
-        return Status.AT_RISK if self.at_risk else Status.PASS
+        return Status.AT_RISK if self.at_risk or self.unchecked_budgets else Status.PASS
 
     @property
     def at_risk(self) -> list[str]:
@@ -623,7 +625,8 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (plain dicts, lists, str, numbers), with its ``schema_version``."""
-        return {"schema_version": SCHEMA_VERSION, **_plain_fields(self)}
+        return {"schema_version": SCHEMA_VERSION, **_plain_fields(self),
+                "status": self.status.value}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], section_type: SectionTypes) -> Report:

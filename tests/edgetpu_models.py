@@ -160,3 +160,64 @@ def compiled_model(cached_bytes: int = 40_000, streamed_bytes: int = 600,
          _operator(2, [2, 3, -1], [4], fb.BuiltinOptions.FullyConnectedOptions,
                    fb.FullyConnectedOptionsT())],
         [0], [4])
+
+
+# --------------------------------------------------------------------------- parameter layout
+
+
+def _weights(name: str, shape: tuple[int, ...], buffer: int, channels: int,
+             per_channel: bool) -> fb.TensorT:
+    """An int8 weight tensor with one scale per output channel or one for all."""
+    t = _tensor(name, shape, I8, buffer)
+    q = fb.QuantizationParametersT()
+    n = channels if per_channel else 1
+    q.scale, q.zeroPoint, q.quantizedDimension = [0.01] * n, [0] * n, 0
+    t.quantization = q
+    return t
+
+
+def layer_model(kind: str, out_channels: int, in_channels: int, kernel: int = 1, *,
+                per_channel: bool = False, hw: int = 8, shared: bool = False) -> bytes:
+    """One int8 CONV_2D [O, k, k, I], DEPTHWISE_CONV_2D [1, k, k, I] (O = I) or
+    FULLY_CONNECTED [O, I] with its int32 bias; ``shared``: a second op of the same kind
+    reads the same weight and bias buffers (CONV_2D/DEPTHWISE with O = I only)."""
+    o, i, k = out_channels, in_channels, kernel
+    if kind == "FULLY_CONNECTED":
+        wshape, xshape, yshape = (o, i), (1, i), (1, o)
+        code, opt_type, opts = (fb.BuiltinOperator.FULLY_CONNECTED,
+                                fb.BuiltinOptions.FullyConnectedOptions,
+                                fb.FullyConnectedOptionsT())
+    elif kind == "DEPTHWISE_CONV_2D":
+        o = i
+        wshape, xshape, yshape = (1, k, k, i), (1, hw, hw, i), (1, hw, hw, i)
+        opts = fb.DepthwiseConv2DOptionsT()
+        opts.padding, opts.strideW, opts.strideH, opts.depthMultiplier = fb.Padding.SAME, 1, 1, 1
+        opts.dilationWFactor = opts.dilationHFactor = 1
+        code, opt_type = (fb.BuiltinOperator.DEPTHWISE_CONV_2D,
+                          fb.BuiltinOptions.DepthwiseConv2DOptions)
+    else:
+        wshape, xshape, yshape = (o, k, k, i), (1, hw, hw, i), (1, hw, hw, o)
+        code, opt_type, opts = (fb.BuiltinOperator.CONV_2D, fb.BuiltinOptions.Conv2DOptions,
+                                _conv(o))
+    w = np.ones(wshape, np.int8)
+    b = np.zeros(o, np.int32)
+    tensors = [_tensor("x", xshape, I8, 0), _weights("w", wshape, 1, o, per_channel),
+               _tensor("b", (o,), I32, 2), _tensor("y", yshape, I8, 0)]
+    ops = [_operator(0, [0, 1, 2], [3], opt_type, opts)]
+    if shared:
+        tensors.append(_tensor("y2", yshape, I8, 0))
+        ops.append(_operator(0, [3, 1, 2], [4], opt_type, opts))
+    return _model([_opcode(code)], tensors, [_buffer(w), _buffer(b)], ops, [0],
+                  [len(tensors) - 1])
+
+
+def mul_const_model(const_shape: tuple[int, ...], shape: tuple[int, ...] = (1, 48, 48, 1)
+                    ) -> bytes:
+    """x[shape] int8 × a constant int8 tensor of ``const_shape`` (MUL broadcasts it)."""
+    c = np.ones(const_shape, np.int8)
+    return _model(
+        [_opcode(fb.BuiltinOperator.MUL)],
+        [_tensor("x", shape, I8, 0), _tensor("c", const_shape, I8, 1),
+         _tensor("y", shape, I8, 0)],
+        [_buffer(c)],
+        [_operator(0, [0, 1], [2], fb.BuiltinOptions.MulOptions, fb.MulOptionsT())], [0], [2])

@@ -62,7 +62,7 @@ _ERRORS = ("ERROR:", "Invalid model", "Model could not be parsed", "Compilation 
            "Internal compiler error")
 
 
-def _compiler_size(text: str) -> int | None:
+def compiler_size(text: str) -> int | None:
     """``7.67MiB`` → bytes. The compiler rounds to 2 decimals, so this is ±0.5 % at most."""
     m = _SIZE.match(text)
     return round(float(m.group(1)) * _SIZE_FACTORS[m.group(2)]) if m else None
@@ -80,7 +80,7 @@ def parse_compiler_log(text: str) -> CompilerLog:
         key, sep, value = stripped.partition(":")
         if sep and key in _SUMMARY:
             attr, kind = _SUMMARY[key]
-            parsed = _compiler_size(value) if kind == "size" else int(value.strip())
+            parsed = compiler_size(value) if kind == "size" else int(value.strip())
             setattr(out, attr, parsed)
             continue
         if stripped.startswith(_ERRORS) and "successfully" not in stripped:

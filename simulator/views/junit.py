@@ -1,6 +1,6 @@
 """The JUnit XML view: one testsuite per report, one testcase per budget and one for op
 support. A budget the report could not judge is a skipped case; an at-risk budget passes,
-its message in ``system-out`` (JUnit has no warning), unless ``fail_on_risk``. Failures carry
+its message in ``system-out`` (JUnit has no warning); with ``fail_on_risk`` both fail. Failures carry
 the limit, the value and the margin in both the message and the text, since CI viewers show
 one or the other. ``devicefit check`` builds its project-wide file from :func:`report_cases`.
 """
@@ -52,9 +52,14 @@ def report_cases(suite: ET.Element, report: Report, classname: str, counts: dict
         if disagreements := disagreement_messages(report):
             ET.SubElement(tc, "system-out").text = "\n".join(disagreements)
     for name, why in report.unchecked_budgets.items():
-        ET.SubElement(case(suite, counts, classname, f"budget.{name}"), "skipped",
-                      message=f"{name} budget not checked: {why}")
-        counts["skipped"] += 1
+        tc = case(suite, counts, classname, f"budget.{name}")
+        message = f"{name} budget not checked: {why}"
+        if fail_on_risk:  # an unknown figure is at risk, like a band crossing the budget
+            ET.SubElement(tc, "failure", type="BudgetNotChecked", message=message)
+            counts["failures"] += 1
+        else:
+            ET.SubElement(tc, "skipped", message=message)
+            counts["skipped"] += 1
 
 
 def xml_text(root: ET.Element) -> str:

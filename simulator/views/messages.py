@@ -47,8 +47,10 @@ def disagreement_messages(report: Report) -> list[str]:
 
 
 def problems(report: Report) -> list[str]:
-    """One line per budget not passed and per unsupported op set; never an unexplained fail."""
+    """One line per budget not passed or not checked and per unsupported op set; never an
+    unexplained fail."""
     found = [budget_message(b) for b in report.budgets if b.status != Status.PASS]
+    found += [f"{name} budget not checked: {why}" for name, why in report.unchecked_budgets.items()]
     compat = compatibility_message(report.compatibility)
     found += [compat] if compat else []
     if not report.ok and not found:

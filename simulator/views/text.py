@@ -108,8 +108,9 @@ def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
     if report.notes:
         lines += ["", "Notes"] + [f"  - {n}" for n in report.notes]
     risk = f" (at risk: {', '.join(report.at_risk)})" if report.at_risk else ""
-    if report.ok and report.unchecked_budgets:
-        risk += f" ({', '.join(report.unchecked_budgets)} not checked: no figure)"
+    if report.ok and report.unchecked_budgets:  # never a bare PASS on an unknown figure
+        risk += (" for the checked budgets; " + "; ".join(
+            f"{name} NOT CHECKED ({why})" for name, why in report.unchecked_budgets.items()))
     lines += ["", f"Verdict: {report.verdict.upper()}{risk}"]
     # Names in the model and the profile reach the terminal only through here.
     return clean("\n".join(lines)) + "\n"

@@ -44,7 +44,7 @@ def test_all_supported_int8_cnn_maps_fully(coral):
     assert r.segment == (0, 7) and r.tpu_subgraphs == 1
     assert {row.status for row in r.table} == {MAPPED}
     assert sum(row.count for row in r.table) == 8
-    # every weight and bias fits the 8 MiB cache: nothing streamed
+    # every weight and bias fits the cache: nothing streamed
     assert r.offchip_param_bytes == 0 and r.onchip_param_bytes > 0
 
 

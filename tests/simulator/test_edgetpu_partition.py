@@ -141,3 +141,32 @@ def test_simulate_a_compiled_model_never_claims_a_latency(coral, compiled):
     assert "read from the compiled model's edgetpu-custom-op" in shown
     assert "40,000 B (39.1 KiB) cached on chip" in shown and "600 B streamed" in shown
     assert "latency budget not checked" in shown
+
+
+def test_a_compiled_model_is_at_risk_not_a_bare_pass(coral, compiled, tmp_path):
+    """Its latency is unknown: the verdict passes (exit 0) but the status is at-risk in the
+    JSON (``check --fail-on-risk`` fails on it), the text says the latency was not checked,
+    JUnit skips the latency case and fails it with fail_on_risk."""
+    import xml.etree.ElementTree as ET
+
+    from devicefit.sdk.cli import main
+    from devicefit.simulator.views import junit
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["simulate", compiled.path, "--profile", "coral-edgetpu", "--json"]) == 0
+    report = json.loads(out.getvalue())
+    assert report["verdict"] == "pass" and report["status"] == "at-risk"
+    text = io.StringIO()
+    with redirect_stdout(text):
+        main(["simulate", compiled.path, "--profile", "coral-edgetpu"])
+    verdict = text.getvalue().strip().splitlines()[-1]
+    assert verdict.startswith("Verdict: PASS for the checked budgets; latency NOT CHECKED (")
+    from devicefit.simulator.simulate import simulate
+
+    sim = simulate(compiled.path, "coral-edgetpu")
+    lenient = ET.fromstring(junit.render(sim))
+    strict = ET.fromstring(junit.render(sim, fail_on_risk=True))
+    case = ".//testcase[@name='budget.latency']"
+    assert lenient.find(case + "/skipped") is not None and lenient.find(case + "/failure") is None
+    assert strict.find(case + "/failure").get("type") == "BudgetNotChecked"
