@@ -13,7 +13,12 @@ kernel flavour, op name → rule returning the requests in the order the kernel 
   (:mod:`simulator.cmsis_nn`); ops it does not override, and the float paths of those it
   does, use the reference rules.
 
-Other flavours (``esp-nn`` ...) are sized with the reference rules. :func:`verified_against`
+- ``esp-nn:<variant>``: esp-tflite-micro's ``kernels/esp_nn/`` with ESP-NN built for the
+  ESP32-S3 (``esp32s3``), the ESP32-P4 (``esp32p4``) or another chip (``generic``), sized
+  with ESP-NN's ``esp_nn_get_*_scratch_size`` (:mod:`simulator.esp_nn`); never measured on
+  a build, so always an estimate.
+
+Other flavours (``andes-nn`` ...) are sized with the reference rules. :func:`verified_against`
 says what each flavour's figures were checked against: the 64-bit host wheel, a recorded
 32-bit build, or nothing (an estimate).
 """
@@ -23,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from devicefit.simulator import cmsis_nn
+from devicefit.simulator import cmsis_nn, esp_nn
 from devicefit.simulator.cmsis_nn import ConvParams, Dims, Feature
 from devicefit.simulator.model import DTYPE_BYTES, Operator, Subgraph, Tensor
 
@@ -181,17 +186,22 @@ def _conv_dims(sg: Subgraph, op: Operator) -> tuple[Dims, Dims, Dims, ConvParams
                                                       == len(out.shape) == 4):
         return None
     o = op.options
+    pad_h, pad_w = _padding(inp, f, out, o)
     p = ConvParams(stride_h=int(o.get("stride_h", 1)), stride_w=int(o.get("stride_w", 1)),
+                   pad_h=pad_h, pad_w=pad_w,
                    dilation_h=int(o.get("dilation_h_factor", 1)),
                    dilation_w=int(o.get("dilation_w_factor", 1)))
-    if o.get("padding", "SAME") == "SAME":
-        p = ConvParams(p.stride_h, p.stride_w,
-                       _same_padding(inp.shape[1], f.shape[1], p.stride_h, p.dilation_h,
-                                     out.shape[1]),
-                       _same_padding(inp.shape[2], f.shape[2], p.stride_w, p.dilation_w,
-                                     out.shape[2]),
-                       p.dilation_h, p.dilation_w)
     return Dims(*inp.shape), Dims(1, f.shape[1], f.shape[2], f.shape[3]), Dims(*out.shape), p
+
+
+def _padding(inp: Tensor, f: Tensor, out: Tensor, o: dict) -> tuple[int, int]:
+    """TFLM's ``op_data.padding`` (height, width) of a 4-D CONV_2D / DEPTHWISE_CONV_2D."""
+    if o.get("padding", "SAME") != "SAME":
+        return 0, 0
+    return (_same_padding(inp.shape[1], f.shape[1], int(o.get("stride_h", 1)),
+                          int(o.get("dilation_h_factor", 1)), out.shape[1]),
+            _same_padding(inp.shape[2], f.shape[2], int(o.get("stride_w", 1)),
+                          int(o.get("dilation_w_factor", 1)), out.shape[2]))
 
 
 def _cmsis_conv(feature: Feature) -> ScratchRule:
@@ -338,29 +348,96 @@ def cmsis_nn_scratch(feature: Feature) -> dict[str, ScratchRule]:
     }
 
 
+# --------------------------------------------------------------------------- ESP-NN
+def _esp_conv_args(sg: Subgraph, op: Operator) -> tuple[Dims, Dims, Dims, esp_nn.ConvParams] | None:
+    """What TFLM's ``esp_nn/conv.cc`` (:132) and ``depthwise_conv.cc`` (:256) pass ESP-NN
+    for an int8 input: input, filter {w, h, dims[3]} and output dims, strides, TFLM's
+    padding and the depth multiplier; None for other inputs (no request)."""
+    inp, f, out = _tensor(sg, op, 0), _tensor(sg, op, 1), _tensor(sg, op, 0, outputs=True)
+    if inp is None or f is None or out is None or inp.dtype != "int8" \
+            or not (len(inp.shape) == len(f.shape) == len(out.shape) == 4):
+        return None
+    o = op.options
+    pad_h, pad_w = _padding(inp, f, out, o)
+    p = esp_nn.ConvParams(stride_w=int(o.get("stride_w", 1)), stride_h=int(o.get("stride_h", 1)),
+                          pad_w=pad_w, pad_h=pad_h, ch_mult=int(o.get("depth_multiplier", 1)))
+    return (esp_nn.Dims(inp.shape[2], inp.shape[1], inp.shape[3]),
+            esp_nn.Dims(f.shape[2], f.shape[1], f.shape[3]),
+            esp_nn.Dims(out.shape[2], out.shape[1], out.shape[3]), p)
+
+
+def _esp_conv_like(size: Callable[..., int]) -> Callable[[esp_nn.Variant], ScratchRule]:
+    def for_variant(variant: esp_nn.Variant) -> ScratchRule:
+        def rule(sg: Subgraph, op: Operator, ptr: int) -> list[ScratchRequest]:
+            """The int4 filter's buffer first (as the reference kernel), then ESP-NN's,
+            requested only when positive."""
+            reqs = _int4_filter(sg, op, ptr)
+            args = _esp_conv_args(sg, op)
+            n = size(*args, variant) if args is not None else 0
+            return reqs + [ScratchRequest(n, "scratch (ESP-NN)")] if n > 0 else reqs
+        return rule
+    return for_variant
+
+
+_esp_conv = _esp_conv_like(esp_nn.conv_scratch)
+_esp_depthwise = _esp_conv_like(esp_nn.depthwise_scratch)
+
+
+def _esp_softmax(sg: Subgraph, op: Operator, _ptr: int) -> list[ScratchRequest]:
+    """``esp_nn/softmax.cc:151``: int8 in and out ask for ``input->dims->data[1]`` * 4
+    (the C reads ``data[1]`` of any rank; a rank-1 input is left unsized here)."""
+    inp, out = _tensor(sg, op, 0), _tensor(sg, op, 0, outputs=True)
+    if inp is None or out is None or inp.dtype != "int8" or out.dtype != "int8" \
+            or len(inp.shape) < 2:
+        return []
+    n = esp_nn.softmax_scratch(inp.shape[1])
+    return [ScratchRequest(n, "scratch (ESP-NN)")] if n > 0 else []
+
+
+def esp_nn_scratch(variant: esp_nn.Variant) -> dict[str, ScratchRule]:
+    """Scratch rules of esp-tflite-micro's ``kernels/esp_nn/`` built for ``variant``; its
+    FULLY_CONNECTED, pooling, ADD and MUL request nothing beyond the reference kernels'."""
+    return {**REFERENCE_SCRATCH, "CONV_2D": _esp_conv(variant),
+            "DEPTHWISE_CONV_2D": _esp_depthwise(variant), "SOFTMAX": _esp_softmax}
+
+
 #: kernel flavour → its scratch rules. ``cmsis-nn:<feature>`` is CMSIS-NN built for a core
 #: with that extension (:func:`flavour`); plain ``cmsis-nn`` means a DSP core (M4/M7/M33).
 KERNEL_SCRATCH: dict[str, dict[str, ScratchRule]] = {
     "reference": REFERENCE_SCRATCH,
     **{f"cmsis-nn:{f}": cmsis_nn_scratch(f) for f in cmsis_nn.FEATURES},
+    **{f"esp-nn:{v}": esp_nn_scratch(v) for v in esp_nn.VARIANTS},
 }
-#: Flavour names kept for callers that know only the library: a DSP core.
-KERNEL_ALIASES = {"cmsis-nn": "cmsis-nn:dsp"}
-KERNEL_SCRATCH["cmsis-nn"] = KERNEL_SCRATCH[KERNEL_ALIASES["cmsis-nn"]]
+#: Flavour names kept for callers that know only the library: a DSP core, an ESP32-S3
+#: (ESP-NN's SIMD target and the one shipped profile using it).
+KERNEL_ALIASES = {"cmsis-nn": "cmsis-nn:dsp", "esp-nn": "esp-nn:esp32s3"}
+for _name, _flavour in KERNEL_ALIASES.items():
+    KERNEL_SCRATCH[_name] = KERNEL_SCRATCH[_flavour]
 
 
-def flavour(kernels: str, simd: str | None) -> str:
-    """The scratch/tail flavour of ``kernels`` on a core whose SIMD path is ``simd``
-    (:class:`simulator.cores.Core`): CMSIS-NN's sizes depend on DSP / MVE."""
+def flavour(kernels: str, simd: str | None, core: str | None = None) -> str:
+    """The scratch/tail flavour of ``kernels`` on a core whose SIMD path is ``simd`` and
+    whose registered name is ``core`` (:class:`simulator.cores.Core`): CMSIS-NN's sizes
+    depend on DSP / MVE, ESP-NN's on the chip (S3, P4, others: generic)."""
+    if kernels == "esp-nn":
+        return f"esp-nn:{_ESP_VARIANTS.get(core, 'generic')}" if core else KERNEL_ALIASES[kernels]
     if kernels != "cmsis-nn":
         return kernels
     return f"cmsis-nn:{simd if simd in ('dsp', 'mve') else 'none'}" if simd else "cmsis-nn:dsp"
+
+
+#: cores.yaml's core name → the ESP-NN build esp_nn.h selects for it.
+_ESP_VARIANTS: dict[str, esp_nn.Variant] = {"xtensa-lx7": "esp32s3",
+                                            "esp32-p4-rv32imafc": "esp32p4"}
 
 
 #: What each (flavour, pointer width)'s arena figures have been checked against: the pip
 #: wheel's RecordingMicroAllocator on a 64-bit host, or recorded 32-bit TFLM builds
 #: (``tests/data/tflm_builds/``, checked in ``tests/simulator/test_tflm_32bit.py``).
 #: Anything else is sized from the kernel sources but never compared with a run.
+#: Where the sizes come from, per kernel library, for the notes of such an estimate.
+SOURCES = {"cmsis-nn": "CMSIS-NN's get_buffer_size functions, GCC build",
+           "esp-nn": "from ESP-NN sources, not measured on a build"}
 HOST_MEASURED = "64-bit host measured"
 BUILD_MEASURED = "32-bit build measured"
 ESTIMATED = "estimated"

@@ -30,7 +30,13 @@ from devicefit.simulator.planners.tflm_tail import (
     struct_sizes,
 )
 from devicefit.simulator.profiles import Profile
-from devicefit.simulator.scratch import ESTIMATED, KERNEL_SCRATCH, flavour, verified_against
+from devicefit.simulator.scratch import (
+    ESTIMATED,
+    KERNEL_SCRATCH,
+    SOURCES,
+    flavour,
+    verified_against,
+)
 
 
 def greedy_plan(buffers: Sequence[Buffer]) -> list[int]:
@@ -96,15 +102,16 @@ def planning_bytes(model: Model, buffers: Sequence[Buffer], pointer_bytes: int) 
 
 def kernel_flavour(profile: Profile) -> str:
     """The profile's kernel library as the scratch and tail tables know it: CMSIS-NN's
-    sizes depend on the core's extension (``device.cpu`` → none / DSP / MVE)."""
+    sizes depend on the core's extension (``device.cpu`` → none / DSP / MVE), ESP-NN's on
+    the chip (S3, P4, generic)."""
     kernels = profile.runtime.kernels
-    if kernels != "cmsis-nn":
+    if kernels not in ("cmsis-nn", "esp-nn"):
         return kernels
     try:
-        simd = find_core(profile.device.cpu).simd if profile.device.cpu else None
+        core = find_core(profile.device.cpu) if profile.device.cpu else None
     except ProfileError:
-        simd = None
-    return flavour(kernels, simd)
+        core = None
+    return flavour(kernels, core.simd if core else None, core.name if core else None)
 
 
 @dataclass(frozen=True)
@@ -160,9 +167,10 @@ def plan_tflm(model: Model, profile: Profile, order: Sequence[int] | None = None
     else:
         estimated += ["arena_head", "lower_bound", "timeline"]
         if kernels in KERNEL_SCRATCH:
+            source = SOURCES.get(kernels.split(":")[0], "the kernel sources")
             notes.append(f"head: tensors planned exactly; '{kernels}' scratch buffers sized "
-                         "from the kernel sources (CMSIS-NN's get_buffer_size functions, GCC "
-                         f"build) for {pointer * 8}-bit pointers; verified against: estimated")
+                         f"from the kernel sources for {pointer * 8}-bit pointers; verified "
+                         f"against: estimated ({source})")
         else:
             notes.append(f"head: tensors planned exactly, but '{kernels}' kernels request "
                          "scratch buffers devicefit sizes as the reference kernels do; the "
