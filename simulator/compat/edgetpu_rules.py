@@ -201,14 +201,17 @@ def _static_shapes(model: Model) -> CheckResult:
     return True, ""
 
 
+def _first_not_8bit(tensors: Iterable[Tensor]) -> Tensor | None:
+    """The first tensor that is not 8-bit; constants may be int32 (biases, shapes, axes)."""
+    return next((t for t in tensors
+                 if t.dtype not in ((*EIGHT_BIT, "int32") if t.has_data else EIGHT_BIT)), None)
+
+
 @op_check("tensors_8bit")
 def _tensors_8bit(ctx: OpContext) -> CheckResult:
-    for t in (*ctx.inputs(), *ctx.outputs()):
-        # Constants may be int32 (biases, shapes, axes); everything else must be 8-bit.
-        allowed = (*EIGHT_BIT, "int32") if t.has_data else EIGHT_BIT
-        if t.dtype not in allowed:
-            return False, (f"tensor '{t.name}' is {t.dtype}: the Edge TPU needs every tensor "
-                           "8-bit quantized (int8/uint8); convert with full-integer quantization")
+    if (t := _first_not_8bit((*ctx.inputs(), *ctx.outputs()))) is not None:
+        return False, (f"tensor '{t.name}' is {t.dtype}: the Edge TPU needs every tensor "
+                       "8-bit quantized (int8/uint8); convert with full-integer quantization")
     return True, ""
 
 
@@ -225,12 +228,10 @@ def _lstm_integer(ctx: OpContext) -> CheckResult:
         return False, (f"cell state '{cell.name}' is {cell.dtype}: the Edge TPU maps an integer "
                        "LSTM (int8 with an int16 cell state)")
     others = [t for k, t in enumerate(ctx.op.inputs) if t >= 0 and k != _LSTM_CELL_STATE]
-    for t in (*(ctx.tensor(i) for i in others), *ctx.outputs()):
-        allowed = (*EIGHT_BIT, "int32") if t.has_data else EIGHT_BIT
-        if t.dtype not in allowed:
-            return False, (f"tensor '{t.name}' is {t.dtype}: an Edge TPU LSTM needs 8-bit "
-                           "inputs, weights, outputs and hidden state (int16 only for the cell "
-                           "state); convert with full-integer quantization")
+    if (t := _first_not_8bit((*(ctx.tensor(i) for i in others), *ctx.outputs()))) is not None:
+        return False, (f"tensor '{t.name}' is {t.dtype}: an Edge TPU LSTM needs 8-bit "
+                       "inputs, weights, outputs and hidden state (int16 only for the cell "
+                       "state); convert with full-integer quantization")
     return True, ""
 
 
