@@ -93,6 +93,22 @@ class Outcome:
                    bool(data.get("detailed", True)))
 
 
+@dataclass(frozen=True)
+class BaselineComparison:
+    """The regression half of a run: which baseline, how many targets it judged."""
+
+    #: The baseline file (as the project or ``--baseline`` names it); None: none was read.
+    path: str | None
+    #: True when this run wrote the file instead of comparing with it.
+    written: bool
+    #: Simulated targets that have regression rules.
+    targets: int
+    #: Of those, the ones the baseline had figures for (the others are new).
+    compared: int
+    #: Rules that failed.
+    regressions: int
+
+
 @dataclass
 class CheckResult:
     project: str
@@ -102,6 +118,16 @@ class CheckResult:
     seconds: float
     #: ``check --fail-on-risk``: an at-risk budget fails the gate (exit 1).
     fail_on_risk: bool = False
+    #: The baseline file this run wrote (``--update-baseline``, or a project's first run).
+    baseline_written: str | None = None
+
+    def comparison(self) -> BaselineComparison:
+        """What the regression rules were compared against, for the summaries."""
+        ruled = [o for o in self.outcomes if o.rules and o.report is not None]
+        return BaselineComparison(
+            self.baseline_written or self.baseline, self.baseline_written is not None,
+            len(ruled), sum(1 for o in ruled if o.regressions),
+            sum(1 for o in ruled for r in o.regressions if not r.ok))
 
     @property
     def exit_code(self) -> int:
@@ -129,7 +155,9 @@ class CheckResult:
         return {
             "project": self.project, "verdict": self.verdict, "exit_code": self.exit_code,
             "fail_on_risk": self.fail_on_risk,
-            "run": self.run, "baseline": self.baseline, "seconds": round(self.seconds, 3),
+            "run": self.run, "baseline": self.baseline,
+            "baseline_written": self.baseline_written,
+            "comparison": asdict(self.comparison()), "seconds": round(self.seconds, 3),
             "summary": self.counts(), "results": [o.to_dict() for o in self.outcomes],
         }
 
@@ -137,7 +165,7 @@ class CheckResult:
     def from_dict(cls, data: dict[str, Any]) -> CheckResult:
         return cls(data["project"], [Outcome.from_dict(o) for o in data["results"]],
                    bool(data["run"]), data["baseline"], float(data["seconds"]),
-                   bool(data.get("fail_on_risk", False)))
+                   bool(data.get("fail_on_risk", False)), data.get("baseline_written"))
 
 
 def _simulate(model_path: str, profile: Profile, run: bool, options: dict[str, Any],

@@ -77,6 +77,32 @@ def regression_cell(o: Outcome) -> tuple[str, bool | None]:
     return ", ".join(f"{r.name} {_change(r)}" for r in shown) or "unchanged", not failed
 
 
+def shown_path(path: str) -> str:
+    """A path as a reader finds it: relative to the working folder when under it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+def baseline_text(result: CheckResult) -> str | None:
+    """One sentence on the regression half of the gate: what was compared against which
+    baseline, and how it went; None when no target has a regression rule."""
+    c = result.comparison()
+    if not c.targets:
+        return None
+    if c.written:
+        return (f"baseline {shown_path(c.path or '')} written by this run ({c.targets} "
+                f"target(s)); regressions are compared with it from the next run")
+    if c.path is None:
+        return "no baseline: the regression rules were not checked"
+    new = c.targets - c.compared
+    return (f"{c.compared} of {c.targets} target(s) compared with baseline "
+            f"{shown_path(c.path)}"
+            + (f" ({new} not in it yet)" if new else "") + ": "
+            + (f"{c.regressions} regression(s)" if c.regressions else "no regressions"))
+
+
 def notes(result: CheckResult) -> list[str]:
     """Why something was not checked, and where the runtime overruled the op table, each
     once."""
@@ -163,12 +189,11 @@ def markdown(result: CheckResult) -> str:
                           if counts[k]) + f" of {total}")
     mode = "static analysis + real inference" if result.run else "static analysis"
     lines = [f"## {MARKS[result.verdict]} devicefit check: {headline}", "",
-             f"{md_code(Path(result.project).name)} · {mode}"
-             + (f" · baseline {md_code(Path(result.baseline).name)}" if result.baseline
-                else "")
-             + f" · {result.seconds:.1f} s", "",
-             "| | model | profile | " + " | ".join(METRICS) + " | regression |",
-             "|---|---|---|" + "---|" * len(METRICS) + "---|"]
+             f"{md_code(Path(result.project).name)} · {mode} · {result.seconds:.1f} s", ""]
+    if (compared := baseline_text(result)) is not None:
+        lines += [f"**Regressions**: {_md_escape(compared)}", ""]
+    lines += ["| | model | profile | " + " | ".join(METRICS) + " | regression |",
+              "|---|---|---|" + "---|" * len(METRICS) + "---|"]
     for o in result.outcomes:
         cells = [_md_cell(*metric_cell(o, m)) for m in METRICS] + [_md_cell(*regression_cell(o))]
         lines.append(f"| {MARKS[o.status]} | {_md_escape(o.model)} | {_md_escape(o.profile)} | "

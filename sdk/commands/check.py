@@ -199,13 +199,16 @@ def _views(args: argparse.Namespace, result: CheckResult, inputs: list[Path],
     from devicefit.sdk.check.views import html, json_text, junit_xml, markdown
     from devicefit.sdk.console import make_console
 
+    if args.update_baseline:
+        err = make_console(args.no_color, stderr=True)
+        # First, so that the summaries below can say the run wrote it.
+        if wrote := _update_baseline(result, baseline_path, err, inputs):
+            result.baseline_written = str(baseline_path)
+        written += wrote
     for path, render in ((args.junit, junit_xml), (args.markdown, markdown), (args.html, html)):
         if path is not None:
             write_atomic(path, render(result), inputs=inputs)
             written.append(str(path))
-    if args.update_baseline:
-        err = make_console(args.no_color, stderr=True)
-        written += _update_baseline(result, baseline_path, err, inputs)
     if args.json:
         sys.stdout.write(json_text(result))
     else:
@@ -256,7 +259,7 @@ class _Progress:
 
 
 def _print(console, result: CheckResult, written: list[str], notes: bool) -> None:
-    from devicefit.sdk.check.views import metric_cell, problems, regression_cell
+    from devicefit.sdk.check.views import baseline_text, metric_cell, problems, regression_cell
     from devicefit.sdk.check.views import notes as check_notes
     from devicefit.sdk.console import table
     from rich.markup import escape
@@ -274,6 +277,8 @@ def _print(console, result: CheckResult, written: list[str], notes: bool) -> Non
             console.print(f"{o.model} @ {o.profile}: {line}", markup=False, highlight=False)
     for note in check_notes(result) if notes else ():
         console.print(f"note: {note}", markup=False)
+    if (compared := baseline_text(result)) is not None:
+        console.print(f"regressions: {compared}", markup=False, highlight=False)
     counts = result.counts()
     risk = f", {counts['at-risk']} at risk" if counts["at-risk"] else ""
     summary = (f"{counts['pass']} passed{risk}, {counts['fail']} failed, {counts['error']} errors "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import glob
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -48,9 +49,9 @@ class Runner:
     def __init__(self, root: Path, models: Path | None) -> None:
         self.root = root
         (root / "examples").mkdir(parents=True)
+        # As a clone has it: the committed baseline, not the models (built, or given).
         shutil.copytree(EXAMPLES, root / "examples" / "ci",
-                        ignore=shutil.ignore_patterns("models", "devicefit-baseline.json",
-                                                      "__pycache__"))
+                        ignore=shutil.ignore_patterns("models", "__pycache__"))
         if models is not None:
             shutil.copytree(models, root / "examples" / "ci" / "models")
         for name in ("action.yml", ".pre-commit-hooks.yaml"):
@@ -172,15 +173,15 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example's models, built by the sharded workflow's ``models`` job (the script the
     example ships), once for all test workers: cached under ``tests/artifacts/`` by the hash
     of the script and the workflow, like :mod:`tests.zoo`'s models."""
-    sources = [EXAMPLES / "build_models.py", EXAMPLES / "github-actions-sharded.yml"]
-    key = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
+    spec = yaml.safe_load((EXAMPLES / "github-actions-sharded.yml").read_text())
+    job = yaml.safe_dump([spec["env"], spec["jobs"]["models"]["steps"]]).encode()
+    key = hashlib.sha256((EXAMPLES / "build_models.py").read_bytes() + job).hexdigest()[:12]
     cache = TESTS / "artifacts" / "ci-models" / key
     cache.parent.mkdir(parents=True, exist_ok=True)
     with open(cache.parent / f".{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not cache.exists():
             runner = Runner(tmp_path_factory.mktemp("models") / "checkout", None)
-            spec = yaml.safe_load(sources[1].read_text())
             runner.steps(spec["jobs"]["models"]["steps"], {}, spec["env"])
             runner.check_installs()
             shutil.copytree(runner.root / "examples" / "ci" / "models", cache)
@@ -189,17 +190,59 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cache
 
 
+BASELINE = "examples/ci/devicefit-baseline.json"
+#: What the summaries say when the shipped example is checked against its committed baseline.
+COMPARED = f"6 of 6 target(s) compared with baseline {BASELINE}: no regressions"
+
+
+def _figures_unchanged(summary: str) -> None:
+    """Every target's figures equal the committed baseline's: a change that moves them (a
+    planner fix, a new cost table) must refresh the file, or the example gates stale figures."""
+    rows = [line for line in summary.splitlines() if line.startswith("| ✅")]
+    assert len(rows) == 6 and all(row.endswith("| unchanged |") for row in rows), (
+        f"refresh the example's baseline: build the models (python examples/ci/build_models.py)"
+        f", then devicefit check examples/ci/devicefit.yaml --update-baseline\n{summary}")
+
+
 def test_github_workflow_with_the_composite_action(tmp_path, models):
+    """As shipped: compared with the committed baseline, which the run leaves as it was."""
     runner = Runner(tmp_path / "checkout", models)
+    committed = (ROOT / BASELINE).read_bytes()
     runner.workflow(EXAMPLES / "github-actions.yml")
     runner.check_installs()
-    ci = runner.root / "examples" / "ci"
-    # The project's first run wrote the baseline its 'baseline:' key names, and said so.
-    assert (ci / "devicefit-baseline.json").is_file()
-    assert "no baseline yet, so this run writes it" in "".join(runner.outputs)
+    assert (runner.root / BASELINE).read_bytes() == committed
+    assert "no baseline yet" not in "".join(runner.outputs)
     junit = (runner.root / "reports" / "devicefit-junit.xml").read_text()
     assert 'failures="0"' in junit and 'errors="0"' in junit and "timestamp=" in junit
-    assert "kws" in (runner.root / "summary.md").read_text()  # the job summary
+    assert junit.count('name="regression.') == 6 * 3  # flash, arena, latency per target
+    summary = (runner.root / "summary.md").read_text()  # the job summary
+    assert f"**Regressions**: {COMPARED}" in summary
+    _figures_unchanged(summary)
+
+
+def test_the_shipped_ci_fails_a_regression_and_names_it(tmp_path, models):
+    """The kws arena grew 10 % over the committed figure (the rule allows 5 %)."""
+    runner = Runner(tmp_path / "checkout", models)
+    baseline = runner.root / BASELINE
+    data = json.loads(baseline.read_text())
+    entry = data["models"]["kws"]["stm32l4r5-cortex-m4"]
+    entry["arena_bytes"] = round(entry["arena_bytes"] / 1.1)
+    baseline.write_text(json.dumps(data))
+    with pytest.raises(AssertionError, match='exit "1"'):
+        runner.workflow(EXAMPLES / "github-actions.yml")
+    summary = (runner.root / "summary.md").read_text()
+    assert f"6 of 6 target(s) compared with baseline {BASELINE}: 1 regression(s)" in summary
+    assert "**kws** on `stm32l4r5-cortex-m4`: regression: arena grew from" in summary
+
+
+def test_the_shipped_ci_refuses_to_run_without_its_baseline(tmp_path, models):
+    """A baseline written inside the runner would be lost: the gate stops instead (exit 2)."""
+    runner = Runner(tmp_path / "checkout", models)
+    (runner.root / BASELINE).unlink()
+    with pytest.raises(AssertionError, match='exit "2"'):
+        runner.workflow(EXAMPLES / "github-actions.yml")
+    assert "baseline file not found" in "".join(runner.outputs)
+    assert not (runner.root / BASELINE).exists()
 
 
 def test_sharded_workflow_merges_four_shards(tmp_path, models):
@@ -212,13 +255,16 @@ def test_sharded_workflow_merges_four_shards(tmp_path, models):
     assert len(list((runner.root / "shards").glob("shard-*.json"))) == 4
     junit = (runner.root / "reports" / "devicefit-junit.xml").read_text()
     assert junit.count("<testsuite ") == 6 and 'failures="0"' in junit
+    # Each shard compared its targets with the committed baseline; the merge says so once.
+    assert f"**Regressions**: {COMPARED}" in (runner.root / "summary.md").read_text()
 
 
 def test_gitlab_job(tmp_path, models):
     runner = Runner(tmp_path / "checkout", models)
     runner.gitlab(EXAMPLES / "gitlab-ci.yml")
     runner.check_installs()
-    assert (runner.root / "reports" / "devicefit-summary.md").is_file()
+    summary = (runner.root / "reports" / "devicefit-summary.md").read_text()
+    assert COMPARED in summary
 
 
 def test_action_fails_the_step_with_the_gates_exit_code(tmp_path, models):
