@@ -1,0 +1,84 @@
+"""The docs say what the code does: they build strictly, their links lead somewhere, their
+generated tables are current and every ``$ devicefit`` example prints what it shows
+(:mod:`tests.doccheck`; ``python -m tests.doccheck --update`` rewrites what changed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests import doccheck
+from tests.docs_models import recorded, workspace
+from tests.paths import ROOT
+
+
+def test_the_docs_build_strictly(tmp_path):
+    """mkdocs fails on a page missing from the nav, a broken link or anchor between pages."""
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
+                           "--site-dir", str(tmp_path / "site")], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "site" / "check" / "index.html").is_file()
+
+
+def test_every_relative_link_and_anchor_resolves():
+    """README.md too, which mkdocs does not build."""
+    problems = [p for path in doccheck.doc_files() for p in doccheck.broken_links(path)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_link_checker_finds_a_broken_file_and_anchor(tmp_path, monkeypatch):
+    page = ROOT / "docs" / "check.md"
+    bad = page.with_name(".doccheck-broken.md")
+    bad.write_text("[ok](check.md#ci-a-github-action-a-pre-commit-hook-and-examples-that-run-as"
+                   "-shipped) [gone](nowhere.md) [anchor](check.md#no-such-heading)\n")
+    try:
+        problems = doccheck.broken_links(bad)
+    finally:
+        bad.unlink()
+    assert len(problems) == 2
+    assert "no file nowhere.md" in problems[0] and "no heading #no-such-heading" in problems[1]
+
+
+def test_generated_tables_are_current():
+    stale = [s for path in doccheck.doc_files() for s in doccheck.stale_generated(path)]
+    assert not stale, "\n".join(stale)
+    text = (ROOT / "docs" / "profiles.md").read_text()
+    assert "`ethos-u55-128`" in text and "`coral-edgetpu`" in text
+
+
+def test_wildcards_match_and_update_keeps_them():
+    expected = ["head", "...", "took ... s", "tail"]
+    actual = ["head", "a", "b", "took 1.5 s", "tail"]
+    assert doccheck.matches(expected, actual)
+    assert not doccheck.matches(expected, ["head", "took 1.5 s", "tail", "extra"])
+    assert doccheck.matches(["a", "...", "b"], ["a", "b"])  # `...` may stand for no line
+    # An update keeps the wildcard lines that still match, and the elision.
+    assert doccheck.updated(expected, ["head", "x", "took 2 s", "tail", "new"]) == [
+        "head", "...", "took ... s", "tail", "new"]
+    assert doccheck.updated(["a", "b"], ["a", "c"]) == ["a", "c"]
+
+
+def test_every_example_is_run_or_says_why():
+    """A block with a devicefit command is a transcript the checker runs, or carries a skip
+    marker with a reason."""
+    unchecked = [b.where for path in doccheck.doc_files() for b in doccheck.blocks(path)
+                 if b.language in doccheck.SHELL_LANGUAGES and b.mentions_devicefit()
+                 and not b.commands and not b.markers.get("skip")]
+    assert not unchecked, unchecked
+
+
+@pytest.mark.slow  # on first use, the tour's conversion (tests/docs_models.py)
+def test_every_command_example_prints_what_the_docs_show():
+    """README first: its tour writes the files the pages use. All failures at once, each
+    with a diff; ``python -m tests.doccheck --update`` takes the new output."""
+    failures = []
+    runs = recorded()
+    with workspace() as folder:
+        for path in doccheck.doc_files():
+            failures += doccheck.check_file(path, folder, recorded=runs)
+    assert not failures, "\n\n".join(f"{f.where}: $ {f.command}\n{f.message}"
+                                      for f in failures) + \
+        "\n\n(python -m tests.doccheck --update rewrites these outputs; review with git diff)"
