@@ -79,7 +79,7 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"{self.path.relative_to(ROOT)}:{self.line}"
+        return f"{_shown(self.path)}:{self.line}"
 
     def mentions_devicefit(self) -> bool:
         return any(re.match(r"\s*(\$\s+)?devicefit\s", line) for line in self.body)
@@ -323,6 +323,10 @@ def anchors(path: Path) -> set[str]:
     return found
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def broken_links(path: Path) -> list[str]:
     """Relative links (and their #anchors) of a Markdown file that lead nowhere."""
     problems: list[str] = []
@@ -335,11 +339,11 @@ def broken_links(path: Path) -> list[str]:
             continue
         file_part, _, anchor = target.partition("#")
         dest = (path.parent / file_part).resolve() if file_part else path
-        where = f"{path.relative_to(ROOT)}: ({target})"
+        where = f"{_shown(path)}: ({target})"
         if not dest.exists():
             problems.append(f"{where}: no file {file_part}")
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
-            problems.append(f"{where}: no heading #{anchor} in {dest.relative_to(ROOT)}")
+            problems.append(f"{where}: no heading #{anchor} in {_shown(dest)}")
     return problems
 
 
@@ -376,11 +380,11 @@ def stale_generated(path: Path, update: bool = False) -> list[str]:
     def fresh(m: re.Match) -> str:
         name = m.group(2)
         if name not in GENERATED:
-            stale.append(f"{path.relative_to(ROOT)}: unknown generated part {name!r}")
+            stale.append(f"{_shown(path)}: unknown generated part {name!r}")
             return m.group(0)
         now = "\n".join(GENERATED[name]()) + "\n"
         if m.group(3) != now:
-            stale.append(f"{path.relative_to(ROOT)}: the generated part {name!r} is stale "
+            stale.append(f"{_shown(path)}: the generated part {name!r} is stale "
                          f"(python -m tests.doccheck --update)")
         return m.group(1) + now + m.group(4)
 

@@ -29,16 +29,14 @@ def test_every_relative_link_and_anchor_resolves():
     assert not problems, "\n".join(problems)
 
 
-def test_the_link_checker_finds_a_broken_file_and_anchor(tmp_path, monkeypatch):
-    page = ROOT / "docs" / "check.md"
-    bad = page.with_name(".doccheck-broken.md")
-    bad.write_text("[ok](check.md#ci-a-github-action-a-pre-commit-hook-and-examples-that-run-as"
-                   "-shipped) [gone](nowhere.md) [anchor](check.md#no-such-heading)\n")
-    try:
-        problems = doccheck.broken_links(bad)
-    finally:
-        bad.unlink()
-    assert len(problems) == 2
+def test_the_link_checker_finds_a_broken_file_and_anchor(tmp_path):
+    (tmp_path / "other.md").write_text("# A heading `with code`\n\n## Twice\n\n## Twice\n")
+    page = tmp_path / "page.md"
+    page.write_text("[ok](other.md#a-heading-with-code) [again](other.md#twice_1) "
+                    "[gone](nowhere.md) [anchor](other.md#no-such-heading) "
+                    "`[in code](nowhere.md)` [web](https://example.org/x.md)\n")
+    problems = doccheck.broken_links(page)
+    assert len(problems) == 2, problems
     assert "no file nowhere.md" in problems[0] and "no heading #no-such-heading" in problems[1]
 
 
@@ -59,6 +57,22 @@ def test_wildcards_match_and_update_keeps_them():
     assert doccheck.updated(expected, ["head", "x", "took 2 s", "tail", "new"]) == [
         "head", "...", "took ... s", "tail", "new"]
     assert doccheck.updated(["a", "b"], ["a", "c"]) == ["a", "c"]
+
+
+def test_a_changed_output_fails_with_a_diff_and_update_rewrites_it(tmp_path):
+    """The doc shows an old message; the check names the example, --update takes the new one
+    and keeps what the doc elided."""
+    (tmp_path / "board.yaml").write_text("extends: stm32l4r5-cortex-m4\nbudgets:\n  arenna: 1KiB\n")
+    doc = tmp_path / "page.md"
+    doc.write_text("Intro.\n\n<!-- doccheck: exit 2 -->\n```console\n"
+                   "$ devicefit profiles validate board.yaml\n"
+                   "devicefit: error: board.yaml:3: an old message\n```\n")
+    (failure,) = doccheck.check_file(doc, tmp_path)
+    assert failure.where == f"{doc}:4" and "-devicefit: error: board.yaml:3: an old" in \
+        failure.message and "+devicefit: error: board.yaml:3: unknown key" in failure.message
+    doccheck.check_file(doc, tmp_path, update=True)
+    assert "did you mean 'arena'" in doc.read_text() and "Intro." in doc.read_text()
+    assert doccheck.check_file(doc, tmp_path) == []
 
 
 def test_every_example_is_run_or_says_why():

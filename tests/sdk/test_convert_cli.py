@@ -10,6 +10,7 @@ import pytest
 from devicefit.sdk.cli import main
 
 from examples.digits import cached_cnn, load_digits
+from tests.docs_models import REPORT, recorded_tour, tour_conversion
 from tests.paths import TESTS
 
 pytestmark = pytest.mark.slow
@@ -35,14 +36,14 @@ def _one_line_error(capsys, *words: str) -> str:
     return errors[0]
 
 
-def test_cli_converts_writes_report_and_prints_verdict(digits, tmp_path, capsys):
-    out, rep = tmp_path / "m.tflite", tmp_path / "r.json"
-    code = main(["convert", digits["model"], "--profile", MCU, "--calibration", digits["train"],
-                 "--eval", digits["test"], "-o", str(out), "--report", str(rep)])
-    text = capsys.readouterr().out
-    assert code == 0
-    assert out.exists()
-    report = json.loads(rep.read_text())
+def test_cli_converts_writes_report_and_prints_verdict():
+    """The README tour's ``devicefit convert`` (the digits CNN, calibration and evaluation
+    data), run once for this test and the docs check (tests/docs_models.py)."""
+    folder, run = tour_conversion(), recorded_tour()
+    text = "\n".join(run.lines)
+    assert run.code == 0
+    assert (folder / "digits.tflite").exists()
+    report = json.loads((folder / REPORT).read_text())
     assert report["profile"] == MCU and report["verdict"] == "pass"
     assert "PASS" in text and "accuracy" in text and "x its weights as float32" in text
     assert "latency" in text and "likely" in text  # the estimate shows with its band

@@ -158,9 +158,9 @@ def test_non_editable_install_finds_every_profile(tmp_path):
     assert sorted(out) == BUILTINS
 
 
-def test_the_readme_example_profile_loads(tmp_path):
-    """The example in README.md is real: docs cannot drift from the loader."""
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_example_profile_loads(tmp_path):
+    """The example in docs/profiles.md is real: docs cannot drift from the loader."""
+    readme = (ROOT / "docs" / "profiles.md").read_text()
     block = readme.split("```yaml\n# my_board.yaml", 1)[1].split("```", 1)[0]
     path = _write(tmp_path, "my_board", "# my_board.yaml" + block)
     p = load_profile(path)
