@@ -233,8 +233,10 @@ def html(result: CheckResult) -> str:
     more = (f"<p>{summarized} passing target(s) are in the table only; their memory plans "
             f"and per-operator figures are left out of this page and the results (run with "
             f"--details all to keep them)</p>" if summarized else "")
+    compared = baseline_text(result)
     intro = (f"<p>{escape(Path(result.project).name)} · {escape(mode)} · verdict "
              f"<b>{escape(result.verdict)}</b></p>"
+             + (f"<p>Regressions: {escape(compared)}</p>" if compared else "")
              + html_table(("model", "profile", *METRICS, "regression", "problems", "status"),
                           rows, [o.status for o in result.outcomes], last_cell_class="status")
              + more)

@@ -118,8 +118,10 @@ def test_baseline_update_then_regression(tmp_path, models, capsys):
     assert "baseline file not found" in capsys.readouterr().err
     # ... the project's first run writes the file its 'baseline:' key names, and says so.
     assert main(["check", str(f)]) == 0
-    err = capsys.readouterr().err
-    assert f"{baseline}: no baseline yet, so this run writes it" in err
+    shown = capsys.readouterr()
+    assert f"{baseline}: no baseline yet, so this run writes it" in shown.err
+    assert (f"regressions: baseline {baseline} written by this run (3 target(s)); regressions "
+            f"are compared with it from the next run") in shown.out
     first = baseline.read_text()
     assert main(["check", str(f), "--update-baseline"]) == 0
     assert baseline.read_text() == first  # the same figures as an explicit update
@@ -137,15 +139,20 @@ def test_baseline_update_then_regression(tmp_path, models, capsys):
     entry["arena_bytes"] = int(entry["arena_bytes"] * 0.8)
     baseline.write_text(json.dumps(data))
     capsys.readouterr()
-    assert main(["check", str(f), "--junit", str(junit)]) == 1
-    assert "regression: arena grew from" in capsys.readouterr().out
+    assert main(["check", str(f), "--junit", str(junit), "--markdown", str(tmp_path / "s.md")]) == 1
+    out = capsys.readouterr().out
+    assert "regression: arena grew from" in out
+    # Both summaries say what was compared with which file.
+    compared = f"3 of 3 target(s) compared with baseline {baseline}: 1 regression(s)"
+    assert f"regressions: {compared}" in out
+    assert f"**Regressions**: {compared}" in (tmp_path / "s.md").read_text()
     failed = {k for k, tc in _junit(junit).items() if tc.find("failure") is not None}
     assert failed == {("chain_int8 @ stm32l4r5-cortex-m4", "regression.arena")}
     failure = _junit(junit)["chain_int8 @ stm32l4r5-cortex-m4", "regression.arena"].find("failure")
     assert "+25.0%" in failure.get("message") and "baseline: " in failure.text
 
 
-def test_new_target_missing_from_baseline_is_skipped_not_failed(tmp_path, models):
+def test_new_target_missing_from_baseline_is_skipped_not_failed(tmp_path, models, capsys):
     f = _project(tmp_path, models)
     baseline = str(tmp_path / "b" / "base.json")
     assert main(["check", str(f), "--update-baseline", "--baseline", baseline]) == 0
@@ -155,6 +162,10 @@ def test_new_target_missing_from_baseline_is_skipped_not_failed(tmp_path, models
     assert main(["check", str(f2), "--junit", str(junit), "--baseline", baseline]) == 0
     case = _junit(junit)["residual_int8 @ stm32h743-cortex-m7", "regression.arena"]
     assert "not in the baseline" in case.find("skipped").get("message")
+    capsys.readouterr()
+    assert main(["check", str(f2), "--json", "--baseline", baseline]) == 0
+    assert json.loads(capsys.readouterr().out)["comparison"] == {
+        "path": baseline, "written": False, "targets": 4, "compared": 3, "regressions": 0}
 
 
 def test_config_errors_exit_2_listing_all(tmp_path, models, capsys):
@@ -268,6 +279,7 @@ def test_html_has_the_project_table_and_a_section_per_target(tmp_path, models, c
                     "mlp_int8 on android-arm64-cpu"):
         assert f"<h2>{heading} " in html
     assert "exceeds its 1024 B budget" in html  # the failing target's problem in the table
+    assert "<p>Regressions: no baseline: the regression rules were not checked</p>" in html
 
 
 def test_large_projects_keep_details_for_their_problems_only(tmp_path, capsys):
