@@ -269,10 +269,13 @@ def check_file(path: Path, folder: Path, update: bool = False,
                     continue
                 if not cmd.expected or matches(cmd.expected, actual):
                     continue
-                diff = "\n".join(difflib.unified_diff(cmd.expected, actual, "the doc",
+                # Against the output --update would write: the wildcards that still match
+                # stay, so the diff shows only what changed.
+                new = updated(cmd.expected, actual)
+                diff = "\n".join(difflib.unified_diff(cmd.expected, new, "the doc",
                                                       "printed", lineterm=""))
                 failures.append(Failure(block.where, cmd.text, diff))
-                rewrites.append((cmd.start, cmd.end, updated(cmd.expected, actual), indent))
+                rewrites.append((cmd.start, cmd.end, new, indent))
     if update and rewrites:
         lines = path.read_text().splitlines()
         for start, end, new, indent in sorted(rewrites, reverse=True):
