@@ -42,7 +42,7 @@ tr.at-risk td.status{background:#fff1c2;color:#6b4e00}
 .verdict{display:inline-block;padding:2px 10px;border-radius:4px;font-weight:600}
 .verdict.pass{background:#d8f0d8;color:#14591a}.verdict.fail,.verdict.error{background:#f8d7d7;color:#8a1010}
 .verdict.at-risk{background:#fff1c2;color:#6b4e00}
-svg{display:block;margin:4px 0 12px;background:#fff}svg text{font:11px system-ui,sans-serif;fill:#333}
+svg{display:block;margin:4px 0 12px;background:#fff;max-width:100%;height:auto}svg text{font:11px system-ui,sans-serif;fill:#333}
 .note{color:#666;font-size:12px}
 svg text.line-label{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}
 ul.legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px;max-width:960px}
@@ -261,7 +261,7 @@ def _live_by_step(report: Report) -> list[list[_Block]]:
 
 
 @dataclass(frozen=True)
-class _Arena:
+class JudgedArena:
     """What the verdict judges against the arena budget, as the pictures draw it."""
 
     tail: int
@@ -271,7 +271,7 @@ class _Arena:
     budget: float | None
 
 
-def _arena(report: Report) -> _Arena:
+def judged_arena(report: Report) -> JudgedArena:
     mem = report.memory
     check = next((b for b in report.budgets if b.name == BudgetName.ARENA), None)
     judged = check.value if check else max(mem.arena_bytes, mem.arena_required_bytes)
@@ -284,18 +284,18 @@ def _arena(report: Report) -> _Arena:
                 f"{format_size(judged - mem.arena_bytes)} the runtime needs while it plans")
     else:
         what = f"judged arena {format_size(judged)} ({check.basis if check else ''})"
-    return _Arena(mem.arena_tail_bytes, judged, what, check.limit if check else None)
+    return JudgedArena(mem.arena_tail_bytes, judged, what, check.limit if check else None)
 
 
 def _drawn_max(report: Report) -> float:
     """The most a memory picture draws without the budget: the highest bar (tail + live
     bytes), the judged arena, the planned arena."""
-    arena = _arena(report)
+    arena = judged_arena(report)
     bars = [arena.tail + sum(b.shown_bytes for b in blocks) for blocks in _live_by_step(report)]
     return max(max(bars, default=0), arena.judged, report.memory.arena_bytes, 1)
 
 
-def _budget_on_scale(budget: float | None, drawn: float) -> bool:
+def budget_on_scale(budget: float | None, drawn: float) -> bool:
     return budget is not None and budget <= OFF_SCALE * drawn
 
 
@@ -303,8 +303,8 @@ def timeline_top(report: Report) -> float:
     """The top of the memory pictures' y axes; pages of several reports may share the
     largest."""
     drawn = _drawn_max(report)
-    budget = _arena(report).budget
-    return max(drawn, budget if budget is not None and _budget_on_scale(budget, drawn)
+    budget = judged_arena(report).budget
+    return max(drawn, budget if budget is not None and budget_on_scale(budget, drawn)
                else 0) * 1.08
 
 
@@ -339,7 +339,7 @@ def _x_labels(names: Sequence[str], bar_w: float, y: float) -> list[str]:
             for i, n in enumerate(names) if i % every == 0 and n]
 
 
-def _arena_lines(arena: _Arena, y, top: float) -> list[str]:
+def _arena_lines(arena: JudgedArena, y, top: float) -> list[str]:
     """The judged arena (dashed, its label on the right) and the budget (red, its label on
     the left, so the two never print over each other), or the budget named off scale."""
     jy = _num(y(arena.judged))
@@ -371,7 +371,7 @@ def _timeline_svg(report: Report, top: float | None, colour: dict) -> str:
     at the peak; the judged arena and the budget as lines. Steps are labelled with the
     operator that runs at them (step 0: the inputs)."""
     mem = report.memory
-    arena = _arena(report)
+    arena = judged_arena(report)
     live = _live_by_step(report)
     steps = len(live)
     top = top or timeline_top(report)
@@ -453,7 +453,7 @@ def _layout_svg(report: Report, top: float | None, colour: dict) -> str:
     tail above the head, the lower bound (no planner can use less head), the judged arena
     and the budget."""
     mem = report.memory
-    arena = _arena(report)
+    arena = judged_arena(report)
     steps = _steps(report)
     head = max(mem.arena_head_bytes, max((b.offset + b.size_bytes for b in mem.plan), default=0))
     top = top or timeline_top(report)
