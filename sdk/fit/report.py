@@ -232,8 +232,7 @@ def pareto_svg(trials: list[TrialRecord], budget: float | None, chosen: int | No
         parts.append(f'<line class="budget" x1="{num(bx)}" x2="{num(bx)}" y1="10" '
                      f'y2="{bottom}" stroke="#c00"/><text class="budget-label" '
                      f'x="{num(bx + 4 if after else bx - 4)}" y="24" '
-                     f'text-anchor="{"start" if after else "end"}" paint-order="stroke" '
-                     f'stroke="#fafafa" stroke-width="3">{escape(label)}</text>')
+                     f'text-anchor="{"start" if after else "end"}">{escape(label)}</text>')
     front = sorted((t for t in points if t.number in pareto_front(trials)), key=size_of)
     if len(front) > 1:
         path = " ".join(f"{num(x(size_of(t)))},{num(y(t.accuracy))}" for t in front)

@@ -44,7 +44,7 @@ tr.at-risk td.status{background:#fff1c2;color:#6b4e00}
 .verdict.at-risk{background:#fff1c2;color:#6b4e00}
 svg{display:block;margin:4px 0 12px;background:#fff;max-width:100%;height:auto}svg text{font:11px system-ui,sans-serif;fill:#333}
 .note{color:#666;font-size:12px}
-svg text.line-label{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}
+svg text.line-label,svg text.trial-label,svg text.budget-label{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}
 ul.legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px;max-width:960px}
 ul.legend li{max-width:100%;overflow-wrap:anywhere}
 .swatch{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
