@@ -163,7 +163,7 @@ def test_pictures_and_legend_stay_inside_a_narrow_window(page, reports):
     """Every buffer is in the legend (not only those live at the peak), each entry wrapped
     inside the window; the pictures scale down to it."""
     width = page["width"]
-    for name, report in reports.items():
+    for name in reports:
         pics = page["sections"][name]
         legend = pics["legend"]
         assert legend, name
@@ -191,7 +191,6 @@ def test_edge_tpu_page_shows_per_op_times_and_the_partition(page, reports):
     parts = [float(ms) for ms in re.findall(r'<rect class="part" data-part="[^"]+" '
                                             r'data-ms="([^"]+)"', dom)]
     assert sum(parts) == pytest.approx(report.latency.estimated_device_ms, rel=1e-3)
-    section = report.compatibility.section
     for name in ("edgetpu", "edgetpu-cpu", "edgetpu-compiled"):
         dom = page["dom"][name]
         section = reports[name].compatibility.section
