@@ -206,6 +206,8 @@ PLOT_SVG_HEIGHT = PLOT_HEIGHT + MARGIN_BOTTOM + 20
 #: A budget this many times the drawn figures is named, not drawn: at scale the bars would
 #: be a few pixels high.
 OFF_SCALE = 1.5
+COMPILED_WORK = ("Every operator's work is inside an accelerator's compiled op; the target's "
+                 "section below shows what its compiler reports.")
 #: Legend entries before "and K more".
 LEGEND_MAX = 16
 
@@ -577,11 +579,13 @@ def _per_op_svg(report: Report) -> str:
     if any(macs.values()):
         bars = [(str(c.op_index), float(c.macs), f"op {c.op_index} {c.op}\nMACs {c.macs:,}")
                 for c in report.compute.per_op]
+        compiled = any(c.op.startswith("CUSTOM:") and not c.macs for c in report.compute.per_op)
         return bar_chart("per-op", bars, "MACs", lambda v: f"{v:,.0f}",
-                         "operator index (file order) →")
-    why = (" Every operator's work is inside an accelerator's compiled op; the target's "
-           "section below shows what its compiler reports." if report.model.source
-           or _target_section(report) is not None else "")
+                         "operator index (file order) →") + (
+            f'<p class="note">{COMPILED_WORK} The bars are the MACs of the operators beside '
+            "them.</p>" if compiled and _target_section(report) is not None else "")
+    why = (f" {COMPILED_WORK}" if report.model.source or _target_section(report) is not None
+           else "")
     return f'<p class="note">No per-op figures in this report.{why}</p>'
 
 
