@@ -1,10 +1,11 @@
 """HTML view of reports: one self-contained page of inline SVG, no network; the only script
 is the layer table's sort and filter (:mod:`simulator.views.layertable`).
 
-Memory problems are spatial, so the page draws them: the memory timeline (live bytes per
-operator step, stacked by tensor, with the arena budget and the lower bound), the arena
-layout (each planned buffer as a rectangle: x = its lifetime, y = its offset), per-op latency
-and MACs, and the budgets. Hovering a shape shows its ``<title>`` (tensor name, shape, dtype,
+Memory problems are spatial, so the page draws them: the memory timeline (the arena tail
+and the live bytes per operator step, stacked by tensor, against the arena the verdict judges
+and the budget), the arena layout (each planned buffer as a rectangle: x = its lifetime,
+y = its offset; the tail above, the lower bound, the judged arena and the budget), per-op
+latency and MACs, and the budgets. Hovering a shape shows its ``<title>`` (tensor name, shape, dtype,
 bytes). The output is a pure function of the reports, so the same input gives the same bytes.
 """
 
