@@ -21,7 +21,7 @@ from devicefit.simulator.views.html import (
 )
 
 
-def _draw(ax: Any, report: Report, title: str) -> None:
+def draw_timeline(ax: Any, report: Report, title: str) -> None:
     """Bytes in the arena per operator: the tail (allocated once) under the live bytes of
     the head, the peak, the arena the verdict judges and the budget (named when off
     scale), as the HTML timeline draws them."""
@@ -63,7 +63,7 @@ def render_reports(reports: Sequence[tuple[str, Report]]) -> bytes:
     fig, axes = plt.subplots(len(reports), 1, figsize=(9, 4.6 * len(reports)), dpi=120,
                              sharey=True, squeeze=False)
     for ax, (title, report) in zip(axes[:, 0], reports, strict=True):
-        _draw(ax, report, title)
+        draw_timeline(ax, report, title)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")

@@ -223,3 +223,32 @@ def test_ethos_u_page_tells_the_users_model_from_the_compiled_one(page, reports)
     assert len(layers) == sum(1 for r in section.per_layer if r.cycles)
     assert max(bar["height"] for bar in layers) > 100
     assert not re.search(r"likely ([\d.]+ \w+)–\1\b", text)
+
+
+def test_the_png_draws_what_is_judged_against_the_budget(reports):
+    """``--plot``: the tail under the live bytes, the judged arena and the budget as lines;
+    on the failing model the peak bar rises above the budget line, on the passing one it
+    stays under."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from devicefit.simulator.views.png import draw_timeline
+
+    for name, above in (("fail", True), ("pass", False)):
+        report = reports[name]
+        fig, ax = plt.subplots()
+        draw_timeline(ax, report, name)
+        lines = {line.get_label(): line.get_ydata()[0] for line in ax.get_lines()
+                 if line.get_label().startswith(("arena budget", "judged arena"))}
+        budget = next(v for k, v in lines.items() if k.startswith("arena budget"))
+        judged = next(v for k, v in lines.items() if k.startswith("judged arena"))
+        tops = [bar.get_y() + bar.get_height() for bar in ax.patches]
+        plt.close(fig)
+        assert budget == _limit(report) / 1024
+        assert judged == pytest.approx(report.memory.arena_bytes / 1024)
+        assert bool(max(tops) > budget) is above and bool(judged > budget) is above
+
+
+def _limit(report: Report) -> float:
+    return next(b.limit for b in report.budgets if b.name == "arena")
