@@ -485,11 +485,13 @@ def _layout_svg(report: Report, top: float | None, colour: dict) -> str:
             parts.append(f'<text x="{MARGIN_LEFT + PLOT_WIDTH / 2}" text-anchor="middle" '
                          f'y="{_num((y(head) + y(head + arena.tail)) / 2 + 4)}">tail '
                          f'{escape(format_size(arena.tail))}</text>')
-    lb = _num(y(mem.lower_bound_bytes))
-    parts.append(f'<line class="lower-bound" x1="{MARGIN_LEFT}" x2="{WIDTH - 10}" y1="{lb}" '
-                 f'y2="{lb}" stroke="#555" stroke-dasharray="2 3"/>'
+    lb = y(mem.lower_bound_bytes)
+    # Its label under the line, or above it where under would leave the plot.
+    label_y = lb + 12 if lb + 12 < 10 + PLOT_HEIGHT else lb - 4
+    parts.append(f'<line class="lower-bound" x1="{MARGIN_LEFT}" x2="{WIDTH - 10}" '
+                 f'y1="{_num(lb)}" y2="{_num(lb)}" stroke="#555" stroke-dasharray="2 3"/>'
                  f'<text class="line-label" x="{MARGIN_LEFT + PLOT_WIDTH / 2}" '
-                 f'y="{_num(y(mem.lower_bound_bytes) + 12)}" text-anchor="middle">lower bound '
+                 f'y="{_num(label_y)}" text-anchor="middle">lower bound '
                  f'of the head {escape(format_size(mem.lower_bound_bytes))}</text>')
     parts += _arena_lines(arena, y, top / 1.08)
     names = _step_ops(report)
