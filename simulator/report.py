@@ -261,7 +261,9 @@ class TargetSection(Protocol):
     """A target's own static section (the Edge TPU partition), ``compatibility.<table>``.
 
     A frozen dataclass; it writes its own text lines (the text view prints them) and may
-    carry the target's own device-latency estimate.
+    carry the target's own device-latency estimate. It may also define ``html() -> str``,
+    its part of the HTML page (the Edge TPU's partition, the Ethos-U's per-layer cycles);
+    without it the HTML view shows its text lines.
     """
 
     def to_dict(self) -> dict[str, Any]: ...

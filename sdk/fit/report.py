@@ -16,7 +16,7 @@ from devicefit.simulator.report import Report
 from devicefit.simulator.units import format_estimate, format_size, format_time_ms
 from devicefit.simulator.views.html import Section, escape, html_table, render_html
 
-PLOT_W, PLOT_H, LEFT, BOTTOM = 720, 300, 70, 40
+PLOT_W, PLOT_H, LEFT, BOTTOM, STRIP_H = 720, 300, 70, 30, 24
 
 
 @dataclass
@@ -180,22 +180,27 @@ TRIAL_COLUMNS = ("#", "candidate", "accuracy", "flash", "arena", "est. latency",
 def pareto_svg(trials: list[TrialRecord], budget: float | None, chosen: int | None,
                metric: str = "flash") -> str:
     """Accuracy against ``metric`` ("flash" or "arena") for every judged candidate: the
-    Pareto front joined by a dashed line, the budget as a vertical line, candidates rejected
-    before training (no accuracy) as hollow marks on the bottom edge. Deterministic."""
+    Pareto front joined by a dashed line, the budget as a vertical line named at the top,
+    candidates rejected before training (no accuracy: nothing to put on the y axis) as
+    hollow squares at their size in a strip of their own under the plot. Deterministic."""
     size_of = (lambda t: t.flash_bytes) if metric == "flash" else (lambda t: t.arena_bytes)
     judged = [t for t in trials if t.stage != "skipped" and size_of(t)]
     points = [t for t in judged if t.accuracy is not None]
     if not points:
         return '<p class="note">No candidate was evaluated for accuracy.</p>'
+    rejected = [t for t in judged if t.accuracy is None]
     xs = [size_of(t) for t in judged] + ([budget] if budget else [])
     x_lo, x_hi = min(xs) * 0.95, max(xs) * 1.05
     accs = [t.accuracy for t in points]
     y_lo, y_hi = max(min(accs) - 0.02, 0.0), min(max(accs) + 0.02, 1.0)
     y_hi = y_hi if y_hi > y_lo else y_lo + 0.01
-    height = PLOT_H + BOTTOM + 10
+    strip = STRIP_H if rejected else 0
+    bottom = 10 + PLOT_H + strip  # the x axis: under the plot and the strip
+    height = bottom + BOTTOM + 10
+    right = PLOT_W - 20
 
     def x(v: float) -> float:
-        return LEFT + (PLOT_W - LEFT - 20) * (v - x_lo) / max(x_hi - x_lo, 1e-9)
+        return LEFT + (right - LEFT) * (v - x_lo) / max(x_hi - x_lo, 1e-9)
 
     def y(v: float) -> float:
         return 10 + PLOT_H * (1 - (v - y_lo) / (y_hi - y_lo))
@@ -206,19 +211,28 @@ def pareto_svg(trials: list[TrialRecord], budget: float | None, chosen: int | No
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="pareto" data-metric="{metric}" '
              f'width="{PLOT_W}" height="{height}" viewBox="0 0 {PLOT_W} {height}" role="img" '
              f'aria-label="accuracy vs {metric}">',
-             f'<rect x="{LEFT}" y="10" width="{PLOT_W - LEFT - 20}" height="{PLOT_H}" '
+             f'<rect x="{LEFT}" y="10" width="{right - LEFT}" height="{PLOT_H}" '
              'fill="#fafafa" stroke="#ccc"/>']
+    if rejected:
+        parts.append(f'<rect class="rejected-strip" x="{LEFT}" y="{10 + PLOT_H + 4}" '
+                     f'width="{right - LEFT}" height="{strip - 4}" fill="#fdf1f1" stroke="#ccc"/>'
+                     f'<text x="{LEFT - 6}" y="{10 + PLOT_H + strip / 2 + 6}" '
+                     'text-anchor="end">not trained</text>')
     for frac, anchor in ((0.0, "start"), (0.5, "middle"), (1.0, "end")):
         av = y_lo + (y_hi - y_lo) * frac
         fv = x_lo + (x_hi - x_lo) * frac
-        parts.append(f'<text x="{LEFT - 6}" y="{num(y(av) + 4)}" text-anchor="end">'
-                     f'{av:.1%}</text><text x="{num(x(fv))}" y="{PLOT_H + 26}" '
-                     f'text-anchor="{anchor}">{escape(format_size(fv))}</text>')
+        parts.append(f'<text class="tick" x="{LEFT - 6}" y="{num(y(av) + 4)}" '
+                     f'text-anchor="end">{av:.1%}</text><text class="tick" x="{num(x(fv))}" '
+                     f'y="{bottom + 16}" text-anchor="{anchor}">{escape(format_size(fv))}</text>')
     if budget:
-        bx = num(x(budget))
-        parts.append(f'<line class="budget" x1="{bx}" x2="{bx}" y1="10" '
-                     f'y2="{PLOT_H + 10}" stroke="#c00"/><text x="{bx}" y="{10 + PLOT_H // 2}" '
-                     f'text-anchor="end">{metric} budget {escape(format_size(budget))} </text>')
+        bx = x(budget)
+        # Named at the top, on the side with room, never over the y axis's labels.
+        label = f"{metric} budget {format_size(budget)}"
+        after = bx + 6 * len(label) + 8 < right
+        parts.append(f'<line class="budget" x1="{num(bx)}" x2="{num(bx)}" y1="10" '
+                     f'y2="{bottom}" stroke="#c00"/><text class="budget-label" '
+                     f'x="{num(bx + 4 if after else bx - 4)}" y="24" '
+                     f'text-anchor="{"start" if after else "end"}">{escape(label)}</text>')
     front = sorted((t for t in points if t.number in pareto_front(trials)), key=size_of)
     if len(front) > 1:
         path = " ".join(f"{num(x(size_of(t)))},{num(y(t.accuracy))}" for t in front)
@@ -232,8 +246,9 @@ def pareto_svg(trials: list[TrialRecord], budget: float | None, chosen: int | No
         cx = num(x(size_of(t)))
         if t.accuracy is None:
             parts.append(f'<rect class="rejected" data-trial="{t.number}" '
-                         f'x="{num(x(size_of(t)) - 4)}" y="{PLOT_H + 2}" width="8" height="8" '
-                         f'fill="none" stroke="#e15759"><title>{escape(title)}</title></rect>')
+                         f'x="{num(x(size_of(t)) - 4)}" y="{num(10 + PLOT_H + strip / 2 - 2)}" '
+                         f'width="8" height="8" fill="none" stroke="#e15759">'
+                         f'<title>{escape(title)}</title></rect>')
             continue
         colour = "#59a14f" if t.fits else "#e15759"
         parts.append(f'<circle class="trial" data-trial="{t.number}" cx="{cx}" '
@@ -241,10 +256,35 @@ def pareto_svg(trials: list[TrialRecord], budget: float | None, chosen: int | No
                      f'fill="{colour}" stroke="#333" '
                      f'stroke-width="{1.5 if t.number == chosen else 0.5}">'
                      f'<title>{escape(title)}</title></circle>')
+    parts += _trial_labels(points, [(x(size_of(t)), y(t.accuracy)) for t in points], right)
     what = "model + runtime code" if metric == "flash" else "tensor arena"
-    parts.append(f'<text x="{LEFT}" y="{height - 4}">{metric} ({what}) →, accuracy ↑; green: '
-                 'passes, □: rejected before training, dashed: Pareto front</text></svg>')
+    parts.append(f'<text x="{LEFT}" y="{height - 4}">{metric} ({what}) →, accuracy ↑</text>'
+                 '</svg><p class="note">Green: passes every budget, red: misses one, large: '
+                 'chosen; □ (in the strip under the plot): rejected before training, so no '
+                 'accuracy; dashed: Pareto front. Hover a mark for its trial.</p>')
     return "".join(parts)
+
+
+def _trial_labels(points: list[TrialRecord], at: list[tuple[float, float]],
+                  right: float) -> list[str]:
+    """``trial 1, 4`` beside each mark (trials at the same spot share one label), moved
+    down while it would cover a label placed before it, to the left near the right edge."""
+    groups: dict[tuple[float, float], list[int]] = {}
+    for t, (px, py) in zip(points, at, strict=True):
+        groups.setdefault((round(px, 1), round(py, 1)), []).append(t.number)
+    placed: list[tuple[float, float, float]] = []
+    out = []
+    for (px, py), numbers in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        text = "trial " + ", ".join(str(n) for n in sorted(numbers))
+        width = 6 * len(text)
+        left = px + 10 + width > right
+        x0 = px - 10 - width if left else px + 10
+        ty = py + 4
+        while any(abs(ty - oy) < 12 and x0 < ox1 and ox0 < x0 + width for ox0, ox1, oy in placed):
+            ty += 12
+        placed.append((x0, x0 + width, ty))
+        out.append(f'<text class="trial-label" x="{x0:.1f}" y="{ty:.1f}">{escape(text)}</text>')
+    return out
 
 
 def render_fit_html(report: FitReport) -> str:

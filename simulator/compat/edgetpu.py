@@ -171,6 +171,9 @@ class EdgeTpuReport:
     def text_lines(self) -> list[str]:
         return text_lines(self)
 
+    def html(self) -> str:
+        return html_section(self)
+
     def supported_line(self) -> str:
         if self.precompiled:
             data = sum(c.data_bytes for c in self.compiled)
@@ -623,3 +626,53 @@ def text_lines(section: EdgeTpuReport) -> list[str]:
                          f"{b(compiler.on_chip_used_bytes)}, off-chip "
                          f"{b(compiler.off_chip_bytes)}")
     return lines
+
+
+# --------------------------------------------------------------------------- HTML view
+
+
+def html_section(section: EdgeTpuReport) -> str:
+    """``compatibility.edgetpu`` for the HTML page: its text lines, the latency split as a
+    bar (per inference: invoke and link are no op's, so the per-op chart shows only part of
+    the estimate) and the partition, one row per op, coloured by where it runs."""
+    from html import escape
+
+    from devicefit.simulator.units import format_size
+    from devicefit.simulator.views.html import split_bar
+
+    lines = text_lines(section)
+    table_rows = {f"  {r.operator}" for r in section.table}
+    items = "".join(f"<li>{escape(line.strip())}</li>" for line in lines[1:]
+                    if not any(line.startswith(r) for r in table_rows)
+                    and not line.startswith("  Operator "))
+    lat = section.latency
+    split = ""
+    if lat is not None and not section.precompiled:
+        split = "<h4>Latency split (estimated, per inference)</h4>" + split_bar(
+            "edgetpu-split", [("invoke", lat.invoke_ms), ("TPU compute", lat.tpu_compute_ms),
+                              (f"link ({lat.link_bytes:,} B)", lat.link_ms),
+                              ("CPU ops", lat.cpu_ms)],
+            "The estimate is made of these parts. TPU compute and the CPU ops are the per-op "
+            "bars above; the invoke overhead and the link traffic are per inference.")
+    colour = {"tpu": "#e3f2e1", "cpu": "#fbe3d6"}
+    rows = "".join(
+        f'<tr class="{p.device}" style="background:{colour[p.device]}"><td>{p.index}</td>'
+        f"<td>{escape(p.op)}</td><td>{p.device.upper()}</td><td>{escape(p.status)}</td>"
+        f"<td>{escape(p.reason)}</td><td class=\"num\">"
+        f"{escape(format_size(p.param_bytes)) if p.param_bytes else '-'}</td>"
+        f"<td>{escape(p.params_in or '-')}</td></tr>" for p in section.ops)
+    share = ("" if section.cpu_share is None else
+             f"; {section.cpu_share:.0%} of the MACs on the CPU"
+             + (f" (the profile accepts {section.max_cpu_share:.0%})"
+                if section.max_cpu_share is not None else ""))
+    seg = section.segment
+    if section.precompiled:
+        tpu = f"{section.tpu_subgraphs} compiled TPU segment(s) (edgetpu-custom-op)"
+    else:
+        tpu = f"{section.mapped_ops} op(s) on the TPU" + (
+            f" in one segment (ops {seg[0]}–{seg[1]})" if seg else "")
+    return (f'<section class="edgetpu-partition"><h3>{escape(lines[0])}</h3><ul>{items}</ul>'
+            f"{split}<h4>Partition: {escape(tpu)}, {section.cpu_ops} op(s) on the CPU"
+            f"{escape(share)}</h4>"
+            "<table><tr><th>op</th><th>type</th><th>runs on</th><th>status</th><th>why</th>"
+            f"<th>parameters</th><th>kept</th></tr>{rows}</table></section>")

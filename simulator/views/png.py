@@ -9,32 +9,48 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.layers import peak
-from devicefit.simulator.report import BudgetName, Report
+from devicefit.simulator.report import Report
+from devicefit.simulator.units import format_size
 from devicefit.simulator.views.base import View
+from devicefit.simulator.views.html import (
+    BUDGET_COLOUR,
+    JUDGED_COLOUR,
+    TAIL_FILL,
+    budget_on_scale,
+    judged_arena,
+)
 
 
-def _draw(ax: Any, report: Report, title: str) -> None:
-    """Live bytes per operator with the peak, the lower bound, the planned head and the
-    arena budget (when it is on the scale)."""
+def draw_timeline(ax: Any, report: Report, title: str) -> None:
+    """Bytes in the arena per operator: the tail (allocated once) under the live bytes of
+    the head, the peak, the arena the verdict judges and the budget (named when off
+    scale), as the HTML timeline draws them."""
     timeline = report.memory.timeline
+    arena = judged_arena(report)
     steps = [t.op_index for t in timeline]
     live = [t.live_bytes / 1024 for t in timeline]
-    ax.bar(steps, live, color="#4e79a7", width=0.85, label="live bytes")
+    tail = arena.tail / 1024
+    if tail:
+        ax.bar(steps, [tail] * len(steps), color=TAIL_FILL, width=0.85,
+               label=f"arena tail {format_size(arena.tail)}")
+    ax.bar(steps, live, bottom=tail, color="#4e79a7", width=0.85, label="live bytes (head)")
     top = peak(timeline)
     if top is not None:
-        ax.bar([top.op_index], [top.live_bytes / 1024], color="#e15759", width=0.85,
-               label=f"peak: op {top.op_index} {top.op}")
-    ax.axhline(report.memory.lower_bound_bytes / 1024, color="#555", ls="--",
-               label=f"lower bound {report.memory.lower_bound_bytes / 1024:.1f} KiB")
-    ax.axhline(report.memory.arena_head_bytes / 1024, color="#f28e2b", ls="-.",
-               label=f"planned head {report.memory.arena_head_bytes / 1024:.1f} KiB")
-    budget = next((b.limit for b in report.budgets if b.name == BudgetName.ARENA), None)
-    if budget is not None and live and budget <= 1.5 * max(max(live) * 1024, 1):
-        ax.axhline(budget / 1024, color="#c00", label=f"arena budget {budget / 1024:.0f} KiB")
+        ax.bar([top.op_index], [top.live_bytes / 1024], bottom=tail, color="#e15759",
+               width=0.85, label=f"peak: op {top.op_index} {top.op}")
+    ax.axhline(arena.judged / 1024, color=JUDGED_COLOUR, ls="--", label=arena.judged_label)
+    drawn = max(arena.judged, arena.tail + max((t.live_bytes for t in timeline), default=0))
+    if arena.budget is not None and budget_on_scale(arena.budget, drawn):
+        ax.axhline(arena.budget / 1024, color=BUDGET_COLOUR,
+                   label=f"arena budget {format_size(arena.budget)}")
+    elif arena.budget is not None:
+        ax.plot([], [], " ", label=f"arena budget {format_size(arena.budget)} (off scale)")
     ax.set_xlabel("operator index")
-    ax.set_ylabel("live bytes (KiB)")
+    ax.set_ylabel("bytes in the arena (KiB)")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="upper right")
+    # Under the axes: inside, it would cover the lines it names.
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2,
+              frameon=False)
 
 
 def render_reports(reports: Sequence[tuple[str, Report]]) -> bytes:
@@ -44,10 +60,10 @@ def render_reports(reports: Sequence[tuple[str, Report]]) -> bytes:
     matplotlib.use("Agg")  # no display here or in CI
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(reports), 1, figsize=(9, 3.6 * len(reports)), dpi=120,
+    fig, axes = plt.subplots(len(reports), 1, figsize=(9, 4.6 * len(reports)), dpi=120,
                              sharey=True, squeeze=False)
     for ax, (title, report) in zip(axes[:, 0], reports, strict=True):
-        _draw(ax, report, title)
+        draw_timeline(ax, report, title)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")

@@ -235,8 +235,12 @@ class EthosUSection:
         return lines
 
     def html(self) -> str:
-        """The section for the HTML view: its lines, and the NPU/CPU split as a table with
-        each operator coloured by where it runs."""
+        """The section for the HTML view: its lines, the latency split, Vela's per-layer
+        cycles as a chart (the user's operators run inside the ``ethos-u`` op, so the page's
+        per-op chart has nothing to draw) and the NPU/CPU split as a table with each
+        operator coloured by where it runs."""
+        from devicefit.simulator.views.html import split_bar
+
         colour = {NPU: "#e3f2e1", CPU: "#fbe3d6"}
         rows = "".join(
             f"<tr style='background:{colour[p.unit]}'><td>{p.subgraph}:{p.op_index}</td>"
@@ -245,9 +249,33 @@ class EthosUSection:
         lines = self.text_lines()
         items = "".join(f"<li>{escape(line.strip())}</li>" for line in lines[1:]
                         if not line.startswith("    "))
-        return (f"<h3>{escape(lines[0])}</h3><ul>{items}</ul>"
+        split = ""
+        if self.npu_ms is not None and self.cpu_ms is not None:
+            split = "<h4>Latency split</h4>" + split_bar(
+                "ethos-u-split", [("NPU (Vela)", self.npu_ms),
+                                  ("Cortex-M (estimated)", self.cpu_ms)],
+                "Vela's cycles at the NPU clock, plus devicefit's estimate of the operators "
+                "left on the Cortex-M.")
+        return (f"<h3>{escape(lines[0])}</h3><ul>{items}</ul>{split}{self._layers_html()}"
                 f"<table><tr><th>op</th><th>type</th><th>runs on</th><th>Vela's reason</th></tr>"
                 f"{rows}</table>")
+
+    def _layers_html(self) -> str:
+        from devicefit.simulator.views.html import bar_chart, time_ticks
+
+        f = self.figures
+        layers = [r for r in self.per_layer if r.cycles]
+        if f is None or not layers:
+            return ('<p class="note">No per-layer figures: Vela\'s per-layer report is not '
+                    "beside a file compiled elsewhere (simulate the int8 .tflite, or the file "
+                    "devicefit convert wrote with its record).</p>")
+        bars = [(str(k), 1e3 * r.cycles / f.core_clock_hz,
+                 f"{r.name}\n{r.original_op} → {r.vela_op} on the {r.unit}\n"
+                 f"{r.cycles:,} cycles, {r.macs:,} MACs") for k, r in enumerate(layers)]
+        top = max(ms for _, ms, _ in bars)
+        return ("<h4>Per layer (Vela's cycles at the NPU clock)</h4>"
+                + bar_chart("ethos-u-layers", bars, "time at the NPU clock", time_ticks(top),
+                            "Vela's layers in its order (its rewritten operators, not yours) →"))
 
 
 def _b(n: int) -> str:

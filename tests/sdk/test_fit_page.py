@@ -1,0 +1,86 @@
+"""The fit page's accuracy-vs-size plots in headless Chromium: rejected trials in a strip
+of their own, no text over other text.
+
+The trial records are written here, not searched for: a real search trains for minutes
+(``test_fit.py`` runs one, slow). Their sizes and accuracies are those of a real
+``devicefit fit`` of the digits CNN on a tight STM32L4R5 profile (``tight_fit`` there),
+plus one trained trial that misses a budget beside the chosen one, so that two labels
+compete for the same place.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+
+from devicefit.sdk.fit.candidate import TrialRecord
+from devicefit.sdk.fit.report import pareto_svg
+from devicefit.sdk.fit.space import Candidate
+from devicefit.simulator.views.html import render_page
+
+from tests.browser import render
+
+FLASH_BUDGET = 132 * 1024
+
+TRIALS = [
+    TrialRecord(0, Candidate("int8"), "static", "fail", flash_bytes=176224, arena_bytes=6784,
+                note="misses flash, arena"),
+    TrialRecord(1, Candidate("int8", prune=0.5), "trained", "pass", flash_bytes=125976,
+                arena_bytes=4256, accuracy=0.9639),
+    TrialRecord(2, Candidate("int8", prune=0.25), "static", "fail", flash_bytes=147168,
+                arena_bytes=5520, note="misses flash, arena"),
+    TrialRecord(3, Candidate("int8", prune=0.375), "static", "fail", flash_bytes=135592,
+                arena_bytes=4912, note="misses flash, arena"),
+    TrialRecord(4, Candidate("int8", prune=0.5, qat=True), "trained", "pass",
+                flash_bytes=125976, arena_bytes=4256, accuracy=0.9639),
+    TrialRecord(5, Candidate("int8", prune=0.45), "trained", "fail", flash_bytes=127000,
+                arena_bytes=4600, accuracy=0.9641, note="misses arena"),
+]
+
+GEOMETRY = """<script>
+const out = [];
+for (const svg of document.querySelectorAll('svg.pareto')) {
+  const box = e => { const r = e.getBoundingClientRect();
+    return {top: r.top, bottom: r.bottom, left: r.left, right: r.right,
+            cls: e.getAttribute('class'), text: e.textContent, trial: e.dataset.trial}; };
+  out.push({svg: box(svg), plot: box(svg.querySelector('rect')),
+            texts: Array.from(svg.querySelectorAll('text')).map(box),
+            rejected: Array.from(svg.querySelectorAll('rect.rejected')).map(box),
+            trials: Array.from(svg.querySelectorAll('circle.trial')).map(box)});
+}
+const pre = document.createElement('pre');
+pre.id = 'geometry';
+pre.textContent = JSON.stringify(out);
+document.body.appendChild(pre);
+</script></body>"""
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["left"] < b["right"] and b["left"] < a["right"] and \
+        a["top"] < b["bottom"] and b["top"] < a["bottom"]
+
+
+def test_rejected_trials_sit_in_their_strip_and_no_labels_overlap(tmp_path):
+    body = (pareto_svg(TRIALS, FLASH_BUDGET, 1, "flash")
+            + pareto_svg(TRIALS, 4500, 1, "arena"))
+    page = tmp_path / "fit.html"
+    page.write_text(render_page("fit", body).replace("</body>", GEOMETRY, 1))
+    shown = render(page, size="900,1400")
+    assert shown.console == [], shown.console
+    plots = json.loads(html.unescape(
+        re.search(r'<pre id="geometry">(.*?)</pre>', shown.dom, re.S).group(1)))
+    rejected = sorted((t for t in TRIALS if t.accuracy is None), key=lambda t: t.flash_bytes)
+    for plot in plots:
+        area = plot["plot"]
+        # Under the plot area, not on its bottom edge, in the order of their sizes.
+        assert [int(r["trial"]) for r in sorted(plot["rejected"], key=lambda r: r["left"])] \
+            == [t.number for t in rejected]
+        assert all(r["top"] > area["bottom"] for r in plot["rejected"])
+        texts = plot["texts"]
+        for i, a in enumerate(texts):
+            assert plot["svg"]["left"] <= a["left"] and a["right"] <= plot["svg"]["right"], a
+            for b in texts[i + 1:]:
+                assert not _overlap(a, b), (a["text"], b["text"])
+        labels = [t["text"] for t in texts if t["cls"] == "trial-label"]
+        assert "trial 1, 4" in labels and "trial 5" in labels  # 1 and 4 share one spot
