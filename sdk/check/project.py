@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devicefit.simulator.errors import DevicefitError, InputError
-from devicefit.simulator.profiles import Profile, ProfileStore, did_you_mean
+from devicefit.simulator.errors import DevicefitError, InputError, did_you_mean
+from devicefit.simulator.profiles import Profile, ProfileStore
 from devicefit.simulator.reader import FILE_IDENTIFIER
 from devicefit.simulator.safeyaml import load_yaml, read_regular_file
 from devicefit.simulator.shapes import parse_input_shape

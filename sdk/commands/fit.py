@@ -14,7 +14,7 @@ from pathlib import Path
 from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
 from devicefit.sdk.console import make_console, print_json, table
 from devicefit.simulator import jsonout
-from devicefit.simulator.errors import UsageError
+from devicefit.simulator.errors import UsageError, require_extra
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.units import format_estimate, format_figure, format_size
 
@@ -106,6 +106,9 @@ def _fit(args: argparse.Namespace) -> int:
 
     if args.heartbeat < 1:
         raise UsageError(f"--heartbeat {args.heartbeat}: give at least 1 second")
+    # Before any data is read: --export needs only the study (optuna), a search TensorFlow.
+    for module in ("optuna",) if args.export else ("tensorflow", "optuna"):
+        require_extra(module, "devicefit fit --export" if args.export else "devicefit fit")
     from devicefit.sdk.outputs import check_outputs, data_inputs
 
     check_outputs([("-o", args.output), ("--report", args.report), ("--html", args.html)],

@@ -36,7 +36,7 @@ from typing import Any
 from devicefit.sdk.fit.candidate import Context, TrialRecord, evaluate
 from devicefit.sdk.fit.space import Candidate, SearchSpace
 from devicefit.simulator import jsonout
-from devicefit.simulator.errors import DevicefitError, UsageError
+from devicefit.simulator.errors import DevicefitError, UsageError, missing_extra
 from devicefit.simulator.fileio import write_atomic
 
 log = logging.getLogger(__name__)
@@ -343,9 +343,10 @@ def open_study(name: str, settings: SearchSettings, seed: int | None, create: bo
                                        load_if_exists=True)
         return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     except (SQLAlchemyError, ImportError, ValueError, KeyError, OSError) as exc:
+        if missing := missing_extra(exc, f"--storage {shown_url(settings.storage)}"):
+            raise missing from exc
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        hint = "pip install 'devicefit[distributed]' for PostgreSQL" \
-            if isinstance(exc, ImportError) else \
+        hint = "install that database's Python driver" if isinstance(exc, ImportError) else \
             "give an RDB URL such as sqlite:///fit.db or postgresql://user@host/db"
         raise UsageError(f"--storage {settings.storage}: cannot open the study: {why} "
                          f"({hint})") from exc
