@@ -76,10 +76,17 @@ class HelpFormatter(argparse.HelpFormatter):
         lines = []
         for paragraph in text.splitlines():
             lead = indent + paragraph[:len(paragraph) - len(paragraph.lstrip())]
-            # An example (a command line) continues indented, prose flush.
-            rest = lead + "    " if "devicefit " in paragraph else lead
-            lines += _wrap(paragraph.strip(), width, lead, rest) or [""]
+            if COMMAND_LINE.match(paragraph.strip()):
+                # A command line wraps with ' \' so that it can be pasted into a shell.
+                wrapped = _wrap(paragraph.strip(), width - 2, lead, lead + "    ")
+                lines += [line + " \\" for line in wrapped[:-1]] + wrapped[-1:]
+            else:
+                lines += _wrap(paragraph.strip(), width, lead, lead) or [""]
         return "\n".join(lines)
+
+
+#: A paragraph of a description or epilog that is a command line (one example per line).
+COMMAND_LINE = re.compile(r"(example: )?devicefit ")
 
 
 #: Choices longer than this (joined) show as a name in usage lines, listed in the help.

@@ -20,10 +20,13 @@ from devicefit.simulator.units import format_estimate, format_figure, format_siz
 
 EXAMPLE = ("example: devicefit fit model.keras --profile stm32l4r5-cortex-m4 --train train.npz "
            "--eval test.npz -o model.tflite --max-trials 20 --time-budget 30m\n"
-           "on N machines: the same command with --storage postgresql://user@db/fit --study "
-           "kws-l4 --artifacts /shared/fit on each; any time after: devicefit fit --storage "
-           "postgresql://user@db/fit --study kws-l4 --artifacts /shared/fit --export -o "
-           "model.tflite")
+           "on N machines, each runs the same search in one shared study:\n"
+           "  devicefit fit model.keras --profile stm32l4r5-cortex-m4 --train train.npz "
+           "--eval test.npz -o model.tflite --storage postgresql://user@db/fit --study kws-l4 "
+           "--artifacts /shared/fit\n"
+           "and any time after, anywhere, the best candidate so far is written by:\n"
+           "  devicefit fit --storage postgresql://user@db/fit --study kws-l4 "
+           "--artifacts /shared/fit --export -o model.tflite")
 TIME_UNITS = {"s": 1, "m": 60, "h": 3600}
 
 
@@ -35,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "accurate candidate that passes every budget; verify it in the target's "
                     "runtime. Exit 0: found and written; 1: nothing fits (the closest miss is "
                     "shown); 2: bad input. Ctrl-C keeps the best fitting candidate so far.",
-        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXAMPLE)
     p.add_argument("model", nargs="?", help=".keras or .h5 file (not with --export)")
     p.add_argument("--profile", help="device profile name or .yaml path (with --export: "
                                      "default the study's)")
