@@ -130,12 +130,13 @@ def parse_model(data: bytes, path: str = "<bytes>") -> Model:
     """Parse flatbuffer bytes; see :func:`read_model`."""
     if len(data) == 0:
         raise ModelFormatError(f"{path}: empty file, not a .tflite model")
-    if len(data) < 8:
-        raise ModelFormatError(f"{path}: {len(data)} bytes is too short for a .tflite model")
-    if data[4:8] != FILE_IDENTIFIER:
-        raise ModelFormatError(f"{path}: " + (
-            other_format(path, bytes(data[:8]))
-            or f"not a .tflite model (file identifier {data[4:8]!r}, expected b'TFL3')"))
+    if len(data) < 8 or data[4:8] != FILE_IDENTIFIER:
+        if other := other_format(path, bytes(data[:8])):
+            raise ModelFormatError(f"{path}: {other}")
+        if len(data) < 8:
+            raise ModelFormatError(f"{path}: {len(data)} bytes is too short for a .tflite model")
+        raise ModelFormatError(
+            f"{path}: not a .tflite model (file identifier {data[4:8]!r}, expected b'TFL3')")
     try:
         return _Decoder(bytes(data), path).model()
     except ModelFormatError:

@@ -54,8 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "2 bad project file or model. Never imports TensorFlow.",
         epilog="example: devicefit check --junit reports/junit.xml "
                "--markdown reports/summary.md --baseline devicefit-baseline.json\n"
-               "on a CI matrix of N runners, runner K runs\n"
-               "  devicefit check --shard K/N --results shard-K.json\n"
+               "on a CI matrix of 4 runners, the second runs (each its own K of K/4)\n"
+               "  devicefit check --shard 2/4 --results shard-2.json\n"
                "and one job joins the shards (one report, one exit code):\n"
                "  devicefit check merge shard-*.json --junit junit.xml --markdown summary.md")
     p.add_argument("file", nargs="?", metavar="FILE",
