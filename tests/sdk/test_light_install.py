@@ -2,8 +2,8 @@
 TensorFlow: every command that needs an extra ends in one line naming it, exit 2.
 
 The venv is made once per machine and pyproject.toml: ``python -m venv``, then ``pip
-install`` of this project's wheel without extras (pip resolves the declared dependencies;
-pip's cache makes that about 30 s, nothing is built from source). It is kept in
+install`` of this project's wheel without extras (pip resolves the declared dependencies
+from its cache; about 5 s of CPU, nothing is built from source). It is kept in
 ``~/.cache/devicefit/light-install/<hash of pyproject.toml and the Python>``. The commands
 run this checkout's code on the venv's packages (``PYTHONPATH`` is the checkout, as in every
 CLI test): the installed copy of devicefit is only as new as the wheel it was made from,
@@ -50,12 +50,14 @@ def _light_venv() -> Path:
             done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
             assert done.returncode == 0, f"{' '.join(map(str, cmd))}:\n{done.stderr[-3000:]}"
 
-        run(sys.executable, "-m", "venv", venv)
+        # This pip installs into the new venv (--python), which then needs none of its own;
+        # no .pyc compiling up front: the tests import a small part of what is installed.
+        run(sys.executable, "-m", "venv", "--without-pip", venv)
         # hatchling from the dev extra builds the wheel here, without an isolated build env.
         run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
             "--no-build-isolation", "--wheel-dir", wheels, ROOT)
-        run(venv / "bin" / "python", "-m", "pip", "install", "--quiet",
-            *sorted(wheels.glob("devicefit-*.whl")))
+        run(sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install",
+            "--quiet", "--no-compile", *sorted(wheels.glob("devicefit-*.whl")))
         (venv / "ready").write_text("")
     return venv
 
