@@ -52,11 +52,16 @@ EXTRAS: dict[str, tuple[str, str]] = {
 
 
 def missing_extra(exc: BaseException, purpose: str) -> MissingExtra | None:
-    """The :class:`MissingExtra` an ``ImportError`` of an optional module stands for; None
-    for any other exception (a missing module of devicefit itself stays a bug)."""
-    name = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
-    top = (name or "").partition(".")[0]
-    return MissingExtra(top, purpose) if top in EXTRAS else None
+    """The :class:`MissingExtra` an ``ImportError`` of an optional module stands for, also
+    when a library re-raised it as its own (optuna: "Failed to import DB access module");
+    None for any other exception (a missing module of devicefit itself stays a bug)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        name = seen.name if isinstance(seen, ImportError) else None
+        if (top := (name or "").partition(".")[0]) in EXTRAS:
+            return MissingExtra(top, purpose)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def require_extra(module: str, purpose: str, alternative: str = "") -> None:

@@ -246,3 +246,24 @@ def test_the_demo_hint_runs_as_printed(monkeypatch):
     done = subprocess.run([*shlex.split(command), "--version"], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0 and done.stdout.startswith("devicefit "), done.stderr
+
+
+def test_a_postgres_study_without_its_driver_names_the_extra(tmp_path, monkeypatch, capsys):
+    """The dev install has psycopg2; here importing it fails as where the 'distributed'
+    extra is not installed (None in sys.modules stops the import)."""
+    monkeypatch.setitem(sys.modules, "psycopg2", None)
+    assert main(["fit", "--storage", "postgresql://fit@localhost/fit", "--study", "s",
+                 "--export", "-o", str(tmp_path / "out.tflite")]) == 2
+    assert capsys.readouterr().err == (
+        "devicefit: error: --storage postgresql://fit@localhost/fit needs psycopg2, which the "
+        "light install leaves out: pip install 'devicefit[distributed]'\n")
+
+
+def test_a_bare_postgresql_url_uses_the_driver_of_the_extra(tmp_path, capsys):
+    """SQLAlchemy 2.1 reads postgresql:// as psycopg 3; the 'distributed' extra installs
+    psycopg2. With it, the URL of the help reaches the server (none listens on port 1)."""
+    assert main(["fit", "--storage", "postgresql://fit@127.0.0.1:1/fit", "--study", "s",
+                 "--export", "-o", str(tmp_path / "out.tflite")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot open the study" in err and "Connection refused" in err, err
+    assert "No module named" not in err and len(err.splitlines()) == 1
