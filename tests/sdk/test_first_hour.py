@@ -267,3 +267,19 @@ def test_a_bare_postgresql_url_uses_the_driver_of_the_extra(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "cannot open the study" in err and "Connection refused" in err, err
     assert "No module named" not in err and len(err.splitlines()) == 1
+
+
+def test_the_converter_process_names_the_extra_it_lacks(tmp_path, monkeypatch, capsys):
+    """Where the parent finds TensorFlow but the converter's child cannot import it (a
+    broken install): the child's ImportError comes back as the same one line, not as an
+    'internal error'. A sitecustomize on the child's PYTHONPATH hides tensorflow there."""
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['tensorflow'] = None\n")
+    monkeypatch.setenv("PYTHONPATH", str(hide))
+    model = _keras_file(tmp_path / "kws.keras")
+    assert main(["convert", str(model), "--profile", "esp32-s3", "--calibration", "random",
+                 "-o", str(tmp_path / "kws.tflite")]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "devicefit: error: the converter needs TensorFlow, which the light install leaves "
+        "out: pip install 'devicefit[convert]'")
