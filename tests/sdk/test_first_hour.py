@@ -211,7 +211,10 @@ def test_help_examples_paste_at_80_columns(monkeypatch):
         rendered = command.format_help()
         wide = [line for line in rendered.splitlines() if len(line) > 80]
         assert not wide, f"{command.prog} --help: {wide}"
-        epilog = rendered[rendered.index(command.epilog.split()[0]):]
+        formatter = command._get_formatter()  # the epilog as --help lays it out
+        formatter.add_text(command.epilog)
+        epilog = formatter.format_help()
+        assert epilog.strip() in rendered
         pasted = [" ".join(line.split()) for line in epilog.replace(" \\\n", " ").splitlines()]
         assert _examples("\n".join(pasted)) == _examples(command.epilog), \
             f"{command.prog} --help cuts an example:\n{epilog}"
