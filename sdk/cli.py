@@ -177,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="devicefit",
         description="Know before flashing: will this model fit the device (flash, RAM, latency)? "
-                    "The options below may also follow the command (devicefit check -q).",
+                    "--profiles-dir, --no-color, -q, --log and --max-ops may also follow "
+                    "the command (devicefit check -q).",
         epilog="example: devicefit simulate model.tflite --profile stm32l4r5-cortex-m4",
     )
     parser.add_argument("--version", action="version", version=f"devicefit {package_version()}")
