@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -111,9 +113,22 @@ def _demo(out: Path) -> int:
                                      "arena / budget",
                                      "latency (est.) / budget", "accuracy", "verdict"], rows))
     console.print(f"done in {time.perf_counter() - started:.0f} s; files in "
-                  f"{out.relative_to(ROOT)}/ (try: devicefit simulate {target.relative_to(ROOT)} "
-                  f"--profile {v.profile})")
+                  f"{os.path.relpath(out)}/ (try: {devicefit_command()} simulate "
+                  f"{shlex.quote(os.path.relpath(target))} --profile {v.profile})")
     return 0 if all(r[-1] == "PASS" for r in rows) else 1
+
+
+def devicefit_command() -> str:
+    """``devicefit`` as this shell can run it: the plain name when the one on PATH is this
+    interpreter's, else that script's path (``make demo`` runs in .venv without activating
+    it, so a bare ``devicefit`` is 'command not found' there)."""
+    script = Path(sys.executable).parent / "devicefit"  # not resolved: a venv's python is a link
+    on_path = shutil.which("devicefit")
+    if on_path is not None and Path(on_path).resolve() == script.resolve():
+        return "devicefit"
+    if script.is_file():
+        return shlex.quote(os.path.relpath(script))
+    return f"{shlex.quote(sys.executable)} -m devicefit"
 
 
 def _latency(budget) -> str:

@@ -18,10 +18,17 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from devicefit.sdk import commands
-from devicefit.simulator.errors import DevicefitError, InputError, UsageError
+from devicefit.simulator.errors import (
+    DevicefitError,
+    InputError,
+    UsageError,
+    did_you_mean,
+    missing_extra,
+    require_extra,
+)
 from devicefit.simulator.escape import clean
 from devicefit.simulator.fileio import all_or_nothing
 from devicefit.simulator.limits import DEFAULT_MAX_OPS, ENV_MAX_OPS, TENSORS_PER_OP
@@ -69,10 +76,17 @@ class HelpFormatter(argparse.HelpFormatter):
         lines = []
         for paragraph in text.splitlines():
             lead = indent + paragraph[:len(paragraph) - len(paragraph.lstrip())]
-            # An example (a command line) continues indented, prose flush.
-            rest = lead + "    " if "devicefit " in paragraph else lead
-            lines += _wrap(paragraph.strip(), width, lead, rest) or [""]
+            if COMMAND_LINE.match(paragraph.strip()):
+                # A command line wraps with ' \' so that it can be pasted into a shell.
+                wrapped = _wrap(paragraph.strip(), width - 2, lead, lead + "    ")
+                lines += [line + " \\" for line in wrapped[:-1]] + wrapped[-1:]
+            else:
+                lines += _wrap(paragraph.strip(), width, lead, lead) or [""]
         return "\n".join(lines)
+
+
+#: A paragraph of a description or epilog that is a command line (one example per line).
+COMMAND_LINE = re.compile(r"(example: )?devicefit ")
 
 
 #: Choices longer than this (joined) show as a name in usage lines, listed in the help.
@@ -98,42 +112,150 @@ def _wrap(text: str, width: int, first: str, rest: str) -> list[str]:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse exits with 2 on usage errors already; keep the message to one line + hint.
-    Every command's help uses :class:`HelpFormatter`."""
+    """argparse exits with 2 on usage errors already; keep the message to one line + hint,
+    and name what was meant: a misspelt command or choice, an unknown flag (rather than the
+    required one it was meant to be). Every command's help uses :class:`HelpFormatter`.
+
+    The suggestions are devicefit's own (difflib), not argparse's (3.14+), so that every
+    supported Python says the same."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs["formatter_class"] = HelpFormatter
         super().__init__(*args, **kwargs)
+        self._given: list[str] = []
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        self._given = list(sys.argv[1:] if args is None else args)
+        namespace, extras = super().parse_known_args(args, namespace)
+        if unknown := self._unknown_flags(extras):
+            self.error(self._unknown_message(unknown))
+        return namespace, extras
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        choices = action.choices
+        if choices is None or value in choices:
+            return
+        hint = did_you_mean(value, [str(c) for c in choices]) if isinstance(value, str) else ""
+        if isinstance(action, argparse._SubParsersAction):
+            raise argparse.ArgumentError(None, f"unknown command {value!r}{hint}")
+        raise argparse.ArgumentError(action, f"invalid choice: {value!r}{hint} (choose from "
+                                             f"{', '.join(map(repr, choices))})")
+
+    def _unknown_flags(self, tokens: Sequence[str]) -> list[str]:
+        """The tokens that look like flags of this parser but are none (nor an abbreviation
+        argparse would take)."""
+        known = self._option_string_actions
+        unknown = []
+        for token in tokens:
+            if token == "--":
+                break
+            if not token.startswith("-") or token == "-" or \
+                    self._negative_number_matcher.match(token):
+                continue
+            flag = token.partition("=")[0] if token.startswith("--") else token
+            if flag in known or (token.startswith("--") and self.allow_abbrev and any(
+                    option.startswith(flag) for option in known)) or \
+                    (not token.startswith("--") and token[:2] in known):  # -j4, -qj
+                continue
+            unknown.append(flag)
+        return unknown
+
+    def _unknown_message(self, unknown: list[str]) -> str:
+        options = sorted(o for o in self._option_string_actions if o.startswith("--"))
+        return "; ".join(f"unknown flag {flag}{did_you_mean(flag, options)}" for flag in unknown)
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        # argparse checks required flags before it reports unknown ones: '--profle x' would
+        # read "required: --profile", hiding the typo that is the cause.
+        if message.startswith("the following arguments are required") and \
+                (unknown := self._unknown_flags(self._given)):
+            message = self._unknown_message(unknown)
         self.exit(EXIT_USAGE, f"devicefit: error: {message} (see '{self.prog} --help')\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="devicefit",
-        description="Know before flashing: will this model fit the device (flash, RAM, latency)?",
+        description="Know before flashing: will this model fit the device (flash, RAM, latency)? "
+                    "--profiles-dir, --no-color, -q, --log and --max-ops may also follow "
+                    "the command (devicefit check -q).",
         epilog="example: devicefit simulate model.tflite --profile stm32l4r5-cortex-m4",
     )
-    parser.add_argument("--profiles-dir", action="append", default=[], metavar="DIR",
-                        help="extra folder of device profiles (repeatable; also $DEVICEFIT_PROFILES)")
-    parser.add_argument("--no-color", action="store_true",
-                        help="plain output, no colours or bold (also $NO_COLOR)")
-    parser.add_argument("-q", "--quiet", action="store_true",
-                        help="no progress display (it is drawn on stderr only when that is a "
-                             "terminal)")
-    parser.add_argument("--log", metavar="FILE",
-                        help="append what TensorFlow and other native libraries print to "
-                             "FILE (default: a temporary file, shown and kept only when the "
-                             "command fails)")
-    parser.add_argument("--max-ops", type=_positive_int, default=None, metavar="N",
-                        help="refuse models with more operators than N, in the file or as "
-                             f"executed through control flow (default {DEFAULT_MAX_OPS:,}; "
-                             f"also ${ENV_MAX_OPS}); tensors: {TENSORS_PER_OP} per operator")
+    parser.add_argument("--version", action="version", version=f"devicefit {package_version()}")
+    _add_global_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         importlib.import_module(f"{commands.__name__}.{info.name}").register(sub)
+    for command in _commands(parser):
+        _add_global_options(command, late=True)
     return parser
+
+
+#: Where a global option given after the command is kept until :func:`_merge_late`.
+_LATE = "late_"
+
+
+def _add_global_options(parser: argparse.ArgumentParser, late: bool = False) -> None:
+    """The options of ``devicefit`` itself. ``late``: the hidden copy each command takes, so
+    that ``devicefit check -q`` works as ``devicefit -q check`` does (argparse would call the
+    flag unrecognized after the command)."""
+
+    def add(*flags: str, dest: str, help: str, **kwargs: Any) -> None:
+        if late:
+            kwargs.update(default=argparse.SUPPRESS)
+        parser.add_argument(*flags, dest=_LATE + dest if late else dest,
+                            help=argparse.SUPPRESS if late else help, **kwargs)
+
+    add("--profiles-dir", dest="profiles_dir", action="append", default=[], metavar="DIR",
+        help="extra folder of device profiles (repeatable; also $DEVICEFIT_PROFILES)")
+    add("--no-color", dest="no_color", action="store_true",
+        help="plain output, no colours or bold (also $NO_COLOR)")
+    add("-q", "--quiet", dest="quiet", action="store_true",
+        help="no progress display (it is drawn on stderr only when that is a terminal)")
+    add("--log", dest="log", metavar="FILE",
+        help="append what TensorFlow and other native libraries print to FILE (default: a "
+             "temporary file, shown and kept only when the command fails)")
+    add("--max-ops", dest="max_ops", type=_positive_int, default=None, metavar="N",
+        help="refuse models with more operators than N, in the file or as executed through "
+             f"control flow (default {DEFAULT_MAX_OPS:,}; also ${ENV_MAX_OPS}); tensors: "
+             f"{TENSORS_PER_OP} per operator")
+
+
+def _commands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every command's parser, nested ones too (``profiles list``)."""
+    found: dict[int, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                found.setdefault(id(command), command)
+                for inner in _commands(command):
+                    found.setdefault(id(inner), inner)
+    return list(found.values())
+
+
+def _merge_late(args: argparse.Namespace) -> None:
+    """Global options given after the command join those given before it: folders add up,
+    a value given later wins."""
+    for name, value in list(vars(args).items()):
+        if name.startswith(_LATE):
+            dest = name[len(_LATE):]
+            early = getattr(args, dest)
+            setattr(args, dest, early + value if isinstance(early, list) else value)
+            delattr(args, name)
+
+
+def package_version() -> str:
+    """The installed distribution's version; in a checkout that was never installed, the
+    version its pyproject.toml declares."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("devicefit")
+    except PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        declared = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(encoding="utf-8"),
+                             re.MULTILINE) if pyproject.is_file() else None
+        return f"{declared.group(1)} (source checkout)" if declared else "unknown"
 
 
 def _positive_int(text: str) -> int:
@@ -149,8 +271,12 @@ def _positive_int(text: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _merge_late(args)
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    if problem := _profiles_dir_problem(args.profiles_dir):
+        print(f"devicefit: error: {clean(problem)}", file=sys.stderr)
         return EXIT_USAGE
     if args.log is not None and (problem := _log_problem(Path(args.log))):
         print(f"devicefit: error: --log {clean(args.log)}: {problem}", file=sys.stderr)
@@ -174,7 +300,7 @@ def _run(args: argparse.Namespace) -> int:
     with terminate_as_interrupt(), native_log(args.log) as log:
         try:
             if getattr(args, "plot", None):
-                _need_matplotlib()
+                require_extra("matplotlib", "--plot", "or use --html")
             with progress(quiet=args.quiet, no_color=args.no_color), all_or_nothing():
                 return int(args.handler(args))
         except DevicefitError as exc:
@@ -190,6 +316,14 @@ def _run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             print(stopped_message(signal.SIGINT), file=sys.stderr)
             return 128 + signal.SIGINT
+        except ImportError as exc:
+            # An optional dependency imported where the command needed it: name its extra.
+            missing = missing_extra(exc, f"devicefit {args.command}")
+            if missing is None:
+                _show_log(log)
+                raise
+            print(f"devicefit: error: {missing}", file=sys.stderr)
+            return missing.exit_code
         except Exception:
             _show_log(log)  # then Python's traceback: a bug in devicefit
             raise
@@ -223,12 +357,17 @@ def _log_problem(path: Path) -> str | None:
     return None
 
 
-def _need_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UsageError("--plot needs matplotlib, which the light install leaves out: "
-                         "pip install 'devicefit[plot]' (or use --html)") from None
+def _profiles_dir_problem(given: list[str]) -> str | None:
+    """A profile folder that is not there: a typo would otherwise just find no profiles."""
+    from devicefit.simulator.profiles import ENV_PROFILES
+
+    env = [d for d in os.environ.get(ENV_PROFILES, "").split(os.pathsep) if d]
+    for where, folder in [*(("--profiles-dir", d) for d in given),
+                          *((f"${ENV_PROFILES}", d) for d in env)]:
+        if not Path(folder).is_dir():
+            return (f"{where} {folder}: "
+                    + ("not a folder" if Path(folder).exists() else "no such folder"))
+    return None
 
 
 def run() -> None:

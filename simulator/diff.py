@@ -14,11 +14,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from devicefit.simulator.layers import LayerRow
-from devicefit.simulator.report import Report, Unit
+from devicefit.simulator.report import Report, StrEnum, Unit
 
 
 class Matching(StrEnum):

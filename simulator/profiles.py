@@ -15,7 +15,6 @@ merged profile is checked against its own target's values and capabilities.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from devicefit.simulator.errors import ProfileError
+from devicefit.simulator.errors import ProfileError, did_you_mean
 from devicefit.simulator.fileio import regular_file_problem
 from devicefit.simulator.safeyaml import load_yaml, read_regular_file
 from devicefit.simulator.schema import (
@@ -279,13 +278,6 @@ def _compose(text: str, path: Path) -> tuple[Any, dict[tuple[str, ...], int]]:
     return load_yaml(text, path, error=ProfileError)
 
 
-def _did_you_mean(word: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f"; did you mean '{close[0]}'?" if close else ""
-
-
-#: Public for the ``check`` project file, whose messages suggest names too.
-did_you_mean = _did_you_mean
 
 
 def _validate(data: Any, schema: dict[str, Any], path: Path, lines: dict, prefix=()) -> dict:
@@ -302,7 +294,7 @@ def _validate(data: Any, schema: dict[str, Any], path: Path, lines: dict, prefix
         if key not in schema:
             allowed = sorted(schema)
             raise ProfileError(
-                f"{kwhere}: unknown key '{kdotted}'{_did_you_mean(str(key), allowed)} "
+                f"{kwhere}: unknown key '{kdotted}'{did_you_mean(str(key), allowed)} "
                 f"(allowed here: {', '.join(allowed)})"
             )
         spec = schema[key]
@@ -387,7 +379,7 @@ def _resolve_ref(ref: str, relative_to: Path | None, files: dict[str, Path]) -> 
         return as_path
     if ref in files:
         return files[ref]
-    hint = _did_you_mean(ref, sorted(files))
+    hint = did_you_mean(ref, sorted(files))
     raise ProfileError(f"unknown profile '{ref}'{hint} (see 'devicefit profiles list')")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import shlex
 import struct
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -62,13 +63,53 @@ def builtin_op_name(code: int) -> str:
     return _BUILTIN_NAMES.get(code, f"UNKNOWN_{code}")
 
 
+#: What devicefit convert reads, for the hint given where such a file is passed as a .tflite.
+_CONVERTIBLE = "a SavedModel folder, .keras or .h5"
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def other_format(path: str | Path, head: bytes) -> str | None:
+    """What a file that is not a .tflite is, and how to get one from it (``head``: its
+    first bytes; ``b""`` for a folder); None when it is nothing devicefit knows.
+
+    A newcomer passes the trained model itself more often than a broken .tflite."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if p.is_dir():
+        if not any((p / name).is_file() for name in ("saved_model.pb", "saved_model.pbtxt")):
+            return None
+        return f"a TensorFlow SavedModel folder, not a .tflite: convert it first: {_convert(p)}"
+    if head.startswith(b"PK\x03\x04") and suffix == ".keras":
+        return f"a Keras model (.keras), not a .tflite: convert it first: {_convert(p)}"
+    if head.startswith(HDF5_SIGNATURE):
+        return f"a Keras model in HDF5 (.h5), not a .tflite: convert it first: {_convert(p)}"
+    if p.name == "saved_model.pb":
+        return (f"the graph of a TensorFlow SavedModel, not a .tflite: convert its folder "
+                f"first: {_convert(p.parent)}")
+    if suffix in (".pb", ".onnx"):
+        what = "a TensorFlow graph (.pb)" if suffix == ".pb" else "an ONNX model"
+        how = "save it as a SavedModel" if suffix == ".pb" else \
+            "turn it into a SavedModel (for example with onnx2tf)"
+        return (f"{what}, not a .tflite; devicefit convert reads {_CONVERTIBLE}: {how}, then: "
+                f"{_convert(None)}")
+    return None
+
+
+def _convert(source: Path | None) -> str:
+    """The convert command for ``source`` (None: a SavedModel folder still to be made)."""
+    name = "FOLDER" if source is None else shlex.quote(str(source))
+    out = "model" if source is None else source.resolve().stem or "model"
+    return f"devicefit convert {name} --profile NAME -o {shlex.quote(out + '.tflite')}"
+
+
 def read_model(path: str | Path) -> Model:
     """Parse ``path`` into a :class:`Model`; raise :class:`ModelFormatError` if it is not one."""
     p = Path(path)
     if not p.exists():
         raise ModelFormatError(f"{p}: file not found")
     if p.is_dir():
-        raise ModelFormatError(f"{p}: is a directory, expected a .tflite file")
+        raise ModelFormatError(f"{p}: " + (other_format(p, b"")
+                                           or "is a directory, expected a .tflite file"))
     if (why := regular_file_problem(p)) is not None:
         # /dev/zero never ends and a FIFO blocks: only a regular file has a size to trust.
         raise ModelFormatError(f"{p}: {why}, expected a .tflite file")
@@ -89,12 +130,13 @@ def parse_model(data: bytes, path: str = "<bytes>") -> Model:
     """Parse flatbuffer bytes; see :func:`read_model`."""
     if len(data) == 0:
         raise ModelFormatError(f"{path}: empty file, not a .tflite model")
-    if len(data) < 8:
-        raise ModelFormatError(f"{path}: {len(data)} bytes is too short for a .tflite model")
-    if data[4:8] != FILE_IDENTIFIER:
+    if len(data) < 8 or data[4:8] != FILE_IDENTIFIER:
+        if other := other_format(path, bytes(data[:8])):
+            raise ModelFormatError(f"{path}: {other}")
+        if len(data) < 8:
+            raise ModelFormatError(f"{path}: {len(data)} bytes is too short for a .tflite model")
         raise ModelFormatError(
-            f"{path}: not a .tflite model (file identifier {data[4:8]!r}, expected b'TFL3')"
-        )
+            f"{path}: not a .tflite model (file identifier {data[4:8]!r}, expected b'TFL3')")
     try:
         return _Decoder(bytes(data), path).model()
     except ModelFormatError:

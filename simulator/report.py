@@ -20,7 +20,7 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum, StrEnum
+from enum import Enum
 from typing import Any, Protocol
 
 from devicefit.simulator.benchmark import BenchComparison, BenchResult
@@ -29,6 +29,17 @@ from devicefit.simulator.layers import LayerRow
 #: Version of the JSON form. 1: the untyped sections before it had a version (read back
 #: the same way). 2: typed sections, ``schema_version`` and ``unchecked_budgets``.
 SCHEMA_VERSION = 2
+
+
+class StrEnum(str, Enum):
+    """``enum.StrEnum`` (Python 3.11+) on 3.10 too: ``str()``, ``format()`` and f-strings
+    give the value, as for the plain string it is."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
 
 
 class Status(StrEnum):

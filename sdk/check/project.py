@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devicefit.simulator.errors import DevicefitError, InputError
-from devicefit.simulator.profiles import Profile, ProfileStore, did_you_mean
-from devicefit.simulator.reader import FILE_IDENTIFIER
+from devicefit.simulator.errors import DevicefitError, InputError, did_you_mean
+from devicefit.simulator.profiles import Profile, ProfileStore
+from devicefit.simulator.reader import FILE_IDENTIFIER, other_format
 from devicefit.simulator.safeyaml import load_yaml, read_regular_file
 from devicefit.simulator.shapes import parse_input_shape
 from devicefit.simulator.units import SIZE_UNITS_HELP, TIME_UNITS_HELP, parse_size, parse_time_ms
@@ -253,7 +253,8 @@ def _check_model_file(p: _Problems, path: Path, key: tuple[str, ...]) -> None:
     if not path.exists():
         p.add(key, f"model file not found: {path}")
     elif not path.is_file():
-        p.add(key, f"not a file: {path}")
+        p.add(key, f"{path}: {other}" if (other := other_format(path, b"")) else
+              f"not a file: {path}")
     else:
         try:
             with path.open("rb") as f:
@@ -262,7 +263,8 @@ def _check_model_file(p: _Problems, path: Path, key: tuple[str, ...]) -> None:
             p.add(key, f"cannot read {path}: {exc.strerror or exc}")
             return
         if head[4:8] != FILE_IDENTIFIER:
-            p.add(key, f"not a .tflite model: {path} (file identifier {head[4:8]!r})")
+            p.add(key, f"{path}: {other}" if (other := other_format(path, head)) else
+                  f"not a .tflite model: {path} (file identifier {head[4:8]!r})")
 
 
 class _Profiles:

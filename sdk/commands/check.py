@@ -54,10 +54,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "2 bad project file or model. Never imports TensorFlow.",
         epilog="example: devicefit check --junit reports/junit.xml "
                "--markdown reports/summary.md --baseline devicefit-baseline.json\n"
-               "on a CI matrix of N runners: devicefit check --shard K/N --results "
-               "shard-K.json on runner K, then\n  devicefit check merge shard-*.json "
-               "--junit junit.xml --markdown summary.md (one report, one exit code)",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+               "on a CI matrix of 4 runners, the second runs (each its own K of K/4)\n"
+               "  devicefit check --shard 2/4 --results shard-2.json\n"
+               "and one job joins the shards (one report, one exit code):\n"
+               "  devicefit check merge shard-*.json --junit junit.xml --markdown summary.md")
     p.add_argument("file", nargs="?", metavar="FILE",
                    help="project file (default: devicefit.yaml); or 'merge' followed by "
                         "shard results: devicefit check merge SHARD.json ...")

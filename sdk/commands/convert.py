@@ -21,6 +21,7 @@ from devicefit.sdk.convert.spec import OPTIONS, ConversionSpec
 from devicefit.sdk.outputs import check_outputs, data_inputs, picture_outputs
 from devicefit.sdk.pictures import add_picture_options, write_pictures
 from devicefit.simulator import jsonout
+from devicefit.simulator.errors import require_extra
 from devicefit.simulator.fileio import temporary_folder, write_atomic
 from devicefit.simulator.profiles import IO_TYPES, QUANT_SCHEMES
 from devicefit.simulator.units import format_estimate, format_figure, format_size
@@ -82,6 +83,8 @@ def spec_from_args(args: argparse.Namespace) -> ConversionSpec:
 
 
 def _convert(args: argparse.Namespace) -> int:
+    # TensorFlow runs in a child process: without this it would fail there, later.
+    require_extra("tensorflow", "devicefit convert")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
     from devicefit.sdk.convert import convert
 

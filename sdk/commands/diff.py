@@ -4,7 +4,6 @@ profiles (size, flash, arena, latency, accuracy, op counts, layers)."""
 from __future__ import annotations
 
 import argparse
-import textwrap
 
 from devicefit.sdk.console import fold
 from devicefit.simulator.errors import UsageError
@@ -13,16 +12,14 @@ from devicefit.simulator.errors import UsageError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "diff", help="compare two models on a profile, or one model on two profiles",
-        description=textwrap.fill(
-            "Simulate both sides and show what changed: model size, flash, arena, "
-            "estimated latency with its error band, accuracy where the models' "
-            "conversion metadata records it, op counts and per-layer changes. "
-            "Exit 0 (a diff is not a gate), 2 on bad input.", 78),
-        epilog="example: devicefit diff before.tflite after.tflite \\\n"
-               "           --profile stm32l4r5-cortex-m4\n"
-               "example: devicefit diff model.tflite --profile stm32l4r5-cortex-m4 \\\n"
-               "           --profile nrf52840-cortex-m4",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        description="Simulate both sides and show what changed: model size, flash, arena, "
+                    "estimated latency with its error band, accuracy where the models' "
+                    "conversion metadata records it, op counts and per-layer changes. "
+                    "Exit 0 (a diff is not a gate), 2 on bad input.",
+        epilog="example: devicefit diff before.tflite after.tflite "
+               "--profile stm32l4r5-cortex-m4\n"
+               "example: devicefit diff model.tflite --profile stm32l4r5-cortex-m4 "
+               "--profile nrf52840-cortex-m4")
     p.add_argument("models", nargs="+", metavar="MODEL",
                    help="two .tflite files (A then B), or one with two --profile")
     p.add_argument("--profile", action="append", required=True, metavar="NAME",

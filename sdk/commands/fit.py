@@ -14,16 +14,19 @@ from pathlib import Path
 from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
 from devicefit.sdk.console import make_console, print_json, table
 from devicefit.simulator import jsonout
-from devicefit.simulator.errors import UsageError
+from devicefit.simulator.errors import UsageError, require_extra
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.units import format_estimate, format_figure, format_size
 
 EXAMPLE = ("example: devicefit fit model.keras --profile stm32l4r5-cortex-m4 --train train.npz "
            "--eval test.npz -o model.tflite --max-trials 20 --time-budget 30m\n"
-           "on N machines: the same command with --storage postgresql://user@db/fit --study "
-           "kws-l4 --artifacts /shared/fit on each; any time after: devicefit fit --storage "
-           "postgresql://user@db/fit --study kws-l4 --artifacts /shared/fit --export -o "
-           "model.tflite")
+           "on N machines, each runs the same search in one shared study:\n"
+           "  devicefit fit model.keras --profile stm32l4r5-cortex-m4 --train train.npz "
+           "--eval test.npz -o model.tflite --storage postgresql://user@db/fit --study kws-l4 "
+           "--artifacts /shared/fit\n"
+           "and any time after, anywhere, the best candidate so far is written by:\n"
+           "  devicefit fit --storage postgresql://user@db/fit --study kws-l4 "
+           "--artifacts /shared/fit --export -o model.tflite")
 TIME_UNITS = {"s": 1, "m": 60, "h": 3600}
 
 
@@ -35,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "accurate candidate that passes every budget; verify it in the target's "
                     "runtime. Exit 0: found and written; 1: nothing fits (the closest miss is "
                     "shown); 2: bad input. Ctrl-C keeps the best fitting candidate so far.",
-        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXAMPLE)
     p.add_argument("model", nargs="?", help=".keras or .h5 file (not with --export)")
     p.add_argument("--profile", help="device profile name or .yaml path (with --export: "
                                      "default the study's)")
@@ -106,6 +109,9 @@ def _fit(args: argparse.Namespace) -> int:
 
     if args.heartbeat < 1:
         raise UsageError(f"--heartbeat {args.heartbeat}: give at least 1 second")
+    # Before any data is read: --export needs only the study (optuna), a search TensorFlow.
+    for module in ("optuna",) if args.export else ("tensorflow", "optuna"):
+        require_extra(module, "devicefit fit --export" if args.export else "devicefit fit")
     from devicefit.sdk.outputs import check_outputs, data_inputs
 
     check_outputs([("-o", args.output), ("--report", args.report), ("--html", args.html)],

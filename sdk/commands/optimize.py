@@ -23,9 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "bad input.",
         epilog="example: devicefit optimize model.tflite --profile stm32l4r5-cortex-m4 "
                "-o model_opt.tflite\n"
-               "         devicefit optimize model.tflite --profile stm32l4r5-cortex-m4 "
-               "--patches auto --max-mac-overhead 20 -o model_patched.tflite",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+               "example: devicefit optimize model.tflite --profile stm32l4r5-cortex-m4 "
+               "--patches auto --max-mac-overhead 20 -o model_patched.tflite")
     p.add_argument("model", help="the .tflite model file")
     p.add_argument("--profile", required=True, metavar="NAME",
                    help="a TFLM device profile name or .yaml path (see 'devicefit profiles list')")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.sdk.console import make_console, print_json, step, table
-from devicefit.simulator.errors import InputError, UsageError
+from devicefit.simulator.errors import InputError, UsageError, require_extra
 from devicefit.simulator.units import SIZE_UNITS_HELP, format_size, parse_size
 
 MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")
@@ -81,6 +81,7 @@ def _memory(value: str) -> int | None:
 def _handle(args: argparse.Namespace) -> int:
     from devicefit.sdk.train.plan import plan_batch
 
+    require_extra("tensorflow", "devicefit plan-batch")  # Keras loads the model
     memory = _memory(args.memory)
     if args.target_batch < 1:
         raise UsageError(f"--target-batch must be at least 1, got {args.target_batch}")

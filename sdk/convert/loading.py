@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.errors import InputError, UsageError
+from devicefit.simulator.reader import HDF5_SIGNATURE
 
 log = logging.getLogger(__name__)
 
 KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
-HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 @dataclass

@@ -44,10 +44,10 @@ from devicefit.simulator.signals import deferred
 #: silent step (minutes). ``DEVICEFIT_CONVERT_STALL_S`` overrides it.
 STALL_TIMEOUT_S = 900.0
 LOG_NAME = "converter.log"
-#: Error classes the child may report by name.
+#: Error classes the child may report by name (a missing extra's message is already whole).
 _ERRORS = {cls.__name__: cls for cls in (
     errors.UsageError, errors.InputError, errors.ProfileError, errors.ModelFormatError,
-    errors.RuntimeFailure)}
+    errors.RuntimeFailure)} | {errors.MissingExtra.__name__: errors.UsageError}
 
 Progress = Callable[[str, int, int], None]
 
@@ -257,12 +257,13 @@ def main(work_dir: str) -> int:
                    "float_weight_bytes": result.float_weight_bytes, "layers": result.layers,
                    "sparsity": result.sparsity})
         return 0
-    except errors.DevicefitError as exc:
-        traceback.print_exc()
-        emit(error={"type": type(exc).__name__, "message": str(exc)})
-        return 2
     except Exception as exc:
         traceback.print_exc()
+        known = exc if isinstance(exc, errors.DevicefitError) else \
+            errors.missing_extra(exc, "the converter")
+        if known is not None:
+            emit(error={"type": type(known).__name__, "message": str(known)})
+            return 2
         emit(error={"type": "internal", "message": f"internal error: {type(exc).__name__}: "
                     f"{diagnose.first_error_line(str(exc)) if str(exc) else ''}"})
         return 3

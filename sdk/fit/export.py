@@ -131,7 +131,9 @@ def export(settings: SearchSettings, output: str | Path, *, profile: str | Path 
 
     try:
         study = open_study(settings.study_name, settings, None, create=False)
-    except UsageError:
+    except UsageError as exc:
+        if not isinstance(exc.__cause__, KeyError):  # the storage itself did not open
+            raise
         names = [s.study_name for s in optuna.get_all_study_summaries(storage_for(settings))]
         raise UsageError(f"--study {settings.study_name}: no such study in --storage "
                          f"{settings.storage} (it has: {', '.join(names) or 'none'})") from None

@@ -22,6 +22,7 @@ without any work, and repeated proposals of a finished candidate are pruned with
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import multiprocessing
 import os
@@ -36,7 +37,7 @@ from typing import Any
 from devicefit.sdk.fit.candidate import Context, TrialRecord, evaluate
 from devicefit.sdk.fit.space import Candidate, SearchSpace
 from devicefit.simulator import jsonout
-from devicefit.simulator.errors import DevicefitError, UsageError
+from devicefit.simulator.errors import DevicefitError, UsageError, missing_extra
 from devicefit.simulator.fileio import write_atomic
 
 log = logging.getLogger(__name__)
@@ -323,10 +324,21 @@ def storage_for(settings: SearchSettings) -> Any:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return RDBStorage(settings.storage, heartbeat_interval=settings.heartbeat_s,
+        return RDBStorage(engine_url(settings.storage), heartbeat_interval=settings.heartbeat_s,
                           grace_period=GRACE_BEATS * settings.heartbeat_s,
                           heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
                               max_retry=MAX_RETRIES))
+
+
+def engine_url(url: str) -> str:
+    """``url`` with the PostgreSQL driver the 'distributed' extra installs (psycopg2) when it
+    names none: SQLAlchemy 2.1 takes a bare ``postgresql://`` for psycopg 3, which it lacks."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.drivername != "postgresql" or importlib.util.find_spec("psycopg") is not None:
+        return url
+    return parsed.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
 
 
 def open_study(name: str, settings: SearchSettings, seed: int | None, create: bool) -> Any:
@@ -343,9 +355,10 @@ def open_study(name: str, settings: SearchSettings, seed: int | None, create: bo
                                        load_if_exists=True)
         return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     except (SQLAlchemyError, ImportError, ValueError, KeyError, OSError) as exc:
+        if missing := missing_extra(exc, f"--storage {shown_url(settings.storage)}"):
+            raise missing from exc
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        hint = "pip install 'devicefit[distributed]' for PostgreSQL" \
-            if isinstance(exc, ImportError) else \
+        hint = "install that database's Python driver" if isinstance(exc, ImportError) else \
             "give an RDB URL such as sqlite:///fit.db or postgresql://user@host/db"
         raise UsageError(f"--storage {settings.storage}: cannot open the study: {why} "
                          f"({hint})") from exc

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from devicefit.simulator.errors import RuntimeFailure, UsageError
+from devicefit.simulator.errors import MissingExtra, RuntimeFailure
 from devicefit.simulator.fileio import temporary_folder
 from devicefit.simulator.targets.ethos_u.config import VelaConfig
 
@@ -83,8 +83,7 @@ def require_vela() -> str:
     except ImportError:
         importable = False
     if found is None or not importable:
-        raise UsageError("the Ethos-U target runs Arm's Vela compiler, which is not installed: "
-                         "pip install 'devicefit[ethos-u]' (ethos-u-vela==5.2.0)")
+        raise MissingExtra("ethosu", "the Ethos-U target")
     return found
 
 
