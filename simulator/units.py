@@ -1,7 +1,12 @@
-"""Parsing of sizes (``256KiB``, ``1.5 MB``, ``2MiB``) and times (``12ms``, ``500us``).
+"""Parsing of sizes (``256KiB``, ``1.5 MB``, ``2MiB``), times (``12ms``, ``500us``) and clocks
+(``120MHz``).
 
-Decimal prefixes (kB, MB, GB) are powers of 1000 and binary ones (KiB, MiB, GiB) powers of
-1024, as in IEC 80000-13; a bare ``K``/``M`` is read as binary, the way MCU datasheets use it.
+Decimal prefixes (kB, MB, GB, any case) are powers of 1000 and binary ones (KiB, MiB, GiB)
+powers of 1024, as SI and IEC 80000-13 say; a bare ``K``/``M``/``G`` is read as binary, the
+way MCU datasheets use it. A time or a clock needs its unit (``clock: 120`` read as 120 Hz
+made every estimate a million times too slow); a size without one is bytes, and
+:func:`size_warning` says so, as it does when a decimal unit sizes a memory, whose sizes
+are powers of two.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ _TIME_FACTORS_MS = {"ms": 1.0, "us": 1e-3, "µs": 1e-3, "s": 1000.0, "ns": 1e-6}
 _NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-zµ]*)\s*$")
 
 SIZE_UNITS_HELP = "an integer byte count or a number with B, kB, MB, GB, KiB, MiB, GiB"
-TIME_UNITS_HELP = "a number with ms, us or s (a bare number is milliseconds)"
+TIME_UNITS_HELP = "a number with its unit: ms, us or s (e.g. 30ms)"
+FREQUENCY_HELP = "a frequency with its unit: Hz, kHz, MHz or GHz (e.g. 120MHz)"
+_DECIMAL_SIZE_UNITS = ("kb", "mb", "gb")
 
 
 def parse_size(value: object) -> int:
@@ -49,23 +56,26 @@ def parse_time_ms(value: object) -> float:
     """Return a duration in milliseconds, or raise ``ValueError``."""
     if isinstance(value, bool):
         raise ValueError(f"expected a time ({TIME_UNITS_HELP}), got {value!r}")
-    if isinstance(value, (int, float)):
-        return _finite(float(value), "a time")
+    if value in (0, "0"):
+        return 0.0  # nothing to misread
+    if isinstance(value, (int, float)) or (isinstance(value, str) and _unit(value) == ""):
+        raise ValueError(f"a time needs its unit, such as {_number_text(value)}ms")
     if isinstance(value, str):
         match = _NUMBER_UNIT.match(value)
         unit = match.group(2).lower() if match else None
-        if match and (unit in _TIME_FACTORS_MS or unit == ""):
-            return _finite(float(match.group(1)) * _TIME_FACTORS_MS.get(unit, 1.0), "a time")
+        if match and unit in _TIME_FACTORS_MS:
+            return _finite(float(match.group(1)) * _TIME_FACTORS_MS[unit], "a time")
     raise ValueError(f"expected a time ({TIME_UNITS_HELP}), got {value!r}")
 
 
 def parse_frequency_hz(value: object) -> float:
-    """Return a clock frequency in Hz from ``120MHz``, ``1.5 GHz`` or a plain number."""
+    """Return a clock frequency in Hz from ``120MHz`` or ``1.5 GHz``; the unit is required."""
     factors = {"hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9}
     hz = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        hz = float(value)
-    elif isinstance(value, str):
+    if (isinstance(value, (int, float)) and not isinstance(value, bool)) or (
+            isinstance(value, str) and _unit(value) == ""):
+        raise ValueError(f"a clock needs its unit, such as {_number_text(value)}MHz")
+    if isinstance(value, str):
         match = _NUMBER_UNIT.match(value)
         if match and match.group(2).lower() in factors:
             hz = float(match.group(1)) * factors[match.group(2).lower()]
@@ -73,6 +83,43 @@ def parse_frequency_hz(value: object) -> float:
     if hz is not None and math.isfinite(hz) and hz > 0:
         return hz
     raise ValueError(f"expected a frequency such as 120MHz or 1.5GHz, got {value!r}")
+
+
+def size_warning(value: object, memory: bool) -> str | None:
+    """Why a valid size may not say what its writer meant, or None: a bare number (bytes),
+    or, for a ``memory`` (RAM, whose sizes are powers of two), a decimal unit (``512KB`` is
+    512,000 B, not 512 KiB)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        unit = ""
+    elif isinstance(value, str) and (unit := _unit(value)) is not None:
+        unit = unit.lower()
+    else:
+        return None
+    size = parse_size(value)
+    if unit == "":
+        binary = f" or {size // 1024}KiB" if size and size % 1024 == 0 else ""
+        return f"{value!r} has no unit, so it is {size:,} B; write {size}B{binary} to say so"
+    if not memory or unit not in _DECIMAL_SIZE_UNITS:
+        return None
+    number = _NUMBER_UNIT.match(str(value)).group(1)  # type: ignore[union-attr]
+    binary = f"{number}{unit[0].upper()}iB"
+    si = "kB" if unit == "kb" else unit.upper()
+    text = f"{value!r} is {size:,} B (1 {si} = {_SIZE_FACTORS[unit]:,} B)"
+    try:
+        return (f"{text}; memory comes in powers of two: if you mean {binary} "
+                f"({parse_size(binary):,} B), write {binary}")
+    except ValueError:  # 1.3 MiB is no whole number of bytes: no suggestion to make
+        return f"{text}; memory comes in powers of two: did you mean MiB/KiB?"
+
+
+def _unit(text: str) -> str | None:
+    """The unit of ``"120 MHz"`` (``"MHz"``), ``""`` for a bare number, None if not a number."""
+    match = _NUMBER_UNIT.match(text)
+    return match.group(2) if match else None
+
+
+def _number_text(value: object) -> str:
+    return str(value).strip()
 
 
 def _finite(number: float, what: str) -> float:

@@ -148,7 +148,7 @@ def judge(report: Report, profile: Profile, *, strict: bool = False) -> Report:
         raise ValueError("judge: this report is judged already")
     checks: list[BudgetCheck] = []
     unchecked: dict[BudgetName, str] = {}
-    notes: list[str] = []
+    notes: list[str] = list(profile.warnings)
     for budget in BUDGETS:
         limit, limit_from = _bounded(budget, profile, notes)
         if limit is None:

@@ -72,8 +72,8 @@ def _validate(args: argparse.Namespace) -> int:
         except DevicefitError as exc:
             errors.append(str(exc))
         else:
-            warnings = device_warnings(profile)
-            print(clean(f"{f}: ok" + "".join(f"\n{f}: warning: {w}" for w in warnings)))
+            warnings = [*profile.warnings, *(f"{f}: warning: {w}" for w in device_warnings(profile))]
+            print(clean("\n".join([f"{f}: ok", *warnings])))
     if errors:
         raise DevicefitError("; ".join(errors) if len(errors) > 1 else errors[0])
     return 0
