@@ -129,36 +129,101 @@ def _finite(number: float, what: str) -> float:
     return number
 
 
-def format_figure(value: float, unit: str) -> str:
-    """A budget figure in its unit ("bytes" or "ms"), sign kept outside (``format_time_ms``
-    expects >= 0)."""
-    sign = "-" if value < 0 else ""
-    text = format_size(abs(value)) if unit == "bytes" else format_time_ms(abs(value))
-    return sign + text
+# --------------------------------------------------------------------------- formatting
+# One style for every view: counts and bytes with thousands separators, a size in its
+# budget's prefix family (binary KiB unless the profile wrote the budget in kB/MB), a time in
+# the unit that fits it (us, ms, s) with its sign, a share as a percentage, a difference of
+# shares in percentage points; nothing prints as "-0".
+
+#: Prefixes of a readable size: binary (KiB = 1024 B) or decimal (kB = 1000 B).
+_PREFIXES = {False: (1024, ("KiB", "MiB", "GiB")), True: (1000, ("kB", "MB", "GB"))}
 
 
-def format_size(num_bytes: int | float | None) -> str:
-    """Human-readable size with binary prefixes, exact bytes below 10 KiB."""
+def decimal_prefixes(limit_bytes: float) -> bool:
+    """Whether a size budget was written with decimal prefixes, so its figures print in
+    kB/MB: a whole number of kilobytes that is no whole number of KiB (``50MB`` is
+    50,000,000 B; shown as 47.7 MiB it read as a different budget)."""
+    return limit_bytes >= 1000 and limit_bytes % 1000 == 0 and limit_bytes % 1024 != 0
+
+
+def format_count(n: int | float) -> str:
+    """A whole number with thousands separators: ``672,778``."""
+    return _unsigned_zero(f"{n:,.0f}")
+
+
+def format_size(num_bytes: int | float | None, decimal: bool = False) -> str:
+    """A compact size: exact bytes below 10 KiB (``6,912 B``), else one readable figure
+    (``122.4 KiB``; ``50.0 MB`` with ``decimal``), signed."""
     if num_bytes is None:
         return "-"
     value = float(num_bytes)
+    base, units = _PREFIXES[decimal]
     if abs(value) < 10 * 1024:
-        return f"{int(value)} B"
-    for unit in ("KiB", "MiB", "GiB"):
-        value /= 1024
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.1f} {unit}"
+        return f"{format_count(value)} B"
+    for unit in units:
+        value /= base
+        if abs(value) < base or unit == units[-1]:
+            return _unsigned_zero(f"{value:.1f} {unit}")
     raise AssertionError("unreachable")
 
 
+def format_bytes(num_bytes: int | float, decimal: bool = False) -> str:
+    """Exact bytes, and the readable size beside them from 10 KiB on:
+    ``125,304 B (122.4 KiB)``."""
+    exact = f"{format_count(num_bytes)} B"
+    return exact if abs(num_bytes) < 10 * 1024 else f"{exact} ({format_size(num_bytes, decimal)})"
+
+
+def format_time_ms(ms: float | None) -> str:
+    """A time in the unit that fits it, signed: ``182 us``, ``18.27 ms``, ``-273.55 ms``,
+    ``18,269.29 s``."""
+    if ms is None:
+        return "-"
+    if abs(ms) < 1:
+        return _unsigned_zero(f"{ms * 1000:.0f} us")
+    return _unsigned_zero(f"{ms:.2f} ms" if abs(ms) < 1000 else f"{ms / 1000:,.2f} s")
+
+
+def format_percent(fraction: float | None, digits: int = 2, signed: bool = False) -> str:
+    """A share as a percentage: ``0.9778`` → ``97.78%``; ``signed``: a change, ``+3.2%``."""
+    if fraction is None:
+        return "-"
+    text = f"{fraction:{'+' if signed else ''}.{digits}%}"
+    return text.lstrip("+-") if float(text[:-1]) == 0 else text
+
+
+def format_points(pp: float | None, digits: int = 2) -> str:
+    """A difference of two percentages, signed: ``+0.12 pp``, ``-1.50 pp``, ``0.00 pp``."""
+    if pp is None:
+        return "-"
+    text = f"{pp:+.{digits}f}"
+    return f"{text.lstrip('+-') if float(text) == 0 else text} pp"
+
+
+def format_figure(value: float, unit: str, decimal: bool = False) -> str:
+    """A figure in its unit: "bytes" (:func:`format_size`), "ms" (:func:`format_time_ms`),
+    "fraction" (a percentage), "pp" (percentage points), "dB"; a count without one."""
+    if unit == "bytes":
+        return format_size(value, decimal)
+    if unit == "ms":
+        return format_time_ms(value)
+    if unit == "fraction":
+        return format_percent(value)
+    if unit == "pp":
+        return format_points(value).lstrip("+")
+    if unit == "dB":
+        return _unsigned_zero(f"{value:.1f} dB")
+    return format_count(value) if float(value).is_integer() else _unsigned_zero(f"{value:.4g}")
+
+
 def format_estimate(value: float, unit: str,
-                    band: tuple[float, float] | list[float] | None) -> str:
+                    band: tuple[float, float] | list[float] | None, decimal: bool = False) -> str:
     """A figure in its unit with its error band, ``18.27 ms (likely 11.69 ms–21.74 ms)``; the
     figure alone without a band (a prediction or a measurement)."""
-    text = format_figure(value, unit)
+    text = format_figure(value, unit, decimal)
     if not band:
         return text
-    return f"{text} (likely {format_band(band, lambda v: format_figure(v, unit))})"
+    return f"{text} (likely {format_band(band, lambda v: format_figure(v, unit, decimal))})"
 
 
 def format_band(band: tuple[float, float] | list[float],
@@ -170,11 +235,8 @@ def format_band(band: tuple[float, float] | list[float],
     return low if low == high else f"{low}–{high}"
 
 
-def format_time_ms(ms: float | None) -> str:
-    if ms is None:
-        return "-"
-    if ms < 1:
-        return f"{ms * 1000:.0f} us"
-    if ms < 1000:
-        return f"{ms:.2f} ms"
-    return f"{ms / 1000:.2f} s"
+def _unsigned_zero(text: str) -> str:
+    """``-0.00 ms`` → ``0.00 ms``: a value that rounds to zero has no sign to show."""
+    if text.startswith("-") and not any(c in "123456789" for c in text):
+        return text[1:]
+    return text

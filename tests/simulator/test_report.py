@@ -110,7 +110,7 @@ def test_markdown_and_junit_views_name_a_failed_budget(tmp_path):
     yaml.write_text("name: tiny\nextends: stm32l4r5-cortex-m4\nbudgets: {arena: 1KiB}\n")
     report = simulate(model_path("chain_int8"), str(yaml))
     assert not report.ok
-    assert "arena" in render("markdown", report) and "exceeds its 1024 B budget" in \
+    assert "arena" in render("markdown", report) and "exceeds its 1,024 B budget" in \
         render("markdown", report)
     assert 'type="BudgetExceeded"' in render("junit", report)
 
