@@ -28,6 +28,7 @@ from devicefit.simulator.units import (
     format_percent,
     format_points,
     format_size,
+    format_time_ms,
 )
 from devicefit.simulator.views.messages import budget_format, decimal_budget
 from rich.markup import escape
@@ -203,7 +204,8 @@ def _print_summary(console, report) -> None:
             parts.append(f"top-1 agreement {format_percent(acc.top1_agreement)}")
         parts.append("SQNR " + ("identical" if acc.sqnr_db is None else f"{acc.sqnr_db:.1f} dB"))
         console.print("evaluation: " + ", ".join(parts))
-    console.print("stages: " + ", ".join(f"{k} {v:.2f}s" for k, v in report.stages.items()))
+    console.print("stages: " + ", ".join(f"{k} {format_time_ms(v * 1000)}"
+                                         for k, v in report.stages.items()))
     for line in _target_lines(report.target_extra):
         console.print(line)
     if report.memory_optimization is not None:
