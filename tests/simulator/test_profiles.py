@@ -152,6 +152,16 @@ def test_a_profile_warning_reaches_the_report_notes(tmp_path, model_zoo):
         f"65536B or 64KiB to say so"]
 
 
+def test_check_says_a_profile_warning_once_for_all_its_targets(tmp_path, model_zoo, capsys):
+    path = _write(tmp_path, "board", "extends: stm32l4r5-cortex-m4\nbudgets:\n  arena: 65536\n")
+    project = tmp_path / "devicefit.yaml"
+    project.write_text(f"defaults:\n  profiles: [{path}]\nmodels:\n"
+                       f"  - path: {model_zoo('mlp_int8')}\n  - path: {model_zoo('chain_int8')}\n")
+    assert main(["check", str(project), "--no-probe"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning: budgets.arena: 65536 has no unit") == 1
+
+
 @pytest.mark.parametrize("name", BUILTINS)
 def test_every_shipped_profile_validates_without_a_warning(name, capsys):
     assert main(["profiles", "validate", str(builtin_profiles_dir() / f"{name}.yaml")]) == 0
