@@ -4,7 +4,8 @@
   or ``grep`` wants whole lines) and no line carries trailing padding.
 - ``NO_COLOR`` (any non-empty value) or ``--no-color``: no escape sequence at all, bold
   included (https://no-color.org asks for no ANSI colour; rich keeps bold and dim then).
-- Tables never split a word: a table too wide for the terminal is shown row by row instead.
+- Tables and folded lines never split a word, nor a number from its unit (``1.00 s``): a
+  table too wide for the terminal is shown row by row instead.
 - Progress (:func:`progress`, :func:`step`, :func:`count`) is a transient line on stderr when
   stderr is a terminal; off a terminal or with ``--quiet`` nothing is drawn.
 - What native libraries write to file descriptor 2 (TensorFlow's absl/oneDNN/CUDA start-up
@@ -20,7 +21,6 @@ import os
 import shutil
 import sys
 import tempfile
-import textwrap
 import warnings
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
@@ -30,6 +30,7 @@ from typing import Any
 
 from devicefit.simulator import jsonout
 from devicefit.simulator.escape import clean
+from devicefit.simulator.views.columns import atoms, fold_spans
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
@@ -50,7 +51,17 @@ class SafeConsole(Console):
     """
 
     def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        super().print(*(clean(o) if isinstance(o, str) else o for o in objects), **kwargs)
+        """As rich's, but one line of text wider than the console is folded between
+        :func:`~simulator.views.columns.atoms`, continuations indented (rich would part a
+        number from its unit)."""
+        shown = [clean(o) if isinstance(o, str) else o for o in objects]
+        if (len(shown) == 1 and isinstance(shown[0], str) and not kwargs.get("soft_wrap")
+                and self.width < PIPE_WIDTH):
+            markup = kwargs.pop("markup", None)
+            text = (Text.from_markup(shown[0]) if markup is not False and self._markup
+                    else Text(shown[0]))
+            shown = [_folded(text, self.width, indent=4)]
+        super().print(*shown, **kwargs)
 
     def _render_buffer(self, buffer: Any) -> str:
         text = super()._render_buffer(buffer)
@@ -72,13 +83,21 @@ def console_width(stream: Any) -> int | None:
     return None if _isatty(stream) else PIPE_WIDTH
 
 
-def fold(text: str, stream: Any = None) -> str:
-    """``text`` for plain ``print`` (report and diff views): lines wider than the terminal or
-    ``COLUMNS`` folded at spaces, each continuation indented under its line's own text.
-    Piped without ``COLUMNS`` it is left whole, like the tables."""
+def output_width(stream: Any = None) -> int | None:
+    """The width plain text is laid out at on ``stream`` (stdout): ``COLUMNS`` or the
+    terminal's; None when piped without ``COLUMNS`` (nothing folded)."""
     stream = sys.stdout if stream is None else stream
     width = console_width(stream) or shutil.get_terminal_size().columns
-    if width >= PIPE_WIDTH:
+    return None if width >= PIPE_WIDTH else width
+
+
+def fold(text: str, stream: Any = None) -> str:
+    """``text`` for plain ``print`` (report and diff views): lines wider than the terminal or
+    ``COLUMNS`` folded between :func:`~simulator.views.columns.atoms` (never between a
+    number and its unit), each continuation indented under its line's own text. Piped
+    without ``COLUMNS`` it is left whole, like the tables."""
+    width = output_width(stream)
+    if width is None:
         return text
     out: list[str] = []
     for line in text.split("\n"):
@@ -86,9 +105,9 @@ def fold(text: str, stream: Any = None) -> str:
             out.append(line)
             continue
         indent = " " * (len(line) - len(line.lstrip(" ")))
-        out += textwrap.wrap(line.strip(), width=width, initial_indent=indent,
-                             subsequent_indent=indent + "    ", break_long_words=False,
-                             break_on_hyphens=False) or [line]
+        body = line.strip()
+        spans = fold_spans(body, width - len(indent), indent=4)
+        out += [indent + ("    " if i else "") + body[a:b] for i, (a, b) in enumerate(spans)]
     return "\n".join(out)
 
 
@@ -106,46 +125,93 @@ def make_console(no_color: bool = False, stderr: bool = False) -> Console:
                        highlight=False, width=console_width(stream))
 
 
+#: Words of the text views and their colours on a colour terminal (as ``check`` shows
+#: statuses); lines that start at the margin are section headings, in bold.
+_REPORT_STYLES = ((r"(?m)^\S[^\n]*$", "bold"), (r"\bPASS\b|(?<=  )ok(?=  )", "green"),
+                  (r"\b(FAIL|OVER|UNSUPPORTED|DISAGREE|FAILED)\b", "bold red"),
+                  (r"\b(AT RISK|NOT CHECKED|UNCHECKED)\b", "bold yellow"))
+
+
+def print_report(text: str, no_color: bool = False) -> None:
+    """A text view (``simulate``, ``diff``) on stdout: folded to the terminal, its verdict
+    and statuses in colour where :func:`make_console` gives colour (a terminal, no
+    ``NO_COLOR``, no ``--no-color``), plain text otherwise."""
+    console = make_console(no_color)
+    styled = Text(fold(text))
+    for pattern, style in _REPORT_STYLES:
+        styled.highlight_regex(pattern, style)
+    console.print(styled, end="", soft_wrap=True)
+
+
 # --------------------------------------------------------------------------- tables
 @dataclass
 class FitTable:
-    """A table that never splits a word: as columns when every column's longest word fits
-    the width, otherwise one block per row (``header  value`` lines under the row's first
-    cell), the way ``psql``'s expanded display does."""
+    """A table that never splits a word, nor a number from its unit: as columns when every
+    column's longest :func:`atoms` fits the width (cells folded between atoms here, as rich
+    would fold them anywhere at a space), otherwise one block per row (``header  value``
+    lines under the row's first cell), the way ``psql``'s expanded display does."""
 
     title: str | None
     columns: list[str]
     rows: list[list[str]]
 
-    def _min_widths(self) -> list[int]:
-        widths = []
-        for i, head in enumerate(self.columns):
-            texts = [head, *(r[i] for r in self.rows if i < len(r))]
-            widths.append(max((len(w) for t in texts for w in Text.from_markup(t).plain.split()),
-                              default=1))
+    def _cells(self) -> list[list[Text]]:
+        return [[Text.from_markup(c) for c in row] for row in [self.columns, *self.rows]]
+
+    def _widths(self, cells: list[list[Text]], room: int) -> list[int] | None:
+        """Column widths: each its longest line if that fits ``room``, else the widest
+        columns narrowed towards their longest atom; None when even those do not fit."""
+        least = [max((b - a for c in col for a, b in atoms(c.plain)), default=1) or 1
+                 for col in zip(*cells, strict=True)]
+        widths = [max(len(c.plain) for c in col) or 1 for col in zip(*cells, strict=True)]
+        if sum(least) > room:
+            return None
+        while sum(widths) > room:
+            widest = max(range(len(widths)), key=lambda i: widths[i] - least[i])
+            widths[widest] -= 1
         return widths
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        widths = self._min_widths()
-        if sum(widths) + 3 * (len(widths) - 1) <= options.max_width:
+        cells = self._cells()
+        widths = self._widths(cells, options.max_width - 3 * (len(self.columns) - 1))
+        if widths is not None:
             t = Table(title=self.title, title_justify="left", show_edge=False,
                       pad_edge=False)
-            for head, width in zip(self.columns, widths):
-                t.add_column(head, overflow="fold", min_width=width)
-            for row in self.rows:
-                t.add_row(*row)
+            for head, width in zip(cells[0], widths, strict=True):
+                t.add_column(_folded(head, width), width=width, no_wrap=True)
+            for row in cells[1:]:
+                t.add_row(*(_folded(c, w) for c, w in zip(row, widths, strict=True)))
             yield t
             return
         if self.title:
             yield Text.from_markup(self.title, style="italic")
-        for row in self.rows:
-            yield Text.from_markup(row[0] or "-", style="bold")
+        names = cells[0][1:]
+        room = max(options.max_width - 4 - max((len(n.plain) for n in names), default=0), 1)
+        for row in cells[1:]:
+            first = row[0] if row[0].plain else Text("-")
+            first.stylize("bold")
+            yield first
             grid = Table.grid(padding=(0, 2), pad_edge=False)
             grid.add_column(no_wrap=True)
-            grid.add_column(overflow="fold")
-            for head, cell in zip(self.columns[1:], row[1:]):
-                grid.add_row(Text.from_markup("  " + head), Text.from_markup(cell))
+            grid.add_column(no_wrap=True)
+            for head, cell in zip(names, row[1:], strict=True):
+                grid.add_row(Text("  ") + head, _folded(cell, room))
             yield grid
+
+
+def _folded(text: Text, width: int, indent: int = 0) -> Text:
+    """``text`` folded to ``width`` between :func:`atoms`, keeping its styles; lines after
+    the first of each line are indented ``indent`` more than its own text."""
+    if all(len(line) <= width for line in text.plain.split("\n")):
+        return text
+    out: list[Text] = []
+    for line in text.split("\n", allow_blank=True):
+        lead = len(line.plain) - len(line.plain.lstrip(" "))
+        body = line[lead:]
+        spans = fold_spans(body.plain, max(width - lead, 1), indent=indent)
+        out += [Text(" " * (lead + (indent if i else 0))) + body[a:b]
+                for i, (a, b) in enumerate(spans)]
+    return Text("\n").join(out)
 
 
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> FitTable:

@@ -172,10 +172,13 @@ def _figures(ra: Report, rb: Report) -> tuple[Figure, ...]:
     return tuple(out)
 
 
-#: Conversion-metadata keys that record a model's quality (numbers), as the views name them.
-ACCURACY_KEYS = {"accuracy": "accuracy", "reference_accuracy": "float accuracy",
-                 "accuracy_drop_pp": "accuracy drop (pp)", "sqnr_db": "SQNR (dB)",
-                 "output_sqnr_db": "SQNR (dB)", "agreement": "top-1 agreement"}
+#: Conversion-metadata keys that record a model's quality (numbers): the name the views
+#: (and the JSON) give them, and their unit ("fraction": a share, shown as a percentage).
+ACCURACY_KEYS = {"accuracy": ("accuracy", "fraction"),
+                 "reference_accuracy": ("float accuracy", "fraction"),
+                 "accuracy_drop_pp": ("accuracy drop (pp)", "pp"),
+                 "sqnr_db": ("SQNR (dB)", "dB"), "output_sqnr_db": ("SQNR (dB)", "dB"),
+                 "agreement": ("top-1 agreement", "fraction")}
 
 
 def _accuracy(ra: Report, rb: Report) -> tuple[Figure, ...]:
@@ -187,10 +190,10 @@ def _accuracy(ra: Report, rb: Report) -> tuple[Figure, ...]:
         return float(value) if ok else None
 
     out = []
-    for key, name in ACCURACY_KEYS.items():
+    for key, (name, unit) in ACCURACY_KEYS.items():
         x, y = number(ra, key), number(rb, key)
         if x is not None or y is not None:
-            out.append(Figure(name, "", x, y))
+            out.append(Figure(name, unit, x, y))
     return tuple(out)
 
 

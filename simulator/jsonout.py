@@ -2,7 +2,7 @@
 
 Python's ``json`` writes ``NaN``, ``Infinity`` and ``-Infinity`` for non-finite floats, which
 no JSON standard allows: ``jq``, JavaScript's ``JSON.parse`` and Go reject the whole file. A
-non-finite figure arises from valid but absurd input (``cost_model: {op_overhead: 1e308}``
+non-finite figure arises from valid but absurd input (``cost_model: {op_overhead: 1e308ms}``
 overflows when summed); it is written as ``null``, JSON's "no number", like every other figure
 devicefit cannot give.
 """

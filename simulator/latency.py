@@ -184,7 +184,7 @@ def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile
                            f"{', '.join(sorted(set(missing)))}")
     elif not math.isfinite(est.total_ms):
         # Each figure of the profile is finite, their sum over the operators is not
-        # (op_overhead: 1e308): no number, rather than "inf s" and a margin of -inf.
+        # (op_overhead: 1e308ms): no number, rather than "inf s" and a margin of -inf.
         est.total_ms = None
         est.no_estimate = (f"no latency estimate: the cost_model of profile "
                            f"'{profile.name}' overflows over {len(ops)} operators")

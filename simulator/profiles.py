@@ -26,6 +26,7 @@ from devicefit.simulator.errors import ProfileError, did_you_mean
 from devicefit.simulator.fileio import regular_file_problem
 from devicefit.simulator.safeyaml import load_yaml, read_regular_file
 from devicefit.simulator.schema import (
+    MEMORY,
     SIZE,
     TIME,
     boolean,
@@ -40,7 +41,7 @@ from devicefit.simulator.schema import (
     string,
 )
 from devicefit.simulator.targets import TARGETS, Target, union
-from devicefit.simulator.units import parse_frequency_hz
+from devicefit.simulator.units import FREQUENCY_HELP, parse_frequency_hz
 
 PROFILE_SUFFIXES = (".yaml", ".yml")
 ENV_PROFILES = "DEVICEFIT_PROFILES"
@@ -169,6 +170,9 @@ class Profile:
     resolved: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: Every file read for this profile (itself, then its parents): inputs no output may replace.
     files: tuple[Path, ...] = field(default=(), compare=False, repr=False)
+    #: Values that are valid but may not mean what their writer meant (a size without a
+    #: unit, a RAM size in decimal units), each as ``file:line: warning: key: why``.
+    warnings: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
 
 def _nm_pattern(v: Any) -> str:
@@ -212,12 +216,12 @@ def profile_schema() -> dict[str, Any]:
         "device": {
             "class": one_of(*_declared("DEVICE_CLASSES")),
             "cpu": string(),
-            "clock": leaf(parse_frequency_hz, "a frequency such as 120MHz"),
+            "clock": leaf(parse_frequency_hz, FREQUENCY_HELP),
             "cores": integer(1, 1024),
-            "sram": SIZE,
+            "sram": MEMORY,
             "flash": SIZE,
-            "ram": SIZE,
-            "psram": SIZE,
+            "ram": MEMORY,
+            "psram": MEMORY,
         },
         "runtime": {
             "name": one_of(*_declared("RUNTIMES")),
@@ -228,7 +232,7 @@ def profile_schema() -> dict[str, Any]:
             "code_size": SIZE,
             "version": leaf(_version, "a version such as 2.3.1"),
         },
-        "budgets": {"flash": SIZE, "arena": SIZE, "latency": TIME},
+        "budgets": {"flash": SIZE, "arena": MEMORY, "latency": TIME},
         "quantization": {
             "schemes": list_of(one_of(*QUANT_SCHEMES), non_empty=True),
             "default": one_of(*QUANT_SCHEMES),
@@ -280,8 +284,10 @@ def _compose(text: str, path: Path) -> tuple[Any, dict[tuple[str, ...], int]]:
 
 
 
-def _validate(data: Any, schema: dict[str, Any], path: Path, lines: dict, prefix=()) -> dict:
-    """Check one file's mapping against the schema; return the parsed values."""
+def _validate(data: Any, schema: dict[str, Any], path: Path, lines: dict,
+              warnings: list[str], prefix: tuple[str, ...] = ()) -> dict:
+    """Check one file's mapping against the schema; return the parsed values and add to
+    ``warnings`` what the leaves' lints say."""
     where = f"{path}:{lines[prefix]}" if prefix in lines else str(path)
     dotted = ".".join(prefix) or "<top level>"
     if not isinstance(data, dict):
@@ -299,7 +305,7 @@ def _validate(data: Any, schema: dict[str, Any], path: Path, lines: dict, prefix
             )
         spec = schema[key]
         if isinstance(spec, dict):
-            out[key] = _validate(value, spec, path, lines, key_path)
+            out[key] = _validate(value, spec, path, lines, warnings, key_path)
             continue
         try:
             out[key] = spec.check(value)
@@ -308,6 +314,8 @@ def _validate(data: Any, schema: dict[str, Any], path: Path, lines: dict, prefix
                 f"{kwhere}: bad value for '{kdotted}': {_shown(value)} ({exc}); "
                 f"allowed: {spec.allowed}"
             ) from exc
+        if spec.lint is not None and (why := spec.lint(value)) is not None:
+            warnings.append(f"{kwhere}: warning: {kdotted}: {why}")
     return out
 
 
@@ -361,6 +369,7 @@ class _RawFile:
     values: dict
     raw: dict
     lines: dict
+    warnings: tuple[str, ...] = ()
 
 
 def _read_file(path: Path) -> _RawFile:
@@ -368,7 +377,9 @@ def _read_file(path: Path) -> _RawFile:
     data, lines = _compose(text, path)
     if data is None:
         raise ProfileError(f"{path}: profile file is empty")
-    return _RawFile(path, _validate(data, profile_schema(), path, lines), data, lines)
+    warnings: list[str] = []
+    values = _validate(data, profile_schema(), path, lines, warnings)
+    return _RawFile(path, values, data, lines, tuple(warnings))
 
 
 def _resolve_ref(ref: str, relative_to: Path | None, files: dict[str, Path]) -> Path:
@@ -435,7 +446,8 @@ class ProfileStore:
             m["abstract"] = leaf.values.get("abstract", False)
             m["name"] = leaf.values.get("name", leaf.path.stem)
         profile = _build(merged, shown, leaf, tuple(r.path.stem for r in chain[1:]))
-        return dataclasses.replace(profile, files=tuple(r.path for r in chain))
+        return dataclasses.replace(profile, files=tuple(r.path for r in chain),
+                                   warnings=tuple(w for r in chain for w in r.warnings))
 
 
 def _require(merged: dict, section: str, key: str, leaf: _RawFile) -> Any:

@@ -532,7 +532,12 @@ class MeasuredReport:
     predicted_head_basis: str | None = None
     head_difference_bytes: int | None = None
     tail_basis: str | None = None
-    #: The arena the device needs, from the measured head (and tail, on a host-like profile).
+    #: The head that ``arena_bytes`` adds up (measured where the wheel runs the device's
+    #: kernels, else the prediction for them) and what it rests on, as ``tail_basis``.
+    device_head_bytes: int | None = None
+    device_head_basis: str | None = None
+    #: The arena the device needs: ``device_head_bytes`` + the tail of ``tail_basis`` (the
+    #: interpreter's own total on a host-like profile).
     arena_bytes: int | None = None
     arena_basis: Basis | None = None
     arena_budget_bytes: int | None = None

@@ -12,7 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from devicefit.simulator.units import SIZE_UNITS_HELP, TIME_UNITS_HELP, parse_size, parse_time_ms
+from devicefit.simulator.units import (
+    SIZE_UNITS_HELP,
+    TIME_UNITS_HELP,
+    parse_size,
+    parse_time_ms,
+    size_warning,
+)
 
 Checker = Callable[[Any], Any]
 
@@ -21,6 +27,9 @@ Checker = Callable[[Any], Any]
 class Leaf:
     check: Checker
     allowed: str
+    #: Why a value that passed ``check`` may not mean what its writer meant (a warning the
+    #: profile validator reports with file, key and line), or None.
+    lint: Callable[[Any], str | None] | None = None
 
 
 def string() -> Leaf:
@@ -121,6 +130,9 @@ def _bandwidth(v: Any) -> float:
     return float(parse_size(v))
 
 
-SIZE = leaf(parse_size, SIZE_UNITS_HELP)
+#: A size of storage (flash, code): decimal units are as good as binary ones there.
+SIZE = Leaf(parse_size, SIZE_UNITS_HELP, lambda v: size_warning(v, memory=False))
+#: A size of RAM (SRAM, PSRAM, an arena): a decimal unit is probably a misreading.
+MEMORY = Leaf(parse_size, SIZE_UNITS_HELP, lambda v: size_warning(v, memory=True))
 TIME = leaf(parse_time_ms, TIME_UNITS_HELP)
 BANDWIDTH = leaf(_bandwidth, "a rate such as 320MB/s")

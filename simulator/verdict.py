@@ -62,8 +62,10 @@ def _arena(report: Report) -> Figure:
         # The device's own build started in that arena: nothing left to add for planning.
         return Figure(measured.target_build.min_arena_bytes or 0, Basis.MEASURED)
     if measured is not None and measured.arena_bytes is not None:
-        return Figure(max(measured.arena_bytes, mem.arena_required_bytes),
-                      measured.arena_basis or Basis.MEASURED)
+        if mem.arena_required_bytes > measured.arena_bytes:
+            # The predicted room to start is what is judged, and says so (not "measured").
+            return Figure(mem.arena_required_bytes, Basis.ESTIMATED)
+        return Figure(measured.arena_bytes, measured.arena_basis or Basis.MEASURED)
     return Figure(max(mem.arena_bytes, mem.arena_required_bytes),
                   Basis.PREDICTED if "arena_tail" in mem.exact else Basis.ESTIMATED)
 
@@ -148,7 +150,7 @@ def judge(report: Report, profile: Profile, *, strict: bool = False) -> Report:
         raise ValueError("judge: this report is judged already")
     checks: list[BudgetCheck] = []
     unchecked: dict[BudgetName, str] = {}
-    notes: list[str] = []
+    notes: list[str] = list(profile.warnings)
     for budget in BUDGETS:
         limit, limit_from = _bounded(budget, profile, notes)
         if limit is None:

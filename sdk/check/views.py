@@ -16,12 +16,16 @@ from devicefit.simulator import jsonout
 from devicefit.simulator.escape import markdown as md_literal
 from devicefit.simulator.escape import markdown_code as md_code
 from devicefit.simulator.report import Status
-from devicefit.simulator.units import format_estimate
-from devicefit.simulator.units import format_figure as fmt
+from devicefit.simulator.units import format_estimate, format_figure, format_percent
 from devicefit.simulator.views.html import Section, escape, html_table, render_html
 from devicefit.simulator.views.junit import COUNTS, case, report_cases, xml_text
 from devicefit.simulator.views.markdown import MARKS
-from devicefit.simulator.views.messages import details, disagreement_messages, figures
+from devicefit.simulator.views.messages import (
+    decimal_budget,
+    details,
+    disagreement_messages,
+    figures,
+)
 from devicefit.simulator.views.messages import problems as report_problems
 
 from .baseline import METRIC_KEYS, RegressionCheck, report_metrics
@@ -32,6 +36,11 @@ from .project import METRICS
 
 def regression_message(r: RegressionCheck) -> str:
     change = _change(r)
+    decimal = decimal_budget(r)
+
+    def fmt(value: float, unit: str) -> str:
+        return format_figure(value, unit, decimal)
+
     if r.ok:
         return (f"{r.name} {fmt(r.value, r.unit)} vs baseline {fmt(r.baseline, r.unit)} "
                 f"({change}; allowed +{r.rule})")
@@ -42,8 +51,8 @@ def regression_message(r: RegressionCheck) -> str:
 
 def _change(r: RegressionCheck) -> str:
     if r.baseline == 0:
-        return f"{'+' if r.value >= 0 else ''}{fmt(r.value, r.unit)}"
-    return f"{(r.value - r.baseline) / r.baseline:+.1%}"
+        return f"{'+' if r.value >= 0 else ''}{format_figure(r.value, r.unit)}"
+    return format_percent((r.value - r.baseline) / r.baseline, digits=1, signed=True)
 
 
 def _figures(r: RegressionCheck) -> dict[str, str]:
@@ -59,13 +68,14 @@ def metric_cell(o: Outcome, metric: str) -> tuple[str, bool | None]:
     budget = next((b for b in o.report.budgets if b.name == metric), None)
     if budget is not None:
         risk = " at risk" if budget.status == Status.AT_RISK else ""
-        return (f"{format_estimate(budget.value, budget.unit, budget.band)} / "
-                f"{fmt(budget.limit, budget.unit)}{risk}", budget.ok)
+        decimal = decimal_budget(budget)
+        return (f"{format_estimate(budget.value, budget.unit, budget.band, decimal)} / "
+                f"{format_figure(budget.limit, budget.unit, decimal)}{risk}", budget.ok)
     if metric in o.unchecked_budgets:
         return "not checked", None
     key, unit = METRIC_KEYS[metric]
     value = report_metrics(o.report)[key]
-    return ("-", None) if value is None else (fmt(value, unit), None)
+    return ("-", None) if value is None else (format_figure(value, unit), None)
 
 
 def regression_cell(o: Outcome) -> tuple[str, bool | None]:

@@ -152,6 +152,9 @@ def _check(args: argparse.Namespace) -> int:
                 if baseline_path is not None and has_rules and not args.update_baseline else None)
 
     err = make_console(args.no_color, stderr=True)
+    # Once each, however many targets use the profile (every report also notes them).
+    for warning in dict.fromkeys(w for t in project.targets for w in t.profile.warnings):
+        err.print(warning, markup=False)
     with _Progress(err, 0 if args.quiet else len(project.targets)) as advance:
         result = run_check(project, run=args.run, jobs=args.jobs, baseline=baseline,
                            run_options={"probe": args.probe},

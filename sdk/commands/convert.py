@@ -24,7 +24,14 @@ from devicefit.simulator import jsonout
 from devicefit.simulator.errors import require_extra
 from devicefit.simulator.fileio import temporary_folder, write_atomic
 from devicefit.simulator.profiles import IO_TYPES, QUANT_SCHEMES
-from devicefit.simulator.units import format_estimate, format_figure, format_size
+from devicefit.simulator.units import (
+    format_estimate,
+    format_percent,
+    format_points,
+    format_size,
+    format_time_ms,
+)
+from devicefit.simulator.views.messages import budget_format, decimal_budget
 from rich.markup import escape
 
 EXAMPLE = ("example: devicefit convert model.keras --profile stm32l4r5-cortex-m4 "
@@ -128,11 +135,11 @@ def verdict_line(report) -> tuple[str, str]:
     """The simulated figures and the verdict with its reasons: which budget failed by how
     much, which ops the runtime lacks (and their layers), which budgets went unchecked."""
     sim = report.simulation
-    figures = [f"{b.name} {format_estimate(b.value, b.unit, b.band)} of "
-               f"{format_figure(b.limit, b.unit)}" for b in sim.budgets]
+    figures = [f"{b.name} {format_estimate(b.value, b.unit, b.band, decimal_budget(b))} of "
+               f"{budget_format(b)(b.limit)}" for b in sim.budgets]
     at_risk = sim.at_risk
     figures += [f"{name} unchecked ({why})" for name, why in report.unchecked_budgets.items()]
-    reasons = [f"{b.name} over budget by {format_figure(-b.margin, b.unit)}"
+    reasons = [f"{b.name} over budget by {budget_format(b)(-b.margin)}"
                for b in sim.budgets if not b.ok]
     ops = sim.compatibility.unsupported_ops if sim.compatibility is not None else ()
     if ops:
@@ -185,7 +192,7 @@ def _print_summary(console, report) -> None:
                       f"{ft.accumulation_steps} accumulation, loss "
                       + " → ".join(f"{v:.3f}" for v in ft.loss))
     if s.sparsity:
-        rows = [(w.tensor, w.op, "x".join(map(str, w.shape)), f"{w.zero_fraction:.0%}",
+        rows = [(w.tensor, w.op, "x".join(map(str, w.shape)), f"{format_percent(w.zero_fraction, 0)}",
                  "-" if w.nm_groups is None else f"{w.nm_groups - w.nm_violations}/{w.nm_groups}")
                 for w in report.weights]
         console.print(table(f"Weights read back from the file ({s.sparsity})",
@@ -194,13 +201,14 @@ def _print_summary(console, report) -> None:
     if acc is not None:
         parts = [f"{acc.samples} samples"]
         if acc.float_accuracy is not None:
-            parts.append(f"accuracy {acc.float_accuracy:.2%} float → {acc.converted_accuracy:.2%} "
-                         f"converted ({-acc.accuracy_drop_pp:+.2f} pp)")
+            parts.append(f"accuracy {format_percent(acc.float_accuracy)} float → {format_percent(acc.converted_accuracy)} "
+                         f"converted ({format_points(-acc.accuracy_drop_pp)})")
         if acc.top1_agreement is not None:
-            parts.append(f"top-1 agreement {acc.top1_agreement:.2%}")
+            parts.append(f"top-1 agreement {format_percent(acc.top1_agreement)}")
         parts.append("SQNR " + ("identical" if acc.sqnr_db is None else f"{acc.sqnr_db:.1f} dB"))
         console.print("evaluation: " + ", ".join(parts))
-    console.print("stages: " + ", ".join(f"{k} {v:.2f}s" for k, v in report.stages.items()))
+    console.print("stages: " + ", ".join(f"{k} {format_time_ms(v * 1000)}"
+                                         for k, v in report.stages.items()))
     for line in _target_lines(report.target_extra):
         console.print(line)
     if report.memory_optimization is not None:
@@ -213,7 +221,7 @@ def _print_summary(console, report) -> None:
                 console.print(f"  {note}")
     if report.simulation is not None:
         figures, verdict = verdict_line(report)
-        console.print(escape(figures) + verdict, soft_wrap=True)
+        console.print(escape(figures) + verdict)
     for w in report.warnings:
         console.print(f"[bold yellow]warning:[/bold yellow] {w}")
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from devicefit.sdk.console import fold
+from devicefit.sdk.console import output_width, print_report
 from devicefit.simulator.errors import UsageError
+from devicefit.simulator.views.columns import text_width
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,5 +58,9 @@ def _diff(args: argparse.Namespace) -> int:
     diff = diff_reports(sides[0], sides[1], kind)
     if args.html:
         write_atomic(args.html, render_html(diff), inputs=models)
-    print(render_json(diff) if args.json else fold(render_text(diff, max(args.top, 0))), end="")
+    if args.json:
+        print(render_json(diff), end="")
+        return 0
+    with text_width(output_width()):
+        print_report(render_text(diff, max(args.top, 0)), args.no_color)
     return 0

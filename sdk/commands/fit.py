@@ -16,7 +16,14 @@ from devicefit.sdk.console import make_console, print_json, table
 from devicefit.simulator import jsonout
 from devicefit.simulator.errors import UsageError, require_extra
 from devicefit.simulator.fileio import write_atomic
-from devicefit.simulator.units import format_estimate, format_figure, format_size
+from devicefit.simulator.units import (
+    decimal_prefixes,
+    format_estimate,
+    format_figure,
+    format_percent,
+    format_points,
+    format_size,
+)
 
 EXAMPLE = ("example: devicefit fit model.keras --profile stm32l4r5-cortex-m4 --train train.npz "
            "--eval test.npz -o model.tflite --max-trials 20 --time-budget 30m\n"
@@ -181,9 +188,9 @@ def _print_summary(console, report) -> None:
         runtime = (v.get("measured") or {}).get("runtime", report.runtime)
         loss = report.accuracy_loss_pp
         console.print(f"[bold green]fits:[/bold green] trial {chosen.number}, "
-                      f"{chosen.candidate.label()}: accuracy {chosen.accuracy:.2%}"
-                      + ("" if loss is None else f" ({-loss:+.2f} pp vs float "
-                         f"{report.float_accuracy:.2%})")
+                      f"{chosen.candidate.label()}: accuracy {format_percent(chosen.accuracy)}"
+                      + ("" if loss is None else f" ({format_points(-loss)} vs float "
+                         f"{format_percent(report.float_accuracy)})")
                       + f", flash {format_size(chosen.flash_bytes)}, arena "
                       f"{format_size(chosen.arena_bytes)}")
         console.print(f"why: {report.reason}")
@@ -198,7 +205,7 @@ def _print_summary(console, report) -> None:
             c = report.clustering
             console.print(f"clustered to {c['clusters']} values per layer: gzip download "
                           f"{format_size(c['gzip_before'])} → {format_size(c['gzip_after'])}, "
-                          f"accuracy {c['accuracy_after']:.2%}; {c['note']}")
+                          f"accuracy {format_percent(c['accuracy_after'])}; {c['note']}")
         console.print(f"wrote {report.output}")
         return
     if report.study.get("writer") is False:
@@ -212,7 +219,7 @@ def _print_summary(console, report) -> None:
     if closest is not None:
         misses = "; ".join(f"{m.budget} {format_value(m.value, m.unit)} > "
                            f"{format_value(m.limit, m.unit)} by {format_value(m.over, m.unit)} "
-                           f"({m.over_fraction:+.1%})" for m in report.closest_misses)
+                           f"({format_percent(m.over_fraction, 1, signed=True)})" for m in report.closest_misses)
         console.print(f"closest: trial {closest.number}, {closest.candidate.label()}: "
                       f"{misses or closest.note}")
 
@@ -220,7 +227,7 @@ def _print_summary(console, report) -> None:
 def _trial_line(record) -> str:
     return (f"trial {record.number}: {record.candidate.label()}: "
             f"{'PASS' if record.fits else 'fail'}"
-            + ("" if record.accuracy is None else f", accuracy {record.accuracy:.2%}")
+            + ("" if record.accuracy is None else f", accuracy {format_percent(record.accuracy)}")
             + (f" ({record.note})" if record.note else ""))
 
 
@@ -253,5 +260,7 @@ def budget_text(budget: dict) -> str:
     """One verified budget; an estimate shows with its error band and says when it is at risk."""
     unit = budget["unit"]
     risk = ", at risk" if budget.get("status") == "at-risk" else ""
-    return (f"{budget['name']} {format_estimate(budget['value'], unit, budget.get('band'))} ≤ "
-            f"{format_figure(budget['limit'], unit)} ({budget['basis']}{risk})")
+    decimal = unit == "bytes" and decimal_prefixes(budget["limit"])
+    return (f"{budget['name']} "
+            f"{format_estimate(budget['value'], unit, budget.get('band'), decimal)} ≤ "
+            f"{format_figure(budget['limit'], unit, decimal)} ({budget['basis']}{risk})")

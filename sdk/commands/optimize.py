@@ -7,6 +7,7 @@ import argparse
 from devicefit.sdk.console import make_console, print_json, table
 from devicefit.sdk.outputs import check_outputs, profile_inputs
 from devicefit.simulator.optimize.patches import OBJECTIVES
+from devicefit.simulator.units import format_bytes, format_percent, format_time_ms
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -98,46 +99,44 @@ def _optimize(args: argparse.Namespace) -> int:
 PAIRS_SHOWN = 8
 
 
-def _rows(r) -> list[tuple[str, str, str]]:
-    def size(n: int | None) -> str:
-        return "-" if n is None else f"{n:,} B"
+def _size(n: int | None) -> str:
+    return "-" if n is None else format_bytes(n)
 
+
+def _rows(r) -> list[tuple[str, str, str]]:
     best = "exact" if r.bound_exact else "per-operator floor"
     if r.patches is not None and r.patches.grid:
         return [
-            ("arena head, predicted", size(r.head_before_bytes), size(r.head_after_bytes)),
-            ("arena head, measured (TFLM)", size(r.measured_head_before_bytes),
-             size(r.measured_head_after_bytes)),
-            ("lower bound, whole tensors (best order)", size(r.patches.bound_whole_tensor_bytes),
+            ("arena head, predicted", _size(r.head_before_bytes), _size(r.head_after_bytes)),
+            ("arena head, measured (TFLM)", _size(r.measured_head_before_bytes),
+             _size(r.measured_head_after_bytes)),
+            ("lower bound, whole tensors (best order)", _size(r.patches.bound_whole_tensor_bytes),
              ""),
             ("lower bound, patched graph (" + ("best order" if r.bound_exact else
                                                "written order") + ")", "",
-             size(r.bound_best_order_bytes)),
-            ("reduction", "", f"{r.reduction_bytes:,} B ({r.reduction_pct:.1f} %)"),
+             _size(r.bound_best_order_bytes)),
+            ("reduction", "", f"{format_bytes(r.reduction_bytes)}, {format_percent(r.reduction_pct / 100, 1)}"),
             ("operators", str(r.patches.operators_before), str(r.patches.operators_after)),
             ("offline plan", "", r.plan_method if r.offline_plan else "none"),
-            ("time to optimize", "", f"{r.seconds * 1000:.0f} ms"),
+            ("time to optimize", "", format_time_ms(r.seconds * 1000)),
         ]
     return [
-        ("arena head, predicted", size(r.head_before_bytes), size(r.head_after_bytes)),
-        ("arena head, measured (TFLM)", size(r.measured_head_before_bytes),
-         size(r.measured_head_after_bytes)),
-        ("lower bound, file order", size(r.bound_file_order_bytes), ""),
-        (f"lower bound, best order ({best})", "", size(r.bound_best_order_bytes)),
-        ("gap to best-order bound", "", f"{r.gap_bytes:,} B ({r.gap_pct:.1f} %)"),
-        ("reduction", "", f"{r.reduction_bytes:,} B ({r.reduction_pct:.1f} %)"),
+        ("arena head, predicted", _size(r.head_before_bytes), _size(r.head_after_bytes)),
+        ("arena head, measured (TFLM)", _size(r.measured_head_before_bytes),
+         _size(r.measured_head_after_bytes)),
+        ("lower bound, file order", _size(r.bound_file_order_bytes), ""),
+        (f"lower bound, best order ({best})", "", _size(r.bound_best_order_bytes)),
+        ("gap to best-order bound", "", f"{format_bytes(r.gap_bytes)}, {format_percent(r.gap_pct / 100, 1)}"),
+        ("reduction", "", f"{format_bytes(r.reduction_bytes)}, {format_percent(r.reduction_pct / 100, 1)}"),
         ("operator order", "file", "reordered" if r.order_changed else "file"),
         ("offline plan", "", r.plan_method if r.offline_plan else "none"),
-        ("time to optimize", "", f"{r.seconds * 1000:.0f} ms"),
+        ("time to optimize", "", format_time_ms(r.seconds * 1000)),
     ]
 
 
 def _arena_table(p) -> tuple[str, list[str], list[tuple[str, str, str]]]:
     """Head, tail and whole arena of the plain offline plan and of the best patched graph,
     predicted for the profile's build and, once verified, measured in TFLM."""
-    def size(n: int | None) -> str:
-        return "-" if n is None else f"{n:,} B"
-
     rows, builds = [], []
     for plain, patched in ((p.plain_arena, p.patched_arena),
                            (p.plain_measured, p.patched_measured)):
@@ -149,8 +148,8 @@ def _arena_table(p) -> tuple[str, list[str], list[tuple[str, str, str]]]:
                   ("whole arena (head + tail)", "whole_bytes")]
         if kind == "predicted":  # measured, the whole arena is what TFLM used
             fields.append(("arena to start", "start_bytes"))
-        rows += [(f"{label}, {kind}", size(getattr(plain, attr, None)),
-                  size(getattr(patched, attr, None))) for label, attr in fields]
+        rows += [(f"{label}, {kind}", _size(getattr(plain, attr, None)),
+                  _size(getattr(patched, attr, None))) for label, attr in fields]
     return (f"arena ({'; '.join(builds)})",
             ["", "plain offline plan", "best patched (" + ("kept" if p.grid else "not used") + ")"],
             rows)
@@ -160,10 +159,12 @@ def _print_patches(console, p) -> None:
     """The chosen patch plan and the head vs MAC-overhead pairs it was chosen from."""
     if p.grid:
         ms = ("" if p.estimated_ms_before is None or p.estimated_ms_after is None else
-              f", estimated latency {p.estimated_ms_before:.1f} → {p.estimated_ms_after:.1f} ms")
+              f", estimated latency {format_time_ms(p.estimated_ms_before)} → "
+              f"{format_time_ms(p.estimated_ms_after)}")
+        overhead = format_percent(p.mac_overhead_pct / 100, 1, signed=True)
         console.print(f"patches: {p.grid} grid over the first {p.split} operators, "
                       f"{p.operators_before} → {p.operators_after} operators, MACs "
-                      f"{p.macs_before:,} → {p.macs_after:,} (+{p.mac_overhead_pct:.1f} %){ms}; "
+                      f"{p.macs_before:,} → {p.macs_after:,} ({overhead}){ms}; "
                       f"file {p.model_bytes_before:,} → {p.model_bytes_after:,} B")
     if p.plain_arena is not None and p.patched_arena is not None:
         console.print(table(*_arena_table(p)))
@@ -172,12 +173,12 @@ def _print_patches(console, p) -> None:
                    key=lambda c: (c.bound_bytes if by_head else c.arena_bytes,
                                   c.mac_overhead_pct))
     if built:
-        rows = [(f"{c.split}", c.grid, f"{c.bound_bytes:,} B", f"{c.arena_bytes:,} B",
-                 f"+{c.mac_overhead_pct:.1f} %",
+        rows = [(f"{c.split}", c.grid, _size(c.bound_bytes), _size(c.arena_bytes),
+                 format_percent(c.mac_overhead_pct / 100, 1, signed=True),
                  "chosen" if (c.split, c.grid) == (p.split, p.grid) else "")
                 for c in built[:PAIRS_SHOWN]]
         more = len(p.candidates) - len(rows)
-        title = (f"patch candidates within +{p.max_mac_overhead_pct:g} % MACs, best "
+        title = (f"patch candidates within +{p.max_mac_overhead_pct:g}% MACs, best "
                  f"{p.objective} first ({more} more in --json)")
         console.print(table(title, ["stage ops", "grid", "head bound", "arena", "MACs", ""],
                             rows))

@@ -8,7 +8,7 @@ from devicefit.sdk.console import make_console, print_json, table
 from devicefit.simulator.errors import DevicefitError
 from devicefit.simulator.escape import clean
 from devicefit.simulator.profiles import Profile, ProfileStore, dump_resolved, load_profile
-from devicefit.simulator.units import format_size, format_time_ms
+from devicefit.simulator.units import decimal_prefixes, format_size, format_time_ms
 from devicefit.simulator.verdict import device_warnings
 
 
@@ -47,13 +47,18 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         print_json([_summary(p) for p in profiles])
         return 0
-    rows = [(p.name, p.device.kind, p.runtime.name, format_size(p.budgets.flash_bytes),
-             format_size(p.budgets.arena_bytes), format_time_ms(p.budgets.latency_ms),
+    rows = [(p.name, p.device.kind, p.runtime.name, _budget(p.budgets.flash_bytes),
+             _budget(p.budgets.arena_bytes), format_time_ms(p.budgets.latency_ms),
              p.description) for p in profiles]
     make_console(args.no_color).print(table(
         "Device profiles", ["name", "class", "runtime", "flash", "arena", "latency", "description"],
         rows))
     return 0
+
+
+def _budget(size: int | None) -> str:
+    """A size budget in the prefixes it was written with (50MB, not 47.7 MiB)."""
+    return format_size(size, size is not None and decimal_prefixes(size))
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -72,8 +77,8 @@ def _validate(args: argparse.Namespace) -> int:
         except DevicefitError as exc:
             errors.append(str(exc))
         else:
-            warnings = device_warnings(profile)
-            print(clean(f"{f}: ok" + "".join(f"\n{f}: warning: {w}" for w in warnings)))
+            warnings = [*profile.warnings, *(f"{f}: warning: {w}" for w in device_warnings(profile))]
+            print(clean("\n".join([f"{f}: ok", *warnings])))
     if errors:
         raise DevicefitError("; ".join(errors) if len(errors) > 1 else errors[0])
     return 0

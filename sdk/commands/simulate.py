@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from devicefit.sdk.argtypes import input_shape, positive_seconds
-from devicefit.sdk.console import fold, make_console
+from devicefit.sdk.console import fold, make_console, output_width, print_report
 from devicefit.sdk.layers import add_layer_options, layer_outputs, write_layers
 from devicefit.sdk.outputs import check_outputs, picture_outputs, profile_inputs
 from devicefit.sdk.pictures import add_picture_options, write_pictures
@@ -13,6 +13,7 @@ from devicefit.simulator.errors import UsageError
 from devicefit.simulator.profiles import KERNELS
 from devicefit.simulator.views import VIEWS
 from devicefit.simulator.views.base import heading
+from devicefit.simulator.views.columns import text_width
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -107,6 +108,10 @@ def _simulate(args: argparse.Namespace) -> int:
     write_layers(args, report, inputs=[args.model])
     view = "json" if args.json else args.format or "text"
     options = {"top": max(args.top, 0), "layers": args.layers} if view == "text" else {}
-    text = render(view, report, **options)
-    print(text if view == "json" else fold(text), end="")
+    with text_width(output_width()):
+        text = render(view, report, **options)
+    if view == "text":
+        print_report(text, args.no_color)
+    else:
+        print(text if view == "json" else fold(text), end="")
     return 0 if report.ok else 1

@@ -13,7 +13,13 @@ from typing import Any
 
 from devicefit.sdk.fit.candidate import TrialRecord
 from devicefit.simulator.report import Report
-from devicefit.simulator.units import format_estimate, format_size, format_time_ms
+from devicefit.simulator.units import (
+    format_estimate,
+    format_percent,
+    format_points,
+    format_size,
+    format_time_ms,
+)
 from devicefit.simulator.views.html import Section, escape, html_table, render_html
 
 PLOT_W, PLOT_H, LEFT, BOTTOM, STRIP_H = 720, 300, 70, 30, 24
@@ -115,17 +121,17 @@ def reason_for(chosen: TrialRecord, fitting: list[TrialRecord], float_accuracy: 
     built = sum(1 for t in trials if t.stage not in ("skipped", "error"))
     trained = sum(1 for t in trials if t.stage == "trained")
     loss = "" if float_accuracy is None or chosen.accuracy is None else \
-        f" ({100 * (chosen.accuracy - float_accuracy):+.2f} pp vs the float model)"
+        f" ({format_points(100 * (chosen.accuracy - float_accuracy))} vs the float model)"
     others = len(fitting) - 1
     why = f"highest accuracy{loss} of the {len(fitting)} candidates that pass every budget"
     if others and len(fitting) > 1:
         runner = fitting[1]
         why += (f"; next best: trial {runner.number} ({runner.candidate.label()}) at "
-                f"{runner.accuracy:.2%}")
+                f"{format_percent(runner.accuracy)}")
     twin = qat_twin(chosen, trials)
     if twin is not None:
         why += (f"; its {'PTQ' if chosen.candidate.qat else 'QAT'} twin (trial {twin.number}, "
-                f"same {_epochs(chosen)} training epochs) reached {twin.accuracy:.2%}")
+                f"same {_epochs(chosen)} training epochs) reached {format_percent(twin.accuracy)}")
     return f"{why}; {built} candidates judged, {trained} of them trained"
 
 
@@ -158,7 +164,7 @@ def trial_rows(report: FitReport) -> list[tuple[Any, ...]]:
         skipped = t.stage == "skipped"
         rows.append((
             t.number, t.candidate.label(),
-            "-" if t.accuracy is None else f"{t.accuracy:.2%}",
+            "-" if t.accuracy is None else f"{format_percent(t.accuracy)}",
             "-" if skipped else format_size(t.flash_bytes),
             "-" if skipped else format_size(t.arena_bytes),
             "-" if skipped or t.latency_ms is None else latency_text(t),
@@ -240,7 +246,7 @@ def pareto_svg(trials: list[TrialRecord], budget: float | None, chosen: int | No
                      'stroke="#4e79a7" stroke-dasharray="5 3"/>')
     for t in sorted(judged, key=lambda t: t.number):
         title = (f"trial {t.number}: {t.candidate.label()}\naccuracy "
-                 + ("not measured" if t.accuracy is None else f"{t.accuracy:.2%}")
+                 + ("not measured" if t.accuracy is None else f"{format_percent(t.accuracy)}")
                  + f"\nflash {format_size(t.flash_bytes)}, arena {format_size(t.arena_bytes)}"
                  f"\n{'passes every budget' if t.fits else t.note}")
         cx = num(x(size_of(t)))
@@ -296,7 +302,7 @@ def render_fit_html(report: FitReport) -> str:
                    f" — {escape(report.reason)}.</p>")
     else:
         rows = [(m.budget, format_value(m.limit, m.unit), format_value(m.value, m.unit),
-                 format_value(m.over, m.unit), f"{m.over_fraction:+.1%}")
+                 format_value(m.over, m.unit), format_percent(m.over_fraction, 1, signed=True))
                 for m in report.closest_misses]
         closest = report.trial(report.closest)
         summary = ("<p><b>No candidate passes every budget.</b> Closest: "
@@ -304,7 +310,7 @@ def render_fit_html(report: FitReport) -> str:
                       if closest else "none built") + "</p>"
                    + html_table(("budget", "limit", "value", "over by", "over by %"), rows))
     facts = [("profile", report.profile), ("float accuracy", "-" if report.float_accuracy is None
-                                            else f"{report.float_accuracy:.2%}"),
+                                            else f"{format_percent(report.float_accuracy)}"),
              ("trials", len(report.trials)), ("search time", f"{report.search_seconds:.1f} s"),
              ("interrupted", "yes" if report.interrupted else "no")]
     if report.clustering:

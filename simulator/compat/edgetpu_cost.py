@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from devicefit.simulator.schema import BANDWIDTH, SIZE, TIME, fraction, number
+from devicefit.simulator.schema import BANDWIDTH, MEMORY, TIME, fraction, number
 
 if TYPE_CHECKING:
     from devicefit.simulator.profiles import Profile
@@ -22,7 +22,7 @@ PROFILE_KEYS = {"cost_model": {
     "tpu_efficiency": fraction(),
     "invoke_overhead": TIME,
     "link_bandwidth": BANDWIDTH,
-    "param_cache": SIZE,
+    "param_cache": MEMORY,
 }}
 
 

@@ -56,6 +56,7 @@ from devicefit.simulator.runtimes import (
     runner_name,
     starting_arena,
 )
+from devicefit.simulator.units import format_bytes
 
 #: Ops that only convert between float and integer at the model's edges.
 _EDGE_OPS = {"QUANTIZE", "DEQUANTIZE"}
@@ -288,17 +289,21 @@ def _arena(measured: MeasuredReport, model: Model, result: RunResult, mem: Memor
     difference = head - wheel_head
     budget = profile.budgets.arena_bytes
     if budget is not None and device_arena > budget:
-        notes.append(f"the model needs {device_arena - budget} bytes more arena than the "
-                     f"profile's budget of {budget} bytes")
+        notes.append(f"the model needs {format_bytes(device_arena - budget)} more arena than "
+                     f"the profile's budget of {format_bytes(budget)}")
     if difference:
         notes.append(f"measured arena head differs from the prediction for reference "
-                     f"kernels by {difference:+d} bytes")
+                     f"kernels by {difference:+,} B")
     return dataclasses.replace(
         measured, arena_head_bytes=head, arena_tail_bytes=result.arena_tail_bytes,
         arena_total_bytes=result.arena_total_bytes, arena_categories=result.arena_categories,
         predicted_head_bytes=wheel_head,
         predicted_head_basis="reference kernels, as the tflite-micro wheel runs them",
         head_difference_bytes=difference,
+        device_head_bytes=device_head,
+        device_head_basis=("measured" if kernels_match else
+                           f"predicted for {profile.runtime.kernels} kernels (the wheel runs "
+                           f"reference kernels)"),
         tail_basis=("measured" if host_like else
                     f"predicted for {profile.runtime.pointer_bytes * 8}-bit pointers and "
                     f"{profile.runtime.kernels} kernels (the host's tail is not the device's)"),

@@ -13,16 +13,15 @@ from devicefit.simulator import jsonout
 from devicefit.simulator.diff import LAYER_FIGURES, Change, Figure, LayerChange, ReportDiff
 from devicefit.simulator.escape import clean
 from devicefit.simulator.layers import LayerRow, shape_text
-from devicefit.simulator.units import format_figure
+from devicefit.simulator.units import format_figure, format_points
+from devicefit.simulator.views.columns import columns
 from devicefit.simulator.views.html import escape, html_table, render_page
 
 
 def _value(f: Figure, value: float | None) -> str:
     if value is None:
         return "-"
-    if f.unit:
-        return format_figure(value, f.unit)
-    return f"{value:,.0f}" if float(value).is_integer() else f"{value:.4g}"
+    return format_figure(value, f.unit)
 
 
 def _band(band: tuple[float, float] | None, f: Figure) -> str:
@@ -35,8 +34,10 @@ def _change(f: Figure) -> str:
         return "-"
     if delta == 0:
         return "same"
-    sign = "+" if delta > 0 else "-"
-    text = sign + _value(f, abs(delta)).lstrip("-")
+    if f.unit in ("fraction", "pp"):  # a change of a percentage is in percentage points
+        text = format_points(delta * 100 if f.unit == "fraction" else delta)
+    else:
+        text = ("+" if delta > 0 else "-") + _value(f, abs(delta))
     if f.ratio is not None:
         text += f" (×{f.ratio:.3g})"
     if f.bands_overlap:
@@ -79,12 +80,6 @@ LAYER_HEADINGS = ("change", "A", "B", "Δ MACs", "Δ params", "Δ param bytes", 
                   "Δ estimated")
 
 
-def _columns(rows: list[list[str]] | list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-            for r in rows]
-
-
 def _title(diff: ReportDiff) -> str:
     ra, rb = diff.a.report, diff.b.report
     if diff.kind == "profiles":
@@ -101,16 +96,21 @@ def _layer_summary(diff: ReportDiff) -> str:
 def render_text(diff: ReportDiff, top: int = 20) -> str:
     lines = [_title(diff), f"  A verdict {diff.a.report.verdict.upper()}, "
                            f"B verdict {diff.b.report.verdict.upper()}", ""]
-    lines += _columns([("figure", "A", "B", "B − A"), *figure_rows(diff)])
+    lines += columns([("figure", "A", "B", "B − A"), *figure_rows(diff)], header=True)
     ops = [c for c in diff.op_counts if c.a != c.b]
     lines += ["", "Op counts" + ("" if ops else ": the same")]
     if ops:
-        lines += _columns([("op", "A", "B"), *((c.op, str(c.a), str(c.b)) for c in ops)])
+        lines += columns([("op", "A", "B"), *((c.op, str(c.a), str(c.b)) for c in ops)],
+                         header=True)
     lines += ["", _layer_summary(diff)]
     rows = layer_rows(diff)
     if rows:
         shown = rows[:top] if top else rows
-        lines += _columns([list(LAYER_HEADINGS), *shown])
+        # A figure no listed layer changes is an empty column: left out, the rest fit.
+        kept = [i for i, head in enumerate(LAYER_HEADINGS)
+                if not head.startswith("Δ") or any(r[i] for r in shown)]
+        lines += columns([[r[i] for i in kept] for r in [list(LAYER_HEADINGS), *shown]],
+                         header=True)
         if len(shown) < len(rows):
             lines.append(f"  … {len(rows) - len(shown)} more (--top 0 lists all; --json has "
                          "every layer)")

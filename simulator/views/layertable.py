@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from devicefit.simulator.escape import clean
 from devicefit.simulator.layers import COLUMNS, LayerRow, cells, costliest
 from devicefit.simulator.units import format_size, format_time_ms
+from devicefit.simulator.views.columns import columns
 
 #: The columns in the order people read them: what the op is, then what it costs.
 _ORDER = ("op_index", "subgraph", "op", "inputs", "outputs", "dtype", "macs", "params",
@@ -76,13 +77,8 @@ def text_lines(rows: Sequence[LayerRow]) -> list[str]:
     for r in rows:
         values = cells(r)
         table.append([_text_cell(COLUMNS[i][0], values[i]) for i in shown])
-    widths = [max(len(line[c]) for line in table) for c in range(len(shown))]
-    numeric = {c for c, i in enumerate(shown) if COLUMNS[i][0] not in _TEXT}
-    out = [f"Layers ({len(rows)} operators)"]
-    for line in table:
-        out.append("  " + "  ".join(v.rjust(w) if c in numeric else v.ljust(w)
-                                    for c, (v, w) in enumerate(zip(line, widths, strict=True)))
-                   .rstrip())
+    numeric = frozenset(c for c, i in enumerate(shown) if COLUMNS[i][0] not in _TEXT)
+    out = [f"Layers ({len(rows)} operators)", *columns(table, header=True, right=numeric)]
     return [clean(line) for line in out + costliest_lines(rows)]
 
 

@@ -9,9 +9,8 @@ from pathlib import Path
 from devicefit.simulator.escape import markdown as md_literal
 from devicefit.simulator.escape import markdown_code as md_code
 from devicefit.simulator.report import Report, Status
-from devicefit.simulator.units import format_figure as fmt
 from devicefit.simulator.views.base import View
-from devicefit.simulator.views.messages import problems
+from devicefit.simulator.views.messages import budget_format, problems
 
 #: The mark of a status ("error": a target that could not be simulated).
 MARKS = {"pass": "✅", "at-risk": "🟠", "fail": "❌", "error": "⚠️"}
@@ -24,9 +23,10 @@ def render(report: Report) -> str:
     if report.budgets:
         lines += ["| budget | value | limit | margin | basis | status |",
                   "|---|---|---|---|---|---|"]
-        lines += [f"| {b.name} | {fmt(b.value, b.unit)} | {fmt(b.limit, b.unit)} | "
-                  f"{fmt(b.margin, b.unit)} | {b.basis} | {MARKS[b.status]} |"
-                  for b in report.budgets]
+        for b in report.budgets:
+            fmt = budget_format(b)
+            lines.append(f"| {b.name} | {fmt(b.value)} | {fmt(b.limit)} | {fmt(b.margin)} | "
+                         f"{b.basis} | {MARKS[b.status]} |")
     found = problems(report) if status != Status.PASS else []
     if found:
         lines += ["", "### Problems", ""] + [f"- {md_literal(p)}" for p in found]

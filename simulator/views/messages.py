@@ -3,26 +3,42 @@ Markdown, the check and bench commands): the limit, the value and the margin in 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from devicefit.simulator.report import BudgetCheck, CompatibilityReport, Report, Status
-from devicefit.simulator.units import format_estimate
-from devicefit.simulator.units import format_figure as fmt
+from devicefit.simulator.units import (
+    decimal_prefixes,
+    format_bytes,
+    format_estimate,
+    format_figure,
+)
+
+
+def budget_format(b: BudgetCheck) -> Callable[[float], str]:
+    """How the figures of budget ``b`` print: in its unit, sizes in the prefix family its
+    limit was written in (a 50MB budget's figures in MB)."""
+    return lambda v: format_figure(v, b.unit, decimal_budget(b))
+
+
+def decimal_budget(check: Any) -> bool:
+    """Whether ``check`` (a budget or a regression rule) is a size written in kB/MB."""
+    return check.unit == "bytes" and decimal_prefixes(check.limit)
 
 
 def budget_message(b: BudgetCheck) -> str:
+    fmt = budget_format(b)
     limit = "budget" if b.limit_from == "budgets" else f"limit ({b.limit_from})"
     if b.status == Status.AT_RISK and b.band:
-        return (f"{b.name} {format_estimate(b.value, b.unit, b.band)} "
-                f"is AT RISK: within its {fmt(b.limit, b.unit)} "
-                f"{limit}, but the error band reaches {fmt(b.band[1] - b.limit, b.unit)} past it "
+        return (f"{b.name} {format_estimate(b.value, b.unit, b.band, decimal_budget(b))} "
+                f"is AT RISK: within its {fmt(b.limit)} "
+                f"{limit}, but the error band reaches {fmt(b.band[1] - b.limit)} past it "
                 f"({b.basis})")
     if b.ok:
-        return (f"{b.name} {fmt(b.value, b.unit)} within its {fmt(b.limit, b.unit)} {limit} "
-                f"({fmt(b.margin, b.unit)} left, {b.basis})")
-    return (f"{b.name} {fmt(b.value, b.unit)} exceeds its {fmt(b.limit, b.unit)} {limit} by "
-            f"{fmt(-b.margin, b.unit)} ({b.basis})")
+        return (f"{b.name} {fmt(b.value)} within its {fmt(b.limit)} {limit} "
+                f"({fmt(b.margin)} left, {b.basis})")
+    return (f"{b.name} {fmt(b.value)} exceeds its {fmt(b.limit)} {limit} by "
+            f"{fmt(-b.margin)} ({b.basis})")
 
 
 def compatibility_message(compat: CompatibilityReport | None) -> str | None:
@@ -59,16 +75,26 @@ def problems(report: Report) -> list[str]:
 
 
 def figures(check: Any, names: Sequence[str]) -> dict[str, str]:
-    """Exact numbers and readable ones of ``check``'s fields ``names``, for a failure's text."""
-    return {n: f"{getattr(check, n):g} {check.unit} ({fmt(getattr(check, n), check.unit)})"
-            for n in names}
+    """Exact numbers and readable ones of ``check``'s fields ``names``, for a failure's text:
+    ``margin: -55,633 B (-54.3 KiB)``, ``margin: -273.547 ms``."""
+    return {n: _exact(getattr(check, n), check.unit, decimal_budget(check)) for n in names}
+
+
+def _exact(value: float, unit: str, decimal: bool) -> str:
+    if unit == "bytes":
+        return format_bytes(round(value), decimal)
+    if unit == "ms":
+        text = format_figure(value, unit)
+        return f"{value:,.3f} ms" + ("" if text.endswith(" ms") else f" ({text})")
+    return format_figure(value, unit)
 
 
 def budget_figures(b: BudgetCheck) -> dict[str, str]:
+    fmt = budget_format(b)
     out = figures(b, ("limit", "value", "margin"))
     out["basis"] = b.basis
     if b.band:
-        out["likely"] = f"{fmt(b.band[0], b.unit)} to {fmt(b.band[1], b.unit)}"
+        out["likely"] = f"{fmt(b.band[0])} to {fmt(b.band[1])}"
     return out
 
 

@@ -9,35 +9,30 @@ lines (:meth:`~simulator.report.TargetSection.text_lines`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 from devicefit.simulator.escape import clean
 from devicefit.simulator.report import (
     CompatibilityReport,
     LatencyBasis,
+    MeasuredReport,
     MemoryReport,
     Report,
     Status,
     TargetMeasurement,
 )
-from devicefit.simulator.units import format_band, format_size, format_time_ms
+from devicefit.simulator.units import format_band, format_bytes, format_count, format_time_ms
 from devicefit.simulator.views.base import View
+from devicefit.simulator.views.columns import columns
 from devicefit.simulator.views.layertable import text_lines as layer_lines
+from devicefit.simulator.views.messages import decimal_budget
 
 #: A budget's status as the text views print it.
 STATUS_WORDS = {Status.PASS: "ok", Status.FAIL: "OVER", Status.AT_RISK: "AT RISK"}
 
 
-def _bytes(n: float) -> str:
-    return f"{int(n):,} B" if abs(n) < 10 * 1024 else f"{int(n):,} B ({format_size(n)})"
-
-
-def _columns(rows: Sequence[Sequence[Any]], indent: str = "  ") -> list[str]:
-    cells = [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))] if cells else []
-    return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-            for r in cells]
+_bytes = format_bytes
 
 
 def _trust(key: str, exact: Sequence[str], estimated: Sequence[str]) -> str:
@@ -81,15 +76,15 @@ def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
               if mem.arena_required_bytes > mem.arena_bytes else []),
             ["lower bound", _bytes(mem.lower_bound_bytes), _trust("lower_bound", ex, est)],
             ["flash", _bytes(mem.flash_bytes), _trust("flash", ex, est)]]
-    lines += _columns(rows)
+    lines += columns(rows)
     if layers:
         lines += ["", *layer_lines(report.layers)]
     elif mem.timeline:
         peak = sorted(mem.timeline, key=lambda s: (-s.live_bytes, s.op_index))[:top]
         lines += ["", f"Operators with the most live bytes (top {len(peak)} of "
                       f"{len(mem.timeline)})"]
-        lines += _columns([["op", "type", "live"]] +
-                          [[s.op_index, s.op, _bytes(s.live_bytes)] for s in peak])
+        lines += columns([["op", "type", "live"]] +
+                         [[s.op_index, s.op, _bytes(s.live_bytes)] for s in peak], header=True)
     lines += run_sections(report)
     section = report.compatibility.section if report.compatibility else None
     if section is not None:
@@ -98,13 +93,14 @@ def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
         lines += ["", "Budgets"]
         rows = []
         for b in report.budgets:
-            fmt = _bytes if b.unit == "bytes" else format_time_ms
+            fmt = (partial(format_bytes, decimal=decimal_budget(b)) if b.unit == "bytes"
+                   else format_time_ms)
             value = fmt(b.value) + (f", likely {format_band(b.band, fmt)}" if b.band
                                     else "")
             source = "" if b.limit_from == "budgets" else f" ({b.limit_from})"
             rows.append([b.name, value, "of", fmt(b.limit) + source, STATUS_WORDS[b.status],
                          f"margin {fmt(b.margin)}", b.basis])
-        lines += _columns(rows)
+        lines += columns(rows)
     if report.notes:
         lines += ["", "Notes"] + [f"  - {n}" for n in report.notes]
     risk = f" (at risk: {', '.join(report.at_risk)})" if report.at_risk else ""
@@ -130,14 +126,17 @@ def measured_lines(report: Report) -> list[str]:
         measured_tail = m.tail_basis == "measured"
         rows = [["", "measured", "predicted", ""],
                 ["arena head", _bytes(m.arena_head_bytes), _bytes(m.predicted_head_bytes or 0),
-                 "same to the byte" if diff == 0 else f"differs by {diff:+,} B"],
+                 ("same to the byte" if diff == 0 else f"differs by {diff:+,} B")
+                 + ("" if measured_tail else " (both: reference kernels)")],
                 ["arena tail", _bytes(m.arena_tail_bytes or 0),
                  _bytes(report.memory.arena_tail_bytes),
-                 "" if measured_tail else "64-bit host, reference kernels"],
-                ["device arena", _bytes(m.arena_bytes or 0), "",
-                 "measured head + " + ("measured tail" if measured_tail
-                                       else "predicted device tail")]]
-        lines += _columns(rows)
+                 "" if measured_tail else "measured: 64-bit host; predicted: the device"],
+                _device_arena_row(m, report.memory)]
+        judged = next((b for b in report.budgets if b.name == "arena"), None)
+        if judged is not None and m.arena_bytes is not None and judged.value > m.arena_bytes:
+            rows.append(["start arena", "", _bytes(judged.value),
+                         "TFLM's room while planning: the budget judges this"])
+        lines += columns(rows, header=True)
         if m.over_budget_bytes:
             lines.append(f"  needs {_bytes(m.over_budget_bytes)} more than the arena budget "
                          f"of {_bytes(m.arena_budget_bytes or 0)}")
@@ -158,6 +157,21 @@ def measured_lines(report: Report) -> list[str]:
     return lines
 
 
+def _device_arena_row(m: MeasuredReport, mem: MemoryReport) -> list[str]:
+    """The device's arena and the terms it adds up, each saying whether it was measured."""
+    head, tail = m.device_head_bytes or 0, mem.arena_tail_bytes
+    if m.tail_basis == "measured":  # a host-like profile: the interpreter's own figures
+        tail = m.arena_tail_bytes or 0
+    head_word = "measured" if m.device_head_basis == "measured" else "predicted"
+    tail_word = "measured" if m.tail_basis == "measured" else "predicted"
+    total = m.arena_bytes or 0
+    terms = (f"= {head_word} head {format_count(head)} B + {tail_word} tail "
+             f"{format_count(tail)} B"
+             if head + tail == total else "the interpreter's own total")
+    both = "measured" if head_word == tail_word == "measured" else ""
+    return ["device arena", _bytes(total) if both else "", "" if both else _bytes(total), terms]
+
+
 def target_build_lines(t: TargetMeasurement | None, mem: MemoryReport) -> list[str]:
     """The model on the device's own TFLM build (``--target-build``), beside the prediction."""
     if t is None:
@@ -176,7 +190,7 @@ def target_build_lines(t: TargetMeasurement | None, mem: MemoryReport) -> list[s
              _diff(t.total, mem.arena_required_bytes)],
             ["smallest arena", _bytes(t.min_arena_bytes or 0), "",
              "multiple of 16" + ("" if t.min_arena_invokes else ", Invoke FAILED there")]]
-    lines += _columns(rows, indent="    ")
+    lines += columns(rows, indent="    ", header=True)
     scratch = t.scratch_buffers
     if scratch:
         lines.append(f"    scratch buffers {len(scratch)}: "
@@ -226,9 +240,9 @@ def latency_lines(report: Report, top: int = 5) -> list[str]:
     slow = sorted(lat.per_op, key=lambda o: -o.estimated_ms)[:top]
     if slow:
         lines.append(f"  slowest operators (estimated, top {len(slow)} of {len(lat.per_op)})")
-        lines += _columns([["op", "type", "MACs", "ms"]] +
-                          [[o.op_index, o.op, f"{o.macs:,}", f"{o.estimated_ms:.3f}"]
-                           for o in slow], indent="    ")
+        lines += columns([["op", "type", "MACs", "ms"]] +
+                         [[o.op_index, o.op, f"{o.macs:,}", f"{o.estimated_ms:.3f}"]
+                          for o in slow], indent="    ", header=True)
     return lines
 
 
@@ -241,13 +255,13 @@ def compatibility_lines(report: Report) -> list[str]:
     else:
         lines = ["Compatibility", f"  UNSUPPORTED by the {c.table} "
                  f"{'runtime' if c.disagreements else 'op table'}:"]
-        lines += _columns([[f"op {u.op_index}", u.op, u.reason] for u in c.unsupported_ops],
-                          indent="    ")
+        lines += columns([[f"op {u.op_index}", u.op, u.reason] for u in c.unsupported_ops],
+                         indent="    ")
     if c.disagreements:
         lines.append("  the op table and the runtime DISAGREE (the runtime's answer stands):")
-        lines += _columns([[f"op {d.op_index}", d.op, f"table: {d.table}",
+        lines += columns([[f"op {d.op_index}", d.op, f"table: {d.table}",
                             f"runtime ({d.source}): {d.runtime}"] for d in c.disagreements],
-                          indent="    ")
+                         indent="    ")
     if c.probe is not None:
         p = c.probe
         lines.append(f"  asked of {p.runtime}: {p.signatures} operator signatures, "

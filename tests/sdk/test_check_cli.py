@@ -88,14 +88,16 @@ def test_failing_budget_exit_1_and_junit_failure(tmp_path, models, capsys):
     code = main(["check", str(f), "--junit", str(junit), "--markdown", str(tmp_path / "s.md")])
     text = capsys.readouterr().out
     assert code == 1
-    assert "FAIL" in text and "arena" in text and "exceeds its 1024 B budget" in text
+    assert "FAIL" in text and "arena" in text and "exceeds its 1,024 B budget" in text
     cases = _junit(junit)
     failed = {k for k, tc in cases.items() if tc.find("failure") is not None}
     assert failed == {("chain_int8 @ nrf52840-cortex-m4", "budget.arena")}
     failure = cases["chain_int8 @ nrf52840-cortex-m4", "budget.arena"].find("failure")
-    assert "exceeds its 1024 B budget by" in failure.get("message")
+    assert "exceeds its 1,024 B budget by" in failure.get("message")
     lines = dict(line.split(": ", 1) for line in failure.text.splitlines())
-    limit, value, margin = (float(lines[k].split()[0]) for k in ("limit", "value", "margin"))
+    # Exact figures with thousands separators: "margin: -15,408 B (-15.0 KiB)".
+    limit, value, margin = (float(lines[k].split()[0].replace(",", ""))
+                            for k in ("limit", "value", "margin"))
     assert limit == 1024 and value > limit and margin == pytest.approx(limit - value)
     md = (tmp_path / "s.md").read_text()
     assert md.startswith("## ❌ devicefit check: 1 failed of 3")
@@ -278,7 +280,7 @@ def test_html_has_the_project_table_and_a_section_per_target(tmp_path, models, c
     for heading in ("chain_int8 on stm32l4r5-cortex-m4", "chain_int8 on nrf52840-cortex-m4",
                     "mlp_int8 on android-arm64-cpu"):
         assert f"<h2>{heading} " in html
-    assert "exceeds its 1024 B budget" in html  # the failing target's problem in the table
+    assert "exceeds its 1,024 B budget" in html  # the failing target's problem in the table
     assert "<p>Regressions: no baseline: the regression rules were not checked</p>" in html
 
 

@@ -577,7 +577,7 @@ def test_an_overflowing_cost_model_gives_no_estimate_and_strict_json(tmp_path, c
     """Found by the fault campaign: each figure of the profile is finite, their sum over
     the operators is not; --json printed a bare Infinity and the text 'inf s'."""
     profile = tmp_path / "huge.yaml"
-    profile.write_text("extends: esp32-s3\ncost_model:\n  op_overhead: 1e308\n")
+    profile.write_text("extends: esp32-s3\ncost_model:\n  op_overhead: 1e308ms\n")
     model = tmp_path / "chain.tflite"
     model.write_bytes(hostile.relu_chain(4))
     main(["simulate", str(model), "--profile", str(profile), "--json"])

@@ -98,6 +98,15 @@ BAD_PROFILES = [
     ("unknown-parent", "extends: esp32s3\n",
      ["bad.yaml:1", "unknown profile 'esp32s3'", "did you mean 'esp32-s3'"]),
     ("not-a-mapping", "- just\n- a list\n", ["bad.yaml", "must be a mapping"]),
+    # Read as 120 Hz, a bare clock made the estimate a million times too slow (18,270 s).
+    ("clock-without-unit", "extends: esp32-s3\ndevice: {clock: 120}\n",
+     ["bad.yaml:2", "device.clock", "needs its unit, such as 120MHz"]),
+    ("clock-text-without-unit", "extends: esp32-s3\ndevice:\n  clock: '240'\n",
+     ["bad.yaml:3", "device.clock", "240MHz"]),
+    ("latency-without-unit", "extends: esp32-s3\nbudgets:\n  latency: 30\n",
+     ["bad.yaml:3", "budgets.latency", "needs its unit, such as 30ms"]),
+    ("target-time-without-unit", "extends: coral-edgetpu\ncost_model:\n  invoke_overhead: 2\n",
+     ["bad.yaml:3", "cost_model.invoke_overhead", "2ms"]),
 ]
 
 
@@ -110,6 +119,54 @@ def test_profile_errors_exit_2_with_one_precise_line(tmp_path, capsys, text, fra
     assert err.count("\n") == 1 and "Traceback" not in err
     for fragment in fragments:
         assert fragment in err
+
+
+def test_sizes_without_a_unit_or_ram_in_decimal_units_warn_with_file_key_and_line(
+        tmp_path, capsys):
+    """512 means 512 B and 512KB 512,000 B (SI): valid, but each is said once, where it is
+    written, with the byte count and the spelling of what was probably meant."""
+    path = _write(tmp_path, "board", "extends: esp32-s3\nbudgets:\n  arena: 512\n"
+                  "  flash: 2MB\ndevice:\n  sram: 512 KB\n  psram: 8MiB\n")
+    profile = load_profile(path)
+    assert profile.budgets.arena_bytes == 512
+    assert profile.device.sram_bytes == 512_000 and profile.budgets.flash_bytes == 2_000_000
+    assert main(["profiles", "validate", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{path}: ok"
+    assert out[1] == (f"{path}:3: warning: budgets.arena: 512 has no unit, so it is 512 B; "
+                      f"write 512B to say so")
+    assert out[2].startswith(f"{path}:6: warning: device.sram: '512 KB' is 512,000 B "
+                             f"(1 kB = 1,000 B)")
+    assert out[2].endswith("if you mean 512KiB (524,288 B), write 512KiB")
+    # Flash and storage sizes are often decimal (an app store's 50MB): no warning for them.
+    assert len(out) == 3
+
+
+def test_a_profile_warning_reaches_the_report_notes(tmp_path, model_zoo):
+    from devicefit.simulator.simulate import simulate
+
+    path = _write(tmp_path, "board", "extends: stm32l4r5-cortex-m4\nbudgets:\n  arena: 65536\n")
+    report = simulate(model_zoo("mlp_int8"), load_profile(path), probe=False)
+    assert [n for n in report.notes if "warning" in n] == [
+        f"{path}:3: warning: budgets.arena: 65536 has no unit, so it is 65,536 B; write "
+        f"65536B or 64KiB to say so"]
+
+
+def test_check_says_a_profile_warning_once_for_all_its_targets(tmp_path, model_zoo, capsys):
+    path = _write(tmp_path, "board", "extends: stm32l4r5-cortex-m4\nbudgets:\n  arena: 65536\n")
+    project = tmp_path / "devicefit.yaml"
+    project.write_text(f"defaults:\n  profiles: [{path}]\nmodels:\n"
+                       f"  - path: {model_zoo('mlp_int8')}\n  - path: {model_zoo('chain_int8')}\n")
+    assert main(["check", str(project), "--no-probe"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning: budgets.arena: 65536 has no unit") == 1
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_every_shipped_profile_validates_without_a_warning(name, capsys):
+    assert main(["profiles", "validate", str(builtin_profiles_dir() / f"{name}.yaml")]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"{builtin_profiles_dir() / name}.yaml: ok"]
 
 
 def test_missing_profile_file_exits_2(tmp_path, capsys):

@@ -10,6 +10,7 @@ import io
 import json
 
 import pytest
+from devicefit.sdk.cli import main
 from devicefit.simulator.compat.edgetpu import EdgeTpuReport
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import read_model
@@ -110,9 +111,43 @@ def test_markdown_and_junit_views_name_a_failed_budget(tmp_path):
     yaml.write_text("name: tiny\nextends: stm32l4r5-cortex-m4\nbudgets: {arena: 1KiB}\n")
     report = simulate(model_path("chain_int8"), str(yaml))
     assert not report.ok
-    assert "arena" in render("markdown", report) and "exceeds its 1024 B budget" in \
+    assert "arena" in render("markdown", report) and "exceeds its 1,024 B budget" in \
         render("markdown", report)
     assert 'type="BudgetExceeded"' in render("junit", report)
+
+
+def test_every_view_prints_a_missed_budget_in_one_style(tmp_path):
+    """Issue 32 saw ``margin -273547 us`` (a negative time fell into the us branch), JUnit
+    ``margin: -55632.6 bytes`` and ``6912 B`` beside ``6,912 B``."""
+    yaml = tmp_path / "tight.yaml"
+    yaml.write_text("name: tight\nextends: stm32l4r5-cortex-m4\n"
+                    "budgets: {arena: 1KiB, latency: 1ms}\n")
+    report = simulate(model_path("chain_int8"), str(yaml), probe=False)
+    arena, latency = (next(b for b in report.budgets if b.name == n) for n in ("arena", "latency"))
+    late = report.latency.estimated_device_ms - 1.0
+    text = render("text", report)
+    assert f"margin -{late:.2f} ms" in text and f"margin -{arena.value - 1024:,.0f} B" in text
+    assert " us" not in text.split("Budgets")[1]
+    markdown = render("markdown", report)
+    assert f"| -{late:.2f} ms |" in markdown and "| 1,024 B |" in markdown
+    junit = render("junit", report)
+    assert f"margin: -{late:,.3f} ms" in junit
+    assert f"margin: -{arena.value - 1024:,.0f} B (-{(arena.value - 1024) / 1024:.1f} KiB)" in junit
+    assert f"exceeds its 1.00 ms budget by {late:.2f} ms" in junit
+    assert latency.margin < 0 and not report.ok
+
+
+def test_a_budget_written_in_decimal_units_prints_in_them(capsys):
+    """The phone's 50MB flash budget printed as 47.7 MiB, which reads as another budget."""
+    report = simulate(model_path("mlp_int8"), "android-arm64-cpu", probe=False)
+    flash = next(b for b in report.budgets if b.name == "flash")
+    assert flash.limit == 50_000_000
+    text = render("text", report)
+    assert "of  50,000,000 B (50.0 MB)" in text and "MiB" not in text.split("flash")[-1].split("\n")[0]
+    assert "| 50.0 MB |" in render("markdown", report)
+    assert main(["profiles", "list"]) == 0
+    phone = next(line for line in capsys.readouterr().out.splitlines() if "android" in line)
+    assert "50.0 MB" in phone and "256.0 MiB" in phone
 
 
 def test_sections_are_frozen():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from devicefit.sdk.cli import main
@@ -21,6 +23,9 @@ from devicefit.simulator.runtimes import (
 )
 from devicefit.simulator.runtimes.tflm import parse_allocations
 from devicefit.simulator.simulate import simulate
+from devicefit.simulator.units import format_bytes
+from devicefit.simulator.verdict import judge
+from devicefit.simulator.views import render
 
 from tests import zoo
 from tests.tflite_builder import slice_model, topk_model
@@ -172,12 +177,21 @@ def test_over_the_arena_budget_says_by_how_much(tmp_path):
                       run=True, runs=1)
     m = report.measured
     assert m.over_budget_bytes == m.arena_bytes - 8 * 1024 > 0
-    assert f"needs {m.over_budget_bytes} bytes more arena" in " ".join(report.notes)
+    assert f"needs {format_bytes(m.over_budget_bytes)} more arena" in " ".join(report.notes)
     arena = next(b for b in report.budgets if b.name == "arena")
     # The device's CMSIS-NN head and 32-bit tail are predictions even after a run.
     assert arena.basis == "estimated" and arena.value == m.arena_bytes
     assert not arena.ok and report.verdict == "fail"
     assert m.outputs_agree is None  # a float model is not cross-checked bit for bit
+    # The printed sum adds up the terms it names (it once said "measured head + predicted
+    # tail" over the CMSIS-NN head, which the wheel does not run).
+    head, tail = report.memory.arena_head_bytes, report.memory.arena_tail_bytes
+    assert m.device_head_bytes == head and head + tail == m.arena_bytes
+    assert m.device_head_basis.startswith("predicted for cmsis-nn kernels")
+    row = next(line for line in render("text", report).splitlines() if "device arena" in line)
+    assert row.split() == ["device", "arena", *format_bytes(m.arena_bytes).split(), "=",
+                           "predicted", "head", f"{head:,}", "B", "+", "predicted", "tail",
+                           f"{tail:,}", "B"]
 
 
 def test_a_host_like_profile_is_judged_on_the_measured_arena(tmp_path):
@@ -185,11 +199,28 @@ def test_a_host_like_profile_is_judged_on_the_measured_arena(tmp_path):
         "extends: stm32l4r5-cortex-m4\nruntime: {kernels: reference, pointer_size: 8}\n")
     report = simulate(zoo.model_path("chain_int8"), load_profile(tmp_path / "host.yaml"),
                       run=True, runs=1)
+    m, start = report.measured, report.memory.arena_required_bytes
+    assert m.arena_bytes == m.arena_total_bytes
+    text = render("text", report)
+    row = next(line for line in text.splitlines() if "device arena" in line)
+    assert row.split() == ["device", "arena", *format_bytes(m.arena_bytes).split(), "=",
+                           "measured", "head", f"{m.arena_head_bytes:,}", "B", "+", "measured",
+                           "tail", f"{m.arena_tail_bytes:,}", "B"]
+    # TFLM needs more room to start than the run's allocations: that prediction is what
+    # is judged, and says so (the budget row said "measured" over it).
+    assert start > m.arena_bytes
     arena = next(b for b in report.budgets if b.name == "arena")
-    assert report.measured.arena_bytes == report.measured.arena_total_bytes
-    assert arena.basis == "measured"
-    assert arena.value == max(report.measured.arena_total_bytes,
-                              report.memory.arena_required_bytes)
+    assert (arena.value, arena.basis) == (start, "estimated")
+    row = next(line for line in text.splitlines() if "start arena" in line)
+    assert row.split()[2:] == [*format_bytes(start).split(), *"TFLM's room while planning: the "
+                               "budget judges this".split()]
+    # Without that room, the measured arena is judged, as measured.
+    roomless = dataclasses.replace(report.memory, arena_required_bytes=0)
+    again = judge(dataclasses.replace(report, memory=roomless, budgets=[], unchecked_budgets={}),
+                  load_profile(tmp_path / "host.yaml"))
+    arena = next(b for b in again.budgets if b.name == "arena")
+    assert (arena.value, arena.basis) == (m.arena_bytes, "measured")
+    assert "start arena" not in render("text", again)
 
 
 def test_compare_outputs():

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.errors import ProfileError
-from devicefit.simulator.schema import Leaf, one_of
-from devicefit.simulator.units import SIZE_UNITS_HELP, parse_frequency_hz, parse_size, parse_time_ms
+from devicefit.simulator.schema import MEMORY, Leaf, one_of
+from devicefit.simulator.units import FREQUENCY_HELP, parse_frequency_hz, parse_time_ms
 
 #: The accelerator configurations ethos-u-vela 5.2.0 accepts (``vela --help``).
 ACCELERATORS = ("ethos-u55-32", "ethos-u55-64", "ethos-u55-128", "ethos-u55-256",
@@ -173,7 +173,7 @@ def _timeout(v: Any) -> float:
 #: The ``ethos_u:`` keys a profile may set, each with its check (the target declares them).
 PROFILE_KEYS: dict[str, Leaf] = {
     "accelerator": one_of(*ACCELERATORS),
-    "npu_clock": Leaf(parse_frequency_hz, "a frequency such as 400MHz"),
+    "npu_clock": Leaf(parse_frequency_hz, FREQUENCY_HELP),
     "system_config": Leaf(_section_name, "a Vela section name (letters, digits, _)"),
     "memory_mode": Leaf(_section_name, "a Vela section name (letters, digits, _)"),
     "axi0": one_of(*MEMORIES),
@@ -183,7 +183,7 @@ PROFILE_KEYS: dict[str, Leaf] = {
     "const_area": Leaf(one_of(*AREAS).check, "axi0 or axi1"),
     "arena_area": Leaf(one_of(*AREAS).check, "axi0 or axi1"),
     "cache_area": Leaf(one_of(*AREAS).check, "axi0 or axi1"),
-    "arena_cache_size": Leaf(parse_size, SIZE_UNITS_HELP),
+    "arena_cache_size": MEMORY,
     "optimise": Leaf(one_of(*OPTIMISE).check, "Performance or Size"),
     "config_file": Leaf(_text, "a path to a Vela .ini (relative to the profile file)"),
     "timeout": Leaf(_timeout, "a time such as 300s"),
