@@ -28,13 +28,34 @@ their sign bit flipped as uint8):
 - ``shape_operand``: int32 constants of shape ops (RESHAPE, PAD, RESIZE_*, TILE ...) are
   compiled into the instructions (deeplab, posenet, movenet: no parameter bytes).
 
+- ``softmax`` (compiler 16 only): three per-class tables of a 64 B block per 4 classes
+  (two int32 tables whose padded classes hold INT_MIN, one float32 table of the input
+  scale), 48 B per class padded to 4 classes. keras_lstm_mnist (10 classes): 576 B at the
+  end of its package, byte for byte; mobilenet_v1 0.25/0.5/0.75 (1,001 classes): 48,256 B
+  = 48,192 + 64, the difference to their compiler-15 twins, which store nothing for it.
+  ``softmax_wide``: the 64 B more (a float32 1.0) the 1,001-class ones hold and the
+  10-class one does not; devicefit adds it above 64 classes (past one 64-lane group), a
+  threshold the two sizes seen do not pin down.
+- ``channel_selection``: a tensor that CONCATENATION/SPLIT/SPLIT_V along the channels
+  assemble, and that something reads (another op, the graph's outputs), is a copy when each
+  run of channels it takes starts on the 4-channel grid of its source and of itself;
+  otherwise the compiler computes it with a 0/1 selection matrix in the ``matrix`` layout
+  (its channels × the channels of its sources, each padded to 4). The chain is traced to the
+  tensors no channel op made, so a SPLIT feeding a CONCATENATION costs one matrix per tensor
+  read, not per op. tools/split_concat: 3 of its 5 outputs take channels off the grid
+  (``input1[1]``, ``input1[2]``, ``[rnn1[0], rnn2[1]]``): 3 × 64 B, its whole package; the
+  two at channel 0 of a source (``input1[0]``, ``rnn2[0]``) cost nothing. The only pair with
+  such a selection: sizes beyond 4 channels are the ``matrix`` layout's, not seen.
+
 Not modelled (``rule == "unmodelled"``: their TFLite constant bytes stand in, so the
-figure is low): UNIDIRECTIONAL_SEQUENCE_LSTM (keras_lstm_mnist: 43,968 B compiled for
-9,808 B of TFLite), compiler 16's SOFTMAX (48,256 B for 1,001 classes with no TFLite
-constant; compiler 15 stores none), SPLIT (tools/split_concat: 192 B of channel-selection
-matrices for one SPLIT and two CONCATENATIONs). Another op with constants the table does
-not know counts its TFLite bytes (``rule == "tflite"``). The benchmark states the error
-this leaves.
+figure is low): UNIDIRECTIONAL_SEQUENCE_LSTM. keras_lstm_mnist's package (43,968 B cached,
+576 B streamed, for 4,160 B of TFLite gate weights and biases) holds its four gates as
+``matrix`` rows over the concatenated ``[x, h]`` (32 lanes × (4 + 28 + 20) B each, 6,656 B,
+found byte for byte), then 27,712 B of 0/1 permutation matrices and 576 B streamed (560
+int8 zeros padded to 64 B). It is the only LSTM pair, and its time steps equal its input
+width (28), so how the permutation matrices grow with the time steps, input and hidden size
+cannot be told apart. Another op with constants the table does not know counts its TFLite
+bytes (``rule == "tflite"``). The benchmark states the error this leaves.
 """
 
 from __future__ import annotations
@@ -43,6 +64,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from devicefit.simulator.model import Model, Operator, Subgraph
+from devicefit.simulator.reader import constant_values
 
 #: Rule name → what it says (the evidence is in the module docstring and the benchmark).
 RULES: dict[str, str] = {
@@ -52,12 +74,19 @@ RULES: dict[str, str] = {
     "depthwise": "4-channel groups: header + a 4x4 diagonal block per tap",
     "streamed_operand": "element-wise constant operands streamed, padded to 64 B",
     "shape_operand": "shape ops' int32 constants live in the instructions",
+    "softmax": "compiler 16: three tables of 64 B per 4 classes",
+    "softmax_wide": "compiler 16: 64 B more above 64 classes",
+    "channel_selection": "channels taken off the 4-channel grid: a 0/1 matrix per tensor read",
 }
 
 _MATRIX_OPS = frozenset({"CONV_2D", "FULLY_CONNECTED"})
 _ELEMENTWISE_OPS = frozenset({"ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE"})
 #: Ops the compiler stores parameters for that this module does not model (see above).
-UNMODELLED = frozenset({"UNIDIRECTIONAL_SEQUENCE_LSTM", "SOFTMAX", "SPLIT", "SPLIT_V"})
+UNMODELLED = frozenset({"UNIDIRECTIONAL_SEQUENCE_LSTM"})
+#: Ops that move channels: what they assemble is traced to the tensors no such op made.
+_CHANNEL_OPS = frozenset({"CONCATENATION", "SPLIT", "SPLIT_V"})
+#: The first compiler that stores SOFTMAX tables (compiler 15 stores none).
+_SOFTMAX_TABLES_FROM = 16
 _SHAPE_OPS = frozenset({"RESHAPE", "PAD", "PADV2", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR",
                         "TILE", "SPLIT", "SPLIT_V", "STRIDED_SLICE", "SLICE", "TRANSPOSE",
                         "MEAN", "SQUEEZE", "EXPAND_DIMS", "CONCATENATION", "GATHER"})
@@ -76,25 +105,42 @@ class Constant:
 
 
 @dataclass(frozen=True)
+class Selection:
+    """A tensor the channel ops assemble off the 4-channel grid: its channels and those of
+    each source tensor it takes channels from."""
+
+    channels: int
+    sources: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class LayoutOp:
     """What the layout needs of one mapped op: its kind and constant inputs (in input
-    order; for conv/FC/depthwise the first is the weight tensor). Built from a model by
-    :meth:`of`, or from the numbers the benchmark fixture records."""
+    order; for conv/FC/depthwise the first is the weight tensor), its output's channels and
+    the channel selections it makes. Built from a model by :func:`stored_ops`, or from the
+    numbers the benchmark fixture records."""
 
     kind: str
     constants: tuple[Constant, ...] = ()
+    #: The last dimension of the op's first output (SOFTMAX's classes).
+    channels: int = 0
+    selections: tuple[Selection, ...] = ()
 
     @classmethod
-    def of(cls, sg: Subgraph, op: Operator, buffer_sizes: tuple[int, ...] = ()) -> LayoutOp:
+    def of(cls, sg: Subgraph, op: Operator, buffer_sizes: tuple[int, ...] = (),
+           stored: bool = False, selections: tuple[Selection, ...] = ()) -> LayoutOp:
+        """The op as the layout sees it; ``stored``: an earlier op stored all its constants
+        already, so it has none of its own."""
         consts = []
         for i in op.inputs:
-            if i < 0 or not sg.tensors[i].has_data:
+            if stored or i < 0 or not sg.tensors[i].has_data:
                 continue
             t = sg.tensors[i]
             size = buffer_sizes[t.buffer] if t.buffer < len(buffer_sizes) else t.nbytes
             consts.append(Constant(t.shape, t.dtype, size,
                                    bool(t.quantization and t.quantization.per_channel)))
-        return cls(op.op_name, tuple(consts))
+        out = sg.tensors[op.outputs[0]].shape if op.outputs else ()
+        return cls(op.op_name, tuple(consts), out[-1] if out else 0, selections)
 
 
 @dataclass(frozen=True)
@@ -162,13 +208,32 @@ def _elements(shape: tuple[int, ...]) -> int:
     return n
 
 
-def layout_params(op: LayoutOp, without: frozenset[str] = frozenset()) -> OpParams:
-    """The compiled parameter bytes of one mapped op. ``without``: rules to leave out (the
-    benchmark's leave-one-model-out check drops the rules only the held-out model shows);
-    a left-out rule falls back to the TFLite bytes (or, for a refinement, the base rule)."""
+def _softmax(op: LayoutOp, without: frozenset[str]) -> OpParams:
+    wide = op.channels > _LANES and "softmax_wide" not in without
+    return OpParams(3 * 16 * _pad(op.channels, 4) + (_ALIGN if wide else 0), 0, "softmax",
+                    ("softmax", *(("softmax_wide",) if wide else ())))
+
+
+def _selection(sel: Selection) -> int:
+    lanes = 4 if sel.channels <= 4 else _channels(sel.channels)
+    return _pad(lanes * (4 + sum(_pad(c, 4) for c in sel.sources)), _ALIGN)
+
+
+def layout_params(op: LayoutOp, without: frozenset[str] = frozenset(),
+                  compiler: int = 16) -> OpParams:
+    """The compiled parameter bytes of one mapped op by compiler ``compiler`` (the major
+    version). ``without``: rules to leave out (the benchmark's leave-one-model-out check
+    drops the rules only the held-out model shows); a left-out rule falls back to the
+    TFLite bytes (or, for a refinement, the base rule)."""
     tflite = sum(c.nbytes for c in op.constants)
     if op.kind in UNMODELLED:
         return OpParams(tflite, 0, "unmodelled")
+    if op.selections and "channel_selection" not in without:
+        return OpParams(sum(_selection(s) for s in op.selections), 0, "channel_selection",
+                        ("channel_selection",))
+    if op.kind == "SOFTMAX" and compiler >= _SOFTMAX_TABLES_FROM and op.channels and \
+            "softmax" not in without:
+        return _softmax(op, without)
     has_weights = bool(op.constants) and len(op.constants[0].shape) >= 2
     if op.kind in _MATRIX_OPS and has_weights and "matrix" not in without:
         return _matrix(op, without)
@@ -183,17 +248,78 @@ def layout_params(op: LayoutOp, without: frozenset[str] = frozenset()) -> OpPara
     return OpParams(tflite, 0, "tflite" if tflite else "")
 
 
-def stored_ops(model: Model, indices: Iterable[int]) -> dict[int, LayoutOp]:
-    """The :class:`LayoutOp` of each op of ``indices`` (main graph, in order) that has
-    constants no earlier one of them had: weights shared by two ops are stored once."""
+def _channel_axis(model: Model, sg: Subgraph, op: Operator) -> bool:
+    """Whether a channel op moves channels (its axis is the last one)."""
+    if op.op_name == "CONCATENATION":
+        rank = len(sg.tensors[op.outputs[0]].shape)
+        return op.options.get("axis", 0) % max(rank, 1) == rank - 1
+    axis_input = op.inputs[0] if op.op_name == "SPLIT" else op.inputs[2]
+    data_input = op.inputs[1] if op.op_name == "SPLIT" else op.inputs[0]
+    axis = constant_values(model, sg.tensors[axis_input])
+    rank = len(sg.tensors[data_input].shape)
+    return axis is not None and axis.size == 1 and int(axis.reshape(-1)[0]) % rank == rank - 1
+
+
+#: A run of channels: (source tensor, first channel in it, channels, first channel here).
+_Run = tuple[int, int, int, int]
+
+
+def _selections(model: Model, mapped: set[int]) -> dict[int, tuple[Selection, ...]]:
+    """The channel selections of the mapped channel ops: each tensor they assemble that is
+    read elsewhere, traced through the chain to the tensors no channel op made."""
     sg = model.main
+    movers = {i for i in mapped if sg.operators[i].op_name in _CHANNEL_OPS
+              and _channel_axis(model, sg, sg.operators[i])}
+    runs: dict[int, list[_Run]] = {}
+
+    def of(t: int) -> list[_Run]:
+        return runs.get(t) or [(t, 0, sg.tensors[t].shape[-1], 0)]
+
+    for i in sorted(movers):
+        op = sg.operators[i]
+        if op.op_name == "CONCATENATION":
+            here, out = 0, []
+            for t in op.inputs:
+                out += [(src, at, n, here + to) for src, at, n, to in of(t)]
+                here += sg.tensors[t].shape[-1]
+            runs[op.outputs[0]] = out
+            continue
+        source = of(op.inputs[1] if op.op_name == "SPLIT" else op.inputs[0])
+        start = 0
+        for t in op.outputs:
+            end = start + sg.tensors[t].shape[-1]
+            runs[t] = [(src, at + max(start - to, 0), min(end, to + n) - max(start, to),
+                        max(to - start, 0))
+                       for src, at, n, to in source if to < end and to + n > start]
+            start = end
+    read = set(sg.outputs) | {t for j, op in enumerate(sg.operators) if j not in movers
+                              for t in op.inputs}
+    out: dict[int, tuple[Selection, ...]] = {}
+    for i in sorted(movers):
+        sels = tuple(Selection(sg.tensors[t].shape[-1],
+                               tuple(sg.tensors[s].shape[-1]
+                                     for s in dict.fromkeys(r[0] for r in runs[t])))
+                     for t in sg.operators[i].outputs
+                     if t in read and any(at % 4 or to % 4 for _, at, _, to in runs[t]))
+        if sels:
+            out[i] = sels
+    return out
+
+
+def stored_ops(model: Model, indices: Iterable[int]) -> dict[int, LayoutOp]:
+    """The :class:`LayoutOp` of each op of ``indices`` (main graph, mapped, in order): an op
+    whose constants an earlier one of them had has none (weights shared by two ops are
+    stored once); the channel selections of the chains of channel ops among them."""
+    sg = model.main
+    order = list(indices)
+    selections = _selections(model, set(order))
     seen: set[int] = set()
     out: dict[int, LayoutOp] = {}
-    for i in indices:
+    for i in order:
         op = sg.operators[i]
         buffers = {sg.tensors[t].buffer for t in op.inputs if t >= 0 and sg.tensors[t].has_data}
-        if buffers - seen:
-            out[i] = LayoutOp.of(sg, op, model.buffer_sizes)
+        out[i] = LayoutOp.of(sg, op, model.buffer_sizes, not buffers - seen,
+                             selections.get(i, ()))
         seen |= buffers
     return out
 
