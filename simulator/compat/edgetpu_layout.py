@@ -249,15 +249,23 @@ def layout_params(op: LayoutOp, without: frozenset[str] = frozenset(),
 
 
 def _channel_axis(model: Model, sg: Subgraph, op: Operator) -> bool:
-    """Whether a channel op moves channels (its axis is the last one)."""
+    """Whether a channel op moves channels: its axis is the last one, and every tensor it
+    moves has that axis with a known size (anything else is left to the other rules)."""
     if op.op_name == "CONCATENATION":
-        rank = len(sg.tensors[op.outputs[0]].shape)
-        return op.options.get("axis", 0) % max(rank, 1) == rank - 1
-    axis_input = op.inputs[0] if op.op_name == "SPLIT" else op.inputs[2]
-    data_input = op.inputs[1] if op.op_name == "SPLIT" else op.inputs[0]
-    axis = constant_values(model, sg.tensors[axis_input])
-    rank = len(sg.tensors[data_input].shape)
-    return axis is not None and axis.size == 1 and int(axis.reshape(-1)[0]) % rank == rank - 1
+        data, axis = list(op.inputs), op.options.get("axis", 0)
+    else:
+        if len(op.inputs) < (2 if op.op_name == "SPLIT" else 3):
+            return False
+        data_input, axis_input = (op.inputs[1], op.inputs[0]) if op.op_name == "SPLIT" \
+            else (op.inputs[0], op.inputs[2])
+        values = constant_values(model, sg.tensors[axis_input]) if axis_input >= 0 else None
+        if values is None or values.size != 1:
+            return False
+        data, axis = [data_input], int(values.reshape(-1)[0])
+    tensors = [sg.tensors[t] for t in (*data, *op.outputs) if t >= 0]
+    rank = len(tensors[0].shape) if tensors else 0
+    return rank > 0 and all(len(t.shape) == rank and t.shape[-1] >= 0 for t in tensors) \
+        and isinstance(axis, int) and axis % rank == rank - 1
 
 
 #: A run of channels: (source tensor, first channel in it, channels, first channel here).
