@@ -27,8 +27,7 @@ their sign bit flipped as uint8):
   streams exactly 2,368 B).
 - ``shape_operand``: int32 constants of shape ops (RESHAPE, PAD, RESIZE_*, TILE ...) are
   compiled into the instructions (deeplab, posenet, movenet: no parameter bytes).
-
-- ``softmax`` (compiler 16 only): three per-class tables of a 64 B block per 4 classes
+- ``softmax`` (compiler 16 only: test_data release Grouper, 16.0.384591198): three per-class tables of a 64 B block per 4 classes
   (two int32 tables whose padded classes hold INT_MIN, one float32 table of the input
   scale), 48 B per class padded to 4 classes. keras_lstm_mnist (10 classes): 576 B at the
   end of its package, byte for byte; mobilenet_v1 0.25/0.5/0.75 (1,001 classes): 48,256 B
@@ -45,16 +44,18 @@ their sign bit flipped as uint8):
   read, not per op. tools/split_concat: 3 of its 5 outputs take channels off the grid
   (``input1[1]``, ``input1[2]``, ``[rnn1[0], rnn2[1]]``): 3 × 64 B, its whole package; the
   two at channel 0 of a source (``input1[0]``, ``rnn2[0]``) cost nothing. The only pair with
-  such a selection: sizes beyond 4 channels are the ``matrix`` layout's, not seen.
+  such a selection (Grouper, compiler 16): sizes beyond 4 channels are the ``matrix``
+  layout's, not seen; compiler 15 is assumed to do the same.
 
 Not modelled (``rule == "unmodelled"``: their TFLite constant bytes stand in, so the
 figure is low): UNIDIRECTIONAL_SEQUENCE_LSTM. keras_lstm_mnist's package (43,968 B cached,
 576 B streamed, for 4,160 B of TFLite gate weights and biases) holds its four gates as
 ``matrix`` rows over the concatenated ``[x, h]`` (32 lanes × (4 + 28 + 20) B each, 6,656 B,
-found byte for byte), then 27,712 B of 0/1 permutation matrices and 576 B streamed (560
-int8 zeros padded to 64 B). It is the only LSTM pair, and its time steps equal its input
-width (28), so how the permutation matrices grow with the time steps, input and hidden size
-cannot be told apart. Another op with constants the table does not know counts its TFLite
+found byte for byte), then 27,712 B holding only zeros and 125 ones (matrices that move
+data, in runs of 28 and of 20 ones) and 576 B streamed (560 int8 zeros, padded to 64 B).
+It is the only LSTM pair (Grouper, compiler 16), and its time steps equal its input width
+(28), so how those bytes grow with the time steps, the input and the hidden size cannot be
+told apart. Another op with constants the table does not know counts its TFLite
 bytes (``rule == "tflite"``). The benchmark states the error this leaves.
 """
 
