@@ -140,7 +140,7 @@ class LayoutOp:
             size = buffer_sizes[t.buffer] if t.buffer < len(buffer_sizes) else t.nbytes
             consts.append(Constant(t.shape, t.dtype, size,
                                    bool(t.quantization and t.quantization.per_channel)))
-        out = sg.tensors[op.outputs[0]].shape if op.outputs else ()
+        out = sg.tensors[op.outputs[0]].shape if op.outputs and op.outputs[0] >= 0 else ()
         return cls(op.op_name, tuple(consts), out[-1] if out else 0, selections)
 
 
@@ -263,8 +263,10 @@ def _channel_axis(model: Model, sg: Subgraph, op: Operator) -> bool:
         if values is None or values.size != 1:
             return False
         data, axis = [data_input], int(values.reshape(-1)[0])
-    tensors = [sg.tensors[t] for t in (*data, *op.outputs) if t >= 0]
-    rank = len(tensors[0].shape) if tensors else 0
+    if not data or not op.outputs or any(t < 0 for t in (*data, *op.outputs)):
+        return False
+    tensors = [sg.tensors[t] for t in (*data, *op.outputs)]
+    rank = len(tensors[0].shape)
     return rank > 0 and all(len(t.shape) == rank and t.shape[-1] >= 0 for t in tensors) \
         and isinstance(axis, int) and axis % rank == rank - 1
 
