@@ -43,7 +43,9 @@ their sign bit flipped as uint8):
   tensors no channel op made, so a SPLIT feeding a CONCATENATION costs one matrix per tensor
   read, not per op. tools/split_concat: 3 of its 5 outputs take channels off the grid
   (``input1[1]``, ``input1[2]``, ``[rnn1[0], rnn2[1]]``): 3 × 64 B, its whole package; the
-  two at channel 0 of a source (``input1[0]``, ``rnn2[0]``) cost nothing. The only pair with
+  two at channel 0 of a source (``input1[0]``, ``rnn2[0]``) cost nothing, and so do the
+  on-grid concatenations of deeplab_mobilenet_edgetpu_slim (128 + 128) and the
+  posenet/bodypix decoders (32 + 32). The only pair with
   such a selection (Grouper, compiler 16): sizes beyond 4 channels are the ``matrix``
   layout's, not seen; compiler 15 is assumed to do the same.
 
