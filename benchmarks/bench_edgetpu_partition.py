@@ -345,7 +345,7 @@ def write_fixture(path: Path, params: list[Params]) -> None:
     model data (the models stay in google-coral/test_data)."""
     def op_json(op: LayoutOp) -> list:
         return [op.kind, [[list(c.shape), c.dtype, c.nbytes, c.per_channel]
-                          for c in op.constants], op.channels,
+                          for c in op.constants], list(op.shape),
                 [[s.channels, list(s.sources)] for s in op.selections]]
     head = {"source": f"https://github.com/{REPO}", "written_by": "benchmarks/"
             "bench_edgetpu_partition.py --write-fixture"}
@@ -364,8 +364,8 @@ def read_fixture(path: Path) -> list[Params]:
                    (p["real_cached"], p["real_streamed"]),
                    tuple(LayoutOp(kind, tuple(Constant(tuple(shape), dtype, nbytes, pc)
                                               for shape, dtype, nbytes, pc in consts),
-                                  channels, tuple(Selection(n, tuple(src)) for n, src in sels))
-                         for kind, consts, channels, sels in p["ops"]))
+                                  tuple(shape), tuple(Selection(n, tuple(src)) for n, src in sels))
+                         for kind, consts, shape, sels in p["ops"]))
             for p in pairs]
 
 

@@ -39,6 +39,7 @@ from devicefit.simulator.compat.edgetpu_compiler import (
 )
 from devicefit.simulator.compat.edgetpu_cost import edgetpu_cost
 from devicefit.simulator.compat.edgetpu_layout import (
+    ONE_PAIR_RULES,
     cache_split,
     layout_params,
     stored_ops,
@@ -318,6 +319,12 @@ def partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
              "counted as its TFLite bytes, so the parameter figures are low (compiler 16 "
              "stores 34,944 B for the 4,160 B of keras_lstm_mnist's LSTM)"
              ] if unmodelled else []
+    for rule, pair in ONE_PAIR_RULES.items():
+        ops = sorted({p.op for p in placements if p.param_rule == rule})
+        if ops:
+            notes.append(f"the parameter layout of {', '.join(ops)} is read from one public "
+                         f"compiled pair (google-coral/test_data {pair}, compiler 16): not "
+                         "verified on other shapes")
     first = next((p for p in placements if p.device == "cpu"
                   and p.status != table.status("subgraph")), None)
     tpu = [p.index for p in placements if p.device == "tpu"]

@@ -49,16 +49,25 @@ their sign bit flipped as uint8):
   such a selection (Grouper, compiler 16): sizes beyond 4 channels are the ``matrix``
   layout's, not seen; compiler 15 is assumed to do the same.
 
-Not modelled (``rule == "unmodelled"``: their TFLite constant bytes stand in, so the
-figure is low): UNIDIRECTIONAL_SEQUENCE_LSTM. keras_lstm_mnist's package (43,968 B cached,
-576 B streamed, for 4,160 B of TFLite gate weights and biases) holds its four gates as
-``matrix`` rows over the concatenated ``[x, h]`` (32 lanes × (4 + 28 + 20) B each, 6,656 B,
-found byte for byte), then 27,712 B holding only zeros and 125 ones (matrices that move
-data, in runs of 28 and of 20 ones) and 576 B streamed (560 int8 zeros, padded to 64 B).
-It is the only LSTM pair (Grouper, compiler 16), and its time steps equal its input width
-(28), so how those bytes grow with the time steps, the input and the hidden size cannot be
-told apart. Another op with constants the table does not know counts its TFLite
-bytes (``rule == "tflite"``). The benchmark states the error this leaves.
+- ``lstm`` (UNIDIRECTIONAL_SEQUENCE_LSTM, compiler 16), from keras_lstm_mnist alone
+  (Grouper; T = 28 steps, I = 28 inputs, H = 20 units, int16 cell): its package's 43,968 B
+  cached + 576 B streamed are its FULLY_CONNECTED (9,024 B), its SOFTMAX (576 B) and, for
+  the LSTM (4,160 B of TFLite gate weights and biases), 34,368 B + 576 B, every byte placed:
+  the four gates as ``matrix`` rows over the concatenated ``[x, h]`` (32 lanes × (4 + 28 +
+  20) B each, with the int32 bias header; the weights found byte for byte), and six 0/1
+  matrices in the ``matrix`` layout without a header (all 125 ones of the package where the
+  layout puts them): 4I × (4 + I) spreading channels 4.. of its input to every 4th lane,
+  64 B holding one 1, I × 4I taking every 4th lane back, then 4H × (4 + H), 4I × 4I keeping
+  every 4th lane, H × 4H; streamed: 560 int8 zeros (T × H), padded to 64 B. T = I, so
+  which of the 28-sized matrices grow with the steps rather than the inputs cannot be told
+  from this pair: devicefit takes them as I (they sit on the x side of the gates) and the
+  streamed zeros as T × H. Other shapes, CIFG (3 gates), peepholes and projections are
+  unverified; a note says so.
+
+Not modelled (``rule == "unmodelled"``): an LSTM whose steps, units or input-to-gate weights
+the op does not show, and any LSTM under an earlier compiler: its TFLite constant bytes
+stand in, so the figure is low. Another op with constants the table does not know counts
+its TFLite bytes (``rule == "tflite"``). The benchmark states the error this leaves.
 """
 
 from __future__ import annotations
@@ -80,12 +89,17 @@ RULES: dict[str, str] = {
     "softmax": "compiler 16: three tables of 64 B per 4 classes",
     "softmax_wide": "compiler 16: 64 B more above 64 classes",
     "channel_selection": "channels taken off the 4-channel grid: a 0/1 matrix per tensor read",
+    "lstm": "compiler 16, one pair: gate matrices over [x, h] and six 0/1 data-moving matrices",
 }
 
 _MATRIX_OPS = frozenset({"CONV_2D", "FULLY_CONNECTED"})
 _ELEMENTWISE_OPS = frozenset({"ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE"})
 #: Ops the compiler stores parameters for that this module does not model (see above).
 UNMODELLED = frozenset({"UNIDIRECTIONAL_SEQUENCE_LSTM"})
+#: Rules taken from one public pair only (google-coral/test_data, release Grouper): a note
+#: says so wherever they size an op.
+ONE_PAIR_RULES: dict[str, str] = {"lstm": "keras_lstm_mnist_ptq",
+                                  "channel_selection": "tools/split_concat"}
 #: Ops that move channels: what they assemble is traced to the tensors no such op made.
 _CHANNEL_OPS = frozenset({"CONCATENATION", "SPLIT", "SPLIT_V"})
 #: The first compiler that stores SOFTMAX tables (compiler 15 stores none).
@@ -125,9 +139,13 @@ class LayoutOp:
 
     kind: str
     constants: tuple[Constant, ...] = ()
-    #: The last dimension of the op's first output (SOFTMAX's classes).
-    channels: int = 0
+    #: The shape of the op's first output (SOFTMAX's classes, the LSTM's steps and units).
+    shape: tuple[int, ...] = ()
     selections: tuple[Selection, ...] = ()
+
+    @property
+    def channels(self) -> int:
+        return self.shape[-1] if self.shape else 0
 
     @classmethod
     def of(cls, sg: Subgraph, op: Operator, buffer_sizes: tuple[int, ...] = (),
@@ -143,7 +161,7 @@ class LayoutOp:
             consts.append(Constant(t.shape, t.dtype, size,
                                    bool(t.quantization and t.quantization.per_channel)))
         out = sg.tensors[op.outputs[0]].shape if op.outputs and op.outputs[0] >= 0 else ()
-        return cls(op.op_name, tuple(consts), out[-1] if out else 0, selections)
+        return cls(op.op_name, tuple(consts), out, selections)
 
 
 @dataclass(frozen=True)
@@ -217,6 +235,25 @@ def _softmax(op: LayoutOp, without: frozenset[str]) -> OpParams:
                     ("softmax", *(("softmax_wide",) if wide else ())))
 
 
+def _bare(o: int, i: int) -> int:
+    """A header-less ``matrix``: ``o`` outputs in lanes, ``pad4(i)`` inputs."""
+    return _channels(o) * _pad(i, 4)
+
+
+def _lstm(op: LayoutOp) -> OpParams | None:
+    """keras_lstm_mnist's layout (see the module docstring); None when the op does not
+    show its time steps, units and input-to-gate weights."""
+    if len(op.shape) != 3 or not op.constants or len(op.constants[0].shape) != 2:
+        return None
+    steps, h = op.shape[1], op.shape[2]
+    i = op.constants[0].shape[1]
+    gates = sum(c.shape == (h, i) for c in op.constants)
+    cached = (gates * _channels(h) * (4 + _pad(i, 4) + _pad(h, 4))
+              + _bare(4 * i, 4 + i) + _ALIGN + _bare(i, 4 * i)
+              + _bare(4 * h, 4 + h) + _bare(4 * i, 4 * i) + _bare(h, 4 * h))
+    return OpParams(cached, _pad(steps * h, _ALIGN), "lstm", ("lstm",))
+
+
 def _selection(sel: Selection) -> int:
     lanes = 4 if sel.channels <= 4 else _channels(sel.channels)
     return _pad(lanes * (4 + sum(_pad(c, 4) for c in sel.sources)), _ALIGN)
@@ -229,6 +266,9 @@ def layout_params(op: LayoutOp, without: frozenset[str] = frozenset(),
     drops the rules only the held-out model shows); a left-out rule falls back to the
     TFLite bytes (or, for a refinement, the base rule)."""
     tflite = sum(c.nbytes for c in op.constants)
+    if op.kind == "UNIDIRECTIONAL_SEQUENCE_LSTM" and compiler >= 16 and \
+            "lstm" not in without and (lstm := _lstm(op)) is not None:
+        return lstm
     if op.kind in UNMODELLED:
         return OpParams(tflite, 0, "unmodelled")
     if op.selections and "channel_selection" not in without:
