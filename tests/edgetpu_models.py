@@ -221,3 +221,54 @@ def mul_const_model(const_shape: tuple[int, ...], shape: tuple[int, ...] = (1, 4
          _tensor("y", shape, I8, 0)],
         [_buffer(c)],
         [_operator(0, [0, 1], [2], fb.BuiltinOptions.MulOptions, fb.MulOptionsT())], [0], [2])
+
+
+def softmax_model(classes: int) -> bytes:
+    """x[1, classes] int8 → SOFTMAX."""
+    o = fb.SoftmaxOptionsT()
+    o.beta = 1.0
+    return _model(
+        [_opcode(fb.BuiltinOperator.SOFTMAX)],
+        [_tensor("x", (1, classes), I8, 0), _tensor("y", (1, classes), I8, 0)], [],
+        [_operator(0, [0], [1], fb.BuiltinOptions.SoftmaxOptions, o)], [0], [1])
+
+
+def _concat(axis: int = -1) -> fb.ConcatenationOptionsT:
+    o = fb.ConcatenationOptionsT()
+    o.axis = axis
+    return o
+
+
+def split_concat_model() -> bytes:
+    """google-coral/test_data tools/split_concat's graph, int8: a[3], b[1], c[2] channels →
+    CONCATENATION → SPLIT into 6 → CONCATENATION(3, 5); the graph outputs channels 0, 1, 2
+    and 4 and the last concatenation: ``a[0]``, ``a[1]``, ``a[2]``, ``c[0]``, ``[b[0], c[1]]``."""
+    hw = (1, 8, 8)
+    tensors = [_tensor("a", (*hw, 3), I8, 0), _tensor("b", (*hw, 1), I8, 0),
+               _tensor("c", (*hw, 2), I8, 0), _tensor("concat", (*hw, 6), I8, 0),
+               _tensor("axis", (), I32, 1),
+               *(_tensor(f"split{k}", (*hw, 1), I8, 0) for k in range(6)),
+               _tensor("out", (*hw, 2), I8, 0)]
+    split = fb.SplitOptionsT()
+    split.numSplits = 6
+    codes = [_opcode(fb.BuiltinOperator.CONCATENATION), _opcode(fb.BuiltinOperator.SPLIT)]
+    ops = [_operator(0, [0, 1, 2], [3], fb.BuiltinOptions.ConcatenationOptions, _concat(3)),
+           _operator(1, [4, 3], list(range(5, 11)), fb.BuiltinOptions.SplitOptions, split),
+           _operator(0, [8, 10], [11], fb.BuiltinOptions.ConcatenationOptions, _concat())]
+    return _model(codes, tensors, [_buffer(np.array(3, np.int32))], ops, [0, 1, 2],
+                  [5, 7, 9, 6, 11])
+
+
+def concat_conv_model(first: int, second: int) -> bytes:
+    """x[first] and y[second] channels → CONCATENATION → a 1x1 CONV_2D of 4 channels (so
+    the concatenation is read by an op, not only by the graph's outputs)."""
+    c, hw = first + second, (1, 8, 8)
+    w = np.ones((4, 1, 1, c), np.int8)
+    tensors = [_tensor("x", (*hw, first), I8, 0), _tensor("y", (*hw, second), I8, 0),
+               _tensor("xy", (*hw, c), I8, 0), _tensor("w", w.shape, I8, 1),
+               _tensor("b", (4,), I32, 2), _tensor("z", (*hw, 4), I8, 0)]
+    codes = [_opcode(fb.BuiltinOperator.CONCATENATION), _opcode(fb.BuiltinOperator.CONV_2D)]
+    ops = [_operator(0, [0, 1], [2], fb.BuiltinOptions.ConcatenationOptions, _concat()),
+           _operator(1, [2, 3, 4], [5], fb.BuiltinOptions.Conv2DOptions, _conv(4))]
+    return _model(codes, tensors, [_buffer(w), _buffer(np.zeros(4, np.int32))], ops, [0, 1],
+                  [5])

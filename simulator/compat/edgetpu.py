@@ -39,7 +39,7 @@ from devicefit.simulator.compat.edgetpu_compiler import (
 )
 from devicefit.simulator.compat.edgetpu_cost import edgetpu_cost
 from devicefit.simulator.compat.edgetpu_layout import (
-    LayoutOp,
+    ONE_PAIR_RULES,
     cache_split,
     layout_params,
     stored_ops,
@@ -290,8 +290,8 @@ def partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
     cache = edgetpu_cost(profile).param_cache_bytes
     mapped = [i for i, tpu in enumerate(on_tpu) if tpu]
     stored = stored_ops(model, mapped)
-    layout = {i: layout_params(stored.get(i) or LayoutOp(sg.operators[i].op_name))
-              for i in mapped}
+    major = int(table.compiler_version.split(".")[0])
+    layout = {i: layout_params(stored[i], compiler=major) for i in mapped}
     placed = dict(zip(mapped, cache_split(list(layout.values()), cache)))
     onchip = sum(layout[i].cached for i in mapped if placed[i])
     offchip = sum(layout[i].streamed + (0 if placed[i] else layout[i].cached) for i in mapped)
@@ -320,9 +320,14 @@ def partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
     unmodelled = sorted({p.op for p in placements if p.param_rule in ("unmodelled", "tflite")})
     notes = [f"the compiled parameter layout of {', '.join(unmodelled)} is not modelled: "
              "counted as its TFLite bytes, so the parameter figures are low (compiler 16 "
-             "stores 47 KiB for a 1,001-class SOFTMAX, 4.5x its TFLite bytes for "
-             "keras_lstm_mnist's LSTM)"
+             "stores 34,944 B for the 4,160 B of keras_lstm_mnist's LSTM)"
              ] if unmodelled else []
+    for rule, pair in ONE_PAIR_RULES.items():
+        ops = sorted({p.op for p in placements if p.param_rule == rule})
+        if ops:
+            notes.append(f"the parameter layout of {', '.join(ops)} is read from one public "
+                         f"compiled pair (google-coral/test_data {pair}, compiler 16): not "
+                         "verified on other shapes")
     first = next((p for p in placements if p.device == "cpu"
                   and p.status != table.status("subgraph")), None)
     tpu = [p.index for p in placements if p.device == "tpu"]

@@ -27,14 +27,47 @@ their sign bit flipped as uint8):
   streams exactly 2,368 B).
 - ``shape_operand``: int32 constants of shape ops (RESHAPE, PAD, RESIZE_*, TILE ...) are
   compiled into the instructions (deeplab, posenet, movenet: no parameter bytes).
+- ``softmax`` (compiler 16 only: test_data release Grouper, 16.0.384591198): three per-class tables of a 64 B block per 4 classes
+  (two int32 tables whose padded classes hold INT_MIN, one float32 table of the input
+  scale), 48 B per class padded to 4 classes. keras_lstm_mnist (10 classes): 576 B at the
+  end of its package, byte for byte; mobilenet_v1 0.25/0.5/0.75 (1,001 classes): 48,256 B
+  = 48,192 + 64, the difference to their compiler-15 twins, which store nothing for it.
+  ``softmax_wide``: the 64 B more (a float32 1.0) the 1,001-class ones hold and the
+  10-class one does not; devicefit adds it above 64 classes (past one 64-lane group), a
+  threshold the two sizes seen do not pin down.
+- ``channel_selection``: a tensor that CONCATENATION/SPLIT/SPLIT_V along the channels
+  assemble, and that something reads (another op, the graph's outputs), is a copy when each
+  run of channels it takes starts on the 4-channel grid of its source and of itself;
+  otherwise the compiler computes it with a 0/1 selection matrix in the ``matrix`` layout
+  (its channels × the channels of its sources, each padded to 4). The chain is traced to the
+  tensors no channel op made, so a SPLIT feeding a CONCATENATION costs one matrix per tensor
+  read, not per op. tools/split_concat: 3 of its 5 outputs take channels off the grid
+  (``input1[1]``, ``input1[2]``, ``[rnn1[0], rnn2[1]]``): 3 × 64 B, its whole package; the
+  two at channel 0 of a source (``input1[0]``, ``rnn2[0]``) cost nothing, and so do the
+  on-grid concatenations of deeplab_mobilenet_edgetpu_slim (128 + 128) and the
+  posenet/bodypix decoders (32 + 32). The only pair with
+  such a selection (Grouper, compiler 16): sizes beyond 4 channels are the ``matrix``
+  layout's, not seen; compiler 15 is assumed to do the same.
 
-Not modelled (``rule == "unmodelled"``: their TFLite constant bytes stand in, so the
-figure is low): UNIDIRECTIONAL_SEQUENCE_LSTM (keras_lstm_mnist: 43,968 B compiled for
-9,808 B of TFLite), compiler 16's SOFTMAX (48,256 B for 1,001 classes with no TFLite
-constant; compiler 15 stores none), SPLIT (tools/split_concat: 192 B of channel-selection
-matrices for one SPLIT and two CONCATENATIONs). Another op with constants the table does
-not know counts its TFLite bytes (``rule == "tflite"``). The benchmark states the error
-this leaves.
+- ``lstm`` (UNIDIRECTIONAL_SEQUENCE_LSTM, compiler 16), from keras_lstm_mnist alone
+  (Grouper; T = 28 steps, I = 28 inputs, H = 20 units, int16 cell): its package's 43,968 B
+  cached + 576 B streamed are its FULLY_CONNECTED (9,024 B), its SOFTMAX (576 B) and, for
+  the LSTM (4,160 B of TFLite gate weights and biases), 34,368 B + 576 B, every byte placed:
+  the four gates as ``matrix`` rows over the concatenated ``[x, h]`` (32 lanes × (4 + 28 +
+  20) B each, with the int32 bias header; the weights found byte for byte), and six 0/1
+  matrices in the ``matrix`` layout without a header (all 125 ones of the package where the
+  layout puts them): 4I × (4 + I) spreading channels 4.. of its input to every 4th lane,
+  64 B holding one 1, I × 4I taking every 4th lane back, then 4H × (4 + H), 4I × 4I keeping
+  every 4th lane, H × 4H; streamed: 560 int8 zeros (T × H), padded to 64 B. T = I, so
+  which of the 28-sized matrices grow with the steps rather than the inputs cannot be told
+  from this pair: devicefit takes them as I (they sit on the x side of the gates) and the
+  streamed zeros as T × H. Other shapes, CIFG (3 gates), peepholes and projections are
+  unverified; a note says so.
+
+Not modelled (``rule == "unmodelled"``): an LSTM whose steps, units or input-to-gate weights
+the op does not show, and any LSTM under an earlier compiler: its TFLite constant bytes
+stand in, so the figure is low. Another op with constants the table does not know counts
+its TFLite bytes (``rule == "tflite"``). The benchmark states the error this leaves.
 """
 
 from __future__ import annotations
@@ -43,6 +76,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from devicefit.simulator.model import Model, Operator, Subgraph
+from devicefit.simulator.reader import constant_values
 
 #: Rule name → what it says (the evidence is in the module docstring and the benchmark).
 RULES: dict[str, str] = {
@@ -52,12 +86,24 @@ RULES: dict[str, str] = {
     "depthwise": "4-channel groups: header + a 4x4 diagonal block per tap",
     "streamed_operand": "element-wise constant operands streamed, padded to 64 B",
     "shape_operand": "shape ops' int32 constants live in the instructions",
+    "softmax": "compiler 16: three tables of 64 B per 4 classes",
+    "softmax_wide": "compiler 16: 64 B more above 64 classes",
+    "channel_selection": "channels taken off the 4-channel grid: a 0/1 matrix per tensor read",
+    "lstm": "compiler 16, one pair: gate matrices over [x, h] and six 0/1 data-moving matrices",
 }
 
 _MATRIX_OPS = frozenset({"CONV_2D", "FULLY_CONNECTED"})
 _ELEMENTWISE_OPS = frozenset({"ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE"})
 #: Ops the compiler stores parameters for that this module does not model (see above).
-UNMODELLED = frozenset({"UNIDIRECTIONAL_SEQUENCE_LSTM", "SOFTMAX", "SPLIT", "SPLIT_V"})
+UNMODELLED = frozenset({"UNIDIRECTIONAL_SEQUENCE_LSTM"})
+#: Rules taken from one public pair only (google-coral/test_data, release Grouper): a note
+#: says so wherever they size an op.
+ONE_PAIR_RULES: dict[str, str] = {"lstm": "keras_lstm_mnist_ptq",
+                                  "channel_selection": "tools/split_concat"}
+#: Ops that move channels: what they assemble is traced to the tensors no such op made.
+_CHANNEL_OPS = frozenset({"CONCATENATION", "SPLIT", "SPLIT_V"})
+#: The first compiler that stores SOFTMAX tables (compiler 15 stores none).
+_SOFTMAX_TABLES_FROM = 16
 _SHAPE_OPS = frozenset({"RESHAPE", "PAD", "PADV2", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR",
                         "TILE", "SPLIT", "SPLIT_V", "STRIDED_SLICE", "SLICE", "TRANSPOSE",
                         "MEAN", "SQUEEZE", "EXPAND_DIMS", "CONCATENATION", "GATHER"})
@@ -76,25 +122,46 @@ class Constant:
 
 
 @dataclass(frozen=True)
+class Selection:
+    """A tensor the channel ops assemble off the 4-channel grid: its channels and those of
+    each source tensor it takes channels from."""
+
+    channels: int
+    sources: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class LayoutOp:
     """What the layout needs of one mapped op: its kind and constant inputs (in input
-    order; for conv/FC/depthwise the first is the weight tensor). Built from a model by
-    :meth:`of`, or from the numbers the benchmark fixture records."""
+    order; for conv/FC/depthwise the first is the weight tensor), its output's channels and
+    the channel selections it makes. Built from a model by :func:`stored_ops`, or from the
+    numbers the benchmark fixture records."""
 
     kind: str
     constants: tuple[Constant, ...] = ()
+    #: The shape of the op's first output (SOFTMAX's classes, the LSTM's steps and units).
+    shape: tuple[int, ...] = ()
+    selections: tuple[Selection, ...] = ()
+
+    @property
+    def channels(self) -> int:
+        return self.shape[-1] if self.shape else 0
 
     @classmethod
-    def of(cls, sg: Subgraph, op: Operator, buffer_sizes: tuple[int, ...] = ()) -> LayoutOp:
+    def of(cls, sg: Subgraph, op: Operator, buffer_sizes: tuple[int, ...] = (),
+           stored: bool = False, selections: tuple[Selection, ...] = ()) -> LayoutOp:
+        """The op as the layout sees it; ``stored``: an earlier op stored all its constants
+        already, so it has none of its own."""
         consts = []
         for i in op.inputs:
-            if i < 0 or not sg.tensors[i].has_data:
+            if stored or i < 0 or not sg.tensors[i].has_data:
                 continue
             t = sg.tensors[i]
             size = buffer_sizes[t.buffer] if t.buffer < len(buffer_sizes) else t.nbytes
             consts.append(Constant(t.shape, t.dtype, size,
                                    bool(t.quantization and t.quantization.per_channel)))
-        return cls(op.op_name, tuple(consts))
+        out = sg.tensors[op.outputs[0]].shape if op.outputs and op.outputs[0] >= 0 else ()
+        return cls(op.op_name, tuple(consts), out, selections)
 
 
 @dataclass(frozen=True)
@@ -162,13 +229,54 @@ def _elements(shape: tuple[int, ...]) -> int:
     return n
 
 
-def layout_params(op: LayoutOp, without: frozenset[str] = frozenset()) -> OpParams:
-    """The compiled parameter bytes of one mapped op. ``without``: rules to leave out (the
-    benchmark's leave-one-model-out check drops the rules only the held-out model shows);
-    a left-out rule falls back to the TFLite bytes (or, for a refinement, the base rule)."""
+def _softmax(op: LayoutOp, without: frozenset[str]) -> OpParams:
+    wide = op.channels > _LANES and "softmax_wide" not in without
+    return OpParams(3 * 16 * _pad(op.channels, 4) + (_ALIGN if wide else 0), 0, "softmax",
+                    ("softmax", *(("softmax_wide",) if wide else ())))
+
+
+def _bare(o: int, i: int) -> int:
+    """A header-less ``matrix``: ``o`` outputs in lanes, ``pad4(i)`` inputs."""
+    return _channels(o) * _pad(i, 4)
+
+
+def _lstm(op: LayoutOp) -> OpParams | None:
+    """keras_lstm_mnist's layout (see the module docstring); None when the op does not
+    show its time steps, units and input-to-gate weights."""
+    if len(op.shape) != 3 or not op.constants or len(op.constants[0].shape) != 2:
+        return None
+    steps, h = op.shape[1], op.shape[2]
+    i = op.constants[0].shape[1]
+    gates = sum(c.shape == (h, i) for c in op.constants)
+    cached = (gates * _channels(h) * (4 + _pad(i, 4) + _pad(h, 4))
+              + _bare(4 * i, 4 + i) + _ALIGN + _bare(i, 4 * i)
+              + _bare(4 * h, 4 + h) + _bare(4 * i, 4 * i) + _bare(h, 4 * h))
+    return OpParams(cached, _pad(steps * h, _ALIGN), "lstm", ("lstm",))
+
+
+def _selection(sel: Selection) -> int:
+    lanes = 4 if sel.channels <= 4 else _channels(sel.channels)
+    return _pad(lanes * (4 + sum(_pad(c, 4) for c in sel.sources)), _ALIGN)
+
+
+def layout_params(op: LayoutOp, without: frozenset[str] = frozenset(),
+                  compiler: int = 16) -> OpParams:
+    """The compiled parameter bytes of one mapped op by compiler ``compiler`` (the major
+    version). ``without``: rules to leave out (the benchmark's leave-one-model-out check
+    drops the rules only the held-out model shows); a left-out rule falls back to the
+    TFLite bytes (or, for a refinement, the base rule)."""
     tflite = sum(c.nbytes for c in op.constants)
+    if op.kind == "UNIDIRECTIONAL_SEQUENCE_LSTM" and compiler >= 16 and \
+            "lstm" not in without and (lstm := _lstm(op)) is not None:
+        return lstm
     if op.kind in UNMODELLED:
         return OpParams(tflite, 0, "unmodelled")
+    if op.selections and "channel_selection" not in without:
+        return OpParams(sum(_selection(s) for s in op.selections), 0, "channel_selection",
+                        ("channel_selection",))
+    if op.kind == "SOFTMAX" and compiler >= _SOFTMAX_TABLES_FROM and op.channels and \
+            "softmax" not in without:
+        return _softmax(op, without)
     has_weights = bool(op.constants) and len(op.constants[0].shape) >= 2
     if op.kind in _MATRIX_OPS and has_weights and "matrix" not in without:
         return _matrix(op, without)
@@ -183,17 +291,88 @@ def layout_params(op: LayoutOp, without: frozenset[str] = frozenset()) -> OpPara
     return OpParams(tflite, 0, "tflite" if tflite else "")
 
 
-def stored_ops(model: Model, indices: Iterable[int]) -> dict[int, LayoutOp]:
-    """The :class:`LayoutOp` of each op of ``indices`` (main graph, in order) that has
-    constants no earlier one of them had: weights shared by two ops are stored once."""
+def _channel_axis(model: Model, sg: Subgraph, op: Operator) -> bool:
+    """Whether a channel op moves channels: its axis is the last one, and every tensor it
+    moves has that axis with a known size (anything else is left to the other rules)."""
+    if op.op_name == "CONCATENATION":
+        data, axis = list(op.inputs), op.options.get("axis", 0)
+    else:
+        if len(op.inputs) < (2 if op.op_name == "SPLIT" else 3):
+            return False
+        data_input, axis_input = (op.inputs[1], op.inputs[0]) if op.op_name == "SPLIT" \
+            else (op.inputs[0], op.inputs[2])
+        values = constant_values(model, sg.tensors[axis_input]) if axis_input >= 0 else None
+        if values is None or values.size != 1:
+            return False
+        data, axis = [data_input], int(values.reshape(-1)[0])
+    if not data or not op.outputs or any(t < 0 for t in (*data, *op.outputs)):
+        return False
+    tensors = [sg.tensors[t] for t in (*data, *op.outputs)]
+    rank = len(tensors[0].shape)
+    return rank > 0 and all(len(t.shape) == rank and t.shape[-1] >= 0 for t in tensors) \
+        and isinstance(axis, int) and axis % rank == rank - 1
+
+
+#: A run of channels: (source tensor, first channel in it, channels, first channel here).
+_Run = tuple[int, int, int, int]
+
+
+def _selections(model: Model, mapped: set[int]) -> dict[int, tuple[Selection, ...]]:
+    """The channel selections of the mapped channel ops: each tensor they assemble that is
+    read elsewhere, traced through the chain to the tensors no channel op made."""
     sg = model.main
+    movers = {i for i in mapped if sg.operators[i].op_name in _CHANNEL_OPS
+              and _channel_axis(model, sg, sg.operators[i])}
+    runs: dict[int, list[_Run]] = {}
+
+    def of(t: int) -> list[_Run]:
+        return runs.get(t) or [(t, 0, sg.tensors[t].shape[-1], 0)]
+
+    for i in sorted(movers):
+        op = sg.operators[i]
+        if op.op_name == "CONCATENATION":
+            here, out = 0, []
+            for t in op.inputs:
+                out += [(src, at, n, here + to) for src, at, n, to in of(t)]
+                here += sg.tensors[t].shape[-1]
+            runs[op.outputs[0]] = out
+            continue
+        source = of(op.inputs[1] if op.op_name == "SPLIT" else op.inputs[0])
+        start = 0
+        for t in op.outputs:
+            end = start + sg.tensors[t].shape[-1]
+            runs[t] = [(src, at + max(start - to, 0), min(end, to + n) - max(start, to),
+                        max(to - start, 0))
+                       for src, at, n, to in source if to < end and to + n > start]
+            start = end
+    read = set(sg.outputs) | {t for j, op in enumerate(sg.operators) if j not in movers
+                              for t in op.inputs}
+    out: dict[int, tuple[Selection, ...]] = {}
+    for i in sorted(movers):
+        sels = tuple(Selection(sg.tensors[t].shape[-1],
+                               tuple(sg.tensors[s].shape[-1]
+                                     for s in dict.fromkeys(r[0] for r in runs[t])))
+                     for t in sg.operators[i].outputs
+                     if t in read and any(at % 4 or to % 4 for _, at, _, to in runs[t]))
+        if sels:
+            out[i] = sels
+    return out
+
+
+def stored_ops(model: Model, indices: Iterable[int]) -> dict[int, LayoutOp]:
+    """The :class:`LayoutOp` of each op of ``indices`` (main graph, mapped, in order): an op
+    whose constants an earlier one of them had has none (weights shared by two ops are
+    stored once); the channel selections of the chains of channel ops among them."""
+    sg = model.main
+    order = list(indices)
+    selections = _selections(model, set(order))
     seen: set[int] = set()
     out: dict[int, LayoutOp] = {}
-    for i in indices:
+    for i in order:
         op = sg.operators[i]
         buffers = {sg.tensors[t].buffer for t in op.inputs if t >= 0 and sg.tensors[t].has_data}
-        if buffers - seen:
-            out[i] = LayoutOp.of(sg, op, model.buffer_sizes)
+        out[i] = LayoutOp.of(sg, op, model.buffer_sizes, not buffers - seen,
+                             selections.get(i, ()))
         seen |= buffers
     return out
 
