@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import html
+import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -49,3 +52,18 @@ def render(page: Path, screenshot: Path | None = None, size: str = "1200,2400",
     assert run.returncode == 0, run.stderr[-2000:]
     console = [line for line in run.stderr.splitlines() if ":CONSOLE" in line]
     return Rendered(run.stdout, console)
+
+
+def measure(page: Path, html_text: str, script: str, size: str = "1200,2400"
+            ) -> tuple[Rendered, object]:
+    """Write ``html_text`` to ``page`` with ``script`` run after load, render it, and return
+    the DOM with what the script measured: ``script`` is a JavaScript expression whose value
+    (boxes of elements, say) is written into the page as JSON for the test to read back."""
+    probe = ("<script>(function(){const pre = document.createElement('pre');"
+             f"pre.id = 'geometry'; pre.textContent = JSON.stringify({script});"
+             "document.body.appendChild(pre);})();</script></body>")
+    page.write_text(html_text.replace("</body>", probe, 1))
+    shown = render(page, size=size)
+    found = re.search(r'<pre id="geometry">(.*?)</pre>', shown.dom, re.S)
+    assert found, "the measuring script did not run"
+    return shown, json.loads(html.unescape(found.group(1)))

@@ -10,16 +10,12 @@ compete for the same place.
 
 from __future__ import annotations
 
-import html
-import json
-import re
-
 from devicefit.sdk.fit.candidate import TrialRecord
 from devicefit.sdk.fit.report import pareto_svg
 from devicefit.sdk.fit.space import Candidate
 from devicefit.simulator.views.html import render_page
 
-from tests.browser import render
+from tests.browser import measure
 
 FLASH_BUDGET = 132 * 1024
 
@@ -38,7 +34,7 @@ TRIALS = [
                 arena_bytes=4600, accuracy=0.9641, note="misses arena"),
 ]
 
-GEOMETRY = """<script>
+GEOMETRY = """(() => {
 const out = [];
 for (const svg of document.querySelectorAll('svg.pareto')) {
   const box = e => { const r = e.getBoundingClientRect();
@@ -49,11 +45,8 @@ for (const svg of document.querySelectorAll('svg.pareto')) {
             rejected: Array.from(svg.querySelectorAll('rect.rejected')).map(box),
             trials: Array.from(svg.querySelectorAll('circle.trial')).map(box)});
 }
-const pre = document.createElement('pre');
-pre.id = 'geometry';
-pre.textContent = JSON.stringify(out);
-document.body.appendChild(pre);
-</script></body>"""
+return out;
+})()"""
 
 
 def _overlap(a: dict, b: dict) -> bool:
@@ -65,11 +58,8 @@ def test_rejected_trials_sit_in_their_strip_and_no_labels_overlap(tmp_path):
     body = (pareto_svg(TRIALS, FLASH_BUDGET, 1, "flash")
             + pareto_svg(TRIALS, 4500, 1, "arena"))
     page = tmp_path / "fit.html"
-    page.write_text(render_page("fit", body).replace("</body>", GEOMETRY, 1))
-    shown = render(page, size="900,1400")
+    shown, plots = measure(page, render_page("fit", body), GEOMETRY, size="900,1400")
     assert shown.console == [], shown.console
-    plots = json.loads(html.unescape(
-        re.search(r'<pre id="geometry">(.*?)</pre>', shown.dom, re.S).group(1)))
     rejected = sorted((t for t in TRIALS if t.accuracy is None), key=lambda t: t.flash_bytes)
     for plot in plots:
         area = plot["plot"]

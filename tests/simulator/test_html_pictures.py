@@ -10,8 +10,6 @@ narrow window, which colours the tensors got.
 
 from __future__ import annotations
 
-import html
-import json
 import re
 from pathlib import Path
 
@@ -21,7 +19,7 @@ from devicefit.simulator.report import Report
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.views.html import Section, render_html
 
-from tests.browser import render
+from tests.browser import measure
 from tests.corpus import corpus
 from tests.edgetpu_models import compiled_model
 from tests.zoo import model_path
@@ -29,8 +27,7 @@ from tests.zoo import model_path
 #: A window narrower than the page's pictures (960 px): they must scale, the legend wrap.
 WINDOW = "820,4000"
 
-GEOMETRY = """<script>
-(function(){
+GEOMETRY = """(() => {
 const box = e => { const r = e.getBoundingClientRect();
   return {top: r.top, bottom: r.bottom, left: r.left, right: r.right, height: r.height,
           fill: e.getAttribute('fill'), tensor: e.dataset.tensor, text: e.textContent}; };
@@ -58,12 +55,8 @@ for (const s of document.querySelectorAll('section[id^=section-]')) {
     vela_layers: s.querySelector('svg.ethos-u-layers') ? all(svg('ethos-u-layers'), 'rect.op')
       : null};
 }
-const pre = document.createElement('pre');
-pre.id = 'geometry';
-pre.textContent = JSON.stringify(out);
-document.body.appendChild(pre);
-})();
-</script></body>"""
+return out;
+})()"""
 
 
 def _arena_profile(folder: Path, budget: str) -> Path:
@@ -102,11 +95,8 @@ def page(reports, tmp_path_factory) -> dict:
     names = list(reports)
     text = render_html("pictures", [Section(n, reports[n]) for n in names])
     path = tmp_path_factory.mktemp("page") / "pictures.html"
-    path.write_text(text.replace("</body>", GEOMETRY, 1))
-    shown = render(path, size=WINDOW)
+    shown, geometry = measure(path, text, GEOMETRY, size=WINDOW)
     assert shown.console == [], shown.console
-    geometry = json.loads(html.unescape(
-        re.search(r'<pre id="geometry">(.*?)</pre>', shown.dom, re.S).group(1)))
     sections = {n: geometry["sections"][f"section-{i}"] for i, n in enumerate(names)}
     dom = {n: re.search(rf'<section id="section-{i}">(.*?)</section>(?=<section id|<p)',
                         shown.dom, re.S).group(1) for i, n in enumerate(names)}
