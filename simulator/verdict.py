@@ -54,6 +54,12 @@ def _flash(report: Report) -> Figure:
     return Figure(report.memory.flash_bytes, Basis.PREDICTED)
 
 
+def static_arena_bytes(report: Report) -> int:
+    """The arena a device needs by the planner alone: the allocation, or TFLM's larger room
+    to start (what the arena budget judges without a run, and what a baseline keeps)."""
+    return max(report.memory.arena_bytes, report.memory.arena_required_bytes)
+
+
 def _arena(report: Report) -> Figure:
     # The runtime must also be able to start: TFLM needs extra room while planning, which
     # neither the final allocation nor a run's recorded total includes.
@@ -66,7 +72,7 @@ def _arena(report: Report) -> Figure:
             # The predicted room to start is what is judged, and says so (not "measured").
             return Figure(mem.arena_required_bytes, Basis.ESTIMATED)
         return Figure(measured.arena_bytes, measured.arena_basis or Basis.MEASURED)
-    return Figure(max(mem.arena_bytes, mem.arena_required_bytes),
+    return Figure(static_arena_bytes(report),
                   Basis.PREDICTED if "arena_tail" in mem.exact else Basis.ESTIMATED)
 
 
