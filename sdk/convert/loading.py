@@ -10,6 +10,7 @@ trust decision).
 
 from __future__ import annotations
 
+import json
 import logging
 import zipfile
 from dataclasses import dataclass
@@ -78,34 +79,77 @@ def load(model: Any, *, unsafe: bool = False) -> LoadedModel:
         return _from_keras(model, "<in-memory model>", "memory")
     if not isinstance(model, (str, Path)):
         raise UsageError(f"cannot convert a {type(model).__name__}: pass a Keras model or a path")
+    path = check_file(model, unsafe=unsafe)
+    if path.is_dir():
+        return _load_saved_model(path, unsafe)
+    return _load_keras_file(path, unsafe)
+
+
+def check_file(model: str | Path, *, unsafe: bool = False) -> Path:
+    """``model`` as a path that looks like a model this module can load, checked from its
+    name, first bytes and (``.keras``) its config only: no TensorFlow. The CLI checks here
+    before it starts the TensorFlow process, so a wrong file is refused at once, not after
+    seconds of imports; Keras' own loading stays the judge of what passes."""
     path = Path(model)
     if not path.exists():
         raise InputError(f"model not found: {path}")
     if path.is_dir():
         if not (path / "saved_model.pb").is_file():
             raise InputError(f"{path} is a folder without saved_model.pb: not a SavedModel")
-        return _load_saved_model(path, unsafe)
+        return path
     if path.suffix.lower() == ".tflite":
         raise InputError(f"{path} is already a .tflite model; convert the Keras/SavedModel it came "
                          f"from, or check it with 'devicefit simulate {path} --profile NAME'")
     if path.suffix.lower() not in KERAS_SUFFIXES:
         raise InputError(
             f"{path}: unsupported model file; give a .keras or .h5 file or a SavedModel folder")
-    return _load_keras_file(path, unsafe)
+    _check_container(path)
+    if not unsafe and path.suffix.lower() == ".keras" and _has_python_lambda(path):
+        raise _lambda_refused(path)
+    return path
+
+
+#: A .keras file's config.json larger than this is left to Keras to read.
+_CONFIG_LIMIT = 64 << 20
+
+
+def _has_python_lambda(path: Path) -> bool:
+    """True when the .keras file's config holds a serialized Python lambda: the object
+    (``"class_name": "__lambda__"``) Keras refuses to deserialize in safe mode."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            info = archive.getinfo("config.json")
+            if info.file_size > _CONFIG_LIMIT:
+                return False
+            config = json.loads(archive.read(info))
+    except (KeyError, OSError, ValueError, zipfile.BadZipFile):
+        return False  # not readable here: Keras' loader says what is wrong
+    stack = [config]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if item.get("class_name") == "__lambda__":
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _lambda_refused(path: Path) -> InputError:
+    return InputError(f"{path}: holds a Lambda layer (Python code); Keras safe mode refuses to "
+                      "load it (re-run with --unsafe only if you trust the file)")
 
 
 def _load_keras_file(path: Path, unsafe: bool) -> LoadedModel:
     import keras
 
-    _check_container(path)
     try:
         model = keras.models.load_model(path, compile=False, safe_mode=not unsafe)
     except ValueError as exc:
         text = str(exc)
         if "Lambda" in text or "safe_mode" in text or "unsafe" in text.lower():
-            raise InputError(
-                f"{path}: holds a Lambda layer (Python code); Keras safe mode refuses to load it "
-                "(re-run with --unsafe only if you trust the file)") from exc
+            raise _lambda_refused(path) from exc
         raise InputError(f"{path}: not a loadable Keras model: {_first_line(text)}") from exc
     except Exception as exc:  # zip/h5 parse errors come as many types
         raise InputError(f"{path}: not a loadable Keras model: {_first_line(str(exc))}") from exc

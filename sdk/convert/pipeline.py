@@ -21,11 +21,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devicefit.sdk.convert import accuracy, data, metadata, quantize, sparsity, tfchild, tfwork
+from devicefit.sdk.convert import (
+    accuracy,
+    data,
+    loading,
+    metadata,
+    quantize,
+    sparsity,
+    tfchild,
+    tfwork,
+)
 from devicefit.sdk.convert.diagnose import ConversionError
 from devicefit.sdk.convert.report import CalibrationInfo, ConversionSettings
 from devicefit.sdk.convert.spec import ConversionSpec
-from devicefit.simulator.errors import DevicefitError, InputError, UsageError
+from devicefit.simulator.errors import DevicefitError, UsageError
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.profiles import Profile
 from devicefit.simulator.targets import target_for
@@ -76,8 +85,10 @@ def check(model: Any, profile: Profile, output: str | Path, spec: ConversionSpec
         raise UsageError(f"--optimize-memory writes an offline arena plan, which {target.title} "
                          f"does not take; profile '{profile.name}' runs '{profile.runtime.name}'")
     job = Job(model, profile, out, spec, quant)
-    if not job.in_memory and not Path(model).exists():
-        raise InputError(f"model not found: {model}")
+    if not job.in_memory:
+        loading.check_file(model, unsafe=spec.unsafe)
+    if quant.needs_calibration and spec.calibration is None:
+        raise missing_calibration(quant)
     return job
 
 
@@ -164,10 +175,14 @@ def calibration_data(source: data.DataSource | None, shape: tuple[int, ...],
             log.info("--scheme %s does not use calibration data; ignoring it", quant.scheme)
         return None
     if source is None:
-        raise UsageError(
-            f"--scheme {quant.scheme} needs calibration data: --calibration FILE.npy|.npz|DIR "
-            "(a few hundred real inputs), or '--calibration random' to accept a broken model")
+        raise missing_calibration(quant)
     return data.load_data(source, shape, what="calibration", limit=CALIBRATION_SAMPLES)
+
+
+def missing_calibration(quant: quantize.QuantSettings) -> UsageError:
+    return UsageError(
+        f"--scheme {quant.scheme} needs calibration data: --calibration FILE.npy|.npz|DIR "
+        "(a few hundred real inputs), or '--calibration random' to accept a broken model")
 
 
 # --------------------------------------------------------------------------- verify

@@ -271,9 +271,14 @@ def _cli(*argv: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_convert_and_fit_print_no_third_party_line(digits, tmp_path):
-    convert = _cli("convert", str(digits["model"]), "--profile", "stm32l4r5-cortex-m4",
-                   "--calibration", str(digits["train"]), "-o", str(tmp_path / "c.tflite"))
+    # Off a terminal convert names a stage still running after 2 s (the README tour's
+    # recorded run shows those lines, tests/docs_models.py); --quiet silences that. The
+    # native log goes to a file either way, so one quiet run holds both claims.
+    convert = _cli("--quiet", "convert", str(digits["model"]), "--profile",
+                   "stm32l4r5-cortex-m4", "--calibration", str(digits["train"]), "-o",
+                   str(tmp_path / "c.tflite"))
     assert convert.returncode == 0, convert.stderr
+    assert "devicefit convert:" not in convert.stderr, convert.stderr
     fit = _cli("fit", str(digits["model"]), "--profile", "stm32l4r5-cortex-m4", "--train",
                str(digits["train"]), "--eval", str(digits["test"]), "--max-trials", "1",
                "--epochs", "1", "-o", str(tmp_path / "f.tflite"))
@@ -281,11 +286,6 @@ def test_convert_and_fit_print_no_third_party_line(digits, tmp_path):
     for done in (convert, fit):
         lines = (done.stdout + done.stderr).splitlines()
         assert not [ln for ln in lines if THIRD_PARTY.search(ln)], done.stderr
-    # Off a terminal convert names a stage still running after 2 s; --quiet silences that.
-    quiet = _cli("--quiet", "convert", str(digits["model"]), "--profile", "stm32l4r5-cortex-m4",
-                 "--calibration", str(digits["train"]), "-o", str(tmp_path / "q.tflite"))
-    assert quiet.returncode == 0, quiet.stderr
-    assert "devicefit convert:" not in quiet.stderr, quiet.stderr
 
 
 # --------------------------------------------------------------------------- progress, JUnit

@@ -38,6 +38,16 @@ def int8_mcu(digits, tmp_path_factory):
                    eval_data=digits["test"], float_baseline=True)
 
 
+def _in_memory(digits):
+    """The CNN as a Keras model in this process: converting it runs the same TensorFlow
+    stages (sdk.convert.tfwork) in this process instead of a child of its own, which saves
+    the child's TensorFlow import (seconds) where a test's claim is about the scheme or
+    the profile, not the file path (the tests above and below cover path inputs)."""
+    import keras
+
+    return keras.models.load_model(digits["model"])
+
+
 def _flash_and_arena(report) -> tuple[int, int]:
     mem = report.simulation.memory
     return mem.flash_bytes, mem.arena_bytes
@@ -160,7 +170,7 @@ def test_edgetpu_gets_uint8_io_and_a_partition(digits, tmp_path):
     from devicefit.sdk.convert import convert
 
     out = tmp_path / "tpu.tflite"
-    report = convert(digits["model"], TPU, out, calibration=digits["train"],
+    report = convert(_in_memory(digits), TPU, out, calibration=digits["train"],
                      float_baseline=False)
     sg = read_model(str(out)).main
     assert sg.tensors[sg.inputs[0]].dtype == "uint8"
@@ -173,7 +183,7 @@ def test_edgetpu_gets_uint8_io_and_a_partition(digits, tmp_path):
 def test_float16_and_dynamic_range_schemes(digits, tmp_path, scheme, weight_dtype):
     from devicefit.sdk.convert import convert
 
-    report = convert(digits["model"], PHONE, tmp_path / f"{scheme}.tflite", scheme=scheme,
+    report = convert(_in_memory(digits), PHONE, tmp_path / f"{scheme}.tflite", scheme=scheme,
                      eval_data=digits["test"], float_baseline=True)
     # Dynamic range leaves tensors under 1024 weights in float32; the big ones are quantized.
     biggest = max(report.weights, key=lambda w: np.prod(w.shape))
@@ -186,7 +196,7 @@ def test_float16_and_dynamic_range_schemes(digits, tmp_path, scheme, weight_dtyp
 def test_random_calibration_is_allowed_only_by_name_and_reported(digits, tmp_path, caplog):
     from devicefit.sdk.convert import convert
 
-    report = convert(digits["model"], MCU, tmp_path / "r.tflite", calibration="random",
+    report = convert(_in_memory(digits), MCU, tmp_path / "r.tflite", calibration="random",
                      float_baseline=False, simulate=False)
     assert any("RANDOM" in w for w in report.warnings)
     assert any("RANDOM" in r.getMessage() for r in caplog.records)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -58,9 +59,13 @@ def test_cli_refuses_2_4_for_an_mcu_profile_and_says_why(digits, tmp_path, capsy
     assert not out.exists()
 
 
-def _lambda_model(path: Path) -> Path:
+@pytest.fixture(scope="module")
+def lambda_model(tmp_path_factory) -> Path:
+    """A .keras file with a Lambda layer (Python bytecode), built once: Keras' import alone
+    takes seconds."""
     import keras
 
+    path = tmp_path_factory.mktemp("lambda") / "lam.keras"
     inp = keras.Input((8, 8, 1))
     x = keras.layers.Lambda(lambda t: t * 2.0)(inp)
     x = keras.layers.Flatten()(x)
@@ -68,7 +73,7 @@ def _lambda_model(path: Path) -> Path:
     return path
 
 
-def _bad_inputs(tmp: Path, digits: dict) -> dict:
+def _bad_inputs(tmp: Path, digits: dict, lambda_model: Callable[[], Path]) -> dict:
     text = tmp / "notes.keras"
     text.write_text("not a model")
     (tmp / "notes.tflite").write_bytes(b"TFL3")
@@ -81,8 +86,8 @@ def _bad_inputs(tmp: Path, digits: dict) -> dict:
                          ["already a .tflite", "simulate"]),
         "shape-mismatch": ([digits["model"], "--calibration", str(tmp / "wrong.npy")],
                            ["(28, 28, 1)", "(8, 8, 1)"]),
-        "lambda-safe-mode": ([str(_lambda_model(tmp / "lam.keras")), "--calibration",
-                              digits["train"]], ["Lambda", "--unsafe"]),
+        "lambda-safe-mode": (lambda: [str(lambda_model()), "--calibration", digits["train"]],
+                             ["Lambda", "--unsafe"]),
         "no-calibration": ([digits["model"]], ["calibration"]),
         "scheme-not-allowed": ([digits["model"], "--scheme", "float16"], ["float16"]),
         "train-without-pruning": ([digits["model"], "--calibration", digits["train"],
@@ -95,8 +100,10 @@ def _bad_inputs(tmp: Path, digits: dict) -> dict:
 @pytest.mark.parametrize("case", [
     "missing", "not-a-model", "unknown-suffix", "tflite-input", "shape-mismatch", "lambda-safe-mode",
     "no-calibration", "scheme-not-allowed", "train-without-pruning", "output-over-input"])
-def test_bad_input_exits_2_with_one_line(digits, tmp_path, capsys, case):
-    argv, words = _bad_inputs(tmp_path, digits)[case]
+def test_bad_input_exits_2_with_one_line(digits, tmp_path, capsys, request, case):
+    argv, words = _bad_inputs(tmp_path, digits,
+                              lambda: request.getfixturevalue("lambda_model"))[case]
+    argv = argv() if callable(argv) else argv
     if "-o" not in argv:
         argv = [*argv, "-o", str(tmp_path / "out.tflite")]
     code = main(["convert", argv[0], "--profile", MCU, *argv[1:]])
@@ -105,25 +112,40 @@ def test_bad_input_exits_2_with_one_line(digits, tmp_path, capsys, case):
     assert not (tmp_path / "out.tflite").exists()
 
 
-def test_unsafe_loads_a_lambda_model(digits, tmp_path):
+def test_unsafe_loads_a_lambda_model(digits, lambda_model, tmp_path):
     from devicefit.sdk.convert import convert
 
-    model = _lambda_model(tmp_path / "lam.keras")
-    report = convert(model, MCU, tmp_path / "lam.tflite", calibration=digits["train"],
+    report = convert(lambda_model, MCU, tmp_path / "lam.tflite", calibration=digits["train"],
                      unsafe=True, float_baseline=False, simulate=False)
     assert report.output_bytes > 0
 
 
-def test_optimize_memory_rewrites_the_arena_plan_and_keeps_the_settings(digits, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def optimized(digits, tmp_path_factory) -> dict:
+    """One ``convert --optimize-memory --html --report`` run for the tests of both options
+    (a conversion is a TensorFlow process of its own: tens of seconds)."""
+    import contextlib
+    import io
+
+    folder = tmp_path_factory.mktemp("optimized")
+    out, rep, page = folder / "m.tflite", folder / "r.json", folder / "c.html"
+    printed, errors = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors):
+        code = main(["convert", digits["model"], "--profile", MCU, "--calibration",
+                     digits["train"], "--optimize-memory", "-o", str(out), "--report", str(rep),
+                     "--html", str(page)])
+    return {"code": code, "out": out, "report": rep, "page": page,
+            "stdout": printed.getvalue(), "stderr": errors.getvalue()}
+
+
+def test_optimize_memory_rewrites_the_arena_plan_and_keeps_the_settings(optimized):
     from devicefit.simulator.profiles import load_profile, with_runtime
     from devicefit.simulator.reader import read_model
     from devicefit.simulator.simulate import simulate
 
-    out, rep = tmp_path / "m.tflite", tmp_path / "r.json"
-    code = main(["convert", digits["model"], "--profile", MCU, "--calibration", digits["train"],
-                 "--optimize-memory", "-o", str(out), "--report", str(rep)])
-    assert code == 0, capsys.readouterr().err
-    assert "memory optimization:" in capsys.readouterr().out
+    out, rep = optimized["out"], optimized["report"]
+    assert optimized["code"] == 0, optimized["stderr"]
+    assert "memory optimization:" in optimized["stdout"]
     opt = json.loads(rep.read_text())["memory_optimization"]
     assert opt["head_after_bytes"] <= opt["head_before_bytes"]
     assert opt["head_after_bytes"] >= opt["bound_best_order_bytes"]
@@ -147,10 +169,8 @@ def test_optimize_memory_needs_a_tflm_profile(digits, tmp_path, capsys):
     _one_line_error(capsys, "--optimize-memory", "litert")
 
 
-def test_html_shows_the_model_before_and_after_conversion(digits, tmp_path, capsys):
-    out, page = tmp_path / "m.tflite", tmp_path / "c.html"
-    assert main(["convert", digits["model"], "--profile", MCU, "--calibration", digits["train"],
-                 "-o", str(out), "--html", str(page)]) == 0
-    html = page.read_text()
+def test_html_shows_the_model_before_and_after_conversion(optimized):
+    assert optimized["code"] == 0, optimized["stderr"]
+    html = optimized["page"].read_text()
     assert html.count('<rect id="peak-step"') == 2
-    assert "before: float32 .tflite" in html and f"after: {out} (int8)" in html
+    assert "before: float32 .tflite" in html and f"after: {optimized['out']} (int8)" in html

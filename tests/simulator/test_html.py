@@ -161,7 +161,7 @@ def test_convert_pictures_agree_with_the_conversion(tmp_path, capsys):
 
     data = {k: str(v) for k, v in load_digits().save_npz(tmp_path).items()}
     out, page, plot, rep = (tmp_path / n for n in ("m.tflite", "c.html", "c.png", "r.json"))
-    assert main(["convert", str(cached_cnn(TESTS / "artifacts")), "--profile",
+    assert main(["convert", str(cached_cnn(TESTS / "artifacts" / "convert")), "--profile",
                  "stm32l4r5-cortex-m4", "--calibration", data["train"], "--eval", data["test"],
                  "-o", str(out), "--html", str(page), "--plot", str(plot),
                  "--report", str(rep)]) == 0
