@@ -42,11 +42,10 @@ def write_pictures(args: argparse.Namespace, reports: Sequence[tuple[str, Report
 def conversion_summary_html(report: Any) -> str:
     """The figures of a conversion (a :class:`sdk.convert.ConversionReport`) a before/after
     page leads with: sizes and their ratio, accuracy before and after, SQNR."""
-    from devicefit.simulator.units import format_size
+    from devicefit.simulator.units import format_percent, format_size
     from devicefit.simulator.views.html import html_table
 
-    def pct(value: float | None) -> str:
-        return "-" if value is None else f"{100 * value:.2f} %"
+    pct = format_percent
 
     rows = [("converted size", format_size(report.output_bytes))]
     if report.float_tflite_bytes:

@@ -353,8 +353,9 @@ def broken_links(path: Path) -> list[str]:
 # --------------------------------------------------------------------------- generated
 def profiles_table() -> list[str]:
     """The built-in profiles, as the profile loader resolves them."""
+    from devicefit.sdk.commands.profiles import _budget as budget_size  # as `profiles list`
     from devicefit.simulator.profiles import ProfileStore
-    from devicefit.simulator.units import format_size, format_time_ms
+    from devicefit.simulator.units import format_time_ms
 
     rows = ["| profile | target | runtime | flash / arena / latency budget |",
             "| --- | --- | --- | --- |"]
@@ -363,7 +364,7 @@ def profiles_table() -> list[str]:
         p = store.load(name)
         b = p.budgets
         budgets = " / ".join("-" if v is None else f(v) for v, f in (
-            (b.flash_bytes, format_size), (b.arena_bytes, format_size),
+            (b.flash_bytes, budget_size), (b.arena_bytes, budget_size),
             (b.latency_ms, format_time_ms)))
         rows.append(f"| `{p.name}` | {p.description} | {p.runtime.name} + "
                     f"{p.runtime.kernels} kernels | {budgets} |")

@@ -58,6 +58,7 @@ from devicefit.simulator.planners.tflm import greedy_plan
 from devicefit.simulator.profiles import Profile, load_profile, with_runtime
 from devicefit.simulator.reader import parse_model
 from devicefit.simulator.targets import TARGETS, target_for
+from devicefit.simulator.units import format_count
 from devicefit.simulator.writer import reorder_operators, set_offline_plan
 
 if TYPE_CHECKING:  # the runners load only when verification runs
@@ -458,7 +459,7 @@ def _optimize(data: bytes, profile: Profile, *, verify: bool, name: str,
         return data, report
     if graph.peak(file_order) != report.bound_file_order_bytes:
         raise PlanError(f"optimizer DAG peak {graph.peak(file_order)} != lifetimes bound "
-                        f"{report.bound_file_order_bytes} for the file order")
+                        f"{_b(report.bound_file_order_bytes)} for the file order")
     if search_order:
         best = best_order(graph)
     else:
@@ -551,7 +552,7 @@ def _check_written(data: bytes, expected_head: int, pointer: int) -> None:
     buffers = tflm_buffers(parse_model(data, "<optimized>"), pointer_bytes=pointer)
     head = check_plan(buffers, greedy_plan(buffers), "optimized model")
     if head != expected_head:
-        raise PlanError(f"the rewritten model plans a head of {head} bytes, "
+        raise PlanError(f"the rewritten model plans a head of {_b(head)}, "
                         f"the optimizer predicted {expected_head}")
 
 
@@ -611,10 +612,10 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
             report.measured_arena_after_bytes = runs[1].arena_total_bytes
     before, after = report.measured_head_before_bytes, report.measured_head_after_bytes
     if before is not None and after is not None and after >= before:
-        unseen = (f"; TFLM's head was {before} bytes where devicefit predicted "
-                  f"{report.head_before_bytes}: it plans buffers devicefit does not know "
+        unseen = (f"; TFLM's head was {_b(before)} where devicefit predicted "
+                  f"{_b(report.head_before_bytes)}: it plans buffers devicefit does not know "
                   "(custom-op scratch?)" if before != report.head_before_bytes else "")
-        report.summary = (f"unchanged: TFLM measured {after} bytes after vs {before} before, "
+        report.summary = (f"unchanged: TFLM measured {_b(after)} after vs {_b(before)} before, "
                           f"no gain{unseen}")
         report.changed = report.order_changed = report.offline_plan = False
         report.order = list(range(report.operators))
@@ -623,30 +624,36 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
         report.measured_head_after_bytes = before
         report.measured_arena_after_bytes = report.measured_arena_before_bytes
     elif after is not None and after != report.head_after_bytes:
-        report.notes.append(f"TFLM measured a head of {after} bytes, predicted "
-                            f"{report.head_after_bytes} (host pointer width)")
+        report.notes.append(f"TFLM measured a head of {_b(after)}, predicted "
+                            f"{_b(report.head_after_bytes)} (host pointer width)")
+
+
+def _b(num_bytes: int) -> str:
+    return f"{format_count(num_bytes)} B"
 
 
 def _unchanged_summary(r: OptimizeReport) -> str:
     if r.head_before_bytes == r.bound_best_order_bytes and r.bound_exact:
-        return (f"already optimal: TFLM's head of {r.head_before_bytes} bytes equals the "
+        return (f"already optimal: TFLM's head of {_b(r.head_before_bytes)} equals the "
                 "lowest peak of any operator order; model left unchanged")
     return (f"unchanged: no order or offline plan found below TFLM's head of "
-            f"{r.head_before_bytes} bytes (best-order bound {r.bound_best_order_bytes})")
+            f"{_b(r.head_before_bytes)} (best-order bound {_b(r.bound_best_order_bytes)})")
 
 
 def _changed_summary(r: OptimizeReport) -> str:
     p = r.patches
     if p is not None and p.grid:
         what = [f"first {p.split} operators run as {p.grid} patches "
-                f"(+{p.mac_overhead_pct:.1f} % MACs)"]
+                f"(+{p.mac_overhead_pct:.1f}% MACs)"]
         if r.offline_plan:
             what.append("offline arena plan written")
-        return (f"{' and '.join(what)}: head {r.head_before_bytes} → {r.head_after_bytes} bytes "
-                f"(−{r.reduction_pct:.1f} %), whole-tensor bound "
-                f"{p.bound_whole_tensor_bytes} bytes")
+        return (f"{' and '.join(what)}: head {format_count(r.head_before_bytes)} → "
+                f"{_b(r.head_after_bytes)} "
+                f"(−{r.reduction_pct:.1f}%), whole-tensor bound "
+                f"{_b(p.bound_whole_tensor_bytes)}")
     what = [w for w, on in (("operators reordered", r.order_changed),
                             ("offline arena plan written", r.offline_plan)) if on]
-    at = "at the bound" if r.gap_bytes == 0 else f"{r.gap_bytes} bytes above the bound"
-    return (f"{' and '.join(what)}: head {r.head_before_bytes} → {r.head_after_bytes} bytes "
-            f"(−{r.reduction_pct:.1f} %), {at}")
+    at = "at the bound" if r.gap_bytes == 0 else f"{_b(r.gap_bytes)} above the bound"
+    return (f"{' and '.join(what)}: head {format_count(r.head_before_bytes)} → "
+            f"{_b(r.head_after_bytes)} "
+            f"(−{r.reduction_pct:.1f}%), {at}")
