@@ -172,7 +172,7 @@ def test_convert_pictures_agree_with_the_conversion(tmp_path, capsys):
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", shown.dom))
     acc = report["accuracy"]
     assert f"size ratio (after / before) {report['size_ratio']:.2f}x" in text
-    assert f"accuracy after {100 * acc['converted_accuracy']:.2f} %" in text
+    assert f"accuracy after {100 * acc['converted_accuracy']:.2f}%" in text
     assert f"SQNR {acc['sqnr_db']:.1f} dB" in text
     assert "float32 .tflite of" in text and "/float32.tflite" not in shown.dom
     # One y scale: both timelines have the same tick labels.
