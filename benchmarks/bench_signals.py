@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -201,7 +202,13 @@ def trial(cmd: Command, work: Path, reference: dict[str, str], rng: random.Rando
             tally.add("input changed", f"{label}: {p}")
 
 
-def commands(work: Path, names: set[str]) -> list[Command]:
+#: The models of the ``check`` project, by short name.
+PROJECT = ("ic", "ad", "ms", "ww")
+
+
+def commands(work: Path, names: set[str], project: Sequence[str] = PROJECT) -> list[Command]:
+    """The commands to signal; ``project``: which of :data:`PROJECT` ``check`` runs (each on
+    a TFLM and a LiteRT profile)."""
     from tests.corpus import corpus
 
     models = {m.name: m.path for m in corpus(kinds={"mcu-int8"})}
@@ -214,7 +221,7 @@ def commands(work: Path, names: set[str]) -> list[Command]:
         "version: 1\nmodels:\n"
         + "".join(f"  - name: {m}\n    path: {m}.tflite\n"
                   f"    profiles: [stm32l4r5-cortex-m4, android-arm64-cpu]\n"
-                  for m in ("ic", "ad", "ms", "ww")))
+                  for m in project))
     out = []
     if "simulate" in names:
         out.append(Command(
@@ -226,7 +233,7 @@ def commands(work: Path, names: set[str]) -> list[Command]:
             "check", ("check", "devicefit.yaml", "--run", "--jobs", "2",
                       "--results", "{out}/results.json", "--junit", "{out}/junit.xml",
                       "--markdown", "{out}/summary.md", "--html", "{out}/check.html"),
-            ("devicefit.yaml", "ic.tflite", "ad.tflite", "ms.tflite", "ww.tflite"),
+            ("devicefit.yaml", *(f"{m}.tflite" for m in project)),
             ("results.json", "junit.xml", "summary.md", "check.html")))
     if "optimize" in names:
         out.append(Command(

@@ -59,7 +59,13 @@ def _no_terminal_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The op probe's answers (simulator/compat/probe.py) go to a cache of this session,
     not the developer's ~/.cache: a test sees what the runtime answers now, and the CLI's
-    child processes inherit it through the environment."""
+    child processes inherit it through the environment. pytest-xdist's workers share it
+    (their base folders sit in the session's own, made new for every run): a signature one
+    worker asked is not asked again by the other; each answer is one atomically written
+    file, and the tests that count probes and cache hits use a cache of their own."""
     import os
 
-    os.environ.setdefault("DEVICEFIT_CACHE", str(tmp_path_factory.mktemp("devicefit-cache")))
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "devicefit-cache"
+    folder.mkdir(exist_ok=True)
+    os.environ.setdefault("DEVICEFIT_CACHE", str(folder))

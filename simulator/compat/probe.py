@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-import numpy as np
 from devicefit.simulator.errors import DevicefitError
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
@@ -68,7 +67,6 @@ _NO_ANSWER = (f"no answer: the runtime hung on it, or the probe's budget ({MAX_C
 CHILD_MEMORY_BYTES = 8 * 1024**3
 _CONTROL_FLOW = frozenset({"IF", "WHILE", "CALL_ONCE"})
 _OPAQUE_DTYPES = frozenset({"resource", "variant", "string"})
-_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -214,45 +212,6 @@ def _integer_fed(sg: Subgraph, op: Operator, constant: dict[int, int]) -> bool:
 
 #: A kernel refusing a type, not a value ("Type 'INT32' is not supported by FLOOR_DIV").
 _TYPE_REFUSAL = re.compile(r"\b(type|Type|TYPE)\b|\b(U?INT\d+|FLOAT\d+|BOOL)\b.*support")
-
-
-# --------------------------------------------------------------------------- child side
-def probe_inputs(model: Model) -> list[np.ndarray]:
-    """Inputs a one-op model is invoked on: integers over their whole quantized range,
-    floats in [0.25, 1) (so LOG, SQRT, DIV stay finite and a NaN means the kernel misread
-    its types), int32/int64 zeros (always a valid index, axis or count)."""
-    rng = np.random.default_rng(_SEED)
-    out = []
-    for index in model.main.inputs:
-        t = model.main.tensors[index]
-        shape = t.shape
-        dt = np.dtype(t.dtype)
-        if dt.kind in "iu" and dt.itemsize <= 2:
-            info = np.iinfo(dt)
-            out.append(rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=dt))
-        elif dt.kind in "iub":
-            out.append(np.zeros(shape, dt))
-        else:
-            out.append(rng.uniform(0.25, 1.0, size=shape).astype(dt))
-    return out
-
-
-_SOURCE_PATH = re.compile(r"\S*(?:tensorflow|tflite)/\S+\.(?:cc|h)(?::\d+)?\s*")
-#: The interpreters' follow-up lines after a kernel's own complaint.
-_NOISE = re.compile(r"\(number \d+\) failed|^Node number \d+ \(\S+\) failed|^Failed to|"
-                    r"^TFLM failed|^Interpreter invocation failed")
-_WRAPPER = re.compile(r"^TFLM (could not create the interpreter|invoke failed):\s*")
-
-
-def runtime_message(text: str) -> str:
-    """A runtime's refusal as one line: the kernel's complaint, without source paths and
-    the interpreter's follow-up lines ("Node CAST (number 0) failed to invoke")."""
-    parts = []
-    for part in re.split(r"\s*\|\s*|(?<=\.)(?=Node number)", text):
-        part = _WRAPPER.sub("", _SOURCE_PATH.sub("", part).strip())
-        if part and not _NOISE.search(part):
-            parts.append(part)
-    return " ".join(dict.fromkeys(parts))[:400] or " ".join(text.split())[:400]
 
 
 # --------------------------------------------------------------------------- parent side

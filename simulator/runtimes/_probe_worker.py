@@ -2,31 +2,73 @@
 
 For each requested operator of a model it builds a one-op model
 (:func:`simulator.writer.cut_ops`) and runs it once in the requested runner — the same
-runners ``--run`` uses — on inputs from :func:`simulator.compat.probe.probe_inputs`. Each
+runners ``--run`` uses — on inputs from :func:`probe_inputs`. Each
 answer is appended to ``answers.jsonl`` as soon as it is known, and the key of the operator
 being probed is written to ``current`` before it starts: when a kernel kills the process
 (TFLM aborts on a quantization scale it cannot use), the parent knows which operator did it
 and starts a new child for the rest (:func:`simulator.compat.probe.probe_ops`).
+
+It imports no more than it runs (not :mod:`simulator.compat`, which brings the profiles,
+reports and YAML): a probe child starts for every model whose signatures are not cached.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
+from devicefit.simulator.model import Model
 from devicefit.simulator.runtimes import RUNNERS, RunOptions, starting_arena
 from devicefit.simulator.runtimes._worker import exit_with_parent, limit_memory
+
+
+def probe_inputs(model: Model) -> list[np.ndarray]:
+    """Inputs a one-op model is invoked on: integers over their whole quantized range,
+    floats in [0.25, 1) (so LOG, SQRT, DIV stay finite and a NaN means the kernel misread
+    its types), int32/int64 zeros (always a valid index, axis or count)."""
+    rng = np.random.default_rng(0)
+    out = []
+    for index in model.main.inputs:
+        t = model.main.tensors[index]
+        shape = t.shape
+        dt = np.dtype(t.dtype)
+        if dt.kind in "iu" and dt.itemsize <= 2:
+            info = np.iinfo(dt)
+            out.append(rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=dt))
+        elif dt.kind in "iub":
+            out.append(np.zeros(shape, dt))
+        else:
+            out.append(rng.uniform(0.25, 1.0, size=shape).astype(dt))
+    return out
+
+
+_SOURCE_PATH = re.compile(r"\S*(?:tensorflow|tflite)/\S+\.(?:cc|h)(?::\d+)?\s*")
+#: The interpreters' follow-up lines after a kernel's own complaint.
+_NOISE = re.compile(r"\(number \d+\) failed|^Node number \d+ \(\S+\) failed|^Failed to|"
+                    r"^TFLM failed|^Interpreter invocation failed")
+_WRAPPER = re.compile(r"^TFLM (could not create the interpreter|invoke failed):\s*")
+
+
+def runtime_message(text: str) -> str:
+    """A runtime's refusal as one line: the kernel's complaint, without source paths and
+    the interpreter's follow-up lines ("Node CAST (number 0) failed to invoke")."""
+    parts = []
+    for part in re.split(r"\s*\|\s*|(?<=\.)(?=Node number)", text):
+        part = _WRAPPER.sub("", _SOURCE_PATH.sub("", part).strip())
+        if part and not _NOISE.search(part):
+            parts.append(part)
+    return " ".join(dict.fromkeys(parts))[:400] or " ".join(text.split())[:400]
+
 
 
 def _ask(runner, work: Path, data: bytes, inputs: list[np.ndarray], outputs: int,
          options: RunOptions) -> dict:
     """One one-op model through the runner: {"ok", "stage", "message"}."""
-    from devicefit.simulator.compat.probe import runtime_message
-
     stage = ["load"]
 
     def enter(name: str) -> None:
@@ -50,16 +92,15 @@ def _ask(runner, work: Path, data: bytes, inputs: list[np.ndarray], outputs: int
 
 
 def main(argv: list[str]) -> int:
-    from devicefit.simulator.compat.probe import probe_inputs
     from devicefit.simulator.reader import parse_model
-    from devicefit.simulator.writer import cut_ops, unpack
+    from devicefit.simulator.writer import cut_ops, model_table
 
     exit_with_parent()
     request = json.loads(Path(argv[0]).read_text())
     work = Path(request["dir"])
     limit_memory(request["memory_bytes"])
     runner = RUNNERS[request["runtime"]]()
-    model = unpack(Path(request["model"]).read_bytes())
+    model = model_table(Path(request["model"]).read_bytes())
     with open(work / "answers.jsonl", "a", encoding="utf-8") as answers:
         for subgraph, op_indices, key in request["ops"]:
             (work / "current").write_text(key)

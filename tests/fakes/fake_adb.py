@@ -104,7 +104,7 @@ def shell(dev: dict, config: dict, words: list[str]) -> int:
 
 def flood(count: int, stream) -> None:
     """``count`` bytes of one line of noise (forever when negative), in 1 MiB writes."""
-    chunk = "noise " * (1 << 20 // 6)
+    chunk = "noise " * ((1 << 20) // 6)
     sent = 0
     while count < 0 or sent < count:
         part = chunk if count < 0 else chunk[:count - sent]

@@ -67,17 +67,23 @@ def _best_fit_reference(buffers: list[Buffer], alignment: int = 64) -> list[int]
 
 
 LIFETIMES = [(-1, -1), (0, 0), (0, 3), (1, 2), (2, 2), (2, 5), (4, 6), (0, 6)]
+# Built once: a strategy made inside the draw loop is validated and labelled again at every
+# draw, which cost hypothesis more than the planners' own work.
+_COUNTS = st.integers(0, 40)
+_LIFETIMES = st.sampled_from(LIFETIMES)
+_ALIGNED_SIZES = st.sampled_from([0, 16, 32, 48, 64, 160])
+_SIZES = st.integers(0, 200)
+_OFFLINE = st.sampled_from([None, None, None, 0, 64, 96])
 
 
 @st.composite
 def buffer_sets(draw, aligned: bool, offline: bool):
-    count = draw(st.integers(0, 40))
+    count = draw(_COUNTS)
     out = []
     for i in range(count):
-        first, last = draw(st.sampled_from(LIFETIMES))
-        size = draw(st.sampled_from([0, 16, 32, 48, 64, 160]) if aligned
-                    else st.integers(0, 200))
-        fixed = draw(st.sampled_from([None, None, None, 0, 64, 96])) if offline else None
+        first, last = draw(_LIFETIMES)
+        size = draw(_ALIGNED_SIZES if aligned else _SIZES)
+        fixed = draw(_OFFLINE) if offline else None
         out.append(Buffer(tensor=i, name=f"t{i}", size=size, first=first, last=last,
                           offline_offset=fixed))
     return out
