@@ -39,7 +39,7 @@ postgres:
 	  echo "warning: could not install postgresql (needs root); the distributed fit tests will fail"
 
 test: lint browser postgres
-	$(VENV)/bin/pytest -n 2 -q
+	$(VENV)/bin/pytest -n 2 -q --durations=25
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache
