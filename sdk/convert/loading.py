@@ -113,17 +113,45 @@ def check_file(model: str | Path, *, unsafe: bool = False) -> Path:
 _CONFIG_LIMIT = 64 << 20
 
 
-def _has_python_lambda(path: Path) -> bool:
-    """True when the .keras file's config holds a serialized Python lambda: the object
-    (``"class_name": "__lambda__"``) Keras refuses to deserialize in safe mode."""
+def _keras_config(path: Path) -> Any:
+    """The .keras file's ``config.json``, or None where it cannot be read here (Keras'
+    loader then says what is wrong)."""
     try:
         with zipfile.ZipFile(path) as archive:
             info = archive.getinfo("config.json")
             if info.file_size > _CONFIG_LIMIT:
-                return False
-            config = json.loads(archive.read(info))
+                return None
+            return json.loads(archive.read(info))
     except (KeyError, OSError, ValueError, zipfile.BadZipFile):
-        return False  # not readable here: Keras' loader says what is wrong
+        return None
+
+
+def keras_input_shape(path: Path) -> tuple[int, ...] | None:
+    """The per-sample input shape a ``.keras`` file's config declares, when the model has
+    exactly one input of fixed size (None otherwise: the TensorFlow process finds it)."""
+    if path.suffix.lower() != ".keras":
+        return None
+    config = _keras_config(path)
+    if not isinstance(config, dict) or not isinstance(config.get("config"), dict):
+        return None
+    body = config["config"]
+    layers = [layer for layer in body.get("layers") or [] if isinstance(layer, dict)]
+    inputs = [layer for layer in layers if layer.get("class_name") == "InputLayer"]
+    if len(inputs) != 1 or not isinstance(inputs[0].get("config"), dict):
+        return None
+    shape = inputs[0]["config"].get("batch_shape")
+    if not isinstance(shape, list) or len(shape) < 2:
+        return None
+    dims = shape[1:]
+    return tuple(dims) if all(isinstance(d, int) and d > 0 for d in dims) else None
+
+
+def _has_python_lambda(path: Path) -> bool:
+    """True when the .keras file's config holds a serialized Python lambda: the object
+    (``"class_name": "__lambda__"``) Keras refuses to deserialize in safe mode."""
+    config = _keras_config(path)
+    if config is None:
+        return False
     stack = [config]
     while stack:
         item = stack.pop()

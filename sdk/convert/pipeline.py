@@ -89,6 +89,12 @@ def check(model: Any, profile: Profile, output: str | Path, spec: ConversionSpec
         loading.check_file(model, unsafe=spec.unsafe)
     if quant.needs_calibration and spec.calibration is None:
         raise missing_calibration(quant)
+    shape = None if job.in_memory else loading.keras_input_shape(Path(model))
+    if shape is not None and quant.needs_calibration \
+            and isinstance(spec.calibration, (str, Path)) and spec.calibration != data.RANDOM:
+        # Data of the wrong shape is the commonest mistake: refused here, at once, not
+        # after TensorFlow's start-up; the TensorFlow process checks every input again.
+        calibration_data(spec.calibration, shape, quant)
     return job
 
 

@@ -97,13 +97,26 @@ def _bad_inputs(tmp: Path, digits: dict, lambda_model: Callable[[], Path]) -> di
     }
 
 
+#: Mistakes the parent sees from the files alone: the user hears at once, before TensorFlow's
+#: seconds of start-up (the Lambda needs Keras' own safe mode in the child for .h5 files).
+REFUSED_BEFORE_TENSORFLOW = {"missing", "not-a-model", "unknown-suffix", "tflite-input",
+                             "shape-mismatch", "lambda-safe-mode", "no-calibration"}
+
+
 @pytest.mark.parametrize("case", [
     "missing", "not-a-model", "unknown-suffix", "tflite-input", "shape-mismatch", "lambda-safe-mode",
     "no-calibration", "scheme-not-allowed", "train-without-pruning", "output-over-input"])
-def test_bad_input_exits_2_with_one_line(digits, tmp_path, capsys, request, case):
+def test_bad_input_exits_2_with_one_line(digits, tmp_path, capsys, request, monkeypatch, case):
     argv, words = _bad_inputs(tmp_path, digits,
                               lambda: request.getfixturevalue("lambda_model"))[case]
     argv = argv() if callable(argv) else argv
+    if case in REFUSED_BEFORE_TENSORFLOW:
+        from devicefit.sdk.convert import tfchild
+
+        def started(*_args, **_kwargs):
+            raise AssertionError(f"{case}: the TensorFlow process was started")
+
+        monkeypatch.setattr(tfchild, "run_in_child", started)
     if "-o" not in argv:
         argv = [*argv, "-o", str(tmp_path / "out.tflite")]
     code = main(["convert", argv[0], "--profile", MCU, *argv[1:]])
@@ -174,3 +187,28 @@ def test_html_shows_the_model_before_and_after_conversion(optimized):
     html = optimized["page"].read_text()
     assert html.count('<rect id="peak-step"') == 2
     assert "before: float32 .tflite" in html and f"after: {optimized['out']} (int8)" in html
+
+
+def test_the_input_shape_is_read_from_a_keras_config_without_tensorflow(digits, tmp_path):
+    import zipfile
+
+    from devicefit.sdk.convert.loading import keras_input_shape
+
+    assert keras_input_shape(Path(digits["model"])) == (8, 8, 1)
+    with zipfile.ZipFile(digits["model"]) as archive:
+        config = json.loads(archive.read("config.json"))
+    layers = config["config"]["layers"]
+    [first] = [layer for layer in layers if layer["class_name"] == "InputLayer"]
+    variants = {"dynamic": [None, None, 8, 1], "two inputs": None}
+    for name, batch_shape in variants.items():
+        changed = json.loads(json.dumps(config))
+        if batch_shape is None:  # a second input: which one the data feeds is the child's call
+            changed["config"]["layers"].append(json.loads(json.dumps(first)))
+        else:
+            for layer in changed["config"]["layers"]:
+                if layer["class_name"] == "InputLayer":
+                    layer["config"]["batch_shape"] = batch_shape
+        path = tmp_path / f"{name.replace(' ', '_')}.keras"
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("config.json", json.dumps(changed))
+        assert keras_input_shape(path) is None, name
