@@ -49,11 +49,12 @@ from devicefit.simulator.errors import DevicefitError
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
 from devicefit.simulator.profiles import Profile
+from devicefit.simulator.reader import constant_values
 from devicefit.simulator.report import Disagreement, ProbeSummary, UnsupportedOp
 from devicefit.simulator.targets import TARGETS
 
 #: Version of the signature and answer format: part of every cache key.
-FORMAT = 2
+FORMAT = 3
 #: The wheel each probed runner is, by runner name.
 WHEELS = {"tflm": "tflite-micro", "litert": "ai-edge-litert"}
 #: Seconds the children of one model and runtime may take together, and how many may be
@@ -155,28 +156,42 @@ def producers(sg: Subgraph, op: Operator, constant: dict[int, int]) -> list[int]
     return [*sorted(found), op.index]
 
 
-def _tensor_class(sg: Subgraph, index: int, constant: dict[int, int]) -> dict | None:
+#: Integer constants up to this many elements are parameters (SLICE's begin and size, an
+#: axis, a permutation, paddings, a new shape), not weights: their values decide what the
+#: kernel does — an out-of-range begin crashes it where another begin runs — so they are
+#: part of the signature. Weights stay out: their values never decide support.
+PARAMETER_ELEMENTS = 8
+_PARAMETER_DTYPES = frozenset({"int32", "int64"})
+
+
+def _tensor_class(model: Model, sg: Subgraph, index: int, constant: dict[int, int]
+                  ) -> dict | None:
     if index < 0:
         return None
     t = sg.tensors[index]
     dims = t.shape_signature if t.is_dynamic else t.shape
-    return {"dtype": t.dtype, "dims": ["?" if d < 0 else d if d <= 1 else "n" for d in dims],
-            "const": (t.has_data and not t.data_after_flatbuffer) or index in constant,
-            "variable": t.is_variable, "sparse": t.is_sparse, "quant": _quantization(t)}
+    found = {"dtype": t.dtype, "dims": ["?" if d < 0 else d if d <= 1 else "n" for d in dims],
+             "const": (t.has_data and not t.data_after_flatbuffer) or index in constant,
+             "variable": t.is_variable, "sparse": t.is_sparse, "quant": _quantization(t)}
+    if t.has_data and t.dtype in _PARAMETER_DTYPES and t.num_elements <= PARAMETER_ELEMENTS:
+        values = constant_values(model, t)
+        if values is not None:
+            found["values"] = [int(v) for v in values.reshape(-1)]
+    return found
 
 
-def op_signature(sg: Subgraph, op: Operator, constant: dict[int, int]) -> dict:
+def op_signature(model: Model, sg: Subgraph, op: Operator, constant: dict[int, int]) -> dict:
     """What an op's kernel decides on, without its weights' values or exact sizes (and the
     signatures of the ops that compute its folded weights, which are cut out with it)."""
     def tensors(indices: tuple[int, ...]) -> list[dict | None]:
-        return [_tensor_class(sg, i, constant) for i in indices]
+        return [_tensor_class(model, sg, i, constant) for i in indices]
 
     chain = producers(sg, op, constant)[:-1]
     return {"op": op.op_name, "version": op.version,
             "options": json.loads(json.dumps(dict(op.options), sort_keys=True, default=str)),
             "inputs": tensors(op.inputs), "outputs": tensors(op.outputs),
             "intermediates": tensors(op.intermediates),
-            "folded_from": [op_signature(sg, sg.operators[i], constant) for i in chain]}
+            "folded_from": [op_signature(model, sg, sg.operators[i], constant) for i in chain]}
 
 
 def signature_key(signature: dict, runtime: ProbeRuntime) -> str:
@@ -244,7 +259,7 @@ def probe_ops(model: Model, runtime: ProbeRuntime) -> ProbeOutcome:
                 continue
             if op.outputs and all(i in constant for i in op.outputs if i >= 0):
                 continue  # computes weights from constants: asked with their consumer
-            key = signature_key(op_signature(sg, op, constant), runtime)
+            key = signature_key(op_signature(model, sg, op, constant), runtime)
             keys[(sg.index, op.index)] = key
             cuts.setdefault(key, (sg.index, producers(sg, op, constant)))
     folder = cache_dir()

@@ -204,3 +204,22 @@ def test_a_refusal_on_the_probes_made_up_shape_values_does_not_count(tmp_path):
     assert found.supported and found.disagreements == ()
     [why] = found.probe.not_probed
     assert "made up" in why and "not counted" in why
+
+
+def test_small_integer_parameters_are_part_of_the_signature(tmp_path, monkeypatch):
+    """SLICE with begin 2 runs; the same SLICE with begin 200,000,000 crashes TFLM. Only the
+    begin's value differs, so the cached answer of one must never stand for the other, in
+    whichever order they are asked."""
+    from tests.tflite_builder import slice_model
+
+    monkeypatch.setenv("DEVICEFIT_CACHE", str(tmp_path))
+    profile = load_profile(TFLM)
+    paths = {}
+    for name, begin in {"ok": 2, "crash": 200_000_000}.items():
+        paths[name] = tmp_path / f"slice_{name}.tflite"
+        paths[name].write_bytes(slice_model(begin))
+    ok = check_ops(read_model(paths["ok"]), profile, probe=True)
+    crash = check_ops(read_model(paths["crash"]), profile, probe=True)
+    assert ok.supported and (ok.probe.probed, ok.probe.cached) == (1, 0)
+    assert not crash.supported and (crash.probe.probed, crash.probe.cached) == (1, 0)
+    assert "crashed" in crash.summary()
