@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
@@ -61,6 +62,9 @@ class Job:
     output: Path
     spec: ConversionSpec
     quant: quantize.QuantSettings
+    #: The calibration data as :func:`check` read it, with the input shape it was checked
+    #: against (read from a .keras config), so the TensorFlow stage does not read it again.
+    calibration: tuple[tuple[int, ...], data.Dataset] | None = None
 
     @property
     def in_memory(self) -> bool:
@@ -94,7 +98,9 @@ def check(model: Any, profile: Profile, output: str | Path, spec: ConversionSpec
             and isinstance(spec.calibration, (str, Path)) and spec.calibration != data.RANDOM:
         # Data of the wrong shape is the commonest mistake: refused here, at once, not
         # after TensorFlow's start-up; the TensorFlow process checks every input again.
-        calibration_data(spec.calibration, shape, quant)
+        calibration = calibration_data(spec.calibration, shape, quant)
+        if calibration is not None:
+            job = dataclasses.replace(job, calibration=(shape, calibration))
     return job
 
 
@@ -144,7 +150,8 @@ def transform(job: Job, timer: StageTimer, progress: Progress | None = None, *,
 
     def supply(shape: tuple[int, ...]) -> tfwork.DataBundle:
         bundle = tfwork.DataBundle(
-            calibration=calibration_data(s.calibration, shape, job.quant),
+            calibration=(job.calibration[1] if job.calibration and job.calibration[0] == shape
+                         else calibration_data(s.calibration, shape, job.quant)),
             evaluation=None if s.eval_data is None else data.load_data(
                 s.eval_data, shape, what="evaluation"),
             training=None if s.fine_tune is None else data.load_data(
