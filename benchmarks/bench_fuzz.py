@@ -63,6 +63,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.procs import runtime_workers  # noqa: E402 — needs ROOT on the path
 
 SLOW_S = 60.0
 BIG_BYTES = 2 * 1024**3
@@ -524,14 +525,8 @@ def _junit_ok(case: Case, folder: Path) -> bool:
 
 
 def _leftovers(tmp: Path) -> list[str]:
-    left = [p.name for p in tmp.glob("devicefit-run-*")]
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            with contextlib.suppress(OSError):
-                cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
-                if "devicefit.simulator.runtimes._worker" in cmd and str(tmp) in cmd:
-                    left.append(f"worker {proc.name}")
-    return left
+    return [p.name for p in tmp.glob("devicefit-run-*")] + \
+        [f"worker {pid}" for pid in runtime_workers(tmp)]
 
 
 def _run_in_process(case: Case, folder: Path) -> dict:

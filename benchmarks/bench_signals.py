@@ -46,6 +46,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.procs import zygotes  # noqa: E402 — needs ROOT on the path
 
 #: As the console script starts it (devicefit.__main__ guards the imports).
 DEVICEFIT = [sys.executable, "-m", "devicefit"]
@@ -94,6 +95,11 @@ def session_processes(sid: int) -> list[str]:
     return found
 
 
+def _left_behind(sid: int, work: Path) -> list[str]:
+    """The command's session, and the zygotes it started (each in a session of its own)."""
+    return session_processes(sid) + [f"{pid} zygote" for pid in zygotes(work / "tmp")]
+
+
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -138,10 +144,10 @@ def _run_once(cmd: Command, work: Path, sig: int | None, delay: float, group: bo
         proc.communicate()
     elapsed = time.monotonic() - start
     deadline = time.monotonic() + LEAK_WAIT_S
-    left = session_processes(proc.pid)
+    left = _left_behind(proc.pid, work)
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
-        left = session_processes(proc.pid)
+        left = _left_behind(proc.pid, work)
     for line in left:  # never leave them to the next trial
         try:
             os.kill(int(line.split()[0]), signal.SIGKILL)

@@ -316,25 +316,37 @@ def starting_arena(model: Model) -> int:
     return 2 * activations + 256 * 1024 + 64 * sum(len(sg.operators) for sg in model.subgraphs)
 
 
+#: What a worker imports before it reads its request: the zygote imports it once.
+WORKER_PRELOAD = ("numpy", "devicefit.simulator.runtimes._worker",
+                  "devicefit.simulator.runtimes._probe_worker", "ai_edge_litert.interpreter",
+                  "tflite_micro")
+
+
 def spawn(work: Path, timeout_s: float, worker: str = "_worker"
           ) -> tuple[subprocess.CompletedProcess | None, bool]:
-    """Run ``python -m simulator.runtimes.<worker> WORK/request.json`` in a new session, its
-    stderr in ``WORK/stderr.txt``; (the finished process, False) or (None, True) on a
-    timeout."""
+    """Run ``python -m simulator.runtimes.<worker> WORK/request.json`` in a new session
+    (forked from a :mod:`~simulator.zygote` that has its imports done), its stderr in
+    ``WORK/stderr.txt``; (the finished process, False) or (None, True) on a timeout."""
+    from devicefit.simulator import zygote
+
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    cmd = [sys.executable, "-m", f"devicefit.simulator.runtimes.{worker}",
-           str(work / "request.json")]
+    module = f"devicefit.simulator.runtimes.{worker}"
+    argv = [str(work / "request.json")]
     with open(work / "stderr.txt", "w+b") as err:
+        child = zygote.popen(module, argv, preload=WORKER_PRELOAD, env=env, stderr=err)
         try:
-            done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env,
-                                  timeout=timeout_s, check=False, start_new_session=True)
+            code = child.wait(timeout_s)
         except subprocess.TimeoutExpired:
             return None, True
+        finally:
+            if child.poll() is None:  # a timeout, Ctrl-C or SIGTERM: it goes with us
+                zygote.kill(child)
         err.seek(0)
-        return subprocess.CompletedProcess(cmd, done.returncode, None, err.read()), False
+        return subprocess.CompletedProcess([sys.executable, "-m", module, *argv], code, None,
+                                           err.read()), False
 
 
 def _read_stage(work: Path) -> str:

@@ -22,6 +22,7 @@ import pytest
 from devicefit.sdk.cli import main
 from devicefit.simulator.escape import clean, markdown
 
+from benchmarks.procs import runtime_workers, zygotes
 from tests import hostile
 from tests.paths import ROOT
 from tests.tflite_builder import custom_model, fb
@@ -424,16 +425,7 @@ def test_timeout_must_be_finite_and_positive(tiny, capsys, value):
 
 # --------------------------------------------------------------------------- signals
 def _worker_pids(marker: str) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if "devicefit.simulator.runtimes._worker" in cmd and marker in cmd:
-                pids.append(int(proc.name))
-    return pids
+    return runtime_workers(marker) + zygotes(marker)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
