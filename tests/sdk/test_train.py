@@ -276,8 +276,10 @@ def test_calibrated_plan_holds_when_fit_runs_it(tmp_path, builder, measure_once)
     target = 64
     # A limit that makes the plan accumulate on any backend: a quarter of the way from the
     # process's peak at the target batch down to its peak at batch 1, on the line through
-    # the calibration's own first measurement (the static plan takes the target here), so
-    # the target's planned peak (the line plus a margin of at least MIN_MARGIN) never fits.
+    # two measured batches; the target's planned peak (the line plus at least MIN_MARGIN)
+    # is above it. They are the batches the calibration measures first when the static plan
+    # takes the target (on a CPU TensorFlow's runtime alone is above the static peak), so
+    # that child runs once and the calibration's line is this one.
     first = measure_once(path, [[b] for b in calibration_batches(target, target)])
     fixed, slope = fit_line([(s.batch_size, s.peak_bytes) for s in first.steps], 0)
     one, full = fixed + slope, fixed + slope * target
@@ -285,7 +287,8 @@ def test_calibrated_plan_holds_when_fit_runs_it(tmp_path, builder, measure_once)
     plan = plan_batch(model, memory_bytes=limit, target_batch=target, calibrate_with=path)
     cal = plan.calibration
     assert plan.basis == "calibrated" and cal is not None
-    assert cal.points[:len(first.steps)] == first.steps  # the limit's line is the plan's
+    if plan_batch(model, memory_bytes=limit, target_batch=target).batch_size == target:
+        assert cal.points[:len(first.steps)] == first.steps  # measured once, not twice
     assert 1 <= plan.batch_size < target and plan.accumulation_steps > 1
     assert plan.planned_peak_bytes <= limit
     assert (cal.verified.batch_size, cal.verified.accumulation_steps) == \
