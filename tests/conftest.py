@@ -9,8 +9,11 @@ Markers are applied from what a test module uses, so a new test cannot forget th
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,3 +72,38 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "devicefit-cache"
     folder.mkdir(exist_ok=True)
     os.environ.setdefault("DEVICEFIT_CACHE", str(folder))
+
+
+@pytest.fixture(scope="session")
+def _training_measurements() -> dict[str, Any]:
+    return {}
+
+
+@pytest.fixture
+def measure_once(monkeypatch: pytest.MonkeyPatch,
+                 _training_measurements: dict[str, Any]) -> Callable[..., Any]:
+    """:func:`devicefit.sdk.train.measure.measure_steps` that runs each request (model file
+    content, updates, options, the backend's environment) in its fresh child once per
+    worker; the calibration (``sdk.train.calibrate``) gets it too. Every answer is a real
+    child's: the same request asked again would only draw another sample of its noise, for
+    ~10 s of CPU (TensorFlow's import). A request nobody made yet still starts its own child,
+    so a plan's verification is always measured."""
+    import inspect
+    import os
+
+    from devicefit.sdk.train import calibrate, measure
+
+    signature = inspect.signature(measure.measure_steps)
+
+    def once(model_path: str | Path, updates: list[list[int]], **options: Any) -> Any:
+        asked = signature.bind(model_path, updates, **options)
+        asked.apply_defaults()  # a default given or left out is the same request
+        digest = hashlib.sha256(Path(model_path).read_bytes()).hexdigest()
+        backend = sorted((k, v) for k, v in os.environ.items() if k.startswith(("TF_", "CUDA_")))
+        key = json.dumps([digest, updates, sorted(asked.kwargs.items()), backend])
+        if key not in _training_measurements:
+            _training_measurements[key] = measure.measure_steps(model_path, updates, **options)
+        return _training_measurements[key]
+
+    monkeypatch.setattr(calibrate, "measure_steps", once)
+    return once

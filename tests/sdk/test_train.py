@@ -16,8 +16,7 @@ keras = pytest.importorskip("keras")
 
 from devicefit.sdk.train import BatchPlan, TrainingMemoryModel, fit, plan_batch  # noqa: E402
 from devicefit.sdk.train.backend import cores  # noqa: E402
-from devicefit.sdk.train.calibrate import MIN_MARGIN  # noqa: E402
-from devicefit.sdk.train.measure import measure_steps  # noqa: E402
+from devicefit.sdk.train.calibrate import MIN_MARGIN, calibration_batches, fit_line  # noqa: E402
 from devicefit.sdk.train.plan import free_memory  # noqa: E402
 from devicefit.simulator.errors import InputError, UsageError  # noqa: E402
 
@@ -270,18 +269,26 @@ def _assert_backend_is_the_environments(backend) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("builder", [conv_bn_block, residual_block],
                          ids=["conv-bn-relu-conv", "residual"])
-def test_calibrated_plan_holds_when_fit_runs_it(tmp_path, builder) -> None:
+def test_calibrated_plan_holds_when_fit_runs_it(tmp_path, builder, measure_once) -> None:
     model = builder()
     path = tmp_path / "m.keras"
     model.save(path)
     target = 64
     # A limit that makes the plan accumulate on any backend: a quarter of the way from the
-    # process's measured peak at the target batch down to its peak at batch 1.
-    one, full = (s.peak_bytes for s in measure_steps(path, [[1], [target]]).steps)
+    # process's peak at the target batch down to its peak at batch 1, on the line through
+    # two measured batches; the target's planned peak (the line plus at least MIN_MARGIN)
+    # is above it. They are the batches the calibration measures first when the static plan
+    # takes the target (on a CPU TensorFlow's runtime alone is above the static peak), so
+    # that child runs once and the calibration's line is this one.
+    first = measure_once(path, [[b] for b in calibration_batches(target, target)])
+    fixed, slope = fit_line([(s.batch_size, s.peak_bytes) for s in first.steps], 0)
+    one, full = fixed + slope, fixed + slope * target
     limit = full - (full - one) // 4 + MIN_MARGIN
     plan = plan_batch(model, memory_bytes=limit, target_batch=target, calibrate_with=path)
     cal = plan.calibration
     assert plan.basis == "calibrated" and cal is not None
+    if plan_batch(model, memory_bytes=limit, target_batch=target).batch_size == target:
+        assert cal.points[:len(first.steps)] == first.steps  # measured once, not twice
     assert 1 <= plan.batch_size < target and plan.accumulation_steps > 1
     assert plan.planned_peak_bytes <= limit
     assert (cal.verified.batch_size, cal.verified.accumulation_steps) == \
@@ -299,8 +306,6 @@ def test_calibrated_plan_holds_when_fit_runs_it(tmp_path, builder) -> None:
 
 
 def test_calibration_fits_a_line_and_never_a_negative_slope() -> None:
-    from devicefit.sdk.train.calibrate import calibration_batches, fit_line
-
     assert fit_line([(4, 1000), (16, 2200), (16, 2300)], 50) == (1000 - 4 * 108, 108)
     assert fit_line([(8, 500), (32, 400)], 7) == (500, 0)
     assert fit_line([(2, 300)], 7) == (286, 7)  # one point borrows the static slope
