@@ -24,7 +24,14 @@ sys.path.insert(0, str(ROOT))  # run from a checkout: `python examples/demo.py`
 from devicefit.sdk.console import count, make_console, native_log, progress, step, table  # noqa: E402
 from devicefit.simulator.profiles import load_profile  # noqa: E402
 from devicefit.simulator.simulate import simulate  # noqa: E402
-from devicefit.simulator.units import format_estimate, format_size, format_time_ms  # noqa: E402
+from devicefit.simulator.units import (  # noqa: E402
+    format_estimate,
+    format_percent,
+    format_points,
+    format_size,
+    format_time_ms,
+)
+from devicefit.simulator.views.messages import decimal_budget  # noqa: E402
 
 from examples.digits import load_digits, train_cnn  # noqa: E402
 
@@ -101,12 +108,12 @@ def _demo(out: Path) -> int:
                     else f"≠ predicted {format_size(m.predicted_head_bytes)}"))
         rows.append((
             v.profile, v.name, format_size(report.output_bytes),
-            f"{report.size_ratio:.2f}x", f"{_weight_zeros(report):.0%}",
-            f"{format_size(sim.memory.flash_bytes)} / {format_size(budgets['flash'].limit)}",
-            check, f"{format_size(sim.memory.arena_bytes)} / {format_size(budgets['arena'].limit)}",
+            f"{report.size_ratio:.2f}x", format_percent(_weight_zeros(report), 0),
+            _size_of(sim.memory.flash_bytes, budgets["flash"]), check,
+            _size_of(sim.memory.arena_bytes, budgets["arena"]),
             _latency(budgets["latency"]) if "latency" in budgets else "-",
-            f"{report.accuracy.converted_accuracy:.2%} "
-            f"({_pp(-report.accuracy.accuracy_drop_pp)})",
+            f"{format_percent(report.accuracy.converted_accuracy)} "
+            f"({format_points(-report.accuracy.accuracy_drop_pp)})",
             sim.verdict.upper()))
     console.print(table("Verdicts", ["profile", "model", ".tflite", "vs float", "zeros",
                                      "flash / budget", "TFLM head (measured)",
@@ -136,9 +143,11 @@ def _latency(budget) -> str:
     return f"{format_estimate(budget.value, 'ms', budget.band)} / {format_time_ms(budget.limit)}"
 
 
-def _pp(points: float) -> str:
-    """Percentage points with a sign; a change that rounds to nothing is +0.0, not -0.0."""
-    return f"{round(points, 1) or 0.0:+.1f} pp"
+def _size_of(value: int, budget) -> str:
+    """A size and its budget, both in the prefix family the budget was written in (a 50MB
+    flash budget in MB, a 256KiB arena in KiB), as every devicefit view prints them."""
+    decimal = decimal_budget(budget)
+    return f"{format_size(value, decimal)} / {format_size(budget.limit, decimal)}"
 
 
 def _weight_zeros(report) -> float:

@@ -286,3 +286,16 @@ def test_the_converter_process_names_the_extra_it_lacks(tmp_path, monkeypatch, c
     assert capsys.readouterr().err.splitlines()[-1] == (
         "devicefit: error: the converter needs TensorFlow, which the light install leaves "
         "out: pip install 'devicefit[convert]'")
+
+
+def test_the_demo_table_prints_sizes_in_their_budgets_units():
+    """The demo's own table follows the views' number style: a 50MB flash budget in MB, a
+    256 KiB arena in KiB (not 47.7 MiB and 0.2 MiB)."""
+    from devicefit.simulator.report import BudgetCheck, BudgetName, Unit
+    from examples.demo import _size_of
+
+    def budget(limit: int) -> BudgetCheck:
+        return BudgetCheck(BudgetName.FLASH, limit, 0, True, Unit.BYTES)
+
+    assert _size_of(31_250_000, budget(50_000_000)) == "31.2 MB / 50.0 MB"
+    assert _size_of(100_000, budget(256 * 1024)) == "97.7 KiB / 256.0 KiB"
