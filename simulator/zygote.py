@@ -125,12 +125,12 @@ class Zygote:
             raise Unavailable(str(ready))
         return zygote
 
-    def spawn(self, module: str, argv: list[str], *, env: dict[str, str],
+    def spawn(self, module: str, argv: list[str], *, env: dict[str, str], cwd: str,
               stdin: int, stdout: int, stderr: int) -> int:
         """Fork a child running ``python -m module *argv``; its pid."""
         request_id = next(self.ids)
         message = json.dumps({"id": request_id, "module": module, "argv": argv, "env": env,
-                              "cwd": os.getcwd()}).encode()
+                              "cwd": cwd}).encode()
         if len(message) >= _PACKET:
             raise Unavailable("request too large")
         with self.lock:
@@ -205,6 +205,14 @@ _REFUSED: set[tuple[str, ...]] = set()
 _REGISTRY_LOCK = threading.Lock()
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a devicefit child, plus ``extra``: this checkout first
+    on ``PYTHONPATH``, so a child started the plain way imports the same code."""
+    env = dict(os.environ, **extra)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
+    return env
+
+
 def _key(preload: tuple[str, ...], env: dict[str, str]) -> tuple[str, ...]:
     pinned = sorted(f"{k}={v}" for k, v in env.items() if k.startswith(_IMPORT_TIME_ENV))
     return (sys.executable, *preload, "", *pinned)
@@ -241,7 +249,8 @@ def _retire(zygote: Zygote) -> None:
 
 
 def popen(module: str, argv: list[str], *, preload: tuple[str, ...], env: dict[str, str],
-          stdin: int | None = subprocess.DEVNULL, stdout: int | None = subprocess.DEVNULL,
+          cwd: str | Path | None = None, stdin: int | None = subprocess.DEVNULL,
+          stdout: int | IO[Any] | None = subprocess.DEVNULL,
           stderr: int | IO[Any] | None = None) -> Started:
     """``python -m module *argv`` in a new session, forked from a zygote that has imported
     ``preload``, or started the plain way where no zygote can serve.
@@ -253,15 +262,34 @@ def popen(module: str, argv: list[str], *, preload: tuple[str, ...], env: dict[s
     zygote = _zygote(preload, env)
     if zygote is not None:
         try:
-            return _forked(zygote, module, argv, env, stdin, stdout, stderr)
+            return _forked(zygote, module, argv, env, str(cwd or os.getcwd()), stdin, stdout,
+                           stderr)
         except Unavailable:
             pass
     return subprocess.Popen([sys.executable, "-m", module, *argv], stdin=stdin, stdout=stdout,
-                            stderr=stderr, env=env, start_new_session=True)
+                            stderr=stderr, env=env, cwd=cwd, start_new_session=True)
 
 
-def _forked(zygote: Zygote, module: str, argv: list[str], env: dict[str, str],
-            stdin: int | None, stdout: int | None, stderr: int | IO[Any] | None) -> Child:
+def run(module: str, argv: list[str], *, preload: tuple[str, ...], env: dict[str, str],
+        timeout_s: float, cwd: str | Path | None = None,
+        stdout: int | IO[Any] | None = subprocess.DEVNULL,
+        stderr: int | IO[Any] | None = None) -> int | None:
+    """:func:`popen` to its end: its exit status, or None when it ran past ``timeout_s``.
+    The child is killed then, as on any exception meanwhile (Ctrl-C, SIGTERM)."""
+    child = popen(module, argv, preload=preload, env=env, cwd=cwd, stdout=stdout,
+                  stderr=stderr)
+    try:
+        return child.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        if child.poll() is None:
+            kill(child)
+
+
+def _forked(zygote: Zygote, module: str, argv: list[str], env: dict[str, str], cwd: str,
+            stdin: int | None, stdout: int | IO[Any] | None,
+            stderr: int | IO[Any] | None) -> Child:
     opened: list[int] = []  # descriptors made here: the child has its copies once forked
     mine: dict[str, IO[bytes]] = {}
 
@@ -284,7 +312,8 @@ def _forked(zygote: Zygote, module: str, argv: list[str], env: dict[str, str],
     try:
         fds = (descriptor(stdin, "stdin", True), descriptor(stdout, "stdout", False),
                descriptor(stderr, "stderr", False))
-        pid = zygote.spawn(module, argv, env=env, stdin=fds[0], stdout=fds[1], stderr=fds[2])
+        pid = zygote.spawn(module, argv, env=env, cwd=cwd, stdin=fds[0], stdout=fds[1],
+                           stderr=fds[2])
     except BaseException:
         for f in mine.values():
             f.close()

@@ -8,15 +8,14 @@ input per process: evaluation needs hundreds of samples through one interpreter.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from devicefit.simulator import zygote
 from devicefit.simulator.errors import RuntimeFailure
 from devicefit.simulator.fileio import temporary_folder
+from devicefit.simulator.runtimes import WORKER_PRELOAD
 
 #: Seconds per evaluated sample allowed to the child, plus a fixed start-up allowance.
 CHILD_TIMEOUT_PER_SAMPLE_S = 0.5
@@ -48,21 +47,19 @@ def run_tflite(model_path: Path, x: np.ndarray) -> np.ndarray:
     with temporary_folder("devicefit-eval-") as tmp:
         inputs, outputs = Path(tmp) / "x.npy", Path(tmp) / "y.npy"
         np.save(inputs, x.astype(np.float32))
-        cmd = [sys.executable, "-m", "devicefit.sdk.convert.litert_child", str(model_path), str(inputs),
-               str(outputs)]
-        env = dict(os.environ)
-        # The child must import this package even when it runs from a checkout (no install).
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-        except subprocess.TimeoutExpired as exc:
+        with open(Path(tmp) / "stderr.txt", "w+b") as err:
+            code = zygote.run("devicefit.sdk.convert.litert_child",
+                              [str(model_path), str(inputs), str(outputs)],
+                              preload=WORKER_PRELOAD, env=zygote.child_env(), timeout_s=timeout,
+                              stderr=err)
+            err.seek(0)
+            stderr = err.read().decode(errors="replace")
+        if code is None:
             raise RuntimeFailure(f"LiteRT did not finish evaluating {model_path.name} in "
-                                 f"{timeout:.0f} s") from exc
-        if done.returncode != 0:
-            tail = (done.stderr.strip().splitlines() or ["no message"])[-1]
-            raise RuntimeFailure(f"LiteRT failed on {model_path.name} (exit {done.returncode}): "
-                                 f"{tail}")
+                                 f"{timeout:.0f} s")
+        if code != 0:
+            tail = (stderr.strip().splitlines() or ["no message"])[-1]
+            raise RuntimeFailure(f"LiteRT failed on {model_path.name} (exit {code}): {tail}")
         return np.load(outputs)
 
 

@@ -65,10 +65,7 @@ def run_in_child(request: Any, supply: Callable[[tuple[int, ...]], Any],
     log_path = work / LOG_NAME
     keep_log = False
     (work / "request.json").write_text(json.dumps(dataclasses.asdict(request)))
-    env = dict(os.environ)
-    env["TF_CPP_MIN_LOG_LEVEL"] = "1"  # its stderr is the log file: keep TF's warnings
-    root = str(Path(__file__).resolve().parents[2])  # importable from a checkout, too
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env = zygote.child_env(TF_CPP_MIN_LOG_LEVEL="1")  # its stderr is the log: TF's warnings
     # TensorFlow leaves __autograph_generated_file* and folders in $TMPDIR, and a killed
     # child cleans nothing: its temp files go where this process removes them.
     (work / "tmp").mkdir()

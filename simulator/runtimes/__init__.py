@@ -19,7 +19,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -329,21 +328,15 @@ def spawn(work: Path, timeout_s: float, worker: str = "_worker"
     ``WORK/stderr.txt``; (the finished process, False) or (None, True) on a timeout."""
     from devicefit.simulator import zygote
 
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = zygote.child_env()
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     module = f"devicefit.simulator.runtimes.{worker}"
     argv = [str(work / "request.json")]
     with open(work / "stderr.txt", "w+b") as err:
-        child = zygote.popen(module, argv, preload=WORKER_PRELOAD, env=env, stderr=err)
-        try:
-            code = child.wait(timeout_s)
-        except subprocess.TimeoutExpired:
+        code = zygote.run(module, argv, preload=WORKER_PRELOAD, env=env, timeout_s=timeout_s,
+                          stderr=err)
+        if code is None:
             return None, True
-        finally:
-            if child.poll() is None:  # a timeout, Ctrl-C or SIGTERM: it goes with us
-                zygote.kill(child)
         err.seek(0)
         return subprocess.CompletedProcess([sys.executable, "-m", module, *argv], code, None,
                                            err.read()), False

@@ -24,17 +24,19 @@ import importlib.util
 import io
 import re
 import subprocess
-import sys
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from devicefit.simulator import zygote
 from devicefit.simulator.errors import MissingExtra, RuntimeFailure
 from devicefit.simulator.fileio import temporary_folder
 from devicefit.simulator.targets.ethos_u.config import VelaConfig
 
 DISTRIBUTION = "ethos-u-vela"
-_LAUNCH = "import sys; from ethosu.vela.vela import main; sys.exit(main())"
+_LAUNCH = "devicefit.simulator.targets.ethos_u._vela_main"
+#: Imported once by the zygote Vela's runs are forked from.
+_PRELOAD = (_LAUNCH,)
 #: A tensor name may hold a newline (Vela prints it as it is), so the ofm spans lines.
 _REASON = re.compile(r"^Warning \(supported operators\) operator: (\S+), ofm: '([\s\S]*?)'[ \t]*\n"
                      r"Reason: (.*)$", re.MULTILINE)
@@ -101,13 +103,18 @@ def run_vela(model_bytes: bytes, config: VelaConfig, name: str = "model") -> Vel
         out = work / "out"
         options = [*config.vela_args(ini), "--output-dir", str(out), "--verbose-performance",
                    "--show-cpu-operations"]
-        cmd = [sys.executable, "-c", _LAUNCH, *options, str(src)]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, cwd=work,
-                                  timeout=config.timeout_s)
-        except subprocess.TimeoutExpired:
-            raise RuntimeFailure(f"Vela {found} did not finish within {config.timeout_s:g} s "
-                                 f"(profile key ethos_u.timeout)") from None
+        with open(work / "stdout.txt", "w+b") as out_f, open(work / "stderr.txt", "w+b") as err:
+            code = zygote.run(_LAUNCH, [*options, str(src)], preload=_PRELOAD,
+                              env=zygote.child_env(), timeout_s=config.timeout_s, cwd=work,
+                              stdout=out_f, stderr=err)
+            if code is None:
+                raise RuntimeFailure(f"Vela {found} did not finish within "
+                                     f"{config.timeout_s:g} s (profile key ethos_u.timeout)")
+            out_f.seek(0)
+            err.seek(0)
+            done = subprocess.CompletedProcess(_LAUNCH, code,
+                                               out_f.read().decode(errors="replace"),
+                                               err.read().decode(errors="replace"))
         compiled = out / f"{name}_vela.tflite"
         if done.returncode != 0 or not compiled.is_file():
             raise RuntimeFailure(f"Vela {found} could not compile the model (exit "
