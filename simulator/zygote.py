@@ -197,7 +197,8 @@ class Zygote:
             self.process.wait()
 
 
-_ROOT = str(Path(__file__).resolve().parents[2])  # importable from a checkout, too
+#: The folder that holds the ``devicefit`` package: a checkout's root, or site-packages.
+_ROOT = str(Path(importlib.import_module("devicefit").__file__ or ".").resolve().parents[1])
 _ZYGOTES: dict[tuple[str, ...], tuple[tuple[str, ...], Zygote]] = {}
 _RETIRED: list[Zygote] = []
 #: Keys a zygote could not be started for (e.g. a preload that starts a thread).
