@@ -53,7 +53,10 @@ def tight_fit(digits):
     folder = digits["folder"]
     profile = _profile(folder, "tight-l4", TIGHT)
     out, report, page = folder / "fit.tflite", folder / "fit.json", folder / "fit.html"
-    code = _fit(digits, profile, out, "--max-trials", "5", "--epochs", "2", "--cluster", "16",
+    # One epoch: the trials' order is decided by the static check (flash, arena), which
+    # training does not change; one epoch after the cut keeps the digits CNN well above the
+    # accuracy asserted below, and every trained trial (PTQ twin and QAT) still trains.
+    code = _fit(digits, profile, out, "--max-trials", "5", "--epochs", "1", "--cluster", "16",
                 "--report", str(report), "--html", str(page))
     return {"code": code, "profile": profile, "out": out,
             "report": json.loads(report.read_text()), "html": page.read_text()}
