@@ -164,8 +164,10 @@ def test_ctrl_c_keeps_the_best_fitting_candidate_so_far(digits, tmp_path):
         raise KeyboardInterrupt
 
     out = tmp_path / "kept.tflite"
+    # Trial 0 (plain int8) fits BASE and trains as the PTQ twin of a QAT candidate, one run
+    # per epoch: one epoch (not the default 3) is enough for what is asserted.
     report = fit(str(digits["model"]), BASE, out, train=str(digits["train"]),
-                 eval_data=str(digits["test"]), settings=SearchSettings(max_trials=5),
+                 eval_data=str(digits["test"]), epochs=1, settings=SearchSettings(max_trials=5),
                  on_trial=interrupt)
     assert report.interrupted and report.found
     assert [t.number for t in report.trials] == [0] and report.chosen == 0
