@@ -20,6 +20,8 @@ an integer of a million digits takes seconds to convert. So a file is
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 import time
 from pathlib import Path
@@ -38,6 +40,9 @@ MAX_EVENTS = 500_000
 MAX_SECONDS = 10.0
 #: Longer integer literals are refused before Python converts them (no setting needs them).
 MAX_INT_CHARS = 40
+
+#: Texts up to this size are parsed once per process (see :func:`load_yaml`).
+MAX_CACHED_BYTES = 64 * 1024
 
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
@@ -79,6 +84,25 @@ def load_yaml(text: str, path: Path, *, error: type[DevicefitError] = InputError
     every mapping key and list item (keyed by its path, list items by index)."""
     if len(text) > MAX_YAML_BYTES:
         raise error(f"{path}: YAML text is larger than the limit of {MAX_YAML_BYTES:,} bytes")
+    if len(text) > MAX_CACHED_BYTES:
+        return _parse(text, path, error)
+    # Every command loads its profile and the profiles it extends with PyYAML's pure-Python
+    # parser (~4 ms a shipped profile; copying a cached one takes ~1 ms): a process that
+    # runs many commands (the test suite, check over many models, fit's trials) parses the
+    # same text once. The key is the text itself, so a file that changed is parsed anew;
+    # the caller gets its own copy to change.
+    data, lines = _parse_cached(text, path, error)
+    return copy.deepcopy(data), dict(lines)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_cached(text: str, path: Path, error: type[DevicefitError]
+                  ) -> tuple[Any, dict[tuple[str, ...], int]]:
+    return _parse(text, path, error)
+
+
+def _parse(text: str, path: Path, error: type[DevicefitError]
+           ) -> tuple[Any, dict[tuple[str, ...], int]]:
     try:
         _prescan(text, path, error)
         loader = yaml.SafeLoader(text)

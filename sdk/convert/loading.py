@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +97,8 @@ def check_file(model: str | Path, *, unsafe: bool = False) -> Path:
     if path.is_dir():
         if not (path / "saved_model.pb").is_file():
             raise InputError(f"{path} is a folder without saved_model.pb: not a SavedModel")
+        if why := _not_protobuf(path / "saved_model.pb"):
+            raise InputError(f"{path}: saved_model.pb is not a SavedModel protobuf: {why}")
         return path
     if path.suffix.lower() == ".tflite":
         raise InputError(f"{path} is already a .tflite model; convert the Keras/SavedModel it came "
@@ -183,6 +186,59 @@ def _load_keras_file(path: Path, unsafe: bool) -> LoadedModel:
         raise InputError(f"{path}: not a loadable Keras model: {_first_line(str(exc))}") from exc
     kind = "keras" if path.suffix.lower() == ".keras" else "h5"
     return _from_keras(model, str(path), kind)
+
+
+def _not_protobuf(path: Path) -> str | None:
+    """Why ``path`` is not protobuf wire format (its top level: tags, lengths, groups), or
+    None. Only what every protobuf parser refuses is refused here; whether the message is a
+    SavedModel stays TensorFlow's to judge (:func:`side_effect_ops` parses it in the
+    TensorFlow process)."""
+    with open(path, "rb") as f:
+        if f.seek(0, 2) == 0:
+            return None  # an empty message is valid wire format
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return _wire_error(data)
+
+
+def _wire_error(data: bytes | mmap.mmap) -> str | None:
+    end, pos, groups = len(data), 0, []
+
+    def varint(at: int) -> tuple[int, int]:
+        value = shift = 0
+        while at < end and shift < 70:
+            byte = data[at]
+            value |= (byte & 0x7F) << shift
+            at, shift = at + 1, shift + 7
+            if not byte & 0x80:
+                return value, at
+        raise ValueError(f"a truncated or overlong varint at byte {at}")
+
+    try:
+        while pos < end:
+            start = pos
+            key, pos = varint(pos)
+            field, wire = key >> 3, key & 7
+            if field == 0:
+                return f"field number 0 at byte {start}"
+            if wire == 0:
+                _, pos = varint(pos)
+            elif wire == 2:
+                length, pos = varint(pos)
+                pos += length
+            elif wire in (1, 5):
+                pos += 8 if wire == 1 else 4
+            elif wire == 3:
+                groups.append(field)
+            elif wire == 4:
+                if not groups or groups.pop() != field:
+                    return f"an unmatched end of group at byte {start}"
+            else:
+                return f"wire type {wire} at byte {start}"
+            if pos > end:
+                return f"a field at byte {start} runs past the end of the file"
+    except ValueError as exc:
+        return str(exc)
+    return f"{len(groups)} group(s) never end" if groups else None
 
 
 def _check_container(path: Path) -> None:

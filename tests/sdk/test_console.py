@@ -203,14 +203,18 @@ def _without_matplotlib(code: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-def test_plot_without_matplotlib_is_one_clear_message(tmp_path, model_zoo):
-    model = model_zoo("chain_int8")
-    done = _without_matplotlib(
-        "from devicefit.sdk.cli import main\n"
-        f"sys.exit(main(['simulate', {str(model)!r}, '--profile', 'esp32-s3', "
-        f"'--plot', {str(tmp_path / 'm.png')!r}]))\n")
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().splitlines() == [
+def test_plot_without_matplotlib_is_one_clear_message(tmp_path, model_zoo, monkeypatch,
+                                                      capsys):
+    # In this process: the import fails as in a light install (a None entry in sys.modules
+    # makes every import of the package raise ImportError, whatever was imported before).
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    code = main(["simulate", str(model_zoo("chain_int8")), "--profile", "esp32-s3", "--plot",
+                 str(tmp_path / "m.png")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.strip().splitlines() == [
         "devicefit: error: --plot needs matplotlib, which the light install leaves out: pip "
         "install 'devicefit[plot]' (or use --html)"]
     assert not (tmp_path / "m.png").exists()

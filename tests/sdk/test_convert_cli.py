@@ -78,9 +78,13 @@ def _bad_inputs(tmp: Path, digits: dict, lambda_model: Callable[[], Path]) -> di
     text.write_text("not a model")
     (tmp / "notes.tflite").write_bytes(b"TFL3")
     np.save(tmp / "wrong.npy", np.zeros((20, 28, 28, 1), np.float32))
+    (tmp / "sm").mkdir()
+    (tmp / "sm" / "saved_model.pb").write_bytes(b"stand-in")  # a field runs past the end
     return {
         "missing": (["/nonexistent/model.keras"], ["not found"]),
         "not-a-model": ([str(text)], ["not a Keras model", "zip"]),
+        "not-a-savedmodel": ([str(tmp / "sm"), "--calibration", digits["train"]],
+                             ["saved_model.pb is not a SavedModel protobuf", "past the end"]),
         "unknown-suffix": ([str(tmp / "wrong.npy")], ["unsupported model file"]),
         "tflite-input": ([str(tmp / "notes.keras").replace(".keras", ".tflite")],
                          ["already a .tflite", "simulate"]),
@@ -99,13 +103,14 @@ def _bad_inputs(tmp: Path, digits: dict, lambda_model: Callable[[], Path]) -> di
 
 #: Mistakes the parent sees from the files alone: the user hears at once, before TensorFlow's
 #: seconds of start-up (the Lambda needs Keras' own safe mode in the child for .h5 files).
-REFUSED_BEFORE_TENSORFLOW = {"missing", "not-a-model", "unknown-suffix", "tflite-input",
-                             "shape-mismatch", "lambda-safe-mode", "no-calibration"}
+REFUSED_BEFORE_TENSORFLOW = {"missing", "not-a-model", "not-a-savedmodel", "unknown-suffix",
+                             "tflite-input", "shape-mismatch", "lambda-safe-mode",
+                             "no-calibration"}
 
 
 @pytest.mark.parametrize("case", [
-    "missing", "not-a-model", "unknown-suffix", "tflite-input", "shape-mismatch", "lambda-safe-mode",
-    "no-calibration", "scheme-not-allowed", "train-without-pruning", "output-over-input"])
+    "missing", "not-a-model", "not-a-savedmodel", "unknown-suffix", "tflite-input",
+    "shape-mismatch", "lambda-safe-mode", "no-calibration", "scheme-not-allowed", "train-without-pruning", "output-over-input"])
 def test_bad_input_exits_2_with_one_line(digits, tmp_path, capsys, request, monkeypatch, case):
     argv, words = _bad_inputs(tmp_path, digits,
                               lambda: request.getfixturevalue("lambda_model"))[case]

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 import pytest
+from devicefit.sdk.cli import main
 from devicefit.sdk.convert import metadata
 from devicefit.sdk.convert.accuracy import run_tflite
 from devicefit.sdk.fit.candidate import TrialRecord
@@ -140,15 +141,18 @@ def test_the_killed_trial_is_failed_and_retried_by_the_other_worker(killed_searc
     assert retry.user_attrs[RECORD]["stage"] == "trained"
 
 
-def test_the_winner_is_written_once_and_export_gives_the_same_model(killed_search, server):
+def test_the_winner_is_written_once_and_export_gives_the_same_model(killed_search, server,
+                                                                     capsys):
     survivor_process, survivor_out = killed_search["survivor"]
     _, killed_out = killed_search["killed"]
     assert survivor_out.is_file() and not killed_out.exists()
     exported = killed_search["folder"] / "exported.tflite"
-    export = _cli("fit", "--storage", server.url, "--study", STUDY, "--export", "-o",
-                  str(exported))  # the artifact folder is the one the workers recorded
-    log = export.communicate(timeout=WAIT_S)[0]
-    assert export.returncode == 0, log
+    # In this process: export reads only the storage and the artifact folder the workers
+    # recorded (nothing is shared with them in memory), so its own process would only add
+    # the CLI's start-up.
+    code = main(["fit", "--storage", server.url, "--study", STUDY, "--export", "-o",
+                 str(exported)])
+    assert code == 0, capsys.readouterr().err
     assert exported.read_bytes() == survivor_out.read_bytes()
 
     records = [TrialRecord.from_dict(t.user_attrs[RECORD])
@@ -165,9 +169,10 @@ def test_the_winner_is_written_once_and_export_gives_the_same_model(killed_searc
     assert np.array_equal(run_tflite(exported, x), run_tflite(artifact, x))
 
 
-def test_export_of_an_unknown_study_exits_2(server, tmp_path):
-    process = _cli("fit", "--storage", server.url, "--study", "no-such-study", "--export",
-                   "-o", str(tmp_path / "x.tflite"))
-    log = process.communicate(timeout=WAIT_S)[0]
-    assert process.returncode == 2, log
-    assert "no-such-study" in log and "Traceback" not in log
+def test_export_of_an_unknown_study_exits_2(server, tmp_path, capsys):
+    code = main(["fit", "--storage", server.url, "--study", "no-such-study", "--export",
+                 "-o", str(tmp_path / "x.tflite")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "no-such-study" in err and "Traceback" not in err
+    assert not (tmp_path / "x.tflite").exists()
