@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import mmap
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,56 +188,21 @@ def _load_keras_file(path: Path, unsafe: bool) -> LoadedModel:
 
 
 def _not_protobuf(path: Path) -> str | None:
-    """Why ``path`` is not protobuf wire format (its top level: tags, lengths, groups), or
-    None. Only what every protobuf parser refuses is refused here; whether the message is a
-    SavedModel stays TensorFlow's to judge (:func:`side_effect_ops` parses it in the
-    TensorFlow process)."""
-    with open(path, "rb") as f:
-        if f.seek(0, 2) == 0:
-            return None  # an empty message is valid wire format
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return _wire_error(data)
-
-
-def _wire_error(data: bytes | mmap.mmap) -> str | None:
-    end, pos, groups = len(data), 0, []
-
-    def varint(at: int) -> tuple[int, int]:
-        value = shift = 0
-        while at < end and shift < 70:
-            byte = data[at]
-            value |= (byte & 0x7F) << shift
-            at, shift = at + 1, shift + 7
-            if not byte & 0x80:
-                return value, at
-        raise ValueError(f"a truncated or overlong varint at byte {at}")
-
+    """Why ``path`` is not protobuf wire format, or None. It is read as a message with no
+    fields (every field then is an unknown one, kept unparsed), so only what every protobuf
+    parser refuses is refused here; whether it is a SavedModel stays TensorFlow's to judge
+    (:func:`side_effect_ops` parses it in the TensorFlow process). Without protobuf (it
+    comes with TensorFlow) the TensorFlow process says it."""
     try:
-        while pos < end:
-            start = pos
-            key, pos = varint(pos)
-            field, wire = key >> 3, key & 7
-            if field == 0:
-                return f"field number 0 at byte {start}"
-            if wire == 0:
-                _, pos = varint(pos)
-            elif wire == 2:
-                length, pos = varint(pos)
-                pos += length
-            elif wire in (1, 5):
-                pos += 8 if wire == 1 else 4
-            elif wire == 3:
-                groups.append(field)
-            elif wire == 4:
-                if not groups or groups.pop() != field:
-                    return f"an unmatched end of group at byte {start}"
-            else:
-                return f"wire type {wire} at byte {start}"
-            if pos > end:
-                return f"a field at byte {start} runs past the end of the file"
-    except ValueError as exc:
-        return str(exc)
-    return f"{len(groups)} group(s) never end" if groups else None
+        from google.protobuf import empty_pb2
+        from google.protobuf.message import DecodeError
+    except ImportError:
+        return None
+    try:
+        empty_pb2.Empty().ParseFromString(path.read_bytes())
+    except DecodeError as exc:
+        return str(exc).rsplit(": ", 1)[-1].lower()
+    return None
 
 
 def _check_container(path: Path) -> None:

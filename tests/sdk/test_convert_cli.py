@@ -79,12 +79,12 @@ def _bad_inputs(tmp: Path, digits: dict, lambda_model: Callable[[], Path]) -> di
     (tmp / "notes.tflite").write_bytes(b"TFL3")
     np.save(tmp / "wrong.npy", np.zeros((20, 28, 28, 1), np.float32))
     (tmp / "sm").mkdir()
-    (tmp / "sm" / "saved_model.pb").write_bytes(b"stand-in")  # a field runs past the end
+    (tmp / "sm" / "saved_model.pb").write_bytes(b"stand-in")  # not protobuf wire format
     return {
         "missing": (["/nonexistent/model.keras"], ["not found"]),
         "not-a-model": ([str(text)], ["not a Keras model", "zip"]),
         "not-a-savedmodel": ([str(tmp / "sm"), "--calibration", digits["train"]],
-                             ["saved_model.pb is not a SavedModel protobuf", "past the end"]),
+                             ["saved_model.pb is not a SavedModel protobuf", "wire format"]),
         "unknown-suffix": ([str(tmp / "wrong.npy")], ["unsupported model file"]),
         "tflite-input": ([str(tmp / "notes.keras").replace(".keras", ".tflite")],
                          ["already a .tflite", "simulate"]),
