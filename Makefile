@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test lint docs browser postgres clean
+.PHONY: demo test lint typecheck docs browser postgres clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,7 +38,11 @@ postgres:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; } || \
 	  echo "warning: could not install postgresql (needs root); the distributed fit tests will fail"
 
-test: lint browser postgres
+# The package as a type checker sees it (pyproject.toml's [tool.mypy]).
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+test: lint typecheck browser postgres
 	$(VENV)/bin/pytest -n 2 -q --durations=25
 
 clean:
