@@ -22,6 +22,7 @@ docs: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check devicefit sdk simulator tests benchmarks examples
+	$(VENV)/bin/lint-imports
 
 # The HTML-report tests look at pages in Debian's headless Chromium; install it if missing.
 browser:
