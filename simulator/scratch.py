@@ -349,7 +349,8 @@ def cmsis_nn_scratch(feature: Feature) -> dict[str, ScratchRule]:
 
 
 # --------------------------------------------------------------------------- ESP-NN
-def _esp_conv_args(sg: Subgraph, op: Operator) -> tuple[Dims, Dims, Dims, esp_nn.ConvParams] | None:
+def _esp_conv_args(sg: Subgraph, op: Operator) \
+        -> tuple[esp_nn.Dims, esp_nn.Dims, esp_nn.Dims, esp_nn.ConvParams] | None:
     """What TFLM's ``esp_nn/conv.cc`` (:132) and ``depthwise_conv.cc`` (:256) pass ESP-NN
     for an int8 input: input, filter {w, h, dims[3]} and output dims, strides, TFLM's
     padding and the depth multiplier; None for other inputs (no request)."""
