@@ -25,7 +25,7 @@ says what each flavour's figures were checked against: the 64-bit host wheel, a 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from devicefit.simulator import cmsis_nn, esp_nn
@@ -194,7 +194,7 @@ def _conv_dims(sg: Subgraph, op: Operator) -> tuple[Dims, Dims, Dims, ConvParams
     return Dims(*inp.shape), Dims(1, f.shape[1], f.shape[2], f.shape[3]), Dims(*out.shape), p
 
 
-def _padding(inp: Tensor, f: Tensor, out: Tensor, o: dict) -> tuple[int, int]:
+def _padding(inp: Tensor, f: Tensor, out: Tensor, o: Mapping) -> tuple[int, int]:
     """TFLM's ``op_data.padding`` (height, width) of a 4-D CONV_2D / DEPTHWISE_CONV_2D."""
     if o.get("padding", "SAME") != "SAME":
         return 0, 0
