@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test lint docs browser postgres clean
+.PHONY: demo test lint typecheck docs browser postgres clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,7 @@ docs: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check devicefit sdk simulator tests benchmarks examples
+	$(VENV)/bin/lint-imports
 
 # The HTML-report tests look at pages in Debian's headless Chromium; install it if missing.
 browser:
@@ -38,7 +39,11 @@ postgres:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; } || \
 	  echo "warning: could not install postgresql (needs root); the distributed fit tests will fail"
 
-test: lint browser postgres
+# The package as a type checker sees it (pyproject.toml's [tool.mypy]).
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+test: lint typecheck browser postgres
 	$(VENV)/bin/pytest -n 2 -q --durations=25
 
 clean:

@@ -66,6 +66,7 @@ class HelpFormatter(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help
         if text and _long_choices(action):
+            assert action.choices is not None  # _long_choices checked it
             text += f" (one of: {', '.join(map(str, action.choices))})"
         return text
 
@@ -124,7 +125,7 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._given: list[str] = []
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_known_args(self, args=None, namespace=None):
         self._given = list(sys.argv[1:] if args is None else args)
         namespace, extras = super().parse_known_args(args, namespace)
         if unknown := self._unknown_flags(extras):

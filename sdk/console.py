@@ -50,7 +50,7 @@ class SafeConsole(Console):
     printed here quote model and project files (see :mod:`simulator.escape`).
     """
 
-    def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def print(self, *objects: Any, **kwargs: Any) -> None:
         """As rich's, but one line of text wider than the console is folded between
         :func:`~simulator.views.columns.atoms`, continuations indented (rich would part a
         number from its unit)."""

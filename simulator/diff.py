@@ -186,8 +186,9 @@ def _accuracy(ra: Report, rb: Report) -> tuple[Figure, ...]:
         conv = r.model.conversion or {}
         nested = conv["accuracy"] if isinstance(conv.get("accuracy"), dict) else {}
         value = nested.get(key, conv.get(key))
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return float(value) if ok else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        return None
 
     out = []
     for key, (name, unit) in ACCURACY_KEYS.items():

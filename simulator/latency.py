@@ -172,7 +172,8 @@ def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile
         ms = cycles / clock * 1e3 / speedup + cost.op_overhead_ms
         ops.append(OpLatency(c.op_index, c.op, shape.dtype, c.macs, c.bytes_moved, cycles, ms))
     band, basis = estimate_band(profile, core, data, model)
-    est = LatencyEstimate(total_ms=sum(o.ms for o in ops), clock_hz=clock, threads=threads,
+    total = sum(o.ms for o in ops)
+    est = LatencyEstimate(total_ms=total, clock_hz=clock, threads=threads,
                           per_op=ops, sources=list(cost.sources), band=band, band_basis=basis,
                           basis=LatencyBasis.PROFILE if core is None
                           else LatencyBasis.REGISTRY)
@@ -182,7 +183,7 @@ def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile
         est.total_ms = None
         est.no_estimate = (f"no latency estimate: {where} cover(s) no "
                            f"{', '.join(sorted(set(missing)))}")
-    elif not math.isfinite(est.total_ms):
+    elif not math.isfinite(total):
         # Each figure of the profile is finite, their sum over the operators is not
         # (op_overhead: 1e308ms): no number, rather than "inf s" and a margin of -inf.
         est.total_ms = None

@@ -7,6 +7,7 @@ names are TFLite builtin names (``CONV_2D``) or ``CUSTOM:<code>`` for custom ops
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,8 +77,9 @@ class Operator:
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     intermediates: tuple[int, ...] = ()
-    #: Builtin options as a plain dict (e.g. ``{"stride_w": 2, "padding": "SAME"}``).
-    options: dict[str, Any] = field(default_factory=dict)
+    #: Builtin options, read-only (e.g. ``{"stride_w": 2, "padding": "SAME"}``; the reader
+    #: gives a mapping decoded on first access).
+    options: Mapping[str, Any] = field(default_factory=dict)
     opcode_index: int = 0
 
     @property

@@ -708,7 +708,7 @@ def _value(hint: Any, value: Any) -> Any:
     if origin is typing.Union or origin is types.UnionType:
         (hint,) = [h for h in typing.get_args(hint) if h is not type(None)]
         origin = typing.get_origin(hint)
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return build(hint, value)
     if isinstance(hint, type) and issubclass(hint, Enum):
         return hint(value)

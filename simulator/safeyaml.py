@@ -25,7 +25,7 @@ import functools
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 from devicefit.simulator.errors import DevicefitError, InputError
@@ -113,14 +113,24 @@ def _parse(text: str, path: Path, error: type[DevicefitError]
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise error(f"{path}{where}: YAML syntax error: {problem}") from exc
+        raise error(f"{path}{_at(getattr(exc, 'problem_mark', None))}: YAML syntax error: "
+                    f"{problem}") from exc
     except (ValueError, OverflowError, RecursionError) as exc:
         # The walk bounds what the constructor sees; this is the last line of defence.
         raise error(f"{path}: YAML value out of range: {exc}") from exc
     return data, lines
+
+
+class _Mark(Protocol):
+    """A parser position: PyYAML's pure-Python and C marks alike."""
+
+    line: int
+
+
+def _at(mark: _Mark | None) -> str:
+    """``:line`` (1-based) of a parser mark, or nothing when the error has none."""
+    return f":{mark.line + 1}" if mark is not None else ""
 
 
 def _prescan(text: str, path: Path, error: type[DevicefitError]) -> None:
@@ -130,14 +140,14 @@ def _prescan(text: str, path: Path, error: type[DevicefitError]) -> None:
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_DEPTH:
-                raise error(f"{path}:{event.start_mark.line + 1}: YAML nested deeper than "
+                raise error(f"{path}{_at(event.start_mark)}: YAML nested deeper than "
                             f"{MAX_DEPTH} levels")
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
         elif isinstance(event, yaml.AliasEvent):
             aliases += 1
             if aliases > MAX_ALIASES:
-                raise error(f"{path}:{event.start_mark.line + 1}: more than {MAX_ALIASES} "
+                raise error(f"{path}{_at(event.start_mark)}: more than {MAX_ALIASES} "
                             f"YAML aliases (*name)")
         if count > MAX_EVENTS or (count % 4096 == 0 and time.monotonic() - start > MAX_SECONDS):
             raise error(f"{path}: YAML too large to load (more than {MAX_EVENTS:,} events or "
@@ -165,18 +175,22 @@ def _walk(root: yaml.Node | None, path: Path, error: type[DevicefitError]
                     continue
                 name = str(key_node.value)
                 key_line = key_node.start_mark.line + 1
+                # A named key, not lines[(*prefix, name)]: Python 3.10 takes that form,
+                # but mypy, parsing on 3.11+, cannot tell it from 3.11's lines[*prefix, name].
+                key = (*prefix, name)
                 if isinstance(key_node, yaml.ScalarNode) and name in keys:
                     raise error(f"{path}:{key_line}: duplicate key "
-                                f"'{'.'.join((*prefix, name))}' (also on line {keys[name]}); "
+                                f"'{'.'.join(key)}' (also on line {keys[name]}); "
                                 f"YAML keeps only one of them")
                 keys[name] = key_line
-                lines[(*prefix, name)] = key_line
+                lines[key] = key_line
                 stack.append((key_node, (*prefix, "<key>")))
-                stack.append((value_node, (*prefix, name)))
+                stack.append((value_node, key))
         elif isinstance(node, yaml.SequenceNode):
             for index, item in enumerate(node.value):
-                lines[(*prefix, str(index))] = item.start_mark.line + 1
-                stack.append((item, (*prefix, str(index))))
+                key = (*prefix, str(index))
+                lines[key] = item.start_mark.line + 1
+                stack.append((item, key))
         elif node.tag == _INT_TAG and len(node.value) > MAX_INT_CHARS:
             raise error(f"{path}:{line}: integer of {len(node.value):,} characters; "
                         f"the limit is {MAX_INT_CHARS}")

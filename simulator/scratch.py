@@ -25,7 +25,7 @@ says what each flavour's figures were checked against: the 64-bit host wheel, a 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from devicefit.simulator import cmsis_nn, esp_nn
@@ -194,7 +194,7 @@ def _conv_dims(sg: Subgraph, op: Operator) -> tuple[Dims, Dims, Dims, ConvParams
     return Dims(*inp.shape), Dims(1, f.shape[1], f.shape[2], f.shape[3]), Dims(*out.shape), p
 
 
-def _padding(inp: Tensor, f: Tensor, out: Tensor, o: dict) -> tuple[int, int]:
+def _padding(inp: Tensor, f: Tensor, out: Tensor, o: Mapping) -> tuple[int, int]:
     """TFLM's ``op_data.padding`` (height, width) of a 4-D CONV_2D / DEPTHWISE_CONV_2D."""
     if o.get("padding", "SAME") != "SAME":
         return 0, 0
@@ -349,7 +349,8 @@ def cmsis_nn_scratch(feature: Feature) -> dict[str, ScratchRule]:
 
 
 # --------------------------------------------------------------------------- ESP-NN
-def _esp_conv_args(sg: Subgraph, op: Operator) -> tuple[Dims, Dims, Dims, esp_nn.ConvParams] | None:
+def _esp_conv_args(sg: Subgraph, op: Operator) \
+        -> tuple[esp_nn.Dims, esp_nn.Dims, esp_nn.Dims, esp_nn.ConvParams] | None:
     """What TFLM's ``esp_nn/conv.cc`` (:132) and ``depthwise_conv.cc`` (:256) pass ESP-NN
     for an int8 input: input, filter {w, h, dims[3]} and output dims, strides, TFLM's
     padding and the depth multiplier; None for other inputs (no request)."""

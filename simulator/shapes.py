@@ -24,6 +24,8 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import EllipsisType
+from typing import Any
 
 import numpy as np
 from devicefit.simulator.errors import UsageError
@@ -142,7 +144,9 @@ class _Op:
     def ints(self, k: int) -> list[int]:
         return [int(x) for x in self.value(k).reshape(-1)]
 
-    def opt(self, key: str, default: object = 0) -> object:
+    def opt(self, key: str, default: Any = 0) -> Any:
+        """A builtin option as the reader parsed it (an int, a bool, a string, a list):
+        the rule converts what it reads."""
         return self.op.options.get(key, default)
 
 
@@ -286,17 +290,21 @@ def _pad(o: _Op) -> list[Shape]:
     return [tuple(d + pads[2 * i] + pads[2 * i + 1] for i, d in enumerate(inp))]
 
 
+#: One axis of a NumPy index: an element, a slice, ``...`` or a new axis.
+_Index = int | slice | EllipsisType | None
+
+
 def _view(shape: Shape) -> np.ndarray:
     """A zero-byte array of ``shape``, to let NumPy's indexing compute a slice's shape."""
     return np.broadcast_to(np.zeros((), np.int8), shape)
 
 
-def _strided_index(o: _Op) -> tuple[object, ...]:
+def _strided_index(o: _Op) -> tuple[_Index, ...]:
     """STRIDED_SLICE's begin/end/strides and masks as a NumPy index (same semantics)."""
     begin, end, strides = o.ints(1), o.ints(2), o.ints(3)
     bits = {k: int(o.opt(k, 0) or 0) for k in ("begin_mask", "end_mask", "ellipsis_mask",
                                                "new_axis_mask", "shrink_axis_mask")}
-    index: list[object] = []
+    index: list[_Index] = []
     for i, (b, e, s) in enumerate(zip(begin, end, strides, strict=True)):
         if bits["ellipsis_mask"] >> i & 1:
             index.append(Ellipsis)
@@ -483,7 +491,7 @@ SHAPE_RULES: dict[str, Rule] = {
 
 
 # --------------------------------------------------------------------------- value rules
-def _values(o: _Op, shapes: list[Shape]) -> list[np.ndarray | None]:
+def _values(o: _Op, shapes: list[Shape]) -> Sequence[np.ndarray | None]:
     """The outputs' values where they are small integer vectors computable from known ones
     (shape arithmetic); None where not."""
     name = o.op.op_name
@@ -499,14 +507,15 @@ def _values(o: _Op, shapes: list[Shape]) -> list[np.ndarray | None]:
         return [None] * len(shapes)
     if name == "STRIDED_SLICE":
         return [np.asarray(args[0][_strided_index(o)])]
-    if name in ("PACK", "CONCATENATION") and all(v is not None for v in args):
+    known = [v for v in args if v is not None]
+    if name in ("PACK", "CONCATENATION") and len(known) == len(args):
         axis = int(o.opt("axis", 0))
         join = np.stack if name == "PACK" else np.concatenate
-        return [join([np.asarray(v) for v in args], axis=axis)]
+        return [join([np.asarray(v) for v in known], axis=axis)]
     if name in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "CAST"):
         return [np.asarray(args[0]).reshape(shapes[0])]
-    if name in _INT_ARITHMETIC and all(v is not None for v in args):
-        return [np.asarray(_INT_ARITHMETIC[name](args[0], args[1]))]
+    if name in _INT_ARITHMETIC and len(known) == len(args):
+        return [np.asarray(_INT_ARITHMETIC[name](known[0], known[1]))]
     if name in _INT_REDUCE:
         arr = np.asarray(args[0])
         axes = tuple(_axis(a, arr.ndim) for a in o.ints(1))
@@ -524,8 +533,8 @@ def _values(o: _Op, shapes: list[Shape]) -> list[np.ndarray | None]:
 _INT_ARITHMETIC = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply,
                    "FLOOR_DIV": np.floor_divide, "FLOOR_MOD": np.mod, "MAXIMUM": np.maximum,
                    "MINIMUM": np.minimum}
-_INT_REDUCE = {"REDUCE_PROD": np.prod, "SUM": np.sum, "REDUCE_MAX": np.max,
-               "REDUCE_MIN": np.min}
+_INT_REDUCE: dict[str, Callable[..., Any]] = {"REDUCE_PROD": np.prod, "SUM": np.sum,
+                                               "REDUCE_MAX": np.max, "REDUCE_MIN": np.min}
 
 
 def _small_int(t: Tensor) -> bool:

@@ -91,8 +91,8 @@ def size_warning(value: object, memory: bool) -> str | None:
     512,000 B, not 512 KiB)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         unit = ""
-    elif isinstance(value, str) and (unit := _unit(value)) is not None:
-        unit = unit.lower()
+    elif isinstance(value, str) and (written := _unit(value)) is not None:
+        unit = written.lower()
     else:
         return None
     size = parse_size(value)

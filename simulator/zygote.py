@@ -383,9 +383,10 @@ def serve(fd: int, preload: list[str]) -> int:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     live: set[int] = set()
+    watched: list[socket.socket | int] = [sock, wake_r]
     try:
         while True:
-            readable, _, _ = select.select([sock, wake_r], [], [])
+            readable, _, _ = select.select(watched, [], [])
             if wake_r in readable:
                 os.read(wake_r, 4096)
             _reap(sock, live)

@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from devicefit.sdk.bench.benchmark_output import brief, tail
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
@@ -85,7 +86,7 @@ def elf_machine(path: Path) -> int:
     if len(head) < 20 or head[:4] != b"\x7fELF":
         raise InputError(f"{path} is not an ELF executable; pass the prebuilt "
                          "android_aarch64_benchmark_model (or one you built with bazel)")
-    order = "big" if head[5] == 2 else "little"
+    order: Literal["big", "little"] = "big" if head[5] == 2 else "little"
     e_type = int.from_bytes(head[16:18], order)
     if e_type not in (2, 3):  # ET_EXEC, ET_DYN (Android executables are PIE = ET_DYN)
         raise InputError(f"{path} is an ELF file but not an executable (e_type {e_type})")
@@ -157,11 +158,12 @@ def run_bounded(cmd: Sequence[str], timeout: float, limit: int = OUTPUT_LIMIT
     deadline = time.monotonic() + timeout
     proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
+    assert proc.stdout is not None and proc.stderr is not None  # both PIPE
     streams = {proc.stdout: _Capped(limit), proc.stderr: _Capped(limit)}
     try:
         with selectors.DefaultSelector() as sel:
-            for stream in streams:
-                sel.register(stream, selectors.EVENT_READ)
+            for stream, capped in streams.items():
+                sel.register(stream, selectors.EVENT_READ, capped)
             while sel.get_map():
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -169,7 +171,7 @@ def run_bounded(cmd: Sequence[str], timeout: float, limit: int = OUTPUT_LIMIT
                 for key, _ in sel.select(min(left, 1.0)):
                     chunk = os.read(key.fd, 1 << 16)
                     if chunk:
-                        streams[key.fileobj].add(chunk)
+                        key.data.add(chunk)
                     else:
                         sel.unregister(key.fileobj)
         code = proc.wait(max(0.0, deadline - time.monotonic()))
@@ -239,6 +241,7 @@ class AdbClient:
     def select(self, serial: str | None) -> DeviceEntry:
         """Pick the device to use (the only one, or ``serial``) and check it is ready."""
         entries = self.devices()
+        entry: DeviceEntry | None
         if not entries:
             raise RuntimeFailure("no Android device found (adb devices lists none): connect a "
                                  "phone with USB debugging enabled")

@@ -118,7 +118,7 @@ def parse_stat_line(line: str) -> RunStats | None:
     m = _STAT_LINE.match(strip_prefix(line).strip())
     if not m:
         return None
-    values = {k: float(v) for k, v in _KEY_VALUE.findall(m.group(2))}
+    values: dict[str, float | None] = {k: float(v) for k, v in _KEY_VALUE.findall(m.group(2))}
     curr = values.get("curr")
     if "(all same)" in m.group(2) or (int(m.group(1)) == 1 and "min" not in values):
         # Every run took the same time: the tool prints only curr.

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from multiprocessing import resource_tracker
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
@@ -198,8 +199,9 @@ def _results(targets: tuple[Target, ...], run: bool, jobs: int,
     # copy a held lock (logging, rich) into the worker. The fork server imports the simulator
     # once and forks the workers from there, so they start almost as fast as with fork.
     if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload([__name__])
+        forkserver = multiprocessing.get_context("forkserver")
+        forkserver.set_forkserver_preload([__name__])
+        context: BaseContext = forkserver
     else:
         context = multiprocessing.get_context("spawn")
     _start_resource_tracker()

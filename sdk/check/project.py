@@ -298,7 +298,8 @@ class _Profiles:
 def _apply(profile: Profile, budgets: dict[str, float | None]) -> Profile:
     if not budgets:
         return profile
-    fields = {_BUDGET_FIELDS[k][0]: v for k, v in budgets.items()}
+    # Each value has its field's type: parse_size gave the sizes, parse_time_ms the time.
+    fields: dict[str, Any] = {_BUDGET_FIELDS[k][0]: v for k, v in budgets.items()}
     return dataclasses.replace(profile, budgets=dataclasses.replace(profile.budgets, **fields))
 
 

@@ -138,7 +138,7 @@ def junit_xml(result: CheckResult) -> str:
     totals = dict.fromkeys(COUNTS, 0)
     ran = testsuite_attributes(result.seconds)
     for o in result.outcomes:
-        suite = ET.SubElement(root, "testsuite", name=f"{o.model} @ {o.profile}", **ran)
+        suite = ET.SubElement(root, "testsuite", {"name": f"{o.model} @ {o.profile}", **ran})
         props = ET.SubElement(suite, "properties")
         for name, value in (("model", o.model_path), ("profile", o.profile),
                             ("run", str(result.run).lower()),

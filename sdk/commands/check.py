@@ -124,6 +124,7 @@ def _check(args: argparse.Namespace) -> int:
     project = load_project(args.file or DEFAULT_PROJECT_FILE, args.profiles_dir)
     baseline_path = args.baseline or project.baseline
     if starts_baseline(args.baseline, project.baseline):
+        assert baseline_path is not None  # the project's: starts_baseline needs one
         make_console(args.no_color, stderr=True).print(
             first_run_note(baseline_path, sharded=args.shard is not None), markup=False)
         if args.shard is None:
@@ -203,6 +204,7 @@ def _views(args: argparse.Namespace, result: CheckResult, inputs: list[Path],
     from devicefit.sdk.console import make_console
 
     if args.update_baseline:
+        assert baseline_path is not None  # both callers refuse --update-baseline without it
         err = make_console(args.no_color, stderr=True)
         # First, so that the summaries below can say the run wrote it.
         if wrote := _update_baseline(result, baseline_path, err, inputs):

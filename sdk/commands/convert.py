@@ -272,13 +272,20 @@ def _progress(no_color: bool, quiet: bool = False) -> Iterator:
         with _PlainProgress(sys.stderr) as plain:
             yield plain.update, plain.stage
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TaskID,
+        TextColumn,
+    )
 
-    tasks: dict[str, int] = {}
+    tasks: dict[str, TaskID] = {}
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                   MofNCompleteColumn(), console=make_console(no_color, stderr=True),
                   transient=True) as bars:
-        current: list[int] = []
+        current: list[TaskID] = []
 
         def stage(name: str) -> None:
             if current:

@@ -238,9 +238,9 @@ def _progress(no_color: bool, quiet: bool, max_trials: int) -> Iterator[tuple]:
     if quiet or not sys.stderr.isatty():
         yield None, (None if quiet else lambda record: err.print(_trial_line(record)))
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
-    tasks: dict[str, int] = {}
+    tasks: dict[str, TaskID] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   console=err, transient=True) as bars:
         search = bars.add_task("search", total=max_trials)

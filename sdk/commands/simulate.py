@@ -110,6 +110,7 @@ def _simulate(args: argparse.Namespace) -> int:
     options = {"top": max(args.top, 0), "layers": args.layers} if view == "text" else {}
     with text_width(output_width()):
         text = render(view, report, **options)
+    assert isinstance(text, str)  # --format offers only the views that are not binary
     if view == "text":
         print_report(text, args.no_color)
     else:

@@ -13,7 +13,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 import numpy as np
 from devicefit.simulator.errors import InputError, UsageError
@@ -96,7 +96,7 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _read_npy(f: BinaryIO, file_bytes: int, source: str, what: str,
+def _read_npy(f: IO[bytes], file_bytes: int, source: str, what: str,
               limit: int | None) -> np.ndarray:
     """One ``.npy`` array, its header checked before a byte of data is allocated.
 

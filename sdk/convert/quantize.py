@@ -159,6 +159,7 @@ def configure(converter, settings: QuantSettings, calibration: np.ndarray | None
     if scheme == "float16":
         converter.target_spec.supported_types = [tf.float16]
     elif scheme in FULL_INTEGER:
+        assert calibration is not None  # to_tflite refuses these schemes without it
         converter.representative_dataset = _representative(calibration, progress)
         converter.target_spec.supported_ops = [
             tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if scheme == "int8" else

@@ -207,7 +207,8 @@ class ConversionSpec:
         if "sparsity" in top:
             entries = top["sparsity"] if isinstance(top["sparsity"], list) else [top["sparsity"]]
             for i, entry in enumerate(entries):
-                where = ("sparsity", i) if isinstance(top["sparsity"], list) else ("sparsity",)
+                # The line map keys list items by their index as text.
+                where = ("sparsity", str(i)) if isinstance(top["sparsity"], list) else ("sparsity",)
                 try:
                     specs.append(sparsity.from_mapping(entry))
                 except (ValueError, UsageError) as exc:
@@ -271,11 +272,11 @@ class _Reader:
     source: Path
     lines: dict[tuple[str, ...], int] = field(default_factory=dict)
 
-    def fail(self, key: tuple[str | int, ...], message: str) -> NoReturn:
+    def fail(self, key: tuple[str, ...], message: str) -> NoReturn:
         line = next((self.lines[key[:i]] for i in range(len(key), 0, -1)
                      if key[:i] in self.lines), None)
         where = f"{self.source}:{line}" if line else str(self.source)
-        dotted = ".".join(map(str, key))
+        dotted = ".".join(key)
         raise InputError(f"{where}: {dotted}: {message}" if key else f"{where}: {message}")
 
     def mapping(self, value: Any, key: tuple[str, ...], allowed: tuple[str, ...]) -> dict:

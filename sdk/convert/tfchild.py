@@ -29,7 +29,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 from devicefit.sdk.convert import diagnose
@@ -75,11 +75,13 @@ def run_in_child(request: Any, supply: Callable[[tuple[int, ...]], Any],
         child = zygote.popen("devicefit.sdk.convert.tfchild", [str(work)], preload=PRELOAD,
                              env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=log)
+    stdin, stdout = child.stdin, child.stdout
+    assert stdin is not None and stdout is not None  # both PIPE
     state = {"stage": "start"}
     try:
         reported: dict[str, Any] | None = None
         done: dict[str, Any] | None = None
-        for event in _stalled_is_an_error(_events(child, stall), state, stall, log_path):
+        for event in _stalled_is_an_error(_events(child, stdout, stall), state, stall, log_path):
             if "stage" in event:
                 state["stage"] = event["stage"]
                 stage(event["stage"])
@@ -88,8 +90,8 @@ def run_in_child(request: Any, supply: Callable[[tuple[int, ...]], Any],
             elif "need_data" in event:
                 bundle = supply(tuple(event["need_data"]))
                 try:
-                    child.stdin.write((json.dumps(_save_bundle(bundle, work)) + "\n").encode())
-                    child.stdin.flush()
+                    stdin.write((json.dumps(_save_bundle(bundle, work)) + "\n").encode())
+                    stdin.flush()
                 except BrokenPipeError:  # it died meanwhile: its exit status says how
                     pass
             elif "error" in event:
@@ -126,7 +128,7 @@ def run_in_child(request: Any, supply: Callable[[tuple[int, ...]], Any],
         with deferred():  # the child and its folder go whole, whatever signal comes now
             if child.poll() is None:
                 zygote.kill(child)
-            _close(child)
+            _close(stdin, stdout)
             _cleanup(work, keep_log)
 
 
@@ -148,11 +150,11 @@ def reported_layers(work: Path) -> dict[str, str]:
         return {}
 
 
-def _events(child: zygote.Started, stall: float):
-    """JSON events from the child's stdout until it closes; a stall kills the child and
+def _events(child: zygote.Started, stdout: IO[bytes], stall: float):
+    """JSON events from the child's ``stdout`` until it closes; a stall kills the child and
     raises TimeoutError."""
     sel = selectors.DefaultSelector()
-    sel.register(child.stdout, selectors.EVENT_READ)
+    sel.register(stdout, selectors.EVENT_READ)
     buffer = b""
     last = time.monotonic()
     try:
@@ -162,7 +164,7 @@ def _events(child: zygote.Started, stall: float):
                     zygote.kill(child)
                     raise TimeoutError
                 continue
-            chunk = os.read(child.stdout.fileno(), 65536)
+            chunk = os.read(stdout.fileno(), 65536)
             if not chunk:
                 return
             last = time.monotonic()
@@ -188,8 +190,8 @@ def _save_bundle(bundle: Any, work: Path) -> dict[str, Any]:
     return out
 
 
-def _close(child: zygote.Started) -> None:
-    for stream in (child.stdin, child.stdout):
+def _close(*streams: IO[bytes]) -> None:
+    for stream in streams:
         try:
             stream.close()
         except OSError:  # a dead child's stdin: nothing left to flush
@@ -232,13 +234,15 @@ def main(work_dir: str) -> int:
     def emit(**event: Any) -> None:
         proto.write(json.dumps(event) + "\n")
 
+    def save_layers(layers: dict[str, str]) -> None:
+        (work / "layers.json").write_text(json.dumps(layers))
+
     try:
         from devicefit.sdk.convert import tfwork
 
         request = tfwork.TFRequest(**json.loads((work / "request.json").read_text()))
         result = tfwork.run(request, None, _supplier(work, emit), lambda n: emit(stage=n),
-                            _throttled(emit), on_layers=lambda layers: (
-                                work / "layers.json").write_text(json.dumps(layers)))
+                            _throttled(emit), on_layers=save_layers)
         (work / "model.tflite").write_bytes(result.tflite)
         if result.baseline is not None:
             (work / "baseline.tflite").write_bytes(result.baseline)

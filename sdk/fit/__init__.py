@@ -108,7 +108,7 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
     if settings.artifacts is not None:  # shared by every worker of the study: kept
         workdir = artifact_dir(settings.artifacts, name)
     own_workdir = workdir is None
-    work = Path(tempfile.mkdtemp(prefix="devicefit-fit-")) if own_workdir else Path(workdir)
+    work = Path(tempfile.mkdtemp(prefix="devicefit-fit-")) if workdir is None else Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     try:
         ctx = Context(loaded=loaded, profile=prof, train=training, evaluation=evaluation,

@@ -174,6 +174,7 @@ def train_candidate(ctx: Context, candidate: Candidate) -> tuple[Any, list[Any]]
                                             loss=loss, progress=ctx.progress)
         runs += result.fine_tune
     elif has_qat_twin(ctx, candidate):
+        assert data.y is not None  # fit refuses unlabelled training data; distilling keeps y
         loss = loss if loss is not None else finetune.loss_for(model, data.y)
         runs += [finetune.fine_tune(model, data, 1, loss=loss, progress=ctx.progress)
                  for _ in range(ctx.epochs)]
@@ -243,7 +244,7 @@ def _arena(report: Report) -> int:
 
 
 def _why_not(report: Report) -> str:
-    missed = [b.name for b in report.budgets if not b.ok]
+    missed: list[str] = [b.name for b in report.budgets if not b.ok]
     if report.compatibility is not None and not report.compatibility.supported:
         missed.append("unsupported ops")
     if BudgetName.LATENCY in report.unchecked_budgets:

@@ -87,5 +87,6 @@ def distillation(teacher: Any, student: Any, data: Dataset,
     """The packed training data and the loss that distil ``teacher`` into ``student``."""
     settings = settings or DistillSettings()
     packed = teacher_targets(teacher, data, settings)
+    assert packed.y is not None  # the targets teacher_targets made
     classes = packed.y.shape[1] // 2
     return packed, DistillationLoss(classes, outputs_logits(student), settings)

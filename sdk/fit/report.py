@@ -87,21 +87,21 @@ class FitReport:
 
 def pareto_front(trials: list[TrialRecord]) -> list[int]:
     """Trials not beaten on accuracy, flash and arena at once, among those evaluated."""
-    scored = [t for t in trials if t.accuracy is not None and t.flash_bytes is not None]
+    # Each as (number, key): the key says "larger is better" on all three at once.
+    scored = [(t.number, (t.accuracy, -t.flash_bytes, -(t.arena_bytes or 0))) for t in trials
+              if t.accuracy is not None and t.flash_bytes is not None]
 
-    def beats(a: TrialRecord, b: TrialRecord) -> bool:
-        ka = (a.accuracy, -a.flash_bytes, -(a.arena_bytes or 0))
-        kb = (b.accuracy, -b.flash_bytes, -(b.arena_bytes or 0))
+    def beats(ka: tuple[float, int, int], kb: tuple[float, int, int]) -> bool:
         return all(x >= y for x, y in zip(ka, kb, strict=True)) and ka != kb
 
-    return sorted(t.number for t in scored if not any(beats(o, t) for o in scored))
+    return sorted(n for n, k in scored if not any(beats(o, k) for _, o in scored))
 
 
 def choose(trials: list[TrialRecord]) -> list[TrialRecord]:
     """Fitting candidates, best first: accuracy, then smaller flash, arena, trial number."""
-    fitting = [t for t in trials if t.fits and t.accuracy is not None]
-    return sorted(fitting, key=lambda t: (-t.accuracy, t.flash_bytes or 0, t.arena_bytes or 0,
-                                          t.number))
+    fitting = [(accuracy, t) for t in trials if t.fits and (accuracy := t.accuracy) is not None]
+    return [t for _, t in sorted(fitting, key=lambda at: (-at[0], at[1].flash_bytes or 0,
+                                                           at[1].arena_bytes or 0, at[1].number))]
 
 
 def closest_miss(trials: list[TrialRecord]) -> tuple[TrialRecord | None, list[Miss]]:
@@ -176,6 +176,7 @@ def trial_rows(report: FitReport) -> list[tuple[Any, ...]]:
 
 def latency_text(t: TrialRecord) -> str:
     """The estimate with its band, as everywhere else an estimate shows."""
+    assert t.latency_ms is not None  # callers show "-" for a trial without an estimate
     return format_estimate(t.latency_ms, "ms", t.latency_band_ms)
 
 
@@ -189,15 +190,16 @@ def pareto_svg(trials: list[TrialRecord], budget: float | None, chosen: int | No
     Pareto front joined by a dashed line, the budget as a vertical line named at the top,
     candidates rejected before training (no accuracy: nothing to put on the y axis) as
     hollow squares at their size in a strip of their own under the plot. Deterministic."""
-    size_of = (lambda t: t.flash_bytes) if metric == "flash" else (lambda t: t.arena_bytes)
-    judged = [t for t in trials if t.stage != "skipped" and size_of(t)]
-    points = [t for t in judged if t.accuracy is not None]
+    # (trial, size) of the judged and (trial, size, accuracy) of the evaluated.
+    judged = [(t, size) for t in trials if t.stage != "skipped"
+              and (size := t.flash_bytes if metric == "flash" else t.arena_bytes)]
+    points = [(t, size, t.accuracy) for t, size in judged if t.accuracy is not None]
     if not points:
         return '<p class="note">No candidate was evaluated for accuracy.</p>'
-    rejected = [t for t in judged if t.accuracy is None]
-    xs = [size_of(t) for t in judged] + ([budget] if budget else [])
+    rejected = [t for t, _ in judged if t.accuracy is None]
+    xs = [size for _, size in judged] + ([budget] if budget else [])
     x_lo, x_hi = min(xs) * 0.95, max(xs) * 1.05
-    accs = [t.accuracy for t in points]
+    accs = [accuracy for _, _, accuracy in points]
     y_lo, y_hi = max(min(accs) - 0.02, 0.0), min(max(accs) + 0.02, 1.0)
     y_hi = y_hi if y_hi > y_lo else y_lo + 0.01
     strip = STRIP_H if rejected else 0
@@ -239,20 +241,21 @@ def pareto_svg(trials: list[TrialRecord], budget: float | None, chosen: int | No
                      f'y2="{bottom}" stroke="#c00"/><text class="budget-label" '
                      f'x="{num(bx + 4 if after else bx - 4)}" y="24" '
                      f'text-anchor="{"start" if after else "end"}">{escape(label)}</text>')
-    front = sorted((t for t in points if t.number in pareto_front(trials)), key=size_of)
+    front = sorted((p for p in points if p[0].number in pareto_front(trials)),
+                   key=lambda p: p[1])
     if len(front) > 1:
-        path = " ".join(f"{num(x(size_of(t)))},{num(y(t.accuracy))}" for t in front)
+        path = " ".join(f"{num(x(size))},{num(y(accuracy))}" for _, size, accuracy in front)
         parts.append(f'<polyline class="pareto-front" points="{path}" fill="none" '
                      'stroke="#4e79a7" stroke-dasharray="5 3"/>')
-    for t in sorted(judged, key=lambda t: t.number):
+    for t, size in sorted(judged, key=lambda ts: ts[0].number):
         title = (f"trial {t.number}: {t.candidate.label()}\naccuracy "
                  + ("not measured" if t.accuracy is None else f"{format_percent(t.accuracy)}")
                  + f"\nflash {format_size(t.flash_bytes)}, arena {format_size(t.arena_bytes)}"
                  f"\n{'passes every budget' if t.fits else t.note}")
-        cx = num(x(size_of(t)))
+        cx = num(x(size))
         if t.accuracy is None:
             parts.append(f'<rect class="rejected" data-trial="{t.number}" '
-                         f'x="{num(x(size_of(t)) - 4)}" y="{num(10 + PLOT_H + strip / 2 - 2)}" '
+                         f'x="{num(x(size) - 4)}" y="{num(10 + PLOT_H + strip / 2 - 2)}" '
                          f'width="8" height="8" fill="none" stroke="#e15759">'
                          f'<title>{escape(title)}</title></rect>')
             continue
@@ -262,7 +265,8 @@ def pareto_svg(trials: list[TrialRecord], budget: float | None, chosen: int | No
                      f'fill="{colour}" stroke="#333" '
                      f'stroke-width="{1.5 if t.number == chosen else 0.5}">'
                      f'<title>{escape(title)}</title></circle>')
-    parts += _trial_labels(points, [(x(size_of(t)), y(t.accuracy)) for t in points], right)
+    parts += _trial_labels([t for t, _, _ in points],
+                           [(x(size), y(accuracy)) for _, size, accuracy in points], right)
     what = "model + runtime code" if metric == "flash" else "tensor arena"
     parts.append(f'<text x="{LEFT}" y="{height - 4}">{metric} ({what}) →, accuracy ↑</text>'
                  '</svg><p class="note">Green: passes every budget, red: misses one, large: '

@@ -317,7 +317,7 @@ class _Stop:
 
 def storage_for(settings: SearchSettings) -> Any:
     """The URL, or for a server database an RDB storage with heartbeats and retries."""
-    if not settings.distributed:
+    if settings.storage is None or not settings.distributed:
         return settings.storage
     import optuna
     from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback

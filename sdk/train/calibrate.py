@@ -149,8 +149,11 @@ def calibrate(model_path: str | Path, *, static_batch: int, static_per_sample: i
     for _ in range(VERIFY_ROUNDS):
         fixed, slope = fit_line(plain, static_per_sample)
         predict = _Predictor(fixed, slope, accumulation, baseline)
-        largest = _largest(lambda b, p=predict: p(b, math.ceil(target_batch / b)),
-                           fails_from, target_batch, limit)
+
+        def planned(b: int, p: _Predictor = predict) -> int:
+            return p(b, math.ceil(target_batch / b))
+
+        largest = _largest(planned, fails_from, target_batch, limit)
         if largest is None:
             break
         steps = math.ceil(target_batch / largest)

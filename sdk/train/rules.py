@@ -112,8 +112,8 @@ def rule_for(layer: Any, kind: str) -> Rule:
     act = activation_name(layer)
     if kind == "Activation":
         base = Rule(inplace_grad=True)
-    elif kind == "ReLU" and (getattr(layer, "negative_slope", 0.0) or
-                             getattr(layer, "threshold", 0.0) or
+    elif kind == "ReLU" and (bool(getattr(layer, "negative_slope", 0.0)) or
+                             bool(getattr(layer, "threshold", 0.0)) or
                              getattr(layer, "max_value", None) not in (None, 6, 6.0)):
         # Not a native Relu/Relu6: Keras composes it (where, clip, subtract).
         base = Rule(saves_inputs=True, saves_output=True, extra_saved=1.0, forward_temp=1.0)

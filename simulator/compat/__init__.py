@@ -16,7 +16,9 @@ from devicefit.simulator.model import INTEGER_DTYPES, Model, Tensor
 from devicefit.simulator.profiles import Profile
 from devicefit.simulator.report import (
     CompatibilityReport,
+    Disagreement,
     LatencyReport,
+    ProbeSummary,
     TargetSection,
     UnsupportedOp,
 )
@@ -92,7 +94,8 @@ def check_ops(model: Model, profile: Profile, *, probe: bool = False) -> Compati
                         if (w := bad_scale(sg.tensors[i]))), None)
             if why and (sg.index, op.index) not in flagged:
                 found.append(UnsupportedOp(op.index, op.op_name, why, sg.index))
-    disagreements, summary = (), None
+    disagreements: tuple[Disagreement, ...] = ()
+    summary: ProbeSummary | None = None
     if probe:
         from devicefit.simulator.compat.probe import probe_runtime, reconcile
 

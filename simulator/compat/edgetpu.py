@@ -186,11 +186,12 @@ class EdgeTpuReport:
 
     def latency_report(self, profile: Profile, split: str) -> LatencyReport:
         """``report.latency`` from the split: its total, band and per-op rows."""
-        common = {"clock_hz": profile.device.clock_hz, "threads": profile.runtime.threads}
+        clock_hz, threads = profile.device.clock_hz, profile.runtime.threads
         lat = self.latency
         if lat is None or self.precompiled:
             why = [n for n in self.notes if "latency" in n]
-            return LatencyReport(no_estimate="; ".join(why) or "no latency split", **common)
+            return LatencyReport(no_estimate="; ".join(why) or "no latency split",
+                                 clock_hz=clock_hz, threads=threads)
         low, high = lat.band
         return LatencyReport(
             estimated_device_ms=lat.total_ms,
@@ -198,7 +199,7 @@ class EdgeTpuReport:
             band_basis=lat.band_basis, basis=LatencyBasis.TARGET, cpu=profile.device.cpu,
             kernels=profile.runtime.kernels, runtime_version=profile.runtime.version,
             per_op=lat.per_op, sources=tuple(profile.cost_model.sources), split=split,
-            **common)
+            clock_hz=clock_hz, threads=threads)
 
 
 def _first_failure(ctx: OpContext, table: OpTable, specs: Iterable[CheckSpec],
@@ -265,10 +266,10 @@ def _place(model: Model, own: list[tuple[str, str] | None]) -> tuple[list[bool],
     started = False
     for op, status in zip(sg.operators, own):
         back = next((cpu_result[t] for t in op.inputs if t in cpu_result), None)
-        if status is None and back is None:
-            on_tpu[op.index] = started = True
-            continue
         if status is None:
+            if back is None:
+                on_tpu[op.index] = started = True
+                continue
             blocked_by[op.index] = back
         if started:
             cpu_result.update({t: op.index for t in op.outputs})
@@ -457,6 +458,8 @@ def estimate_split_latency(model: Model, report: EdgeTpuReport,
     from devicefit.simulator.report import OpCompute
 
     cost = edgetpu_cost(profile)
+    # edgetpu_partition asks for a split only when the profile sets both rates.
+    assert cost.tpu_macs_per_second is not None and cost.link_bytes_per_second is not None
     tpu_rate = cost.tpu_macs_per_second * cost.tpu_efficiency
     work = op_work(model)
     on_tpu = {p.index for p in report.ops if p.device == "tpu"}
@@ -555,6 +558,7 @@ def check(model: Model, profile: Profile) -> list[Any]:
     if report.precompiled:
         return found  # the compiler's partition, whatever it cost, is what the file is
     f = report.first_unmapped
+    assert report.cpu_share is not None  # None only for a compiled model, returned above
     if report.mapped_ops == 0 and f is not None:
         found.append(UnsupportedOp(f.index, f.op, f"no op maps to the Edge TPU: {f.reason}"))
     elif f is not None and report.cpu_share > profile.ops.max_cpu_share:

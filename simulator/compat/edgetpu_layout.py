@@ -331,11 +331,11 @@ def _selections(model: Model, mapped: set[int]) -> dict[int, tuple[Selection, ..
     for i in sorted(movers):
         op = sg.operators[i]
         if op.op_name == "CONCATENATION":
-            here, out = 0, []
+            here, parts = 0, []
             for t in op.inputs:
-                out += [(src, at, n, here + to) for src, at, n, to in of(t)]
+                parts += [(src, at, n, here + to) for src, at, n, to in of(t)]
                 here += sg.tensors[t].shape[-1]
-            runs[op.outputs[0]] = out
+            runs[op.outputs[0]] = parts
             continue
         source = of(op.inputs[1] if op.op_name == "SPLIT" else op.inputs[0])
         start = 0

@@ -169,7 +169,7 @@ def _tensor_class(model: Model, sg: Subgraph, index: int, constant: dict[int, in
     if index < 0:
         return None
     t = sg.tensors[index]
-    dims = t.shape_signature if t.is_dynamic else t.shape
+    dims = t.shape_signature if t.is_dynamic and t.shape_signature is not None else t.shape
     found = {"dtype": t.dtype, "dims": ["?" if d < 0 else d if d <= 1 else "n" for d in dims],
              "const": (t.has_data and not t.data_after_flatbuffer) or index in constant,
              "variable": t.is_variable, "sparse": t.is_sparse, "quant": _quantization(t)}
@@ -264,24 +264,24 @@ def probe_ops(model: Model, runtime: ProbeRuntime) -> ProbeOutcome:
             cuts.setdefault(key, (sg.index, producers(sg, op, constant)))
     folder = cache_dir()
     known = {k: a for k in cuts if (a := _cached(folder, k)) is not None}
-    missing = [(sg, ops, k) for k, (sg, ops) in cuts.items() if k not in known]
+    missing = [(sgi, ops, k) for k, (sgi, ops) in cuts.items() if k not in known]
     got, children = _probe_in_children(model.path, runtime, missing) if missing else ({}, 0)
     for key, answer in got.items():
         _store(folder, key, runtime, answer)
     known.update(got)
     answers: dict[tuple[int, int], ProbeAnswer] = {}
     unanswered = []
-    for (sg, index), k in keys.items():
-        a, op = known.get(k), model.subgraphs[sg].operators[index]
+    for (sgi, index), k in keys.items():
+        a, op = known.get(k), model.subgraphs[sgi].operators[index]
         if (isinstance(a, ProbeAnswer) and not a.ok and a.stage == "invoke"
                 and not _TYPE_REFUSAL.search(a.message)
-                and _integer_fed(model.subgraphs[sg], op, constants[sg])):
+                and _integer_fed(model.subgraphs[sgi], op, constants[sgi])):
             a = (f"refused at invoke on the integers the probe made up for its run-time "
                  f"shape or index inputs ({a.message}): not counted")
         if isinstance(a, ProbeAnswer):
-            answers[(sg, index)] = a
+            answers[(sgi, index)] = a
         else:
-            where = f"{sg}:{index}" if sg else str(index)
+            where = f"{sgi}:{index}" if sgi else str(index)
             unanswered.append(f"{op.op_name} (op {where}): {a or _NO_ANSWER}")
     fresh = [k for k in got if isinstance(got[k], ProbeAnswer)]
     summary = ProbeSummary(runtime=runtime.label, signatures=len(cuts),

@@ -117,13 +117,14 @@ def zero_point_refusal(sg: Subgraph, op: Operator, table: dict[str, dict[str, st
                                              if i >= 0 and not sg.tensors[i].has_data]))
     for what, tensors in checks:
         dtype = what.partition(":")[2]
-        asymmetric = [t for t in tensors if t.dtype == dtype and t.quantization is not None
-                      and any(t.quantization.zero_point)]
+        asymmetric = [(t.name, q.zero_point[0]) for t in tensors if t.dtype == dtype
+                      and (q := t.quantization) is not None and any(q.zero_point)]
         answer = answers.get(what, "ok")
         if asymmetric and answer != "ok":
             stage, _, message = answer.partition(": ")
-            return (f"{dtype} tensor '{asymmetric[0].name}' has zero point "
-                    f"{asymmetric[0].quantization.zero_point[0]} at {stage}: {message}")
+            name, zero_point = asymmetric[0]
+            return (f"{dtype} tensor '{name}' has zero point {zero_point} at {stage}: "
+                    f"{message}")
     return None
 
 

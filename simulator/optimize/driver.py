@@ -297,9 +297,17 @@ def _measured(report: OptimizeReport) -> ArenaFigures:
     return ArenaFigures(head, whole - head, whole, MEASURED_BUILD)
 
 
+def _runner(profile: Profile) -> str:
+    """The runner of the profile's target: TFLM, as only targets that take an offline plan
+    get this far (:func:`_optimize`) and each of them has a runner."""
+    runner = target_for(profile).runner
+    assert runner is not None, f"offline-plan target of '{profile.name}' has no runner"
+    return runner
+
+
 def _measure(data: bytes, profile: Profile, run: _Runs) -> ArenaFigures:
     """The arena the profile's runner (TFLM, reference kernels) measures for ``data``."""
-    result = run(data, target_for(profile).runner)
+    result = run(data, _runner(profile))
     head, whole = result.arena_head_bytes, result.arena_total_bytes
     if head is None or whole is None:
         raise RuntimeFailure("TFLM reported no arena figures for the plain offline plan")
@@ -582,7 +590,7 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
     which must take both, and in LiteRT, a second implementation of the same kernels."""
     from devicefit.simulator.runtimes import compare_outputs
 
-    runner = target_for(profile).runner
+    runner = _runner(profile)
     run = run or _Runs()
     for runtime in dict.fromkeys((runner, SECOND_OPINION)):
         runs = []

@@ -135,9 +135,7 @@ def pack(buffers: Sequence[Buffer], node_limit: int = DEFAULT_NODE_LIMIT,
     results: dict[int, Packing] = {}
     bound = _align_up(lower_bound(buffers))
 
-    def keep(offsets: list[int] | None, method: str) -> int | None:
-        if offsets is None:
-            return None
+    def keep(offsets: list[int], method: str) -> int:
         head = check_plan(buffers, offsets, f"offline plan ({method})")
         results.setdefault(head, Packing(tuple(offsets), head, method))
         return head
@@ -147,7 +145,9 @@ def pack(buffers: Sequence[Buffer], node_limit: int = DEFAULT_NODE_LIMIT,
         order = sorted(range(len(buffers)), key=lambda i: key(buffers[i]))
         starts.append((keep(first_fit(buffers, order), name), order))
     if min(results, default=0) > bound:
-        keep(_Search(buffers, node_limit).run(bound), "two-ended search")
+        found = _Search(buffers, node_limit).run(bound)
+        if found is not None:
+            keep(found, "two-ended search")
     if min(results, default=0) > bound:
         start = min(starts, key=lambda s: s[0])[1]
         if moves is None:  # each move costs a first-fit pass, quadratic in the buffers

@@ -445,7 +445,8 @@ def _emit_patch(b: _Builder, model: Model, stage: Sequence[Operator], consts: se
             if (k, slot) not in reads:
                 inputs.append(src)
                 continue
-            have = computed.get(src) if src in produced else \
+            # A read of a tensor the stage produces made _patch_regions compute it.
+            have = computed[src] if src in produced else \
                 Region(0, sg.tensors[src].shape[1], 0, sg.tensors[src].shape[2])
             inputs.append(_read(b, model, local.get(src, src), src, have, reads[(k, slot)],
                                 op, f"{name}/op{k}_in{slot}"))
@@ -470,7 +471,7 @@ def _read(b: _Builder, model: Model, tensor: int, original: int, have: Region, n
                          [1, inside.height, inside.width, shape[3]], name + "/slice")
     if inside != need:
         op = reader.op_name if reader is not None else ""
-        if op == "AVERAGE_POOL_2D":
+        if reader is not None and op == "AVERAGE_POOL_2D":
             raise PatchRefused(f"operator {reader.index} (AVERAGE_POOL_2D) has SAME padding "
                                "at the image border: it averages over the real pixels only, "
                                "a padded patch would count the padding (not exact)")

@@ -76,18 +76,19 @@ def check_plan(buffers: Sequence[Buffer], offsets: Sequence[int], what: str = "p
         if start < 0:
             raise PlanError(f"{what}: buffer '{a.name}' has negative offset {start}")
         while expiry and expiry[0][0] < a.first:
-            j = heapq.heappop(expiry)[1]
-            if buffers[j].offline_offset is None:
-                live.discard((offsets[j], offsets[j] + buffers[j].size, j))
+            ended = heapq.heappop(expiry)[1]
+            if buffers[ended].offline_offset is None:
+                live.discard((offsets[ended], offsets[ended] + buffers[ended].size, ended))
             else:
-                offline.remove(j)
+                offline.remove(ended)
         if not a.size:
             continue
         entry = (start, start + a.size, i)
         k = live.bisect_left(entry)
         # Offline buffers may overlap each other, so they are kept apart from the sweep's
         # disjoint online set and checked one by one (a file holds few of them).
-        near = [live[k - 1][2] if k else None, live[k][2] if k < len(live) else None]
+        near: list[int | None] = [live[k - 1][2] if k else None,
+                                  live[k][2] if k < len(live) else None]
         if a.offline_offset is None:
             near += offline
         for j in near:

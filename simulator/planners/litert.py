@@ -51,9 +51,9 @@ def litert_buffers(model: Model, order: Sequence[int] | None = None) -> list[Buf
     for t in sg.inputs:
         if t >= 0:
             alloc.setdefault(t, 0)
-    for t in sg.tensors:
-        if t.is_variable:
-            alloc.setdefault(t.index, 0)
+    for tensor in sg.tensors:
+        if tensor.is_variable:
+            alloc.setdefault(tensor.index, 0)
     for node, op in enumerate(ops):
         for t in op.outputs:
             if t >= 0:

@@ -195,7 +195,7 @@ def _cmsis_feature(flavour: str) -> Feature | None:
     if not flavour.startswith("cmsis-nn"):
         return None
     feature = KERNEL_ALIASES.get(flavour, flavour).partition(":")[2]
-    return feature if feature in FEATURES else "dsp"  # type: ignore[return-value]
+    return feature if feature in FEATURES else "dsp"
 
 
 def _signal_allocations(sg: Subgraph, op: Operator, ptr: int) -> list[int]:

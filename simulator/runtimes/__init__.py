@@ -96,10 +96,13 @@ def runner_name(profile_runtime: str) -> str:
     """The registered runner that runs models for a profile's runtime (its target's
     ``runner``: the Edge TPU's CPU reference runs in LiteRT)."""
     target = TARGETS.get(profile_runtime)
-    if target is not None and target.runner is None:
+    if target is None:
+        name = profile_runtime
+    elif target.runner is None:
         raise UsageError(f"the {target.name} target ({target.title}) has no runner here, so "
                          f"its models cannot be run; the static figures need no run")
-    name = target.runner if target is not None else profile_runtime
+    else:
+        name = target.runner
     if name not in RUNNERS:
         raise UsageError(f"no runner for runtime '{profile_runtime}' (known: "
                          f"{', '.join(sorted(RUNNERS))})")
@@ -250,6 +253,7 @@ def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None
             raise RuntimeFailure(f"{name}: no answer after {timeout_s:g} s during '{stage}' "
                                  f"(the model hangs the runtime or needs a longer --timeout)",
                                  stage=stage)
+        assert proc is not None  # spawn gives no process only with timed_out
         if result_file.exists():
             result = json.loads(result_file.read_text())
             if not result["ok"] and result["stage"] == "inputs":

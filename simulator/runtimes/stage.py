@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import re
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 from devicefit.simulator.compat import check_ops
@@ -60,6 +61,14 @@ from devicefit.simulator.units import format_bytes
 
 #: Ops that only convert between float and integer at the model's edges.
 _EDGE_OPS = {"QUANTIZE", "DEQUANTIZE"}
+
+
+class _RunInputs(TypedDict):
+    """The :func:`run_model` arguments every run of one stage shares: the same inputs."""
+
+    input_path: str | Path | None
+    timeout_s: float
+    input_shapes: Mapping[str, Sequence[int]] | None
 
 
 def is_integer_model(model: Model) -> bool:
@@ -103,7 +112,7 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
     threads = profile.runtime.threads
     xnnpack = primary != "litert" or "xnnpack" in profile.runtime.delegates
     # Inputs are read or generated in each run's child, never here (see run_model).
-    common = {"input_path": input_path, "timeout_s": timeout_s, "input_shapes": input_shapes}
+    common = _RunInputs(input_path=input_path, timeout_s=timeout_s, input_shapes=input_shapes)
     try:
         main = run_model(model.path, primary, runs=runs, warmup=warmup, threads=threads,
                          xnnpack=xnnpack, **common)
@@ -246,7 +255,7 @@ def _with_target(measured: MeasuredReport, model: Model, profile: Profile,
         over_budget_bytes=None if budget is None else max(0, arena - budget))
 
 
-def _cross_check(model: Model, tflm: RunResult | None, common: dict, profile: Profile,
+def _cross_check(model: Model, tflm: RunResult | None, common: _RunInputs, profile: Profile,
                  notes: list[str]) -> CrossCheck:
     """TFLM against LiteRT's reference kernels on the same inputs (bit-exact for integer
     kernels). Either runtime refusing or crashing on the file is a finding of the check —

@@ -98,6 +98,7 @@ class TflmRunner:
         totals, categories = parse_allocations(report)
         stage("invoke")
         host_ms: list[float] = []
+        failed: RuntimeError | None
         for i in range(options.warmup + options.runs):
             for index, x in enumerate(inputs):
                 interpreter.set_input(x, index)

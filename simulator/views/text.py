@@ -148,9 +148,9 @@ def measured_lines(report: Report) -> list[str]:
     elif cc is None or m.outputs_agree is None:
         lines.append("  outputs      not cross-checked (float model or TFLM cannot run it)")
     else:
-        diff = cc.max_abs_difference
+        worst = cc.max_abs_difference
         verdict = ("agree bit for bit" if m.outputs_agree else "DISAGREE (" + (
-            "different output shapes" if diff is None else f"max difference {diff:g}") + ")")
+            "different output shapes" if worst is None else f"max difference {worst:g}") + ")")
         lines.append(f"  outputs      {' vs '.join(cc.runtimes)}: {verdict}")
     lines += target_build_lines(m.target_build, report.memory)
     lines.append(f"  inputs       {m.inputs}")

@@ -73,8 +73,10 @@ def test_a_yaml_file_gives_the_same_spec_with_paths_relative_to_it(tmp_path):
     ("sparsity:\n  kind: nm\n", "'kind' must be one of n:m, channel"),
     ("sparsity:\n  kind: n:m\n  pattern: 2:4\n", "quote it"),  # YAML 1.1 reads 2:4 as 124
     ("sparsity:\n  kind: channel\n  ratio: 0.5\n  rate: 1\n", "unknown key 'rate'"),
+    ("sparsity:\n  kind: [channel]\n", "'kind' must be one of n:m, channel"),
+    # The second item's own line, not the line of 'sparsity:'.
     ("sparsity:\n  - {kind: channel, ratio: 0.5}\n  - {kind: channel, ratio: 0.2}\n",
-     "sparsity.1: kind channel is given twice"),
+     ":3: sparsity.1: kind channel is given twice"),
     ("sparsity: {kind: channel, ratio: 0.5}\nfine_tune:\n  train: t.npz\n",
      ":2: fine_tune: missing key 'epochs'"),
     ("fine_tune:\n  train: t.npz\n  epochs: 2\n", "add a 'sparsity' mapping"),

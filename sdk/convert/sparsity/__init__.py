@@ -99,7 +99,8 @@ def from_mapping(data: Any) -> SparsitySpec:
     """The spec a YAML ``sparsity:`` mapping describes; ValueError naming the bad key."""
     if not isinstance(data, Mapping):
         raise ValueError("expected a mapping with 'kind' (" + ", ".join(KINDS) + ")")
-    kind = KINDS.get(data.get("kind"))
+    # Only a name can be one (a YAML list or mapping is unhashable: no dict lookup).
+    kind = KINDS.get(data["kind"]) if isinstance(data.get("kind"), str) else None
     if kind is None:
         raise ValueError(f"'kind' must be one of {', '.join(KINDS)}, not {data.get('kind')!r}")
     unknown = sorted(set(data) - {"kind", *kind.keys})

@@ -263,7 +263,7 @@ def _graph(model: Any) -> tuple[Any, list[_Node]]:
         if type(op).__name__ == "InputLayer" or not mine:
             continue
         node = mine[0]
-        args = node.arguments.args if node.arguments is not None else ()
+        args: tuple[Any, ...] = node.arguments.args if node.arguments is not None else ()
         nodes.append(_Node(op, [id(t) for t in node.input_tensors],
                            [id(t) for t in node.output_tensors],
                            bool(args) and isinstance(args[0], (list, tuple))))
@@ -406,6 +406,7 @@ def _rebuild(model, functional, nodes, maps, groups, keep) -> ChannelPruneResult
         config = layer.get_config()
         weights = [np.asarray(w) for w in layer.get_weights()]
         if name in PRODUCERS and getattr(layer, "groups", 1) == 1:
+            assert in_idx is not None  # a Dense or convolution layer reads a tensor
             config["units" if name == "Dense" else "filters"] = len(out_idx)
             weights[0] = np.take(np.take(weights[0], in_idx, axis=-2), out_idx, axis=-1)
             if len(weights) > 1:

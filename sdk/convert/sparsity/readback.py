@@ -66,8 +66,9 @@ def tflite_weight_sparsity(model_bytes: bytes, pattern: NMPattern | None = None
             dtype = _NUMPY_TYPES.get(type_names.get(tensor.type, ""))
             if data is None or dtype is None:
                 continue
-            values = np.frombuffer(np.asarray(data, dtype=np.uint8).tobytes(), dtype=dtype)
-            values = values.reshape([int(d) for d in tensor.shape])
+            # Declared: numpy's stubs type this reshape's result as 0-d (shape ``tuple[()]``).
+            values: np.ndarray = np.frombuffer(np.asarray(data, dtype=np.uint8).tobytes(),
+                                               dtype=dtype).reshape([int(d) for d in tensor.shape])
             zero = _zero_point(tensor, values.shape)
             is_zero = values == zero
             entry = WeightSparsity(_decode(tensor.name), op_name, list(values.shape),

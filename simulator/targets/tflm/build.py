@@ -368,7 +368,7 @@ class TflmBuild:
             return self._harness(keys - absent, absent)
 
     def _harness(self, wanted: set[str], absent: set[str]) -> tuple[Path, list[str]]:
-        earlier = []
+        earlier: list[tuple[Path, set[str], set[str]]] = []  # (binary, ops, lacking)
         for info in sorted((self.dir / "harness").glob("*/ops.json")):
             ops = json.loads(info.read_text())
             if (info.parent / "harness").is_file():
@@ -376,8 +376,8 @@ class TflmBuild:
         for binary, ops, lacking in earlier:
             if wanted <= ops | lacking:
                 return binary, sorted(absent | (wanted & lacking))
-        largest = max(earlier, key=lambda e: len(e[1]), default=(None, set(), set()))
-        bindings = [self.bindings[k] for k in sorted(wanted | largest[1])]
+        largest: set[str] = max((ops for _, ops, _ in earlier), key=len, default=set())
+        bindings = [self.bindings[k] for k in sorted(wanted | largest)]
         kernels, undefined = self.kernel_objects(b.registration for b in bindings if b.registration)
         lacking = {b.key for b in bindings if b.registration in undefined}
         have = [b for b in bindings if b.key not in lacking]

@@ -17,12 +17,13 @@ only); the run proves the kernels execute, not how fast.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -172,23 +173,22 @@ def search_min_arena(probe: Callable[[int], bool], start: int) -> tuple[int, int
     return hi, probes
 
 
-def measure(build: TflmBuild, model_path: Path, op_names: Sequence[str],
+def measure(build: TflmBuild, model_path: Path, op_names: Iterable[str],
             inputs: Sequence[np.ndarray], first_arena: int,
             timeout_s: float = PROBE_TIMEOUT_S) -> tuple[TargetMeasurement, list[np.ndarray]]:
     """Build (incrementally) and run ``model_path`` on ``build``; the measurement and the
     raw output bytes of the report run (empty when it did not get that far)."""
     spec = build.spec
-    base = {"build": f"{build.label} (qemu)", "core": spec.core, "kernels": spec.kernels,
-            "tflm": build.key}
+    measured = functools.partial(TargetMeasurement, build=f"{build.label} (qemu)",
+                                 core=spec.core, kernels=spec.kernels, tflm=build.key)
     binary, lacking = build.harness(op_names)
     if lacking:
-        return TargetMeasurement(**base, status="unsupported",
-                                 unsupported_ops=tuple(lacking),
-                                 message="the build's op resolver has no method for "
-                                         + ", ".join(lacking)), []
+        return measured(status="unsupported", unsupported_ops=tuple(lacking),
+                        message="the build's op resolver has no method for "
+                                + ", ".join(lacking)), []
     if spec.core in UNRUNNABLE_CORES:
-        return TargetMeasurement(
-            **base, status="not runnable here",
+        return measured(
+            status="not runnable here",
             message=f"built; qemu-arm's {QEMU_CPU} model lacks {UNRUNNABLE_CORES[spec.core]}"
                     " (an MPS3 board in qemu-system-arm would run it)"), []
     with tempfile.TemporaryDirectory(prefix="devicefit-target-") as tmp:
@@ -214,9 +214,9 @@ def measure(build: TflmBuild, model_path: Path, op_names: Sequence[str],
             arena = min(arena * 4, MAX_ARENA)  # the first guess was too small
         if not run.ok:
             stage = run.failed_stage or _describe(done.returncode)
-            return TargetMeasurement(**base, status=f"failed at {stage}",
-                                     message=_tflm_messages(done.stderr)
-                                     or done.stdout.strip()[-300:]), []
+            return measured(status=f"failed at {stage}",
+                            message=_tflm_messages(done.stderr)
+                            or done.stdout.strip()[-300:]), []
         raw = outputs_file.read_bytes() if outputs_file.is_file() else b""
         # A too-small arena can also hang TFLM (its allocator objects overwrite the heap):
         # a probe far slower than the whole report run counts as a failure.
@@ -230,8 +230,8 @@ def measure(build: TflmBuild, model_path: Path, op_names: Sequence[str],
 
         smallest, probes = search_min_arena(probe, run.total or 16)
         invokes = probe(smallest, "invoke")
-    measurement = TargetMeasurement(
-        **base, status="ok", head=run.head, tail=run.tail, total=run.total,
+    measurement = measured(
+        status="ok", head=run.head, tail=run.tail, total=run.total,
         min_arena_bytes=smallest, min_arena_invokes=invokes, probes=probes + 1,
         tail_breakdown=run.tail_breakdown, planner_buffers=run.buffers,
         planned_tensors=run.planned_tensors, output_hash=hashlib.sha256(raw).hexdigest())
