@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devicefit.simulator import jsonout
-from devicefit.simulator.escape import clean
-from devicefit.simulator.views.columns import atoms, fold_spans
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
+
+from devicefit.simulator import jsonout
+from devicefit.simulator.escape import clean
+from devicefit.simulator.views.columns import atoms, fold_spans
 
 #: Width for output that goes to a pipe or file without ``COLUMNS``: wide enough that no
 #: table or sentence folds; trailing padding is stripped, so it costs nothing.

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
+
 from devicefit.simulator.errors import DevicefitError, InputError
 from devicefit.simulator.fileio import not_regular
 
@@ -91,14 +92,20 @@ def load_yaml(text: str, path: Path, *, error: type[DevicefitError] = InputError
     # runs many commands (the test suite, check over many models, fit's trials) parses the
     # same text once. The key is the text itself, so a file that changed is parsed anew;
     # the caller gets its own copy to change.
-    data, lines = _parse_cached(text, path, error)
+    try:
+        data, lines = _parse_cached(text, path)
+    except _NotCached:
+        return _parse(text, path, error)  # the same refusal, as the caller's error class
     return copy.deepcopy(data), dict(lines)
 
 
+class _NotCached(DevicefitError):
+    """A text the cache refuses (its message is raised again as the caller's class)."""
+
+
 @functools.lru_cache(maxsize=64)
-def _parse_cached(text: str, path: Path, error: type[DevicefitError]
-                  ) -> tuple[Any, dict[tuple[str, ...], int]]:
-    return _parse(text, path, error)
+def _parse_cached(text: str, path: Path) -> tuple[Any, dict[tuple[str, ...], int]]:
+    return _parse(text, path, _NotCached)
 
 
 def _parse(text: str, path: Path, error: type[DevicefitError]

@@ -28,6 +28,7 @@ from types import EllipsisType
 from typing import Any
 
 import numpy as np
+
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
 from devicefit.simulator.reader import constant_values

@@ -264,10 +264,11 @@ class _Progress:
 
 
 def _print(console, result: CheckResult, written: list[str], notes: bool) -> None:
+    from rich.markup import escape
+
     from devicefit.sdk.check.views import baseline_text, metric_cell, problems, regression_cell
     from devicefit.sdk.check.views import notes as check_notes
     from devicefit.sdk.console import table
-    from rich.markup import escape
 
     def _cell(text: str, ok: bool | None) -> str:
         return escape(text) if ok is not False else f"[red]{escape(text)}[/]"

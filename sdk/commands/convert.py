@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
 from devicefit.sdk.console import make_console, table
 from devicefit.sdk.convert.data import RANDOM
@@ -32,7 +34,6 @@ from devicefit.simulator.units import (
     format_time_ms,
 )
 from devicefit.simulator.views.messages import budget_format, decimal_budget
-from rich.markup import escape
 
 EXAMPLE = ("example: devicefit convert model.keras --profile stm32l4r5-cortex-m4 "
            "--calibration train.npz --eval test.npz -o model.tflite")

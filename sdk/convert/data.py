@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+
 from devicefit.simulator.errors import InputError, UsageError
 from devicefit.simulator.units import format_size
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+
 from devicefit.sdk.convert.loading import LoadedModel
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.profiles import Profile

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+
 from devicefit.sdk.convert import diagnose
 from devicefit.sdk.convert.data import Dataset
 from devicefit.sdk.convert.diagnose import ConversionError

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from devicefit.sdk.convert.spec import ConversionSpec, MemoryOptimization
 from devicefit.sdk.fit.candidate import (
     Context,
@@ -203,6 +204,7 @@ def _cluster(ctx: Context, record: TrialRecord, clusters: int, tflite: bytes
              ) -> tuple[bytes, dict[str, Any]]:
     """Cluster the chosen candidate's weights, fine-tune with clusters kept, convert again."""
     import keras
+
     from devicefit.sdk.convert import finetune
     from devicefit.sdk.fit.cluster import cluster_weights, file_distinct_values, gzip_size
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from devicefit.sdk.convert import accuracy, finetune, quantize, sparsity
 from devicefit.sdk.convert.data import Dataset
 from devicefit.sdk.convert.loading import LoadedModel

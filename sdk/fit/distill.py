@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from devicefit.sdk.convert.data import Dataset
 from devicefit.simulator.errors import UsageError
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
+
 from devicefit.simulator.compute import op_work
 from devicefit.simulator.errors import DevicefitError, UsageError
 from devicefit.simulator.lifetimes import live_bytes_per_step, lower_bound, tflm_buffers

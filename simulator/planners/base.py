@@ -6,8 +6,9 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from devicefit.simulator.lifetimes import Buffer
 from sortedcontainers import SortedList
+
+from devicefit.simulator.lifetimes import Buffer
 
 
 @dataclass(frozen=True)

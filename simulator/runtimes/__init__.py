@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
 from devicefit.simulator.fileio import temporary_folder
 from devicefit.simulator.model import Model

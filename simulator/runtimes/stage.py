@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TypedDict
 
 import numpy as np
+
 from devicefit.simulator.compat import check_ops
 from devicefit.simulator.compat import tflm as tflm_ops
 from devicefit.simulator.compat.probe import probe_ops, probe_runtime, scales

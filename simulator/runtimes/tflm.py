@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+
 from devicefit.simulator.runtimes import RunOptions, RunResult
 
 _TOTAL = re.compile(r"Arena allocation (total|head|tail) (\d+) bytes")

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 import pytest
+
 from devicefit.sdk.commands import convert as convert_command
 from devicefit.sdk.convert import sparsity
 from devicefit.sdk.convert.spec import OPTIONS, ConversionSpec, FineTuning, MemoryOptimization
@@ -169,7 +170,6 @@ def test_fit_trials_are_specs_with_their_scheme_and_sparsity():
 @pytest.mark.slow
 def test_a_yaml_spec_converts_to_the_same_bytes_as_the_same_flags(tmp_path, capsys):
     from devicefit.sdk.cli import main
-
     from examples.digits import cached_cnn, load_digits
     from tests.paths import TESTS
 

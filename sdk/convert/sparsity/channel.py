@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+
 from devicefit.sdk.convert.sparsity.base import PrunedLayer, SparsityKind, SparsityOutcome, Training
 from devicefit.sdk.convert.sparsity.readback import WeightSparsity
 from devicefit.simulator.errors import UsageError

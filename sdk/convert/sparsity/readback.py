@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from devicefit.simulator import writer
 
 if TYPE_CHECKING:

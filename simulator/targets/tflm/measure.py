@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
 from devicefit.simulator.errors import RuntimeFailure
 from devicefit.simulator.lifetimes import align_up
 from devicefit.simulator.report import PlannerBuffer, TailCategory, TargetMeasurement
