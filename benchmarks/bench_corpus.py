@@ -79,10 +79,11 @@ def _forked(fn, *args) -> tuple[str, object]:
 
 
 def _tflm_create(path: str, arena: int, invoke: bool) -> dict:
+    from tflite_micro.python.tflite_micro import runtime
+
     from devicefit.simulator.reader import read_model
     from devicefit.simulator.runtimes import input_specs, random_inputs
     from devicefit.simulator.runtimes.tflm import capture_fd2, parse_allocations
-    from tflite_micro.python.tflite_micro import runtime
 
     interp = runtime.Interpreter.from_file(path, arena_size=arena)
     with capture_fd2() as report:
@@ -98,9 +99,10 @@ def _tflm_create(path: str, arena: int, invoke: bool) -> dict:
 def tflm_at(path: str | Path, arena: int, invoke: bool = True) -> tuple[str, object]:
     """Create (and invoke) the real TFLM interpreter at exactly ``arena`` bytes, forked."""
     # Import once here, not in every forked copy.
+    import tflite_micro.python.tflite_micro.runtime  # noqa: F401
+
     import devicefit.simulator.reader  # noqa: F401
     import devicefit.simulator.runtimes.tflm  # noqa: F401
-    import tflite_micro.python.tflite_micro.runtime  # noqa: F401
 
     return _forked(_tflm_create, str(path), arena, invoke)
 

@@ -173,6 +173,7 @@ def model_path(name: str) -> Path:
         return target
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import keras
+
     from devicefit.sdk.convert import convert
 
     keras.utils.set_random_seed(0)

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.views.html import Section, render_html
-
 from tests.browser import render
 from tests.zoo import model_path
 

@@ -38,7 +38,6 @@ from devicefit.simulator.optimize.reorder import best_order  # noqa: E402
 from devicefit.simulator.planners.tflm import greedy_plan  # noqa: E402
 from devicefit.simulator.profiles import load_profile  # noqa: E402
 from devicefit.simulator.runtimes import run_model  # noqa: E402
-
 from tests.zoo import model_path  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -118,7 +118,6 @@ def main() -> int:
     args = ap.parse_args()
     from devicefit.simulator.reader import read_model
     from devicefit.simulator.shapes import needs_resolution
-
     from tests.corpus import corpus
 
     names = [n for n in args.models.split(",") if n] or None

@@ -91,6 +91,7 @@ def _host_outputs(path: Path, inputs: list) -> list | None:
 
 def measure_one(build: Any, model: TruthModel, data: bytes) -> dict[str, Any]:
     import numpy as np
+
     from devicefit.simulator.errors import RuntimeFailure
     from devicefit.simulator.reader import read_model
     from devicefit.simulator.runtimes import (

@@ -90,6 +90,7 @@ def main() -> int:
     models = {n: f for n, f in _models().items() if n in args.models.split(",")}
 
     import keras
+
     from devicefit.sdk.train import TrainingMemoryModel
     from devicefit.sdk.train.calibrate import calibration_batches
     from devicefit.sdk.train.measure import measure_steps

@@ -42,7 +42,6 @@ sys.path.insert(0, str(ROOT))
 
 from devicefit.simulator.reader import read_model  # noqa: E402
 from devicefit.simulator.simulate import simulate  # noqa: E402
-
 from tests.corpus import corpus  # noqa: E402
 from tests.vela_anchor import HIGH_END_PROFILE, vela_cli_for  # noqa: E402
 

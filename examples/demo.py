@@ -32,7 +32,6 @@ from devicefit.simulator.units import (  # noqa: E402
     format_time_ms,
 )
 from devicefit.simulator.views.messages import decimal_budget  # noqa: E402
-
 from examples.digits import load_digits, train_cnn  # noqa: E402
 
 MCU, PHONE = "stm32l4r5-cortex-m4", "android-arm64-cpu"

@@ -94,7 +94,7 @@ def _transpose_conv_bias(sg: Subgraph, op: Operator) -> int:
     return (inp.num_elements if inp else 0) * _dims(f, 0, 1, 2)
 
 
-def _sequence(sg: Subgraph, op: Operator, batch_axis: int | None = None) -> tuple[int, int]:
+def _sequence(sg: Subgraph, op: Operator) -> tuple[int, int]:
     """(time steps, batch) of a sequence op's input [batch, time, ...] or time-major."""
     inp = _t(sg, op.inputs, 0)
     if inp is None or len(inp.shape) < 2:

@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 
 import yaml
+
 from devicefit.simulator.errors import ProfileError
 
 DATA_DIR = Path(__file__).parent / "latency_data"

@@ -45,6 +45,7 @@ from functools import cache
 from typing import Any
 
 import yaml
+
 from devicefit.simulator.cores import DATA_DIR, Core
 from devicefit.simulator.errors import ProfileError
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from devicefit.simulator.errors import ProfileError, did_you_mean
 from devicefit.simulator.fileio import regular_file_problem
 from devicefit.simulator.safeyaml import load_yaml, read_regular_file

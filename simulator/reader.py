@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as fb
+
 from devicefit.simulator.errors import ModelFormatError
 from devicefit.simulator.fileio import regular_file_problem
 from devicefit.simulator.limits import check_ops

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import flatbuffers
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
+
 from devicefit.simulator.errors import ModelFormatError
 
 #: The flatbuffer file identifier of TFLite models.

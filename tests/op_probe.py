@@ -42,11 +42,11 @@ from pathlib import Path
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as fb
+
 from devicefit.simulator.compat.litert import SUPPORT_FILE as LITERT_SUPPORT_FILE
 from devicefit.simulator.compat.tflm import SUPPORT_FILE, WEIGHTS_INPUT, signature
 from devicefit.simulator.reader import parse_model
 from devicefit.simulator.writer import pack
-
 from tests.tflite_builder import _buffer, _model, _opcode, _operator, _tensor, probe_model
 
 TYPES = {"float32": fb.TensorType.FLOAT32, "float16": fb.TensorType.FLOAT16,
@@ -433,8 +433,9 @@ def try_model(data: bytes, runtime: str = "tflm") -> str:
 
 
 def _run(data: bytes) -> str:
-    from devicefit.simulator.runtimes.tflm import capture_fd2
     from tflite_micro.python.tflite_micro import runtime
+
+    from devicefit.simulator.runtimes.tflm import capture_fd2
 
     model = parse_model(data)
     with capture_fd2() as err:
@@ -468,6 +469,7 @@ def _finite(outputs: list[np.ndarray]) -> str:
 
 def _run_litert(data: bytes, xnnpack: bool) -> str:
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
     from devicefit.simulator.runtimes.tflm import capture_fd2
 
     resolver = (OpResolverType.AUTO if xnnpack
@@ -489,8 +491,9 @@ def _run_litert(data: bytes, xnnpack: bool) -> str:
 
 
 def registered_builtins() -> list[str]:
-    from devicefit.simulator.runtimes.tflm import capture_fd2
     from tflite_micro.python.tflite_micro import runtime
+
+    from devicefit.simulator.runtimes.tflm import capture_fd2
 
     names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
     found = []
@@ -519,8 +522,9 @@ def _custom_probe(custom: str) -> bytes:
 def registered_customs(names: list[str] | None = None) -> list[str]:
     """Custom op codes the wheel's resolver registers, among ``names`` (default: every
     identifier-like string in the wheel's native library)."""
-    from devicefit.simulator.runtimes.tflm import capture_fd2
     from tflite_micro.python.tflite_micro import runtime
+
+    from devicefit.simulator.runtimes.tflm import capture_fd2
 
     if names is None:
         library = Path(runtime.__file__).with_name("_runtime.so").read_bytes()

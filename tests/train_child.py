@@ -17,6 +17,7 @@ import sys
 def main(request: dict) -> dict:
     import keras
     import numpy as np
+
     from devicefit.sdk.train import BatchPlan, TrainingMemoryModel, fit
     from devicefit.sdk.train.measure import PeakMeter
 

@@ -87,6 +87,7 @@ def build(out: Path) -> list[Path]:
     """Convert every model into ``out``; returns the files written."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import keras
+
     from devicefit.sdk.convert import convert
     from devicefit.simulator.units import format_size
 

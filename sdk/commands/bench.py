@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from rich.markup import escape
+
 from devicefit.sdk.argtypes import positive_seconds
 from devicefit.sdk.console import make_console, print_json, table
 from devicefit.sdk.layers import add_layer_options, layer_outputs, write_layers
@@ -13,7 +15,6 @@ from devicefit.simulator.benchmark import BenchComparison, BenchResult
 from devicefit.simulator.errors import DevicefitError
 from devicefit.simulator.report import Report
 from devicefit.simulator.units import format_time_ms
-from rich.markup import escape
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -19,13 +19,12 @@ from devicefit.sdk.convert.data import RANDOM_WARNING
 from devicefit.sdk.convert.pipeline import StageTimer, check_output, verify_scheme
 from devicefit.sdk.convert.report import ConversionReport, ConversionSettings
 from devicefit.sdk.convert.spec import ConversionSpec
+from devicefit.sdk.types import Progress
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.profiles import Profile, load_profile
 
 __all__ = ["ConversionReport", "ConversionSettings", "ConversionSpec", "check_output", "convert",
            "verify_scheme"]
-
-Progress = Callable[[str, int, int], None]
 
 
 def convert(model: Any, profile: str | Path | Profile, output: str | Path,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from devicefit.simulator import zygote
 from devicefit.simulator.errors import RuntimeFailure
 from devicefit.simulator.fileio import temporary_folder

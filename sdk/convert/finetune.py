@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from devicefit.sdk.convert.data import Dataset
+from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -20,8 +22,6 @@ log = logging.getLogger(__name__)
 LEARNING_RATE = 5e-4
 #: Samples per optimizer update; ``sdk.train`` splits it into micro-batches if memory is short.
 TARGET_BATCH = 32
-
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass

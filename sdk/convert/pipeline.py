@@ -35,6 +35,7 @@ from devicefit.sdk.convert import (
 from devicefit.sdk.convert.diagnose import ConversionError
 from devicefit.sdk.convert.report import CalibrationInfo, ConversionSettings
 from devicefit.sdk.convert.spec import ConversionSpec
+from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import DevicefitError, UsageError
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.profiles import Profile
@@ -48,7 +49,6 @@ log = logging.getLogger(__name__)
 
 #: Calibration samples used at most (the converter's guidance is 100-500).
 CALIBRATION_SAMPLES = 300
-Progress = Callable[[str, int, int], None]
 
 
 # --------------------------------------------------------------------------- check

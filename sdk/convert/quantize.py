@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from devicefit.sdk.convert.loading import LoadedModel
+from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.profiles import Profile
 from devicefit.simulator.targets import target_for
@@ -35,8 +36,6 @@ SCHEME_IO_TYPES: dict[str, tuple[str, ...]] = {
     "dynamic": ("float32",),
     "float32": ("float32",),
 }
-
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)

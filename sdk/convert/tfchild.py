@@ -36,6 +36,7 @@ import numpy as np
 from devicefit.sdk.convert import diagnose
 from devicefit.sdk.convert.data import Dataset
 from devicefit.sdk.convert.diagnose import ConversionError
+from devicefit.sdk.types import Progress
 from devicefit.simulator import errors, zygote
 from devicefit.simulator.signals import deferred
 
@@ -49,7 +50,6 @@ _ERRORS = {cls.__name__: cls for cls in (
     errors.UsageError, errors.InputError, errors.ProfileError, errors.ModelFormatError,
     errors.RuntimeFailure)} | {errors.MissingExtra.__name__: errors.UsageError}
 
-Progress = Callable[[str, int, int], None]
 #: Imported once by the zygote the conversion children are forked from
 #: (:mod:`simulator.zygote`): a conversion after the first in a process starts in
 #: milliseconds instead of TensorFlow's ~8 s import.

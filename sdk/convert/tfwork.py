@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from devicefit.sdk.convert import diagnose, loading, quantize, sparsity
 from devicefit.sdk.convert.data import Dataset
+from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import DevicefitError, UsageError
 
-Progress = Callable[[str, int, int], None]
 #: Called when a stage starts (the child reports it to the parent).
 StageStart = Callable[[str], None]
 

@@ -41,6 +41,7 @@ from devicefit.sdk.fit.export import (
 from devicefit.sdk.fit.report import FitReport
 from devicefit.sdk.fit.search import SearchSettings, search, shown_url, study_name
 from devicefit.sdk.fit.space import space_for
+from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.profiles import Profile, load_profile
@@ -51,7 +52,6 @@ __all__ = ["FitReport", "SearchSettings", "export", "fit"]
 log = logging.getLogger(__name__)
 
 CALIBRATION_SAMPLES = 300
-Progress = Callable[[str, int, int], None]
 OnTrial = Callable[[TrialRecord], None]
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,13 +30,13 @@ from devicefit.sdk.convert.spec import ConversionSpec
 from devicefit.sdk.fit import distill, qat
 from devicefit.sdk.fit.cluster import gzip_size
 from devicefit.sdk.fit.space import Candidate
+from devicefit.sdk.types import Progress
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.profiles import Profile
 from devicefit.simulator.report import BudgetName, Report
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[str, int, int], None]
 NO_LATENCY = "latency not estimated (the profile's cost model lacks this scheme's ops)"
 
 

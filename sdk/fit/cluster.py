@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from devicefit.simulator.errors import UsageError
 
 CLUSTERED_LAYERS = ("Conv1D", "Conv2D", "Conv3D", "Dense", "DepthwiseConv2D")

@@ -122,6 +122,7 @@ def export(settings: SearchSettings, output: str | Path, *, profile: str | Path 
     workers were given); a trial still running elsewhere is simply not considered yet.
     """
     import optuna
+
     from devicefit.sdk.convert import check_output
 
     if settings.storage is None or settings.study_name is None:

@@ -23,18 +23,18 @@ quantization, and then converts them the ordinary way (with calibration data):
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from devicefit.sdk.convert.data import Dataset
 from devicefit.sdk.convert.finetune import FineTuneResult, fine_tune, loss_for
+from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import UsageError
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[str, int, int], None]
 WEIGHT_LAYERS = ("Conv1D", "Conv2D", "Conv3D", "Dense", "DepthwiseConv2D")
 #: Layers whose output TFLite fuses into the op before them (no quantized tensor between).
 FUSING_CONSUMERS = ("BatchNormalization", "ReLU")

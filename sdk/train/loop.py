@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from devicefit.sdk.train.optimizers import get_optimizer
 from devicefit.simulator.errors import UsageError
 

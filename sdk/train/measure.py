@@ -104,13 +104,6 @@ def _failure(message: str, log: str) -> RuntimeFailure:
     return RuntimeFailure(f"{message}{': ' + last[0] if last else ''}; its log: {log}")
 
 
-def measure_step_peak(model_path: str | Path, batch_size: int, *, optimizer: str = "adam",
-                      steady_allocator: bool = True, timeout_s: float = 600) -> MeasuredStep:
-    """One batch size without accumulation, in a fresh child (see :func:`measure_steps`)."""
-    return measure_steps(model_path, [[batch_size]], optimizer=optimizer,
-                         steady_allocator=steady_allocator, timeout_s=timeout_s).steps[0]
-
-
 def _status(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -195,12 +188,14 @@ def _load(path: str, dtype: str) -> Any:
 def _child(request: dict) -> dict:
     import numpy as np
     import tensorflow as tf
+
     from devicefit.sdk.train.backend import backend_here
 
     gpus = tf.config.list_physical_devices("GPU")
     for gpu in gpus:  # allocate as needed, so the peak is the step's, not a pre-grab
         tf.config.experimental.set_memory_growth(gpu, True)
     import keras
+
     from devicefit.sdk.train.loop import make_train_step, spec_of, use_steady_allocator
     from devicefit.sdk.train.optimizers import get_optimizer
 

@@ -107,6 +107,7 @@ def read_package(options: bytes, op_index: int, where: str) -> CompiledOp:
 def compiled_ops(model: Model) -> list[CompiledOp]:
     """Every ``edgetpu-custom-op`` of the main graph, read from the model file."""
     from ai_edge_litert import schema_py_generated as fbs
+
     from devicefit.simulator.reader import model_file_bytes
 
     indices = [op.index for op in model.main.operators if op.op_name == f"CUSTOM:{COMPILED_OP}"]

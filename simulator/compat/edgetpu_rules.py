@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+
 from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
 from devicefit.simulator.reader import constant_values
 

@@ -23,8 +23,9 @@ import bisect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from devicefit.simulator.lifetimes import Buffer
 from sortedcontainers import SortedList
+
+from devicefit.simulator.lifetimes import Buffer
 
 
 @dataclass

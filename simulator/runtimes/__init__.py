@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 
 #: Seed of the default random inputs, so two runs (and two runtimes) see the same data.
 INPUT_SEED = 0
-STAGES = ("start", "inputs", "load", "allocate", "invoke", "done")
 #: The most input + output bytes a run handles: a 300-byte model can declare a [1, 2**29]
 #: input, and a runner holds inputs and outputs several times over.
 MAX_RUN_IO_BYTES = 1024**3

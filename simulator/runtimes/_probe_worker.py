@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
 from devicefit.simulator.model import Model
 from devicefit.simulator.runtimes import RUNNERS, RunOptions, starting_arena
 from devicefit.simulator.runtimes._worker import exit_with_parent, limit_memory

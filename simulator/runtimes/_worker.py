@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.runtimes import RUNNERS, RunOptions, worker_inputs
 

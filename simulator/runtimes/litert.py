@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+
 from devicefit.simulator.errors import RuntimeFailure
 from devicefit.simulator.runtimes import RunOptions, RunResult
 

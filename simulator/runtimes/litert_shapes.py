@@ -54,6 +54,7 @@ def litert_shapes(path: str | Path, inputs: Mapping[int, tuple[int, ...]],
 
 def _main(request_path: str) -> int:
     import numpy as np
+
     from devicefit.simulator.runtimes._worker import exit_with_parent, limit_memory
     from devicefit.simulator.runtimes.litert import interpreter_module
 

@@ -14,12 +14,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from benchmarks.bench_corpus import tflm_runs, tflm_wheel_profile
 from devicefit.simulator.compute import op_work
 from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
 from devicefit.simulator.planners import plan_memory
 from devicefit.simulator.reader import parse_model, read_model
-
-from benchmarks.bench_corpus import tflm_runs, tflm_wheel_profile
 from tests.corpus import KINDS, MODELS, CorpusModel, CorpusUnavailable, cache_dir, corpus
 from tests.recurrent_models import FEATURES, STEPS, UNITS, lstm_model
 

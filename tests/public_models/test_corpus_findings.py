@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from devicefit.sdk.cli import main
 from devicefit.simulator.compat import check_ops
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.simulate import simulate
-
 from tests.corpus import corpus
 
 MCU, PHONE, CORAL = "stm32l4r5-cortex-m4", "android-arm64-cpu", "coral-edgetpu"

@@ -5,11 +5,11 @@ the input shape each model runs at (benchmarks/bench_shapes.py measures more sha
 from __future__ import annotations
 
 import pytest
+
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.runtimes.litert_shapes import litert_shapes
 from devicefit.simulator.shapes import infer, needs_resolution, resolve_shapes
 from devicefit.simulator.simulate import simulate
-
 from tests.corpus import INPUT_SHAPES, corpus
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from devicefit.simulator.compat import check_ops
 from devicefit.simulator.errors import RuntimeFailure
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.runtimes import run_model
-
 from tests.corpus import INPUT_SHAPES, MODELS, corpus
 
 PROFILES = {"tflm": "stm32l4r5-cortex-m4", "litert": "android-arm64-cpu"}

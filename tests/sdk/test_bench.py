@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from devicefit.sdk.bench import bench
 from devicefit.sdk.cli import main
 from devicefit.simulator.profiles import load_profile
-
 from tests.paths import TESTS
 from tests.zoo import model_path
 

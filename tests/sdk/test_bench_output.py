@@ -4,6 +4,7 @@ sources in its README) and against lines in the formats of the tool's source."""
 from __future__ import annotations
 
 import pytest
+
 from devicefit.sdk.bench.benchmark_output import (
     BenchmarkOutputError,
     DelegateCoverage,
@@ -11,7 +12,6 @@ from devicefit.sdk.bench.benchmark_output import (
     parse_benchmark_output,
     parse_stat_line,
 )
-
 from tests.paths import TESTS
 
 FIXTURES = TESTS / "fixtures" / "benchmark_model"

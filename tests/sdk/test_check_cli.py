@@ -11,8 +11,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from devicefit.sdk.cli import main
 
+from devicefit.sdk.cli import main
 from tests.paths import ROOT
 from tests.zoo import model_path
 
@@ -290,7 +290,6 @@ def test_large_projects_keep_details_for_their_problems_only(tmp_path, capsys):
     every budget figure and verdict, no memory plan or per-operator rows; a failing one
     keeps everything, and check merge reads both back."""
     from devicefit.sdk.cli import main
-
     from tests import hostile
 
     model = tmp_path / "m.tflite"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from devicefit.sdk.check.project import ProjectError, load_project
 
+from devicefit.sdk.check.project import ProjectError, load_project
 from tests.paths import ROOT
 from tests.zoo import model_path
 

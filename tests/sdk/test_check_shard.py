@@ -10,9 +10,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from devicefit.sdk.check.shard import assign
 from devicefit.sdk.cli import main
-
 from tests.paths import ROOT
 from tests.zoo import model_path
 
@@ -192,6 +192,7 @@ def test_the_github_matrix_example_shards_then_merges():
     import shlex
 
     import yaml
+
     from devicefit.sdk.cli import build_parser
 
     example = ROOT / "examples" / "ci" / "github-actions-sharded.yml"

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from devicefit.sdk.cli import build_parser, main
 
 
@@ -42,8 +43,7 @@ def test_public_api_resolves_lazily_without_tensorflow():
             "print([m for m in ('tensorflow', 'keras') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-    from devicefit.sdk.convert import convert
-
     from devicefit import sdk
+    from devicefit.sdk.convert import convert
 
     assert callable(convert) and callable(sdk.simulate) and callable(sdk.plan_batch)

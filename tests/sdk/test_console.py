@@ -13,13 +13,13 @@ import tempfile
 import warnings
 from pathlib import Path
 
-import devicefit.sdk.commands.profiles as profiles_command
 import pytest
+
+import devicefit.sdk.commands.profiles as profiles_command
 from devicefit.sdk.cli import build_parser, main
 from devicefit.sdk.console import native_log
 from devicefit.simulator.errors import InputError, RuntimeFailure
 from devicefit.simulator.profiles import ProfileStore
-
 from tests.paths import ROOT, TESTS
 from tests.terminal import in_a_terminal
 from tests.zoo import model_path
@@ -305,8 +305,9 @@ def test_quiet_means_no_progress_callbacks():
 def test_progress_draws_on_a_terminal_only():
     import io
 
-    from devicefit.sdk.console import Steps, count, progress, step
     from rich.console import Console
+
+    from devicefit.sdk.console import Steps, count, progress, step
 
     screen = io.StringIO()
     steps = Steps(Console(file=screen, force_terminal=True, width=80))

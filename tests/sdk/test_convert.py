@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.simulate import simulate
-
 from examples.digits import cached_cnn, load_digits
 from tests.paths import TESTS
 
@@ -205,6 +205,7 @@ def test_random_calibration_is_allowed_only_by_name_and_reported(digits, tmp_pat
 
 def test_savedmodel_and_h5_inputs_convert(digits, tmp_path):
     import keras
+
     from devicefit.sdk.convert import convert
 
     model = keras.models.load_model(digits["model"])
@@ -223,6 +224,7 @@ def test_savedmodel_and_h5_inputs_convert(digits, tmp_path):
 
 def test_in_memory_model_is_not_changed_by_nm_pruning(digits, tmp_path):
     import keras
+
     from devicefit.sdk.convert import convert
 
     model = keras.models.load_model(digits["model"])

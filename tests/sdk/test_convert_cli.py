@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from devicefit.sdk.cli import main
 
+from devicefit.sdk.cli import main
 from examples.digits import cached_cnn, load_digits
 from tests.docs_models import REPORT, recorded_tour, tour_conversion
 from tests.paths import TESTS

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from devicefit.sdk.cli import main
 from devicefit.sdk.convert import data
 from devicefit.simulator.errors import InputError
-
 from tests.paths import ROOT
 
 pytestmark = pytest.mark.slow
@@ -260,7 +260,6 @@ def test_written_model_must_have_the_claimed_scheme():
     from devicefit.sdk.convert import verify_scheme
     from devicefit.sdk.convert.diagnose import ConversionError
     from devicefit.sdk.convert.quantize import QuantSettings
-
     from tests.zoo import model_path
 
     float_model = model_path("chain_float32").read_bytes()

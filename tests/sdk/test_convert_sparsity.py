@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from devicefit.sdk.convert import sparsity
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.profiles import load_profile

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from devicefit.sdk.convert import data, metadata
 from devicefit.simulator import writer
 from devicefit.simulator.errors import InputError, ModelFormatError
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.runtimes import run_model
-
 from tests.zoo import model_path
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import tomllib
+
 from devicefit.sdk.cli import COMMAND_LINE, _commands, build_parser, main, package_version
 from devicefit.simulator.errors import MissingExtra, did_you_mean, missing_extra
-
 from tests.paths import ROOT
 from tests.tflite_builder import conv_time_model
 
@@ -292,7 +292,6 @@ def test_the_demo_table_prints_sizes_in_their_budgets_units():
     """The demo's own table follows the views' number style: a 50MB flash budget in MB, a
     256 KiB arena in KiB (not 47.7 MiB and 0.2 MiB)."""
     from devicefit.simulator.report import BudgetCheck, BudgetName, Unit
-
     from examples.demo import _size_of
 
     def budget(limit: int) -> BudgetCheck:

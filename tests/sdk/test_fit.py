@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from devicefit.sdk.cli import main
 from devicefit.simulator.simulate import simulate
-
 from examples.digits import cached_cnn, load_digits
 from tests.paths import TESTS
 
@@ -239,6 +239,7 @@ def _int8_accuracy(model, data, path: Path) -> float:
 
 def test_qat_recovers_at_least_half_of_what_ptq_loses(tmp_path):
     import keras
+
     from devicefit.sdk.convert.data import Dataset
     from devicefit.sdk.fit import qat
 

@@ -9,6 +9,7 @@ import warnings
 
 import optuna
 import pytest
+
 from devicefit.sdk.fit.search import (
     BUILD,
     DECISION,

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 import pytest
+
 from devicefit.sdk.cli import main
 from devicefit.sdk.convert import metadata
 from devicefit.sdk.convert.accuracy import run_tflite
@@ -23,7 +24,6 @@ from devicefit.sdk.fit.candidate import TrialRecord
 from devicefit.sdk.fit.report import choose
 from devicefit.sdk.fit.search import BUILD, DECISION, RECORD
 from devicefit.simulator.reader import read_model
-
 from examples.digits import cached_cnn, load_digits
 from tests.paths import ROOT
 from tests.postgres import postgres_server

@@ -14,7 +14,6 @@ from devicefit.sdk.fit.candidate import TrialRecord
 from devicefit.sdk.fit.report import pareto_svg
 from devicefit.sdk.fit.space import Candidate
 from devicefit.simulator.views.html import render_page
-
 from tests.browser import measure
 
 FLASH_BUDGET = 132 * 1024

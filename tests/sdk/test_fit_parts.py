@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from devicefit.sdk.commands.fit import parse_duration
 from devicefit.sdk.fit.candidate import TrialRecord
 from devicefit.sdk.fit.cluster import gzip_size, kmeans_1d
@@ -138,6 +139,7 @@ def test_weight_quantization_is_per_channel_symmetric_int8():
 
 def test_distillation_loss_is_cross_entropy_plus_scaled_kl():
     import keras
+
     from devicefit.sdk.convert.data import Dataset
     from devicefit.sdk.fit.distill import DistillSettings, distillation
 
@@ -188,7 +190,6 @@ def test_a_static_miss_skips_per_layer_variants_it_covers():
 
 def test_channel_pruning_takes_a_ratio_per_layer_group():
     from devicefit.sdk.convert import sparsity
-
     from examples.digits import build_cnn
 
     model = build_cnn()
@@ -232,7 +233,6 @@ def test_a_ptq_candidate_with_a_qat_twin_trains_too():
 
 def test_distinct_values_are_counted_per_channel_in_the_file():
     from devicefit.sdk.fit.cluster import file_distinct_values
-
     from tests.zoo import model_path
 
     counts = file_distinct_values(model_path("chain_int8").read_bytes())
@@ -248,7 +248,6 @@ def test_the_verified_line_shows_an_estimate_with_its_band_and_risk(tmp_path):
     from devicefit.simulator.simulate import simulate
     from devicefit.simulator.units import format_band, format_time_ms
     from devicefit.simulator.views.json import render
-
     from tests import zoo
 
     model = zoo.model_path("mobilenet_v1_96_int8")

@@ -19,10 +19,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from devicefit.sdk.cli import main
-from devicefit.simulator.escape import clean, markdown
 
 from benchmarks.procs import runtime_workers, zygotes
+from devicefit.sdk.cli import main
+from devicefit.simulator.escape import clean, markdown
 from tests import hostile
 from tests.paths import ROOT
 from tests.tflite_builder import custom_model, fb

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from devicefit.simulator.errors import EXTRAS
 
+from devicefit.simulator.errors import EXTRAS
 from tests.tflite_builder import conv_time_model
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from devicefit.sdk.cli import main
 
 keras = pytest.importorskip("keras")

@@ -5,10 +5,10 @@ it (issue 32)."""
 from __future__ import annotations
 
 import pytest
+
 from devicefit.sdk.cli import main
 from devicefit.sdk.console import make_console
 from devicefit.simulator.views.columns import columns, text_width
-
 from tests.terminal import assert_laid_out, in_a_terminal, plain
 
 MCU = "stm32l4r5-cortex-m4"

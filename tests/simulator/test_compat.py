@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+
 from devicefit.simulator.compat import CHECKERS, check_ops, table_for
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import parse_model, read_model
-
 from tests import zoo
 from tests.tflite_builder import custom_model, topk_model
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from devicefit.sdk.cli import main
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.simulate import simulate
-
 from tests.paths import ROOT
 from tests.zoo import model_path
 

@@ -9,6 +9,7 @@ import re
 from contextlib import redirect_stdout
 
 import pytest
+
 from devicefit.simulator.compat import check_ops, static_compatibility
 from devicefit.simulator.compat.edgetpu import (
     MODEL_CHECKS,
@@ -21,7 +22,6 @@ from devicefit.simulator.compat.edgetpu import (
 from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import read_model
-
 from tests.zoo import model_path
 
 MAPPED = "Mapped to Edge TPU"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from benchmarks import bench_edgetpu_partition as bench
 from devicefit.simulator.compat.edgetpu import edgetpu_partition
 from devicefit.simulator.compat.edgetpu_cost import edgetpu_cost
 from devicefit.simulator.compat.edgetpu_layout import (
@@ -19,8 +21,6 @@ from devicefit.simulator.compat.edgetpu_layout import (
 )
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import parse_model, read_model
-
-from benchmarks import bench_edgetpu_partition as bench
 from tests import edgetpu_models
 
 

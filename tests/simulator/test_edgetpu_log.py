@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 
 from devicefit.simulator.compat.edgetpu import load_table, parse_compiler_log
-
 from tests.paths import TESTS
 
 FIXTURES = TESTS / "fixtures" / "edgetpu"
@@ -58,7 +57,6 @@ def test_compiler_figures_are_shown_beside_the_prediction():
     from devicefit.simulator.compat.edgetpu import edgetpu_partition, text_lines
     from devicefit.simulator.profiles import load_profile
     from devicefit.simulator.reader import read_model
-
     from tests.zoo import model_path
 
     report = edgetpu_partition(read_model(model_path("chain_int8")), load_profile("coral-edgetpu"))

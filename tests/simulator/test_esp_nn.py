@@ -18,7 +18,6 @@ from devicefit.simulator.planners.tflm import kernel_flavour
 from devicefit.simulator.profiles import load_profile, with_runtime
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.scratch import ESTIMATED, verified_against
-
 from tests.zoo import model_path
 
 SAME_3X3 = ConvParams(pad_w=1, pad_h=1)

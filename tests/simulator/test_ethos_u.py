@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from devicefit.sdk.cli import main
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import read_model
@@ -22,7 +23,6 @@ from devicefit.simulator.simulate import simulate
 from devicefit.simulator.targets import target_for
 from devicefit.simulator.targets.ethos_u.analysis import config_for, record_path
 from devicefit.simulator.targets.ethos_u.vela import run_vela
-
 from tests.paths import ROOT
 from tests.vela_anchor import HIGH_END_PROFILE, vela_cli, vela_cli_for
 

@@ -8,6 +8,7 @@ tests/public_models/test_corpus_ethos_u.py.
 from __future__ import annotations
 
 import pytest
+
 from devicefit.simulator.compute import op_work
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.profiles import load_profile

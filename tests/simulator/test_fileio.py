@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from devicefit.simulator.fileio import all_or_nothing, write_atomic
 
 
@@ -59,7 +60,6 @@ def test_missing_folders_are_made_and_unmade_with_the_outputs(tmp_path):
 def test_every_command_makes_the_output_folder(tmp_path, capsys):
     """One rule for every command (optimize refused a missing folder, check made it)."""
     from devicefit.sdk.cli import main
-
     from tests import hostile
 
     model = tmp_path / "m.tflite"

@@ -8,10 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.views.html import Section, render_html
 from devicefit.simulator.views.png import render as render_png
-
 from tests.browser import render
 from tests.paths import TESTS
 from tests.zoo import model_path
@@ -155,7 +155,6 @@ def test_convert_pictures_agree_with_the_conversion(tmp_path, capsys):
     import json
 
     from devicefit.sdk.cli import main
-
     from examples.digits import cached_cnn, load_digits
     from tests.paths import TESTS
 

@@ -14,11 +14,11 @@ import re
 from pathlib import Path
 
 import pytest
+
 from devicefit.simulator.layers import peak
 from devicefit.simulator.report import Report
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.views.html import Section, render_html
-
 from tests.browser import measure
 from tests.corpus import corpus
 from tests.edgetpu_models import compiled_model
@@ -223,6 +223,7 @@ def test_the_png_draws_what_is_judged_against_the_budget(reports):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     from devicefit.simulator.views.png import draw_timeline
 
     for name, above in (("fail", True), ("pass", False)):

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import yaml
+
 from devicefit.simulator.cores import cores, find_core
 from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.kernels import (
@@ -20,7 +21,6 @@ from devicefit.simulator.latency import cycles_per_mac, estimate_latency
 from devicefit.simulator.profiles import CostModel, load_profile
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.simulate import simulate, static_report
-
 from tests import zoo
 
 

@@ -16,7 +16,6 @@ from devicefit.simulator.report import HostOpTime
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.views.json import read_report
 from devicefit.simulator.views.layertable import text_lines
-
 from tests.zoo import model_path
 
 

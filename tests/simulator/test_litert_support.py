@@ -8,6 +8,7 @@ from importlib import metadata
 
 import pytest
 from ai_edge_litert import schema_py_generated as fb
+
 from devicefit.simulator.compat import check_ops
 from devicefit.simulator.compat.litert import support
 from devicefit.simulator.errors import RuntimeFailure
@@ -15,7 +16,6 @@ from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import parse_model
 from devicefit.simulator.runtimes import run_model
 from devicefit.simulator.writer import pack
-
 from tests.op_probe import T, _conv, const, single_op
 
 PHONE = "android-arm64-cpu"

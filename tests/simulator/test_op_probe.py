@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from devicefit.sdk.cli import main
 from devicefit.simulator.compat import check_ops
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.views.json import read_report
-
 from tests.op_probe import OPT, B, T, _opts, const, fb, single_op
 
 TFLM, LITERT = "stm32h743-cortex-m7", "android-arm64-cpu"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from devicefit.sdk.cli import main
 from devicefit.simulator.lifetimes import lower_bound, offline_offsets, tflm_buffers
 from devicefit.simulator.optimize import optimize_model_bytes
@@ -12,7 +13,6 @@ from devicefit.simulator.planners.base import check_plan
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import parse_model, read_model
 from devicefit.simulator.runtimes import run_model
-
 from tests.zoo import model_path
 
 PROFILE = "stm32l4r5-cortex-m4"
@@ -83,6 +83,7 @@ def test_the_offline_plan_in_the_file_never_overlaps_live_tensors(results):
 
 def test_outputs_stay_bit_identical_on_other_inputs(results, tmp_path):
     import numpy as np
+
     from devicefit.simulator.runtimes import input_specs, random_inputs
 
     _, out, _ = results["branches_int8"]

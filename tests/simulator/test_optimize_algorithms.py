@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import itertools
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from devicefit.simulator.lifetimes import Buffer, lower_bound
 from devicefit.simulator.optimize.graph import OpGraph
 from devicefit.simulator.optimize.packing import pack
 from devicefit.simulator.optimize.reorder import best_order
 from devicefit.simulator.planners.tflm import greedy_plan
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 SIZES = st.integers(1, 40).map(lambda n: 16 * n)
 

@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 import pytest
+
 from devicefit.sdk.cli import main
 from devicefit.simulator.compute import op_work
 from devicefit.simulator.lifetimes import lower_bound, tflm_buffers
@@ -24,7 +25,6 @@ from devicefit.simulator.optimize.patches import (
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import parse_model, read_model
 from devicefit.simulator.runtimes import input_specs, random_inputs, run_model
-
 from tests.paths import TESTS
 from tests.zoo import convert_keras, model_path
 

@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from devicefit.simulator.errors import InputError, RuntimeFailure
 from devicefit.simulator.lifetimes import (
     Buffer,
@@ -23,9 +26,6 @@ from devicefit.simulator.profiles import load_profile, with_runtime
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.runtimes import run_model
 from devicefit.simulator.writer import reorder_operators, set_offline_plan
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from tests.zoo import model_path
 
 SINE = (Path(__import__("tflite_micro").__file__).parent / "python" / "tflite_micro"

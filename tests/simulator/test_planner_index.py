@@ -7,12 +7,13 @@ sizes, offline offsets and never-used tensors (lifetime -1), the cases the index
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from devicefit.simulator.lifetimes import Buffer, align_up
 from devicefit.simulator.planners.base import overlaps_in_time
 from devicefit.simulator.planners.litert import best_fit_plan
 from devicefit.simulator.planners.tflm import greedy_plan
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 def _greedy_reference(buffers: list[Buffer]) -> list[int]:

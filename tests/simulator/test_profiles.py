@@ -8,11 +8,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
 from devicefit.sdk.cli import main
 from devicefit.simulator.cores import find_core
 from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.profiles import ProfileStore, builtin_profiles_dir, load_profile
-
 from tests.paths import ROOT
 
 BUILTINS = sorted(p.stem for p in builtin_profiles_dir().glob("*.yaml"))

@@ -6,15 +6,15 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from devicefit.sdk.cli import main
 from devicefit.simulator.errors import DevicefitError, ModelFormatError
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import parse_model, read_model
 from devicefit.simulator.simulate import static_report
 from devicefit.simulator.writer import add_metadata, offline_plan_bytes, pack, unpack
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from tests.zoo import model_path
 
 PROFILE = load_profile("stm32l4r5-cortex-m4")

@@ -10,6 +10,7 @@ import io
 import json
 
 import pytest
+
 from devicefit.sdk.cli import main
 from devicefit.simulator.compat.edgetpu import EdgeTpuReport
 from devicefit.simulator.profiles import load_profile
@@ -26,7 +27,6 @@ from devicefit.simulator.simulate import simulate, static_report
 from devicefit.simulator.verdict import BUDGETS, judge
 from devicefit.simulator.views import VIEWS, render
 from devicefit.simulator.views.json import read_report
-
 from tests.zoo import model_path
 
 

@@ -9,7 +9,6 @@ import json
 import shutil
 
 from devicefit.sdk.cli import main
-
 from tests.simulator.test_litert_support import per_channel_model
 from tests.zoo import model_path
 
@@ -100,9 +99,9 @@ def signal_window_model() -> bytes:
     """TFLM's ``SignalWindow`` custom op (micro_speech's audio front end): int16 samples ×
     int16 Q12 window, options a flexbuffer map {"shift": 12}."""
     from ai_edge_litert import schema_py_generated as fb
-    from devicefit.simulator.writer import pack
     from flatbuffers import flexbuffers
 
+    from devicefit.simulator.writer import pack
     from tests.op_probe import T, const, single_op
 
     data = single_op(fb.BuiltinOperator.CUSTOM, [T((8,), "int16", scale=1.0),
@@ -118,6 +117,7 @@ def test_signal_ops_run_in_tflm(tmp_path, capsys):
     """The wheel registers TFLM's Signal library: the check passes it and the real run
     agrees; LiteRT has no such kernel, so there is no cross-check (said, not failed)."""
     import numpy as np
+
     from devicefit.simulator.runtimes import run_model
 
     path = tmp_path / "window.tflite"

@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+
 from devicefit.sdk.cli import main
 from devicefit.simulator.compat import check_ops
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
@@ -26,7 +27,6 @@ from devicefit.simulator.simulate import simulate
 from devicefit.simulator.units import format_bytes
 from devicefit.simulator.verdict import judge
 from devicefit.simulator.views import render
-
 from tests import zoo
 from tests.tflite_builder import slice_model, topk_model
 

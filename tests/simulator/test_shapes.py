@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from devicefit.sdk.check.project import ProjectError, load_project
 from devicefit.sdk.cli import main
 from devicefit.simulator.errors import UsageError
@@ -23,7 +24,6 @@ from devicefit.simulator.shapes import (
 )
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.views.json import read_report
-
 from tests.tflite_builder import (
     conv_time_model,
     sequence_rnn_model,

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from devicefit.sdk.cli import main
 from devicefit.simulator.profiles import load_profile, with_runtime
 from devicefit.simulator.runtimes import run_model
 from devicefit.simulator.simulate import CONVERSION_METADATA, simulate
 from devicefit.simulator.writer import add_metadata
-
 from tests.zoo import model_path
 
 REQUIRED = {

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from devicefit.sdk.cli import main
 from devicefit.simulator import profiles
 from devicefit.simulator.compat import CHECKERS, UnsupportedOp, section_type
@@ -35,7 +36,6 @@ from devicefit.simulator.targets import (
     tflm,
     unregister,
 )
-
 from tests.paths import ROOT
 from tests.zoo import model_path
 

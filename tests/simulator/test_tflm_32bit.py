@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from devicefit.simulator import cmsis_nn
 from devicefit.simulator.cmsis_nn import ConvParams, Dims
 from devicefit.simulator.lifetimes import tflm_buffers
@@ -35,7 +36,6 @@ from devicefit.simulator.scratch import (
     HOST_MEASURED,
     verified_against,
 )
-
 from tests.recurrent_models import UNITS, lstm_model
 from tests.zoo import model_path
 

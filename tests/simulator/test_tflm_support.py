@@ -16,6 +16,7 @@ import sys
 from importlib import metadata
 
 import pytest
+
 from devicefit.simulator.compat import check_ops
 from devicefit.simulator.compat.litert import support as litert_support
 from devicefit.simulator.compat.tflm import support
@@ -23,7 +24,6 @@ from devicefit.simulator.errors import RuntimeFailure
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import parse_model, read_model
 from devicefit.simulator.runtimes import run_model
-
 from tests import zoo
 from tests.paths import ROOT
 from tests.tflite_builder import custom_model

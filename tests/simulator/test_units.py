@@ -1,6 +1,7 @@
 """The one number formatter the views share (simulator.units)."""
 
 import pytest
+
 from devicefit.simulator.units import (
     decimal_prefixes,
     format_band,

@@ -12,8 +12,8 @@ import sys
 import time
 
 import pytest
-from devicefit.simulator import zygote
 
+from devicefit.simulator import zygote
 from tests.paths import ROOT
 
 PRELOAD = ("tests.zygote_preload",)

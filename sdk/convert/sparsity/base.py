@@ -8,14 +8,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from devicefit.sdk.types import Progress
 from devicefit.simulator.profiles import Profile
 
 if TYPE_CHECKING:
     from devicefit.sdk.convert.data import Dataset
     from devicefit.sdk.convert.finetune import FineTuneResult
     from devicefit.sdk.convert.sparsity.readback import WeightSparsity
-
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass

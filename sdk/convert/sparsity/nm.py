@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+
 from devicefit.sdk.convert.sparsity.base import SparsityKind, SparsityOutcome, Training, clone_model
 from devicefit.sdk.convert.sparsity.readback import WeightSparsity
 from devicefit.simulator.errors import UsageError
