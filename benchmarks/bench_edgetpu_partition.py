@@ -51,7 +51,6 @@ from devicefit.simulator.compat.edgetpu import (  # noqa: E402
 )
 from devicefit.simulator.compat.edgetpu_compiled import COMPILED_OP, compiled_ops  # noqa: E402
 from devicefit.simulator.compat.edgetpu_compiler import compiler_size  # noqa: E402
-from devicefit.simulator.compat.edgetpu_cost import edgetpu_cost  # noqa: E402
 from devicefit.simulator.compat.edgetpu_layout import (  # noqa: E402
     Constant,
     LayoutOp,
@@ -64,6 +63,7 @@ from devicefit.simulator.fileio import write_atomic  # noqa: E402
 from devicefit.simulator.model import Model  # noqa: E402
 from devicefit.simulator.profiles import load_profile  # noqa: E402
 from devicefit.simulator.reader import read_model  # noqa: E402
+from devicefit.simulator.targets.edgetpu.cost import edgetpu_cost  # noqa: E402
 
 MIRROR = Path("/work/.mirror/google-coral+test_data/repo")
 REPO = "google-coral/test_data"

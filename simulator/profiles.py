@@ -162,7 +162,7 @@ class Profile:
     ops: Ops = field(default_factory=Ops)
     cost_model: CostModel = field(default_factory=CostModel)
     #: The target's own settings, from the profile keys it declares (the Edge TPU's
-    #: :class:`simulator.compat.edgetpu_cost.EdgeTpuCost`); None for targets without any.
+    #: :class:`simulator.targets.edgetpu.cost.EdgeTpuCost`); None for targets without any.
     target_settings: Any = None
     abstract: bool = False
     #: Names of the profiles this one inherits from, nearest first.

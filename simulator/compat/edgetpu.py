@@ -37,7 +37,6 @@ from devicefit.simulator.compat.edgetpu_compiler import (
     parse_compiler_log,
     run_compiler,
 )
-from devicefit.simulator.compat.edgetpu_cost import edgetpu_cost
 from devicefit.simulator.compat.edgetpu_layout import (
     ONE_PAIR_RULES,
     cache_split,
@@ -55,6 +54,7 @@ from devicefit.simulator.compat.edgetpu_rules import (
 from devicefit.simulator.model import Model
 from devicefit.simulator.profiles import Profile
 from devicefit.simulator.report import LatencyBasis, LatencyReport, OpLatencyRow
+from devicefit.simulator.targets.edgetpu.cost import edgetpu_cost
 
 log = logging.getLogger(__name__)
 

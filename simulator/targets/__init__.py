@@ -75,7 +75,9 @@ The device-latency estimate is the target's section's own split where its sectio
 
 Target modules import their planners, op tables and runners inside the small functions
 they bind (see :func:`lazy`), so reading the registry — which the profile schema does —
-imports no planner, no native runtime and no module that imports :mod:`simulator.profiles`.
+imports no planner, no native runtime and no module that imports :mod:`simulator.profiles`:
+only the records and what describes them (schema leaves, units, errors; the Edge TPU's cost
+keys are its own ``targets/edgetpu/cost.py``). ``tests/simulator/test_targets.py`` holds it.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ import pytest
 
 from benchmarks import bench_edgetpu_partition as bench
 from devicefit.simulator.compat.edgetpu import edgetpu_partition
-from devicefit.simulator.compat.edgetpu_cost import edgetpu_cost
 from devicefit.simulator.compat.edgetpu_layout import (
     Constant,
     LayoutOp,
@@ -21,6 +20,7 @@ from devicefit.simulator.compat.edgetpu_layout import (
 )
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import parse_model, read_model
+from devicefit.simulator.targets.edgetpu.cost import edgetpu_cost
 from tests import edgetpu_models
 
 

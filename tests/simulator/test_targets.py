@@ -201,17 +201,31 @@ def test_capabilities_refuse_what_the_target_cannot_do(dummy, tmp_path, capsys):
     assert not out.exists()
 
 
-def test_reading_the_registry_imports_no_planner_runtime_or_numpy():
-    """Validating a profile reads every target's record; the records bind their planners,
-    op tables and runners lazily, so that costs no heavy import (a child Python, to start
-    from an empty module table)."""
-    code = ("import sys; from devicefit.simulator.profiles import ProfileStore\n"
-            "store = ProfileStore(); [store.load(n) for n in store.names()]\n"
-            "from devicefit.simulator.targets import TARGETS; assert len(TARGETS) >= 3\n"
-            "heavy = [m for m in ('numpy', 'devicefit.simulator.planners', 'devicefit.simulator.compat.tflm',\n"
-            "         'devicefit.simulator.runtimes', 'tflite_micro', 'ai_edge_litert') if m in sys.modules]\n"
-            "print(heavy)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+def _loaded_of(code: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` a child Python (an empty module table) has after ``code``."""
+    probe = f"{code}\nimport sys; print([m for m in {modules!r} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    return json.loads(done.stdout.strip().replace("'", '"'))
+
+
+def test_reading_the_registry_imports_no_planner_runtime_or_numpy():
+    """Validating a profile reads every target's record; the records bind their planners,
+    op tables and runners lazily, so that costs no heavy import."""
+    code = ("from devicefit.simulator.profiles import ProfileStore\n"
+            "store = ProfileStore(); [store.load(n) for n in store.names()]\n"
+            "from devicefit.simulator.targets import TARGETS; assert len(TARGETS) >= 3")
+    assert _loaded_of(code, ("numpy", "devicefit.simulator.planners",
+                             "devicefit.simulator.compat.tflm", "devicefit.simulator.runtimes",
+                             "tflite_micro", "ai_edge_litert")) == []
+
+
+def test_the_registry_alone_imports_no_profiles_report_or_op_tables():
+    """The registry and its records import only what describes a target (schema leaves,
+    units, errors): not the profiles that read it, the report, the model or the op checks
+    (the Edge TPU's cost keys live in its own package, not in simulator.compat)."""
+    code = "from devicefit.simulator.targets import TARGETS; assert len(TARGETS) >= 4"
+    assert _loaded_of(code, ("devicefit.simulator.profiles", "devicefit.simulator.report",
+                             "devicefit.simulator.model", "devicefit.simulator.compat",
+                             "numpy")) == []
