@@ -10,7 +10,7 @@ depends on shapes and sizes, not on weight values, so random weights time like t
     .venv/bin/python benchmarks/bench_edgetpu_latency.py          # table (Markdown)
     .venv/bin/python benchmarks/bench_edgetpu_latency.py --fit    # fitted cost_model keys
 
-The estimate (``simulator.compat.edgetpu.estimate_split_latency``) is linear in three
+The estimate (``simulator.targets.edgetpu.partition.estimate_split_latency``) is linear in three
 profile constants once the partition is known::
 
     ms = invoke_overhead + TPU MACs / (tpu_macs_per_second × tpu_efficiency)
@@ -38,9 +38,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from devicefit.simulator.compat.edgetpu import EdgeTpuReport, edgetpu_partition  # noqa: E402
 from devicefit.simulator.profiles import Profile, load_profile  # noqa: E402
 from devicefit.simulator.reader import read_model  # noqa: E402
+from devicefit.simulator.targets.edgetpu.partition import EdgeTpuReport, edgetpu_partition  # noqa: E402
 
 PROFILE = "coral-edgetpu"
 CACHE_ROOT = ROOT / "tests" / "artifacts" / "edgetpu_bench"

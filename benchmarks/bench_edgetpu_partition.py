@@ -6,7 +6,7 @@ in google-coral/test_data (release Grouper, compiler 16.0, and the older Frogfis
 /work/.mirror; without it each pair is skipped with a message). The compiled file states
 the partition exactly — the ops left beside its ``edgetpu-custom-op`` are the compiler's
 CPU part, matched to the uncompiled model by output tensor name — and the parameter split
-its package chose (``simulator.compat.edgetpu_compiled``). Per model: ops on the TPU / CPU
+its package chose (``simulator.targets.edgetpu.compiled``). Per model: ops on the TPU / CPU
 predicted and real, CPU share of the MACs, the verdict on ``coral-edgetpu`` (more than
 ``ops.max_cpu_share`` of the MACs on the CPU fails) and the parameter bytes.
 
@@ -14,7 +14,7 @@ predicted and real, CPU share of the MACs, the verdict on ``coral-edgetpu`` (mor
     .venv/bin/python benchmarks/bench_edgetpu_partition.py --mirror PATH/TO/test_data.git
     .venv/bin/python benchmarks/bench_edgetpu_partition.py --fixture tests/fixtures/edgetpu/package_params.json
 
-Parameters: devicefit's layout model (``simulator.compat.edgetpu_layout``) against the
+Parameters: devicefit's layout model (``simulator.targets.edgetpu.layout``) against the
 package's cached (PARAMETER_CACHING) and streamed (EXECUTION_ONLY) bytes, and the same
 leave-one-model-out: for each model, the layout rules that no other model uses are left
 out (``--write-fixture`` records what the layout reads of every pair, with the package's
@@ -44,14 +44,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from devicefit.simulator.compat.edgetpu import (  # noqa: E402
-    cpu_work,
-    parse_compiler_log,
-    partition,
-)
-from devicefit.simulator.compat.edgetpu_compiled import COMPILED_OP, compiled_ops  # noqa: E402
-from devicefit.simulator.compat.edgetpu_compiler import compiler_size  # noqa: E402
-from devicefit.simulator.compat.edgetpu_layout import (  # noqa: E402
+from devicefit.simulator.fileio import write_atomic  # noqa: E402
+from devicefit.simulator.model import Model  # noqa: E402
+from devicefit.simulator.profiles import load_profile  # noqa: E402
+from devicefit.simulator.reader import read_model  # noqa: E402
+from devicefit.simulator.targets.edgetpu.compiled import COMPILED_OP, compiled_ops  # noqa: E402
+from devicefit.simulator.targets.edgetpu.compiler import compiler_size  # noqa: E402
+from devicefit.simulator.targets.edgetpu.cost import edgetpu_cost  # noqa: E402
+from devicefit.simulator.targets.edgetpu.layout import (  # noqa: E402
     Constant,
     LayoutOp,
     Selection,
@@ -59,11 +59,11 @@ from devicefit.simulator.compat.edgetpu_layout import (  # noqa: E402
     layout_params,
     stored_ops,
 )
-from devicefit.simulator.fileio import write_atomic  # noqa: E402
-from devicefit.simulator.model import Model  # noqa: E402
-from devicefit.simulator.profiles import load_profile  # noqa: E402
-from devicefit.simulator.reader import read_model  # noqa: E402
-from devicefit.simulator.targets.edgetpu.cost import edgetpu_cost  # noqa: E402
+from devicefit.simulator.targets.edgetpu.partition import (  # noqa: E402
+    cpu_work,
+    parse_compiler_log,
+    partition,
+)
 
 MIRROR = Path("/work/.mirror/google-coral+test_data/repo")
 REPO = "google-coral/test_data"

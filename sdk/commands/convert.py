@@ -230,7 +230,7 @@ def _print_summary(console, report) -> None:
 def _target_lines(extra: Any) -> list[str]:
     """What the target's ``after_convert`` hook reported, in a line or a few: the Edge TPU
     partition as one line; a result that renders itself (``text_lines()``) as its lines."""
-    from devicefit.simulator.compat.edgetpu import EdgeTpuReport
+    from devicefit.simulator.targets.edgetpu.partition import EdgeTpuReport
 
     if isinstance(extra, EdgeTpuReport):
         first = extra.first_unmapped

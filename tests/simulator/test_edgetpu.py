@@ -11,7 +11,10 @@ from contextlib import redirect_stdout
 import pytest
 
 from devicefit.simulator.compat import check_ops, static_compatibility
-from devicefit.simulator.compat.edgetpu import (
+from devicefit.simulator.errors import ProfileError
+from devicefit.simulator.profiles import load_profile
+from devicefit.simulator.reader import read_model
+from devicefit.simulator.targets.edgetpu.partition import (
     MODEL_CHECKS,
     OP_CHECKS,
     edgetpu_partition,
@@ -19,9 +22,6 @@ from devicefit.simulator.compat.edgetpu import (
     load_table,
     run_compiler,
 )
-from devicefit.simulator.errors import ProfileError
-from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import read_model
 from tests.zoo import model_path
 
 MAPPED = "Mapped to Edge TPU"

@@ -1,4 +1,4 @@
-"""The Edge TPU parameter layout (simulator/compat/edgetpu_layout.py) on layers built in code,
+"""The Edge TPU parameter layout (simulator/targets/edgetpu/layout.py) on layers built in code,
 each figure worked out by hand from the rule; the benchmark's comparison with the
 compiled packages of google-coral/test_data, run on the numbers it recorded
 (tests/fixtures/edgetpu/package_params.json: no model file is committed); the usable
@@ -11,16 +11,16 @@ import json
 import pytest
 
 from benchmarks import bench_edgetpu_partition as bench
-from devicefit.simulator.compat.edgetpu import edgetpu_partition
-from devicefit.simulator.compat.edgetpu_layout import (
+from devicefit.simulator.profiles import load_profile
+from devicefit.simulator.reader import parse_model, read_model
+from devicefit.simulator.targets.edgetpu.cost import edgetpu_cost
+from devicefit.simulator.targets.edgetpu.layout import (
     Constant,
     LayoutOp,
     OpParams,
     layout_params,
 )
-from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import parse_model, read_model
-from devicefit.simulator.targets.edgetpu.cost import edgetpu_cost
+from devicefit.simulator.targets.edgetpu.partition import edgetpu_partition
 from tests import edgetpu_models
 
 

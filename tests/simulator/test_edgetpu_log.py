@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from devicefit.simulator.compat.edgetpu import load_table, parse_compiler_log
+from devicefit.simulator.targets.edgetpu.partition import load_table, parse_compiler_log
 from tests.paths import TESTS
 
 FIXTURES = TESTS / "fixtures" / "edgetpu"
@@ -54,9 +54,9 @@ def test_status_texts_match_the_recorded_compiler():
 
 
 def test_compiler_figures_are_shown_beside_the_prediction():
-    from devicefit.simulator.compat.edgetpu import edgetpu_partition, text_lines
     from devicefit.simulator.profiles import load_profile
     from devicefit.simulator.reader import read_model
+    from devicefit.simulator.targets.edgetpu.partition import edgetpu_partition, text_lines
     from tests.zoo import model_path
 
     report = edgetpu_partition(read_model(model_path("chain_int8")), load_profile("coral-edgetpu"))

@@ -11,11 +11,15 @@ from contextlib import redirect_stdout
 import pytest
 
 from devicefit.simulator.compat import check_ops
-from devicefit.simulator.compat.edgetpu import edgetpu_partition, edgetpu_report, load_table
-from devicefit.simulator.compat.edgetpu_compiled import read_package
 from devicefit.simulator.compute import op_work
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import parse_model, read_model
+from devicefit.simulator.targets.edgetpu.compiled import read_package
+from devicefit.simulator.targets.edgetpu.partition import (
+    edgetpu_partition,
+    edgetpu_report,
+    load_table,
+)
 from tests import edgetpu_models
 from tests.recurrent_models import lstm_model
 

@@ -12,7 +12,6 @@ import json
 import pytest
 
 from devicefit.sdk.cli import main
-from devicefit.simulator.compat.edgetpu import EdgeTpuReport
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.report import (
@@ -24,6 +23,7 @@ from devicefit.simulator.report import (
     Status,
 )
 from devicefit.simulator.simulate import simulate, static_report
+from devicefit.simulator.targets.edgetpu.partition import EdgeTpuReport
 from devicefit.simulator.verdict import BUDGETS, judge
 from devicefit.simulator.views import VIEWS, render
 from devicefit.simulator.views.json import read_report

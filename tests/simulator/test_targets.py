@@ -92,7 +92,7 @@ def test_builtin_targets_are_discovered_from_their_modules():
     assert set(PLANNERS) == set(CHECKERS) == set(TARGETS) == set(profiles.RUNTIMES)
     assert set(RUNNERS) == {n for n, t in TARGETS.items() if t.host_runtime is not None}
     # a section's class, to read reports back from JSON, is named without importing it
-    from devicefit.simulator.compat.edgetpu import EdgeTpuReport, edgetpu_report
+    from devicefit.simulator.targets.edgetpu.partition import EdgeTpuReport, edgetpu_report
 
     assert section_type("edgetpu") is EdgeTpuReport and section_type("tflm") is None
     assert isinstance(edgetpu_report(read_model(model_path("chain_int8")),

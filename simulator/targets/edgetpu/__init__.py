@@ -2,7 +2,7 @@
 
 The TPU runs the one segment of full-integer ops the compiler maps; the rest falls back to
 LiteRT on the host. So the arena is LiteRT's, op support is the compiler's rules table plus
-the host's LiteRT (:mod:`simulator.compat.edgetpu`), ``--run`` runs the CPU reference in
+the host's LiteRT (:mod:`simulator.targets.edgetpu.partition`), ``--run`` runs the CPU reference in
 LiteRT, and the target's own report section is the predicted partition, parameter cache and
 latency split (TPU compute, link, CPU fallback on XNNPACK).
 """
@@ -16,14 +16,14 @@ from devicefit.simulator.targets import Target, lazy, lazy_type
 from devicefit.simulator.targets.edgetpu.cost import PROFILE_KEYS, EdgeTpuCost
 
 if TYPE_CHECKING:
-    from devicefit.simulator.compat.edgetpu import EdgeTpuReport
     from devicefit.simulator.profiles import Profile
+    from devicefit.simulator.targets.edgetpu.partition import EdgeTpuReport
 
 
 def _after_convert(path: Path, profile: Profile) -> EdgeTpuReport:
     """The predicted partition of the model ``convert`` wrote, for its report."""
-    from devicefit.simulator.compat.edgetpu import partition
     from devicefit.simulator.reader import read_model
+    from devicefit.simulator.targets.edgetpu.partition import partition
 
     return partition(read_model(path), profile)
 
@@ -35,15 +35,15 @@ TARGET = Target(
     kernels=("edgetpu", "xnnpack", "reference"),
     delegates=("edgetpu", "xnnpack"),
     planner=lazy("devicefit.simulator.planners.litert:plan_litert"),
-    check_ops=lazy("devicefit.simulator.compat.edgetpu:check"),
+    check_ops=lazy("devicefit.simulator.targets.edgetpu.partition:check"),
     runner="litert",
     host_runtime=None,
     quant_schemes=("int8",),
     int16_io=False,
     sparse_weights="the Edge TPU compiler does not use sparse weights",
     offline_plan=False,
-    section=lazy("devicefit.simulator.compat.edgetpu:section"),
-    section_type=lazy_type("devicefit.simulator.compat.edgetpu:EdgeTpuReport"),
+    section=lazy("devicefit.simulator.targets.edgetpu.partition:section"),
+    section_type=lazy_type("devicefit.simulator.targets.edgetpu.partition:EdgeTpuReport"),
     cpu_kernels={"edgetpu": "xnnpack"},
     profile_keys=PROFILE_KEYS,
     settings=EdgeTpuCost.from_values,

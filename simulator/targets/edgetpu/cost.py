@@ -29,7 +29,7 @@ PROFILE_KEYS = {"cost_model": {
 @dataclass(frozen=True)
 class EdgeTpuCost:
     """TPU latency = invoke_overhead + TPU MACs / (peak × efficiency) + link bytes / link rate
-    + CPU fallback (see :func:`simulator.compat.edgetpu.estimate_split_latency`)."""
+    + CPU fallback (see :func:`simulator.targets.edgetpu.partition.estimate_split_latency`)."""
 
     #: Peak MAC/s of the TPU (4 TOPS int8 = 2e12 MAC/s).
     tpu_macs_per_second: float | None = None

@@ -2,7 +2,7 @@
 
 The table is data, every rule cited; each constraint is a small function registered by name
 in :data:`OP_CHECKS` / :data:`MODEL_CHECKS` returning ``(ok, detail)``, where ``detail`` is
-the user-facing sentence. :mod:`simulator.compat.edgetpu` applies them to partition a model.
+the user-facing sentence. :mod:`simulator.targets.edgetpu.partition` applies them to partition a model.
 """
 
 from __future__ import annotations

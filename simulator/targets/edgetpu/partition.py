@@ -28,8 +28,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from devicefit.simulator.compat.edgetpu_compiled import COMPILED_OP, CompiledOp, compiled_ops
-from devicefit.simulator.compat.edgetpu_compiler import (
+from devicefit.simulator.model import Model
+from devicefit.simulator.profiles import Profile
+from devicefit.simulator.report import LatencyBasis, LatencyReport, OpLatencyRow
+from devicefit.simulator.targets.edgetpu.compiled import COMPILED_OP, CompiledOp, compiled_ops
+from devicefit.simulator.targets.edgetpu.compiler import (
     COMPILER,
     CompilerLog,
     OpTableRow,
@@ -37,13 +40,14 @@ from devicefit.simulator.compat.edgetpu_compiler import (
     parse_compiler_log,
     run_compiler,
 )
-from devicefit.simulator.compat.edgetpu_layout import (
+from devicefit.simulator.targets.edgetpu.cost import edgetpu_cost
+from devicefit.simulator.targets.edgetpu.layout import (
     ONE_PAIR_RULES,
     cache_split,
     layout_params,
     stored_ops,
 )
-from devicefit.simulator.compat.edgetpu_rules import (
+from devicefit.simulator.targets.edgetpu.rules import (
     MODEL_CHECKS,
     OP_CHECKS,
     CheckSpec,
@@ -51,10 +55,6 @@ from devicefit.simulator.compat.edgetpu_rules import (
     OpTable,
     load_table,
 )
-from devicefit.simulator.model import Model
-from devicefit.simulator.profiles import Profile
-from devicefit.simulator.report import LatencyBasis, LatencyReport, OpLatencyRow
-from devicefit.simulator.targets.edgetpu.cost import edgetpu_cost
 
 log = logging.getLogger(__name__)
 
