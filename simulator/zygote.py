@@ -103,8 +103,7 @@ class Zygote:
     def start(cls, preload: tuple[str, ...], env: dict[str, str]) -> Zygote:
         """Start one under ``env`` (the first child's: what the imports see)."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = dict(env, OPENBLAS_NUM_THREADS="1")
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
+        env = _with_root(dict(env, OPENBLAS_NUM_THREADS="1"))
         try:
             # Its own session: Ctrl-C at the terminal reaches the command, which stops its
             # children; the zygote ends when the command closes the socket.
@@ -174,21 +173,22 @@ class Zygote:
             data = self.sock.recv(_PACKET)
         except OSError:
             data = b""
-        if not data:  # the zygote is gone: so are the children it would have reported
-            self.dead = True
-            for pid in self.live:
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                self.exits[pid] = -signal.SIGKILL
-            self.live.clear()
+        if not data:  # the zygote is gone
+            self._lost()
             return None
         return json.loads(data)
 
+    def _lost(self) -> None:
+        """No more reports: the children it ran are killed, and so their exit status."""
+        self.dead = True
+        for pid in self.live:
+            _killpg(pid)
+            self.exits[pid] = -signal.SIGKILL
+        self.live.clear()
+
     def close(self) -> None:
         """Close the socket; the zygote kills what it still runs and ends."""
-        self.dead = True
+        self._lost()
         self.sock.close()
         try:
             self.process.wait(timeout=5)
@@ -209,7 +209,10 @@ _REGISTRY_LOCK = threading.Lock()
 def child_env(**extra: str) -> dict[str, str]:
     """This process's environment for a devicefit child, plus ``extra``: this checkout first
     on ``PYTHONPATH``, so a child started the plain way imports the same code."""
-    env = dict(os.environ, **extra)
+    return _with_root(dict(os.environ, **extra))
+
+
+def _with_root(env: dict[str, str]) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH")) if p)
     return env
 
@@ -271,21 +274,34 @@ def popen(module: str, argv: list[str], *, preload: tuple[str, ...], env: dict[s
                             stderr=stderr, env=env, cwd=cwd, start_new_session=True)
 
 
+@dataclass(frozen=True)
+class Finished:
+    """What a child run by :func:`run` left: its exit status (None: it ran past its time
+    and was killed) and what it wrote."""
+
+    code: int | None
+    stdout: bytes
+    stderr: bytes
+
+
 def run(module: str, argv: list[str], *, preload: tuple[str, ...], env: dict[str, str],
-        timeout_s: float, cwd: str | Path | None = None,
-        stdout: int | IO[Any] | None = subprocess.DEVNULL,
-        stderr: int | IO[Any] | None = None) -> int | None:
-    """:func:`popen` to its end: its exit status, or None when it ran past ``timeout_s``.
-    The child is killed then, as on any exception meanwhile (Ctrl-C, SIGTERM)."""
-    child = popen(module, argv, preload=preload, env=env, cwd=cwd, stdout=stdout,
-                  stderr=stderr)
-    try:
-        return child.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        return None
-    finally:
-        if child.poll() is None:
-            kill(child)
+        timeout_s: float, work: Path, cwd: str | Path | None = None) -> Finished:
+    """:func:`popen` to its end, its stdout and stderr in ``work/stdout.txt`` and
+    ``work/stderr.txt`` (files, not pipes: a child that writes much never blocks, and one
+    that crashes leaves what it wrote). The child is killed on a timeout and on any
+    exception meanwhile (Ctrl-C, SIGTERM)."""
+    with open(work / "stdout.txt", "w+b") as out, open(work / "stderr.txt", "w+b") as err:
+        child = popen(module, argv, preload=preload, env=env, cwd=cwd, stdout=out, stderr=err)
+        try:
+            code: int | None = child.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            if child.poll() is None:
+                kill(child)
+        out.seek(0)
+        err.seek(0)
+        return Finished(code, out.read(), err.read())
 
 
 def _forked(zygote: Zygote, module: str, argv: list[str], env: dict[str, str], cwd: str,
@@ -330,34 +346,42 @@ Started = Child | subprocess.Popen
 
 def kill(child: Started) -> None:
     """SIGKILL to the child's whole session (its own helpers and threads too); wait for it."""
+    _killpg(child.pid)
+    child.wait()
+
+
+def _killpg(pid: int) -> None:
     try:
-        os.killpg(child.pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    child.wait()
 
 
 def stop_all() -> None:
     """End every zygote of this process (the command is done)."""
     with _REGISTRY_LOCK:
-        zygotes = [zygote for _, zygote in _ZYGOTES.values()] + _RETIRED
-        _ZYGOTES.clear()
-        _RETIRED.clear()
+        zygotes = _forget()
         _REFUSED.clear()
     for zygote in zygotes:
         zygote.close()
 
 
+def _forget() -> list[Zygote]:
+    """Every zygote of the registry, which is left empty."""
+    zygotes = [zygote for _, zygote in _ZYGOTES.values()] + _RETIRED
+    _ZYGOTES.clear()
+    _RETIRED.clear()
+    return zygotes
+
+
 def _forget_after_fork() -> None:
     """A forked copy of this process must not talk to its parent's zygotes."""
-    for zygote in [z for _, z in _ZYGOTES.values()] + _RETIRED:
+    for zygote in _forget():
         zygote.dead = True
         try:
             zygote.sock.close()
         except OSError:
             pass
-    _ZYGOTES.clear()
-    _RETIRED.clear()
 
 
 atexit.register(stop_all)
@@ -410,10 +434,7 @@ def serve(fd: int, preload: list[str]) -> int:
                 sock.send(json.dumps({"id": request["id"], "started": pid}).encode())
     finally:
         for pid in live:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            _killpg(pid)
 
 
 def _reap(sock: socket.socket, live: set[int]) -> None:
@@ -438,9 +459,8 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
     try:
         os.setsid()
         signal.set_wakeup_fd(-1)
-        for signum in (signal.SIGCHLD, signal.SIGINT):
-            signal.signal(signum, signal.SIG_DFL if signum == signal.SIGCHLD
-                          else signal.default_int_handler)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh python has
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         for fd in fds:

@@ -48,19 +48,17 @@ def run_tflite(model_path: Path, x: np.ndarray) -> np.ndarray:
     with temporary_folder("devicefit-eval-") as tmp:
         inputs, outputs = Path(tmp) / "x.npy", Path(tmp) / "y.npy"
         np.save(inputs, x.astype(np.float32))
-        with open(Path(tmp) / "stderr.txt", "w+b") as err:
-            code = zygote.run("devicefit.sdk.convert.litert_child",
-                              [str(model_path), str(inputs), str(outputs)],
-                              preload=WORKER_PRELOAD, env=zygote.child_env(), timeout_s=timeout,
-                              stderr=err)
-            err.seek(0)
-            stderr = err.read().decode(errors="replace")
-        if code is None:
+        done = zygote.run("devicefit.sdk.convert.litert_child",
+                          [str(model_path), str(inputs), str(outputs)], preload=WORKER_PRELOAD,
+                          env=zygote.child_env(), timeout_s=timeout, work=Path(tmp))
+        if done.code is None:
             raise RuntimeFailure(f"LiteRT did not finish evaluating {model_path.name} in "
                                  f"{timeout:.0f} s")
-        if code != 0:
-            tail = (stderr.strip().splitlines() or ["no message"])[-1]
-            raise RuntimeFailure(f"LiteRT failed on {model_path.name} (exit {code}): {tail}")
+        if done.code != 0:
+            tail = (done.stderr.decode(errors="replace").strip().splitlines()
+                    or ["no message"])[-1]
+            raise RuntimeFailure(f"LiteRT failed on {model_path.name} (exit {done.code}): "
+                                 f"{tail}")
         return np.load(outputs)
 
 

@@ -336,14 +336,12 @@ def spawn(work: Path, timeout_s: float, worker: str = "_worker"
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     module = f"devicefit.simulator.runtimes.{worker}"
     argv = [str(work / "request.json")]
-    with open(work / "stderr.txt", "w+b") as err:
-        code = zygote.run(module, argv, preload=WORKER_PRELOAD, env=env, timeout_s=timeout_s,
-                          stderr=err)
-        if code is None:
-            return None, True
-        err.seek(0)
-        return subprocess.CompletedProcess([sys.executable, "-m", module, *argv], code, None,
-                                           err.read()), False
+    done = zygote.run(module, argv, preload=WORKER_PRELOAD, env=env, timeout_s=timeout_s,
+                      work=work)
+    if done.code is None:
+        return None, True
+    return subprocess.CompletedProcess([sys.executable, "-m", module, *argv], done.code, None,
+                                       done.stderr), False
 
 
 def _read_stage(work: Path) -> str:

@@ -108,6 +108,7 @@ def test_stopping_the_zygote_stops_what_it_runs(env):
     sleeper = _start(env, "sleep")
     report = _report(sleeper)
     zygote.stop_all()
+    assert sleeper.wait(30) == -signal.SIGKILL  # known killed, not waited for forever
     assert _wait_until(lambda: _gone(report["pid"]) and _gone(report["ppid"]))
 
 

@@ -23,7 +23,6 @@ import csv
 import importlib.util
 import io
 import re
-import subprocess
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -103,22 +102,16 @@ def run_vela(model_bytes: bytes, config: VelaConfig, name: str = "model") -> Vel
         out = work / "out"
         options = [*config.vela_args(ini), "--output-dir", str(out), "--verbose-performance",
                    "--show-cpu-operations"]
-        with open(work / "stdout.txt", "w+b") as out_f, open(work / "stderr.txt", "w+b") as err:
-            code = zygote.run(_LAUNCH, [*options, str(src)], preload=_PRELOAD,
-                              env=zygote.child_env(), timeout_s=config.timeout_s, cwd=work,
-                              stdout=out_f, stderr=err)
-            if code is None:
-                raise RuntimeFailure(f"Vela {found} did not finish within "
-                                     f"{config.timeout_s:g} s (profile key ethos_u.timeout)")
-            out_f.seek(0)
-            err.seek(0)
-            done = subprocess.CompletedProcess(_LAUNCH, code,
-                                               out_f.read().decode(errors="replace"),
-                                               err.read().decode(errors="replace"))
+        run = zygote.run(_LAUNCH, [*options, str(src)], preload=_PRELOAD,
+                         env=zygote.child_env(), timeout_s=config.timeout_s, work=work, cwd=work)
+        if run.code is None:
+            raise RuntimeFailure(f"Vela {found} did not finish within {config.timeout_s:g} s "
+                                 f"(profile key ethos_u.timeout)")
+        stdout, stderr = run.stdout.decode(errors="replace"), run.stderr.decode(errors="replace")
         compiled = out / f"{name}_vela.tflite"
-        if done.returncode != 0 or not compiled.is_file():
+        if run.code != 0 or not compiled.is_file():
             raise RuntimeFailure(f"Vela {found} could not compile the model (exit "
-                                 f"{done.returncode}): {_last_words(done.stderr, done.stdout)}")
+                                 f"{run.code}): {_last_words(stderr, stdout)}")
         summaries = sorted(out.glob(f"{name}_summary_*.csv"))
         if len(summaries) != 1:
             raise RuntimeFailure(f"Vela {found} wrote {len(summaries)} summary CSVs, expected 1")
@@ -129,8 +122,8 @@ def run_vela(model_bytes: bytes, config: VelaConfig, name: str = "model") -> Vel
             raise RuntimeFailure(f"Vela {found}: summary CSV has {len(summary_rows)} rows")
         return VelaRun(
             compiled=compiled.read_bytes(), summary=summary_rows[0], per_layer=tuple(rows),
-            cpu_reasons=tuple(parse_reasons(done.stdout)),
-            vela_cpu_ops=_count(done.stdout, "CPU"), vela_npu_ops=_count(done.stdout, "NPU"),
+            cpu_reasons=tuple(parse_reasons(stdout)),
+            vela_cpu_ops=_count(stdout, "CPU"), vela_npu_ops=_count(stdout, "NPU"),
             version=found, ini=ini_text,
             command=("vela", *options[:-4], "--verbose-performance", "--show-cpu-operations",
                      f"{name}.tflite"))
