@@ -83,7 +83,7 @@ def _tflm_create(path: str, arena: int, invoke: bool) -> dict:
 
     from devicefit.simulator.reader import read_model
     from devicefit.simulator.runtimes import input_specs, random_inputs
-    from devicefit.simulator.runtimes.tflm import capture_fd2, parse_allocations
+    from devicefit.simulator.targets.tflm.runner import capture_fd2, parse_allocations
 
     interp = runtime.Interpreter.from_file(path, arena_size=arena)
     with capture_fd2() as report:
@@ -102,7 +102,7 @@ def tflm_at(path: str | Path, arena: int, invoke: bool = True) -> tuple[str, obj
     import tflite_micro.python.tflite_micro.runtime  # noqa: F401
 
     import devicefit.simulator.reader  # noqa: F401
-    import devicefit.simulator.runtimes.tflm  # noqa: F401
+    import devicefit.simulator.targets.tflm.runner  # noqa: F401
 
     return _forked(_tflm_create, str(path), arena, invoke)
 

@@ -35,9 +35,9 @@ from devicefit.simulator.optimize import optimize_model_bytes  # noqa: E402
 from devicefit.simulator.optimize.graph import OpGraph  # noqa: E402
 from devicefit.simulator.optimize.packing import pack  # noqa: E402
 from devicefit.simulator.optimize.reorder import best_order  # noqa: E402
-from devicefit.simulator.planners.tflm import greedy_plan  # noqa: E402
 from devicefit.simulator.profiles import load_profile  # noqa: E402
 from devicefit.simulator.runtimes import run_model  # noqa: E402
+from devicefit.simulator.targets.tflm.planner import greedy_plan  # noqa: E402
 from tests.zoo import model_path  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -76,8 +76,8 @@ def cases_for(model) -> list[tuple[str, dict[int, tuple[int, ...]]]]:
 def measure(model, label: str, inputs: dict[int, tuple[int, ...]]) -> Case:
     from devicefit.simulator.compute import op_work
     from devicefit.simulator.report import ShapesReport
-    from devicefit.simulator.runtimes.litert_shapes import litert_shapes
     from devicefit.simulator.shapes import apply_shapes, infer
+    from devicefit.simulator.targets.litert.shapes import litert_shapes
 
     sg = model.main
     ours, unresolved = infer(model, inputs)

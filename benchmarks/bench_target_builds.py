@@ -5,7 +5,7 @@ Two modes:
 - ``--tflm DIR`` (a TFLM checkout with its third-party trees downloaded, the Arm GNU
   toolchain and qemu-arm): build TFLM for each recorded build (core × kernel library; the
   builds are cached, see ``simulator/targets/tflm/build.py``), run every model of
-  :func:`benchmarks.target_truth.truth_models` on it (``simulator/targets/tflm/measure.py``)
+  :func:`benchmarks.target_truth.truth_models` on it (``simulator/targets/tflm/qemu.py``)
   and write what was measured to ``--out`` (default ``tests/data/tflm_builds/``), one JSON
   per build; the models' outputs are compared with the tflite-micro wheel's on the same
   inputs.
@@ -100,7 +100,7 @@ def measure_one(build: Any, model: TruthModel, data: bytes) -> dict[str, Any]:
         random_inputs,
         starting_arena,
     )
-    from devicefit.simulator.targets.tflm.measure import measure
+    from devicefit.simulator.targets.tflm.qemu import measure
 
     entry: dict[str, Any] = {"name": model.name, "source": model.source,
                              "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
@@ -149,7 +149,7 @@ def record_build(config: BuildConfig, tflm: Path, models: list[TruthModel],
         qemu_version,
         toolchain_version,
     )
-    from devicefit.simulator.targets.tflm.measure import QEMU_CPU
+    from devicefit.simulator.targets.tflm.qemu import QEMU_CPU
 
     build = TflmBuild(BuildSpec(tflm.resolve(), config.cpu, config.kernels))
     path = out / f"{config.name}.json"

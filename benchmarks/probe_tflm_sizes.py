@@ -5,7 +5,7 @@ For every ``AllocatePersistentBuffer(..., sizeof(X) ...)`` call in the kernel so
 ``file:line:X size`` for the target the compiler flags describe. It compiles a copy of each
 file with ``-fsyntax-only`` in which ``sizeof(X)`` becomes ``sizeof(ShowSize<sizeof(X), line>)``
 of an incomplete template, and reads the sizes from the compiler's error messages (fast: no
-code is generated). This is how ``simulator/planners/tflm_tail.py``'s 32-bit tables were
+code is generated). This is how ``simulator/targets/tflm/tail.py``'s 32-bit tables were
 made::
 
     python benchmarks/probe_tflm_sizes.py --tflm ~/tflite-micro \\

@@ -15,7 +15,7 @@ reproduce its arena head to the byte:
   (subgraph, tensor index), then the kernels' scratch buffers in the order the kernels
   requested them during ``Prepare`` (subgraph by subgraph, operators in file order).
 
-Scratch buffers depend on the kernel flavour: see :mod:`simulator.scratch`.
+Scratch buffers depend on the kernel flavour: see :mod:`simulator.targets.tflm.scratch`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from devicefit.simulator.errors import InputError, ModelFormatError
 from devicefit.simulator.limits import check_ops
 from devicefit.simulator.model import DTYPE_BYTES, Model, Operator, Subgraph, Tensor
-from devicefit.simulator.scratch import ScratchRequest, scratch_requests
+from devicefit.simulator.targets.tflm.scratch import ScratchRequest, scratch_requests
 
 #: ``MicroArenaBufferAlignment()``: every head buffer is padded to a multiple of this.
 TFLM_ALIGNMENT = 16
@@ -232,7 +232,7 @@ def tflm_buffers(model: Model, order: Sequence[int] | None = None, *,
 
     ``order`` executes the main subgraph's operators in that order (default: file order);
     operator ``order[k]`` then runs at step ``k + 1``. Scratch buffers are those the
-    ``kernels`` flavour requests (:func:`simulator.scratch.scratch_requests`; some sizes
+    ``kernels`` flavour requests (:func:`simulator.targets.tflm.scratch.scratch_requests`; some sizes
     depend on ``pointer_bytes``).
     """
     _check_order(model, order)

@@ -460,7 +460,7 @@ class PlannerBuffer:
 @dataclass(frozen=True)
 class TargetMeasurement:
     """The model on a TFLM build for the device's core and kernel library, run under QEMU
-    (``simulate --run --target-build DIR``; :mod:`simulator.targets.tflm.measure`)."""
+    (``simulate --run --target-build DIR``; :mod:`simulator.targets.tflm.qemu`)."""
 
     #: "TFLM <commit> cortex-m4 cmsis-nn (qemu)": the build the figures were measured on.
     build: str

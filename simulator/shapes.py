@@ -580,10 +580,10 @@ def confirm_with_litert(model: Model, inputs: Mapping[int, Shape], shapes: dict[
                         ) -> tuple[dict[int, Shape], ShapesReport]:
     """LiteRT's shapes where it gives them (they win), and where they differ from
     devicefit's own inference, named in ``disagreements``. LiteRT runs in a child process
-    (:mod:`simulator.runtimes.litert_shapes`); a refusal or a crash is kept as
+    (:mod:`simulator.targets.litert.shapes`); a refusal or a crash is kept as
     ``runtime_problem`` and devicefit's shapes stand (also when LiteRT allocated but did
     not invoke: shapes that depend on values are only set during an invoke)."""
-    from devicefit.simulator.runtimes.litert_shapes import litert_shapes
+    from devicefit.simulator.targets.litert.shapes import litert_shapes
 
     answer = litert_shapes(model.path, inputs, timeout_s)
     if not answer.invoked:

@@ -1,7 +1,7 @@
 """Ask the pinned runtimes which ops and type combinations their kernels accept.
 
-``python -m tests.op_probe --write`` regenerates ``simulator/compat/tflm_support.json``
-(the tflite-micro wheel) and ``simulator/compat/litert_support.json`` (ai-edge-litert: the
+``python -m tests.op_probe --write`` regenerates ``simulator/targets/tflm/tflm_support.json``
+(the tflite-micro wheel) and ``simulator/targets/litert/litert_support.json`` (ai-edge-litert: the
 same one-op models through its builtin kernels and through XNNPACK);
 ``python -m tests.op_probe --sample`` re-probes a few cases and prints them as JSON (the
 test suite compares them with the stored table). Run it in a child process: it loads TFLM.
@@ -43,9 +43,9 @@ from pathlib import Path
 import numpy as np
 from ai_edge_litert import schema_py_generated as fb
 
-from devicefit.simulator.compat.litert import SUPPORT_FILE as LITERT_SUPPORT_FILE
-from devicefit.simulator.compat.tflm import SUPPORT_FILE, WEIGHTS_INPUT, signature
 from devicefit.simulator.reader import parse_model
+from devicefit.simulator.targets.litert.ops import SUPPORT_FILE as LITERT_SUPPORT_FILE
+from devicefit.simulator.targets.tflm.ops import SUPPORT_FILE, WEIGHTS_INPUT, signature
 from devicefit.simulator.writer import pack
 from tests.tflite_builder import _buffer, _model, _opcode, _operator, _tensor, probe_model
 
@@ -359,7 +359,7 @@ def zero_point_cases() -> list[tuple[str, str, bytes]]:
 
 def zero_points(runtime: str = "tflm") -> dict[str, dict[str, str]]:
     """``{op: {"weights:int8" | "activations:int16": "ok" | why refused}}`` (see
-    :func:`zero_point_cases`); simulator/compat/tflm.py's ``zero_point_refusal`` reads it."""
+    :func:`zero_point_cases`); simulator/targets/tflm/ops.py's ``zero_point_refusal`` reads it."""
     table: dict[str, dict[str, str]] = {}
     for name, what, data in zero_point_cases():
         table.setdefault(name, {})[what] = try_model(data, runtime)
@@ -435,7 +435,7 @@ def try_model(data: bytes, runtime: str = "tflm") -> str:
 def _run(data: bytes) -> str:
     from tflite_micro.python.tflite_micro import runtime
 
-    from devicefit.simulator.runtimes.tflm import capture_fd2
+    from devicefit.simulator.targets.tflm.runner import capture_fd2
 
     model = parse_model(data)
     with capture_fd2() as err:
@@ -470,7 +470,7 @@ def _finite(outputs: list[np.ndarray]) -> str:
 def _run_litert(data: bytes, xnnpack: bool) -> str:
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    from devicefit.simulator.runtimes.tflm import capture_fd2
+    from devicefit.simulator.targets.tflm.runner import capture_fd2
 
     resolver = (OpResolverType.AUTO if xnnpack
                 else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
@@ -493,7 +493,7 @@ def _run_litert(data: bytes, xnnpack: bool) -> str:
 def registered_builtins() -> list[str]:
     from tflite_micro.python.tflite_micro import runtime
 
-    from devicefit.simulator.runtimes.tflm import capture_fd2
+    from devicefit.simulator.targets.tflm.runner import capture_fd2
 
     names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
     found = []
@@ -524,7 +524,7 @@ def registered_customs(names: list[str] | None = None) -> list[str]:
     identifier-like string in the wheel's native library)."""
     from tflite_micro.python.tflite_micro import runtime
 
-    from devicefit.simulator.runtimes.tflm import capture_fd2
+    from devicefit.simulator.targets.tflm.runner import capture_fd2
 
     if names is None:
         library = Path(runtime.__file__).with_name("_runtime.so").read_bytes()

@@ -1,6 +1,6 @@
 """Op support asked of the runtime itself, one operator signature at a time.
 
-The op tables (:mod:`simulator.compat.tflm`, :mod:`simulator.compat.litert`) were probed
+The op tables (:mod:`simulator.targets.tflm.ops`, :mod:`simulator.targets.litert.ops`) were probed
 from the pinned wheels with synthetic one-op models, then generalised; a generalisation can
 be wrong on a model nobody probed (TFLM's own ``keyword_scrambled``: an int8 → int16 softmax
 whose output zero point is −32768; an untrained MobileNetV2 whose softmax input scale is
@@ -327,7 +327,7 @@ def _probe_in_children(path: str, runtime: ProbeRuntime,
                 {"runtime": runtime.runner, "xnnpack": runtime.xnnpack,
                  "model": str(Path(path).resolve()), "ops": todo, "dir": str(work),
                  "memory_bytes": CHILD_MEMORY_BYTES}))
-            proc, timed_out = spawn(work, left, "_probe_worker")
+            proc, timed_out = spawn(work, left, "devicefit.simulator.runtimes._probe_worker")
             children += 1
             answers.update(_answers(work / "answers.jsonl"))
             current = _read(work / "current")

@@ -3,7 +3,7 @@
 Stages, each checked before the next reads it:
 
 1. the file's buffers and TFLM's greedy head (:mod:`simulator.lifetimes`,
-   :func:`simulator.planners.tflm.greedy_plan`), and the DAG built from them, whose peak in
+   :func:`simulator.targets.tflm.planner.greedy_plan`), and the DAG built from them, whose peak in
    file order must equal the lifetimes module's bound (two implementations, one answer);
 2. the order with the lowest peak (:mod:`simulator.optimize.reorder`);
 3. for the file's order (when it is as good) and the best order: TFLM's greedy plan and the
@@ -54,10 +54,10 @@ from devicefit.simulator.optimize.patches import (
 from devicefit.simulator.optimize.reorder import OrderResult, best_order
 from devicefit.simulator.planners import plan_memory
 from devicefit.simulator.planners.base import PlanError, check_plan
-from devicefit.simulator.planners.tflm import greedy_plan
 from devicefit.simulator.profiles import Profile, load_profile, with_runtime
 from devicefit.simulator.reader import parse_model
 from devicefit.simulator.targets import TARGETS, target_for
+from devicefit.simulator.targets.tflm.planner import greedy_plan
 from devicefit.simulator.units import format_count
 from devicefit.simulator.writer import reorder_operators, set_offline_plan
 

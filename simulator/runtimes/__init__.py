@@ -325,16 +325,15 @@ WORKER_PRELOAD = ("numpy", "devicefit.simulator.runtimes._worker",
                   "tflite_micro")
 
 
-def spawn(work: Path, timeout_s: float, worker: str = "_worker"
+def spawn(work: Path, timeout_s: float, module: str = "devicefit.simulator.runtimes._worker"
           ) -> tuple[subprocess.CompletedProcess | None, bool]:
-    """Run ``python -m simulator.runtimes.<worker> WORK/request.json`` in a new session
+    """Run ``python -m <module> WORK/request.json`` in a new session
     (forked from a :mod:`~simulator.zygote` that has its imports done), its stderr in
     ``WORK/stderr.txt``; (the finished process, False) or (None, True) on a timeout."""
     from devicefit.simulator import zygote
 
     env = zygote.child_env()
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    module = f"devicefit.simulator.runtimes.{worker}"
     argv = [str(work / "request.json")]
     done = zygote.run(module, argv, preload=WORKER_PRELOAD, env=env, timeout_s=timeout_s,
                       work=work)

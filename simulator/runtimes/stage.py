@@ -25,7 +25,6 @@ from typing import TypedDict
 import numpy as np
 
 from devicefit.simulator.compat import check_ops
-from devicefit.simulator.compat import tflm as tflm_ops
 from devicefit.simulator.compat.probe import probe_ops, probe_runtime, scales
 from devicefit.simulator.errors import RuntimeFailure
 from devicefit.simulator.latency import op_dtype
@@ -58,6 +57,7 @@ from devicefit.simulator.runtimes import (
     runner_name,
     starting_arena,
 )
+from devicefit.simulator.targets.tflm import ops as tflm_ops
 from devicefit.simulator.units import format_bytes
 
 #: Ops that only convert between float and integer at the model's edges.
@@ -98,7 +98,7 @@ def run_stage(model: Model, profile: Profile, report: Report, *, runs: int = 10,
     message, operator) and fails the verdict; a run that disagrees with the static op
     support, either way, is a disagreement in ``compatibility`` and the run's answer wins.
     ``target_build``: a TFLM checkout to also build for the profile's core and kernels and
-    run the model on under QEMU (:mod:`simulator.targets.tflm.measure`); its smallest
+    run the model on under QEMU (:mod:`simulator.targets.tflm.qemu`); its smallest
     working arena is then the measured device arena.
     """
     compat = report.compatibility or check_ops(model, profile)
@@ -224,7 +224,7 @@ def _with_target(measured: MeasuredReport, model: Model, profile: Profile,
         return measured
     # Imported here: only --target-build needs the builder.
     from devicefit.simulator.targets.tflm.build import TflmBuild, spec_for
-    from devicefit.simulator.targets.tflm.measure import measure
+    from devicefit.simulator.targets.tflm.qemu import measure
 
     spec = spec_for(target_build, profile.device.cpu, profile.runtime.kernels,
                     profile.runtime.name, profile.name)

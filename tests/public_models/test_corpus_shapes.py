@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from devicefit.simulator.reader import read_model
-from devicefit.simulator.runtimes.litert_shapes import litert_shapes
 from devicefit.simulator.shapes import infer, needs_resolution, resolve_shapes
 from devicefit.simulator.simulate import simulate
+from devicefit.simulator.targets.litert.shapes import litert_shapes
 from tests.corpus import INPUT_SHAPES, corpus
 
 

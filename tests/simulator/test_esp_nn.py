@@ -2,7 +2,7 @@
 d45b843c), and a converted model planned on the ESP32-S3 profile.
 
 The expected figures below are the C functions evaluated with pencil and paper, step by step
-in the comments, not outputs of :mod:`simulator.esp_nn`; nothing here was measured on an
+in the comments, not outputs of :mod:`simulator.targets.tflm.esp_nn`; nothing here was measured on an
 ESP-NN build (none is available to CI), which is why the plan says "estimated".
 """
 
@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from devicefit.simulator import esp_nn
-from devicefit.simulator.esp_nn import ConvParams, Dims
 from devicefit.simulator.lifetimes import tflm_buffers
 from devicefit.simulator.planners import plan_tflm
-from devicefit.simulator.planners.tflm import kernel_flavour
 from devicefit.simulator.profiles import load_profile, with_runtime
 from devicefit.simulator.reader import read_model
-from devicefit.simulator.scratch import ESTIMATED, verified_against
+from devicefit.simulator.targets.tflm import esp_nn
+from devicefit.simulator.targets.tflm.esp_nn import ConvParams, Dims
+from devicefit.simulator.targets.tflm.planner import kernel_flavour
+from devicefit.simulator.targets.tflm.scratch import ESTIMATED, verified_against
 from tests.zoo import model_path
 
 SAME_3X3 = ConvParams(pad_w=1, pad_h=1)

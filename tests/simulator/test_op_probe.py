@@ -121,8 +121,8 @@ def test_tiny_softmax_scale_tflm_aborts_on_is_a_disagreement_in_text_and_json(mo
 
 def test_the_table_refusing_what_the_run_runs_is_a_disagreement_the_run_wins(models,
                                                                             monkeypatch):
-    from devicefit.simulator.compat import tflm
     from devicefit.simulator.simulate import simulate
+    from devicefit.simulator.targets.tflm import ops as tflm
 
     # A table entry made wrong on purpose (as the zero-point rule was): the run overrules it.
     wrong = dict(tflm.support())

@@ -140,7 +140,7 @@ def test_cli_bad_usage_exits_2(tmp_path, capsys, argv, message):
 
 
 def test_a_stale_offline_plan_is_replaced_when_operators_move(profile):
-    from devicefit.simulator.planners.tflm import greedy_plan
+    from devicefit.simulator.targets.tflm.planner import greedy_plan
     from devicefit.simulator.writer import set_offline_plan
 
     # branches_int8 with TFLM's own greedy offsets written as its offline plan: valid for the

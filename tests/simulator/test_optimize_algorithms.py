@@ -15,7 +15,7 @@ from devicefit.simulator.lifetimes import Buffer, lower_bound
 from devicefit.simulator.optimize.graph import OpGraph
 from devicefit.simulator.optimize.packing import pack
 from devicefit.simulator.optimize.reorder import best_order
-from devicefit.simulator.planners.tflm import greedy_plan
+from devicefit.simulator.targets.tflm.planner import greedy_plan
 
 SIZES = st.integers(1, 40).map(lambda n: 16 * n)
 

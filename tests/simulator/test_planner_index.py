@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from devicefit.simulator.lifetimes import Buffer, align_up
 from devicefit.simulator.planners.base import overlaps_in_time
-from devicefit.simulator.planners.litert import best_fit_plan
-from devicefit.simulator.planners.tflm import greedy_plan
+from devicefit.simulator.targets.litert.planner import best_fit_plan
+from devicefit.simulator.targets.tflm.planner import greedy_plan
 
 
 def _greedy_reference(buffers: list[Buffer]) -> list[int]:

@@ -22,8 +22,8 @@ from devicefit.simulator.runtimes import (
     run_model,
     runner_name,
 )
-from devicefit.simulator.runtimes.tflm import parse_allocations
 from devicefit.simulator.simulate import simulate
+from devicefit.simulator.targets.tflm.runner import parse_allocations
 from devicefit.simulator.units import format_bytes
 from devicefit.simulator.verdict import judge
 from devicefit.simulator.views import render

@@ -18,7 +18,7 @@ import pytest
 
 from devicefit.sdk.cli import main
 from devicefit.simulator.targets.tflm import build as tb
-from devicefit.simulator.targets.tflm.measure import parse_probe, parse_report, search_min_arena
+from devicefit.simulator.targets.tflm.qemu import parse_probe, parse_report, search_min_arena
 from tests.paths import TESTS
 from tests.tflite_builder import slice_model
 

@@ -217,7 +217,7 @@ def test_reading_the_registry_imports_no_planner_runtime_or_numpy():
             "store = ProfileStore(); [store.load(n) for n in store.names()]\n"
             "from devicefit.simulator.targets import TARGETS; assert len(TARGETS) >= 3")
     assert _loaded_of(code, ("numpy", "devicefit.simulator.planners",
-                             "devicefit.simulator.compat.tflm", "devicefit.simulator.runtimes",
+                             "devicefit.simulator.targets.tflm.ops", "devicefit.simulator.runtimes",
                              "tflite_micro", "ai_edge_litert")) == []
 
 

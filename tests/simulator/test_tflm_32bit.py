@@ -1,7 +1,7 @@
 """The static arena predictor on 32-bit TFLM builds (issue 29, part 3).
 
 Three layers: CMSIS-NN's ``arm_*_get_buffer_size`` functions as transcribed in
-:mod:`simulator.cmsis_nn` (hand-worked values from the C sources, and the C functions
+:mod:`simulator.targets.tflm.cmsis_nn` (hand-worked values from the C sources, and the C functions
 themselves compiled on the host when a CMSIS-NN checkout is at hand), what the CMSIS-NN
 kernels request and keep on real models built here, and devicefit's prediction against the
 recorded 32-bit builds (``tests/data/tflm_builds/``, measured under QEMU by
@@ -18,23 +18,23 @@ from pathlib import Path
 
 import pytest
 
-from devicefit.simulator import cmsis_nn
-from devicefit.simulator.cmsis_nn import ConvParams, Dims
 from devicefit.simulator.lifetimes import tflm_buffers
 from devicefit.simulator.planners import plan_tflm
-from devicefit.simulator.planners.tflm import kernel_flavour
-from devicefit.simulator.planners.tflm_tail import (
-    estimate_tail,
-    prepare_allocations,
-    rfft_state_bytes,
-)
 from devicefit.simulator.profiles import load_profile, with_runtime
 from devicefit.simulator.reader import read_model
-from devicefit.simulator.scratch import (
+from devicefit.simulator.targets.tflm import cmsis_nn
+from devicefit.simulator.targets.tflm.cmsis_nn import ConvParams, Dims
+from devicefit.simulator.targets.tflm.planner import kernel_flavour
+from devicefit.simulator.targets.tflm.scratch import (
     BUILD_MEASURED,
     ESTIMATED,
     HOST_MEASURED,
     verified_against,
+)
+from devicefit.simulator.targets.tflm.tail import (
+    estimate_tail,
+    prepare_allocations,
+    rfft_state_bytes,
 )
 from tests.recurrent_models import UNITS, lstm_model
 from tests.zoo import model_path

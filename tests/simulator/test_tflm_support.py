@@ -1,7 +1,7 @@
 """TFLM op support as the pinned wheel answers it (issue 16): the probed table, kept honest
 (the re-probe also covers LiteRT's table, probed with the same models).
 
-The table ``simulator/compat/tflm_support.json`` is written by ``python -m tests.op_probe
+The table ``simulator/targets/tflm/tflm_support.json`` is written by ``python -m tests.op_probe
 --write``. These tests fail when the installed wheel is not the one the table was probed
 on, or when a re-probe of a sample disagrees; and they judge models of the kinds the table
 exists for (hybrid, float16 weights, int16, Signal custom ops) statically AND in the real
@@ -18,12 +18,12 @@ from importlib import metadata
 import pytest
 
 from devicefit.simulator.compat import check_ops
-from devicefit.simulator.compat.litert import support as litert_support
-from devicefit.simulator.compat.tflm import support
 from devicefit.simulator.errors import RuntimeFailure
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import parse_model, read_model
 from devicefit.simulator.runtimes import run_model
+from devicefit.simulator.targets.litert.ops import support as litert_support
+from devicefit.simulator.targets.tflm.ops import support
 from tests import zoo
 from tests.paths import ROOT
 from tests.tflite_builder import custom_model

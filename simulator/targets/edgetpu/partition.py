@@ -551,7 +551,8 @@ def check(model: Model, profile: Profile) -> list[Any]:
     LiteRT lacks an op. A model compiled for the Edge TPU already (``edgetpu-custom-op``)
     is judged by its host ops only: its TPU part is opaque.
     """
-    from devicefit.simulator.compat import UnsupportedOp, litert
+    from devicefit.simulator.compat import UnsupportedOp
+    from devicefit.simulator.targets.litert import ops as litert
 
     found = [u for u in litert.check(model, profile) if u.op != f"CUSTOM:{COMPILED_OP}"]
     report = partition(model, profile)

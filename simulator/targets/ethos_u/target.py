@@ -35,7 +35,7 @@ def prepare(model: Model, profile: Profile) -> Model:
 def plan(model: Model, profile: Profile, order: Any = None) -> MemoryPlan:
     """TFLM's arena of the compiled model: the NPU's scratch tensors (Vela's offline plan
     places them) plus whatever the Cortex-M part needs."""
-    from devicefit.simulator.planners.tflm import plan_tflm
+    from devicefit.simulator.targets.tflm.planner import plan_tflm
 
     return plan_tflm(model, profile, order)
 
@@ -43,7 +43,7 @@ def plan(model: Model, profile: Profile, order: Any = None) -> MemoryPlan:
 def check_ops(model: Model, profile: Profile) -> list[UnsupportedOp]:
     """Op support of what stays on the Cortex-M: TFLM's table for the CPU operators (the
     ``ethos-u`` ops run on the NPU), and every float operator, which the NPU cannot take."""
-    from devicefit.simulator.compat import tflm
+    from devicefit.simulator.targets.tflm import ops as tflm
 
     section = section_for(model, profile)
     reasons = {(p.subgraph, p.compiled_index): p.reason for p in section.partition

@@ -1,13 +1,13 @@
 """TensorFlow Lite Micro on microcontrollers.
 
-The arena is planned by TFLM's own rules (:mod:`simulator.planners.tflm`: greedy head,
+The arena is planned by TFLM's own rules (:mod:`simulator.targets.tflm.planner`: greedy head,
 persistent tail), op support comes from the tflite-micro wheel's op resolver
-(:mod:`simulator.compat.tflm`), and ``--run`` runs the model in that wheel. TFLM reads an
+(:mod:`simulator.targets.tflm.ops`), and ``--run`` runs the model in that wheel. TFLM reads an
 offline arena plan from the model's metadata, which ``optimize`` writes.
 
 ``--run --target-build DIR`` also builds TFLM from the user's checkout for the profile's
 core and kernel library (:mod:`.build`) and measures the model on it under QEMU
-(:mod:`.measure`, with the harness ``harness.cc`` shipped beside them).
+(:mod:`.qemu`, with the harness ``harness.cc`` shipped beside them).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ TARGET = Target(
     device_kinds=("mcu",),
     kernels=("reference", "cmsis-nn", "esp-nn", "andes-nn"),
     delegates=(),
-    planner=lazy("devicefit.simulator.planners.tflm:plan_tflm"),
-    check_ops=lazy("devicefit.simulator.compat.tflm:check"),
+    planner=lazy("devicefit.simulator.targets.tflm.planner:plan_tflm"),
+    check_ops=lazy("devicefit.simulator.targets.tflm.ops:check"),
     runner="tflm",
-    host_runtime=lazy("devicefit.simulator.runtimes.tflm:TflmRunner"),
+    host_runtime=lazy("devicefit.simulator.targets.tflm.runner:TflmRunner"),
     # TFLM has no hybrid (dynamic-range) kernels and no float16 DEQUANTIZE.
     quant_schemes=("int8", "int16x8", "float32"),
     int16_io=True,

@@ -14,7 +14,7 @@
 //       MicroAllocator), up to AllocateTensors or through one Invoke. One probe per
 //       process: a too-small arena can crash TFLM instead of failing cleanly.
 //
-// Every line devicefit reads starts with "DF " (see simulator/targets/tflm/measure.py).
+// Every line devicefit reads starts with "DF " (see simulator/targets/tflm/qemu.py).
 // TFLM's own messages (MicroPrintf) go to stderr.
 
 #include <cstdarg>

@@ -1,8 +1,8 @@
 """LiteRT (TensorFlow Lite) on phones and application processors.
 
-The arena is planned by LiteRT's arena planner rules (:mod:`simulator.planners.litert`),
+The arena is planned by LiteRT's arena planner rules (:mod:`simulator.targets.litert.planner`),
 op support comes from the ai-edge-litert wheel and XNNPACK's rules
-(:mod:`simulator.compat.litert`), and ``--run`` runs the model in that wheel. ``devicefit
+(:mod:`simulator.targets.litert.ops`), and ``--run`` runs the model in that wheel. ``devicefit
 bench`` measures it on a phone with LiteRT's ``benchmark_model`` over adb.
 """
 
@@ -16,10 +16,10 @@ TARGET = Target(
     device_kinds=("mobile-cpu",),
     kernels=("xnnpack", "reference"),
     delegates=("xnnpack", "gpu", "nnapi"),
-    planner=lazy("devicefit.simulator.planners.litert:plan_litert"),
-    check_ops=lazy("devicefit.simulator.compat.litert:check"),
+    planner=lazy("devicefit.simulator.targets.litert.planner:plan_litert"),
+    check_ops=lazy("devicefit.simulator.targets.litert.ops:check"),
     runner="litert",
-    host_runtime=lazy("devicefit.simulator.runtimes.litert:LiteRTRunner"),
+    host_runtime=lazy("devicefit.simulator.targets.litert.runner:LiteRTRunner"),
     quant_schemes=("int8", "int16x8", "float16", "dynamic", "float32"),
     int16_io=True,
     sparse_weights=None,

@@ -20,23 +20,23 @@ Two pointer widths, each with its own sizes:
   compiles TFLM 90b983c2 and its CMSIS-NN 4ab83cc3 (``benchmarks/probe_tflm_sizes.py``
   prints them from a checkout); the allocator objects are an application's plain
   ``MicroAllocator``. CMSIS-NN's own persistent buffers (LSTM and FC/SVDF kernel sums)
-  follow :mod:`simulator.cmsis_nn` for the core's feature (none / DSP / MVE).
+  follow :mod:`simulator.targets.tflm.cmsis_nn` for the core's feature (none / DSP / MVE).
 
 TFLM's Signal library ops (``Signal*`` custom ops of audio front ends) keep their
 configuration and state in the tail too. Ops not in the tables get a generous default, so
 the tail errs high, never low. What each figure was checked against is
-:func:`simulator.scratch.verified_against`.
+:func:`simulator.targets.tflm.scratch.verified_against`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from devicefit.simulator import cmsis_nn
-from devicefit.simulator.cmsis_nn import FEATURES, Feature
 from devicefit.simulator.lifetimes import align_up, tflm_tensor_bytes
 from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
-from devicefit.simulator.scratch import (
+from devicefit.simulator.targets.tflm import cmsis_nn
+from devicefit.simulator.targets.tflm.cmsis_nn import FEATURES, Feature
+from devicefit.simulator.targets.tflm.scratch import (
     KERNEL_ALIASES,
     cmsis_fc_kernel_sums,
     cmsis_lstm_integer,
@@ -360,7 +360,7 @@ def prepare_peak(model: Model, tail_bytes: int, *, pointer_bytes: int = 8,
 def estimate_tail(model: Model, *, pointer_bytes: int = 8, kernels: str = "reference",
                   n_scratch: int = 0) -> TailEstimate:
     """Estimated tail bytes of ``model`` for this pointer width and kernel flavour
-    (``reference``, ``cmsis-nn:<feature>`` … see :func:`simulator.scratch.flavour`);
+    (``reference``, ``cmsis-nn:<feature>`` … see :func:`simulator.targets.tflm.scratch.flavour`);
     ``n_scratch`` scratch-buffer requests each keep a handle (one pointer) in the tail."""
     sizes = struct_sizes(pointer_bytes)
     main = model.main

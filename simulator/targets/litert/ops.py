@@ -55,7 +55,7 @@ def support() -> dict:
 
 def refusal(sg: Subgraph, op: Operator, xnnpack: bool) -> str | None:
     """Why LiteRT's kernels refuse this op's type combination, or None."""
-    from devicefit.simulator.compat.tflm import signature
+    from devicefit.simulator.targets.tflm.ops import signature
 
     sig = signature(sg, op)
     table = support()
@@ -81,7 +81,7 @@ def version_refusal(op: Operator) -> str | None:
 
 
 def _zero_point_refusal(sg: Subgraph, op: Operator, xnnpack: bool) -> str | None:
-    from devicefit.simulator.compat.tflm import zero_point_refusal
+    from devicefit.simulator.targets.tflm.ops import zero_point_refusal
 
     tables = support()["zero_points"]
     why = zero_point_refusal(sg, op, tables["builtin"])

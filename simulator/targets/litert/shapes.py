@@ -1,6 +1,6 @@
 """Every tensor's shape as LiteRT resolves it, asked in a child process.
 
-``python -m devicefit.simulator.runtimes.litert_shapes REQUEST.json`` resizes the inputs
+``python -m devicefit.simulator.targets.litert.shapes REQUEST.json`` resizes the inputs
 (``Interpreter.resize_tensor_input``), allocates, reads back each tensor's shape, then
 invokes once on zeros and reads them again: outputs whose shape depends on values (a
 RESHAPE fed by SHAPE arithmetic) are only sized during invoke. The parent side,
@@ -40,7 +40,7 @@ def litert_shapes(path: str | Path, inputs: Mapping[int, tuple[int, ...]],
         request = {"model": str(Path(path).resolve()), "dir": str(work),
                    "inputs": {str(k): list(v) for k, v in inputs.items()}}
         (work / "request.json").write_text(json.dumps(request))
-        proc, timed_out = spawn(work, timeout_s, "litert_shapes")
+        proc, timed_out = spawn(work, timeout_s, __name__)
         if timed_out:
             return RuntimeShapes({}, problem=f"LiteRT gave no answer after {timeout_s:g} s")
         result_file = work / "result.json"
@@ -56,7 +56,7 @@ def _main(request_path: str) -> int:
     import numpy as np
 
     from devicefit.simulator.runtimes._worker import exit_with_parent, limit_memory
-    from devicefit.simulator.runtimes.litert import interpreter_module
+    from devicefit.simulator.targets.litert.runner import interpreter_module
 
     exit_with_parent()
     request = json.loads(Path(request_path).read_text())

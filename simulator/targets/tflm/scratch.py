@@ -10,12 +10,12 @@ kernel flavour, op name → rule returning the requests in the order the kernel 
 - ``cmsis-nn:<feature>``: TFLM's ``kernels/cmsis_nn/`` built with GCC for a core without
   SIMD (``none``: M0+, M3), with the DSP extension (``dsp``: M4, M7, M33) or with MVE
   (``mve``: M55, M85), sized with CMSIS-NN's ``arm_*_get_buffer_size`` functions
-  (:mod:`simulator.cmsis_nn`); ops it does not override, and the float paths of those it
+  (:mod:`simulator.targets.tflm.cmsis_nn`); ops it does not override, and the float paths of those it
   does, use the reference rules.
 
 - ``esp-nn:<variant>``: esp-tflite-micro's ``kernels/esp_nn/`` with ESP-NN built for the
   ESP32-S3 (``esp32s3``), the ESP32-P4 (``esp32p4``) or another chip (``generic``), sized
-  with ESP-NN's ``esp_nn_get_*_scratch_size`` (:mod:`simulator.esp_nn`); never measured on
+  with ESP-NN's ``esp_nn_get_*_scratch_size`` (:mod:`simulator.targets.tflm.esp_nn`); never measured on
   a build, so always an estimate.
 
 Other flavours (``andes-nn`` ...) are sized with the reference rules. :func:`verified_against`
@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from devicefit.simulator import cmsis_nn, esp_nn
-from devicefit.simulator.cmsis_nn import ConvParams, Dims, Feature
 from devicefit.simulator.model import DTYPE_BYTES, Operator, Subgraph, Tensor
+from devicefit.simulator.targets.tflm import cmsis_nn, esp_nn
+from devicefit.simulator.targets.tflm.cmsis_nn import ConvParams, Dims, Feature
 
 
 @dataclass(frozen=True)

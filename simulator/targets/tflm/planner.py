@@ -23,19 +23,19 @@ from devicefit.simulator.lifetimes import (
 from devicefit.simulator.model import Model
 from devicefit.simulator.planners.base import MemoryPlan, check_plan
 from devicefit.simulator.planners.index import PlacedIndex
-from devicefit.simulator.planners.tflm_tail import (
-    TailEstimate,
-    estimate_tail,
-    prepare_peak,
-    struct_sizes,
-)
 from devicefit.simulator.profiles import Profile
-from devicefit.simulator.scratch import (
+from devicefit.simulator.targets.tflm.scratch import (
     ESTIMATED,
     KERNEL_SCRATCH,
     SOURCES,
     flavour,
     verified_against,
+)
+from devicefit.simulator.targets.tflm.tail import (
+    TailEstimate,
+    estimate_tail,
+    prepare_peak,
+    struct_sizes,
 )
 
 
