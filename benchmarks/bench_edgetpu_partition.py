@@ -2,8 +2,9 @@
 
 Every public model whose uncompiled ``X.tflite`` and compiled ``X_edgetpu.tflite`` are both
 in google-coral/test_data (release Grouper, compiler 16.0, and the older Frogfish, compiler
-15.0), read from the local snapshot (``fetch github:google-coral/test_data`` puts it in
-/work/.mirror; without it each pair is skipped with a message). The compiled file states
+15.0) or in ricardodeazambuja/LibrEdgeTPU (its driver's templates, compiler 16.0), read from
+the local snapshots (``fetch github:OWNER/NAME`` puts them in /work/.mirror; without one its
+pairs are skipped with a message). The compiled file states
 the partition exactly — the ops left beside its ``edgetpu-custom-op`` are the compiler's
 CPU part, matched to the uncompiled model by output tensor name — and the parameter split
 its package chose (``simulator.targets.edgetpu.compiled``). Per model: ops on the TPU / CPU
@@ -11,7 +12,7 @@ predicted and real, CPU share of the MACs, the verdict on ``coral-edgetpu`` (mor
 ``ops.max_cpu_share`` of the MACs on the CPU fails) and the parameter bytes.
 
     .venv/bin/python benchmarks/bench_edgetpu_partition.py
-    .venv/bin/python benchmarks/bench_edgetpu_partition.py --mirror PATH/TO/test_data.git
+    .venv/bin/python benchmarks/bench_edgetpu_partition.py --mirrors PATH/TO/SNAPSHOTS
     .venv/bin/python benchmarks/bench_edgetpu_partition.py --fixture tests/fixtures/edgetpu/package_params.json
 
 Parameters: devicefit's layout model (``simulator.targets.edgetpu.layout``) against the
@@ -65,11 +66,30 @@ from devicefit.simulator.targets.edgetpu.partition import (  # noqa: E402
     partition,
 )
 
-MIRROR = Path("/work/.mirror/google-coral+test_data/repo")
-REPO = "google-coral/test_data"
-#: (release, commit, compiler) of google-coral/test_data.
-RELEASES = (("Grouper", "104342d2d3480b3e66203073dac24f4e2dbb4c41", "16.0"),
-            ("Frogfish", "c21de4450f88a20ac5968628d375787745932a5a", "15.0"))
+MIRRORS = Path("/work/.mirror")
+
+
+@dataclass(frozen=True)
+class Source:
+    """A public repository commit holding compiled/uncompiled pairs, and its compiler."""
+
+    repo: str
+    label: str
+    commit: str
+    compiler: str
+
+    def mirror(self, root: Path) -> Path:
+        return root / self.repo.replace("/", "+") / "repo"
+
+
+SOURCES = (Source("google-coral/test_data", "Grouper",
+                  "104342d2d3480b3e66203073dac24f4e2dbb4c41", "16.0"),
+           Source("google-coral/test_data", "Frogfish",
+                  "c21de4450f88a20ac5968628d375787745932a5a", "15.0"),
+           # Templates of a pure-Python Edge TPU driver, compiled by their author with
+           # "Edge TPU Compiler version 16.0.384591198" (its docs/HARDWARE_ANALYSIS.md).
+           Source("ricardodeazambuja/LibrEdgeTPU", "LibrEdgeTPU",
+                  "be71d6de166d9c13bd221117bebb1934446fd10f", "16.0"))
 FIXTURES = ROOT / "tests" / "fixtures" / "edgetpu"
 PACKAGE_FIXTURE = FIXTURES / "package_params.json"
 CACHE_LOGS = FIXTURES / "cache_logs.json"
@@ -88,6 +108,7 @@ class Params:
     compiled_path: str
     real: tuple[int, int]  # (cached, streamed) bytes of the package
     ops: tuple[LayoutOp, ...]
+    repo: str = "google-coral/test_data"
 
     @property
     def major(self) -> int:
@@ -96,7 +117,10 @@ class Params:
     @property
     def family(self) -> str:
         """The model whatever the release and input size (posenet's three resolutions are
-        one network): leave-one-model-out leaves out a family."""
+        one network; a LibrEdgeTPU module's templates (sizes, colors, pooling) are one):
+        leave-one-model-out leaves out a family."""
+        if self.repo != "google-coral/test_data":  # LibrEdgeTPU: one family per module
+            return f"{self.repo}:{self.model.split('/')[0]}"
         return re.sub(r"_\d{3,4}_\d{3,4}_", "_", self.model.split(" (")[0])
 
 
@@ -199,7 +223,7 @@ def real_cpu_ops(model: Model, compiled: Model) -> set[int]:
 
 
 def run_pair(src: Path, comp: Path, name: str, compiler: str, profile, commit: str = "",
-             compiled_path: str = "") -> Row | str:
+             compiled_path: str = "", repo: str = "google-coral/test_data") -> Row | str:
     """The row of one pair, or why the files are no pair (the compiled one was made from
     another version of the graph)."""
     model, compiled = read_model(src), read_model(comp)
@@ -221,7 +245,7 @@ def run_pair(src: Path, comp: Path, name: str, compiler: str, profile, commit: s
     params = Params(name, compiler, commit, compiled_path,
                     (sum(c.cached_param_bytes for c in packages),
                      sum(c.streamed_param_bytes for c in packages)),
-                    tuple(stored[i] for i in real_tpu))
+                    tuple(stored[i] for i in real_tpu), repo)
 
     def verdict(share: float, tpu_ops: int) -> str:
         return "FAIL" if tpu_ops == 0 or share > limit else "PASS"
@@ -346,10 +370,12 @@ def write_fixture(path: Path, params: list[Params]) -> None:
     def op_json(op: LayoutOp) -> list:
         return [op.kind, [[list(c.shape), c.dtype, c.nbytes, c.per_channel]
                           for c in op.constants], list(op.shape),
-                [[s.channels, list(s.sources)] for s in op.selections]]
-    head = {"source": f"https://github.com/{REPO}", "written_by": "benchmarks/"
-            "bench_edgetpu_partition.py --write-fixture"}
-    pairs = [json.dumps({"model": p.model, "compiler": p.compiler, "commit": p.commit,
+                [[s.channels, list(s.sources), s.rank] for s in op.selections],
+                list(op.input_shape), op.source]
+    head = {"sources": sorted({f"https://github.com/{p.repo}" for p in params}),
+            "written_by": "benchmarks/bench_edgetpu_partition.py --write-fixture"}
+    pairs = [json.dumps({"model": p.model, "repo": p.repo, "compiler": p.compiler,
+                         "commit": p.commit,
                          "compiled_path": p.compiled_path, "real_cached": p.real[0],
                          "real_streamed": p.real[1], "ops": [op_json(op) for op in p.ops]},
                         separators=(",", ":")) for p in params]
@@ -364,23 +390,31 @@ def read_fixture(path: Path) -> list[Params]:
                    (p["real_cached"], p["real_streamed"]),
                    tuple(LayoutOp(kind, tuple(Constant(tuple(shape), dtype, nbytes, pc)
                                               for shape, dtype, nbytes, pc in consts),
-                                  tuple(shape), tuple(Selection(n, tuple(src)) for n, src in sels))
-                         for kind, consts, shape, sels in p["ops"]))
+                                  tuple(shape),
+                                  tuple(Selection(n, tuple(src), rank) for n, src, rank in sels),
+                                  tuple(first), source)
+                         for kind, consts, shape, sels, first, source in p["ops"]), p["repo"])
             for p in pairs]
 
 
-def snapshot_rows(mirror: Path, profile) -> list[Row]:
+def snapshot_rows(root: Path, profile) -> list[Row]:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="devicefit-etpu-pairs-") as tmp:
-        for release, commit, compiler in RELEASES:
+        for source in SOURCES:
+            mirror, commit = source.mirror(root), source.commit
+            if not mirror.is_dir():
+                print(f"skipped: no snapshot of {source.repo} at {mirror}", file=sys.stderr)
+                continue
             for src, comp in pairs(mirror, commit):
                 a = _blob(mirror, commit, src, Path(tmp))
                 b = _blob(mirror, commit, comp, Path(tmp))
                 if a is None or b is None:
-                    print(f"skipped: {release} {comp}: not in the snapshot (>= 4 MiB)",
+                    print(f"skipped: {source.label} {comp}: not in the snapshot",
                           file=sys.stderr)
                     continue
-                row = run_pair(a, b, f"{src} ({release})", compiler, profile, commit, comp)
+                name = f"{src.removeprefix('libredgetpu/')} ({source.label})"
+                row = run_pair(a, b, name, source.compiler, profile, commit, comp,
+                               source.repo)
                 if isinstance(row, str):
                     print(f"skipped: {row}", file=sys.stderr)
                 else:
@@ -406,17 +440,28 @@ def check_params(params: list[Params], cache: int | None) -> tuple[list[str], bo
             f"(within {TOLERANCE:.0%} leave-one-model-out, or low where an op is not "
             f"modelled). Held out, on the {len(tested)} pairs whose mapped ops are all "
             f"modelled by rules another pair shows too: {exact} exact, worst {worst:.2%}. "
-            f"In-sample only (a rule no other pair shows; held out it falls back to the "
-            f"TFLite bytes): {named(alone, 'error')}. With an op not modelled, "
+            f"In-sample only (a rule no other model shows; held out it falls back to the "
+            f"TFLite bytes or the rule it refines): {_by_rules(alone)}. With an op not modelled, "
             f"{len(rows) - len(modelled) - len(low)} exact anyway and {len(low)} low: "
             f"{named(low, 'loo_error')}"]
     return lines, all(r.agrees or r.in_sample_only for r in rows)
 
 
+def _by_rules(rows: list[ParamRow]) -> str:
+    """The in-sample-only pairs counted by the rules they alone show, with their worst
+    in-sample error."""
+    groups: dict[tuple[str, ...], list[ParamRow]] = {}
+    for r in rows:
+        groups.setdefault(r.left_out, []).append(r)
+    return "; ".join(f"{len(rs)} pair(s) on {', '.join(rules)} (worst in-sample "
+                     f"{max(abs(r.error) for r in rs):.2%})"
+                     for rules, rs in groups.items()) or "none"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mirror", type=Path, default=MIRROR,
-                    help="bare git dir of google-coral/test_data")
+    ap.add_argument("--mirrors", type=Path, default=MIRRORS,
+                    help="folder of the bare git snapshots (OWNER+NAME/repo)")
     ap.add_argument("--fixture", type=Path,
                     help="check the parameter layout on this fixture instead of the snapshot")
     ap.add_argument("--write-fixture", type=Path,
@@ -428,11 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     if args.fixture is not None:
         params = read_fixture(args.fixture)
-    elif not args.mirror.is_dir():
-        print(f"skipped: no snapshot of google-coral/test_data at {args.mirror}")
-        params = []
     else:
-        rows = snapshot_rows(args.mirror, profile)
+        rows = snapshot_rows(args.mirrors, profile)
         params = [r.params for r in rows]
         print("\n".join(table(rows)))
         print()

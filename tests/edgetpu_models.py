@@ -166,21 +166,25 @@ def compiled_model(cached_bytes: int = 40_000, streamed_bytes: int = 600,
 
 
 def _weights(name: str, shape: tuple[int, ...], buffer: int, channels: int,
-             per_channel: bool) -> fb.TensorT:
-    """An int8 weight tensor with one scale per output channel or one for all."""
+             per_channel: bool, equal: bool = False) -> fb.TensorT:
+    """An int8 weight tensor with one scale per output channel (all ``equal`` or each its
+    own) or one for all."""
     t = _tensor(name, shape, I8, buffer)
     q = fb.QuantizationParametersT()
     n = channels if per_channel else 1
-    q.scale, q.zeroPoint, q.quantizedDimension = [0.01] * n, [0] * n, 0
+    scales = [0.01 if equal else 0.01 * (1 + k / 100) for k in range(n)]
+    q.scale, q.zeroPoint, q.quantizedDimension = scales, [0] * n, 0
     t.quantization = q
     return t
 
 
 def layer_model(kind: str, out_channels: int, in_channels: int, kernel: int = 1, *,
-                per_channel: bool = False, hw: int = 8, shared: bool = False) -> bytes:
-    """One int8 CONV_2D [O, k, k, I], DEPTHWISE_CONV_2D [1, k, k, I] (O = I) or
-    FULLY_CONNECTED [O, I] with its int32 bias; ``shared``: a second op of the same kind
-    reads the same weight and bias buffers (CONV_2D/DEPTHWISE with O = I only)."""
+                per_channel: bool = False, hw: int = 8, shared: bool = False,
+                bias: bool = True, equal_scales: bool = False) -> bytes:
+    """One int8 CONV_2D [O, k, k, I], DEPTHWISE_CONV_2D [1, k, k, O] (O = I, or over one
+    input channel with a channel multiplier of O) or FULLY_CONNECTED [O, I], with its int32
+    bias unless ``bias`` is False; ``shared``: a second op of the same kind reads the same
+    weight and bias buffers (CONV_2D/DEPTHWISE with O = I only)."""
     o, i, k = out_channels, in_channels, kernel
     if kind == "FULLY_CONNECTED":
         wshape, xshape, yshape = (o, i), (1, i), (1, o)
@@ -188,10 +192,11 @@ def layer_model(kind: str, out_channels: int, in_channels: int, kernel: int = 1,
                                 fb.BuiltinOptions.FullyConnectedOptions,
                                 fb.FullyConnectedOptionsT())
     elif kind == "DEPTHWISE_CONV_2D":
-        o = i
-        wshape, xshape, yshape = (1, k, k, i), (1, hw, hw, i), (1, hw, hw, i)
+        o = o if i == 1 else i
+        wshape, xshape, yshape = (1, k, k, o), (1, hw, hw, i), (1, hw, hw, o)
         opts = fb.DepthwiseConv2DOptionsT()
-        opts.padding, opts.strideW, opts.strideH, opts.depthMultiplier = fb.Padding.SAME, 1, 1, 1
+        opts.padding, opts.strideW, opts.strideH = fb.Padding.SAME, 1, 1
+        opts.depthMultiplier = o // i
         opts.dilationWFactor = opts.dilationHFactor = 1
         code, opt_type = (fb.BuiltinOperator.DEPTHWISE_CONV_2D,
                           fb.BuiltinOptions.DepthwiseConv2DOptions)
@@ -201,9 +206,10 @@ def layer_model(kind: str, out_channels: int, in_channels: int, kernel: int = 1,
                                 _conv(o))
     w = np.ones(wshape, np.int8)
     b = np.zeros(o, np.int32)
-    tensors = [_tensor("x", xshape, I8, 0), _weights("w", wshape, 1, o, per_channel),
+    tensors = [_tensor("x", xshape, I8, 0),
+               _weights("w", wshape, 1, o, per_channel, equal_scales),
                _tensor("b", (o,), I32, 2), _tensor("y", yshape, I8, 0)]
-    ops = [_operator(0, [0, 1, 2], [3], opt_type, opts)]
+    ops = [_operator(0, [0, 1, 2 if bias else -1], [3], opt_type, opts)]
     if shared:
         tensors.append(_tensor("y2", yshape, I8, 0))
         ops.append(_operator(0, [3, 1, 2], [4], opt_type, opts))
@@ -272,3 +278,40 @@ def concat_conv_model(first: int, second: int) -> bytes:
            _operator(1, [2, 3, 4], [5], fb.BuiltinOptions.Conv2DOptions, _conv(4))]
     return _model(codes, tensors, [_buffer(w), _buffer(np.zeros(4, np.int32))], ops, [0, 1],
                   [5])
+
+
+def tracker_model(hw: int, channels: int = 1) -> bytes:
+    """The graph of ricardodeazambuja/LibrEdgeTPU's tracker templates, int8: x[1, hw, hw, C]
+    (C = 3: a 1×1 CONV_2D to one channel first, as its color trackers) → RESHAPE to
+    [1, hw·hw] → SOFTMAX → two bias-free FULLY_CONNECTED to one output each (per-tensor
+    scales) → CONCATENATION → [1, 2]."""
+    n = hw * hw
+    codes = [_opcode(fb.BuiltinOperator.RESHAPE), _opcode(fb.BuiltinOperator.SOFTMAX),
+             _opcode(fb.BuiltinOperator.FULLY_CONNECTED),
+             _opcode(fb.BuiltinOperator.CONCATENATION), _opcode(fb.BuiltinOperator.CONV_2D)]
+    tensors = [_tensor("x", (1, hw, hw, channels), I8, 0), _tensor("shape", (2,), I32, 1),
+               _tensor("flat", (1, n), I8, 0), _tensor("p", (1, n), I8, 0),
+               _weights("wx", (1, n), 2, 1, False), _weights("wy", (1, n), 3, 1, False),
+               _tensor("x_at", (1, 1), I8, 0), _tensor("y_at", (1, 1), I8, 0),
+               _tensor("xy", (1, 2), I8, 0)]
+    buffers = [_buffer(np.array([1, n], np.int32)), _buffer(np.ones((1, n), np.int8)),
+               _buffer(np.ones((1, n), np.int8))]
+    softmax = fb.SoftmaxOptionsT()
+    softmax.beta = 1.0
+    image = 0
+    ops = []
+    if channels != 1:
+        tensors += [_weights("wc", (1, 1, 1, channels), 4, 1, False), _tensor("bc", (1,), I32, 5),
+                    _tensor("mask", (1, hw, hw, 1), I8, 0)]
+        buffers += [_buffer(np.ones((1, 1, 1, channels), np.int8)),
+                    _buffer(np.zeros(1, np.int32))]
+        ops.append(_operator(4, [0, 9, 10], [11], fb.BuiltinOptions.Conv2DOptions, _conv(1)))
+        image = 11
+    fc = fb.FullyConnectedOptionsT()
+    ops += [_operator(0, [image, 1], [2], fb.BuiltinOptions.ReshapeOptions,
+                      fb.ReshapeOptionsT()),
+            _operator(1, [2], [3], fb.BuiltinOptions.SoftmaxOptions, softmax),
+            _operator(2, [3, 4, -1], [6], fb.BuiltinOptions.FullyConnectedOptions, fc),
+            _operator(2, [3, 5, -1], [7], fb.BuiltinOptions.FullyConnectedOptions, fc),
+            _operator(3, [6, 7], [8], fb.BuiltinOptions.ConcatenationOptions, _concat())]
+    return _model(codes, tensors, buffers, ops, [0], [8])

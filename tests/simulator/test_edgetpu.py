@@ -125,10 +125,24 @@ def test_large_parameters_are_streamed(coral):
                                          + lat.cpu_ms)
 
 
-@pytest.mark.parametrize("name", ["dynamic_int8", "dynamic_float32"])
-def test_dynamic_shapes_are_rejected(coral, name):
-    r = _partition(name, coral)
-    assert r.compile_error is not None and "dynamic" in r.compile_error
+def test_a_dynamic_batch_alone_compiles(coral):
+    """A -1 batch in the shape signature with every shape operand constant: the compiler's
+    interpreter allocates the stored shape (LibrEdgeTPU's dense templates, [-1, N] inputs,
+    were compiled whole by compiler 16)."""
+    r = _partition("dynamic_int8", coral)
+    assert r.compile_error is None and r.cpu_ops == 0 and r.fully_mapped
+
+
+def test_dynamic_sized_tensors_are_rejected(coral, tmp_path):
+    """A RESHAPE whose shape is computed in the graph (SHAPE → STRIDED_SLICE → PACK) leaves
+    its output dynamic-sized until the graph runs: the compiler refuses the whole model."""
+    from tests.tflite_builder import shape_reshape_model
+
+    path = tmp_path / "reshape.tflite"
+    path.write_bytes(shape_reshape_model())
+    r = edgetpu_partition(read_model(path), coral)
+    assert r.compile_error is not None and "dynamic-sized" in r.compile_error
+    assert "op 3 RESHAPE" in r.compile_error and "'new_shape'" in r.compile_error
     assert r.mapped_ops == 0 and all(p.device == "cpu" for p in r.ops)
     assert r.first_unmapped.reason == r.compile_error
 

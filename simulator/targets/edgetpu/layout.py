@@ -2,9 +2,10 @@
 
 The compiled package's parameters are not the TFLite weights: they are laid out for the
 TPU's 4-wide input / 64-wide output compute lanes. Read out of the ``parameters`` of the
-google-coral/test_data compiled pairs (``benchmarks/bench_edgetpu_partition.py`` compares
-every pair; the weights were found byte for byte in the packages, int8 ones stored with
-their sign bit flipped as uint8):
+public compiled pairs — google-coral/test_data (releases Grouper, compiler 16, and
+Frogfish, compiler 15) and ricardodeazambuja/LibrEdgeTPU's templates (compiler 16) —
+(``benchmarks/bench_edgetpu_partition.py`` compares every pair; the weights were found byte
+for byte in the packages, int8 ones stored with their sign bit flipped as uint8):
 
 - ``matrix`` (CONV_2D, FULLY_CONNECTED with constant weights ``[O, kh, kw, I]``): output
   channels in groups of 64, the last group padded to 64 when O > 64, to a multiple of 16
@@ -14,9 +15,29 @@ their sign bit flipped as uint8):
   deeplabv3 (2 widths), posenet, movenet: exact.
 - ``per_channel_header``: the header is 4 B per channel (int32 bias) for a per-tensor
   weight scale, 12 B (float32 scale, int32 bias, int32 offset) for per-channel scales
-  (movenet, the compiler-16 posenet/bodypix decoders).
-- ``four_channels``: O <= 4 keeps 4 channels (header and rows), the section padded to
-  64 B (movenet's and bodypix's 1-channel heads: bias then 12 zero bytes, rows of 16 B).
+  (movenet, the compiler-16 posenet/bodypix decoders). Per-channel scales that are all
+  equal count as one (LibrEdgeTPU's Gabor depthwise: 4 B).
+- ``bias_header``: an op without a bias has no int32 bias in its header: 8 B per channel
+  with per-channel scales (LibrEdgeTPU dense_256/512/1024: float32 scales then int32
+  offsets), nothing with one scale (its tracker FCs: rows only).
+- ``four_channels``: O <= 4 with a spatial output keeps 4 channels (header and rows), the
+  section padded to 64 B (movenet's and bodypix's 1-channel heads: bias then 12 zero
+  bytes, rows of 16 B; LibrEdgeTPU's looming 3×3 convs, its color trackers' 1×1 conv). A
+  rank-2 output of 4 channels or fewer fills 16 lanes (the trackers' 1-output FCs: rows of
+  one weight lane, three zero-weight lanes and 48 B of padding; their CONCATENATION of two
+  [1, 1] tensors).
+- ``depthwise_single_input``: a depthwise conv over one input channel (its channel
+  multiplier makes its outputs) is laid out as a conv, a ``matrix`` of one input channel
+  padded to 4 (LibrEdgeTPU's Gabor bank: 7×7, 1 → 8 channels, 3,200 B in both sizes and
+  with or without pooling).
+- ``flatten_compaction``: a RESHAPE that moves the positions of a ``[1, H, W, C]`` tensor
+  whose channels are off the 4-channel grid into ``[1, N]`` channels, after a TPU op, is a
+  16-lane 0/1 matrix over up to 16 positions of ``pad4(C)`` inputs, applied block by block
+  (looming: 3×3×1 → 9, 640 B; color trackers: 64×64×1 → 4,096, 1,088 B at both sizes);
+  the graph's input (through a QUANTIZE) arrives dense and needs none (bright trackers).
+- ``wide_fc_streamed``: a FULLY_CONNECTED over more than 4,096 inputs streams its weights
+  every inference even when the cache has room (trackers: 16,384 inputs → 512 KiB
+  streamed, 4,096 → cached; the threshold lies between).
 - ``depthwise`` (DEPTHWISE_CONV_2D): channels in groups of 4, each a header and, per
   kernel tap, a 4×4 block whose diagonal holds the taps (all depthwise models).
 - ``streamed_operand``: a constant operand of an element-wise op (SUB/MUL/ADD ...) is not
@@ -34,7 +55,10 @@ their sign bit flipped as uint8):
   = 48,192 + 64, the difference to their compiler-15 twins, which store nothing for it.
   ``softmax_wide``: the 64 B more (a float32 1.0) the 1,001-class ones hold and the
   10-class one does not; devicefit adds it above 64 classes (past one 64-lane group), a
-  threshold the two sizes seen do not pin down.
+  threshold the two sizes seen do not pin down. ``softmax_from_matrix``: the tables exist
+  only when the classes are a conv/FC's output channels (directly or through a RESHAPE that
+  moves no position); a SOFTMAX over a flattened image stores none (LibrEdgeTPU's
+  trackers: 256, 4,096 and 16,384 positions, from the input or after a 1×1 conv).
 - ``channel_selection``: a tensor that CONCATENATION/SPLIT/SPLIT_V along the channels
   assemble, and that something reads (another op, the graph's outputs), is a copy when each
   run of channels it takes starts on the 4-channel grid of its source and of itself;
@@ -45,9 +69,9 @@ their sign bit flipped as uint8):
   (``input1[1]``, ``input1[2]``, ``[rnn1[0], rnn2[1]]``): 3 × 64 B, its whole package; the
   two at channel 0 of a source (``input1[0]``, ``rnn2[0]``) cost nothing, and so do the
   on-grid concatenations of deeplab_mobilenet_edgetpu_slim (128 + 128) and the
-  posenet/bodypix decoders (32 + 32). The only pair with
-  such a selection (Grouper, compiler 16): sizes beyond 4 channels are the ``matrix``
-  layout's, not seen; compiler 15 is assumed to do the same.
+  posenet/bodypix decoders (32 + 32). LibrEdgeTPU's trackers concatenate two [1, 1]
+  tensors: one selection of 16 lanes (rank 2) × 2 sources, 192 B. Sizes beyond 4
+  channels are the ``matrix`` layout's, not seen; compiler 15 is assumed to do the same.
 
 - ``lstm`` (UNIDIRECTIONAL_SEQUENCE_LSTM, compiler 16), from keras_lstm_mnist alone
   (Grouper; T = 28 steps, I = 28 inputs, H = 20 units, int16 cell): its package's 43,968 B
@@ -81,12 +105,19 @@ from devicefit.simulator.reader import constant_values
 #: Rule name → what it says (the evidence is in the module docstring and the benchmark).
 RULES: dict[str, str] = {
     "matrix": "conv/FC: 64-channel groups (16-padded below 64), kh*kw*pad4(I) rows each",
-    "per_channel_header": "12 B per output channel with per-channel scales, 4 B without",
-    "four_channels": "O <= 4: 4 channels, the section padded to 64 B",
+    "per_channel_header": "8 B more per output channel (float32 scale, int32 offset) when "
+                          "the channels' scales differ",
+    "bias_header": "an int32 bias per output channel only when the op has a bias",
+    "four_channels": "O <= 4 with a spatial output: 4 channels, the section padded to 64 B",
+    "depthwise_single_input": "a depthwise conv over one input channel is laid out as a conv",
+    "flatten_compaction": "a RESHAPE of a spatial tensor off the 4-channel grid into channels "
+                          "after a TPU op: a 16-lane 0/1 matrix over up to 16 positions",
+    "wide_fc_streamed": "a FULLY_CONNECTED over more than 4,096 inputs streams its weights",
     "depthwise": "4-channel groups: header + a 4x4 diagonal block per tap",
     "streamed_operand": "element-wise constant operands streamed, padded to 64 B",
     "shape_operand": "shape ops' int32 constants live in the instructions",
     "softmax": "compiler 16: three tables of 64 B per 4 classes",
+    "softmax_from_matrix": "the tables only when the classes are a conv/FC's output channels",
     "softmax_wide": "compiler 16: 64 B more above 64 classes",
     "channel_selection": "channels taken off the 4-channel grid: a 0/1 matrix per tensor read",
     "lstm": "compiler 16, one pair: gate matrices over [x, h] and six 0/1 data-moving matrices",
@@ -96,10 +127,15 @@ _MATRIX_OPS = frozenset({"CONV_2D", "FULLY_CONNECTED"})
 _ELEMENTWISE_OPS = frozenset({"ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM", "SQUARED_DIFFERENCE"})
 #: Ops the compiler stores parameters for that this module does not model (see above).
 UNMODELLED = frozenset({"UNIDIRECTIONAL_SEQUENCE_LSTM"})
-#: Rules taken from one public pair only (google-coral/test_data, release Grouper): a note
-#: says so wherever they size an op.
-ONE_PAIR_RULES: dict[str, str] = {"lstm": "keras_lstm_mnist_ptq",
-                                  "channel_selection": "tools/split_concat"}
+#: Rules taken from one public compiled model only: a note says so wherever they size an op.
+ONE_PAIR_RULES: dict[str, str] = {
+    "lstm": "google-coral/test_data keras_lstm_mnist_ptq",
+    "depthwise_single_input": "ricardodeazambuja/LibrEdgeTPU's Gabor templates"}
+#: A FULLY_CONNECTED over more inputs streams its weights every inference, whatever the
+#: cache holds: 16,384 inputs streamed, 4,096 cached (LibrEdgeTPU's tracker templates).
+_FC_CACHED_INPUTS_MAX = 4096
+#: Positions a flattening RESHAPE's 0/1 matrix covers at most (it is applied block by block).
+_COMPACTION_POSITIONS = 16
 #: Ops that move channels: what they assemble is traced to the tensors no such op made.
 _CHANNEL_OPS = frozenset({"CONCATENATION", "SPLIT", "SPLIT_V"})
 #: The first compiler that stores SOFTMAX tables (compiler 15 stores none).
@@ -128,6 +164,8 @@ class Selection:
 
     channels: int
     sources: tuple[int, ...]
+    #: Rank of the tensor: a rank-2 one fills 16 lanes even for 4 channels or fewer.
+    rank: int = 4
 
 
 @dataclass(frozen=True)
@@ -142,6 +180,11 @@ class LayoutOp:
     #: The shape of the op's first output (SOFTMAX's classes, the LSTM's steps and units).
     shape: tuple[int, ...] = ()
     selections: tuple[Selection, ...] = ()
+    #: The shape of the op's first input, and the kind of the op that made it ("" for a
+    #: graph input), seen through RESHAPE/SQUEEZE ops that move no position (a
+    #: ``[1, 1, 1, C]`` → ``[1, C]`` view).
+    input_shape: tuple[int, ...] = ()
+    source: str = ""
 
     @property
     def channels(self) -> int:
@@ -149,19 +192,24 @@ class LayoutOp:
 
     @classmethod
     def of(cls, sg: Subgraph, op: Operator, buffer_sizes: tuple[int, ...] = (),
-           stored: bool = False, selections: tuple[Selection, ...] = ()) -> LayoutOp:
+           stored: bool = False, selections: tuple[Selection, ...] = (),
+           source: str = "") -> LayoutOp:
         """The op as the layout sees it; ``stored``: an earlier op stored all its constants
-        already, so it has none of its own."""
+        already, so it has none of its own; ``source``: the kind of the op that made its
+        first input."""
         consts = []
         for i in op.inputs:
             if stored or i < 0 or not sg.tensors[i].has_data:
                 continue
             t = sg.tensors[i]
             size = buffer_sizes[t.buffer] if t.buffer < len(buffer_sizes) else t.nbytes
+            # Per-channel scales that are all equal are one scale to the compiler (gabor's
+            # depthwise: 4 B headers).
             consts.append(Constant(t.shape, t.dtype, size,
-                                   bool(t.quantization and t.quantization.per_channel)))
+                                   bool(t.quantization and len(set(t.quantization.scale)) > 1)))
         out = sg.tensors[op.outputs[0]].shape if op.outputs and op.outputs[0] >= 0 else ()
-        return cls(op.op_name, tuple(consts), out, selections)
+        first = sg.tensors[op.inputs[0]].shape if op.inputs and op.inputs[0] >= 0 else ()
+        return cls(op.op_name, tuple(consts), out, selections, first, source)
 
 
 @dataclass(frozen=True)
@@ -186,32 +234,66 @@ def _channels(o: int) -> int:
     return _pad(o, 16) if o <= _LANES else _pad(o, _LANES)
 
 
-def _matrix(op: LayoutOp, without: frozenset[str]) -> OpParams:
-    w = op.constants[0]
-    o = w.shape[0]
+def _header(op: LayoutOp, without: frozenset[str]) -> tuple[int, tuple[str, ...]]:
+    """Bytes per output channel ahead of a conv/FC/depthwise's weights, and the rules used:
+    an int32 bias (when the op has one), then a float32 scale and an int32 offset when the
+    channels' scales differ (4, 8 or 12 B; none for a bias-free per-tensor op)."""
+    per_channel = op.constants[0].per_channel and "per_channel_header" not in without
+    no_bias = len(op.constants) < 2 and "bias_header" not in without
+    return ((0 if no_bias else 4) + (8 if per_channel else 0),
+            (*(("per_channel_header",) if per_channel else ()),
+             *(("bias_header",) if no_bias else ())))
+
+
+def _taps(shape: tuple[int, ...]) -> int:
     taps = 1
-    for d in w.shape[1:-1]:
+    for d in shape:
         taps *= d
-    per_channel = w.per_channel and "per_channel_header" not in without
-    four = o <= 4 and "four_channels" not in without
-    lanes = 4 if four else _channels(o)
-    size = lanes * ((12 if per_channel else 4) + taps * _pad(w.shape[-1], 4))
-    return OpParams(_pad(size, _ALIGN), 0, "matrix", _uses("matrix", per_channel, four))
+    return taps
+
+
+def _lanes(o: int, rank: int, without: frozenset[str]) -> tuple[int, tuple[str, ...]]:
+    """Lanes of ``o`` output channels: 4 for a spatial output of 4 channels or fewer."""
+    if o <= 4 and rank != 2 and "four_channels" not in without:
+        return 4, ("four_channels",)
+    return _channels(o), ()
+
+
+def _matrix(op: LayoutOp, without: frozenset[str], inputs: int | None = None,
+            rule: str = "matrix") -> OpParams:
+    """``inputs``: the input channels when the weights do not show them (a depthwise
+    conv over one channel)."""
+    w = op.constants[0]
+    o = w.shape[-1] if inputs is not None else w.shape[0]
+    header, uses = _header(op, without)
+    lanes, four = _lanes(o, len(op.shape), without)
+    size = lanes * (header + _taps(w.shape[1:-1]) * _pad(inputs or w.shape[-1], 4))
+    fc_inputs = w.shape[-1] if op.kind == "FULLY_CONNECTED" else 0
+    if fc_inputs > _FC_CACHED_INPUTS_MAX and "wide_fc_streamed" not in without:
+        return OpParams(0, _pad(size, _ALIGN), rule, (rule, *uses, *four, "wide_fc_streamed"))
+    return OpParams(_pad(size, _ALIGN), 0, rule, (rule, *uses, *four))
 
 
 def _depthwise(op: LayoutOp, without: frozenset[str]) -> OpParams:
     w = op.constants[0]
-    taps = 1
-    for d in w.shape[1:-1]:
-        taps *= d
-    per_channel = w.per_channel and "per_channel_header" not in without
-    return OpParams(_pad(w.shape[-1], 4) * ((12 if per_channel else 4) + 4 * taps), 0,
-                    "depthwise", _uses("depthwise", per_channel))
+    if op.input_shape[-1:] == (1,) and "depthwise_single_input" not in without:
+        return _matrix(op, without, 1, "depthwise_single_input")
+    header, uses = _header(op, without)
+    return OpParams(_pad(w.shape[-1], 4) * (header + 4 * _taps(w.shape[1:-1])), 0,
+                    "depthwise", ("depthwise", *uses))
 
 
-def _uses(rule: str, per_channel: bool, four: bool = False) -> tuple[str, ...]:
-    return (rule, *(("per_channel_header",) if per_channel else ()),
-            *(("four_channels",) if four else ()))
+def _compaction(op: LayoutOp) -> int:
+    """The 0/1 matrix of a RESHAPE that moves the positions of a ``[1, H, W, C]`` tensor
+    off the 4-channel grid (C not a multiple of 4) into channels, after a TPU op (a graph
+    input arrives dense): 16 lanes over up to 16 positions of ``pad4(C)`` inputs (looming:
+    3×3 → 9, 640 B; color trackers: 64×64 → 4,096, 1,088 B); 0 when none is needed."""
+    shape = op.input_shape
+    if len(shape) != 4 or len(op.shape) != 2 or shape[-1] % 4 == 0 or \
+            _positions(shape) <= 1 or op.source in ("", "QUANTIZE"):
+        return 0
+    positions = min(shape[1] * shape[2], _COMPACTION_POSITIONS)
+    return _LANES // 4 * (4 + positions * _pad(shape[-1], 4))
 
 
 def _streamed(c: Constant) -> int:
@@ -230,6 +312,8 @@ def _elements(shape: tuple[int, ...]) -> int:
 
 
 def _softmax(op: LayoutOp, without: frozenset[str]) -> OpParams:
+    if op.source not in _MATRIX_OPS and "softmax_from_matrix" not in without:
+        return OpParams(0, 0, "softmax", ("softmax_from_matrix",))
     wide = op.channels > _LANES and "softmax_wide" not in without
     return OpParams(3 * 16 * _pad(op.channels, 4) + (_ALIGN if wide else 0), 0, "softmax",
                     ("softmax", *(("softmax_wide",) if wide else ())))
@@ -254,9 +338,9 @@ def _lstm(op: LayoutOp) -> OpParams | None:
     return OpParams(cached, _pad(steps * h, _ALIGN), "lstm", ("lstm",))
 
 
-def _selection(sel: Selection) -> int:
-    lanes = 4 if sel.channels <= 4 else _channels(sel.channels)
-    return _pad(lanes * (4 + sum(_pad(c, 4) for c in sel.sources)), _ALIGN)
+def _selection(sel: Selection, without: frozenset[str]) -> tuple[int, tuple[str, ...]]:
+    lanes, four = _lanes(sel.channels, sel.rank, without)
+    return _pad(lanes * (4 + sum(_pad(c, 4) for c in sel.sources)), _ALIGN), four
 
 
 def layout_params(op: LayoutOp, without: frozenset[str] = frozenset(),
@@ -272,8 +356,9 @@ def layout_params(op: LayoutOp, without: frozenset[str] = frozenset(),
     if op.kind in UNMODELLED:
         return OpParams(tflite, 0, "unmodelled")
     if op.selections and "channel_selection" not in without:
-        return OpParams(sum(_selection(s) for s in op.selections), 0, "channel_selection",
-                        ("channel_selection",))
+        sized = [_selection(s, without) for s in op.selections]
+        return OpParams(sum(n for n, _ in sized), 0, "channel_selection",
+                        ("channel_selection", *dict.fromkeys(r for _, f in sized for r in f)))
     if op.kind == "SOFTMAX" and compiler >= _SOFTMAX_TABLES_FROM and op.channels and \
             "softmax" not in without:
         return _softmax(op, without)
@@ -285,6 +370,9 @@ def layout_params(op: LayoutOp, without: frozenset[str] = frozenset(),
     if op.kind in _ELEMENTWISE_OPS and op.constants and "streamed_operand" not in without:
         return OpParams(0, sum(_streamed(c) for c in op.constants), "streamed_operand",
                         ("streamed_operand",))
+    if op.kind == "RESHAPE" and "flatten_compaction" not in without and \
+            (compaction := _compaction(op)):
+        return OpParams(compaction, 0, "flatten_compaction", ("flatten_compaction",))
     if op.kind in _SHAPE_OPS and op.constants and "shape_operand" not in without and \
             all(c.dtype in ("int32", "int64") for c in op.constants):
         return OpParams(0, 0, "shape_operand", ("shape_operand",))
@@ -351,7 +439,8 @@ def _selections(model: Model, mapped: set[int]) -> dict[int, tuple[Selection, ..
     for i in sorted(movers):
         sels = tuple(Selection(sg.tensors[t].shape[-1],
                                tuple(sg.tensors[s].shape[-1]
-                                     for s in dict.fromkeys(r[0] for r in runs[t])))
+                                     for s in dict.fromkeys(r[0] for r in runs[t])),
+                               len(sg.tensors[t].shape))
                      for t in sg.operators[i].outputs
                      if t in read and any(at % 4 or to % 4 for _, at, _, to in runs[t]))
         if sels:
@@ -366,15 +455,30 @@ def stored_ops(model: Model, indices: Iterable[int]) -> dict[int, LayoutOp]:
     sg = model.main
     order = list(indices)
     selections = _selections(model, set(order))
+    made_by = {t: o for o in sg.operators for t in o.outputs}
+
+    def source(t: int) -> str:
+        op = made_by.get(t)
+        while op is not None and op.op_name in ("RESHAPE", "SQUEEZE") and op.inputs and \
+                _positions(sg.tensors[op.inputs[0]].shape) <= 1:
+            op = made_by.get(op.inputs[0])
+        return "" if op is None else op.op_name
+
     seen: set[int] = set()
     out: dict[int, LayoutOp] = {}
     for i in order:
         op = sg.operators[i]
         buffers = {sg.tensors[t].buffer for t in op.inputs if t >= 0 and sg.tensors[t].has_data}
+        first = op.inputs[0] if op.inputs else -1
         out[i] = LayoutOp.of(sg, op, model.buffer_sizes, not buffers - seen,
-                             selections.get(i, ()))
+                             selections.get(i, ()), source(first) if first >= 0 else "")
         seen |= buffers
     return out
+
+
+def _positions(shape: tuple[int, ...]) -> int:
+    """Positions of a tensor: its elements over the last (channel) axis."""
+    return _elements(shape[:-1]) if shape else 1
 
 
 def cache_split(params: list[OpParams], cache: int | None) -> list[bool]:

@@ -327,8 +327,8 @@ def partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
         ops = sorted({p.op for p in placements if p.param_rule == rule})
         if ops:
             notes.append(f"the parameter layout of {', '.join(ops)} is read from one public "
-                         f"compiled pair (google-coral/test_data {pair}, compiler 16): not "
-                         "verified on other shapes")
+                         f"compiled model ({pair}, compiler 16): not verified on other "
+                         "shapes")
     first = next((p for p in placements if p.device == "cpu"
                   and p.status != table.status("subgraph")), None)
     tpu = [p.index for p in placements if p.device == "tpu"]

@@ -191,14 +191,40 @@ def _dims_over_1(shape: Iterable[int]) -> int:
     return sum(1 for d in shape if d > 1)
 
 
+#: Operands that decide an op's output shape: when one is not a constant, the interpreter's
+#: Prepare leaves the output dynamic-sized (``SetTensorToDynamic``) until it runs.
+_SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
+    "RESHAPE": (1,), "BROADCAST_TO": (1,), "FILL": (0,), "TILE": (1,), "PAD": (1,),
+    "PADV2": (1,), "MIRROR_PAD": (1,), "SLICE": (1, 2), "STRIDED_SLICE": (1, 2, 3),
+    "TRANSPOSE": (1,), "RESIZE_BILINEAR": (1,), "RESIZE_NEAREST_NEIGHBOR": (1,),
+    "EXPAND_DIMS": (1,), "SPLIT": (0,), "SPLIT_V": (1, 2), "MEAN": (1,), "SUM": (1,),
+    "REDUCE_MAX": (1,), "REDUCE_MIN": (1,), "REDUCE_PROD": (1,), "REDUCE_ANY": (1,),
+    "ARG_MAX": (1,), "ARG_MIN": (1,), "RANGE": (0, 1, 2)}
+#: Ops whose output size depends on the data itself.
+_DATA_SIZED = frozenset({"WHERE", "UNIQUE", "NON_MAX_SUPPRESSION_V4", "NON_MAX_SUPPRESSION_V5"})
+
+
 @model_check("static_shapes")
 def _static_shapes(model: Model) -> CheckResult:
-    dynamic = [t for t in model.main.tensors if t.is_dynamic]
-    if dynamic:
-        t = dynamic[0]
-        return False, (f"tensor '{t.name}' has a dynamic shape {list(t.shape_signature or ())}: "
+    """The compiler runs the model in its TFLite interpreter first, which refuses a graph
+    with a dynamic-sized tensor: one whose size is known only when the graph runs (a shape
+    operand computed in the graph, a data-sized output). A -1 in a ``shape_signature``
+    alone is not one: the interpreter allocates the stored shape, and compiler 16 compiles
+    it (LibrEdgeTPU's dense templates, [-1, N] inputs: mapped whole, the compiled file's
+    shapes static)."""
+    sg = model.main
+    for op in sg.operators:
+        operands = [op.inputs[i] for i in _SHAPE_OPERANDS.get(op.op_name, ())
+                    if i < len(op.inputs) and op.inputs[i] >= 0]
+        computed = next((sg.tensors[i] for i in operands if not sg.tensors[i].has_data), None)
+        if computed is None and op.op_name not in _DATA_SIZED:
+            continue
+        out = sg.tensors[op.outputs[0]].name if op.outputs and op.outputs[0] >= 0 else "?"
+        why = (f"its shape operand '{computed.name}' is computed in the graph"
+               if computed is not None else "its size depends on the data")
+        return False, (f"op {op.index} {op.op_name} makes '{out}' dynamic-sized ({why}): "
                        "the Edge TPU compiler refuses graphs with dynamic-sized tensors; "
-                       "convert with a fixed batch of 1")
+                       "convert with a fixed batch of 1 so that shapes are constants")
     return True, ""
 
 
@@ -383,15 +409,15 @@ def _prelu_alpha_1d(ctx: OpContext) -> CheckResult:
     return True, ""
 
 
-@op_check("softmax_1d_max_16000")
-def _softmax_1d_max_16000(ctx: OpContext) -> CheckResult:
+@op_check("softmax_1d")
+def _softmax_1d(ctx: OpContext) -> CheckResult:
+    # The 2019 table's "up to 16,000 elements" does not hold for compiler 16: LibrEdgeTPU's
+    # 128x128 trackers map a 16,384-element Softmax.
     x = ctx.input(0)
     if x is None:
         return False, "the operator has no input tensor"
     if _dims_over_1(x.shape) > 1:
         return False, f"input shape {list(x.shape)}: Softmax maps only for a 1-D input"
-    if x.num_elements > 16000:
-        return False, f"{x.num_elements} elements: Softmax maps only up to 16,000 elements"
     return True, ""
 
 
