@@ -364,6 +364,34 @@ def cache_lines(profile_cache: int | None) -> tuple[list[str], bool]:
     return lines, same
 
 
+def compiler_text(n: int) -> str:
+    """Bytes as the compiler prints them (``66.00KiB``)."""
+    for unit, factor in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= factor:
+            return f"{n / factor:.2f}{unit}"
+    return f"{n:.2f}B"
+
+
+def log_pair_lines(params: list[Params], cache: int | None) -> tuple[list[str], bool]:
+    """The logs printed for a model the benchmark has a pair of: its predicted split,
+    printed the compiler's way, against the log's on-chip used and streamed figures."""
+    by_model = {p.model: p for p in params}
+    lines = ["| log | pair | on-chip used: log | predicted | streamed: log | predicted |",
+             "|---|---|---|---|---|---|"]
+    ok = True
+    for log in json.loads(CACHE_LOGS.read_text())["logs"]:
+        p = by_model.get(log.get("pair", ""))
+        if p is None:
+            continue
+        cached, streamed = _split(p, cache, frozenset())
+        same = (compiler_text(cached), compiler_text(streamed)) == (log["used"], log["streamed"])
+        ok &= same
+        lines.append(f"| {log['source'].split(' ')[0]} | {p.model} | {log['used']} | "
+                     f"{compiler_text(cached)} | {log['streamed']} | {compiler_text(streamed)}"
+                     f"{'' if same else ' (DIFFERS)'} |")
+    return lines, ok and len(lines) > 2
+
+
 def write_fixture(path: Path, params: list[Params]) -> None:
     """What the layout reads of every pair, and the package's bytes: small numbers, no
     model data (the models stay in google-coral/test_data)."""
@@ -492,7 +520,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     lines, cache_ok = cache_lines(cache)
     print("\n".join(lines))
-    return 0 if ok and params and params_ok and cache_ok else 1
+    print()
+    lines, logs_ok = log_pair_lines(params, cache)
+    print("\n".join(lines))
+    return 0 if ok and params and params_ok and cache_ok and logs_ok else 1
 
 
 if __name__ == "__main__":
