@@ -43,7 +43,8 @@ from devicefit.simulator.targets import target_for
 
 if TYPE_CHECKING:
     from devicefit.simulator.optimize.driver import OptimizeReport
-    from devicefit.simulator.report import Report, UnsupportedOp
+    from devicefit.simulator.report import Report
+    from devicefit.simulator.types import UnsupportedOp
 
 log = logging.getLogger(__name__)
 

@@ -94,12 +94,11 @@ from devicefit.simulator.errors import ProfileError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from devicefit.simulator.compat import UnsupportedOp
     from devicefit.simulator.model import Model
     from devicefit.simulator.planners.base import MemoryPlan
     from devicefit.simulator.profiles import Profile
-    from devicefit.simulator.runtimes import Runner
     from devicefit.simulator.schema import Leaf
+    from devicefit.simulator.types import Runner, UnsupportedOp
 
     Planner = Callable[[Model, Profile, "Sequence[int] | None"], MemoryPlan]
     Checker = Callable[[Model, Profile], list[UnsupportedOp]]

@@ -17,7 +17,7 @@ import pytest
 
 from devicefit.sdk.cli import main
 from devicefit.simulator import profiles
-from devicefit.simulator.compat import CHECKERS, UnsupportedOp, section_type
+from devicefit.simulator.compat import CHECKERS, section_type
 from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.model import Model
 from devicefit.simulator.planners import PLANNERS
@@ -36,6 +36,7 @@ from devicefit.simulator.targets import (
     tflm,
     unregister,
 )
+from devicefit.simulator.types import UnsupportedOp
 from tests.paths import ROOT
 from tests.zoo import model_path
 

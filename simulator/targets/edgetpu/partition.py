@@ -30,7 +30,7 @@ from typing import Any
 
 from devicefit.simulator.model import Model
 from devicefit.simulator.profiles import Profile
-from devicefit.simulator.report import LatencyBasis, LatencyReport, OpLatencyRow
+from devicefit.simulator.report import LatencyReport, OpLatencyRow
 from devicefit.simulator.targets.edgetpu.compiled import COMPILED_OP, CompiledOp, compiled_ops
 from devicefit.simulator.targets.edgetpu.compiler import (
     COMPILER,
@@ -55,6 +55,7 @@ from devicefit.simulator.targets.edgetpu.rules import (
     OpTable,
     load_table,
 )
+from devicefit.simulator.types import LatencyBasis
 
 log = logging.getLogger(__name__)
 
@@ -551,8 +552,8 @@ def check(model: Model, profile: Profile) -> list[Any]:
     LiteRT lacks an op. A model compiled for the Edge TPU already (``edgetpu-custom-op``)
     is judged by its host ops only: its TPU part is opaque.
     """
-    from devicefit.simulator.compat import UnsupportedOp
     from devicefit.simulator.targets.litert import ops as litert
+    from devicefit.simulator.types import UnsupportedOp
 
     found = [u for u in litert.check(model, profile) if u.op != f"CUSTOM:{COMPILED_OP}"]
     report = partition(model, profile)

@@ -151,7 +151,8 @@ class EthosUSection:
 
     def latency_report(self, profile: Any, split: str) -> Any:
         """``report.latency``: Vela's cycles at the NPU clock plus the Cortex-M part."""
-        from devicefit.simulator.report import LatencyBasis, LatencyReport
+        from devicefit.simulator.report import LatencyReport
+        from devicefit.simulator.types import LatencyBasis
 
         common = {"clock_hz": self.figures.core_clock_hz if self.figures else None,
                   "threads": 1, "cpu": profile.device.cpu, "kernels": profile.runtime.kernels,
