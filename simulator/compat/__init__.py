@@ -20,7 +20,7 @@ from devicefit.simulator.report import (
     LatencyReport,
     ProbeSummary,
 )
-from devicefit.simulator.targets import TARGETS, Target, TargetView
+from devicefit.simulator.targets.registry import TARGETS, Target, TargetView
 from devicefit.simulator.types import Checker, TargetSection, UnsupportedOp
 
 

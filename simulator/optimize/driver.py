@@ -56,7 +56,7 @@ from devicefit.simulator.planners import plan_memory
 from devicefit.simulator.planners.base import PlanError, check_plan
 from devicefit.simulator.profiles import Profile, load_profile, with_runtime
 from devicefit.simulator.reader import parse_model
-from devicefit.simulator.targets import TARGETS, target_for
+from devicefit.simulator.targets.registry import TARGETS, target_for
 from devicefit.simulator.targets.tflm.planner import greedy_plan
 from devicefit.simulator.targets.tflm.scratch import tflm_buffers
 from devicefit.simulator.units import format_count

@@ -32,7 +32,7 @@ import numpy as np
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
 from devicefit.simulator.fileio import temporary_folder
 from devicefit.simulator.model import Model
-from devicefit.simulator.targets import TARGETS, TargetView
+from devicefit.simulator.targets.registry import TARGETS, TargetView
 from devicefit.simulator.types import Runner, RunOptions, RunResult
 
 log = logging.getLogger(__name__)
