@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from devicefit.simulator.errors import ProfileError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from devicefit.simulator.model import Model
     from devicefit.simulator.profiles import Profile
     from devicefit.simulator.schema import Leaf
@@ -133,7 +135,7 @@ class Target:
     bench_tool: str | None = None
     profile_keys: Mapping[str, Mapping[str, Leaf]] = field(default_factory=dict)
     settings: Callable[[Mapping[str, Mapping[str, Any]]], Any] | None = None
-    after_convert: Callable[..., Any] | None = None
+    after_convert: Callable[[Path, Profile], TargetSection | None] | None = None
     prepare: Callable[[Model, Profile], Model] | None = None
     resizes_inputs: bool = True
     compiled_op: str | None = None

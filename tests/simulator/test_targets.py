@@ -239,3 +239,20 @@ def test_the_registry_alone_imports_its_records_and_what_they_declare():
     loaded = _modules_after(code)
     assert {m for m in loaded if m.split(".")[0] == "devicefit"} == REGISTRY_IMPORTS
     assert "numpy" not in loaded
+
+
+def test_the_edgetpu_section_sums_itself_up_for_convert():
+    """``convert`` prints ``summary_lines()`` of what the target's hook returned (no test of
+    the section's class): the Edge TPU partition in one line, naming the first CPU op."""
+    from devicefit.simulator.targets.edgetpu.partition import edgetpu_report
+
+    profile = load_profile("coral-edgetpu")
+    mapped = edgetpu_report(read_model(model_path("chain_int8")), profile, use_compiler=False)
+    assert mapped.summary_lines() == [
+        f"Edge TPU: {mapped.total_ops}/{mapped.total_ops} ops mapped"]
+    leaky = edgetpu_report(read_model(model_path("leaky_mid_int8")), profile,
+                           use_compiler=False)
+    (line,) = leaky.summary_lines()
+    assert leaky.first_unmapped is not None and leaky.mapped_ops < leaky.total_ops
+    assert line.startswith(f"Edge TPU: {leaky.mapped_ops}/{leaky.total_ops} ops mapped; "
+                           f"first on CPU: op {leaky.first_unmapped.index} ")

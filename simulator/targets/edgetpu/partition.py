@@ -175,6 +175,12 @@ class EdgeTpuReport:
     def html(self) -> str:
         return html_section(self)
 
+    def summary_lines(self) -> list[str]:
+        first = self.first_unmapped
+        return [f"Edge TPU: {self.mapped_ops}/{self.total_ops} ops mapped"
+                + (f"; first on CPU: op {first.index} {first.op}: {first.reason}" if first else "")
+                + (f"; {self.compile_error}" if self.compile_error else "")]
+
     def supported_line(self) -> str:
         if self.precompiled:
             data = sum(c.data_bytes for c in self.compiled)

@@ -170,6 +170,10 @@ class EthosUSection:
             band_basis=lat["band_basis"],
             basis=LatencyBasis.TARGET, split=split, **common)
 
+    def summary_lines(self) -> list[str]:
+        """``convert`` shows Vela's compilation whole: the file it wrote and its figures."""
+        return self.text_lines()
+
     def supported_line(self) -> str:
         return (f"every operator can run ({self.npu_ops} on the NPU, {self.cpu_ops} on the "
                 f"Cortex-M)")
