@@ -3,9 +3,11 @@
 A target is what a profile's ``runtime.name`` selects: a runtime on a kind of device (TFLite
 Micro on a microcontroller, LiteRT on a phone, LiteRT plus a Coral Edge TPU). Everything the
 simulator and the SDK need to know about it is one :class:`Target` record, ``TARGET``, in
-the ``__init__`` of its package. :data:`TARGETS` finds the records itself, in the packages
-of :mod:`simulator.targets`, so adding a target is its package, its profiles and its tests,
-and no line elsewhere. The
+the ``__init__`` of its package. :data:`TARGETS` finds the records itself: in the packages
+of :mod:`simulator.targets` (the built-in targets), and where installed distributions name
+them in the ``devicefit.targets`` entry-point group (a target of one's own, see
+``docs/internals.md``). So adding a target is its package, its profiles and its tests, and
+no line elsewhere. The
 registries keyed by target (``PLANNERS``, ``CHECKERS``, ``SECTIONS``, ``RUNNERS``, the
 profile schema's runtime names, kernels, delegates, op tables and device classes) are views
 of this one (:class:`TargetView`, :func:`union`).
@@ -40,6 +42,9 @@ if TYPE_CHECKING:
 
 #: The packages of built-in targets.
 BUILTIN_PACKAGE = "devicefit.simulator.targets"
+#: The entry-point group a distribution names its targets in: ``name = "module:TARGET"``,
+#: the name being the target's (the profile's ``runtime.name``).
+ENTRY_POINTS = "devicefit.targets"
 
 
 @dataclass(frozen=True)
@@ -198,8 +203,24 @@ def _builtin() -> Iterator[Target]:
                 yield target
 
 
+def _installed() -> Iterator[Target]:
+    import importlib.metadata  # tens of milliseconds: only when the registry is read
+
+    for entry in sorted(importlib.metadata.entry_points(group=ENTRY_POINTS),
+                        key=lambda e: e.name):
+        target = entry.load()
+        if not isinstance(target, Target):
+            raise ValueError(f"entry point '{entry.name} = {entry.value}' ({ENTRY_POINTS}) "
+                             f"names a {type(target).__name__}, not a Target record")
+        if target.name != entry.name:
+            raise ValueError(f"entry point '{entry.name} = {entry.value}' ({ENTRY_POINTS}) "
+                             f"names target '{target.name}': name the entry point after it")
+        yield target
+
+
 class Registry(Mapping[str, Target]):
-    """Target name → :class:`Target`, from the built-in packages, read on first use."""
+    """Target name → :class:`Target`: the built-in packages and the installed entry points,
+    read on first use (and again on :meth:`reload`)."""
 
     def __init__(self) -> None:
         self._targets: dict[str, Target] | None = None
@@ -218,15 +239,18 @@ class Registry(Mapping[str, Target]):
     def _discover() -> dict[str, Target]:
         # Into a new dict: a record that fails to import leaves the registry as it was.
         found: dict[str, Target] = {}
-        for target in _builtin():
+        for target in (*_builtin(), *_installed()):
             _add(found, target)
         return found
 
-    def register(self, target: Target) -> None:
-        _add(self._all(), target)
-
-    def unregister(self, name: str) -> None:
-        self._all().pop(name)
+    def reload(self) -> None:
+        """Read the packages and entry points again, e.g. after a target's distribution
+        was installed into (or removed from) the running interpreter's path. A record that
+        fails to load raises and leaves the registry as it was."""
+        importlib.invalidate_caches()  # the path's folders may have new entries
+        found = self._discover()
+        with self._lock:
+            self._targets = found
 
     def __getitem__(self, name: str) -> Target:
         return self._all()[name]
@@ -238,18 +262,8 @@ class Registry(Mapping[str, Target]):
         return len(self._all())
 
 
-#: Every target by name: the built-in packages, plus any :func:`register` added.
+#: Every target by name: the built-in packages, then the ``devicefit.targets`` entry points.
 TARGETS = Registry()
-
-
-def register(target: Target) -> None:
-    """Add a target that is not a package of :mod:`simulator.targets` (a test's dummy)."""
-    TARGETS.register(target)
-
-
-def unregister(name: str) -> None:
-    """Remove a target :func:`register` added."""
-    TARGETS.unregister(name)
 
 
 def target_for(profile: Profile) -> Target:
@@ -267,7 +281,7 @@ V = TypeVar("V")
 class TargetView(Mapping[str, V], Generic[V]):
     """A read-only view of the registry: target name → ``pick(target)``, skipping targets
     for which ``pick`` gives None. Registries keyed by target (planners, op tables,
-    runners) are such views, so they follow :func:`register`."""
+    runners) are such views, so they follow :meth:`Registry.reload`."""
 
     def __init__(self, pick: Callable[[Target], V | None]) -> None:
         self._pick = pick
