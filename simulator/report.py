@@ -7,9 +7,10 @@ running half (``measured``, host figures in ``latency``), then a device benchmar
 (``bench``) — and :func:`simulator.verdict.judge` judges it once. Sections of later stages
 are None until the stage that fills them has run.
 
-The sections are frozen; statuses, budget names, units and bases are ``str`` enums, so a
-report goes to JSON as it is (:meth:`Report.to_dict`, with a ``schema_version``) and comes
-back typed (:meth:`Report.from_dict`, e.g. the shard results ``check merge`` combines).
+The sections are frozen; statuses, budget names, units and bases are ``str`` enums
+(:mod:`simulator.types`), so a report goes to JSON as it is (:meth:`Report.to_dict`, with a
+``schema_version``) and comes back typed (:meth:`Report.from_dict`, e.g. the shard results
+``check merge`` combines).
 """
 
 from __future__ import annotations
