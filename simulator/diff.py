@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from devicefit.simulator.layers import LayerRow
-from devicefit.simulator.report import Report, StrEnum, Unit
+from devicefit.simulator.report import Report
+from devicefit.simulator.types import StrEnum, Unit
 
 
 class Matching(StrEnum):

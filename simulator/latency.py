@@ -38,8 +38,9 @@ from devicefit.simulator.kernels import (
 )
 from devicefit.simulator.model import Model, Operator, Subgraph
 from devicefit.simulator.profiles import CostModel, Profile
-from devicefit.simulator.report import LatencyBasis, LatencyReport, OpCompute, OpLatencyRow
-from devicefit.simulator.targets import target_for
+from devicefit.simulator.report import LatencyReport, OpCompute, OpLatencyRow
+from devicefit.simulator.targets.registry import target_for
+from devicefit.simulator.types import LatencyBasis
 
 #: Band of an estimate from a table nobody validated: published/estimated in [0.5, 2].
 UNCALIBRATED_BAND = (0.5, 2.0)

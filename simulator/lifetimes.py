@@ -15,20 +15,21 @@ reproduce its arena head to the byte:
   (subgraph, tensor index), then the kernels' scratch buffers in the order the kernels
   requested them during ``Prepare`` (subgraph by subgraph, operators in file order).
 
-Scratch buffers depend on the kernel flavour: see :mod:`simulator.targets.tflm.scratch`.
+Scratch buffers are the kernels' own, so the caller gives them (TFLM's, per kernel flavour:
+:mod:`simulator.targets.tflm.scratch`).
 """
 
 from __future__ import annotations
 
 import itertools
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from devicefit.simulator.errors import InputError, ModelFormatError
 from devicefit.simulator.limits import check_ops
 from devicefit.simulator.model import DTYPE_BYTES, Model, Operator, Subgraph, Tensor
-from devicefit.simulator.targets.tflm.scratch import ScratchRequest, scratch_requests
+from devicefit.simulator.types import ScratchRequest, ScratchRequests
 
 #: ``MicroArenaBufferAlignment()``: every head buffer is padded to a multiple of this.
 TFLM_ALIGNMENT = 16
@@ -113,7 +114,7 @@ class _Marker:
     subgraph (see :class:`_Call`)."""
 
     def __init__(self, model: Model, order: Sequence[int] | None,
-                 scratch: Callable[[Subgraph, Operator], list[ScratchRequest]]) -> None:
+                 scratch: ScratchRequests) -> None:
         self.model = model
         self.order = order
         self.scratch = scratch
@@ -226,18 +227,17 @@ def _check_order(model: Model, order: Sequence[int] | None) -> None:
         raise InputError(f"operator order must be a permutation of 0..{n - 1}, got {list(order)}")
 
 
-def tflm_buffers(model: Model, order: Sequence[int] | None = None, *,
-                 pointer_bytes: int = 8, kernels: str = "reference") -> list[Buffer]:
+def arena_buffers(model: Model, order: Sequence[int] | None,
+                  scratch: ScratchRequests) -> list[Buffer]:
     """Every buffer TFLM plans in the arena head, in the order TFLM hands them to its planner.
 
-    ``order`` executes the main subgraph's operators in that order (default: file order);
-    operator ``order[k]`` then runs at step ``k + 1``. Scratch buffers are those the
-    ``kernels`` flavour requests (:func:`simulator.targets.tflm.scratch.scratch_requests`; some sizes
-    depend on ``pointer_bytes``).
+    ``order`` executes the main subgraph's operators in that order (None: file order);
+    operator ``order[k]`` then runs at step ``k + 1``. Scratch buffers are those ``scratch``
+    gives for each operator: the kernels' requests, which the target knows
+    (:func:`simulator.targets.tflm.scratch.tflm_buffers` passes TFLM's for a kernel flavour).
     """
     _check_order(model, order)
-    marker = _Marker(model, order,
-                     lambda sg, op: scratch_requests(sg, op, pointer_bytes, kernels))
+    marker = _Marker(model, order, scratch)
     marker.mark()
     offline = offline_offsets(model)
     buffers: list[Buffer] = []

@@ -7,9 +7,10 @@ running half (``measured``, host figures in ``latency``), then a device benchmar
 (``bench``) — and :func:`simulator.verdict.judge` judges it once. Sections of later stages
 are None until the stage that fills them has run.
 
-The sections are frozen; statuses, budget names, units and bases are ``str`` enums, so a
-report goes to JSON as it is (:meth:`Report.to_dict`, with a ``schema_version``) and comes
-back typed (:meth:`Report.from_dict`, e.g. the shard results ``check merge`` combines).
+The sections are frozen; statuses, budget names, units and bases are ``str`` enums
+(:mod:`simulator.types`), so a report goes to JSON as it is (:meth:`Report.to_dict`, with a
+``schema_version``) and comes back typed (:meth:`Report.from_dict`, e.g. the shard results
+``check merge`` combines).
 """
 
 from __future__ import annotations
@@ -21,73 +22,23 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any
 
 from devicefit.simulator.benchmark import BenchComparison, BenchResult
 from devicefit.simulator.layers import LayerRow
+from devicefit.simulator.types import (
+    Basis,
+    BudgetName,
+    LatencyBasis,
+    Status,
+    TargetSection,
+    Unit,
+    UnsupportedOp,
+)
 
 #: Version of the JSON form. 1: the untyped sections before it had a version (read back
 #: the same way). 2: typed sections, ``schema_version`` and ``unchecked_budgets``.
 SCHEMA_VERSION = 2
-
-
-class StrEnum(str, Enum):
-    """``enum.StrEnum`` (Python 3.11+) on 3.10 too: ``str()``, ``format()`` and f-strings
-    give the value, as for the plain string it is."""
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self.value), spec)
-
-
-class Status(StrEnum):
-    """A budget's outcome, and a report's verdict (never "at-risk": ``Report.status`` is)."""
-
-    PASS = "pass"
-    FAIL = "fail"
-    #: An estimate within its budget whose error band crosses it.
-    AT_RISK = "at-risk"
-
-
-class BudgetName(StrEnum):
-    FLASH = "flash"
-    ARENA = "arena"
-    LATENCY = "latency"
-
-
-class Unit(StrEnum):
-    BYTES = "bytes"
-    MS = "ms"
-
-
-class Basis(StrEnum):
-    """What a figure rests on."""
-
-    #: Static analysis that reproduces the runtime.
-    PREDICTED = "predicted"
-    #: The real runtime (or the device) gave it.
-    MEASURED = "measured"
-    #: A model of the runtime with parts it cannot reproduce (cost model, tail estimate).
-    ESTIMATED = "estimated"
-
-
-class LatencyBasis(StrEnum):
-    """Where a device-latency estimate comes from."""
-
-    #: A core of :mod:`simulator.cores` and the kernel tables of :mod:`simulator.kernels`.
-    REGISTRY = "registry"
-    #: The profile's own ``cost_model.cycles_per_mac``.
-    PROFILE = "profile"
-    #: A target's own estimate, split in its section (the Edge TPU: TPU compute, link
-    #: transfers, CPU fallback); ``LatencyReport.split`` names where.
-    TARGET = "target split"
-
-    @classmethod
-    def _missing_(cls, value: object) -> LatencyBasis | None:
-        # Version 1 reports named the target: "edgetpu split".
-        return cls.TARGET if isinstance(value, str) and value.endswith(" split") else None
 
 
 # --------------------------------------------------------------------------- static half
@@ -221,14 +172,6 @@ class ComputeReport:
 
 
 @dataclass(frozen=True)
-class UnsupportedOp:
-    op_index: int
-    op: str
-    reason: str
-    subgraph: int = 0
-
-
-@dataclass(frozen=True)
 class Disagreement:
     """The op table and the runtime answered differently for one operator; the runtime's
     answer stands. ``source``: "probe" (its one-op model, :mod:`simulator.compat.probe`)
@@ -266,27 +209,6 @@ class ProbeSummary:
 
 #: Op table name → the class of its target section (None: the table has none).
 SectionTypes = Callable[[str], "type | None"]
-
-
-class TargetSection(Protocol):
-    """A target's own static section (the Edge TPU partition), ``compatibility.<table>``.
-
-    A frozen dataclass; it writes its own text lines (the text view prints them) and may
-    carry the target's own device-latency estimate. It may also define ``html() -> str``,
-    its part of the HTML page (the Edge TPU's partition, the Ethos-U's per-layer cycles);
-    without it the HTML view shows its text lines.
-    """
-
-    def to_dict(self) -> dict[str, Any]: ...
-
-    def text_lines(self) -> list[str]: ...
-
-    def supported_line(self) -> str:
-        """What "every operator supported" means on this target, in one line."""
-
-    def latency_report(self, profile: Any, split: str) -> LatencyReport | None:
-        """``report.latency`` from the section's own estimate (``split``: where the report
-        holds its parts), else None: the CPU cost model estimates the model."""
 
 
 @dataclass(frozen=True)

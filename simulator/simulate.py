@@ -43,7 +43,7 @@ from devicefit.simulator.report import (
     TimelineStep,
 )
 from devicefit.simulator.shapes import resolve_shapes, shape_notes
-from devicefit.simulator.targets import target_for
+from devicefit.simulator.targets.registry import target_for
 from devicefit.simulator.verdict import flash_bytes, judge
 from devicefit.simulator.views.messages import disagreement_messages
 

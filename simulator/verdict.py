@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from devicefit.simulator.profiles import Profile
-from devicefit.simulator.report import Basis, BudgetCheck, BudgetName, Report, Status, Unit
+from devicefit.simulator.report import BudgetCheck, Report
+from devicefit.simulator.types import Basis, BudgetName, Status, Unit
 
 
 def flash_bytes(model_bytes: int, profile: Profile) -> int:

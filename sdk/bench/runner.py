@@ -20,7 +20,7 @@ from devicefit.sdk.console import step
 from devicefit.simulator.benchmark import BenchmarkOutput, BenchResult, BenchSettings
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
 from devicefit.simulator.profiles import Profile, load_profile
-from devicefit.simulator.targets import TARGETS, target_for
+from devicefit.simulator.targets.registry import TARGETS, target_for
 
 log = logging.getLogger(__name__)
 

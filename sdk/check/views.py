@@ -15,7 +15,7 @@ from pathlib import Path
 from devicefit.simulator import jsonout
 from devicefit.simulator.escape import markdown as md_literal
 from devicefit.simulator.escape import markdown_code as md_code
-from devicefit.simulator.report import Status
+from devicefit.simulator.types import Status
 from devicefit.simulator.units import format_estimate, format_figure, format_percent
 from devicefit.simulator.views.html import Section, escape, html_table, render_html
 from devicefit.simulator.views.junit import COUNTS, case, report_cases, xml_text

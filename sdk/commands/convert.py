@@ -11,7 +11,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from rich.markup import escape
 
@@ -26,6 +25,7 @@ from devicefit.simulator import jsonout
 from devicefit.simulator.errors import require_extra
 from devicefit.simulator.fileio import temporary_folder, write_atomic
 from devicefit.simulator.profiles import IO_TYPES, QUANT_SCHEMES
+from devicefit.simulator.types import TargetSection
 from devicefit.simulator.units import (
     format_estimate,
     format_percent,
@@ -227,17 +227,9 @@ def _print_summary(console, report) -> None:
         console.print(f"[bold yellow]warning:[/bold yellow] {w}")
 
 
-def _target_lines(extra: Any) -> list[str]:
-    """What the target's ``after_convert`` hook reported, in a line or a few: the Edge TPU
-    partition as one line; a result that renders itself (``text_lines()``) as its lines."""
-    from devicefit.simulator.targets.edgetpu.partition import EdgeTpuReport
-
-    if isinstance(extra, EdgeTpuReport):
-        first = extra.first_unmapped
-        return [f"Edge TPU: {extra.mapped_ops}/{extra.total_ops} ops mapped"
-                + (f"; first on CPU: op {first.index} {first.op}: {first.reason}" if first else "")
-                + (f"; {extra.compile_error}" if extra.compile_error else "")]
-    return list(extra.text_lines()) if hasattr(extra, "text_lines") else []
+def _target_lines(extra: TargetSection | None) -> list[str]:
+    """What the target's ``after_convert`` hook reported (a section), in a line or a few."""
+    return [] if extra is None else extra.summary_lines()
 
 
 class _ConsoleHandler(logging.Handler):

@@ -39,11 +39,12 @@ from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import DevicefitError, UsageError
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.profiles import Profile
-from devicefit.simulator.targets import target_for
+from devicefit.simulator.targets.registry import target_for
 
 if TYPE_CHECKING:
     from devicefit.simulator.optimize.driver import OptimizeReport
-    from devicefit.simulator.report import Report, UnsupportedOp
+    from devicefit.simulator.report import Report
+    from devicefit.simulator.types import UnsupportedOp
 
 log = logging.getLogger(__name__)
 

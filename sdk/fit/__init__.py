@@ -45,7 +45,7 @@ from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.profiles import Profile, load_profile
-from devicefit.simulator.targets import target_for
+from devicefit.simulator.targets.registry import target_for
 
 __all__ = ["FitReport", "SearchSettings", "export", "fit"]
 

@@ -33,7 +33,8 @@ from devicefit.sdk.fit.space import Candidate
 from devicefit.sdk.types import Progress
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.profiles import Profile
-from devicefit.simulator.report import BudgetName, Report
+from devicefit.simulator.report import Report
+from devicefit.simulator.types import BudgetName
 
 log = logging.getLogger(__name__)
 

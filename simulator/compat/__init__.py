@@ -19,12 +19,10 @@ from devicefit.simulator.report import (
     Disagreement,
     LatencyReport,
     ProbeSummary,
-    TargetSection,
-    UnsupportedOp,
 )
-from devicefit.simulator.targets import TARGETS, Target, TargetView
+from devicefit.simulator.targets.registry import TARGETS, Target, TargetView
+from devicefit.simulator.types import Checker, TargetSection, UnsupportedOp
 
-Checker = Callable[[Model, Profile], list[UnsupportedOp]]
 
 def compiled_for(code: str) -> Target | None:
     """The target whose compiler leaves custom op ``code`` in a model, if any."""

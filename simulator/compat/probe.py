@@ -50,8 +50,9 @@ from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
 from devicefit.simulator.profiles import Profile
 from devicefit.simulator.reader import constant_values
-from devicefit.simulator.report import Disagreement, ProbeSummary, UnsupportedOp
-from devicefit.simulator.targets import TARGETS
+from devicefit.simulator.report import Disagreement, ProbeSummary
+from devicefit.simulator.targets.registry import TARGETS
+from devicefit.simulator.types import UnsupportedOp
 
 #: Version of the signature and answer format: part of every cache key.
 FORMAT = 3

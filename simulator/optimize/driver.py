@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
 from devicefit.simulator.fileio import temporary_folder
-from devicefit.simulator.lifetimes import OFFLINE_METADATA, Buffer, lower_bound, tflm_buffers
+from devicefit.simulator.lifetimes import OFFLINE_METADATA, Buffer, lower_bound
 from devicefit.simulator.model import Model
 from devicefit.simulator.optimize.graph import graph_from_buffers
 from devicefit.simulator.optimize.packing import pack
@@ -56,13 +56,14 @@ from devicefit.simulator.planners import plan_memory
 from devicefit.simulator.planners.base import PlanError, check_plan
 from devicefit.simulator.profiles import Profile, load_profile, with_runtime
 from devicefit.simulator.reader import parse_model
-from devicefit.simulator.targets import TARGETS, target_for
+from devicefit.simulator.targets.registry import TARGETS, target_for
 from devicefit.simulator.targets.tflm.planner import greedy_plan
+from devicefit.simulator.targets.tflm.scratch import tflm_buffers
 from devicefit.simulator.units import format_count
 from devicefit.simulator.writer import reorder_operators, set_offline_plan
 
 if TYPE_CHECKING:  # the runners load only when verification runs
-    from devicefit.simulator.runtimes import RunResult
+    from devicefit.simulator.types import RunResult
 
 #: The runtime the optimized model's outputs are also compared in: LiteRT's reference
 #: kernels are an implementation of the int8 kernels other than TFLM's.

@@ -93,8 +93,8 @@ class OpGraph:
 
 def graph_from_buffers(sg: Subgraph, buffers: Sequence[Buffer]) -> OpGraph:
     """Build the DAG of ``sg`` (the main subgraph) from the buffers TFLM plans for it in
-    file order (:func:`simulator.lifetimes.tflm_buffers`), so planned-or-not and scratch
-    sizes come from one place."""
+    file order (:func:`simulator.targets.tflm.scratch.tflm_buffers`), so planned-or-not and
+    scratch sizes come from one place."""
     sizes = {b.tensor: b.size for b in buffers if b.kind == "tensor" and b.subgraph == sg.index}
     scratch = [0] * len(sg.operators)
     for b in buffers:

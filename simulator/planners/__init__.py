@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from devicefit.simulator.model import Model
 from devicefit.simulator.planners.base import MemoryPlan, PlanError, check_plan
 from devicefit.simulator.profiles import Profile
-from devicefit.simulator.targets import TargetView, target_for
 from devicefit.simulator.targets.litert.planner import plan_litert
+from devicefit.simulator.targets.registry import TargetView, target_for
 from devicefit.simulator.targets.tflm.planner import greedy_plan, plan_tflm
 
 #: Target name → its planner: a view of the target registry.

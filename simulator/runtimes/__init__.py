@@ -24,16 +24,16 @@ import subprocess
 import sys
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
 from devicefit.simulator.fileio import temporary_folder
 from devicefit.simulator.model import Model
-from devicefit.simulator.targets import TARGETS, TargetView
+from devicefit.simulator.targets.registry import TARGETS, TargetView
+from devicefit.simulator.types import Runner, RunOptions, RunResult
 
 log = logging.getLogger(__name__)
 
@@ -45,46 +45,6 @@ MAX_RUN_IO_BYTES = 1024**3
 #: Address space of the worker process: a runtime or an input that asks for more fails there,
 #: as a refusal, instead of swapping the machine.
 WORKER_MEMORY_BYTES = 8 * 1024**3
-
-
-@dataclass
-class RunResult:
-    """What one run of a model in a real runtime gave back."""
-
-    runtime: str
-    outputs: list[np.ndarray]
-    #: Wall-clock time of each timed invoke (after the warm-up runs), host CPU.
-    host_ms: list[float]
-    #: TFLM's RecordingMicroAllocator figures; None for runtimes without an arena.
-    arena_head_bytes: int | None = None
-    arena_tail_bytes: int | None = None
-    arena_total_bytes: int | None = None
-    #: Tail allocations by RecordingMicroAllocator category → bytes used (with alignment).
-    arena_categories: dict[str, int] = field(default_factory=dict)
-    #: Per-op host times ``{"op_index", "op", "ms"}`` where the runtime reports them.
-    per_op_ms: list[dict] | None = None
-    #: The arena size the interpreter was created with (TFLM), for the record.
-    arena_size_used: int | None = None
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    runs: int = 1
-    warmup: int = 1
-    threads: int = 1
-    xnnpack: bool = True
-    reference_kernels: bool = False
-    #: TFLM arena size to start from; None lets the runner pick (and grow on failure).
-    arena_size: int | None = None
-
-
-class Runner(Protocol):
-    """One runtime. ``run`` executes inside the worker (child) process only."""
-
-    name: str
-
-    def run(self, model_path: str, inputs: list[np.ndarray], num_outputs: int,
-            options: RunOptions, stage: Callable[[str], None]) -> RunResult: ...
 
 
 #: Runner name → factory of its runner (imported lazily: only the child needs the natives):

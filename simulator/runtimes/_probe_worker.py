@@ -24,8 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from devicefit.simulator.model import Model
-from devicefit.simulator.runtimes import RUNNERS, RunOptions, starting_arena
+from devicefit.simulator.runtimes import RUNNERS, starting_arena
 from devicefit.simulator.runtimes._worker import exit_with_parent, limit_memory
+from devicefit.simulator.types import RunOptions
 
 
 def probe_inputs(model: Model) -> list[np.ndarray]:

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from devicefit.simulator.fileio import write_atomic
-from devicefit.simulator.runtimes import RUNNERS, RunOptions, worker_inputs
+from devicefit.simulator.runtimes import RUNNERS, worker_inputs
+from devicefit.simulator.types import RunOptions
 
 
 def exit_with_parent() -> None:

@@ -32,7 +32,6 @@ from devicefit.simulator.model import INTEGER_DTYPES, Model
 from devicefit.simulator.planners import plan_memory
 from devicefit.simulator.profiles import Ops, Profile, with_runtime
 from devicefit.simulator.report import (
-    Basis,
     CompatibilityReport,
     CrossCheck,
     Disagreement,
@@ -44,11 +43,9 @@ from devicefit.simulator.report import (
     Report,
     RunFailure,
     TargetMeasurement,
-    UnsupportedOp,
 )
 from devicefit.simulator.runtimes import (
     INPUT_SEED,
-    RunResult,
     compare_outputs,
     input_specs,
     load_inputs,
@@ -58,6 +55,7 @@ from devicefit.simulator.runtimes import (
     starting_arena,
 )
 from devicefit.simulator.targets.tflm import ops as tflm_ops
+from devicefit.simulator.types import Basis, RunResult, UnsupportedOp
 from devicefit.simulator.units import format_bytes
 
 #: Ops that only convert between float and integer at the model's edges.

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from devicefit.simulator.escape import clean
 from devicefit.simulator.layers import peak
-from devicefit.simulator.report import BudgetName, PlannedBuffer, Report
+from devicefit.simulator.report import PlannedBuffer, Report
+from devicefit.simulator.types import BudgetName, TargetSection
 from devicefit.simulator.units import format_band, format_size, format_time_ms
 from devicefit.simulator.views import layertable
 from devicefit.simulator.views.base import View, heading
@@ -609,22 +610,15 @@ def _bench(report: Report) -> str:
     return "<h3>Measured on the device (benchmark_model)</h3>" + html_table((), rows)
 
 
-def _target_section(report: Report):
+def _target_section(report: Report) -> TargetSection | None:
     return report.compatibility.section if report.compatibility else None
 
 
 def _target_html(report: Report) -> str:
-    """A target section that draws itself for HTML (the Edge TPU's partition, the Ethos-U's
-    NPU/CPU split); other sections show their text lines."""
+    """The target's own section, as it draws itself (the Edge TPU's partition, the Ethos-U's
+    NPU/CPU split)."""
     section = _target_section(report)
-    if section is None:
-        return ""
-    draw = getattr(section, "html", None)
-    if draw is not None:
-        return draw()
-    lines = section.text_lines()
-    return (f"<h3>{escape(lines[0])}</h3><ul>"
-            + "".join(f"<li>{escape(line.strip())}</li>" for line in lines[1:]) + "</ul>")
+    return "" if section is None else section.html()
 
 
 def _section(index: int, section: Section, top: float | None = None) -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from devicefit.simulator.escape import clean
-from devicefit.simulator.report import Report, Status
+from devicefit.simulator.report import Report
+from devicefit.simulator.types import Status
 from devicefit.simulator.views.base import View, heading
 from devicefit.simulator.views.messages import (
     budget_figures,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from devicefit.simulator.escape import markdown as md_literal
 from devicefit.simulator.escape import markdown_code as md_code
-from devicefit.simulator.report import Report, Status
+from devicefit.simulator.report import Report
+from devicefit.simulator.types import Status
 from devicefit.simulator.views.base import View
 from devicefit.simulator.views.messages import budget_format, problems
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from devicefit.simulator.report import BudgetCheck, CompatibilityReport, Report, Status
+from devicefit.simulator.report import BudgetCheck, CompatibilityReport, Report
+from devicefit.simulator.types import Status
 from devicefit.simulator.units import (
     decimal_prefixes,
     format_bytes,

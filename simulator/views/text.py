@@ -3,7 +3,7 @@
 Every figure says whether it reproduces the runtime ("exact"), was measured, or is an
 estimate, so a user knows how much to trust it. The running half's sections (measured vs
 predicted, latency, op support) are drawn here too; a target's own section writes its own
-lines (:meth:`~simulator.report.TargetSection.text_lines`).
+lines (:meth:`~simulator.types.TargetSection.text_lines`).
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from pathlib import Path
 from devicefit.simulator.escape import clean
 from devicefit.simulator.report import (
     CompatibilityReport,
-    LatencyBasis,
     MeasuredReport,
     MemoryReport,
     Report,
-    Status,
     TargetMeasurement,
 )
+from devicefit.simulator.types import LatencyBasis, Status
 from devicefit.simulator.units import format_band, format_bytes, format_count, format_time_ms
 from devicefit.simulator.views.base import View
 from devicefit.simulator.views.columns import columns

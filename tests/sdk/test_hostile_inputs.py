@@ -319,8 +319,8 @@ def test_max_ops_bounds_operators_in_the_file(tmp_path, capsys):
 
 def test_memoised_lifetimes_equal_the_literal_walk():
     """The once-per-subgraph analysis against TFLM's walk, re-marking at every call."""
-    from devicefit.simulator.lifetimes import tflm_buffers
     from devicefit.simulator.reader import parse_model
+    from devicefit.simulator.targets.tflm.scratch import tflm_buffers
 
     for depth in (1, 2, 5):
         model = parse_model(hostile.nested_if(depth), f"if{depth}")

@@ -7,12 +7,13 @@ import json
 import pytest
 
 from devicefit.sdk.cli import main
-from devicefit.simulator.lifetimes import lower_bound, offline_offsets, tflm_buffers
+from devicefit.simulator.lifetimes import lower_bound, offline_offsets
 from devicefit.simulator.optimize import optimize_model_bytes
 from devicefit.simulator.planners.base import check_plan
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import parse_model, read_model
 from devicefit.simulator.runtimes import run_model
+from devicefit.simulator.targets.tflm.scratch import tflm_buffers
 from tests.zoo import model_path
 
 PROFILE = "stm32l4r5-cortex-m4"

@@ -13,7 +13,7 @@ import pytest
 
 from devicefit.sdk.cli import main
 from devicefit.simulator.compute import op_work
-from devicefit.simulator.lifetimes import lower_bound, tflm_buffers
+from devicefit.simulator.lifetimes import lower_bound
 from devicefit.simulator.optimize import optimize_model_bytes
 from devicefit.simulator.optimize.patches import (
     PatchRefused,
@@ -25,6 +25,7 @@ from devicefit.simulator.optimize.patches import (
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import parse_model, read_model
 from devicefit.simulator.runtimes import input_specs, random_inputs, run_model
+from devicefit.simulator.targets.tflm.scratch import tflm_buffers
 from tests.paths import TESTS
 from tests.zoo import convert_keras, model_path
 

@@ -14,16 +14,10 @@ import pytest
 from devicefit.sdk.cli import main
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import read_model
-from devicefit.simulator.report import (
-    SCHEMA_VERSION,
-    Basis,
-    BudgetName,
-    LatencyReport,
-    Report,
-    Status,
-)
+from devicefit.simulator.report import SCHEMA_VERSION, LatencyReport, Report
 from devicefit.simulator.simulate import simulate, static_report
 from devicefit.simulator.targets.edgetpu.partition import EdgeTpuReport
+from devicefit.simulator.types import Basis, BudgetName, Status
 from devicefit.simulator.verdict import BUDGETS, judge
 from devicefit.simulator.views import VIEWS, render
 from devicefit.simulator.views.json import read_report

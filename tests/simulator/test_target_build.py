@@ -299,8 +299,9 @@ def test_a_build_that_cannot_run_the_model_fails_the_verdict(small_model, status
 
     from devicefit.simulator.profiles import load_profile
     from devicefit.simulator.reader import read_model
-    from devicefit.simulator.report import MeasuredReport, Status
+    from devicefit.simulator.report import MeasuredReport
     from devicefit.simulator.simulate import static_report
+    from devicefit.simulator.types import Status
     from devicefit.simulator.verdict import judge
 
     profile = load_profile("stm32l4r5-cortex-m4")

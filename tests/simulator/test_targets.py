@@ -1,7 +1,9 @@
-"""Targets as plug-ins (:mod:`simulator.targets`): the built-in targets are discovered, every
-shipped profile resolves to one, and a new target is one record — here a dummy NPU defined
-in this file, registered for the test only, with no line added anywhere else — that the
-profile schema, ``simulate``, ``check``, ``--run`` and ``optimize`` all follow."""
+"""Targets as plug-ins (:mod:`simulator.targets.registry`): the built-in targets are
+discovered, every shipped profile resolves to one, and a new target is one package — here a
+dummy NPU that the tests write into a folder with the metadata of an installed distribution
+naming it in the ``devicefit.targets`` entry-point group, with no line added anywhere else
+— that the profile schema, ``simulate`` with every view, ``check``, ``--run`` and
+``optimize`` all follow."""
 
 from __future__ import annotations
 
@@ -10,52 +12,108 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
 from devicefit.sdk.cli import main
 from devicefit.simulator import profiles
-from devicefit.simulator.compat import CHECKERS, UnsupportedOp, section_type
+from devicefit.simulator.compat import CHECKERS, section_type
 from devicefit.simulator.errors import ProfileError
-from devicefit.simulator.model import Model
 from devicefit.simulator.planners import PLANNERS
-from devicefit.simulator.profiles import Profile, ProfileStore, load_profile
+from devicefit.simulator.profiles import ProfileStore, load_profile
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.runtimes import RUNNERS, runner_name
-from devicefit.simulator.schema import number
 from devicefit.simulator.simulate import simulate
-from devicefit.simulator.targets import (
-    TARGETS,
-    Target,
-    edgetpu,
-    litert,
-    register,
-    target_for,
-    tflm,
-    unregister,
-)
+from devicefit.simulator.targets import edgetpu, litert, tflm
+from devicefit.simulator.targets.registry import ENTRY_POINTS, TARGETS, target_for
+from devicefit.simulator.views.json import read_report
 from tests.paths import ROOT
 from tests.zoo import model_path
 
-#: The dummy NPU's whole op table: builtin op names it runs.
-DUMMY_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "AVERAGE_POOL_2D",
-                       "RESHAPE", "SOFTMAX"})
+#: The dummy NPU's package, file by file: its record, planner, op table and report section.
+DUMMY_PACKAGE = {
+    "__init__.py": """
+        \"\"\"A dummy NPU: a target of one's own, as one package.\"\"\"
+        from devicefit.simulator.schema import number
+        from devicefit.simulator.targets.registry import Target, lazy, lazy_type
+
+        TARGET = Target(
+            name="dummy", title="Dummy NPU", device_kinds=("dummy-board",),
+            kernels=("dummy-nn",), delegates=(), planner=lazy("dummy_npu.planner:plan"),
+            check_ops=lazy("dummy_npu.ops:check"), runner={runner!r}, host_runtime=None,
+            quant_schemes=("int8",), int16_io=False,
+            sparse_weights="the dummy NPU reads every weight", offline_plan=False,
+            section=lazy("dummy_npu.section:section"),
+            section_type=lazy_type("dummy_npu.section:DummySection"),
+            profile_keys={{"npu": {{"macs_per_cycle": number()}}}},
+            settings=lambda values: dict(values["npu"]))
+        """,
+    "planner.py": """
+        from devicefit.simulator.targets.litert.planner import plan_litert
 
 
-def _dummy_ops(model: Model, profile: Profile) -> list[UnsupportedOp]:
-    return [UnsupportedOp(op.index, op.op_name, "not in the dummy NPU's op table", sg.index)
-            for sg in model.subgraphs for op in sg.operators if op.op_name not in DUMMY_OPS]
+        def plan(model, profile, order=None):
+            # The NPU works in its host's LiteRT arena.
+            return plan_litert(model, profile, order)
+        """,
+    "ops.py": """
+        from devicefit.simulator.types import UnsupportedOp
+
+        OPS = frozenset({{"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "AVERAGE_POOL_2D",
+                         "RESHAPE", "SOFTMAX"}})
 
 
-DUMMY = Target(
-    name="dummy", title="Dummy NPU", device_kinds=("dummy-board",), kernels=("dummy-nn",),
-    delegates=(), planner=TARGETS["litert"].planner, check_ops=_dummy_ops, runner=None,
-    host_runtime=None, quant_schemes=("int8",), int16_io=False,
-    sparse_weights="the dummy NPU reads every weight", offline_plan=False, section=None,
-    profile_keys={"npu": {"macs_per_cycle": number()}},
-    settings=lambda values: dict(values["npu"]))
+        def check(model, profile):
+            return [UnsupportedOp(op.index, op.op_name, "not in the dummy NPU's op table",
+                                  sg.index)
+                    for sg in model.subgraphs for op in sg.operators if op.op_name not in OPS]
+        """,
+    "section.py": """
+        import dataclasses
+        from html import escape
+
+        from dummy_npu.ops import OPS
+
+
+        @dataclasses.dataclass(frozen=True)
+        class DummySection:
+            npu_ops: int
+            other_ops: int
+            macs_per_cycle: float
+
+            def to_dict(self):
+                return dataclasses.asdict(self)
+
+            def text_lines(self):
+                return [f"Dummy NPU: {{self.npu_ops}} ops on the NPU, "
+                        f"{{self.other_ops}} it cannot run",
+                        f"  {{self.macs_per_cycle:g}} MACs per cycle"]
+
+            def html(self):
+                return f"<h3>Dummy NPU</h3><p>{{escape(self.text_lines()[0])}}</p>"
+
+            def summary_lines(self):
+                return self.text_lines()[:1]
+
+            def supported_line(self):
+                return f"every operator runs on the dummy NPU ({{self.npu_ops}})"
+
+            def latency_report(self, profile, split):
+                return None
+
+
+        def section(model, profile):
+            names = [op.op_name for sg in model.subgraphs for op in sg.operators]
+            npu = sum(name in OPS for name in names)
+            return DummySection(npu, len(names) - npu,
+                                profile.target_settings["macs_per_cycle"])
+        """,
+}
 
 CLOCK_HZ = 100e6
 CYCLES_PER_MAC = 2.0
@@ -72,16 +130,47 @@ npu:
 """
 
 
+def _distribution(site: Path, name: str, entry_points: str) -> None:
+    """``site/<name>-1.0.dist-info``: what pip leaves for an installed distribution, as
+    much of it as :mod:`importlib.metadata` reads."""
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[{ENTRY_POINTS}]\n{entry_points}\n")
+
+
+def _write_dummy(site: Path, runner: str | None) -> None:
+    package = site / "dummy_npu"
+    package.mkdir(parents=True)
+    for name, text in DUMMY_PACKAGE.items():
+        (package / name).write_text(textwrap.dedent(text).lstrip().format(runner=runner))
+    _distribution(site, "dummy_npu", "dummy = dummy_npu:TARGET")
+
+
+@contextmanager
+def _installed(site: Path) -> Iterator[None]:
+    """``site`` on the path, as an installed distribution's folder is, for the block."""
+    sys.path.insert(0, str(site))
+    try:
+        TARGETS.reload()
+        yield
+    finally:
+        sys.path.remove(str(site))
+        for module in [m for m in sys.modules if m.split(".")[0] == "dummy_npu"]:
+            del sys.modules[module]
+        TARGETS.reload()
+
+
 @pytest.fixture
-def dummy(tmp_path: Path) -> Iterator[Path]:
-    """The dummy target registered, and the path of a profile for it."""
+def dummy(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """The dummy target installed (its runner: ``litert``, or the fixture's parameter),
+    and the path of a profile for it."""
+    site = tmp_path / "site"
+    _write_dummy(site, getattr(request, "param", "litert"))
     path = tmp_path / "dummy-board.yaml"
     path.write_text(DUMMY_PROFILE)
-    register(DUMMY)
-    try:
+    with _installed(site):
         yield path
-    finally:
-        unregister(DUMMY.name)
 
 
 def test_builtin_targets_are_discovered_from_their_modules():
@@ -115,24 +204,39 @@ def test_every_builtin_profile_resolves_to_a_registered_target():
             assert runner_name(target.name) in RUNNERS, name
 
 
-def test_a_target_is_registered_once():
-    with pytest.raises(ValueError, match="registered twice"):
-        register(tflm.TARGET)
+@pytest.mark.parametrize(("entry_point", "error"), [
+    ("tflm = devicefit.simulator.targets.tflm:TARGET", "target 'tflm' is registered twice"),
+    ("npu = devicefit.simulator.targets.tflm:TARGET", "names target 'tflm': name the entry"),
+    ("npu = devicefit.simulator.targets.tflm", "names a module, not a Target record"),
+])
+def test_an_entry_point_names_one_new_target(tmp_path, entry_point, error):
+    """A distribution that names a built-in target again, a record under another name or
+    something else than a record is refused, and the registry stays as it was."""
+    before = dict(TARGETS)
+    _distribution(tmp_path, "bad_npu", entry_point)
+    with pytest.raises(ValueError, match=error), _installed(tmp_path):
+        pass
+    assert dict(TARGETS) == before
 
 
 def test_the_profile_schema_follows_the_registry(dummy):
+    import dummy_npu  # the package the entry point names, on the path now
+
     profile = load_profile(dummy)
-    assert target_for(profile) is DUMMY
+    assert target_for(profile) is dummy_npu.TARGET is TARGETS["dummy"]
     assert profile.target_settings == {"macs_per_cycle": 64}
     # read when asked: the schema's values are the registered targets' at that moment
     assert "dummy" in profiles.RUNTIMES and "dummy-nn" in profiles.KERNELS
     assert "dummy" in CHECKERS and "dummy" in PLANNERS and "dummy" not in RUNNERS
-    unregister(DUMMY.name)
+    sys.path.remove(str(dummy.parent / "site"))
     try:
+        TARGETS.reload()
+        assert "dummy" not in TARGETS
         with pytest.raises(ProfileError, match=r"bad value for 'device.class': 'dummy-board'"):
             load_profile(dummy)
     finally:
-        register(DUMMY)
+        sys.path.insert(0, str(dummy.parent / "site"))
+        TARGETS.reload()
 
 
 def test_a_profile_is_checked_against_its_own_target(dummy, tmp_path):
@@ -173,12 +277,46 @@ def test_simulate_uses_the_targets_planner_op_table_and_the_cost_model(dummy):
     assert refused == {"LEAKY_RELU", "MEAN"} and leaky["verdict"] == "fail"
 
 
-def test_cli_simulate_and_check_on_the_dummy_target(dummy, tmp_path, capsys):
+def _simulate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    code = main(["simulate", *args])
+    return code, capsys.readouterr().out
+
+
+def test_every_view_shows_the_dummy_targets_section(dummy, capsys):
+    """The CLI in this process, the target installed as a package: its section in the
+    text, JSON (read back as its own class), HTML, JUnit and Markdown views."""
+    chain = model_path("chain_int8")
+    ops = len(read_model(chain).main.operators)
+    args = (str(chain), "--profile", str(dummy), "--format")
+    code, text = _simulate(capsys, *args, "text")
+    assert code == 0
+    assert f"Dummy NPU: {ops} ops on the NPU, 0 it cannot run" in text
+    assert "64 MACs per cycle" in text
+    assert f"every operator runs on the dummy NPU ({ops})" in text
+    data = json.loads(_simulate(capsys, *args, "json")[1])
+    assert data["profile"]["runtime"] == "dummy"
+    assert data["compatibility"]["dummy"] == {"npu_ops": ops, "other_ops": 0,
+                                              "macs_per_cycle": 64}
+    section = read_report(data).compatibility.section
+    assert type(section).__name__ == "DummySection" and section.npu_ops == ops
+    page = _simulate(capsys, *args, "html")[1]
+    assert f"<h3>Dummy NPU</h3><p>Dummy NPU: {ops} ops on the NPU, 0 it cannot run</p>" in page
+    junit = ElementTree.fromstring(_simulate(capsys, *args, "junit")[1])
+    assert list(junit.iter("testcase")) and not list(junit.iter("failure"))
+    assert "dummy-board" in ElementTree.tostring(junit, encoding="unicode")
+    assert "dummy-board" in _simulate(capsys, *args, "markdown")[1]
+
+
+def test_run_and_check_on_the_dummy_target(dummy, tmp_path, capsys):
+    """``--run`` runs the model in the runtime the record names (LiteRT, as the Edge TPU
+    runs its CPU reference); ``check`` judges a project on the dummy's profile."""
     chain = tmp_path / "chain_int8.tflite"
     shutil.copy(model_path("chain_int8"), chain)
     shutil.copy(model_path("leaky_mid_int8"), tmp_path / "leaky_mid_int8.tflite")
-    assert main(["simulate", str(chain), "--profile", str(dummy), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["profile"]["runtime"] == "dummy"
+    code, out = _simulate(capsys, str(chain), "--profile", str(dummy), "--run", "--runs", "1",
+                          "--json")
+    assert code == 0
+    assert json.loads(out)["measured"]["runtime"] == "litert"
     project = tmp_path / "devicefit.yaml"
     project.write_text("models:\n"
                        f"  - {{path: chain_int8.tflite, profiles: [{dummy.name}]}}\n"
@@ -188,6 +326,7 @@ def test_cli_simulate_and_check_on_the_dummy_target(dummy, tmp_path, capsys):
     assert "1 passed, 1 failed" in text and "LEAKY_RELU" in text
 
 
+@pytest.mark.parametrize("dummy", [None], indirect=True)
 def test_capabilities_refuse_what_the_target_cannot_do(dummy, tmp_path, capsys):
     chain = model_path("chain_int8")
     # no runner: --run says so and exits 2
@@ -201,13 +340,13 @@ def test_capabilities_refuse_what_the_target_cannot_do(dummy, tmp_path, capsys):
     assert not out.exists()
 
 
-def _loaded_of(code: str, modules: tuple[str, ...]) -> list[str]:
-    """Which of ``modules`` a child Python (an empty module table) has after ``code``."""
-    probe = f"{code}\nimport sys; print([m for m in {modules!r} if m in sys.modules])"
+def _modules_after(code: str) -> set[str]:
+    """The modules a child Python (an empty module table) has after running ``code``."""
+    probe = f"{code}\nimport json, sys; print(json.dumps(sorted(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().replace("'", '"'))
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def test_reading_the_registry_imports_no_planner_runtime_or_numpy():
@@ -215,17 +354,45 @@ def test_reading_the_registry_imports_no_planner_runtime_or_numpy():
     op tables and runners lazily, so that costs no heavy import."""
     code = ("from devicefit.simulator.profiles import ProfileStore\n"
             "store = ProfileStore(); [store.load(n) for n in store.names()]\n"
-            "from devicefit.simulator.targets import TARGETS; assert len(TARGETS) >= 3")
-    assert _loaded_of(code, ("numpy", "devicefit.simulator.planners",
-                             "devicefit.simulator.targets.tflm.ops", "devicefit.simulator.runtimes",
-                             "tflite_micro", "ai_edge_litert")) == []
+            "from devicefit.simulator.targets.registry import TARGETS; assert len(TARGETS) >= 3")
+    assert not _modules_after(code) & {
+        "numpy", "devicefit.simulator.planners", "devicefit.simulator.targets.tflm.ops",
+        "devicefit.simulator.runtimes", "tflite_micro", "ai_edge_litert"}
 
 
-def test_the_registry_alone_imports_no_profiles_report_or_op_tables():
-    """The registry and its records import only what describes a target (schema leaves,
-    units, errors): not the profiles that read it, the report, the model or the op checks
-    (the Edge TPU's cost keys live in its own package, not in simulator.compat)."""
-    code = "from devicefit.simulator.targets import TARGETS; assert len(TARGETS) >= 4"
-    assert _loaded_of(code, ("devicefit.simulator.profiles", "devicefit.simulator.report",
-                             "devicefit.simulator.model", "devicefit.simulator.compat",
-                             "numpy")) == []
+#: Every module of devicefit that reading the registry imports: the registry, the errors it
+#: raises, the built-in records and what they declare (their profile keys are schema leaves:
+#: the Edge TPU's in its cost.py, the Ethos-U's in its config.py).
+REGISTRY_IMPORTS = {
+    "devicefit", "devicefit.simulator", "devicefit.simulator.errors",
+    "devicefit.simulator.schema", "devicefit.simulator.units",
+    "devicefit.simulator.targets", "devicefit.simulator.targets.registry",
+    "devicefit.simulator.targets.edgetpu", "devicefit.simulator.targets.edgetpu.cost",
+    "devicefit.simulator.targets.ethos_u", "devicefit.simulator.targets.ethos_u.config",
+    "devicefit.simulator.targets.litert", "devicefit.simulator.targets.tflm"}
+
+
+def test_the_registry_alone_imports_its_records_and_what_they_declare():
+    """Not the profiles that read it, the types, the report, the model or the op checks:
+    exactly :data:`REGISTRY_IMPORTS`, so a record that starts importing more shows here."""
+    code = "from devicefit.simulator.targets.registry import TARGETS; assert len(TARGETS) >= 4"
+    loaded = _modules_after(code)
+    assert {m for m in loaded if m.split(".")[0] == "devicefit"} == REGISTRY_IMPORTS
+    assert "numpy" not in loaded
+
+
+def test_the_edgetpu_section_sums_itself_up_for_convert():
+    """``convert`` prints ``summary_lines()`` of what the target's hook returned (no test of
+    the section's class): the Edge TPU partition in one line, naming the first CPU op."""
+    from devicefit.simulator.targets.edgetpu.partition import edgetpu_report
+
+    profile = load_profile("coral-edgetpu")
+    mapped = edgetpu_report(read_model(model_path("chain_int8")), profile, use_compiler=False)
+    assert mapped.summary_lines() == [
+        f"Edge TPU: {mapped.total_ops}/{mapped.total_ops} ops mapped"]
+    leaky = edgetpu_report(read_model(model_path("leaky_mid_int8")), profile,
+                           use_compiler=False)
+    (line,) = leaky.summary_lines()
+    assert leaky.first_unmapped is not None and leaky.mapped_ops < leaky.total_ops
+    assert line.startswith(f"Edge TPU: {leaky.mapped_ops}/{leaky.total_ops} ops mapped; "
+                           f"first on CPU: op {leaky.first_unmapped.index} ")

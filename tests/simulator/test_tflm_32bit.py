@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from devicefit.simulator.lifetimes import tflm_buffers
 from devicefit.simulator.planners import plan_tflm
 from devicefit.simulator.profiles import load_profile, with_runtime
 from devicefit.simulator.reader import read_model
@@ -29,6 +28,7 @@ from devicefit.simulator.targets.tflm.scratch import (
     BUILD_MEASURED,
     ESTIMATED,
     HOST_MEASURED,
+    tflm_buffers,
     verified_against,
 )
 from devicefit.simulator.targets.tflm.tail import (

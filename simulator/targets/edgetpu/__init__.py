@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from devicefit.simulator.targets import Target, lazy, lazy_type
 from devicefit.simulator.targets.edgetpu.cost import PROFILE_KEYS, EdgeTpuCost
+from devicefit.simulator.targets.registry import Target, lazy, lazy_type
 
 if TYPE_CHECKING:
     from devicefit.simulator.profiles import Profile

@@ -30,7 +30,7 @@ from typing import Any
 
 from devicefit.simulator.model import Model
 from devicefit.simulator.profiles import Profile
-from devicefit.simulator.report import LatencyBasis, LatencyReport, OpLatencyRow
+from devicefit.simulator.report import LatencyReport, OpLatencyRow
 from devicefit.simulator.targets.edgetpu.compiled import COMPILED_OP, CompiledOp, compiled_ops
 from devicefit.simulator.targets.edgetpu.compiler import (
     COMPILER,
@@ -55,6 +55,7 @@ from devicefit.simulator.targets.edgetpu.rules import (
     OpTable,
     load_table,
 )
+from devicefit.simulator.types import LatencyBasis
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,12 @@ class EdgeTpuReport:
 
     def html(self) -> str:
         return html_section(self)
+
+    def summary_lines(self) -> list[str]:
+        first = self.first_unmapped
+        return [f"Edge TPU: {self.mapped_ops}/{self.total_ops} ops mapped"
+                + (f"; first on CPU: op {first.index} {first.op}: {first.reason}" if first else "")
+                + (f"; {self.compile_error}" if self.compile_error else "")]
 
     def supported_line(self) -> str:
         if self.precompiled:
@@ -551,8 +558,8 @@ def check(model: Model, profile: Profile) -> list[Any]:
     LiteRT lacks an op. A model compiled for the Edge TPU already (``edgetpu-custom-op``)
     is judged by its host ops only: its TPU part is opaque.
     """
-    from devicefit.simulator.compat import UnsupportedOp
     from devicefit.simulator.targets.litert import ops as litert
+    from devicefit.simulator.types import UnsupportedOp
 
     found = [u for u in litert.check(model, profile) if u.op != f"CUSTOM:{COMPILED_OP}"]
     report = partition(model, profile)

@@ -14,8 +14,8 @@ is taken as it is. ``convert`` writes ``<out>_vela.tflite`` beside the int8 file
 
 from __future__ import annotations
 
-from devicefit.simulator.targets import Target, lazy, lazy_type
 from devicefit.simulator.targets.ethos_u.config import PROFILE_KEYS, SECTION, settings
+from devicefit.simulator.targets.registry import Target, lazy, lazy_type
 
 TARGET = Target(
     name="ethos-u",

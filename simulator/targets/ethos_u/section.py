@@ -151,7 +151,8 @@ class EthosUSection:
 
     def latency_report(self, profile: Any, split: str) -> Any:
         """``report.latency``: Vela's cycles at the NPU clock plus the Cortex-M part."""
-        from devicefit.simulator.report import LatencyBasis, LatencyReport
+        from devicefit.simulator.report import LatencyReport
+        from devicefit.simulator.types import LatencyBasis
 
         common = {"clock_hz": self.figures.core_clock_hz if self.figures else None,
                   "threads": 1, "cpu": profile.device.cpu, "kernels": profile.runtime.kernels,
@@ -168,6 +169,10 @@ class EthosUSection:
             band=None if lat["band"] is None else (lat["band"][0], lat["band"][1]),
             band_basis=lat["band_basis"],
             basis=LatencyBasis.TARGET, split=split, **common)
+
+    def summary_lines(self) -> list[str]:
+        """``convert`` shows Vela's compilation whole: the file it wrote and its figures."""
+        return self.text_lines()
 
     def supported_line(self) -> str:
         return (f"every operator can run ({self.npu_ops} on the NPU, {self.cpu_ops} on the "

@@ -12,7 +12,6 @@ from typing import Any
 from devicefit.simulator.model import Model
 from devicefit.simulator.planners.base import MemoryPlan
 from devicefit.simulator.profiles import Profile
-from devicefit.simulator.report import UnsupportedOp
 from devicefit.simulator.targets.ethos_u.analysis import (
     ETHOS_U_OP,
     compile_file,
@@ -22,6 +21,7 @@ from devicefit.simulator.targets.ethos_u.analysis import (
     section_for,
 )
 from devicefit.simulator.targets.ethos_u.section import CPU, EthosUSection
+from devicefit.simulator.types import UnsupportedOp
 
 NAME = "ethos-u"
 

@@ -8,7 +8,7 @@ bench`` measures it on a phone with LiteRT's ``benchmark_model`` over adb.
 
 from __future__ import annotations
 
-from devicefit.simulator.targets import Target, lazy
+from devicefit.simulator.targets.registry import Target, lazy
 
 TARGET = Target(
     name="litert",

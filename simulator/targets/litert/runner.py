@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from devicefit.simulator.errors import RuntimeFailure
-from devicefit.simulator.runtimes import RunOptions, RunResult
+from devicefit.simulator.types import RunOptions, RunResult
 
 
 def interpreter_module():

@@ -12,7 +12,7 @@ core and kernel library (:mod:`.build`) and measures the model on it under QEMU
 
 from __future__ import annotations
 
-from devicefit.simulator.targets import Target, lazy
+from devicefit.simulator.targets.registry import Target, lazy
 
 TARGET = Target(
     name="tflm",

@@ -2,8 +2,8 @@
 
 The head (the planned, reusable part of the arena) is exact: :func:`greedy_plan` follows
 ``GreedyMemoryPlanner::CalculateOffsetsIfNeeded`` step by step, on the buffers and lifetimes
-of :func:`simulator.lifetimes.tflm_buffers`. The tail (persistent allocations: tensor and
-node structs, kernel data) is an estimate per pointer width and kernel flavour.
+of :func:`simulator.targets.tflm.scratch.tflm_buffers`. The tail (persistent allocations:
+tensor and node structs, kernel data) is an estimate per pointer width and kernel flavour.
 """
 
 from __future__ import annotations
@@ -13,13 +13,7 @@ from dataclasses import dataclass
 
 from devicefit.simulator.cores import find_core
 from devicefit.simulator.errors import ProfileError
-from devicefit.simulator.lifetimes import (
-    Buffer,
-    align_up,
-    live_bytes_per_step,
-    op_steps,
-    tflm_buffers,
-)
+from devicefit.simulator.lifetimes import Buffer, align_up, live_bytes_per_step, op_steps
 from devicefit.simulator.model import Model
 from devicefit.simulator.planners.base import MemoryPlan, check_plan
 from devicefit.simulator.planners.index import PlacedIndex
@@ -29,6 +23,7 @@ from devicefit.simulator.targets.tflm.scratch import (
     KERNEL_SCRATCH,
     SOURCES,
     flavour,
+    tflm_buffers,
     verified_against,
 )
 from devicefit.simulator.targets.tflm.tail import (

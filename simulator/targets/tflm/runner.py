@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from devicefit.simulator.runtimes import RunOptions, RunResult
+from devicefit.simulator.types import RunOptions, RunResult
 
 _TOTAL = re.compile(r"Arena allocation (total|head|tail) (\d+) bytes")
 _CATEGORY = re.compile(r"'([^']+)' used (\d+) bytes")

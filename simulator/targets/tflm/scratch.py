@@ -25,19 +25,13 @@ says what each flavour's figures were checked against: the 64-bit host wheel, a 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 
-from devicefit.simulator.model import DTYPE_BYTES, Operator, Subgraph, Tensor
+from devicefit.simulator.lifetimes import Buffer, arena_buffers
+from devicefit.simulator.model import DTYPE_BYTES, Model, Operator, Subgraph, Tensor
 from devicefit.simulator.targets.tflm import cmsis_nn, esp_nn
 from devicefit.simulator.targets.tflm.cmsis_nn import ConvParams, Dims, Feature
-
-
-@dataclass(frozen=True)
-class ScratchRequest:
-    size: int
-    what: str
-
+from devicefit.simulator.types import ScratchRequest
 
 ScratchRule = Callable[[Subgraph, Operator, int], list[ScratchRequest]]
 
@@ -465,3 +459,12 @@ def scratch_requests(sg: Subgraph, op: Operator, pointer_bytes: int = 8,
     (unknown flavours: the reference kernels' requests)."""
     rule = KERNEL_SCRATCH.get(kernels, REFERENCE_SCRATCH).get(op.op_name)
     return rule(sg, op, pointer_bytes) if rule else []
+
+
+def tflm_buffers(model: Model, order: Sequence[int] | None = None, *,
+                 pointer_bytes: int = 8, kernels: str = "reference") -> list[Buffer]:
+    """Every buffer TFLM plans in the arena head (:func:`simulator.lifetimes.arena_buffers`),
+    with the scratch buffers the ``kernels`` flavour requests (some sizes depend on
+    ``pointer_bytes``)."""
+    return arena_buffers(model, order,
+                         lambda sg, op: scratch_requests(sg, op, pointer_bytes, kernels))

@@ -1,0 +1,305 @@
+"""The target record and the registry of targets.
+
+A target is what a profile's ``runtime.name`` selects: a runtime on a kind of device (TFLite
+Micro on a microcontroller, LiteRT on a phone, LiteRT plus a Coral Edge TPU). Everything the
+simulator and the SDK need to know about it is one :class:`Target` record, ``TARGET``, in
+the ``__init__`` of its package. :data:`TARGETS` finds the records itself: in the packages
+of :mod:`simulator.targets` (the built-in targets), and where installed distributions name
+them in the ``devicefit.targets`` entry-point group (a target of one's own, see
+``docs/internals.md``). So adding a target is its package, its profiles and its tests, and
+no line elsewhere. The
+registries keyed by target (``PLANNERS``, ``CHECKERS``, ``SECTIONS``, ``RUNNERS``, the
+profile schema's runtime names, kernels, delegates, op tables and device classes) are views
+of this one (:class:`TargetView`, :func:`union`).
+
+This module imports :mod:`simulator.errors` (and :mod:`simulator.types`, for the type
+checker only: the record's fields are annotations). A record binds its planner, op table,
+section and runner as :func:`lazy` references, so reading the
+registry — which validating a profile does — imports the records and what they declare
+(their profile keys are schema leaves), and no planner, op table, report, model reader,
+native runtime or :mod:`simulator.profiles`; ``tests/simulator/test_targets.py`` holds the
+list.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from devicefit.simulator.errors import ProfileError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from devicefit.simulator.model import Model
+    from devicefit.simulator.profiles import Profile
+    from devicefit.simulator.schema import Leaf
+    from devicefit.simulator.types import Checker, Planner, Runner, TargetSection
+
+#: The packages of built-in targets.
+BUILTIN_PACKAGE = "devicefit.simulator.targets"
+#: The entry-point group a distribution names its targets in: ``name = "module:TARGET"``,
+#: the name being the target's (the profile's ``runtime.name``).
+ENTRY_POINTS = "devicefit.targets"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target's bindings and capabilities (``section_type`` and the fields from
+    ``cpu_kernels`` on have defaults).
+
+    ``name``
+        The profile's ``runtime.name`` (``"tflm"``), also the name of its op table
+        (``ops.table``) and of its runner, if it brings one.
+    ``title``
+        The name people know it by ("TensorFlow Lite Micro"), for messages and reports.
+    ``device_kinds`` / ``kernels`` / ``delegates``
+        The ``device.class``, ``runtime.kernels`` and ``runtime.delegates`` values a profile
+        of this target may use. The profile schema accepts their union across targets.
+    ``planner``
+        ``(model, profile, order) -> MemoryPlan``: the arena planner by the runtime's rules.
+    ``check_ops``
+        ``(model, profile) -> list[UnsupportedOp]``: the target's op table.
+    ``runner``
+        The name of the target whose host runtime runs this target's models in ``--run``
+        (the Edge TPU runs its CPU reference in ``"litert"``); None when nothing here can
+        run them.
+    ``host_runtime``
+        Factory of the :class:`simulator.types.Runner` this target brings (TFLM, LiteRT),
+        called in the worker process only; None when it brings none.
+    ``quant_schemes``
+        The quantization schemes the target executes (a profile may allow fewer).
+    ``int16_io``
+        Whether int16 model inputs and outputs are allowed (int16x8 models).
+    ``sparse_weights``
+        None when the target gains from sparse (N:M, zero) weights, else why it does not.
+    ``offline_plan``
+        Whether it accepts an offline arena plan (``optimize`` / ``convert
+        --optimize-memory``).
+    ``section``
+        ``(model, profile) -> section``: the target's own static report section
+        (``compatibility.<name>``, a :class:`simulator.types.TargetSection`: the Edge TPU
+        partition), or None for targets without one.
+    ``section_type``
+        ``() -> type``: the class of that section, to read a report back from JSON; None
+        for targets without a section.
+    ``cpu_kernels``
+        ``runtime.kernels`` values that name an accelerator rather than a CPU library, each
+        mapped to the library the ops left on the host CPU run on (Edge TPU: ``{"edgetpu":
+        "xnnpack"}``); other values are CPU libraries themselves.
+    ``bench_tool``
+        The on-device benchmark program ``devicefit bench`` drives over adb for this target
+        (LiteRT's ``benchmark_model``); None when bench cannot measure it.
+    ``profile_keys``
+        Extra YAML keys the target declares, ``{section: {key: Leaf}}`` (the Edge TPU's
+        constants under ``cost_model``), validated like the built-in keys; a profile of
+        another target may not set them.
+    ``settings``
+        ``({section: {key: value}}) -> settings``: the target's typed settings from the
+        values of its ``profile_keys`` the profile sets, kept as
+        ``Profile.target_settings``; None when it declares no keys.
+    ``after_convert``
+        ``(path, profile) -> section | None``, run by ``convert`` on the written model (the
+        Edge TPU partition of the result, the Ethos-U's Vela compilation); ``convert``
+        prints the section's ``summary_lines()``. None when the target adds nothing.
+    ``prepare``
+        ``(model, profile) -> model``: the model the device runs, which simulate reports on
+        (the Ethos-U: Vela's compilation of a plain int8 model); None: the model itself.
+    ``resizes_inputs``
+        Whether the runtime resizes a dynamic input at run time (LiteRT does; TFLM
+        allocates the shapes stored in the file), for ``--input-shape``.
+    ``compiled_op``
+        The custom op code the target's compiler leaves in a model for its compiled part
+        (e.g. Vela's ``ethos-u``); on any other target that op is a finding naming this one.
+
+    The device-latency estimate is the target's section's own split where its section has
+    one (the Edge TPU: TPU compute, link, CPU fallback), else the CPU cost model of
+    :mod:`simulator.latency` for ``device.cpu`` and the kernel library (``cpu_kernels``).
+    """
+
+    name: str
+    title: str
+    device_kinds: tuple[str, ...]
+    kernels: tuple[str, ...]
+    delegates: tuple[str, ...]
+    planner: Planner
+    check_ops: Checker
+    runner: str | None
+    host_runtime: Callable[[], Runner] | None
+    quant_schemes: tuple[str, ...]
+    int16_io: bool
+    sparse_weights: str | None
+    offline_plan: bool
+    section: Callable[[Model, Profile], TargetSection] | None
+    section_type: Callable[[], type] | None = None
+    cpu_kernels: Mapping[str, str] = field(default_factory=dict)
+    bench_tool: str | None = None
+    profile_keys: Mapping[str, Mapping[str, Leaf]] = field(default_factory=dict)
+    settings: Callable[[Mapping[str, Mapping[str, Any]]], Any] | None = None
+    after_convert: Callable[[Path, Profile], TargetSection | None] | None = None
+    prepare: Callable[[Model, Profile], Model] | None = None
+    resizes_inputs: bool = True
+    compiled_op: str | None = None
+
+
+def load(ref: str) -> Any:
+    """The object ``"module:attr"`` names (``attr`` may be dotted: ``"mod:Class.method"``)."""
+    module, _, attr = ref.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def lazy(ref: str) -> Callable[..., Any]:
+    """A function that imports ``"module:attr"`` (see :func:`load`) when first called and
+    calls it.
+
+    Target records bind their planners, op tables and runners through this so that reading
+    a record imports none of them (they import :mod:`simulator.profiles`, which reads the
+    registry).
+    """
+    found: list[Callable[..., Any]] = []
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not found:
+            found.append(load(ref))
+        return found[0](*args, **kwargs)
+
+    call.__name__ = ref.rpartition(".")[2].rpartition(":")[2]
+    call.__qualname__ = ref
+    call.__doc__ = f"{ref}, imported on first use."
+    return call
+
+
+def lazy_type(ref: str) -> Callable[[], type]:
+    """A function that imports and returns the class ``"module:Class"`` (not an instance),
+    for fields that name a type without importing its module."""
+
+    def get() -> type:
+        return load(ref)
+
+    get.__qualname__ = ref
+    return get
+
+
+def _add(targets: dict[str, Target], target: Target) -> None:
+    if target.name in targets:
+        raise ValueError(f"target '{target.name}' is registered twice")
+    targets[target.name] = target
+
+
+def _builtin() -> Iterator[Target]:
+    package = importlib.import_module(BUILTIN_PACKAGE)
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if info.ispkg:
+            target = getattr(importlib.import_module(f"{BUILTIN_PACKAGE}.{info.name}"),
+                             "TARGET", None)
+            if isinstance(target, Target):
+                yield target
+
+
+def _installed() -> Iterator[Target]:
+    import importlib.metadata  # tens of milliseconds: only when the registry is read
+
+    for entry in sorted(importlib.metadata.entry_points(group=ENTRY_POINTS),
+                        key=lambda e: e.name):
+        target = entry.load()
+        if not isinstance(target, Target):
+            raise ValueError(f"entry point '{entry.name} = {entry.value}' ({ENTRY_POINTS}) "
+                             f"names a {type(target).__name__}, not a Target record")
+        if target.name != entry.name:
+            raise ValueError(f"entry point '{entry.name} = {entry.value}' ({ENTRY_POINTS}) "
+                             f"names target '{target.name}': name the entry point after it")
+        yield target
+
+
+class Registry(Mapping[str, Target]):
+    """Target name → :class:`Target`: the built-in packages and the installed entry points,
+    read on first use (and again on :meth:`reload`)."""
+
+    def __init__(self) -> None:
+        self._targets: dict[str, Target] | None = None
+        self._lock = threading.Lock()
+
+    def _all(self) -> dict[str, Target]:
+        targets = self._targets
+        if targets is None:
+            with self._lock:
+                if self._targets is None:
+                    self._targets = self._discover()
+                targets = self._targets
+        return targets
+
+    @staticmethod
+    def _discover() -> dict[str, Target]:
+        # Into a new dict: a record that fails to import leaves the registry as it was.
+        found: dict[str, Target] = {}
+        for target in (*_builtin(), *_installed()):
+            _add(found, target)
+        return found
+
+    def reload(self) -> None:
+        """Read the packages and entry points again, e.g. after a target's distribution
+        was installed into (or removed from) the running interpreter's path. A record that
+        fails to load raises and leaves the registry as it was."""
+        importlib.invalidate_caches()  # the path's folders may have new entries
+        found = self._discover()
+        with self._lock:
+            self._targets = found
+
+    def __getitem__(self, name: str) -> Target:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+#: Every target by name: the built-in packages, then the ``devicefit.targets`` entry points.
+TARGETS = Registry()
+
+
+def target_for(profile: Profile) -> Target:
+    """The target ``profile``'s ``runtime.name`` selects."""
+    try:
+        return TARGETS[profile.runtime.name]
+    except KeyError:
+        raise ProfileError(f"profile '{profile.name}': no target '{profile.runtime.name}' "
+                           f"(known: {', '.join(TARGETS)})") from None
+
+
+V = TypeVar("V")
+
+
+class TargetView(Mapping[str, V], Generic[V]):
+    """A read-only view of the registry: target name → ``pick(target)``, skipping targets
+    for which ``pick`` gives None. Registries keyed by target (planners, op tables,
+    runners) are such views, so they follow :meth:`Registry.reload`."""
+
+    def __init__(self, pick: Callable[[Target], V | None]) -> None:
+        self._pick = pick
+
+    def _items(self) -> dict[str, V]:
+        return {name: value for name, t in TARGETS.items()
+                if (value := self._pick(t)) is not None}
+
+    def __getitem__(self, name: str) -> V:
+        return self._items()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items())
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+
+def union(pick: Callable[[Target], tuple[str, ...]]) -> tuple[str, ...]:
+    """Every value ``pick`` gives over the registered targets, once each, in order."""
+    return tuple(dict.fromkeys(v for t in TARGETS.values() for v in pick(t)))

@@ -1,0 +1,190 @@
+"""The simulator's shared vocabulary: the str enums of the report, an unsupported operator,
+the protocols a target implements (its report section, its runner) and the shapes of the
+functions its record binds.
+
+Every layer names these (the registry, the op check, the planners, the runtimes, the
+report and its views), so this module imports nothing of devicefit at run time: a module
+may import it without importing anything else (the way AI Edge Quantizer keeps
+``qtyping``). The few devicefit classes the signatures below name (the model, the profile,
+a memory plan, a latency report) are imported for the type checker only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from devicefit.simulator.model import Model, Operator, Subgraph
+    from devicefit.simulator.planners.base import MemoryPlan
+    from devicefit.simulator.profiles import Profile
+    from devicefit.simulator.report import LatencyReport
+
+
+class StrEnum(str, Enum):
+    """``enum.StrEnum`` (Python 3.11+) on 3.10 too: ``str()``, ``format()`` and f-strings
+    give the value, as for the plain string it is."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Status(StrEnum):
+    """A budget's outcome, and a report's verdict (never "at-risk": ``Report.status`` is)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    #: An estimate within its budget whose error band crosses it.
+    AT_RISK = "at-risk"
+
+
+class BudgetName(StrEnum):
+    FLASH = "flash"
+    ARENA = "arena"
+    LATENCY = "latency"
+
+
+class Unit(StrEnum):
+    BYTES = "bytes"
+    MS = "ms"
+
+
+class Basis(StrEnum):
+    """What a figure rests on."""
+
+    #: Static analysis that reproduces the runtime.
+    PREDICTED = "predicted"
+    #: The real runtime (or the device) gave it.
+    MEASURED = "measured"
+    #: A model of the runtime with parts it cannot reproduce (cost model, tail estimate).
+    ESTIMATED = "estimated"
+
+
+class LatencyBasis(StrEnum):
+    """Where a device-latency estimate comes from."""
+
+    #: A core of :mod:`simulator.cores` and the kernel tables of :mod:`simulator.kernels`.
+    REGISTRY = "registry"
+    #: The profile's own ``cost_model.cycles_per_mac``.
+    PROFILE = "profile"
+    #: A target's own estimate, split in its section (the Edge TPU: TPU compute, link
+    #: transfers, CPU fallback); ``LatencyReport.split`` names where.
+    TARGET = "target split"
+
+    @classmethod
+    def _missing_(cls, value: object) -> LatencyBasis | None:
+        # Version 1 reports named the target: "edgetpu split".
+        return cls.TARGET if isinstance(value, str) and value.endswith(" split") else None
+
+
+# --------------------------------------------------------------------------- op support
+
+
+@dataclass(frozen=True)
+class UnsupportedOp:
+    op_index: int
+    op: str
+    reason: str
+    subgraph: int = 0
+
+
+class TargetSection(Protocol):
+    """A target's own static section (the Edge TPU partition), ``compatibility.<table>``.
+
+    A frozen dataclass that writes its own views (the text, HTML and ``convert`` views
+    print what it gives) and may carry the target's own device-latency estimate.
+    """
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    def text_lines(self) -> list[str]:
+        """Its part of the text report: a heading line, then indented detail lines."""
+        ...
+
+    def html(self) -> str:
+        """Its part of the HTML page (escaped by the section itself)."""
+        ...
+
+    def summary_lines(self) -> list[str]:
+        """The section in a line or a few, for a command that shows it beside its own
+        output (``convert``, after the target's ``after_convert`` hook)."""
+        ...
+
+    def supported_line(self) -> str:
+        """What "every operator supported" means on this target, in one line."""
+        ...
+
+    def latency_report(self, profile: Profile, split: str) -> LatencyReport | None:
+        """``report.latency`` from the section's own estimate (``split``: where the report
+        holds its parts), else None: the CPU cost model estimates the model."""
+        ...
+
+
+# --------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class ScratchRequest:
+    """A scratch buffer a kernel requests in ``Prepare`` (TFLM-style arenas plan them in
+    the head for their operator's step)."""
+
+    size: int
+    what: str
+
+
+#: The scratch buffers the kernel of one operator requests, in the order it requests them.
+ScratchRequests: TypeAlias = "Callable[[Subgraph, Operator], Sequence[ScratchRequest]]"
+#: A target's arena planner: ``(model, profile, order) -> MemoryPlan``.
+Planner: TypeAlias = "Callable[[Model, Profile, Sequence[int] | None], MemoryPlan]"
+#: A target's op table: ``(model, profile) -> unsupported operators``.
+Checker: TypeAlias = "Callable[[Model, Profile], list[UnsupportedOp]]"
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass
+class RunResult:
+    """What one run of a model in a real runtime gave back."""
+
+    runtime: str
+    outputs: list[np.ndarray]
+    #: Wall-clock time of each timed invoke (after the warm-up runs), host CPU.
+    host_ms: list[float]
+    #: TFLM's RecordingMicroAllocator figures; None for runtimes without an arena.
+    arena_head_bytes: int | None = None
+    arena_tail_bytes: int | None = None
+    arena_total_bytes: int | None = None
+    #: Tail allocations by RecordingMicroAllocator category → bytes used (with alignment).
+    arena_categories: dict[str, int] = field(default_factory=dict)
+    #: Per-op host times ``{"op_index", "op", "ms"}`` where the runtime reports them.
+    per_op_ms: list[dict] | None = None
+    #: The arena size the interpreter was created with (TFLM), for the record.
+    arena_size_used: int | None = None
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    runs: int = 1
+    warmup: int = 1
+    threads: int = 1
+    xnnpack: bool = True
+    reference_kernels: bool = False
+    #: TFLM arena size to start from; None lets the runner pick (and grow on failure).
+    arena_size: int | None = None
+
+
+class Runner(Protocol):
+    """One runtime. ``run`` executes inside the worker (child) process only."""
+
+    name: str
+
+    def run(self, model_path: str, inputs: list[np.ndarray], num_outputs: int,
+            options: RunOptions, stage: Callable[[str], None]) -> RunResult: ...
