@@ -317,7 +317,7 @@ class CompatibilityReport:
         out = {"table": self.table, "supported": self.supported,
                "unsupported_ops": [dataclasses.asdict(u) for u in self.unsupported_ops],
                "disagreements": [dataclasses.asdict(d) for d in self.disagreements],
-               "probe": None if self.probe is None else _plain_fields(self.probe)}
+               "probe": None if self.probe is None else plain_fields(self.probe)}
         if self.section is not None:
             out[self.table] = self.section.to_dict()
         return out
@@ -561,7 +561,7 @@ class BenchSection:
     vs_estimate: BenchComparison
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain_fields(self.result) | {"vs_estimate": _plain_fields(self.vs_estimate)}
+        return plain_fields(self.result) | {"vs_estimate": plain_fields(self.vs_estimate)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BenchSection:
@@ -643,7 +643,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (plain dicts, lists, str, numbers), with its ``schema_version``."""
-        return {"schema_version": SCHEMA_VERSION, **_plain_fields(self),
+        return {"schema_version": SCHEMA_VERSION, **plain_fields(self),
                 "status": self.status.value}
 
     @classmethod
@@ -668,7 +668,7 @@ def _plain(value: Any) -> Any:
     """``value`` as JSON-ready data; a dataclass with its own ``to_dict`` decides its form."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         own: Callable[[], dict[str, Any]] | None = getattr(value, "to_dict", None)
-        return own() if own is not None else _plain_fields(value)
+        return own() if own is not None else plain_fields(value)
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, (list, tuple)):
@@ -678,7 +678,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _plain_fields(value: Any) -> dict[str, Any]:
+def plain_fields(value: Any) -> dict[str, Any]:
+    """A dataclass's fields as JSON-ready data (enums as their values), in field order: the
+    ``to_dict`` of every typed record here and of the results built on them (check, fit)."""
     return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
 
 
