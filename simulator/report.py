@@ -655,7 +655,7 @@ class Report:
         (:func:`simulator.views.json.read_report` passes the targets' own)."""
         compat = data.get("compatibility")
         rest = {k: v for k, v in data.items() if k != "compatibility"}
-        report = _from_fields(cls, rest)
+        report = from_fields(cls, rest)
         if compat is not None:
             report.compatibility = CompatibilityReport.from_dict(compat, section_type)
         return report
@@ -696,10 +696,12 @@ def build(cls: type, data: Any) -> Any:
     ``from_dict`` reads itself; a field missing from the JSON (added since it was written)
     keeps its default, and a key the class does not know is ignored."""
     own: Callable[[Any], Any] | None = getattr(cls, "from_dict", None)
-    return own(data) if own is not None else _from_fields(cls, data)
+    return own(data) if own is not None else from_fields(cls, data)
 
 
-def _from_fields(cls: type, data: Any) -> Any:
+def from_fields(cls: type, data: Any) -> Any:
+    """``cls`` field by field from its JSON form: what a ``from_dict`` builds on when only
+    some of its fields need reading by hand."""
     return cls(**{name: _value(hint, data[name]) for name, hint in _fields(cls) if name in data})
 
 
