@@ -120,7 +120,8 @@ class _Problems:
             key = key[:-1]
         return None
 
-    def mapping(self, value: Any, key: tuple[str, ...], allowed: Sequence[str]) -> dict:
+    def mapping(self, value: Any, key: tuple[str, ...], allowed: Sequence[str]
+                ) -> dict[Any, Any]:
         """``value`` as a mapping with only ``allowed`` keys; problems for the others."""
         if not isinstance(value, dict):
             self.add(key, f"must be a mapping with keys {', '.join(allowed)}, "

@@ -14,7 +14,12 @@ from devicefit.simulator.errors import UsageError
 from devicefit.simulator.fileio import write_atomic
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rich.console import Console
+
     from devicefit.sdk.check import CheckResult, Outcome
+    from devicefit.sdk.check.shard import Shard
 
 # sdk.check (numpy, the simulator, rich tables) is imported inside the handlers so that
 # `devicefit --help` and the other commands do not pay for it.
@@ -46,7 +51,7 @@ def _jobs(text: str) -> int:
     return value or (os.cpu_count() or 1)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "check", help="CI gate: every model of a project against its device budgets",
         description="Simulate every model x profile listed in a project file (static analysis; "
@@ -100,7 +105,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_check)
 
 
-def _shard(text: str):
+def _shard(text: str) -> Shard:
     from devicefit.sdk.check.shard import parse_shard
 
     return parse_shard(text)
@@ -222,7 +227,8 @@ def _views(args: argparse.Namespace, result: CheckResult, inputs: list[Path],
     return result.exit_code
 
 
-def _update_baseline(result: CheckResult, path: Path, err, inputs: list[Path]) -> list[str]:
+def _update_baseline(result: CheckResult, path: Path, err: Console, inputs: list[Path]
+                     ) -> list[str]:
     from devicefit.sdk.check import Baseline
 
     done = [(o.model, o.profile, o.report) for o in result.outcomes if o.report is not None]
@@ -239,7 +245,7 @@ def _update_baseline(result: CheckResult, path: Path, err, inputs: list[Path]) -
 class _Progress:
     """A transient progress bar on a TTY for many targets; a no-op callback otherwise."""
 
-    def __init__(self, console, total: int) -> None:
+    def __init__(self, console: Console, total: int) -> None:
         self.bar = None
         if console.is_terminal and total >= PROGRESS_MIN_TARGETS:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -249,7 +255,7 @@ class _Progress:
                                 transient=True)
             self.task = self.bar.add_task("", total=total)
 
-    def __enter__(self):
+    def __enter__(self) -> Callable[[Outcome], None] | None:
         if self.bar is None:
             return None
         self.bar.start()
@@ -259,12 +265,12 @@ class _Progress:
         assert self.bar is not None
         self.bar.update(self.task, advance=1, description=f"{outcome.model} @ {outcome.profile}")
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
 
 
-def _print(console, result: CheckResult, written: list[str], notes: bool) -> None:
+def _print(console: Console, result: CheckResult, written: list[str], notes: bool) -> None:
     from rich.markup import escape
 
     from devicefit.sdk.check import TargetStatus

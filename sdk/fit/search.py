@@ -229,7 +229,8 @@ def _decided(trial: Any, candidate: Candidate) -> str | None:
     decision = _decision(trial)
     if decision is None or Candidate.from_dict(decision["candidate"]) != candidate:
         return None
-    return decision["as"]
+    verdict: str = decision["as"]
+    return verdict
 
 
 def _settled_before(study: Any, number: int) -> list[Any]:
@@ -241,7 +242,7 @@ def _settled_before(study: Any, number: int) -> list[Any]:
     import optuna
 
     while True:
-        trials = study.get_trials(deepcopy=False)
+        trials: list[Any] = study.get_trials(deepcopy=False)
         if not any(t.state == optuna.trial.TrialState.RUNNING and t.number < number
                    and _decision(t) is None for t in trials):
             return trials
