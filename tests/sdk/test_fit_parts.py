@@ -13,6 +13,7 @@ from devicefit.sdk.commands.fit import parse_duration
 from devicefit.sdk.convert.finetune import FineTuneResult
 from devicefit.sdk.fit.cluster import gzip_size, kmeans_1d
 from devicefit.sdk.fit.distill import DistillSettings
+from devicefit.sdk.fit.export import StudyInfo
 from devicefit.sdk.fit.report import (
     Clustering,
     FitBudgets,
@@ -29,7 +30,7 @@ from devicefit.sdk.fit.space import Candidate, space_for
 from devicefit.sdk.fit.trial import TrialRecord, TrialStage
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.report import Basis, BudgetCheck, BudgetName, Status, Unit
+from devicefit.simulator.report import Basis, BudgetCheck, BudgetName, Status, Unit, build
 
 
 def _budget(name: str, value: float, limit: float) -> BudgetCheck:
@@ -128,6 +129,10 @@ def test_report_json_round_trips_trials():
     assert data["study"] == {"name": "study", "artifacts": None, "worker": "host:1",
                              "writer": True}
     assert data["budgets"] == {"flash": 100, "arena": None, "latency_ms": 5.0}
+    # What fit --export reads from the study (JSON in its storage) comes back the same.
+    info = StudyInfo("m.keras", "p", None, "tflm", report.budgets, space, report.settings,
+                     0.95, 10, "/shared", {"tool": "devicefit fit"})
+    assert build(StudyInfo, json.loads(json.dumps(info.to_dict()))) == info
 
 
 @pytest.mark.parametrize("text, seconds", [("30m", 1800), ("90s", 90), ("2h", 7200),
