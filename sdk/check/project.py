@@ -210,7 +210,7 @@ def _string_list(p: _Problems, value: Any, key: tuple[str, ...]) -> list[str]:
     return items
 
 
-@dataclass
+@dataclass(frozen=True)
 class _ProfileEntry:
     name: str
     key: tuple[str, ...]
@@ -306,7 +306,7 @@ def _apply(profile: Profile, budgets: dict[str, float | None]) -> Profile:
     return dataclasses.replace(profile, budgets=dataclasses.replace(profile.budgets, **fields))
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Defaults:
     budgets: dict[str, float | None]
     rules: dict[str, RegressionRule]
