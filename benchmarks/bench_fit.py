@@ -43,8 +43,8 @@ def write_profile(folder: Path, name: str, budgets: dict[str, str]) -> Path:
 
 
 def markdown(report: FitReport, wall_s: float) -> str:
-    lines = [f"### {report.profile}: flash ≤ {format_size(report.budgets['flash'])}, arena ≤ "
-             f"{format_size(report.budgets['arena'])}",
+    lines = [f"### {report.profile}: flash ≤ {format_size(report.budgets.flash)}, arena ≤ "
+             f"{format_size(report.budgets.arena)}",
              "",
              f"Float model: {report.float_accuracy:.2%} on {report.eval_samples} test images. "
              f"Search: {len(report.trials)} trials in {report.search_seconds:.0f} s "
@@ -64,9 +64,10 @@ def markdown(report: FitReport, wall_s: float) -> str:
             f"{'-' if skipped or t.latency_ms is None else latency_text(t)} | "
             f"{'-' if skipped else format_size(t.gzip_bytes)} | {verdict} | {t.seconds:.1f} s |")
     if report.found:
-        measured = (report.verification or {}).get("measured") or {}
+        measured = report.verification.measured if report.verification else None
         lines += ["", f"Chosen: {report.reason}. Accuracy loss {report.accuracy_loss_pp:.2f} "
-                  f"pp; TFLM measured arena {format_size(measured.get('arena_bytes'))}."]
+                  f"pp; TFLM measured arena "
+                  f"{format_size(measured.arena_bytes if measured else None)}."]
     else:
         lines += ["", "Nothing fits; closest: " + "; ".join(
             f"{m.budget} over by {m.over_fraction:+.1%}" for m in report.closest_misses)]

@@ -239,7 +239,7 @@ class CompatibilityReport:
         out = {"table": self.table, "supported": self.supported,
                "unsupported_ops": [dataclasses.asdict(u) for u in self.unsupported_ops],
                "disagreements": [dataclasses.asdict(d) for d in self.disagreements],
-               "probe": None if self.probe is None else _plain_fields(self.probe)}
+               "probe": None if self.probe is None else plain_fields(self.probe)}
         if self.section is not None:
             out[self.table] = self.section.to_dict()
         return out
@@ -483,7 +483,7 @@ class BenchSection:
     vs_estimate: BenchComparison
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain_fields(self.result) | {"vs_estimate": _plain_fields(self.vs_estimate)}
+        return plain_fields(self.result) | {"vs_estimate": plain_fields(self.vs_estimate)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BenchSection:
@@ -565,7 +565,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (plain dicts, lists, str, numbers), with its ``schema_version``."""
-        return {"schema_version": SCHEMA_VERSION, **_plain_fields(self),
+        return {"schema_version": SCHEMA_VERSION, **plain_fields(self),
                 "status": self.status.value}
 
     @classmethod
@@ -577,7 +577,7 @@ class Report:
         (:func:`simulator.views.json.read_report` passes the targets' own)."""
         compat = data.get("compatibility")
         rest = {k: v for k, v in data.items() if k != "compatibility"}
-        report = _from_fields(cls, rest)
+        report = from_fields(cls, rest)
         if compat is not None:
             report.compatibility = CompatibilityReport.from_dict(compat, section_type)
         return report
@@ -590,7 +590,7 @@ def _plain(value: Any) -> Any:
     """``value`` as JSON-ready data; a dataclass with its own ``to_dict`` decides its form."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         own: Callable[[], dict[str, Any]] | None = getattr(value, "to_dict", None)
-        return own() if own is not None else _plain_fields(value)
+        return own() if own is not None else plain_fields(value)
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, (list, tuple)):
@@ -600,7 +600,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _plain_fields(value: Any) -> dict[str, Any]:
+def plain_fields(value: Any) -> dict[str, Any]:
+    """A dataclass's fields as JSON-ready data (enums as their values), in field order: the
+    ``to_dict`` of every typed record here and of the results built on them (check, fit)."""
     return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
 
 
@@ -616,10 +618,12 @@ def build(cls: type, data: Any) -> Any:
     ``from_dict`` reads itself; a field missing from the JSON (added since it was written)
     keeps its default, and a key the class does not know is ignored."""
     own: Callable[[Any], Any] | None = getattr(cls, "from_dict", None)
-    return own(data) if own is not None else _from_fields(cls, data)
+    return own(data) if own is not None else from_fields(cls, data)
 
 
-def _from_fields(cls: type, data: Any) -> Any:
+def from_fields(cls: type, data: Any) -> Any:
+    """``cls`` field by field from its JSON form: what a ``from_dict`` builds on when only
+    some of its fields need reading by hand."""
     return cls(**{name: _value(hint, data[name]) for name, hint in _fields(cls) if name in data})
 
 

@@ -8,12 +8,12 @@ Markdown, JSON). Nothing here imports TensorFlow: the gate installs and starts l
 
 from __future__ import annotations
 
-from .baseline import RegressionCheck, baseline_document, load_baseline
-from .gate import CheckResult, Outcome, run_check
+from .baseline import Baseline, BaselineEntry, RegressionCheck, load_baseline
+from .gate import CheckResult, Outcome, TargetStatus, run_check
 from .project import DEFAULT_PROJECT_FILE, Project, ProjectError, Target, load_project
 
 __all__ = [
-    "DEFAULT_PROJECT_FILE", "CheckResult", "Outcome", "Project", "ProjectError",
-    "RegressionCheck", "Target", "baseline_document", "load_baseline", "load_project",
-    "run_check",
+    "DEFAULT_PROJECT_FILE", "Baseline", "BaselineEntry", "CheckResult", "Outcome", "Project",
+    "ProjectError", "RegressionCheck", "Target", "TargetStatus", "load_baseline",
+    "load_project", "run_check",
 ]

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.errors import InputError
-from devicefit.simulator.report import Report
+from devicefit.simulator.report import Report, plain_fields
 from devicefit.simulator.safeyaml import read_regular_file
+from devicefit.simulator.types import BudgetName, Unit
 from devicefit.simulator.verdict import static_arena_bytes
 
 from .project import RegressionRule
@@ -24,30 +25,68 @@ BASELINE_VERSION = 1
 #: A baseline holds a few numbers per model × profile; more than this is not one.
 MAX_BASELINE_BYTES = 64 * 1024**2
 #: Metric → (baseline key, unit).
-METRIC_KEYS = {"flash": ("flash_bytes", "bytes"), "arena": ("arena_bytes", "bytes"),
-               "latency": ("latency_ms", "ms")}
+METRIC_KEYS = {BudgetName.FLASH: ("flash_bytes", Unit.BYTES),
+               BudgetName.ARENA: ("arena_bytes", Unit.BYTES),
+               BudgetName.LATENCY: ("latency_ms", Unit.MS)}
 
 
-@dataclass
+@dataclass(frozen=True)
 class RegressionCheck:
     """One metric against its baseline: like a budget check whose limit comes from history."""
 
-    name: str  # "flash" | "arena" | "latency"
+    name: BudgetName
     baseline: float
     value: float
     limit: float
     ok: bool
-    unit: str  # "bytes" | "ms"
+    unit: Unit
     #: limit − value, as for a budget.
     margin: float
     rule: str  # e.g. "5%"
 
 
-def report_metrics(report: Report) -> dict[str, float | None]:
-    """The figures a baseline keeps for one model × profile."""
-    latency = report.latency.estimated_device_ms if report.latency else None
-    return {"flash_bytes": report.memory.flash_bytes, "arena_bytes": static_arena_bytes(report),
-            "latency_ms": latency}
+@dataclass(frozen=True)
+class BaselineEntry:
+    """The figures a baseline keeps for one model × profile (None: the run had none)."""
+
+    flash_bytes: float | None
+    arena_bytes: float | None
+    latency_ms: float | None
+    #: The model file the figures are of.
+    sha256: str = ""
+
+    @classmethod
+    def of(cls, report: Report) -> BaselineEntry:
+        latency = report.latency.estimated_device_ms if report.latency else None
+        return cls(report.memory.flash_bytes, static_arena_bytes(report), latency,
+                   report.model.sha256)
+
+    def figure(self, metric: BudgetName) -> float | None:
+        value: float | None = getattr(self, METRIC_KEYS[metric][0])
+        return value
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A baseline file: model name → profile name → figures."""
+
+    models: dict[str, dict[str, BaselineEntry]]
+    version: int = BASELINE_VERSION
+    generated_by: str = "devicefit check"
+
+    def entry(self, model: str, profile: str) -> BaselineEntry | None:
+        return self.models.get(model, {}).get(profile)
+
+    def to_dict(self) -> dict[str, Any]:
+        return plain_fields(self)
+
+    @classmethod
+    def of(cls, entries: list[tuple[str, str, Report]]) -> Baseline:
+        """The baseline of (model, profile, report) triples."""
+        models: dict[str, dict[str, BaselineEntry]] = {}
+        for model, profile, report in entries:
+            models.setdefault(model, {})[profile] = BaselineEntry.of(report)
+        return cls(models)
 
 
 def starts_baseline(given: Path | None, named: Path | None) -> bool:
@@ -67,8 +106,8 @@ def first_run_note(path: Path, sharded: bool = False) -> str:
             f"from the next run; commit the file)")
 
 
-def load_baseline(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
-    """Model name → profile name → metrics; :class:`InputError` if missing or malformed."""
+def load_baseline(path: Path) -> Baseline:
+    """The baseline file at ``path``; :class:`InputError` if missing or malformed."""
     if not path.exists():
         raise InputError(f"{path}: baseline file not found (write it from a run you accept "
                          f"with 'devicefit check --update-baseline'; a project's first "
@@ -88,42 +127,46 @@ def load_baseline(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
                     for v in models.values())):
         raise InputError(f"{path}: not a devicefit baseline (version {BASELINE_VERSION}); "
                          f"rewrite it with 'devicefit check --update-baseline'")
-    return models
+    return Baseline({model: {profile: _entry(m) for profile, m in profiles.items()}
+                     for model, profiles in models.items()})
 
 
 def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a figure")
 
 
-def _finite_metrics(metrics: dict) -> bool:
+def _finite_metrics(metrics: dict[str, Any]) -> bool:
     return all(v is None or isinstance(v, str) or (isinstance(v, (int, float))
                                                    and math.isfinite(v))
                for v in metrics.values())
 
 
-def baseline_document(entries: list[tuple[str, str, Report]]) -> dict[str, Any]:
-    """The baseline file's content for (model, profile, report) triples."""
-    models: dict[str, dict[str, Any]] = {}
-    for model, profile, report in entries:
-        models.setdefault(model, {})[profile] = {**report_metrics(report),
-                                                 "sha256": report.model.sha256}
-    return {"version": BASELINE_VERSION, "generated_by": "devicefit check", "models": models}
+def _entry(metrics: dict[str, Any]) -> BaselineEntry:
+    """An entry of a checked file; a figure that is not a number is no figure (its rule is
+    then noted as not checked, like a figure the baseline lacks)."""
+    def figure(key: str) -> float | None:
+        value = metrics.get(key)
+        return value if isinstance(value, (int, float)) else None
+
+    sha256 = metrics.get("sha256")
+    return BaselineEntry(figure("flash_bytes"), figure("arena_bytes"), figure("latency_ms"),
+                         sha256 if isinstance(sha256, str) else "")
 
 
-def compare(rules: tuple[RegressionRule, ...], entry: dict[str, Any],
+def compare(rules: tuple[RegressionRule, ...], entry: BaselineEntry,
             report: Report) -> tuple[list[RegressionCheck], list[str]]:
     """Checks for every rule, and notes for the rules that could not be evaluated."""
     checks: list[RegressionCheck] = []
     notes: list[str] = []
-    now = report_metrics(report)
+    now = BaselineEntry.of(report)
     for rule in rules:
-        key, unit = METRIC_KEYS[rule.metric]
-        base, value = entry.get(key), now[key]
-        if not isinstance(base, (int, float)) or value is None:
-            missing = "the baseline" if not isinstance(base, (int, float)) else "this run"
+        base, value = entry.figure(rule.metric), now.figure(rule.metric)
+        if base is None or value is None:
+            missing = "the baseline" if base is None else "this run"
             notes.append(f"{rule.metric}: no figure in {missing}, regression not checked")
             continue
         limit = rule.limit(float(base))
         checks.append(RegressionCheck(rule.metric, float(base), float(value), limit,
-                                      value <= limit, unit, limit - value, rule.text))
+                                      value <= limit, METRIC_KEYS[rule.metric][1],
+                                      limit - value, rule.text))
     return checks, notes

@@ -8,13 +8,14 @@ target's error and the others still run: CI then shows every problem of the chan
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from multiprocessing import resource_tracker
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -23,17 +24,28 @@ from typing import Any
 from devicefit.simulator import signals
 from devicefit.simulator.errors import DevicefitError
 from devicefit.simulator.profiles import Profile
-from devicefit.simulator.report import Report
+from devicefit.simulator.report import Report, build, plain_fields
 from devicefit.simulator.simulate import simulate
+from devicefit.simulator.types import BudgetName, StrEnum
 from devicefit.simulator.views.json import read_report
 
-from .baseline import RegressionCheck, compare
+from .baseline import Baseline, RegressionCheck, compare
 from .project import InputShapes, Project, Target
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 
 
-@dataclass
+class TargetStatus(StrEnum):
+    """A target's outcome, and the run's verdict: a report's :class:`~simulator.report.Status`
+    values, plus ERROR for a target that could not be simulated."""
+
+    PASS = "pass"
+    AT_RISK = "at-risk"
+    FAIL = "fail"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
 class Outcome:
     """One model × profile: its report, or the error that stopped it, and its regressions."""
 
@@ -42,12 +54,12 @@ class Outcome:
     profile: str
     report: Report | None = None
     error: str | None = None
-    regressions: list[RegressionCheck] = field(default_factory=list)
+    regressions: tuple[RegressionCheck, ...] = ()
     #: Why some regression rules were not evaluated (no baseline entry, no figure).
-    regression_notes: list[str] = field(default_factory=list)
+    regression_notes: tuple[str, ...] = ()
     #: The metrics with a regression rule, checked or not.
-    rules: list[str] = field(default_factory=list)
-    overridden: list[str] = field(default_factory=list)
+    rules: tuple[BudgetName, ...] = ()
+    overridden: tuple[BudgetName, ...] = ()
     seconds: float = 0.0
     #: False when the report was kept as its :meth:`~simulator.report.Report.summary`.
     detailed: bool = True
@@ -59,25 +71,25 @@ class Outcome:
             else {}
 
     @property
-    def status(self) -> str:
-        """``"error"``, ``"fail"`` (a budget or a regression), ``"at-risk"`` (a budget met
-        by the estimate but not by the top of its error band) or ``"pass"``."""
+    def status(self) -> TargetStatus:
+        """ERROR, FAIL (a budget or a regression), AT_RISK (a budget met by the estimate but
+        not by the top of its error band) or PASS."""
         if self.report is None:
-            return "error"
+            return TargetStatus.ERROR
         if any(not r.ok for r in self.regressions):
-            return "fail"
-        return self.report.status.value
+            return TargetStatus.FAIL
+        return TargetStatus(self.report.status.value)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model, "model_path": self.model_path, "profile": self.profile,
-            "status": self.status, "seconds": round(self.seconds, 4),
-            "overridden_budgets": self.overridden,
-            "budgets": [asdict(b) for b in self.report.budgets] if self.report else [],
+            "status": self.status.value, "seconds": round(self.seconds, 4),
+            "overridden_budgets": [b.value for b in self.overridden],
+            "budgets": [plain_fields(b) for b in self.report.budgets] if self.report else [],
             "unchecked_budgets": self.unchecked_budgets,
-            "regressions": [asdict(r) for r in self.regressions],
-            "regression_notes": self.regression_notes,
-            "rules": self.rules,
+            "regressions": [plain_fields(r) for r in self.regressions],
+            "regression_notes": list(self.regression_notes),
+            "rules": [r.value for r in self.rules],
             "error": self.error,
             "detailed": self.detailed,
             "report": self.report.to_dict() if self.report else None,
@@ -85,12 +97,13 @@ class Outcome:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Outcome:
-        """The inverse of :meth:`to_dict` (a shard's result read back by ``check merge``)."""
+        """The inverse of :meth:`to_dict` (``status``, ``budgets`` and ``unchecked_budgets``
+        are the report's, read back with it)."""
         return cls(data["model"], data["model_path"], data["profile"],
                    read_report(data["report"]) if data["report"] is not None else None,
-                   data["error"], [RegressionCheck(**r) for r in data["regressions"]],
-                   list(data["regression_notes"]),
-                   list(data["rules"]), list(data["overridden_budgets"]), data["seconds"],
+                   data["error"], tuple(build(RegressionCheck, r) for r in data["regressions"]),
+                   tuple(data["regression_notes"]), tuple(BudgetName(r) for r in data["rules"]),
+                   tuple(BudgetName(b) for b in data["overridden_budgets"]), data["seconds"],
                    bool(data.get("detailed", True)))
 
 
@@ -110,10 +123,13 @@ class BaselineComparison:
     regressions: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckResult:
+    """A whole run (or a shard's part of one, or the shards merged): every JSON, JUnit,
+    Markdown, HTML and table view is of this, and :meth:`from_dict` reads its JSON back."""
+
     project: str
-    outcomes: list[Outcome]
+    outcomes: tuple[Outcome, ...]
     run: bool
     baseline: str | None
     seconds: float
@@ -133,38 +149,43 @@ class CheckResult:
     @property
     def exit_code(self) -> int:
         statuses = {o.status for o in self.outcomes}
-        if "error" in statuses:
+        if TargetStatus.ERROR in statuses:
             return EXIT_ERROR
-        if "fail" in statuses or (self.fail_on_risk and "at-risk" in statuses):
+        if TargetStatus.FAIL in statuses or (self.fail_on_risk
+                                             and TargetStatus.AT_RISK in statuses):
             return EXIT_FAIL
         return EXIT_PASS
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> TargetStatus:
         code = self.exit_code
-        if code == EXIT_PASS and any(o.status == "at-risk" for o in self.outcomes):
-            return "at-risk"
-        return {EXIT_PASS: "pass", EXIT_FAIL: "fail", EXIT_ERROR: "error"}[code]
+        if code == EXIT_PASS and any(o.status == TargetStatus.AT_RISK for o in self.outcomes):
+            return TargetStatus.AT_RISK
+        return {EXIT_PASS: TargetStatus.PASS, EXIT_FAIL: TargetStatus.FAIL,
+                EXIT_ERROR: TargetStatus.ERROR}[code]
 
-    def counts(self) -> dict[str, int]:
-        out = {"pass": 0, "at-risk": 0, "fail": 0, "error": 0}
+    def counts(self) -> dict[TargetStatus, int]:
+        out = dict.fromkeys(TargetStatus, 0)
         for o in self.outcomes:
             out[o.status] += 1
         return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "project": self.project, "verdict": self.verdict, "exit_code": self.exit_code,
+            "project": self.project, "verdict": self.verdict.value, "exit_code": self.exit_code,
             "fail_on_risk": self.fail_on_risk,
             "run": self.run, "baseline": self.baseline,
             "baseline_written": self.baseline_written,
-            "comparison": asdict(self.comparison()), "seconds": round(self.seconds, 3),
-            "summary": self.counts(), "results": [o.to_dict() for o in self.outcomes],
+            "comparison": plain_fields(self.comparison()), "seconds": round(self.seconds, 3),
+            "summary": {k.value: v for k, v in self.counts().items()},
+            "results": [o.to_dict() for o in self.outcomes],
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CheckResult:
-        return cls(data["project"], [Outcome.from_dict(o) for o in data["results"]],
+        """The inverse of :meth:`to_dict` (a shard's result read back by ``check merge``);
+        ``KeyError``/``TypeError``/``ValueError`` if malformed."""
+        return cls(data["project"], tuple(Outcome.from_dict(o) for o in data["results"]),
                    bool(data["run"]), data["baseline"], float(data["seconds"]),
                    bool(data.get("fail_on_risk", False)), data.get("baseline_written"))
 
@@ -249,7 +270,7 @@ def _start_resource_tracker() -> None:
 
 
 def run_check(project: Project, *, run: bool = False, jobs: int = 1,
-              baseline: dict[str, dict[str, dict[str, Any]]] | None = None,
+              baseline: Baseline | None = None,
               baseline_path: Path | None = None, run_options: dict[str, Any] | None = None,
               on_done: Callable[[Outcome], None] | None = None,
               fail_on_risk: bool = False, passing_details: bool = True) -> CheckResult:
@@ -263,24 +284,29 @@ def run_check(project: Project, *, run: bool = False, jobs: int = 1,
     outcomes: list[Outcome | None] = [None] * len(project.targets)
     for i, (report, error, seconds) in _results(project.targets, run, jobs, run_options or {}):
         t = project.targets[i]
+        regressions, notes = _regressions(t, report, baseline)
         o = Outcome(t.model, str(t.model_path), t.profile.name, report, error,
-                    rules=[r.metric for r in t.rules], overridden=list(t.overridden),
-                    seconds=seconds)
-        if report is not None and t.rules:
-            if baseline is None:
-                o.regression_notes.append("no baseline given, regression rules not checked")
-            elif t.profile.name not in baseline.get(t.model, {}):
-                o.regression_notes.append(
-                    f"'{t.model}' on '{t.profile.name}' is not in the baseline yet, "
-                    f"regression rules not checked")
-            else:
-                o.regressions, o.regression_notes = compare(
-                    t.rules, baseline[t.model][t.profile.name], report)
-        if report is not None and not passing_details and o.status == "pass":
-            o.report, o.detailed = report.summary(), False
+                    tuple(regressions), tuple(notes), tuple(r.metric for r in t.rules),
+                    t.overridden, seconds)
+        if report is not None and not passing_details and o.status == TargetStatus.PASS:
+            o = dataclasses.replace(o, report=report.summary(), detailed=False)
         outcomes[i] = o
         if on_done is not None:
             on_done(o)
-    return CheckResult(str(project.path), [o for o in outcomes if o is not None], run,
+    return CheckResult(str(project.path), tuple(o for o in outcomes if o is not None), run,
                        str(baseline_path) if baseline_path else None,
                        time.perf_counter() - start, fail_on_risk)
+
+
+def _regressions(t: Target, report: Report | None, baseline: Baseline | None
+                 ) -> tuple[list[RegressionCheck], list[str]]:
+    """The target's regression checks, and why rules were not checked."""
+    if report is None or not t.rules:
+        return [], []
+    if baseline is None:
+        return [], ["no baseline given, regression rules not checked"]
+    entry = baseline.entry(t.model, t.profile.name)
+    if entry is None:
+        return [], [f"'{t.model}' on '{t.profile.name}' is not in the baseline yet, "
+                    f"regression rules not checked"]
+    return compare(t.rules, entry, report)

@@ -23,10 +23,11 @@ from devicefit.simulator.profiles import Profile, ProfileStore
 from devicefit.simulator.reader import FILE_IDENTIFIER, other_format
 from devicefit.simulator.safeyaml import load_yaml, read_regular_file
 from devicefit.simulator.shapes import parse_input_shape
+from devicefit.simulator.types import BudgetName
 from devicefit.simulator.units import SIZE_UNITS_HELP, TIME_UNITS_HELP, parse_size, parse_time_ms
 
 DEFAULT_PROJECT_FILE = "devicefit.yaml"
-METRICS = ("flash", "arena", "latency")
+METRICS = tuple(BudgetName)
 #: Budget name → (Budgets field, parser, what is allowed).
 _BUDGET_FIELDS: dict[str, tuple[str, Callable[[Any], float], str]] = {
     "flash": ("flash_bytes", parse_size, SIZE_UNITS_HELP),
@@ -49,7 +50,7 @@ class ProjectError(InputError):
 class RegressionRule:
     """How much a metric may grow over its baseline: a fraction or an absolute amount."""
 
-    metric: str  # "flash" | "arena" | "latency"
+    metric: BudgetName
     #: As written in the project file, e.g. ``"5%"`` or ``"2KiB"``, for messages.
     text: str
     relative: float | None = None
@@ -70,8 +71,8 @@ class Target:
     #: The profile with this model's budget overrides applied.
     profile: Profile
     rules: tuple[RegressionRule, ...] = ()
-    #: Budget names the project file set for this target (shown as overrides).
-    overridden: tuple[str, ...] = ()
+    #: Budgets the project file set for this target (shown as overrides).
+    overridden: tuple[BudgetName, ...] = ()
     #: Shapes the dynamic dimensions are resolved from (``input_shapes:``; simulate's
     #: ``--input-shape``), the profile entry's over the model's.
     input_shapes: InputShapes = ()
@@ -119,7 +120,8 @@ class _Problems:
             key = key[:-1]
         return None
 
-    def mapping(self, value: Any, key: tuple[str, ...], allowed: Sequence[str]) -> dict:
+    def mapping(self, value: Any, key: tuple[str, ...], allowed: Sequence[str]
+                ) -> dict[Any, Any]:
         """``value`` as a mapping with only ``allowed`` keys; problems for the others."""
         if not isinstance(value, dict):
             self.add(key, f"must be a mapping with keys {', '.join(allowed)}, "
@@ -171,9 +173,10 @@ def _rules(p: _Problems, value: Any, key: tuple[str, ...]) -> dict[str, Regressi
                 percent = float(text[:-1])
                 if not math.isfinite(percent) or percent < 0:
                     raise ValueError("a growth allowance is a finite number >= 0")
-                out[name] = RegressionRule(name, text, relative=percent / 100.0)
+                out[name] = RegressionRule(BudgetName(name), text, relative=percent / 100.0)
             else:
-                out[name] = RegressionRule(name, text, absolute=_BUDGET_FIELDS[name][1](raw))
+                out[name] = RegressionRule(BudgetName(name), text,
+                                           absolute=_BUDGET_FIELDS[name][1](raw))
         except ValueError:
             example = "1ms" if name == "latency" else "2KiB"
             p.add((*key, name), f"bad value {raw!r}; allowed: how much it may grow, as a "
@@ -207,7 +210,7 @@ def _string_list(p: _Problems, value: Any, key: tuple[str, ...]) -> list[str]:
     return items
 
 
-@dataclass
+@dataclass(frozen=True)
 class _ProfileEntry:
     name: str
     key: tuple[str, ...]
@@ -303,7 +306,7 @@ def _apply(profile: Profile, budgets: dict[str, float | None]) -> Profile:
     return dataclasses.replace(profile, budgets=dataclasses.replace(profile.budgets, **fields))
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Defaults:
     budgets: dict[str, float | None]
     rules: dict[str, RegressionRule]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.errors import InputError
+from devicefit.simulator.report import build, plain_fields
 
 from .gate import CheckResult, Outcome
 from .project import Project
@@ -78,17 +79,52 @@ def project_digest(project: Project) -> str:
     return hashlib.sha256(project.path.read_bytes()).hexdigest()
 
 
-def shard_document(result: CheckResult, project: Project, shard: Shard, positions: list[int],
-                   total: int) -> dict[str, Any]:
-    """The JSON result plus where its targets belong (``check --results``)."""
-    doc = result.to_dict()
-    doc["shard"] = {"format": SHARD_FORMAT, "index": shard.index, "count": shard.count,
-                    "targets": total, "positions": positions,
-                    "project_sha256": project_digest(project)}
-    return doc
+@dataclass(frozen=True)
+class Placement:
+    """Where a shard's targets belong in the whole run (``shard`` in its JSON result)."""
+
+    format: int
+    index: int
+    count: int
+    #: Targets of the whole run.
+    targets: int
+    #: Each of this shard's targets' position in the whole run.
+    positions: tuple[int, ...]
+    project_sha256: str
+
+    def __post_init__(self) -> None:
+        # Read back from a file: merge indexes and counts with these.
+        if not all(type(n) is int for n in (self.index, self.count, self.targets,
+                                             *self.positions)):
+            raise TypeError("shard placement: index, count, targets and positions are "
+                            "integers")
 
 
-def load_shards(paths: Sequence[Path]) -> list[tuple[Path, dict[str, Any]]]:
+@dataclass(frozen=True)
+class ShardResult:
+    """What ``check --results`` writes and ``check merge`` reads: the shard's
+    :class:`CheckResult` (its JSON form, read back by :meth:`CheckResult.from_dict`) plus
+    its ``shard`` placement."""
+
+    result: CheckResult
+    shard: Placement
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.result.to_dict(), "shard": plain_fields(self.shard)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ShardResult:
+        return cls(CheckResult.from_dict(data), build(Placement, data["shard"]))
+
+
+def shard_result(result: CheckResult, project: Project, shard: Shard, positions: list[int],
+                 total: int) -> ShardResult:
+    """The result with where its targets belong (``check --results``)."""
+    return ShardResult(result, Placement(SHARD_FORMAT, shard.index, shard.count, total,
+                                         tuple(positions), project_digest(project)))
+
+
+def load_shards(paths: Sequence[Path]) -> list[tuple[Path, ShardResult]]:
     docs = []
     for path in paths:
         try:
@@ -101,54 +137,58 @@ def load_shards(paths: Sequence[Path]) -> list[tuple[Path, dict[str, Any]]]:
                 doc["shard"].get("format") != SHARD_FORMAT:
             raise InputError(f"{path}: not a devicefit check shard result (write one with "
                              "'devicefit check --shard K/N --results FILE.json')")
-        docs.append((Path(path), doc))
+        try:
+            docs.append((Path(path), ShardResult.from_dict(doc)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"{path}: malformed shard result: {type(exc).__name__}: "
+                             f"{exc}") from None
     return docs
 
 
-def merge(docs: Sequence[tuple[Path, dict[str, Any]]]) -> CheckResult:
+#: What every shard of one run shares: their placement's, their result's (all but what
+#: each shard's own targets give).
+_SAME_PLACEMENT = ("count", "targets", "project_sha256")
+_OWN_RESULT = ("outcomes", "seconds")
+
+
+def merge(shards: Sequence[tuple[Path, ShardResult]]) -> CheckResult:
     """One result from every shard of one run; :class:`InputError` if any is missing,
     repeated or from another project, mode or split."""
-    if not docs:
+    if not shards:
         raise InputError("check merge needs the shard results (FILE.json ...)")
-    first_path, first = docs[0]
-    same = ("count", "targets", "project_sha256")
+    first_path, first = shards[0]
     seen: dict[int, Path] = {}
-    for path, doc in docs:
-        s = doc["shard"]
-        for key in same:
-            if s.get(key) != first["shard"].get(key):
+    for path, one in shards:
+        for key in _SAME_PLACEMENT:
+            if getattr(one.shard, key) != getattr(first.shard, key):
                 raise InputError(f"{path} and {first_path} are not shards of one run: "
                                  f"different {key.replace('_', ' ')}")
-        for key in ("project", "run", "baseline", "fail_on_risk"):
-            if doc.get(key) != first.get(key):
+        for f in dataclasses.fields(CheckResult):
+            if f.name not in _OWN_RESULT and \
+                    getattr(one.result, f.name) != getattr(first.result, f.name):
                 raise InputError(f"{path} and {first_path} are not shards of one run: "
-                                 f"different {key}")
-        if s["index"] in seen:
-            raise InputError(f"{path} and {seen[s['index']]} are both shard "
-                             f"{s['index']}/{s['count']}")
-        seen[s["index"]] = path
-    count, total = first["shard"]["count"], first["shard"]["targets"]
+                                 f"different {f.name}")
+        if one.shard.index in seen:
+            raise InputError(f"{path} and {seen[one.shard.index]} are both shard "
+                             f"{one.shard.index}/{one.shard.count}")
+        seen[one.shard.index] = path
+    count, total = first.shard.count, first.shard.targets
     missing = [f"{k}/{count}" for k in range(1, count + 1) if k not in seen]
     if missing:
         raise InputError(f"missing shard result(s) {', '.join(missing)}: merge needs all "
                          f"{count}")
     placed: list[Outcome | None] = [None] * total
-    try:
-        for path, doc in docs:
-            positions = doc["shard"]["positions"]
-            if len(positions) != len(doc["results"]):
-                raise InputError(f"{path}: {len(doc['results'])} results for "
-                                 f"{len(positions)} targets")
-            for position, data in zip(positions, doc["results"]):
-                if not 0 <= position < total or placed[position] is not None:
-                    raise InputError(f"{path}: target {position} is not this shard's alone")
-                placed[position] = Outcome.from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"malformed shard result: {type(exc).__name__}: {exc}") from None
+    for path, one in shards:
+        positions, outcomes = one.shard.positions, one.result.outcomes
+        if len(positions) != len(outcomes):
+            raise InputError(f"{path}: {len(outcomes)} results for {len(positions)} targets")
+        for position, outcome in zip(positions, outcomes):
+            if not 0 <= position < total or placed[position] is not None:
+                raise InputError(f"{path}: target {position} is not this shard's alone")
+            placed[position] = outcome
     if any(o is None for o in placed):
         raise InputError("the shards do not cover every target: were they run on the same "
                          "commit?")
     # The work the runners did together (their wall times overlap).
-    seconds = sum(float(doc["seconds"]) for _, doc in docs)
-    return CheckResult(first["project"], [o for o in placed if o is not None], first["run"],
-                       first["baseline"], seconds, bool(first.get("fail_on_risk", False)))
+    return dataclasses.replace(first.result, outcomes=tuple(o for o in placed if o is not None),
+                               seconds=sum(one.result.seconds for _, one in shards))

@@ -15,7 +15,7 @@ from pathlib import Path
 from devicefit.simulator import jsonout
 from devicefit.simulator.escape import markdown as md_literal
 from devicefit.simulator.escape import markdown_code as md_code
-from devicefit.simulator.types import Status
+from devicefit.simulator.types import BudgetName, Status
 from devicefit.simulator.units import format_estimate, format_figure, format_percent
 from devicefit.simulator.views.html import Section, escape, html_table, render_html
 from devicefit.simulator.views.junit import COUNTS, case, report_cases, xml_text
@@ -28,8 +28,8 @@ from devicefit.simulator.views.messages import (
 )
 from devicefit.simulator.views.messages import problems as report_problems
 
-from .baseline import METRIC_KEYS, RegressionCheck, report_metrics
-from .gate import CheckResult, Outcome
+from .baseline import METRIC_KEYS, BaselineEntry, RegressionCheck
+from .gate import CheckResult, Outcome, TargetStatus
 from .junit_meta import testsuite_attributes
 from .project import METRICS
 
@@ -61,7 +61,7 @@ def _figures(r: RegressionCheck) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- cells
-def metric_cell(o: Outcome, metric: str) -> tuple[str, bool | None]:
+def metric_cell(o: Outcome, metric: BudgetName) -> tuple[str, bool | None]:
     """``value / limit`` of a metric (just the value without a budget) and its verdict."""
     if o.report is None:
         return "-", None
@@ -73,9 +73,8 @@ def metric_cell(o: Outcome, metric: str) -> tuple[str, bool | None]:
                 f"{format_figure(budget.limit, budget.unit, decimal)}{risk}", budget.ok)
     if metric in o.unchecked_budgets:
         return "not checked", None
-    key, unit = METRIC_KEYS[metric]
-    value = report_metrics(o.report)[key]
-    return ("-", None) if value is None else (format_figure(value, unit), None)
+    value = BaselineEntry.of(o.report).figure(metric)
+    return ("-", None) if value is None else (format_figure(value, METRIC_KEYS[metric][1]), None)
 
 
 def regression_cell(o: Outcome) -> tuple[str, bool | None]:
@@ -192,11 +191,10 @@ def markdown(result: CheckResult) -> str:
     """A summary for ``$GITHUB_STEP_SUMMARY`` or a merge-request comment."""
     counts = result.counts()
     total = len(result.outcomes)
-    bad = counts["fail"] + counts["error"] + counts["at-risk"]
-    words = {"fail": "failed", "error": "errors", "at-risk": "at risk"}
-    headline = (f"all {total} passed" if not bad else
-                ", ".join(f"{counts[k]} {words[k]}" for k in ("fail", "error", "at-risk")
-                          if counts[k]) + f" of {total}")
+    words = {TargetStatus.FAIL: "failed", TargetStatus.ERROR: "errors",
+             TargetStatus.AT_RISK: "at risk"}
+    headline = (", ".join(f"{counts[k]} {word}" for k, word in words.items() if counts[k])
+                + f" of {total}" if any(counts[k] for k in words) else f"all {total} passed")
     mode = "static analysis + real inference" if result.run else "static analysis"
     lines = [f"## {MARKS[result.verdict]} devicefit check: {headline}", "",
              f"{md_code(Path(result.project).name)} · {mode} · {result.seconds:.1f} s", ""]
@@ -208,7 +206,7 @@ def markdown(result: CheckResult) -> str:
         cells = [_md_cell(*metric_cell(o, m)) for m in METRICS] + [_md_cell(*regression_cell(o))]
         lines.append(f"| {MARKS[o.status]} | {_md_escape(o.model)} | {_md_escape(o.profile)} | "
                      + " | ".join(cells) + " |")
-    failing = [o for o in result.outcomes if o.status != "pass"]
+    failing = [o for o in result.outcomes if o.status != TargetStatus.PASS]
     if failing:
         lines += ["", "### Problems", ""]
         for o in failing:
@@ -235,8 +233,9 @@ def json_text(result: CheckResult) -> str:
 def html(result: CheckResult) -> str:
     """One page for the project: the gate's table, then a section per model × profile."""
     rows = [(o.model, o.profile, *(metric_cell(o, m)[0] for m in METRICS),
-             regression_cell(o)[0], "; ".join(problems(o)) if o.status != "pass" else "",
-             o.status.upper() if o.status != "pass" else "pass")
+             regression_cell(o)[0],
+             "; ".join(problems(o)) if o.status != TargetStatus.PASS else "",
+             o.status.upper() if o.status != TargetStatus.PASS else "pass")
             for o in result.outcomes]
     mode = "static analysis + real inference" if result.run else "static analysis"
     summarized = sum(1 for o in result.outcomes if not o.detailed)
@@ -251,6 +250,6 @@ def html(result: CheckResult) -> str:
                           rows, [o.status for o in result.outcomes], last_cell_class="status")
              + more)
     sections = [Section(f"{o.model} on {o.profile}", o.report, o.status,
-                        tuple(problems(o)) if o.status != "pass" else ())
+                        tuple(problems(o)) if o.status != TargetStatus.PASS else ())
                 for o in result.outcomes if o.report is not None and o.detailed]
     return render_html(f"devicefit check: {Path(result.project).name}", sections, intro)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -13,7 +14,12 @@ from devicefit.simulator.errors import UsageError
 from devicefit.simulator.fileio import write_atomic
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rich.console import Console
+
     from devicefit.sdk.check import CheckResult, Outcome
+    from devicefit.sdk.check.shard import Shard
 
 # sdk.check (numpy, the simulator, rich tables) is imported inside the handlers so that
 # `devicefit --help` and the other commands do not pay for it.
@@ -45,7 +51,7 @@ def _jobs(text: str) -> int:
     return value or (os.cpu_count() or 1)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "check", help="CI gate: every model of a project against its device budgets",
         description="Simulate every model x profile listed in a project file (static analysis; "
@@ -99,7 +105,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_check)
 
 
-def _shard(text: str):
+def _shard(text: str) -> Shard:
     from devicefit.sdk.check.shard import parse_shard
 
     return parse_shard(text)
@@ -108,7 +114,7 @@ def _shard(text: str):
 def _check(args: argparse.Namespace) -> int:
     from devicefit.sdk.check import DEFAULT_PROJECT_FILE, load_baseline, load_project, run_check
     from devicefit.sdk.check.baseline import first_run_note, starts_baseline
-    from devicefit.sdk.check.shard import Shard, select, shard_document
+    from devicefit.sdk.check.shard import Shard, select, shard_result
     from devicefit.sdk.console import make_console
     from devicefit.sdk.outputs import check_outputs, profile_inputs
 
@@ -164,7 +170,7 @@ def _check(args: argparse.Namespace) -> int:
                            passing_details=keeps_details(args.details, len(whole.targets)))
     written = []
     if args.results is not None:
-        doc = shard_document(result, whole, shard, positions, len(whole.targets))
+        doc = shard_result(result, whole, shard, positions, len(whole.targets)).to_dict()
         write_atomic(args.results, jsonout.dumps(doc, indent=2) + "\n", inputs=inputs)
         written.append(f"{args.results} (shard {shard})")
     return _views(args, result, inputs, written, baseline_path)
@@ -208,7 +214,7 @@ def _views(args: argparse.Namespace, result: CheckResult, inputs: list[Path],
         err = make_console(args.no_color, stderr=True)
         # First, so that the summaries below can say the run wrote it.
         if wrote := _update_baseline(result, baseline_path, err, inputs):
-            result.baseline_written = str(baseline_path)
+            result = dataclasses.replace(result, baseline_written=str(baseline_path))
         written += wrote
     for path, render in ((args.junit, junit_xml), (args.markdown, markdown), (args.html, html)):
         if path is not None:
@@ -221,8 +227,9 @@ def _views(args: argparse.Namespace, result: CheckResult, inputs: list[Path],
     return result.exit_code
 
 
-def _update_baseline(result: CheckResult, path: Path, err, inputs: list[Path]) -> list[str]:
-    from devicefit.sdk.check import baseline_document
+def _update_baseline(result: CheckResult, path: Path, err: Console, inputs: list[Path]
+                     ) -> list[str]:
+    from devicefit.sdk.check import Baseline
 
     done = [(o.model, o.profile, o.report) for o in result.outcomes if o.report is not None]
     if len(done) < len(result.outcomes):
@@ -230,7 +237,7 @@ def _update_baseline(result: CheckResult, path: Path, err, inputs: list[Path]) -
         err.print(f"baseline not written: {len(result.outcomes) - len(done)} target(s) could "
                   f"not be simulated; fix them first", markup=False)
         return []
-    write_atomic(path, jsonout.dumps(baseline_document(done), indent=2, sort_keys=True) + "\n",
+    write_atomic(path, jsonout.dumps(Baseline.of(done).to_dict(), indent=2, sort_keys=True) + "\n",
                  inputs=inputs)
     return [f"{path} (baseline)"]
 
@@ -238,7 +245,7 @@ def _update_baseline(result: CheckResult, path: Path, err, inputs: list[Path]) -
 class _Progress:
     """A transient progress bar on a TTY for many targets; a no-op callback otherwise."""
 
-    def __init__(self, console, total: int) -> None:
+    def __init__(self, console: Console, total: int) -> None:
         self.bar = None
         if console.is_terminal and total >= PROGRESS_MIN_TARGETS:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -248,7 +255,7 @@ class _Progress:
                                 transient=True)
             self.task = self.bar.add_task("", total=total)
 
-    def __enter__(self):
+    def __enter__(self) -> Callable[[Outcome], None] | None:
         if self.bar is None:
             return None
         self.bar.start()
@@ -258,14 +265,16 @@ class _Progress:
         assert self.bar is not None
         self.bar.update(self.task, advance=1, description=f"{outcome.model} @ {outcome.profile}")
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
 
 
-def _print(console, result: CheckResult, written: list[str], notes: bool) -> None:
+def _print(console: Console, result: CheckResult, written: list[str], notes: bool) -> None:
     from rich.markup import escape
 
+    from devicefit.sdk.check import TargetStatus
+    from devicefit.sdk.check.project import METRICS
     from devicefit.sdk.check.views import baseline_text, metric_cell, problems, regression_cell
     from devicefit.sdk.check.views import notes as check_notes
     from devicefit.sdk.console import table
@@ -274,10 +283,9 @@ def _print(console, result: CheckResult, written: list[str], notes: bool) -> Non
         return escape(text) if ok is not False else f"[red]{escape(text)}[/]"
 
     rows = [[_STATUS[o.status], escape(o.model), escape(o.profile),
-             *(_cell(*metric_cell(o, m)) for m in ("flash", "arena", "latency")),
+             *(_cell(*metric_cell(o, m)) for m in METRICS),
              _cell(*regression_cell(o))] for o in result.outcomes]
-    console.print(table(None, ["", "model", "profile", "flash", "arena", "latency", "regression"],
-                        rows))
+    console.print(table(None, ["", "model", "profile", *METRICS, "regression"], rows))
     for o in result.outcomes:
         for line in problems(o):
             console.print(f"{o.model} @ {o.profile}: {line}", markup=False, highlight=False)
@@ -286,7 +294,8 @@ def _print(console, result: CheckResult, written: list[str], notes: bool) -> Non
     if (compared := baseline_text(result)) is not None:
         console.print(f"regressions: {compared}", markup=False, highlight=False)
     counts = result.counts()
-    risk = f", {counts['at-risk']} at risk" if counts["at-risk"] else ""
-    summary = (f"{counts['pass']} passed{risk}, {counts['fail']} failed, {counts['error']} errors "
-               f"in {result.seconds:.1f} s")
+    at_risk = counts[TargetStatus.AT_RISK]
+    risk = f", {at_risk} at risk" if at_risk else ""
+    summary = (f"{counts[TargetStatus.PASS]} passed{risk}, {counts[TargetStatus.FAIL]} failed, "
+               f"{counts[TargetStatus.ERROR]} errors in {result.seconds:.1f} s")
     console.print(summary + (f"; wrote {', '.join(written)}" if written else ""), markup=False)

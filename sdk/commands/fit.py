@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
 from devicefit.sdk.console import make_console, print_json, table
@@ -24,6 +25,9 @@ from devicefit.simulator.units import (
     format_points,
     format_size,
 )
+
+if TYPE_CHECKING:
+    from devicefit.simulator.report import BudgetCheck
 
 EXAMPLE = ("example: devicefit fit model.keras --profile stm32l4r5-cortex-m4 --train train.npz "
            "--eval test.npz -o model.tflite --max-trials 20 --time-budget 30m\n"
@@ -171,8 +175,8 @@ def _outputs(args: argparse.Namespace, console, report, inputs: list[str]) -> in
         print_json(report.to_dict())
     else:
         _print_summary(console, report)
-    if report.study.get("writer") is False:
-        return 0  # another worker of the study writes the winner
+    if report.another_worker_writes:
+        return 0
     return 0 if report.found else 1
 
 
@@ -184,8 +188,8 @@ def _print_summary(console, report) -> None:
                         TRIAL_COLUMNS, trial_rows(report)))
     chosen = report.trial(report.chosen)
     if chosen is not None:
-        v = report.verification or {}
-        runtime = (v.get("measured") or {}).get("runtime", report.runtime)
+        v = report.verification
+        runtime = v.measured.runtime if v is not None and v.measured else report.runtime
         loss = report.accuracy_loss_pp
         console.print(f"[bold green]fits:[/bold green] trial {chosen.number}, "
                       f"{chosen.candidate.label()}: accuracy {format_percent(chosen.accuracy)}"
@@ -195,21 +199,21 @@ def _print_summary(console, report) -> None:
                       f"{format_size(chosen.arena_bytes)}")
         console.print(f"why: {report.reason}")
         for run in chosen.fine_tune:
-            console.print(f"fine-tuned {run['epochs']} epoch(s): batch {run['batch_size']} x "
-                          f"{run['accumulation_steps']} accumulation (sdk.train plan for "
-                          f"{format_size(run['memory_limit_bytes'])}), loss "
-                          + " → ".join(f"{v:.3f}" for v in run["loss"]))
-        budgets = ", ".join(budget_text(b) for b in v.get("budgets", []))
+            console.print(f"fine-tuned {run.epochs} epoch(s): batch {run.batch_size} x "
+                          f"{run.accumulation_steps} accumulation (sdk.train plan for "
+                          f"{format_size(run.memory_limit_bytes)}), loss "
+                          + " → ".join(f"{loss:.3f}" for loss in run.loss))
+        budgets = ", ".join(budget_text(b) for b in (v.budgets if v is not None else []))
         console.print(f"verified in {runtime}: {budgets}")
         if report.clustering:
             c = report.clustering
-            console.print(f"clustered to {c['clusters']} values per layer: gzip download "
-                          f"{format_size(c['gzip_before'])} → {format_size(c['gzip_after'])}, "
-                          f"accuracy {format_percent(c['accuracy_after'])}; {c['note']}")
+            console.print(f"clustered to {c.clusters} values per layer: gzip download "
+                          f"{format_size(c.gzip_before)} → {format_size(c.gzip_after)}, "
+                          f"accuracy {format_percent(c.accuracy_after)}; {c.note}")
         console.print(f"wrote {report.output}")
         return
-    if report.study.get("writer") is False:
-        console.print(f"this worker's share of study {report.study['name']} is done; the "
+    if report.another_worker_writes:
+        console.print(f"this worker's share of study {report.study.name} is done; the "
                       "worker that completes the study writes the winner (or run "
                       "'devicefit fit --storage URL --study NAME --export -o OUT')")
         return
@@ -256,11 +260,12 @@ def _progress(no_color: bool, quiet: bool, max_trials: int) -> Iterator[tuple]:
         yield update, on_trial
 
 
-def budget_text(budget: dict) -> str:
+def budget_text(budget: BudgetCheck) -> str:
     """One verified budget; an estimate shows with its error band and says when it is at risk."""
-    unit = budget["unit"]
-    risk = ", at risk" if budget.get("status") == "at-risk" else ""
-    decimal = unit == "bytes" and decimal_prefixes(budget["limit"])
-    return (f"{budget['name']} "
-            f"{format_estimate(budget['value'], unit, budget.get('band'), decimal)} ≤ "
-            f"{format_figure(budget['limit'], unit, decimal)} ({budget['basis']}{risk})")
+    from devicefit.simulator.types import Status, Unit
+
+    unit = budget.unit
+    risk = ", at risk" if budget.status == Status.AT_RISK else ""
+    decimal = unit == Unit.BYTES and decimal_prefixes(budget.limit)
+    return (f"{budget.name} {format_estimate(budget.value, unit, budget.band, decimal)} ≤ "
+            f"{format_figure(budget.limit, unit, decimal)} ({budget.basis}{risk})")

@@ -20,13 +20,7 @@ from typing import Any
 import numpy as np
 
 from devicefit.sdk.convert.spec import ConversionSpec, MemoryOptimization
-from devicefit.sdk.fit.candidate import (
-    Context,
-    TrialRecord,
-    convert_candidate,
-    evaluate,
-    measure_accuracy,
-)
+from devicefit.sdk.fit.candidate import Context, convert_candidate, evaluate, measure_accuracy
 from devicefit.sdk.fit.cluster import check_clusters, gzip_size
 from devicefit.sdk.fit.distill import DistillSettings
 from devicefit.sdk.fit.export import (
@@ -38,9 +32,10 @@ from devicefit.sdk.fit.export import (
     study_info,
     write_winner,
 )
-from devicefit.sdk.fit.report import FitReport
+from devicefit.sdk.fit.report import Clustering, FitBudgets, FitReport, FitSettings, StudyRecord
 from devicefit.sdk.fit.search import SearchSettings, search, shown_url, study_name
 from devicefit.sdk.fit.space import space_for
+from devicefit.sdk.fit.trial import TrialRecord
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.fileio import write_atomic
@@ -121,30 +116,25 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
                           optimize_memory=None if patches is None else MemoryOptimization(
                               patches, max_mac_overhead, patch_objective)))
         ctx.qat_twins = space.qat  # PTQ twins of QAT candidates train the same epochs
+        study = StudyRecord(name, str(Path(settings.artifacts).resolve())
+                            if settings.artifacts else None)
         report = FitReport(
             source=loaded.source, profile=prof.name, runtime=prof.runtime.name,
-            budgets={"flash": prof.budgets.flash_bytes, "arena": prof.budgets.arena_bytes,
-                     "latency_ms": prof.budgets.latency_ms},
-            space=space.to_dict(),
-            settings={"max_trials": settings.max_trials, "time_budget_s": settings.time_budget_s,
-                      "jobs": settings.jobs, "storage": shown_url(settings.storage),
-                      "epochs": epochs,
-                      "distill": ctx.distill.to_dict() if ctx.distill else None,
-                      "cluster": cluster, "seed": settings.seed, "patches": patches,
-                      "runtime_code_bytes": prof.runtime.code_bytes},
+            budgets=FitBudgets.of(prof.budgets), space=space,
+            settings=FitSettings(settings.max_trials, settings.time_budget_s, settings.jobs,
+                                 shown_url(settings.storage), epochs, ctx.distill, cluster,
+                                 settings.seed, patches, prof.runtime.code_bytes),
             float_accuracy=float_accuracy, eval_samples=len(evaluation),
-            study={"name": name,
-                   "artifacts": str(Path(settings.artifacts).resolve())
-                   if settings.artifacts else None})
+            study=study)
         if settings.storage is not None:  # before the search: --export works at any time
             remember(settings, name, study_info(report, prof, ctx))
         model_path = Path(loaded.source) if loaded.kind in ("keras", "h5") else None
         result = search(ctx, space, settings, name=name, model_path=model_path,
                         on_trial=on_trial)
-        report.settings["storage"] = shown_url(result.storage)
+        report.settings = replace(report.settings, storage=shown_url(result.storage))
         report.trials, report.interrupted = result.records, result.interrupted
         report.search_seconds = result.seconds
-        report.study.update(worker=result.worker, writer=result.writer)
+        report.study = replace(study, worker=result.worker, writer=result.writer)
         if result.writer:
             write_winner(report, prof, out_path,
                          lambda record: _build(ctx, record, report, cluster), inputs=[model])
@@ -183,7 +173,7 @@ def _build(ctx: Context, record: TrialRecord, report: FitReport, cluster: int | 
         tflite, report.clustering = _cluster(ctx, record, cluster, tflite)
     tflite = embed_metadata(tflite, ctx.profile, record, metadata_base(ctx, report))
     if report.clustering is not None:  # the download size of the file as written
-        report.clustering["gzip_after"] = gzip_size(tflite)
+        report.clustering = replace(report.clustering, gzip_after=gzip_size(tflite))
     return tflite
 
 
@@ -201,7 +191,7 @@ def _here(ctx: Context, record: TrialRecord) -> TrialRecord | None:
 
 
 def _cluster(ctx: Context, record: TrialRecord, clusters: int, tflite: bytes
-             ) -> tuple[bytes, dict[str, Any]]:
+             ) -> tuple[bytes, Clustering]:
     """Cluster the chosen candidate's weights, fine-tune with clusters kept, convert again."""
     import keras
 
@@ -219,12 +209,7 @@ def _cluster(ctx: Context, record: TrialRecord, clusters: int, tflite: bytes
     clustered = convert_candidate(ctx, model, record.candidate.spec(ctx.spec))
     path = ctx.workdir / f"trial-{record.number:03d}-clustered.tflite"
     write_atomic(path, clustered)
-    return clustered, {
-        "clusters": clusters, "gzip_before": gzip_size(tflite), "gzip_after": gzip_size(clustered),
-        "bytes_before": len(tflite), "bytes_after": len(clustered),
-        "accuracy_before": record.accuracy, "accuracy_after": measure_accuracy(ctx, path),
-        "distinct_values": file_distinct_values(clustered),
-        "distinct_values_measured_on": "the written .tflite (max per channel)",
-        "fine_tune_loss": run.loss,
-        "note": "clustering shrinks the gzip-compressed download only; the runtime stores "
-                "int8 weights uncompressed, so flash and arena do not change"}
+    return clustered, Clustering(
+        clusters, gzip_size(tflite), gzip_size(clustered), len(tflite), len(clustered),
+        record.accuracy, measure_accuracy(ctx, path), file_distinct_values(clustered),
+        fine_tune_loss=tuple(run.loss))

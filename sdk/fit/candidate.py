@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from devicefit.sdk.convert.spec import ConversionSpec
 from devicefit.sdk.fit import distill, qat
 from devicefit.sdk.fit.cluster import gzip_size
 from devicefit.sdk.fit.space import Candidate
+from devicefit.sdk.fit.trial import TrialRecord, TrialStage
 from devicefit.sdk.types import Progress
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.profiles import Profile
@@ -67,57 +68,6 @@ class Context:
         return self.loaded.keras_model
 
 
-@dataclass
-class TrialRecord:
-    number: int
-    candidate: Candidate
-    #: "static" (rejected before training), "trained", "post-training" or "skipped"
-    stage: str
-    verdict: str
-    budgets: list[dict[str, Any]] = field(default_factory=list)
-    flash_bytes: int | None = None
-    arena_bytes: int | None = None
-    latency_ms: float | None = None
-    #: The estimate's error band (low, high) in ms, from the latency validation.
-    latency_band_ms: tuple[float, float] | None = None
-    model_bytes: int | None = None
-    gzip_bytes: int | None = None
-    accuracy: float | None = None
-    seconds: float = 0.0
-    path: str | None = None
-    keras_path: str | None = None
-    fine_tune: list[dict[str, Any]] = field(default_factory=list)
-    note: str = ""
-
-    @property
-    def fits(self) -> bool:
-        return self.verdict == "pass"
-
-    def misses(self) -> dict[str, float]:
-        """Budget → relative overshoot (0.1 = 10 % over) for every missed budget."""
-        return {b["name"]: (b["value"] - b["limit"]) / b["limit"] for b in self.budgets
-                if not b["ok"] and b["limit"]}
-
-    @property
-    def objective(self) -> float:
-        """What the search maximises: accuracy if it fits, minus its worst miss if not."""
-        if self.fits:
-            return self.accuracy if self.accuracy is not None else 0.0
-        return -max(self.misses().values(), default=1.0)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["label"] = self.candidate.label()
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrialRecord:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in fields}
-        values["candidate"] = Candidate.from_dict(data["candidate"])
-        return cls(**values)
-
-
 def static_check(path: Path, profile: Profile) -> Report:
     """The simulator's static report (op support and latency estimate included; no runtime
     is started). A latency budget the cost model cannot estimate for this candidate fails
@@ -150,12 +100,13 @@ def structural_model(ctx: Context, candidate: Candidate) -> Any:
     return model
 
 
-def train_candidate(ctx: Context, candidate: Candidate) -> tuple[Any, list[Any]]:
+def train_candidate(ctx: Context, candidate: Candidate
+                    ) -> tuple[Any, list[finetune.FineTuneResult]]:
     """The candidate's model after fine-tuning; the training runs it did."""
     data, loss = ctx.train, None
     if ctx.distill is not None:
         data, loss = distill.distillation(ctx.model, ctx.model, ctx.train, ctx.distill)
-    runs: list[Any] = []
+    runs: list[finetune.FineTuneResult] = []
     if candidate.pruned:
         pruned = sparsity.prune_in_stages(
             ctx.model, candidate.prune, sparsity.Training(data, ctx.epochs, ctx.progress, loss),
@@ -206,9 +157,9 @@ def evaluate(ctx: Context, candidate: Candidate, number: int) -> TrialRecord:
     write_atomic(path, tflite)
     report = static_check(path, ctx.profile)
     if not report.ok:
-        return _record(number, candidate, "static", report, tflite, started, path,
+        return _record(number, candidate, TrialStage.STATIC, report, tflite, started, path,
                        note=_why_not(report))
-    runs: list[Any] = []
+    runs: list[finetune.FineTuneResult] = []
     keras_path = None
     if candidate.needs_training or has_qat_twin(ctx, candidate):
         model, runs = train_candidate(ctx, candidate)
@@ -217,20 +168,18 @@ def evaluate(ctx: Context, candidate: Candidate, number: int) -> TrialRecord:
         tflite = convert_candidate(ctx, model, spec)
         write_atomic(path, tflite)
         report = static_check(path, ctx.profile)
-    record = _record(number, candidate, "trained" if runs else "post-training", report, tflite,
-                     started, path, note="" if report.ok else _why_not(report))
-    record.keras_path = str(keras_path) if keras_path else None
-    record.fine_tune = [dataclasses.asdict(r) for r in runs]
-    record.accuracy = measure_accuracy(ctx, path)
-    record.seconds = time.perf_counter() - started
-    return record
+    record = _record(number, candidate, TrialStage.TRAINED if runs else TrialStage.POST_TRAINING,
+                     report, tflite, started, path, note="" if report.ok else _why_not(report))
+    return dataclasses.replace(record, keras_path=str(keras_path) if keras_path else None,
+                               fine_tune=tuple(runs), accuracy=measure_accuracy(ctx, path),
+                               seconds=time.perf_counter() - started)
 
 
-def _record(number: int, candidate: Candidate, stage: str, report: Report, tflite: bytes,
+def _record(number: int, candidate: Candidate, stage: TrialStage, report: Report, tflite: bytes,
             started: float, path: Path, note: str = "") -> TrialRecord:
     return TrialRecord(
         number=number, candidate=candidate, stage=stage, verdict=report.verdict,
-        budgets=[dataclasses.asdict(b) for b in report.budgets],
+        budgets=tuple(report.budgets),
         flash_bytes=report.memory.flash_bytes, arena_bytes=_arena(report),
         latency_ms=report.latency.estimated_device_ms if report.latency else None,
         latency_band_ms=report.latency.band_ms if report.latency else None,

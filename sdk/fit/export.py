@@ -12,16 +12,28 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devicefit.sdk.convert.spec import ConversionSpec
-from devicefit.sdk.fit.candidate import TrialRecord
-from devicefit.sdk.fit.report import FitReport, choose, closest_miss, reason_for
+from devicefit.sdk.fit.report import (
+    FitBudgets,
+    FitReport,
+    FitSettings,
+    StudyRecord,
+    choose,
+    closest_miss,
+    reason_for,
+)
 from devicefit.sdk.fit.search import SearchSettings, records, storage_for
+from devicefit.sdk.fit.space import SearchSpace
+from devicefit.sdk.fit.trial import TrialRecord
 from devicefit.simulator.errors import InputError, UsageError
 from devicefit.simulator.fileio import temporary_folder, write_atomic
 from devicefit.simulator.profiles import Profile, load_profile
+from devicefit.simulator.report import build, plain_fields
+from devicefit.simulator.types import Status
 
 if TYPE_CHECKING:
     from devicefit.sdk.fit.candidate import Context
@@ -39,13 +51,34 @@ def artifact_dir(root: Path, study: str) -> Path:
     return Path(root) / study
 
 
-def study_info(report: FitReport, profile: Profile, ctx: Context) -> dict[str, Any]:
-    return {"source": report.source, "profile": profile.name,
-            "profile_path": str(profile.path) if profile.path else None,
-            "runtime": report.runtime, "budgets": report.budgets, "space": report.space,
-            "settings": report.settings, "float_accuracy": report.float_accuracy,
-            "eval_samples": report.eval_samples, "artifacts": report.study.get("artifacts"),
-            "metadata": metadata_base(ctx, report)}
+@dataclass(frozen=True)
+class StudyInfo:
+    """What :func:`export` needs, kept in the study (``devicefit`` user attribute) by every
+    worker: the report's fixed part and the metadata every candidate is written with."""
+
+    source: str
+    profile: str
+    profile_path: str | None
+    runtime: str
+    budgets: FitBudgets
+    space: SearchSpace
+    settings: FitSettings
+    float_accuracy: float | None
+    eval_samples: int
+    artifacts: str | None
+    #: devicefit's ``.tflite`` metadata shared by every candidate (:func:`metadata_base`).
+    metadata: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return plain_fields(self)
+
+
+def study_info(report: FitReport, profile: Profile, ctx: Context) -> StudyInfo:
+    return StudyInfo(report.source, profile.name, str(profile.path) if profile.path else None,
+                     report.runtime, report.budgets, report.space, report.settings,
+                     report.float_accuracy, report.eval_samples,
+                     report.study.artifacts if report.study else None,
+                     metadata_base(ctx, report))
 
 
 def metadata_base(ctx: Context, report: FitReport) -> dict[str, Any]:
@@ -57,18 +90,18 @@ def metadata_base(ctx: Context, report: FitReport) -> dict[str, Any]:
         "tool": "devicefit fit", "profile": ctx.profile.name, "runtime": ctx.profile.runtime.name,
         "source": Path(ctx.loaded.source).name if ctx.loaded.kind != "memory"
         else ctx.loaded.source, "source_format": ctx.loaded.kind,
-        "fine_tune_epochs": ctx.epochs, "distill": report.settings["distill"],
-        "cluster": report.settings["cluster"],
+        "fine_tune_epochs": ctx.epochs, "distill": distill.to_dict() if (distill := report.settings.distill) else None,
+        "cluster": report.settings.cluster,
         "calibration": {"source": ctx.train.source, "samples": len(ctx.calibration),
                         "random": False},
         "sparse_encoding": False, "converter": f"tensorflow {tf.__version__}"}
 
 
-def remember(settings: SearchSettings, name: str, info: dict[str, Any]) -> None:
+def remember(settings: SearchSettings, name: str, info: StudyInfo) -> None:
     """Every worker writes the same values, so whichever wrote last is right."""
     from devicefit.sdk.fit.search import open_study
 
-    open_study(name, settings, None, create=True).set_user_attr(STUDY_INFO, info)
+    open_study(name, settings, None, create=True).set_user_attr(STUDY_INFO, info.to_dict())
 
 
 def write_winner(report: FitReport, profile: Profile, out_path: Path, build: Build,
@@ -84,15 +117,15 @@ def write_winner(report: FitReport, profile: Profile, out_path: Path, build: Bui
             write_atomic(staged, tflite)
             verified = simulate(staged, profile, run=True)
         if not verified.ok:
-            record.note = "passed the static check, failed in the runtime"
-            record.verdict = "fail"
+            failed = replace(record, note="passed the static check, failed in the runtime",
+                             verdict=Status.FAIL)
+            report.trials = [failed if t is record else t for t in report.trials]
             log.warning("trial %d passed the static check but not the real run; trying the "
                         "next candidate", record.number)
             continue
         write_atomic(out_path, tflite, inputs=[p for p in inputs if isinstance(p, (str, Path))])
-        verified.model.path = str(out_path)
-        report.verification = verified.to_dict()
-        report.verification_report = verified  # the HTML view draws it
+        report.verification = replace(verified, model=replace(verified.model,
+                                                              path=str(out_path)))
         report.chosen = record.number
         report.output = str(out_path)
         report.reason = reason_for(record, fitting, report.float_accuracy, report.trials)
@@ -138,40 +171,44 @@ def export(settings: SearchSettings, output: str | Path, *, profile: str | Path 
         names = [s.study_name for s in optuna.get_all_study_summaries(storage_for(settings))]
         raise UsageError(f"--study {settings.study_name}: no such study in --storage "
                          f"{settings.storage} (it has: {', '.join(names) or 'none'})") from None
-    info = study.user_attrs.get(STUDY_INFO)
-    if info is None:
+    data = study.user_attrs.get(STUDY_INFO)
+    if data is None:
         raise InputError(f"study {settings.study_name} has no devicefit search yet (no worker "
                          "has finished a trial)")
+    try:
+        info: StudyInfo = build(StudyInfo, data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"study {settings.study_name}: its devicefit search is not one this "
+                         f"version reads ({type(exc).__name__}: {exc})") from None
     prof = _profile(profile, info, profiles_dirs)
     root = Path(settings.artifacts) if settings.artifacts else \
-        Path(info["artifacts"]) if info.get("artifacts") else None
+        Path(info.artifacts) if info.artifacts else None
     if root is None:
         raise UsageError("the workers ran without --artifacts, so their candidate models are "
                          "not kept; give --artifacts DIR to the workers")
     folder = artifact_dir(root, settings.study_name)
-    report = FitReport(source=info["source"], profile=prof.name, runtime=info["runtime"],
-                       budgets=info["budgets"], space=info["space"], settings=info["settings"],
-                       float_accuracy=info["float_accuracy"], eval_samples=info["eval_samples"],
+    report = FitReport(source=info.source, profile=prof.name, runtime=info.runtime,
+                       budgets=info.budgets, space=info.space, settings=info.settings,
+                       float_accuracy=info.float_accuracy, eval_samples=info.eval_samples,
                        trials=records(study),
-                       study={"name": settings.study_name, "artifacts": str(root),
-                              "exported": True})
+                       study=StudyRecord(settings.study_name, str(root), exported=True))
 
-    def build(record: TrialRecord) -> bytes:
+    def read_candidate(record: TrialRecord) -> bytes:
         path = folder / Path(record.path or f"trial-{record.number:03d}.tflite").name
         if not path.is_file():
             raise InputError(f"{path}: trial {record.number}'s model is not in the artifact "
                              "folder (give --artifacts the folder the workers shared)")
-        return embed_metadata(path.read_bytes(), prof, record, info["metadata"])
+        return embed_metadata(path.read_bytes(), prof, record, info.metadata)
 
-    write_winner(report, prof, out_path, build, inputs=[])
+    write_winner(report, prof, out_path, read_candidate, inputs=[])
     return report
 
 
-def _profile(given: str | Path | None, info: dict[str, Any],
+def _profile(given: str | Path | None, info: StudyInfo,
              profiles_dirs: list[str | Path] | None) -> Profile:
     if given is not None:
         return load_profile(given, profiles_dirs)
-    path = info.get("profile_path")
+    path = info.profile_path
     if path and Path(path).is_file():
         return load_profile(path, profiles_dirs)
-    return load_profile(info["profile"], profiles_dirs)
+    return load_profile(info.profile, profiles_dirs)

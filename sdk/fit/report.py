@@ -7,12 +7,15 @@ view, :func:`trial_rows` feeds the CLI table and :func:`render_fit_html` the HTM
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from devicefit.sdk.fit.candidate import TrialRecord
-from devicefit.simulator.report import Report
+from devicefit.sdk.fit.distill import DistillSettings
+from devicefit.sdk.fit.space import SearchSpace
+from devicefit.sdk.fit.trial import TrialRecord, TrialStage
+from devicefit.simulator.profiles import Budgets
+from devicefit.simulator.report import Report, from_fields, plain_fields
+from devicefit.simulator.types import BudgetName, Unit
 from devicefit.simulator.units import (
     format_estimate,
     format_percent,
@@ -21,29 +24,108 @@ from devicefit.simulator.units import (
     format_time_ms,
 )
 from devicefit.simulator.views.html import Section, escape, html_table, render_html
+from devicefit.simulator.views.json import read_report
 
 PLOT_W, PLOT_H, LEFT, BOTTOM, STRIP_H = 720, 300, 70, 30, 24
 
 
-@dataclass
+@dataclass(frozen=True)
 class Miss:
-    budget: str
+    budget: BudgetName
     limit: float
     value: float
-    unit: str
+    unit: Unit
     #: value - limit (bytes or ms) and as a share of the limit.
     over: float
     over_fraction: float
 
 
+@dataclass(frozen=True)
+class FitBudgets:
+    """The profile's budgets the candidates were judged against (None: not set)."""
+
+    flash: float | None
+    arena: float | None
+    latency_ms: float | None
+
+    @classmethod
+    def of(cls, budgets: Budgets) -> FitBudgets:
+        return cls(budgets.flash_bytes, budgets.arena_bytes, budgets.latency_ms)
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """How the search was asked to run."""
+
+    max_trials: int
+    time_budget_s: float | None
+    jobs: int
+    #: The optuna storage URL without its password (reports and studies are shared).
+    storage: str | None
+    epochs: int
+    distill: DistillSettings | None
+    cluster: int | None
+    seed: int
+    patches: str | None
+    runtime_code_bytes: int | None
+
+
+@dataclass(frozen=True)
+class Clustering:
+    """What weight clustering of the chosen candidate did (``fit --cluster K``)."""
+
+    clusters: int
+    gzip_before: int
+    #: Of the file as written (with devicefit's metadata).
+    gzip_after: int
+    bytes_before: int
+    bytes_after: int
+    accuracy_before: float | None
+    accuracy_after: float | None
+    #: Weight tensor → most distinct values in one of its channels.
+    distinct_values: dict[str, int]
+    distinct_values_measured_on: str = "the written .tflite (max per channel)"
+    fine_tune_loss: tuple[float, ...] = ()
+    note: str = ("clustering shrinks the gzip-compressed download only; the runtime stores "
+                 "int8 weights uncompressed, so flash and arena do not change")
+
+
+@dataclass(frozen=True)
+class StudyRecord:
+    """The optuna study the search ran in, and this process's part in it."""
+
+    name: str
+    #: The artifact folder shared by the study's workers, if any.
+    artifacts: str | None
+    #: This process (host:pid) and whether it wrote the winner; None before the search.
+    worker: str | None = None
+    writer: bool | None = None
+    #: Written by ``fit --export``, which runs no search.
+    exported: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        # Only what applies to the process that wrote the report.
+        out: dict[str, Any] = {"name": self.name, "artifacts": self.artifacts}
+        if self.worker is not None:
+            out["worker"] = self.worker
+        if self.writer is not None:
+            out["writer"] = self.writer
+        if self.exported:
+            out["exported"] = True
+        return out
+
+
 @dataclass
 class FitReport:
+    """Filled in as the search runs (trials, then the winner or the closest miss), so not
+    frozen; its parts are. :meth:`to_dict` is its JSON form, :meth:`from_dict` reads it."""
+
     source: str
     profile: str
     runtime: str
-    budgets: dict[str, float | None]
-    space: dict[str, Any]
-    settings: dict[str, Any]
+    budgets: FitBudgets
+    space: SearchSpace
+    settings: FitSettings
     float_accuracy: float | None
     eval_samples: int
     trials: list[TrialRecord] = field(default_factory=list)
@@ -55,15 +137,18 @@ class FitReport:
     interrupted: bool = False
     search_seconds: float = 0.0
     #: ``simulate(output, run=True)`` of the written model (the real runtime run).
-    verification: dict[str, Any] | None = None
-    clustering: dict[str, Any] | None = None
-    study: dict[str, Any] = field(default_factory=dict)
-    #: The verification as a :class:`Report` object, for the HTML view (not in the JSON).
-    verification_report: Report | None = field(default=None, repr=False, compare=False)
+    verification: Report | None = None
+    clustering: Clustering | None = None
+    study: StudyRecord | None = None
 
     @property
     def found(self) -> bool:
         return self.chosen is not None
+
+    @property
+    def another_worker_writes(self) -> bool:
+        """A worker of a shared study that leaves writing the winner to another."""
+        return self.study is not None and self.study.writer is False
 
     def trial(self, number: int | None) -> TrialRecord | None:
         return next((t for t in self.trials if t.number == number), None)
@@ -76,13 +161,18 @@ class FitReport:
         return 100.0 * (self.float_accuracy - chosen.accuracy)
 
     def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(replace(self, verification_report=None))
-        del out["verification_report"]
-        out["trials"] = [t.to_dict() for t in self.trials]
-        out["found"] = self.found
-        out["accuracy_loss_pp"] = self.accuracy_loss_pp
-        out["pareto"] = pareto_front(self.trials)
-        return out
+        return {**plain_fields(self), "found": self.found,
+                "accuracy_loss_pp": self.accuracy_loss_pp, "pareto": pareto_front(self.trials)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FitReport:
+        """The inverse of :meth:`to_dict` (``found``, ``accuracy_loss_pp`` and ``pareto``
+        follow from the rest); ``KeyError``/``TypeError``/``ValueError`` if malformed."""
+        report: FitReport = from_fields(
+            cls, {k: v for k, v in data.items() if k != "verification"})
+        if data.get("verification") is not None:
+            report.verification = read_report(data["verification"])
+        return report
 
 
 def pareto_front(trials: list[TrialRecord]) -> list[int]:
@@ -106,20 +196,20 @@ def choose(trials: list[TrialRecord]) -> list[TrialRecord]:
 
 def closest_miss(trials: list[TrialRecord]) -> tuple[TrialRecord | None, list[Miss]]:
     """The built candidate whose worst budget overshoot is smallest, and every miss of it."""
-    built = [t for t in trials if t.stage != "skipped" and t.budgets]
+    built = [t for t in trials if t.stage != TrialStage.SKIPPED and t.budgets]
     if not built:
         return None, []
     best = min(built, key=lambda t: (max(t.misses().values(), default=0.0), t.number))
-    misses = [Miss(b["name"], b["limit"], b["value"], b["unit"], b["value"] - b["limit"],
-                   (b["value"] - b["limit"]) / b["limit"] if b["limit"] else 0.0)
-              for b in best.budgets if not b["ok"]]
+    misses = [Miss(b.name, b.limit, b.value, b.unit, b.value - b.limit,
+                   (b.value - b.limit) / b.limit if b.limit else 0.0)
+              for b in best.budgets if not b.ok]
     return best, misses
 
 
 def reason_for(chosen: TrialRecord, fitting: list[TrialRecord], float_accuracy: float | None,
                trials: list[TrialRecord]) -> str:
-    built = sum(1 for t in trials if t.stage not in ("skipped", "error"))
-    trained = sum(1 for t in trials if t.stage == "trained")
+    built = sum(1 for t in trials if t.stage not in (TrialStage.SKIPPED, TrialStage.ERROR))
+    trained = sum(1 for t in trials if t.stage == TrialStage.TRAINED)
     loss = "" if float_accuracy is None or chosen.accuracy is None else \
         f" ({format_points(100 * (chosen.accuracy - float_accuracy))} vs the float model)"
     others = len(fitting) - 1
@@ -131,7 +221,7 @@ def reason_for(chosen: TrialRecord, fitting: list[TrialRecord], float_accuracy: 
     twin = qat_twin(chosen, trials)
     if twin is not None:
         why += (f"; its {'PTQ' if chosen.candidate.qat else 'QAT'} twin (trial {twin.number}, "
-                f"same {_epochs(chosen)} training epochs) reached {format_percent(twin.accuracy)}")
+                f"same {chosen.epochs} training epochs) reached {format_percent(twin.accuracy)}")
     return f"{why}; {built} candidates judged, {trained} of them trained"
 
 
@@ -142,13 +232,9 @@ def qat_twin(record: TrialRecord, trials: list[TrialRecord]) -> TrialRecord | No
     for t in trials:
         o = t.candidate
         if t.accuracy is not None and o.qat != c.qat and (o.scheme, o.prune, o.nm, o.layers) \
-                == (c.scheme, c.prune, c.nm, c.layers) and _epochs(t) == _epochs(record):
+                == (c.scheme, c.prune, c.nm, c.layers) and t.epochs == record.epochs:
             return t
     return None
-
-
-def _epochs(record: TrialRecord) -> int:
-    return sum(int(run.get("epochs", 0)) for run in record.fine_tune)
 
 
 def format_value(value: float | None, unit: str) -> str:
@@ -161,7 +247,7 @@ def trial_rows(report: FitReport) -> list[tuple[Any, ...]]:
     """Rows for the trials table: what the CLI and the HTML page show."""
     rows = []
     for t in report.trials:
-        skipped = t.stage == "skipped"
+        skipped = t.stage == TrialStage.SKIPPED
         rows.append((
             t.number, t.candidate.label(),
             "-" if t.accuracy is None else f"{format_percent(t.accuracy)}",
@@ -170,7 +256,7 @@ def trial_rows(report: FitReport) -> list[tuple[Any, ...]]:
             "-" if skipped or t.latency_ms is None else latency_text(t),
             "-" if skipped else format_size(t.gzip_bytes),
             ("PASS" if t.fits else "fail") + ("  ← chosen" if t.number == report.chosen else ""),
-            f"{t.seconds:.1f}s", t.note or t.stage))
+            f"{t.seconds:.1f}s", t.note or t.stage.value))
     return rows
 
 
@@ -191,7 +277,7 @@ def pareto_svg(trials: list[TrialRecord], budget: float | None, chosen: int | No
     candidates rejected before training (no accuracy: nothing to put on the y axis) as
     hollow squares at their size in a strip of their own under the plot. Deterministic."""
     # (trial, size) of the judged and (trial, size, accuracy) of the evaluated.
-    judged = [(t, size) for t in trials if t.stage != "skipped"
+    judged = [(t, size) for t in trials if t.stage != TrialStage.SKIPPED
               and (size := t.flash_bytes if metric == "flash" else t.arena_bytes)]
     points = [(t, size, t.accuracy) for t, size in judged if t.accuracy is not None]
     if not points:
@@ -299,7 +385,7 @@ def _trial_labels(points: list[TrialRecord], at: list[tuple[float, float]],
 
 def render_fit_html(report: FitReport) -> str:
     """The fit report as one self-contained HTML page."""
-    verification = report.verification_report
+    verification = report.verification
     chosen = report.trial(report.chosen)
     if chosen is not None:
         summary = (f"<p><b>Chosen:</b> trial {chosen.number}, {escape(chosen.candidate.label())}"
@@ -319,18 +405,18 @@ def render_fit_html(report: FitReport) -> str:
              ("interrupted", "yes" if report.interrupted else "no")]
     if report.clustering:
         c = report.clustering
-        facts.append(("clustering", f"{c['clusters']} clusters per layer: gzip download "
-                      f"{format_size(c['gzip_before'])} → {format_size(c['gzip_after'])}; "
-                      f"at most {max(c['distinct_values'].values(), default=0)} distinct int8 "
+        facts.append(("clustering", f"{c.clusters} clusters per layer: gzip download "
+                      f"{format_size(c.gzip_before)} → {format_size(c.gzip_after)}; "
+                      f"at most {max(c.distinct_values.values(), default=0)} distinct int8 "
                       "values per channel in the written file; "
                       "flash and arena unchanged (weights stored uncompressed)"))
-    flash_budget = report.budgets.get("flash")
-    code = report.settings.get("runtime_code_bytes") or 0
+    flash_budget = report.budgets.flash
+    code = report.settings.runtime_code_bytes or 0
     intro = (summary + html_table(("", ""), facts)
              + "<h2>Accuracy vs flash</h2>"
              + pareto_svg(report.trials, flash_budget, report.chosen, "flash")
              + "<h2>Accuracy vs arena</h2>"
-             + pareto_svg(report.trials, report.budgets.get("arena"), report.chosen, "arena")
+             + pareto_svg(report.trials, report.budgets.arena, report.chosen, "arena")
              + (f'<p class="note">flash includes {escape(format_size(code))} of runtime code.'
                 "</p>" if code else "")
              + "<h2>Trials</h2>" + html_table(TRIAL_COLUMNS, trial_rows(report)))

@@ -34,11 +34,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from devicefit.sdk.fit.candidate import Context, TrialRecord, evaluate
+from devicefit.sdk.fit.candidate import Context, evaluate
 from devicefit.sdk.fit.space import Candidate, SearchSpace
+from devicefit.sdk.fit.trial import TrialRecord, TrialStage
 from devicefit.simulator import jsonout
 from devicefit.simulator.errors import DevicefitError, UsageError, missing_extra
 from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.types import Status
 
 log = logging.getLogger(__name__)
 
@@ -124,9 +126,9 @@ def blocking(candidate: Candidate, done: list[TrialRecord], groups: tuple[str, .
     for r in done:
         if r.candidate.structure != candidate.structure:
             continue
-        if r.stage == "error":  # the converter or the profile cannot take this structure
+        if r.stage == TrialStage.ERROR:  # the converter or the profile cannot take it
             return r
-        if r.stage != "static":
+        if r.stage != TrialStage.STATIC:
             continue
         missed = set(r.misses())
         # Neither the op set nor the cost model's coverage depends on pruning.
@@ -157,9 +159,9 @@ class Objective:
         done = records(trial.study)
         blocker = blocking(candidate, done, self.space.groups) if verdict == SKIPPED else None
         if blocker is not None:
-            record = replace(blocker, number=trial.number, candidate=candidate, stage="skipped",
-                             accuracy=None, seconds=0.0, path=None, keras_path=None,
-                             fine_tune=[], note=f"not built: trial {blocker.number} "
+            record = replace(blocker, number=trial.number, candidate=candidate,
+                             stage=TrialStage.SKIPPED, accuracy=None, seconds=0.0, path=None,
+                             keras_path=None, fine_tune=(), note=f"not built: trial {blocker.number} "
                              f"({blocker.candidate.label()}): {blocker.note}")
         else:
             record = self._evaluate(candidate, trial.number)
@@ -212,8 +214,8 @@ class Objective:
                 raise  # a bug, not a property of the candidate
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.info("trial %d (%s) failed: %s", number, candidate.label(), message)
-            return TrialRecord(number=number, candidate=candidate, stage="error",
-                               verdict="fail", note=f"error: {message}")
+            return TrialRecord(number=number, candidate=candidate, stage=TrialStage.ERROR,
+                               verdict=Status.FAIL, note=f"error: {message}")
 
 
 def _decision(trial: Any) -> dict[str, Any] | None:
@@ -227,7 +229,8 @@ def _decided(trial: Any, candidate: Candidate) -> str | None:
     decision = _decision(trial)
     if decision is None or Candidate.from_dict(decision["candidate"]) != candidate:
         return None
-    return decision["as"]
+    verdict: str = decision["as"]
+    return verdict
 
 
 def _settled_before(study: Any, number: int) -> list[Any]:
@@ -239,7 +242,7 @@ def _settled_before(study: Any, number: int) -> list[Any]:
     import optuna
 
     while True:
-        trials = study.get_trials(deepcopy=False)
+        trials: list[Any] = study.get_trials(deepcopy=False)
         if not any(t.state == optuna.trial.TrialState.RUNNING and t.number < number
                    and _decision(t) is None for t in trials):
             return trials
@@ -294,7 +297,7 @@ class _Stop:
         trials = study.get_trials(deepcopy=False)
         stages = [t.user_attrs[RECORD]["stage"] for t in trials if RECORD in t.user_attrs]
         # Skipped candidates cost nothing, so they do not use up --max-trials.
-        judged = sum(1 for stage in stages if stage != "skipped")
+        judged = sum(1 for stage in stages if stage != TrialStage.SKIPPED)
         return judged >= self.settings.max_trials or len(stages) >= self.space_size or \
             len(trials) >= PROPOSALS_PER_TRIAL * self.settings.max_trials or \
             self._past_deadline()
@@ -442,7 +445,7 @@ def _bisect(run: _Run, space: SearchSpace) -> None:
     scheme = space.schemes[0]
     lo, hi = 0, len(ratios)  # ratios[lo] is known to miss; ratios[hi:] fit (hi: unknown yet)
     first = records(run.study)
-    if not first or first[0].stage != "static" or len(ratios) < 2:
+    if not first or first[0].stage != TrialStage.STATIC or len(ratios) < 2:
         return
     while hi - lo > 1 and not run.stop.finished(run.study):
         mid = (lo + hi) // 2

@@ -4,6 +4,7 @@ passing target, a failing budget, a regression against a baseline and a corrupt 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from devicefit.sdk.check.shard import assign
+from devicefit.sdk.check import CheckResult, Outcome, TargetStatus
+from devicefit.sdk.check.shard import assign, load_shards, merge
 from devicefit.sdk.cli import main
 from tests.paths import ROOT
 from tests.zoo import model_path
@@ -96,12 +98,15 @@ def runs(project, tmp_path_factory):
     shutil.copy(baseline, project.parent / "baseline.json")
     whole = tmp / "whole"
     whole.mkdir()
-    code = main(["check", str(project), *_views(whole), "--results", str(whole / "all.json")])
+    # --fail-on-risk (no target is at risk): a flag that must travel through the shards.
+    code = main(["check", str(project), *_views(whole), "--results", str(whole / "all.json"),
+                 "--fail-on-risk"])
     shards = []
     codes = []
     for k in (1, 2, 3):
         out = tmp / f"shard{k}.json"
-        codes.append(main(["check", str(project), "--shard", f"{k}/3", "--results", str(out)]))
+        codes.append(main(["check", str(project), "--shard", f"{k}/3", "--results", str(out),
+                           "--fail-on-risk"]))
         shards.append(out)
     merged = tmp / "merged"
     merged.mkdir()
@@ -125,6 +130,34 @@ def test_merged_shards_give_the_unsharded_report_and_exit_code(runs, capsys):
     statuses = {o["status"] for o in doc["results"]}
     assert statuses == {"pass", "fail", "error"}
     assert any(r["ok"] is False for o in doc["results"] for r in o["regressions"])
+
+
+def test_merge_is_the_unsharded_result_field_by_field(runs):
+    """The merged :class:`CheckResult` equals the unsharded run's, both read back through
+    the one typed path (``ShardResult.from_dict``), field by field: a field the merge
+    dropped (as it once dropped ``fail_on_risk``) fails here whatever its name."""
+    whole = load_shards([runs["whole"] / "all.json"])[0][1].result
+    merged = merge(load_shards(runs["shards"]))
+    # Set by this run, so that the comparison below can tell a dropped one from a default
+    # (baseline_written: only a run that writes the baseline has one).
+    assert whole.fail_on_risk is True and whole.baseline is not None and whole.run is False
+    for f in dataclasses.fields(CheckResult):
+        if f.name == "outcomes":
+            assert len(merged.outcomes) == len(whole.outcomes)
+            for m, w in zip(merged.outcomes, whole.outcomes):
+                for g in dataclasses.fields(Outcome):
+                    if g.name != "seconds":  # wall time
+                        assert getattr(m, g.name) == getattr(w, g.name), (w.model, g.name)
+        elif f.name != "seconds":
+            assert getattr(merged, f.name) == getattr(whole, f.name), f.name
+
+
+def test_a_shard_result_reads_back_to_its_own_json(runs):
+    for path in [runs["whole"] / "all.json", *runs["shards"]]:
+        doc = json.loads(path.read_text())
+        ((_, read),) = load_shards([path])
+        assert read.to_dict() == doc
+        assert all(isinstance(o.status, TargetStatus) for o in read.result.outcomes)
 
 
 def test_shards_split_the_targets_once_each(runs):

@@ -20,9 +20,9 @@ import pytest
 from devicefit.sdk.cli import main
 from devicefit.sdk.convert import metadata
 from devicefit.sdk.convert.accuracy import run_tflite
-from devicefit.sdk.fit.candidate import TrialRecord
 from devicefit.sdk.fit.report import choose
 from devicefit.sdk.fit.search import BUILD, DECISION, RECORD
+from devicefit.sdk.fit.trial import TrialRecord
 from devicefit.simulator.reader import read_model
 from examples.digits import cached_cnn, load_digits
 from tests.paths import ROOT

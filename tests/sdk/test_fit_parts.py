@@ -3,29 +3,47 @@ distillation loss, weight quantization. Cheap: no conversion, tiny Keras models 
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import numpy as np
 import pytest
 
 from devicefit.sdk.commands.fit import parse_duration
-from devicefit.sdk.fit.candidate import TrialRecord
+from devicefit.sdk.convert.finetune import FineTuneResult
 from devicefit.sdk.fit.cluster import gzip_size, kmeans_1d
-from devicefit.sdk.fit.report import FitReport, choose, closest_miss, pareto_front, pareto_svg
+from devicefit.sdk.fit.distill import DistillSettings
+from devicefit.sdk.fit.export import StudyInfo
+from devicefit.sdk.fit.report import (
+    Clustering,
+    FitBudgets,
+    FitReport,
+    FitSettings,
+    StudyRecord,
+    choose,
+    closest_miss,
+    pareto_front,
+    pareto_svg,
+)
 from devicefit.sdk.fit.search import blocking
 from devicefit.sdk.fit.space import Candidate, space_for
+from devicefit.sdk.fit.trial import TrialRecord, TrialStage
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.profiles import load_profile
+from devicefit.simulator.report import BudgetCheck, build
+from devicefit.simulator.types import Basis, BudgetName, Status, Unit
 
 
-def _budget(name: str, value: float, limit: float, unit: str = "bytes") -> dict:
-    return {"name": name, "limit": limit, "value": value, "ok": value <= limit, "unit": unit,
-            "margin": limit - value, "basis": "predicted"}
+def _budget(name: str, value: float, limit: float) -> BudgetCheck:
+    return BudgetCheck(BudgetName(name), limit, value, value <= limit, Unit.BYTES,
+                       limit - value, Basis.PREDICTED)
 
 
 def _record(number: int, candidate: Candidate, *, flash: int, arena: int = 1000,
-            accuracy: float | None = None, stage: str = "trained", flash_limit: int = 100,
-            note: str = "") -> TrialRecord:
-    budgets = [_budget("flash", flash, flash_limit), _budget("arena", arena, 2000)]
-    verdict = "pass" if all(b["ok"] for b in budgets) else "fail"
+            accuracy: float | None = None, stage: TrialStage = TrialStage.TRAINED,
+            flash_limit: int = 100, note: str = "") -> TrialRecord:
+    budgets = (_budget("flash", flash, flash_limit), _budget("arena", arena, 2000))
+    verdict = Status.PASS if all(b.ok for b in budgets) else Status.FAIL
     return TrialRecord(number, candidate, stage, verdict, budgets, flash_bytes=flash,
                        arena_bytes=arena, accuracy=accuracy, note=note)
 
@@ -48,14 +66,16 @@ def test_the_space_follows_the_profile():
 
 
 def test_a_static_miss_skips_less_pruned_variants_of_the_same_structure():
-    missed = _record(0, Candidate("int8", 0.5), flash=150, stage="static", note="misses flash")
+    missed = _record(0, Candidate("int8", 0.5), flash=150, stage=TrialStage.STATIC,
+                     note="misses flash")
     assert blocking(Candidate("int8", 0.25), [missed]) is missed
     assert blocking(Candidate("int8", 0.5, qat=True), [missed]) is missed
     assert blocking(Candidate("int8", 0.75), [missed]) is None  # more pruning may fit
     assert blocking(Candidate("int16x8", 0.25), [missed]) is None  # another structure
     trained = _record(1, Candidate("int8", 0.75), flash=150, note="misses flash")
     assert blocking(Candidate("int8", 0.5), [trained]) is None  # only static misses block
-    error = TrialRecord(2, Candidate("int16x8", 0.5), "error", "fail", note="error: x")
+    error = TrialRecord(2, Candidate("int16x8", 0.5), TrialStage.ERROR, Status.FAIL,
+                        note="error: x")
     assert blocking(Candidate("int16x8", 0.875), [error]) is error
 
 
@@ -71,7 +91,7 @@ def test_choice_is_the_most_accurate_fitting_candidate_then_the_smallest():
 def test_closest_miss_has_the_smallest_worst_overshoot():
     trials = [_record(0, Candidate("int8"), flash=300),
               _record(1, Candidate("int8", 0.5), flash=120, arena=2100),
-              _record(2, Candidate("int8", 0.75), flash=110, stage="skipped")]
+              _record(2, Candidate("int8", 0.75), flash=110, stage=TrialStage.SKIPPED)]
     closest, misses = closest_miss(trials)
     assert closest.number == 1
     assert {m.budget: m.over for m in misses} == {"flash": 20, "arena": 100}
@@ -85,18 +105,35 @@ def test_pareto_svg_is_deterministic_and_marks_the_budget():
     assert svg == pareto_svg(trials, 100, chosen=1)
     assert svg.count('class="trial"') == 2 and 'class="budget"' in svg
     assert 'class="pareto-front"' in svg
-    rejected = _record(2, Candidate("int8"), flash=300, stage="static", note="misses flash")
+    rejected = _record(2, Candidate("int8"), flash=300, stage=TrialStage.STATIC,
+                       note="misses flash")
     assert 'class="rejected"' in pareto_svg([*trials, rejected], 100, 1, "arena")
 
 
 def test_report_json_round_trips_trials():
     trial = _record(0, Candidate("int8", 0.5, qat=True), flash=90, accuracy=0.9)
-    report = FitReport("m.keras", "p", "tflm", {"flash": 100}, {}, {}, 0.95, 10, [trial],
-                       chosen=0)
+    trial = dataclasses.replace(trial, latency_band_ms=(1.0, 2.0), fine_tune=(
+        FineTuneResult(2, 32, 1, [0.5, 0.25], 1.5, 1 << 20, 1 << 19),))
+    space = space_for(load_profile("stm32l4r5-cortex-m4"), can_train=True, can_prune=True)
+    report = FitReport("m.keras", "p", "tflm", FitBudgets(100, None, 5.0), space,
+                       FitSettings(20, None, 1, None, 3, DistillSettings(), None, 0, None, 4096),
+                       0.95, 10, [trial], chosen=0,
+                       clustering=Clustering(16, 900, 800, 1000, 1000, 0.9, 0.89, {"w": 16}),
+                       study=StudyRecord("study", None, worker="host:1", writer=True))
     data = report.to_dict()
     assert data["accuracy_loss_pp"] == pytest.approx(5.0)
     assert TrialRecord.from_dict(data["trials"][0]) == trial
     assert data["trials"][0]["label"] == "int8 QAT prune 0.5"
+    # Through JSON text and back: the same report, typed, and the same JSON.
+    again = FitReport.from_dict(json.loads(json.dumps(data)))
+    assert again == report and again.to_dict() == data
+    assert data["study"] == {"name": "study", "artifacts": None, "worker": "host:1",
+                             "writer": True}
+    assert data["budgets"] == {"flash": 100, "arena": None, "latency_ms": 5.0}
+    # What fit --export reads from the study (JSON in its storage) comes back the same.
+    info = StudyInfo("m.keras", "p", None, "tflm", report.budgets, space, report.settings,
+                     0.95, 10, "/shared", {"tool": "devicefit fit"})
+    assert build(StudyInfo, json.loads(json.dumps(info.to_dict()))) == info
 
 
 @pytest.mark.parametrize("text, seconds", [("30m", 1800), ("90s", 90), ("2h", 7200),
@@ -206,8 +243,8 @@ def test_qat_is_compared_with_its_ptq_twin_only_at_equal_epochs():
     from devicefit.sdk.fit.report import qat_twin, reason_for
 
     def trained(record: TrialRecord, *epochs: int) -> TrialRecord:
-        record.fine_tune = [{"epochs": e} for e in epochs]
-        return record
+        return dataclasses.replace(record, fine_tune=tuple(FineTuneResult(e, 32, 1)
+                                                           for e in epochs))
 
     qat = trained(_record(0, Candidate("int8", 0.5, qat=True), flash=90, accuracy=0.95), 2, 1, 1)
     ptq = trained(_record(1, Candidate("int8", 0.5), flash=90, accuracy=0.94), 2, 1, 1)
@@ -242,20 +279,18 @@ def test_distinct_values_are_counted_per_channel_in_the_file():
 def test_the_verified_line_shows_an_estimate_with_its_band_and_risk(tmp_path):
     """fit's "verified in ..." line, from a real report's JSON: the latency estimate shows
     its error band and says "at risk" when the budget lies inside it; sizes show neither."""
-    import json
-
     from devicefit.sdk.commands.fit import budget_text
     from devicefit.simulator.simulate import simulate
     from devicefit.simulator.units import format_band, format_time_ms
-    from devicefit.simulator.views.json import render
+    from devicefit.simulator.views.json import read_report, render
     from tests import zoo
 
     model = zoo.model_path("mobilenet_v1_96_int8")
     estimate = simulate(model, load_profile("esp32-s3")).latency
     limit = (estimate.estimated_device_ms + estimate.band_ms[1]) / 2
     (tmp_path / "p.yaml").write_text(f"extends: esp32-s3\nbudgets: {{latency: {limit:.3f}ms}}\n")
-    budgets = {b["name"]: b for b in json.loads(render(simulate(model, load_profile(
-        tmp_path / "p.yaml"))))["budgets"]}
+    budgets = {b.name: b for b in read_report(json.loads(render(simulate(model, load_profile(
+        tmp_path / "p.yaml"))))).budgets}
     latency = budget_text(budgets["latency"])
     assert f"(likely {format_band(estimate.band_ms)})" in latency
     assert latency.startswith(f"latency {format_time_ms(estimate.estimated_device_ms)} (likely")
