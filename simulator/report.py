@@ -24,7 +24,6 @@ from enum import Enum
 from typing import Any, Protocol
 
 from devicefit.simulator.benchmark import BenchComparison, BenchResult
-from devicefit.simulator.layers import LayerRow
 
 #: Version of the JSON form. 1: the untyped sections before it had a version (read back
 #: the same way). 2: typed sections, ``schema_version`` and ``unchecked_budgets``.
@@ -201,6 +200,39 @@ class MemoryReport:
     #: Which figures are exact (reproduce the runtime) and which are estimates.
     exact: list[str] = field(default_factory=list)
     estimated: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    """One operator's row of the per-layer table (:func:`simulator.layers.layer_rows`)."""
+
+    index: int
+    subgraph: int
+    op: str
+    #: Shapes of the operator's non-constant inputs and of its outputs.
+    input_shapes: tuple[tuple[int, ...], ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+    #: The dtype the operator computes in (its first input's, as the cost model uses).
+    dtype: str
+    #: Constant (weight, bias) elements and bytes among its inputs.
+    params: int
+    param_bytes: int
+    macs: int | None = None
+    #: Bytes of the tensors it reads and writes (the cost model's memory traffic).
+    bytes_moved: int | None = None
+    #: Bytes live in the arena while it runs (the memory timeline's figure).
+    live_bytes: int | None = None
+    estimated_ms: float | None = None
+    #: Median host time of a ``--run`` (the interpreter's profiler).
+    host_ms: float | None = None
+    #: Average device time of ``devicefit bench --op-profiling``.
+    device_ms: float | None = None
+
+    @property
+    def key(self) -> str:
+        """``op 3`` in the main graph, ``op 1:3`` in subgraph 1: the numbering every view
+        uses (the CLI's, the JSON's ``op_index``, the PNG's x axis)."""
+        return f"{self.subgraph}:{self.index}" if self.subgraph else str(self.index)
 
 
 @dataclass
