@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.fileio import Named, write_atomic
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.report import Report
 
 

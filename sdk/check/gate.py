@@ -22,7 +22,7 @@ from typing import Any
 
 from devicefit.simulator import signals
 from devicefit.simulator.errors import DevicefitError
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.report import Report
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.views.json import read_report

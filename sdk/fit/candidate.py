@@ -32,7 +32,7 @@ from devicefit.sdk.fit.cluster import gzip_size
 from devicefit.sdk.fit.space import Candidate
 from devicefit.sdk.types import Progress
 from devicefit.simulator.fileio import write_atomic
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.report import BudgetName, Report
 
 log = logging.getLogger(__name__)

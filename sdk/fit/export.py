@@ -21,7 +21,8 @@ from devicefit.sdk.fit.report import FitReport, choose, closest_miss, reason_for
 from devicefit.sdk.fit.search import SearchSettings, records, storage_for
 from devicefit.simulator.errors import InputError, UsageError
 from devicefit.simulator.fileio import temporary_folder, write_atomic
-from devicefit.simulator.profiles import Profile, load_profile
+from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.profiles import load_profile
 
 if TYPE_CHECKING:
     from devicefit.sdk.fit.candidate import Context

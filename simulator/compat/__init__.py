@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Mapping
 
 from devicefit.simulator.model import INTEGER_DTYPES, Model, Tensor
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.report import (
     CompatibilityReport,
     Disagreement,

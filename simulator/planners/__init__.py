@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from devicefit.simulator.model import Model
 from devicefit.simulator.planners.base import MemoryPlan
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.targets import target_for
 
 

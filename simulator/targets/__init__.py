@@ -94,10 +94,10 @@ from devicefit.simulator.errors import ProfileError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from devicefit.simulator.compat import UnsupportedOp
     from devicefit.simulator.model import Model
     from devicefit.simulator.planners.base import MemoryPlan
-    from devicefit.simulator.profiles import Profile
+    from devicefit.simulator.profile_types import Profile
+    from devicefit.simulator.report import UnsupportedOp
     from devicefit.simulator.runtimes import Runner
     from devicefit.simulator.schema import Leaf
 

@@ -20,7 +20,8 @@ from devicefit.simulator import profiles
 from devicefit.simulator.compat import CHECKERS, UnsupportedOp, section_type
 from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.model import Model
-from devicefit.simulator.profiles import Profile, ProfileStore, load_profile
+from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.profiles import ProfileStore, load_profile
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.runtimes import RUNNERS, runner_name
 from devicefit.simulator.schema import number
