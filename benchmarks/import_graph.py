@@ -13,6 +13,7 @@ layers of ``[tool.importlinter]`` in pyproject.toml on the same graph.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import grimp
@@ -37,9 +38,18 @@ def graphs() -> tuple[grimp.ImportGraph, grimp.ImportGraph]:
 
 
 def cycles(graph: grimp.ImportGraph) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan's algorithm, by
-    an explicit stack: the graph is deeper than a comfortable recursion), each sorted."""
-    edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    """The circles of ``graph``: its strongly connected components of more than one module,
+    each sorted."""
+    return circles({m: graph.find_modules_directly_imported_by(m) for m in graph.modules})
+
+
+def circles(imports: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module of ``imports`` (module →
+    the modules it imports), each sorted (Tarjan's algorithm, by an explicit stack: the
+    graph is deeper than a comfortable recursion)."""
+    edges = {m: sorted(set(targets) - {m}) for m, targets in imports.items()}
+    for imported in {w for targets in edges.values() for w in targets} - edges.keys():
+        edges[imported] = []
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
