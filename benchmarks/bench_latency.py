@@ -51,7 +51,8 @@ from devicefit.simulator.cores import DATA_DIR  # noqa: E402
 from devicefit.simulator.kernels import FITTED, KernelData, load_kernels  # noqa: E402
 from devicefit.simulator.latency import estimate_latency  # noqa: E402
 from devicefit.simulator.model import Model  # noqa: E402
-from devicefit.simulator.profiles import CostModel, Profile, load_profile  # noqa: E402
+from devicefit.simulator.profile_types import CostModel, Profile  # noqa: E402
+from devicefit.simulator.profiles import load_profile  # noqa: E402
 from devicefit.simulator.reader import read_model  # noqa: E402
 from devicefit.simulator.report import OpCompute  # noqa: E402
 from devicefit.simulator.simulate import static_report  # noqa: E402

@@ -24,7 +24,8 @@ import importlib
 from typing import Any
 
 from devicefit.simulator.errors import DevicefitError
-from devicefit.simulator.profiles import Profile, load_profile
+from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.profiles import load_profile
 
 _LAZY = {
     "simulate": ("devicefit.simulator.simulate", "simulate"),

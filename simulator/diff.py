@@ -16,8 +16,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
-from devicefit.simulator.layers import LayerRow
-from devicefit.simulator.report import Report
+from devicefit.simulator.report import LayerRow, Report
 from devicefit.simulator.types import StrEnum, Unit
 
 

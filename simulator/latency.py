@@ -37,7 +37,7 @@ from devicefit.simulator.kernels import (
     op_cycles,
 )
 from devicefit.simulator.model import Model, Operator, Subgraph
-from devicefit.simulator.profiles import CostModel, Profile
+from devicefit.simulator.profile_types import CostModel, Profile
 from devicefit.simulator.report import LatencyReport, OpCompute, OpLatencyRow
 from devicefit.simulator.targets.registry import target_for
 from devicefit.simulator.types import LatencyBasis

@@ -1,4 +1,5 @@
-"""The per-layer table: one row per operator of every subgraph, built once per report.
+"""The per-layer table: one row (:class:`simulator.report.LayerRow`) per operator of every
+subgraph, built once per report.
 
 A row joins what the model says about an operator (its shapes, dtype, constants) with what
 the report measured or estimated for it (MACs, bytes live while it runs, estimated device
@@ -12,48 +13,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from devicefit.simulator.report import LayerRow, Report, TimelineStep
 
 if TYPE_CHECKING:
     from devicefit.simulator.benchmark import OpProfileRow
     from devicefit.simulator.model import Model, Subgraph
-    from devicefit.simulator.report import Report, TimelineStep
 
 #: benchmark_model names a node ``[output tensor name]:node index`` (newer releases) or
 #: ``[output tensor name]``.
 _NODE_INDEX = re.compile(r":(\d+)$")
-
-
-@dataclass(frozen=True)
-class LayerRow:
-    index: int
-    subgraph: int
-    op: str
-    #: Shapes of the operator's non-constant inputs and of its outputs.
-    input_shapes: tuple[tuple[int, ...], ...]
-    output_shapes: tuple[tuple[int, ...], ...]
-    #: The dtype the operator computes in (its first input's, as the cost model uses).
-    dtype: str
-    #: Constant (weight, bias) elements and bytes among its inputs.
-    params: int
-    param_bytes: int
-    macs: int | None = None
-    #: Bytes of the tensors it reads and writes (the cost model's memory traffic).
-    bytes_moved: int | None = None
-    #: Bytes live in the arena while it runs (the memory timeline's figure).
-    live_bytes: int | None = None
-    estimated_ms: float | None = None
-    #: Median host time of a ``--run`` (the interpreter's profiler).
-    host_ms: float | None = None
-    #: Average device time of ``devicefit bench --op-profiling``.
-    device_ms: float | None = None
-
-    @property
-    def key(self) -> str:
-        """``op 3`` in the main graph, ``op 1:3`` in subgraph 1: the numbering every view
-        uses (the CLI's, the JSON's ``op_index``, the PNG's x axis)."""
-        return f"{self.subgraph}:{self.index}" if self.subgraph else str(self.index)
 
 
 def shape_text(shapes: Sequence[Sequence[int]]) -> str:

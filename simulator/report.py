@@ -22,19 +22,20 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from devicefit.simulator.benchmark import BenchComparison, BenchResult
-from devicefit.simulator.layers import LayerRow
 from devicefit.simulator.types import (
     Basis,
     BudgetName,
     LatencyBasis,
     Status,
-    TargetSection,
     Unit,
     UnsupportedOp,
 )
+
+if TYPE_CHECKING:
+    from devicefit.simulator.profile_types import Profile
 
 #: Version of the JSON form. 1: the untyped sections before it had a version (read back
 #: the same way). 2: typed sections, ``schema_version`` and ``unchecked_budgets``.
@@ -154,6 +155,39 @@ class MemoryReport:
     estimated: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class LayerRow:
+    """One operator's row of the per-layer table (:func:`simulator.layers.layer_rows`)."""
+
+    index: int
+    subgraph: int
+    op: str
+    #: Shapes of the operator's non-constant inputs and of its outputs.
+    input_shapes: tuple[tuple[int, ...], ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+    #: The dtype the operator computes in (its first input's, as the cost model uses).
+    dtype: str
+    #: Constant (weight, bias) elements and bytes among its inputs.
+    params: int
+    param_bytes: int
+    macs: int | None = None
+    #: Bytes of the tensors it reads and writes (the cost model's memory traffic).
+    bytes_moved: int | None = None
+    #: Bytes live in the arena while it runs (the memory timeline's figure).
+    live_bytes: int | None = None
+    estimated_ms: float | None = None
+    #: Median host time of a ``--run`` (the interpreter's profiler).
+    host_ms: float | None = None
+    #: Average device time of ``devicefit bench --op-profiling``.
+    device_ms: float | None = None
+
+    @property
+    def key(self) -> str:
+        """``op 3`` in the main graph, ``op 1:3`` in subgraph 1: the numbering every view
+        uses (the CLI's, the JSON's ``op_index``, the PNG's x axis)."""
+        return f"{self.subgraph}:{self.index}" if self.subgraph else str(self.index)
+
+
 @dataclass
 class OpCompute:
     op_index: int
@@ -209,6 +243,38 @@ class ProbeSummary:
 
 #: Op table name → the class of its target section (None: the table has none).
 SectionTypes = Callable[[str], "type | None"]
+
+
+class TargetSection(Protocol):
+    """A target's own static section (the Edge TPU partition), ``compatibility.<table>``.
+
+    A frozen dataclass that writes its own views (the text, HTML and ``convert`` views
+    print what it gives) and may carry the target's own device-latency estimate.
+    """
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    def text_lines(self) -> list[str]:
+        """Its part of the text report: a heading line, then indented detail lines."""
+        ...
+
+    def html(self) -> str:
+        """Its part of the HTML page (escaped by the section itself)."""
+        ...
+
+    def summary_lines(self) -> list[str]:
+        """The section in a line or a few, for a command that shows it beside its own
+        output (``convert``, after the target's ``after_convert`` hook)."""
+        ...
+
+    def supported_line(self) -> str:
+        """What "every operator supported" means on this target, in one line."""
+        ...
+
+    def latency_report(self, profile: Profile, split: str) -> LatencyReport | None:
+        """``report.latency`` from the section's own estimate (``split``: where the report
+        holds its parts), else None: the CPU cost model estimates the model."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from devicefit.simulator.layers import layer_rows
 from devicefit.simulator.model import Model
 from devicefit.simulator.planners import plan_memory
 from devicefit.simulator.planners.base import MemoryPlan
-from devicefit.simulator.profiles import Profile, load_profile
+from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.report import (
     BenchSection,

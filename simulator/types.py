@@ -1,12 +1,12 @@
 """The simulator's shared vocabulary: the str enums of the report, an unsupported operator,
-the protocols a target implements (its report section, its runner) and the shapes of the
-functions its record binds.
+the protocol of a target's runner and the shape of its op table; the report section's
+protocol is :class:`simulator.report.TargetSection` (its signatures name report sections).
 
 Every layer names these (the registry, the op check, the planners, the runtimes, the
 report and its views), so this module imports nothing of devicefit at run time: a module
 may import it without importing anything else (the way AI Edge Quantizer keeps
-``qtyping``). The few devicefit classes the signatures below name (the model, the profile,
-a memory plan, a latency report) are imported for the type checker only.
+``qtyping``). The few devicefit classes the signatures below name (the model, the profile)
+are imported for the type checker only, and neither imports this module's importers.
 """
 
 from __future__ import annotations
@@ -14,15 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     import numpy as np
 
     from devicefit.simulator.model import Model, Operator, Subgraph
-    from devicefit.simulator.planners.base import MemoryPlan
-    from devicefit.simulator.profiles import Profile
-    from devicefit.simulator.report import LatencyReport
+    from devicefit.simulator.profile_types import Profile
 
 
 class StrEnum(str, Enum):
@@ -95,38 +93,6 @@ class UnsupportedOp:
     subgraph: int = 0
 
 
-class TargetSection(Protocol):
-    """A target's own static section (the Edge TPU partition), ``compatibility.<table>``.
-
-    A frozen dataclass that writes its own views (the text, HTML and ``convert`` views
-    print what it gives) and may carry the target's own device-latency estimate.
-    """
-
-    def to_dict(self) -> dict[str, Any]: ...
-
-    def text_lines(self) -> list[str]:
-        """Its part of the text report: a heading line, then indented detail lines."""
-        ...
-
-    def html(self) -> str:
-        """Its part of the HTML page (escaped by the section itself)."""
-        ...
-
-    def summary_lines(self) -> list[str]:
-        """The section in a line or a few, for a command that shows it beside its own
-        output (``convert``, after the target's ``after_convert`` hook)."""
-        ...
-
-    def supported_line(self) -> str:
-        """What "every operator supported" means on this target, in one line."""
-        ...
-
-    def latency_report(self, profile: Profile, split: str) -> LatencyReport | None:
-        """``report.latency`` from the section's own estimate (``split``: where the report
-        holds its parts), else None: the CPU cost model estimates the model."""
-        ...
-
-
 # --------------------------------------------------------------------------- planning
 
 
@@ -141,8 +107,6 @@ class ScratchRequest:
 
 #: The scratch buffers the kernel of one operator requests, in the order it requests them.
 ScratchRequests: TypeAlias = "Callable[[Subgraph, Operator], Sequence[ScratchRequest]]"
-#: A target's arena planner: ``(model, profile, order) -> MemoryPlan``.
-Planner: TypeAlias = "Callable[[Model, Profile, Sequence[int] | None], MemoryPlan]"
 #: A target's op table: ``(model, profile) -> unsupported operators``.
 Checker: TypeAlias = "Callable[[Model, Profile], list[UnsupportedOp]]"
 

@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.report import BudgetCheck, Report
 from devicefit.simulator.types import Basis, BudgetName, Status, Unit
 

@@ -2,9 +2,12 @@
 names across modules, one import root.
 
 Every ``import`` statement counts, also one inside a function: an import deferred to break a
-circle at load time still ties the two modules together (only ``if TYPE_CHECKING:`` blocks
-are skipped, they never run). The graph is read from the source with :mod:`ast`, so the test
-sees the code as written, not what one run happened to import.
+circle at load time still ties the two modules together (here ``if TYPE_CHECKING:`` blocks
+are skipped, they never run; grimp's graph, which the layer contracts and
+``benchmarks/import_graph.py`` read, has them too: :func:`test_no_circles_in_the_graph_tools_read`
+holds its circles). The graph is
+read from the source with :mod:`ast`, so the test sees the code as written, not what one run
+happened to import.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from benchmarks.import_graph import circles, cycles, graphs
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("sdk", "simulator")
@@ -103,49 +108,24 @@ def _imports(module: str, path: Path) -> list[tuple[str, str | None, int]]:
 GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
 
 
-def _cycles() -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan), each sorted."""
-    edges = {m: sorted({t for t, _, _ in imps if t != m}) for m, imps in GRAPH.items()}
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in edges[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in edges:
-        if v not in index:
-            visit(v)
-    return found
-
-
 def test_modules_are_found():
     assert "devicefit.simulator.simulate" in MODULES and "devicefit.sdk.cli" in MODULES
     assert any(t == "devicefit.simulator.report" for t, _, _ in GRAPH["devicefit.simulator.simulate"])
 
 
 def test_no_import_circles():
-    assert _cycles() == []
+    assert circles({m: [t for t, _, _ in imps] for m, imps in GRAPH.items()}) == []
+
+
+
+
+def test_no_circles_in_the_graph_tools_read():
+    """The graph grimp reads (``lint-imports``' and ``benchmarks/import_graph.py``'s): every
+    import, also those under ``if TYPE_CHECKING:``, which a type checker and a reader follow
+    though they never run."""
+    every, running = graphs()
+    assert cycles(every) == []
+    assert cycles(running) == []
 
 
 def test_no_private_names_from_other_modules():

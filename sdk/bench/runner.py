@@ -19,7 +19,8 @@ from devicefit.sdk.bench.benchmark_output import parse_benchmark_output, tail
 from devicefit.sdk.console import step
 from devicefit.simulator.benchmark import BenchmarkOutput, BenchResult, BenchSettings
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
-from devicefit.simulator.profiles import Profile, load_profile
+from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.targets.registry import TARGETS, target_for
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from typing import Any
 
 from devicefit.simulator import signals
 from devicefit.simulator.errors import DevicefitError
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.report import Report, build, plain_fields
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.types import BudgetName, StrEnum

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.errors import DevicefitError, InputError, did_you_mean
-from devicefit.simulator.profiles import Profile, ProfileStore
+from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.profiles import ProfileStore
 from devicefit.simulator.reader import FILE_IDENTIFIER, other_format
 from devicefit.simulator.safeyaml import load_yaml, read_regular_file
 from devicefit.simulator.shapes import parse_input_shape

@@ -6,13 +6,20 @@ import argparse
 
 from rich.markup import escape
 
-from devicefit.sdk.argtypes import positive_seconds
 from devicefit.sdk.console import make_console, print_json, table
-from devicefit.sdk.layers import add_layer_options, layer_outputs, write_layers
-from devicefit.sdk.outputs import check_outputs, picture_outputs, profile_inputs
-from devicefit.sdk.pictures import add_picture_options, write_pictures
+from devicefit.sdk.options import (
+    add_layer_options,
+    add_picture_options,
+    layer_outputs,
+    picture_outputs,
+    positive_seconds,
+    profile_inputs,
+    write_layers,
+    write_pictures,
+)
 from devicefit.simulator.benchmark import BenchComparison, BenchResult
 from devicefit.simulator.errors import DevicefitError
+from devicefit.simulator.fileio import check_outputs
 from devicefit.simulator.report import Report
 from devicefit.simulator.units import format_time_ms
 

@@ -116,7 +116,8 @@ def _check(args: argparse.Namespace) -> int:
     from devicefit.sdk.check.baseline import first_run_note, starts_baseline
     from devicefit.sdk.check.shard import Shard, select, shard_result
     from devicefit.sdk.console import make_console
-    from devicefit.sdk.outputs import check_outputs, profile_inputs
+    from devicefit.sdk.options import profile_inputs
+    from devicefit.simulator.fileio import check_outputs
 
     if args.file == "merge":
         return _merge(args)
@@ -190,7 +191,7 @@ def _merge(args: argparse.Namespace) -> int:
                          "the shard runs")
     if args.update_baseline and args.baseline is None:
         raise UsageError("check merge --update-baseline needs --baseline FILE.json")
-    from devicefit.sdk.outputs import check_outputs
+    from devicefit.simulator.fileio import check_outputs
 
     shards = [Path(p) for p in args.shard_results]
     result = merge(load_shards(shards))

@@ -19,13 +19,17 @@ from devicefit.sdk.console import make_console, table
 from devicefit.sdk.convert.data import RANDOM
 from devicefit.sdk.convert.sparsity import KINDS
 from devicefit.sdk.convert.spec import OPTIONS, ConversionSpec
-from devicefit.sdk.outputs import check_outputs, data_inputs, picture_outputs
-from devicefit.sdk.pictures import add_picture_options, write_pictures
+from devicefit.sdk.options import (
+    add_picture_options,
+    data_inputs,
+    picture_outputs,
+    write_pictures,
+)
 from devicefit.simulator import jsonout
 from devicefit.simulator.errors import require_extra
-from devicefit.simulator.fileio import temporary_folder, write_atomic
+from devicefit.simulator.fileio import check_outputs, temporary_folder, write_atomic
 from devicefit.simulator.profiles import IO_TYPES, QUANT_SCHEMES
-from devicefit.simulator.types import TargetSection
+from devicefit.simulator.report import TargetSection
 from devicefit.simulator.units import (
     format_estimate,
     format_percent,
@@ -169,7 +173,7 @@ def _before_after(args: argparse.Namespace, report, baseline: Path) -> None:
     pictures name it by what it is, not by its path."""
     import dataclasses
 
-    from devicefit.sdk.pictures import conversion_summary_html
+    from devicefit.sdk.options import conversion_summary_html
     from devicefit.simulator.simulate import simulate
 
     before = simulate(baseline, report.profile, profiles_dirs=args.profiles_dir)

@@ -34,9 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from devicefit.sdk.outputs import check_outputs, profile_inputs
+    from devicefit.sdk.options import profile_inputs
     from devicefit.simulator.diff import Side, diff_reports
-    from devicefit.simulator.fileio import write_atomic
+    from devicefit.simulator.fileio import check_outputs, write_atomic
     from devicefit.simulator.profiles import load_profile
     from devicefit.simulator.simulate import simulate
     from devicefit.simulator.views.diffview import render_html, render_json, render_text

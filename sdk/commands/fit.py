@@ -123,7 +123,8 @@ def _fit(args: argparse.Namespace) -> int:
     # Before any data is read: --export needs only the study (optuna), a search TensorFlow.
     for module in ("optuna",) if args.export else ("tensorflow", "optuna"):
         require_extra(module, "devicefit fit --export" if args.export else "devicefit fit")
-    from devicefit.sdk.outputs import check_outputs, data_inputs
+    from devicefit.sdk.options import data_inputs
+    from devicefit.simulator.fileio import check_outputs
 
     check_outputs([("-o", args.output), ("--report", args.report), ("--html", args.html)],
                   data_inputs(args, ("train", "eval_data", "calibration")))

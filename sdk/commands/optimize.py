@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from devicefit.sdk.console import make_console, print_json, table
-from devicefit.sdk.outputs import check_outputs, profile_inputs
+from devicefit.sdk.options import profile_inputs
+from devicefit.simulator.fileio import check_outputs
 from devicefit.simulator.optimize.patches import OBJECTIVES
 from devicefit.simulator.units import format_bytes, format_percent, format_time_ms
 

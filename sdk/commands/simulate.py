@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from devicefit.sdk.argtypes import input_shape, positive_seconds
 from devicefit.sdk.console import fold, make_console, output_width, print_report
-from devicefit.sdk.layers import add_layer_options, layer_outputs, write_layers
-from devicefit.sdk.outputs import check_outputs, picture_outputs, profile_inputs
-from devicefit.sdk.pictures import add_picture_options, write_pictures
+from devicefit.sdk.options import (
+    add_layer_options,
+    add_picture_options,
+    input_shape,
+    layer_outputs,
+    picture_outputs,
+    positive_seconds,
+    profile_inputs,
+    write_layers,
+    write_pictures,
+)
 from devicefit.simulator.errors import UsageError
+from devicefit.simulator.fileio import check_outputs
 from devicefit.simulator.profiles import KERNELS
 from devicefit.simulator.views import VIEWS
 from devicefit.simulator.views.base import heading

@@ -21,7 +21,8 @@ from devicefit.sdk.convert.report import ConversionReport, ConversionSettings
 from devicefit.sdk.convert.spec import ConversionSpec
 from devicefit.sdk.types import Progress
 from devicefit.simulator.fileio import write_atomic
-from devicefit.simulator.profiles import Profile, load_profile
+from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.profiles import load_profile
 
 __all__ = ["ConversionReport", "ConversionSettings", "ConversionSpec", "check_output", "convert",
            "verify_scheme"]

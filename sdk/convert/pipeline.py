@@ -38,7 +38,7 @@ from devicefit.sdk.convert.spec import ConversionSpec
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import DevicefitError, UsageError
 from devicefit.simulator.fileio import write_atomic
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.targets.registry import target_for
 
 if TYPE_CHECKING:

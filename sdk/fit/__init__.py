@@ -39,7 +39,8 @@ from devicefit.sdk.fit.trial import TrialRecord
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.fileio import write_atomic
-from devicefit.simulator.profiles import Profile, load_profile
+from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.targets.registry import target_for
 
 __all__ = ["FitReport", "SearchSettings", "export", "fit"]

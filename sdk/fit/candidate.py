@@ -33,7 +33,7 @@ from devicefit.sdk.fit.space import Candidate
 from devicefit.sdk.fit.trial import TrialRecord, TrialStage
 from devicefit.sdk.types import Progress
 from devicefit.simulator.fileio import write_atomic
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.report import Report
 from devicefit.simulator.types import BudgetName
 

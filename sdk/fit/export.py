@@ -31,7 +31,8 @@ from devicefit.sdk.fit.space import SearchSpace
 from devicefit.sdk.fit.trial import TrialRecord
 from devicefit.simulator.errors import InputError, UsageError
 from devicefit.simulator.fileio import temporary_folder, write_atomic
-from devicefit.simulator.profiles import Profile, load_profile
+from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.report import build, plain_fields
 from devicefit.simulator.types import Status
 

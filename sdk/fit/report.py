@@ -13,7 +13,7 @@ from typing import Any
 from devicefit.sdk.fit.distill import DistillSettings
 from devicefit.sdk.fit.space import SearchSpace
 from devicefit.sdk.fit.trial import TrialRecord, TrialStage
-from devicefit.simulator.profiles import Budgets
+from devicefit.simulator.profile_types import Budgets
 from devicefit.simulator.report import Report, from_fields, plain_fields
 from devicefit.simulator.types import BudgetName, Unit
 from devicefit.simulator.units import (

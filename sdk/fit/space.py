@@ -14,7 +14,7 @@ from typing import Any
 
 from devicefit.sdk.convert.sparsity import ChannelRatio, SparsitySpec, parse_nm
 from devicefit.sdk.convert.spec import ConversionSpec
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 
 #: Schemes fit tries, smallest weights first (the order breaks ties in the report).
 SCHEMES = ("int8", "int16x8", "float16", "dynamic", "float32")

@@ -196,8 +196,8 @@ def _child(request: dict) -> dict:
         tf.config.experimental.set_memory_growth(gpu, True)
     import keras
 
-    from devicefit.sdk.train.loop import make_train_step, spec_of, use_steady_allocator
     from devicefit.sdk.train.optimizers import get_optimizer
+    from devicefit.sdk.train.step import make_train_step, spec_of, use_steady_allocator
 
     if request["steady_allocator"]:
         use_steady_allocator()

@@ -13,15 +13,16 @@ import math
 from collections.abc import Callable, Mapping
 
 from devicefit.simulator.model import INTEGER_DTYPES, Model, Tensor
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.report import (
     CompatibilityReport,
     Disagreement,
     LatencyReport,
     ProbeSummary,
+    TargetSection,
 )
 from devicefit.simulator.targets.registry import TARGETS, Target, TargetView
-from devicefit.simulator.types import Checker, TargetSection, UnsupportedOp
+from devicefit.simulator.types import Checker, UnsupportedOp
 
 
 def compiled_for(code: str) -> Target | None:

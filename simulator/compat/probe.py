@@ -48,7 +48,7 @@ from pathlib import Path
 from devicefit.simulator.errors import DevicefitError
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.reader import constant_values
 from devicefit.simulator.report import Disagreement, ProbeSummary
 from devicefit.simulator.targets.registry import TARGETS

@@ -54,7 +54,8 @@ from devicefit.simulator.optimize.patches import (
 from devicefit.simulator.optimize.reorder import OrderResult, best_order
 from devicefit.simulator.planners import plan_memory
 from devicefit.simulator.planners.base import PlanError, check_plan
-from devicefit.simulator.profiles import Profile, load_profile, with_runtime
+from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.profiles import load_profile, with_runtime
 from devicefit.simulator.reader import parse_model
 from devicefit.simulator.targets.registry import TARGETS, target_for
 from devicefit.simulator.targets.tflm.planner import greedy_plan

@@ -37,7 +37,7 @@ from devicefit.simulator.compute import op_work
 from devicefit.simulator.errors import DevicefitError, UsageError
 from devicefit.simulator.lifetimes import live_bytes_per_step, lower_bound
 from devicefit.simulator.model import Model, Operator
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.reader import parse_model
 from devicefit.simulator.targets.tflm.planner import start_arena
 from devicefit.simulator.targets.tflm.scratch import tflm_buffers

@@ -30,7 +30,8 @@ from devicefit.simulator.errors import RuntimeFailure
 from devicefit.simulator.latency import op_dtype
 from devicefit.simulator.model import INTEGER_DTYPES, Model
 from devicefit.simulator.planners import plan_memory
-from devicefit.simulator.profiles import Ops, Profile, with_runtime
+from devicefit.simulator.profile_types import Ops, Profile
+from devicefit.simulator.profiles import with_runtime
 from devicefit.simulator.report import (
     CompatibilityReport,
     CrossCheck,

@@ -33,12 +33,18 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from devicefit.simulator.errors import ProfileError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
 
     from devicefit.simulator.model import Model
-    from devicefit.simulator.profiles import Profile
+    from devicefit.simulator.planners.base import MemoryPlan
+    from devicefit.simulator.profile_types import Profile
+    from devicefit.simulator.report import TargetSection
     from devicefit.simulator.schema import Leaf
-    from devicefit.simulator.types import Checker, Planner, Runner, TargetSection
+    from devicefit.simulator.types import Checker, Runner
+
+    #: A target's arena planner: ``(model, profile, order) -> MemoryPlan``.
+    Planner = Callable[[Model, Profile, Sequence[int] | None], MemoryPlan]
 
 #: The packages of built-in targets.
 BUILTIN_PACKAGE = "devicefit.simulator.targets"

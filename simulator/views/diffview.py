@@ -12,7 +12,8 @@ from collections.abc import Callable
 from devicefit.simulator import jsonout
 from devicefit.simulator.diff import LAYER_FIGURES, Change, Figure, LayerChange, ReportDiff
 from devicefit.simulator.escape import clean
-from devicefit.simulator.layers import LayerRow, shape_text
+from devicefit.simulator.layers import shape_text
+from devicefit.simulator.report import LayerRow
 from devicefit.simulator.units import format_figure, format_points
 from devicefit.simulator.views.columns import columns
 from devicefit.simulator.views.html import escape, html_table, render_page

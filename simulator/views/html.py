@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from devicefit.simulator.escape import clean
 from devicefit.simulator.layers import peak
-from devicefit.simulator.report import PlannedBuffer, Report
-from devicefit.simulator.types import BudgetName, TargetSection
+from devicefit.simulator.report import PlannedBuffer, Report, TargetSection
+from devicefit.simulator.types import BudgetName
 from devicefit.simulator.units import format_band, format_size, format_time_ms
 from devicefit.simulator.views import layertable
 from devicefit.simulator.views.base import View, heading

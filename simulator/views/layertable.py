@@ -12,7 +12,8 @@ import math
 from collections.abc import Sequence
 
 from devicefit.simulator.escape import clean
-from devicefit.simulator.layers import COLUMNS, LayerRow, cells, costliest
+from devicefit.simulator.layers import COLUMNS, cells, costliest
+from devicefit.simulator.report import LayerRow
 from devicefit.simulator.units import format_size, format_time_ms
 from devicefit.simulator.views.columns import columns
 

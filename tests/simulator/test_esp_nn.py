@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from devicefit.simulator.planners import plan_tflm
 from devicefit.simulator.profiles import load_profile, with_runtime
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.targets.tflm import esp_nn
 from devicefit.simulator.targets.tflm.esp_nn import ConvParams, Dims
-from devicefit.simulator.targets.tflm.planner import kernel_flavour
+from devicefit.simulator.targets.tflm.planner import kernel_flavour, plan_tflm
 from devicefit.simulator.targets.tflm.scratch import ESTIMATED, tflm_buffers, verified_against
 from tests.zoo import model_path
 

@@ -18,7 +18,8 @@ from devicefit.simulator.kernels import (
     parse_versions,
 )
 from devicefit.simulator.latency import cycles_per_mac, estimate_latency
-from devicefit.simulator.profiles import CostModel, load_profile
+from devicefit.simulator.profile_types import CostModel
+from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.simulate import simulate, static_report
 from tests import zoo

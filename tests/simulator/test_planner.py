@@ -19,11 +19,12 @@ from devicefit.simulator.lifetimes import (
     lower_bound,
     op_steps,
 )
-from devicefit.simulator.planners import PlanError, check_plan, greedy_plan, plan_tflm
+from devicefit.simulator.planners.base import PlanError, check_plan
 from devicefit.simulator.profiles import load_profile, with_runtime
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.runtimes import run_model
 from devicefit.simulator.targets.litert.planner import best_fit_plan, litert_buffers
+from devicefit.simulator.targets.tflm.planner import greedy_plan, plan_tflm
 from devicefit.simulator.targets.tflm.scratch import tflm_buffers
 from devicefit.simulator.writer import reorder_operators, set_offline_plan
 from tests.zoo import model_path

@@ -24,7 +24,6 @@ from devicefit.sdk.cli import main
 from devicefit.simulator import profiles
 from devicefit.simulator.compat import CHECKERS, section_type
 from devicefit.simulator.errors import ProfileError
-from devicefit.simulator.planners import PLANNERS
 from devicefit.simulator.profiles import ProfileStore, load_profile
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.runtimes import RUNNERS, runner_name
@@ -178,7 +177,7 @@ def test_builtin_targets_are_discovered_from_their_modules():
         assert TARGETS[module.TARGET.name] is module.TARGET
     assert {"tflm", "litert", "edgetpu"} <= set(TARGETS)
     # the registries that used to list targets by name are views of this one
-    assert set(PLANNERS) == set(CHECKERS) == set(TARGETS) == set(profiles.RUNTIMES)
+    assert set(CHECKERS) == set(TARGETS) == set(profiles.RUNTIMES)
     assert set(RUNNERS) == {n for n, t in TARGETS.items() if t.host_runtime is not None}
     # a section's class, to read reports back from JSON, is named without importing it
     from devicefit.simulator.targets.edgetpu.partition import EdgeTpuReport, edgetpu_report
@@ -227,7 +226,7 @@ def test_the_profile_schema_follows_the_registry(dummy):
     assert profile.target_settings == {"macs_per_cycle": 64}
     # read when asked: the schema's values are the registered targets' at that moment
     assert "dummy" in profiles.RUNTIMES and "dummy-nn" in profiles.KERNELS
-    assert "dummy" in CHECKERS and "dummy" in PLANNERS and "dummy" not in RUNNERS
+    assert "dummy" in CHECKERS and "dummy" not in RUNNERS
     sys.path.remove(str(dummy.parent / "site"))
     try:
         TARGETS.reload()

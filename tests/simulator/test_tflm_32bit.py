@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from devicefit.simulator.planners import plan_tflm
 from devicefit.simulator.profiles import load_profile, with_runtime
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.targets.tflm import cmsis_nn
 from devicefit.simulator.targets.tflm.cmsis_nn import ConvParams, Dims
-from devicefit.simulator.targets.tflm.planner import kernel_flavour
+from devicefit.simulator.targets.tflm.planner import kernel_flavour, plan_tflm
 from devicefit.simulator.targets.tflm.scratch import (
     BUILD_MEASURED,
     ESTIMATED,

@@ -45,7 +45,7 @@ from devicefit.sdk.convert.sparsity.nm import (
 )
 from devicefit.sdk.convert.sparsity.readback import WeightSparsity, tflite_weight_sparsity
 from devicefit.simulator.errors import UsageError
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.targets.registry import target_for
 
 __all__ = [

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from devicefit.sdk.types import Progress
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 
 if TYPE_CHECKING:
     from devicefit.sdk.convert.data import Dataset

@@ -19,7 +19,7 @@ import numpy as np
 from devicefit.sdk.convert.sparsity.base import PrunedLayer, SparsityKind, SparsityOutcome, Training
 from devicefit.sdk.convert.sparsity.readback import WeightSparsity
 from devicefit.simulator.errors import UsageError
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 
 if TYPE_CHECKING:
     from devicefit.sdk.convert.finetune import FineTuneResult

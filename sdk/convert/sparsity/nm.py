@@ -16,7 +16,7 @@ import numpy as np
 from devicefit.sdk.convert.sparsity.base import SparsityKind, SparsityOutcome, Training, clone_model
 from devicefit.sdk.convert.sparsity.readback import WeightSparsity
 from devicefit.simulator.errors import UsageError
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,23 @@ shows what the file holds, not what pruning intended."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from devicefit.simulator import writer
 
-if TYPE_CHECKING:
-    from devicefit.sdk.convert.sparsity.nm import NMPattern
+
+class GroupPattern(Protocol):
+    """What the read-back checks group by group: at most ``n`` nonzero weights in every
+    ``m`` (an N:M kind's pattern, :class:`sdk.convert.sparsity.nm.NMPattern`, which this
+    module, below the kinds, does not import)."""
+
+    @property
+    def n(self) -> int: ...
+
+    @property
+    def m(self) -> int: ...
 
 
 @dataclass
@@ -36,7 +45,7 @@ _NUMPY_TYPES = {"FLOAT32": np.float32, "FLOAT16": np.float16, "INT8": np.int8,
                 "UINT8": np.uint8, "INT16": np.int16, "INT32": np.int32}
 
 
-def tflite_weight_sparsity(model_bytes: bytes, pattern: NMPattern | None = None
+def tflite_weight_sparsity(model_bytes: bytes, pattern: GroupPattern | None = None
                            ) -> list[WeightSparsity]:
     """Zeros of every Conv/FC weight tensor read back from the flatbuffer.
 

@@ -16,7 +16,7 @@ from devicefit.simulator.targets.edgetpu.cost import PROFILE_KEYS, EdgeTpuCost
 from devicefit.simulator.targets.registry import Target, lazy, lazy_type
 
 if TYPE_CHECKING:
-    from devicefit.simulator.profiles import Profile
+    from devicefit.simulator.profile_types import Profile
     from devicefit.simulator.targets.edgetpu.partition import EdgeTpuReport
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from devicefit.simulator.schema import BANDWIDTH, MEMORY, TIME, fraction, number
 
 if TYPE_CHECKING:
-    from devicefit.simulator.profiles import Profile
+    from devicefit.simulator.profile_types import Profile
 
 #: The keys an Edge TPU profile may set, by section.
 PROFILE_KEYS = {"cost_model": {

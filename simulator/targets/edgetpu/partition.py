@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from devicefit.simulator.model import Model
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.report import LatencyReport, OpLatencyRow
 from devicefit.simulator.targets.edgetpu.compiled import COMPILED_OP, CompiledOp, compiled_ops
 from devicefit.simulator.targets.edgetpu.compiler import (

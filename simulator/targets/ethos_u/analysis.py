@@ -21,7 +21,7 @@ from typing import Any
 from devicefit.simulator.errors import InputError, ProfileError
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.model import Model, Subgraph
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.reader import parse_model, read_model
 from devicefit.simulator.targets.ethos_u.config import VelaConfig, vela_config
 from devicefit.simulator.targets.ethos_u.section import (

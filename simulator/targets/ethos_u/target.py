@@ -11,7 +11,7 @@ from typing import Any
 
 from devicefit.simulator.model import Model
 from devicefit.simulator.planners.base import MemoryPlan
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.targets.ethos_u.analysis import (
     ETHOS_U_OP,
     compile_file,

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from devicefit.simulator.compat import accelerator_op
 from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.types import UnsupportedOp
 
 SUPPORT_FILE = Path(__file__).with_name("litert_support.json")

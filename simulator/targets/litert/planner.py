@@ -24,7 +24,7 @@ from devicefit.simulator.lifetimes import Buffer, align_up, live_bytes_per_step
 from devicefit.simulator.model import DTYPE_BYTES, Model
 from devicefit.simulator.planners.base import MemoryPlan, check_plan
 from devicefit.simulator.planners.index import PlacedIndex
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 
 LITERT_ALIGNMENT = 64
 

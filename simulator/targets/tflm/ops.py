@@ -35,7 +35,7 @@ from pathlib import Path
 
 from devicefit.simulator.compat import accelerator_op
 from devicefit.simulator.model import Model, Operator, Subgraph
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.types import UnsupportedOp
 
 SUPPORT_FILE = Path(__file__).with_name("tflm_support.json")

@@ -1,0 +1,149 @@
+"""What several commands share on their command line: argument types, the ``--layers``/
+``--csv`` and ``--html``/``--plot`` options and the writing of their files, and the inputs
+and outputs each command hands to :func:`simulator.fileio.check_outputs`.
+
+Every command calls ``check_outputs`` once, before its work starts, with everything it reads
+and everything it will write, so a typo such as ``--html model.tflite`` or ``--html X --plot
+X`` costs one line and exit 2, not the input or an hour of conversion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from devicefit.simulator.fileio import Named, write_atomic
+from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.report import Report
+
+
+# --------------------------------------------------------------------------- argument types
+def positive_seconds(text: str) -> float:
+    """A timeout: a finite number of seconds > 0 (``nan`` would disable the timeout)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def input_shape(text: str) -> tuple[str | None, tuple[int, ...]]:
+    """``--input-shape [NAME:]DIMS`` (:func:`simulator.shapes.parse_input_shape`)."""
+    from devicefit.simulator.errors import UsageError
+    from devicefit.simulator.shapes import parse_input_shape
+
+    try:
+        return parse_input_shape(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------- inputs
+def data_inputs(args: argparse.Namespace, data_options: tuple[str, ...]) -> list[Named]:
+    """The model, the profile's files and the data options of a converting command;
+    ``random`` (generated calibration data) is no file."""
+    from devicefit.simulator.profiles import load_profile
+
+    data = [(f"{name.replace('_data', '')} data", getattr(args, name, None))
+            for name in data_options]
+    profile = [] if args.profile is None else profile_inputs(  # fit --export may omit it
+        load_profile(args.profile, args.profiles_dir))
+    return [("model", args.model), *profile, *((what, p) for what, p in data if p != "random")]
+
+
+def profile_inputs(profile: Profile) -> list[Named]:
+    """A profile's file and the files it extends."""
+    return [("profile", Path(f)) for f in profile.files]
+
+
+# --------------------------------------------------------------------------- --layers, --csv
+def add_layer_options(parser: argparse.ArgumentParser) -> None:
+    """``--layers`` and ``--csv`` for every command that prints a simulate report: the
+    per-layer table (:mod:`simulator.layers`) on the terminal and in a CSV file."""
+    parser.add_argument("--layers", action="store_true",
+                        help="list every operator: shapes, dtype, MACs, parameters, live "
+                             "bytes, estimated (and measured) time")
+    parser.add_argument("--csv", metavar="FILE.csv",
+                        help="write the per-layer table as CSV (one row per operator)")
+
+
+def layer_outputs(args: argparse.Namespace) -> list[Named]:
+    """The ``--csv`` output of :func:`add_layer_options`."""
+    return [("--csv", getattr(args, "csv", None))]
+
+
+def write_layers(args: argparse.Namespace, report: Report, *,
+                 inputs: Sequence[str | Path] = ()) -> None:
+    """Write ``--csv`` (atomically, never over an input)."""
+    if getattr(args, "csv", None):
+        from devicefit.simulator.views import render
+
+        write_atomic(args.csv, render("csv", report), inputs=inputs)
+
+
+# --------------------------------------------------------------------------- --html, --plot
+def add_picture_options(parser: argparse.ArgumentParser) -> None:
+    """``--html`` and ``--plot`` for every command whose result is one or more simulate
+    reports."""
+    parser.add_argument("--html", metavar="FILE.html",
+                        help="write a self-contained HTML report: memory timeline, arena "
+                             "layout, per-op cost, budgets")
+    parser.add_argument("--plot", metavar="FILE.png",
+                        help="write the memory timeline as a PNG (matplotlib)")
+
+
+def picture_outputs(args: argparse.Namespace) -> list[Named]:
+    """The ``--html``/``--plot`` outputs of :func:`add_picture_options`."""
+    return [("--html", getattr(args, "html", None)), ("--plot", getattr(args, "plot", None))]
+
+
+def write_pictures(args: argparse.Namespace, reports: Sequence[tuple[str, Report]], *,
+                   inputs: Sequence[str | Path] = (), title: str | None = None,
+                   intro: str = "") -> None:
+    """Write the views the user asked for; ``reports`` are (heading, report) pairs.
+
+    Several reports (convert's before/after) are drawn on one y scale, in the page and in
+    the PNG, so their heights compare.
+    """
+    if getattr(args, "html", None):
+        from devicefit.simulator.views.html import Section, render_html
+
+        page = render_html(title or reports[0][0], [Section(h, r) for h, r in reports], intro,
+                           shared_scale=len(reports) > 1)
+        write_atomic(args.html, page, inputs=inputs)
+    if getattr(args, "plot", None) and reports:
+        from devicefit.simulator.views.png import render_reports
+
+        write_atomic(args.plot, render_reports(reports), inputs=inputs)
+
+
+def conversion_summary_html(report: Any) -> str:
+    """The figures of a conversion (a :class:`sdk.convert.ConversionReport`) a before/after
+    page leads with: sizes and their ratio, accuracy before and after, SQNR."""
+    from devicefit.simulator.units import format_percent, format_size
+    from devicefit.simulator.views.html import html_table
+
+    pct = format_percent
+
+    rows = [("converted size", format_size(report.output_bytes))]
+    if report.float_tflite_bytes:
+        rows.append(("float32 .tflite size", format_size(report.float_tflite_bytes)))
+    if report.size_ratio is not None:
+        rows.append(("size ratio (after / before)", f"{report.size_ratio:.2f}x"))
+    acc = report.accuracy
+    if acc is None:
+        rows.append(("accuracy", "not measured (give --eval DATA)"))
+    else:
+        drop = acc.accuracy_drop_pp
+        rows += [("accuracy before (float32)", pct(acc.float_accuracy)),
+                 ("accuracy after", pct(acc.converted_accuracy)),
+                 ("accuracy drop", "-" if drop is None else f"{drop:.2f} pp"),
+                 ("top-1 agreement", pct(acc.top1_agreement)),
+                 ("SQNR", "-" if acc.sqnr_db is None else f"{acc.sqnr_db:.1f} dB"),
+                 ("evaluated on", f"{acc.samples} samples, {acc.runtime}")]
+    return '<h2>Conversion</h2><div id="conversion">' + html_table((), rows) + "</div>"
