@@ -157,7 +157,7 @@ def _sparsify(loaded: loading.LoadedModel, request: TFRequest, training: Dataset
     """Prune (and fine-tune) with each of the request's sparsity kinds in turn."""
     loss = None
     if request.distill and training is not None:  # the unpruned model teaches the pruned one
-        from devicefit.sdk.fit.distill import distillation
+        from devicefit.sdk.convert.distill import distillation
 
         training, loss = distillation(loaded.keras_model, loaded.keras_model, training)
     model, outcome = loaded.keras_model, sparsity.SparsityOutcome()

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from devicefit.sdk.convert.distill import DistillSettings
 from devicefit.sdk.convert.spec import ConversionSpec, MemoryOptimization
 from devicefit.sdk.fit.candidate import (
     Context,
@@ -28,7 +29,6 @@ from devicefit.sdk.fit.candidate import (
     measure_accuracy,
 )
 from devicefit.sdk.fit.cluster import check_clusters, gzip_size
-from devicefit.sdk.fit.distill import DistillSettings
 from devicefit.sdk.fit.export import (
     artifact_dir,
     embed_metadata,

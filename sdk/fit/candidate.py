@@ -22,12 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from devicefit.sdk.convert import accuracy, finetune, quantize, sparsity
+from devicefit.sdk.convert import accuracy, distill, finetune, qat, quantize, sparsity
 from devicefit.sdk.convert.data import Dataset
 from devicefit.sdk.convert.loading import LoadedModel
 from devicefit.sdk.convert.pipeline import optimize_memory
 from devicefit.sdk.convert.spec import ConversionSpec
-from devicefit.sdk.fit import distill, qat
 from devicefit.sdk.fit.cluster import gzip_size
 from devicefit.sdk.fit.space import Candidate
 from devicefit.sdk.types import Progress

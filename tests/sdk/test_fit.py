@@ -240,8 +240,8 @@ def _int8_accuracy(model, data, path: Path) -> float:
 def test_qat_recovers_at_least_half_of_what_ptq_loses(tmp_path):
     import keras
 
+    from devicefit.sdk.convert import qat
     from devicefit.sdk.convert.data import Dataset
-    from devicefit.sdk.fit import qat
 
     data = load_digits()
     model = _outlier_mlp(data)
