@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from devicefit.sdk.convert import pipeline
+from devicefit.sdk.convert import pipeline, stages
 from devicefit.sdk.convert.data import RANDOM_WARNING
 from devicefit.sdk.convert.pipeline import StageTimer, check_output, verify_scheme
 from devicefit.sdk.convert.report import ConversionReport, ConversionSettings
@@ -64,7 +64,7 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
     tflite, memory = result.tflite, None
     if spec.optimize_memory is not None:
         timer.start("optimize memory")
-        tflite, memory = pipeline.optimize_memory(tflite, prof, spec, name=str(job.output))
+        tflite, memory = stages.optimize_memory(tflite, prof, spec, name=str(job.output))
     timer.start("write")
     tflite, weights = pipeline.write(job, tflite, settings, done.sparsity)
     report = ConversionReport(

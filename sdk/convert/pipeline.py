@@ -1,7 +1,8 @@
 """``convert`` as named stages, each a function with typed inputs and outputs.
 
-    check → transform (TensorFlow: load → data → float reference → sparsity (prune +
-    fine-tune) → quantize → float baseline) → verify → optimize memory → write (metadata,
+    check → transform (TensorFlow: load → data → float reference → the conversion stages of
+    :mod:`sdk.convert.stages`, sparsity (prune + fine-tune) → quantize → float baseline) →
+    verify → optimize memory (:func:`sdk.convert.stages.optimize_memory`) → write (metadata,
     atomic write, weights read back) → evaluate → simulate
 
 :func:`sdk.convert.convert` runs them in this order and times each under its name
@@ -42,7 +43,6 @@ from devicefit.simulator.profiles import Profile
 from devicefit.simulator.targets import target_for
 
 if TYPE_CHECKING:
-    from devicefit.simulator.optimize.driver import OptimizeReport
     from devicefit.simulator.report import Report, UnsupportedOp
 
 log = logging.getLogger(__name__)
@@ -239,17 +239,6 @@ def settings_of(job: Job, done: Transformed) -> ConversionSettings:
         converter=result.converter, distill=bool(s.fine_tune and s.fine_tune.distill),
         optimize_memory=s.optimize_memory is not None,
         patches=s.optimize_memory.patches if s.optimize_memory else None)
-
-
-# --------------------------------------------------------------------------- optimize memory
-def optimize_memory(tflite: bytes, profile: Profile, spec: ConversionSpec, name: str = "<bytes>"
-                    ) -> tuple[bytes, OptimizeReport | None]:
-    """``--optimize-memory``: the rewritten bytes and what was done (unchanged without it)."""
-    if spec.optimize_memory is None:
-        return tflite, None
-    from devicefit.simulator.optimize import optimize_model_bytes
-
-    return optimize_model_bytes(tflite, profile, name=name, **spec.optimize_memory.options())
 
 
 # --------------------------------------------------------------------------- write

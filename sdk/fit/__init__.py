@@ -216,7 +216,7 @@ def _cluster(ctx: Context, record: TrialRecord, clusters: int, tflite: bytes
     keeper = cluster_weights(model, clusters)
     run = finetune.fine_tune(model, ctx.train, ctx.epochs, on_step_end=keeper,
                              progress=ctx.progress)
-    clustered = convert_candidate(ctx, model, record.candidate.spec(ctx.spec))
+    clustered = convert_candidate(ctx, record.candidate.spec(ctx.spec), model=model).tflite
     path = ctx.workdir / f"trial-{record.number:03d}-clustered.tflite"
     write_atomic(path, clustered)
     return clustered, {
