@@ -40,7 +40,7 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
     What to do is ``spec``, or the keyword ``options`` that build one
     (:meth:`ConversionSpec.from_options`: ``calibration=``, ``scheme=``,
     ``sparsity_pattern=``, ``train=``/``epochs=``, ...), not both.
-    A model given as a path is converted in a child process (:mod:`sdk.convert.tfchild`):
+    A model given as a path is converted in a child process (:mod:`sdk.convert.tfprocess`):
     this process never imports TensorFlow, and a TensorFlow crash or hang becomes a
     :class:`~sdk.convert.diagnose.ConversionError`. ``baseline_output``, if given, receives
     the unpruned float32 ``.tflite`` (converted for it when the spec's ``float_baseline`` is

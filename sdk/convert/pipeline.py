@@ -7,7 +7,7 @@
 
 :func:`sdk.convert.convert` runs them in this order and times each under its name
 (:class:`StageTimer`). ``transform`` runs in a child process for models given as paths
-(:mod:`sdk.convert.tfchild`), so this module never imports TensorFlow.
+(:mod:`sdk.convert.tfprocess`), so this module never imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from devicefit.sdk.convert import (
     metadata,
     quantize,
     sparsity,
-    tfchild,
-    tfwork,
+    tfprocess,
 )
 from devicefit.sdk.convert.diagnose import ConversionError
 from devicefit.sdk.convert.report import CalibrationInfo, ConversionSettings
 from devicefit.sdk.convert.spec import ConversionSpec
+from devicefit.sdk.convert.transform import DataBundle, TFRequest, TFResult
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import DevicefitError, UsageError
 from devicefit.simulator.fileio import write_atomic
@@ -127,7 +127,7 @@ def input_paths(*sources: Any) -> list[Path]:
 class Transformed:
     """What the TensorFlow stages produced, and the data they were given."""
 
-    result: tfwork.TFResult
+    result: TFResult
     sparsity: sparsity.SparsityOutcome
     calibration: data.Dataset | None = None
     evaluation: data.Dataset | None = None
@@ -138,7 +138,7 @@ def transform(job: Job, timer: StageTimer, progress: Progress | None = None, *,
     """load → data → float reference → sparsity → quantize → float baseline, in TensorFlow.
     ``baseline`` also converts the float32 model when the spec does not ask for it."""
     s = job.spec
-    request = tfwork.TFRequest(
+    request = TFRequest(
         model="<in-memory model>" if job.in_memory else str(job.model),
         profile=job.profile.name, runtime=job.profile.runtime.name, scheme=job.quant.scheme,
         io_type=job.quant.io_type, per_channel=job.quant.per_channel, unsafe=s.unsafe,
@@ -148,8 +148,8 @@ def transform(job: Job, timer: StageTimer, progress: Progress | None = None, *,
         baseline=s.float_baseline or baseline)
     loaded: dict[str, data.Dataset | None] = {}
 
-    def supply(shape: tuple[int, ...]) -> tfwork.DataBundle:
-        bundle = tfwork.DataBundle(
+    def supply(shape: tuple[int, ...]) -> DataBundle:
+        bundle = DataBundle(
             calibration=(job.calibration[1] if job.calibration and job.calibration[0] == shape
                          else calibration_data(s.calibration, shape, job.quant)),
             evaluation=None if s.eval_data is None else data.load_data(
@@ -162,18 +162,20 @@ def transform(job: Job, timer: StageTimer, progress: Progress | None = None, *,
     if job.in_memory:
         result = _in_process(request, job.model, supply, timer.start, progress)
     else:
-        result = tfchild.run_in_child(request, supply, timer.start, progress)
+        result = tfprocess.run_in_child(request, supply, timer.start, progress)
     outcome = sparsity.SparsityOutcome.from_dict(result.sparsity or {})
     return Transformed(result, outcome, loaded.get("calibration"), loaded.get("evaluation"))
 
 
-def _in_process(request: tfwork.TFRequest, model: Any,
-                supply: Callable[[tuple[int, ...]], tfwork.DataBundle],
-                stage: Callable[[str], None], progress: Progress | None) -> tfwork.TFResult:
+def _in_process(request: TFRequest, model: Any,
+                supply: Callable[[tuple[int, ...]], DataBundle],
+                stage: Callable[[str], None], progress: Progress | None) -> TFResult:
     """An in-memory Keras model: TensorFlow is loaded already, convert here. A converter
     failure still gets one line, with the full converter message kept in a log file."""
+    from devicefit.sdk.convert.transform import run
+
     try:
-        return tfwork.run(request, model, supply, stage, progress)
+        return run(request, model, supply, stage, progress)
     except ConversionError as exc:
         fd, log_path = tempfile.mkstemp(prefix="devicefit-convert-", suffix=".log")
         with os.fdopen(fd, "w") as f:

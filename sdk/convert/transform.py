@@ -1,7 +1,7 @@
 """The TensorFlow half of ``convert``: load → data → float reference → the conversion stages
 (:mod:`sdk.convert.stages`: sparsity, fine-tuning, quantize) → float baseline.
 
-It runs in the conversion child process (:mod:`sdk.convert.tfchild`) for models given as
+It runs in the conversion child process (:mod:`sdk.convert.tfprocess`) for models given as
 paths, so a segfault or hang inside TensorFlow cannot take the CLI down; an in-memory Keras
 model (TensorFlow already loaded by the caller) runs it in-process. Both get the same
 :class:`TFRequest` and return the same :class:`TFResult`; data arrive through a callback
