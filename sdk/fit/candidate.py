@@ -1,5 +1,8 @@
 """Evaluate one candidate: cheap static check first, training only for candidates that fit.
 
+Every step runs the conversion stages ``convert`` runs (:func:`sdk.convert.stages.run`), with
+the candidate's :class:`~sdk.convert.stages.Stages`:
+
 1. **Structure**: the channels are removed (without training) and N:M masks applied, then
    the model is converted with the candidate's scheme and simulated statically (flash,
    arena, estimated latency, op support). Fine-tuning does not change any of these, so a
