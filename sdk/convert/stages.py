@@ -75,22 +75,44 @@ class Converted:
     fine_tune: list[FineTuneResult] = field(default_factory=list)
 
 
+#: Trained sparsity results :func:`run` keeps in a ``reuse`` mapping, newest last.
+REUSED = 4
+
+#: What the sparsity kinds made of a model: the model and their outcome.
+Sparse = tuple[Any, SparsityOutcome]
+
+
 def run(loaded: LoadedModel, stages: Stages, quant: quantize.QuantSettings,
         calibration: np.ndarray | None, training: Dataset | None = None,
-        progress: Progress | None = None, stage: StageStart | None = None) -> Converted:
+        progress: Progress | None = None, stage: StageStart | None = None,
+        reuse: dict[Any, Sparse] | None = None) -> Converted:
     """Compress ``loaded``'s Keras model as ``stages`` say (training only with ``training``)
-    and quantize it; the caller's model is never changed."""
-    model, outcome, loss = loaded.keras_model, SparsityOutcome(), None
+    and quantize it; the caller's model is never changed.
+
+    ``reuse``, kept by a caller that runs many stages on the same model and training data
+    (fit), holds the last trained sparsity results: training is seeded, so stages that
+    differ only after sparsity (a PTQ candidate and its QAT twin, two schemes) train the
+    sparsity once and get the same model.
+    """
+    model, loss = loaded.keras_model, None
     if stage is not None and stages.sparsity:
         stage("sparsity")
     if stages.distill is not None and training is not None:
         training, loss = distillation(model, model, training, stages.distill)
-    for kind in stages.sparsity:
-        model, done = kind.apply(model, Training(training, stages.epochs, progress, loss))
-        outcome = outcome.merged(done)
+    key = (stages.sparsity, stages.epochs, stages.distill)
+    kept = reuse if training is not None and stages.sparsity else None
+    if kept is not None and key in kept:
+        model, outcome = kept[key]
+    else:
+        model, outcome = _sparsify(model, stages, training, loss, progress)
+        if kept is not None:
+            kept[key] = (model, outcome)
+            for old in list(kept)[:-REUSED]:
+                del kept[old]
     runs = list(outcome.fine_tune)
     if stages.int8_training is not None and training is not None:
-        if not stages.sparsity:  # the kinds return new models; training works in place
+        # Training works in place: never on the caller's model or a kept one.
+        if not stages.sparsity or kept is not None:
             model = clone_model(model)
         runs += _int8_training(model, stages, training, calibration, loss, progress)
     if stage is not None:
@@ -99,6 +121,15 @@ def run(loaded: LoadedModel, stages: Stages, quant: quantize.QuantSettings,
         loaded = dataclasses.replace(loaded, keras_model=model)
     return Converted(quantize.to_tflite(loaded, quant, calibration, progress), model, outcome,
                      runs)
+
+
+def _sparsify(model: Any, stages: Stages, training: Dataset | None, loss: Any,
+              progress: Progress | None) -> Sparse:
+    outcome = SparsityOutcome()
+    for kind in stages.sparsity:
+        model, done = kind.apply(model, Training(training, stages.epochs, progress, loss))
+        outcome = outcome.merged(done)
+    return model, outcome
 
 
 def _int8_training(model: Any, stages: Stages, training: Dataset,

@@ -30,7 +30,14 @@ from devicefit.sdk.convert.data import Dataset
 from devicefit.sdk.convert.distill import DistillSettings
 from devicefit.sdk.convert.loading import LoadedModel
 from devicefit.sdk.convert.spec import ConversionSpec
-from devicefit.sdk.convert.stages import Converted, Int8Training, Stages, optimize_memory, run
+from devicefit.sdk.convert.stages import (
+    Converted,
+    Int8Training,
+    Sparse,
+    Stages,
+    optimize_memory,
+    run,
+)
 from devicefit.sdk.fit.cluster import gzip_size
 from devicefit.sdk.fit.space import Candidate
 from devicefit.sdk.types import Progress
@@ -63,6 +70,9 @@ class Context:
     #: The search also tries QAT: a PTQ candidate that has a QAT twin trains the same extra
     #: epochs, one at a time like QAT, without fake quantization (like for like).
     qat_twins: bool = False
+    #: The last trained sparsity results (``stages.run``'s ``reuse``): a QAT candidate
+    #: starts from its PTQ twin's pruned and fine-tuned model instead of training it again.
+    reuse: dict[Any, Sparse] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def model(self) -> Any:
@@ -143,7 +153,7 @@ def convert_candidate(ctx: Context, spec: ConversionSpec, stages: Stages | None 
     loaded = ctx.loaded if model is None else dataclasses.replace(ctx.loaded, keras_model=model)
     converted = run(loaded, stages or Stages(),
                     quantize.resolve(ctx.profile, spec.scheme, spec.io_type),
-                    ctx.calibration, training, ctx.progress)
+                    ctx.calibration, training, ctx.progress, reuse=ctx.reuse)
     # A candidate may fit only once its first stage runs in patches.
     converted.tflite, _ = optimize_memory(converted.tflite, ctx.profile, spec)
     return converted

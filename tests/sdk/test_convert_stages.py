@@ -1,7 +1,10 @@
 """The conversion stages convert and fit share (sdk.convert.stages), on a tiny Keras model in
-this process: the kinds apply in order to a copy, and what a stage cannot do is refused."""
+this process: the kinds apply in order to a copy, trained sparsity is reused only because it
+would train to the same weights again, and what a stage cannot do is refused."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -50,3 +53,22 @@ def test_quantization_aware_training_needs_calibration(loaded):
     with pytest.raises(UsageError, match="calibration"):
         stages.run(loaded, stages.Stages(epochs=1, int8_training="qat"),
                    QuantSettings("int8", "int8", True), None, data)
+
+
+def test_trained_sparsity_is_reused_as_it_would_be_trained_again(loaded):
+    rng = np.random.default_rng(0)
+    data = Dataset(rng.normal(size=(16, 6, 6, 4)).astype(np.float32),
+                   rng.integers(0, 3, 16), "random labels")
+    float32 = QuantSettings("float32", "float32", True)
+    pruned = stages.Stages((ChannelRatio(0.5),), epochs=1)
+    reuse: dict = {}
+    first = stages.run(loaded, pruned, float32, None, data, reuse=reuse)
+    trained = [w.copy() for w in first.model.get_weights()]
+    twin = stages.run(loaded, dataclasses.replace(pruned, int8_training="plain"), float32, None,
+                      data, reuse=reuse)
+    assert len(twin.fine_tune) == 2 and twin.fine_tune[0] is first.fine_tune[0]
+    # the twin's extra epoch trained a copy, not the kept model
+    assert all(np.array_equal(a, b) for a, b in zip(trained, first.model.get_weights()))
+    # training is seeded: without reuse the sparsity trains to the very same weights
+    again = stages.run(loaded, pruned, float32, None, data)
+    assert all(np.array_equal(a, b) for a, b in zip(trained, again.model.get_weights()))
