@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from devicefit.sdk.fit import SearchSettings, fit  # noqa: E402
+from devicefit.sdk.convert.spec import FineTuning  # noqa: E402
+from devicefit.sdk.fit import FitSpec, SearchSettings, fit  # noqa: E402
 from devicefit.sdk.fit.report import FitReport, latency_text  # noqa: E402
 from devicefit.simulator.units import format_size  # noqa: E402
 from examples.digits import cached_cnn, load_digits  # noqa: E402
@@ -88,10 +89,10 @@ def main() -> None:
         paths = digits.save_npz(folder)
         for name, budgets in PROFILES.items():
             started = time.perf_counter()
+            spec = FitSpec(FineTuning(str(paths["train"]), args.epochs), str(paths["test"]),
+                           search=SearchSettings(max_trials=args.max_trials))
             report = fit(str(model), write_profile(folder, name, budgets),
-                         folder / f"{name}.tflite", train=str(paths["train"]),
-                         eval_data=str(paths["test"]), epochs=args.epochs,
-                         settings=SearchSettings(max_trials=args.max_trials))
+                         folder / f"{name}.tflite", spec)
             wall = time.perf_counter() - started
             print(markdown(report, wall) + "\n", flush=True)
             results[name] = {**report.to_dict(), "wall_seconds": wall}

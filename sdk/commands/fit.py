@@ -116,7 +116,8 @@ def _fit(args: argparse.Namespace) -> int:
     # The converter warns once per full-integer conversion; fit converts dozens of times.
     warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
     from devicefit.sdk.commands.convert import warnings_to
-    from devicefit.sdk.fit import SearchSettings, fit
+    from devicefit.sdk.convert.spec import FineTuning, MemoryOptimization
+    from devicefit.sdk.fit import FitSpec, SearchSettings, fit
 
     if args.heartbeat < 1:
         raise UsageError(f"--heartbeat {args.heartbeat}: give at least 1 second")
@@ -142,13 +143,15 @@ def _fit(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"fit needs {', '.join(missing)} (or --export with --storage and "
                          "--study to write the best candidate of a search)")
+    patches = patch_options(args)
+    spec = FitSpec(FineTuning(args.train, args.epochs, args.distill), args.eval_data,
+                   calibration=args.calibration, search=settings, cluster=args.cluster,
+                   optimize_memory=MemoryOptimization(**patches) if patches else None,
+                   unsafe=args.unsafe)
     with warnings_to(console), _progress(args.no_color, args.json or args.quiet,
                                           args.max_trials) as (progress, on_trial):
-        report = fit(args.model, args.profile, args.output, train=args.train,
-                     eval_data=args.eval_data, calibration=args.calibration,
-                     epochs=args.epochs, settings=settings, distill=args.distill,
-                     cluster=args.cluster, unsafe=args.unsafe, profiles_dirs=args.profiles_dir,
-                     progress=progress, on_trial=on_trial, **patch_options(args))
+        report = fit(args.model, args.profile, args.output, spec,
+                     profiles_dirs=args.profiles_dir, progress=progress, on_trial=on_trial)
     return _outputs(args, console, report,
                     [p for p in (args.model, args.train, args.eval_data, args.calibration) if p])
 

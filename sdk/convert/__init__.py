@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from devicefit.sdk.convert import pipeline
+from devicefit.sdk.convert import pipeline, stages
 from devicefit.sdk.convert.data import RANDOM_WARNING
 from devicefit.sdk.convert.pipeline import StageTimer, check_output, verify_scheme
 from devicefit.sdk.convert.report import ConversionReport, ConversionSettings
@@ -41,7 +41,7 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
     What to do is ``spec``, or the keyword ``options`` that build one
     (:meth:`ConversionSpec.from_options`: ``calibration=``, ``scheme=``,
     ``sparsity_pattern=``, ``train=``/``epochs=``, ...), not both.
-    A model given as a path is converted in a child process (:mod:`sdk.convert.tfchild`):
+    A model given as a path is converted in a child process (:mod:`sdk.convert.tfprocess`):
     this process never imports TensorFlow, and a TensorFlow crash or hang becomes a
     :class:`~sdk.convert.diagnose.ConversionError`. ``baseline_output``, if given, receives
     the unpruned float32 ``.tflite`` (converted for it when the spec's ``float_baseline`` is
@@ -65,7 +65,7 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
     tflite, memory = result.tflite, None
     if spec.optimize_memory is not None:
         timer.start("optimize memory")
-        tflite, memory = pipeline.optimize_memory(tflite, prof, spec, name=str(job.output))
+        tflite, memory = stages.optimize_memory(tflite, prof, spec, name=str(job.output))
     timer.start("write")
     tflite, weights = pipeline.write(job, tflite, settings, done.sparsity)
     report = ConversionReport(

@@ -56,7 +56,7 @@ def fine_tune(model: Any, data: Dataset, epochs: int, *,
     """Train ``model`` in place.
 
     ``loss`` replaces the loss chosen from the labels (e.g. a distillation loss whose
-    targets carry the teacher's outputs, see ``sdk.fit.distill``); ``on_step_end(model)``
+    targets carry the teacher's outputs, see ``sdk.convert.distill``); ``on_step_end(model)``
     runs after every optimizer update (e.g. to re-zero N:M masked weights, see
     ``sparsity.nm.keep_masks``, or to keep weights clustered).
     """

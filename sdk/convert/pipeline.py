@@ -1,12 +1,13 @@
 """``convert`` as named stages, each a function with typed inputs and outputs.
 
-    check → transform (TensorFlow: load → data → float reference → sparsity (prune +
-    fine-tune) → quantize → float baseline) → verify → optimize memory → write (metadata,
+    check → transform (TensorFlow: load → data → float reference → the conversion stages of
+    :mod:`sdk.convert.stages`, sparsity (prune + fine-tune) → quantize → float baseline) →
+    verify → optimize memory (:func:`sdk.convert.stages.optimize_memory`) → write (metadata,
     atomic write, weights read back) → evaluate → simulate
 
 :func:`sdk.convert.convert` runs them in this order and times each under its name
 (:class:`StageTimer`). ``transform`` runs in a child process for models given as paths
-(:mod:`sdk.convert.tfchild`), so this module never imports TensorFlow.
+(:mod:`sdk.convert.tfprocess`), so this module never imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ from devicefit.sdk.convert import (
     metadata,
     quantize,
     sparsity,
-    tfchild,
-    tfwork,
+    tfprocess,
 )
 from devicefit.sdk.convert.diagnose import ConversionError
 from devicefit.sdk.convert.report import CalibrationInfo, ConversionSettings
 from devicefit.sdk.convert.spec import ConversionSpec
+from devicefit.sdk.convert.transform import DataBundle, TFRequest, TFResult
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import DevicefitError, UsageError
 from devicefit.simulator.fileio import write_atomic
@@ -42,7 +43,6 @@ from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.targets.registry import target_for
 
 if TYPE_CHECKING:
-    from devicefit.simulator.optimize.driver import OptimizeReport
     from devicefit.simulator.report import Report
     from devicefit.simulator.types import UnsupportedOp
 
@@ -128,7 +128,7 @@ def input_paths(*sources: Any) -> list[Path]:
 class Transformed:
     """What the TensorFlow stages produced, and the data they were given."""
 
-    result: tfwork.TFResult
+    result: TFResult
     sparsity: sparsity.SparsityOutcome
     calibration: data.Dataset | None = None
     evaluation: data.Dataset | None = None
@@ -139,7 +139,7 @@ def transform(job: Job, timer: StageTimer, progress: Progress | None = None, *,
     """load → data → float reference → sparsity → quantize → float baseline, in TensorFlow.
     ``baseline`` also converts the float32 model when the spec does not ask for it."""
     s = job.spec
-    request = tfwork.TFRequest(
+    request = TFRequest(
         model="<in-memory model>" if job.in_memory else str(job.model),
         profile=job.profile.name, runtime=job.profile.runtime.name, scheme=job.quant.scheme,
         io_type=job.quant.io_type, per_channel=job.quant.per_channel, unsafe=s.unsafe,
@@ -149,8 +149,8 @@ def transform(job: Job, timer: StageTimer, progress: Progress | None = None, *,
         baseline=s.float_baseline or baseline)
     loaded: dict[str, data.Dataset | None] = {}
 
-    def supply(shape: tuple[int, ...]) -> tfwork.DataBundle:
-        bundle = tfwork.DataBundle(
+    def supply(shape: tuple[int, ...]) -> DataBundle:
+        bundle = DataBundle(
             calibration=(job.calibration[1] if job.calibration and job.calibration[0] == shape
                          else calibration_data(s.calibration, shape, job.quant)),
             evaluation=None if s.eval_data is None else data.load_data(
@@ -163,18 +163,20 @@ def transform(job: Job, timer: StageTimer, progress: Progress | None = None, *,
     if job.in_memory:
         result = _in_process(request, job.model, supply, timer.start, progress)
     else:
-        result = tfchild.run_in_child(request, supply, timer.start, progress)
+        result = tfprocess.run_in_child(request, supply, timer.start, progress)
     outcome = sparsity.SparsityOutcome.from_dict(result.sparsity or {})
     return Transformed(result, outcome, loaded.get("calibration"), loaded.get("evaluation"))
 
 
-def _in_process(request: tfwork.TFRequest, model: Any,
-                supply: Callable[[tuple[int, ...]], tfwork.DataBundle],
-                stage: Callable[[str], None], progress: Progress | None) -> tfwork.TFResult:
+def _in_process(request: TFRequest, model: Any,
+                supply: Callable[[tuple[int, ...]], DataBundle],
+                stage: Callable[[str], None], progress: Progress | None) -> TFResult:
     """An in-memory Keras model: TensorFlow is loaded already, convert here. A converter
     failure still gets one line, with the full converter message kept in a log file."""
+    from devicefit.sdk.convert.transform import run
+
     try:
-        return tfwork.run(request, model, supply, stage, progress)
+        return run(request, model, supply, stage, progress)
     except ConversionError as exc:
         fd, log_path = tempfile.mkstemp(prefix="devicefit-convert-", suffix=".log")
         with os.fdopen(fd, "w") as f:
@@ -240,17 +242,6 @@ def settings_of(job: Job, done: Transformed) -> ConversionSettings:
         converter=result.converter, distill=bool(s.fine_tune and s.fine_tune.distill),
         optimize_memory=s.optimize_memory is not None,
         patches=s.optimize_memory.patches if s.optimize_memory else None)
-
-
-# --------------------------------------------------------------------------- optimize memory
-def optimize_memory(tflite: bytes, profile: Profile, spec: ConversionSpec, name: str = "<bytes>"
-                    ) -> tuple[bytes, OptimizeReport | None]:
-    """``--optimize-memory``: the rewritten bytes and what was done (unchanged without it)."""
-    if spec.optimize_memory is None:
-        return tflite, None
-    from devicefit.simulator.optimize import optimize_model_bytes
-
-    return optimize_model_bytes(tflite, profile, name=name, **spec.optimize_memory.options())
 
 
 # --------------------------------------------------------------------------- write

@@ -19,10 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from devicefit.sdk.convert.spec import ConversionSpec, MemoryOptimization
-from devicefit.sdk.fit.candidate import Context, convert_candidate, evaluate, measure_accuracy
+from devicefit.sdk.convert.distill import DistillSettings
+from devicefit.sdk.fit.candidate import (
+    Context,
+    convert_candidate,
+    evaluate,
+    measure_accuracy,
+)
 from devicefit.sdk.fit.cluster import check_clusters, gzip_size
-from devicefit.sdk.fit.distill import DistillSettings
 from devicefit.sdk.fit.export import (
     artifact_dir,
     embed_metadata,
@@ -35,6 +39,7 @@ from devicefit.sdk.fit.export import (
 from devicefit.sdk.fit.report import Clustering, FitBudgets, FitReport, FitSettings, StudyRecord
 from devicefit.sdk.fit.search import SearchSettings, search, shown_url, study_name
 from devicefit.sdk.fit.space import space_for
+from devicefit.sdk.fit.spec import FitSpec
 from devicefit.sdk.fit.trial import TrialRecord
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import UsageError
@@ -43,7 +48,7 @@ from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.targets.registry import target_for
 
-__all__ = ["FitReport", "SearchSettings", "export", "fit"]
+__all__ = ["FitReport", "FitSpec", "SearchSettings", "export", "fit"]
 
 log = logging.getLogger(__name__)
 
@@ -51,50 +56,44 @@ CALIBRATION_SAMPLES = 300
 OnTrial = Callable[[TrialRecord], None]
 
 
-def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
-        train: Any, eval_data: Any, calibration: Any = None, epochs: int = 3,
-        settings: SearchSettings | None = None, distill: bool = False,
-        cluster: int | None = None, unsafe: bool = False, workdir: str | Path | None = None,
-        profiles_dirs: list[str | Path] | None = None, progress: Progress | None = None,
-        on_trial: OnTrial | None = None, patches: str | None = None,
-        max_mac_overhead: float = 0.2, patch_objective: str = "arena") -> FitReport:
+def fit(model: Any, profile: str | Path | Profile, output: str | Path, spec: FitSpec, *,
+        workdir: str | Path | None = None, profiles_dirs: list[str | Path] | None = None,
+        progress: Progress | None = None, on_trial: OnTrial | None = None) -> FitReport:
     """Search, verify and write the best candidate to ``output`` (when one fits).
 
-    ``train``/``eval_data``/``calibration`` are data sources as ``convert`` takes them
-    (calibration defaults to the first training samples). The report is returned also when
-    nothing fits (``report.found`` is False; nothing is written). ``patches`` (tflm
-    profiles) runs every candidate through ``devicefit optimize --patches`` before it is
-    judged, so a model can fit by running its first stage patch by patch.
+    ``spec`` holds the data (sources as ``convert`` takes them), the fine-tuning, the search
+    settings and what is done to every candidate or to the winner. The report is returned
+    also when nothing fits (``report.found`` is False; nothing is written).
     """
     from devicefit.sdk.convert import check_output, data, loading
 
-    settings = settings or SearchSettings()
+    settings, tune, memory = spec.search, spec.fine_tune, spec.optimize_memory
     if settings.max_trials < 1:
         raise UsageError(f"--max-trials {settings.max_trials}: give at least 1")
     if settings.jobs < 1:
         raise UsageError(f"--jobs {settings.jobs}: give at least 1")
-    if epochs < 1:
-        raise UsageError(f"--epochs {epochs}: fine-tuning needs at least 1")
-    if cluster is not None:
-        check_clusters(cluster)
+    if tune.epochs < 1:
+        raise UsageError(f"--epochs {tune.epochs}: fine-tuning needs at least 1")
+    if spec.cluster is not None:
+        check_clusters(spec.cluster)
     prof = profile if isinstance(profile, Profile) else load_profile(profile, profiles_dirs)
     target = target_for(prof)
-    if patches is not None and not target.offline_plan:
+    if memory is not None and not target.offline_plan:
         raise UsageError(f"--patches rewrites the graph and its TFLite-Micro arena plan, which "
                          f"{target.title} does not take; profile '{prof.name}' runs "
                          f"'{prof.runtime.name}'")
-    out_path = check_output(output, model, train, eval_data, calibration)
-    loaded = loading.load(model, unsafe=unsafe)
+    out_path = check_output(output, model, tune.train, spec.eval_data, spec.calibration)
+    loaded = loading.load(model, unsafe=spec.unsafe)
     if not loaded.is_keras:
         raise UsageError(f"{loaded.source}: fit prunes and fine-tunes, so it needs a Keras "
                          "model (.keras or .h5), not a SavedModel")
-    training = data.load_data(train, loaded.input_shape, what="training")
-    evaluation = data.load_data(eval_data, loaded.input_shape, what="evaluation")
+    training = data.load_data(tune.train, loaded.input_shape, what="training")
+    evaluation = data.load_data(spec.eval_data, loaded.input_shape, what="evaluation")
     if training.y is None or evaluation.y is None:
         raise UsageError("fit needs labels in --train and --eval (.npz with x and y) to "
                          "fine-tune and to compare candidates by accuracy")
-    calib = (training.head(CALIBRATION_SAMPLES) if calibration is None else data.load_data(
-        calibration, loaded.input_shape, what="calibration", limit=CALIBRATION_SAMPLES)).x
+    calib = (training.head(CALIBRATION_SAMPLES) if spec.calibration is None else data.load_data(
+        spec.calibration, loaded.input_shape, what="calibration", limit=CALIBRATION_SAMPLES)).x
     float_accuracy = _accuracy(loaded.predict(evaluation.x), evaluation.y)
     if float_accuracy is None:
         raise UsageError(f"{loaded.source}: fit ranks candidates by top-1 accuracy, so the "
@@ -109,13 +108,10 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
     work.mkdir(parents=True, exist_ok=True)
     try:
         ctx = Context(loaded=loaded, profile=prof, train=training, evaluation=evaluation,
-                      calibration=calib, epochs=epochs, workdir=work,
+                      calibration=calib, epochs=tune.epochs, workdir=work,
                       float_accuracy=float_accuracy,
-                      distill=DistillSettings() if distill else None, progress=progress,
-                      spec=ConversionSpec(
-                          calibration=calibration, unsafe=unsafe,
-                          optimize_memory=None if patches is None else MemoryOptimization(
-                              patches, max_mac_overhead, patch_objective)))
+                      distill=DistillSettings() if tune.distill else None, progress=progress,
+                      spec=spec.conversion())
         ctx.qat_twins = space.qat  # PTQ twins of QAT candidates train the same epochs
         study = StudyRecord(name, str(Path(settings.artifacts).resolve())
                             if settings.artifacts else None)
@@ -123,8 +119,9 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
             source=loaded.source, profile=prof.name, runtime=prof.runtime.name,
             budgets=FitBudgets.of(prof.budgets), space=space,
             settings=FitSettings(settings.max_trials, settings.time_budget_s, settings.jobs,
-                                 shown_url(settings.storage), epochs, ctx.distill, cluster,
-                                 settings.seed, patches, prof.runtime.code_bytes),
+                                 shown_url(settings.storage), tune.epochs, ctx.distill,
+                                 spec.cluster, settings.seed,
+                                 memory.patches if memory else None, prof.runtime.code_bytes),
             float_accuracy=float_accuracy, eval_samples=len(evaluation),
             study=study)
         if settings.storage is not None:  # before the search: --export works at any time
@@ -138,7 +135,7 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, *,
         report.study = replace(study, worker=result.worker, writer=result.writer)
         if result.writer:
             write_winner(report, prof, out_path,
-                         lambda record: _build(ctx, record, report, cluster), inputs=[model])
+                         lambda record: _build(ctx, record, report, spec.cluster), inputs=[model])
     finally:
         if own_workdir:
             shutil.rmtree(work, ignore_errors=True)
@@ -207,7 +204,7 @@ def _cluster(ctx: Context, record: TrialRecord, clusters: int, tflite: bytes
     keeper = cluster_weights(model, clusters)
     run = finetune.fine_tune(model, ctx.train, ctx.epochs, on_step_end=keeper,
                              progress=ctx.progress)
-    clustered = convert_candidate(ctx, model, record.candidate.spec(ctx.spec))
+    clustered = convert_candidate(ctx, record.candidate.spec(ctx.spec), model=model).tflite
     path = ctx.workdir / f"trial-{record.number:03d}-clustered.tflite"
     write_atomic(path, clustered)
     return clustered, Clustering(

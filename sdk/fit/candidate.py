@@ -1,5 +1,8 @@
 """Evaluate one candidate: cheap static check first, training only for candidates that fit.
 
+Every step runs the conversion stages ``convert`` runs (:func:`sdk.convert.stages.run`), with
+the candidate's :class:`~sdk.convert.stages.Stages`:
+
 1. **Structure**: the channels are removed (without training) and N:M masks applied, then
    the model is converted with the candidate's scheme and simulated statically (flash,
    arena, estimated latency, op support). Fine-tuning does not change any of these, so a
@@ -16,18 +19,26 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from devicefit.sdk.convert import accuracy, finetune, quantize, sparsity
+from devicefit.sdk.convert import accuracy, quantize
 from devicefit.sdk.convert.data import Dataset
+from devicefit.sdk.convert.distill import DistillSettings
+from devicefit.sdk.convert.finetune import FineTuneResult
 from devicefit.sdk.convert.loading import LoadedModel
-from devicefit.sdk.convert.pipeline import optimize_memory
 from devicefit.sdk.convert.spec import ConversionSpec
-from devicefit.sdk.fit import distill, qat
+from devicefit.sdk.convert.stages import (
+    Converted,
+    Int8Training,
+    Sparse,
+    Stages,
+    optimize_memory,
+    run,
+)
 from devicefit.sdk.fit.cluster import gzip_size
 from devicefit.sdk.fit.space import Candidate
 from devicefit.sdk.fit.trial import TrialRecord, TrialStage
@@ -54,7 +65,7 @@ class Context:
     epochs: int
     workdir: Path
     float_accuracy: float | None
-    distill: distill.DistillSettings | None = None
+    distill: DistillSettings | None = None
     progress: Progress | None = None
     #: What every trial's conversion shares (its ``optimize_memory`` shrinks each
     #: candidate's TFLM arena); a trial's own spec is ``candidate.spec(ctx.spec)``.
@@ -62,6 +73,9 @@ class Context:
     #: The search also tries QAT: a PTQ candidate that has a QAT twin trains the same extra
     #: epochs, one at a time like QAT, without fake quantization (like for like).
     qat_twins: bool = False
+    #: The last trained sparsity results (``stages.run``'s ``reuse``): a QAT candidate
+    #: starts from its PTQ twin's pruned and fine-tuned model instead of training it again.
+    reuse: dict[Any, Sparse] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def model(self) -> Any:
@@ -77,60 +91,24 @@ def static_check(path: Path, profile: Profile) -> Report:
     return simulate(path, profile, strict=True)
 
 
-def convert_candidate(ctx: Context, model: Any, spec: ConversionSpec) -> bytes:
-    """``model`` (the candidate's, pruned and trained) quantized and written as ``spec`` says."""
-    settings = quantize.resolve(ctx.profile, spec.scheme, spec.io_type)
-    loaded = dataclasses.replace(ctx.loaded, keras_model=model, saved_model_dir=None)
-    tflite = quantize.to_tflite(loaded, settings, ctx.calibration)
+def stages_of(ctx: Context, candidate: Candidate) -> Stages:
+    """The conversion stages ``candidate`` runs once it is trained."""
+    int8: Int8Training | None = "qat" if candidate.qat else \
+        "plain" if has_qat_twin(ctx, candidate) else None
+    return Stages(candidate.sparsity(), ctx.epochs, ctx.distill, int8)
+
+
+def convert_candidate(ctx: Context, spec: ConversionSpec, stages: Stages | None = None,
+                      model: Any = None, training: Dataset | None = None) -> Converted:
+    """``model`` (default the context's) through ``stages`` (none by default; training only
+    with ``training``), quantized and written as ``spec`` says."""
+    loaded = ctx.loaded if model is None else dataclasses.replace(ctx.loaded, keras_model=model)
+    converted = run(loaded, stages or Stages(),
+                    quantize.resolve(ctx.profile, spec.scheme, spec.io_type),
+                    ctx.calibration, training, ctx.progress, reuse=ctx.reuse)
     # A candidate may fit only once its first stage runs in patches.
-    tflite, _ = optimize_memory(tflite, ctx.profile, spec)
-    return tflite
-
-
-def structural_model(ctx: Context, candidate: Candidate) -> Any:
-    """The candidate's architecture with untrained pruning: right sizes, rough weights."""
-    model = ctx.model
-    if candidate.pruned:
-        model = sparsity.prune_channels(model, candidate.prune,
-                                        layer_ratios=candidate.layer_ratios()).model
-    if candidate.nm:
-        model = _clone(model)
-        masks, _ = sparsity.nm_masks(model, sparsity.parse_nm(candidate.nm))
-        sparsity.apply_masks(model, masks)
-    return model
-
-
-def train_candidate(ctx: Context, candidate: Candidate
-                    ) -> tuple[Any, list[finetune.FineTuneResult]]:
-    """The candidate's model after fine-tuning; the training runs it did."""
-    data, loss = ctx.train, None
-    if ctx.distill is not None:
-        data, loss = distill.distillation(ctx.model, ctx.model, ctx.train, ctx.distill)
-    runs: list[finetune.FineTuneResult] = []
-    if candidate.pruned:
-        pruned = sparsity.prune_in_stages(
-            ctx.model, candidate.prune, sparsity.Training(data, ctx.epochs, ctx.progress, loss),
-            candidate.layer_ratios())
-        model = pruned.model
-        runs += pruned.fine_tune
-    else:
-        model = _clone(ctx.model)
-    if candidate.nm:
-        masks, _ = sparsity.nm_masks(model, sparsity.parse_nm(candidate.nm))
-        sparsity.apply_masks(model, masks)
-        runs.append(finetune.fine_tune(model, data, ctx.epochs, progress=ctx.progress,
-                                       loss=loss, on_step_end=sparsity.keep_masks(masks)))
-        sparsity.apply_masks(model, masks)
-    if candidate.qat:
-        result = qat.quantization_aware_fit(model, data, ctx.epochs, ctx.calibration,
-                                            loss=loss, progress=ctx.progress)
-        runs += result.fine_tune
-    elif has_qat_twin(ctx, candidate):
-        assert data.y is not None  # fit refuses unlabelled training data; distilling keeps y
-        loss = loss if loss is not None else finetune.loss_for(model, data.y)
-        runs += [finetune.fine_tune(model, data, 1, loss=loss, progress=ctx.progress)
-                 for _ in range(ctx.epochs)]
-    return model, runs
+    converted.tflite, _ = optimize_memory(converted.tflite, ctx.profile, spec)
+    return converted
 
 
 def has_qat_twin(ctx: Context, candidate: Candidate) -> bool:
@@ -153,19 +131,20 @@ def evaluate(ctx: Context, candidate: Candidate, number: int) -> TrialRecord:
     started = time.perf_counter()
     path = ctx.workdir / f"trial-{number:03d}.tflite"
     spec = candidate.spec(ctx.spec)
-    tflite = convert_candidate(ctx, structural_model(ctx, candidate), spec)
+    stages = stages_of(ctx, candidate)
+    tflite = convert_candidate(ctx, spec, stages.structure()).tflite
     write_atomic(path, tflite)
     report = static_check(path, ctx.profile)
     if not report.ok:
         return _record(number, candidate, TrialStage.STATIC, report, tflite, started, path,
                        note=_why_not(report))
-    runs: list[finetune.FineTuneResult] = []
+    runs: list[FineTuneResult] = []
     keras_path = None
-    if candidate.needs_training or has_qat_twin(ctx, candidate):
-        model, runs = train_candidate(ctx, candidate)
+    if candidate.needs_training or stages.int8_training is not None:
+        trained = convert_candidate(ctx, spec, stages, training=ctx.train)
+        runs, tflite = trained.fine_tune, trained.tflite
         keras_path = ctx.workdir / f"trial-{number:03d}.keras"
-        model.save(keras_path)
-        tflite = convert_candidate(ctx, model, spec)
+        trained.model.save(keras_path)
         write_atomic(path, tflite)
         report = static_check(path, ctx.profile)
     record = _record(number, candidate, TrialStage.TRAINED if runs else TrialStage.POST_TRAINING,
@@ -200,11 +179,3 @@ def _why_not(report: Report) -> str:
     if BudgetName.LATENCY in report.unchecked_budgets:
         return NO_LATENCY
     return "misses " + ", ".join(missed) if missed else "fails"
-
-
-def _clone(model: Any) -> Any:
-    import keras
-
-    clone = keras.models.clone_model(model)
-    clone.set_weights(model.get_weights())
-    return clone

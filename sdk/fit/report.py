@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from devicefit.sdk.fit.distill import DistillSettings
+from devicefit.sdk.convert.distill import DistillSettings
 from devicefit.sdk.fit.space import SearchSpace
 from devicefit.sdk.fit.trial import TrialRecord, TrialStage
 from devicefit.simulator.profile_types import Budgets

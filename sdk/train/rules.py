@@ -94,7 +94,7 @@ RULES: dict[str, Rule] = {
     "ELU": Rule(saves_output=True, inplace_grad=True),
     "Softmax": Rule(saves_output=True, inplace_grad=True),
     "LeakyReLU": Rule(saves_inputs=True, inplace_grad=True),
-    # sdk.fit.qat's fake quantization: the clip's gradient reads the input; the rounding
+    # sdk.convert.qat's fake quantization: the clip's gradient reads the input; the rounding
     # chain allocates a few output-sized temporaries on the forward.
     "FakeQuant": Rule(saves_inputs=True, forward_temp=2.0, inplace_grad=True),
 }

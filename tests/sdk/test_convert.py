@@ -40,7 +40,7 @@ def int8_mcu(digits, tmp_path_factory):
 
 def _in_memory(digits):
     """The CNN as a Keras model in this process: converting it runs the same TensorFlow
-    stages (sdk.convert.tfwork) in this process instead of a child of its own, which saves
+    stages (sdk.convert.transform) in this process instead of a child of its own, which saves
     the child's TensorFlow import (seconds) where a test's claim is about the scheme or
     the profile, not the file path (the tests above and below cover path inputs)."""
     import keras

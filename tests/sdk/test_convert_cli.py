@@ -116,12 +116,12 @@ def test_bad_input_exits_2_with_one_line(digits, tmp_path, capsys, request, monk
                               lambda: request.getfixturevalue("lambda_model"))[case]
     argv = argv() if callable(argv) else argv
     if case in REFUSED_BEFORE_TENSORFLOW:
-        from devicefit.sdk.convert import tfchild
+        from devicefit.sdk.convert import tfprocess
 
         def started(*_args, **_kwargs):
             raise AssertionError(f"{case}: the TensorFlow process was started")
 
-        monkeypatch.setattr(tfchild, "run_in_child", started)
+        monkeypatch.setattr(tfprocess, "run_in_child", started)
     if "-o" not in argv:
         argv = [*argv, "-o", str(tmp_path / "out.tflite")]
     code = main(["convert", argv[0], "--profile", MCU, *argv[1:]])

@@ -158,7 +158,8 @@ def test_storage_resumes_a_search(digits, tmp_path, capsys):
 
 
 def test_ctrl_c_keeps_the_best_fitting_candidate_so_far(digits, tmp_path):
-    from devicefit.sdk.fit import SearchSettings, fit
+    from devicefit.sdk.convert.spec import FineTuning
+    from devicefit.sdk.fit import FitSpec, SearchSettings, fit
 
     def interrupt(record):
         raise KeyboardInterrupt
@@ -166,9 +167,9 @@ def test_ctrl_c_keeps_the_best_fitting_candidate_so_far(digits, tmp_path):
     out = tmp_path / "kept.tflite"
     # Trial 0 (plain int8) fits BASE and trains as the PTQ twin of a QAT candidate, one run
     # per epoch: one epoch (not the default 3) is enough for what is asserted.
-    report = fit(str(digits["model"]), BASE, out, train=str(digits["train"]),
-                 eval_data=str(digits["test"]), epochs=1, settings=SearchSettings(max_trials=5),
-                 on_trial=interrupt)
+    spec = FitSpec(FineTuning(str(digits["train"]), epochs=1), str(digits["test"]),
+                   search=SearchSettings(max_trials=5))
+    report = fit(str(digits["model"]), BASE, out, spec, on_trial=interrupt)
     assert report.interrupted and report.found
     assert [t.number for t in report.trials] == [0] and report.chosen == 0
     assert out.is_file()
@@ -240,8 +241,8 @@ def _int8_accuracy(model, data, path: Path) -> float:
 def test_qat_recovers_at_least_half_of_what_ptq_loses(tmp_path):
     import keras
 
+    from devicefit.sdk.convert import qat
     from devicefit.sdk.convert.data import Dataset
-    from devicefit.sdk.fit import qat
 
     data = load_digits()
     model = _outlier_mlp(data)

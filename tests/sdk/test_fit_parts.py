@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from devicefit.sdk.commands.fit import parse_duration
+from devicefit.sdk.convert.distill import DistillSettings
 from devicefit.sdk.convert.finetune import FineTuneResult
 from devicefit.sdk.fit.cluster import gzip_size, kmeans_1d
-from devicefit.sdk.fit.distill import DistillSettings
 from devicefit.sdk.fit.export import StudyInfo
 from devicefit.sdk.fit.report import (
     Clustering,
@@ -162,7 +162,7 @@ def test_kmeans_puts_every_value_on_k_centroids():
 
 
 def test_weight_quantization_is_per_channel_symmetric_int8():
-    from devicefit.sdk.fit.qat import quantize_weights
+    from devicefit.sdk.convert.qat import quantize_weights
 
     rng = np.random.default_rng(1)
     kernel = rng.standard_normal((3, 3, 4, 5)).astype(np.float32) * np.arange(1, 6)
@@ -178,7 +178,7 @@ def test_distillation_loss_is_cross_entropy_plus_scaled_kl():
     import keras
 
     from devicefit.sdk.convert.data import Dataset
-    from devicefit.sdk.fit.distill import DistillSettings, distillation
+    from devicefit.sdk.convert.distill import DistillSettings, distillation
 
     keras.utils.set_random_seed(0)
     inp = keras.Input((4,))

@@ -1,6 +1,7 @@
-"""The TensorFlow half of ``convert``: load → float reference → prune/fine-tune → quantize.
+"""The TensorFlow half of ``convert``: load → data → float reference → the conversion stages
+(:mod:`sdk.convert.stages`: sparsity, fine-tuning, quantize) → float baseline.
 
-It runs in the conversion child process (:mod:`sdk.convert.tfchild`) for models given as
+It runs in the conversion child process (:mod:`sdk.convert.tfprocess`) for models given as
 paths, so a segfault or hang inside TensorFlow cannot take the CLI down; an in-memory Keras
 model (TensorFlow already loaded by the caller) runs it in-process. Both get the same
 :class:`TFRequest` and return the same :class:`TFResult`; data arrive through a callback
@@ -9,20 +10,18 @@ once the model's input shape is known, because the parent loads and checks data 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from devicefit.sdk.convert import diagnose, loading, quantize, sparsity
+from devicefit.sdk.convert import diagnose, loading, quantize, sparsity, stages
 from devicefit.sdk.convert.data import Dataset
+from devicefit.sdk.convert.distill import DistillSettings
+from devicefit.sdk.convert.stages import Stages, StageStart
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import DevicefitError, UsageError
-
-#: Called when a stage starts (the child reports it to the parent).
-StageStart = Callable[[str], None]
 
 #: Samples per forward pass of the float reference. Small: activations of a batch dominate
 #: memory (256 peaked at 3.3 GB RSS for a 0.6 MB model), and speed hardly changes past 32.
@@ -50,6 +49,12 @@ class TFRequest:
     @property
     def quant(self) -> quantize.QuantSettings:
         return quantize.QuantSettings(self.scheme, self.io_type, self.per_channel)
+
+    @property
+    def stages(self) -> Stages:
+        """The conversion stages this request asks for."""
+        return Stages(tuple(sparsity.from_mapping(kind) for kind in self.sparsity),
+                      self.epochs, DistillSettings() if self.distill else None)
 
 
 @dataclass
@@ -102,27 +107,23 @@ def run(request: TFRequest, model: Any, supply: Callable[[tuple[int, ...]], Data
     if data.evaluation is not None:
         stage("float reference")
         result.reference = loaded.predict(data.evaluation.x, batch_size=REFERENCE_BATCH)
-    original = loaded
-    if request.sparsity:
-        stage("sparsity")
-        loaded = _sparsify(loaded, request, data.training, progress, result)
-    stage("quantize")
     calib = None if data.calibration is None else data.calibration.x
-    result.tflite = _convert(loaded, request.quant, calib, progress, request, layers)
+    converted = _diagnosed(lambda: stages.run(loaded, request.stages, request.quant, calib,
+                                              data.training, progress, stage), request, layers)
+    result.tflite = converted.tflite
+    result.sparsity = converted.sparsity.to_dict() if request.sparsity else None
     if request.baseline:
         stage("float baseline")
-        result.baseline = result.tflite if request.scheme == "float32" and original is loaded \
-            else _convert(original, quantize.QuantSettings("float32", "float32",
-                                                           request.per_channel),
-                          None, None, request, layers)
+        float32 = quantize.QuantSettings("float32", "float32", request.per_channel)
+        result.baseline = result.tflite if request.scheme == "float32" and not request.sparsity \
+            else _diagnosed(lambda: quantize.to_tflite(loaded, float32, None), request, layers)
     return result
 
 
-def _convert(loaded: loading.LoadedModel, settings: quantize.QuantSettings,
-             calibration: np.ndarray | None, progress: Progress | None, request: TFRequest,
-             layers: dict[str, str]) -> bytes:
+def _diagnosed(convert: Callable[[], Any], request: TFRequest, layers: dict[str, str]) -> Any:
+    """``convert()``, a converter failure as one ConversionError line naming the layers."""
     try:
-        return quantize.to_tflite(loaded, settings, calibration, progress)
+        return convert()
     except DevicefitError:
         raise
     except Exception as exc:
@@ -149,21 +150,3 @@ def _layers(loaded: loading.LoadedModel) -> dict[str, str]:
 def _float_weight_bytes(loaded: loading.LoadedModel) -> int:
     variables = loaded.keras_model.weights if loaded.is_keras else loaded.variables
     return 4 * int(sum(np.prod(v.shape) for v in variables))
-
-
-# --------------------------------------------------------------------------- sparsity stage
-def _sparsify(loaded: loading.LoadedModel, request: TFRequest, training: Dataset | None,
-              progress: Progress | None, result: TFResult) -> loading.LoadedModel:
-    """Prune (and fine-tune) with each of the request's sparsity kinds in turn."""
-    loss = None
-    if request.distill and training is not None:  # the unpruned model teaches the pruned one
-        from devicefit.sdk.fit.distill import distillation
-
-        training, loss = distillation(loaded.keras_model, loaded.keras_model, training)
-    model, outcome = loaded.keras_model, sparsity.SparsityOutcome()
-    for kind in request.sparsity:
-        model, done = sparsity.from_mapping(kind).apply(model, sparsity.Training(
-            training, request.epochs, progress, loss))
-        outcome = outcome.merged(done)
-    result.sparsity = outcome.to_dict()
-    return dataclasses.replace(loaded, keras_model=model)

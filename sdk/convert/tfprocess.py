@@ -1,7 +1,8 @@
-"""TensorFlow conversion in a child process, like the native runtimes.
+"""The process plumbing of TensorFlow conversion: :mod:`sdk.convert.transform` (the work)
+runs in a child process, like the native runtimes.
 
 The parent (the CLI) never imports TensorFlow for a model given as a path: it starts
-``python -m sdk.convert.tfchild WORKDIR`` and talks to it with JSON lines. The child reports
+``python -m sdk.convert.tfprocess WORKDIR`` and talks to it with JSON lines. The child reports
 each stage as it starts and progress within it; once the model is loaded it asks for data
 (``need_data`` with the input shape), which the parent loads, checks and hands over as
 ``.npy`` files; at the end it writes the ``.tflite`` (and optional float baseline and float
@@ -53,14 +54,14 @@ _ERRORS = {cls.__name__: cls for cls in (
 #: Imported once by the zygote the conversion children are forked from
 #: (:mod:`simulator.zygote`): a conversion after the first in a process starts in
 #: milliseconds instead of TensorFlow's ~8 s import.
-PRELOAD = ("numpy", "devicefit.sdk.convert.tfwork", "tensorflow", "keras")
+PRELOAD = ("numpy", "devicefit.sdk.convert.transform", "tensorflow", "keras")
 
 
 # --------------------------------------------------------------------------- parent side
 def run_in_child(request: Any, supply: Callable[[tuple[int, ...]], Any],
                  stage: Callable[[str], None], progress: Progress | None = None) -> Any:
-    """Run :func:`sdk.convert.tfwork.run` for ``request`` in a child; return its TFResult."""
-    from devicefit.sdk.convert.tfwork import TFResult
+    """Run :func:`sdk.convert.transform.run` for ``request`` in a child; return its TFResult."""
+    from devicefit.sdk.convert.transform import TFResult
 
     work = Path(tempfile.mkdtemp(prefix="devicefit-convert-"))
     log_path = work / LOG_NAME
@@ -73,7 +74,7 @@ def run_in_child(request: Any, supply: Callable[[tuple[int, ...]], Any],
     env["TMPDIR"] = str(work / "tmp")
     stall = float(os.environ.get("DEVICEFIT_CONVERT_STALL_S", STALL_TIMEOUT_S))
     with open(log_path, "wb") as log:
-        child = zygote.popen("devicefit.sdk.convert.tfchild", [str(work)], preload=PRELOAD,
+        child = zygote.popen("devicefit.sdk.convert.tfprocess", [str(work)], preload=PRELOAD,
                              env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=log)
     stdin, stdout = child.stdin, child.stdout
@@ -239,10 +240,10 @@ def main(work_dir: str) -> int:
         (work / "layers.json").write_text(json.dumps(layers))
 
     try:
-        from devicefit.sdk.convert import tfwork
+        from devicefit.sdk.convert import transform
 
-        request = tfwork.TFRequest(**json.loads((work / "request.json").read_text()))
-        result = tfwork.run(request, None, _supplier(work, emit), lambda n: emit(stage=n),
+        request = transform.TFRequest(**json.loads((work / "request.json").read_text()))
+        result = transform.run(request, None, _supplier(work, emit), lambda n: emit(stage=n),
                             _throttled(emit), on_layers=save_layers)
         (work / "model.tflite").write_bytes(result.tflite)
         if result.baseline is not None:
@@ -267,7 +268,7 @@ def main(work_dir: str) -> int:
 
 
 def _supplier(work: Path, emit: Callable[..., None]) -> Callable[[tuple[int, ...]], Any]:
-    from devicefit.sdk.convert.tfwork import DataBundle
+    from devicefit.sdk.convert.transform import DataBundle
 
     def supply(shape: tuple[int, ...]) -> DataBundle:
         emit(need_data=list(shape))
