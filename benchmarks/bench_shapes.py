@@ -6,7 +6,7 @@ LiteRT needs to run it (``corpus.INPUT_SHAPES``: openWakeWord's mel-spectrogram 
 samples) and that shape with every dynamic dimension ×3 (batch 3, three times the
 audio) — it compares, tensor by tensor, devicefit's own shape inference
 (:func:`simulator.shapes.infer`, no runtime) with LiteRT's (``resize_tensor_input`` +
-``allocate_tensors`` + one invoke in a child process: ``simulator/runtimes/litert_shapes``),
+``allocate_tensors`` + one invoke in a child process: ``simulator/targets/litert/shapes``),
 and the MACs counted at each. Beside them: the MACs at the shapes stored in the file, which
 devicefit used before it resolved shapes.
 

@@ -8,7 +8,7 @@ of :mod:`simulator.targets` (the built-in targets), and where installed distribu
 them in the ``devicefit.targets`` entry-point group (a target of one's own, see
 ``docs/internals.md``). So adding a target is its package, its profiles and its tests, and
 no line elsewhere. The
-registries keyed by target (``PLANNERS``, ``CHECKERS``, ``SECTIONS``, ``RUNNERS``, the
+registries keyed by target (``CHECKERS``, ``SECTIONS``, ``RUNNERS``, the
 profile schema's runtime names, kernels, delegates, op tables and device classes) are views
 of this one (:class:`TargetView`, :func:`union`).
 
