@@ -68,6 +68,27 @@ The record (``section_type`` and the fields from ``cpu_kernels`` on have default
 ``resizes_inputs``
     Whether the runtime resizes a dynamic input at run time (LiteRT does; TFLM allocates the
     shapes stored in the file), for ``--input-shape``.
+``wheel``
+    The Python distribution its ``host_runtime`` lives in (``"tflite-micro"``): the op
+    probe asks that runtime and keys its cache by the wheel's version; None: no wheel.
+``xnnpack_option``
+    Whether its runner honours ``RunOptions.xnnpack`` (LiteRT's default delegate, on when
+    the profile's ``runtime.delegates`` list ``xnnpack``); other runners ignore the flag.
+``second_opinion``
+    The target whose runner, with reference kernels, is a second implementation of this
+    target's integer kernels (TFLM: ``"litert"``): ``optimize`` checks its output in both.
+``read_run``
+    ``(measured, model, profile, memory, result) -> (measured, notes)``: what the target
+    reads from a run of its own runner beside the prediction (TFLM: the arena), run by
+    :mod:`simulator.measure`; None: the run's outputs and times are all it gives.
+``cross_check``
+    ``(model, profile, setup, host) -> (CrossCheck | None, notes)``: a check the target
+    runs on any profile's model it can run (TFLM against LiteRT's reference kernels, bit for
+    bit on integer models); None from the hook: it does not apply to this model.
+``device_build``
+    ``(measured, model, profile, build_dir, setup, host) -> (measured, notes)``: the model
+    measured on the device's own build (TFLM built for the core under QEMU, ``--run
+    --target-build``); None: the target has no device build.
 
 The device-latency estimate is the target's section's own split where its section has one
 (the Edge TPU: TPU compute, link, CPU fallback), else the CPU cost model of
@@ -135,6 +156,12 @@ class Target:
     #: The custom op code the target's compiler leaves in a model for its compiled part
     #: (e.g. Vela's ``ethos-u``); on any other target that op is a finding naming this one.
     compiled_op: str | None = None
+    wheel: str | None = None
+    xnnpack_option: bool = False
+    second_opinion: str | None = None
+    read_run: Callable[..., Any] | None = None
+    cross_check: Callable[..., Any] | None = None
+    device_build: Callable[..., Any] | None = None
 
 
 def load(ref: str) -> Any:

@@ -26,4 +26,6 @@ TARGET = Target(
     offline_plan=False,
     section=None,
     bench_tool="benchmark_model",
+    wheel="ai-edge-litert",
+    xnnpack_option=True,
 )

@@ -31,4 +31,6 @@ TARGET = Target(
     offline_plan=True,
     resizes_inputs=False,
     section=None,
+    wheel="tflite-micro",
+    second_opinion="litert",
 )
