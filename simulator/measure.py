@@ -25,8 +25,9 @@ from __future__ import annotations
 import dataclasses
 import re
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -78,11 +79,7 @@ def measure(model: Model, profile: Profile, report: Report, *, file: Model | Non
     compat = report.compatibility or check_ops(model, profile)
     primary = runner_name(profile.runtime.name)
     runner = TARGETS[primary]
-    device = target_for(profile)
-    if target_build is not None and device.device_build is None:
-        builds = " or ".join(t.title for t in TARGETS.values() if t.device_build) or "nothing"
-        raise InputError(f"--target-build builds {builds}; profile '{profile.name}' runs "
-                         f"'{profile.runtime.name}'")
+    on_device = None if target_build is None else device_build(target_build, profile)
     inputs = (str(input_path) if input_path
               else f"random within each input's range (seed {INPUT_SEED})")
     if input_shapes and not input_path:
@@ -99,8 +96,9 @@ def measure(model: Model, profile: Profile, report: Report, *, file: Model | Non
         main = setup.run(primary, options)
     except RuntimeFailure as exc:
         failure = _failure(model, profile, primary, exc)
-        measured, built = _on_device(MeasuredReport(primary, inputs, failure=failure), model,
-                                     profile, target_build, setup, None)
+        measured, built = _on_device(on_device, MeasuredReport(primary, inputs,
+                                                               failure=failure),
+                                     model, profile, setup, None)
         after = _after_failed_run(compat, failure, primary)
         return dataclasses.replace(
             report, compatibility=after, measured=measured,
@@ -128,7 +126,7 @@ def measure(model: Model, profile: Profile, report: Report, *, file: Model | Non
                                                outputs_agree=check.bit_exact)
                 notes += found
                 break
-    measured, built = _on_device(measured, model, profile, target_build, setup, main)
+    measured, built = _on_device(on_device, measured, model, profile, setup, main)
     return dataclasses.replace(report, compatibility=after, latency=latency,
                                measured=measured, notes=[*notes, *built])
 
@@ -140,14 +138,25 @@ def host_summary(result: RunResult, threads: int) -> HostLatency:
                        runs=len(times), runtime=result.runtime, threads=threads)
 
 
-def _on_device(measured: MeasuredReport, model: Model, profile: Profile,
-               target_build: str | Path | None, setup: RunSetup, host: RunResult | None
+def device_build(build_dir: str | Path, profile: Profile) -> Callable[..., Any]:
+    """The profile's target's measurement on the device's own build in ``build_dir``
+    (``--target-build``), checked now: an :class:`InputError` (one line) before anything
+    runs when the target has no device build or this one cannot be made."""
+    hook = target_for(profile).device_build
+    if hook is None:
+        builds = " or ".join(t.title for t in TARGETS.values() if t.device_build) or "nothing"
+        raise InputError(f"--target-build builds {builds}; profile '{profile.name}' runs "
+                         f"'{profile.runtime.name}'")
+    return hook(build_dir, profile)
+
+
+def _on_device(on_device: Callable[..., Any] | None, measured: MeasuredReport, model: Model,
+               profile: Profile, setup: RunSetup, host: RunResult | None
                ) -> tuple[MeasuredReport, list[str]]:
     """``measured`` with the model measured on the device's own build, when asked."""
-    hook = target_for(profile).device_build
-    if target_build is None or hook is None:
+    if on_device is None:
         return measured, []
-    return hook(measured, model, profile, target_build, setup, host)
+    return on_device(measured, model, profile, setup, host)
 
 
 #: How the interpreters name the node they stopped at: TFLM, then LiteRT.

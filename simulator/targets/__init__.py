@@ -86,9 +86,11 @@ The record (``section_type`` and the fields from ``cpu_kernels`` on have default
     runs on any profile's model it can run (TFLM against LiteRT's reference kernels, bit for
     bit on integer models); None from the hook: it does not apply to this model.
 ``device_build``
-    ``(measured, model, profile, build_dir, setup, host) -> (measured, notes)``: the model
-    measured on the device's own build (TFLM built for the core under QEMU, ``--run
-    --target-build``); None: the target has no device build.
+    ``(build_dir, profile) -> measure``, raising a one-line :class:`InputError` when the
+    device's build cannot be made from ``build_dir``; ``measure(measured, model, profile,
+    setup, host) -> (measured, notes)`` gives the model measured on that build (TFLM built
+    for the core, under QEMU: ``--run --target-build``). None: the target has no device
+    build.
 
 The device-latency estimate is the target's section's own split where its section has one
 (the Edge TPU: TPU compute, link, CPU fallback), else the CPU cost model of

@@ -9,7 +9,9 @@ section it was handed with its figures added, and the notes they call for.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,6 +42,9 @@ from devicefit.simulator.targets import TARGETS
 from devicefit.simulator.targets.tflm import TARGET
 from devicefit.simulator.targets.tflm import ops as tflm_ops
 from devicefit.simulator.units import format_bytes
+
+if TYPE_CHECKING:
+    from devicefit.simulator.targets.tflm.build import BuildSpec
 
 #: Ops that only convert between float and integer at the model's edges.
 _EDGE_OPS = {"QUANTIZE", "DEQUANTIZE"}
@@ -132,47 +137,61 @@ def cross_check(model: Model, profile: Profile, setup: RunSetup, host: RunResult
     return CrossCheck(runtimes, bit_exact=exact, max_abs_difference=diff), notes
 
 
-def device_build(measured: MeasuredReport, model: Model, profile: Profile,
-                 build_dir: str | Path, setup: RunSetup, host: RunResult | None
-                 ) -> tuple[MeasuredReport, list[str]]:
-    """``measured`` with the model measured on the device's own TFLM build: the user's
-    checkout built for the profile's core and kernels, run under QEMU (:mod:`.qemu`).
-
-    The inputs are the host run's (the same file, or the same seed), so the outputs of the
-    build are compared with the host runtime's (``host``; None: that run failed). A build
-    that runs the model gives the device arena: its smallest working arena, measured (the
-    budget is judged on it).
-    """
+def device_build(build_dir: str | Path, profile: Profile) -> OnDevice:
+    """The measurement on the device's own TFLM build: the user's checkout built for the
+    profile's core and kernels, run under QEMU (:mod:`.qemu`); a
+    :class:`~.build.TargetBuildError` (one line) now, before anything runs, when there is
+    no such build."""
     # Imported here: only --target-build needs the builder.
-    from devicefit.simulator.targets.tflm.build import TflmBuild, spec_for
-    from devicefit.simulator.targets.tflm.qemu import measure
+    from devicefit.simulator.targets.tflm.build import spec_for
 
-    spec = spec_for(build_dir, profile.device.cpu, profile.runtime.kernels,
-                    profile.runtime.name, profile.name)
-    specs = input_specs(model)
-    inputs = (load_inputs(setup.input_path, specs) if setup.input_path
-              else random_inputs(specs))
-    build = TflmBuild(spec)
-    try:
-        target, outputs = measure(build, Path(model.path), model.op_types, inputs,
-                                  starting_arena(model))
-    except RuntimeFailure as exc:  # the build or QEMU failed: a finding, the host run stands
-        target, outputs = TargetMeasurement(f"{build.label} (qemu)", spec.core, spec.kernels,
-                                            build.key, "error", message=str(exc)), []
-    if host is not None and target.ok:
-        as_host = [np.frombuffer(raw.tobytes(), dtype=ref.dtype).reshape(ref.shape)
-                   if raw.size == ref.nbytes else raw for raw, ref in zip(outputs, host.outputs)]
-        exact, diff = compare_outputs(as_host, host.outputs)
-        target = dataclasses.replace(target, outputs_agree=exact, max_abs_difference=diff,
-                                     compared_with=f"{host.runtime} on this host, same inputs")
-    if not target.ok:
-        note = (f"{target.build}: {target.status}"
-                + (f" ({', '.join(target.unsupported_ops)})" if target.unsupported_ops
-                   else f": {target.message}" if target.message else ""))
-        return dataclasses.replace(measured, target_build=target), [note]
-    budget = profile.budgets.arena_bytes
-    arena = target.min_arena_bytes or 0
-    return dataclasses.replace(
-        measured, target_build=target, arena_bytes=arena, arena_basis=Basis.MEASURED,
-        arena_budget_bytes=budget,
-        over_budget_bytes=None if budget is None else max(0, arena - budget)), []
+    return OnDevice(spec_for(build_dir, profile.device.cpu, profile.runtime.kernels,
+                             profile.runtime.name, profile.name))
+
+
+@dataclass(frozen=True)
+class OnDevice:
+    """The model measured on one TFLM build (:func:`device_build`)."""
+
+    spec: BuildSpec
+
+    def __call__(self, measured: MeasuredReport, model: Model, profile: Profile,
+                 setup: RunSetup, host: RunResult | None) -> tuple[MeasuredReport, list[str]]:
+        """``measured`` with the build's figures. The inputs are the host run's (the same
+        file, or the same seed), so the outputs of the build are compared with the host
+        runtime's (``host``; None: that run failed). A build that runs the model gives the
+        device arena: its smallest working arena, measured (the budget is judged on it)."""
+        from devicefit.simulator.targets.tflm.build import TflmBuild
+        from devicefit.simulator.targets.tflm.qemu import measure
+
+        spec = self.spec
+        specs = input_specs(model)
+        inputs = (load_inputs(setup.input_path, specs) if setup.input_path
+                  else random_inputs(specs))
+        build = TflmBuild(spec)
+        try:
+            target, outputs = measure(build, Path(model.path), model.op_types, inputs,
+                                      starting_arena(model))
+        except RuntimeFailure as exc:  # the build or QEMU failed: a finding, the host run stands
+            target, outputs = TargetMeasurement(f"{build.label} (qemu)", spec.core,
+                                                spec.kernels, build.key, "error",
+                                                message=str(exc)), []
+        if host is not None and target.ok:
+            as_host = [np.frombuffer(raw.tobytes(), dtype=ref.dtype).reshape(ref.shape)
+                       if raw.size == ref.nbytes else raw
+                       for raw, ref in zip(outputs, host.outputs)]
+            exact, diff = compare_outputs(as_host, host.outputs)
+            target = dataclasses.replace(target, outputs_agree=exact, max_abs_difference=diff,
+                                         compared_with=f"{host.runtime} on this host, same "
+                                                       f"inputs")
+        if not target.ok:
+            note = (f"{target.build}: {target.status}"
+                    + (f" ({', '.join(target.unsupported_ops)})" if target.unsupported_ops
+                       else f": {target.message}" if target.message else ""))
+            return dataclasses.replace(measured, target_build=target), [note]
+        budget = profile.budgets.arena_bytes
+        arena = target.min_arena_bytes or 0
+        return dataclasses.replace(
+            measured, target_build=target, arena_bytes=arena, arena_basis=Basis.MEASURED,
+            arena_budget_bytes=budget,
+            over_budget_bytes=None if budget is None else max(0, arena - budget)), []
