@@ -1,10 +1,10 @@
 """Run a model for real in its target's runtime, always in a child process.
 
 Native interpreters (TFLite-Micro, LiteRT) can segfault, abort or hang on a model they do
-not like, and some crash at teardown. So :func:`run_model` never loads them in this process:
-it starts ``python -m simulator.runtimes._worker`` with a timeout, exchanges inputs and
-outputs as ``.npz`` files in a private temporary folder, and turns a crash, a hang or a
-refusal into one :class:`RuntimeFailure` naming the runtime and the stage (load / allocate /
+not like, and some crash at teardown. So a run (:meth:`RunSetup.run`, or :func:`run_model`
+for a file not read yet) never loads them in this process: it starts ``python -m
+simulator.runtimes._worker`` with a timeout, exchanges inputs and outputs as ``.npz`` files
+in a private temporary folder, and turns a crash, a hang or a refusal into one :class:`RuntimeFailure` naming the runtime and the stage (load / allocate /
 invoke) it died in. The worker writes the stage it enters to a file before entering it, so
 the stage survives a crash.
 
