@@ -159,19 +159,18 @@ def _on_device(on_device: Callable[..., Any] | None, measured: MeasuredReport, m
     return on_device(measured, model, profile, setup, host)
 
 
-#: How the interpreters name the node they stopped at: TFLM, then LiteRT.
-_NODE = (re.compile(r"Node (?P<op>[A-Z0-9_]+) \(number (?P<index>\d+)\)"),
-         re.compile(r"Node number (?P<index>\d+) \((?P<op>[A-Z0-9_]+)\)"))
-
-
 def _failure(model: Model, profile: Profile, runner: str, exc: RuntimeFailure) -> RunFailure:
     """What the run did, with the operator it stopped at: the one the runtime's message
     names, else (a crash says nothing) the first one the runtime refuses on its own, asked
     one operator at a time (:mod:`simulator.compat.probe`, cached)."""
     message = str(exc)
     failure = RunFailure(exc.stage or "start", message, crashed=exc.crashed)
-    for pattern in _NODE:
-        if (m := pattern.search(message)) is not None:
+    # The runner's own form first, then every other target's: nothing guarantees a
+    # runner's message quotes only its own interpreter.
+    own = TARGETS[runner].failed_node
+    patterns = dict.fromkeys([own, *(t.failed_node for t in TARGETS.values())])
+    for pattern in filter(None, patterns):
+        if (m := re.search(pattern, message)) is not None:
             return dataclasses.replace(failure, op_index=int(m["index"]), op=m["op"],
                                        op_found_by="the runtime's message")
     runtime = probe_runtime(runner, profile)

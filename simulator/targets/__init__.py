@@ -91,6 +91,10 @@ The record (``section_type`` and the fields from ``cpu_kernels`` on have default
     setup, host) -> (measured, notes)`` gives the model measured on that build (TFLM built
     for the core, under QEMU: ``--run --target-build``). None: the target has no device
     build.
+``failed_node``
+    A regular expression for the operator a failed run stopped at, in its runner's message
+    (named groups ``op`` and ``index``: TFLM's "Node CONV_2D (number 3)"); None: its
+    messages name none.
 
 The device-latency estimate is the target's section's own split where its section has one
 (the Edge TPU: TPU compute, link, CPU fallback), else the CPU cost model of
@@ -164,6 +168,7 @@ class Target:
     read_run: Callable[..., Any] | None = None
     cross_check: Callable[..., Any] | None = None
     device_build: Callable[..., Any] | None = None
+    failed_node: str | None = None
 
 
 def load(ref: str) -> Any:

@@ -28,4 +28,5 @@ TARGET = Target(
     bench_tool="benchmark_model",
     wheel="ai-edge-litert",
     xnnpack_option=True,
+    failed_node=r"Node number (?P<index>\d+) \((?P<op>[A-Z0-9_]+)\)",
 )

@@ -38,4 +38,5 @@ TARGET = Target(
     read_run=lazy("devicefit.simulator.targets.tflm.measured:read_run"),
     cross_check=lazy("devicefit.simulator.targets.tflm.measured:cross_check"),
     device_build=lazy("devicefit.simulator.targets.tflm.measured:device_build"),
+    failed_node=r"Node (?P<op>[A-Z0-9_]+) \(number (?P<index>\d+)\)",
 )
