@@ -25,9 +25,9 @@ from __future__ import annotations
 import dataclasses
 import re
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -56,6 +56,9 @@ from devicefit.simulator.runtimes import (
     runner_name,
 )
 from devicefit.simulator.targets import TARGETS, target_for
+
+if TYPE_CHECKING:
+    from devicefit.simulator.targets import OnDevice
 
 
 def measure(model: Model, profile: Profile, report: Report, *, file: Model | None = None,
@@ -138,7 +141,7 @@ def host_summary(result: RunResult, threads: int) -> HostLatency:
                        runs=len(times), runtime=result.runtime, threads=threads)
 
 
-def device_build(build_dir: str | Path, profile: Profile) -> Callable[..., Any]:
+def device_build(build_dir: str | Path, profile: Profile) -> OnDevice:
     """The profile's target's measurement on the device's own build in ``build_dir``
     (``--target-build``), checked now: an :class:`InputError` (one line) before anything
     runs when the target has no device build or this one cannot be made."""
@@ -150,7 +153,7 @@ def device_build(build_dir: str | Path, profile: Profile) -> Callable[..., Any]:
     return hook(build_dir, profile)
 
 
-def _on_device(on_device: Callable[..., Any] | None, measured: MeasuredReport, model: Model,
+def _on_device(on_device: OnDevice | None, measured: MeasuredReport, model: Model,
                profile: Profile, setup: RunSetup, host: RunResult | None
                ) -> tuple[MeasuredReport, list[str]]:
     """``measured`` with the model measured on the device's own build, when asked."""

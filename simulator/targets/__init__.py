@@ -120,16 +120,26 @@ from devicefit.simulator.errors import ProfileError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from pathlib import Path
 
     from devicefit.simulator.compat import UnsupportedOp
     from devicefit.simulator.model import Model
     from devicefit.simulator.planners.base import MemoryPlan
     from devicefit.simulator.profiles import Profile
-    from devicefit.simulator.runtimes import Runner
+    from devicefit.simulator.report import CrossCheck, MeasuredReport, MemoryReport
+    from devicefit.simulator.runtimes import Runner, RunResult, RunSetup
     from devicefit.simulator.schema import Leaf
 
     Planner = Callable[[Model, Profile, "Sequence[int] | None"], MemoryPlan]
     Checker = Callable[[Model, Profile], list[UnsupportedOp]]
+    #: A measuring hook's answer: the section it was given with its figures, and notes.
+    Measured = tuple[MeasuredReport, list[str]]
+    RunReader = Callable[[MeasuredReport, Model, Profile, MemoryReport, RunResult], Measured]
+    CrossChecker = Callable[[Model, Profile, RunSetup, RunResult],
+                            tuple["CrossCheck | None", list[str]]]
+    OnDevice = Callable[[MeasuredReport, Model, Profile, RunSetup, "RunResult | None"],
+                        Measured]
+    DeviceBuild = Callable[["str | Path", Profile], OnDevice]
 
 
 @dataclass(frozen=True)
@@ -165,9 +175,9 @@ class Target:
     wheel: str | None = None
     xnnpack_option: bool = False
     second_opinion: str | None = None
-    read_run: Callable[..., Any] | None = None
-    cross_check: Callable[..., Any] | None = None
-    device_build: Callable[..., Any] | None = None
+    read_run: RunReader | None = None
+    cross_check: CrossChecker | None = None
+    device_build: DeviceBuild | None = None
     failed_node: str | None = None
 
 

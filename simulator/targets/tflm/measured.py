@@ -137,7 +137,7 @@ def cross_check(model: Model, profile: Profile, setup: RunSetup, host: RunResult
     return CrossCheck(runtimes, bit_exact=exact, max_abs_difference=diff), notes
 
 
-def device_build(build_dir: str | Path, profile: Profile) -> OnDevice:
+def device_build(build_dir: str | Path, profile: Profile) -> OnBuild:
     """The measurement on the device's own TFLM build: the user's checkout built for the
     profile's core and kernels, run under QEMU (:mod:`.qemu`); a
     :class:`~.build.TargetBuildError` (one line) now, before anything runs, when there is
@@ -145,12 +145,12 @@ def device_build(build_dir: str | Path, profile: Profile) -> OnDevice:
     # Imported here: only --target-build needs the builder.
     from devicefit.simulator.targets.tflm.build import spec_for
 
-    return OnDevice(spec_for(build_dir, profile.device.cpu, profile.runtime.kernels,
+    return OnBuild(spec_for(build_dir, profile.device.cpu, profile.runtime.kernels,
                              profile.runtime.name, profile.name))
 
 
 @dataclass(frozen=True)
-class OnDevice:
+class OnBuild:
     """The model measured on one TFLM build (:func:`device_build`)."""
 
     spec: BuildSpec
