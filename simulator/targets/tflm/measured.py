@@ -146,7 +146,7 @@ def device_build(build_dir: str | Path, profile: Profile) -> OnBuild:
     from devicefit.simulator.targets.tflm.build import spec_for
 
     return OnBuild(spec_for(build_dir, profile.device.cpu, profile.runtime.kernels,
-                             profile.runtime.name, profile.name))
+                            profile.name))
 
 
 @dataclass(frozen=True)
