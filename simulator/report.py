@@ -7,10 +7,13 @@ running half (``measured``, host figures in ``latency``), then a device benchmar
 (``bench``) — and :func:`simulator.verdict.judge` judges it once. Sections of later stages
 are None until the stage that fills them has run.
 
-The sections are frozen; statuses, budget names, units and bases are ``str`` enums
-(:mod:`simulator.types`), so a report goes to JSON as it is (:meth:`Report.to_dict`, with a
-``schema_version``) and comes back typed (:meth:`Report.from_dict`, e.g. the shard results
-``check merge`` combines).
+:class:`Report` is frozen and so are the sections of the running half, the budgets and the
+target sections: each stage gives a new report (``dataclasses.replace``) and none changes
+the one it was given. The static sections (``model``, ``profile``, ``memory``, ``compute``)
+are still plain dataclasses, and a report's lists (``notes``, ``budgets``, ``layers``) are
+lists. Statuses, budget names, units and bases are ``str`` enums (:mod:`simulator.types`), so a
+report goes to JSON as it is (:meth:`Report.to_dict`, with a ``schema_version``) and comes
+back typed (:meth:`Report.from_dict`, e.g. the shard results ``check merge`` combines).
 """
 
 from __future__ import annotations
@@ -395,7 +398,8 @@ class LatencyReport:
 class CrossCheck:
     """TFLM against LiteRT's reference kernels on the same inputs (integer models)."""
 
-    runtimes: tuple[str, ...] = ("tflm", "litert (reference kernels)")
+    #: The runtimes compared, as the target that cross-checks names them.
+    runtimes: tuple[str, ...]
     bit_exact: bool | None = None
     max_abs_difference: float | None = None
     #: A runtime refused or crashed on the file: a finding of the check.
@@ -582,7 +586,7 @@ class BudgetCheck:
 # --------------------------------------------------------------------------- the report
 
 
-@dataclass
+@dataclass(frozen=True)
 class Report:
     model: ModelSummary
     profile: ProfileSummary
@@ -644,9 +648,10 @@ class Report:
         compat = data.get("compatibility")
         rest = {k: v for k, v in data.items() if k != "compatibility"}
         report = from_fields(cls, rest)
-        if compat is not None:
-            report.compatibility = CompatibilityReport.from_dict(compat, section_type)
-        return report
+        if compat is None:
+            return report
+        return dataclasses.replace(
+            report, compatibility=CompatibilityReport.from_dict(compat, section_type))
 
 
 # --------------------------------------------------------------------------- JSON

@@ -1,12 +1,13 @@
-"""The simulator's driver: read → plan → count → [run] → [bench] → judge, one :class:`Report`.
+"""The simulator's driver: read → plan → count → [measure] → [bench] → judge, one :class:`Report`.
 
 The static path (the default) imports no runtime and no TensorFlow: it reads the flatbuffer,
 plans the arena with the profile's runtime planner, counts flash, parameters and MACs,
-checks op support and estimates latency. ``run=True`` hands the report to the running half,
-``simulator.runtimes.stage.run_stage(model, profile, report, **run_options) -> Report``,
-which fills the ``measured`` section and the host figures of ``latency``; a device
+checks op support and estimates latency. ``run=True`` hands the report to the measuring
+stage, ``simulator.measure.measure(model, profile, report, **run_options) -> Report``, which
+gives it back with the ``measured`` section and the host figures of ``latency``; a device
 benchmark (``bench``) adds its section. Only then, with every figure in, are the budgets
-judged — once (:func:`simulator.verdict.judge`), so measured figures win.
+judged — once (:func:`simulator.verdict.judge`), so measured figures win. Each stage gives
+a new report; none changes the one it was given.
 """
 
 from __future__ import annotations
@@ -79,21 +80,26 @@ def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = Fals
     model, shapes, fixed = device_model(source, profile, input_shapes, run)
     report = static_report(model, profile, order, shapes=shapes, probe=probe)
     if fixed is not None:
-        report.notes.append(fixed)
+        report = dataclasses.replace(report, notes=[*report.notes, fixed])
     if model.sha256 != source.sha256:
-        report.model.source = SourceModel(
-            source.size_bytes, source.sha256, sum(len(sg.operators) for sg in source.subgraphs),
-            target.title)
+        compiled_from = SourceModel(source.size_bytes, source.sha256,
+                                    sum(len(sg.operators) for sg in source.subgraphs),
+                                    target.title)
+        report = dataclasses.replace(
+            report, model=dataclasses.replace(report.model, source=compiled_from))
     if run:
         # Imported here: the static path must not load native runtimes.
-        from devicefit.simulator.runtimes.stage import run_stage
+        from devicefit.simulator.measure import measure
 
         if input_shapes and shapes is not None:
             run_options = {"input_shapes": dict(shapes.inputs), **run_options}
-        report = run_stage(model, profile, report, **run_options)
+        # The runtimes load the file as it is (stored shapes): the one read above, unless
+        # the target prepared another.
+        file = source if target.prepare is None else None
+        report = measure(model, profile, report, file=file, **run_options)
     if bench is not None:
-        report.bench = bench_section(bench, report)
-    report.layers = layer_rows(model, report)
+        report = dataclasses.replace(report, bench=bench_section(bench, report))
+    report = dataclasses.replace(report, layers=layer_rows(model, report))
     return judge(report, profile, strict=strict)
 
 
@@ -139,36 +145,36 @@ def static_report(model: Model, profile: Profile, order: Sequence[int] | None = 
     ``probe``: op support asked of the runtime too (see :func:`simulate`)."""
     plan = plan_memory(model, profile, order)
     work = op_work(model)
+    compute = ComputeReport(
+        macs=sum(w.macs for w in work),
+        per_op=[OpCompute(w.op_index, w.op, w.macs, w.bytes_moved) for w in work])
+    compatibility = static_compatibility(model, profile, probe=probe)
     report = Report(
         model=model_summary(model, shapes),
         profile=ProfileSummary(name=profile.name, device_class=profile.device.kind,
                                runtime=profile.runtime.name, kernels=profile.runtime.kernels,
                                description=profile.description),
         memory=memory_report(model, profile, plan),
-        compute=ComputeReport(
-            macs=sum(w.macs for w in work),
-            per_op=[OpCompute(w.op_index, w.op, w.macs, w.bytes_moved) for w in work]),
-        notes=list(plan.notes),
+        compute=compute,
+        compatibility=compatibility,
     )
-    if shapes is not None:
-        report.notes.extend(shape_notes(shapes))
-    report.compatibility = static_compatibility(model, profile, probe=probe)
-    report.notes += disagreement_messages(report)
-    report.latency = static_latency(report.compatibility, profile)
-    if report.latency is None:
+    notes = [*plan.notes, *(shape_notes(shapes) if shapes is not None else []),
+             *disagreement_messages(report)]
+    latency = static_latency(compatibility, profile)
+    if latency is None:
         try:
-            report.latency = latency_section(model, profile, report.compute.per_op)
+            latency = latency_section(model, profile, compute.per_op)
         except ProfileError as exc:
             # An incomplete cost model costs the latency figure, not the memory verdict.
-            report.notes.append(f"no device latency estimate: {exc}")
-    if report.latency and report.latency.no_estimate:
-        report.notes.append(report.latency.no_estimate)
-    if shapes is not None and not shapes.resolved and report.latency:
-        report.latency = dataclasses.replace(
-            report.latency, band_ms=None, band=None,
+            notes.append(f"no device latency estimate: {exc}")
+    if latency and latency.no_estimate:
+        notes.append(latency.no_estimate)
+    if shapes is not None and not shapes.resolved and latency:
+        latency = dataclasses.replace(
+            latency, band_ms=None, band=None,
             band_basis="shapes unresolved: no validated band (the estimate counts the "
                        "file's placeholder sizes for the unresolved dimensions)")
-    return report
+    return dataclasses.replace(report, latency=latency, notes=notes)
 
 
 def model_summary(model: Model, shapes: ShapesReport | None = None) -> ModelSummary:

@@ -17,6 +17,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import numpy as np
 
     from devicefit.simulator.model import Model, Operator, Subgraph
@@ -136,13 +138,34 @@ class RunResult:
 
 @dataclass(frozen=True)
 class RunOptions:
+    """How one run goes: timed invokes after the warm-up ones, and the runtime's set-up."""
+
     runs: int = 1
     warmup: int = 1
     threads: int = 1
+    #: LiteRT's default delegate (a runner whose target has no ``xnnpack_option`` ignores it).
     xnnpack: bool = True
     reference_kernels: bool = False
     #: TFLM arena size to start from; None lets the runner pick (and grow on failure).
     arena_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.runs < 1 or self.warmup < 0:
+            # Imported here: this module imports nothing of devicefit when it loads.
+            from devicefit.simulator.errors import UsageError
+
+            raise UsageError(f"runs must be >= 1 and warmup >= 0 (got runs={self.runs}, "
+                             f"warmup={self.warmup})")
+
+
+class ModelRuns(Protocol):
+    """What a target's measuring hook may do with the model being measured: run it again,
+    on the same inputs (:class:`simulator.runtimes.RunSetup` is one)."""
+
+    @property
+    def input_path(self) -> str | Path | None: ...
+
+    def run(self, runtime: str, options: RunOptions) -> RunResult: ...
 
 
 class Runner(Protocol):

@@ -177,8 +177,8 @@ def _before_after(args: argparse.Namespace, report, baseline: Path) -> None:
     from devicefit.simulator.simulate import simulate
 
     before = simulate(baseline, report.profile, profiles_dirs=args.profiles_dir)
-    before.model = dataclasses.replace(before.model,
-                                       path=f"float32 .tflite of {args.model} (not kept)")
+    before = dataclasses.replace(before, model=dataclasses.replace(
+        before.model, path=f"float32 .tflite of {args.model} (not kept)"))
     pairs = [(f"before: float32 .tflite of {args.model}", before),
              (f"after: {report.output} ({report.settings.scheme})",
               simulate(report.output, report.profile, profiles_dirs=args.profiles_dir))]

@@ -92,11 +92,10 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.target_build and not args.run:
         raise UsageError("--target-build runs the model on a TFLM build: add --run")
     if args.target_build:
-        from devicefit.simulator.targets.tflm.build import spec_for
+        from devicefit.simulator.measure import device_build
 
         # Before the host run: a missing checkout or toolchain is one line, at once.
-        spec_for(args.target_build, profile.device.cpu, profile.runtime.kernels,
-                 profile.runtime.name, profile.name)
+        device_build(args.target_build, profile)
     check_outputs([*picture_outputs(args), *layer_outputs(args)], [("model", args.model), ("--input data", args.input),
                                           *profile_inputs(profile)])
     run_options = ({"runs": args.runs, "input_path": args.input, "timeout_s": args.timeout,

@@ -29,7 +29,7 @@ from devicefit.sdk.convert.sparsity import SparsityOutcome, SparsitySpec, Traini
 from devicefit.sdk.convert.sparsity.base import clone_model
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import UsageError
-from devicefit.simulator.profiles import Profile
+from devicefit.simulator.profile_types import Profile
 
 if TYPE_CHECKING:
     from devicefit.sdk.convert.spec import ConversionSpec

@@ -56,8 +56,6 @@ from devicefit.simulator.types import UnsupportedOp
 
 #: Version of the signature and answer format: part of every cache key.
 FORMAT = 3
-#: The wheel each probed runner is, by runner name.
-WHEELS = {"tflm": "tflite-micro", "litert": "ai-edge-litert"}
 #: Seconds the children of one model and runtime may take together, and how many may be
 #: started (a crash ends one): a hostile file whose every op kills its child, or hangs it,
 #: costs a bounded wait; what is left unasked keeps the table's answer.
@@ -79,11 +77,13 @@ class ProbeRuntime:
     xnnpack: bool
     #: ``"<wheel> <version>"``, in every cache key: a new wheel asks again.
     wheel: str
+    #: Whether the runner honours ``xnnpack`` (its target's ``xnnpack_option``).
+    honours_xnnpack: bool = False
 
     @property
     def label(self) -> str:
         delegate = {True: " (XNNPACK)", False: " (builtin kernels)"}[self.xnnpack]
-        return self.wheel + (delegate if self.runner == "litert" else "")
+        return self.wheel + (delegate if self.honours_xnnpack else "")
 
 
 @dataclass(frozen=True)
@@ -101,14 +101,15 @@ def probe_runtime(table: str, profile: Profile) -> ProbeRuntime | None:
     """The runtime behind op table ``table`` on ``profile``, None for a table whose
     runtime is not a wheel here (Edge TPU, Ethos-U: their own static analysis) or whose
     wheel is not installed."""
-    if table not in WHEELS:
+    target = TARGETS.get(table)
+    if target is None or target.wheel is None:
         return None
     try:
-        version = metadata.version(WHEELS[table])
+        version = metadata.version(target.wheel)
     except metadata.PackageNotFoundError:
         return None
-    xnnpack = table == "litert" and "xnnpack" in profile.runtime.delegates
-    return ProbeRuntime(table, xnnpack, f"{WHEELS[table]} {version}")
+    xnnpack = target.xnnpack_option and "xnnpack" in profile.runtime.delegates
+    return ProbeRuntime(table, xnnpack, f"{target.wheel} {version}", target.xnnpack_option)
 
 
 def cache_dir() -> Path:

@@ -66,9 +66,6 @@ from devicefit.simulator.writer import reorder_operators, set_offline_plan
 if TYPE_CHECKING:  # the runners load only when verification runs
     from devicefit.simulator.types import RunResult
 
-#: The runtime the optimized model's outputs are also compared in: LiteRT's reference
-#: kernels are an implementation of the int8 kernels other than TFLM's.
-SECOND_OPINION = "litert"
 #: Patched graphs up to this many operators get the order search; larger ones keep their
 #: patch-by-patch order.
 EXACT_ORDER_SEARCH_OPS = 64
@@ -589,22 +586,25 @@ class _Runs:
 def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
             profile: Profile, run: _Runs | None = None) -> None:
     """Run both files on the same inputs (reference kernels) in the profile's runner (TFLM),
-    which must take both, and in LiteRT, a second implementation of the same kernels."""
+    which must take both, and in its target's ``second_opinion`` (LiteRT: a second
+    implementation of the same kernels), where it has one."""
     from devicefit.simulator.runtimes import compare_outputs
 
     runner = _runner(profile)
+    second = target_for(profile).second_opinion
     run = run or _Runs()
-    for runtime in dict.fromkeys((runner, SECOND_OPINION)):
+    for runtime in dict.fromkeys(r for r in (runner, second) if r is not None):
         runs = []
         for which, data in (("original", original), ("optimized", optimized)):
             try:
                 runs.append(run(data, runtime))
             except RuntimeFailure as exc:
+                title = TARGETS[runtime].title
                 if runtime == runner:
-                    raise RuntimeFailure(f"cannot check the optimized model in TFLM (the "
+                    raise RuntimeFailure(f"cannot check the optimized model in {title} (the "
                                          f"{which} model fails), so it is not written: "
                                          f"{exc}") from exc
-                report.notes.append(f"outputs not compared in LiteRT ({which} model): {exc}")
+                report.notes.append(f"outputs not compared in {title} ({which} model): {exc}")
                 break
         if len(runs) < 2:
             continue

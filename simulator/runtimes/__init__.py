@@ -1,10 +1,10 @@
 """Run a model for real in its target's runtime, always in a child process.
 
 Native interpreters (TFLite-Micro, LiteRT) can segfault, abort or hang on a model they do
-not like, and some crash at teardown. So :func:`run_model` never loads them in this process:
-it starts ``python -m simulator.runtimes._worker`` with a timeout, exchanges inputs and
-outputs as ``.npz`` files in a private temporary folder, and turns a crash, a hang or a
-refusal into one :class:`RuntimeFailure` naming the runtime and the stage (load / allocate /
+not like, and some crash at teardown. So a run (:meth:`RunSetup.run`, or :func:`run_model`
+for a file not read yet) never loads them in this process: it starts ``python -m
+simulator.runtimes._worker`` with a timeout, exchanges inputs and outputs as ``.npz`` files
+in a private temporary folder, and turns a crash, a hang or a refusal into one :class:`RuntimeFailure` naming the runtime and the stage (load / allocate /
 invoke) it died in. The worker writes the stage it enters to a file before entering it, so
 the stage survives a crash.
 
@@ -161,72 +161,106 @@ def load_inputs(path: str | Path, specs: list[InputSpec]) -> list[np.ndarray]:
 
 
 # --------------------------------------------------------------------------- parent side
+@dataclass(frozen=True)
+class RunSetup:
+    """What every run of one model shares: the model, read once (its file is what the child
+    runs), its inputs and the timeout.
+
+    Inputs are ``inputs``, else read from ``input_path`` (:func:`load_inputs`), else
+    :func:`random_inputs` (at ``input_shapes``, input name → shape, where given: the
+    dynamic dimensions resolved with ``--input-shape``); the last two are made in the child,
+    under its memory limit, so a hostile data file or input shape costs the child, not this
+    process. Two runs of one setup see the same data (the same file, or the same seed).
+    """
+
+    model: Model
+    inputs: list[np.ndarray] | None = None
+    input_path: str | Path | None = None
+    input_shapes: Mapping[str, Sequence[int]] | None = None
+    timeout_s: float = 60
+
+    def __post_init__(self) -> None:
+        _check_timeout(self.timeout_s)
+
+    def run(self, runtime: str, options: RunOptions) -> RunResult:
+        """Run the model in ``runtime`` (a key of :data:`RUNNERS`) in a child process.
+
+        Raises :class:`InputError` for inputs that do not fit the model,
+        :class:`RuntimeFailure` when the runtime refuses the model, crashes or exceeds the
+        timeout (the child is killed).
+        """
+        name = runner_name(runtime)
+        model, timeout_s = self.model, self.timeout_s
+        _check_io_bytes(model)
+        # Data read from --input is checked in the child; the placeholder shape shows only
+        # here.
+        hint = (_stored_shape_hint(model, self.inputs)
+                if self.input_path is None and not self.input_shapes else "")
+        options = dataclasses.replace(options,
+                                      arena_size=options.arena_size or starting_arena(model))
+        with temporary_folder("devicefit-run-") as tmp:
+            work = Path(tmp)
+            if self.inputs is not None:
+                np.savez(work / "inputs.npz", *self.inputs)
+                source: dict = {"given": True}
+            elif self.input_path is not None:
+                source = {"file": str(Path(self.input_path).resolve())}
+            else:
+                source = {"seed": INPUT_SEED,
+                          "shapes": {k: list(v) for k, v in (self.input_shapes or {}).items()}}
+            # The child makes or checks the inputs from these, without reading the model.
+            source["specs"] = [asdict(spec) for spec in input_specs(model)]
+            request = {"runtime": name, "model": str(Path(model.path).resolve()),
+                       "num_outputs": len(model.main.outputs), "options": asdict(options),
+                       "dir": str(work), "inputs": source,
+                       "memory_bytes": WORKER_MEMORY_BYTES}
+            (work / "request.json").write_text(json.dumps(request))
+            proc, timed_out = spawn(work, timeout_s)
+            stage = _read_stage(work)
+            result_file = work / "result.json"
+            if timed_out:
+                raise RuntimeFailure(f"{name}: no answer after {timeout_s:g} s during "
+                                     f"'{stage}' (the model hangs the runtime or needs a "
+                                     f"longer --timeout)", stage=stage)
+            assert proc is not None  # spawn gives no process only with timed_out
+            if result_file.exists():
+                result = json.loads(result_file.read_text())
+                if not result["ok"] and result["stage"] == "inputs":
+                    raise InputError(result["error"])
+                if not result["ok"]:
+                    raise RuntimeFailure(f"{name} refused the model during "
+                                         f"'{result['stage']}': {result['error']}{hint}",
+                                         stage=result["stage"])
+                if proc.returncode == 0 or stage == "done":
+                    return _result_from(result, work)
+            raise RuntimeFailure(f"{name} crashed during '{stage}' "
+                                 f"({describe_exit(proc.returncode)})"
+                                 f"{_stderr_tail(proc.stderr)}; the model is malformed or hits "
+                                 f"a bug in {name} (devicefit ran it in a child process)",
+                                 stage=stage, crashed=True)
+
+
 def run_model(path: str | Path, runtime: str, *, inputs: list[np.ndarray] | None = None,
               input_path: str | Path | None = None,
               runs: int = 1, warmup: int = 1, threads: int = 1, xnnpack: bool = True,
               reference_kernels: bool = False, timeout_s: float = 60,
               arena_size: int | None = None,
               input_shapes: Mapping[str, Sequence[int]] | None = None) -> RunResult:
-    """Run ``path`` in ``runtime`` (a key of :data:`RUNNERS`) in a child process.
-
-    Inputs are ``inputs``, else read from ``input_path`` (:func:`load_inputs`), else
-    :func:`random_inputs` (at ``input_shapes``, input name → shape, where given: the
-    dynamic dimensions resolved with ``--input-shape``); the last two are made in the child,
-    under its memory limit, so a hostile data file or input shape costs the child, not this
-    process. Raises
-    :class:`InputError` for inputs that do not fit the model, :class:`RuntimeFailure` when
-    the runtime refuses the model, crashes or exceeds ``timeout_s`` (the child is killed).
-    """
+    """Read ``path`` and run it once in ``runtime`` (see :class:`RunSetup`, whose
+    :meth:`~RunSetup.run` a caller with the model already read uses instead)."""
     from devicefit.simulator.reader import read_model
 
-    name = runner_name(runtime)
-    if runs < 1 or warmup < 0:
-        raise UsageError(f"runs must be >= 1 and warmup >= 0 (got runs={runs}, warmup={warmup})")
+    runner_name(runtime)
+    options = RunOptions(runs=runs, warmup=warmup, threads=threads, xnnpack=xnnpack,
+                         reference_kernels=reference_kernels, arena_size=arena_size)
+    _check_timeout(timeout_s)
+    setup = RunSetup(read_model(path), inputs, input_path, input_shapes, timeout_s)
+    return setup.run(runtime, options)
+
+
+def _check_timeout(timeout_s: float) -> None:
     if not math.isfinite(timeout_s) or timeout_s <= 0:
         raise UsageError(f"the timeout must be a finite number > 0 (got {timeout_s:g} s)")
-    model = read_model(path)
-    _check_io_bytes(model)
-    # Data read from --input is checked in the child; the placeholder shape shows only here.
-    hint = _stored_shape_hint(model, inputs) if input_path is None and not input_shapes else ""
-    options = RunOptions(runs=runs, warmup=warmup, threads=threads, xnnpack=xnnpack,
-                         reference_kernels=reference_kernels,
-                         arena_size=arena_size or starting_arena(model))
-    with temporary_folder("devicefit-run-") as tmp:
-        work = Path(tmp)
-        if inputs is not None:
-            np.savez(work / "inputs.npz", *inputs)
-            source: dict = {"given": True}
-        elif input_path is not None:
-            source = {"file": str(Path(input_path).resolve())}
-        else:
-            source = {"seed": INPUT_SEED,
-                      "shapes": {k: list(v) for k, v in (input_shapes or {}).items()}}
-        request = {"runtime": name, "model": str(Path(path).resolve()),
-                   "num_outputs": len(model.main.outputs), "options": asdict(options),
-                   "dir": str(work), "inputs": source,
-                   "memory_bytes": WORKER_MEMORY_BYTES}
-        (work / "request.json").write_text(json.dumps(request))
-        proc, timed_out = spawn(work, timeout_s)
-        stage = _read_stage(work)
-        result_file = work / "result.json"
-        if timed_out:
-            raise RuntimeFailure(f"{name}: no answer after {timeout_s:g} s during '{stage}' "
-                                 f"(the model hangs the runtime or needs a longer --timeout)",
-                                 stage=stage)
-        assert proc is not None  # spawn gives no process only with timed_out
-        if result_file.exists():
-            result = json.loads(result_file.read_text())
-            if not result["ok"] and result["stage"] == "inputs":
-                raise InputError(result["error"])
-            if not result["ok"]:
-                raise RuntimeFailure(f"{name} refused the model during '{result['stage']}': "
-                                     f"{result['error']}{hint}", stage=result["stage"])
-            if proc.returncode == 0 or stage == "done":
-                return _result_from(result, work)
-        raise RuntimeFailure(f"{name} crashed during '{stage}' ({describe_exit(proc.returncode)})"
-                             f"{_stderr_tail(proc.stderr)}; the model is malformed or hits a "
-                             f"bug in {name} (devicefit ran it in a child process)",
-                             stage=stage, crashed=True)
 
 
 def _stored_shape_hint(model: Model, inputs: list[np.ndarray] | None) -> str:
@@ -253,14 +287,14 @@ def _check_io_bytes(model: Model) -> None:
 
 
 def worker_inputs(request: dict) -> list[np.ndarray]:
-    """The inputs a worker runs with, as :func:`run_model` asked for them (child side)."""
-    from devicefit.simulator.reader import read_model
-
+    """The inputs a worker runs with, as :meth:`RunSetup.run` asked for them (child side)."""
     work, source = Path(request["dir"]), request["inputs"]
     if source.get("given"):
         with np.load(work / "inputs.npz", allow_pickle=False) as z:
             return [z[f"arr_{i}"] for i in range(len(z.files))]
-    specs = input_specs(read_model(request["model"]))
+    specs = [InputSpec(s["name"], tuple(s["shape"]), s["dtype"],
+                       None if s["signature"] is None else tuple(s["signature"]))
+             for s in source["specs"]]
     if "file" in source:
         return load_inputs(source["file"], specs)
     shapes = source.get("shapes", {})
@@ -280,7 +314,8 @@ def starting_arena(model: Model) -> int:
 
 
 #: What a worker imports before it reads its request: the zygote imports it once.
-WORKER_PRELOAD = ("numpy", "devicefit.simulator.runtimes._worker",
+#: (``importlib.metadata``: the target registry reads installed distributions' entry points.)
+WORKER_PRELOAD = ("numpy", "importlib.metadata", "devicefit.simulator.runtimes._worker",
                   "devicefit.simulator.runtimes._probe_worker", "ai_edge_litert.interpreter",
                   "tflite_micro")
 

@@ -39,12 +39,20 @@ if TYPE_CHECKING:
     from devicefit.simulator.model import Model
     from devicefit.simulator.planners.base import MemoryPlan
     from devicefit.simulator.profile_types import Profile
-    from devicefit.simulator.report import TargetSection
+    from devicefit.simulator.report import CrossCheck, MeasuredReport, MemoryReport, TargetSection
     from devicefit.simulator.schema import Leaf
-    from devicefit.simulator.types import Checker, Runner
+    from devicefit.simulator.types import Checker, ModelRuns, Runner, RunResult
 
     #: A target's arena planner: ``(model, profile, order) -> MemoryPlan``.
     Planner = Callable[[Model, Profile, Sequence[int] | None], MemoryPlan]
+    #: A measuring hook's answer: the section it was given with its figures, and notes.
+    Measured = tuple[MeasuredReport, list[str]]
+    RunReader = Callable[[MeasuredReport, Model, Profile, MemoryReport, RunResult], Measured]
+    CrossChecker = Callable[[Model, Profile, ModelRuns, RunResult],
+                            tuple["CrossCheck | None", list[str]]]
+    OnDevice = Callable[[MeasuredReport, Model, Profile, ModelRuns, "RunResult | None"],
+                        Measured]
+    DeviceBuild = Callable[["str | Path", Profile], OnDevice]
 
 #: The packages of built-in targets.
 BUILTIN_PACKAGE = "devicefit.simulator.targets"
@@ -121,6 +129,34 @@ class Target:
     ``compiled_op``
         The custom op code the target's compiler leaves in a model for its compiled part
         (e.g. Vela's ``ethos-u``); on any other target that op is a finding naming this one.
+    ``wheel``
+        The Python distribution its ``host_runtime`` lives in (``"tflite-micro"``): the op
+        probe asks that runtime and keys its cache by the wheel's version; None: no wheel.
+    ``xnnpack_option``
+        Whether its runner honours ``RunOptions.xnnpack`` (LiteRT's default delegate, on
+        when the profile's ``runtime.delegates`` list ``xnnpack``); other runners ignore it.
+    ``second_opinion``
+        The target whose runner, with reference kernels, is a second implementation of this
+        target's integer kernels (TFLM: ``"litert"``): ``optimize`` checks its output in
+        both.
+    ``read_run``
+        ``(measured, model, profile, memory, result) -> (measured, notes)``: what the target
+        reads from a run of its own runner beside the prediction (TFLM: the arena), run by
+        :mod:`simulator.measure`; None: the run's outputs and times are all it gives.
+    ``cross_check``
+        ``(model, profile, setup, host) -> (CrossCheck | None, notes)``: a check the target
+        runs on any profile's model it can run (TFLM against LiteRT's reference kernels, bit
+        for bit on integer models); None from the hook: it does not apply to this model.
+    ``device_build``
+        ``(build_dir, profile) -> measure``, raising a one-line :class:`InputError` when the
+        device's build cannot be made from ``build_dir``; ``measure(measured, model,
+        profile, setup, host) -> (measured, notes)`` gives the model measured on that build
+        (TFLM built for the core, under QEMU: ``--run --target-build``). None: the target
+        has no device build.
+    ``failed_node``
+        A regular expression for the operator a failed run stopped at, in its runner's
+        message (named groups ``op`` and ``index``: TFLM's "Node CONV_2D (number 3)");
+        None: its messages name none.
 
     The device-latency estimate is the target's section's own split where its section has
     one (the Edge TPU: TPU compute, link, CPU fallback), else the CPU cost model of
@@ -150,6 +186,13 @@ class Target:
     prepare: Callable[[Model, Profile], Model] | None = None
     resizes_inputs: bool = True
     compiled_op: str | None = None
+    wheel: str | None = None
+    xnnpack_option: bool = False
+    second_opinion: str | None = None
+    read_run: RunReader | None = None
+    cross_check: CrossChecker | None = None
+    device_build: DeviceBuild | None = None
+    failed_node: str | None = None
 
 
 def load(ref: str) -> Any:

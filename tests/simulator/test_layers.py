@@ -82,7 +82,8 @@ def test_host_times_per_operator_join_their_rows():
     report = simulate(path, "android-arm64-cpu")
     host = tuple(HostOpTime(o.op_index, o.op, 0.1 * (o.op_index + 1))
                  for o in report.latency.per_op)
-    report.latency = dataclasses.replace(report.latency, host_per_op_ms=host)
+    report = dataclasses.replace(
+        report, latency=dataclasses.replace(report.latency, host_per_op_ms=host))
     rows = layer_rows(read_model(path), report)
     assert [r.host_ms for r in rows] == [h.ms for h in host]
     assert "host (measured)" in text_lines(rows)[1]

@@ -63,7 +63,7 @@ def test_measured_head_equals_prediction(name):
     assert measured.arena_total_bytes == measured.arena_head_bytes + measured.arena_tail_bytes
 
 
-def test_run_stage_fills_report_and_cross_checks_bit_exact():
+def test_measure_fills_report_and_cross_checks_bit_exact():
     report = simulate(zoo.model_path("chain_int8"), PROFILE, run=True, runs=3).to_dict()
     m, lat = report["measured"], report["latency"]
     assert m["runtime"] == "tflm" and m["head_difference_bytes"] == 0

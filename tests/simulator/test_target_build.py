@@ -216,7 +216,8 @@ def test_cli_refuses_a_profile_that_is_not_tflm(small_model, tmp_path, capsys):
     code = main(["simulate", str(small_model), "--profile", "android-arm64-cpu", "--run",
                  "--target-build", str(_checkout(tmp_path / "tflm"))])
     assert code == 2
-    assert "builds TFLite-Micro; profile 'android-arm64-cpu' runs" in capsys.readouterr().err
+    assert ("builds TensorFlow Lite Micro; profile 'android-arm64-cpu' runs"
+            in capsys.readouterr().err)
 
 
 # --------------------------------------------------------------------------- end to end

@@ -26,4 +26,7 @@ TARGET = Target(
     offline_plan=False,
     section=None,
     bench_tool="benchmark_model",
+    wheel="ai-edge-litert",
+    xnnpack_option=True,
+    failed_node=r"Node number (?P<index>\d+) \((?P<op>[A-Z0-9_]+)\)",
 )

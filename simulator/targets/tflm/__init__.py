@@ -5,9 +5,11 @@ persistent tail), op support comes from the tflite-micro wheel's op resolver
 (:mod:`simulator.targets.tflm.ops`), and ``--run`` runs the model in that wheel. TFLM reads an
 offline arena plan from the model's metadata, which ``optimize`` writes.
 
-``--run --target-build DIR`` also builds TFLM from the user's checkout for the profile's
-core and kernel library (:mod:`.build`) and measures the model on it under QEMU
-(:mod:`.qemu`, with the harness ``harness.cc`` shipped beside them).
+What ``--run`` measures beyond outputs and times (the arena, the cross-check against
+LiteRT's reference kernels) is :mod:`.measured`. ``--run --target-build DIR`` also builds
+TFLM from the user's checkout for the profile's core and kernel library (:mod:`.build`) and
+measures the model on it under QEMU (:mod:`.qemu`, with the harness ``harness.cc`` shipped
+beside them).
 """
 
 from __future__ import annotations
@@ -31,4 +33,10 @@ TARGET = Target(
     offline_plan=True,
     resizes_inputs=False,
     section=None,
+    wheel="tflite-micro",
+    second_opinion="litert",
+    read_run=lazy("devicefit.simulator.targets.tflm.measured:read_run"),
+    cross_check=lazy("devicefit.simulator.targets.tflm.measured:cross_check"),
+    device_build=lazy("devicefit.simulator.targets.tflm.measured:device_build"),
+    failed_node=r"Node (?P<op>[A-Z0-9_]+) \(number (?P<index>\d+)\)",
 )

@@ -84,12 +84,9 @@ class OpBinding:
     registration: str | None  # "Register_CONV_2D"; None: the method names none
 
 
-def spec_for(tflm_dir: str | Path, cpu: str | None, kernels: str, runtime: str,
-             profile: str) -> BuildSpec:
-    """The build a profile's device needs; :class:`TargetBuildError` when there is none."""
-    if runtime != "tflm":
-        raise TargetBuildError(f"--target-build builds TFLite-Micro; profile '{profile}' runs "
-                               f"'{runtime}'")
+def spec_for(tflm_dir: str | Path, cpu: str | None, kernels: str, profile: str) -> BuildSpec:
+    """The build a TFLM profile's device needs; :class:`TargetBuildError` when there is none
+    (a profile of another target is refused by :func:`simulator.measure.device_build`)."""
     if cpu is None:
         raise TargetBuildError(f"--target-build: profile '{profile}' sets no device.cpu to "
                                "build for")

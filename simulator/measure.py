@@ -1,0 +1,223 @@
+"""The measuring stage of ``simulate --run``: the model run for real, beside the prediction.
+
+:mod:`simulator.simulate` reads, plans and counts (the static report), then hands that
+report to :func:`measure`, which gives back a new report with the running half's sections —
+``measured``, the host figures of ``latency``, and ``compatibility`` where the run answered
+op support otherwise — and the driver judges it whole (:mod:`simulator.verdict`). It runs:
+
+- the model in its runner (the profile's target's ``runner``: the Edge TPU's CPU reference
+  runs in LiteRT) with warm-up and ``runs`` timed invokes, for the host latency;
+- what the runner's target reads from that run beside the prediction (``Target.read_run``:
+  TFLM's arena, from its RecordingMicroAllocator);
+- the cross-check of a target that has one (``Target.cross_check``: for integer models,
+  TFLM against LiteRT's reference kernels on the same inputs, bit for bit);
+- with ``target_build``, the profile's target's device build (``Target.device_build``: TFLM
+  built for the device's core and kernels, under QEMU), whose arena then wins.
+
+The model is read once (every run loads the same file, :class:`RunSetup`) and op support is
+the static report's. The model is always run, also when the static op support says it
+cannot be: the run's answer wins and a difference is a disagreement in ``compatibility``; a
+failed run names the stage, the runtime's message and the operator, and fails the verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import statistics
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from devicefit.simulator.compat import check_ops
+from devicefit.simulator.compat.probe import probe_ops, probe_runtime, scales
+from devicefit.simulator.errors import InputError, RuntimeFailure
+from devicefit.simulator.model import Model
+from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.reader import read_model
+from devicefit.simulator.report import (
+    CompatibilityReport,
+    Disagreement,
+    HostLatency,
+    HostOpTime,
+    LatencyReport,
+    MeasuredReport,
+    Report,
+    RunFailure,
+)
+from devicefit.simulator.runtimes import INPUT_SEED, RunSetup, runner_name
+from devicefit.simulator.targets.registry import TARGETS, target_for
+from devicefit.simulator.types import RunOptions, RunResult, UnsupportedOp
+
+if TYPE_CHECKING:
+    from devicefit.simulator.targets.registry import OnDevice
+
+
+def measure(model: Model, profile: Profile, report: Report, *, file: Model | None = None,
+            runs: int = 10, warmup: int = 1, input_path: str | Path | None = None,
+            timeout_s: float = 60, cross_check: bool = True,
+            input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+            target_build: str | Path | None = None) -> Report:
+    """``report`` (the static half's, not changed) with the running-half sections of
+    ``model`` run for real; random inputs at ``input_shapes`` (input name → shape) where
+    given.
+
+    ``model`` is the model the device runs, as the report describes it; ``file`` is the
+    same model as its file holds it (what the runtimes load; read from ``model.path`` when
+    not given). The model is run whatever the static answer was: a run that fails is
+    reported (stage, message, operator) and fails the verdict; a run that disagrees with the
+    static op support, either way, is a disagreement in ``compatibility`` and the run's
+    answer wins. ``target_build``: the device's own build to also measure on, for a target
+    that has one (TFLM: a checkout, built for the profile's core and kernels); its
+    smallest working arena is then the measured device arena.
+    """
+    compat = report.compatibility or check_ops(model, profile)
+    primary = runner_name(profile.runtime.name)
+    runner = TARGETS[primary]
+    on_device = None if target_build is None else device_build(target_build, profile)
+    inputs = (str(input_path) if input_path
+              else f"random within each input's range (seed {INPUT_SEED})")
+    if input_shapes and not input_path:
+        inputs += ", at " + ", ".join(f"{name} {'x'.join(map(str, shape))}"
+                                      for name, shape in input_shapes.items())
+    threads = profile.runtime.threads
+    # A runner without the flag ignores it; LiteRT's follows the profile's delegates.
+    xnnpack = not runner.xnnpack_option or "xnnpack" in profile.runtime.delegates
+    options = RunOptions(runs=runs, warmup=warmup, threads=threads, xnnpack=xnnpack)
+    # Inputs are read or generated in each run's child, never here (see RunSetup).
+    setup = RunSetup(file or read_model(model.path), input_path=input_path,
+                     input_shapes=input_shapes, timeout_s=timeout_s)
+    try:
+        main = setup.run(primary, options)
+    except RuntimeFailure as exc:
+        failure = _failure(model, profile, primary, exc)
+        measured, built = _on_device(on_device, MeasuredReport(primary, inputs,
+                                                               failure=failure),
+                                     model, profile, setup, None)
+        after = _after_failed_run(compat, failure, primary)
+        return dataclasses.replace(
+            report, compatibility=after, measured=measured,
+            notes=[*report.notes, f"{primary} {failure.line()}", *built,
+                   *_new_disagreements(compat, after)])
+    after = _after_run(compat, profile, primary)
+    notes = [*report.notes, *_new_disagreements(compat, after)]
+    # A profile whose cost model has no entry for the model's dtypes has no latency section
+    # from the static half; the host measurement still belongs in one.
+    per_op = (tuple(HostOpTime(o["op_index"], o["op"], o["ms"]) for o in main.per_op_ms)
+              if main.per_op_ms is not None else None)
+    latency = dataclasses.replace(report.latency or LatencyReport(),
+                                  host_ms=host_summary(main, threads), host_per_op_ms=per_op)
+    measured = MeasuredReport(primary, inputs)
+    if runner.read_run is not None:
+        measured, read = runner.read_run(measured, model, profile, report.memory, main)
+        notes += read
+    if cross_check:
+        for target in TARGETS.values():
+            if target.cross_check is None:
+                continue
+            check, found = target.cross_check(model, profile, setup, main)
+            if check is not None:
+                measured = dataclasses.replace(measured, cross_check=check,
+                                               outputs_agree=check.bit_exact)
+                notes += found
+                break
+    measured, built = _on_device(on_device, measured, model, profile, setup, main)
+    return dataclasses.replace(report, compatibility=after, latency=latency,
+                               measured=measured, notes=[*notes, *built])
+
+
+def host_summary(result: RunResult, threads: int) -> HostLatency:
+    times = sorted(result.host_ms)
+    p90 = times[min(len(times) - 1, int(np.ceil(0.9 * len(times))) - 1)]
+    return HostLatency(median=statistics.median(times), p90=p90, min=times[0],
+                       runs=len(times), runtime=result.runtime, threads=threads)
+
+
+def device_build(build_dir: str | Path, profile: Profile) -> OnDevice:
+    """The profile's target's measurement on the device's own build in ``build_dir``
+    (``--target-build``), checked now: an :class:`InputError` (one line) before anything
+    runs when the target has no device build or this one cannot be made."""
+    hook = target_for(profile).device_build
+    if hook is None:
+        builds = " or ".join(t.title for t in TARGETS.values() if t.device_build) or "nothing"
+        raise InputError(f"--target-build builds {builds}; profile '{profile.name}' runs "
+                         f"'{profile.runtime.name}'")
+    return hook(build_dir, profile)
+
+
+def _on_device(on_device: OnDevice | None, measured: MeasuredReport, model: Model,
+               profile: Profile, setup: RunSetup, host: RunResult | None
+               ) -> tuple[MeasuredReport, list[str]]:
+    """``measured`` with the model measured on the device's own build, when asked."""
+    if on_device is None:
+        return measured, []
+    return on_device(measured, model, profile, setup, host)
+
+
+def _failure(model: Model, profile: Profile, runner: str, exc: RuntimeFailure) -> RunFailure:
+    """What the run did, with the operator it stopped at: the one the runtime's message
+    names, else (a crash says nothing) the first one the runtime refuses on its own, asked
+    one operator at a time (:mod:`simulator.compat.probe`, cached)."""
+    message = str(exc)
+    failure = RunFailure(exc.stage or "start", message, crashed=exc.crashed)
+    # The runner's own form first, then every other target's: nothing guarantees a
+    # runner's message quotes only its own interpreter.
+    own = TARGETS[runner].failed_node
+    patterns = dict.fromkeys([own, *(t.failed_node for t in TARGETS.values())])
+    for pattern in filter(None, patterns):
+        if (m := re.search(pattern, message)) is not None:
+            return dataclasses.replace(failure, op_index=int(m["index"]), op=m["op"],
+                                       op_found_by="the runtime's message")
+    runtime = probe_runtime(runner, profile)
+    if runtime is None:
+        return failure
+    answers = probe_ops(model, runtime).answers
+    refused = next((where for where, a in sorted(answers.items()) if not a.ok), None)
+    if refused is None:
+        return failure
+    sg, index = refused
+    op = model.subgraphs[sg].operators[index]
+    return dataclasses.replace(
+        failure, op_index=index, subgraph=sg, op=op.op_name,
+        op_found_by=f"running each operator alone: it fails alone too, at "
+                    f"{answers[refused].stage}; its scales: {scales(model.subgraphs[sg], op)}")
+
+
+def _new_disagreements(before: CompatibilityReport, after: CompatibilityReport) -> list[str]:
+    return [f"op support: {d.line()}" for d in after.disagreements[len(before.disagreements):]]
+
+
+def _after_failed_run(compat: CompatibilityReport, failure: RunFailure, runner: str
+                      ) -> CompatibilityReport:
+    """A failed run of the profile's own runtime is its answer on op support: a model the
+    static check passed fails it, as a disagreement. (An Edge TPU profile's run is its CPU
+    reference in LiteRT: its failure is reported, not the accelerator's verdict.)"""
+    if compat.table != runner or not compat.supported:
+        return compat
+    index = -1 if failure.op_index is None else failure.op_index
+    op = failure.op or "(model)"
+    said = f"the run {failure.line()}"
+    return dataclasses.replace(
+        compat, supported=False,
+        unsupported_ops=(UnsupportedOp(index, op, said, failure.subgraph),),
+        disagreements=(*compat.disagreements,
+                       Disagreement(index, op, "supported", said, "run", failure.subgraph)))
+
+
+def _after_run(compat: CompatibilityReport, profile: Profile, runner: str
+               ) -> CompatibilityReport:
+    """A complete run of the profile's own runtime answers op support for the whole model:
+    what the static check refused ran (a disagreement, the run wins), except ops the
+    profile's ``ops.allow`` leaves out of the device's resolver."""
+    if compat.table != runner or compat.supported:
+        return compat
+    allowed = profile.ops.allow
+    kept = tuple(u for u in compat.unsupported_ops if allowed is not None
+                 and u.op not in allowed)
+    ran = tuple(Disagreement(u.op_index, u.op, u.reason, "ran (the whole model, --run)",
+                             "run", u.subgraph)
+                for u in compat.unsupported_ops if u not in kept)
+    return dataclasses.replace(compat, supported=not kept, unsupported_ops=kept,
+                               disagreements=(*compat.disagreements, *ran))
