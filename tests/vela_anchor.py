@@ -1,5 +1,5 @@
 """Vela's own command line, run as a user runs it: the anchor devicefit's Ethos-U figures
-are compared with (tests/simulator/test_ethos_u.py, tests/public_models/, benchmarks/
+are compared with (tests/simulator/targets/ethos_u/test_ethos_u.py, tests/public_models/, benchmarks/
 bench_vela.py). Nothing of devicefit's reads Vela's output here: ``csv`` and the file."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import json
 import shutil
 
 from devicefit.sdk.cli import main
-from tests.simulator.test_litert_support import per_channel_model
+from tests.simulator.targets.litert.test_litert_support import per_channel_model
 from tests.zoo import model_path
 
 MCU = "stm32l4r5-cortex-m4"

@@ -8,7 +8,7 @@ LiteRT's ``BuiltinOpResolver`` covers nearly the whole builtin schema. What it c
   delegate claims MediaPipe's custom ops itself (``xnnpack_delegate.cc``: the interpreter
   leaves an unresolved custom op as a placeholder a delegate may take, and fails it at
   prepare if none does) — so they run only on a profile whose runtime names ``xnnpack``.
-  Both sets are checked against the installed wheel by ``tests/simulator/test_litert_support.py``.
+  Both sets are checked against the installed wheel by ``tests/simulator/targets/litert/test_litert_support.py``.
 - Files its loader refuses before any kernel runs (``interpreter_builder.cc``,
   ``ParseQuantization``): a quantized tensor whose ``quantized_dimension`` is outside
   ``[0, rank)``, or whose number of scales is neither 1 nor the size of that dimension

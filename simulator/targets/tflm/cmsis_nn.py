@@ -7,7 +7,7 @@ core's extension, chosen at compile time: ``none`` (Cortex-M0/M0+/M3: neither
 (M55, M85: ``ARM_MATH_MVEI``). Transcribed from CMSIS-NN 4ab83cc3 (the commit TFLM
 90b983c2 pins), ``Source/*/arm_*_get_buffer_sizes_*.c``, for GCC (``__ARMCC_VERSION``
 unset: the Arm compiler's 1x1 fast path and depthwise threshold differ). Each function
-names the C function it reproduces; ``tests/simulator/test_tflm_32bit.py`` checks them
+names the C function it reproduces; ``tests/simulator/targets/tflm/test_tflm_32bit.py`` checks them
 against the C sources compiled on the host when a CMSIS-NN checkout is at hand.
 """
 

@@ -428,7 +428,7 @@ _ESP_VARIANTS: dict[str, esp_nn.Variant] = {"xtensa-lx7": "esp32s3",
 
 #: What each (flavour, pointer width)'s arena figures have been checked against: the pip
 #: wheel's RecordingMicroAllocator on a 64-bit host, or recorded 32-bit TFLM builds
-#: (``tests/data/tflm_builds/``, checked in ``tests/simulator/test_tflm_32bit.py``).
+#: (``tests/data/tflm_builds/``, checked in ``tests/simulator/targets/tflm/test_tflm_32bit.py``).
 #: Anything else is sized from the kernel sources but never compared with a run.
 #: Where the sizes come from, per kernel library, for the notes of such an estimate.
 SOURCES = {"cmsis-nn": "CMSIS-NN's get_buffer_size functions, GCC build",

@@ -35,10 +35,10 @@ from devicefit.simulator.targets.tflm.tail import (
     prepare_allocations,
     rfft_state_bytes,
 )
+from tests.paths import ROOT
 from tests.recurrent_models import UNITS, lstm_model
 from tests.zoo import model_path
 
-ROOT = Path(__file__).absolute().parents[2]
 TRUTH = ROOT / "tests" / "data" / "tflm_builds"
 #: The acceptance bound of issue 29: median (start arena − smallest working arena).
 MEDIAN_OVER_BYTES = 256

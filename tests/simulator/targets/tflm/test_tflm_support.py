@@ -47,7 +47,7 @@ def test_a_re_probe_agrees_with_the_table():
     for op, answers in probed["combinations"].items():
         for sig, answer in answers.items():
             assert table["combinations"][op][sig] == answer, (op, sig)
-    # The same sample through LiteRT (tests/simulator/test_litert_support.py checks its wheel).
+    # The same sample through LiteRT (tests/simulator/targets/litert/test_litert_support.py checks its wheel).
     litert = litert_support()
     for kind, stored in (("litert", litert["builtin"]), ("xnnpack", litert["xnnpack"])):
         for op, answers in probed["litert"][kind].items():
