@@ -152,7 +152,7 @@ _I32, _U32, _U16 = struct.Struct("<i"), struct.Struct("<I"), struct.Struct("<H")
 _SCALARS = {fmt: struct.Struct(fmt) for fmt in ("<b", "<B", "<i", "<I", "<Q")}
 
 
-class _Table:
+class Table:
     """A table's position and its vtable (field offsets, 0 = absent), read once."""
 
     __slots__ = ("pos", "slots")
@@ -182,23 +182,23 @@ class FlatbufferReader:
             raise self.fail(f"an offset points outside the file ({pos})")
         return fmt.unpack_from(self.data, pos)[0]
 
-    def table_at(self, pos: int) -> _Table:
+    def table_at(self, pos: int) -> Table:
         vtable = pos - self._at(_I32, pos)
         vt_size = self._at(_U16, vtable)
         if vt_size < 4 or vtable + vt_size > self.n:
             raise self.fail(f"a table's vtable at {vtable} is {vt_size} bytes")
-        return _Table(pos, struct.unpack_from(f"<{(vt_size - 4) // 2}H", self.data, vtable + 4))
+        return Table(pos, struct.unpack_from(f"<{(vt_size - 4) // 2}H", self.data, vtable + 4))
 
-    def scalar(self, t: _Table, slot: int, fmt: str, default: int = 0) -> Any:
+    def scalar(self, t: Table, slot: int, fmt: str, default: int = 0) -> Any:
         pos = t.field(slot)
         return self._at(_SCALARS[fmt], pos) if pos else default
 
-    def table(self, t: _Table, slot: int) -> _Table | None:
+    def table(self, t: Table, slot: int) -> Table | None:
         """The sub-table in field ``slot``, None if absent."""
         pos = t.field(slot)
         return self.table_at(pos + self._at(_U32, pos)) if pos else None
 
-    def vector(self, t: _Table, slot: int, elem_bytes: int, what: str) -> tuple[int, int]:
+    def vector(self, t: Table, slot: int, elem_bytes: int, what: str) -> tuple[int, int]:
         """(position of the first element, length) of a vector field; (0, 0) if absent."""
         pos = t.field(slot)
         if not pos:
@@ -209,16 +209,16 @@ class FlatbufferReader:
             raise self.fail(f"{what} has {n} entries, more than the file can hold")
         return start + 4, n
 
-    def numbers(self, t: _Table, slot: int, code: str, what: str) -> tuple[Any, ...]:
+    def numbers(self, t: Table, slot: int, code: str, what: str) -> tuple[Any, ...]:
         start, n = self.vector(t, slot, struct.calcsize(code), what)
         return struct.unpack_from(f"<{n}{code}", self.data, start) if n else ()
 
-    def tables(self, t: _Table, slot: int, what: str) -> list[_Table]:
+    def tables(self, t: Table, slot: int, what: str) -> list[Table]:
         start, n = self.vector(t, slot, 4, what)
         offsets = struct.unpack_from(f"<{n}I", self.data, start) if n else ()
         return [self.table_at(start + 4 * i + off) for i, off in enumerate(offsets)]
 
-    def string(self, t: _Table, slot: int) -> str:
+    def string(self, t: Table, slot: int) -> str:
         start, n = self.vector(t, slot, 1, "a string")
         return self.data[start:start + n].decode("utf-8", "replace") if n else ""
 
@@ -264,7 +264,7 @@ class _Decoder(FlatbufferReader):
             metadata=metadata,
         )
 
-    def op_code(self, code: _Table) -> tuple[str, int]:
+    def op_code(self, code: Table) -> tuple[str, int]:
         builtin = max(self.scalar(code, _CODE_BUILTIN, "<i"),
                       self.scalar(code, _CODE_DEPRECATED, "<b"))
         name = builtin_op_name(builtin)
@@ -272,7 +272,7 @@ class _Decoder(FlatbufferReader):
             name = "CUSTOM:" + self.string(code, _CODE_CUSTOM)
         return name, self.scalar(code, _CODE_VERSION, "<i", 1)
 
-    def buffer_extent(self, index: int, buf: _Table) -> tuple[int, int]:
+    def buffer_extent(self, index: int, buf: Table) -> tuple[int, int]:
         """(start, size) of a buffer's data in the file; large models keep it after the
         flatbuffer, addressed by offset."""
         offset = self.scalar(buf, _BUF_OFFSET, "<Q")
@@ -283,13 +283,13 @@ class _Decoder(FlatbufferReader):
             return offset, size
         return self.vector(buf, _BUF_DATA, 1, f"buffer {index}")
 
-    def subgraph(self, index: int, sg: _Table, op_codes: list[tuple[str, int]],
+    def subgraph(self, index: int, sg: Table, op_codes: list[tuple[str, int]],
                  buffer_sizes: list[int]) -> Subgraph:
         tensors = tuple(self.tensor(index, t, pos, buffer_sizes) for t, pos in
                         enumerate(self.tables(sg, _SG_TENSORS, "tensors")))
         n_tensors = len(tensors)
 
-        def refs(table: _Table, slot: int, what: str) -> tuple[int, ...]:
+        def refs(table: Table, slot: int, what: str) -> tuple[int, ...]:
             values = self.numbers(table, slot, "i", what)
             for t in values:
                 if t != -1 and not 0 <= t < n_tensors:
@@ -323,7 +323,7 @@ class _Decoder(FlatbufferReader):
             outputs=refs(sg, _SG_OUTPUTS, "outputs"),
         )
 
-    def tensor(self, sg_index: int, index: int, t: _Table, buffer_sizes: list[int]) -> Tensor:
+    def tensor(self, sg_index: int, index: int, t: Table, buffer_sizes: list[int]) -> Tensor:
         dtype_code = self.scalar(t, _T_TYPE, "<b")
         if dtype_code not in _DTYPE_NAMES:
             raise self.fail(f"subgraph {sg_index} tensor {index} has unknown dtype {dtype_code}")
@@ -354,7 +354,7 @@ class _Decoder(FlatbufferReader):
                                 f"but its buffer {buffer} holds {buffer_sizes[buffer]}")
         return tensor
 
-    def quant(self, q: _Table | None, index: int) -> QuantParams | None:
+    def quant(self, q: Table | None, index: int) -> QuantParams | None:
         if q is None:
             return None
         scale = self.numbers(q, _Q_SCALE, "f", f"tensor {index} quantization scale")

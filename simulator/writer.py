@@ -28,7 +28,7 @@ OFFLINE_MEMORY_ALLOCATION = "OfflineMemoryAllocation"
 class _AlignedBufferT(schema.BufferT):
     """A BufferT whose data vector is packed 16-byte aligned."""
 
-    def Pack(self, builder):  # noqa: N802 (flatbuffers' generated name)
+    def Pack(self, builder: flatbuffers.Builder) -> int:  # noqa: N802 (flatbuffers' name)
         data = None
         if self.data is not None and len(self.data):
             raw = np.asarray(self.data, dtype=np.uint8).tobytes()

@@ -498,7 +498,7 @@ def _drop_unused_tensors(mt: schema.ModelT) -> None:
     remap = {old: new for new, old in enumerate(keep)}
     sg.tensors = [sg.tensors[i] for i in keep]
 
-    def fix(refs):
+    def fix(refs: list[int] | None) -> list[int] | None:
         return None if refs is None else [remap[t] if t >= 0 else t for t in refs]
 
     for op in sg.operators:

@@ -26,7 +26,7 @@ import numpy as np
 from devicefit.simulator.model import Model
 from devicefit.simulator.runtimes import RUNNERS, starting_arena
 from devicefit.simulator.runtimes._worker import exit_with_parent, limit_memory
-from devicefit.simulator.types import RunOptions
+from devicefit.simulator.types import Runner, RunOptions
 
 
 def probe_inputs(model: Model) -> list[np.ndarray]:
@@ -68,7 +68,7 @@ def runtime_message(text: str) -> str:
 
 
 
-def _ask(runner, work: Path, data: bytes, inputs: list[np.ndarray], outputs: int,
+def _ask(runner: Runner, work: Path, data: bytes, inputs: list[np.ndarray], outputs: int,
          options: RunOptions) -> dict:
     """One one-op model through the runner: {"ok", "stage", "message"}."""
     stage = ["load"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import colorsys
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from devicefit.simulator.escape import clean
@@ -25,6 +25,10 @@ from devicefit.simulator.units import format_band, format_size, format_time_ms
 from devicefit.simulator.views import layertable
 from devicefit.simulator.views.base import View, heading
 from devicefit.simulator.views.layertable import format_op_time
+
+#: A number → its text in an axis' unit; a value → its SVG y coordinate.
+Format = Callable[[float], str]
+Scale = Callable[[float], float]
 
 #: Tableau 10 without its grey, which is the arena tail's.
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
@@ -133,7 +137,7 @@ def html_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
     return f"<table>{head}{''.join(body)}</table>"
 
 
-def _likely(band: tuple[float, float] | None, fmt) -> str | None:
+def _likely(band: tuple[float, float] | None, fmt: Format) -> str | None:
     """An error band as text, or None when it has no width to show (both ends print the
     same: an estimate with nothing uncertain left in it, e.g. all on an NPU)."""
     if not band or fmt(band[0]) == fmt(band[1]):
@@ -220,7 +224,7 @@ def _svg_open(css_class: str, label: str, height: int = PLOT_SVG_HEIGHT) -> str:
             f'aria-label="{escape(label)}">')
 
 
-def _y_scale(top: float):
+def _y_scale(top: float) -> Scale:
     """Bytes → SVG y of the plot area (0 at the bottom, ``top`` at the top)."""
     return lambda v: 10 + PLOT_HEIGHT * (1 - v / top)
 
@@ -321,7 +325,7 @@ def _step_ops(report: Report) -> dict[int, str]:
     return names
 
 
-def _y_axis(y, top: float, label: str, fmt) -> list[str]:
+def _y_axis(y: Scale, top: float, label: str, fmt: Format) -> list[str]:
     """Grid lines with tick labels in their unit, and the axis title."""
     parts = []
     for frac in (0, 0.25, 0.5, 0.75, 1.0):
@@ -343,7 +347,7 @@ def _x_labels(names: Sequence[str], bar_w: float, y: float) -> list[str]:
             for i, n in enumerate(names) if i % every == 0 and n]
 
 
-def _arena_lines(arena: JudgedArena, y, top: float) -> list[str]:
+def _arena_lines(arena: JudgedArena, y: Scale, top: float) -> list[str]:
     """The judged arena (dashed, its label on the right) and the budget (red, its label on
     the left, so the two never print over each other), or the budget named off scale."""
     jy = _num(y(arena.judged))
@@ -505,7 +509,7 @@ def _layout_svg(report: Report, top: float | None, colour: dict) -> str:
     return "".join(parts)
 
 
-def time_ticks(top_ms: float):
+def time_ticks(top_ms: float) -> Format:
     """Tick labels for a time axis up to ``top_ms``, fine enough that its five ticks
     differ (the Edge TPU's per-op times are fractions of a microsecond)."""
     step_us = top_ms * 1000 / 4
@@ -515,8 +519,8 @@ def time_ticks(top_ms: float):
     return lambda v: f"{v * 1000:.{digits}f} us"
 
 
-def bar_chart(css_class: str, bars: Sequence[tuple[str, float, str]], axis: str, fmt,
-              caption: str) -> str:
+def bar_chart(css_class: str, bars: Sequence[tuple[str, float, str]], axis: str,
+              fmt: Format, caption: str) -> str:
     """Bars of (label under it, value, hover text) with a y axis in ``fmt``'s unit."""
     top = max((v for _, v, _ in bars), default=0) or 1
     bar_w = PLOT_WIDTH / max(len(bars), 1)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from devicefit.simulator.errors import ModelFormatError
 from devicefit.simulator.model import Model
-from devicefit.simulator.reader import FlatbufferReader
+from devicefit.simulator.reader import FlatbufferReader, Table
 
 COMPILED_OP = "edgetpu-custom-op"
 _PACKAGE_KEY = "4"
@@ -51,11 +51,11 @@ class CompiledOp:
     error: str = ""
 
 
-def _root(fb: FlatbufferReader):
+def _root(fb: FlatbufferReader) -> Table:
     return fb.table_at(struct.unpack_from("<I", fb.data, 0)[0])
 
 
-def _bytes_field(fb: FlatbufferReader, table, slot: int, what: str) -> bytes:
+def _bytes_field(fb: FlatbufferReader, table: Table, slot: int, what: str) -> bytes:
     start, n = fb.vector(table, slot, 1, what)
     return fb.data[start:start + n]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from types import ModuleType
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from devicefit.simulator.errors import RuntimeFailure
 from devicefit.simulator.types import RunOptions, RunResult
 
 
-def interpreter_module():
+def interpreter_module() -> ModuleType:
     try:
         from ai_edge_litert import interpreter
     except ImportError:

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from devicefit.simulator.fileio import temporary_folder, write_atomic
 from devicefit.simulator.runtimes import WORKER_MEMORY_BYTES, describe_exit, spawn
@@ -64,7 +65,7 @@ def _main(request_path: str) -> int:
     shapes: dict[str, list[int]] = {}
     invoked, problem = False, None
 
-    def read(interpreter) -> None:
+    def read(interpreter: Any) -> None:
         for d in interpreter.get_tensor_details():
             shapes[str(d["index"])] = [int(x) for x in d["shape"]]
 
