@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from rich.markup import escape
 
@@ -38,6 +39,11 @@ from devicefit.simulator.units import (
     format_time_ms,
 )
 from devicefit.simulator.views.messages import budget_format, decimal_budget
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from devicefit.sdk.convert.report import ConversionReport
 
 EXAMPLE = ("example: devicefit convert model.keras --profile stm32l4r5-cortex-m4 "
            "--calibration train.npz --eval test.npz -o model.tflite")
@@ -123,7 +129,7 @@ def _convert(args: argparse.Namespace) -> int:
     return 0 if report.verdict in (None, "pass") else 1
 
 
-def _size_line(report) -> str:
+def _size_line(report: ConversionReport) -> str:
     s = report.settings
     line = (f"[bold]{report.output}[/bold]: {s.scheme} ({s.io_type} I/O) for "
             f"{report.profile}, {format_size(report.output_bytes)}")
@@ -136,10 +142,11 @@ def _size_line(report) -> str:
     return line
 
 
-def verdict_line(report) -> tuple[str, str]:
+def verdict_line(report: ConversionReport) -> tuple[str, str]:
     """The simulated figures and the verdict with its reasons: which budget failed by how
     much, which ops the runtime lacks (and their layers), which budgets went unchecked."""
     sim = report.simulation
+    assert sim is not None  # called for a conversion that was simulated
     figures = [f"{b.name} {format_estimate(b.value, b.unit, b.band, decimal_budget(b))} of "
                f"{budget_format(b)(b.limit)}" for b in sim.budgets]
     at_risk = sim.at_risk
@@ -167,7 +174,8 @@ def verdict_line(report) -> tuple[str, str]:
             f"[bold {colour}]{word}[/bold {colour}]")
 
 
-def _before_after(args: argparse.Namespace, report, baseline: Path) -> None:
+def _before_after(args: argparse.Namespace, report: ConversionReport, baseline: Path
+                  ) -> None:
     """``--html``/``--plot``: the float32 model and the converted one on the same profile,
     with the conversion's size ratio and accuracy; the float32 file is a temp file, so the
     pictures name it by what it is, not by its path."""
@@ -186,7 +194,7 @@ def _before_after(args: argparse.Namespace, report, baseline: Path) -> None:
                    title=f"convert {args.model} for {report.profile}: before / after")
 
 
-def _print_summary(console, report) -> None:
+def _print_summary(console: Console, report: ConversionReport) -> None:
     s = report.settings
     console.print(_size_line(report))
     if report.pruned_layers:
@@ -198,14 +206,15 @@ def _print_summary(console, report) -> None:
                       + " → ".join(f"{v:.3f}" for v in ft.loss))
     if s.sparsity:
         rows = [(w.tensor, w.op, "x".join(map(str, w.shape)), f"{format_percent(w.zero_fraction, 0)}",
-                 "-" if w.nm_groups is None else f"{w.nm_groups - w.nm_violations}/{w.nm_groups}")
+                 "-" if w.nm_groups is None or w.nm_violations is None
+                 else f"{w.nm_groups - w.nm_violations}/{w.nm_groups}")
                 for w in report.weights]
         console.print(table(f"Weights read back from the file ({s.sparsity})",
                             ["tensor", "op", "shape", "zeros", "groups ok"], rows))
     acc = report.accuracy
     if acc is not None:
         parts = [f"{acc.samples} samples"]
-        if acc.float_accuracy is not None:
+        if acc.float_accuracy is not None and acc.accuracy_drop_pp is not None:
             parts.append(f"accuracy {format_percent(acc.float_accuracy)} float → {format_percent(acc.converted_accuracy)} "
                          f"converted ({format_points(-acc.accuracy_drop_pp)})")
         if acc.top1_agreement is not None:
@@ -237,7 +246,7 @@ def _target_lines(extra: TargetSection | None) -> list[str]:
 
 
 class _ConsoleHandler(logging.Handler):
-    def __init__(self, console) -> None:
+    def __init__(self, console: Console) -> None:
         super().__init__(logging.WARNING)
         self.console = console
 
@@ -247,7 +256,7 @@ class _ConsoleHandler(logging.Handler):
 
 
 @contextmanager
-def warnings_to(console) -> Iterator[None]:
+def warnings_to(console: Console) -> Iterator[None]:
     """Show the library's logged warnings as they happen (e.g. random calibration)."""
     logger = logging.getLogger("devicefit.sdk")
     handler = _ConsoleHandler(make_console(console.no_color, stderr=True))
@@ -303,7 +312,7 @@ class _PlainProgress:
     DELAY = 2.0
     EVERY = 10.0
 
-    def __init__(self, stream) -> None:
+    def __init__(self, stream: TextIO) -> None:
         self.stream = stream
         self.lock = threading.Lock()
         self.timer: threading.Timer | None = None
@@ -312,7 +321,7 @@ class _PlainProgress:
     def __enter__(self) -> _PlainProgress:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._cancel()
 
     def _cancel(self) -> None:

@@ -27,6 +27,11 @@ from devicefit.simulator.units import (
 )
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from devicefit.sdk.fit.report import FitReport
+    from devicefit.sdk.fit.search import SearchSettings
+    from devicefit.sdk.fit.trial import TrialRecord
     from devicefit.simulator.report import BudgetCheck
 
 EXAMPLE = ("example: devicefit fit model.keras --profile stm32l4r5-cortex-m4 --train train.npz "
@@ -156,7 +161,7 @@ def _fit(args: argparse.Namespace) -> int:
                     [p for p in (args.model, args.train, args.eval_data, args.calibration) if p])
 
 
-def _export(args: argparse.Namespace, settings, console) -> int:
+def _export(args: argparse.Namespace, settings: SearchSettings, console: Console) -> int:
     from devicefit.sdk.fit import export
 
     given = [flag for flag, value in (("MODEL", args.model), ("--train", args.train),
@@ -168,7 +173,8 @@ def _export(args: argparse.Namespace, settings, console) -> int:
     return _outputs(args, console, report, [])
 
 
-def _outputs(args: argparse.Namespace, console, report, inputs: list[str]) -> int:
+def _outputs(args: argparse.Namespace, console: Console, report: FitReport,
+             inputs: list[str]) -> int:
     from devicefit.sdk.fit.report import render_fit_html
 
     if args.report:
@@ -184,7 +190,7 @@ def _outputs(args: argparse.Namespace, console, report, inputs: list[str]) -> in
     return 0 if report.found else 1
 
 
-def _print_summary(console, report) -> None:
+def _print_summary(console: Console, report: FitReport) -> None:
     from devicefit.sdk.fit.report import TRIAL_COLUMNS, format_value, trial_rows
 
     console.print(table(f"Trials on {report.profile} ({report.search_seconds:.0f} s"
@@ -217,7 +223,8 @@ def _print_summary(console, report) -> None:
         console.print(f"wrote {report.output}")
         return
     if report.another_worker_writes:
-        console.print(f"this worker's share of study {report.study.name} is done; the "
+        study = f"study {report.study.name}" if report.study is not None else "the study"
+        console.print(f"this worker's share of {study} is done; the "
                       "worker that completes the study writes the winner (or run "
                       "'devicefit fit --storage URL --study NAME --export -o OUT')")
         return
@@ -232,7 +239,7 @@ def _print_summary(console, report) -> None:
                       f"{misses or closest.note}")
 
 
-def _trial_line(record) -> str:
+def _trial_line(record: TrialRecord) -> str:
     return (f"trial {record.number}: {record.candidate.label()}: "
             f"{'PASS' if record.fits else 'fail'}"
             + ("" if record.accuracy is None else f", accuracy {format_percent(record.accuracy)}")
@@ -258,7 +265,7 @@ def _progress(no_color: bool, quiet: bool, max_trials: int) -> Iterator[tuple]:
                 tasks[stage] = bars.add_task(f"  {stage}", total=total)
             bars.update(tasks[stage], completed=done, total=total)
 
-        def on_trial(record) -> None:
+        def on_trial(record: TrialRecord) -> None:
             bars.advance(search)
             bars.console.print(_trial_line(record))
         yield update, on_trial

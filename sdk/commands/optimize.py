@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from devicefit.sdk.console import make_console, print_json, table
 from devicefit.sdk.options import profile_inputs
 from devicefit.simulator.fileio import check_outputs
 from devicefit.simulator.optimize.patches import OBJECTIVES
 from devicefit.simulator.units import format_bytes, format_percent, format_time_ms
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from devicefit.simulator.optimize.driver import OptimizeReport
+    from devicefit.simulator.optimize.patches import PatchReport
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -104,7 +111,7 @@ def _size(n: int | None) -> str:
     return "-" if n is None else format_bytes(n)
 
 
-def _rows(r) -> list[tuple[str, str, str]]:
+def _rows(r: OptimizeReport) -> list[tuple[str, str, str]]:
     best = "exact" if r.bound_exact else "per-operator floor"
     if r.patches is not None and r.patches.grid:
         return [
@@ -135,7 +142,7 @@ def _rows(r) -> list[tuple[str, str, str]]:
     ]
 
 
-def _arena_table(p) -> tuple[str, list[str], list[tuple[str, str, str]]]:
+def _arena_table(p: PatchReport) -> tuple[str, list[str], list[tuple[str, str, str]]]:
     """Head, tail and whole arena of the plain offline plan and of the best patched graph,
     predicted for the profile's build and, once verified, measured in TFLM."""
     rows, builds = [], []
@@ -143,7 +150,9 @@ def _arena_table(p) -> tuple[str, list[str], list[tuple[str, str, str]]]:
                            (p.plain_measured, p.patched_measured)):
         if plain is None and patched is None:
             continue
-        kind, build = (plain or patched).build.split(", ", 1)
+        shown = plain or patched
+        assert shown is not None  # both None is skipped above
+        kind, build = shown.build.split(", ", 1)
         builds.append(f"{kind}: {build}")
         fields = [("head", "head_bytes"), ("tail", "tail_bytes"),
                   ("whole arena (head + tail)", "whole_bytes")]
@@ -156,7 +165,7 @@ def _arena_table(p) -> tuple[str, list[str], list[tuple[str, str, str]]]:
             rows)
 
 
-def _print_patches(console, p) -> None:
+def _print_patches(console: Console, p: PatchReport) -> None:
     """The chosen patch plan and the head vs MAC-overhead pairs it was chosen from."""
     if p.grid:
         ms = ("" if p.estimated_ms_before is None or p.estimated_ms_after is None else
