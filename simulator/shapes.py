@@ -33,6 +33,7 @@ from devicefit.simulator.errors import UsageError
 from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
 from devicefit.simulator.reader import constant_values
 from devicefit.simulator.report import ShapesReport
+from devicefit.simulator.targets.registry import TARGETS
 
 Shape = tuple[int, ...]
 #: A dimension no rule could compute.
@@ -555,7 +556,7 @@ def resolve_shapes(model: Model, given: Sequence[tuple[str | None, Shape]] = (),
     ones, else those stored in the file), and how; ``(model, None)`` when there is nothing
     to resolve (no dynamic dimension, no given shape).
 
-    ``confirm``: ask LiteRT too (:func:`confirm_with_litert`) whenever the answer is not
+    ``confirm``: ask LiteRT too (:func:`confirm_with_runtime`) whenever the answer is not
     simply the file's own shapes (a shape was given, one differs, or one is unresolved):
     a model whose stored shapes already agree with its inputs costs no child process.
     """
@@ -571,21 +572,24 @@ def resolve_shapes(model: Model, given: Sequence[tuple[str | None, Shape]] = (),
         unresolved=tuple(f"'{sg.tensors[i].name}' {_text(shapes[i])}" for i in unresolved))
     differs = any(shapes[t.index] != t.shape for t in sg.tensors if t.index in shapes)
     if confirm and (given or differs or unresolved):
-        shapes, report = confirm_with_litert(model, inputs, shapes, report, timeout_s)
+        shapes, report = confirm_with_runtime(model, inputs, shapes, report, timeout_s)
     return apply_shapes(model, shapes, report)
 
 
-def confirm_with_litert(model: Model, inputs: Mapping[int, Shape], shapes: dict[int, Shape],
-                        report: ShapesReport, timeout_s: float = 60
-                        ) -> tuple[dict[int, Shape], ShapesReport]:
-    """LiteRT's shapes where it gives them (they win), and where they differ from
-    devicefit's own inference, named in ``disagreements``. LiteRT runs in a child process
-    (:mod:`simulator.targets.litert.shapes`); a refusal or a crash is kept as
-    ``runtime_problem`` and devicefit's shapes stand (also when LiteRT allocated but did
-    not invoke: shapes that depend on values are only set during an invoke)."""
-    from devicefit.simulator.targets.litert.shapes import litert_shapes
-
-    answer = litert_shapes(model.path, inputs, timeout_s)
+def confirm_with_runtime(model: Model, inputs: Mapping[int, Shape], shapes: dict[int, Shape],
+                         report: ShapesReport, timeout_s: float = 60
+                         ) -> tuple[dict[int, Shape], ShapesReport]:
+    """The shapes of a runtime that resizes inputs (the first target whose record has a
+    ``shapes`` hook: LiteRT, in a child process) where it gives them (they win), and where
+    they differ from devicefit's own inference, named in ``disagreements``. A refusal or a
+    crash is kept as ``runtime_problem`` and devicefit's shapes stand (also when the
+    runtime allocated but did not invoke: shapes that depend on values are only set during
+    an invoke)."""
+    oracle = next((t for t in TARGETS.values() if t.shapes is not None), None)
+    if oracle is None or oracle.shapes is None:
+        return shapes, dataclasses.replace(report, runtime_problem="no runtime here resizes "
+                                                                   "inputs")
+    answer = oracle.shapes(model.path, inputs, timeout_s)
     if not answer.invoked:
         return shapes, dataclasses.replace(report, runtime_problem=answer.problem)
     sg = model.main
@@ -597,11 +601,11 @@ def confirm_with_litert(model: Model, inputs: Mapping[int, Shape], shapes: dict[
         ours = shapes.get(index)
         if ours is not None and ours != theirs and all(d >= 0 for d in ours):
             disagreements.append(f"'{sg.tensors[index].name}' devicefit {_text(ours)}, "
-                                 f"LiteRT {_text(theirs)}")
+                                 f"{oracle.title} {_text(theirs)}")
         merged[index] = theirs
     unresolved = tuple(f"'{sg.tensors[i].name}' {_text(s)}" for i, s in merged.items()
                        if any(d < 0 for d in s))
-    return merged, dataclasses.replace(report, resolved_by="LiteRT", unresolved=unresolved,
+    return merged, dataclasses.replace(report, resolved_by=oracle.title, unresolved=unresolved,
                                        disagreements=tuple(disagreements))
 
 

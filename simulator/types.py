@@ -137,6 +137,18 @@ class RunResult:
 
 
 @dataclass(frozen=True)
+class RuntimeShapes:
+    """A runtime's shapes of the main subgraph's tensors (index → shape) after it resized
+    the inputs, or why there are none."""
+
+    shapes: dict[int, tuple[int, ...]]
+    #: True when the shapes are read after an invoke (value-dependent shapes included).
+    invoked: bool = False
+    #: Why the runtime did not invoke (then ``shapes`` are what allocate set, if anything).
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
 class RunOptions:
     """How one run goes: timed invokes after the warm-up ones, and the runtime's set-up."""
 

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from devicefit.simulator.profile_types import Profile
     from devicefit.simulator.report import CrossCheck, MeasuredReport, MemoryReport, TargetSection
     from devicefit.simulator.schema import Leaf
-    from devicefit.simulator.types import Checker, ModelRuns, Runner, RunResult
+    from devicefit.simulator.types import Checker, ModelRuns, Runner, RunResult, RuntimeShapes
 
     #: A target's arena planner: ``(model, profile, order) -> MemoryPlan``.
     Planner = Callable[[Model, Profile, Sequence[int] | None], MemoryPlan]
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     OnDevice = Callable[[MeasuredReport, Model, Profile, ModelRuns, "RunResult | None"],
                         Measured]
     DeviceBuild = Callable[["str | Path", Profile], OnDevice]
+    ShapeOracle = Callable[["str | Path", Mapping[int, tuple[int, ...]], float], RuntimeShapes]
 
 #: The packages of built-in targets.
 BUILTIN_PACKAGE = "devicefit.simulator.targets"
@@ -153,6 +154,11 @@ class Target:
         profile, setup, host) -> (measured, notes)`` gives the model measured on that build
         (TFLM built for the core, under QEMU: ``--run --target-build``). None: the target
         has no device build.
+    ``shapes``
+        ``(path, input index → shape, timeout_s) -> RuntimeShapes``: the shapes its runtime
+        gives every tensor once the inputs are resized and the model invoked (LiteRT, in a
+        child); :mod:`simulator.shapes` confirms its own inference with the first target
+        that has one. None: its runtime runs the stored shapes only.
     ``failed_node``
         A regular expression for the operator a failed run stopped at, in its runner's
         message (named groups ``op`` and ``index``: TFLM's "Node CONV_2D (number 3)");
@@ -193,6 +199,7 @@ class Target:
     cross_check: CrossChecker | None = None
     device_build: DeviceBuild | None = None
     failed_node: str | None = None
+    shapes: ShapeOracle | None = None
 
 
 def load(ref: str) -> Any:

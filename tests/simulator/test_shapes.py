@@ -17,7 +17,7 @@ from devicefit.sdk.cli import main
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.shapes import (
-    confirm_with_litert,
+    confirm_with_runtime,
     infer,
     parse_input_shape,
     resolve_shapes,
@@ -134,7 +134,7 @@ def test_litert_wins_where_it_disagrees_and_the_difference_is_named(conv_time):
     shapes, _ = infer(model, inputs)
     _, report = resolve_shapes(model, [(None, (2, 50, 8))], confirm=False)
     wrong = {**shapes, 5: (2, 1, 47, 4)}
-    merged, confirmed = confirm_with_litert(model, inputs, wrong, report)
+    merged, confirmed = confirm_with_runtime(model, inputs, wrong, report)
     assert merged[5] == (2, 1, 48, 4)
     assert confirmed.disagreements == ("'conv' devicefit 2x1x47x4, LiteRT 2x1x48x4",)
 

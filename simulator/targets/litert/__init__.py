@@ -29,4 +29,5 @@ TARGET = Target(
     wheel="ai-edge-litert",
     xnnpack_option=True,
     failed_node=r"Node number (?P<index>\d+) \((?P<op>[A-Z0-9_]+)\)",
+    shapes=lazy("devicefit.simulator.targets.litert.shapes:litert_shapes"),
 )

@@ -14,23 +14,12 @@ import json
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.fileio import temporary_folder, write_atomic
 from devicefit.simulator.runtimes import WORKER_MEMORY_BYTES, describe_exit, spawn
-
-
-@dataclass(frozen=True)
-class RuntimeShapes:
-    """LiteRT's shapes of the main subgraph's tensors (index → shape), or why there are none."""
-
-    shapes: dict[int, tuple[int, ...]]
-    #: True when the shapes are read after an invoke (value-dependent shapes included).
-    invoked: bool = False
-    #: Why LiteRT did not invoke (then ``shapes`` are what allocate set, if anything).
-    problem: str | None = None
+from devicefit.simulator.types import RuntimeShapes
 
 
 def litert_shapes(path: str | Path, inputs: Mapping[int, tuple[int, ...]],
