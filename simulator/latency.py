@@ -170,6 +170,7 @@ def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile
             if found is None:
                 missing.append(f"{c.op}.{shape.dtype}")
             cycles = (found or 0.0) + c.bytes_moved * (cost.cycles_per_byte or 0.0)
+        cycles *= cost.kernel_scale.get(f"{shape.kind}.{shape.dtype}", 1.0)
         ms = cycles / clock * 1e3 / speedup + cost.op_overhead_ms
         ops.append(OpLatency(c.op_index, c.op, shape.dtype, c.macs, c.bytes_moved, cycles, ms))
     band, basis = estimate_band(profile, core, data, model)
@@ -211,7 +212,9 @@ def estimate_band(profile: Profile, core: Core | None, data: KernelData,
                   model: Model | None = None) -> tuple[tuple[float, float], str]:
     """The (low, high) multipliers of an estimate and where they come from."""
     if profile.cost_model.error_band is not None:
-        return profile.cost_model.error_band, f"profile '{profile.name}' cost_model.error_band"
+        return profile.cost_model.error_band, (
+            profile.cost_model.calibration
+            or f"profile '{profile.name}' cost_model.error_band")
     if core is None:
         return UNCALIBRATED_BAND, "uncalibrated cost table (no error_band in the profile)"
     dtype = _main_dtype(model) if model is not None else "int8"

@@ -158,6 +158,8 @@ def profile_schema() -> dict[str, Any]:
             "parallel_efficiency": number(),
             "error_band": leaf(_band, "[low, high] multipliers with 0 < low <= 1 <= high"),
             "sources": list_of(string()),
+            "kernel_scale": mapping_of(number()),
+            "calibration": string(),
         },
     }
     builtin = {section: set(keys) for section, keys in schema.items() if isinstance(keys, dict)}
@@ -460,6 +462,7 @@ def _build(m: dict, shown: dict, leaf: _RawFile, parents: tuple[str, ...]) -> Pr
             op_overhead_ms=cm.get("op_overhead", 0.0),
             parallel_efficiency=cm.get("parallel_efficiency", 1.0),
             error_band=cm.get("error_band"), sources=cm.get("sources", ()),
+            kernel_scale=cm.get("kernel_scale", {}), calibration=cm.get("calibration"),
         ),
         target_settings=_target_settings(m, target),
         abstract=m.get("abstract", False),
