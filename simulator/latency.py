@@ -170,7 +170,8 @@ def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile
             if found is None:
                 missing.append(f"{c.op}.{shape.dtype}")
             cycles = (found or 0.0) + c.bytes_moved * (cost.cycles_per_byte or 0.0)
-        cycles *= cost.kernel_scale.get(f"{shape.kind}.{shape.dtype}", 1.0)
+        cycles *= cost.kernel_scale.get(f"{shape.kind}.{shape.dtype}",
+                                        cost.kernel_scale.get("default", 1.0))
         ms = cycles / clock * 1e3 / speedup + cost.op_overhead_ms
         ops.append(OpLatency(c.op_index, c.op, shape.dtype, c.macs, c.bytes_moved, cycles, ms))
     band, basis = estimate_band(profile, core, data, model)

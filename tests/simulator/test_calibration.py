@@ -116,16 +116,21 @@ def _board_log(model_name: str, factors: dict[str, float], extra_ms: float = 0.0
 
 
 def test_per_op_timings_move_each_group_toward_the_board() -> None:
+    """A board 1.6x slower than the tables on everything, its convolutions 2x, its
+    depthwise ones 1.3x: the fit finds the board's factor and each group's own."""
     profile = load_profile("stm32l4r5-cortex-m4")
-    board = {"conv.int8": 2.0, "depthwise.int8": 0.5, "fully_connected.int8": 1.5}
+    groups = ("conv.int8", "conv1x1.int8", "depthwise.int8", "fully_connected.int8",
+              "elementwise.int8")
+    board = {**dict.fromkeys(groups, 1.6), "conv.int8": 2.0, "depthwise.int8": 1.3}
     log = _board_log("chain_int8", board)
     cal = calibrate(profile, [Evidence("chain", read_model(model_path("chain_int8")), log)])
     (move,) = cal.moves
-    # Most of the way, not all: the ±40% prior holds each group back a little.
+    # Most of the way, not all: the prior holds the groups back a little.
     assert abs(move.after_ms - move.measured_ms) < 0.2 * abs(move.before_ms - move.measured_ms)
     for g, factor in board.items():
-        # Shrunk toward 1 (the prior), most of the way on 1-2 ops each.
         assert abs(cal.scale[g] - factor) < 0.5 * abs(factor - 1.0), (g, cal.scale[g])
+    # Ops of a kind this model lacks (an LSTM) take the board's factor, not the tables' 1.
+    assert 1.3 < cal.scale["default"] < 1.7
     assert "1 model" in cal.band_basis and "base profile's" in cal.band_basis
 
 
@@ -159,3 +164,14 @@ def test_two_models_give_a_leave_one_out_band() -> None:
     assert low <= 1.0 <= high
     assert any(abs(m.measured_ms / m.held_out_ms - x) < 1e-9  # type: ignore[operator]
                for m in cal.moves for x in (low, high))
+
+
+def test_kernel_scale_multiplies_the_named_groups_and_default_the_rest(tmp_path: Path) -> None:
+    model = read_model(model_path("chain_int8"))
+    base = prior_of(model, load_profile("stm32l4r5-cortex-m4"))
+    path = tmp_path / "scaled.yaml"
+    path.write_text("extends: stm32l4r5-cortex-m4\ncost_model:\n"
+                    "  kernel_scale: {conv.int8: 3.0, default: 2.0}\n")
+    scaled = prior_of(model, load_profile(path))
+    for g, before, after in zip(base.groups, base.cycles_ms, scaled.cycles_ms, strict=True):
+        assert after == pytest.approx(before * (3.0 if g == "conv.int8" else 2.0))
