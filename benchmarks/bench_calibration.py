@@ -137,7 +137,9 @@ def table(cal: Calibration) -> list[tuple[float, float]]:
             out.append((error(m.before_ms, m.measured_ms), error(m.held_out_ms, m.measured_ms)))
     if out:
         better = sum(b < a for a, b in out)
-        print(f"\nheld out closer than uncalibrated: {better}/{len(out)}; band "
+        print(f"\nheld out closer than uncalibrated: {better}/{len(out)}; median |error| "
+              f"{statistics.median(a for a, _ in out):.1f}% uncalibrated, "
+              f"{statistics.median(b for _, b in out):.1f}% calibrated; band "
               f"[{cal.band[0]:.2f}, {cal.band[1]:.2f}]")
     print()
     return out

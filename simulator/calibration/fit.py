@@ -15,7 +15,7 @@ board's factor (``kernel_scale.default``); per-op timings move each group on its
 evidence. Each observation (one op of a per-op log, or a whole model) counts by its
 relative error with spread ``OBS_SD``; ``b`` has a prior spread ``SCALE_SD`` (the kernel
 tables' leave-one-board-out bands are about ±40%), each ``t_g`` ``GROUP_SD``, ``d``
-``OVERHEAD_SD`` of the mean measured op. Bounds (``b`` ≥ ``MIN_SCALE``, ``o + d`` ≥ 0) are
+``OVERHEAD_SD`` of the tables' cheapest op. Bounds (``b`` ≥ ``MIN_SCALE``, ``o + d`` ≥ 0) are
 kept by fixing a parameter that crosses one at its bound and refitting the rest; a group's
 scale is at least ``MIN_SCALE``.
 
@@ -156,9 +156,10 @@ def _solve(priors: Sequence[_Prior], logs: Sequence[BoardLog]) -> tuple[dict[str
     parts = [_rows(p, log, columns) for p, log in zip(priors, logs, strict=True)]
     x = np.vstack([a for a, _ in parts]) / OBS_SD
     y = np.concatenate([b for _, b in parts]) / OBS_SD
-    mean_op = (sum(log.measured_ms for log in logs)
-               / max(1, sum(len(p.groups) for p in priors)))
-    prior_sd = np.array([SCALE_SD, *[GROUP_SD] * len(groups), OVERHEAD_SD * mean_op])
+    # The overhead's scale is the tables' cheapest op (a reshape: little but the fixed per-op
+    # cost), not the measured mean op: a large convolution says nothing of a per-op cost.
+    cheapest = min((c for p in priors for c in p.cycles_ms if c > 0), default=1e-3)
+    prior_sd = np.array([SCALE_SD, *[GROUP_SD] * len(groups), OVERHEAD_SD * cheapest])
     beta0 = np.array([1.0, *[0.0] * len(groups), 0.0])
     lower = np.array([MIN_SCALE, *[-np.inf] * len(groups), -priors[0].overhead_ms])
     fixed: dict[int, float] = {}
