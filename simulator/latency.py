@@ -15,7 +15,9 @@ Two ways to cost an operator:
   ``"default"``. Its band is ``cost_model.error_band`` or, if the profile gives none, a wide
   "uncalibrated" one.
 
-Either way ``ms = cycles / clock_hz × 1000 / speedup(threads) + op_overhead_ms`` with
+Either way an op's cycles are multiplied by ``cost_model.kernel_scale`` for its
+``"<kind>.<dtype>"`` (else its ``"default"``, else 1: what ``devicefit calibrate`` fits on
+the user's board), and ``ms = cycles / clock_hz × 1000 / speedup(threads) + op_overhead_ms`` with
 ``speedup = 1 + (threads − 1) × parallel_efficiency``. An operator whose dtype no table
 covers makes the whole estimate an explicit "no estimate" (with the reason), not an error.
 """

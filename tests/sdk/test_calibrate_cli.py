@@ -159,3 +159,15 @@ def test_bad_input_is_one_line_and_exit_2(model, tmp_path, capsys, extra, messag
     assert message in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
     assert uart.read_text() == before
+
+
+def test_published_benchmark_model_op_profile_is_read() -> None:
+    """The TF README's --enable_op_profiling sample (MobileNet v1 quant on Android): the
+    Run Order rows in order, through sdk/bench's parser."""
+    from devicefit.sdk.commands.calibrate import read_log
+
+    form, ops = read_log(TESTS / "fixtures" / "benchmark_model" / "tf_readme_op_profiling.txt",
+                         None)
+    assert form == "benchmark_model op profiling" and len(ops) == 31
+    assert ops[0].op == "CONV_2D" and ops[1].op == "DEPTHWISE_CONV_2D"
+    assert all(o.ms > 0 for o in ops)
