@@ -175,3 +175,17 @@ def test_kernel_scale_multiplies_the_named_groups_and_default_the_rest(tmp_path:
     scaled = prior_of(model, load_profile(path))
     for g, before, after in zip(base.groups, base.cycles_ms, scaled.cycles_ms, strict=True):
         assert after == pytest.approx(before * (3.0 if g == "conv.int8" else 2.0))
+
+
+@pytest.mark.parametrize("scale, why", [
+    ("{convolution.int8: 2}", "'convolution.int8' is not 'default' or <kind>.<dtype>"),
+    ("{conv.int8: 0}", "a scale must be above 0"),
+    ("[2]", "expected a mapping"),
+])
+def test_kernel_scale_keys_are_checked(tmp_path: Path, scale: str, why: str) -> None:
+    from devicefit.simulator.errors import ProfileError
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"extends: stm32l4r5-cortex-m4\ncost_model:\n  kernel_scale: {scale}\n")
+    with pytest.raises(ProfileError, match=f"bad.yaml:3: bad value for 'cost_model.kernel_scale'.*{why}"):
+        load_profile(path)
