@@ -95,7 +95,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from devicefit.simulator.fileio import check_outputs, write_atomic
     from devicefit.simulator.profiles import load_profile
     from devicefit.simulator.reader import read_model
-    from devicefit.simulator.units import parse_frequency_hz
+    from devicefit.simulator.units import format_time_ms, parse_frequency_hz
 
     if len(args.board_log) != len(args.model):
         raise UsageError(f"give one --board-log per --model ({len(args.model)} model(s), "
@@ -144,11 +144,13 @@ def _calibrate(args: argparse.Namespace) -> int:
           f"[{cal.band[0]:.2f}, {cal.band[1]:.2f}] ({cal.band_basis})")
     for m in cal.moves:
         what = f"{m.ops_timed} ops timed" if m.ops_timed else "whole model"
-        held = f", held out {m.held_out_ms:.3g} ms" if m.held_out_ms is not None else ""
-        print(f"  {m.name}: measured {m.measured_ms:.3g} ms ({m.form}, {what}); estimate "
-              f"{m.before_ms:.3g} -> {m.after_ms:.3g} ms ({moved_percent(m):+.1f}%){held}")
+        held = (f", held out {format_time_ms(m.held_out_ms)}" if m.held_out_ms is not None
+                else "")
+        print(f"  {m.name}: measured {format_time_ms(m.measured_ms)} ({m.form}, {what}); "
+              f"estimate {format_time_ms(m.before_ms)} -> {format_time_ms(m.after_ms)} "
+              f"({moved_percent(m):+.1f}%){held}")
     for g, s in sorted(cal.scale.items()):
-        print(f"  {g}: cycles x{s:.3f}")
+        print(f"  {'other ops (default)' if g == 'default' else g}: cycles x{s:.3f}")
     print(f"  per-op overhead {cal.extra_overhead_ms * 1e3 + 0.0:+.3g} us")
     return 0
 
