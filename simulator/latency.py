@@ -15,7 +15,9 @@ Two ways to cost an operator:
   ``"default"``. Its band is ``cost_model.error_band`` or, if the profile gives none, a wide
   "uncalibrated" one.
 
-Either way ``ms = cycles / clock_hz × 1000 / speedup(threads) + op_overhead_ms`` with
+Either way an op's cycles are multiplied by ``cost_model.kernel_scale`` for its
+``"<kind>.<dtype>"`` (else its ``"default"``, else 1: what ``devicefit calibrate`` fits on
+the user's board), and ``ms = cycles / clock_hz × 1000 / speedup(threads) + op_overhead_ms`` with
 ``speedup = 1 + (threads − 1) × parallel_efficiency``. An operator whose dtype no table
 covers makes the whole estimate an explicit "no estimate" (with the reason), not an error.
 """
@@ -170,6 +172,8 @@ def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile
             if found is None:
                 missing.append(f"{c.op}.{shape.dtype}")
             cycles = (found or 0.0) + c.bytes_moved * (cost.cycles_per_byte or 0.0)
+        cycles *= cost.kernel_scale.get(f"{shape.kind}.{shape.dtype}",
+                                        cost.kernel_scale.get("default", 1.0))
         ms = cycles / clock * 1e3 / speedup + cost.op_overhead_ms
         ops.append(OpLatency(c.op_index, c.op, shape.dtype, c.macs, c.bytes_moved, cycles, ms))
     band, basis = estimate_band(profile, core, data, model)
@@ -211,7 +215,9 @@ def estimate_band(profile: Profile, core: Core | None, data: KernelData,
                   model: Model | None = None) -> tuple[tuple[float, float], str]:
     """The (low, high) multipliers of an estimate and where they come from."""
     if profile.cost_model.error_band is not None:
-        return profile.cost_model.error_band, f"profile '{profile.name}' cost_model.error_band"
+        return profile.cost_model.error_band, (
+            profile.cost_model.calibration
+            or f"profile '{profile.name}' cost_model.error_band")
     if core is None:
         return UNCALIBRATED_BAND, "uncalibrated cost table (no error_band in the profile)"
     dtype = _main_dtype(model) if model is not None else "int8"

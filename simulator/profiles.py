@@ -110,6 +110,22 @@ def _band(v: Any) -> tuple[float, float]:
     return (low, high)
 
 
+def _kernel_scale(v: Any) -> dict[str, float]:
+    from devicefit.simulator.kernels import KINDS
+
+    if not isinstance(v, dict):
+        raise ValueError("expected a mapping")
+    out = {}
+    for key, x in v.items():
+        if str(key) != "default" and str(key).split(".")[0] not in KINDS:
+            raise ValueError(f"'{key}' is not 'default' or <kind>.<dtype> with a kind of "
+                             f"{', '.join(KINDS)}")
+        out[str(key)] = number().check(x)
+        if not out[str(key)] > 0:
+            raise ValueError(f"'{key}': a scale must be above 0")
+    return out
+
+
 def profile_schema() -> dict[str, Any]:
     """The profile schema: nested mappings of key → Leaf; unknown keys are errors. Runtime
     names, device classes, kernels, delegates and op tables are those the registered
@@ -158,6 +174,9 @@ def profile_schema() -> dict[str, Any]:
             "parallel_efficiency": number(),
             "error_band": leaf(_band, "[low, high] multipliers with 0 < low <= 1 <= high"),
             "sources": list_of(string()),
+            "kernel_scale": leaf(_kernel_scale, "a mapping of 'default' or <kind>.<dtype> "
+                                                "(conv.int8) to positive numbers"),
+            "calibration": string(),
         },
     }
     builtin = {section: set(keys) for section, keys in schema.items() if isinstance(keys, dict)}
@@ -460,6 +479,7 @@ def _build(m: dict, shown: dict, leaf: _RawFile, parents: tuple[str, ...]) -> Pr
             op_overhead_ms=cm.get("op_overhead", 0.0),
             parallel_efficiency=cm.get("parallel_efficiency", 1.0),
             error_band=cm.get("error_band"), sources=cm.get("sources", ()),
+            kernel_scale=cm.get("kernel_scale", {}), calibration=cm.get("calibration"),
         ),
         target_settings=_target_settings(m, target),
         abstract=m.get("abstract", False),
