@@ -21,6 +21,7 @@ without any work, and repeated proposals of a finished candidate are pruned with
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import logging
@@ -319,16 +320,23 @@ class _Stop:
 
 
 def storage_for(settings: SearchSettings) -> Any:
-    """The URL, or for a server database an RDB storage with heartbeats and retries."""
+    """The URL, or for a server database an RDB storage with heartbeats and retries: one per
+    process and database (each storage is a SQLAlchemy engine with its own connection pool;
+    one per study opened would hold a pool per call until collected)."""
     if settings.storage is None or not settings.distributed:
         return settings.storage
+    return _rdb_storage(settings.storage, settings.heartbeat_s)
+
+
+@functools.cache
+def _rdb_storage(url: str, heartbeat_s: int) -> Any:
     import optuna
     from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return RDBStorage(engine_url(settings.storage), heartbeat_interval=settings.heartbeat_s,
-                          grace_period=GRACE_BEATS * settings.heartbeat_s,
+        return RDBStorage(engine_url(url), heartbeat_interval=heartbeat_s,
+                          grace_period=GRACE_BEATS * heartbeat_s,
                           heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
                               max_retry=MAX_RETRIES))
 

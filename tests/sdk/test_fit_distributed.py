@@ -8,6 +8,7 @@ trials last seconds, long enough to kill their worker while they run.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -43,11 +44,21 @@ def server():
         yield s
 
 
+@functools.cache
+def _storage(url: str):
+    """One storage (one SQLAlchemy engine and its connection pool) for every read here: the
+    test polls the study every 0.2 s while the workers start, and a storage per poll held a
+    pool each until collected — under load, past the server's 100 connections."""
+    import optuna
+
+    return optuna.storages.RDBStorage(url)
+
+
 def _study(url: str):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna.load_study(study_name=STUDY, storage=url)
+    return optuna.load_study(study_name=STUDY, storage=_storage(url))
 
 
 def _cli(*args: str, **popen) -> subprocess.Popen:
