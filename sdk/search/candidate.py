@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from devicefit.sdk.search.families import Params, params_for
+from devicefit.sdk.search.families import Params, params_for, params_from_dict
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class ArchCandidate:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ArchCandidate:
-        return cls(data["family"], params_for(data["family"], data["params"]))
+        return cls(data["family"], params_from_dict(data["family"], data["params"]))
 
 
 def candidate(family: str, **params: Any) -> ArchCandidate:

@@ -253,6 +253,16 @@ def user_params(name: str, overrides: Mapping[str, Any]) -> Params:
     return fam.params(overrides)
 
 
+def params_from_dict(name: str, data: Mapping[str, Any]) -> Params:
+    """The inverse of :meth:`Params.to_dict` (every field given), checked for ``name``."""
+    params = Params(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+    fam = family(name)
+    if fam.builder is None:
+        fam = dataclasses.replace(fam, input_rank=len(params.input_shape))
+    fam.check(params)
+    return params
+
+
 def params_for(name: str, overrides: Mapping[str, Any]) -> Params:
     fam = family(name)
     return fam.params(overrides) if fam.builder is not None else user_params(name, overrides)
