@@ -58,6 +58,11 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+def _tuples(values: Mapping[str, Any]) -> dict[str, Any]:
+    """JSON's lists as the tuples Params holds (frozen, hashable)."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+
+
 Builder = Callable[[Params], Any]
 
 
@@ -85,9 +90,7 @@ class Family:
         if unused:
             raise UsageError(f"family {self.name} has no parameter {', '.join(unused)} "
                              f"(it takes {', '.join(sorted(self.takes))})")
-        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
-                                  for k, v in overrides.items()}
-        params = dataclasses.replace(self.defaults, **values)
+        params = dataclasses.replace(self.defaults, **_tuples(overrides))
         self.check(params)
         return params
 
@@ -255,7 +258,7 @@ def user_params(name: str, overrides: Mapping[str, Any]) -> Params:
 
 def params_from_dict(name: str, data: Mapping[str, Any]) -> Params:
     """The inverse of :meth:`Params.to_dict` (every field given), checked for ``name``."""
-    params = Params(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+    params = Params(**_tuples(data))
     fam = family(name)
     if fam.builder is None:
         fam = dataclasses.replace(fam, input_rank=len(params.input_shape))
