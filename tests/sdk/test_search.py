@@ -149,3 +149,29 @@ def test_bad_params_and_unknown_families_are_one_clear_error(family, params, mes
 def test_every_family_default_is_valid():
     for fam in FAMILIES.values():
         fam.check(fam.defaults)
+
+
+@pytest.mark.slow
+def test_search_screen_command_prints_the_table(profile, capsys):
+    code = main(["--no-color", "search", "--family", "mlp", "--profile", str(profile),
+                 "--screen", "--param", "input_shape=128x3", "--param", "width=0.5,4",
+                 "--param", "depth=1"])
+    out = capsys.readouterr().out
+    assert code == 0  # one of the two fits
+    assert "1 of 2 fit" in out
+    rows = [line for line in out.splitlines() if "mlp 128x3" in line]
+    assert len(rows) == 2 and "pass" in rows[0] and "flash" in rows[1] and "fail" in rows[1]
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--family", "resnet", "--screen"], "unknown family 'resnet'"),
+    (["--family", "mbv2"], "only the static screen is built so far"),
+    (["--family", "mbv2", "--screen", "--param", "width"], "--param width: give NAME=VALUE"),
+    (["--family", "mbv2", "--screen", "--param", "width=big"], "--param value 'big'"),
+    (["--family", "mbv2", "--screen", "--param", "kernel=4"], "kernel 4 (an odd size"),
+])
+def test_search_command_bad_input_is_one_line_exit_2(argv, says, capsys):
+    code = main(["search", "--profile", BASE, *argv])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and says in err
