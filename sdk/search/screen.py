@@ -6,7 +6,7 @@ Conversion needs no data of the user's: the int8 converter calibrates on
 quantization scales, which change no size: flash, arena, operator set and latency estimate
 are those of the trained model converted the same way.
 
-One TensorFlow child converts a whole batch (``python -m devicefit.sdk.search.screen WORK``,
+One TensorFlow child converts a whole batch (``python -m devicefit.sdk.search.child WORK``,
 forked from the converter's zygote, :data:`sdk.convert.tfprocess.PRELOAD`): starting
 TensorFlow costs seconds, one conversion of a tiny model a fraction of one. The child writes
 ``NNNN.tflite`` and one JSON line per candidate into WORK; the parent then judges each file
@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +40,8 @@ from devicefit.simulator.types import BudgetName, Status, StrEnum
 #: Random samples of the input shape the int8 converter calibrates on (shape only).
 CALIBRATION_SAMPLES = 4
 SEED = 0
-_RESULTS = "results.jsonl"
-_ERROR = "error.json"
+RESULTS_FILE = "results.jsonl"
+ERROR_FILE = "error.json"
 
 
 class Rejection(StrEnum):
@@ -140,15 +138,15 @@ def _convert(candidates: Sequence[ArchCandidate], io_type: str, per_channel: boo
     (work / "tmp").mkdir()
     env = zygote.child_env(TF_CPP_MIN_LOG_LEVEL="1")
     env["TMPDIR"] = str(work / "tmp")  # TensorFlow's autograph files go with the folder
-    done = zygote.run("devicefit.sdk.search.screen", [str(work)], preload=PRELOAD, env=env,
+    done = zygote.run("devicefit.sdk.search.child", [str(work)], preload=PRELOAD, env=env,
                       timeout_s=STALL_TIMEOUT_S * len(candidates), work=work)
     lines = {}
-    if (work / _RESULTS).exists():
-        for line in (work / _RESULTS).read_text().splitlines():
+    if (work / RESULTS_FILE).exists():
+        for line in (work / RESULTS_FILE).read_text().splitlines():
             entry = json.loads(line)
             lines[int(entry["index"])] = entry
-    if (work / _ERROR).exists():
-        reported = json.loads((work / _ERROR).read_text())
+    if (work / ERROR_FILE).exists():
+        reported = json.loads((work / ERROR_FILE).read_text())
         raise errors.UsageError(reported["message"])
     if done.code != 0:
         at = candidates[len(lines)].label() if len(lines) < len(candidates) else "the end"
@@ -202,61 +200,3 @@ def rejections(report: Report) -> tuple[Rejection, ...]:
     if not out and not report.ok:  # a verdict with no named cause: never pass it silently
         out.append(Rejection.ERROR)
     return tuple(out)
-
-
-# --------------------------------------------------------------------------- child side
-def main(work_dir: str) -> int:
-    """Build and convert every candidate of ``WORK/request.json``; a candidate that fails
-    is a line with its error, a family that cannot be imported ends the batch."""
-    import numpy as np
-
-    from devicefit.sdk.convert import loading, quantize
-    from devicefit.sdk.search.families import builder
-
-    work = Path(work_dir)
-    request = json.loads((work / "request.json").read_text())
-    settings = quantize.QuantSettings("int8", request["io_type"], request["per_channel"])
-    rng = np.random.default_rng(request["seed"])
-    with open(work / _RESULTS, "w", buffering=1) as out:
-        for index, entry in enumerate(request["candidates"]):
-            started = time.perf_counter()
-            try:
-                cand = ArchCandidate.from_dict(entry)
-                build = builder(cand.family)
-            except errors.UsageError as exc:
-                (work / _ERROR).write_text(json.dumps({"message": str(exc)}))
-                return 2
-            try:
-                model = _built(build, cand, request["seed"])
-                calibration = rng.standard_normal(
-                    (request["samples"], *cand.params.input_shape)).astype(np.float32)
-                tflite = quantize.to_tflite(loading.load(model), settings, calibration)
-            except Exception as exc:  # noqa: BLE001 - one candidate's failure is its verdict
-                traceback.print_exc()
-                message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                out.write(json.dumps({"index": index, "error":
-                                      f"{type(exc).__name__}: {message}"[:300]}) + "\n")
-                continue
-            (work / f"{index:04d}.tflite").write_bytes(tflite)
-            out.write(json.dumps({"index": index, "parameters": int(model.count_params()),
-                                  "seconds": time.perf_counter() - started}) + "\n")
-    return 0
-
-
-def _built(build: Any, cand: ArchCandidate, seed: int) -> Any:
-    """The family's model with seeded random weights; what it returns must be Keras."""
-    import keras
-
-    keras.utils.set_random_seed(seed)
-    model = build(cand.params)
-    if not isinstance(model, keras.Model):
-        raise TypeError(f"family {cand.family} returned a {type(model).__name__}, "
-                        "not a keras.Model")
-    if tuple(model.input_shape[1:]) != cand.params.input_shape:
-        raise ValueError(f"family {cand.family} built input {list(model.input_shape[1:])} "
-                         f"for input_shape {list(cand.params.input_shape)}")
-    return model
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
