@@ -13,6 +13,8 @@ from devicefit.simulator.errors import UsageError
 from devicefit.simulator.units import format_bytes, format_time_ms
 
 _NUMBERS = re.compile(r"\d+([x-]\d+)+")
+#: Parameters that are lists of sizes.
+_SIZES = ("input_shape", "depth")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -63,7 +65,10 @@ def axes(params: list[str]) -> dict[str, list[Any]]:
             raise UsageError(f"--param {item}: give NAME=VALUE[,VALUE...]")
         if name in out:
             raise UsageError(f"--param {name} given twice: list its values once, comma-separated")
-        out[name] = [value(v) for v in values.split(",")]
+        parsed = [value(v) for v in values.split(",")]
+        if name in _SIZES:  # one stage / one dimension: a size of one
+            parsed = [(v,) if isinstance(v, int) else v for v in parsed]
+        out[name] = parsed
     return out
 
 
@@ -85,13 +90,14 @@ def _search(args: argparse.Namespace) -> int:
     if args.json:
         print_json([{"label": r.candidate.label(), "key": r.candidate.key,
                      **r.candidate.to_dict(), "verdict": r.verdict,
+                     "status": r.status,
                      "rejected_by": list(r.rejected_by), "flash_bytes": r.flash_bytes,
                      "arena_bytes": r.arena_bytes,
                      "offline_plan_saved_bytes": r.offline_plan_saved_bytes,
                      "latency_ms": r.latency_ms, "latency_band_ms": r.latency_band_ms,
                      "parameters": r.parameters, "note": r.note} for r in run.results])
     else:
-        rows = [(r.candidate.label(), r.verdict, _size(r.flash_bytes), _size(r.arena_bytes),
+        rows = [(r.candidate.label(), r.status, _size(r.flash_bytes), _size(r.arena_bytes),
                  _latency(r.latency_ms, r.latency_band_ms),
                  ", ".join(r.rejected_by) + (f" ({r.note})" if r.note else ""))
                 for r in run.results]

@@ -100,16 +100,19 @@ class Family:
 
     def check(self, p: Params) -> None:
         where = f"family {self.name}"
-        if len(p.input_shape) != self.input_rank or not all(
+        if not isinstance(p.input_shape, tuple) or len(p.input_shape) != self.input_rank or \
+                not all(
                 isinstance(d, int) and d > 0 for d in p.input_shape):
-            raise UsageError(f"{where}: input_shape {list(p.input_shape)} is not an "
+            raise UsageError(f"{where}: input_shape {_plain(p.input_shape)} is not an "
                              f"{self.input_kind} of positive sizes")
         if not isinstance(p.classes, int) or p.classes < 2:
             raise UsageError(f"{where}: classes {p.classes} (give at least 2)")
         if not isinstance(p.width, (int, float)) or not 0 < p.width <= 4:
             raise UsageError(f"{where}: width {p.width} (a multiplier in (0, 4])")
-        if not p.depth or not all(isinstance(d, int) and 0 < d <= 16 for d in p.depth):
-            raise UsageError(f"{where}: depth {list(p.depth)} (blocks per stage, each 1-16)")
+        if not isinstance(p.depth, tuple) or not p.depth or \
+                not all(isinstance(d, int) and 0 < d <= 16 for d in p.depth):
+            raise UsageError(f"{where}: depth {_plain(p.depth)} (a list of blocks per stage, "
+                             "each 1-16)")
         if not isinstance(p.kernel, int) or p.kernel < 1 or p.kernel % 2 == 0:
             raise UsageError(f"{where}: kernel {p.kernel} (an odd size, 1 or more)")
         if not isinstance(p.expansion, int) or not 1 <= p.expansion <= 8:
@@ -250,7 +253,10 @@ def user_params(name: str, overrides: Mapping[str, Any]) -> Params:
     """Parameters for a user family: input_shape is required (there is no default)."""
     if "input_shape" not in overrides:
         raise UsageError(f"family {name}: give input_shape (a user family has no default)")
-    shape = tuple(overrides["input_shape"])
+    given = overrides["input_shape"]
+    if not isinstance(given, (list, tuple)):
+        raise UsageError(f"family {name}: input_shape {given} (a list of sizes)")
+    shape = tuple(given)
     fam = dataclasses.replace(family(name), input_rank=len(shape),
                               defaults=Params(shape))
     return fam.params(overrides)

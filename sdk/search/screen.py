@@ -64,6 +64,8 @@ class Screened:
 
     candidate: ArchCandidate
     verdict: Status
+    #: The verdict, or "at-risk" when it passes on an estimate whose band crosses a budget.
+    status: Status
     rejected_by: tuple[Rejection, ...] = ()
     flash_bytes: int | None = None
     #: The arena the arena budget is judged on (TFLM: what it needs to start, with the
@@ -161,7 +163,7 @@ def _judge(candidate: ArchCandidate, converted: dict[str, Any] | None, profile: 
            work: Path, keep: Path | None) -> Screened:
     if converted is None or "error" in converted:
         note = converted["error"] if converted else "not converted"
-        return Screened(candidate, Status.FAIL, (Rejection.ERROR,), note=note)
+        return Screened(candidate, Status.FAIL, Status.FAIL, (Rejection.ERROR,), note=note)
     from devicefit.simulator.simulate import simulate
 
     started = time.perf_counter()
@@ -177,7 +179,7 @@ def _judge(candidate: ArchCandidate, converted: dict[str, Any] | None, profile: 
     write_atomic(path, data)
     report = simulate(path, profile, strict=True)
     return Screened(
-        candidate, report.verdict, rejections(report), flash_bytes=report.memory.flash_bytes,
+        candidate, report.verdict, report.status, rejections(report), flash_bytes=report.memory.flash_bytes,
         arena_bytes=judged_arena(report), offline_plan_saved_bytes=saved,
         latency_ms=report.latency.estimated_device_ms if report.latency else None,
         latency_band_ms=report.latency.band_ms if report.latency else None,

@@ -84,7 +84,7 @@ def _limit(text: str) -> float:
 @pytest.mark.slow
 def test_families_build_the_shapes_their_params_say(screened):
     results, _ = screened
-    for r in (results[c] for c in (SMALL_IMAGE, AUDIO, SENSOR)):
+    for r in (results[c] for c in (SMALL_IMAGE, AUDIO, SENSOR, WIDE_MLP)):
         p = r.candidate.params
         model = read_model(r.path)
         graph = model.subgraphs[0]
@@ -98,8 +98,10 @@ def test_families_build_the_shapes_their_params_say(screened):
                          if op.op_name == "DEPTHWISE_CONV_2D"]
             assert all(tuple(tensors[op.inputs[1]].shape[1:3]) == (p.kernel, p.kernel)
                        for op in depthwise)
-        else:  # cnn1d: the stem and one convolution per block
+        elif r.candidate.family == "cnn1d":  # the stem and one convolution per block
             assert ops.count("CONV_2D") == 1 + sum(p.depth)
+        else:  # mlp: one hidden layer per block and the classifier
+            assert ops.count("FULLY_CONNECTED") == sum(p.depth) + 1
         assert Path(r.path).name == f"{r.candidate.key}.tflite"
 
 
@@ -137,7 +139,10 @@ def test_candidates_have_stable_keys_and_labels():
     ("mbv2", {"input_shape": [32, 32]}, "is not an image (H, W, C)"),
     ("mbv2", {"input_shape": [8, 8, 1], "depth": [1, 1, 1, 1]}, "too small for 4 stages"),
     ("cnn1d", {"depth": []}, "depth []"),
+    ("cnn1d", {"depth": 2}, "depth 2 (a list"),
+    ("mlp", {"input_shape": 128}, "input_shape 128 is not"),
     ("mod:func", {}, "give input_shape"),
+    ("mod:func", {"input_shape": 4}, "input_shape 4 (a list of sizes)"),
     ("mod:", {}, "unknown family 'mod:'"),
 ])
 def test_bad_params_and_unknown_families_are_one_clear_error(family, params, message):
