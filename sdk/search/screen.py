@@ -36,6 +36,7 @@ from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.report import Report
 from devicefit.simulator.targets.registry import target_for
 from devicefit.simulator.types import BudgetName, Status, StrEnum
+from devicefit.simulator.verdict import static_arena_bytes
 
 #: Random samples of the input shape the int8 converter calibrates on (shape only).
 CALIBRATION_SAMPLES = 4
@@ -180,17 +181,11 @@ def _judge(candidate: ArchCandidate, converted: dict[str, Any] | None, profile: 
     report = simulate(path, profile, strict=True)
     return Screened(
         candidate, report.verdict, report.status, rejections(report), flash_bytes=report.memory.flash_bytes,
-        arena_bytes=judged_arena(report), offline_plan_saved_bytes=saved,
+        arena_bytes=static_arena_bytes(report), offline_plan_saved_bytes=saved,
         latency_ms=report.latency.estimated_device_ms if report.latency else None,
         latency_band_ms=report.latency.band_ms if report.latency else None,
         parameters=int(converted["parameters"]), convert_seconds=float(converted["seconds"]),
         judge_seconds=time.perf_counter() - started, path=str(path) if keep else None)
-
-
-def judged_arena(report: Report) -> int:
-    """The arena figure the budget is judged on (TFLM also needs room while planning)."""
-    judged = next((b.value for b in report.budgets if b.name == BudgetName.ARENA), None)
-    return int(judged) if judged is not None else report.memory.arena_bytes
 
 
 def rejections(report: Report) -> tuple[Rejection, ...]:
