@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from devicefit.sdk.console import make_console, print_json, table
-from devicefit.simulator.errors import UsageError
+from devicefit.simulator.errors import UsageError, require_extra
 from devicefit.simulator.units import format_bytes, format_time_ms
 
 _NUMBERS = re.compile(r"\d+([x-]\d+)+")
@@ -73,8 +73,8 @@ def axes(params: list[str]) -> dict[str, list[Any]]:
 
 
 def _search(args: argparse.Namespace) -> int:
+    require_extra("tensorflow", "devicefit search")  # the screen converts every candidate
     from devicefit.sdk.search import candidate, screen
-    from devicefit.simulator.errors import require_extra
     from devicefit.simulator.profiles import load_profile
 
     if not args.screen:
@@ -85,7 +85,6 @@ def _search(args: argparse.Namespace) -> int:
     candidates = [candidate(args.family, **dict(zip(names, combo, strict=True)))
                   for combo in itertools.product(*grid.values())]
     profile = load_profile(args.profile, args.profiles_dir)
-    require_extra("tensorflow", "devicefit search")
     run = screen(candidates, profile)
     if args.json:
         print_json([{"label": r.candidate.label(), "key": r.candidate.key,
