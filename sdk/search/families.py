@@ -246,7 +246,14 @@ def family(name: str) -> Family:
     if not sep or not module or not function.isidentifier():
         raise UsageError(f"unknown family '{name}': pick one of {', '.join(FAMILIES)} or "
                          "give a Python function as module:function")
-    return dataclasses.replace(_USER_CHECKS, name=name, input_rank=0)
+    return dataclasses.replace(_USER_CHECKS, name=name)
+
+
+def _for_shape(fam: Family, shape: tuple[int, ...]) -> Family:
+    """A user family checks the rank the user gave (the built-ins have their own)."""
+    if fam.builder is not None:
+        return fam
+    return dataclasses.replace(fam, input_rank=len(shape), defaults=Params(shape))
 
 
 def user_params(name: str, overrides: Mapping[str, Any]) -> Params:
@@ -256,19 +263,13 @@ def user_params(name: str, overrides: Mapping[str, Any]) -> Params:
     given = overrides["input_shape"]
     if not isinstance(given, (list, tuple)):
         raise UsageError(f"family {name}: input_shape {given} (a list of sizes)")
-    shape = tuple(given)
-    fam = dataclasses.replace(family(name), input_rank=len(shape),
-                              defaults=Params(shape))
-    return fam.params(overrides)
+    return _for_shape(family(name), tuple(given)).params(overrides)
 
 
 def params_from_dict(name: str, data: Mapping[str, Any]) -> Params:
     """The inverse of :meth:`Params.to_dict` (every field given), checked for ``name``."""
     params = Params(**_tuples(data))
-    fam = family(name)
-    if fam.builder is None:
-        fam = dataclasses.replace(fam, input_rank=len(params.input_shape))
-    fam.check(params)
+    _for_shape(family(name), params.input_shape).check(params)
     return params
 
 

@@ -118,6 +118,15 @@ def test_screen_arena_equals_simulate_on_the_written_file(screened, profile, cap
         assert code == (0 if r.fits else 1)
 
 
+@pytest.mark.slow
+def test_a_user_family_that_cannot_be_imported_is_one_error(profile):
+    # The child stops at the import, before any conversion (the zygote is already up).
+    with pytest.raises(UsageError, match="cannot import tests.sdk.no_such_family"):
+        screen([candidate("tests.sdk.no_such_family:build", input_shape=[4])], str(profile))
+    with pytest.raises(UsageError, match="has no function missing"):
+        screen([candidate("tests.sdk.search_family:missing", input_shape=[4])], str(profile))
+
+
 def test_candidates_have_stable_keys_and_labels():
     again = candidate("mbv2", input_shape=(32, 32, 1), width=0.5, depth=(1, 2), kernel=3,
                       expansion=2)
