@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from devicefit.sdk.search.families import Params, params_for, params_from_dict
+from devicefit.sdk.search.families import Params, family, params_for, params_from_dict
 
 
 @dataclass(frozen=True)
@@ -26,9 +26,12 @@ class ArchCandidate:
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     def label(self) -> str:
-        p = self.params
+        """Family, input, width, depth, and kernel/expansion where the family has them."""
+        p, takes = self.params, family(self.family).takes
         parts = [self.family, "x".join(map(str, p.input_shape)), f"w{p.width:g}",
-                 "d" + "-".join(map(str, p.depth)), f"k{p.kernel}", f"e{p.expansion}"]
+                 "d" + "-".join(map(str, p.depth))]
+        parts += [f"k{p.kernel}"] * ("kernel" in takes) + [f"e{p.expansion}"] * (
+            "expansion" in takes)
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:

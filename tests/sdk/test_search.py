@@ -133,6 +133,8 @@ def test_candidates_have_stable_keys_and_labels():
     assert again == SMALL_IMAGE and again.key == SMALL_IMAGE.key
     assert SMALL_IMAGE.key != BIG_IMAGE.key
     assert SMALL_IMAGE.label() == "mbv2 32x32x1 w0.5 d1-2 k3 e2"
+    assert AUDIO.label() == "dscnn 49x10x1 w0.25 d1-1 k5"  # DS-CNN has no expansion
+    assert WIDE_MLP.label() == "mlp 128x3 w4 d1"
     cells = grid("dscnn", {"width": [0.25, 0.5], "kernel": [3, 5]}, depth=[1])
     assert [(c.params.width, c.params.kernel) for c in cells] == [
         (0.25, 3), (0.25, 5), (0.5, 3), (0.5, 5)]
