@@ -1,0 +1,74 @@
+"""The screen's TensorFlow child: ``python -m devicefit.sdk.search.child WORK`` builds and
+converts every candidate of ``WORK/request.json`` (:mod:`sdk.search.screen` starts it and
+judges what it writes). A module of its own, which the package does not import: ``-m``
+runs it fresh."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from devicefit.sdk.search.candidate import ArchCandidate
+from devicefit.sdk.search.screen import ERROR_FILE, RESULTS_FILE
+from devicefit.simulator import errors
+
+
+def main(work_dir: str) -> int:
+    """Build and convert every candidate of ``WORK/request.json``; a candidate that fails
+    is a line with its error, a family that cannot be imported ends the batch."""
+    import numpy as np
+
+    from devicefit.sdk.convert import loading, quantize
+    from devicefit.sdk.search.families import builder
+
+    work = Path(work_dir)
+    request = json.loads((work / "request.json").read_text())
+    settings = quantize.QuantSettings("int8", request["io_type"], request["per_channel"])
+    rng = np.random.default_rng(request["seed"])
+    with open(work / RESULTS_FILE, "w", buffering=1) as out:
+        for index, entry in enumerate(request["candidates"]):
+            started = time.perf_counter()
+            try:
+                cand = ArchCandidate.from_dict(entry)
+                build = builder(cand.family)
+            except errors.UsageError as exc:
+                (work / ERROR_FILE).write_text(json.dumps({"message": str(exc)}))
+                return 2
+            try:
+                model = _built(build, cand, request["seed"])
+                calibration = rng.standard_normal(
+                    (request["samples"], *cand.params.input_shape)).astype(np.float32)
+                tflite = quantize.to_tflite(loading.load(model), settings, calibration)
+            except Exception as exc:  # noqa: BLE001 - one candidate's failure is its verdict
+                traceback.print_exc()
+                message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                out.write(json.dumps({"index": index, "error":
+                                      f"{type(exc).__name__}: {message}"[:300]}) + "\n")
+                continue
+            (work / f"{index:04d}.tflite").write_bytes(tflite)
+            out.write(json.dumps({"index": index, "parameters": int(model.count_params()),
+                                  "seconds": time.perf_counter() - started}) + "\n")
+    return 0
+
+
+def _built(build: Any, cand: ArchCandidate, seed: int) -> Any:
+    """The family's model with seeded random weights; what it returns must be Keras."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    model = build(cand.params)
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"family {cand.family} returned a {type(model).__name__}, "
+                        "not a keras.Model")
+    if tuple(model.input_shape[1:]) != cand.params.input_shape:
+        raise ValueError(f"family {cand.family} built input {list(model.input_shape[1:])} "
+                         f"for input_shape {list(cand.params.input_shape)}")
+    return model
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,199 @@
+"""The static screen: every candidate built with random weights, converted to full-integer
+int8 and judged by the simulator for the profile, before anything is trained.
+
+Conversion needs no data of the user's: the int8 converter calibrates on
+:data:`CALIBRATION_SAMPLES` random samples of the input shape. Their ranges set the
+quantization scales, which change no size: flash, arena, operator set and latency estimate
+are those of the trained model converted the same way.
+
+One TensorFlow child converts a whole batch (``python -m devicefit.sdk.search.child WORK``,
+forked from the converter's zygote, :data:`sdk.convert.tfprocess.PRELOAD`): starting
+TensorFlow costs seconds, one conversion of a tiny model a fraction of one. The child writes
+``NNNN.tflite`` and one JSON line per candidate into WORK; the parent then judges each file
+with :func:`simulator.simulate.simulate` (``strict``: a budget without a figure fails), after
+the offline arena plan (:mod:`simulator.optimize`, without running anything) on targets that
+take one, so the arena judged is the one the written file needs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from devicefit.sdk.convert.diagnose import ConversionError
+from devicefit.sdk.convert.tfprocess import PRELOAD, STALL_TIMEOUT_S
+from devicefit.sdk.search.candidate import ArchCandidate
+from devicefit.simulator import errors, zygote
+from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.profiles import load_profile
+from devicefit.simulator.report import Report
+from devicefit.simulator.targets.registry import target_for
+from devicefit.simulator.types import BudgetName, Status, StrEnum
+from devicefit.simulator.verdict import static_arena_bytes
+
+#: Random samples of the input shape the int8 converter calibrates on (shape only).
+CALIBRATION_SAMPLES = 4
+SEED = 0
+RESULTS_FILE = "results.jsonl"
+ERROR_FILE = "error.json"
+
+
+class Rejection(StrEnum):
+    """What rejects a candidate: a budget, or why it has no verdict."""
+
+    FLASH = "flash"
+    ARENA = "arena"
+    LATENCY = "latency"
+    #: An operator the target's runtime does not run.
+    OPS = "ops"
+    #: A latency budget the cost model has no estimate for (strict: not shown to fit).
+    UNESTIMATED = "latency unestimated"
+    #: The family could not build it or the converter could not convert it.
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Screened:
+    """The static verdict on one candidate."""
+
+    candidate: ArchCandidate
+    verdict: Status
+    #: The verdict, or "at-risk" when it passes on an estimate whose band crosses a budget.
+    status: Status
+    rejected_by: tuple[Rejection, ...] = ()
+    flash_bytes: int | None = None
+    #: The arena the arena budget is judged on (TFLM: what it needs to start, with the
+    #: offline plan written where it lowers the head).
+    arena_bytes: int | None = None
+    #: Bytes the offline plan took off the arena head (0: TFLM's own plan was as good).
+    offline_plan_saved_bytes: int = 0
+    latency_ms: float | None = None
+    latency_band_ms: tuple[float, float] | None = None
+    parameters: int | None = None
+    convert_seconds: float = 0.0
+    judge_seconds: float = 0.0
+    #: The judged file, when the screen was given a folder to keep them in.
+    path: str | None = None
+    note: str = ""
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict == Status.PASS
+
+
+@dataclass(frozen=True)
+class ScreenRun:
+    results: tuple[Screened, ...]
+    #: Wall time of the TensorFlow child (start, imports not done by the zygote, builds and
+    #: conversions) and of the judging in this process.
+    child_seconds: float
+    judge_seconds: float
+
+    @property
+    def convert_seconds(self) -> float:
+        """Build + conversion time the child measured, summed over candidates."""
+        return sum(r.convert_seconds for r in self.results)
+
+    @property
+    def fitting(self) -> tuple[Screened, ...]:
+        return tuple(r for r in self.results if r.fits)
+
+
+def screen(candidates: Sequence[ArchCandidate], profile: Profile | str, *,
+           keep: Path | None = None, profiles_dirs: Sequence[str | Path] = ()) -> ScreenRun:
+    """Convert ``candidates`` in one TensorFlow child and judge each for ``profile``.
+
+    ``keep``: a folder the judged ``.tflite`` files are written to (``<key>.tflite``);
+    without it they go with the work folder.
+    """
+    prof = profile if isinstance(profile, Profile) else load_profile(profile, list(profiles_dirs))
+    if not candidates:
+        raise errors.UsageError("nothing to screen: no candidates")
+    from devicefit.sdk.convert.quantize import resolve
+
+    quant = resolve(prof, "int8", None)
+    work = Path(tempfile.mkdtemp(prefix="devicefit-screen-"))
+    try:
+        started = time.perf_counter()
+        converted = _convert(candidates, quant.io_type, quant.per_channel, work)
+        child_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        results = tuple(_judge(c, converted.get(i), prof, work, keep)
+                        for i, c in enumerate(candidates))
+        return ScreenRun(results, child_seconds, time.perf_counter() - started)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _convert(candidates: Sequence[ArchCandidate], io_type: str, per_channel: bool,
+             work: Path) -> dict[int, dict[str, Any]]:
+    """Index → the child's line for it (``seconds``, ``parameters`` or ``error``)."""
+    request = {"candidates": [c.to_dict() for c in candidates], "io_type": io_type,
+               "per_channel": per_channel, "samples": CALIBRATION_SAMPLES, "seed": SEED}
+    (work / "request.json").write_text(json.dumps(request))
+    (work / "tmp").mkdir()
+    env = zygote.child_env(TF_CPP_MIN_LOG_LEVEL="1")
+    env["TMPDIR"] = str(work / "tmp")  # TensorFlow's autograph files go with the folder
+    done = zygote.run("devicefit.sdk.search.child", [str(work)], preload=PRELOAD, env=env,
+                      timeout_s=STALL_TIMEOUT_S * len(candidates), work=work)
+    lines = {}
+    if (work / RESULTS_FILE).exists():
+        for line in (work / RESULTS_FILE).read_text().splitlines():
+            entry = json.loads(line)
+            lines[int(entry["index"])] = entry
+    if (work / ERROR_FILE).exists():
+        reported = json.loads((work / ERROR_FILE).read_text())
+        raise errors.UsageError(reported["message"])
+    if done.code != 0:
+        at = candidates[len(lines)].label() if len(lines) < len(candidates) else "the end"
+        how = "ran out of time" if done.code is None else f"exit {done.code}"
+        tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:]
+        raise ConversionError(f"the screening conversion process failed at {at} ({how})"
+                              + (f": {tail[0]}" if tail else ""))
+    return lines
+
+
+def _judge(candidate: ArchCandidate, converted: dict[str, Any] | None, profile: Profile,
+           work: Path, keep: Path | None) -> Screened:
+    if converted is None or "error" in converted:
+        note = converted["error"] if converted else "not converted"
+        return Screened(candidate, Status.FAIL, Status.FAIL, (Rejection.ERROR,), note=note)
+    from devicefit.simulator.simulate import simulate
+
+    started = time.perf_counter()
+    data = (work / f"{converted['index']:04d}.tflite").read_bytes()
+    saved = 0
+    if target_for(profile).offline_plan:
+        from devicefit.simulator.optimize import optimize_model_bytes
+
+        data, plan = optimize_model_bytes(data, profile, verify=False, name=candidate.label())
+        saved = plan.reduction_bytes if plan.changed else 0
+    path = (keep or work) / f"{candidate.key}.tflite"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, data)
+    report = simulate(path, profile, strict=True)
+    return Screened(
+        candidate, report.verdict, report.status, rejections(report), flash_bytes=report.memory.flash_bytes,
+        arena_bytes=static_arena_bytes(report), offline_plan_saved_bytes=saved,
+        latency_ms=report.latency.estimated_device_ms if report.latency else None,
+        latency_band_ms=report.latency.band_ms if report.latency else None,
+        parameters=int(converted["parameters"]), convert_seconds=float(converted["seconds"]),
+        judge_seconds=time.perf_counter() - started, path=str(path) if keep else None)
+
+
+def rejections(report: Report) -> tuple[Rejection, ...]:
+    out = [Rejection(b.name) for b in report.budgets if not b.ok]
+    if report.compatibility is not None and not report.compatibility.supported:
+        out.append(Rejection.OPS)
+    if BudgetName.LATENCY in report.unchecked_budgets:
+        out.append(Rejection.UNESTIMATED)
+    if not out and not report.ok:  # a verdict with no named cause: never pass it silently
+        out.append(Rejection.ERROR)
+    return tuple(out)

@@ -1,0 +1,193 @@
+"""The architecture search's first part: families, candidates and the static screen.
+
+One screen (one TensorFlow child, real int8 conversion of a handful of tiny candidates)
+serves every test that needs converted files; they are read back with the simulator's
+reader, judged again by ``devicefit simulate`` and compared with the screen's figures. The
+profile is a tight custom one extending the STM32L4R5 profile.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from devicefit.sdk.cli import main
+from devicefit.sdk.search import Rejection, candidate, grid, screen
+from devicefit.sdk.search.families import FAMILIES, params_for
+from devicefit.simulator.errors import UsageError
+from devicefit.simulator.reader import read_model
+from devicefit.simulator.types import Status
+
+BASE = "stm32l4r5-cortex-m4"
+# TFLM's code alone is ~100 KiB of flash: 200 KiB leaves ~100 KB of int8 weights. An arena
+# of 64 KiB holds 32x32 feature maps of the small image CNN, not 96x96x3 ones.
+BUDGETS = {"flash": "200KiB", "arena": "64KiB", "latency": "400ms"}
+
+SMALL_IMAGE = candidate("mbv2", input_shape=[32, 32, 1], width=0.5, depth=[1, 2], kernel=3,
+                        expansion=2)
+BIG_IMAGE = candidate("mbv2", input_shape=[96, 96, 3], width=1.0, depth=[1, 2])
+# ~130k int8 weights in one dense layer: over the flash budget, tiny arena and latency.
+WIDE_MLP = candidate("mlp", input_shape=[128, 3], width=4.0, depth=[1])
+AUDIO = candidate("dscnn", input_shape=[49, 10, 1], width=0.25, depth=[1, 1], kernel=5)
+SENSOR = candidate("cnn1d", input_shape=[64, 3], width=0.5, depth=[2, 1], kernel=5)
+USER = candidate("tests.sdk.search_family:tiny", input_shape=[8, 8, 1], classes=4)
+BROKEN = candidate("tests.sdk.search_family:not_a_model", input_shape=[4])
+ALL = (SMALL_IMAGE, BIG_IMAGE, WIDE_MLP, AUDIO, SENSOR, USER, BROKEN)
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("search-profile") / "tight-search.yaml"
+    path.write_text("\n".join(["name: tight-search", f"extends: {BASE}", "budgets:",
+                               *(f"  {k}: {v}" for k, v in BUDGETS.items())]) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def screened(profile, tmp_path_factory):
+    run = screen(ALL, str(profile), keep=tmp_path_factory.mktemp("screened"))
+    return {r.candidate: r for r in run.results}, run
+
+
+@pytest.mark.slow
+def test_screen_rejects_by_the_right_budget(screened):
+    results, run = screened
+    assert [r.candidate for r in run.results] == list(ALL)
+    assert results[SMALL_IMAGE].fits and results[SMALL_IMAGE].rejected_by == ()
+    assert results[USER].fits
+    assert Rejection.ARENA in results[BIG_IMAGE].rejected_by
+    assert Rejection.FLASH not in results[BIG_IMAGE].rejected_by
+    assert results[WIDE_MLP].rejected_by == (Rejection.FLASH,)
+    assert results[BROKEN].rejected_by == (Rejection.ERROR,)
+    assert "not a keras.Model" in results[BROKEN].note
+    for r in run.results:
+        if r.rejected_by == (Rejection.ERROR,):
+            continue
+        over = {Rejection(k) for k, v in BUDGETS.items()
+                if (r.flash_bytes if k == "flash" else r.arena_bytes if k == "arena"
+                    else r.latency_ms) > _limit(v)}
+        assert over == set(r.rejected_by), r.candidate.label()
+        assert r.verdict == (Status.PASS if not over else Status.FAIL)
+        low, high = r.latency_band_ms
+        assert low <= r.latency_ms <= high
+    assert run.convert_seconds > 0 and run.judge_seconds > 0
+
+
+def _limit(text: str) -> float:
+    units = {"KiB": 1024, "ms": 1, "B": 1}
+    unit = next(u for u in units if text.endswith(u))
+    return float(text[:-len(unit)]) * units[unit]
+
+
+@pytest.mark.slow
+def test_families_build_the_shapes_their_params_say(screened):
+    results, _ = screened
+    for r in (results[c] for c in (SMALL_IMAGE, AUDIO, SENSOR, WIDE_MLP)):
+        p = r.candidate.params
+        model = read_model(r.path)
+        graph = model.subgraphs[0]
+        tensors = graph.tensors
+        assert tuple(tensors[graph.inputs[0]].shape) == (1, *p.input_shape)
+        assert tuple(tensors[graph.outputs[0]].shape) == (1, p.classes)
+        ops = [op.op_name for op in graph.operators]
+        if r.candidate.family in ("mbv2", "dscnn"):
+            assert ops.count("DEPTHWISE_CONV_2D") == sum(p.depth)
+            depthwise = [op for op in graph.operators
+                         if op.op_name == "DEPTHWISE_CONV_2D"]
+            assert all(tuple(tensors[op.inputs[1]].shape[1:3]) == (p.kernel, p.kernel)
+                       for op in depthwise)
+        elif r.candidate.family == "cnn1d":  # the stem and one convolution per block
+            assert ops.count("CONV_2D") == 1 + sum(p.depth)
+        else:  # mlp: one hidden layer per block and the classifier
+            assert ops.count("FULLY_CONNECTED") == sum(p.depth) + 1
+        assert Path(r.path).name == f"{r.candidate.key}.tflite"
+
+
+@pytest.mark.slow
+def test_screen_arena_equals_simulate_on_the_written_file(screened, profile, capsys):
+    _, run = screened
+    for r in (r for r in run.results if r.path is not None):
+        capsys.readouterr()
+        code = main(["simulate", r.path, "--profile", str(profile), "--json"])
+        report = json.loads(capsys.readouterr().out)
+        arena = next(b["value"] for b in report["budgets"] if b["name"] == "arena")
+        assert arena == r.arena_bytes
+        assert report["memory"]["flash_bytes"] == r.flash_bytes
+        assert code == (0 if r.fits else 1)
+
+
+@pytest.mark.slow
+def test_a_user_family_that_cannot_be_imported_is_one_error(profile):
+    # The child stops at the import, before any conversion (the zygote is already up).
+    with pytest.raises(UsageError, match="cannot import tests.sdk.no_such_family"):
+        screen([candidate("tests.sdk.no_such_family:build", input_shape=[4])], str(profile))
+    with pytest.raises(UsageError, match="has no function missing"):
+        screen([candidate("tests.sdk.search_family:missing", input_shape=[4])], str(profile))
+
+
+def test_candidates_have_stable_keys_and_labels():
+    again = candidate("mbv2", input_shape=(32, 32, 1), width=0.5, depth=(1, 2), kernel=3,
+                      expansion=2)
+    assert again == SMALL_IMAGE and again.key == SMALL_IMAGE.key
+    assert SMALL_IMAGE.key != BIG_IMAGE.key
+    assert SMALL_IMAGE.label() == "mbv2 32x32x1 w0.5 d1-2 k3 e2"
+    assert AUDIO.label() == "dscnn 49x10x1 w0.25 d1-1 k5"  # DS-CNN has no expansion
+    assert WIDE_MLP.label() == "mlp 128x3 w4 d1"
+    cells = grid("dscnn", {"width": [0.25, 0.5], "kernel": [3, 5]}, depth=[1])
+    assert [(c.params.width, c.params.kernel) for c in cells] == [
+        (0.25, 3), (0.25, 5), (0.5, 3), (0.5, 5)]
+    assert len({c.key for c in cells}) == 4
+
+
+@pytest.mark.parametrize(("family", "params", "message"), [
+    ("resnet", {}, "unknown family 'resnet'"),
+    ("mbv2", {"widht": 2}, "unknown parameter widht"),
+    ("dscnn", {"expansion": 6}, "family dscnn has no parameter expansion"),
+    ("mbv2", {"kernel": 4}, "kernel 4 (an odd size"),
+    ("mbv2", {"width": 0}, "width 0"),
+    ("mbv2", {"input_shape": [32, 32]}, "is not an image (H, W, C)"),
+    ("mbv2", {"input_shape": [8, 8, 1], "depth": [1, 1, 1, 1]}, "too small for 4 stages"),
+    ("cnn1d", {"depth": []}, "depth []"),
+    ("cnn1d", {"depth": 2}, "depth 2 (a list"),
+    ("mlp", {"input_shape": 128}, "input_shape 128 is not"),
+    ("mod:func", {}, "give input_shape"),
+    ("mod:func", {"input_shape": 4}, "input_shape 4 (a list of sizes)"),
+    ("mod:", {}, "unknown family 'mod:'"),
+])
+def test_bad_params_and_unknown_families_are_one_clear_error(family, params, message):
+    with pytest.raises(UsageError) as err:
+        params_for(family, params)
+    assert message in str(err.value)
+
+
+def test_every_family_default_is_valid():
+    for fam in FAMILIES.values():
+        fam.check(fam.defaults)
+
+
+@pytest.mark.slow
+def test_search_screen_command_prints_the_table(profile, capsys):
+    code = main(["--no-color", "search", "--family", "mlp", "--profile", str(profile),
+                 "--screen", "--param", "input_shape=128x3", "--param", "width=0.5,4",
+                 "--param", "depth=1"])
+    out = capsys.readouterr().out
+    assert code == 0  # one of the two fits
+    assert "1 of 2 fit" in out
+    rows = [line for line in out.splitlines() if "mlp 128x3" in line]
+    assert len(rows) == 2 and "pass" in rows[0] and "flash" in rows[1] and "fail" in rows[1]
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--family", "resnet", "--screen"], "unknown family 'resnet'"),
+    (["--family", "mbv2"], "only the static screen is built so far"),
+    (["--family", "mbv2", "--screen", "--param", "width"], "--param width: give NAME=VALUE"),
+    (["--family", "mbv2", "--screen", "--param", "width=big"], "--param value 'big'"),
+    (["--family", "mbv2", "--screen", "--param", "kernel=4"], "kernel 4 (an odd size"),
+])
+def test_search_command_bad_input_is_one_line_exit_2(argv, says, capsys):
+    code = main(["search", "--profile", BASE, *argv])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and says in err
