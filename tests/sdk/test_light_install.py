@@ -78,6 +78,8 @@ COMMANDS = {
                       "-o", "out.tflite"], "devicefit fit --export needs optuna", "convert"),
     "plan-batch": (["plan-batch", "model.keras", "--no-calibrate"],
                    "devicefit plan-batch needs TensorFlow", "convert"),
+    "search": (["search", "--family", "mlp", "--profile", "esp32-s3", "--screen"],
+               "devicefit search needs TensorFlow", "convert"),
     "--plot": (["simulate", "{model}", "--profile", "esp32-s3", "--no-probe", "--plot",
                 "out.png"], "--plot needs matplotlib", "plot"),
     "ethos-u": (["simulate", "{model}", "--profile", "ethos-u55-128", "--no-probe"],
