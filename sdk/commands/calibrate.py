@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "calibrate", help="fit a profile's latency model to what your board measured",
         description="Fit the profile's cost terms (per op kind and dtype, per-op overhead) "
                     "to per-operator timings the board printed (TFLM MicroProfiler log or "
-                    "CSV, benchmark_model --enable_op_profiling, devicefit bench --json) or "
+                    "CSV, benchmark_model's op profiling, devicefit bench --json) or "
                     "to whole-model latencies, with today's kernel tables as the prior, and "
                     "write a profile that extends PROFILE with the fitted cost_model and "
                     "error_band. Exit 0, 2 on bad input.",
