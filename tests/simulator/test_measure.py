@@ -16,7 +16,7 @@ from devicefit.simulator.measure import measure
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.simulate import simulate, static_report
-from tests.simulator.test_targets import DUMMY_PROFILE, _installed, _write_dummy
+from tests.dummy_target import DUMMY_PROFILE, installed, write_dummy
 from tests.zoo import model_path
 
 PROFILE = "stm32l4r5-cortex-m4"
@@ -98,12 +98,12 @@ TARGET = dataclasses.replace(TARGET, device_build=_device_build)
 @pytest.fixture
 def dummy(tmp_path: Path) -> Iterator[Path]:
     site = tmp_path / "site"
-    _write_dummy(site, "litert")
+    write_dummy(site, "litert")
     with (site / "dummy_npu" / "__init__.py").open("a") as record:
         record.write(DEVICE_BUILD)
     path = tmp_path / "dummy-board.yaml"
     path.write_text(DUMMY_PROFILE)
-    with _installed(site):
+    with installed(site):
         yield path
 
 
