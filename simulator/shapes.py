@@ -585,11 +585,12 @@ def confirm_with_runtime(model: Model, inputs: Mapping[int, Shape], shapes: dict
     crash is kept as ``runtime_problem`` and devicefit's shapes stand (also when the
     runtime allocated but did not invoke: shapes that depend on values are only set during
     an invoke)."""
-    oracle = next((t for t in TARGETS.values() if t.shapes is not None), None)
-    if oracle is None or oracle.shapes is None:
+    found = next(((t.title, t.shapes) for t in TARGETS.values() if t.shapes is not None), None)
+    if found is None:
         return shapes, dataclasses.replace(report, runtime_problem="no runtime here resizes "
                                                                    "inputs")
-    answer = oracle.shapes(model.path, inputs, timeout_s)
+    runtime, shapes_of = found
+    answer = shapes_of(model.path, inputs, timeout_s)
     if not answer.invoked:
         return shapes, dataclasses.replace(report, runtime_problem=answer.problem)
     sg = model.main
@@ -601,11 +602,11 @@ def confirm_with_runtime(model: Model, inputs: Mapping[int, Shape], shapes: dict
         ours = shapes.get(index)
         if ours is not None and ours != theirs and all(d >= 0 for d in ours):
             disagreements.append(f"'{sg.tensors[index].name}' devicefit {_text(ours)}, "
-                                 f"{oracle.title} {_text(theirs)}")
+                                 f"{runtime} {_text(theirs)}")
         merged[index] = theirs
     unresolved = tuple(f"'{sg.tensors[i].name}' {_text(s)}" for i, s in merged.items()
                        if any(d < 0 for d in s))
-    return merged, dataclasses.replace(report, resolved_by=oracle.title, unresolved=unresolved,
+    return merged, dataclasses.replace(report, resolved_by=runtime, unresolved=unresolved,
                                        disagreements=tuple(disagreements))
 
 
