@@ -81,6 +81,8 @@ class ModelMove:
     after_ms: float
     #: The estimate of the fit without this model (None with one model).
     held_out_ms: float | None
+    #: Which of ``TERMS`` that fit freed (chosen on the other models' evidence only).
+    held_out_terms: str | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,12 @@ class Calibration:
     band: tuple[float, float]
     band_basis: str
     moves: tuple[ModelMove, ...]
+    #: Which of ``TERMS`` the evidence chose to free.
+    terms: str = "groups"
+
+    @property
+    def terms_said(self) -> str:
+        return _TERMS_SAY[self.terms]
 
     def cost_keys(self, base: CostModel) -> dict[str, object]:
         """The ``cost_model`` keys of the calibrated profile (merged over the base's)."""
@@ -148,9 +156,28 @@ def _rows(prior: _Prior, log: BoardLog, columns: list[str]) -> tuple[np.ndarray,
     return x * w[:, None], y * w
 
 
-def _solve(priors: Sequence[_Prior], logs: Sequence[BoardLog]) -> tuple[dict[str, float], float]:
-    """(op group → cycles scale, with ``"default"`` the board's factor for groups the
-    evidence has none of; the added per-op overhead in ms)."""
+@dataclass(frozen=True)
+class _Design:
+    """The whitened least-squares problem of a fit: rows ``x`` and targets ``y`` in units of
+    ``OBS_SD``, and each column's prior (mean, spread, lower bound)."""
+
+    columns: tuple[str, ...]
+    x: np.ndarray
+    y: np.ndarray
+    prior_sd: np.ndarray
+    beta0: np.ndarray
+    lower: np.ndarray
+
+
+#: The term sets a fit chooses from, simplest first, with what each frees: the tables as
+#: they are; the board's factor and the per-op overhead; those and every op group's own scale.
+TERMS = ("tables", "board", "groups")
+_TERMS_SAY = {"tables": "none (the tables as they are)",
+              "board": "the board's factor and the per-op overhead",
+              "groups": "the board's factor, each op group's scale and the per-op overhead"}
+
+
+def _design(priors: Sequence[_Prior], logs: Sequence[BoardLog]) -> _Design:
     groups = sorted({g for p in priors for g in p.groups})
     columns = ["default", *groups, "overhead"]
     parts = [_rows(p, log, columns) for p, log in zip(priors, logs, strict=True)]
@@ -159,27 +186,79 @@ def _solve(priors: Sequence[_Prior], logs: Sequence[BoardLog]) -> tuple[dict[str
     # The overhead's scale is the tables' cheapest op (a reshape: little but the fixed per-op
     # cost), not the measured mean op: a large convolution says nothing of a per-op cost.
     cheapest = min((c for p in priors for c in p.cycles_ms if c > 0), default=1e-3)
-    prior_sd = np.array([SCALE_SD, *[GROUP_SD] * len(groups), OVERHEAD_SD * cheapest])
-    beta0 = np.array([1.0, *[0.0] * len(groups), 0.0])
-    lower = np.array([MIN_SCALE, *[-np.inf] * len(groups), -priors[0].overhead_ms])
-    fixed: dict[int, float] = {}
+    return _Design(tuple(columns), x, y,
+                   np.array([SCALE_SD, *[GROUP_SD] * len(groups), OVERHEAD_SD * cheapest]),
+                   np.array([1.0, *[0.0] * len(groups), 0.0]),
+                   np.array([MIN_SCALE, *[-np.inf] * len(groups), -priors[0].overhead_ms]))
+
+
+def _free(d: _Design, terms: str) -> list[int]:
+    last = len(d.columns) - 1
+    return {"tables": [], "board": [0, last], "groups": list(range(last + 1))}[terms]
+
+
+def log_evidence(d: _Design, free: Sequence[int]) -> float:
+    """log p(y | terms), up to a constant the same for every term set: the rows' marginal
+    likelihood with the ``free`` columns drawn from their prior, the rest at the prior mean
+    (``y - x·beta0 ~ N(0, I + X S Xᵀ)``, computed in the columns' dimension). The bounds
+    are left out: the comparison is of the Gaussian models."""
+    r = d.y - d.x @ d.beta0
+    if not free:
+        return -0.5 * float(r @ r)
+    xf = d.x[:, list(free)]
+    var = d.prior_sd[list(free)] ** 2
+    a = np.diag(1.0 / var) + xf.T @ xf
+    xr = xf.T @ r
+    logdet = np.linalg.slogdet(a)[1] + float(np.sum(np.log(var)))
+    return -0.5 * (logdet + float(r @ r) - float(xr @ np.linalg.solve(a, xr)))
+
+
+def _ridge(d: _Design, free_terms: Sequence[int]) -> np.ndarray:
+    """The posterior mode of the free columns (the rest at the prior mean), bounds kept by
+    fixing a parameter that crosses one at its bound and refitting the rest."""
+    fixed = {j: float(d.beta0[j]) for j in range(len(d.columns)) if j not in free_terms}
     while True:
-        free = [j for j in range(len(columns)) if j not in fixed]
-        fixed_vec = np.array([fixed.get(j, 0.0) for j in range(len(columns))])
-        # Ridge toward beta0 as extra rows: (beta - beta0) / prior_sd ~ 0.
-        a = np.vstack([x[:, free], np.diag(1.0 / prior_sd[free])])
-        b = np.concatenate([y - x @ fixed_vec, beta0[free] / prior_sd[free]])
-        solved = np.linalg.lstsq(a, b, rcond=None)[0]
+        free = [j for j in range(len(d.columns)) if j not in fixed]
+        fixed_vec = np.array([fixed.get(j, 0.0) for j in range(len(d.columns))])
         beta = fixed_vec.copy()
-        beta[free] = solved
-        crossed = [j for j in free if beta[j] < lower[j]]
+        if not free:
+            return beta
+        # Ridge toward beta0 as extra rows: (beta - beta0) / prior_sd ~ 0.
+        a = np.vstack([d.x[:, free], np.diag(1.0 / d.prior_sd[free])])
+        b = np.concatenate([d.y - d.x @ fixed_vec, d.beta0[free] / d.prior_sd[free]])
+        beta[free] = np.linalg.lstsq(a, b, rcond=None)[0]
+        crossed = [j for j in free if beta[j] < d.lower[j]]
         if not crossed:
-            break
+            return beta
         for j in crossed:
-            fixed[j] = float(lower[j])
+            fixed[j] = float(d.lower[j])
+
+
+@dataclass(frozen=True)
+class _Fit:
+    #: Op group → cycles scale, with ``"default"`` the board's factor for groups the
+    #: evidence has none of.
+    scale: dict[str, float]
+    #: The added per-op overhead, ms.
+    extra_ms: float
+    #: Which of ``TERMS`` the evidence chose.
+    terms: str
+
+
+def _solve(priors: Sequence[_Prior], logs: Sequence[BoardLog]) -> _Fit:
+    """The fit of the term set with the highest evidence (equal prior odds; on a tie the
+    simpler). With whole-model totals only, a total constrains a sum over the groups, and
+    a per-group scale per group is more freedom than a few totals support: the evidence
+    then keeps the groups (or everything) at the tables unless the totals call for it, so
+    tables already near the board barely move. Per-op timings identify each group."""
+    d = _design(priors, logs)
+    evidence = [log_evidence(d, _free(d, t)) for t in TERMS]
+    terms = TERMS[max(range(len(TERMS)), key=lambda i: (evidence[i], -i))]
+    beta = _ridge(d, _free(d, terms))
     board = float(beta[0])
+    groups = d.columns[1:-1]
     scale = {g: max(MIN_SCALE, board + float(beta[j + 1])) for j, g in enumerate(groups)}
-    return {"default": board, **scale}, float(beta[-1])
+    return _Fit({"default": board, **scale}, float(beta[-1]), terms)
 
 
 def calibrate(profile: Profile, evidence: Sequence[Evidence],
@@ -191,15 +270,16 @@ def calibrate(profile: Profile, evidence: Sequence[Evidence],
     data = data or kernel_data()
     priors = [prior_of(e.model, profile, data) for e in evidence]
     logs = [e.log for e in evidence]
-    scale, extra = _solve(priors, logs)
-    held: list[float | None] = [None] * len(evidence)
+    fit = _solve(priors, logs)
+    held: list[_Fit | None] = [None] * len(evidence)
     if len(evidence) >= 2:
         for k in range(len(evidence)):
             rest = [i for i in range(len(evidence)) if i != k]
-            s_k, d_k = _solve([priors[i] for i in rest], [logs[i] for i in rest])
-            held[k] = priors[k].total(s_k, d_k)
+            held[k] = _solve([priors[i] for i in rest], [logs[i] for i in rest])
     moves = tuple(ModelMove(e.name, e.log.form, len(e.log.runs[0]) if e.log.runs else 0,
-                            e.log.measured_ms, p.total({}, 0.0), p.total(scale, extra), h)
+                            e.log.measured_ms, p.total({}, 0.0), p.total(fit.scale, fit.extra_ms),
+                            None if h is None else p.total(h.scale, h.extra_ms),
+                            None if h is None else h.terms)
                   for e, p, h in zip(evidence, priors, held, strict=True))
     forms = ", ".join(sorted({e.log.form for e in evidence}))
     names = ", ".join(e.name for e in evidence)
@@ -213,7 +293,7 @@ def calibrate(profile: Profile, evidence: Sequence[Evidence],
         band, base_basis = estimate_band(profile, core, data, evidence[0].model)
         basis = (f"calibrated on the board (1 model: {names}; {forms}): one model holds "
                  f"nothing out, so the band is the base profile's ({base_basis})")
-    return Calibration(scale, extra, band, basis, moves)
+    return Calibration(fit.scale, fit.extra_ms, band, basis, moves, fit.terms)
 
 
 def moved_percent(move: ModelMove) -> float:
