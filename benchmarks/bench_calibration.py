@@ -129,7 +129,8 @@ def table(cal: Calibration) -> list[tuple[float, float]]:
     print("|---|---|---|---|---|")
     out = []
     for m in cal.moves:
-        held = (f"{m.held_out_ms:.1f} ({error(m.held_out_ms, m.measured_ms):.1f}%)"
+        held = (f"{m.held_out_ms:.1f} ({error(m.held_out_ms, m.measured_ms):.1f}%, "
+                f"{m.held_out_terms})"
                 if m.held_out_ms is not None else "blocked: one public model")
         print(f"| {m.name} | {m.measured_ms:.1f} | {m.before_ms:.1f} "
               f"({error(m.before_ms, m.measured_ms):.1f}%) | {held} | {m.after_ms:.1f} |")

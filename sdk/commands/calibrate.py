@@ -149,6 +149,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(f"  {m.name}: measured {format_time_ms(m.measured_ms)} ({m.form}, {what}); "
               f"estimate {format_time_ms(m.before_ms)} -> {format_time_ms(m.after_ms)} "
               f"({moved_percent(m):+.1f}%){held}")
+    print(f"fitted terms (chosen by their evidence): {cal.terms_said}")
     for g, s in sorted(cal.scale.items()):
         print(f"  {'other ops (default)' if g == 'default' else g}: cycles x{s:.3f}")
     print(f"  per-op overhead {cal.extra_overhead_ms * 1e3 + 0.0:+.3g} us")

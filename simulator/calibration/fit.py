@@ -19,6 +19,16 @@ tables' leave-one-board-out bands are about ±40%), each ``t_g`` ``GROUP_SD``, `
 kept by fixing a parameter that crosses one at its bound and refitting the rest; a group's
 scale is at least ``MIN_SCALE``.
 
+Which terms are free is chosen by the evidence itself (Bayesian model comparison, equal
+prior odds, the spreads above unchanged): the tables as they are, the board's factor with
+the overhead, or every group's own scale too, whichever gives the measured figures the
+highest marginal likelihood. A few whole-model totals that scatter around the tables as
+much as ``OBS_SD`` allows favour the tables; totals off in one direction favour the board's
+factor; per-op timings identify the groups. Without it, three totals of models that err in
+opposite directions moved the per-group scales by more than they knew (the AndesCore rows
+of BENCHMARKS.md's calibration section). The choice sees only the evidence it is given, so
+a held-out model never takes part in choosing its own fit.
+
 The error band: with two models or more, the leave-one-model-out ratios measured /
 predicted (the fit without that model predicting it), widened to contain 1; with one model
 there is nothing held out, so the band is the base profile's own, and its basis says so.
