@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.stats import multivariate_normal
 
 from devicefit.simulator.calibration.fit import (
     TERMS,
@@ -92,7 +91,8 @@ def test_log_evidence_is_the_gaussian_marginal_likelihood() -> None:
         free = _free(d, terms)
         xf = d.x[:, free]
         cov = np.eye(len(d.y)) + xf @ np.diag(d.prior_sd[free] ** 2) @ xf.T
-        direct = multivariate_normal(mean=d.x @ d.beta0, cov=cov).logpdf(d.y)
+        r = d.y - d.x @ d.beta0
+        direct = -0.5 * (np.linalg.slogdet(2 * np.pi * cov)[1] + r @ np.linalg.solve(cov, r))
         gaps.append(direct - log_evidence(d, free))
     assert max(gaps) - min(gaps) == pytest.approx(0.0, abs=1e-9)
     assert gaps[0] == pytest.approx(-0.5 * len(d.y) * np.log(2 * np.pi))
