@@ -102,7 +102,7 @@ def read_profiler_log(path: Path, ticks_per_second: float | None) -> tuple[str, 
         raise InputError(f"{path}: cannot read the log: {exc.strerror or exc}") from exc
     if CSV_HEADER in text:
         return "MicroProfiler CSV", parse_micro_csv(text, ticks_per_second, str(path))
-    if _LOG_LINE.search(text) is None:
+    if not any(_LOG_LINE.search(line) for line in text.splitlines()):
         raise InputError(f"{path}: no MicroProfiler lines ('CONV_2D took N ticks (M ms).' "
                          f"or a \"Event\",\"Tag\",\"Ticks\" table) and no benchmark_model "
                          f"op profile in it")

@@ -28,6 +28,7 @@ from tests.zoo import model_path
 LOGS = TESTS / "fixtures" / "tflm_profiler"
 KEYWORD = LOGS / "keyword_fusion_f1_pr46864.txt"
 PERSON = LOGS / "person_detection_fusion_f1_pr47380_excerpt.txt"
+CORSTONE = LOGS / "person_detect_corstone300_m4_tflm_readme.txt"
 #: keyword_scrambled.tflite's operators (tflite-micro tensorflow/lite/micro/models/).
 KEYWORD_OPS = ["QUANTIZE", "SVDF", "FULLY_CONNECTED", "SVDF", "FULLY_CONNECTED", "SVDF",
                "FULLY_CONNECTED", "SVDF", "FULLY_CONNECTED", "SVDF", "SVDF", "SVDF",
@@ -44,6 +45,19 @@ def test_micro_log_reads_the_published_keyword_benchmark_output() -> None:
     assert ops[1] == OpTime("SVDF", 37.998)
     # The published per-op ticks add up to the run's total, 152628 ticks.
     assert sum(o.ms for o in ops) == pytest.approx(152.628)
+
+
+def test_micro_log_with_lines_after_the_ops_is_read() -> None:
+    """tflite-micro's generic benchmark README: person_detect.tflite on Corstone-300 (Cortex-M4,
+    CMSIS-NN), its 31 op lines between the tool's "Unique Tag" tables and CRC lines (a log
+    whose last line is not an op event was refused before)."""
+    form, ops = read_profiler_log(CORSTONE, 25e6)
+    assert form == "MicroProfiler log" and len(ops) == 31
+    assert [o.op for o in ops[:3]] == ["DEPTHWISE_CONV_2D", "DEPTHWISE_CONV_2D", "CONV_2D"]
+    assert [o.op for o in ops[-4:]] == ["AVERAGE_POOL_2D", "CONV_2D", "RESHAPE", "SOFTMAX"]
+    # The op lines add up to the tool's "total number of ticks" of the run, 2820774; the
+    # per-tag summary rows ("CONV_2D, 1817013") are not op events.
+    assert sum(o.ms for o in ops) * 25e3 == pytest.approx(2820774)
 
 
 def test_micro_csv_reads_logcsv_layout() -> None:
