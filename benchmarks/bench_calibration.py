@@ -89,6 +89,22 @@ BOARDS = (
                "kernels landed in between, PRs 47378/47380), and the models share no MAC "
                "op kind (SVDF + FC vs conv + depthwise): only the per-op overhead and "
                "SOFTMAX carry over from one to the other"),
+    Board("Xtensa Fusion F1 (ISS, F1_190305_swupgrade), TFLM xtensa kernels with xa_nnlib "
+          "SVDF, conv and depthwise, Feb 2021",
+          cpu="xtensa-lx6", kernels="reference", ticks_per_second=1e6,
+          figures=(
+              Figure("keyword_scrambled.tflite",
+                     "https://github.com/tensorflow/tensorflow/pull/47098 (xa_nnlib SVDF)",
+                     log="keyword_fusion_f1_pr47098.txt"),
+              Figure("person_detect.tflite",
+                     "https://github.com/tensorflow/tensorflow/pull/47380 "
+                     "('WithPersonDataIterations(1) took 9661310 ticks')",
+                     total_ticks=9661310),
+          ),
+          note="one xa_nnlib stack: PR 47380 (depthwise) came after 47378 (conv), whose "
+               "published log opens with 'KeywordRunNIerations(1) took 38516 ticks', the "
+               "keyword figure of 47098 (SVDF), so the keyword run is that of the person "
+               "run's build as far as the kernels it uses"),
     Board("Arm Corstone-300 FVP, Cortex-M4 (no FPU), TFLM aa47932 CMSIS-NN, Dec 2024",
           # The FVP's 25 MHz clock; the log's "ticks (ms)" pairs bound the rate to it.
           cpu="cortex-m4", kernels="cmsis-nn", ticks_per_second=25e6,

@@ -47,6 +47,14 @@ def test_micro_log_reads_the_published_keyword_benchmark_output() -> None:
     assert sum(o.ms for o in ops) == pytest.approx(152.628)
 
 
+def test_micro_log_of_the_xa_nnlib_keyword_build() -> None:
+    """PR 47098's keyword log (xa_nnlib SVDF on the Fusion F1): the same 15 ops, their ticks
+    adding up to the run's published total, 38516."""
+    _, ops = read_profiler_log(LOGS / "keyword_fusion_f1_pr47098.txt", ISS_RATE)
+    assert [o.op for o in ops] == KEYWORD_OPS
+    assert sum(o.ms for o in ops) == pytest.approx(38.516)
+
+
 def test_micro_log_with_lines_after_the_ops_is_read() -> None:
     """tflite-micro's generic benchmark README: person_detect.tflite on Corstone-300 (Cortex-M4,
     CMSIS-NN), its 31 op lines between the tool's "Unique Tag" tables and CRC lines (a log
