@@ -117,7 +117,7 @@ BOARDS = (
           note="one public model on this build: nothing to hold out. An FVP is a "
                "functional model, not a cycle-accurate one: its 2.82 M ticks for this "
                "model are 16x fewer than the 45.7 M cycles STM32F446RE's Cortex-M4 "
-               "takes for it (254 ms at 180 MHz, published.yaml), so this log tests the "
+               "takes for person detection (254 ms at 180 MHz, published.yaml), so this log tests the "
                "reader and the model check, not the tables' timing"),
 )
 
