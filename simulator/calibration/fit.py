@@ -92,7 +92,7 @@ class ModelMove:
     #: The estimate of the fit without this model (None with one model).
     held_out_ms: float | None
     #: Which of ``TERMS`` that fit freed (chosen on the other models' evidence only).
-    held_out_terms: str | None = None
+    held_out_terms: str | None
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class Calibration:
     band_basis: str
     moves: tuple[ModelMove, ...]
     #: Which of ``TERMS`` the evidence chose to free.
-    terms: str = "groups"
+    terms: str
 
     @property
     def terms_said(self) -> str:
