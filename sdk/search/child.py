@@ -12,6 +12,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from devicefit.sdk.search.candidate import ArchCandidate
 from devicefit.sdk.search.screen import ERROR_FILE, RESULTS_FILE
 from devicefit.simulator import errors
@@ -20,8 +22,6 @@ from devicefit.simulator import errors
 def main(work_dir: str) -> int:
     """Build and convert every candidate of ``WORK/request.json``; a candidate that fails
     is a line with its error, a family that cannot be imported ends the batch."""
-    import numpy as np
-
     from devicefit.sdk.convert import loading, quantize
     from devicefit.sdk.search.families import builder, built
 
@@ -57,14 +57,18 @@ def main(work_dir: str) -> int:
 
 
 def like_trained(model: Any, rng: Any) -> None:
-    """Give every all-zero weight array (biases, BatchNorm's beta and mean) small random
-    values. Untouched, the biases folded from them are all zero, and the converter stores
-    equal constants once: the file would be smaller than the trained model's (2.4 KB of
-    8.3 KB for mbv2 8x8x1 w0.25 d1-1), which has distinct biases."""
+    """Move every constant weight array off its initial value (biases and BatchNorm's beta
+    and mean at 0, gamma and variance at 1) by a little noise, as training does. Untouched,
+    the biases folded from them are all zero, which the converter stores once for all
+    layers, and BatchNorm's scale by 1 folds away and out of the tensor names: the file
+    would be smaller than the trained model's (2.4 KB of 8.3 KB for mbv2 8x8x1 w0.25 d1-1),
+    whose structure, buffers and names are otherwise the same."""
     for weight in model.weights:
         value = weight.numpy()
-        if value.size and not value.any():
-            weight.assign(0.01 * rng.standard_normal(value.shape).astype(value.dtype))
+        if value.size and (not value.any() or (value == 1).all()):
+            noise = 0.01 * rng.standard_normal(value.shape)
+            weight.assign((value + np.abs(noise) if (value == 1).all() else noise)
+                          .astype(value.dtype))
 
 
 if __name__ == "__main__":

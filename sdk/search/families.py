@@ -305,6 +305,9 @@ def built(build: Builder, name: str, params: Params, seed: int) -> Any:
     same model); what it returns must be Keras, with the input it was asked for."""
     import keras
 
+    # Layer names number on from every model built before in the process, and the file
+    # keeps them: without a fresh session the same candidate's file grows by its names.
+    keras.backend.clear_session()
     keras.utils.set_random_seed(seed)
     model = build(params)
     if not isinstance(model, keras.Model):
