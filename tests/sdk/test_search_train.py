@@ -149,9 +149,9 @@ def _search(folder: Path, profile: Path, *extra: str) -> int:
     (["--param", "input_shape=16x16x1"], "the training samples are 8x8x1"),
     (["--param", "classes=4"], "the training labels have 10 classes"),
     (["--max-trials", "0"], "--max-trials 0"),
-    (["--objective", "speed"], "invalid choice"),
+    (["--epochs", "0"], "--epochs 0"),
     (["--train", "missing.npz"], "not found"),
-], ids=["shape", "classes", "no-trials", "objective", "missing-data"])
+], ids=["shape", "classes", "no-trials", "no-epochs", "missing-data"])
 def test_bad_input_is_one_line_exit_2(setup, capsys, extra, says):
     folder, profile = setup
     assert _search(folder, profile, *extra) == 2
