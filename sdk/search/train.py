@@ -403,7 +403,7 @@ class _Trial:
         #: Trials this process completed (the writer of the winner is chosen among them).
         self.completed: set[int] = set()
 
-    def __call__(self, trial: Any) -> list[float]:
+    def __call__(self, trial: Any) -> float | list[float]:
         import optuna
 
         key = trial.suggest_categorical("candidate", self.job.keys)
@@ -415,7 +415,8 @@ class _Trial:
         self.completed.add(trial.number)
         if self.on_trial is not None:
             self.on_trial(record)
-        return record.values(self.job.objective)
+        values = record.values(self.job.objective)
+        return values[0] if len(values) == 1 else values
 
     def _decide(self, trial: Any, key: str) -> tuple[str, str]:
         """Build, or why not; taken after every lower-numbered running trial decided (fit's

@@ -139,6 +139,19 @@ def test_reports_name_rejections_by_budget(runs):
     assert REJECTED in page and "<svg" in page and "Pareto front" in page
 
 
+@pytest.mark.slow
+def test_the_summary_says_what_was_chosen_and_verified(runs, capsys):
+    from devicefit.sdk.commands.search import _print_summary
+    from devicefit.sdk.console import make_console
+
+    _, second, _ = runs
+    _print_summary(make_console(True), second)
+    out = capsys.readouterr().out
+    assert "Screened for tight-digits: 3 of 4 fit" in out and "flash, arena" in out
+    assert f"fits: trial {second.chosen}" in out and "verified in tflm" in out
+    assert "Pareto front: accuracy vs arena" in out and f"wrote {second.output}" in out
+
+
 def _search(folder: Path, profile: Path, *extra: str) -> int:
     return main(["search", "--family", "mbv2", "--profile", str(profile), "--train",
                  str(folder / "train.npz"), "--eval", str(folder / "eval.npz"), "-o",
