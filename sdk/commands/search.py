@@ -45,8 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "is verified in the target's runtime and written. Exit 0 when a "
                     "candidate fits (and was written), 1 when none does, 2 on bad input. "
                     "Ctrl-C keeps the best fitting candidate trained so far.",
-        epilog="examples: devicefit search --family mbv2 --profile stm32l4r5-cortex-m4 "
+        epilog="example: devicefit search --family mbv2 --profile stm32l4r5-cortex-m4 "
                "--screen --param input_shape=64x64x3,96x96x3 --param width=0.35,0.5\n"
+               "train the candidates that fit, write the best (a Pareto front vs latency):\n"
                "  devicefit search --family mbv2 --profile nrf52840-cortex-m4 --train "
                "train.npz --eval test.npz -o best.tflite --param width=0.25,0.5,1 --param "
                "depth=1-1,1-2 --epochs 5 --objective accuracy,latency --html search.html")

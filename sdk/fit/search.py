@@ -212,7 +212,7 @@ class Objective:
         try:
             return evaluate(self.ctx, candidate, number)
         except Exception as exc:
-            if not isinstance(exc, DevicefitError) and not _converter_error(exc):
+            if not isinstance(exc, DevicefitError) and not converter_error(exc):
                 raise  # a bug, not a property of the candidate
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.info("trial %d (%s) failed: %s", number, candidate.label(), message)
@@ -276,7 +276,7 @@ def claimed(trials: list[Any], but: int | None = None) -> int:
     return count
 
 
-def _converter_error(exc: Exception) -> bool:
+def converter_error(exc: Exception) -> bool:
     from tensorflow.lite.python.convert_phase import ConverterError
 
     return isinstance(exc, ConverterError)

@@ -457,9 +457,9 @@ def train_survivor(job: _Job, survivor: Screened, number: int, worker: str = "")
     try:
         return _train(job, cand, number, SEED, started, worker)
     except Exception as exc:
-        from devicefit.sdk.fit.search import _converter_error
+        from devicefit.sdk.fit.search import converter_error
 
-        if not isinstance(exc, DevicefitError) and not _converter_error(exc):
+        if not isinstance(exc, DevicefitError) and not converter_error(exc):
             raise  # a bug, not a property of the candidate
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         log.info("trial %d (%s) failed: %s", number, cand.label(), message)
