@@ -152,6 +152,29 @@ def test_the_summary_says_what_was_chosen_and_verified(runs, capsys):
     assert "Pareto front: accuracy vs arena" in out and f"wrote {second.output}" in out
 
 
+@pytest.mark.slow
+def test_nothing_fits_names_the_closest_miss_by_budget(runs, capsys):
+    """The screen's rejected candidate alone: what the command says when none survives."""
+    import dataclasses
+
+    from devicefit.sdk.commands.search import _print_summary
+    from devicefit.sdk.console import make_console
+    from devicefit.sdk.search.report import closest_miss
+
+    _, second, _ = runs
+    rejected = tuple(s for s in second.screen.results if not s.fits)
+    none = dataclasses.replace(second, screen=dataclasses.replace(second.screen,
+                                                                   results=rejected),
+                               trials=[], chosen=None)
+    closest, misses = closest_miss(none)
+    assert closest is not None and closest.candidate.label() == REJECTED
+    assert {m.budget for m in misses} == {"flash", "arena"} and all(m.over > 0 for m in misses)
+    assert to_dict(none)["closest_misses"] and not to_dict(none)["found"]
+    _print_summary(make_console(True), none)
+    out = capsys.readouterr().out
+    assert "nothing fits" in out and f"closest: {REJECTED}: flash" in out
+
+
 def _search(folder: Path, profile: Path, *extra: str) -> int:
     return main(["search", "--family", "mbv2", "--profile", str(profile), "--train",
                  str(folder / "train.npz"), "--eval", str(folder / "eval.npz"), "-o",
