@@ -12,6 +12,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from devicefit.sdk.search.candidate import ArchCandidate
 from devicefit.sdk.search.screen import ERROR_FILE, RESULTS_FILE
 from devicefit.simulator import errors
@@ -20,10 +22,8 @@ from devicefit.simulator import errors
 def main(work_dir: str) -> int:
     """Build and convert every candidate of ``WORK/request.json``; a candidate that fails
     is a line with its error, a family that cannot be imported ends the batch."""
-    import numpy as np
-
     from devicefit.sdk.convert import loading, quantize
-    from devicefit.sdk.search.families import builder
+    from devicefit.sdk.search.families import builder, built
 
     work = Path(work_dir)
     request = json.loads((work / "request.json").read_text())
@@ -39,7 +39,8 @@ def main(work_dir: str) -> int:
                 (work / ERROR_FILE).write_text(json.dumps({"message": str(exc)}))
                 return 2
             try:
-                model = _built(build, cand, request["seed"])
+                model = built(build, cand.family, cand.params, request["seed"])
+                like_trained(model, rng)
                 calibration = rng.standard_normal(
                     (request["samples"], *cand.params.input_shape)).astype(np.float32)
                 tflite = quantize.to_tflite(loading.load(model), settings, calibration)
@@ -55,19 +56,19 @@ def main(work_dir: str) -> int:
     return 0
 
 
-def _built(build: Any, cand: ArchCandidate, seed: int) -> Any:
-    """The family's model with seeded random weights; what it returns must be Keras."""
-    import keras
-
-    keras.utils.set_random_seed(seed)
-    model = build(cand.params)
-    if not isinstance(model, keras.Model):
-        raise TypeError(f"family {cand.family} returned a {type(model).__name__}, "
-                        "not a keras.Model")
-    if tuple(model.input_shape[1:]) != cand.params.input_shape:
-        raise ValueError(f"family {cand.family} built input {list(model.input_shape[1:])} "
-                         f"for input_shape {list(cand.params.input_shape)}")
-    return model
+def like_trained(model: Any, rng: Any) -> None:
+    """Move every constant weight array off its initial value (biases and BatchNorm's beta
+    and mean at 0, gamma and variance at 1) by a little noise, as training does. Untouched,
+    the biases folded from them are all zero, which the converter stores once for all
+    layers, and BatchNorm's scale by 1 folds away and out of the tensor names: the file
+    would be smaller than the trained model's (2.4 KB of 8.3 KB for mbv2 8x8x1 w0.25 d1-1),
+    whose structure, buffers and names are otherwise the same."""
+    for weight in model.weights:
+        value = weight.numpy()
+        if value.size and (not value.any() or (value == 1).all()):
+            noise = 0.01 * rng.standard_normal(value.shape)
+            weight.assign((value + np.abs(noise) if (value == 1).all() else noise)
+                          .astype(value.dtype))
 
 
 if __name__ == "__main__":

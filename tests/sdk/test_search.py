@@ -181,7 +181,7 @@ def test_search_screen_command_prints_the_table(profile, capsys):
 
 @pytest.mark.parametrize(("argv", "says"), [
     (["--family", "resnet", "--screen"], "unknown family 'resnet'"),
-    (["--family", "mbv2"], "only the static screen is built so far"),
+    (["--family", "mbv2"], "needs --train, --eval, -o to train the candidates"),
     (["--family", "mbv2", "--screen", "--param", "width"], "--param width: give NAME=VALUE"),
     (["--family", "mbv2", "--screen", "--param", "width=big"], "--param value 'big'"),
     (["--family", "mbv2", "--screen", "--param", "kernel=4"], "kernel 4 (an odd size"),
