@@ -357,11 +357,19 @@ def _killpg(pid: int) -> None:
         pass
 
 
-def stop_all() -> None:
-    """End every zygote of this process (the command is done)."""
+def stop_all(preload: tuple[str, ...] | None = None) -> None:
+    """End every zygote of this process (the command is done), or only those of
+    ``preload`` (and forget its refusals), leaving the others serving."""
     with _REGISTRY_LOCK:
-        zygotes = _forget()
-        _REFUSED.clear()
+        if preload is None:
+            zygotes = _forget()
+            _REFUSED.clear()
+        else:
+            known = _ZYGOTES.pop(preload, None)
+            zygotes = [z for z in _RETIRED if z.preload == preload]
+            _RETIRED[:] = [z for z in _RETIRED if z.preload != preload]
+            zygotes += [known[1]] if known is not None else []
+            _REFUSED.difference_update({k for k in _REFUSED if k[1:k.index("")] == preload})
     for zygote in zygotes:
         zygote.close()
 

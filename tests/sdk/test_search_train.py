@@ -2,8 +2,10 @@
 
 One search (a real screen in one TensorFlow child, real training, real int8 conversion
 calibrated on scikit-learn's digits, LiteRT accuracy, TFLM verification) serves every test,
-in two runs on one SQLite study: the first is interrupted (Ctrl-C, as fit's test raises it)
-after its first trained trial, the second resumes the study and trains only the rest. A
+in two runs on one study in a real PostgreSQL server (tests/postgres.py; the storage other
+machines join, fit's, whose SQLite and multi-worker paths tests/sdk/test_fit*.py hold): the
+first is interrupted (Ctrl-C, as fit's test raises it) after its first trained trial, the
+second resumes the study and trains only the rest. A
 tight custom profile (extending the STM32L4R5 one) rejects one of four candidates by flash
 and arena. Tiny candidates, 1 epoch, a few hundred samples.
 """
@@ -17,13 +19,14 @@ import numpy as np
 import pytest
 
 from devicefit.sdk.cli import main
-from devicefit.sdk.fit.search import SearchSettings
+from devicefit.sdk.fit.search import BUILD, DECISION, RECORD, SearchSettings
 from devicefit.sdk.search.objective import Objective
 from devicefit.sdk.search.report import render_search_html, to_dict
 from devicefit.sdk.search.train import SearchSpec, search_architectures
 from devicefit.simulator import jsonout
 from devicefit.simulator.simulate import simulate
 from examples.digits import load_digits
+from tests.postgres import postgres_server
 
 BASE = "stm32l4r5-cortex-m4"
 # mbv2 on 8x8 digits: w2 with stages 1-2-2 needs ~188 KiB of flash and ~15.5 KiB of arena;
@@ -52,9 +55,15 @@ def _spec(folder: Path, storage: str) -> SearchSpec:
 
 
 @pytest.fixture(scope="module")
-def runs(setup):
+def server():
+    with postgres_server() as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def runs(setup, server):
     folder, profile = setup
-    storage = f"sqlite:///{folder / 'search.db'}"
+    storage = server.url
 
     def interrupt(record):
         raise KeyboardInterrupt
@@ -87,6 +96,22 @@ def test_only_survivors_are_trained_and_a_rerun_resumes(runs):
     assert second.trials[0].to_dict() == first.trials[0].to_dict()
     assert len(trained_again) == 2 and not second.interrupted
     assert {t.candidate.key for t in trained_again} == survivors - {first.trials[0].candidate.key}
+
+
+@pytest.mark.slow
+def test_the_study_lives_in_the_database(runs, server):
+    import optuna
+
+    _, second, _ = runs
+    assert second.settings.distributed
+    study = optuna.load_study(study_name=second.study_name,
+                              storage=optuna.storages.RDBStorage(server.url))
+    built = [t for t in study.get_trials(deepcopy=False)
+             if t.user_attrs.get(DECISION, {}).get("as") == BUILD]
+    # Each survivor decided and trained once, in the study every machine reads.
+    assert all(RECORD in t.user_attrs for t in built)
+    assert sorted(t.user_attrs[DECISION]["candidate"]["key"] for t in built) == \
+        sorted(s.candidate.key for s in second.screen.fitting)
 
 
 @pytest.mark.slow

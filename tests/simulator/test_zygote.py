@@ -22,10 +22,11 @@ MODULE = "tests.zygote_child"
 
 @pytest.fixture
 def env(tmp_path):
-    zygote.stop_all()
+    # Only this file's zygote: the worker's TensorFlow zygote serves the tests after these.
+    zygote.stop_all(PRELOAD)
     (tmp_path / "tmp").mkdir()
     yield {**os.environ, "PYTHONPATH": str(ROOT), "ZT": "given", "TMPDIR": str(tmp_path / "tmp")}
-    zygote.stop_all()
+    zygote.stop_all(PRELOAD)
 
 
 def _start(env, arg, **kw):
@@ -106,9 +107,22 @@ def test_stdin_pipe_and_kill(env):
 def test_stopping_the_zygote_stops_what_it_runs(env):
     sleeper = _start(env, "sleep")
     report = _report(sleeper)
-    zygote.stop_all()
+    zygote.stop_all(PRELOAD)
     assert sleeper.wait(30) == -signal.SIGKILL  # known killed, not waited for forever
     assert _wait_until(lambda: _gone(report["pid"]) and _gone(report["ppid"]))
+
+
+def test_stopping_one_preloads_zygote_leaves_the_others_serving(env):
+    other = ("json",)
+    child = zygote.popen(MODULE, ["exit:0"], preload=other, env=env)
+    assert child.wait(30) == 0
+    serving = zygote._ZYGOTES[other][1]
+    _report(_start(env, "sleep"))
+    zygote.stop_all(PRELOAD)
+    assert PRELOAD not in zygote._ZYGOTES and zygote._ZYGOTES[other][1] is serving
+    assert not serving.dead and serving.process.poll() is None
+    zygote.stop_all(other)
+    assert other not in zygote._ZYGOTES and serving.process.wait(30) is not None
 
 
 def test_a_parent_killed_outright_leaves_no_zygote_nor_child(env):
@@ -133,4 +147,5 @@ def test_where_no_zygote_can_serve_the_child_starts_the_plain_way(env, why):
         assert child.wait(30) == 3
         assert isinstance(child, subprocess.Popen)
         assert report["ppid"] == os.getpid()
-    assert len(zygote._REFUSED) == (why == "a thread in the zygote")
+    refused = [k for k in zygote._REFUSED if k[1:k.index("")] == PRELOAD]
+    assert len(refused) == (why == "a thread in the zygote")
