@@ -1,8 +1,9 @@
 """Quantize and write TFLite bytes with the TensorFlow converter, as the profile allows.
 
-Keras 3 models are wrapped behind a batch-1 input and go through ``from_keras_model`` (which
-exports a SavedModel and loads it once); SavedModel folders through their serving signature
-traced for a batch of 1.
+Keras 3 models are rebuilt on a batch-1 input; their inference call traced once converts to
+the file ``from_keras_model`` writes without its SavedModel export (:mod:`sdk.convert.traced`:
+which models, and why the others still go through ``from_keras_model``). SavedModel folders
+go through their serving signature traced for a batch of 1.
 The batch is fixed at 1: TFLM and the Edge TPU need static shapes, and a device runs one
 sample at a time.
 """
@@ -10,6 +11,7 @@ sample at a time.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import warnings
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from devicefit.sdk.convert import traced
 from devicefit.sdk.convert.loading import LoadedModel
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import UsageError
@@ -80,15 +83,25 @@ def resolve(profile: Profile, scheme: str | None, io_type: str | None) -> QuantS
 
 
 def to_tflite(model: LoadedModel, settings: QuantSettings, calibration: np.ndarray | None,
-              progress: Progress | None = None) -> bytes:
-    """Convert with the converter; ``calibration`` is required for full-integer schemes."""
+              progress: Progress | None = None, *, export: bool = False) -> bytes:
+    """Convert with the converter; ``calibration`` is required for full-integer schemes.
+
+    ``export``: a Keras model goes through ``from_keras_model``'s SavedModel export even
+    where the traced call writes the same file (the test and benchmark of that sameness).
+    """
     import tensorflow as tf
 
     if settings.needs_calibration and calibration is None:
         raise UsageError(f"--scheme {settings.scheme} quantizes activations and needs calibration "
                          "data: --calibration FILE (or 'random', which ruins accuracy)")
+    finish: Callable[[bytes], bytes] = bytes
     if model.is_keras:
-        converter = tf.lite.TFLiteConverter.from_keras_model(batch_of_one(model))
+        keras_model = batch_of_one(model)
+        if not export and traced.traceable(keras_model):
+            converter, input_name = traced.converter(keras_model)
+            finish = functools.partial(traced.as_exported, input_name=input_name)
+        else:
+            converter = tf.lite.TFLiteConverter.from_keras_model(keras_model)
     else:
         converter = tf.lite.TFLiteConverter.from_concrete_functions(
             *_saved_model_batch_of_one(model))
@@ -97,7 +110,7 @@ def to_tflite(model: LoadedModel, settings: QuantSettings, calibration: np.ndarr
     # and the converter warns about input statistics that integer I/O never needs.
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
-        return bytes(converter.convert())
+        return finish(bytes(converter.convert()))
 
 
 def batch_of_one(model: LoadedModel):
