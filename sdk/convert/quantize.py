@@ -120,9 +120,9 @@ def batch_of_one(model: LoadedModel):
     keeps one name scope per layer; wrapping the model
     in a new one would prefix every tensor name twice (``cnn_1/cnn_1/conv/...``: 12 KB of
     flash on MobileNetV2). Models ``clone_model`` cannot rebuild (custom layers without a
-    config) are wrapped. ``from_keras_model`` exports the result to a SavedModel itself
-    (once); either has a known input signature, which plain Keras 3 models sometimes lack
-    (keras#19108: '_get_save_spec').
+    config) are wrapped. Either has a known input signature, which plain Keras 3 models
+    sometimes lack (keras#19108: '_get_save_spec'), for the traced call
+    (:mod:`sdk.convert.traced`) and for ``from_keras_model``'s export alike.
     """
     import keras
 

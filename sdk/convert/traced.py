@@ -79,7 +79,6 @@ def converter(model: Any) -> tuple[Any, str]:
     the input's name. The call is traced as the exporter traces it (``training=False``, a
     ``TensorSpec`` named like the input), so the frozen graph's ops are named the same."""
     import tensorflow as tf
-
     from tensorflow.lite.python import conversion_metadata_schema_py_generated as metadata
 
     (inp,) = model.inputs
