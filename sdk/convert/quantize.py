@@ -11,7 +11,6 @@ sample at a time.
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import logging
 import warnings
@@ -94,23 +93,31 @@ def to_tflite(model: LoadedModel, settings: QuantSettings, calibration: np.ndarr
     if settings.needs_calibration and calibration is None:
         raise UsageError(f"--scheme {settings.scheme} quantizes activations and needs calibration "
                          "data: --calibration FILE (or 'random', which ruins accuracy)")
-    finish: Callable[[bytes], bytes] = bytes
-    if model.is_keras:
-        keras_model = batch_of_one(model)
-        if not export and traced.traceable(keras_model):
-            converter, input_name = traced.converter(keras_model)
-            finish = functools.partial(traced.as_exported, input_name=input_name)
-        else:
-            converter = tf.lite.TFLiteConverter.from_keras_model(keras_model)
-    else:
-        converter = tf.lite.TFLiteConverter.from_concrete_functions(
-            *_saved_model_batch_of_one(model))
+    if not model.is_keras:
+        return _converted(tf.lite.TFLiteConverter.from_concrete_functions(
+            *_saved_model_batch_of_one(model)), settings, calibration, progress)
+    keras_model = batch_of_one(model)
+    if not export and traced.traceable(keras_model):
+        converter, input_name = traced.converter(keras_model)
+        try:
+            return traced.as_exported(_converted(converter, settings, calibration, progress),
+                                      input_name)
+        except Exception:  # noqa: BLE001 - the export below fails (or not) on its own terms
+            # A model the converter refuses is refused by the export too, but its error
+            # names the ops by the exported locations, which diagnose reads to name the layer.
+            log.debug("traced conversion failed; converting the SavedModel export", exc_info=True)
+    return _converted(tf.lite.TFLiteConverter.from_keras_model(keras_model), settings,
+                      calibration, progress)
+
+
+def _converted(converter, settings: QuantSettings, calibration: np.ndarray | None,
+               progress: Progress | None) -> bytes:
     configure(converter, settings, calibration, progress)
     # Keras' exporter prints the exported signature to stdout (library code must not print),
     # and the converter warns about input statistics that integer I/O never needs.
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
-        return finish(bytes(converter.convert()))
+        return bytes(converter.convert())
 
 
 def batch_of_one(model: LoadedModel):

@@ -25,6 +25,10 @@ and tests/sdk/test_convert_traced.py); the rest keep ``from_keras_model``:
   one SPLIT in float32 between DEQUANTIZE/QUANTIZE that the exported model has in int8;
 - more than one input or output: the exporter's signature orders its keys by name
   (``output_10`` before ``output_2``), the concrete function by position.
+
+A traced conversion that fails is done again through the export (:func:`quantize.to_tflite`),
+so a refused model gets the export's error, whose MLIR locations :mod:`sdk.convert.diagnose`
+reads to name the layer.
 """
 
 from __future__ import annotations
