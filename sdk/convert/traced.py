@@ -88,9 +88,9 @@ def converter(model: Any) -> tuple[Any, str]:
     (inp,) = model.inputs
     spec = tf.TensorSpec(inp.shape, dtype=inp.dtype, name=inp.name)
     fn = tf.function(functools.partial(model.__call__, training=False), input_signature=[spec])
-    conv = tf.lite.TFLiteConverter.from_concrete_functions([fn.get_concrete_function()])
-    # The model is kept alive by the caller; a trackable object here would make the
-    # converter save a SavedModel after all (``_convert_concrete_functions_to_saved_model``).
+    conv = tf.lite.TFLiteConverter.from_concrete_functions([fn.get_concrete_function()], model)
+    # With a trackable object the converter would save a SavedModel after all
+    # (``_convert_concrete_functions_to_saved_model``); without one it warns (deprecated).
     conv.experimental_lower_to_saved_model = False
     # The conversion metadata records where the model came from: a Keras model, as with
     # ``from_keras_model`` (no public setter).
