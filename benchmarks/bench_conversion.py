@@ -43,11 +43,12 @@ from devicefit.sdk.convert import loading, quantize, traced  # noqa: E402
 from devicefit.sdk.search.candidate import candidate  # noqa: E402
 from devicefit.sdk.search.families import builder  # noqa: E402
 
-#: (scheme, I/O type) of each model's conversion; ``--schemes`` sweeps the rest on one model.
-INT8 = ("int8", "int8")
-SCHEMES = (INT8, ("int8", "float32"), ("int8", "uint8"), ("int16x8", "int16"),
-           ("int16x8", "float32"), ("float16", "float32"), ("dynamic", "float32"),
-           ("float32", "float32"))
+#: (scheme, I/O type, per-channel) of each model's conversion; ``--schemes`` sweeps the
+#: rest on one model.
+INT8 = ("int8", "int8", True)
+SCHEMES = (INT8, ("int8", "int8", False), ("int8", "float32", True), ("int8", "uint8", True),
+           ("int16x8", "int16", True), ("int16x8", "float32", True), ("float16", "float32", True),
+           ("dynamic", "float32", True), ("float32", "float32", True))
 
 
 def _family(name: str, **params: Any) -> Callable[[], Any]:
@@ -125,8 +126,8 @@ def convert(name: str, settings: quantize.QuantSettings, *, export: bool) -> tup
     return tflite, time.perf_counter() - started
 
 
-def compare(name: str, scheme: tuple[str, str], repeat: int) -> dict[str, Any]:
-    settings = quantize.QuantSettings(scheme[0], scheme[1], True)
+def compare(name: str, scheme: tuple[str, str, bool], repeat: int) -> dict[str, Any]:
+    settings = quantize.QuantSettings(*scheme)
     old, new, same = [], [], True
     for _ in range(repeat):
         before, t_old = convert(name, settings, export=True)
@@ -135,7 +136,8 @@ def compare(name: str, scheme: tuple[str, str], repeat: int) -> dict[str, Any]:
         new.append(t_new)
         same = same and before == after
     batch = quantize.batch_of_one(loading.load(_fresh(name)))
-    return {"model": name, "scheme": f"{scheme[0]}/{scheme[1]}",
+    per_tensor = "" if settings.per_channel else " per-tensor"
+    return {"model": name, "scheme": f"{settings.scheme}/{settings.io_type}{per_tensor}",
             "path": "traced" if traced.traceable(batch) else "export",
             "same_bytes": same, "size": len(after), "old_s": round(statistics.median(old), 2),
             "new_s": round(statistics.median(new), 2),
@@ -182,7 +184,7 @@ def _timed(fn: Callable[..., Any], label: str, spent: dict[str, float]) -> Calla
 
 def phases(name: str) -> dict[str, float]:
     with phase_timers() as spent:
-        _, total = convert(name, quantize.QuantSettings(*INT8, True), export=True)
+        _, total = convert(name, quantize.QuantSettings(*INT8), export=True)
     figures = {label: round(seconds, 2) for label, seconds in spent.items()}
     figures["other"] = round(total - sum(spent.values()), 2)
     figures["total"] = round(total, 2)
@@ -199,12 +201,12 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     names = [n for n in args.models.split(",") if n]
-    convert("mlp", quantize.QuantSettings(*INT8, True), export=True)  # TensorFlow warmed up
+    convert("mlp", quantize.QuantSettings(*INT8), export=True)  # TensorFlow warmed up
     rows = [compare(name, INT8, args.repeat) for name in names]
     if args.schemes:
         rows += [compare(args.schemes, scheme, args.repeat) for scheme in SCHEMES[1:]]
     for r in rows:
-        print(f"{r['model']:13} {r['scheme']:16} {r['path']:6} same bytes {r['same_bytes']!s:5} "
+        print(f"{r['model']:13} {r['scheme']:27} {r['path']:6} same bytes {r['same_bytes']!s:5} "
               f"{r['size']:>8} B  old {r['old_s']:6.2f} s  new {r['new_s']:6.2f} s  "
               f"new/old {r['ratio']:.2f}", flush=True)
     figures: dict[str, Any] = {"rows": rows}

@@ -98,8 +98,8 @@ def to_tflite(model: LoadedModel, settings: QuantSettings, calibration: np.ndarr
             *_saved_model_batch_of_one(model)), settings, calibration, progress)
     keras_model = batch_of_one(model)
     if not export and traced.traceable(keras_model):
-        converter, input_name = traced.converter(keras_model)
         try:
+            converter, input_name = traced.converter(keras_model)
             return traced.as_exported(_converted(converter, settings, calibration, progress),
                                       input_name)
         except Exception:  # noqa: BLE001 - the export below fails (or not) on its own terms
