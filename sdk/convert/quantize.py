@@ -1,8 +1,9 @@
 """Quantize and write TFLite bytes with the TensorFlow converter, as the profile allows.
 
-Keras 3 models are wrapped behind a batch-1 input and go through ``from_keras_model`` (which
-exports a SavedModel and loads it once); SavedModel folders through their serving signature
-traced for a batch of 1.
+Keras 3 models are rebuilt on a batch-1 input; their inference call traced once converts to
+the file ``from_keras_model`` writes without its SavedModel export (:mod:`sdk.convert.traced`:
+which models, and why the others still go through ``from_keras_model``). SavedModel folders
+go through their serving signature traced for a batch of 1.
 The batch is fixed at 1: TFLM and the Edge TPU need static shapes, and a device runs one
 sample at a time.
 """
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from devicefit.sdk.convert import traced
 from devicefit.sdk.convert.loading import LoadedModel
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import UsageError
@@ -80,18 +82,36 @@ def resolve(profile: Profile, scheme: str | None, io_type: str | None) -> QuantS
 
 
 def to_tflite(model: LoadedModel, settings: QuantSettings, calibration: np.ndarray | None,
-              progress: Progress | None = None) -> bytes:
-    """Convert with the converter; ``calibration`` is required for full-integer schemes."""
+              progress: Progress | None = None, *, export: bool = False) -> bytes:
+    """Convert with the converter; ``calibration`` is required for full-integer schemes.
+
+    ``export``: a Keras model goes through ``from_keras_model``'s SavedModel export even
+    where the traced call writes the same file (the test and benchmark of that sameness).
+    """
     import tensorflow as tf
 
     if settings.needs_calibration and calibration is None:
         raise UsageError(f"--scheme {settings.scheme} quantizes activations and needs calibration "
                          "data: --calibration FILE (or 'random', which ruins accuracy)")
-    if model.is_keras:
-        converter = tf.lite.TFLiteConverter.from_keras_model(batch_of_one(model))
-    else:
-        converter = tf.lite.TFLiteConverter.from_concrete_functions(
-            *_saved_model_batch_of_one(model))
+    if not model.is_keras:
+        return _converted(tf.lite.TFLiteConverter.from_concrete_functions(
+            *_saved_model_batch_of_one(model)), settings, calibration, progress)
+    keras_model = batch_of_one(model)
+    if not export and traced.traceable(keras_model):
+        try:
+            converter, input_name = traced.converter(keras_model)
+            return traced.as_exported(_converted(converter, settings, calibration, progress),
+                                      input_name)
+        except Exception:  # noqa: BLE001 - the export below fails (or not) on its own terms
+            # A model the converter refuses is refused by the export too, but its error
+            # names the ops by the exported locations, which diagnose reads to name the layer.
+            log.debug("traced conversion failed; converting the SavedModel export", exc_info=True)
+    return _converted(tf.lite.TFLiteConverter.from_keras_model(keras_model), settings,
+                      calibration, progress)
+
+
+def _converted(converter, settings: QuantSettings, calibration: np.ndarray | None,
+               progress: Progress | None) -> bytes:
     configure(converter, settings, calibration, progress)
     # Keras' exporter prints the exported signature to stdout (library code must not print),
     # and the converter warns about input statistics that integer I/O never needs.
@@ -107,9 +127,9 @@ def batch_of_one(model: LoadedModel):
     keeps one name scope per layer; wrapping the model
     in a new one would prefix every tensor name twice (``cnn_1/cnn_1/conv/...``: 12 KB of
     flash on MobileNetV2). Models ``clone_model`` cannot rebuild (custom layers without a
-    config) are wrapped. ``from_keras_model`` exports the result to a SavedModel itself
-    (once); either has a known input signature, which plain Keras 3 models sometimes lack
-    (keras#19108: '_get_save_spec').
+    config) are wrapped. Either has a known input signature, which plain Keras 3 models
+    sometimes lack (keras#19108: '_get_save_spec'), for the traced call
+    (:mod:`sdk.convert.traced`) and for ``from_keras_model``'s export alike.
     """
     import keras
 
