@@ -7,10 +7,10 @@ import argparse
 import os
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
 from devicefit.sdk.console import make_console, print_json, table
@@ -153,8 +153,8 @@ def _fit(args: argparse.Namespace) -> int:
                    calibration=args.calibration, search=settings, cluster=args.cluster,
                    optimize_memory=MemoryOptimization(**patches) if patches else None,
                    unsafe=args.unsafe)
-    with warnings_to(console), _progress(args.no_color, args.json or args.quiet,
-                                          args.max_trials) as (progress, on_trial):
+    with warnings_to(console), trial_progress(args.no_color, args.json or args.quiet,
+                                               args.max_trials) as (progress, on_trial):
         report = fit(args.model, args.profile, args.output, spec,
                      profiles_dirs=args.profiles_dir, progress=progress, on_trial=on_trial)
     return _outputs(args, console, report,
@@ -247,11 +247,15 @@ def _trial_line(record: TrialRecord) -> str:
 
 
 @contextmanager
-def _progress(no_color: bool, quiet: bool, max_trials: int) -> Iterator[tuple]:
-    """(progress, on_trial): rich bars on a TTY; one plain line per trial off a TTY."""
+def trial_progress(no_color: bool, quiet: bool, max_trials: int,
+                   line: Callable[[Any], str] | None = None) -> Iterator[tuple]:
+    """(progress, on_trial): rich bars on a TTY; one plain line per trial off a TTY.
+    ``line`` says a finished trial in one line (default: fit's trials; the architecture
+    search passes its own)."""
+    line = line or _trial_line
     err = make_console(no_color, stderr=True)
     if quiet or not sys.stderr.isatty():
-        yield None, (None if quiet else lambda record: err.print(_trial_line(record)))
+        yield None, (None if quiet else lambda record: err.print(line(record)))
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
@@ -265,9 +269,9 @@ def _progress(no_color: bool, quiet: bool, max_trials: int) -> Iterator[tuple]:
                 tasks[stage] = bars.add_task(f"  {stage}", total=total)
             bars.update(tasks[stage], completed=done, total=total)
 
-        def on_trial(record: TrialRecord) -> None:
+        def on_trial(record: Any) -> None:
             bars.advance(search)
-            bars.console.print(_trial_line(record))
+            bars.console.print(line(record))
         yield update, on_trial
 
 

@@ -1,16 +1,26 @@
-"""``devicefit search --family NAME --profile P --screen``: the static screen of an
-architecture family's grid (issue 34's first part; training the survivors is not built yet)."""
+"""``devicefit search --family NAME --profile P``: the static screen of an architecture
+family's grid (``--screen``), and with ``--train/--eval/-o`` the training of the candidates
+that fit, the choice and the verified, written winner (:mod:`sdk.search.train`)."""
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import re
-from typing import Any
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from devicefit.sdk.console import make_console, print_json, table
+from devicefit.sdk.search.objective import Objective
 from devicefit.simulator.errors import UsageError, require_extra
-from devicefit.simulator.units import format_bytes, format_time_ms
+from devicefit.simulator.units import format_percent, format_size
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from devicefit.sdk.search.train import Searched, Trained
 
 _NUMBERS = re.compile(r"\d+([x-]\d+)+")
 #: Parameters that are lists of sizes.
@@ -19,7 +29,8 @@ _SIZES = ("input_shape", "depth")
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "search", help="screen an architecture family's candidates against a profile",
+        "search", help="find the architecture that fits a profile: screen a family's grid, "
+                       "train the candidates that fit, write the best",
         description="Build every candidate of an architecture family's grid with random "
                     "weights, convert each to int8 (calibrated on random samples of the input "
                     "shape: sizes, arena and latency do not depend on the data) in one "
@@ -28,20 +39,57 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "estimate with its band. Families: mbv2 (images), dscnn (audio "
                     "features), cnn1d and mlp (sensor windows), or a Python function "
                     "module:function taking the parameters and returning a Keras model. "
-                    "Exit 0 when a candidate fits, 1 when none does, 2 on bad input.",
-        epilog="example: devicefit search --family mbv2 --profile stm32l4r5-cortex-m4 "
-               "--screen --param input_shape=64x64x3,96x96x3 --param width=0.35,0.5")
+                    "With --screen that is all; with --train, --eval and -o only the "
+                    "candidates that fit are trained (an optuna study: one objective or a "
+                    "Pareto front), ranked by the accuracy of their int8 file, and the best "
+                    "is verified in the target's runtime and written. Exit 0 when a "
+                    "candidate fits (and was written), 1 when none does, 2 on bad input. "
+                    "Ctrl-C keeps the best fitting candidate trained so far.",
+        epilog="examples: devicefit search --family mbv2 --profile stm32l4r5-cortex-m4 "
+               "--screen --param input_shape=64x64x3,96x96x3 --param width=0.35,0.5\n"
+               "  devicefit search --family mbv2 --profile nrf52840-cortex-m4 --train "
+               "train.npz --eval test.npz -o best.tflite --param width=0.25,0.5,1 --param "
+               "depth=1-1,1-2 --epochs 5 --objective accuracy,latency --html search.html")
     p.add_argument("--family", required=True, metavar="NAME",
                    help="mbv2, dscnn, cnn1d, mlp or module:function")
     p.add_argument("--profile", required=True, metavar="NAME",
                    help="device profile name or .yaml path (see 'devicefit profiles list')")
     p.add_argument("--screen", action="store_true",
-                   help="judge the candidates statically (the only mode built so far)")
+                   help="only judge the candidates statically (no data, nothing trained)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=V[,V...]",
                    help="a parameter's values (the grid is every combination): input_shape "
                         "(32x32x1), classes, width, depth (blocks per stage: 1-2-2), kernel, "
-                        "expansion; others keep the family's defaults")
-    p.add_argument("--json", action="store_true", help="print the screened candidates as JSON")
+                        "expansion; others keep the family's defaults (when training, "
+                        "input_shape and classes are the data's)")
+    p.add_argument("--train", metavar="DATA", help="labelled training data (.npz with x, y)")
+    p.add_argument("--eval", dest="eval_data", metavar="DATA",
+                   help="labelled evaluation data (.npz with x, y) to rank the candidates")
+    p.add_argument("--calibration", metavar="DATA",
+                   help="int8 calibration data (default: the first 300 training samples)")
+    p.add_argument("-o", "--output", metavar="OUT.tflite", help="where the best is written")
+    p.add_argument("--max-trials", type=int, default=20,
+                   help="candidates trained at most (20)")
+    p.add_argument("--time-budget", metavar="DURATION",
+                   help="stop starting new trials after this long, e.g. 30m, 90s, 2h")
+    p.add_argument("--epochs", type=int, default=3, help="training epochs per candidate (3)")
+    p.add_argument("--objective", default="accuracy", choices=[o.value for o in Objective],
+                   help="accuracy (one objective), or accuracy against latency or arena (a "
+                        "Pareto front; NSGA-II)")
+    p.add_argument("--storage", metavar="URL",
+                   help="optuna storage: sqlite:///search.db (a rerun resumes) or "
+                        "postgresql://user@host/db (several machines join one study)")
+    p.add_argument("--study", "--study-name", dest="study_name", metavar="NAME",
+                   help="study name in --storage (default: from profile, survivors and data)")
+    p.add_argument("--artifacts", type=Path, metavar="DIR",
+                   help="keep every trained candidate in DIR/STUDY (a folder workers share)")
+    p.add_argument("--heartbeat", type=int, default=30, metavar="SECONDS",
+                   help="on a database server: a worker silent for 3 heartbeats is taken for "
+                        "dead and its trial is retried (30)")
+    p.add_argument("--jobs", type=int, default=1, help="parallel trial processes (1)")
+    p.add_argument("--seed", type=int, default=0, help="sampler seed (0)")
+    p.add_argument("--report", metavar="REPORT.json", help="write the report as JSON")
+    p.add_argument("--html", metavar="REPORT.html", help="write the report as HTML")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=_search)
 
 
@@ -73,13 +121,64 @@ def axes(params: list[str]) -> dict[str, list[Any]]:
 
 
 def _search(args: argparse.Namespace) -> int:
+    if args.screen:
+        return _screen(args)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
+    # The converter warns once per full-integer conversion; the search converts many times.
+    warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
+    missing = [flag for flag, given in (("--train", args.train), ("--eval", args.eval_data),
+                                        ("-o", args.output)) if given is None]
+    if missing:
+        raise UsageError(f"devicefit search needs {', '.join(missing)} to train the candidates "
+                         "that fit (or --screen to only judge them)")
+    if args.heartbeat < 1:
+        raise UsageError(f"--heartbeat {args.heartbeat}: give at least 1 second")
+    for module in ("tensorflow", "optuna"):
+        require_extra(module, "devicefit search")
+    from devicefit.sdk.commands.convert import warnings_to
+    from devicefit.sdk.commands.fit import parse_duration, trial_progress
+    from devicefit.sdk.fit.search import SearchSettings
+    from devicefit.sdk.options import data_inputs
+    from devicefit.sdk.search.report import render_search_html, to_dict
+    from devicefit.sdk.search.train import SearchSpec, search_architectures
+    from devicefit.simulator import jsonout
+    from devicefit.simulator.fileio import check_outputs, write_atomic
+
+    check_outputs([("-o", args.output), ("--report", args.report), ("--html", args.html)],
+                  data_inputs(args, ("train", "eval_data", "calibration")))
+    settings = SearchSettings(max_trials=args.max_trials,
+                              time_budget_s=parse_duration(args.time_budget),
+                              storage=args.storage, study_name=args.study_name, jobs=args.jobs,
+                              seed=args.seed, heartbeat_s=args.heartbeat,
+                              artifacts=args.artifacts)
+    spec = SearchSpec(args.train, args.eval_data, args.calibration, args.epochs,
+                      Objective(args.objective), settings)
+    console = make_console(args.no_color)
+    with warnings_to(console), trial_progress(args.no_color, args.json or args.quiet,
+                                               args.max_trials, _trial_line) as (progress,
+                                                                                 on_trial):
+        found = search_architectures(args.family, axes(args.param), args.profile, args.output,
+                                     spec, profiles_dirs=args.profiles_dir, progress=progress,
+                                     on_trial=on_trial)
+    inputs = [p for p in (args.train, args.eval_data, args.calibration) if p]
+    if args.report:
+        write_atomic(args.report, jsonout.dumps(to_dict(found), indent=2) + "\n",
+                     inputs=inputs)
+    if args.html:
+        write_atomic(args.html, render_search_html(found), inputs=inputs)
+    if args.json:
+        print_json(to_dict(found))
+    else:
+        _print_summary(console, found)
+    return 0 if found.found or not found.writer else 1
+
+
+def _screen(args: argparse.Namespace) -> int:
     require_extra("tensorflow", "devicefit search")  # the screen converts every candidate
     from devicefit.sdk.search import candidate, screen
+    from devicefit.sdk.search.report import SCREEN_COLUMNS, screen_rows, screened_dict
     from devicefit.simulator.profiles import load_profile
 
-    if not args.screen:
-        raise UsageError("devicefit search: only the static screen is built so far "
-                         "(training the candidates that fit is not); add --screen")
     grid = axes(args.param)
     names = list(grid)
     candidates = [candidate(args.family, **dict(zip(names, combo, strict=True)))
@@ -87,32 +186,73 @@ def _search(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile, args.profiles_dir)
     run = screen(candidates, profile)
     if args.json:
-        print_json([{"label": r.candidate.label(), "key": r.candidate.key,
-                     **r.candidate.to_dict(), "verdict": r.verdict,
-                     "status": r.status,
-                     "rejected_by": list(r.rejected_by), "flash_bytes": r.flash_bytes,
-                     "arena_bytes": r.arena_bytes,
-                     "offline_plan_saved_bytes": r.offline_plan_saved_bytes,
-                     "latency_ms": r.latency_ms, "latency_band_ms": r.latency_band_ms,
-                     "parameters": r.parameters, "note": r.note} for r in run.results])
+        print_json([screened_dict(r) for r in run.results])
     else:
-        rows = [(r.candidate.label(), r.status, _size(r.flash_bytes), _size(r.arena_bytes),
-                 _latency(r.latency_ms, r.latency_band_ms),
-                 ", ".join(r.rejected_by) + (f" ({r.note})" if r.note else ""))
-                for r in run.results]
         console = make_console(args.no_color)
         console.print(table(f"Screened for {profile.name}: {len(run.fitting)} of "
-                            f"{len(rows)} fit", ["candidate", "verdict", "flash", "arena",
-                                                 "latency (band)", "rejected by"], rows))
+                            f"{len(run.results)} fit", list(SCREEN_COLUMNS),
+                            screen_rows(run.results)))
     return 0 if run.fitting else 1
 
 
-def _size(n: int | None) -> str:
-    return "" if n is None else format_bytes(n)
+def _trial_line(record: Trained) -> str:
+    return (f"trial {record.number}: {record.candidate.label()}: "
+            f"{'PASS' if record.fits else 'fail'}"
+            + ("" if record.accuracy is None else f", accuracy {format_percent(record.accuracy)}")
+            + (f" ({record.note})" if record.note else ""))
 
 
-def _latency(ms: float | None, band: tuple[float, float] | None) -> str:
-    if ms is None:
-        return ""
-    shown = format_time_ms(ms)
-    return f"{shown} ({format_time_ms(band[0])}-{format_time_ms(band[1])})" if band else shown
+def _print_summary(console: Console, found: Searched) -> None:
+    from devicefit.sdk.commands.fit import budget_text
+    from devicefit.sdk.fit.report import format_value
+    from devicefit.sdk.search.report import (
+        SCREEN_COLUMNS,
+        TRIAL_COLUMNS,
+        closest_miss,
+        front_rows,
+        reason,
+        rejected_by,
+        screen_rows,
+        trial_rows,
+    )
+
+    run = found.screen
+    console.print(table(f"Screened for {found.profile.name}: {len(run.fitting)} of "
+                        f"{len(run.results)} fit", list(SCREEN_COLUMNS),
+                        screen_rows(run.results)))
+    if not run.fitting:
+        closest, misses = closest_miss(found)
+        console.print("[bold red]nothing fits[/bold red] (rejected: " + ", ".join(
+            f"{n} by {r}" for r, n in rejected_by(found).items()) + ")")
+        if closest is not None:
+            console.print(f"closest: {closest.candidate.label()}: " + "; ".join(
+                f"{m.budget} {format_value(m.value, m.unit)} > {format_value(m.limit, m.unit)} "
+                f"by {format_value(m.over, m.unit)} "
+                f"({format_percent(m.over_fraction, 1, signed=True)})" for m in misses))
+        return
+    console.print(table(f"Trained on {found.profile.name} ({found.search_seconds:.0f} s"
+                        + (", interrupted" if found.interrupted else "") + ")",
+                        list(TRIAL_COLUMNS), trial_rows(found)))
+    if found.objective.cost is not None:
+        console.print(table(f"Pareto front: accuracy vs {found.objective.cost}",
+                            ["#", "candidate", "accuracy", found.objective.cost],
+                            front_rows(found)))
+    chosen = next((t for t in found.trials if t.number == found.chosen), None)
+    if chosen is None:
+        if not found.writer:
+            console.print("this worker's share of the study is done; the worker that "
+                          "completes it writes the winner")
+        else:
+            console.print("[bold red]nothing fits[/bold red]: no trained candidate passed "
+                          "every budget in the runtime")
+        return
+    v = found.verification
+    console.print(f"[bold green]fits:[/bold green] trial {chosen.number}, "
+                  f"{chosen.candidate.label()}: int8 accuracy {format_percent(chosen.accuracy)}"
+                  f", flash {format_size(chosen.flash_bytes)}, arena "
+                  f"{format_size(chosen.arena_bytes)}")
+    console.print(f"why: {reason(found)}")
+    runtime = v.measured.runtime if v is not None and v.measured else found.profile.runtime.name
+    budgets = ", ".join(budget_text(b) for b in (v.budgets if v is not None else []))
+    console.print(f"verified in {runtime}: {budgets}")
+    console.print(f"wrote {found.output}")

@@ -94,7 +94,7 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, spec: Fit
                          "fine-tune and to compare candidates by accuracy")
     calib = (training.head(CALIBRATION_SAMPLES) if spec.calibration is None else data.load_data(
         spec.calibration, loaded.input_shape, what="calibration", limit=CALIBRATION_SAMPLES)).x
-    float_accuracy = _accuracy(loaded.predict(evaluation.x), evaluation.y)
+    float_accuracy = top1_accuracy(loaded.predict(evaluation.x), evaluation.y)
     if float_accuracy is None:
         raise UsageError(f"{loaded.source}: fit ranks candidates by top-1 accuracy, so the "
                          "model must output class scores (one output, 2 or more classes)")
@@ -153,7 +153,7 @@ def _groups(model: Any) -> tuple[str, ...]:
         return ()
 
 
-def _accuracy(outputs: np.ndarray, y: np.ndarray) -> float | None:
+def top1_accuracy(outputs: np.ndarray, y: np.ndarray) -> float | None:
     if outputs.ndim != 2 or outputs.shape[1] < 2:
         return None
     labels = y.argmax(1) if y.ndim == 2 and y.shape[1] > 1 else y.reshape(-1)

@@ -33,7 +33,7 @@ from devicefit.simulator.errors import InputError, UsageError
 from devicefit.simulator.fileio import temporary_folder, write_atomic
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.report import build, plain_fields
+from devicefit.simulator.report import Report, build, plain_fields
 from devicefit.simulator.types import Status
 
 if TYPE_CHECKING:
@@ -108,15 +108,10 @@ def remember(settings: SearchSettings, name: str, info: StudyInfo) -> None:
 def write_winner(report: FitReport, profile: Profile, out_path: Path, build: Build,
                  inputs: list[Any]) -> None:
     """Verify the best fitting candidates in the real runtime; write the first that passes."""
-    from devicefit.simulator.simulate import simulate
-
     fitting = choose(report.trials)
     for record in fitting:
         tflite = build(record)
-        with temporary_folder("devicefit-verify-") as staging:
-            staged = Path(staging) / "verify.tflite"  # the workdir may be shared: stage apart
-            write_atomic(staged, tflite)
-            verified = simulate(staged, profile, run=True)
+        verified = verify(tflite, profile)
         if not verified.ok:
             failed = replace(record, note="passed the static check, failed in the runtime",
                              verdict=Status.FAIL)
@@ -124,9 +119,7 @@ def write_winner(report: FitReport, profile: Profile, out_path: Path, build: Bui
             log.warning("trial %d passed the static check but not the real run; trying the "
                         "next candidate", record.number)
             continue
-        write_atomic(out_path, tflite, inputs=[p for p in inputs if isinstance(p, (str, Path))])
-        report.verification = replace(verified, model=replace(verified.model,
-                                                              path=str(out_path)))
+        report.verification = write_verified(out_path, tflite, verified, inputs)
         report.chosen = record.number
         report.output = str(out_path)
         report.reason = reason_for(record, fitting, report.float_accuracy, report.trials)
@@ -134,6 +127,23 @@ def write_winner(report: FitReport, profile: Profile, out_path: Path, build: Bui
     closest, misses = closest_miss(report.trials)
     report.closest = None if closest is None else closest.number
     report.closest_misses = misses
+
+
+def verify(tflite: bytes, profile: Profile) -> Report:
+    """``tflite`` simulated and run in the target's runtime (``simulate(run=True)``)."""
+    from devicefit.simulator.simulate import simulate
+
+    with temporary_folder("devicefit-verify-") as staging:
+        staged = Path(staging) / "verify.tflite"  # the workdir may be shared: stage apart
+        write_atomic(staged, tflite)
+        return simulate(staged, profile, run=True)
+
+
+def write_verified(out_path: Path, tflite: bytes, verified: Report, inputs: list[Any]
+                   ) -> Report:
+    """Write the verified bytes atomically; the verification as of the written file."""
+    write_atomic(out_path, tflite, inputs=[p for p in inputs if isinstance(p, (str, Path))])
+    return replace(verified, model=replace(verified.model, path=str(out_path)))
 
 
 def embed_metadata(tflite: bytes, profile: Profile, record: TrialRecord,

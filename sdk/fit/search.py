@@ -33,7 +33,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from devicefit.sdk.fit.candidate import Context, evaluate
 from devicefit.sdk.fit.space import Candidate, SearchSpace
@@ -63,6 +63,7 @@ GRACE_BEATS = 3
 MAX_RETRIES = 2
 
 OnTrial = Callable[[TrialRecord], None]
+Direction = Literal["maximize", "minimize"]
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,7 @@ class Objective:
     def _decide(self, trial: Any, candidate: Candidate) -> tuple[str, str]:
         """Build, or why not; taken after every lower-numbered running trial decided."""
         study = trial.study
-        trials = _settled_before(study, trial.number)
+        trials = settled_before(study, trial.number)
         verdict, why = BUILD, ""
         same = next((t for t in trials if t.number != trial.number
                      and t.state.name in ("RUNNING", "COMPLETE")
@@ -234,7 +235,7 @@ def _decided(trial: Any, candidate: Candidate) -> str | None:
     return verdict
 
 
-def _settled_before(study: Any, number: int) -> list[Any]:
+def settled_before(study: Any, number: int) -> list[Any]:
     """The study's trials once no running trial numbered below ``number`` is undecided.
 
     Deciding takes milliseconds; a worker that died before deciding is failed by its
@@ -282,7 +283,7 @@ def _converter_error(exc: Exception) -> bool:
 
 
 
-class _Stop:
+class Stop:
     """Stops the study at the trial budget, the time budget, or when the space is used up;
     waits while the rest of the budget is being built by other workers (one of them may
     die, and its trial is then retried here)."""
@@ -352,17 +353,22 @@ def engine_url(url: str) -> str:
     return parsed.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
 
 
-def open_study(name: str, settings: SearchSettings, seed: int | None, create: bool) -> Any:
+def open_study(name: str, settings: SearchSettings, seed: int | None, create: bool, *,
+               directions: tuple[Direction, ...] = ("maximize",), sampler: Any = None) -> Any:
+    """Create (or join) the study ``name`` in the settings' storage. fit maximises one value
+    with TPE; the architecture search (:mod:`sdk.search.train`) may pass several
+    ``directions`` and its own ``sampler``."""
     import optuna
     from sqlalchemy.exc import SQLAlchemyError  # optuna's RDB storage is SQLAlchemy
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
+    if sampler is None:
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
     try:
         storage = storage_for(settings)
         if create:
             return optuna.create_study(study_name=name, storage=storage,
-                                       direction="maximize", sampler=sampler,
+                                       directions=list(directions), sampler=sampler,
                                        load_if_exists=True)
         return optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     except (SQLAlchemyError, ImportError, ValueError, KeyError, OSError) as exc:
@@ -407,7 +413,7 @@ class _Run:
 
     study: Any
     objective: Objective
-    stop: _Stop
+    stop: Stop
 
     def optimize(self, n_trials: int | None = None) -> None:
         self.stop.wait_for_others(self.study)
@@ -424,7 +430,7 @@ def _run(study: Any, ctx: Context, space: SearchSpace, settings: SearchSettings,
     deadline = None if settings.time_budget_s is None else \
         time.monotonic() + settings.time_budget_s
     return _Run(study, Objective(ctx, space, settings, on_trial, worker_id()),
-                _Stop(settings, space.size, deadline))
+                Stop(settings, space.size, deadline))
 
 
 def writes_winner(study: Any, mine: set[int]) -> bool:

@@ -10,7 +10,6 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
 
 from devicefit.sdk.search.candidate import ArchCandidate
 from devicefit.sdk.search.screen import ERROR_FILE, RESULTS_FILE
@@ -23,7 +22,7 @@ def main(work_dir: str) -> int:
     import numpy as np
 
     from devicefit.sdk.convert import loading, quantize
-    from devicefit.sdk.search.families import builder
+    from devicefit.sdk.search.families import builder, built
 
     work = Path(work_dir)
     request = json.loads((work / "request.json").read_text())
@@ -39,7 +38,7 @@ def main(work_dir: str) -> int:
                 (work / ERROR_FILE).write_text(json.dumps({"message": str(exc)}))
                 return 2
             try:
-                model = _built(build, cand, request["seed"])
+                model = built(build, cand.family, cand.params, request["seed"])
                 calibration = rng.standard_normal(
                     (request["samples"], *cand.params.input_shape)).astype(np.float32)
                 tflite = quantize.to_tflite(loading.load(model), settings, calibration)
@@ -53,21 +52,6 @@ def main(work_dir: str) -> int:
             out.write(json.dumps({"index": index, "parameters": int(model.count_params()),
                                   "seconds": time.perf_counter() - started}) + "\n")
     return 0
-
-
-def _built(build: Any, cand: ArchCandidate, seed: int) -> Any:
-    """The family's model with seeded random weights; what it returns must be Keras."""
-    import keras
-
-    keras.utils.set_random_seed(seed)
-    model = build(cand.params)
-    if not isinstance(model, keras.Model):
-        raise TypeError(f"family {cand.family} returned a {type(model).__name__}, "
-                        "not a keras.Model")
-    if tuple(model.input_shape[1:]) != cand.params.input_shape:
-        raise ValueError(f"family {cand.family} built input {list(model.input_shape[1:])} "
-                         f"for input_shape {list(cand.params.input_shape)}")
-    return model
 
 
 if __name__ == "__main__":

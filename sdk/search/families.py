@@ -293,3 +293,18 @@ def builder(name: str) -> Builder:
     if not callable(found):
         raise UsageError(f"family {name}: {function} is not a function")
     return found
+
+
+def built(build: Builder, name: str, params: Params, seed: int) -> Any:
+    """``build(params)`` with seeded random weights (the screen and the training build the
+    same model); what it returns must be Keras, with the input it was asked for."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    model = build(params)
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"family {name} returned a {type(model).__name__}, not a keras.Model")
+    if tuple(model.input_shape[1:]) != params.input_shape:
+        raise ValueError(f"family {name} built input {list(model.input_shape[1:])} "
+                         f"for input_shape {list(params.input_shape)}")
+    return model

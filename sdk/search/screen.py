@@ -168,13 +168,8 @@ def _judge(candidate: ArchCandidate, converted: dict[str, Any] | None, profile: 
     from devicefit.simulator.simulate import simulate
 
     started = time.perf_counter()
-    data = (work / f"{converted['index']:04d}.tflite").read_bytes()
-    saved = 0
-    if target_for(profile).offline_plan:
-        from devicefit.simulator.optimize import optimize_model_bytes
-
-        data, plan = optimize_model_bytes(data, profile, verify=False, name=candidate.label())
-        saved = plan.reduction_bytes if plan.changed else 0
+    data, saved = planned((work / f"{converted['index']:04d}.tflite").read_bytes(), profile,
+                          candidate.label())
     path = (keep or work) / f"{candidate.key}.tflite"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, data)
@@ -186,6 +181,18 @@ def _judge(candidate: ArchCandidate, converted: dict[str, Any] | None, profile: 
         latency_band_ms=report.latency.band_ms if report.latency else None,
         parameters=int(converted["parameters"]), convert_seconds=float(converted["seconds"]),
         judge_seconds=time.perf_counter() - started, path=str(path) if keep else None)
+
+
+def planned(data: bytes, profile: Profile, name: str) -> tuple[bytes, int]:
+    """``data`` with TFLM's offline arena plan where the target takes one and it lowers the
+    arena (planned without running anything), and the bytes it saved (0: TFLM's own plan was
+    as good). The screen judges this file and the search writes it: the same arena."""
+    if not target_for(profile).offline_plan:
+        return data, 0
+    from devicefit.simulator.optimize import optimize_model_bytes
+
+    data, plan = optimize_model_bytes(data, profile, verify=False, name=name)
+    return data, plan.reduction_bytes if plan.changed else 0
 
 
 def rejections(report: Report) -> tuple[Rejection, ...]:

@@ -1,0 +1,249 @@
+"""The architecture search's report: what was screened and rejected (by which budget), what
+was trained, what was chosen and why; as JSON (:func:`to_dict`), rows for the CLI and an
+HTML page (:func:`render_search_html`, the Pareto front drawn with matplotlib).
+
+The pieces fit's report has are fit's: :class:`~sdk.fit.report.FitBudgets`,
+:class:`~sdk.fit.report.Miss`, the size/latency formatting, the HTML page machinery.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from typing import Any
+
+from devicefit.sdk.fit.report import FitBudgets, Miss, format_value
+from devicefit.sdk.fit.search import shown_url
+from devicefit.sdk.search.objective import Objective
+from devicefit.sdk.search.screen import Rejection, Screened
+from devicefit.sdk.search.train import Searched, Trained, pareto_front, ranked
+from devicefit.simulator.report import plain_fields
+from devicefit.simulator.types import BudgetName, Unit
+from devicefit.simulator.units import format_bytes, format_percent, format_time_ms
+from devicefit.simulator.views.html import Section, escape, html_table, render_html
+
+SCREEN_COLUMNS = ("candidate", "verdict", "flash", "arena", "latency (band)", "rejected by")
+TRIAL_COLUMNS = ("#", "candidate", "accuracy (int8)", "float", "flash", "arena",
+                 "est. latency", "verdict", "time", "note")
+
+
+def rejected_by(found: Searched) -> dict[str, int]:
+    """Rejection → how many screened candidates it rejected (one may have several)."""
+    counts = Counter(r for s in found.screen.results for r in s.rejected_by)
+    return {str(r): counts[r] for r in Rejection if counts[r]}
+
+
+def closest_miss(found: Searched) -> tuple[Screened | None, list[Miss]]:
+    """When no candidate survives the screen: the one whose worst budget overshoot is the
+    smallest (judged on the screen's figures, which are those the budgets are judged on)."""
+    b = found.profile.budgets
+    limits = ((BudgetName.FLASH, b.flash_bytes, Unit.BYTES, "flash_bytes"),
+              (BudgetName.ARENA, b.arena_bytes, Unit.BYTES, "arena_bytes"),
+              (BudgetName.LATENCY, b.latency_ms, Unit.MS, "latency_ms"))
+    best: tuple[float, Screened, list[Miss]] | None = None
+    for s in found.screen.results:
+        if not set(s.rejected_by) <= {Rejection.FLASH, Rejection.ARENA, Rejection.LATENCY}:
+            continue  # no figure to be close with (an op, an error, no estimate)
+        misses = [Miss(name, limit, value, unit, value - limit, (value - limit) / limit)
+                  for name, limit, unit, attr in limits
+                  if limit and (value := getattr(s, attr)) is not None and value > limit]
+        worst = max((m.over_fraction for m in misses), default=0.0)
+        if misses and (best is None or worst < best[0]):
+            best = (worst, s, misses)
+    return (None, []) if best is None else (best[1], best[2])
+
+
+def reason(found: Searched) -> str:
+    """Why the chosen trial: its rank, the runner-up, and what the screen did."""
+    chosen = next((t for t in found.trials if t.number == found.chosen), None)
+    if chosen is None:
+        return ""
+    fitting = ranked(found.trials)
+    screened, survivors = len(found.screen.results), len(found.screen.fitting)
+    why = (f"highest int8 accuracy of the {len(fitting)} trained candidates that pass every "
+           "budget")
+    if found.objective.cost is not None:
+        why += f" (on the accuracy-{found.objective.cost} Pareto front)"
+    runner = next((t for t in fitting if t.number != chosen.number), None)
+    if runner is not None:
+        why += (f"; next best: trial {runner.number} ({runner.candidate.label()}) at "
+                f"{format_percent(runner.accuracy)}")
+    if found.failed_in_runtime:
+        why += f"; failed in the runtime: trial(s) {', '.join(map(str, found.failed_in_runtime))}"
+    return (f"{why}; {screened} candidates screened, {screened - survivors} rejected without "
+            f"training, {len(found.trials)} of the {survivors} that fit trained")
+
+
+def to_dict(found: Searched) -> dict[str, Any]:
+    """The JSON view: every figure the text and HTML views show."""
+    closest, misses = closest_miss(found) if not found.screen.fitting else (None, [])
+    s = found.settings
+    return {
+        "profile": found.profile.name, "runtime": found.profile.runtime.name,
+        "budgets": plain_fields(FitBudgets.of(found.profile.budgets)),
+        "objective": found.objective.value,
+        "settings": {"max_trials": s.max_trials, "time_budget_s": s.time_budget_s,
+                     "epochs": found.epochs, "jobs": s.jobs, "seed": s.seed,
+                     "storage": shown_url(s.storage), "study": found.study_name},
+        "found": found.found, "interrupted": found.interrupted,
+        "screen": {"candidates": len(found.screen.results),
+                   "fit": len(found.screen.fitting), "rejected_by": rejected_by(found),
+                   "child_seconds": found.screen.child_seconds,
+                   "convert_seconds": found.screen.convert_seconds,
+                   "judge_seconds": found.screen.judge_seconds,
+                   "results": [screened_dict(r) for r in found.screen.results]},
+        "trials": [t.to_dict() for t in found.trials],
+        "pareto_front": pareto_front(found.trials, found.objective),
+        "chosen": found.chosen, "reason": reason(found), "output": found.output,
+        "failed_in_runtime": list(found.failed_in_runtime),
+        "verification": found.verification.to_dict() if found.verification else None,
+        "closest": None if closest is None else screened_dict(closest),
+        "closest_misses": [plain_fields(m) for m in misses],
+        "search_seconds": found.search_seconds, "train_samples": found.train_samples,
+        "eval_samples": found.eval_samples,
+    }
+
+
+def screened_dict(r: Screened) -> dict[str, Any]:
+    """One screened candidate as JSON (``devicefit search --screen --json`` prints these)."""
+    return {"label": r.candidate.label(), "key": r.candidate.key, **r.candidate.to_dict(),
+            "verdict": r.verdict, "status": r.status, "rejected_by": list(r.rejected_by),
+            "flash_bytes": r.flash_bytes, "arena_bytes": r.arena_bytes,
+            "offline_plan_saved_bytes": r.offline_plan_saved_bytes,
+            "latency_ms": r.latency_ms, "latency_band_ms": r.latency_band_ms,
+            "parameters": r.parameters, "note": r.note}
+
+
+def screen_rows(results: tuple[Screened, ...]) -> list[tuple[Any, ...]]:
+    return [(r.candidate.label(), r.status, _size(r.flash_bytes), _size(r.arena_bytes),
+             _latency(r.latency_ms, r.latency_band_ms),
+             ", ".join(r.rejected_by) + (f" ({r.note})" if r.note else "")) for r in results]
+
+
+def trial_rows(found: Searched) -> list[tuple[Any, ...]]:
+    front = set(pareto_front(found.trials, found.objective))
+    return [(t.number, t.candidate.label(), _percent(t.accuracy), _percent(t.float_accuracy),
+             _size(t.flash_bytes), _size(t.arena_bytes),
+             _latency(t.latency_ms, t.latency_band_ms),
+             ("PASS" if t.fits else "fail") + (" ← chosen" if t.number == found.chosen else "")
+             + (" (front)" if t.number in front and found.objective.cost else ""),
+             f"{t.seconds:.1f}s", t.note) for t in found.trials]
+
+
+def front_rows(found: Searched) -> list[tuple[Any, ...]]:
+    """The Pareto front, cheapest first."""
+    metric = found.objective if found.objective.cost else Objective.ARENA
+    front = [t for t in found.trials if t.number in pareto_front(found.trials, found.objective)]
+    return [(t.number, t.candidate.label(), _percent(t.accuracy), _cost(t, metric))
+            for t in sorted(front, key=lambda t: (t.cost(metric) or 0.0, t.number))]
+
+
+def _cost(t: Trained, metric: Objective) -> str:
+    if metric.cost == "latency":
+        return _latency(t.latency_ms, t.latency_band_ms)
+    return _size(t.arena_bytes)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else format_percent(value)
+
+
+def _size(n: int | None) -> str:
+    return "" if n is None else format_bytes(n)
+
+
+def _latency(ms: float | None, band: tuple[float, float] | None) -> str:
+    if ms is None:
+        return ""
+    shown = format_time_ms(ms)
+    return f"{shown} ({format_time_ms(band[0])}-{format_time_ms(band[1])})" if band else shown
+
+
+def pareto_svg(found: Searched) -> str:
+    """Accuracy against the objective's cost (arena for one objective) of every trained
+    candidate, the front joined, the chosen one ringed, the budget as a line: an SVG drawn by
+    matplotlib (deterministic: fixed hash salt, no date)."""
+    try:
+        import matplotlib
+        from matplotlib.figure import Figure
+    except ImportError:
+        return ('<p class="note">The picture needs matplotlib (pip install '
+                '"devicefit[plot]"); the front is in the table above.</p>')
+    metric = found.objective if found.objective.cost else Objective.ARENA
+    latency = metric.cost == "latency"
+    scale = 1.0 if latency else 1024.0
+    # (trial, cost, accuracy) of every trained candidate with both figures.
+    points = [(t, c / scale, a) for t in found.trials if (a := t.accuracy) is not None
+              and (c := t.cost(metric)) is not None]
+    if not points:
+        return '<p class="note">No candidate was trained to an accuracy.</p>'
+    on_front = set(pareto_front(found.trials, found.objective))
+    front = sorted((p for p in points if p[0].number in on_front), key=lambda p: p[1])
+    fig = Figure(figsize=(7.2, 3.6))
+    ax = fig.add_subplot()
+    for fits, colour, label in ((True, "#59a14f", "passes every budget"),
+                                (False, "#e15759", "misses a budget")):
+        these = [(x, y) for t, x, y in points if t.fits == fits]
+        if these:
+            ax.scatter([x for x, _ in these], [y for _, y in these], color=colour, label=label,
+                       zorder=3)
+    if front:
+        ax.plot([x for _, x, _ in front], [y for _, _, y in front], "--", color="#4e79a7",
+                label="Pareto front", zorder=2)
+    for t, x, y in points:
+        ax.annotate(str(t.number), (x, y), textcoords="offset points", xytext=(5, 4),
+                    fontsize=8)
+        if t.number == found.chosen:
+            ax.scatter([x], [y], s=160, facecolors="none", edgecolors="#333", label="chosen",
+                       zorder=4)
+    budget = found.profile.budgets.latency_ms if latency else found.profile.budgets.arena_bytes
+    if budget:
+        ax.axvline(budget / scale, color="#c00", lw=1, label=f"{metric.cost} budget")
+    ax.set_xlabel("estimated latency (ms)" if latency else "arena (KiB)")
+    ax.set_ylabel("int8 accuracy")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    out = io.StringIO()
+    with matplotlib.rc_context({"svg.hashsalt": "devicefit", "svg.fonttype": "none"}):
+        fig.savefig(out, format="svg", metadata={"Date": None})
+    svg = out.getvalue()
+    return svg[svg.index("<svg"):]
+
+
+def render_search_html(found: Searched) -> str:
+    """The search report as one self-contained HTML page."""
+    chosen = next((t for t in found.trials if t.number == found.chosen), None)
+    if chosen is not None:
+        summary = (f"<p><b>Chosen:</b> trial {chosen.number}, {escape(chosen.candidate.label())}"
+                   f", accuracy {escape(_percent(chosen.accuracy))} — {escape(reason(found))}."
+                   "</p>")
+    else:
+        closest, misses = closest_miss(found)
+        summary = ("<p><b>No candidate passes every budget.</b>"
+                   + (f" Closest: {escape(closest.candidate.label())}</p>" + html_table(
+                       ("budget", "limit", "value", "over by", "over by %"),
+                       [(m.budget, format_value(m.limit, m.unit), format_value(m.value, m.unit),
+                         format_value(m.over, m.unit), format_percent(m.over_fraction, 1,
+                                                                      signed=True))
+                        for m in misses]) if closest else "</p>"))
+    rejected = ", ".join(f"{n} by {r}" for r, n in rejected_by(found).items()) or "none"
+    facts = [("profile", found.profile.name), ("objective", found.objective.value),
+             ("screened", f"{len(found.screen.results)} candidates in "
+                          f"{found.screen.child_seconds + found.screen.judge_seconds:.1f} s "
+                          f"({found.screen.convert_seconds:.1f} s of it converting)"),
+             ("rejected", rejected), ("trained", f"{len(found.trials)} of "
+                                                 f"{len(found.screen.fitting)} survivors, "
+                                                 f"{found.epochs} epoch(s) each"),
+             ("search time", f"{found.search_seconds:.1f} s"),
+             ("interrupted", "yes" if found.interrupted else "no")]
+    what = found.objective.cost or "arena"
+    intro = (summary + html_table(("", ""), facts)
+             + "<h2>Screened (random weights, int8, judged statically)</h2>"
+             + html_table(SCREEN_COLUMNS, screen_rows(found.screen.results))
+             + "<h2>Trained</h2>" + html_table(TRIAL_COLUMNS, trial_rows(found))
+             + f"<h2>Accuracy vs {escape(what)}: the Pareto front</h2>"
+             + html_table(("#", "candidate", "accuracy", what), front_rows(found))
+             + pareto_svg(found))
+    sections = [Section(f"Chosen candidate on {found.profile.name} (verified in the runtime)",
+                        found.verification)] if found.verification is not None else []
+    return render_html(f"devicefit search: {found.profile.name}", sections, intro=intro)
