@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from devicefit.sdk.convert.accuracy import run_tflite  # noqa: E402
+from devicefit.sdk.search import ArchCandidate  # noqa: E402
 from examples.vowels import MissingDataset  # noqa: E402
 
 BASE = "stm32l4r5-cortex-m4"
@@ -60,39 +61,50 @@ class Setup:
     #: The tight profile's budgets (extending BASE).
     budgets: dict[str, str]
     family: str
-    #: ``--param`` values of the search space, as a user would write them.
+    #: ``--param`` values of the search space, as a user would write them (input shape and
+    #: classes are the data's).
     params: tuple[str, ...]
-    #: Writes train.npz / test.npz and the baseline .keras into the folder; returns them.
-    prepare: Callable[[Path], tuple[dict[str, Path], Path]]
+    #: Writes the train and test .npz files (x, y) into the folder; returns their paths.
+    data: Callable[[Path], dict[str, Path]]
+    #: The baseline .keras file (trained once, kept in the folder or the tests' cache).
+    model: Callable[[Path], Path]
 
 
-def prepare_digits(folder: Path) -> tuple[dict[str, Path], Path]:
-    from examples.digits import cached_cnn, load_digits
+def digits_data(folder: Path) -> dict[str, Path]:
+    from examples.digits import load_digits
 
-    return (load_digits().save_npz(folder),
-            cached_cnn(ROOT / "tests" / "artifacts" / "convert"))
+    return load_digits().save_npz(folder)
 
 
-def prepare_vowels(folder: Path) -> tuple[dict[str, Path], Path]:
+def digits_model(folder: Path) -> Path:
+    from examples.digits import cached_cnn
+
+    return cached_cnn(ROOT / "tests" / "artifacts" / "convert")
+
+
+def vowels_data(folder: Path) -> dict[str, Path]:
+    from examples.vowels import load_vowels
+
+    return load_vowels().save_npz(folder)
+
+
+def vowels_model(folder: Path) -> Path:
     from examples.vowels import load_vowels, train_fcn
 
-    data = load_vowels()
-    paths = data.save_npz(folder)
     model = folder / "vowels_fcn.keras"
     if not model.exists():
-        train_fcn(data).save(model)
-    return paths, model
+        train_fcn(load_vowels()).save(model)
+    return model
 
 
 SETS = {s.name: s for s in (
     Setup("digits", "the demo CNN (examples/digits.py)",
           {"flash": "132KiB", "arena": "4500B"}, "mbv2",
-          ("input_shape=8x8x1", "width=0.35,0.5,0.75,1.0", "depth=1-1,1-2,2-2",
-           "expansion=2,4"), prepare_digits),
+          ("width=1.0,1.5,2.0", "depth=1,1-1,1-2", "expansion=4"), digits_data,
+          digits_model),
     Setup("vowels", "the FCN baseline (examples/vowels.py)",
           {"flash": "228KiB", "arena": "12.5KiB"}, "cnn1d",
-          ("input_shape=29x12", "classes=9", "width=0.5,1.0,2.0", "depth=1-1-1,2-2-2",
-           "kernel=3,5,7"), prepare_vowels),
+          ("width=1.0,2.0", "depth=1-1-1,2-2-2", "kernel=3,7"), vowels_data, vowels_model),
 )}
 
 
@@ -108,15 +120,17 @@ class Measured:
     arena_bytes: int | None = None
     latency_ms: float | None = None
     latency_band_ms: tuple[float, float] | None = None
-    #: The TFLM interpreter's arena (head + tail) and whether its head was the prediction.
-    tflm_arena_bytes: int | None = None
+    #: The head of the arena the TFLM interpreter recorded (its tail is the host's, 64-bit),
+    #: and whether it is the predicted head, to the byte.
+    tflm_head_bytes: int | None = None
     tflm_head_as_predicted: bool | None = None
     verdict: str | None = None
 
 
 def devicefit(args: list[str], log: Path) -> tuple[int, float, str]:
     """Run ``devicefit ARGS`` as a user does; its output goes to ``log``."""
-    shown = shlex.join(["devicefit", *args])
+    shown = shlex.join(["devicefit", *(os.path.relpath(a) if os.path.isabs(a) else a
+                                       for a in args)])
     print(f"$ {shown}", flush=True)
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "devicefit", "-q", *args],
@@ -149,7 +163,7 @@ def measure(model: Path, profile: Path, test: Path, command: str, code: int,
     return Measured(command, code, seconds, accuracy, int(budgets["flash"]["value"]),
                     int(budgets["arena"]["value"]), latency.get("value"),
                     tuple(latency["band"]) if latency.get("band") else None,
-                    run.get("arena_total_bytes"),
+                    run.get("arena_head_bytes"),
                     None if run.get("head_difference_bytes") is None
                     else run["head_difference_bytes"] == 0, sim["verdict"])
 
@@ -162,7 +176,7 @@ def write_profile(folder: Path, setup: Setup) -> Path:
 
 
 def run_fit(setup: Setup, folder: Path, args: argparse.Namespace) -> Measured:
-    paths, baseline = setup.prepare(folder)
+    paths, baseline = setup.data(folder), setup.model(folder)
     profile, out = write_profile(folder, setup), folder / "fit.tflite"
     code, seconds, shown = devicefit(
         ["fit", str(baseline), "--profile", str(profile), "--train", str(paths["train"]),
@@ -173,16 +187,51 @@ def run_fit(setup: Setup, folder: Path, args: argparse.Namespace) -> Measured:
 
 
 def run_search(setup: Setup, folder: Path, args: argparse.Namespace) -> Measured:
-    paths = {"train": folder / f"{setup.name}_train.npz",
-             "test": folder / f"{setup.name}_test.npz"}
+    paths = setup.data(folder)
     profile, out = write_profile(folder, setup), folder / "search.tflite"
     code, seconds, shown = devicefit(
         ["search", "--family", setup.family, "--profile", str(profile),
          "--train", str(paths["train"]), "--eval", str(paths["test"]), "-o", str(out),
          *(a for p in setup.params for a in ("--param", p)),
          "--max-trials", str(args.search_trials), "--epochs", str(args.search_epochs),
-         "--seed", "0", "--report", str(folder / "search.json")], folder / "search.log")
+         "--seed", "0", "--artifacts", str(folder / "artifacts"),
+         "--report", str(folder / "search.json")], folder / "search.log")
     return measure(out, profile, paths["test"], shown, code, seconds)
+
+
+def simulate_arena(model: Path, profile: Path) -> int:
+    """The arena budget's figure as ``devicefit simulate --json`` plans it."""
+    done = subprocess.run([sys.executable, "-m", "devicefit", "simulate", str(model),
+                           "--profile", str(profile), "--json"], capture_output=True,
+                          text=True, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"devicefit simulate failed on {model}: {done.stderr.strip()}")
+    return int(next(b["value"] for b in json.loads(done.stdout)["budgets"]
+                    if b["name"] == "arena"))
+
+
+def screen_exactness(folder: Path, profile: Path) -> dict:
+    """For every candidate the search trained (and converted with the data's calibration),
+    and for the file it wrote: the arena the screen judged on its shape-only conversion
+    against the arena ``devicefit simulate`` plans for the trained file. Also the screen's
+    rate and its conversion share, from the search's report."""
+    report = json.loads((folder / "search.json").read_text())
+    screened = {r["key"]: r["arena_bytes"] for r in report["screen"]["results"]}
+    files = [(f"trial {t['number']} {t['label']}",
+              ArchCandidate.from_dict(t["candidate"]).key, Path(t["path"]))
+             for t in report["trials"] if t.get("path") and Path(t["path"]).is_file()]
+    chosen = next((t for t in report["trials"] if t["number"] == report["chosen"]), None)
+    if chosen is not None and report.get("output"):
+        files.append((f"written {chosen['label']}",
+                      ArchCandidate.from_dict(chosen["candidate"]).key, Path(report["output"])))
+    checked = [(what, screened[key], simulate_arena(path, profile))
+               for what, key, path in files]
+    screen = report["screen"]
+    return {"candidates": screen["candidates"], "fit": screen["fit"],
+            "rejected_by": screen["rejected_by"], "child_seconds": screen["child_seconds"],
+            "convert_seconds": screen["convert_seconds"],
+            "judge_seconds": screen["judge_seconds"], "checked": len(checked),
+            "mismatches": [c for c in checked if c[1] != c[2]]}
 
 
 def row(what: str, m: Measured) -> str:
@@ -191,8 +240,8 @@ def row(what: str, m: Measured) -> str:
     band = m.latency_band_ms
     latency = ("-" if m.latency_ms is None else f"{m.latency_ms:.2f} ms" +
                (f" ({band[0]:.2f}-{band[1]:.2f})" if band else ""))
-    tflm = ("-" if m.tflm_arena_bytes is None else f"{m.tflm_arena_bytes} B" +
-            (", head as predicted" if m.tflm_head_as_predicted else ""))
+    tflm = ("-" if m.tflm_head_bytes is None else f"{m.tflm_head_bytes} B" +
+            (" = predicted" if m.tflm_head_as_predicted else " ≠ predicted"))
     return (f"| {what} | {m.accuracy:.2%} | {m.flash_bytes / 1024:.1f} KiB | "
             f"{m.arena_bytes} B | {latency} | {tflm} | {m.verdict} | {m.seconds:.0f} s |")
 
@@ -233,23 +282,35 @@ def main() -> int:
               f"{BASE} with {', '.join(f'{k} {v}' for k, v in setup.budgets.items())}",
               flush=True)
         try:
-            fitted = (run_fit(setup, folder, args) if args.only != "search" else None)
+            setup.data(folder)
         except MissingDataset as exc:
             print(f"{name} skipped: {exc}")
             continue
+        fitted = run_fit(setup, folder, args) if args.only != "search" else None
         searched = run_search(setup, folder, args) if args.only != "fit" else None
-        print("| model | accuracy | flash | arena | est. latency (band) | TFLM arena | "
+        print("| model | accuracy | flash | arena | est. latency (band) | TFLM head | "
               "verdict | wall |\n|---|---:|---:|---:|---:|---:|---|---:|")
         for what, m in (("fit", fitted), ("search", searched)):
             if m is not None:
                 print(row(what, m))
         verdict = judge(fitted, searched) if fitted and searched else "one side only"
         print(verdict)
+        exact = (screen_exactness(folder, write_profile(folder, setup))
+                 if searched is not None and (folder / "search.json").is_file() else None)
+        if exact is not None:
+            print(f"screen: {exact['candidates']} candidates, {exact['fit']} fit, rejected by "
+                  f"{exact['rejected_by']}; conversion {exact['convert_seconds']:.1f} s of "
+                  f"the child's {exact['child_seconds']:.1f} s, judging "
+                  f"{exact['judge_seconds']:.1f} s; screened arena = simulate's on "
+                  f"{exact['checked'] - len(exact['mismatches'])} of {exact['checked']} "
+                  "trained files" + "".join(f"\n  MISMATCH {w}: screened {a} B, planned {b} B"
+                                            for w, a, b in exact["mismatches"]))
         results[name] = {"fit": fitted and asdict(fitted),
-                         "search": searched and asdict(searched), "judgement": verdict}
+                         "search": searched and asdict(searched), "judgement": verdict,
+                         "screen": exact}
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
-    return 0
+    return 1 if any(r["screen"] and r["screen"]["mismatches"] for r in results.values()) else 0
 
 
 if __name__ == "__main__":
