@@ -145,7 +145,8 @@ def _search(args: argparse.Namespace) -> int:
     from devicefit.simulator.fileio import check_outputs, write_atomic
 
     check_outputs([("-o", args.output), ("--report", args.report), ("--html", args.html)],
-                  data_inputs(args, ("train", "eval_data", "calibration")))
+                  data_inputs(argparse.Namespace(**vars(args), model=None),  # no model file
+                              ("train", "eval_data", "calibration")))
     settings = SearchSettings(max_trials=args.max_trials,
                               time_budget_s=parse_duration(args.time_budget),
                               storage=args.storage, study_name=args.study_name, jobs=args.jobs,

@@ -52,13 +52,15 @@ def loss_for(model: Any, y: np.ndarray) -> Any:
 
 def fine_tune(model: Any, data: Dataset, epochs: int, *,
               progress: Progress | None = None, loss: Any = None,
-              on_step_end: Callable[[Any], None] | None = None) -> FineTuneResult:
+              on_step_end: Callable[[Any], None] | None = None,
+              learning_rate: float = LEARNING_RATE) -> FineTuneResult:
     """Train ``model`` in place.
 
     ``loss`` replaces the loss chosen from the labels (e.g. a distillation loss whose
     targets carry the teacher's outputs, see ``sdk.convert.distill``); ``on_step_end(model)``
     runs after every optimizer update (e.g. to re-zero N:M masked weights, see
-    ``sparsity.nm.keep_masks``, or to keep weights clustered).
+    ``sparsity.nm.keep_masks``, or to keep weights clustered). ``learning_rate``: the default
+    suits fine-tuning trained weights; the architecture search trains from scratch faster.
     """
     if data.y is None:
         raise UsageError(f"{data.source}: fine-tuning needs labels (an .npz with x and y, or a "
@@ -69,7 +71,7 @@ def fine_tune(model: Any, data: Dataset, epochs: int, *,
     plan = train.plan_batch(model, optimizer="adam", target_batch=TARGET_BATCH)
     summary = train.fit(model, data.x, data.y, epochs=epochs, plan=plan, optimizer="adam",
                         loss=loss if loss is not None else loss_for(model, data.y),
-                        learning_rate=LEARNING_RATE,
+                        learning_rate=learning_rate,
                         on_step_end=on_step_end, progress=_update_progress(progress))
     return FineTuneResult(epochs=epochs, batch_size=plan.batch_size,
                           accumulation_steps=plan.accumulation_steps,

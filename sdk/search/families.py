@@ -32,6 +32,10 @@ _IMAGE_CHANNELS = (16, 24, 32, 64, 96, 160)
 _AUDIO_CHANNELS = 64
 _SENSOR_CHANNELS = 16
 _MLP_UNITS = 64
+#: BatchNorm's moving statistics follow the batches this fast (Keras' default 0.99 lags
+#: far behind after the few hundred steps of the search's short training, and the int8 file
+#: is calibrated and judged in inference mode, on those statistics).
+BN_MOMENTUM = 0.9
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,7 @@ def build_mbv2(p: Params) -> Any:
     inp = keras.Input(p.input_shape)
     x = layers.Conv2D(channels(_IMAGE_CHANNELS[0], p.width), 3, strides=2, padding="same",
                       use_bias=False)(inp)
-    x = layers.ReLU(6.0)(layers.BatchNormalization()(x))
+    x = layers.ReLU(6.0)(layers.BatchNormalization(momentum=BN_MOMENTUM)(x))
     for stage, blocks in enumerate(p.depth):
         out = channels(_stage_channels(_IMAGE_CHANNELS, stage), p.width)
         for block in range(blocks):
@@ -160,10 +164,11 @@ def _inverted_residual(x: Any, out: int, stride: int, kernel: int, expansion: in
     start, inp = x, int(x.shape[-1])
     if expansion > 1:
         x = layers.Conv2D(inp * expansion, 1, use_bias=False)(x)
-        x = layers.ReLU(6.0)(layers.BatchNormalization()(x))
+        x = layers.ReLU(6.0)(layers.BatchNormalization(momentum=BN_MOMENTUM)(x))
     x = layers.DepthwiseConv2D(kernel, strides=stride, padding="same", use_bias=False)(x)
-    x = layers.ReLU(6.0)(layers.BatchNormalization()(x))
-    x = layers.BatchNormalization()(layers.Conv2D(out, 1, use_bias=False)(x))
+    x = layers.ReLU(6.0)(layers.BatchNormalization(momentum=BN_MOMENTUM)(x))
+    x = layers.Conv2D(out, 1, use_bias=False)(x)
+    x = layers.BatchNormalization(momentum=BN_MOMENTUM)(x)
     return layers.Add()([start, x]) if stride == 1 and inp == out else x
 
 
@@ -176,16 +181,16 @@ def build_dscnn(p: Params) -> Any:
     stem = (min(10, p.input_shape[0]), min(4, p.input_shape[1]))
     x = layers.Conv2D(channels(_AUDIO_CHANNELS, p.width), stem, strides=2, padding="same",
                       use_bias=False)(inp)
-    x = layers.ReLU()(layers.BatchNormalization()(x))
+    x = layers.ReLU()(layers.BatchNormalization(momentum=BN_MOMENTUM)(x))
     for stage, blocks in enumerate(p.depth):
         out = channels(_AUDIO_CHANNELS * 2 ** stage, p.width)
         for block in range(blocks):
             stride = 2 if stage > 0 and block == 0 else 1
             x = layers.DepthwiseConv2D(p.kernel, strides=stride, padding="same",
                                        use_bias=False)(x)
-            x = layers.ReLU()(layers.BatchNormalization()(x))
+            x = layers.ReLU()(layers.BatchNormalization(momentum=BN_MOMENTUM)(x))
             x = layers.Conv2D(out, 1, use_bias=False)(x)
-            x = layers.ReLU()(layers.BatchNormalization()(x))
+            x = layers.ReLU()(layers.BatchNormalization(momentum=BN_MOMENTUM)(x))
     x = layers.GlobalAveragePooling2D()(x)
     return keras.Model(inp, layers.Dense(p.classes)(x), name="dscnn")
 
