@@ -45,6 +45,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.bench_search_screen import simulate_arena  # noqa: E402
 from devicefit.sdk.convert.accuracy import run_tflite  # noqa: E402
 from devicefit.sdk.search import ArchCandidate  # noqa: E402
 from examples.vowels import MissingDataset  # noqa: E402
@@ -100,7 +101,7 @@ def vowels_model(folder: Path) -> Path:
 SETS = {s.name: s for s in (
     Setup("digits", "the demo CNN (examples/digits.py)",
           {"flash": "132KiB", "arena": "4500B"}, "mbv2",
-          ("width=1.0,1.5,2.0", "depth=1,1-1,1-2", "expansion=4"), digits_data,
+          ("width=0.5,1.0", "depth=1,1-1", "expansion=1,2", "kernel=3,5"), digits_data,
           digits_model),
     Setup("vowels", "the FCN baseline (examples/vowels.py)",
           {"flash": "228KiB", "arena": "12.5KiB"}, "cnn1d",
@@ -199,17 +200,6 @@ def run_search(setup: Setup, folder: Path, args: argparse.Namespace) -> Measured
     return measure(out, profile, paths["test"], shown, code, seconds)
 
 
-def simulate_arena(model: Path, profile: Path) -> int:
-    """The arena budget's figure as ``devicefit simulate --json`` plans it."""
-    done = subprocess.run([sys.executable, "-m", "devicefit", "simulate", str(model),
-                           "--profile", str(profile), "--json"], capture_output=True,
-                          text=True, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    if done.returncode not in (0, 1):
-        raise SystemExit(f"devicefit simulate failed on {model}: {done.stderr.strip()}")
-    return int(next(b["value"] for b in json.loads(done.stdout)["budgets"]
-                    if b["name"] == "arena"))
-
-
 def screen_exactness(folder: Path, profile: Path) -> dict:
     """For every candidate the search trained (and converted with the data's calibration),
     and for the file it wrote: the arena the screen judged on its shape-only conversion
@@ -224,7 +214,7 @@ def screen_exactness(folder: Path, profile: Path) -> dict:
     if chosen is not None and report.get("output"):
         files.append((f"written {chosen['label']}",
                       ArchCandidate.from_dict(chosen["candidate"]).key, Path(report["output"])))
-    checked = [(what, screened[key], simulate_arena(path, profile))
+    checked = [(what, screened[key], simulate_arena(str(path), str(profile)))
                for what, key, path in files]
     screen = report["screen"]
     return {"candidates": screen["candidates"], "fit": screen["fit"],

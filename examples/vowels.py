@@ -44,18 +44,24 @@ class MissingDataset(Exception):
 
 
 @dataclass(frozen=True)
+class Split:
+    #: (n, 29, 12) float32 and the labels 0-8.
+    x: np.ndarray
+    y: np.ndarray
+
+
+@dataclass(frozen=True)
 class Vowels:
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
+    train: Split
+    test: Split
 
     def save_npz(self, folder: Path) -> dict[str, Path]:
-        """Write train/test .npz files (arrays x, y) as the CLI reads them."""
+        """Write vowels_train.npz / vowels_test.npz (arrays x, y) as the CLI reads them."""
         folder.mkdir(parents=True, exist_ok=True)
-        paths = {"train": folder / "vowels_train.npz", "test": folder / "vowels_test.npz"}
-        np.savez(paths["train"], x=self.x_train, y=self.y_train)
-        np.savez(paths["test"], x=self.x_test, y=self.y_test)
+        paths = {}
+        for name, split in (("train", self.train), ("test", self.test)):
+            paths[name] = folder / f"vowels_{name}.npz"
+            np.savez(paths[name], x=split.x, y=split.y)
         return paths
 
 
@@ -101,7 +107,7 @@ def load_vowels() -> Vowels:
             out[i, :len(s)] = (s - mean) / std
         return out
 
-    return Vowels(padded(train), y_train, padded(test), y_test)
+    return Vowels(Split(padded(train), y_train), Split(padded(test), y_test))
 
 
 def build_fcn(seed: int = 0):
@@ -122,9 +128,7 @@ def train_fcn(data: Vowels, epochs: int = 20, seed: int = 0):
     import keras
 
     model = build_fcn(seed)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    model.fit(data.x_train, data.y_train, batch_size=16, epochs=epochs, verbose=0,
-              shuffle=True)
+    model.compile(keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy", ["accuracy"])
+    model.fit(data.train.x, data.train.y, batch_size=16, epochs=epochs, verbose=0)
     return model
 
