@@ -54,17 +54,23 @@ BASE = "stm32l4r5-cortex-m4"
 
 
 @dataclass(frozen=True)
+class Space:
+    """A family and the ``--param`` values of its grid, as a user would write them (input
+    shape and classes are the data's)."""
+
+    family: str
+    params: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Setup:
-    """One data set: its files, the baseline for ``fit`` and the space for ``search``."""
+    """One data set: its files, the baseline for ``fit`` and the spaces ``search`` tries."""
 
     name: str
     baseline: str
     #: The tight profile's budgets (extending BASE).
     budgets: dict[str, str]
-    family: str
-    #: ``--param`` values of the search space, as a user would write them (input shape and
-    #: classes are the data's).
-    params: tuple[str, ...]
+    spaces: tuple[Space, ...]
     #: Writes the train and test .npz files (x, y) into the folder; returns their paths.
     data: Callable[[Path], dict[str, Path]]
     #: The baseline .keras file (trained once, kept in the folder or the tests' cache).
@@ -99,13 +105,14 @@ def vowels_model(folder: Path) -> Path:
 
 
 SETS = {s.name: s for s in (
-    Setup("digits", "the demo CNN (examples/digits.py)",
-          {"flash": "132KiB", "arena": "4500B"}, "mbv2",
-          ("width=0.5,1.0", "depth=1,1-1", "expansion=1,2", "kernel=3,5"), digits_data,
-          digits_model),
+    Setup("digits", "the demo CNN (examples/digits.py)", {"flash": "132KiB", "arena": "4500B"},
+          (Space("mbv2", ("width=0.5,1.0", "depth=1,1-1", "expansion=1,2", "kernel=3,5")),
+           Space("dscnn", ("width=0.25,0.5", "depth=1,1-1", "kernel=3,5"))),
+          digits_data, digits_model),
     Setup("vowels", "the FCN baseline (examples/vowels.py)",
-          {"flash": "228KiB", "arena": "12.5KiB"}, "cnn1d",
-          ("width=1.0,2.0", "depth=1-1-1,2-2-2", "kernel=3,7"), vowels_data, vowels_model),
+          {"flash": "228KiB", "arena": "12.5KiB"},
+          (Space("cnn1d", ("width=1.0,2.0", "depth=1-1-1,2-2-2", "kernel=3,7")),),
+          vowels_data, vowels_model),
 )}
 
 
@@ -187,13 +194,15 @@ def run_fit(setup: Setup, folder: Path, args: argparse.Namespace) -> Measured:
     return measure(out, profile, paths["test"], shown, code, seconds)
 
 
-def run_search(setup: Setup, folder: Path, args: argparse.Namespace) -> Measured:
-    paths = setup.data(folder)
-    profile, out = write_profile(folder, setup), folder / "search.tflite"
+def run_search(setup: Setup, space: Space, folder: Path, args: argparse.Namespace
+               ) -> Measured:
+    """``devicefit search`` over ``space``; its files go to ``folder`` (one per space)."""
+    paths = setup.data(folder.parent)
+    profile, out = write_profile(folder.parent, setup), folder / "search.tflite"
     code, seconds, shown = devicefit(
-        ["search", "--family", setup.family, "--profile", str(profile),
+        ["search", "--family", space.family, "--profile", str(profile),
          "--train", str(paths["train"]), "--eval", str(paths["test"]), "-o", str(out),
-         *(a for p in setup.params for a in ("--param", p)),
+         *(a for p in space.params for a in ("--param", p)),
          "--max-trials", str(args.search_trials), "--epochs", str(args.search_epochs),
          "--seed", "0", "--artifacts", str(folder / "artifacts"),
          "--report", str(folder / "search.json")], folder / "search.log")
@@ -260,6 +269,7 @@ def main() -> int:
     ap.add_argument("--search-epochs", type=int, default=10)
     ap.add_argument("--only", choices=("fit", "search"), default=None,
                     help="run one side only")
+    ap.add_argument("--family", default=None, help="search this family's space only")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "bench_search_vs_fit")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -268,39 +278,53 @@ def main() -> int:
         setup = SETS[name]
         folder = args.out / name
         folder.mkdir(parents=True, exist_ok=True)
-        print(f"\n## {name}: {setup.baseline} vs search over {setup.family}; profile "
-              f"{BASE} with {', '.join(f'{k} {v}' for k, v in setup.budgets.items())}",
-              flush=True)
+        print(f"\n## {name}: {setup.baseline}; profile {BASE} with "
+              f"{', '.join(f'{k} {v}' for k, v in setup.budgets.items())}", flush=True)
         try:
             setup.data(folder)
         except MissingDataset as exc:
             print(f"{name} skipped: {exc}")
             continue
-        fitted = run_fit(setup, folder, args) if args.only != "search" else None
-        searched = run_search(setup, folder, args) if args.only != "fit" else None
-        print("| model | accuracy | flash | arena | est. latency (band) | TFLM head | "
-              "verdict | wall |\n|---|---:|---:|---:|---:|---:|---|---:|")
-        for what, m in (("fit", fitted), ("search", searched)):
-            if m is not None:
-                print(row(what, m))
-        verdict = judge(fitted, searched) if fitted and searched else "one side only"
-        print(verdict)
-        exact = (screen_exactness(folder, write_profile(folder, setup))
-                 if searched is not None and (folder / "search.json").is_file() else None)
-        if exact is not None:
-            print(f"screen: {exact['candidates']} candidates, {exact['fit']} fit, rejected by "
-                  f"{exact['rejected_by']}; conversion {exact['convert_seconds']:.1f} s of "
-                  f"the child's {exact['child_seconds']:.1f} s, judging "
-                  f"{exact['judge_seconds']:.1f} s; screened arena = simulate's on "
-                  f"{exact['checked'] - len(exact['mismatches'])} of {exact['checked']} "
-                  "trained files" + "".join(f"\n  MISMATCH {w}: screened {a} B, planned {b} B"
-                                            for w, a, b in exact["mismatches"]))
-        results[name] = {"fit": fitted and asdict(fitted),
-                         "search": searched and asdict(searched), "judgement": verdict,
-                         "screen": exact}
+        # fit's result is kept, so that a search alone (--only search) is judged against it.
+        kept = folder / "fit-measured.json"
+        if args.only != "search":
+            kept.write_text(json.dumps(asdict(run_fit(setup, folder, args))) + "\n")
+        fitted = Measured(**json.loads(kept.read_text())) if kept.is_file() else None
+        results[name] = {"fit": fitted and asdict(fitted)}
+        print(row_header() + ("" if fitted is None else f"\n{row('fit', fitted)}"))
+        spaces = [sp for sp in setup.spaces if args.family in (None, sp.family)]
+        for space in spaces if args.only != "fit" else ():
+            sub = folder / f"search-{space.family}"
+            sub.mkdir(exist_ok=True)
+            searched = run_search(setup, space, sub, args)
+            print(row_header() + f"\n{row(f'search {space.family}', searched)}")
+            verdict = judge(fitted, searched) if fitted else "no fit result to compare with"
+            print(verdict)
+            exact = (screen_exactness(sub, write_profile(folder, setup))
+                     if (sub / "search.json").is_file() else None)
+            if exact is not None:
+                print(exactness_line(exact))
+            results[name][space.family] = {"search": asdict(searched), "judgement": verdict,
+                                           "screen": exact}
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
-    return 1 if any(r["screen"] and r["screen"]["mismatches"] for r in results.values()) else 0
+    return 1 if any(r.get("screen") and r["screen"]["mismatches"]
+                    for spaces in results.values() for r in spaces.values() if r) else 0
+
+
+def row_header() -> str:
+    return ("| model | accuracy | flash | arena | est. latency (band) | TFLM head | verdict "
+            "| wall |\n|---|---:|---:|---:|---:|---:|---|---:|")
+
+
+def exactness_line(exact: dict) -> str:
+    return (f"screen: {exact['candidates']} candidates, {exact['fit']} fit, rejected by "
+            f"{exact['rejected_by']}; conversion {exact['convert_seconds']:.1f} s of the "
+            f"child's {exact['child_seconds']:.1f} s, judging {exact['judge_seconds']:.1f} s; "
+            f"screened arena = simulate's on {exact['checked'] - len(exact['mismatches'])} of "
+            f"{exact['checked']} trained files"
+            + "".join(f"\n  MISMATCH {w}: screened {a} B, planned {b} B"
+                      for w, a, b in exact["mismatches"]))
 
 
 if __name__ == "__main__":
