@@ -6,7 +6,7 @@ half its arena.
 Two data sets, each with the model a user would bring to ``fit``:
 
 - ``digits``: scikit-learn's 8x8 digits (shipped in scikit-learn) and the demo CNN of
-  ``examples/digits.py`` (98.6 % float, plain int8: 172.6 KiB flash, 6832 B arena);
+  ``examples/digits.py`` (~98 % float, plain int8: ~172 KiB flash, ~6.8 KB arena);
 - ``vowels``: UCI's Japanese Vowels (12 LPC cepstra x 29 frames, 9 speakers), shipped in
   sktime's wheel (``pip install 'devicefit[bench]'``; the set is skipped, with one line
   saying so, when it is missing), and the FCN time-series baseline of
@@ -18,9 +18,16 @@ so the baseline passes only compressed (digits: the ``tight`` profile of
 ``benchmarks/bench_fit.py``). Both commands run as a user runs them (the real CLI, in a
 child process, each command printed); seeds fixed. Each written file is then measured the
 same way: ``devicefit simulate --run --json`` (flash, arena, latency with its band, the
-TFLM interpreter's measured arena) and its accuracy on the test set in LiteRT.
+arena head TFLM's interpreter recorded) and its accuracy on the test set in LiteRT.
+
+The screen's exactness: for every candidate the search trained and converted with the data's
+calibration, and for the file it wrote, the arena the screen judged (on the shape-only
+conversion) must equal the one ``devicefit simulate`` plans for the trained file; the
+benchmark exits 1 on a mismatch. The screen's rate and conversion share come from the same
+search reports.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.bench_search_vs_fit [--sets digits,vowels]
+        [--only fit|search] [--family F] [--search-trials N] [--search-epochs E]
         [--fit-trials 12] [--fit-epochs 3] [--json out.json]
 
 Files are kept in ``build/bench_search_vs_fit/<set>/`` (models, data, profiles, reports).
@@ -60,6 +67,9 @@ class Space:
 
     family: str
     params: tuple[str, ...]
+    #: ``--epochs`` and ``--max-trials`` of the recorded run (BENCHMARKS.md).
+    epochs: int
+    trials: int
 
 
 @dataclass(frozen=True)
@@ -106,12 +116,15 @@ def vowels_model(folder: Path) -> Path:
 
 SETS = {s.name: s for s in (
     Setup("digits", "the demo CNN (examples/digits.py)", {"flash": "132KiB", "arena": "4500B"},
-          (Space("mbv2", ("width=0.5,1.0", "depth=1,1-1", "expansion=1,2", "kernel=3,5")),
-           Space("dscnn", ("width=0.25,0.5", "depth=1,1-1", "kernel=3,5"))),
+          (Space("mbv2", ("width=0.5,1.0", "depth=1,1-1", "expansion=1,2", "kernel=3,5"),
+                 epochs=30, trials=13),
+           Space("dscnn", ("width=0.25,0.5", "depth=1,1-1", "kernel=3,5"), epochs=15,
+                 trials=8)),
           digits_data, digits_model),
     Setup("vowels", "the FCN baseline (examples/vowels.py)",
           {"flash": "228KiB", "arena": "12.5KiB"},
-          (Space("cnn1d", ("width=1.0,2.0", "depth=1-1-1,2-2-2", "kernel=3,7")),),
+          (Space("cnn1d", ("width=1.0,2.0", "depth=1-1-1,2-2-2", "kernel=3,7"), epochs=20,
+                 trials=8),),
           vowels_data, vowels_model),
 )}
 
@@ -203,7 +216,8 @@ def run_search(setup: Setup, space: Space, folder: Path, args: argparse.Namespac
         ["search", "--family", space.family, "--profile", str(profile),
          "--train", str(paths["train"]), "--eval", str(paths["test"]), "-o", str(out),
          *(a for p in space.params for a in ("--param", p)),
-         "--max-trials", str(args.search_trials), "--epochs", str(args.search_epochs),
+         "--max-trials", str(args.search_trials or space.trials),
+         "--epochs", str(args.search_epochs or space.epochs),
          "--seed", "0", "--artifacts", str(folder / "artifacts"),
          "--report", str(folder / "search.json")], folder / "search.log")
     return measure(out, profile, paths["test"], shown, code, seconds)
@@ -265,8 +279,10 @@ def main() -> int:
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--fit-trials", type=int, default=12)
     ap.add_argument("--fit-epochs", type=int, default=3)
-    ap.add_argument("--search-trials", type=int, default=12)
-    ap.add_argument("--search-epochs", type=int, default=10)
+    ap.add_argument("--search-trials", type=int, default=None,
+                    help="default: each space's recorded run")
+    ap.add_argument("--search-epochs", type=int, default=None,
+                    help="default: each space's recorded run")
     ap.add_argument("--only", choices=("fit", "search"), default=None,
                     help="run one side only")
     ap.add_argument("--family", default=None, help="search this family's space only")
