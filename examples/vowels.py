@@ -128,7 +128,8 @@ def train_fcn(data: Vowels, epochs: int = 20, seed: int = 0):
     import keras
 
     model = build_fcn(seed)
-    model.compile(keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy", ["accuracy"])
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
     model.fit(data.train.x, data.train.y, batch_size=16, epochs=epochs, verbose=0)
     return model
 
