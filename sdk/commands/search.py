@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
 from devicefit.sdk.console import make_console, print_json, table
 from devicefit.sdk.search.objective import Objective
 from devicefit.simulator.errors import UsageError, require_extra
@@ -20,6 +21,7 @@ from devicefit.simulator.units import format_percent, format_size
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from devicefit.sdk.convert.spec import MemoryOptimization
     from devicefit.sdk.search.train import Searched, Trained
 
 _NUMBERS = re.compile(r"\d+([x-]\d+)+")
@@ -88,6 +90,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "dead and its trial is retried (30)")
     p.add_argument("--jobs", type=int, default=1, help="parallel trial processes (1)")
     p.add_argument("--seed", type=int, default=0, help="sampler seed (0)")
+    add_patch_arguments(p, "tflm profiles, screened and trained alike, so a candidate can fit "
+                           "by it: ")
     p.add_argument("--report", metavar="REPORT.json", help="write the report as JSON")
     p.add_argument("--html", metavar="REPORT.html", help="write the report as HTML")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -154,7 +158,7 @@ def _search(args: argparse.Namespace) -> int:
                               seed=args.seed, heartbeat_s=args.heartbeat,
                               artifacts=args.artifacts)
     spec = SearchSpec(args.train, args.eval_data, args.calibration, args.epochs,
-                      Objective(args.objective), settings)
+                      Objective(args.objective), settings, _memory(args))
     console = make_console(args.no_color)
     with warnings_to(console), trial_progress(args.no_color, args.json or args.quiet,
                                                args.max_trials, _trial_line) as (progress,
@@ -175,6 +179,13 @@ def _search(args: argparse.Namespace) -> int:
     return 0 if found.found or not found.writer else 1
 
 
+def _memory(args: argparse.Namespace) -> MemoryOptimization | None:
+    from devicefit.sdk.convert.spec import MemoryOptimization
+
+    patches = patch_options(args)
+    return MemoryOptimization(**patches) if patches else None
+
+
 def _screen(args: argparse.Namespace) -> int:
     require_extra("tensorflow", "devicefit search")  # the screen converts every candidate
     from devicefit.sdk.search import candidate, screen
@@ -186,7 +197,7 @@ def _screen(args: argparse.Namespace) -> int:
     candidates = [candidate(args.family, **dict(zip(names, combo, strict=True)))
                   for combo in itertools.product(*grid.values())]
     profile = load_profile(args.profile, args.profiles_dir)
-    run = screen(candidates, profile)
+    run = screen(candidates, profile, memory=_memory(args))
     if args.json:
         print_json([screened_dict(r) for r in run.results])
     else:

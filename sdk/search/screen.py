@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.sdk.convert.diagnose import ConversionError
+from devicefit.sdk.convert.spec import MemoryOptimization
 from devicefit.sdk.convert.tfprocess import PRELOAD, STALL_TIMEOUT_S
 from devicefit.sdk.search.candidate import ArchCandidate
 from devicefit.simulator import errors, zygote
@@ -107,11 +108,14 @@ class ScreenRun:
 
 
 def screen(candidates: Sequence[ArchCandidate], profile: Profile | str, *,
-           keep: Path | None = None, profiles_dirs: Sequence[str | Path] = ()) -> ScreenRun:
+           keep: Path | None = None, profiles_dirs: Sequence[str | Path] = (),
+           memory: MemoryOptimization | None = None) -> ScreenRun:
     """Convert ``candidates`` in one TensorFlow child and judge each for ``profile``.
 
     ``keep``: a folder the judged ``.tflite`` files are written to (``<key>.tflite``);
-    without it they go with the work folder.
+    without it they go with the work folder. ``memory`` (``--patches``): the offline plan
+    also tries running the first stage patch by patch, kept where it lowers the arena
+    (within its extra-MAC limit; the latency is judged on the rewritten file).
     """
     prof = profile if isinstance(profile, Profile) else load_profile(profile, list(profiles_dirs))
     if not candidates:
@@ -125,7 +129,7 @@ def screen(candidates: Sequence[ArchCandidate], profile: Profile | str, *,
         converted = _convert(candidates, quant.io_type, quant.per_channel, work)
         child_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        results = tuple(_judge(c, converted.get(i), prof, work, keep)
+        results = tuple(_judge(c, converted.get(i), prof, work, keep, memory)
                         for i, c in enumerate(candidates))
         return ScreenRun(results, child_seconds, time.perf_counter() - started)
     finally:
@@ -161,7 +165,7 @@ def _convert(candidates: Sequence[ArchCandidate], io_type: str, per_channel: boo
 
 
 def _judge(candidate: ArchCandidate, converted: dict[str, Any] | None, profile: Profile,
-           work: Path, keep: Path | None) -> Screened:
+           work: Path, keep: Path | None, memory: MemoryOptimization | None) -> Screened:
     if converted is None or "error" in converted:
         note = converted["error"] if converted else "not converted"
         return Screened(candidate, Status.FAIL, Status.FAIL, (Rejection.ERROR,), note=note)
@@ -169,7 +173,7 @@ def _judge(candidate: ArchCandidate, converted: dict[str, Any] | None, profile: 
 
     started = time.perf_counter()
     data, saved = planned((work / f"{converted['index']:04d}.tflite").read_bytes(), profile,
-                          candidate.label())
+                          candidate.label(), memory)
     path = (keep or work) / f"{candidate.key}.tflite"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, data)
@@ -183,15 +187,18 @@ def _judge(candidate: ArchCandidate, converted: dict[str, Any] | None, profile: 
         judge_seconds=time.perf_counter() - started, path=str(path) if keep else None)
 
 
-def planned(data: bytes, profile: Profile, name: str) -> tuple[bytes, int]:
+def planned(data: bytes, profile: Profile, name: str,
+            memory: MemoryOptimization | None = None) -> tuple[bytes, int]:
     """``data`` with TFLM's offline arena plan where the target takes one and it lowers the
-    arena (planned without running anything), and the bytes it saved (0: TFLM's own plan was
-    as good). The screen judges this file and the search writes it: the same arena."""
+    arena (planned without running anything; with ``memory``'s patches where they lower it
+    more), and the bytes it saved (0: TFLM's own plan was as good). The screen judges this
+    file and the search writes it: the same arena."""
     if not target_for(profile).offline_plan:
         return data, 0
     from devicefit.simulator.optimize import optimize_model_bytes
 
-    data, plan = optimize_model_bytes(data, profile, verify=False, name=name)
+    options = memory.options() if memory is not None else {}
+    data, plan = optimize_model_bytes(data, profile, verify=False, name=name, **options)
     return data, plan.reduction_bytes if plan.changed else 0
 
 

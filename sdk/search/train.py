@@ -41,6 +41,7 @@ import numpy as np
 
 from devicefit.sdk.convert.data import Dataset, DataSource
 from devicefit.sdk.convert.finetune import FineTuneResult
+from devicefit.sdk.convert.spec import MemoryOptimization
 from devicefit.sdk.fit.search import (
     BUILD,
     DECISION,
@@ -90,6 +91,9 @@ class SearchSpec:
     objective: Objective = Objective.ACCURACY
     #: fit's settings: trials, time budget, storage, study, jobs, seed, heartbeats, artifacts.
     search: SearchSettings = field(default_factory=SearchSettings)
+    #: ``--patches`` (TFLM profiles): the screen and every trained file also try running the
+    #: first stage patch by patch, so a candidate can fit by it.
+    optimize_memory: MemoryOptimization | None = None
 
 
 @dataclass(frozen=True)
@@ -206,7 +210,7 @@ def search_architectures(family: str, axes: Mapping[str, Sequence[Any]],
     out_path = check_output(output, spec.train, spec.eval_data, spec.calibration)
     data, fixed = _data(spec, axes)
     grid = _grid(family, {k: v for k, v in axes.items() if k not in fixed}, fixed)
-    screened = screen(grid, prof)
+    screened = screen(grid, prof, memory=spec.optimize_memory)
     survivors = list(screened.fitting)
     found = Searched(prof, spec.objective, settings, spec.epochs, screened, [],
                      train_samples=len(data.train), eval_samples=len(data.evaluation),
@@ -227,7 +231,8 @@ def search_architectures(family: str, axes: Mapping[str, Sequence[Any]],
         settings = replace(settings, storage=f"sqlite:///{work / 'search.db'}")
         found.settings = settings
     try:
-        job = _Job(survivors, prof, data, spec.epochs, spec.objective, work, progress)
+        job = _Job(survivors, prof, data, spec.epochs, spec.objective, work, progress,
+                   spec.optimize_memory)
         started = time.monotonic()
         trials, found.interrupted, found.writer = _study(job, settings, name, on_trial)
         found.search_seconds = time.monotonic() - started
@@ -315,7 +320,9 @@ def study_name(profile: str, survivors: Sequence[Screened], spec: SearchSpec) ->
     on the same storage resumes the study."""
     text = json.dumps({"profile": profile, "survivors": [s.candidate.key for s in survivors],
                        "data": [str(spec.train), str(spec.eval_data), str(spec.calibration)],
-                       "epochs": spec.epochs, "objective": spec.objective.value},
+                       "epochs": spec.epochs, "objective": spec.objective.value,
+                       **({"memory": spec.optimize_memory.options()}
+                          if spec.optimize_memory else {})},
                       sort_keys=True)
     family = survivors[0].candidate.family.replace(":", "-")
     return f"search-{family}-{profile}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
@@ -333,6 +340,7 @@ class _Job:
     objective: Objective
     workdir: Path
     progress: Progress | None = None
+    memory: MemoryOptimization | None = None
 
     @property
     def keys(self) -> list[str]:
@@ -491,7 +499,7 @@ def _train(job: _Job, cand: ArchCandidate, number: int, seed: int, started: floa
                   epochs=job.epochs, workdir=job.workdir, float_accuracy=float_accuracy,
                   progress=job.progress)
     tflite, _ = planned(convert_candidate(ctx, ConversionSpec()).tflite, job.profile,
-                        cand.label())
+                        cand.label(), job.memory)
     path = job.workdir / f"trial-{number:03d}.tflite"
     write_atomic(path, tflite)
     report = static_check(path, job.profile)

@@ -191,3 +191,25 @@ def test_search_command_bad_input_is_one_line_exit_2(argv, says, capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and says in err
+
+
+# mbv2 on 32x32x3 needs 12,896 B of arena with TFLM's own plan and the offline plan, 11,872 B
+# when its first stage runs patch by patch: a 12 KiB arena takes it only with patches.
+PATCHED = candidate("mbv2", input_shape=[32, 32, 3], width=0.35, depth=[1, 1], expansion=2)
+
+
+@pytest.mark.slow
+def test_patches_let_the_screen_pass_a_candidate_its_arena_rejects(tmp_path, capsys):
+    profile = tmp_path / "patch-search.yaml"
+    profile.write_text(f"name: patch-search\nextends: {BASE}\nbudgets:\n  flash: 200KiB\n"
+                       "  arena: 12KiB\n  latency: 400ms\n")
+    plain = screen([PATCHED], str(profile)).results[0]
+    assert plain.rejected_by == (Rejection.ARENA,) and plain.arena_bytes > 12 * 1024
+    assert main(["search", "--family", "mbv2", "--profile", str(profile), "--screen",
+                 "--param", "input_shape=32x32x3", "--param", "width=0.35", "--param",
+                 "depth=1-1", "--param", "expansion=2", "--patches", "auto", "--json"]) == 0
+    (patched,) = json.loads(capsys.readouterr().out)
+    assert patched["key"] == PATCHED.key and patched["verdict"] == "pass"
+    assert patched["arena_bytes"] <= 12 * 1024 < plain.arena_bytes
+    # The halo is computed again: more work, judged on the rewritten file.
+    assert patched["latency_ms"] > plain.latency_ms
