@@ -6,12 +6,12 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
 .PHONY: demo test lint typecheck docs browser postgres clean
 
-# --no-compile: pip would byte-compile every file of TensorFlow (29 of its 77 s of CPU here);
-# Python compiles what is imported, once, on first import.
+# pip byte-compiles at install: this environment sets PYTHONDONTWRITEBYTECODE=1, so without
+# that (--no-compile) every process would compile each module it imports, every time.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-compile -e '.[convert,dev]'
+	$(PY) -m pip install --quiet -e '.[convert,dev]'
 	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
 
