@@ -243,13 +243,21 @@ def test_subclassed_model_gets_a_clear_message(tmp_path):
         convert(net, MCU, tmp_path / "s.tflite", calibration="random", simulate=False)
 
 
-def test_a_child_that_stays_silent_is_stopped_with_the_stage_named(models, tmp_path, capsys,
+def test_a_child_that_stays_silent_is_stopped_with_the_stage_named(tmp_path, capsys,
                                                                    monkeypatch):
-    # Importing TensorFlow (a child started the plain way) or MLIR's conversion (a child
-    # forked from the zygote, TensorFlow imported) take longer than this, silently: a
-    # stand-in for a hang.
-    monkeypatch.setenv("DEVICEFIT_CONVERT_STALL_S", "0.3")
-    code, _, err = _cli(capsys, models["mlp"], models["mlp-data"], tmp_path / "h.tflite")
+    # A real hang in the conversion process: a Lambda layer (trusted with --unsafe) that
+    # sleeps when Keras rebuilds the graph, armed as the crash above is (a fast conversion
+    # of a plain model no longer outlasts any short stall limit).
+    k = _keras()
+    inp = k.Input((4,))
+    x = k.layers.Lambda(lambda t: (__import__("time").sleep(600) if __import__(
+        "os").environ.get("DEVICEFIT_TEST_HANG") else None, t)[1])(inp)
+    k.Model(inp, k.layers.Dense(2)(x)).save(tmp_path / "hang.keras")
+    np.save(tmp_path / "x.npy", np.zeros((8, 4), np.float32))
+    monkeypatch.setenv("DEVICEFIT_TEST_HANG", "1")
+    monkeypatch.setenv("DEVICEFIT_CONVERT_STALL_S", "2")
+    code, _, err = _cli(capsys, tmp_path / "hang.keras", tmp_path / "x.npy",
+                        tmp_path / "h.tflite", "--unsafe")
     assert code == 2
     line = _error_line(err)
     assert re.search(r"stopped responding in stage '(start|load|data|quantize)'", line), line
