@@ -539,20 +539,32 @@ def _start_workers(ctx: Context, space: SearchSpace, settings: SearchSettings, n
     if model_path is None:
         model_path = ctx.workdir / "model.keras"
         ctx.model.save(model_path)
-    spawn = multiprocessing.get_context("spawn")  # TensorFlow does not survive fork
     shared = replace(ctx, loaded=replace(ctx.loaded, keras_model=None), progress=None)
+    return spawn_workers(_worker, [_WorkerSpec(str(model_path), shared, space, settings, name,
+                                               index) for index in range(1, settings.jobs)])
+
+
+def spawn_workers(target: Callable[[Any], None], specs: list[Any]) -> list[Any]:
+    """A daemon process running ``target(spec)`` for each of ``specs``, spawned: TensorFlow
+    does not survive fork."""
+    spawn = multiprocessing.get_context("spawn")
     workers = []
-    for index in range(1, settings.jobs):
-        spec = _WorkerSpec(str(model_path), shared, space, settings, name, index)
-        process = spawn.Process(target=_worker, args=(spec,), daemon=True)
+    for spec in specs:
+        process = spawn.Process(target=target, args=(spec,), daemon=True)
         process.start()
         workers.append(process)
     return workers
 
 
-def _worker(spec: _WorkerSpec) -> None:
+def quiet_worker() -> None:
+    """A spawned worker's start, as the CLI's: TensorFlow's C++ log and the converter's
+    per-conversion warning off."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    warnings.filterwarnings("ignore", message="Statistics for quantized inputs")  # as the CLI
+    warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
+
+
+def _worker(spec: _WorkerSpec) -> None:
+    quiet_worker()
     from devicefit.sdk.convert import loading
 
     loaded = loading.load(spec.model_path)

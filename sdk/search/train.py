@@ -26,12 +26,9 @@ import dataclasses
 import hashlib
 import json
 import logging
-import multiprocessing
-import os
 import shutil
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -52,7 +49,9 @@ from devicefit.sdk.fit.search import (
     Stop,
     claimed,
     open_study,
+    quiet_worker,
     settled_before,
+    spawn_workers,
     worker_id,
     worker_seed,
     writes_winner,
@@ -595,19 +594,13 @@ class _WorkerSpec:
 
 
 def _start_workers(job: _Job, settings: SearchSettings, name: str) -> list[Any]:
-    spawn = multiprocessing.get_context("spawn")  # TensorFlow does not survive fork
-    workers = []
-    for index in range(1, settings.jobs):
-        spec = _WorkerSpec(dataclasses.replace(job, progress=None), settings, name, index)
-        process = spawn.Process(target=_worker, args=(spec,), daemon=True)
-        process.start()
-        workers.append(process)
-    return workers
+    shared = dataclasses.replace(job, progress=None)
+    return spawn_workers(_worker, [_WorkerSpec(shared, settings, name, index)
+                                   for index in range(1, settings.jobs)])
 
 
 def _worker(spec: _WorkerSpec) -> None:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    warnings.filterwarnings("ignore", message="Statistics for quantized inputs")  # as the CLI
+    quiet_worker()
     study = _open(spec.name, spec.settings, spec.job.objective, spec.index, create=False)
     try:
         _optimize(study, _Trial(spec.job, spec.settings, None), spec.settings,
