@@ -25,8 +25,9 @@ Models (int8 = full-integer, int8 I/O, per-channel weights):
 - ``dynamic_int8``: ``dynamic_float32``'s dynamic-batch MLP, full-integer quantized.
 - ``edgetpu_limits_int8``: conv → stride-2 slice → 4-D softmax → mean over 6 channels → dense
   (each breaks an Edge TPU op constraint).
-- ``branches_int8``: two wide branches the converter interleaves (both wide tensors live at
-  once in file order; running one branch to its end first lowers the peak).
+- ``branches_int8``: two wide branches that the converter of a SavedModel export
+  interleaves (both wide tensors live at once in file order; running one branch to its end
+  first lowers the peak).
 - ``mobilenet_v1_96_int8`` / ``mobilenet_v2_96_int8``: MobileNet v1 (α 0.25, 96×96×1, the
   person-detection layout) and a MobileNetV2-style net (inverted residuals, 96×96×3).
 - ``deep_mlp_int8``: 200 fully connected operators (a long graph for report sizes).
@@ -206,14 +207,24 @@ def _deep_mlp(layers: int = 200):
     return k.Model(inp, x)
 
 
-def convert_keras(model, quantize: bool | str, samples: int = 32) -> bytes:
+def convert_keras(model, quantize: bool | str, samples: int = 32, export: bool = False) -> bytes:
     """Convert an in-memory Keras model with the real TFLite converter (test helper).
 
     ``quantize``: True (full integer int8), False (float32), or one of "dynamic" (int8
-    weights, float activations), "float16" (float16 weights) and "int16x8"."""
+    weights, float activations), "float16" (float16 weights) and "int16x8". ``export``:
+    through a SavedModel exported with an unnamed input signature even where the traced
+    call would do (its file orders parallel branches differently)."""
     import tensorflow as tf
 
+    from devicefit.sdk.convert import traced
+
     shape = [d if d is not None else 1 for d in model.inputs[0].shape]
+    if not export and traced.traceable(model) and None not in model.inputs[0].shape:
+        # The product's own fast path (a traced call, no SavedModel: 3-5x cheaper), which
+        # gives the exported model's file for these layers (tests/sdk/test_convert_traced.py).
+        converter, input_name = traced.converter(model)
+        return traced.as_exported(_configure(converter, quantize, shape, samples).convert(),
+                                  input_name)
     spec = tf.TensorSpec(model.inputs[0].shape, tf.float32)
     # Keras 3 → SavedModel → converter is the path that freezes variables (keras#19108).
     with tempfile.TemporaryDirectory() as saved:
@@ -305,7 +316,9 @@ BUILDERS: dict[str, Callable[[], bytes]] = {
     "two_heads_int8": lambda: convert_keras(_two_heads(), True),
     "gap_float32": lambda: convert_keras(_gap(), False),
     "if_float32": _if_float32,
-    "branches_int8": lambda: convert_keras(_branches(), True),
+    # The SavedModel export interleaves the branches (from_keras_model and a traced call
+    # run one branch to its end first, which is already the best order).
+    "branches_int8": lambda: convert_keras(_branches(), True, export=True),
     "mobilenet_v1_96_int8": lambda: convert_keras(_mobilenet(False), True, samples=8),
     "mobilenet_v2_96_int8": lambda: convert_keras(_mobilenet(True), True, samples=8),
     "deep_mlp_int8": lambda: convert_keras(_deep_mlp(), True, samples=8),
