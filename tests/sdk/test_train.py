@@ -41,9 +41,11 @@ def conv_bn_block() -> keras.Model:
 
 
 def residual_block() -> keras.Model:
+    # conv_bn_block's layers as the branch of a residual block: the skip keeps the block's
+    # input alive across the branch (one child measures both kinds of memory).
     keras.utils.set_random_seed(0)
     x = inp = keras.Input((48, 48, 16))
-    y = L.Conv2D(16, 3, padding="same", activation="relu")(x)
+    y = L.ReLU()(L.BatchNormalization()(L.Conv2D(16, 3, padding="same")(x)))
     y = L.Conv2D(16, 3, padding="same")(y)
     x = L.ReLU()(L.Add()([x, y]))
     x = L.MaxPooling2D()(x)
@@ -267,10 +269,8 @@ def _assert_backend_is_the_environments(backend) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("builder", [conv_bn_block, residual_block],
-                         ids=["conv-bn-relu-conv", "residual"])
-def test_calibrated_plan_holds_when_fit_runs_it(tmp_path, builder, measure_once) -> None:
-    model = builder()
+def test_calibrated_plan_holds_when_fit_runs_it(tmp_path, measure_once) -> None:
+    model = residual_block()
     path = tmp_path / "m.keras"
     model.save(path)
     target = 64
