@@ -262,10 +262,12 @@ def _configure(converter, quantize: bool | str, shape: list[int], samples: int):
 def _branches():
     k = _keras()
     x = inp = k.Input((16, 16, 4), batch_size=1)
-    a = k.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
-    b = k.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
-    a = k.layers.Conv2D(4, 3, strides=2, padding="same", activation="relu")(a)
-    b = k.layers.Conv2D(4, 3, strides=2, padding="same", activation="relu")(b)
+    # Named: with Keras' counters in the names (conv2d_9, conv2d_10 ...) the export's order
+    # of the branches changed with what the process had built before.
+    a = k.layers.Conv2D(32, 3, padding="same", activation="relu", name="step1_a")(x)
+    b = k.layers.Conv2D(32, 3, padding="same", activation="relu", name="step1_b")(x)
+    a = k.layers.Conv2D(4, 3, strides=2, padding="same", activation="relu", name="step2_a")(a)
+    b = k.layers.Conv2D(4, 3, strides=2, padding="same", activation="relu", name="step2_b")(b)
     y = k.layers.Concatenate()([a, b])
     return k.Model(inp, k.layers.GlobalAveragePooling2D()(y))
 
