@@ -89,8 +89,11 @@ def test_tables_at_80_columns_keep_names_whole(monkeypatch, capsys):
     ["simulate", "{a}", "--profile", "esp32-s3", "--layers"],
     ["diff", "{a}", "{b}", "--profile", "stm32l4r5-cortex-m4"],
 ], ids=["simulate", "simulate-layers", "diff"])
-def test_reports_at_80_columns_fold_at_spaces(monkeypatch, capsys, argv):
+def test_reports_at_80_columns_fold_at_spaces(monkeypatch, capsys, tmp_path, argv):
     a, b = model_path("chain_int8"), model_path("residual_int8")
+    # A probe cache of its own: in the shared one, another worker's probes could land
+    # between the two runs and change the "N cached, M probed now" figures.
+    monkeypatch.setenv("DEVICEFIT_CACHE", str(tmp_path / "cache"))
     # Relative names: the reports echo the paths given, and the checkout's own path (any
     # length on a CI machine) must not decide whether a line can fold to 80 columns.
     monkeypatch.chdir(a.parent)
