@@ -16,7 +16,7 @@ import pytest
 MISSING = ("Chromium is missing: the HTML-report tests look at pages in a headless Chromium "
            "and no `chromium` or `chromium-browser` is on PATH. Install Debian's: "
            "`sudo apt-get install -y chromium` (`make test` installs it itself when run as "
-           "root, via `make browser`).")
+           "root, via `make debian`).")
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
