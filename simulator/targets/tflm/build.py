@@ -4,13 +4,31 @@ A firmware project has a TFLM checkout (with the third-party trees TFLM's downlo
 leave in ``tensorflow/lite/micro/tools/make/downloads/``: cmsis_nn, cmsis, flatbuffers,
 gemmlowp, ruy, kissfft). :class:`TflmBuild` compiles it with TFLM's own Makefile
 (``TARGET=cortex_m_qemu TARGET_ARCH=<core> OPTIMIZED_KERNEL_DIR=<library>``) and the Arm
-GNU toolchain into a cache folder, never into the checkout (``BASE_GENDIR`` on make's
-command line moves all of TFLM's output), one folder per (checkout, core, kernels). Only the
+GNU toolchain into a cache folder, one folder per build key (:func:`build_key`). Only the
 objects a model needs are compiled — TFLM's core, the kernel library's sources, and the
 kernels of the model's operators — and make reuses what an earlier model compiled: the
 whole library takes about an hour on two cores, one model's kernels a few minutes.
 
-Nothing is downloaded: a checkout whose third-party trees are missing is an input error.
+The checkout is only read, and nothing is downloaded:
+
+- make's output goes to the cache (``BASE_GENDIR`` on make's command line);
+- make reads the third-party trees through a downloads folder of the cache's own
+  (``DOWNLOADS_DIR``): links to the checkout's trees, and empty ``pigweed`` and
+  ``gcc_embedded`` folders, whose presence is what stops TFLM's download scripts from
+  cloning pigweed and fetching Arm's GCC (both unused by the library);
+- ``git``, ``curl`` and ``wget`` are replaced, for make and its scripts, by a stub that fails
+  naming what was asked (a script this version of devicefit does not know about fails
+  loudly instead of downloading);
+- one compiler builds TFLM and devicefit's files alike: the ``arm-none-eabi-`` toolchain
+  first on PATH, handed to make as ``TARGET_TOOLCHAIN_ROOT`` (a GCC that TFLM's own script
+  downloaded into the checkout is not used);
+- ``git`` asks about the checkout with ``GIT_OPTIONAL_LOCKS=0`` (``git status`` would
+  otherwise refresh the checkout's index file).
+
+A checkout whose third-party trees are missing or empty, a missing tool, or a python3
+without numpy and PIL (TFLM's Makefile runs its generators at every start) is an input
+error before anything is built; a compile or link error is :class:`BuildFailure`, one line
+naming the first error and the log.
 """
 
 from __future__ import annotations
@@ -34,8 +52,22 @@ from devicefit.simulator.fileio import write_atomic
 MAKEFILE = "tensorflow/lite/micro/tools/make/Makefile"
 DOWNLOADS = "tensorflow/lite/micro/tools/make/downloads"
 RESOLVER_HEADER = "tensorflow/lite/micro/micro_mutable_op_resolver.h"
-#: Third-party trees the Makefile reads; each is an input error when missing.
-THIRD_PARTY = ("flatbuffers", "gemmlowp", "ruy", "kissfft")
+#: Third-party trees the Makefile reads, each with a file that must be in it (an empty or
+#: half-unpacked tree is an input error, not a compile error an hour later).
+THIRD_PARTY: Mapping[str, str] = {
+    "flatbuffers": "include/flatbuffers/flatbuffers.h",
+    "gemmlowp": "fixedpoint/fixedpoint.h",
+    "ruy": "ruy/profiler/instrumentation.h",
+    "kissfft": "kiss_fft.h",
+}
+#: The kernel libraries' own trees, likewise.
+LIBRARY_TREES: Mapping[str, str] = {
+    "cmsis_nn": "Include/arm_nnfunctions.h",
+    "cmsis": "CMSIS/Core/Include/cmsis_compiler.h",
+}
+#: Download folders whose mere presence stops TFLM's scripts from fetching them; the
+#: library needs neither (pigweed serves TFLM's tests, gcc_embedded is Arm's GCC).
+SKIPPED_DOWNLOADS = ("pigweed", "gcc_embedded/bin")
 #: ``runtime.kernels`` → TFLM's ``OPTIMIZED_KERNEL_DIR`` (None: the reference kernels) and the
 #: extra trees it needs.
 KERNEL_DIRS: Mapping[str, tuple[str | None, tuple[str, ...]]] = {
@@ -45,9 +77,17 @@ KERNEL_DIRS: Mapping[str, tuple[str | None, tuple[str, ...]]] = {
 #: ``device.cpu`` values TFLM's cortex_m_qemu target compiles for (``-mcpu=``).
 CORES = ("cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m4", "cortex-m7", "cortex-m33",
          "cortex-m55", "cortex-m85")
-#: Tools the build and the run call; found on PATH with /usr/bin first (TFLM's generators
-#: need the system python3 with numpy and PIL, not a virtualenv's).
-TOOLS = ("make", "arm-none-eabi-gcc", "arm-none-eabi-g++", "arm-none-eabi-ar", "qemu-arm")
+#: The toolchain's prefix for every Cortex-M core (TFLM's ``TARGET_TOOLCHAIN_PREFIX``).
+TOOLCHAIN_PREFIX = "arm-none-eabi-"
+#: Tools the build and the run call, found on PATH.
+TOOLS = ("make", f"{TOOLCHAIN_PREFIX}gcc", f"{TOOLCHAIN_PREFIX}g++", f"{TOOLCHAIN_PREFIX}ar",
+         "qemu-arm")
+DEBIAN_PACKAGES = ("gcc-arm-none-eabi libnewlib-arm-none-eabi libstdc++-arm-none-eabi-newlib "
+                   "qemu-user make python3-numpy python3-pil")
+#: What make's scripts may not run: each would download into the checkout.
+BLOCKED = ("git", "curl", "wget")
+#: Bumped when what devicefit passes to make or links changes: older caches are not reused.
+RECIPE = 2
 #: Kernel sources every model links (shared helpers the kernels call).
 _SHARED_KERNEL_STEMS = ("kernel_util", "micro_tensor_utils", "activation_utils")
 JOBS = 2
@@ -56,6 +96,10 @@ NICE = 5
 
 class TargetBuildError(InputError):
     """The target build cannot be made: a missing tool, checkout or third-party tree."""
+
+
+class BuildFailure(TargetBuildError):
+    """Compiling or linking failed: the checkout, its trees or the toolchain (exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +117,22 @@ class BuildSpec:
     @property
     def optimized_kernel_dir(self) -> str | None:
         return KERNEL_DIRS[self.kernels][0]
+
+    @property
+    def trees(self) -> dict[str, str]:
+        """The third-party trees this build reads (name → a file that must be in it)."""
+        return {**THIRD_PARTY, **{t: LIBRARY_TREES[t] for t in KERNEL_DIRS[self.kernels][1]}}
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """The one Arm GNU toolchain that compiles and links everything of a build."""
+
+    root: Path  # the folder of its binaries
+    version: str  # ``arm-none-eabi-gcc --version``'s first line
+
+    def tool(self, name: str) -> str:
+        return str(self.root / f"{TOOLCHAIN_PREFIX}{name}")
 
 
 @dataclass(frozen=True)
@@ -95,17 +155,48 @@ def spec_for(tflm_dir: str | Path, cpu: str | None, kernels: str, profile: str) 
     return spec
 
 
-def tool_env() -> dict[str, str]:
-    """The environment of make and QEMU: /usr/bin before everything else on PATH."""
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join(["/usr/bin", env.get("PATH", "")])
-    env["PYTHONDONTWRITEBYTECODE"] = "1"  # TFLM's generators run from the user's checkout
-    return env
+def user_env() -> dict[str, str]:
+    """The environment devicefit was started in, for finding tools; git never takes the
+    checkout's index lock (``git status`` refreshes the index otherwise)."""
+    return {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
 
 
 def missing_tools(env: Mapping[str, str] | None = None) -> list[str]:
-    path = (env or tool_env())["PATH"]
+    path = (env or os.environ).get("PATH", "")
     return [t for t in TOOLS if shutil.which(t, path=path) is None]
+
+
+def find_toolchain(env: Mapping[str, str] | None = None) -> Toolchain:
+    """The toolchain first on PATH (:class:`TargetBuildError` when there is none)."""
+    found = shutil.which(f"{TOOLCHAIN_PREFIX}gcc", path=(env or os.environ).get("PATH", ""))
+    if found is None:
+        raise TargetBuildError(f"--target-build needs {TOOLCHAIN_PREFIX}gcc on PATH (Debian: "
+                               f"{DEBIAN_PACKAGES})")
+    root = Path(found).resolve().parent
+    return Toolchain(root, _first_line([str(root / f"{TOOLCHAIN_PREFIX}gcc"), "--version"],
+                                       env))
+
+
+_GENERATOR_MODULES = "import numpy, PIL"
+
+
+def generator_python(env: Mapping[str, str] | None = None) -> str | None:
+    """A python3 that runs TFLM's generators (numpy and PIL): the first on PATH, else the
+    system's; None when neither has both."""
+    path = (env or os.environ).get("PATH", "")
+    seen: list[str] = []
+    for candidate in (shutil.which("python3", path=path), "/usr/bin/python3"):
+        if candidate is None or candidate in seen or not os.access(candidate, os.X_OK):
+            continue
+        seen.append(candidate)
+        try:
+            ok = subprocess.run([candidate, "-c", _GENERATOR_MODULES], capture_output=True,
+                                timeout=60).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if ok:
+            return candidate
+    return None
 
 
 def check_checkout(spec: BuildSpec) -> None:
@@ -120,56 +211,160 @@ def check_checkout(spec: BuildSpec) -> None:
     if not (root / MAKEFILE).is_file():
         raise TargetBuildError(f"--target-build: {root} is not a TFLite-Micro checkout "
                                f"(no {MAKEFILE})")
-    needed = THIRD_PARTY + KERNEL_DIRS[spec.kernels][1]
-    absent = [d for d in needed if not (root / DOWNLOADS / d).is_dir()]
+    downloads = root / DOWNLOADS
+    absent = [d for d in spec.trees if not (downloads / d).is_dir()]
     if absent:
         raise TargetBuildError(
-            f"--target-build: {root / DOWNLOADS} lacks {', '.join(absent)} (run TFLM's "
+            f"--target-build: {downloads} lacks {', '.join(absent)} (run TFLM's "
             "download scripts in the checkout once; devicefit downloads nothing)")
-    if lacking := missing_tools():
+    empty = [f"{d} (no {marker})" for d, marker in spec.trees.items()
+             if not (downloads / d / marker).is_file()]
+    if empty:
         raise TargetBuildError(
-            f"--target-build needs {', '.join(lacking)} on PATH (Debian: gcc-arm-none-eabi "
-            "libnewlib-arm-none-eabi libstdc++-arm-none-eabi-newlib qemu-user make)")
+            f"--target-build: {downloads} has incomplete trees: {', '.join(empty)}; run "
+            "TFLM's download scripts in the checkout again (devicefit downloads nothing)")
+    if lacking := missing_tools():
+        raise TargetBuildError(f"--target-build needs {', '.join(lacking)} on PATH (Debian: "
+                               f"{DEBIAN_PACKAGES})")
+    if generator_python() is None:
+        raise TargetBuildError(
+            "--target-build: TFLM's Makefile runs python3 scripts that need numpy and PIL, "
+            "and neither the python3 on PATH nor /usr/bin/python3 has both (Debian: "
+            "python3-numpy python3-pil)")
 
 
 def source_key(tflm_dir: Path) -> str:
-    """What the cache is keyed by: the checkout's git commit, or a hash of its files.
+    """The checkout's sources: its git commit, plus a hash of its local changes (tracked
+    and untracked files git does not ignore); a hash of every file without git."""
+    env = user_env()
 
-    A git checkout with local changes is hashed like an exported tree, so a changed kernel
-    never reuses objects compiled from the commit.
-    """
-    env = tool_env()
+    def git(*args: str) -> bytes:
+        return subprocess.run(["git", "-C", str(tflm_dir), *args], env=env,
+                              capture_output=True, check=True).stdout
+
     try:
-        head = subprocess.run(["git", "-C", str(tflm_dir), "rev-parse", "HEAD"], env=env,
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(tflm_dir), "status", "--porcelain",
-                                "--untracked-files=no"], env=env, capture_output=True,
-                               text=True, check=True).stdout.strip()
-        if head and not dirty and (tflm_dir / ".git").exists():
-            return head[:12]
+        if (tflm_dir / ".git").exists():
+            head = git("rev-parse", "HEAD").decode().strip()
+            changes = hashlib.sha256(git("diff", "HEAD", "--binary"))
+            for name in sorted(git("ls-files", "--others", "--exclude-standard", "-z")
+                               .split(b"\0")):
+                if name and (path := tflm_dir / name.decode(errors="replace")).is_file():
+                    changes.update(name + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+            dirty = changes.hexdigest() != hashlib.sha256(b"").hexdigest()
+            return head[:12] + (f"+{changes.hexdigest()[:8]}" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         pass
     return "tree-" + tree_hash(tflm_dir)
 
 
-def tree_hash(root: Path) -> str:
-    """sha256 over every regular file's path and content (``gen/`` and ``.git`` left out)."""
+def tree_hash(root: Path, skip: Iterable[str] = ("gen", ".git")) -> str:
+    """sha256 over every regular file's path and content (``skip``: top-level folders
+    left out)."""
     h = hashlib.sha256()
+    for rel, path in _files(root, set(skip)):
+        h.update(rel.encode() + b"\0")
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()[:12]
+
+
+def _files(root: Path, skip: set[str]) -> Iterable[tuple[str, Path]]:
     for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not (folder == str(root) and d in ("gen", ".git")))
+        dirs[:] = sorted(d for d in dirs if not (folder == str(root) and d in skip))
         for name in sorted(files):
             path = Path(folder, name)
-            if path.is_symlink() or not path.is_file():
-                continue
-            h.update(str(path.relative_to(root)).encode() + b"\0")
-            h.update(hashlib.sha256(path.read_bytes()).digest())
-    return h.hexdigest()[:12]
+            if not path.is_symlink() and path.is_file():
+                yield str(path.relative_to(root)), path
+
+
+def trees_key(spec: BuildSpec, cache: Path) -> str:
+    """The content of the third-party trees the build reads, hashed; the hash is kept in
+    the cache by the trees' file names, sizes and times, so that an unchanged tree is
+    not read again (reading them all takes a second; a cached rerun takes two)."""
+    downloads = spec.tflm_dir / DOWNLOADS
+    stats = hashlib.sha256()
+    for tree in sorted(spec.trees):
+        for rel, path in _files(downloads / tree, set()):
+            st = path.stat()
+            stats.update(f"{tree}/{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    memo = cache / "tree-keys" / stats.hexdigest()[:24]
+    if memo.is_file():
+        return memo.read_text().strip()
+    key = hashlib.sha256(" ".join(f"{t}:{tree_hash(downloads / t, ())}"
+                                  for t in sorted(spec.trees)).encode()).hexdigest()[:12]
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(memo, key + "\n")
+    return key
+
+
+def build_key(spec: BuildSpec, toolchain: Toolchain, cache: Path) -> str:
+    """Everything the build's objects depend on: the checkout's sources and local changes,
+    the third-party trees' content, the core and kernels, the compiler (its path and
+    version) and devicefit's recipe (what it passes to make)."""
+    parts = [source_key(spec.tflm_dir), trees_key(spec, cache), spec.name,
+             str(toolchain.root), toolchain.version, f"recipe {RECIPE}"]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
 def cache_root() -> Path:
     if env := os.environ.get("DEVICEFIT_CACHE"):
         return Path(env) / "tflm-builds"
     return Path.home() / ".cache" / "devicefit" / "tflm-builds"
+
+
+def shims(cache: Path, python: str) -> Path:
+    """A folder put first on make's PATH: ``python3`` (the one with numpy and PIL) and a
+    failing stub for every download tool."""
+    folder = cache / "shims" / hashlib.sha256(python.encode()).hexdigest()[:12]
+    if (folder / "ready").is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / "python3"
+    if not link.is_symlink():
+        tmp = folder / f".python3.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(python)
+        os.replace(tmp, link)
+    for tool in BLOCKED:
+        stub = ("#!/bin/sh\n"
+                f'echo "devicefit: TFLM\'s build ran {tool} $*: devicefit downloads nothing; '
+                'run TFLM\'s download scripts in the checkout once" >&2\nexit 97\n')
+        write_atomic(folder / tool, stub)
+        (folder / tool).chmod(0o755)
+    write_atomic(folder / "ready", "")
+    return folder
+
+
+def shadow_downloads(spec: BuildSpec, folder: Path) -> Path:
+    """The downloads folder make reads (``DOWNLOADS_DIR``): links to the checkout's trees
+    and the empty folders that stop TFLM's other downloads."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for tree in spec.trees:
+        link = folder / tree
+        target = spec.tflm_dir / DOWNLOADS / tree
+        if link.is_symlink() and Path(os.readlink(link)) == target:
+            continue
+        tmp = folder / f".{tree}.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(target, target_is_directory=True)
+        os.replace(tmp, link)
+    for skipped in SKIPPED_DOWNLOADS:
+        (folder / skipped).mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+#: A compiler's or linker's error line: ``file:line:col: error: ...``, ``... fatal error:``,
+#: ld's ``undefined reference`` and make's ``*** ... Stop.``.
+_ERROR = re.compile(r"^(?:\S+:\d+(?::\d+)?: (?:fatal )?error: .*|.*undefined reference to .*"
+                    r"|.*\*\*\* .*|devicefit: .*)$", re.MULTILINE)
+
+
+def first_error(output: str) -> str:
+    """The first error line of a compiler's, linker's or make's output (else its last
+    non-empty line), as one line."""
+    m = _ERROR.search(output)
+    line = m.group(0) if m else next((ln for ln in reversed(output.splitlines())
+                                      if ln.strip()), "no output")
+    return " ".join(line.split())[:300]
 
 
 def parse_resolver(header: str) -> dict[str, OpBinding]:
@@ -231,16 +426,19 @@ def op_key(op_name: str) -> str:
 
 
 def build_dir(spec: BuildSpec, key: str, cache: Path | None = None) -> Path:
-    """The cache folder of one (checkout, core, kernels) build."""
-    return (cache or cache_root()) / f"{key}-{spec.name}"
+    """The cache folder of one build (see :func:`build_key`)."""
+    return (cache or cache_root()) / f"{spec.name}-{key}"
 
 
-def make_command(spec: BuildSpec, gendir: Path) -> list[str]:
+def make_command(spec: BuildSpec, gendir: Path, downloads: Path,
+                 toolchain: Toolchain) -> list[str]:
     """TFLM's Makefile with its cortex_m_qemu target, the core and the kernel library; all
     its output under ``gendir`` (make's command line overrides the Makefile's
-    ``BASE_GENDIR``), so the checkout is only read. Run from the checkout's root."""
+    ``BASE_GENDIR``), its third-party trees read through ``downloads``
+    (:func:`shadow_downloads`), compiled by ``toolchain``. Run from the checkout's root."""
     args = ["make", "-f", MAKEFILE, "TARGET=cortex_m_qemu", f"TARGET_ARCH={spec.core}",
-            f"BASE_GENDIR={gendir}"]
+            f"BASE_GENDIR={gendir}", f"DOWNLOADS_DIR={downloads}",
+            f"TARGET_TOOLCHAIN_ROOT={toolchain.root}/"]
     if spec.optimized_kernel_dir:
         args.append(f"OPTIMIZED_KERNEL_DIR={spec.optimized_kernel_dir}")
     return args
@@ -252,26 +450,44 @@ class TflmBuild:
     def __init__(self, spec: BuildSpec, cache: Path | None = None) -> None:
         check_checkout(spec)
         self.spec = spec
-        self.env = tool_env()
-        self.key = source_key(spec.tflm_dir)
-        self.dir = build_dir(spec, self.key, cache)
+        self.cache = cache or cache_root()
+        env = user_env()
+        self.toolchain = find_toolchain(env)
+        python = generator_python(env)
+        assert python is not None  # check_checkout refused the build otherwise
+        self.env = {**env, "PATH": os.pathsep.join([str(shims(self.cache, python)),
+                                                    env.get("PATH", "")]),
+                    # TFLM's generators run from the user's checkout: no __pycache__ there
+                    "PYTHONDONTWRITEBYTECODE": "1"}
+        self.source = source_key(spec.tflm_dir)
+        self.key = build_key(spec, self.toolchain, self.cache)
+        self.dir = build_dir(spec, self.key, self.cache)
         self.gendir = self.dir / "gen"
 
     @property
     def label(self) -> str:
-        return f"TFLM {self.key} {self.spec.core} {self.spec.kernels}"
+        return f"TFLM {self.source} {self.spec.core} {self.spec.kernels}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "make.log"
 
     def make_args(self) -> list[str]:
-        return make_command(self.spec, self.gendir)
+        return make_command(self.spec, self.gendir, self.dir / "downloads", self.toolchain)
 
     def _make(self, targets: Sequence[str], log: bool = False,
               jobs: int = 1) -> subprocess.CompletedProcess[str]:
+        shadow_downloads(self.spec, self.dir / "downloads")
         cmd = [*self._nice(), *self.make_args(), f"-j{jobs}", *targets]
         done = subprocess.run(cmd, cwd=self.spec.tflm_dir, env=self.env, capture_output=True,
-                              text=True)
+                              text=True, errors="replace")
         if log:
             self._log(cmd, done)
         return done
+
+    def _failed(self, what: str, output: str) -> BuildFailure:
+        return BuildFailure(f"{self.label}: {what} failed: {first_error(output)} (log: "
+                            f"{self.log_path})")
 
     @cached_property
     def variables(self) -> dict[str, list[str]]:
@@ -283,13 +499,12 @@ class TflmBuild:
                  "MICROLITE_THIRD_PARTY_KERNEL_OBJS", "KERNEL_OBJDIR",
                  "THIRD_PARTY_KERNEL_OBJDIR", "CXXFLAGS", "INCLUDES",
                  "LDFLAGS", "MICROLITE_LIBS")
-        done = self._make([f"print-{n}" for n in names])
+        self.dir.mkdir(parents=True, exist_ok=True)
+        done = self._make([f"print-{n}" for n in names], log=True)
         found = {m.group(1): m.group(2).split() for m in
                  re.finditer(r"^(\w+)=(.*)$", done.stdout, re.MULTILINE) if m.group(1) in names}
         if done.returncode != 0 or set(found) != set(names):
-            raise RuntimeFailure(f"{self.label}: TFLM's Makefile did not list its sources: "
-                                 f"{(done.stderr or done.stdout).strip()[-400:]}")
-        self.dir.mkdir(parents=True, exist_ok=True)
+            raise self._failed("reading TFLM's Makefile", done.stderr or done.stdout)
         write_atomic(path, json.dumps(found, indent=1))
         return found
 
@@ -342,8 +557,7 @@ class TflmBuild:
         self.dir.mkdir(parents=True, exist_ok=True)
         done = self._make(list(objects), log=True, jobs=JOBS)
         if done.returncode != 0:
-            raise RuntimeFailure(f"{self.label}: compiling TFLM failed (see "
-                                 f"{self.dir / 'make.log'}): {done.stderr.strip()[-400:]}")
+            raise self._failed("compiling TFLM", done.stderr + done.stdout)
 
     def harness(self, op_names: Iterable[str]) -> tuple[Path, list[str]]:
         """A harness whose op resolver has these operators, and those this build lacks.
