@@ -8,7 +8,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,3 +248,49 @@ def temporary_folder(prefix: str) -> Iterator[Path]:
     finally:
         with deferred():
             shutil.rmtree(folder, ignore_errors=True)
+
+
+#: The file that marks a folder as one devicefit wrote whole (``devicefit export``'s).
+FOLDER_MARK = "manifest.json"
+
+
+def check_output_folder(what: str, out: Path, inputs: Iterable[Named]) -> None:
+    """Refuse, before any work, an output folder that is not devicefit's own (an existing
+    folder with files but no :data:`FOLDER_MARK`), that holds or is inside an input, or
+    whose parent cannot be written: one :class:`UsageError` line."""
+    for in_what, source in inputs:
+        if source is None or str(source) == "":
+            continue
+        src = Path(source)
+        if _same(out, src) or _inside(src, out) or _inside(out, src):
+            raise UsageError(f"{what} {out} would hold or replace an input, the {in_what} "
+                             f"{src}; choose another folder")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{what} {out} is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / FOLDER_MARK).is_file():
+        raise UsageError(f"{what} {out} has files devicefit did not write (no {FOLDER_MARK}); "
+                         "give a new or empty folder")
+    _check_writable(what, out.parent / ".devicefit-folder-probe")
+
+
+def write_folder(out: Path, files: Mapping[str, str]) -> None:
+    """Write ``files`` (relative path → text) as the folder ``out``, whole or not at all: built
+    beside it, then renamed into place; an earlier folder of devicefit's at ``out`` is
+    replaced (checked by :func:`check_output_folder` first)."""
+    out = Path(out)
+    _make_folder(out.parent)
+    fresh = Path(tempfile.mkdtemp(prefix=f".{out.name}.devicefit-new-", dir=out.parent))
+    old = out.with_name(f".{out.name}.devicefit-old-{os.getpid()}")
+    try:
+        for rel, text in files.items():
+            path = fresh / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        fresh.chmod(0o777 & ~_umask())
+        with deferred():
+            if out.exists():
+                os.replace(out, old)
+            os.replace(fresh, out)
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)

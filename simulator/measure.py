@@ -44,12 +44,13 @@ from devicefit.simulator.report import (
     HostOpTime,
     LatencyReport,
     MeasuredReport,
+    MemoryReport,
     Report,
     RunFailure,
 )
 from devicefit.simulator.runtimes import INPUT_SEED, RunSetup, runner_name
 from devicefit.simulator.targets.registry import TARGETS, target_for
-from devicefit.simulator.types import RunOptions, RunResult, UnsupportedOp
+from devicefit.simulator.types import BuildRequest, RunOptions, RunResult, UnsupportedOp
 
 if TYPE_CHECKING:
     from devicefit.simulator.targets.registry import OnDevice
@@ -59,7 +60,7 @@ def measure(model: Model, profile: Profile, report: Report, *, file: Model | Non
             runs: int = 10, warmup: int = 1, input_path: str | Path | None = None,
             timeout_s: float = 60, cross_check: bool = True,
             input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-            target_build: str | Path | None = None) -> Report:
+            target_build: BuildRequest | None = None) -> Report:
     """``report`` (the static half's, not changed) with the running-half sections of
     ``model`` run for real; random inputs at ``input_shapes`` (input name → shape) where
     given.
@@ -95,7 +96,7 @@ def measure(model: Model, profile: Profile, report: Report, *, file: Model | Non
         failure = _failure(model, profile, primary, exc)
         measured, built = _on_device(on_device, MeasuredReport(primary, inputs,
                                                                failure=failure),
-                                     model, profile, setup, None)
+                                     model, profile, setup, None, report.memory)
         after = _after_failed_run(compat, failure, primary)
         return dataclasses.replace(
             report, compatibility=after, measured=measured,
@@ -123,7 +124,8 @@ def measure(model: Model, profile: Profile, report: Report, *, file: Model | Non
                                                outputs_agree=check.bit_exact)
                 notes += found
                 break
-    measured, built = _on_device(on_device, measured, model, profile, setup, main)
+    measured, built = _on_device(on_device, measured, model, profile, setup, main,
+                                 report.memory)
     return dataclasses.replace(report, compatibility=after, latency=latency,
                                measured=measured, notes=[*notes, *built])
 
@@ -135,8 +137,8 @@ def host_summary(result: RunResult, threads: int) -> HostLatency:
                        runs=len(times), runtime=result.runtime, threads=threads)
 
 
-def device_build(build_dir: str | Path, profile: Profile) -> OnDevice:
-    """The profile's target's measurement on the device's own build in ``build_dir``
+def device_build(request: BuildRequest, profile: Profile) -> OnDevice:
+    """The profile's target's measurement on the device's own build ``request`` names
     (``--target-build``), checked now: an :class:`InputError` (one line) before anything
     runs when the target has no device build or this one cannot be made."""
     hook = target_for(profile).device_build
@@ -144,16 +146,16 @@ def device_build(build_dir: str | Path, profile: Profile) -> OnDevice:
         builds = " or ".join(t.title for t in TARGETS.values() if t.device_build) or "nothing"
         raise InputError(f"--target-build builds {builds}; profile '{profile.name}' runs "
                          f"'{profile.runtime.name}'")
-    return hook(build_dir, profile)
+    return hook(request, profile)
 
 
 def _on_device(on_device: OnDevice | None, measured: MeasuredReport, model: Model,
-               profile: Profile, setup: RunSetup, host: RunResult | None
-               ) -> tuple[MeasuredReport, list[str]]:
+               profile: Profile, setup: RunSetup, host: RunResult | None,
+               memory: MemoryReport) -> tuple[MeasuredReport, list[str]]:
     """``measured`` with the model measured on the device's own build, when asked."""
     if on_device is None:
         return measured, []
-    return on_device(measured, model, profile, setup, host)
+    return on_device(measured, model, profile, setup, host, memory)
 
 
 def _failure(model: Model, profile: Profile, runner: str, exc: RuntimeFailure) -> RunFailure:

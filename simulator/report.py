@@ -156,6 +156,11 @@ class MemoryReport:
     #: Which figures are exact (reproduce the runtime) and which are estimates.
     exact: list[str] = field(default_factory=list)
     estimated: list[str] = field(default_factory=list)
+    #: ``flash_bytes`` = the model's bytes (exact) + the runtime's code (an estimate, or 0
+    #: when the profile counts none), and where the code figure comes from.
+    flash_model_bytes: int = 0
+    flash_code_bytes: int = 0
+    flash_code_basis: str = ""
 
 
 @dataclass(frozen=True)
@@ -450,6 +455,47 @@ class PlannerBuffer:
 
 
 @dataclass(frozen=True)
+class FlashPart:
+    """What one part of a linked firmware image takes in flash."""
+
+    name: str  # "model", "tflm core", "kernels", "kernel library", "export", "c runtime"
+    bytes: int
+
+
+@dataclass(frozen=True)
+class FirmwareFlash:
+    """Flash of the export's example linked as a firmware image for the device's core
+    (:mod:`simulator.targets.tflm.firmware`): measured from the linker's map."""
+
+    #: Everything the image keeps in flash: code, constants, the initial values of data.
+    total_bytes: int
+    parts: tuple[FlashPart, ...]
+    #: How the image was linked ("cortex-m4, newlib-nano, soft float, --gc-sections").
+    image: str
+
+    def part(self, name: str) -> int:
+        return sum(p.bytes for p in self.parts if p.name == name)
+
+
+@dataclass(frozen=True)
+class OutputDiff:
+    """One output of the device build against the host run on the same inputs."""
+
+    index: int
+    dtype: str
+    #: Elements that differ, of how many.
+    differing: int
+    elements: int
+    #: The largest difference in the output's quantization steps (integer outputs: its raw
+    #: integers); None for a float output.
+    max_steps: int | None = None
+    #: The largest absolute difference in real values (a quantized output's dequantized).
+    max_abs: float = 0.0
+    #: ``max_abs`` over the host output's largest magnitude (0 when that is 0).
+    relative: float = 0.0
+
+
+@dataclass(frozen=True)
 class TargetMeasurement:
     """The model on a TFLM build for the device's core and kernel library, run under QEMU
     (``simulate --run --target-build DIR``; :mod:`simulator.targets.tflm.qemu`)."""
@@ -485,10 +531,41 @@ class TargetMeasurement:
     compared_with: str | None = None
     #: TFLM's own last messages when a stage failed.
     message: str | None = None
+    #: The export the build compiled and ran (:func:`~simulator.targets.tflm.export.
+    #: export_digest`): "verified as exported" names it. None: not an export's run.
+    export_sha256: str | None = None
+    #: The export's arena constant, and whether the export ran in exactly that array
+    #: (AllocateTensors and one Invoke).
+    arena_constant: int | None = None
+    arena_constant_starts: bool | None = None
+    #: The export's example program ran to its end under QEMU.
+    example_ok: bool | None = None
+    #: The example linked as firmware for the core: flash measured from its map.
+    flash: FirmwareFlash | None = None
+    #: Each output against the host run (empty: not compared), and the profile's tolerance.
+    output_diffs: tuple[OutputDiff, ...] = ()
+    tolerance: str | None = None
+    #: Every output within the tolerance (None: not compared).
+    outputs_within_tolerance: bool | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def verified(self) -> bool:
+        """The device build ran the export as exported: its arena constant started and
+        its outputs are within the profile's tolerance of the host run's (or were not
+        compared: the host run failed, which fails the verdict by itself). Anything else
+        — a refusal, an error, a build that cannot run here — measured nothing to pass."""
+        return (self.ok and self.arena_constant_starts is not False
+                and self.outputs_within_tolerance is not False)
+
+    @property
+    def setup_failed(self) -> bool:
+        """Nothing measured for a reason of the set-up (the build, the toolchain, QEMU), not
+        of the model: the command exits 2."""
+        return self.status in ("error", "not runnable here")
 
     @property
     def refused(self) -> bool:
@@ -608,6 +685,15 @@ class Report:
     @property
     def ok(self) -> bool:
         return self.verdict == Status.PASS
+
+    @property
+    def exit_code(self) -> int:
+        """0: passes; 2: the device's own build measured nothing for a reason of the set-up
+        (the build, the toolchain, QEMU); 1: fails for a reason of the model."""
+        target = self.measured.target_build if self.measured else None
+        if target is not None and target.setup_failed:
+            return 2
+        return 0 if self.ok else 1
 
     @property
     def status(self) -> Status:

@@ -46,7 +46,7 @@ from devicefit.simulator.report import (
 )
 from devicefit.simulator.shapes import resolve_shapes, shape_notes
 from devicefit.simulator.targets.registry import target_for
-from devicefit.simulator.verdict import flash_bytes, judge
+from devicefit.simulator.verdict import judge
 from devicefit.simulator.views.messages import disagreement_messages
 
 log = logging.getLogger(__name__)
@@ -199,7 +199,20 @@ def conversion_settings(model: Model) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else {"value": value}
 
 
+def runtime_code(model: Model, profile: Profile) -> tuple[int, str]:
+    """The runtime's code in flash beside the model, and where the figure comes from: the
+    target's own estimate for the model's operators where it has one (TFLM: the kernels
+    it registers), else the profile's ``runtime.code_size``; 0 when neither says."""
+    own = target_for(profile).code_size
+    if own is not None and (found := own(model, profile)) is not None:
+        return found
+    if profile.runtime.code_bytes:
+        return profile.runtime.code_bytes, "the profile's runtime.code_size, a fixed allowance"
+    return 0, ""
+
+
 def memory_report(model: Model, profile: Profile, plan: MemoryPlan) -> MemoryReport:
+    code, code_basis = runtime_code(model, profile)
     sg = model.main
     timeline = []
     for op_index, (first, last) in sorted(plan.op_steps.items(), key=lambda kv: kv[1]):
@@ -218,12 +231,15 @@ def memory_report(model: Model, profile: Profile, plan: MemoryPlan) -> MemoryRep
         arena_head_bytes=plan.head_bytes,
         arena_tail_bytes=plan.tail_bytes,
         arena_bytes=plan.arena_bytes,
-        flash_bytes=flash_bytes(model.size_bytes, profile),
+        flash_bytes=model.size_bytes + code,
+        flash_model_bytes=model.size_bytes,
+        flash_code_bytes=code,
+        flash_code_basis=code_basis,
         lower_bound_bytes=plan.lower_bound_bytes,
         arena_required_bytes=plan.arena_required_bytes,
         timeline=timeline,
         plan=planned,
         tail_breakdown=dict(plan.tail_breakdown),
-        exact=list(plan.exact) + ["flash"],
-        estimated=list(plan.estimated),
+        exact=list(plan.exact) + ([] if code else ["flash"]),
+        estimated=list(plan.estimated) + (["flash"] if code else []),
     )

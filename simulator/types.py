@@ -170,6 +170,17 @@ class RunOptions:
                              f"warmup={self.warmup})")
 
 
+@dataclass(frozen=True)
+class BuildRequest:
+    """``--target-build``: the device's own build to measure on, and the export it builds
+    (``devicefit export``'s name and arena margin; a plain ``simulate`` takes the
+    defaults: the model file's name, no margin)."""
+
+    checkout: str
+    export_name: str | None = None
+    arena_margin: int = 0
+
+
 class ModelRuns(Protocol):
     """What a target's measuring hook may do with the model being measured: run it again,
     on the same inputs (:class:`simulator.runtimes.RunSetup` is one)."""

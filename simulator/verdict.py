@@ -23,11 +23,6 @@ from devicefit.simulator.report import BudgetCheck, Report
 from devicefit.simulator.types import Basis, BudgetName, Status, Unit
 
 
-def flash_bytes(model_bytes: int, profile: Profile) -> int:
-    """What the model needs in flash: its bytes plus the runtime's code, if the profile says."""
-    return model_bytes + (profile.runtime.code_bytes or 0)
-
-
 @dataclass(frozen=True)
 class Figure:
     """The value a budget is judged on, what it rests on and, for an estimate, its band."""
@@ -52,7 +47,12 @@ class Budget:
 
 
 def _flash(report: Report) -> Figure:
-    return Figure(report.memory.flash_bytes, Basis.PREDICTED)
+    # The export linked for the device's core (a target build) measured its image.
+    target = report.measured.target_build if report.measured else None
+    if target is not None and target.flash is not None:
+        return Figure(target.flash.total_bytes, Basis.MEASURED)
+    mem = report.memory
+    return Figure(mem.flash_bytes, Basis.ESTIMATED if mem.flash_code_bytes else Basis.PREDICTED)
 
 
 def static_arena_bytes(report: Report) -> int:
@@ -170,7 +170,8 @@ def judge(report: Report, profile: Profile, *, strict: bool = False) -> Report:
             checks.append(_check(budget, limit, figure, limit_from))
     unsupported = report.compatibility is not None and not report.compatibility.supported
     target = report.measured.target_build if report.measured else None
-    failed = unsupported or (target is not None and target.refused) or any(not c.ok for c in checks) or (strict and bool(unchecked))
+    failed = (unsupported or any(not c.ok for c in checks) or (strict and bool(unchecked))
+              or (target is not None and not target.verified))
     return dataclasses.replace(report, budgets=checks, unchecked_budgets=unchecked,
                                verdict=Status.FAIL if failed else Status.PASS,
                                notes=[*report.notes, *notes])

@@ -19,6 +19,7 @@ from devicefit.sdk.options import (
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.fileio import check_outputs
 from devicefit.simulator.profiles import KERNELS
+from devicefit.simulator.types import BuildRequest
 from devicefit.simulator.views import VIEWS
 from devicefit.simulator.views.base import heading
 from devicefit.simulator.views.columns import text_width
@@ -91,15 +92,16 @@ def _simulate(args: argparse.Namespace) -> int:
         raise UsageError("--input gives data to run the model with: add --run")
     if args.target_build and not args.run:
         raise UsageError("--target-build runs the model on a TFLM build: add --run")
-    if args.target_build:
+    build = BuildRequest(args.target_build) if args.target_build else None
+    if build is not None:
         from devicefit.simulator.measure import device_build
 
         # Before the host run: a missing checkout or toolchain is one line, at once.
-        device_build(args.target_build, profile)
+        device_build(build, profile)
     check_outputs([*picture_outputs(args), *layer_outputs(args)], [("model", args.model), ("--input data", args.input),
                                           *profile_inputs(profile)])
     run_options = ({"runs": args.runs, "input_path": args.input, "timeout_s": args.timeout,
-                    "target_build": args.target_build} if args.run else {})
+                    "target_build": build} if args.run else {})
     run_options["probe"] = args.probe
     err = make_console(args.no_color, stderr=True)
     if args.run and err.is_terminal:
@@ -122,4 +124,4 @@ def _simulate(args: argparse.Namespace) -> int:
         print_report(text, args.no_color)
     else:
         print(text if view == "json" else fold(text), end="")
-    return 0 if report.ok else 1
+    return report.exit_code

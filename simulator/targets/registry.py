@@ -41,7 +41,14 @@ if TYPE_CHECKING:
     from devicefit.simulator.profile_types import Profile
     from devicefit.simulator.report import CrossCheck, MeasuredReport, MemoryReport, TargetSection
     from devicefit.simulator.schema import Leaf
-    from devicefit.simulator.types import Checker, ModelRuns, Runner, RunResult, RuntimeShapes
+    from devicefit.simulator.types import (
+        BuildRequest,
+        Checker,
+        ModelRuns,
+        Runner,
+        RunResult,
+        RuntimeShapes,
+    )
 
     #: A target's arena planner: ``(model, profile, order) -> MemoryPlan``.
     Planner = Callable[[Model, Profile, Sequence[int] | None], MemoryPlan]
@@ -50,9 +57,9 @@ if TYPE_CHECKING:
     RunReader = Callable[[MeasuredReport, Model, Profile, MemoryReport, RunResult], Measured]
     CrossChecker = Callable[[Model, Profile, ModelRuns, RunResult],
                             tuple["CrossCheck | None", list[str]]]
-    OnDevice = Callable[[MeasuredReport, Model, Profile, ModelRuns, "RunResult | None"],
-                        Measured]
-    DeviceBuild = Callable[["str | Path", Profile], OnDevice]
+    OnDevice = Callable[[MeasuredReport, Model, Profile, ModelRuns, "RunResult | None",
+                         MemoryReport], Measured]
+    DeviceBuild = Callable[[BuildRequest, Profile], OnDevice]
     ShapeOracle = Callable[["str | Path", Mapping[int, tuple[int, ...]], float], RuntimeShapes]
 
 #: The packages of built-in targets.
@@ -149,11 +156,17 @@ class Target:
         runs on any profile's model it can run (TFLM against LiteRT's reference kernels, bit
         for bit on integer models); None from the hook: it does not apply to this model.
     ``device_build``
-        ``(build_dir, profile) -> measure``, raising a one-line :class:`InputError` when the
-        device's build cannot be made from ``build_dir``; ``measure(measured, model,
-        profile, setup, host) -> (measured, notes)`` gives the model measured on that build
-        (TFLM built for the core, under QEMU: ``--run --target-build``). None: the target
-        has no device build.
+        ``(request, profile) -> measure``, raising a one-line :class:`InputError` when the
+        device's build cannot be made from ``request.checkout``; ``measure(measured, model,
+        profile, setup, host, memory) -> (measured, notes)`` gives the model measured on
+        that build (TFLM: the model exported and built for the core, run under QEMU:
+        ``--run --target-build``). None: the target has no device build.
+    ``code_size``
+        ``(model, profile) -> (bytes, basis) | None``: the runtime's code a firmware holds
+        beside the model, estimated for the model's operators (TFLM: the kernels it
+        registers, from code sizes measured per kernel library and core), with what the
+        figure rests on; None from the hook: no estimate for this profile (the profile's
+        ``runtime.code_size`` is used then).
     ``shapes``
         ``(path, input index → shape, timeout_s) -> RuntimeShapes``: the shapes its runtime
         gives every tensor once the inputs are resized and the model invoked (LiteRT, in a
@@ -198,6 +211,7 @@ class Target:
     read_run: RunReader | None = None
     cross_check: CrossChecker | None = None
     device_build: DeviceBuild | None = None
+    code_size: Callable[[Model, Profile], tuple[int, str] | None] | None = None
     failed_node: str | None = None
     shapes: ShapeOracle | None = None
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from devicefit.simulator.report import Report
+from devicefit.simulator.report import MemoryReport, Report
+from devicefit.simulator.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -27,3 +28,11 @@ class View:
 def heading(report: Report) -> str:
     """``model on profile``: what a single report's page or picture is titled."""
     return f"{report.model.path} on {report.profile.name}"
+
+
+def flash_basis(mem: MemoryReport) -> str:
+    """What the flash figure adds up: the model (exact) and the runtime's code (estimated)."""
+    if not mem.flash_code_bytes:
+        return "exact: the model file (no runtime code counted)"
+    return (f"estimated: model {format_bytes(mem.flash_model_bytes)} exact + runtime code "
+            f"{format_bytes(mem.flash_code_bytes)} ({mem.flash_code_basis})")

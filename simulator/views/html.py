@@ -23,7 +23,7 @@ from devicefit.simulator.report import PlannedBuffer, Report, TargetSection
 from devicefit.simulator.types import BudgetName
 from devicefit.simulator.units import format_band, format_size, format_time_ms
 from devicefit.simulator.views import layertable
-from devicefit.simulator.views.base import View, heading
+from devicefit.simulator.views.base import View, flash_basis, heading
 from devicefit.simulator.views.layertable import format_op_time
 
 #: A number → its text in an axis' unit; a value → its SVG y coordinate.
@@ -189,7 +189,7 @@ def _summaries(report: Report) -> str:
                    ("arena tail", format_size(mem.arena_tail_bytes)),
                    ("arena total", format_size(mem.arena_bytes)),
                    ("lower bound (max live bytes)", format_size(mem.lower_bound_bytes)),
-                   ("flash", format_size(mem.flash_bytes))]
+                   ("flash", f"{format_size(mem.flash_bytes)} ({flash_basis(mem)})")]
     measured = report.measured
     if measured is not None and measured.arena_head_bytes is not None:
         memory_rows.append((f"measured head ({measured.runtime})",

@@ -56,6 +56,22 @@ def compatibility_message(compat: CompatibilityReport | None) -> str | None:
     return text
 
 
+def target_build_message(report: Report) -> str | None:
+    """Why the device's own build did not verify the model (``--target-build``), or None."""
+    t = report.measured.target_build if report.measured else None
+    if t is None or t.verified:
+        return None
+    if t.setup_failed:
+        return f"target build not measured ({t.status}): {t.message or 'no message'}"
+    if not t.ok:
+        lacking = f" ({', '.join(t.unsupported_ops)})" if t.unsupported_ops else ""
+        return f"target build {t.status}{lacking}: {t.message or ''}".rstrip(": ")
+    if t.arena_constant_starts is False:
+        return f"target build: {t.message}"
+    return (f"target build: outputs differ from the host run beyond the profile's tolerance "
+            f"({t.tolerance})")
+
+
 def disagreement_messages(report: Report) -> list[str]:
     """One line per operator on which the op table and the runtime (its one-op probe or the
     run) answered differently; the runtime's answer is the report's."""
@@ -70,6 +86,7 @@ def problems(report: Report) -> list[str]:
     found += [f"{name} budget not checked: {why}" for name, why in report.unchecked_budgets.items()]
     compat = compatibility_message(report.compatibility)
     found += [compat] if compat else []
+    found += [target] if (target := target_build_message(report)) else []
     if not report.ok and not found:
         found.append("the simulator's verdict is fail; see the JSON report")
     return found

@@ -22,7 +22,7 @@ from devicefit.simulator.report import (
 )
 from devicefit.simulator.types import LatencyBasis, Status
 from devicefit.simulator.units import format_band, format_bytes, format_count, format_time_ms
-from devicefit.simulator.views.base import View
+from devicefit.simulator.views.base import View, flash_basis
 from devicefit.simulator.views.columns import columns
 from devicefit.simulator.views.layertable import text_lines as layer_lines
 from devicefit.simulator.views.messages import decimal_budget
@@ -74,7 +74,7 @@ def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
             *([["arena to start", _bytes(mem.arena_required_bytes), "estimated (planning room)"]]
               if mem.arena_required_bytes > mem.arena_bytes else []),
             ["lower bound", _bytes(mem.lower_bound_bytes), _trust("lower_bound", ex, est)],
-            ["flash", _bytes(mem.flash_bytes), _trust("flash", ex, est)]]
+            ["flash", _bytes(mem.flash_bytes), flash_basis(mem)]]
     lines += columns(rows)
     if layers:
         lines += ["", *layer_lines(report.layers)]
@@ -175,11 +175,15 @@ def target_build_lines(t: TargetMeasurement | None, mem: MemoryReport) -> list[s
     """The model on the device's own TFLM build (``--target-build``), beside the prediction."""
     if t is None:
         return []
-    lines = [f"  target build measured on {t.build}: {t.status}"]
+    what = ("verified as exported" if t.verified and t.export_sha256 else
+            "NOT MEASURED" if t.setup_failed else t.status if t.ok else t.status.upper())
+    lines = [f"  target build {t.build}: {what}"
+             + (f" (export {t.export_sha256[:12]})" if t.export_sha256 else "")]
     if t.unsupported_ops:
         lines.append(f"    the build lacks {', '.join(t.unsupported_ops)}: a finding")
     if not t.ok:
-        return lines + ([f"    {t.message}"] if t.message else [])
+        lines += [f"    {t.message}"] if t.message else []
+        return lines + _flash_lines(t)
     rows = [["", "measured", "predicted", ""],
             ["head", _bytes(t.head or 0), _bytes(mem.arena_head_bytes),
              _diff(t.head, mem.arena_head_bytes)],
@@ -189,18 +193,48 @@ def target_build_lines(t: TargetMeasurement | None, mem: MemoryReport) -> list[s
              _diff(t.total, mem.arena_required_bytes)],
             ["smallest arena", _bytes(t.min_arena_bytes or 0), "",
              "multiple of 16" + ("" if t.min_arena_invokes else ", Invoke FAILED there")]]
+    if t.arena_constant is not None:
+        starts = {True: "started and ran", False: "DID NOT START",
+                  None: "not run"}[t.arena_constant_starts]
+        above = (f", {t.arena_constant - t.min_arena_bytes:+,} B over the smallest"
+                 if t.min_arena_bytes else "")
+        rows.append(["arena constant", "", _bytes(t.arena_constant), f"{starts}{above}"])
     lines += columns(rows, indent="    ", header=True)
     scratch = t.scratch_buffers
     if scratch:
         lines.append(f"    scratch buffers {len(scratch)}: "
                      + ", ".join(_bytes(b.size) for b in scratch[:6])
                      + (" ..." if len(scratch) > 6 else ""))
-    if t.outputs_agree is not None:
-        verdict = "agree bit for bit" if t.outputs_agree else (
-            "differ (" + ("other shapes" if t.max_abs_difference is None
-                          else f"max difference {t.max_abs_difference:g}") + ")")
-        lines.append(f"    outputs vs {t.compared_with}: {verdict}")
+    if t.example_ok is not None:
+        lines.append(f"    example      {'ran to its end' if t.example_ok else 'FAILED'}")
+    lines += _output_lines(t)
+    return lines + _flash_lines(t)
+
+
+def _output_lines(t: TargetMeasurement) -> list[str]:
+    """Each output of the build against the host run, in quantization steps."""
+    if t.outputs_agree is None:
+        return []
+    if t.outputs_agree:
+        return [f"    outputs vs {t.compared_with}: agree bit for bit"]
+    within = "within" if t.outputs_within_tolerance else "BEYOND"
+    lines = [f"    outputs vs {t.compared_with}: differ, {within} the tolerance "
+             f"({t.tolerance})"]
+    for d in t.output_diffs:
+        by = (f"{d.max_steps} step(s)" if d.max_steps is not None
+              else f"{d.max_abs:.3g} ({d.relative:.2%} of its largest magnitude)")
+        lines.append(f"      output {d.index} ({d.dtype}): {d.differing} of {d.elements} "
+                     f"elements differ, by at most {by}")
     return lines
+
+
+def _flash_lines(t: TargetMeasurement) -> list[str]:
+    f = t.flash
+    if f is None:
+        return []
+    parts = ", ".join(f"{p.name} {_bytes(p.bytes)}" for p in f.parts if p.bytes)
+    return [f"    flash        {_bytes(f.total_bytes)} measured: {parts}",
+            f"                 ({f.image})"]
 
 
 def _diff(measured: int | None, predicted: int) -> str:

@@ -15,6 +15,7 @@ beside them).
 from __future__ import annotations
 
 from devicefit.simulator.targets.registry import Target, lazy
+from devicefit.simulator.targets.tflm.settings import PROFILE_KEYS, SECTION, settings
 
 TARGET = Target(
     name="tflm",
@@ -39,4 +40,6 @@ TARGET = Target(
     cross_check=lazy("devicefit.simulator.targets.tflm.measured:cross_check"),
     device_build=lazy("devicefit.simulator.targets.tflm.measured:device_build"),
     failed_node=r"Node (?P<op>[A-Z0-9_]+) \(number (?P<index>\d+)\)",
+    profile_keys={SECTION: PROFILE_KEYS},
+    settings=settings,
 )

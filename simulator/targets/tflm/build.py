@@ -46,8 +46,10 @@ from functools import cached_property
 from importlib import resources
 from pathlib import Path
 
-from devicefit.simulator.errors import InputError, RuntimeFailure
+from devicefit.simulator.errors import InputError
 from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.targets.tflm.export import ExportedFile, export_digest
+from devicefit.simulator.targets.tflm.firmware import classifier
 
 MAKEFILE = "tensorflow/lite/micro/tools/make/Makefile"
 DOWNLOADS = "tensorflow/lite/micro/tools/make/downloads"
@@ -384,6 +386,29 @@ def parse_resolver(header: str) -> dict[str, OpBinding]:
     return bindings
 
 
+def resolver_methods(header: str) -> dict[str, str]:
+    """Operator key → resolver method, from ``micro_mutable_op_resolver.h`` (what an export
+    registers). ``AddEthosU`` names its custom code through a function, not a literal:
+    it is TFLM's "ethos-u" (``GetString_ETHOSU``)."""
+    methods = {key: b.method for key, b in parse_resolver(header).items()}
+    if re.search(r"TfLiteStatus AddEthosU\(", header):
+        methods["ethos-u"] = "AddEthosU"
+    return dict(sorted(methods.items()))
+
+
+def checkout_methods(checkout: Path) -> tuple[dict[str, str], str]:
+    """The resolver methods of a TFLM checkout (:func:`resolver_methods`) and its name in an
+    export ("TFLM <commit> (your checkout)": no local path, so the files are the same
+    wherever the checkout lies)."""
+    header = checkout / RESOLVER_HEADER
+    try:
+        text = header.read_text(errors="replace")
+    except OSError as exc:
+        raise TargetBuildError(f"cannot read {header} ({exc.strerror or exc}); give a "
+                               "TFLite-Micro checkout") from None
+    return resolver_methods(text), f"TFLM {source_key(checkout)} (your checkout)"
+
+
 def kernel_sources(texts: Mapping[str, str],
                    registrations: Iterable[str]) -> tuple[set[str], list[str]]:
     """The kernel sources (path → text, the build's list) that define ``registrations``,
@@ -492,13 +517,15 @@ class TflmBuild:
     @cached_property
     def variables(self) -> dict[str, list[str]]:
         """The Makefile's source, object and flag lists for this build (cached on disk)."""
-        path = self.dir / "make-variables.json"
-        if path.is_file():
-            return json.loads(path.read_text())
         names = ("MICROLITE_LIB_OBJS", "MICROLITE_CC_KERNEL_SRCS", "MICROLITE_KERNEL_OBJS",
                  "MICROLITE_THIRD_PARTY_KERNEL_OBJS", "KERNEL_OBJDIR",
                  "THIRD_PARTY_KERNEL_OBJDIR", "CXXFLAGS", "INCLUDES",
-                 "LDFLAGS", "MICROLITE_LIBS")
+                 "LDFLAGS", "MICROLITE_LIBS", "CORE_OPTIMIZATION_LEVEL")
+        path = self.dir / "make-variables.json"
+        if path.is_file():
+            cached: dict[str, list[str]] = json.loads(path.read_text())
+            if set(names) <= set(cached):
+                return cached
         self.dir.mkdir(parents=True, exist_ok=True)
         done = self._make([f"print-{n}" for n in names], log=True)
         found = {m.group(1): m.group(2).split() for m in
@@ -526,8 +553,9 @@ class TflmBuild:
         return [o for o in objects if o in known], missing
 
     def core_objects(self) -> list[str]:
-        """TFLM's core, without debug_log (the harness brings its own log sink)."""
-        return [o for o in self.variables["MICROLITE_LIB_OBJS"] if not o.endswith("/debug_log.o")]
+        """TFLM's core (its debug_log too: the example logs through it; the measuring
+        wrapper brings its own, so the linker leaves TFLM's out of the wrapper)."""
+        return list(self.variables["MICROLITE_LIB_OBJS"])
 
     def library_objects(self, kernel_objects: Sequence[str]) -> list[str]:
         """The kernel library's own C files (CMSIS-NN's) the kernels call: those named
@@ -559,90 +587,150 @@ class TflmBuild:
         if done.returncode != 0:
             raise self._failed("compiling TFLM", done.stderr + done.stdout)
 
-    def harness(self, op_names: Iterable[str]) -> tuple[Path, list[str]]:
-        """A harness whose op resolver has these operators, and those this build lacks.
+    def binaries(self, files: Sequence[ExportedFile], methods: Sequence[str],
+                 memory: MemoryMap) -> Binaries | list[str]:
+        """The export (``files``, as :func:`.export.export_files` wrote them) built for this
+        core and kernel library: the measuring wrapper and the example for QEMU, and the
+        example linked as firmware for ``memory`` (measured flash). The list of the
+        resolver methods this build has no kernel for instead, when there are any (the
+        export cannot link: a finding about the model on this build).
 
-        Operators the build has no resolver method or kernel for are left out of the
-        resolver (TFLM then fails at init naming them); the caller reports them. A harness
-        made for an earlier model is reused when it registers all of this model's
-        operators (registering more changes nothing in the arena: the resolver lives
-        outside it); a new one registers the union with the largest earlier set, so the
-        cache converges on a few binaries (each compile of the harness takes a minute).
+        One folder per export (its digest): a rerun of the same export reuses it.
         """
-        keys = {op_key(n) for n in op_names}
-        absent = {k for k in keys if k not in self.bindings}
+        digest = export_digest(files)
+        folder = self.dir / "exports" / f"{digest[:16]}-{memory.tag}"
         self.dir.mkdir(parents=True, exist_ok=True)
         # One build folder, several devicefit processes: make must not compile the same
-        # object twice at once, and a harness is looked for again once the lock is held.
+        # object twice at once, and the folder is looked for again once the lock is held.
         with (self.dir / "lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            return self._harness(keys - absent, absent)
+            done = Binaries.at(folder)
+            if done is not None:
+                return done
+            return self._binaries(files, methods, memory, folder)
 
-    def _harness(self, wanted: set[str], absent: set[str]) -> tuple[Path, list[str]]:
-        earlier: list[tuple[Path, set[str], set[str]]] = []  # (binary, ops, lacking)
-        for info in sorted((self.dir / "harness").glob("*/ops.json")):
-            ops = json.loads(info.read_text())
-            if (info.parent / "harness").is_file():
-                earlier.append((info.parent / "harness", set(ops["ops"]), set(ops["lacking"])))
-        for binary, ops, lacking in earlier:
-            if wanted <= ops | lacking:
-                return binary, sorted(absent | (wanted & lacking))
-        largest: set[str] = max((ops for _, ops, _ in earlier), key=len, default=set())
-        bindings = [self.bindings[k] for k in sorted(wanted | largest)]
-        kernels, undefined = self.kernel_objects(b.registration for b in bindings if b.registration)
-        lacking = {b.key for b in bindings if b.registration in undefined}
-        have = [b for b in bindings if b.key not in lacking]
-        tag = hashlib.sha256(" ".join(b.method for b in have).encode()).hexdigest()[:12]
-        out = self.dir / "harness" / tag
-        binary = out / "harness"
-        library = self.library_objects(kernels)
-        objects = self.core_objects() + kernels + library
+    def _binaries(self, files: Sequence[ExportedFile], methods: Sequence[str],
+                  memory: MemoryMap, folder: Path) -> Binaries | list[str]:
+        by_method = {b.method: b for b in self.bindings.values()}
+        lacking = [m for m in methods if m not in by_method]
+        bindings = [by_method[m] for m in methods if m in by_method]
+        kernels, undefined = self.kernel_objects(b.registration for b in bindings
+                                                 if b.registration)
+        lacking += [b.method for b in bindings if b.registration in undefined]
+        if lacking:
+            return sorted(lacking)
+        objects = self.core_objects() + kernels + self.library_objects(kernels)
         self.compile(objects)
-        out.mkdir(parents=True, exist_ok=True)
-        write_atomic(out / "df_ops.inc", "".join(f"DF_OP({b.method})\n" for b in have))
-        source = resources.files("devicefit.simulator.targets.tflm").joinpath("harness.cc")
-        v = self.variables
-        obj = out / "harness.o"
-        self._run([*self._nice(), "arm-none-eabi-g++", "-c", *v["CXXFLAGS"], *v["INCLUDES"],
-                   f"-I{out}", f'-DDF_BUILD_NAME="{self.spec.name}"', "-o", str(obj),
-                   str(source)], "compiling the harness")
-        undefined = self._link(obj, objects, binary)
-        if undefined:
+        shutil.rmtree(folder, ignore_errors=True)
+        source = folder / "export"
+        for f in files:
+            (source / f.path).parent.mkdir(parents=True, exist_ok=True)
+            (source / f.path).write_text(f.text)
+        name = json.loads(next(f.text for f in files if f.path == "manifest.json"))["name"]
+        write_atomic(folder / "df_export.h", "\n".join([
+            "// devicefit's measuring wrapper names the export it measures (generated).",
+            f'#include "{name}_model.h"',
+            f"namespace df = {name};",
+            f"#define DF_MODEL_DATA {name}_model_data",
+            f"#define DF_ARENA {name}_tensor_arena", ""]))
+        wrapper = resources.files("devicefit.simulator.targets.tflm").joinpath("harness.cc")
+        compiled = {
+            "wrapper": self._compile_cc(Path(str(wrapper)), folder,
+                                        [f'-DDF_BUILD_NAME="{self.spec.name}"']),
+            "example": self._compile_cc(source / "example" / f"{name}_example.cc", folder),
+        }
+        exported = [self._compile_cc(source / f.path, folder) for f in files
+                    if f.path.endswith(".cc") and "/" not in f.path]
+        out = Binaries(folder)
+        while True:
+            archive = self._archive(objects, folder)
+            undefined = (self._link_qemu([compiled["wrapper"], *exported], archive, out.harness)
+                         + self._link_qemu([compiled["example"], *exported], archive,
+                                           out.example)
+                         + self._link_firmware([compiled["example"], *exported], archive,
+                                               memory, out))
+            if not undefined:
+                break
             # A symbol the file-name rules missed (CMSIS-NN's lookup tables, a kernel helper
-            # in a differently named file): add the sources that define it.
-            objects += self._defining(undefined, set(objects))
+            # in a differently named file): add the sources that define it, once.
+            more = self._defining(undefined, set(objects))
+            if not more:
+                raise BuildFailure(f"{self.label}: linking the export failed (undefined: "
+                                   f"{', '.join(sorted(set(undefined))[:5])}) (log: "
+                                   f"{self.log_path})")
+            objects += more
             self.compile(objects)
-            if undefined := self._link(obj, objects, binary):
-                raise RuntimeFailure(f"{self.label}: linking the harness failed (undefined: "
-                                     f"{', '.join(undefined[:5])}); see {self.dir / 'make.log'}")
-        write_atomic(out / "ops.json", json.dumps({"ops": sorted(b.key for b in have),
-                                                   "lacking": sorted(lacking)}))
-        return binary, sorted(absent | (wanted & lacking))
+        write_atomic(folder / "ok.json", json.dumps({"objects": len(objects)}))
+        return out
 
-    def _link(self, obj: Path, objects: Sequence[str], binary: Path) -> list[str]:
-        """Link the harness; the symbols left undefined (empty: linked)."""
-        archive = binary.parent / "libtflm.a"
-        archive.unlink(missing_ok=True)
-        self._run(["arm-none-eabi-ar", "rcs", str(archive), *objects], "archiving TFLM")
-        # Linked against the profile-neutral ARMv7 Thumb multilib of newlib/rdimon: its
-        # semihosting traps are "svc 0xab", which qemu-arm's A-profile model serves.
-        # Debian's qemu-arm 7.2 aborts in user mode on every M-profile -cpu, so the M code
-        # (all TFLM and kernel objects, built with -mcpu=<core>) runs on cortex-a15; only
-        # libc, libstdc++ and crt0 come from that multilib, and the arena depends on none.
+    def classifier(self, name: str) -> dict[str, str]:
+        """Object base name → flash part (:mod:`.firmware`) for this build's objects and
+        the export ``name``'s."""
         v = self.variables
-        cmd = [*self._nice(), "arm-none-eabi-g++", "-march=armv7", "-mthumb",
-               "-mfloat-abi=soft", "--specs=rdimon.specs", "-o", f"{binary}.tmp", str(obj),
-               str(archive), *v["LDFLAGS"], *v["MICROLITE_LIBS"], "-lm"]
-        done = subprocess.run(cmd, cwd=self.spec.tflm_dir, env=self.env, capture_output=True,
-                              text=True)
+        return classifier(v["MICROLITE_LIB_OBJS"], v["MICROLITE_KERNEL_OBJS"],
+                          v["MICROLITE_THIRD_PARTY_KERNEL_OBJS"], f"{name}_model_data.o",
+                          [f"{name}_model_ops.o", f"{name}_arena.o", f"{name}_example.o"])
+
+    @property
+    def firmware_image(self) -> str:
+        return (f"the export's example linked for {self.spec.core} ({self.toolchain.version}; "
+                "newlib-nano, soft float, --gc-sections; no vector table or board code)")
+
+    def _compile_cc(self, source: Path, folder: Path, defines: Sequence[str] = ()) -> Path:
+        """One C++ file of devicefit's or of the export, with TFLM's flags for the core."""
+        v = self.variables
+        obj = folder / "obj" / f"{source.stem}.o"
+        obj.parent.mkdir(parents=True, exist_ok=True)
+        self._run([*self._nice(), self.toolchain.tool("g++"), "-c", *v["CXXFLAGS"],
+                   *v["CORE_OPTIMIZATION_LEVEL"], *v["INCLUDES"], f"-I{folder}",
+                   f"-I{folder / 'export'}", *defines, "-o", str(obj), str(source)],
+                  f"compiling {source.name}")
+        return obj
+
+    def _archive(self, objects: Sequence[str], folder: Path) -> Path:
+        archive = folder / "libtflm.a"
+        archive.unlink(missing_ok=True)
+        self._run([self.toolchain.tool("ar"), "rcs", str(archive), *objects], "archiving TFLM")
+        return archive
+
+    def _link_qemu(self, objs: Sequence[Path], archive: Path, binary: Path) -> list[str]:
+        """Link for qemu-arm; the symbols left undefined (empty: linked).
+
+        Linked against the profile-neutral ARMv7 Thumb multilib of newlib/rdimon: its
+        semihosting traps are "svc 0xab", which qemu-arm's A-profile model serves. Debian's
+        qemu-arm 7.2 aborts in user mode on every M-profile -cpu, so the M code (every TFLM,
+        kernel and export object, built with -mcpu=<core>) runs on cortex-a15; only libc,
+        libstdc++ and crt0 come from that multilib, and the arena depends on none of them.
+        """
+        v = self.variables
+        return self._link([self.toolchain.tool("g++"), "-march=armv7", "-mthumb",
+                           "-mfloat-abi=soft", "--specs=rdimon.specs", "-o", f"{binary}.tmp",
+                           *map(str, objs), str(archive), *v["LDFLAGS"],
+                           *v["MICROLITE_LIBS"], "-lm"], binary)
+
+    def _link_firmware(self, objs: Sequence[Path], archive: Path, memory: MemoryMap,
+                       out: Binaries) -> list[str]:
+        """Link the example as a firmware image of the core: newlib-nano without an OS,
+        unused sections dropped, the memory of the profile's device (``memory``); the map
+        file beside it. Not run: what it measures is flash."""
+        script = out.folder / "memory.ld"
+        write_atomic(script, memory.linker_script())
+        return self._link([self.toolchain.tool("g++"), f"-mcpu={self.spec.core}", "-mthumb",
+                           "-mfloat-abi=soft", "--specs=nano.specs", "--specs=nosys.specs",
+                           "-Wl,--gc-sections", f"-Wl,-T,{script}",
+                           f"-Wl,-Map={out.firmware_map}", "-o", f"{out.firmware}.tmp",
+                           *map(str, objs), str(archive), "-lm"], out.firmware)
+
+    def _link(self, cmd: list[str], binary: Path) -> list[str]:
+        done = subprocess.run([*self._nice(), *cmd], cwd=self.spec.tflm_dir, env=self.env,
+                              capture_output=True, text=True, errors="replace")
         self._log(cmd, done)
         if done.returncode == 0:
             os.replace(f"{binary}.tmp", binary)
             return []
         undefined = sorted(set(re.findall(r"undefined reference to `([^']+)'", done.stderr)))
         if not undefined:
-            raise RuntimeFailure(f"{self.label}: linking the harness failed: "
-                                 f"{done.stderr.strip()[-400:]}")
+            raise self._failed(f"linking {binary.name}", done.stderr)
         return undefined
 
     def _defining(self, symbols: Sequence[str], have: set[str]) -> list[str]:
@@ -671,7 +759,7 @@ class TflmBuild:
                      if base.with_suffix(x).is_file()), base.with_suffix(".c"))
 
     def _log(self, cmd: Sequence[str], done: subprocess.CompletedProcess[str]) -> None:
-        with (self.dir / "make.log").open("a") as fh:
+        with self.log_path.open("a") as fh:
             fh.write(f"$ {' '.join(cmd)}\n{done.stdout}{done.stderr}")
 
     @staticmethod
@@ -680,15 +768,105 @@ class TflmBuild:
 
     def _run(self, cmd: list[str], what: str) -> None:
         done = subprocess.run(cmd, cwd=self.spec.tflm_dir, env=self.env, capture_output=True,
-                              text=True)
+                              text=True, errors="replace")
         self._log(cmd, done)
         if done.returncode != 0:
-            raise RuntimeFailure(f"{self.label}: {what} failed "
-                                 f"({done.stderr.strip()[-400:]}); see {self.dir / 'make.log'}")
+            raise self._failed(what, done.stderr + done.stdout)
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """What :meth:`TflmBuild.binaries` made of one export, in its folder."""
+
+    folder: Path
+
+    @property
+    def harness(self) -> Path:
+        return self.folder / "harness"
+
+    @property
+    def example(self) -> Path:
+        return self.folder / "example"
+
+    @property
+    def firmware(self) -> Path:
+        return self.folder / "firmware.elf"
+
+    @property
+    def firmware_map(self) -> Path:
+        return self.folder / "firmware.map"
+
+    @property
+    def export(self) -> Path:
+        """The export's files as they were compiled."""
+        return self.folder / "export"
+
+    @classmethod
+    def at(cls, folder: Path) -> Binaries | None:
+        """The binaries of a finished earlier build of this export, or None."""
+        return cls(folder) if (folder / "ok.json").is_file() else None
+
+
+@dataclass(frozen=True)
+class MemoryMap:
+    """The device's memory as a firmware link sees it: flash and RAM sizes (the profile's
+    ``device.flash`` and ``device.sram``; a generous default where it sets none)."""
+
+    flash_bytes: int
+    ram_bytes: int
+    flash_origin: int = 0x0800_0000
+    ram_origin: int = 0x2000_0000
+    #: Stack the linker script keeps above the static data (newlib's crt0 starts it there).
+    stack_bytes: int = 8 * 1024
+
+    @property
+    def tag(self) -> str:
+        return f"f{self.flash_bytes:x}r{self.ram_bytes:x}"
+
+    def linker_script(self) -> str:
+        """A minimal Cortex-M script: code and constants in FLASH, data copied to RAM,
+        zeroed data and the stack in RAM (what a vendor's script does, without a vector
+        table: the board's start-up code is not the model's)."""
+        return "\n".join([
+            "/* devicefit's firmware link of an export (generated): the profile's memory. */",
+            "MEMORY",
+            "{",
+            f"  FLASH (rx) : ORIGIN = 0x{self.flash_origin:08x}, LENGTH = {self.flash_bytes}",
+            f"  RAM (rwx) : ORIGIN = 0x{self.ram_origin:08x}, LENGTH = {self.ram_bytes}",
+            "}",
+            "ENTRY(_start)",
+            "SECTIONS",
+            "{",
+            "  .text : { KEEP(*(.init)) KEEP(*(.fini)) *(.text .text.*) } > FLASH",
+            "  .rodata : { . = ALIGN(16); *(.rodata .rodata.*) } > FLASH",
+            "  .ARM.extab : { *(.ARM.extab* .gnu.linkonce.armextab.*) } > FLASH",
+            "  .ARM.exidx : { __exidx_start = .; *(.ARM.exidx* .gnu.linkonce.armexidx.*)"
+            " __exidx_end = .; } > FLASH",
+            "  .preinit_array : { PROVIDE_HIDDEN(__preinit_array_start = .);"
+            " KEEP(*(.preinit_array)) PROVIDE_HIDDEN(__preinit_array_end = .); } > FLASH",
+            "  .init_array : { PROVIDE_HIDDEN(__init_array_start = .);"
+            " KEEP(*(SORT(.init_array.*))) KEEP(*(.init_array))"
+            " PROVIDE_HIDDEN(__init_array_end = .); } > FLASH",
+            "  .fini_array : { PROVIDE_HIDDEN(__fini_array_start = .);"
+            " KEEP(*(.fini_array)) PROVIDE_HIDDEN(__fini_array_end = .); } > FLASH",
+            "  .data : { . = ALIGN(4); __data_start__ = .; *(.data .data.*) . = ALIGN(4);"
+            " __data_end__ = .; } > RAM AT > FLASH",
+            "  .bss (NOLOAD) : { . = ALIGN(4); __bss_start__ = .; *(.bss .bss.*) *(COMMON)"
+            " . = ALIGN(4); __bss_end__ = .; } > RAM",
+            "  . = ALIGN(8);",
+            "  end = .; PROVIDE(_end = .);",
+            "  __stack = ORIGIN(RAM) + LENGTH(RAM); _stack = __stack;",
+            f"  ASSERT(end + {self.stack_bytes} <= __stack, \"RAM: no room for the stack\")",
+            "}",
+            "",
+        ])
 
 
 def toolchain_version(env: Mapping[str, str] | None = None) -> str:
-    return _first_line(["arm-none-eabi-gcc", "--version"], env)
+    try:
+        return find_toolchain(env).version
+    except TargetBuildError:
+        return "not found"
 
 
 def qemu_version(env: Mapping[str, str] | None = None) -> str:
@@ -697,7 +875,7 @@ def qemu_version(env: Mapping[str, str] | None = None) -> str:
 
 def _first_line(cmd: list[str], env: Mapping[str, str] | None) -> str:
     try:
-        out = subprocess.run(cmd, env=dict(env or tool_env()), capture_output=True, text=True)
+        out = subprocess.run(cmd, env=dict(env or os.environ), capture_output=True, text=True)
     except OSError:
         return "not found"
     return (out.stdout.splitlines() or ["?"])[0].strip()

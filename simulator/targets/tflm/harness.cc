@@ -1,18 +1,21 @@
-// devicefit's target-build harness: loads a .tflite in a TFLite-Micro build for the
-// device's core and kernel library (run under QEMU with semihosting) and prints what the
-// interpreter allocated. devicefit compiles it once per set of operators, with a generated
-// "df_ops.inc" that lists the MicroMutableOpResolver methods of the model's operators
-// (DF_OP(AddConv2D) ...), and links it against the build's objects.
+// devicefit's measuring wrapper around an export (simulator/targets/tflm/export.py): the
+// exported model array, op resolver and arena, compiled for the device's core and kernel
+// library and run under QEMU with semihosting. devicefit compiles it per export with a
+// generated "df_export.h" that includes the export's header and names it:
+//   namespace df = <name>;  #define DF_MODEL_DATA <name>_model_data  (and DF_ARENA)
 //
-//   harness MODEL report ARENA INPUTS OUTPUTS
-//       RecordingMicroAllocator on an ARENA-byte arena: AllocateTensors, one Invoke on the
-//       bytes of INPUTS (the input tensors' bytes back to back; "-": zeros), the outputs'
+//   harness report ARENA INPUTS OUTPUTS
+//       RecordingMicroAllocator on an ARENA-byte heap arena: AllocateTensors, one Invoke on
+//       the bytes of INPUTS (the input tensors' bytes back to back; "-": zeros), the outputs'
 //       bytes written to OUTPUTS ("-": not written); prints head / tail / total, the tail
 //       by category, and every buffer the memory planner was given.
-//   harness MODEL probe ARENA INPUTS invoke|allocate
+//   harness probe ARENA INPUTS invoke|allocate
 //       An application's own set-up on exactly ARENA bytes (MicroInterpreter on a plain
 //       MicroAllocator), up to AllocateTensors or through one Invoke. One probe per
 //       process: a too-small arena can crash TFLM instead of failing cleanly.
+//   harness export - INPUTS OUTPUTS
+//       The export as a firmware uses it: its arena array of its constant size, through
+//       one Invoke; the outputs written as in report.
 //
 // Every line devicefit reads starts with "DF " (see simulator/targets/tflm/qemu.py).
 // TFLM's own messages (MicroPrintf) go to stderr.
@@ -34,6 +37,8 @@
 #include "tensorflow/lite/schema/schema_generated.h"
 #include "tensorflow/lite/schema/schema_utils.h"
 
+#include "df_export.h"
+
 #ifndef DF_BUILD_NAME
 #define DF_BUILD_NAME "unnamed"
 #endif
@@ -47,17 +52,7 @@ extern "C" int DebugVsnprintf(char* buffer, size_t buf_size, const char* format,
 
 namespace {
 
-constexpr int kMaxOps = 128;
-using Resolver = tflite::MicroMutableOpResolver<kMaxOps>;
-
-bool AddOps(Resolver& resolver) {
-  bool ok = true;
-#define DF_OP(method) \
-  if (resolver.method() != kTfLiteOk) { printf("DF op_failed %s\n", #method); ok = false; }
-#include "df_ops.inc"
-#undef DF_OP
-  return ok;
-}
+using Resolver = df::OpResolver;
 
 // n bytes starting on a 16-byte boundary, never freed (newlib's C++ mode declares no
 // posix_memalign). An application's arena is aligned the same way (alignas(16)).
@@ -67,7 +62,7 @@ uint8_t* Aligned(size_t n) {
   return block + (16 - reinterpret_cast<uintptr_t>(block) % 16) % 16;
 }
 
-// Whole file into a 16-byte aligned heap block (flatbuffers want aligned tables).
+// Whole file into a 16-byte aligned heap block (the inputs).
 uint8_t* ReadFile(const char* path, size_t* size) {
   FILE* f = fopen(path, "rb");
   if (f == nullptr) return nullptr;
@@ -125,6 +120,20 @@ uint32_t Fnv1a(const uint8_t* p, size_t n) {
   uint32_t h = 2166136261u;
   for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 16777619u;
   return h;
+}
+
+// Prints each output's digest and writes the outputs' bytes back to back ("-": not written).
+void WriteOutputs(tflite::MicroInterpreter& interpreter, const char* outputs_path) {
+  FILE* out = strcmp(outputs_path, "-") == 0 ? nullptr : fopen(outputs_path, "wb");
+  for (size_t i = 0; i < interpreter.outputs_size(); ++i) {
+    TfLiteTensor* t = interpreter.output(i);
+    printf("DF output %u type %d bytes %u fnv %08x\n", static_cast<unsigned>(i),
+           static_cast<int>(t->type), static_cast<unsigned>(t->bytes),
+           static_cast<unsigned>(Fnv1a(t->data.uint8, t->bytes)));
+    if (out != nullptr) fwrite(t->data.raw, 1, t->bytes, out);
+  }
+  if (out != nullptr) fclose(out);
+  fflush(stdout);
 }
 
 const char* const kCategories[] = {"eval_tensors",     "persistent_tensors",
@@ -205,16 +214,7 @@ int Report(const Run& run, size_t arena_size, const char* outputs_path) {
   }
   FillInputs(interpreter, run.inputs, run.inputs_size);
   if (interpreter.Invoke() != kTfLiteOk) { printf("DF result fail invoke\n"); return 1; }
-  FILE* out = strcmp(outputs_path, "-") == 0 ? nullptr : fopen(outputs_path, "wb");
-  for (size_t i = 0; i < interpreter.outputs_size(); ++i) {
-    TfLiteTensor* t = interpreter.output(i);
-    printf("DF output %u type %d bytes %u fnv %08x\n", static_cast<unsigned>(i),
-           static_cast<int>(t->type), static_cast<unsigned>(t->bytes),
-           static_cast<unsigned>(Fnv1a(t->data.uint8, t->bytes)));
-    if (out != nullptr) fwrite(t->data.raw, 1, t->bytes, out);
-  }
-  if (out != nullptr) fclose(out);
-  fflush(stdout);
+  WriteOutputs(interpreter, outputs_path);
 
   // The planner's input, on a second interpreter over a fresh arena.
   static PrintingPlanner planner;
@@ -233,65 +233,69 @@ int Report(const Run& run, size_t arena_size, const char* outputs_path) {
 }
 
 // What an application does: MicroAllocator::Create on its arena (what MicroInterpreter's
-// arena constructor calls), then AllocateTensors and Invoke.
-int Probe(const Run& run, size_t arena_size, bool invoke) {
-  uint8_t* arena = Aligned(arena_size);
-  const char* failed = nullptr;
+// arena constructor calls), then AllocateTensors and, with `outputs`, Invoke. Returns the
+// stage that failed, or nullptr.
+const char* Application(const Run& run, uint8_t* arena, size_t arena_size, bool invoke,
+                        const char* outputs_path) {
   auto* allocator = arena ? tflite::MicroAllocator::Create(arena, arena_size) : nullptr;
-  if (allocator == nullptr) {
-    failed = "allocator";
-  } else {
-    tflite::MicroResourceVariables* variables = nullptr;
-    if (run.resource_variables > 0) {
-      variables = Variables(allocator, run.resource_variables);
-      if (variables == nullptr) failed = "resource_variables";
-    }
-    if (failed == nullptr) {
-      tflite::MicroInterpreter interpreter(run.model, *run.resolver, allocator, variables);
-      if (interpreter.initialization_status() != kTfLiteOk) {
-        failed = "init";
-      } else if (interpreter.AllocateTensors() != kTfLiteOk) {
-        failed = "allocate";
-      } else if (invoke) {
-        FillInputs(interpreter, run.inputs, run.inputs_size);
-        if (interpreter.Invoke() != kTfLiteOk) failed = "invoke";
-      }
-    }
+  if (allocator == nullptr) return "allocator";
+  tflite::MicroResourceVariables* variables = nullptr;
+  if (run.resource_variables > 0) {
+    variables = Variables(allocator, run.resource_variables);
+    if (variables == nullptr) return "resource_variables";
   }
+  tflite::MicroInterpreter interpreter(run.model, *run.resolver, allocator, variables);
+  if (interpreter.initialization_status() != kTfLiteOk) return "init";
+  if (interpreter.AllocateTensors() != kTfLiteOk) return "allocate";
+  if (!invoke) return nullptr;
+  FillInputs(interpreter, run.inputs, run.inputs_size);
+  if (interpreter.Invoke() != kTfLiteOk) return "invoke";
+  if (outputs_path != nullptr) WriteOutputs(interpreter, outputs_path);
+  return nullptr;
+}
+
+int Probe(const Run& run, size_t arena_size, bool invoke) {
+  const char* failed = Application(run, Aligned(arena_size), arena_size, invoke, nullptr);
   printf("DF probe %u %s%s\n", static_cast<unsigned>(arena_size), failed ? "fail " : "ok",
          failed ? failed : "");
+  return failed ? 1 : 0;
+}
+
+// The exported arena array, at its constant size.
+int Export(const Run& run, const char* outputs_path) {
+  const char* failed = Application(run, DF_ARENA, df::kArenaSize, true, outputs_path);
+  printf("DF export arena %u %s%s\n", static_cast<unsigned>(df::kArenaSize),
+         failed ? "fail " : "ok", failed ? failed : "");
   return failed ? 1 : 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    printf("DF usage MODEL report|probe ARENA INPUTS OUTPUTS|invoke|allocate\n");
+  if (argc != 5) {
+    printf("DF usage report|probe|export ARENA|- INPUTS OUTPUTS|invoke|allocate\n");
     return 2;
   }
-  printf("DF harness 1 build %s pointer %u\n", DF_BUILD_NAME,
+  printf("DF harness 2 build %s pointer %u\n", DF_BUILD_NAME,
          static_cast<unsigned>(sizeof(void*)));
-  size_t model_size = 0;
-  uint8_t* model_data = ReadFile(argv[1], &model_size);
-  if (model_data == nullptr) { printf("DF error cannot read %s\n", argv[1]); return 2; }
   size_t inputs_size = 0;
   uint8_t* inputs = nullptr;
-  if (strcmp(argv[4], "-") != 0) {
-    inputs = ReadFile(argv[4], &inputs_size);
-    if (inputs == nullptr) { printf("DF error cannot read %s\n", argv[4]); return 2; }
+  if (strcmp(argv[3], "-") != 0) {
+    inputs = ReadFile(argv[3], &inputs_size);
+    if (inputs == nullptr) { printf("DF error cannot read %s\n", argv[3]); return 2; }
   }
-  const tflite::Model* model = tflite::GetModel(model_data);
+  const tflite::Model* model = tflite::GetModel(DF_MODEL_DATA);
   static Resolver resolver;
-  if (!AddOps(resolver)) { printf("DF result fail resolver\n"); return 1; }
+  if (df::RegisterOps(resolver) != kTfLiteOk) { printf("DF result fail resolver\n"); return 1; }
   Run run{model, &resolver, ResourceVariables(model), inputs, inputs_size};
   printf("DF model bytes %u subgraphs %u resource_variables %d\n",
-         static_cast<unsigned>(model_size), static_cast<unsigned>(model->subgraphs()->size()),
-         run.resource_variables);
+         static_cast<unsigned>(df::kModelSize),
+         static_cast<unsigned>(model->subgraphs()->size()), run.resource_variables);
   fflush(stdout);
-  size_t arena = strtoul(argv[3], nullptr, 10);
-  if (strcmp(argv[2], "report") == 0) return Report(run, arena, argv[5]);
-  if (strcmp(argv[2], "probe") == 0) return Probe(run, arena, strcmp(argv[5], "invoke") == 0);
-  printf("DF usage unknown mode %s\n", argv[2]);
+  if (strcmp(argv[1], "export") == 0) return Export(run, argv[4]);
+  size_t arena = strtoul(argv[2], nullptr, 10);
+  if (strcmp(argv[1], "report") == 0) return Report(run, arena, argv[4]);
+  if (strcmp(argv[1], "probe") == 0) return Probe(run, arena, strcmp(argv[4], "invoke") == 0);
+  printf("DF usage unknown mode %s\n", argv[1]);
   return 2;
 }

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,7 +21,13 @@ from devicefit.simulator.model import INTEGER_DTYPES, Model
 from devicefit.simulator.planners import plan_memory
 from devicefit.simulator.profile_types import Ops, Profile
 from devicefit.simulator.profiles import with_runtime
-from devicefit.simulator.report import CrossCheck, MeasuredReport, MemoryReport, TargetMeasurement
+from devicefit.simulator.report import (
+    CrossCheck,
+    MeasuredReport,
+    MemoryReport,
+    OutputDiff,
+    TargetMeasurement,
+)
 from devicefit.simulator.runtimes import (
     compare_outputs,
     input_specs,
@@ -33,11 +38,13 @@ from devicefit.simulator.runtimes import (
 from devicefit.simulator.targets.registry import TARGETS
 from devicefit.simulator.targets.tflm import TARGET
 from devicefit.simulator.targets.tflm import ops as tflm_ops
-from devicefit.simulator.types import Basis, ModelRuns, RunOptions, RunResult
+from devicefit.simulator.targets.tflm.export import export_files, export_spec
+from devicefit.simulator.targets.tflm.settings import OutputTolerance
+from devicefit.simulator.types import Basis, BuildRequest, ModelRuns, RunOptions, RunResult
 from devicefit.simulator.units import format_bytes
 
 if TYPE_CHECKING:
-    from devicefit.simulator.targets.tflm.build import BuildSpec
+    from devicefit.simulator.targets.tflm.build import BuildSpec, MemoryMap
 
 #: Ops that only convert between float and integer at the model's edges.
 _EDGE_OPS = {"QUANTIZE", "DEQUANTIZE"}
@@ -130,16 +137,16 @@ def cross_check(model: Model, profile: Profile, setup: ModelRuns, host: RunResul
     return CrossCheck(runtimes, bit_exact=exact, max_abs_difference=diff), notes
 
 
-def device_build(build_dir: str | Path, profile: Profile) -> OnBuild:
+def device_build(request: BuildRequest, profile: Profile) -> OnBuild:
     """The measurement on the device's own TFLM build: the user's checkout built for the
-    profile's core and kernels, run under QEMU (:mod:`.qemu`); a
-    :class:`~.build.TargetBuildError` (one line) now, before anything runs, when there is
-    no such build."""
+    profile's core and kernels, the model exported (:mod:`.export`) and run as exported
+    under QEMU (:mod:`.qemu`); a :class:`~.build.TargetBuildError` (one line) now, before
+    anything runs, when there is no such build."""
     # Imported here: only --target-build needs the builder.
     from devicefit.simulator.targets.tflm.build import spec_for
 
-    return OnBuild(spec_for(build_dir, profile.device.cpu, profile.runtime.kernels,
-                            profile.name))
+    return OnBuild(spec_for(request.checkout, profile.device.cpu, profile.runtime.kernels,
+                            profile.name), request)
 
 
 @dataclass(frozen=True)
@@ -147,15 +154,23 @@ class OnBuild:
     """The model measured on one TFLM build (:func:`device_build`)."""
 
     spec: BuildSpec
+    request: BuildRequest
 
     def __call__(self, measured: MeasuredReport, model: Model, profile: Profile,
-                 setup: ModelRuns, host: RunResult | None) -> tuple[MeasuredReport, list[str]]:
+                 setup: ModelRuns, host: RunResult | None, memory: MemoryReport
+                 ) -> tuple[MeasuredReport, list[str]]:
         """``measured`` with the build's figures. The inputs are the host run's (the same
-        file, or the same seed), so the outputs of the build are compared with the host
-        runtime's (``host``; None: that run failed). A build that runs the model gives the
-        device arena: its smallest working arena, measured (the budget is judged on it)."""
-        from devicefit.simulator.targets.tflm.build import TflmBuild
-        from devicefit.simulator.targets.tflm.qemu import measure
+        file, or the same seed), so the export's outputs on the build are compared with
+        the host runtime's (``host``; None: that run failed). A build that runs the model
+        gives the device arena: its smallest working arena, measured (the budget is judged
+        on it), and the flash of the linked image."""
+        from devicefit.simulator.targets.tflm.build import (
+            BuildFailure,
+            TargetBuildError,
+            TflmBuild,
+            checkout_methods,
+        )
+        from devicefit.simulator.targets.tflm.qemu import ExportRun, measure
 
         spec = self.spec
         specs = input_specs(model)
@@ -163,28 +178,100 @@ class OnBuild:
                   else random_inputs(specs))
         build = TflmBuild(spec)
         try:
-            target, outputs = measure(build, Path(model.path), model.op_types, inputs,
-                                      starting_arena(model))
-        except RuntimeFailure as exc:  # the build or QEMU failed: a finding, the host run stands
+            methods, source = checkout_methods(spec.tflm_dir)
+            export = export_spec(model, profile, memory, methods, source,
+                                 self.request.export_name, self.request.arena_margin)
+            files = tuple(export_files(export))
+            run = ExportRun(files, tuple(r.method for r in export.registrations),
+                            export.arena.bytes, export.name)
+            target, outputs = measure(build, run, inputs, starting_arena(model),
+                                      memory_map(profile), timeout_s=setup.timeout_s)
+        except (RuntimeFailure, BuildFailure, TargetBuildError, OSError) as exc:
+            # the set-up failed: nothing was measured, and the verdict says so
             target, outputs = TargetMeasurement(f"{build.label} (qemu)", spec.core,
-                                                spec.kernels, build.key, "error",
+                                                spec.kernels, build.source, "error",
                                                 message=str(exc)), []
-        if host is not None and target.ok:
-            as_host = [np.frombuffer(raw.tobytes(), dtype=ref.dtype).reshape(ref.shape)
-                       if raw.size == ref.nbytes else raw
-                       for raw, ref in zip(outputs, host.outputs)]
-            exact, diff = compare_outputs(as_host, host.outputs)
-            target = dataclasses.replace(target, outputs_agree=exact, max_abs_difference=diff,
-                                         compared_with=f"{host.runtime} on this host, same "
-                                                       f"inputs")
+        if host is not None and target.ok and target.arena_constant_starts:
+            target = compared(target, outputs, host, tolerance(profile))
+        note = _note(target)
         if not target.ok:
-            note = (f"{target.build}: {target.status}"
-                    + (f" ({', '.join(target.unsupported_ops)})" if target.unsupported_ops
-                       else f": {target.message}" if target.message else ""))
-            return dataclasses.replace(measured, target_build=target), [note]
+            return dataclasses.replace(measured, target_build=target), [note] if note else []
         budget = profile.budgets.arena_bytes
         arena = target.min_arena_bytes or 0
         return dataclasses.replace(
             measured, target_build=target, arena_bytes=arena, arena_basis=Basis.MEASURED,
             arena_budget_bytes=budget,
-            over_budget_bytes=None if budget is None else max(0, arena - budget)), []
+            over_budget_bytes=None if budget is None else max(0, arena - budget)), \
+            [note] if note else []
+
+
+def _note(target: TargetMeasurement) -> str | None:
+    """What the build found that the verdict fails on, as one note."""
+    if not target.ok:
+        return (f"{target.build}: {target.status}"
+                + (f" ({', '.join(target.unsupported_ops)})" if target.unsupported_ops
+                   else f": {target.message}" if target.message else ""))
+    if target.arena_constant_starts is False:
+        return f"{target.build}: {target.message}"
+    if target.outputs_within_tolerance is False:
+        worst = max(target.output_diffs, key=lambda d: (d.max_steps or 0, d.relative))
+        return (f"{target.build}: outputs differ from the host run beyond the tolerance "
+                f"({target.tolerance}): output {worst.index} by {_diff_text(worst)}")
+    return None
+
+
+def _diff_text(d: OutputDiff) -> str:
+    if d.max_steps is not None:
+        return f"{d.max_steps} quantization step(s) ({d.differing} of {d.elements} elements)"
+    return f"{d.max_abs:.3g} ({d.relative:.2%} of its largest magnitude; {d.differing} of " \
+           f"{d.elements} elements)"
+
+
+def memory_map(profile: Profile) -> MemoryMap:
+    """The device's flash and SRAM for the firmware link (generous where the profile sets
+    none: the link then measures, it does not judge)."""
+    from devicefit.simulator.targets.tflm.build import MemoryMap
+
+    d = profile.device
+    return MemoryMap(d.flash_bytes or 64 * 1024 * 1024,
+                     d.sram_bytes or d.ram_bytes or 64 * 1024 * 1024)
+
+
+def tolerance(profile: Profile) -> OutputTolerance:
+    settings = profile.target_settings
+    return settings if isinstance(settings, OutputTolerance) else OutputTolerance()
+
+
+def compared(target: TargetMeasurement, outputs: list[np.ndarray], host: RunResult,
+             allowed: OutputTolerance) -> TargetMeasurement:
+    """``target`` with each output against the host run's, judged against ``allowed``."""
+    diffs = tuple(output_diff(i, raw, ref) for i, (raw, ref)
+                  in enumerate(zip(outputs, host.outputs, strict=False)))
+    exact = all(d.differing == 0 for d in diffs) and len(diffs) == len(host.outputs)
+    within = len(diffs) == len(host.outputs) and all(allowed.admits(d) for d in diffs)
+    worst = max((d.max_steps if d.max_steps is not None else d.max_abs for d in diffs),
+                default=0)
+    return dataclasses.replace(target, outputs_agree=exact, max_abs_difference=float(worst),
+                               compared_with=f"{host.runtime} on this host, same inputs",
+                               output_diffs=diffs, tolerance=allowed.text(),
+                               outputs_within_tolerance=within)
+
+
+def output_diff(index: int, raw: np.ndarray, ref: np.ndarray) -> OutputDiff:
+    """One output of the build (its raw bytes) against the host's array."""
+    got = (np.frombuffer(raw.tobytes(), dtype=ref.dtype).reshape(ref.shape)
+           if raw.size == ref.nbytes else None)
+    if got is None:  # another size: every element differs
+        return OutputDiff(index, str(ref.dtype), ref.size, ref.size,
+                          None if ref.dtype.kind == "f" else -1, float("inf"), float("inf"))
+    if ref.dtype.kind in "iub":
+        steps = np.abs(got.astype(np.int64) - ref.astype(np.int64))
+        return OutputDiff(index, str(ref.dtype), int(np.count_nonzero(steps)), ref.size,
+                          int(steps.max(initial=0)))
+    delta = np.abs(got.astype(np.float64) - ref.astype(np.float64))
+    delta = np.where(np.isnan(got) & np.isnan(ref), 0.0, delta)
+    worst = float(np.nan_to_num(delta, nan=np.inf).max(initial=0.0))
+    scale = float(np.abs(ref.astype(np.float64)).max(initial=0.0))
+    return OutputDiff(index, str(ref.dtype), int(np.count_nonzero(delta)), ref.size,
+                      None, worst, worst / scale if scale > 0 else (0.0 if worst == 0 else
+                                                                    float("inf")))

@@ -1,13 +1,17 @@
-"""Measure a model on a TFLM target build (:mod:`.build`) under QEMU.
+"""Measure an export (:mod:`.export`) on a TFLM target build (:mod:`.build`) under QEMU.
 
-The harness (``harness.cc``, linked per set of operators) runs once with a large arena and
-TFLM's RecordingMicroAllocator — head, tail, total, the tail by category, the planner's
-buffers, the outputs — then the smallest working arena is searched over multiples of 16
-(the arena starts 16-byte aligned and the tail is placed down from its aligned-down end, so
-only there is success monotone), one fresh QEMU process per probe: a too-small arena can
-crash TFLM instead of failing cleanly. Probes set up the interpreter as an application does
+The build compiles the export's own files, with a thin measuring wrapper
+(``harness.cc``): the wrapper runs once with a large heap arena and TFLM's
+RecordingMicroAllocator — head, tail, total, the tail by category, the planner's buffers —
+then the export runs as a firmware uses it (its arena array at its constant, through one
+Invoke: its outputs are the ones compared with the host's), then the export's example
+program, then the smallest working arena is searched over multiples of 16 (the arena
+starts 16-byte aligned and the tail is placed down from its aligned-down end, so only there
+is success monotone), one fresh QEMU process per probe: a too-small arena can crash TFLM
+instead of failing cleanly. Probes set up the interpreter as an application does
 (MicroInterpreter on a plain MicroAllocator) and run AllocateTensors; the smallest size
-found is then checked once more through one Invoke.
+found is then checked once more through one Invoke. Flash is read from the example linked
+as firmware for the core (:mod:`.firmware`).
 
 Debian's ``qemu-arm`` 7.2 aborts in user mode on every M-profile ``-cpu``; the code, all
 compiled with ``-mcpu=<core>``, runs on the A-profile cortex-a15 model with semihosting.
@@ -23,7 +27,7 @@ import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +36,9 @@ import numpy as np
 from devicefit.simulator.errors import RuntimeFailure
 from devicefit.simulator.lifetimes import align_up
 from devicefit.simulator.report import PlannerBuffer, TailCategory, TargetMeasurement
-from devicefit.simulator.targets.tflm.build import TflmBuild
+from devicefit.simulator.targets.tflm.build import MemoryMap, TflmBuild
+from devicefit.simulator.targets.tflm.export import ExportedFile, export_digest
+from devicefit.simulator.targets.tflm.firmware import firmware_flash
 
 QEMU_CPU = "cortex-a15"
 #: Cores whose instructions the A-profile model lacks (MVE): built, not run here.
@@ -40,7 +46,6 @@ UNRUNNABLE_CORES = {"cortex-m55": "MVE (Helium)", "cortex-m85": "MVE (Helium)"}
 #: The largest arena a report run tries (it doubles from the first guess on failure).
 MAX_ARENA = 256 * 1024 * 1024
 PROBE_TIMEOUT_S = 600.0
-MODEL = "model.tflite"
 #: A probe (no Invoke) that takes this many times the report run (which also invokes), or
 #: at least this many seconds, is taken as hung.
 PROBE_TIMEOUT_FACTOR = 5.0
@@ -119,13 +124,13 @@ def qemu_command(binary: Path, args: Sequence[str]) -> list[str]:
 
 def _run(build: TflmBuild, binary: Path, args: Sequence[str], work: Path,
          timeout_s: float) -> subprocess.CompletedProcess[str] | None:
-    """One harness process under QEMU in ``work`` (file names relative to it: semihosting
-    hands the program a command line of limited length); None when it did not finish
-    within ``timeout_s``."""
+    """One program under QEMU in ``work`` (file names relative to it: semihosting hands the
+    program a command line of limited length); None when it did not finish within
+    ``timeout_s`` (killed with its process group: nothing is left running)."""
     try:
         return subprocess.run(qemu_command(binary, args), cwd=work, env=build.env,
                               capture_output=True, text=True, timeout=timeout_s,
-                              errors="replace")
+                              errors="replace", start_new_session=True)
     except subprocess.TimeoutExpired:
         return None
 
@@ -174,19 +179,39 @@ def search_min_arena(probe: Callable[[int], bool], start: int) -> tuple[int, int
     return hi, probes
 
 
-def measure(build: TflmBuild, model_path: Path, op_names: Iterable[str],
-            inputs: Sequence[np.ndarray], first_arena: int,
+@dataclass(frozen=True)
+class ExportRun:
+    """An export to measure: its files, the resolver methods it registers, and its figures
+    (:mod:`.export`)."""
+
+    files: tuple[ExportedFile, ...]
+    methods: tuple[str, ...]
+    arena_constant: int
+    name: str
+
+    @property
+    def digest(self) -> str:
+        return export_digest(self.files)
+
+
+def measure(build: TflmBuild, export: ExportRun, inputs: Sequence[np.ndarray],
+            first_arena: int, memory: MemoryMap,
             timeout_s: float = PROBE_TIMEOUT_S) -> tuple[TargetMeasurement, list[np.ndarray]]:
-    """Build (incrementally) and run ``model_path`` on ``build``; the measurement and the
-    raw output bytes of the report run (empty when it did not get that far)."""
+    """Build (incrementally) the export on ``build`` and run it under QEMU; the measurement
+    and the raw output bytes of the export's own run (its arena array, its constant; empty
+    when it did not get that far)."""
     spec = build.spec
     measured = functools.partial(TargetMeasurement, build=f"{build.label} (qemu)",
-                                 core=spec.core, kernels=spec.kernels, tflm=build.key)
-    binary, lacking = build.harness(op_names)
-    if lacking:
-        return measured(status="unsupported", unsupported_ops=tuple(lacking),
-                        message="the build's op resolver has no method for "
-                                + ", ".join(lacking)), []
+                                 core=spec.core, kernels=spec.kernels, tflm=build.source,
+                                 export_sha256=export.digest,
+                                 arena_constant=export.arena_constant)
+    binaries = build.binaries(export.files, export.methods, memory)
+    if isinstance(binaries, list):
+        return measured(status="unsupported", unsupported_ops=tuple(binaries),
+                        message="the build has no kernel for " + ", ".join(binaries)), []
+    flash = firmware_flash(binaries.firmware_map.read_text(errors="replace"),
+                           build.classifier(export.name), build.firmware_image)
+    measured = functools.partial(measured, flash=flash)
     if spec.core in UNRUNNABLE_CORES:
         return measured(
             status="not runnable here",
@@ -194,18 +219,19 @@ def measure(build: TflmBuild, model_path: Path, op_names: Iterable[str],
                     " (an MPS3 board in qemu-system-arm would run it)"), []
     with tempfile.TemporaryDirectory(prefix="devicefit-target-") as tmp:
         work = Path(tmp)
-        (work / MODEL).symlink_to(model_path.resolve())
         inputs_file = work / "inputs.bin"
         inputs_file.write_bytes(b"".join(np.ascontiguousarray(a).tobytes() for a in inputs))
         outputs_file = work / "outputs.bin"
         arena = align_up(first_arena, 16)
+        harness = binaries.harness
         while True:
             started = time.monotonic()
-            done = _run(build, binary, [MODEL, "report", str(arena), inputs_file.name,
-                                        outputs_file.name], work, timeout_s)
+            done = _run(build, harness, ["report", str(arena), inputs_file.name, "-"], work,
+                        timeout_s)
             if done is None:
-                raise RuntimeFailure(f"{build.label}: qemu-arm gave no answer after "
-                                     f"{timeout_s:g} s running {model_path.name}")
+                return measured(status="timed out",
+                                message=f"qemu-arm gave no answer within {timeout_s:g} s "
+                                        "(--timeout)"), []
             run = parse_report(done.stdout)
             # grow only when TFLM said the arena is short ("... missing: N"), not when a
             # kernel's Prepare refused the model
@@ -218,25 +244,39 @@ def measure(build: TflmBuild, model_path: Path, op_names: Iterable[str],
             return measured(status=f"failed at {stage}",
                             message=_tflm_messages(done.stderr)
                             or done.stdout.strip()[-300:]), []
-        raw = outputs_file.read_bytes() if outputs_file.is_file() else b""
         # A too-small arena can also hang TFLM (its allocator objects overwrite the heap):
         # a probe far slower than the whole report run counts as a failure.
         probe_timeout = min(timeout_s, max(PROBE_TIMEOUT_MIN_S,
                                            PROBE_TIMEOUT_FACTOR * (time.monotonic() - started)))
 
         def probe(n: int, stage: str = "allocate") -> bool:
-            answer = _run(build, binary, [MODEL, "probe", str(n), inputs_file.name, stage],
+            answer = _run(build, harness, ["probe", str(n), inputs_file.name, stage],
                           work, timeout_s if stage == "invoke" else probe_timeout)
             return answer is not None and parse_probe(answer.stdout) == "ok"
 
+        as_exported = _run(build, harness, ["export", "-", inputs_file.name,
+                                            outputs_file.name], work, timeout_s)
+        starts = as_exported is not None and parse_export(as_exported.stdout) == "ok"
+        raw = outputs_file.read_bytes() if starts and outputs_file.is_file() else b""
+        example = _run(build, binaries.example, [], work, timeout_s)
         smallest, probes = search_min_arena(probe, run.total or 16)
         invokes = probe(smallest, "invoke")
     measurement = measured(
         status="ok", head=run.head, tail=run.tail, total=run.total,
         min_arena_bytes=smallest, min_arena_invokes=invokes, probes=probes + 1,
         tail_breakdown=run.tail_breakdown, planner_buffers=run.buffers,
-        planned_tensors=run.planned_tensors, output_hash=hashlib.sha256(raw).hexdigest())
+        planned_tensors=run.planned_tensors, output_hash=hashlib.sha256(raw).hexdigest(),
+        arena_constant_starts=starts,
+        example_ok=example is not None and example.returncode == 0,
+        message=None if starts else "the export's arena constant did not start: "
+        + (_tflm_messages(as_exported.stderr) if as_exported else "no answer"))
     return measurement, _split_outputs(raw, run.outputs)
+
+
+def parse_export(text: str) -> str | None:
+    """'ok' or 'fail <stage>' of an ``export`` run, or None when it died before answering."""
+    m = re.search(r"^DF export arena \d+ (ok|fail \w+)$", text, re.MULTILINE)
+    return m.group(1) if m else None
 
 
 def _split_outputs(raw: bytes, digests: Sequence[OutputDigest]) -> list[np.ndarray]:

@@ -1,0 +1,130 @@
+"""``devicefit export``: the model devicefit checked, as the firmware component a user ships.
+
+:func:`export_model` judges the model as ``simulate`` does (with ``target_build``: also
+built and run as exported on the device's own TFLM build under QEMU), refuses to write
+anything when the verdict fails, and writes the folder of
+:func:`simulator.targets.tflm.export.export_files` whole. The files a target build ran are
+the files written: a verification names the export's digest, and the digest of the files
+written must equal it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from devicefit.simulator.errors import DevicefitError, UsageError
+from devicefit.simulator.fileio import write_folder
+from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.reader import read_model
+from devicefit.simulator.report import Report, TargetMeasurement
+from devicefit.simulator.targets.registry import target_for
+from devicefit.simulator.targets.tflm.export import (
+    ExportedFile,
+    ExportSpec,
+    default_methods,
+    export_digest,
+    export_files,
+    export_spec,
+)
+from devicefit.simulator.types import BuildRequest
+from devicefit.simulator.views.messages import problems
+
+
+class ExportRefused(DevicefitError):
+    """The verdict fails: nothing is exported (exit 1)."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What :func:`export_model` wrote, and the report it rests on."""
+
+    folder: Path
+    spec: ExportSpec
+    files: tuple[ExportedFile, ...]
+    report: Report
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        text = next(f.text for f in self.files if f.path == "manifest.json")
+        data: dict[str, Any] = json.loads(text)
+        return data
+
+
+def resolver_names(checkout: Path | None) -> tuple[dict[str, str], str]:
+    """Resolver methods (op key → method) and where they come from: the user's TFLM
+    checkout's ``micro_mutable_op_resolver.h`` when given, else devicefit's table."""
+    from devicefit.simulator.targets.tflm.build import checkout_methods
+
+    if checkout is None:
+        return default_methods()
+    return checkout_methods(Path(checkout).expanduser().resolve())
+
+
+def export_model(model_path: str | Path, profile: Profile, out: str | Path, *,
+                 name: str | None = None, margin: int = 0, tflm: str | Path | None = None,
+                 target_build: str | Path | None = None, timeout_s: float = 60,
+                 probe: bool = True) -> Exported:
+    """Judge ``model_path`` on ``profile`` and write its export to ``out``.
+
+    ``tflm``: the TFLM checkout whose resolver method names the files use
+    (``target_build`` is one too); ``target_build``: also build and run the export on that
+    checkout for the profile's core and kernels (:class:`ExportRefused` when it does not
+    verify). Raises :class:`ExportRefused` when the verdict fails, writing nothing.
+    """
+    from devicefit.simulator.simulate import simulate
+
+    target = target_for(profile)
+    if target.name != "tflm":
+        raise UsageError(f"export writes a TFLite-Micro firmware component; profile "
+                         f"'{profile.name}' runs {target.title}")
+    checkout = Path(target_build or tflm) if (target_build or tflm) else None
+    methods, source = resolver_names(checkout)
+    request = (BuildRequest(str(target_build), name, margin) if target_build is not None
+               else None)
+    # The names are checked before any work: a misspelt --name is exit 2 at once.
+    spec_name = export_spec_name(model_path, name)
+    run_options: dict[str, Any] = (
+        {"target_build": request, "timeout_s": timeout_s} if request else {})
+    report = simulate(model_path, profile, run=request is not None, probe=probe,
+                      **run_options)
+    if not report.ok:
+        raise ExportRefused(f"not exported: the verdict for {profile.name} is FAIL: "
+                            + "; ".join(problems(report)))
+    spec = export_spec(read_model(model_path), profile, report.memory, methods, source,
+                       spec_name, margin)
+    verified = report.measured.target_build if report.measured else None
+    files = tuple(export_files(spec, verification(verified)))
+    if verified is not None and verified.export_sha256 != export_digest(files):
+        raise DevicefitError("the files to write differ from the files the target build "
+                             "ran (a devicefit bug): nothing written")
+    write_folder(Path(out), {f.path: f.text for f in files})
+    return Exported(Path(out), spec, files, report)
+
+
+def export_spec_name(model_path: str | Path, name: str | None) -> str:
+    from devicefit.simulator.targets.tflm.export import c_name
+
+    return c_name(Path(model_path).stem if name is None else name)
+
+
+def verification(t: TargetMeasurement | None) -> dict[str, Any] | None:
+    """The manifest's record of the target build that ran the export, or None."""
+    if t is None:
+        return None
+    return {
+        "build": t.build, "tflm": t.tflm, "export_sha256": t.export_sha256,
+        "arena_constant_starts": t.arena_constant_starts,
+        "smallest_arena_bytes": t.min_arena_bytes, "example_ok": t.example_ok,
+        "outputs_agree": t.outputs_agree, "outputs_within_tolerance": t.outputs_within_tolerance,
+        "tolerance": t.tolerance,
+        "output_diffs": [dataclasses.asdict(d) for d in t.output_diffs],
+        "flash": None if t.flash is None else {
+            "total_bytes": t.flash.total_bytes, "image": t.flash.image,
+            "parts": {p.name: p.bytes for p in t.flash.parts}},
+    }

@@ -1,0 +1,47 @@
+"""The TFLM target's own profile keys: how far the device build's outputs may be from the
+host run's (``--target-build``).
+
+A device build computes with its own kernels (CMSIS-NN's integer LSTM, soft-float math on a
+core without an FPU): its outputs can differ from the 64-bit host wheel's on the same
+inputs. The verdict fails when an output differs by more than the profile allows::
+
+    target_build:
+      output_steps: 1         # integer outputs: at most this many quantization steps
+      output_relative: 1e-5   # float outputs: at most this share of the largest magnitude
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from devicefit.simulator.report import OutputDiff
+from devicefit.simulator.schema import Leaf, integer, number
+
+SECTION = "target_build"
+PROFILE_KEYS: dict[str, Leaf] = {"output_steps": integer(0), "output_relative": number(0.0)}
+
+
+@dataclass(frozen=True)
+class OutputTolerance:
+    """How far each output of the device build may be from the host run's."""
+
+    steps: int = 1
+    relative: float = 1e-5
+
+    def admits(self, diff: OutputDiff) -> bool:
+        if diff.max_steps is not None:
+            return 0 <= diff.max_steps <= self.steps
+        return diff.relative <= self.relative
+
+    def text(self) -> str:
+        return f"{self.steps} step(s) for integer outputs, {self.relative:g} relative for float"
+
+
+def settings(values: Mapping[str, Mapping[str, Any]]) -> OutputTolerance:
+    """``Profile.target_settings`` of a TFLM profile."""
+    own = values.get(SECTION, {})
+    base = OutputTolerance()
+    return OutputTolerance(own.get("output_steps", base.steps),
+                           own.get("output_relative", base.relative))
