@@ -217,6 +217,9 @@ def _output_lines(t: TargetMeasurement) -> list[str]:
         return []
     if t.outputs_agree:
         return [f"    outputs vs {t.compared_with}: agree bit for bit"]
+    if t.outputs_within_tolerance is None:  # a record from before the tolerance
+        return [f"    outputs vs {t.compared_with}: differ (max difference "
+                f"{t.max_abs_difference:g})"]
     within = "within" if t.outputs_within_tolerance else "BEYOND"
     lines = [f"    outputs vs {t.compared_with}: differ, {within} the tolerance "
              f"({t.tolerance})"]

@@ -180,6 +180,8 @@ def find_toolchain(env: Mapping[str, str] | None = None) -> Toolchain:
 
 
 _GENERATOR_MODULES = "import numpy, PIL"
+#: Where Debian's python3 (with python3-numpy and python3-pil) is.
+SYSTEM_PYTHON = "/usr/bin/python3"
 
 
 def generator_python(env: Mapping[str, str] | None = None) -> str | None:
@@ -187,7 +189,7 @@ def generator_python(env: Mapping[str, str] | None = None) -> str | None:
     system's; None when neither has both."""
     path = (env or os.environ).get("PATH", "")
     seen: list[str] = []
-    for candidate in (shutil.which("python3", path=path), "/usr/bin/python3"):
+    for candidate in (shutil.which("python3", path=path), SYSTEM_PYTHON):
         if candidate is None or candidate in seen or not os.access(candidate, os.X_OK):
             continue
         seen.append(candidate)
@@ -225,14 +227,14 @@ def check_checkout(spec: BuildSpec) -> None:
         raise TargetBuildError(
             f"--target-build: {downloads} has incomplete trees: {', '.join(empty)}; run "
             "TFLM's download scripts in the checkout again (devicefit downloads nothing)")
-    if lacking := missing_tools():
-        raise TargetBuildError(f"--target-build needs {', '.join(lacking)} on PATH (Debian: "
-                               f"{DEBIAN_PACKAGES})")
     if generator_python() is None:
         raise TargetBuildError(
             "--target-build: TFLM's Makefile runs python3 scripts that need numpy and PIL, "
-            "and neither the python3 on PATH nor /usr/bin/python3 has both (Debian: "
+            f"and neither the python3 on PATH nor {SYSTEM_PYTHON} has both (Debian: "
             "python3-numpy python3-pil)")
+    if lacking := missing_tools():
+        raise TargetBuildError(f"--target-build needs {', '.join(lacking)} on PATH (Debian: "
+                               f"{DEBIAN_PACKAGES})")
 
 
 def source_key(tflm_dir: Path) -> str:
@@ -588,17 +590,18 @@ class TflmBuild:
             raise self._failed("compiling TFLM", done.stderr + done.stdout)
 
     def binaries(self, files: Sequence[ExportedFile], methods: Sequence[str],
-                 memory: MemoryMap) -> Binaries | list[str]:
+                 memory: MemoryMap, qemu: bool = True) -> Binaries | list[str]:
         """The export (``files``, as :func:`.export.export_files` wrote them) built for this
         core and kernel library: the measuring wrapper and the example for QEMU, and the
-        example linked as firmware for ``memory`` (measured flash). The list of the
-        resolver methods this build has no kernel for instead, when there are any (the
-        export cannot link: a finding about the model on this build).
+        example linked as firmware for ``memory`` (measured flash; ``qemu`` False: that
+        image alone). The list of the resolver methods this build has no kernel for
+        instead, when there are any (the export cannot link: a finding about the model on
+        this build).
 
         One folder per export (its digest): a rerun of the same export reuses it.
         """
         digest = export_digest(files)
-        folder = self.dir / "exports" / f"{digest[:16]}-{memory.tag}"
+        folder = self.dir / "exports" / f"{digest[:16]}-{memory.tag}{'' if qemu else '-fw'}"
         self.dir.mkdir(parents=True, exist_ok=True)
         # One build folder, several devicefit processes: make must not compile the same
         # object twice at once, and the folder is looked for again once the lock is held.
@@ -607,10 +610,10 @@ class TflmBuild:
             done = Binaries.at(folder)
             if done is not None:
                 return done
-            return self._binaries(files, methods, memory, folder)
+            return self._binaries(files, methods, memory, folder, qemu)
 
     def _binaries(self, files: Sequence[ExportedFile], methods: Sequence[str],
-                  memory: MemoryMap, folder: Path) -> Binaries | list[str]:
+                  memory: MemoryMap, folder: Path, qemu: bool) -> Binaries | list[str]:
         by_method = {b.method: b for b in self.bindings.values()}
         lacking = [m for m in methods if m not in by_method]
         bindings = [by_method[m] for m in methods if m in by_method]
@@ -634,21 +637,18 @@ class TflmBuild:
             f"#define DF_MODEL_DATA {name}_model_data",
             f"#define DF_ARENA {name}_tensor_arena", ""]))
         wrapper = resources.files("devicefit.simulator.targets.tflm").joinpath("harness.cc")
-        compiled = {
-            "wrapper": self._compile_cc(Path(str(wrapper)), folder,
-                                        [f'-DDF_BUILD_NAME="{self.spec.name}"']),
-            "example": self._compile_cc(source / "example" / f"{name}_example.cc", folder),
-        }
+        example = self._compile_cc(source / "example" / f"{name}_example.cc", folder)
         exported = [self._compile_cc(source / f.path, folder) for f in files
                     if f.path.endswith(".cc") and "/" not in f.path]
+        measuring = (self._compile_cc(Path(str(wrapper)), folder,
+                                      [f'-DDF_BUILD_NAME="{self.spec.name}"']) if qemu else None)
         out = Binaries(folder)
         while True:
             archive = self._archive(objects, folder)
-            undefined = (self._link_qemu([compiled["wrapper"], *exported], archive, out.harness)
-                         + self._link_qemu([compiled["example"], *exported], archive,
-                                           out.example)
-                         + self._link_firmware([compiled["example"], *exported], archive,
-                                               memory, out))
+            undefined = self._link_firmware([example, *exported], archive, memory, out)
+            if measuring is not None:
+                undefined += (self._link_qemu([measuring, *exported], archive, out.harness)
+                              + self._link_qemu([example, *exported], archive, out.example))
             if not undefined:
                 break
             # A symbol the file-name rules missed (CMSIS-NN's lookup tables, a kernel helper
@@ -709,7 +709,7 @@ class TflmBuild:
                            *v["MICROLITE_LIBS"], "-lm"], binary)
 
     def _link_firmware(self, objs: Sequence[Path], archive: Path, memory: MemoryMap,
-                       out: Binaries) -> list[str]:
+                       out: Binaries, extra: Sequence[str] = ()) -> list[str]:
         """Link the example as a firmware image of the core: newlib-nano without an OS,
         unused sections dropped, the memory of the profile's device (``memory``); the map
         file beside it. Not run: what it measures is flash."""
@@ -718,8 +718,9 @@ class TflmBuild:
         return self._link([self.toolchain.tool("g++"), f"-mcpu={self.spec.core}", "-mthumb",
                            "-mfloat-abi=soft", "--specs=nano.specs", "--specs=nosys.specs",
                            "-Wl,--gc-sections", f"-Wl,-T,{script}",
-                           f"-Wl,-Map={out.firmware_map}", "-o", f"{out.firmware}.tmp",
-                           *map(str, objs), str(archive), "-lm"], out.firmware)
+                           f"-Wl,-Map={out.firmware_map}", *extra, "-o",
+                           f"{out.firmware}.tmp", *map(str, objs), str(archive), "-lm"],
+                          out.firmware)
 
     def _link(self, cmd: list[str], binary: Path) -> list[str]:
         done = subprocess.run([*self._nice(), *cmd], cwd=self.spec.tflm_dir, env=self.env,

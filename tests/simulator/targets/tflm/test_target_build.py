@@ -71,24 +71,72 @@ def test_min_arena_search_is_short_near_the_start():
 
 # --------------------------------------------------------------------------- the builder
 def _checkout(root: Path, kernels: str = "cmsis-nn") -> Path:
-    """A folder shaped like a TFLM checkout (Makefile and download folders, no sources)."""
+    """A folder shaped like a TFLM checkout (Makefile, resolver header and third-party
+    trees with the file each must hold; no sources)."""
     (root / tb.MAKEFILE).parent.mkdir(parents=True)
     (root / tb.MAKEFILE).write_text("# TFLM's Makefile would be here\n")
-    for d in tb.THIRD_PARTY + tb.KERNEL_DIRS[kernels][1]:
-        (root / tb.DOWNLOADS / d).mkdir(parents=True)
+    (root / tb.RESOLVER_HEADER).write_text(
+        "  TfLiteStatus AddAbs() {\n    return AddBuiltin(BuiltinOperator_ABS, Register_ABS(), "
+        "ParseAbs);\n  }\n")
+    for tree, marker in tb.BuildSpec(root, "cortex-m4", kernels).trees.items():
+        (root / tb.DOWNLOADS / tree / marker).parent.mkdir(parents=True, exist_ok=True)
+        (root / tb.DOWNLOADS / tree / marker).write_text("// a header\n")
     return root
 
 
-def test_make_command_builds_outside_the_checkout(tmp_path):
+TOOLCHAIN = tb.Toolchain(Path("/opt/arm/bin"), "arm-none-eabi-gcc 12.2.1")
+
+
+def test_make_command_builds_outside_the_checkout_with_one_compiler(tmp_path):
     spec = tb.BuildSpec(tmp_path / "tflm", "cortex-m4", "cmsis-nn")
-    gendir = tmp_path / "cache" / "gen"
-    cmd = tb.make_command(spec, gendir)
+    gendir, downloads = tmp_path / "cache" / "gen", tmp_path / "cache" / "downloads"
+    cmd = tb.make_command(spec, gendir, downloads, TOOLCHAIN)
     assert cmd[:3] == ["make", "-f", tb.MAKEFILE]
     assert {"TARGET=cortex_m_qemu", "TARGET_ARCH=cortex-m4", "OPTIMIZED_KERNEL_DIR=cmsis_nn",
-            f"BASE_GENDIR={gendir}"} <= set(cmd)
-    ref = tb.make_command(tb.BuildSpec(spec.tflm_dir, "cortex-m0plus", "reference"), gendir)
+            f"BASE_GENDIR={gendir}", f"DOWNLOADS_DIR={downloads}",
+            "TARGET_TOOLCHAIN_ROOT=/opt/arm/bin/"} <= set(cmd)
+    ref = tb.make_command(tb.BuildSpec(spec.tflm_dir, "cortex-m0plus", "reference"), gendir,
+                          downloads, TOOLCHAIN)
     assert "TARGET_ARCH=cortex-m0plus" in ref
     assert not any(a.startswith("OPTIMIZED_KERNEL_DIR") for a in ref)
+
+
+def test_make_reads_the_trees_through_the_caches_downloads_folder(tmp_path):
+    root = _checkout(tmp_path / "tflm")
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    spec = tb.BuildSpec(root, "cortex-m4", "cmsis-nn")
+    folder = tb.shadow_downloads(spec, tmp_path / "cache" / "downloads")
+    for tree in spec.trees:
+        assert (folder / tree).is_symlink()
+        assert (folder / tree).resolve() == (root / tb.DOWNLOADS / tree).resolve()
+    # what stops TFLM's scripts from cloning pigweed and fetching Arm's GCC
+    assert (folder / "pigweed").is_dir() and (folder / "gcc_embedded" / "bin").is_dir()
+    assert not any((folder / "gcc_embedded" / "bin").iterdir())
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+    assert tb.shadow_downloads(spec, folder) == folder  # again: nothing changes
+
+
+def test_download_tools_are_stubs_that_fail_loudly(tmp_path):
+    folder = tb.shims(tmp_path, "/usr/bin/python3")
+    assert (folder / "python3").resolve() == Path("/usr/bin/python3").resolve()
+    for tool in tb.BLOCKED:
+        done = subprocess.run([str(folder / tool), "clone", "https://example.org/x"],
+                              capture_output=True, text=True)
+        assert done.returncode != 0
+        assert "devicefit downloads nothing" in done.stderr and tool in done.stderr
+
+
+def test_the_first_compiler_error_is_named():
+    log = ("make: foo\n"
+           "tensorflow/lite/micro/kernels/conv.cc: In function 'x':\n"
+           "tensorflow/lite/micro/kernels/conv.cc:42:7: error: 'Foo' was not declared\n"
+           "tensorflow/lite/micro/kernels/add.cc:9:1: error: second\n"
+           "make: *** [Makefile:1: conv.o] Error 1\n")
+    assert tb.first_error(log) == ("tensorflow/lite/micro/kernels/conv.cc:42:7: error: 'Foo' "
+                                   "was not declared")
+    assert "undefined reference to `g_x'" in tb.first_error(
+        "ld: a.o: in function `main':\nx.cc:(.text+0x4): undefined reference to `g_x'\n")
+    assert tb.first_error("") == "no output"
 
 
 def test_cache_is_per_checkout_core_and_kernels(tmp_path, monkeypatch):
@@ -112,7 +160,7 @@ def test_tree_hash_follows_the_sources_not_the_build_output(tmp_path):
     assert tb.source_key(root) != first
 
 
-def test_git_checkout_is_keyed_by_its_commit(tmp_path):
+def test_git_checkout_is_keyed_by_its_commit_and_local_changes(tmp_path):
     root = _checkout(tmp_path / "tflm")
     git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
@@ -120,9 +168,34 @@ def test_git_checkout_is_keyed_by_its_commit(tmp_path):
     subprocess.run([*git, "commit", "-qm", "x"], check=True)
     head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
                           check=True).stdout.strip()
+    index = (root / ".git" / "index").stat().st_mtime_ns
     assert tb.source_key(root) == head[:12]
     (root / tb.MAKEFILE).write_text("# a local change\n")
-    assert tb.source_key(root).startswith("tree-")  # never the commit's objects
+    changed = tb.source_key(root)
+    assert changed.startswith(head[:12] + "+")  # never the commit's objects
+    (root / tb.MAKEFILE).write_text("# another local change\n")
+    assert tb.source_key(root) not in (changed, head[:12])
+    (root / "untracked.cc").write_text("int x;\n")
+    assert tb.source_key(root) != changed
+    # asking git wrote nothing into the checkout (git status refreshes the index otherwise)
+    assert (root / ".git" / "index").stat().st_mtime_ns == index
+
+
+def test_the_cache_key_covers_trees_compiler_and_core(tmp_path):
+    root = _checkout(tmp_path / "tflm")
+    spec = tb.BuildSpec(root, "cortex-m4", "cmsis-nn")
+    cache = tmp_path / "cache"
+    first = tb.build_key(spec, TOOLCHAIN, cache)
+    assert tb.build_key(spec, TOOLCHAIN, cache) == first
+    other_gcc = tb.Toolchain(Path("/usr/bin"), TOOLCHAIN.version)
+    newer_gcc = tb.Toolchain(TOOLCHAIN.root, "arm-none-eabi-gcc 14.3.1")
+    m7 = tb.BuildSpec(root, "cortex-m7", "cmsis-nn")
+    assert len({first, tb.build_key(spec, other_gcc, cache), tb.build_key(spec, newer_gcc, cache),
+                tb.build_key(m7, TOOLCHAIN, cache)}) == 4
+    # a changed file in a third-party tree (same size, same name) is a new build
+    marker = root / tb.DOWNLOADS / "cmsis_nn" / tb.LIBRARY_TREES["cmsis_nn"]
+    marker.write_text("// a HEADER\n")
+    assert tb.build_key(spec, TOOLCHAIN, cache) != first
 
 
 def test_resolver_methods_are_read_from_the_header():
@@ -178,13 +251,35 @@ def test_checkout_problems_are_one_line_each(tmp_path, monkeypatch):
     root = _checkout(tmp_path / "ref", kernels="reference")
     with pytest.raises(tb.TargetBuildError, match="lacks cmsis_nn, cmsis .*downloads nothing"):
         tb.check_checkout(tb.BuildSpec(root, "cortex-m4", "cmsis-nn"))
+    # an empty tree (a download that was interrupted) is refused before anything is built
+    marker = root / tb.DOWNLOADS / "ruy" / tb.THIRD_PARTY["ruy"]
+    marker.unlink()
+    with pytest.raises(tb.TargetBuildError, match=r"incomplete trees: ruy \(no ruy/"):
+        tb.check_checkout(tb.BuildSpec(root, "cortex-m4", "reference"))
+    marker.write_text("// back\n")
     with pytest.raises(tb.TargetBuildError, match="kernels 'esp-nn'"):
         tb.check_checkout(tb.BuildSpec(root, "cortex-m4", "esp-nn"))
     with pytest.raises(tb.TargetBuildError, match="cpu 'xtensa-lx7'"):
         tb.check_checkout(tb.BuildSpec(root, "xtensa-lx7", "reference"))
     # No Arm toolchain on PATH (shutil.which replaced: this machine may have one).
-    monkeypatch.setattr(tb.shutil, "which", lambda name, path=None: None)
-    with pytest.raises(tb.TargetBuildError, match="needs make, arm-none-eabi-gcc.*qemu-arm"):
+    with monkeypatch.context() as m:
+        m.setattr(tb.shutil, "which", lambda name, path=None: "/usr/bin/python3"
+                  if name == "python3" else None)
+        with pytest.raises(tb.TargetBuildError, match="needs make, arm-none-eabi-gcc.*qemu-arm"):
+            tb.check_checkout(tb.BuildSpec(root, "cortex-m4", "reference"))
+
+
+def test_a_python3_without_pil_is_a_missing_prerequisite(tmp_path, monkeypatch):
+    """TFLM's Makefile runs its generators with python3 at every start: without PIL it
+    fails, so the build is refused before it starts (it once ran and said PASS)."""
+    root = _checkout(tmp_path / "tflm", kernels="reference")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text("#!/bin/sh\necho 'No module named PIL' >&2\nexit 1\n")
+    (bin_dir / "python3").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setattr(tb, "SYSTEM_PYTHON", str(tmp_path / "no-python3"))
+    with pytest.raises(tb.TargetBuildError, match="need numpy and PIL"):
         tb.check_checkout(tb.BuildSpec(root, "cortex-m4", "reference"))
 
 
@@ -280,22 +375,45 @@ def test_target_measurement_survives_the_json_report(small_model):
 
 
 def test_text_names_the_build_and_compares_with_the_prediction(small_model):
+    import dataclasses
+
     from devicefit.simulator.simulate import simulate
     from devicefit.simulator.views.text import target_build_lines
 
+    from devicefit.simulator.report import FirmwareFlash, FlashPart, OutputDiff
+
     mem = simulate(small_model, "stm32l4r5-cortex-m4").memory
     text = "\n".join(target_build_lines(_measurement(), mem))
-    assert "measured on TFLM abc cortex-m4 cmsis-nn (qemu): ok" in text
+    assert "target build TFLM abc cortex-m4 cmsis-nn (qemu): ok" in text
     assert "smallest arena  9,184 B" in text and "scratch buffers 1: 128 B" in text
     assert "differ (max difference 145)" in text
+    exported = _measurement(
+        export_sha256="ab" * 32, arena_constant=9280, arena_constant_starts=True,
+        example_ok=True, tolerance="1 step(s)", outputs_within_tolerance=False,
+        output_diffs=(OutputDiff(0, "int8", 3, 10, 145, 1.1, 0.5),),
+        flash=FirmwareFlash(60000, (FlashPart("model", 10000), FlashPart("kernels", 0)), "x"))
+    text = "\n".join(target_build_lines(exported, mem))
+    assert "(qemu): FAILED" not in text and "verified as exported" not in text
+    assert "arena constant" in text and "started and ran, +96 B over the smallest" in text
+    assert "BEYOND the tolerance (1 step(s))" in text
+    assert "output 0 (int8): 3 of 10 elements differ, by at most 145 step(s)" in text
+    assert "flash        60,000 B (58.6 KiB) measured: model 10,000 B" in text
+    assert "kernels 0 B" not in text  # parts of no size are left out
+    verified = dataclasses.replace(exported, outputs_within_tolerance=True)
+    assert "(qemu): verified as exported (export abababababab)" in "\n".join(
+        target_build_lines(verified, mem))
     lacking = "\n".join(target_build_lines(_measurement(
         status="unsupported", unsupported_ops=("ethos-u",), head=None), mem))
     assert "the build lacks ethos-u: a finding" in lacking and "smallest" not in lacking
 
 
 @pytest.mark.parametrize(("status", "fails"), [("ok", False), ("unsupported", True),
-                                               ("failed at allocate", True), ("error", False)])
+                                               ("failed at allocate", True), ("error", True),
+                                               ("timed out", True),
+                                               ("not runnable here", True)])
 def test_a_build_that_cannot_run_the_model_fails_the_verdict(small_model, status, fails):
+    """Never PASS for what was not measured: a build that errs (a compile error, a missing
+    tree) or cannot run here fails the verdict too, and exits 2 (the set-up's fault)."""
     import dataclasses
 
     from devicefit.simulator.profiles import load_profile
@@ -312,6 +430,8 @@ def test_a_build_that_cannot_run_the_model_fails_the_verdict(small_model, status
         "tflm", "seed 0", target_build=_measurement(status=status)))
     judged = judge(report, profile)
     assert (judged.verdict == Status.FAIL) == fails
+    assert judged.exit_code == (0 if not fails else 2 if status in ("error", "not runnable here")
+                                else 1)
     if status == "ok":  # the build's smallest arena is the measured figure judged
         arena = next(c for c in judged.budgets if c.name == "arena")
         assert arena.value == 9184 and arena.basis.value == "measured"

@@ -1,0 +1,179 @@
+"""Measure the flash each TFLM kernel adds to a firmware, per core and kernel library; write
+``simulator/targets/tflm/code_sizes.json`` (the table behind devicefit's static flash
+estimate for TFLM profiles, ``simulator/targets/tflm/code.py``).
+
+For each build:
+
+- the base: TFLM's hello_world_int8 exported (:mod:`simulator.targets.tflm.export`) with an
+  empty op resolver and its example linked as a firmware image, as ``--target-build``
+  links it (:meth:`TflmBuild.binaries`, ``qemu=False``); the model's bytes taken out;
+- each kernel: a small program that sets up an interpreter, linked twice against an
+  archive of every object of the build — once registering nothing, once registering that
+  one resolver method — with the same flags and script as the image above; the kernel's
+  size is the difference.
+
+Kernels that share code (CMSIS-NN's matrix routines, the reference helpers) count it in
+each: summed, the table overestimates a model with several such kernels, never under.
+
+    .venv/bin/python benchmarks/kernel_code_sizes.py --tflm ~/tflite-micro \\
+        [--builds cortex-m4-cmsis-nn,cortex-m7-cmsis-nn,cortex-m4-reference]
+
+Every object of a build must be compiled first (about 10 minutes a build on two cores:
+``TflmBuild.compile`` of all of ``variables``' objects, which this does); then a build's
+kernels take about 10 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from devicefit.simulator.fileio import write_atomic  # noqa: E402
+from devicefit.simulator.reader import read_model  # noqa: E402
+from devicefit.simulator.targets.tflm.build import (  # noqa: E402
+    Binaries,
+    BuildFailure,
+    BuildSpec,
+    MemoryMap,
+    TflmBuild,
+    checkout_methods,
+)
+from devicefit.simulator.targets.tflm.code import CODE_SIZES  # noqa: E402
+from devicefit.simulator.targets.tflm.export import (  # noqa: E402
+    ArenaFigure,
+    ExportSpec,
+    export_files,
+)
+from devicefit.simulator.targets.tflm.firmware import firmware_flash  # noqa: E402
+
+MODEL = "tensorflow/lite/micro/examples/hello_world/models/hello_world_int8.tflite"
+BUILDS = {"cortex-m4-cmsis-nn": ("cortex-m4", "cmsis-nn"),
+          "cortex-m7-cmsis-nn": ("cortex-m7", "cmsis-nn"),
+          "cortex-m4-reference": ("cortex-m4", "reference"),
+          "cortex-m0plus-reference": ("cortex-m0plus", "reference")}
+#: Any device's memory will do: the image is measured, not judged.
+MEMORY = MemoryMap(16 * 1024 * 1024, 16 * 1024 * 1024)
+
+
+#: The probe program: an interpreter over the model, with the op resolver filled by
+#: ``df_register``, which each link binds to one function of :func:`registrations_source`
+#: (``--defsym``): the program is compiled once, the kernels only linked.
+PROBE = """
+#include "tensorflow/lite/micro/micro_interpreter.h"
+#include "tensorflow/lite/micro/micro_mutable_op_resolver.h"
+#include "tensorflow/lite/schema/schema_generated.h"
+extern "C" const unsigned char size_probe_model_data[];
+extern "C" void df_register(void* resolver);
+alignas(16) static uint8_t arena[4096];
+int main() {
+  static tflite::MicroMutableOpResolver<1> resolver;
+  df_register(&resolver);
+  tflite::MicroInterpreter interpreter(tflite::GetModel(size_probe_model_data), resolver,
+                                       arena, sizeof(arena));
+  if (interpreter.AllocateTensors() != kTfLiteOk) return 1;
+  return interpreter.Invoke() == kTfLiteOk ? 0 : 1;
+}
+"""
+
+
+def registrations_source(methods: list[str]) -> str:
+    """One function per resolver method, each registering it alone (and ``reg_none``)."""
+    lines = ['#include "tensorflow/lite/micro/micro_mutable_op_resolver.h"',
+             "using R = tflite::MicroMutableOpResolver<1>;",
+             'extern "C" void reg_none(void*) {}']
+    lines += [f'extern "C" void reg_{m}(void* r) {{ static_cast<R*>(r)->{m}(); }}'
+              for m in methods]
+    return "\n".join(lines) + "\n"
+
+
+def base_image(build: TflmBuild, model_path: Path) -> tuple[int, Path]:
+    """(flash of the export's example with an empty resolver, without the model's bytes;
+    the export's folder, whose model object the probes link)."""
+    model = read_model(model_path)
+    spec = ExportSpec("size_probe", model, model_path.read_bytes(), "-", build.spec.core,
+                      build.spec.kernels, (), "the checkout",
+                      ArenaFigure(4096, 4096, 0, 0, 0, "-"))
+    made = build.binaries(export_files(spec), [], MEMORY, qemu=False)
+    assert not isinstance(made, list)
+    flash = firmware_flash(made.firmware_map.read_text(errors="replace"),
+                           build.classifier("size_probe"), build.firmware_image)
+    return flash.total_bytes - flash.part("model"), made.folder
+
+
+def probe_bytes(build: TflmBuild, work: Path, objs: list[Path], archive: Path,
+                method: str | None) -> int | None:
+    """Flash of the probe program registering ``method`` (None: nothing); None when it
+    does not link (the build has no kernel for it)."""
+    out = Binaries(work / (method or "none"))
+    out.folder.mkdir(parents=True, exist_ok=True)
+    bind = [f"-Wl,--defsym=df_register=reg_{method or 'none'}"]
+    try:
+        if build._link_firmware(objs, archive, MEMORY, out, bind):
+            return None
+    except BuildFailure:
+        return None
+    return firmware_flash(out.firmware_map.read_text(errors="replace"), {},
+                          build.firmware_image).total_bytes
+
+
+def measure_build(tflm: Path, name: str) -> dict:
+    core, kernels = BUILDS[name]
+    build = TflmBuild(BuildSpec(tflm.resolve(), core, kernels))
+    v = build.variables
+    objects = [*v["MICROLITE_LIB_OBJS"], *v["MICROLITE_KERNEL_OBJS"],
+               *v["MICROLITE_THIRD_PARTY_KERNEL_OBJS"]]
+    t0 = time.monotonic()
+    build.compile(objects)
+    base, folder = base_image(build, tflm / MODEL)
+    work = folder / "probes"
+    work.mkdir(exist_ok=True)
+    archive = build._archive(objects, work)
+    methods, _ = checkout_methods(build.spec.tflm_dir)
+    (work / "probe.cc").write_text(PROBE)
+    (work / "regs.cc").write_text(registrations_source(sorted(set(methods.values()))))
+    objs = [build._compile_cc(work / "probe.cc", work),
+            build._compile_cc(work / "regs.cc", work),
+            folder / "obj" / "size_probe_model_data.o"]
+    empty = probe_bytes(build, work, objs, archive, None)
+    assert empty is not None
+    ops: dict[str, int] = {}
+    lacking: list[str] = []
+    for key, method in sorted(methods.items()):
+        size = probe_bytes(build, work, objs, archive, method)
+        if size is None:
+            lacking.append(key)
+        else:
+            ops[key] = size - empty
+        print(f"  {name} {key}: {ops.get(key, 'lacking')}", flush=True)
+    print(f"{name}: {len(ops)} kernels in {time.monotonic() - t0:.0f} s", flush=True)
+    return {"core": core, "kernels": kernels, "base_bytes": base, "ops": ops,
+            "lacking": lacking}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tflm", type=Path, required=True, help="a TFLM checkout")
+    p.add_argument("--builds", default=",".join(list(BUILDS)[:3]))
+    args = p.parse_args(argv)
+    table = json.loads(CODE_SIZES.read_text()) if CODE_SIZES.is_file() else {"builds": {}}
+    for name in args.builds.split(","):
+        build = TflmBuild(BuildSpec(args.tflm.resolve(), *BUILDS[name]))
+        table["builds"][name] = measure_build(args.tflm, name)
+        table["tflm"] = build.source
+        table["toolchain"] = build.toolchain.version
+        table["image"] = build.firmware_image
+        table["how"] = ("benchmarks/kernel_code_sizes.py: the export's example linked with "
+                        "an empty op resolver (base, without the model's bytes) and with each "
+                        "resolver method alone (the kernel: its image minus the base)")
+        write_atomic(CODE_SIZES, json.dumps(table, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

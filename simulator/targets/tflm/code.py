@@ -1,0 +1,55 @@
+"""The flash a TFLM firmware needs beside the model, estimated without building it.
+
+``code_sizes.json`` holds, per core and kernel library, what TFLM's core with the C runtime
+it pulls in takes in a linked image (the base) and what each kernel adds to it, measured
+once by ``benchmarks/kernel_code_sizes.py`` from images linked as ``--target-build`` links
+them (:mod:`.firmware`). The estimate for a model is the base plus the kernels its op
+resolver registers. Kernels sharing code count it each, so the sum errs high; how far it is
+from the measured image of real models is in BENCHMARKS.md ("Flash: estimated vs linked").
+A build the table does not hold has no estimate here (the profile's ``runtime.code_size``
+is used).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from devicefit.simulator.model import Model
+from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.targets.tflm.export import op_key
+
+CODE_SIZES = Path(__file__).with_name("code_sizes.json")
+
+
+@cache
+def _table() -> dict[str, Any]:
+    if not CODE_SIZES.is_file():
+        return {"builds": {}}
+    table: dict[str, Any] = json.loads(CODE_SIZES.read_text())
+    return table
+
+
+def code_size(model: Model, profile: Profile) -> tuple[int, str] | None:
+    """TFLM's code for ``model`` on ``profile``'s core and kernels, and what it rests on;
+    None when the table has no such build."""
+    table = _table()
+    name = f"{profile.device.cpu}-{profile.runtime.kernels}"
+    build = table["builds"].get(name)
+    if build is None:
+        return None
+    sizes: dict[str, int] = build["ops"]
+    keys = sorted({op_key(op) for op in model.op_types})
+    unknown = [k for k in keys if k not in sizes]
+    # an operator without a measured size (a custom op, a kernel this build lacks) counts
+    # as the largest kernel measured: an estimate must not come out under
+    largest = max(sizes.values(), default=0)
+    total = build["base_bytes"] + sum(sizes.get(k, largest) for k in keys)
+    basis = (f"estimated for {name}: TFLM core {build['base_bytes']:,} B + {len(keys)} "
+             f"kernel(s), each measured once in a linked image")
+    if unknown:
+        basis += f"; {', '.join(unknown)} unmeasured, counted at {largest:,} B each"
+    return total, basis
+
