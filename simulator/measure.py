@@ -73,6 +73,9 @@ def measure(model: Model, profile: Profile, report: Report, *, file: Model | Non
     that has one (TFLM: a checkout, built for the profile's core and kernels); its
     smallest working arena is then the measured device arena.
     """
+    memory = report.memory
+    if memory is None:  # only a model its compiler refused has none, and it is not run
+        raise ValueError(f"measure: the report of {model.path} has no memory plan")
     compat = report.compatibility or check_ops(model, profile)
     primary = runner_name(profile.runtime.name)
     runner = TARGETS[primary]
@@ -111,7 +114,7 @@ def measure(model: Model, profile: Profile, report: Report, *, file: Model | Non
                                   host_ms=host_summary(main, threads), host_per_op_ms=per_op)
     measured = MeasuredReport(primary, inputs)
     if runner.read_run is not None:
-        measured, read = runner.read_run(measured, model, profile, report.memory, main)
+        measured, read = runner.read_run(measured, model, profile, memory, main)
         notes += read
     if cross_check:
         for target in TARGETS.values():
