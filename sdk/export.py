@@ -83,8 +83,8 @@ def export_model(model_path: str | Path, profile: Profile, out: str | Path, *,
     if target.name != "tflm":
         raise UsageError(f"export writes a TFLite-Micro firmware component; profile "
                          f"'{profile.name}' runs {target.title}")
-    checkout = Path(target_build or tflm) if (target_build or tflm) else None
-    methods, source = resolver_names(checkout)
+    given = target_build if target_build is not None else tflm
+    methods, source = resolver_names(None if given is None else Path(given))
     request = (BuildRequest(str(target_build), name, margin) if target_build is not None
                else None)
     # The names are checked before any work: a misspelt --name is exit 2 at once.
@@ -96,6 +96,7 @@ def export_model(model_path: str | Path, profile: Profile, out: str | Path, *,
     if not report.ok:
         raise ExportRefused(f"not exported: the verdict for {profile.name} is FAIL: "
                             + "; ".join(problems(report)))
+    assert report.memory is not None  # a TFLM report always has its plan
     spec = export_spec(read_model(model_path), profile, report.memory, methods, source,
                        spec_name, margin)
     verified = report.measured.target_build if report.measured else None

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from devicefit.simulator.report import LayerRow, Report
+from devicefit.simulator.report import LayerRow, MemoryReport, Report
 from devicefit.simulator.types import StrEnum, Unit
 
 
@@ -146,8 +147,12 @@ def diff_reports(a: Side, b: Side, kind: str) -> ReportDiff:
 
 
 def _figures(ra: Report, rb: Report) -> tuple[Figure, ...]:
-    def both(name: str, unit: str, get: Any) -> Figure:
+    def both(name: str, unit: str, get: Callable[[Report], float | None]) -> Figure:
         return Figure(name, unit, get(ra), get(rb))
+
+    def memory(name: str, get: Callable[[MemoryReport], float]) -> Figure:
+        """A figure of the memory plan, which a model its compiler refused has none of."""
+        return both(name, Unit.BYTES, lambda r: None if r.memory is None else get(r.memory))
 
     def latency(r: Report) -> float | None:
         return r.latency.estimated_device_ms if r.latency else None
@@ -159,10 +164,10 @@ def _figures(ra: Report, rb: Report) -> tuple[Figure, ...]:
         return r.bench.result.results.inference_avg_ms if r.bench else None
 
     out = [both("model size", Unit.BYTES, lambda r: r.model.size_bytes),
-           both("flash", Unit.BYTES, lambda r: r.memory.flash_bytes),
-           both("arena", Unit.BYTES, lambda r: r.memory.arena_bytes),
-           both("arena head", Unit.BYTES, lambda r: r.memory.arena_head_bytes),
-           both("lower bound", Unit.BYTES, lambda r: r.memory.lower_bound_bytes),
+           memory("flash", lambda m: m.flash_bytes),
+           memory("arena", lambda m: m.arena_bytes),
+           memory("arena head", lambda m: m.arena_head_bytes),
+           memory("lower bound", lambda m: m.lower_bound_bytes),
            both("operators", "", lambda r: r.model.operators),
            both("MACs", "", lambda r: r.compute.macs),
            both("parameters", "", lambda r: sum(r.model.parameters.values())),

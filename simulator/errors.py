@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 class DevicefitError(Exception):
@@ -117,3 +118,57 @@ class RuntimeFailure(DevicefitError):
         super().__init__(message)
         self.stage = stage
         self.crashed = crashed
+
+
+@dataclass(frozen=True)
+class CompileRefusal:
+    """What a target's compiler said when it refused a model (Vela: an operator it cannot
+    take, e.g. a float HARD_SWISH, "IFM has to be 8bit"). A finding about the model on that
+    device, not bad input: the model's report carries it and fails, and has no figure of
+    the compiled model, which does not exist."""
+
+    #: The compiler and its version: "Vela 5.2.0".
+    compiler: str
+    #: Its whole message, as it wrote it.
+    message: str
+    #: The operator it names, if it names one: its type and output tensor as the compiler
+    #: writes them, and where it is in the model (``op_index`` None when no single operator
+    #: of the model has that type and output).
+    op: str | None = None
+    tensor: str | None = None
+    op_index: int | None = None
+    subgraph: int = 0
+    #: The rule the operator breaks (or, naming none, why it refused), and the compiler's
+    #: figures for it.
+    reason: str | None = None
+    detail: str | None = None
+    #: What the user can do about it.
+    advice: str | None = None
+
+    def operator(self) -> str | None:
+        """``op 3 HARD_SWISH (output 'h_swish'): IFM has to be 8bit (IFM type=FLOAT32)``,
+        or None when the compiler named no operator."""
+        if self.op is None:
+            return None
+        where = "" if self.op_index is None else (
+            f"{self.subgraph}:{self.op_index} " if self.subgraph else f"{self.op_index} ")
+        output = f" (output '{self.tensor}')" if self.tensor is not None else ""
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"op {where}{self.op}{output}: {self.reason or 'refused'}{detail}"
+
+    def line(self) -> str:
+        """The refusal in one line: who, which operator, why, and what to do."""
+        said = self.operator() or self.reason or self.message.strip() or "no message"
+        return (f"{self.compiler} could not compile the model: {said}"
+                + (f"; {self.advice}" if self.advice else ""))
+
+
+class CompilerRefused(DevicefitError):
+    """A target's compiler refused the model. ``simulate`` reports it (verdict fail, exit
+    1); a command that has no report to put it in prints it as one line, exit 1."""
+
+    exit_code = 1
+
+    def __init__(self, refusal: CompileRefusal) -> None:
+        super().__init__(refusal.line())
+        self.refusal = refusal

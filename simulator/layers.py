@@ -35,7 +35,7 @@ def layer_rows(model: Model, report: Report) -> list[LayerRow]:
     """The rows of ``model`` in file order (main subgraph first), with the report's figures."""
     main = model.main.index
     compute = {c.op_index: c for c in report.compute.per_op}
-    live = {s.op_index: s.live_bytes for s in report.memory.timeline}
+    live = {s.op_index: s.live_bytes for s in report.memory.timeline} if report.memory else {}
     lat = report.latency
     estimated = {o.op_index: o.estimated_ms for o in lat.per_op} if lat else {}
     host = {o.op_index: o.ms for o in lat.host_per_op_ms or ()} if lat else {}

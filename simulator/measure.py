@@ -74,6 +74,9 @@ def measure(model: Model, profile: Profile, report: Report, *, file: Model | Non
     that has one (TFLM: a checkout, built for the profile's core and kernels); its
     smallest working arena is then the measured device arena.
     """
+    memory = report.memory
+    if memory is None:  # only a model its compiler refused has none, and it is not run
+        raise ValueError(f"measure: the report of {model.path} has no memory plan")
     compat = report.compatibility or check_ops(model, profile)
     primary = runner_name(profile.runtime.name)
     runner = TARGETS[primary]
@@ -112,7 +115,7 @@ def measure(model: Model, profile: Profile, report: Report, *, file: Model | Non
                                   host_ms=host_summary(main, threads), host_per_op_ms=per_op)
     measured = MeasuredReport(primary, inputs)
     if runner.read_run is not None:
-        measured, read = runner.read_run(measured, model, profile, report.memory, main)
+        measured, read = runner.read_run(measured, model, profile, memory, main)
         notes += read
     if cross_check:
         for target in TARGETS.values():
@@ -151,9 +154,10 @@ def device_build(request: BuildRequest, profile: Profile) -> OnDevice:
 
 def _on_device(on_device: OnDevice | None, measured: MeasuredReport, model: Model,
                profile: Profile, setup: RunSetup, host: RunResult | None,
-               memory: MemoryReport) -> tuple[MeasuredReport, list[str]]:
-    """``measured`` with the model measured on the device's own build, when asked."""
-    if on_device is None:
+               memory: MemoryReport | None) -> tuple[MeasuredReport, list[str]]:
+    """``measured`` with the model measured on the device's own build, when asked (a
+    report without a memory plan is one its compiler refused: it is never run)."""
+    if on_device is None or memory is None:
         return measured, []
     return on_device(measured, model, profile, setup, host, memory)
 

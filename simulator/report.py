@@ -5,7 +5,9 @@ One report, many views: a view never computes a number that the report lacks. Th
 (:func:`simulator.simulate.simulate`) builds the report whole — the static half, then the
 running half (``measured``, host figures in ``latency``), then a device benchmark's section
 (``bench``) — and :func:`simulator.verdict.judge` judges it once. Sections of later stages
-are None until the stage that fills them has run.
+are None until the stage that fills them has run. A model the target's compiler refused
+has a report too: what the file itself tells and the refusal (``compile_refusal``), with no
+memory plan (``memory`` None), since none of the compiled model exists.
 
 :class:`Report` is frozen and so are the sections of the running half, the budgets and the
 target sections: each stage gives a new report (``dataclasses.replace``) and none changes
@@ -28,6 +30,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from devicefit.simulator.benchmark import BenchComparison, BenchResult
+from devicefit.simulator.errors import CompileRefusal
 from devicefit.simulator.types import (
     Basis,
     BudgetName,
@@ -667,7 +670,9 @@ class BudgetCheck:
 class Report:
     model: ModelSummary
     profile: ProfileSummary
-    memory: MemoryReport
+    #: None when the target's compiler refused the model (``compile_refusal``): the device
+    #: runs the compiled model, and there is none to plan.
+    memory: MemoryReport | None
     compute: ComputeReport
     #: Filled by :func:`simulator.verdict.judge`, once the report is whole.
     budgets: list[BudgetCheck] = field(default_factory=list)
@@ -681,6 +686,9 @@ class Report:
     unchecked_budgets: dict[BudgetName, str] = field(default_factory=dict)
     #: One row per operator of every subgraph (:mod:`simulator.layers`), filled last.
     layers: list[LayerRow] = field(default_factory=list)
+    #: The target's compiler refused the model (a finding: the verdict fails); the report
+    #: then holds only what the file itself tells.
+    compile_refusal: CompileRefusal | None = None
 
     @property
     def ok(self) -> bool:
@@ -715,8 +723,10 @@ class Report:
         budget, a regression rule or a CI view reads stays. ``check`` keeps passing targets
         of a large project so (a thousand full reports were 100 MB of JSON)."""
         latency = None if self.latency is None else dataclasses.replace(self.latency, per_op=())
+        memory = None if self.memory is None else dataclasses.replace(self.memory, timeline=[],
+                                                                      plan=[])
         return dataclasses.replace(
-            self, memory=dataclasses.replace(self.memory, timeline=[], plan=[]),
+            self, memory=memory,
             compute=dataclasses.replace(self.compute, per_op=[]), latency=latency, layers=[])
 
     def to_dict(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 from devicefit.simulator.benchmark import BenchComparison, BenchResult
 from devicefit.simulator.compat import static_compatibility, static_latency
 from devicefit.simulator.compute import op_work, parameters_by_dtype
-from devicefit.simulator.errors import ProfileError, UsageError
+from devicefit.simulator.errors import CompileRefusal, CompilerRefused, ProfileError, UsageError
 from devicefit.simulator.latency import latency_section
 from devicefit.simulator.layers import layer_rows
 from devicefit.simulator.model import Model
@@ -44,6 +44,7 @@ from devicefit.simulator.report import (
     SourceModel,
     TimelineStep,
 )
+from devicefit.simulator.runtimes import runner_name
 from devicefit.simulator.shapes import resolve_shapes, shape_notes
 from devicefit.simulator.targets.registry import target_for
 from devicefit.simulator.verdict import judge
@@ -75,32 +76,66 @@ def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = Fals
     """
     if not isinstance(profile, Profile):
         profile = load_profile(profile, list(profiles_dirs))
+    if run:  # a target that cannot run models: one line, before any work
+        runner_name(profile.runtime.name)
     source = read_model(model_path)
-    target = target_for(profile)
-    model, shapes, fixed = device_model(source, profile, input_shapes, run)
-    report = static_report(model, profile, order, shapes=shapes, probe=probe)
-    if fixed is not None:
-        report = dataclasses.replace(report, notes=[*report.notes, fixed])
-    if model.sha256 != source.sha256:
-        compiled_from = SourceModel(source.size_bytes, source.sha256,
-                                    sum(len(sg.operators) for sg in source.subgraphs),
-                                    target.title)
-        report = dataclasses.replace(
-            report, model=dataclasses.replace(report.model, source=compiled_from))
-    if run:
-        # Imported here: the static path must not load native runtimes.
-        from devicefit.simulator.measure import measure
-
-        if input_shapes and shapes is not None:
-            run_options = {"input_shapes": dict(shapes.inputs), **run_options}
-        # The runtimes load the file as it is (stored shapes): the one read above, unless
-        # the target prepared another.
-        file = source if target.prepare is None else None
-        report = measure(model, profile, report, file=file, **run_options)
+    try:
+        model, shapes, fixed = device_model(source, profile, input_shapes, run)
+    except CompilerRefused as exc:
+        # A finding about the model on this device: reported, and the verdict fails.
+        model, report = source, refused_report(source, profile, exc.refusal)
+    else:
+        report = static_report(model, profile, order, shapes=shapes, probe=probe)
+        if fixed is not None:
+            report = dataclasses.replace(report, notes=[*report.notes, fixed])
+        if model.sha256 != source.sha256:
+            report = dataclasses.replace(report, model=dataclasses.replace(
+                report.model, source=compiled_from(source, profile)))
+        if run:
+            report = _measured(source, model, profile, report, shapes, input_shapes,
+                               run_options)
     if bench is not None:
         report = dataclasses.replace(report, bench=bench_section(bench, report))
     report = dataclasses.replace(report, layers=layer_rows(model, report))
     return judge(report, profile, strict=strict)
+
+
+def compiled_from(source: Model, profile: Profile) -> SourceModel:
+    """The user's file, beside the compilation of it the report describes."""
+    return SourceModel(source.size_bytes, source.sha256,
+                       sum(len(sg.operators) for sg in source.subgraphs),
+                       target_for(profile).title)
+
+
+def _measured(source: Model, model: Model, profile: Profile, report: Report,
+              shapes: ShapesReport | None,
+              input_shapes: Sequence[tuple[str | None, tuple[int, ...]]],
+              run_options: dict[str, Any]) -> Report:
+    """``report`` with the running half: ``model`` run in the profile's runtime."""
+    # Imported here: the static path must not load native runtimes.
+    from devicefit.simulator.measure import measure
+
+    if input_shapes and shapes is not None:
+        run_options = {"input_shapes": dict(shapes.inputs), **run_options}
+    # The runtimes load the file as it is (stored shapes): the one read above, unless the
+    # target prepared another.
+    file = source if target_for(profile).prepare is None else None
+    return measure(model, profile, report, file=file, **run_options)
+
+
+def refused_report(source: Model, profile: Profile, refusal: CompileRefusal) -> Report:
+    """The report of a model the target's compiler refused, not judged yet: what the file
+    itself tells (size, operators, parameters, MACs) and the compiler's refusal. The device
+    runs the compiled model, which does not exist: no memory plan, op support, latency or
+    run of it, so no budget is checked (:func:`simulator.verdict.judge` says why) and the
+    refusal fails the verdict."""
+    work = op_work(source)
+    return Report(
+        model=model_summary(source), profile=profile_summary(profile), memory=None,
+        compute=ComputeReport(
+            macs=sum(w.macs for w in work),
+            per_op=[OpCompute(w.op_index, w.op, w.macs, w.bytes_moved) for w in work]),
+        compile_refusal=refusal)
 
 
 def device_model(source: Model, profile: Profile,
@@ -150,10 +185,7 @@ def static_report(model: Model, profile: Profile, order: Sequence[int] | None = 
         per_op=[OpCompute(w.op_index, w.op, w.macs, w.bytes_moved) for w in work])
     compatibility = static_compatibility(model, profile, probe=probe)
     report = Report(
-        model=model_summary(model, shapes),
-        profile=ProfileSummary(name=profile.name, device_class=profile.device.kind,
-                               runtime=profile.runtime.name, kernels=profile.runtime.kernels,
-                               description=profile.description),
+        model=model_summary(model, shapes), profile=profile_summary(profile),
         memory=memory_report(model, profile, plan),
         compute=compute,
         compatibility=compatibility,
@@ -175,6 +207,12 @@ def static_report(model: Model, profile: Profile, order: Sequence[int] | None = 
             band_basis="shapes unresolved: no validated band (the estimate counts the "
                        "file's placeholder sizes for the unresolved dimensions)")
     return dataclasses.replace(report, latency=latency, notes=notes)
+
+
+def profile_summary(profile: Profile) -> ProfileSummary:
+    return ProfileSummary(name=profile.name, device_class=profile.device.kind,
+                          runtime=profile.runtime.name, kernels=profile.runtime.kernels,
+                          description=profile.description)
 
 
 def model_summary(model: Model, shapes: ShapesReport | None = None) -> ModelSummary:

@@ -188,6 +188,9 @@ class ModelRuns(Protocol):
     @property
     def input_path(self) -> str | Path | None: ...
 
+    @property
+    def timeout_s(self) -> float: ...
+
     def run(self, runtime: str, options: RunOptions) -> RunResult: ...
 
 

@@ -9,7 +9,8 @@ figure for (a latency budget with no estimate) is not judged: it is listed in
 only what it can show to fit) it fails the verdict. A latency budget the estimate meets but
 the top of its error band does not is "at-risk": it passes the verdict, and ``check
 --fail-on-risk`` fails on it. An operator the target's runtime lacks fails the verdict
-whatever the budgets say.
+whatever the budgets say, and so does a model the target's compiler refused (its report has
+no figure to judge: every budget is unchecked, the refusal its reason).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.report import BudgetCheck, Report
+from devicefit.simulator.report import BudgetCheck, MemoryReport, Report
 from devicefit.simulator.types import Basis, BudgetName, Status, Unit
 
 
@@ -46,25 +47,42 @@ class Budget:
     device_bound: bool = False
 
 
-def _flash(report: Report) -> Figure:
+def _missing(report: Report, figure: str) -> str:
+    """Why the report has no ``figure``."""
+    refusal = report.compile_refusal
+    if refusal is not None:
+        return f"no compiled model: {refusal.compiler} could not compile it"
+    return f"the report has no {figure}"
+
+
+def _flash(report: Report) -> Figure | str:
     # The export linked for the device's core (a target build) measured its image.
     target = report.measured.target_build if report.measured else None
     if target is not None and target.flash is not None:
         return Figure(target.flash.total_bytes, Basis.MEASURED)
     mem = report.memory
+    if mem is None:
+        return _missing(report, "memory plan")
     return Figure(mem.flash_bytes, Basis.ESTIMATED if mem.flash_code_bytes else Basis.PREDICTED)
 
 
-def static_arena_bytes(report: Report) -> int:
-    """The arena a device needs by the planner alone: the allocation, or TFLM's larger room
-    to start (what the arena budget judges without a run, and what a baseline keeps)."""
-    return max(report.memory.arena_bytes, report.memory.arena_required_bytes)
+def static_arena_bytes(report: Report) -> int | None:
+    """The arena a device needs by the planner alone (what the arena budget judges without
+    a run, and what a baseline keeps); None without a memory plan."""
+    return None if report.memory is None else _to_start(report.memory)
 
 
-def _arena(report: Report) -> Figure:
+def _to_start(mem: MemoryReport) -> int:
+    """The allocation, or TFLM's larger room to start."""
+    return max(mem.arena_bytes, mem.arena_required_bytes)
+
+
+def _arena(report: Report) -> Figure | str:
     # The runtime must also be able to start: TFLM needs extra room while planning, which
     # neither the final allocation nor a run's recorded total includes.
     mem, measured = report.memory, report.measured
+    if mem is None:
+        return _missing(report, "memory plan")
     if measured is not None and measured.target_build is not None and measured.target_build.ok:
         # The device's own build started in that arena: nothing left to add for planning.
         return Figure(measured.target_build.min_arena_bytes or 0, Basis.MEASURED)
@@ -73,7 +91,7 @@ def _arena(report: Report) -> Figure:
             # The predicted room to start is what is judged, and says so (not "measured").
             return Figure(mem.arena_required_bytes, Basis.ESTIMATED)
         return Figure(measured.arena_bytes, measured.arena_basis or Basis.MEASURED)
-    return Figure(static_arena_bytes(report),
+    return Figure(_to_start(mem),
                   Basis.PREDICTED if "arena_tail" in mem.exact else Basis.ESTIMATED)
 
 
@@ -84,7 +102,7 @@ def _latency(report: Report) -> Figure | str:
         return Figure(float(on_device), Basis.MEASURED)
     lat = report.latency
     if lat is None or lat.estimated_device_ms is None:
-        return "the report has no latency estimate"
+        return _missing(report, "latency estimate")
     return Figure(float(lat.estimated_device_ms), Basis.ESTIMATED, lat.band_ms)
 
 
@@ -170,8 +188,8 @@ def judge(report: Report, profile: Profile, *, strict: bool = False) -> Report:
             checks.append(_check(budget, limit, figure, limit_from))
     unsupported = report.compatibility is not None and not report.compatibility.supported
     target = report.measured.target_build if report.measured else None
-    failed = (unsupported or any(not c.ok for c in checks) or (strict and bool(unchecked))
-              or (target is not None and not target.verified))
+    refused = report.compile_refusal is not None or (target is not None and not target.verified)
+    failed = unsupported or refused or any(not c.ok for c in checks) or (strict and bool(unchecked))
     return dataclasses.replace(report, budgets=checks, unchecked_budgets=unchecked,
                                verdict=Status.FAIL if failed else Status.PASS,
                                notes=[*report.notes, *notes])

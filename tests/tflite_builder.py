@@ -85,6 +85,19 @@ def custom_model(custom_code: str) -> bytes:
         [_operator(0, [0], [1])], [0], [1])
 
 
+def hard_swish_model() -> bytes:
+    """x[1, 8, 8, 4] float → RELU → HARD_SWISH: Vela (5.2, its Regor core) refuses the
+    whole model at the float HARD_SWISH ("IFM has to be 8bit") instead of leaving it to the
+    CPU, as it does with the float RELU; TFLM runs both."""
+    shape = (1, 8, 8, 4)
+    return _model(
+        [_opcode(fb.BuiltinOperator.RELU), _opcode(fb.BuiltinOperator.HARD_SWISH)],
+        [_tensor("x", shape, F32, 0), _tensor("relu", shape, F32, 0),
+         _tensor("hard_swish", shape, F32, 0)], [],
+        [_operator(0, [0], [1]),
+         _operator(1, [1], [2], *_options("HardSwish"))], [0], [2])
+
+
 def probe_model(code: int) -> bytes:
     """One op of builtin ``code`` followed by a custom op no resolver has.
 

@@ -58,8 +58,8 @@ class BaselineEntry:
     @classmethod
     def of(cls, report: Report) -> BaselineEntry:
         latency = report.latency.estimated_device_ms if report.latency else None
-        return cls(report.memory.flash_bytes, static_arena_bytes(report), latency,
-                   report.model.sha256)
+        flash = report.memory.flash_bytes if report.memory is not None else None
+        return cls(flash, static_arena_bytes(report), latency, report.model.sha256)
 
     def figure(self, metric: BudgetName) -> float | None:
         value: float | None = getattr(self, METRIC_KEYS[metric][0])

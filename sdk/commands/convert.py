@@ -143,16 +143,18 @@ def _size_line(report: ConversionReport) -> str:
 
 
 def verdict_line(report: ConversionReport) -> tuple[str, str]:
-    """The simulated figures and the verdict with its reasons: which budget failed by how
-    much, which ops the runtime lacks (and their layers), which budgets went unchecked."""
+    """The simulated figures and the verdict with its reasons: the target's compiler
+    refusing the model, which budget failed by how much, which ops the runtime lacks (and
+    their layers), which budgets went unchecked."""
     sim = report.simulation
     assert sim is not None  # called for a conversion that was simulated
     figures = [f"{b.name} {format_estimate(b.value, b.unit, b.band, decimal_budget(b))} of "
                f"{budget_format(b)(b.limit)}" for b in sim.budgets]
     at_risk = sim.at_risk
     figures += [f"{name} unchecked ({why})" for name, why in report.unchecked_budgets.items()]
-    reasons = [f"{b.name} over budget by {budget_format(b)(-b.margin)}"
-               for b in sim.budgets if not b.ok]
+    reasons = [sim.compile_refusal.line()] if sim.compile_refusal is not None else []
+    reasons += [f"{b.name} over budget by {budget_format(b)(-b.margin)}"
+                for b in sim.budgets if not b.ok]
     ops = sim.compatibility.unsupported_ops if sim.compatibility is not None else ()
     if ops:
         named = [o.op + (f" (layer {layer})" if (layer := report.layer_of(o.subgraph, o.op_index))

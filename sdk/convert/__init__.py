@@ -92,7 +92,8 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
         report.unsupported_layers = sim.unsupported_layers
         if sim.warning:
             report.warnings.append(sim.warning)
-        else:
+        elif sim.report is not None and sim.report.compile_refusal is None:
+            # (A refusal of the target's compiler is in the simulation's failed verdict.)
             report.target_extra = pipeline.after_convert(job)
     timer.start(None)
     report.stages = timer.stages

@@ -159,17 +159,21 @@ def _record(number: int, candidate: Candidate, stage: TrialStage, report: Report
     return TrialRecord(
         number=number, candidate=candidate, stage=stage, verdict=report.verdict,
         budgets=tuple(report.budgets),
-        flash_bytes=report.memory.flash_bytes, arena_bytes=_arena(report),
+        flash_bytes=report.memory.flash_bytes if report.memory is not None else None,
+        arena_bytes=_arena(report),
         latency_ms=report.latency.estimated_device_ms if report.latency else None,
         latency_band_ms=report.latency.band_ms if report.latency else None,
         model_bytes=len(tflite), gzip_bytes=gzip_size(tflite),
         seconds=time.perf_counter() - started, path=str(path), note=note)
 
 
-def _arena(report: Report) -> int:
-    """The arena figure the budget is judged on (TFLM also needs room while planning)."""
+def _arena(report: Report) -> int | None:
+    """The arena figure the budget is judged on (TFLM also needs room while planning); None
+    without a memory plan (the target's compiler refused the model)."""
     judged = next((b.value for b in report.budgets if b.name == BudgetName.ARENA), None)
-    return int(judged) if judged is not None else report.memory.arena_bytes
+    if judged is not None:
+        return int(judged)
+    return report.memory.arena_bytes if report.memory is not None else None
 
 
 def _why_not(report: Report) -> str:

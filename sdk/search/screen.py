@@ -179,7 +179,8 @@ def _judge(candidate: ArchCandidate, converted: dict[str, Any] | None, profile: 
     write_atomic(path, data)
     report = simulate(path, profile, strict=True)
     return Screened(
-        candidate, report.verdict, report.status, rejections(report), flash_bytes=report.memory.flash_bytes,
+        candidate, report.verdict, report.status, rejections(report),
+        flash_bytes=report.memory.flash_bytes if report.memory is not None else None,
         arena_bytes=static_arena_bytes(report), offline_plan_saved_bytes=saved,
         latency_ms=report.latency.estimated_device_ms if report.latency else None,
         latency_band_ms=report.latency.band_ms if report.latency else None,

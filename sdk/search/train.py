@@ -505,8 +505,9 @@ def _train(job: _Job, cand: ArchCandidate, number: int, seed: int, started: floa
     judged = next((b.value for b in report.budgets if b.name == BudgetName.ARENA), None)
     return Trained(
         number, cand, TrialStage.TRAINED, report.verdict, tuple(report.budgets),
-        flash_bytes=report.memory.flash_bytes,
-        arena_bytes=int(judged) if judged is not None else report.memory.arena_bytes,
+        flash_bytes=report.memory.flash_bytes if report.memory is not None else None,
+        arena_bytes=int(judged) if judged is not None
+        else report.memory.arena_bytes if report.memory is not None else None,
         latency_ms=report.latency.estimated_device_ms if report.latency else None,
         latency_band_ms=report.latency.band_ms if report.latency else None,
         accuracy=measure_accuracy(ctx, path), float_accuracy=float_accuracy,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from devicefit.simulator.escape import clean
 from devicefit.simulator.layers import peak
-from devicefit.simulator.report import PlannedBuffer, Report, TargetSection
+from devicefit.simulator.report import MemoryReport, PlannedBuffer, Report, TargetSection
 from devicefit.simulator.types import BudgetName
 from devicefit.simulator.units import format_band, format_size, format_time_ms
 from devicefit.simulator.views import layertable
@@ -185,11 +185,12 @@ def _summaries(report: Report) -> str:
         model_rows.append(("converted with", ", ".join(f"{k}={v}" for k, v in m.conversion.items())))
     profile_rows = [("name", p.name), ("class", p.device_class), ("runtime", p.runtime),
                     ("kernels", p.kernels), ("description", p.description)]
-    memory_rows = [("planner", mem.planner), ("arena head", format_size(mem.arena_head_bytes)),
-                   ("arena tail", format_size(mem.arena_tail_bytes)),
-                   ("arena total", format_size(mem.arena_bytes)),
-                   ("lower bound (max live bytes)", format_size(mem.lower_bound_bytes)),
-                   ("flash", f"{format_size(mem.flash_bytes)} ({flash_basis(mem)})")]
+    memory_rows: list[tuple[str, object]] = [] if mem is None else [
+        ("planner", mem.planner), ("arena head", format_size(mem.arena_head_bytes)),
+        ("arena tail", format_size(mem.arena_tail_bytes)),
+        ("arena total", format_size(mem.arena_bytes)),
+        ("lower bound (max live bytes)", format_size(mem.lower_bound_bytes)),
+        ("flash", f"{format_size(mem.flash_bytes)} ({flash_basis(mem)})")]
     measured = report.measured
     if measured is not None and measured.arena_head_bytes is not None:
         memory_rows.append((f"measured head ({measured.runtime})",
@@ -204,7 +205,8 @@ def _summaries(report: Report) -> str:
         memory_rows.append(("device latency", lat.no_estimate))
     return ("<h3>Model</h3>" + html_table((), model_rows)
             + "<h3>Profile</h3>" + html_table((), profile_rows)
-            + "<h3>Memory and latency</h3>" + html_table((), memory_rows))
+            + ("<h3>Memory and latency</h3>" + html_table((), memory_rows) if memory_rows
+               else ""))
 
 
 PLOT_WIDTH = WIDTH - MARGIN_LEFT - 10
@@ -229,9 +231,18 @@ def _y_scale(top: float) -> Scale:
     return lambda v: 10 + PLOT_HEIGHT * (1 - v / top)
 
 
+def planned(report: Report) -> MemoryReport:
+    """The report's memory plan, for the pictures drawn from it (a report without one, of a
+    model its compiler refused, shows :func:`_refusal` instead)."""
+    if report.memory is None:
+        raise ValueError(f"{heading(report)}: no memory plan to draw")
+    return report.memory
+
+
 def _steps(report: Report) -> int:
-    last = max((b.last_step for b in report.memory.plan), default=-1)
-    return max(len(report.memory.timeline), last + 1, 1)
+    mem = planned(report)
+    last = max((b.last_step for b in mem.plan), default=-1)
+    return max(len(mem.timeline), last + 1, 1)
 
 
 @dataclass(frozen=True)
@@ -252,7 +263,7 @@ def _live_by_step(report: Report) -> list[list[_Block]]:
     arena holds."""
     steps = _steps(report)
     live: list[list[PlannedBuffer]] = [[] for _ in range(steps)]
-    for b in sorted(report.memory.plan, key=lambda b: (b.offset, b.tensor, b.name)):
+    for b in sorted(planned(report).plan, key=lambda b: (b.offset, b.tensor, b.name)):
         for s in range(max(b.first_step, 0), min(b.last_step, steps - 1) + 1):
             live[s].append(b)
     out = []
@@ -280,7 +291,7 @@ class JudgedArena:
 
 
 def judged_arena(report: Report) -> JudgedArena:
-    mem = report.memory
+    mem = planned(report)
     check = next((b for b in report.budgets if b.name == BudgetName.ARENA), None)
     judged = check.value if check else max(mem.arena_bytes, mem.arena_required_bytes)
     parts = f"head {format_size(mem.arena_head_bytes)}" + (
@@ -300,7 +311,7 @@ def _drawn_max(report: Report) -> float:
     bytes), the judged arena, the planned arena."""
     arena = judged_arena(report)
     bars = [arena.tail + sum(b.shown_bytes for b in blocks) for blocks in _live_by_step(report)]
-    return max(max(bars, default=0), arena.judged, report.memory.arena_bytes, 1)
+    return max(max(bars, default=0), arena.judged, planned(report).arena_bytes, 1)
 
 
 def budget_on_scale(budget: float | None, drawn: float) -> bool:
@@ -319,7 +330,7 @@ def timeline_top(report: Report) -> float:
 def _step_ops(report: Report) -> dict[int, str]:
     """Plan step → the operator running at it (``op 2``), as the CLI and the PNG number it."""
     names = {0: "inputs"}
-    for t in report.memory.timeline:
+    for t in planned(report).timeline:
         for s in range(max(t.first_step, 0), t.last_step + 1):
             names[s] = f"op {t.op_index}"
     return names
@@ -378,7 +389,7 @@ def _timeline_svg(report: Report, top: float | None, colour: dict) -> str:
     bottom, the head's buffers stacked on it, so the highest bar is what the runtime holds
     at the peak; the judged arena and the budget as lines. Steps are labelled with the
     operator that runs at them (step 0: the inputs)."""
-    mem = report.memory
+    mem = planned(report)
     arena = judged_arena(report)
     live = _live_by_step(report)
     steps = len(live)
@@ -433,7 +444,7 @@ def _timeline_svg(report: Report, top: float | None, colour: dict) -> str:
 def _legend(report: Report, colour: dict) -> str:
     """What each colour is: every drawn buffer, largest first, the first
     :data:`LEGEND_MAX` by name (every block also names its tensor when hovered)."""
-    buffers = {_key(b): b for b in report.memory.plan}
+    buffers = {_key(b): b for b in planned(report).plan}
     if not buffers:
         return ""
     shown = sorted(buffers.values(), key=lambda b: (-b.size_bytes, b.tensor, b.name))
@@ -460,7 +471,7 @@ def _layout_svg(report: Report, top: float | None, colour: dict) -> str:
     """The arena plan: x = lifetime in steps, y = offset; one rectangle per buffer, the
     tail above the head, the lower bound (no planner can use less head), the judged arena
     and the budget."""
-    mem = report.memory
+    mem = planned(report)
     arena = judged_arena(report)
     steps = _steps(report)
     head = max(mem.arena_head_bytes, max((b.offset + b.size_bytes for b in mem.plan), default=0))
@@ -625,19 +636,40 @@ def _target_html(report: Report) -> str:
     return "" if section is None else section.html()
 
 
+def _refusal(report: Report) -> str:
+    """The target's compiler refused the model: the operator and its words, what to do,
+    and that no figure of the compiled model exists."""
+    r = report.compile_refusal
+    if r is None:
+        return ""
+    said = r.operator()
+    return (f"<h3>Not compiled: {escape(r.compiler)} could not compile the model</h3>"
+            + (f'<p class="refusal">{escape(said)}</p>' if said else "")
+            + f"<pre>{escape(r.message)}</pre>"
+            + (f"<p>Next: {escape(r.advice)}</p>" if r.advice else "")
+            + '<p class="note">The memory timeline, arena layout, op support and latency are '
+              "the compiled model's: there is none to draw or check.</p>")
+
+
+def _memory(r: Report, top: float | None) -> str:
+    """The memory timeline and the arena layout, where the report has a plan."""
+    if r.memory is None:
+        return ""
+    colour = colours(r.memory.plan)
+    return (f"<h3>Memory timeline</h3>{_timeline_svg(r, top, colour)}{_legend(r, colour)}"
+            f"<h3>Arena layout</h3>{_layout_svg(r, top, colour)}")
+
+
 def _section(index: int, section: Section, top: float | None = None) -> str:
     r = section.report
     status = section.shown_status
-    colour = colours(r.memory.plan)
     notes = "".join(f"<li>{escape(n)}</li>" for n in r.notes)
     problems = "".join(f"<li>{escape(p)}</li>" for p in section.problems)
     return (
         f'<section id="section-{index}"><h2>{escape(section.heading)} '
         f'<span class="verdict {escape(status)}">{escape(status.upper())}</span></h2>'
         + (f'<h3>Problems</h3><ul class="problems">{problems}</ul>' if problems else "")
-        + f"<h3>Budgets</h3>{_budgets(r)}{_bench(r)}"
-        f"<h3>Memory timeline</h3>{_timeline_svg(r, top, colour)}{_legend(r, colour)}"
-        f"<h3>Arena layout</h3>{_layout_svg(r, top, colour)}"
+        + f"{_refusal(r)}<h3>Budgets</h3>{_budgets(r)}{_bench(r)}{_memory(r, top)}"
         f"<h3>Per-op cost</h3>{_per_op_svg(r)}"
         f"<h3>Layers</h3>{layertable.html_table(r.layers, f'layers-{index}')}"
         f"{_summaries(r)}{_target_html(r)}"
@@ -663,7 +695,7 @@ def render_html(title: str, sections: Sequence[Section], intro: str = "",
     ``intro`` is extra HTML placed before the sections (e.g. a project summary table).
     ``shared_scale``: every memory timeline gets the same y axis (a before/after page).
     """
-    top = max((timeline_top(s.report) for s in sections),
+    top = max((timeline_top(s.report) for s in sections if s.report.memory is not None),
               default=None) if shared_scale else None
     body = "".join(_section(i, s, top) for i, s in enumerate(sections))
     toc = "".join(f'<li class="{escape(s.shown_status)}"><a href="#section-{i}">'

@@ -1,8 +1,10 @@
 """The JUnit XML view: one testsuite per report, one testcase per budget and one for op
-support. A budget the report could not judge is a skipped case; an at-risk budget passes,
-its message in ``system-out`` (JUnit has no warning); with ``fail_on_risk`` both fail. Failures carry
-the limit, the value and the margin in both the message and the text, since CI viewers show
-one or the other. ``devicefit check`` builds its project-wide file from :func:`report_cases`.
+support, and a failed ``compile`` testcase for a model the target's compiler refused (the
+compiler's whole message as its text). A budget the report could not judge is a skipped
+case; an at-risk budget passes, its message in ``system-out`` (JUnit has no warning); with
+``fail_on_risk`` both fail. Failures carry the limit, the value and the margin in both the
+message and the text, since CI viewers show one or the other. ``devicefit check`` builds
+its project-wide file from :func:`report_cases`.
 """
 
 from __future__ import annotations
@@ -32,7 +34,13 @@ def case(suite: ET.Element, counts: dict[str, int], classname: str, name: str) -
 
 def report_cases(suite: ET.Element, report: Report, classname: str, counts: dict[str, int],
                  fail_on_risk: bool = False) -> None:
-    """The report's budget, op-support and unchecked-budget testcases, added to ``suite``."""
+    """The report's compile, budget, op-support and unchecked-budget testcases, added to
+    ``suite``."""
+    if (refusal := report.compile_refusal) is not None:
+        failure = ET.SubElement(case(suite, counts, classname, "compile"), "failure",
+                                type="CompilerRefused", message=refusal.line())
+        failure.text = refusal.message
+        counts["failures"] += 1
     for b in report.budgets:
         tc = case(suite, counts, classname, f"budget.{b.name}")
         if not b.ok or (fail_on_risk and b.status == Status.AT_RISK):

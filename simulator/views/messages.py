@@ -80,9 +80,11 @@ def disagreement_messages(report: Report) -> list[str]:
 
 
 def problems(report: Report) -> list[str]:
-    """One line per budget not passed or not checked and per unsupported op set; never an
-    unexplained fail."""
-    found = [budget_message(b) for b in report.budgets if b.status != Status.PASS]
+    """One line for a model the target's compiler refused, per budget not passed or not
+    checked and per unsupported op set; never an unexplained fail."""
+    refusal = report.compile_refusal
+    found = [refusal.line()] if refusal is not None else []
+    found += [budget_message(b) for b in report.budgets if b.status != Status.PASS]
     found += [f"{name} budget not checked: {why}" for name, why in report.unchecked_budgets.items()]
     compat = compatibility_message(report.compatibility)
     found += [compat] if compat else []

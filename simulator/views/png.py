@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from pathlib import Path
+from textwrap import fill
 from typing import Any
 
 from devicefit.simulator.layers import peak
@@ -18,14 +19,22 @@ from devicefit.simulator.views.html import (
     TAIL_FILL,
     budget_on_scale,
     judged_arena,
+    planned,
 )
 
 
 def draw_timeline(ax: Any, report: Report, title: str) -> None:
     """Bytes in the arena per operator: the tail (allocated once) under the live bytes of
     the head, the peak, the arena the verdict judges and the budget (named when off
-    scale), as the HTML timeline draws them."""
-    timeline = report.memory.timeline
+    scale), as the HTML timeline draws them; for a model its compiler refused, the refusal
+    in words (there is no plan to draw)."""
+    if report.compile_refusal is not None:
+        ax.text(0.5, 0.5, fill(f"No memory plan: {report.compile_refusal.line()}", 70),
+                ha="center", va="center", transform=ax.transAxes, fontsize=9)
+        ax.set_axis_off()
+        ax.set_title(title, fontsize=10)
+        return
+    timeline = planned(report).timeline
     arena = judged_arena(report)
     steps = [t.op_index for t in timeline]
     live = [t.live_bytes / 1024 for t in timeline]

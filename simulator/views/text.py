@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
+from devicefit.simulator.errors import CompileRefusal
 from devicefit.simulator.escape import clean
 from devicefit.simulator.report import (
     CompatibilityReport,
@@ -65,20 +66,13 @@ def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
         lines.append(f"         converted by devicefit: {conv}")
     lines.append(f"Profile  {p.name}  ({p.device_class}, runtime {p.runtime}, "
                  f"{p.kernels} kernels)")
-    lines += ["", f"Memory (planner {mem.planner})"]
-    ex, est = mem.exact, mem.estimated
-    rows = [["arena head", _bytes(mem.arena_head_bytes), _trust("arena_head", ex, est)],
-            ["arena tail", _bytes(mem.arena_tail_bytes), _trust("arena_tail", ex, est)],
-            ["arena total", _bytes(mem.arena_bytes),
-             "exact" if {"arena_head", "arena_tail"} <= set(ex) else "estimated"],
-            *([["arena to start", _bytes(mem.arena_required_bytes), "estimated (planning room)"]]
-              if mem.arena_required_bytes > mem.arena_bytes else []),
-            ["lower bound", _bytes(mem.lower_bound_bytes), _trust("lower_bound", ex, est)],
-            ["flash", _bytes(mem.flash_bytes), flash_basis(mem)]]
-    lines += columns(rows)
+    if report.compile_refusal is not None:
+        lines += ["", *refusal_lines(report.compile_refusal)]
+    if mem is not None:
+        lines += memory_lines(mem)
     if layers:
         lines += ["", *layer_lines(report.layers)]
-    elif mem.timeline:
+    elif mem is not None and mem.timeline:
         peak = sorted(mem.timeline, key=lambda s: (-s.live_bytes, s.op_index))[:top]
         lines += ["", f"Operators with the most live bytes (top {len(peak)} of "
                       f"{len(mem.timeline)})"]
@@ -111,9 +105,41 @@ def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
     return clean("\n".join(lines)) + "\n"
 
 
+def refusal_lines(refusal: CompileRefusal) -> list[str]:
+    """The target's compiler refused the model: which operator and why in its words (its
+    whole message when it names none), what to do, and what is left unchecked."""
+    said = refusal.operator()
+    lines = [f"Not compiled: {refusal.compiler} could not compile the model"]
+    if said is not None:
+        lines.append(f"  {said}")
+    else:
+        lines += [f"  {refusal.compiler} said:",
+                  *(f"    {ln.rstrip()}" for ln in refusal.message.splitlines() if ln.strip())]
+    if refusal.advice:
+        lines.append(f"  next: {refusal.advice}")
+    lines.append("  not checked: memory, op support and latency (figures of the compiled model, "
+                 "which does not exist)")
+    return lines
+
+
+def memory_lines(mem: MemoryReport) -> list[str]:
+    """The arena plan's figures, each with how far to trust it."""
+    lines = ["", f"Memory (planner {mem.planner})"]
+    ex, est = mem.exact, mem.estimated
+    rows = [["arena head", _bytes(mem.arena_head_bytes), _trust("arena_head", ex, est)],
+            ["arena tail", _bytes(mem.arena_tail_bytes), _trust("arena_tail", ex, est)],
+            ["arena total", _bytes(mem.arena_bytes),
+             "exact" if {"arena_head", "arena_tail"} <= set(ex) else "estimated"],
+            *([["arena to start", _bytes(mem.arena_required_bytes), "estimated (planning room)"]]
+              if mem.arena_required_bytes > mem.arena_bytes else []),
+            ["lower bound", _bytes(mem.lower_bound_bytes), _trust("lower_bound", ex, est)],
+            ["flash", _bytes(mem.flash_bytes), flash_basis(mem)]]
+    return lines + columns(rows)
+
+
 def measured_lines(report: Report) -> list[str]:
-    m = report.measured
-    if m is None:
+    m, mem = report.measured, report.memory
+    if m is None or mem is None:  # (a model its compiler refused is never run)
         return []
     lines = [f"Measured (real {m.runtime} interpreter, child process)"]
     if m.skipped:
@@ -128,9 +154,9 @@ def measured_lines(report: Report) -> list[str]:
                  ("same to the byte" if diff == 0 else f"differs by {diff:+,} B")
                  + ("" if measured_tail else " (both: reference kernels)")],
                 ["arena tail", _bytes(m.arena_tail_bytes or 0),
-                 _bytes(report.memory.arena_tail_bytes),
+                 _bytes(mem.arena_tail_bytes),
                  "" if measured_tail else "measured: 64-bit host; predicted: the device"],
-                _device_arena_row(m, report.memory)]
+                _device_arena_row(m, mem)]
         judged = next((b for b in report.budgets if b.name == "arena"), None)
         if judged is not None and m.arena_bytes is not None and judged.value > m.arena_bytes:
             rows.append(["start arena", "", _bytes(judged.value),
@@ -151,7 +177,7 @@ def measured_lines(report: Report) -> list[str]:
         verdict = ("agree bit for bit" if m.outputs_agree else "DISAGREE (" + (
             "different output shapes" if worst is None else f"max difference {worst:g}") + ")")
         lines.append(f"  outputs      {' vs '.join(cc.runtimes)}: {verdict}")
-    lines += target_build_lines(m.target_build, report.memory)
+    lines += target_build_lines(m.target_build, mem)
     lines.append(f"  inputs       {m.inputs}")
     return lines
 

@@ -64,3 +64,19 @@ def test_a_file_vela_compiled_elsewhere_simulates(models):
     assert report["latency"]["estimated_device_ms"] is None
     assert "record" in report["latency"]["no_estimate"]
     assert report["verdict"] == "pass"
+
+
+def test_a_model_vela_refuses_is_reported_with_velas_reason():
+    """MediaPipe's selfie segmentation (float, MobileNetV3's HARD_SWISH): Vela 5.2.0 refuses
+    the whole model at its first float HARD_SWISH rather than leaving it to the Cortex-M. A
+    finding about the model on this device: a failed report, the operator and Vela's words,
+    no figure of the compiled model."""
+    model = corpus(names={"mp_selfie_segmentation"})[0].path
+    report = simulate(model, PROFILE)
+    r = report.compile_refusal
+    assert r is not None and not report.ok
+    assert (r.op, r.op_index, r.tensor) == ("HARD_SWISH", 3, "h_swish")
+    assert read_model(model).main.operators[3].op_name == "HARD_SWISH"
+    assert (r.reason, r.detail) == ("IFM has to be 8bit", "IFM type=FLOAT32")
+    assert report.model.size_bytes == model.stat().st_size and report.memory is None
+    assert set(report.unchecked_budgets) == {"flash", "arena", "latency"}

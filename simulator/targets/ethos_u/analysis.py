@@ -18,7 +18,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from devicefit.simulator.errors import InputError, ProfileError
+from devicefit.simulator.errors import CompileRefusal, CompilerRefused, InputError, ProfileError
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.model import Model, Subgraph
 from devicefit.simulator.profile_types import Profile
@@ -64,13 +64,33 @@ def _remember(cache: dict[Any, Any], key: Any, value: Any) -> Any:
     return value
 
 
-def _vela(source: Model, data: bytes, config: VelaConfig) -> VelaRun:
+def _vela(source: Model, data: bytes, config: VelaConfig, profile: Profile) -> VelaRun:
     if hashlib.sha256(data).hexdigest() != source.sha256:
         raise InputError(f"{source.path}: the file changed while devicefit read it")
     key = (source.sha256, config)
     found = _RUNS.get(key)
-    return found if found is not None else _remember(
-        _RUNS, key, run_vela(data, config, name=Path(source.path).stem or "model"))
+    if found is not None:
+        return found
+    try:
+        run = run_vela(data, config, name=Path(source.path).stem or "model")
+    except CompilerRefused as exc:
+        raise CompilerRefused(located(exc.refusal, source, profile)) from exc
+    return _remember(_RUNS, key, run)
+
+
+def located(refusal: CompileRefusal, source: Model, profile: Profile) -> CompileRefusal:
+    """Vela's refusal with its operator found in the model (the one operator of that type
+    writing the tensor Vela names) and what to do about it."""
+    found = [(sg.index, op.index) for sg in source.subgraphs for op in sg.operators
+             if op.op_name == refusal.op and refusal.tensor in _outputs(sg, op.outputs)]
+    subgraph, index = found[0] if len(found) == 1 else (0, None)
+    dtype = float_compute(source, subgraph, index) if index is not None else None
+    advice = ["Vela names only the first operator it refuses"] if refusal.op else []
+    if dtype is not None:
+        advice.append(f"the NPU takes int8/int16 only: quantize the model (devicefit convert "
+                      f"--profile {profile.name})")
+    return dataclasses.replace(refusal, op_index=index, subgraph=subgraph,
+                               advice="; ".join(advice) or None)
 
 
 def config_for(profile: Profile) -> VelaConfig:
@@ -88,7 +108,7 @@ def compiled_model(model: Model, profile: Profile) -> Model:
         if _key(model, profile) not in _SECTIONS:
             _remember(_SECTIONS, _key(model, profile), _precompiled_section(model))
         return model
-    run = _vela(model, Path(model.path).read_bytes(), config_for(profile))
+    run = _vela(model, Path(model.path).read_bytes(), config_for(profile), profile)
     compiled = parse_model(run.compiled, model.path)
     if _key(compiled, profile) not in _SECTIONS:
         _remember(_SECTIONS, _key(compiled, profile),
@@ -329,7 +349,7 @@ def compile_file(src: Path, dst: Path, profile: Profile) -> tuple[Model, EthosUS
     """Vela's compilation of ``src`` written atomically to ``dst`` with its record beside it
     (``convert``'s Vela step)."""
     source = read_model(src)
-    run = _vela(source, src.read_bytes(), config_for(profile))
+    run = _vela(source, src.read_bytes(), config_for(profile), profile)
     compiled = parse_model(run.compiled, str(dst))
     parts = partition(source, compiled, run.cpu_reasons)
     write_atomic(dst, run.compiled)

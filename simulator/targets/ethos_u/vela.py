@@ -15,6 +15,12 @@ command one clear message, never the CLI process. It writes, for ``model.tflite`
 
       Warning (supported operators) operator: MEAN, ofm: 'model/Mean'
       Reason: Unsupported depth-reduction.  IFM: 1, 4, 8, 6
+
+Vela leaves an operator it cannot run on the NPU to the CPU, but refuses a model whose
+operators break its semantic checks (a float HARD_SWISH: "IFM has to be 8bit");
+that refusal is raised as :class:`~simulator.errors.CompilerRefused` with Vela's words, a
+finding about the model. Vela rejecting its configuration, crashing or hanging stays a
+:class:`RuntimeFailure`.
 """
 
 from __future__ import annotations
@@ -28,7 +34,12 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from devicefit.simulator import zygote
-from devicefit.simulator.errors import MissingExtra, RuntimeFailure
+from devicefit.simulator.errors import (
+    CompileRefusal,
+    CompilerRefused,
+    MissingExtra,
+    RuntimeFailure,
+)
 from devicefit.simulator.fileio import temporary_folder
 from devicefit.simulator.targets.ethos_u.config import VelaConfig
 
@@ -39,6 +50,20 @@ _PRELOAD = (_LAUNCH,)
 #: A tensor name may hold a newline (Vela prints it as it is), so the ofm spans lines.
 _REASON = re.compile(r"^Warning \(supported operators\) operator: (\S+), ofm: '([\s\S]*?)'[ \t]*\n"
                      r"Reason: (.*)$", re.MULTILINE)
+#: How Regor's refusal of a model begins, and how the child hands it over (see
+#: :mod:`._vela_main`): the mark on a line of its own, then the message; its own exit status.
+REGOR_REFUSAL = "Compilation failed:"
+REFUSED_MARK = "devicefit: Vela refused the model:"
+REFUSED_EXIT = 3
+#: Regor's words for an operator it refuses, e.g.::
+#:
+#:     Error: HARD_SWISH 'h_swish' Does not have valid TFLite Semantics.
+#:      - IFM has to be 8bit
+#:        IFM type=FLOAT32,
+#:
+#: (without the quoted output tensor when the operator has no name).
+_REFUSED_OP = re.compile(r"Error: (\S+)(?: '([\s\S]*?)')? Does not have valid TFLite Semantics\."
+                         r"[ \t]*\n - ([^\n]*)(?:\n {3}([^\n]*))?")
 
 
 @dataclass(frozen=True)
@@ -89,8 +114,9 @@ def require_vela() -> str:
 
 
 def run_vela(model_bytes: bytes, config: VelaConfig, name: str = "model") -> VelaRun:
-    """Compile ``model_bytes`` with Vela for ``config``; raise :class:`RuntimeFailure` with
-    Vela's last words if it fails or exceeds ``config.timeout_s``."""
+    """Compile ``model_bytes`` with Vela for ``config``; raise :class:`CompilerRefused` if
+    Vela refuses the model, :class:`RuntimeFailure` with Vela's last words if it fails
+    otherwise or exceeds ``config.timeout_s``."""
     found = require_vela()
     with temporary_folder("devicefit-vela-") as tmp:
         work = Path(tmp)
@@ -108,10 +134,14 @@ def run_vela(model_bytes: bytes, config: VelaConfig, name: str = "model") -> Vel
             raise RuntimeFailure(f"Vela {found} did not finish within {config.timeout_s:g} s "
                                  f"(profile key ethos_u.timeout)")
         stdout, stderr = run.stdout.decode(errors="replace"), run.stderr.decode(errors="replace")
+        if run.code == REFUSED_EXIT and REFUSED_MARK in stderr:
+            raise CompilerRefused(refusal(found, stderr.partition(REFUSED_MARK)[2].strip()))
         compiled = out / f"{name}_vela.tflite"
         if run.code != 0 or not compiled.is_file():
-            raise RuntimeFailure(f"Vela {found} could not compile the model (exit "
-                                 f"{run.code}): {_last_words(stderr, stdout)}")
+            # Not the model's fault as far as Vela says (a configuration it rejects, a
+            # crash): a failure of the tool, not a finding.
+            raise RuntimeFailure(f"Vela {found} failed (exit {run.code}): "
+                                 f"{_last_words(stderr, stdout)}")
         summaries = sorted(out.glob(f"{name}_summary_*.csv"))
         if len(summaries) != 1:
             raise RuntimeFailure(f"Vela {found} wrote {len(summaries)} summary CSVs, expected 1")
@@ -127,6 +157,20 @@ def run_vela(model_bytes: bytes, config: VelaConfig, name: str = "model") -> Vel
             version=found, ini=ini_text,
             command=("vela", *options[:-4], "--verbose-performance", "--show-cpu-operations",
                      f"{name}.tflite"))
+
+
+def refusal(found: str, message: str) -> CompileRefusal:
+    """Vela's refusal as a record: its whole message, and the operator, rule and figures
+    when it names an operator (the operator's index in the model is the caller's to find:
+    only the model knows it)."""
+    m = _REFUSED_OP.search(message)
+    if m is None:  # its first line says why ("Output tensor x does not have any writers.")
+        first = next((ln for ln in message.splitlines() if ln.strip()), "")
+        return CompileRefusal(f"Vela {found}", message,
+                              reason=first.removeprefix(REGOR_REFUSAL).strip() or None)
+    detail = m.group(4).strip().rstrip(",").strip() if m.group(4) else None
+    return CompileRefusal(f"Vela {found}", message, op=m.group(1), tensor=m.group(2),
+                          reason=m.group(3).strip(), detail=detail or None)
 
 
 def _csv_rows(text: str) -> list[dict[str, str]]:

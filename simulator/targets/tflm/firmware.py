@@ -62,7 +62,8 @@ def parse_map(text: str, classify: Mapping[str, str]) -> tuple[int, dict[str, in
             pending = stripped if stripped.startswith((".", "*fill*")) and " " not in \
                 stripped else None
             continue
-        name, size, where = m.group(1) or pending, int(m.group(3), 16), m.group(4)
+        name: str | None = m.group(1) or pending
+        size, where = int(m.group(3), 16), m.group(4)
         pending = None
         if name is None or size == 0 or name.startswith("*("):
             continue
@@ -71,7 +72,7 @@ def parse_map(text: str, classify: Mapping[str, str]) -> tuple[int, dict[str, in
             continue
         if where is None:
             continue
-        last = classify.get(_base(where), "c runtime")
+        last = classify.get(_base(where)) or "c runtime"
         parts[last] += size
     return total, parts
 

@@ -189,12 +189,12 @@ def test_user_vela_ini_and_vela_failures_are_clean_errors(tmp_path, capsys, mode
     code, report = simulate_json(capsys, model_zoo("mlp_int8"), str(user))
     assert code == 0
     assert report["compatibility"]["ethos-u"]["figures"]["core_clock_hz"] == 200e6
-    # A section the .ini lacks: Vela refuses; one line, exit 2.
+    # A section the .ini lacks: Vela fails on its configuration; one line, exit 2.
     user.write_text("extends: ethos-u55-128\nethos_u:\n  config_file: mine.ini\n"
                     "  system_config: No_Such_Section\n")
     assert main(["simulate", str(model_zoo("mlp_int8")), "--profile", str(user)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("devicefit: error: Vela 5.2.0 could not compile") and \
+    assert err.startswith("devicefit: error: Vela 5.2.0 failed (exit 1)") and \
         "Traceback" not in err
     user.write_text("extends: ethos-u55-128\nethos_u:\n  timeout: 1ms\n")
     assert main(["simulate", str(model_zoo("mlp_int8")), "--profile", str(user)]) == 2

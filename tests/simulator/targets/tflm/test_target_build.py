@@ -377,10 +377,9 @@ def test_target_measurement_survives_the_json_report(small_model):
 def test_text_names_the_build_and_compares_with_the_prediction(small_model):
     import dataclasses
 
+    from devicefit.simulator.report import FirmwareFlash, FlashPart, OutputDiff
     from devicefit.simulator.simulate import simulate
     from devicefit.simulator.views.text import target_build_lines
-
-    from devicefit.simulator.report import FirmwareFlash, FlashPart, OutputDiff
 
     mem = simulate(small_model, "stm32l4r5-cortex-m4").memory
     text = "\n".join(target_build_lines(_measurement(), mem))
