@@ -1,11 +1,11 @@
 """``devicefit export``: the model devicefit checked, as the firmware component a user ships.
 
 :func:`export_model` judges the model as ``simulate`` does (with ``target_build``: also
-built and run as exported on the device's own TFLM build under QEMU), refuses to write
-anything when the verdict fails, and writes the folder of
-:func:`simulator.targets.tflm.export.export_files` whole. The files a target build ran are
-the files written: a verification names the export's digest, and the digest of the files
-written must equal it.
+built and run as exported on the device's own build), refuses to write anything when the
+verdict fails, and writes the folder of the profile's target's ``export`` whole (TFLM's:
+:mod:`simulator.targets.tflm.export`). The files a target build ran are the files written:
+a verification names the export's digest, and the digest of the files written must equal
+it.
 """
 
 from __future__ import annotations
@@ -21,16 +21,8 @@ from devicefit.simulator.fileio import write_folder
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.report import Report, TargetMeasurement
-from devicefit.simulator.targets.registry import target_for
-from devicefit.simulator.targets.tflm.export import (
-    ExportedFile,
-    ExportSpec,
-    default_methods,
-    export_digest,
-    export_files,
-    export_spec,
-)
-from devicefit.simulator.types import BuildRequest
+from devicefit.simulator.targets.registry import TARGETS, target_for
+from devicefit.simulator.types import BuildRequest, ExportedFile
 from devicefit.simulator.views.messages import problems
 
 
@@ -45,7 +37,6 @@ class Exported:
     """What :func:`export_model` wrote, and the report it rests on."""
 
     folder: Path
-    spec: ExportSpec
     files: tuple[ExportedFile, ...]
     report: Report
 
@@ -56,39 +47,28 @@ class Exported:
         return data
 
 
-def resolver_names(checkout: Path | None) -> tuple[dict[str, str], str]:
-    """Resolver methods (op key → method) and where they come from: the user's TFLM
-    checkout's ``micro_mutable_op_resolver.h`` when given, else devicefit's table."""
-    from devicefit.simulator.targets.tflm.build import checkout_methods
-
-    if checkout is None:
-        return default_methods()
-    return checkout_methods(Path(checkout).expanduser().resolve())
-
-
 def export_model(model_path: str | Path, profile: Profile, out: str | Path, *,
                  name: str | None = None, margin: int = 0, tflm: str | Path | None = None,
                  target_build: str | Path | None = None, timeout_s: float = 60,
                  probe: bool = True) -> Exported:
     """Judge ``model_path`` on ``profile`` and write its export to ``out``.
 
-    ``tflm``: the TFLM checkout whose resolver method names the files use
-    (``target_build`` is one too); ``target_build``: also build and run the export on that
-    checkout for the profile's core and kernels (:class:`ExportRefused` when it does not
-    verify). Raises :class:`ExportRefused` when the verdict fails, writing nothing.
+    ``tflm``: the runtime checkout whose names the files use (``target_build`` is one
+    too); ``target_build``: also build and run the export on that checkout for the
+    profile's core and kernels. Raises :class:`ExportRefused` when the verdict fails (a
+    build that does not verify the export fails it), writing nothing.
     """
     from devicefit.simulator.simulate import simulate
 
     target = target_for(profile)
-    if target.name != "tflm":
-        raise UsageError(f"export writes a TFLite-Micro firmware component; profile "
+    if target.export is None:
+        able = ", ".join(t.title for t in TARGETS.values() if t.export) or "no target"
+        raise UsageError(f"export writes a firmware component for {able}; profile "
                          f"'{profile.name}' runs {target.title}")
     given = target_build if target_build is not None else tflm
-    methods, source = resolver_names(None if given is None else Path(given))
+    checkout = None if given is None else str(given)
     request = (BuildRequest(str(target_build), name, margin) if target_build is not None
                else None)
-    # The names are checked before any work: a misspelt --name is exit 2 at once.
-    spec_name = export_spec_name(model_path, name)
     run_options: dict[str, Any] = (
         {"target_build": request, "timeout_s": timeout_s} if request else {})
     report = simulate(model_path, profile, run=request is not None, probe=probe,
@@ -96,26 +76,20 @@ def export_model(model_path: str | Path, profile: Profile, out: str | Path, *,
     if not report.ok:
         raise ExportRefused(f"not exported: the verdict for {profile.name} is FAIL: "
                             + "; ".join(problems(report)))
-    assert report.memory is not None  # a TFLM report always has its plan
-    spec = export_spec(read_model(model_path), profile, report.memory, methods, source,
-                       spec_name, margin)
+    assert report.memory is not None  # a report that passes has its plan
     verified = report.measured.target_build if report.measured else None
-    files = tuple(export_files(spec, verification(verified)))
-    if verified is not None and verified.export_sha256 != export_digest(files):
+    files = tuple(target.export(read_model(model_path), profile, report.memory, checkout,
+                                name, margin, verification(verified)))
+    done = Exported(Path(out), files, report)
+    if verified is not None and verified.export_sha256 != done.manifest["export_sha256"]:
         raise DevicefitError("the files to write differ from the files the target build "
                              "ran (a devicefit bug): nothing written")
     write_folder(Path(out), {f.path: f.text for f in files})
-    return Exported(Path(out), spec, files, report)
-
-
-def export_spec_name(model_path: str | Path, name: str | None) -> str:
-    from devicefit.simulator.targets.tflm.export import c_name
-
-    return c_name(Path(model_path).stem if name is None else name)
+    return done
 
 
 def verification(t: TargetMeasurement | None) -> dict[str, Any] | None:
-    """The manifest's record of the target build that ran the export, or None."""
+    """The manifest's record of the device build that ran the export, or None."""
     if t is None:
         return None
     return {

@@ -171,6 +171,14 @@ class RunOptions:
 
 
 @dataclass(frozen=True)
+class ExportedFile:
+    """One file of a firmware export (a target's ``export``), relative to its folder."""
+
+    path: str
+    text: str
+
+
+@dataclass(frozen=True)
 class BuildRequest:
     """``--target-build``: the device's own build to measure on, and the export it builds
     (``devicefit export``'s name and arena margin; a plain ``simulate`` takes the

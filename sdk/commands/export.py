@@ -70,17 +70,17 @@ def _export(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(manifest, indent=1))
         return 0
-    spec, arena = done.spec, done.spec.arena
+    model, arena, build = manifest["model"], manifest["arena"], manifest["build"]
     verified = manifest["verified"]
-    print(f"wrote {out}/: {len(done.files)} files for {spec.profile} "
-          f"({spec.core}, {spec.kernels} kernels)")
-    print(f"  model   {format_bytes(len(spec.data))} as {spec.name}_model_data "
-          f"(sha256 {spec.sha256[:12]})")
-    print(f"  arena   {format_bytes(arena.bytes)} = start arena {format_bytes(arena.start)} "
-          f"({arena.basis}) + margin {format_bytes(arena.margin)}")
-    print(f"  ops     {len(spec.registrations)}: "
-          + ", ".join(r.op for r in spec.registrations)
-          + f" (method names: {spec.resolver_source})")
+    print(f"wrote {out}/: {len(done.files)} files for {manifest['profile']} "
+          f"({build['core']}, {build['kernels']} kernels)")
+    print(f"  model   {format_bytes(model['bytes'])} as {model['symbol']} "
+          f"(sha256 {model['sha256'][:12]})")
+    print(f"  arena   {format_bytes(arena['bytes'])} as {arena['symbol']} = start arena "
+          f"{format_bytes(arena['start_arena_bytes'])} ({arena['basis']}) + margin "
+          f"{format_bytes(arena['margin_bytes'])}")
+    print(f"  ops     {len(manifest['ops'])}: " + ", ".join(o["op"] for o in manifest["ops"])
+          + f" (method names: {manifest['resolver_methods_from']})")
     if verified is None:
         print("  target  not built here: add --target-build TFLM_DIR to compile and run it "
               "as exported under QEMU")

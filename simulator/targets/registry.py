@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from devicefit.simulator.types import (
         BuildRequest,
         Checker,
+        ExportedFile,
         ModelRuns,
         Runner,
         RunResult,
@@ -60,6 +61,8 @@ if TYPE_CHECKING:
     OnDevice = Callable[[MeasuredReport, Model, Profile, ModelRuns, "RunResult | None",
                          MemoryReport], Measured]
     DeviceBuild = Callable[[BuildRequest, Profile], OnDevice]
+    Exporter = Callable[[Model, Profile, MemoryReport, "str | None", "str | None", int,
+                         "Mapping[str, Any] | None"], list[ExportedFile]]
     ShapeOracle = Callable[["str | Path", Mapping[int, tuple[int, ...]], float], RuntimeShapes]
 
 #: The packages of built-in targets.
@@ -167,6 +170,13 @@ class Target:
         registers, from code sizes measured per kernel library and core), with what the
         figure rests on; None from the hook: no estimate for this profile (the profile's
         ``runtime.code_size`` is used then).
+    ``export``
+        ``(model, profile, memory, checkout, name, margin, verification) -> files``: the
+        firmware component a user compiles (``devicefit export``; TFLM: the model array, its
+        op resolver, the arena, a header, an example and build files), the op resolver's
+        names from the runtime ``checkout`` when given, the arena the report's ``memory``
+        judged plus ``margin``; ``verification``: what the device build measured of those
+        files, recorded in them. None: the target exports nothing.
     ``shapes``
         ``(path, input index → shape, timeout_s) -> RuntimeShapes``: the shapes its runtime
         gives every tensor once the inputs are resized and the model invoked (LiteRT, in a
@@ -212,6 +222,7 @@ class Target:
     cross_check: CrossChecker | None = None
     device_build: DeviceBuild | None = None
     code_size: Callable[[Model, Profile], tuple[int, str] | None] | None = None
+    export: Exporter | None = None
     failed_node: str | None = None
     shapes: ShapeOracle | None = None
 

@@ -40,6 +40,7 @@ TARGET = Target(
     cross_check=lazy("devicefit.simulator.targets.tflm.measured:cross_check"),
     device_build=lazy("devicefit.simulator.targets.tflm.measured:device_build"),
     code_size=lazy("devicefit.simulator.targets.tflm.code:code_size"),
+    export=lazy("devicefit.simulator.targets.tflm.export:firmware"),
     failed_node=r"Node (?P<op>[A-Z0-9_]+) \(number (?P<index>\d+)\)",
     profile_keys={SECTION: PROFILE_KEYS},
     settings=settings,

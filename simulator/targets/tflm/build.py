@@ -48,8 +48,9 @@ from pathlib import Path
 
 from devicefit.simulator.errors import InputError
 from devicefit.simulator.fileio import write_atomic
-from devicefit.simulator.targets.tflm.export import ExportedFile, export_digest
+from devicefit.simulator.targets.tflm.export import export_digest
 from devicefit.simulator.targets.tflm.firmware import classifier
+from devicefit.simulator.types import ExportedFile
 
 MAKEFILE = "tensorflow/lite/micro/tools/make/Makefile"
 DOWNLOADS = "tensorflow/lite/micro/tools/make/downloads"

@@ -29,6 +29,7 @@ from devicefit.simulator.errors import UsageError
 from devicefit.simulator.model import Model, Tensor
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.report import MemoryReport
+from devicefit.simulator.types import ExportedFile
 
 #: MicroMutableOpResolver methods of the TFLM version devicefit was checked against, written
 #: by ``benchmarks/resolver_table.py`` from that checkout's ``micro_mutable_op_resolver.h``.
@@ -106,12 +107,6 @@ def resource_variables(model: Model) -> int:
     VAR_HANDLE ``shared_name`` (what TFLM's own harnesses and Python interpreter count)."""
     return len({op.options.get("shared_name") for sg in model.subgraphs
                 for op in sg.operators if op.op_name == "VAR_HANDLE"})
-
-
-@dataclass(frozen=True)
-class ExportedFile:
-    path: str  # relative to the export folder
-    text: str
 
 
 def c_name(candidate: str) -> str:
@@ -194,6 +189,21 @@ def export_spec(model: Model, profile: Profile, memory: MemoryReport,
         kernels=profile.runtime.kernels, registrations=regs, resolver_source=resolver_source,
         arena=arena_figure(memory.arena_head_bytes, memory.arena_tail_bytes, start, basis,
                            margin))
+
+
+def firmware(model: Model, profile: Profile, memory: MemoryReport, checkout: str | None,
+             name: str | None, margin: int,
+             verification: Mapping[str, Any] | None) -> list[ExportedFile]:
+    """The TFLM target's ``export`` hook: the files of ``model``'s export for ``profile``,
+    with the resolver method names of the TFLM ``checkout`` (None: devicefit's table)."""
+    if checkout is None:
+        methods, source = default_methods()
+    else:
+        from devicefit.simulator.targets.tflm.build import checkout_methods
+
+        methods, source = checkout_methods(Path(checkout).expanduser().resolve())
+    return export_files(export_spec(model, profile, memory, methods, source, name, margin),
+                        verification)
 
 
 # --------------------------------------------------------------------------- the files

@@ -49,8 +49,8 @@ def parse_map(text: str, classify: Mapping[str, str]) -> tuple[int, dict[str, in
             continue
         if line and not line[0].isspace():
             # another output section (named alone on its line) or a directive
-            name = line.split()[0]
-            section = name if name in FLASH_SECTIONS else None
+            first = line.split()[0]
+            section = first if first in FLASH_SECTIONS else None
             pending = None
             continue
         if section is None:
@@ -62,7 +62,7 @@ def parse_map(text: str, classify: Mapping[str, str]) -> tuple[int, dict[str, in
             pending = stripped if stripped.startswith((".", "*fill*")) and " " not in \
                 stripped else None
             continue
-        name: str | None = m.group(1) or pending
+        name = m.group(1) or pending
         size, where = int(m.group(3), 16), m.group(4)
         pending = None
         if name is None or size == 0 or name.startswith("*("):

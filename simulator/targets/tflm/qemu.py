@@ -37,8 +37,9 @@ from devicefit.simulator.errors import RuntimeFailure
 from devicefit.simulator.lifetimes import align_up
 from devicefit.simulator.report import PlannerBuffer, TailCategory, TargetMeasurement
 from devicefit.simulator.targets.tflm.build import MemoryMap, TflmBuild
-from devicefit.simulator.targets.tflm.export import ExportedFile, export_digest
+from devicefit.simulator.targets.tflm.export import export_digest
 from devicefit.simulator.targets.tflm.firmware import firmware_flash
+from devicefit.simulator.types import ExportedFile
 
 QEMU_CPU = "cortex-a15"
 #: Cores whose instructions the A-profile model lacks (MVE): built, not run here.

@@ -156,7 +156,7 @@ def test_a_profile_of_another_runtime_is_refused(chain, tmp_path, capsys):
     code = main(["export", str(chain), "--profile", "android-arm64-cpu", "-o",
                  str(tmp_path / "fw")])
     assert code == 2
-    assert "TFLite-Micro firmware component" in capsys.readouterr().err
+    assert "writes a firmware component for TensorFlow Lite Micro" in capsys.readouterr().err
 
 
 def test_names_become_c_identifiers():
