@@ -425,3 +425,8 @@ def _fileno(stream: Any) -> int | None:
         return stream.fileno()
     except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
         return None
+
+
+def print_stderr(line: str) -> None:
+    """A line beside a ``--json`` answer: stdout holds the JSON alone."""
+    print(line, file=sys.stderr)

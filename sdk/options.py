@@ -147,3 +147,51 @@ def conversion_summary_html(report: Any) -> str:
                  ("SQNR", "-" if acc.sqnr_db is None else f"{acc.sqnr_db:.1f} dB"),
                  ("evaluated on", f"{acc.samples} samples, {acc.runtime}")]
     return '<h2>Conversion</h2><div id="conversion">' + html_table((), rows) + "</div>"
+
+
+# --------------------------------------------------------------------------- --firmware
+def add_firmware_options(parser: argparse.ArgumentParser) -> None:
+    """``--firmware DIR`` (and ``--tflm``) for every command that writes a model: the
+    written model's firmware component too, as ``devicefit export`` writes it."""
+    group = parser.add_argument_group("the firmware component (as devicefit export)")
+    group.add_argument("--firmware", default=None, metavar="DIR",
+                       help="also write the output model as a TFLM firmware component to DIR "
+                            "(the model array, its op resolver, the judged arena, a header, an "
+                            "example, build files: see devicefit export)")
+    group.add_argument("--tflm", default=None, metavar="TFLM_DIR",
+                       help="with --firmware: your TFLM checkout's op resolver method names")
+
+
+def firmware_output(args: argparse.Namespace, inputs: Sequence[Named]) -> None:
+    """Refuse a bad ``--firmware`` folder before any work (one line, exit 2)."""
+    from devicefit.simulator.errors import UsageError
+    from devicefit.simulator.fileio import check_output_folder
+
+    if args.tflm and not args.firmware:
+        raise UsageError("--tflm names the op resolver's methods of --firmware: add --firmware")
+    if args.firmware:
+        check_output_folder("--firmware", Path(args.firmware),
+                            [*inputs, ("TFLM checkout", args.tflm)])
+
+
+def write_firmware(args: argparse.Namespace, model: str | Path, profile: str | Profile,
+                   say: Any = print) -> int:
+    """The ``--firmware`` folder of the written ``model``: 0 written, 1 its verdict fails
+    (said in one line; the command's own outputs stand)."""
+    from devicefit.sdk.export import ExportRefused, export_model
+    from devicefit.simulator.profiles import load_profile
+
+    if not args.firmware:
+        return 0
+    loaded = profile if isinstance(profile, Profile) else load_profile(profile,
+                                                                       args.profiles_dir)
+    try:
+        done = export_model(model, loaded, args.firmware, tflm=args.tflm)
+    except ExportRefused as exc:
+        say(f"firmware: {exc}")
+        return 1
+    arena = done.manifest["arena"]
+    say(f"firmware: wrote {args.firmware}/ ({arena['symbol']} {arena['bytes']:,} B, "
+        f"{len(done.manifest['ops'])} ops; next: devicefit link-check FIRMWARE.map --export "
+        f"{args.firmware})")
+    return 0

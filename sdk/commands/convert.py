@@ -21,9 +21,12 @@ from devicefit.sdk.convert.data import RANDOM
 from devicefit.sdk.convert.sparsity import KINDS
 from devicefit.sdk.convert.spec import OPTIONS, ConversionSpec
 from devicefit.sdk.options import (
+    add_firmware_options,
     add_picture_options,
     data_inputs,
+    firmware_output,
     picture_outputs,
+    write_firmware,
     write_pictures,
 )
 from devicefit.simulator import jsonout
@@ -88,6 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--unsafe", action="store_true", default=None,
                    help="trust the model: allow Lambda layers (Python code in a .keras file) "
                         "and SavedModel ops that touch files, the network or Python")
+    add_firmware_options(p)
     p.set_defaults(handler=_convert)
 
 
@@ -113,6 +117,7 @@ def _convert(args: argparse.Namespace) -> int:
         if isinstance(value, (str, Path)) and value != RANDOM]
     check_outputs([("-o", args.output), ("--report", args.report), *picture_outputs(args)],
                   [*data_inputs(args, ()), *data, ("spec", args.spec)])
+    firmware_output(args, [*data_inputs(args, ()), *data, ("-o", args.output)])
     console = make_console(args.no_color)
     with temporary_folder("devicefit-") as tmp, warnings_to(console), \
             _progress(args.no_color, args.quiet) as (progress, on_stage):
@@ -126,7 +131,10 @@ def _convert(args: argparse.Namespace) -> int:
         write_atomic(args.report, jsonout.dumps(report.to_dict(), indent=2) + "\n",
                      inputs=[args.model])
     _print_summary(console, report)
-    return 0 if report.verdict in (None, "pass") else 1
+    code = 0 if report.verdict in (None, "pass") else 1
+    if code == 0:
+        code = write_firmware(args, args.output, args.profile, console.print)
+    return code
 
 
 def _size_line(report: ConversionReport) -> str:

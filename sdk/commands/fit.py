@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
-from devicefit.sdk.console import make_console, print_json, table
+from devicefit.sdk.console import make_console, print_json, print_stderr, table
+from devicefit.sdk.options import add_firmware_options
 from devicefit.simulator import jsonout
 from devicefit.simulator.errors import UsageError, require_extra
 from devicefit.simulator.fileio import write_atomic
@@ -96,6 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--unsafe", action="store_true",
                    help="allow Lambda layers (runs Python code from the model file)")
+    add_firmware_options(p)
     p.set_defaults(handler=_fit)
 
 
@@ -129,11 +131,13 @@ def _fit(args: argparse.Namespace) -> int:
     # Before any data is read: --export needs only the study (optuna), a search TensorFlow.
     for module in ("optuna",) if args.export else ("tensorflow", "optuna"):
         require_extra(module, "devicefit fit --export" if args.export else "devicefit fit")
-    from devicefit.sdk.options import data_inputs
+    from devicefit.sdk.options import data_inputs, firmware_output
     from devicefit.simulator.fileio import check_outputs
 
     check_outputs([("-o", args.output), ("--report", args.report), ("--html", args.html)],
                   data_inputs(args, ("train", "eval_data", "calibration")))
+    firmware_output(args, [*data_inputs(args, ("train", "eval_data", "calibration")),
+                           ("-o", args.output)])
     settings = SearchSettings(max_trials=args.max_trials,
                               time_budget_s=parse_duration(args.time_budget),
                               storage=args.storage, study_name=args.study_name, jobs=args.jobs,
@@ -187,7 +191,13 @@ def _outputs(args: argparse.Namespace, console: Console, report: FitReport,
         _print_summary(console, report)
     if report.another_worker_writes:
         return 0
-    return 0 if report.found else 1
+    if not report.found:
+        return 1
+    from devicefit.sdk.options import write_firmware
+
+    return write_firmware(args, args.output, report.profile,
+                          print_stderr if args.json else console.print)
+
 
 
 def _print_summary(console: Console, report: FitReport) -> None:

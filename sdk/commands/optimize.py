@@ -5,8 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from devicefit.sdk.console import make_console, print_json, table
-from devicefit.sdk.options import profile_inputs
+from devicefit.sdk.console import make_console, print_json, print_stderr, table
+from devicefit.sdk.options import (
+    add_firmware_options,
+    firmware_output,
+    profile_inputs,
+    write_firmware,
+)
 from devicefit.simulator.fileio import check_outputs
 from devicefit.simulator.optimize.patches import OBJECTIVES
 from devicefit.simulator.units import format_bytes, format_percent, format_time_ms
@@ -41,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where to write the optimized .tflite (never the input file)")
     add_patch_arguments(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_firmware_options(p)
     p.set_defaults(handler=_optimize)
 
 
@@ -84,6 +90,8 @@ def _optimize(args: argparse.Namespace) -> int:
     options = patch_options(args)
     profile = load_profile(args.profile, args.profiles_dir)
     check_outputs([("-o", args.output)], [("model", args.model), *profile_inputs(profile)])
+    firmware_output(args, [("model", args.model), *profile_inputs(profile),
+                           ("-o", args.output)])
     read_model(args.model)  # one clear error for a missing or broken file
     with open(args.model, "rb") as f:
         data = f.read()
@@ -91,7 +99,7 @@ def _optimize(args: argparse.Namespace) -> int:
     write_atomic(args.output, out, inputs=[args.model])
     if args.json:
         print_json({**report.to_dict(), "output": args.output})
-        return 0
+        return write_firmware(args, args.output, profile, print_stderr)
     console = make_console(args.no_color)
     console.print(f"{args.model}: {report.summary}")
     console.print(table(None, ["", "before", "after"], _rows(report)))
@@ -100,7 +108,8 @@ def _optimize(args: argparse.Namespace) -> int:
     for note in report.notes:
         console.print(f"note: {note}")
     console.print(f"wrote {args.output}" + ("" if report.changed else " (an identical copy)"))
-    return 0
+    return write_firmware(args, args.output, profile, console.print)
+
 
 
 #: Head vs overhead pairs printed (all are in --json).

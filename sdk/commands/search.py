@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
-from devicefit.sdk.console import make_console, print_json, table
+from devicefit.sdk.console import make_console, print_json, print_stderr, table
+from devicefit.sdk.options import add_firmware_options
 from devicefit.sdk.search.objective import Objective
 from devicefit.simulator.errors import UsageError, require_extra
 from devicefit.simulator.units import format_percent, format_size
@@ -95,6 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--report", metavar="REPORT.json", help="write the report as JSON")
     p.add_argument("--html", metavar="REPORT.html", help="write the report as HTML")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_firmware_options(p)
     p.set_defaults(handler=_search)
 
 
@@ -143,15 +145,17 @@ def _search(args: argparse.Namespace) -> int:
     from devicefit.sdk.commands.convert import warnings_to
     from devicefit.sdk.commands.fit import parse_duration, trial_progress
     from devicefit.sdk.fit.search import SearchSettings
-    from devicefit.sdk.options import data_inputs
+    from devicefit.sdk.options import data_inputs, firmware_output, write_firmware
     from devicefit.sdk.search.report import render_search_html, to_dict
     from devicefit.sdk.search.train import SearchSpec, search_architectures
     from devicefit.simulator import jsonout
     from devicefit.simulator.fileio import check_outputs, write_atomic
 
+    inputs_named = data_inputs(argparse.Namespace(**vars(args), model=None),  # no model file
+                               ("train", "eval_data", "calibration"))
     check_outputs([("-o", args.output), ("--report", args.report), ("--html", args.html)],
-                  data_inputs(argparse.Namespace(**vars(args), model=None),  # no model file
-                              ("train", "eval_data", "calibration")))
+                  inputs_named)
+    firmware_output(args, [*inputs_named, ("-o", args.output)])
     settings = SearchSettings(max_trials=args.max_trials,
                               time_budget_s=parse_duration(args.time_budget),
                               storage=args.storage, study_name=args.study_name, jobs=args.jobs,
@@ -176,7 +180,12 @@ def _search(args: argparse.Namespace) -> int:
         print_json(to_dict(found))
     else:
         _print_summary(console, found)
-    return 0 if found.found or not found.writer else 1
+    if not found.writer:
+        return 0
+    if not found.found:
+        return 1
+    return write_firmware(args, args.output, found.profile,
+                          console.print if not args.json else print_stderr)
 
 
 def _memory(args: argparse.Namespace) -> MemoryOptimization | None:

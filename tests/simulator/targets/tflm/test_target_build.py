@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -316,32 +317,213 @@ def test_cli_refuses_a_profile_that_is_not_tflm(small_model, tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- end to end
+# These build TFLM from a real checkout and run under QEMU: set DEVICEFIT_TFLM_DIR (and
+# DEVICEFIT_CACHE to a lasting folder: a first build of TFLM's core and a model's kernels
+# takes 5-20 minutes on two cores, a cached one seconds).
 def _real_checkout() -> Path:
     where = os.environ.get("DEVICEFIT_TFLM_DIR")
     if not where:
         pytest.skip("set DEVICEFIT_TFLM_DIR to a TFLM checkout (third-party trees downloaded) "
                     "to build TFLM for Cortex-M and run under QEMU")
     if lacking := tb.missing_tools():
-        pytest.skip(f"the target build needs {', '.join(lacking)} (Debian: gcc-arm-none-eabi "
-                    "libnewlib-arm-none-eabi libstdc++-arm-none-eabi-newlib qemu-user)")
-    return Path(where)
+        pytest.skip(f"the target build needs {', '.join(lacking)} (Debian: "
+                    f"{tb.DEBIAN_PACKAGES})")
+    return Path(where).resolve()
 
 
-def test_target_build_measures_the_model_end_to_end(small_model, tmp_path, capsys,
-                                                     monkeypatch):
+def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder under ``root`` (its .git too) with its size and time."""
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            path = Path(folder, name)
+            st = path.lstat()
+            out[str(path.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+@pytest.fixture
+def hello_world(tmp_path) -> Path:
+    """TFLM's own hello_world_int8 (a public model: the checkout's example)."""
     tflm = _real_checkout()
-    code = main(["simulate", str(small_model), "--profile", "stm32l4r5-cortex-m4", "--run",
+    path = tmp_path / "hello_world_int8.tflite"
+    path.write_bytes((tflm / "tensorflow/lite/micro/examples/hello_world/models/"
+                              "hello_world_int8.tflite").read_bytes())
+    return path
+
+
+def test_the_export_is_built_and_verified_as_exported(hello_world, tmp_path, capsys):
+    tflm = _real_checkout()
+    before = _snapshot(tflm)
+    code = main(["simulate", str(hello_world), "--profile", "stm32l4r5-cortex-m4", "--run",
                  "--target-build", str(tflm), "--json"])
-    assert code in (0, 1)
     report = json.loads(capsys.readouterr().out)
+    assert code == 0, report["notes"]
     t = report["measured"]["target_build"]
     assert t["status"] == "ok" and "cortex-m4 cmsis-nn (qemu)" in t["build"]
     assert t["head"] + t["tail"] == t["total"]
     assert t["min_arena_bytes"] % 16 == 0 and t["min_arena_invokes"] is True
-    # the planner's head is exact on the device build too, and the outputs are the wheel's
+    # the planner's head is exact on the device build too
     assert t["head"] == report["memory"]["arena_head_bytes"]
-    assert t["outputs_agree"] is True
+    # the export's own arena array, at its constant, started and ran the model
+    assert t["arena_constant_starts"] is True and t["example_ok"] is True
+    assert t["min_arena_bytes"] <= t["arena_constant"] <= t["min_arena_bytes"] + 256
+    assert t["outputs_agree"] is True and t["outputs_within_tolerance"] is True
     assert report["measured"]["arena_bytes"] == t["min_arena_bytes"]
+    # flash measured in the linked image, the model's bytes in it whole
+    flash = {p["name"]: p["bytes"] for p in t["flash"]["parts"]}
+    assert flash["model"] == hello_world.stat().st_size
+    assert sum(flash.values()) == t["flash"]["total_bytes"]
+    budget = next(b for b in report["budgets"] if b["name"] == "flash")
+    assert budget["value"] == t["flash"]["total_bytes"] and budget["basis"] == "measured"
+    # what `devicefit export` writes is what ran: the same digest
+    out = tmp_path / "fw"
+    assert main(["export", str(hello_world), "--profile", "stm32l4r5-cortex-m4", "-o",
+                 str(out), "--target-build", str(tflm), "--json"]) == 0
+    manifest = json.loads(capsys.readouterr().out)
+    assert manifest["export_sha256"] == t["export_sha256"]
+    assert manifest["verified"]["export_sha256"] == t["export_sha256"]
+    # nothing was written into the checkout, nothing downloaded (it has no pigweed here)
+    assert _snapshot(tflm) == before
+
+
+def test_one_compiler_and_no_downloads_however_the_checkout_looks(hello_world, tmp_path,
+                                                                 capsys):
+    """A checkout without pigweed (TFLM's Makefile would clone it) and with a gcc_embedded
+    folder (TFLM would compile with that GCC): the build uses the toolchain on PATH, writes
+    nothing into the checkout and downloads nothing."""
+    tflm = _real_checkout()
+    copy = tmp_path / "tflm"
+    subprocess.run(["git", "clone", "-q", "--shared", str(tflm), str(copy)], check=True)
+    subprocess.run(["git", "-C", str(copy), "checkout", "-q",
+                    subprocess.run(["git", "-C", str(tflm), "rev-parse", "HEAD"],
+                                   capture_output=True, text=True).stdout.strip()], check=True)
+    downloads = copy / tb.DOWNLOADS
+    downloads.mkdir(parents=True, exist_ok=True)
+    for tree in tb.BuildSpec(tflm, "cortex-m4", "cmsis-nn").trees:
+        subprocess.run(["cp", "-al", str(tflm / tb.DOWNLOADS / tree), str(downloads / tree)],
+                       check=True)
+    shutil.rmtree(downloads / "pigweed", ignore_errors=True)
+    fake = downloads / "gcc_embedded" / "bin"
+    fake.mkdir(parents=True)
+    for tool in ("gcc", "g++", "ar"):
+        (fake / f"arm-none-eabi-{tool}").write_text("#!/bin/sh\necho 'the wrong compiler' >&2\n"
+                                                     "exit 99\n")
+        (fake / f"arm-none-eabi-{tool}").chmod(0o755)
+    before = _snapshot(copy)
+    code = main(["simulate", str(hello_world), "--profile", "stm32l4r5-cortex-m4", "--run",
+                 "--target-build", str(copy), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["measured"]["target_build"]["status"] == "ok"
+    assert _snapshot(copy) == before
+    build = tb.TflmBuild(tb.BuildSpec(copy, "cortex-m4", "cmsis-nn"))
+    log = build.log_path.read_text()
+    assert "gcc_embedded" not in "".join(ln for ln in log.splitlines() if ln.startswith("$"))
+    assert "the wrong compiler" not in log
+
+
+def test_a_compile_error_is_never_a_pass(hello_world, tmp_path, capsys):
+    """A checkout whose TFLM does not compile: the report says not measured, names the
+    first compiler error and the log, the verdict fails, exit 2; the checkout is only read."""
+    tflm = _real_checkout()
+    copy = tmp_path / "tflm"
+    subprocess.run(["cp", "-al", str(tflm), str(copy)], check=True)
+    shutil.rmtree(copy / ".git")  # keyed by its files: a new build folder
+    build = tb.TflmBuild(tb.BuildSpec(copy, "cortex-m4", "cmsis-nn"))
+    first = build.variables["MICROLITE_LIB_OBJS"][0]
+    source = copy / first.split("/obj/core/", 1)[1].removesuffix(".o")
+    source = next(source.with_suffix(x) for x in (".cc", ".c") if source.with_suffix(x).is_file())
+    source.unlink()  # a new file, not the hard link's shared content
+    source.write_text("this is not C++;\n")
+    before = _snapshot(copy)
+    code = main(["simulate", str(hello_world), "--profile", "stm32l4r5-cortex-m4", "--run",
+                 "--target-build", str(copy)])
+    out = capsys.readouterr().out
+    assert code == 2
+    assert "Verdict: FAIL" in out and "Verdict: PASS" not in out
+    assert "NOT MEASURED" in out and f"{source.name}:1:1: error:" in out
+    assert "make.log" in out
+    assert _snapshot(copy) == before
+
+
+def test_timeout_reaches_qemu(hello_world, capsys):
+    tflm = _real_checkout()
+    main(["simulate", str(hello_world), "--profile", "stm32l4r5-cortex-m4", "--run",
+          "--target-build", str(tflm)])  # built and cached
+    capsys.readouterr()
+    code = main(["simulate", str(hello_world), "--profile", "stm32l4r5-cortex-m4", "--run",
+                 "--target-build", str(tflm), "--timeout", "0.001", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    t = report["measured"]["target_build"]
+    assert code == 1 and report["verdict"] == "fail"
+    assert t["status"] == "timed out" and "0.001 s" in t["message"]
+
+
+def _tflm_flags(build: tb.TflmBuild) -> tuple[list[str], list[str]]:
+    v = build.variables
+    includes = [i.removeprefix("-I") for i in v["INCLUDES"]]
+    return ([str(build.spec.tflm_dir / i) if not Path(i).is_absolute() else i
+             for i in includes], [*v["CXXFLAGS"], *v["CORE_OPTIMIZATION_LEVEL"]])
+
+
+def test_the_export_builds_with_cmake_and_runs(hello_world, tmp_path, capsys):
+    """The export's CMakeLists.txt with TFLM built elsewhere (include folders, its compile
+    options, its library): the example builds for the core and runs under QEMU."""
+    tflm = _real_checkout()
+    out = tmp_path / "fw"
+    assert main(["export", str(hello_world), "--profile", "stm32l4r5-cortex-m4", "-o",
+                 str(out), "--tflm", str(tflm)]) == 0
+    capsys.readouterr()
+    assert main(["simulate", str(hello_world), "--profile", "stm32l4r5-cortex-m4", "--run",
+                 "--target-build", str(tflm)]) == 0  # builds the library this test links
+    build = tb.TflmBuild(tb.BuildSpec(tflm, "cortex-m4", "cmsis-nn"))
+    library = next(build.dir.glob("exports/*/libtflm.a"))
+    includes, options = _tflm_flags(build)
+    toolchain = tmp_path / "arm.cmake"
+    toolchain.write_text(
+        "set(CMAKE_SYSTEM_NAME Generic)\nset(CMAKE_SYSTEM_PROCESSOR arm)\n"
+        f"set(CMAKE_CXX_COMPILER {build.toolchain.tool('g++')})\n"
+        "set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)\n"
+        # linked as devicefit links for qemu-arm (its semihosting needs the A-profile libc)
+        "set(CMAKE_EXE_LINKER_FLAGS \"-march=armv7 -mthumb -mfloat-abi=soft "
+        "--specs=rdimon.specs\")\n")
+    work = tmp_path / "cmake-build"
+    subprocess.run(["cmake", "-S", str(out), "-B", str(work), f"-DCMAKE_TOOLCHAIN_FILE={toolchain}",
+                    f"-DTFLM_INCLUDE_DIRS={';'.join(includes)}",
+                    f"-DTFLM_COMPILE_OPTIONS={';'.join(options)}",
+                    f"-DTFLM_LIBRARY={library}", "-DDEVICEFIT_EXAMPLE=ON"],
+                   check=True, capture_output=True, cwd=tflm)
+    done = subprocess.run(["cmake", "--build", str(work)], capture_output=True, text=True,
+                          cwd=tflm)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    ran = subprocess.run(["qemu-arm", "-cpu", "cortex-a15",
+                          str(work / "hello_world_int8_example")], capture_output=True,
+                         text=True, timeout=120)
+    assert ran.returncode == 0 and "hello_world_int8: ok, arena used" in ran.stderr
+
+
+def test_the_export_builds_with_tflms_makefile(hello_world, tmp_path, capsys):
+    """The export's Makefile drives TFLM's own (its library and flags for the core)."""
+    tflm = _real_checkout()
+    out = tmp_path / "fw"
+    assert main(["export", str(hello_world), "--profile", "stm32l4r5-cortex-m4", "-o",
+                 str(out), "--tflm", str(tflm)]) == 0
+    build = tb.TflmBuild(tb.BuildSpec(tflm, "cortex-m4", "cmsis-nn"))
+    v = build.variables
+    # TFLM's whole library, compiled as devicefit compiles it (this reuses its objects)
+    build.compile([*v["MICROLITE_LIB_OBJS"], *v["MICROLITE_KERNEL_OBJS"],
+                   *v["MICROLITE_THIRD_PARTY_KERNEL_OBJS"]])
+    before = _snapshot(tflm)
+    # This checkout has no pigweed (TFLM's Makefile would clone it): the build reads
+    # devicefit's downloads folder and compiler, as a user's TFLM_MAKE_ARGS can.
+    done = subprocess.run(
+        ["make", "-C", str(out), f"TFLM_DIR={tflm}", f"TFLM_GENDIR={build.gendir}/",
+         f"TFLM_MAKE_ARGS=DOWNLOADS_DIR={build.dir / 'downloads'} "
+         f"TARGET_TOOLCHAIN_ROOT={build.toolchain.root}/", f"BUILD={tmp_path / 'build'}"],
+        capture_output=True, text=True, env=build.env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert (tmp_path / "build" / "example").is_file()
+    assert _snapshot(tflm) == before
 
 
 # --------------------------------------------------------------------------- the report
