@@ -45,6 +45,15 @@ class Budgets:
 
 
 @dataclass(frozen=True)
+class Firmware:
+    """What the firmware linked around the model needs (``devicefit link-check``)."""
+
+    #: RAM the firmware keeps free beyond its static data, for stack and heap: the RAM
+    #: region holding the arena must have at least this much left after the link.
+    reserve_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class Quantization:
     schemes: tuple[str, ...] = ("int8",)
     default: str = "int8"
@@ -105,6 +114,7 @@ class Profile:
     sparsity: Sparsity = field(default_factory=Sparsity)
     ops: Ops = field(default_factory=Ops)
     cost_model: CostModel = field(default_factory=CostModel)
+    firmware: Firmware = field(default_factory=Firmware)
     #: The target's own settings, from the profile keys it declares (the Edge TPU's
     #: :class:`simulator.targets.edgetpu.cost.EdgeTpuCost`); None for targets without any.
     target_settings: Any = None

@@ -29,6 +29,7 @@ from devicefit.simulator.profile_types import (
     Budgets,
     CostModel,
     Device,
+    Firmware,
     Ops,
     Profile,
     Quantization,
@@ -178,6 +179,7 @@ def profile_schema() -> dict[str, Any]:
                                                 "(conv.int8) to positive numbers"),
             "calibration": string(),
         },
+        "firmware": {"reserve": MEMORY},
     }
     builtin = {section: set(keys) for section, keys in schema.items() if isinstance(keys, dict)}
     for target in TARGETS.values():
@@ -481,6 +483,7 @@ def _build(m: dict, shown: dict, leaf: _RawFile, parents: tuple[str, ...]) -> Pr
             error_band=cm.get("error_band"), sources=cm.get("sources", ()),
             kernel_scale=cm.get("kernel_scale", {}), calibration=cm.get("calibration"),
         ),
+        firmware=Firmware(reserve_bytes=m.get("firmware", {}).get("reserve")),
         target_settings=_target_settings(m, target),
         abstract=m.get("abstract", False),
         extends=parents,

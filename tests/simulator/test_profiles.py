@@ -45,6 +45,8 @@ def test_inheritance_merges_deeply_and_child_wins():
     assert p.budgets.arena_bytes == 512 * 1024
     esp = load_profile("esp32-s3")
     assert esp.runtime.kernels == "esp-nn" and esp.runtime.name == "tflm"  # override + inherit
+    assert p.firmware.reserve_bytes == esp.firmware.reserve_bytes == 16 * 1024  # the base's
+    assert load_profile("android-arm64-cpu").firmware.reserve_bytes is None
 
 
 def test_abstract_profiles_are_hidden_from_the_list():
@@ -107,6 +109,10 @@ BAD_PROFILES = [
      ["bad.yaml:3", "budgets.latency", "needs its unit, such as 30ms"]),
     ("target-time-without-unit", "extends: coral-edgetpu\ncost_model:\n  invoke_overhead: 2\n",
      ["bad.yaml:3", "cost_model.invoke_overhead", "2ms"]),
+    ("firmware-reserve-not-a-size", "extends: esp32-s3\nfirmware:\n  reserve: plenty\n",
+     ["bad.yaml:3", "firmware.reserve", "'plenty'", "KiB"]),
+    ("firmware-unknown-key", "extends: esp32-s3\nfirmware:\n  stack: 4KiB\n",
+     ["bad.yaml:3", "unknown key 'firmware.stack'", "allowed here: reserve"]),
 ]
 
 
