@@ -7,13 +7,15 @@ For each build:
 - the base: TFLM's hello_world_int8 exported (:mod:`simulator.targets.tflm.export`) with an
   empty op resolver and its example linked as a firmware image, as ``--target-build``
   links it (:meth:`TflmBuild.binaries`, ``qemu=False``); the model's bytes taken out;
-- each kernel: a small program that sets up an interpreter, linked twice against an
-  archive of every object of the build — once registering nothing, once registering that
-  one resolver method — with the same flags and script as the image above; the kernel's
-  size is the difference.
+- each kernel: a small program that sets up an interpreter, linked against an archive of
+  every object of the build once registering nothing and once registering that one
+  resolver method, with the same flags and script as the image above; what the kernel
+  adds is the input sections (functions and data, ``-ffunction-sections``) the second image
+  holds and the first does not, each with its bytes.
 
-Kernels that share code (CMSIS-NN's matrix routines, the reference helpers) count it in
-each: summed, the table overestimates a model with several such kernels, never under.
+Kernels share code (CMSIS-NN's matrix routines, the quantization helpers, soft-float
+routines): the estimate for a model counts the union of its kernels' sections, so shared
+code is counted once.
 
     .venv/bin/python benchmarks/kernel_code_sizes.py --tflm ~/tflite-micro \\
         [--builds cortex-m4-cmsis-nn,cortex-m7-cmsis-nn,cortex-m4-reference]
@@ -50,7 +52,7 @@ from devicefit.simulator.targets.tflm.export import (  # noqa: E402
     ExportSpec,
     export_files,
 )
-from devicefit.simulator.targets.tflm.firmware import firmware_flash  # noqa: E402
+from devicefit.simulator.targets.tflm.firmware import firmware_flash, read_image  # noqa: E402
 
 MODEL = "tensorflow/lite/micro/examples/hello_world/models/hello_world_int8.tflite"
 BUILDS = {"cortex-m4-cmsis-nn": ("cortex-m4", "cmsis-nn"),
@@ -106,10 +108,11 @@ def base_image(build: TflmBuild, model_path: Path) -> tuple[int, Path]:
     return flash.total_bytes - flash.part("model"), made.folder
 
 
-def probe_bytes(build: TflmBuild, work: Path, objs: list[Path], archive: Path,
-                method: str | None) -> int | None:
-    """Flash of the probe program registering ``method`` (None: nothing); None when it
-    does not link (the build has no kernel for it)."""
+def probe_pieces(build: TflmBuild, work: Path, objs: list[Path], archive: Path,
+                 method: str | None) -> dict[tuple[str, str], int] | None:
+    """The input sections (object, section → bytes) in flash of the probe program
+    registering ``method`` (None: nothing); None when it does not link (the build has no
+    kernel for it)."""
     out = Binaries(work / (method or "none"))
     out.folder.mkdir(parents=True, exist_ok=True)
     bind = [f"-Wl,--defsym=df_register=reg_{method or 'none'}"]
@@ -118,8 +121,7 @@ def probe_bytes(build: TflmBuild, work: Path, objs: list[Path], archive: Path,
             return None
     except BuildFailure:
         return None
-    return firmware_flash(out.firmware_map.read_text(errors="replace"), {},
-                          build.firmware_image).total_bytes
+    return read_image(out.firmware_map.read_text(errors="replace"))[1]
 
 
 def measure_build(tflm: Path, name: str) -> dict:
@@ -140,20 +142,42 @@ def measure_build(tflm: Path, name: str) -> dict:
     objs = [build._compile_cc(work / "probe.cc", work),
             build._compile_cc(work / "regs.cc", work),
             folder / "obj" / "size_probe_model_data.o"]
-    empty = probe_bytes(build, work, objs, archive, None)
+    empty = probe_pieces(build, work, objs, archive, None)
     assert empty is not None
-    ops: dict[str, int] = {}
+    pieces: dict[str, int] = {}
+    ops: dict[str, list[str]] = {}
     lacking: list[str] = []
     for key, method in sorted(methods.items()):
-        size = probe_bytes(build, work, objs, archive, method)
-        if size is None:
+        found = probe_pieces(build, work, objs, archive, method)
+        if found is None:
             lacking.append(key)
-        else:
-            ops[key] = size - empty
-        print(f"  {name} {key}: {ops.get(key, 'lacking')}", flush=True)
+            print(f"  {name} {key}: lacking", flush=True)
+            continue
+        # what this kernel adds to the image: the input sections the empty probe lacks
+        added = {f"{obj} {section}": size for (obj, section), size in found.items()
+                 if (obj, section) not in empty}
+        pieces.update(added)
+        ops[key] = sorted(added)
+        print(f"  {name} {key}: {sum(added.values())} B in {len(added)} sections", flush=True)
     print(f"{name}: {len(ops)} kernels in {time.monotonic() - t0:.0f} s", flush=True)
-    return {"core": core, "kernels": kernels, "base_bytes": base, "ops": ops,
+    return {"core": core, "kernels": kernels, "base_bytes": base, **compact(pieces, ops),
             "lacking": lacking}
+
+
+def compact(pieces: dict[str, int], ops: dict[str, list[str]]) -> dict:
+    """The table's form: per kernel the bytes of the sections no other kernel pulls in
+    (``own``) and the sections it shares with others, by index into ``shared`` (name,
+    bytes): only shared code needs naming for the union."""
+    users: dict[str, int] = {}
+    for found in ops.values():
+        for name in found:
+            users[name] = users.get(name, 0) + 1
+    shared = sorted(n for n, count in users.items() if count > 1)
+    index = {n: i for i, n in enumerate(shared)}
+    return {"shared": [[n, pieces[n]] for n in shared],
+            "ops": {op: {"own": sum(pieces[n] for n in found if users[n] == 1),
+                         "shared": [index[n] for n in found if users[n] > 1]}
+                    for op, found in ops.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         table["how"] = ("benchmarks/kernel_code_sizes.py: the export's example linked with "
                         "an empty op resolver (base, without the model's bytes) and with each "
                         "resolver method alone (the kernel: its image minus the base)")
-        write_atomic(CODE_SIZES, json.dumps(table, indent=1, sort_keys=True) + "\n")
+        write_atomic(CODE_SIZES, json.dumps(table, sort_keys=True, separators=(",", ":"))
+                     + "\n")
     return 0
 
 

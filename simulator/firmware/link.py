@@ -97,6 +97,9 @@ class Link:
     no_digest: Mapping[str, str] = field(default_factory=dict)
     #: Names of the input sections the linker discarded (a map's "Discarded input sections").
     discarded: frozenset[str] = frozenset()
+    #: Bytes of each input section the link kept, by (output section, object or archive
+    #: member, input section), from the map (empty without one): what a firmware is made of.
+    contents: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
 
     def region(self, address: int) -> Region | None:
         return next((r for r in self.regions or () if r.holds(address)), None)
@@ -124,4 +127,4 @@ def combine(map_link: Link, elf_link: Link, names: Collection[str]) -> Link:
                 names=map_link.names | elf_link.names,
                 regions=map_link.regions, sections=elf_link.sections,
                 digests=elf_link.digests, no_digest=elf_link.no_digest,
-                discarded=map_link.discarded)
+                discarded=map_link.discarded, contents=map_link.contents)

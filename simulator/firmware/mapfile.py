@@ -96,6 +96,7 @@ class _Reader:
         self.alone: dict[str, _InputSection] = {}
         self.output: str = ""
         self.input: _InputSection | None = None
+        self.contents: dict[tuple[str, str, str], int] = {}
         #: A name that ended its line: the next line holds its figures.
         self.wrapped: tuple[str, str] | None = None
 
@@ -163,6 +164,9 @@ class _Reader:
         if (found := self._input(text)) is not None:
             self.input = found
             self._data_section(found)
+            if found.size and found.obj:
+                key = (self.output, found.obj, found.name)
+                self.contents[key] = self.contents.get(key, 0) + found.size
         elif m := _SYMBOL.match(text):
             self._symbol(m.group(2), int(m.group(1), 16))
 
@@ -227,4 +231,4 @@ def read_map(f: BinaryIO, path: Path, size: int, wanted: Collection[str]) -> Lin
     return Link(files=(path,), symbols=symbols, names=frozenset(reader.names),
                 regions=tuple(reader.regions), sections=tuple(reader.sections),
                 no_digest={name: why for name in symbols},
-                discarded=frozenset(reader.discarded))
+                discarded=frozenset(reader.discarded), contents=reader.contents)

@@ -1,13 +1,15 @@
 """The flash a TFLM firmware needs beside the model, estimated without building it.
 
 ``code_sizes.json`` holds, per core and kernel library, what TFLM's core with the C runtime
-it pulls in takes in a linked image (the base) and what each kernel adds to it, measured
-once by ``benchmarks/kernel_code_sizes.py`` from images linked as ``--target-build`` links
-them (:mod:`.firmware`). The estimate for a model is the base plus the kernels its op
-resolver registers. Kernels sharing code count it each, so the sum errs high; how far it is
-from the measured image of real models is in BENCHMARKS.md ("Flash: estimated vs linked").
-A build the table does not hold has no estimate here (the profile's ``runtime.code_size``
-is used).
+it pulls in takes in a linked image (the base), and for each kernel the input sections
+(functions and data) it adds to that image, with their bytes — measured once by
+``benchmarks/kernel_code_sizes.py`` from images linked as ``--target-build`` links them
+(:mod:`.firmware`): the bytes no other kernel pulls in, and the sections it shares with
+others, named. The estimate for a model is the base plus the union of the sections of the
+kernels its op resolver registers: code two kernels share counts once. How far it is
+from the measured image of real models is in BENCHMARKS.md ("Exported and verified as
+exported"). A build the table does not hold has no estimate here (the profile's
+``runtime.code_size`` is used).
 """
 
 from __future__ import annotations
@@ -40,16 +42,19 @@ def code_size(model: Model, profile: Profile) -> tuple[int, str] | None:
     build = table["builds"].get(name)
     if build is None:
         return None
-    sizes: dict[str, int] = build["ops"]
+    shared = [size for _, size in build["shared"]]
+    ops: dict[str, dict[str, Any]] = build["ops"]
     keys = sorted({op_key(op) for op in model.op_types})
-    unknown = [k for k in keys if k not in sizes]
-    # an operator without a measured size (a custom op, a kernel this build lacks) counts
-    # as the largest kernel measured: an estimate must not come out under
-    largest = max(sizes.values(), default=0)
-    total = build["base_bytes"] + sum(sizes.get(k, largest) for k in keys)
+    unknown = [k for k in keys if k not in ops]
+    union = set().union(*(ops[k]["shared"] for k in keys if k in ops))
+    # an operator without measured sections (a custom op, a kernel this build lacks)
+    # counts as the largest kernel measured, alone: an estimate must not come out under
+    largest = max((op["own"] + sum(shared[i] for i in op["shared"]) for op in ops.values()),
+                  default=0)
+    total = (build["base_bytes"] + sum(ops[k]["own"] for k in keys if k in ops)
+             + sum(shared[i] for i in union) + largest * len(unknown))
     basis = (f"estimated for {name}: TFLM core {build['base_bytes']:,} B + {len(keys)} "
-             f"kernel(s), each measured once in a linked image")
+             f"kernel(s) as measured in linked images")
     if unknown:
         basis += f"; {', '.join(unknown)} unmeasured, counted at {largest:,} B each"
     return total, basis
-
