@@ -186,3 +186,47 @@ def test_resolver_methods_name_ethos_u():
               "    TFLMRegistration* registration = tflite::Register_ETHOSU();\n"
               "    return AddCustom(tflite::GetString_ETHOSU(), registration);\n  }\n")
     assert resolver_methods(header) == {"ABS": "AddAbs", "ethos-u": "AddEthosU"}
+
+
+# --------------------------------------------------------------------------- a real link
+# The map of hello_world_int8's export linked for the Cortex-M4 with CMSIS-NN by
+# `simulate --run --target-build` (TFLM 90b983c2, Debian's arm-none-eabi-gcc 12.2.1), and
+# the export's manifest: tests/fixtures/firmware/hello_world_export/.
+REAL = Path(__file__).parents[3] / "fixtures" / "firmware" / "hello_world_export"
+
+
+@pytest.fixture
+def real_link(tmp_path) -> Path:
+    import gzip
+
+    (tmp_path / "firmware.map").write_bytes(gzip.decompress(
+        (REAL / "firmware.map.gz").read_bytes()))
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "manifest.json").write_bytes((REAL / "manifest.json").read_bytes())
+    return tmp_path
+
+
+def test_flash_of_the_real_image_by_part(real_link):
+    from devicefit.simulator.targets.tflm.firmware import PARTS, firmware_flash
+
+    text = (real_link / "firmware.map").read_text()
+    flash = firmware_flash(text, {"hello_world_int8_model_data.o": "model",
+                                  "hello_world_int8_example.o": "export"}, "the image")
+    # what arm-none-eabi-size printed for this image: text 56952 + data 104 + ...
+    assert flash.total_bytes == 57060
+    assert flash.part("model") == 2704  # the model file, whole
+    assert flash.part("export") > 0
+    assert [p.name for p in flash.parts] == list(PARTS)
+    assert sum(p.bytes for p in flash.parts) == flash.total_bytes
+
+
+def test_link_check_passes_on_the_real_link(real_link, capsys):
+    code = main(["link-check", str(real_link / "firmware.map"), "--export",
+                 str(real_link / "export"), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0
+    status = {c["name"]: c["outcome"] for c in result["checks"]}
+    assert status["arena size"] == "ok" and status["model in flash"] == "ok"
+    assert status["arena in RAM"] == "ok" and status["RAM reserve"] == "ok"
+    assert status["model content"] == "NOT CHECKED"  # a map holds no bytes
+    assert result["status"] == "pass"

@@ -459,6 +459,38 @@ def test_timeout_reaches_qemu(hello_world, capsys):
     assert t["status"] == "timed out" and "0.001 s" in t["message"]
 
 
+def test_link_check_on_the_exports_own_firmware_link(hello_world, tmp_path, capsys):
+    """The firmware image the target build linked (the profile's FLASH and RAM regions):
+    link-check passes with its map and ELF, and fails (exit 1) once the arena array is
+    linked 16 B smaller than the start arena (the export's -DNAME_ARENA_SIZE override)."""
+    tflm = _real_checkout()
+    out = tmp_path / "fw"
+    assert main(["export", str(hello_world), "--profile", "stm32l4r5-cortex-m4", "-o",
+                 str(out), "--target-build", str(tflm), "--json"]) == 0
+    manifest = json.loads(capsys.readouterr().out)
+    build = tb.TflmBuild(tb.BuildSpec(tflm, "cortex-m4", "cmsis-nn"))
+    (folder,) = build.dir.glob(f"exports/{manifest['export_sha256'][:16]}-*[!w]")
+    made = tb.Binaries(folder)
+    assert main(["link-check", str(made.firmware), str(made.firmware_map), "--export",
+                 str(out)]) == 0
+    assert "Verdict: PASS (7 checks, all ok)" in capsys.readouterr().out
+    # the same firmware with the arena 16 B under the start arena the verdict assumed
+    name, start = manifest["name"], manifest["arena"]["start_arena_bytes"]
+    small = tb.Binaries(tmp_path / "small")
+    small.folder.mkdir()
+    arena = build._compile_cc(folder / "export" / f"{name}_arena.cc", small.folder,
+                              [f"-D{name.upper()}_ARENA_SIZE={start - 16}"])
+    objs = [folder / "obj" / f"{name}_example.o", folder / "obj" / f"{name}_model_data.o",
+            folder / "obj" / f"{name}_model_ops.o", arena]
+    memory = tb.MemoryMap(2 * 1024 * 1024, 640 * 1024)
+    assert build._link_firmware(objs, folder / "libtflm.a", memory, small) == []
+    code = main(["link-check", str(small.firmware), str(small.firmware_map), "--export",
+                 str(out)])
+    text = capsys.readouterr().out
+    assert code == 1
+    assert "16 B smaller than the start arena" in text and "Verdict: FAIL" in text
+
+
 def _tflm_flags(build: tb.TflmBuild) -> tuple[list[str], list[str]]:
     v = build.variables
     includes = [i.removeprefix("-I") for i in v["INCLUDES"]]
