@@ -245,7 +245,7 @@ def runtime_code(model: Model, profile: Profile) -> tuple[int, str]:
     if own is not None and (found := own(model, profile)) is not None:
         return found
     if profile.runtime.code_bytes:
-        return profile.runtime.code_bytes, "the profile's runtime.code_size, a fixed allowance"
+        return profile.runtime.code_bytes, "runtime.code_size, a fixed allowance"
     return 0, ""
 
 

@@ -34,5 +34,5 @@ def flash_basis(mem: MemoryReport) -> str:
     """What the flash figure adds up: the model (exact) and the runtime's code (estimated)."""
     if not mem.flash_code_bytes:
         return "exact: the model file (no runtime code counted)"
-    return (f"estimated: model {format_bytes(mem.flash_model_bytes)} exact + runtime code "
+    return (f"estimated: model {format_bytes(mem.flash_model_bytes)} + code "
             f"{format_bytes(mem.flash_code_bytes)} ({mem.flash_code_basis})")

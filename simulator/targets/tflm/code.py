@@ -53,8 +53,7 @@ def code_size(model: Model, profile: Profile) -> tuple[int, str] | None:
                   default=0)
     total = (build["base_bytes"] + sum(ops[k]["own"] for k in keys if k in ops)
              + sum(shared[i] for i in union) + largest * len(unknown))
-    basis = (f"estimated for {name}: TFLM core {build['base_bytes']:,} B + {len(keys)} "
-             f"kernel(s) as measured in linked images")
+    basis = f"TFLM core + {len(keys)} kernel(s) as linked for {name}"
     if unknown:
-        basis += f"; {', '.join(unknown)} unmeasured, counted at {largest:,} B each"
+        basis += f"; {', '.join(unknown)} unmeasured: {largest:,} B each"
     return total, basis
