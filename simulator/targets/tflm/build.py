@@ -438,6 +438,14 @@ def kernel_sources(texts: Mapping[str, str],
         stems = grown
 
 
+def defines(text: str, names: Iterable[str]) -> bool:
+    """Whether C++ source ``text`` defines one of ``names`` at the start of a line: a
+    function (``TfLiteStatus FftAutoScalePrepare(...) {``) or a constant (``const int
+    kConvBiasTensor = 2;``)."""
+    return any(re.search(rf"^\S[^\n;]*\b{re.escape(n)}(?:\(|\s*=)", text, re.MULTILINE)
+               for n in names)
+
+
 def _mentions_any(path: Path, names: Iterable[str]) -> bool:
     text = path.read_text(errors="replace") if path.is_file() else ""
     return any(re.search(rf"\b{re.escape(n)}\b", text) for n in names)
@@ -738,7 +746,9 @@ class TflmBuild:
     def _defining(self, symbols: Sequence[str], have: set[str]) -> list[str]:
         """Objects not in ``have`` whose sources define one of the linker's undefined
         ``symbols``: C data or functions of the kernel library, C++ kernel functions (a
-        definition starts a line: ``TfLiteStatus FftAutoScalePrepare(...) {``)."""
+        definition starts a line: ``TfLiteStatus FftAutoScalePrepare(...) {``) and
+        constants (``const int kConvBiasTensor = 2;``, which the reference depthwise
+        kernel takes from conv_common.cc)."""
         names = {re.sub(r"\(.*", "", s).rsplit("::", 1)[-1] for s in symbols}
         v = self.variables
         kernel_dir = v["KERNEL_OBJDIR"][0]
@@ -747,9 +757,7 @@ class TflmBuild:
             obj = kernel_dir + str(Path(src).with_suffix(".o"))
             if obj in have or obj not in v["MICROLITE_KERNEL_OBJS"]:
                 continue
-            text = (self.spec.tflm_dir / src).read_text(errors="replace")
-            if any(re.search(rf"^\S[^\n;]*\b{re.escape(n)}\(", text, re.MULTILINE)
-                   for n in names):
+            if defines((self.spec.tflm_dir / src).read_text(errors="replace"), names):
                 found.append(obj)
         found += [o for o in v["MICROLITE_THIRD_PARTY_KERNEL_OBJS"]
                   if o not in have and _mentions_any(self._source_of(o), names)]

@@ -246,6 +246,18 @@ def test_kernel_sources_follow_registrations_headers_and_companions():
     assert missing == ["Register_NOPE"]
 
 
+def test_a_source_that_defines_what_the_linker_misses_is_found():
+    # The reference DEPTHWISE_CONV_2D uses kConvBiasTensor & co., defined in conv_common.cc
+    # (it once did not link on the reference builds: constants were not looked for).
+    common = "namespace tflite {\n\nconst int kConvBiasTensor = 2;\n}\n"
+    kernel = ("TfLiteStatus FftAutoScalePrepare(TfLiteContext* context) {\n"
+              "  return Use(kConvBiasTensor);\n}\n")
+    assert tb.defines(common, ["kConvBiasTensor"])
+    assert tb.defines(kernel, ["FftAutoScalePrepare"])
+    assert not tb.defines(kernel, ["kConvBiasTensor"])  # used, not defined
+    assert not tb.defines(common, ["kConvWeightsTensor"])
+
+
 def test_checkout_problems_are_one_line_each(tmp_path, monkeypatch):
     with pytest.raises(tb.TargetBuildError, match="not a TFLite-Micro checkout"):
         tb.check_checkout(tb.BuildSpec(tmp_path, "cortex-m4", "cmsis-nn"))
