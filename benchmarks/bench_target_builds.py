@@ -43,6 +43,7 @@ from benchmarks.target_truth import (  # noqa: E402
     DATA,
     BuildConfig,
     TruthModel,
+    build_profile,
     compare,
     load_records,
     loader,
@@ -89,10 +90,12 @@ def _host_outputs(path: Path, inputs: list) -> list | None:
         return None
 
 
-def measure_one(build: Any, model: TruthModel, data: bytes) -> dict[str, Any]:
+def measure_one(build: Any, model: TruthModel, data: bytes, profile: Any) -> dict[str, Any]:
+    """One model exported for ``profile`` (the build's core and kernels) and measured as
+    exported on ``build`` (:mod:`simulator.targets.tflm.qemu`)."""
     import numpy as np
 
-    from devicefit.simulator.errors import RuntimeFailure
+    from devicefit.simulator.errors import DevicefitError
     from devicefit.simulator.reader import read_model
     from devicefit.simulator.runtimes import (
         compare_outputs,
@@ -100,7 +103,11 @@ def measure_one(build: Any, model: TruthModel, data: bytes) -> dict[str, Any]:
         random_inputs,
         starting_arena,
     )
-    from devicefit.simulator.targets.tflm.qemu import measure
+    from devicefit.simulator.simulate import static_report
+    from devicefit.simulator.targets.tflm.build import checkout_methods
+    from devicefit.simulator.targets.tflm.export import export_files, export_spec
+    from devicefit.simulator.targets.tflm.measured import memory_map
+    from devicefit.simulator.targets.tflm.qemu import ExportRun, measure
 
     entry: dict[str, Any] = {"name": model.name, "source": model.source,
                              "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
@@ -111,8 +118,16 @@ def measure_one(build: Any, model: TruthModel, data: bytes) -> dict[str, Any]:
         inputs = random_inputs(input_specs(m))
         t0 = time.monotonic()
         try:
-            result, outputs = measure(build, path, m.op_types, inputs, starting_arena(m))
-        except RuntimeFailure as exc:  # a crash or a link failure is this model's finding
+            methods, source = checkout_methods(build.spec.tflm_dir)
+            memory = static_report(m, profile).memory
+            assert memory is not None
+            spec = export_spec(m, profile, memory, methods, source)
+            run = ExportRun(tuple(export_files(spec)),
+                            tuple(r.method for r in spec.registrations), spec.arena.bytes,
+                            spec.name)
+            result, outputs = measure(build, run, inputs, starting_arena(m),
+                                      memory_map(profile))
+        except DevicefitError as exc:  # a crash or a link failure is this model's finding
             return entry | {"status": "error", "message": str(exc), "unsupported_ops": []}
         entry["seconds"] = round(time.monotonic() - t0, 1)
         host = _host_outputs(path, inputs) if result.ok else None
@@ -157,13 +172,13 @@ def record_build(config: BuildConfig, tflm: Path, models: list[TruthModel],
         if path.is_file() else {}
     record = {"build": {
         "name": config.name, "cpu": config.cpu, "kernels": config.kernels,
-        "tflm_commit": tflm_commit or build.key, "tflm_tree": build.key,
+        "tflm_commit": tflm_commit or build.source, "tflm_tree": build.source,
         "cmsis_nn_commit": pins(tflm)["cmsis_nn"] if config.kernels == "cmsis-nn" else None,
         "third_party": pins(tflm), "toolchain": toolchain_version(), "qemu": qemu_version(),
         "how_run": (f"TFLM Makefile TARGET=cortex_m_qemu TARGET_ARCH={config.cpu}"
                     + (f" OPTIMIZED_KERNEL_DIR={build.spec.optimized_kernel_dir}"
                        if build.spec.optimized_kernel_dir else "")
-                    + f"; devicefit's harness under qemu-arm -cpu {QEMU_CPU} (semihosting, "
+                    + f"; the model exported and run as exported with devicefit's measuring wrapper under qemu-arm -cpu {QEMU_CPU} (semihosting, "
                     "newlib/rdimon from the armv7 Thumb multilib); min arena = smallest "
                     "multiple of 16 for MicroAllocator::Create + AllocateTensors, then "
                     "checked through one Invoke"),
@@ -180,7 +195,7 @@ def record_build(config: BuildConfig, tflm: Path, models: list[TruthModel],
                 old[model.name]["sha256"] == hashlib.sha256(data).hexdigest():
             record["models"].append(old[model.name])
             continue
-        entry = measure_one(build, model, data)
+        entry = measure_one(build, model, data, build_profile(config))
         record["models"].append(entry)
         print(f"  {model.name}: {entry['status']} {entry.get('message') or ''} head {entry.get('head')} tail "
               f"{entry.get('tail')} min {entry.get('min_arena_mult16')} "
