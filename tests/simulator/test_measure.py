@@ -16,6 +16,7 @@ from devicefit.simulator.measure import measure
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.simulate import simulate, static_report
+from devicefit.simulator.types import BuildRequest
 from tests.dummy_target import DUMMY_PROFILE, installed, write_dummy
 from tests.zoo import model_path
 
@@ -85,9 +86,10 @@ import dataclasses
 from pathlib import Path
 
 
-def _device_build(build_dir, profile):
-    def on_device(measured, model, profile, setup, host):
-        return measured, [f"dummy build {Path(build_dir).name}, beside {host.runtime}'s run"]
+def _device_build(request, profile):
+    def on_device(measured, model, profile, setup, host, memory):
+        return measured, [f"dummy build {Path(request.checkout).name}, beside "
+                          f"{host.runtime}'s run"]
     return on_device
 
 
@@ -109,7 +111,7 @@ def dummy(tmp_path: Path) -> Iterator[Path]:
 
 def test_a_target_s_own_measurements_are_its_record_s_hooks(dummy, tmp_path):
     report = simulate(model_path("chain_int8"), load_profile(dummy), run=True, runs=1,
-                      target_build=tmp_path / "sdk")
+                      target_build=BuildRequest(str(tmp_path / "sdk")))
     assert report.measured.runtime == "litert" and report.measured.failure is None
     assert "dummy build sdk, beside litert's run" in report.notes
     # The arena is read by the runner's target (TFLM), which did not run here.
@@ -124,4 +126,4 @@ def test_target_build_on_a_target_without_a_device_build_is_one_clear_error(tmp_
     with pytest.raises(InputError, match="--target-build builds TensorFlow Lite Micro; "
                                          "profile 'android-arm64-cpu' runs 'litert'"):
         simulate(model_path("chain_int8"), "android-arm64-cpu", run=True, runs=1,
-                 target_build=tmp_path)
+                 target_build=BuildRequest(str(tmp_path)))
