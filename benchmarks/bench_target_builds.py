@@ -10,8 +10,9 @@ Two modes:
   per build; the models' outputs are compared with the tflite-micro wheel's on the same
   inputs.
 - without ``--tflm``: compare devicefit's static prediction with the recorded data:
-  predicted head vs measured head, predicted start arena vs the smallest working arena
-  (never under; over by the median printed).
+  predicted head vs measured head, predicted tail vs the recorded one less the recording
+  allocator's own bytes, predicted start arena vs the smallest working arena (never under;
+  over by the median printed).
 
     .venv/bin/python benchmarks/bench_target_builds.py [--builds cortex-m4-cmsis-nn,...]
     .venv/bin/python benchmarks/bench_target_builds.py --tflm ~/tflite-micro \\
@@ -41,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.target_truth import (  # noqa: E402
     BUILDS,
     DATA,
+    RECORDING_BYTES,
     BuildConfig,
     TruthModel,
     build_profile,
@@ -230,16 +232,19 @@ def report(data: Path, builds: list[str], models_dir: Path | None) -> int:
         print(f"\n== {name}: {records[name]['build'].get('tflm_commit')} "
               f"({records[name]['build'].get('toolchain')})")
         measured = {m["name"]: m for m in records[name]["models"]}
-        print(f"{'model':40} {'head':>7} {'pred':>7} {'tail':>6} {'total':>7} {'min':>7} "
-              f"{'start':>7} {'over':>7}")
+        print(f"{'model':40} {'head':>7} {'pred':>7} {'tail':>6} {'ptail':>6} {'total':>7} "
+              f"{'min':>7} {'start':>7} {'over':>7}")
         for c in rows:
             m = measured[c.model]
             print(f"{c.model[:40]:40} {c.measured_head:7} {c.predicted_head:7} {m['tail']:6} "
-                  f"{m['total']:7} {c.min_arena:7} {c.predicted_start:7} {c.over:+7}"
-                  f"{'  UNDER' if c.over < 0 else ''}")
+                  f"{c.predicted_tail:6} {m['total']:7} {c.min_arena:7} {c.predicted_start:7} "
+                  f"{c.over:+7}{'  UNDER' if c.over < 0 else ''}")
         print(f"head exact {s.head_exact}/{s.models}; under {len(s.under)}"
               f"{': ' + ', '.join(s.under) if s.under else ''}; over median {s.median_over} B, "
               f"max {s.max_over} B")
+        print(f"tail (ptail vs tail − {RECORDING_BYTES} B, the recording allocator's): under "
+              f"{len(s.tail_under)}{': ' + ', '.join(s.tail_under) if s.tail_under else ''}; "
+              f"over median {s.median_tail_over} B, max {s.max_tail_over} B")
         for m in measured.values():
             if m["status"] != "ok":
                 why = ", ".join(m.get("unsupported_ops") or []) or (m.get("message") or "")[:90]

@@ -177,6 +177,13 @@ def build_profile(config: BuildConfig) -> Any:
     return profile
 
 
+#: What the harness's RecordingMicroAllocator adds to the recorded tail over an application's
+#: plain MicroAllocator, which devicefit predicts: sizeof RecordingMicroAllocator 124 and
+#: RecordingSingleArenaBufferAllocator 52 against MicroAllocator 36 and
+#: SingleArenaBufferAllocator 36 (arm-none-eabi-g++ 12.2.1 -mcpu=cortex-m4, TFLM 90b983c2).
+RECORDING_BYTES = (124 - 36) + (52 - 36)
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One measured model against devicefit's static prediction for the build."""
@@ -188,6 +195,9 @@ class Comparison:
     min_arena: int
     #: What devicefit tells a user to give TFLM (the verdict's arena figure).
     predicted_start: int
+    #: The recorded tail (RecordingMicroAllocator's) and devicefit's (a plain MicroAllocator).
+    measured_tail: int | None = None
+    predicted_tail: int | None = None
 
     @property
     def head_exact(self) -> bool:
@@ -198,9 +208,16 @@ class Comparison:
         """Predicted start arena − smallest working arena (negative: under, a failure)."""
         return self.predicted_start - self.min_arena
 
+    @property
+    def tail_over(self) -> int | None:
+        """Predicted tail − the recorded one without the recording allocator's own bytes."""
+        if self.measured_tail is None or self.predicted_tail is None:
+            return None
+        return self.predicted_tail - (self.measured_tail - RECORDING_BYTES)
 
-def predict(model_bytes: bytes, profile: Any, name: str = "model.tflite") -> tuple[int, int]:
-    """(head, start arena) devicefit predicts for a model on a profile, statically."""
+
+def predict(model_bytes: bytes, profile: Any, name: str = "model.tflite") -> tuple[int, int, int]:
+    """(head, start arena, tail) devicefit predicts for a model on a profile, statically."""
     import tempfile
 
     from devicefit.simulator.planners import plan_memory
@@ -210,7 +227,8 @@ def predict(model_bytes: bytes, profile: Any, name: str = "model.tflite") -> tup
         path = Path(tmp) / name
         path.write_bytes(model_bytes)
         plan = plan_memory(read_model(path), profile)
-    return plan.head_bytes, max(plan.arena_bytes, plan.arena_required_bytes)
+    return (plan.head_bytes, max(plan.arena_bytes, plan.arena_required_bytes),
+            plan.tail_bytes)
 
 
 def compare(record: Mapping[str, Any], load: Callable[[Mapping[str, Any]], bytes | None],
@@ -234,9 +252,9 @@ def compare(record: Mapping[str, Any], load: Callable[[Mapping[str, Any]], bytes
         if hashlib.sha256(data).hexdigest() != entry["sha256"]:
             skipped.append(f"{entry['name']}: bytes differ from the recorded sha256")
             continue
-        head, start = predict(data, profile, entry["name"])
+        head, start, tail = predict(data, profile, entry["name"])
         out.append(Comparison(entry["name"], build, entry["head"], head,
-                              entry["min_arena_mult16"], start))
+                              entry["min_arena_mult16"], start, entry["tail"], tail))
     return out, skipped
 
 
@@ -256,11 +274,20 @@ class Summary:
     under: tuple[str, ...]
     median_over: float | None
     max_over: int | None
+    #: The same for the tail (:attr:`Comparison.tail_over`), over the rows that have one.
+    tail_under: tuple[str, ...] = ()
+    median_tail_over: float | None = None
+    max_tail_over: int | None = None
 
 
 def summarize(comparisons: Iterable[Comparison]) -> Summary:
     rows = list(comparisons)
     overs = [c.over for c in rows]
+    tails = [(c.model, c.tail_over) for c in rows if c.tail_over is not None]
+    tail_overs = [t for _, t in tails]
     return Summary(len(rows), sum(c.head_exact for c in rows),
                    tuple(f"{c.model} ({c.over:+,} B)" for c in rows if c.over < 0),
-                   statistics.median(overs) if overs else None, max(overs, default=None))
+                   statistics.median(overs) if overs else None, max(overs, default=None),
+                   tuple(f"{m} ({t:+,} B)" for m, t in tails if t < 0),
+                   statistics.median(tail_overs) if tail_overs else None,
+                   max(tail_overs, default=None))

@@ -244,3 +244,30 @@ def shape_values_model(fft: int = 16) -> bytes:
          _operator(6, [0, 13], [15], *_options("ExpandDims")),
          _operator(7, [15, 16], [17], *_options("Rfft2d"))],
         [0], [14, 17])
+
+
+def dense_chain_model(layers: int = 10, width: int = 8, reshape: bool = False) -> bytes:
+    """x[1, width] float → ``layers`` FULLY_CONNECTED width → width (MLPerf Tiny's ad01 is
+    such a chain of 10); ``reshape``: a RESHAPE to [1, width] after each."""
+    rng = np.random.default_rng(0)
+    B = fb.BuiltinOperator
+    tensors = [_tensor("x", (1, width), F32, 0), _tensor("shape", (2,), I32, 1)]
+    buffers = [_buffer(np.array([1, width], np.int32))]
+    ops, prev = [], 0
+
+    def add(t: fb.TensorT) -> int:
+        tensors.append(t)
+        return len(tensors) - 1
+
+    for i in range(layers):
+        buffers.append(_buffer(rng.standard_normal((width, width)).astype(np.float32)))
+        w = add(_tensor(f"w{i}", (width, width), F32, len(buffers)))
+        out = add(_tensor(f"fc{i}", (1, width), F32, 0))
+        ops.append(_operator(0, [prev, w, -1], [out], *_options("FullyConnected")))
+        prev = out
+        if reshape:
+            out = add(_tensor(f"r{i}", (1, width), F32, 0))
+            ops.append(_operator(1, [prev, 1], [out], *_options("Reshape", newShape=[1, width])))
+            prev = out
+    return _model([_opcode(B.FULLY_CONNECTED), _opcode(B.RESHAPE)], tensors, buffers, ops,
+                  [0], [prev])

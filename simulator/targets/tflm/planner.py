@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from devicefit.simulator.cores import find_core
+from devicefit.simulator.cores import Core, find_core
 from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.lifetimes import Buffer, align_up, live_bytes_per_step, op_steps
 from devicefit.simulator.model import Model
@@ -29,6 +29,7 @@ from devicefit.simulator.targets.tflm.scratch import (
 from devicefit.simulator.targets.tflm.tail import (
     TailEstimate,
     estimate_tail,
+    params_layout,
     prepare_peak,
     struct_sizes,
 )
@@ -95,6 +96,14 @@ def planning_bytes(model: Model, buffers: Sequence[Buffer], pointer_bytes: int) 
             + _PLANNER_BYTES_PER_BUFFER * len(buffers))
 
 
+def _core(profile: Profile) -> Core | None:
+    """The profile's ``device.cpu`` in the core registry; None when unset or unknown."""
+    try:
+        return find_core(profile.device.cpu) if profile.device.cpu else None
+    except ProfileError:
+        return None
+
+
 def kernel_flavour(profile: Profile) -> str:
     """The profile's kernel library as the scratch and tail tables know it: CMSIS-NN's
     sizes depend on the core's extension (``device.cpu`` → none / DSP / MVE), ESP-NN's on
@@ -102,11 +111,15 @@ def kernel_flavour(profile: Profile) -> str:
     kernels = profile.runtime.kernels
     if kernels not in ("cmsis-nn", "esp-nn"):
         return kernels
-    try:
-        core = find_core(profile.device.cpu) if profile.device.cpu else None
-    except ProfileError:
-        core = None
+    core = _core(profile)
     return flavour(kernels, core.simd if core else None, core.name if core else None)
+
+
+def options_layout(profile: Profile) -> str:
+    """How the profile's build lays out TFLM's parsed builtin options (the pointer width and
+    the core family, :func:`simulator.targets.tflm.tail.params_layout`)."""
+    core = _core(profile)
+    return params_layout(profile.runtime.pointer_bytes, core.family if core else None)
 
 
 @dataclass(frozen=True)
@@ -135,7 +148,8 @@ def start_arena(model: Model, buffers: Sequence[Buffer], profile: Profile) -> St
     library), ``buffers`` being its :func:`tflm_buffers` for that build."""
     pointer, kernels = profile.runtime.pointer_bytes, kernel_flavour(profile)
     n_scratch = sum(1 for b in buffers if b.kind == "scratch")
-    tail = estimate_tail(model, pointer_bytes=pointer, kernels=kernels, n_scratch=n_scratch)
+    tail = estimate_tail(model, pointer_bytes=pointer, kernels=kernels, n_scratch=n_scratch,
+                         layout=options_layout(profile))
     return StartArena(tail, planning_bytes(model, buffers, pointer),
                       prepare_peak(model, tail.total, pointer_bytes=pointer,
                                    n_scratch=n_scratch, kernels=kernels))

@@ -21,6 +21,10 @@ Two pointer widths, each with its own sizes:
   prints them from a checkout); the allocator objects are an application's plain
   ``MicroAllocator``. CMSIS-NN's own persistent buffers (LSTM and FC/SVDF kernel sums)
   follow :mod:`simulator.targets.tflm.cmsis_nn` for the core's feature (none / DSP / MVE).
+  The parsed builtin options depend on the compiler's enums too: a Cortex-M's
+  arm-none-eabi-gcc gives an enum the smallest type that holds it, Xtensa and RISC-V
+  compilers an int (:func:`params_layout`), so ``TfLiteFullyConnectedParams`` is 5 B on one
+  and 16 B on the other.
 
 TFLM's Signal library ops (``Signal*`` custom ops of audio front ends) keep their
 configuration and state in the tail too. Ops not in the tables get a generous default, so
@@ -131,7 +135,8 @@ _OPDATA_32_CMSIS_NN: dict[str, int] = {
     "ADD": 60,  # cmsis_nn/add.cc:285
     "BATCH_MATMUL": 36,  # cmsis_nn/batch_matmul.cc:186
 }
-#: Parsed builtin options (``TfLite*Params``) the allocator keeps per operator (64-bit).
+#: Parsed builtin options (``TfLite*Params``) the allocator keeps per operator (64-bit; the
+#: 32-bit builds' are ``_PARAMS_32`` below).
 _PARAMS_64 = {
     "CONV_2D": 28, "DEPTHWISE_CONV_2D": 28, "TRANSPOSE_CONV": 20, "FULLY_CONNECTED": 32,
     "ADD": 8, "SUB": 8, "MUL": 4, "DIV": 4, "CONCATENATION": 8, "RESHAPE": 36, "SQUEEZE": 36,
@@ -143,6 +148,75 @@ _PARAMS_64 = {
     "DEPTH_TO_SPACE": 4, "SPACE_TO_DEPTH": 4, "SVDF": 8, "UNIDIRECTIONAL_SEQUENCE_LSTM": 16,
     "ARG_MAX": 4, "ARG_MIN": 4, "CUMSUM": 2, "MIRROR_PAD": 4,
 }
+#: The builtin options TFLM parses on 32-bit builds: when the model loads, before any
+#: kernel's Init, ``PrepareNodeAndRegistrationDataFromFlatbuffer`` (micro_interpreter.cc) calls
+#: each operator's ``Parse*`` function (the one micro_mutable_op_resolver.h registers, in
+#: flatbuffer_conversions.cc), which allocates its ``TfLite<Name>Params`` struct through
+#: ``MicroBuiltinDataAllocator`` at ``alignof`` that struct: packed one after the other in the
+#: tail, subgraph by subgraph. Ops whose parser allocates nothing are in ``_NOT_PARSED``;
+#: custom ops keep their options in the flatbuffer. sizeof and alignof by data layout, from
+#: ``benchmarks/probe_tflm_sizes.py --tflm DIR --params --python`` on TFLM 90b983c2:
+#: "arm-eabi" is Debian's arm-none-eabi-gcc 12.2.1 ``-mcpu=cortex-m4 -mthumb``, bare-metal
+#: AAPCS, whose enums take the smallest type that holds their values (the same with
+#: -mcpu=cortex-m0plus, m3, m7, m23, m33, m55); "ilp32", enums the size of an int: the same
+#: compiler with ``-fno-short-enums``, and Debian's xtensa-lx106-elf-gcc 12.2 and
+#: riscv64-unknown-elf-gcc 12.2 (rv32imac/ilp32, rv32imafc/ilp32f) give the same.
+_PARSED_INTO = {
+    "ADD": "Add", "ARG_MAX": "ArgMax", "ARG_MIN": "ArgMin", "AVERAGE_POOL_2D": "Pool",
+    "BATCH_MATMUL": "BatchMatMul", "CALL_ONCE": "CallOnce", "CAST": "Cast",
+    "CONCATENATION": "Concatenation", "CONV_2D": "Conv", "CUMSUM": "Cumsum",
+    "DEPTHWISE_CONV_2D": "DepthwiseConv", "DEPTH_TO_SPACE": "DepthToSpace", "DIV": "Div",
+    "FULLY_CONNECTED": "FullyConnected", "GATHER": "Gather", "IF": "If",
+    "L2_NORMALIZATION": "L2Norm", "L2_POOL_2D": "Pool", "LEAKY_RELU": "LeakyRelu",
+    "MAX_POOL_2D": "Pool", "MEAN": "Reducer", "MIRROR_PAD": "MirrorPadding", "MUL": "Mul",
+    "PACK": "Pack", "REDUCE_ALL": "Reducer", "REDUCE_MAX": "Reducer", "REDUCE_MIN": "Reducer",
+    "RESHAPE": "Reshape", "RESIZE_BILINEAR": "ResizeBilinear",
+    "RESIZE_NEAREST_NEIGHBOR": "ResizeNearestNeighbor", "SHAPE": "Shape", "SOFTMAX": "Softmax",
+    "SPACE_TO_DEPTH": "SpaceToDepth", "SPLIT": "Split", "SPLIT_V": "SplitV",
+    "SQUEEZE": "Squeeze", "STRIDED_SLICE": "StridedSlice", "SUB": "Sub", "SUM": "Reducer",
+    "SVDF": "SVDF", "TRANSPOSE_CONV": "TransposeConv",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": "UnidirectionalSequenceLSTM", "UNPACK": "Unpack",
+    "VAR_HANDLE": "VarHandle", "WHILE": "While",
+}
+_NOT_PARSED = frozenset({
+    "ABS", "ADD_N", "ASSIGN_VARIABLE", "BATCH_TO_SPACE_ND", "BROADCAST_ARGS", "BROADCAST_TO",
+    "CEIL", "COS", "DEQUANTIZE", "DYNAMIC_UPDATE_SLICE", "ELU", "EMBEDDING_LOOKUP", "EQUAL",
+    "EXP", "EXPAND_DIMS", "FILL", "FLOOR", "FLOOR_DIV", "FLOOR_MOD", "GATHER_ND", "GREATER",
+    "GREATER_EQUAL", "HARD_SWISH", "LESS", "LESS_EQUAL", "LOG", "LOGICAL_AND", "LOGICAL_NOT",
+    "LOGICAL_OR", "LOGISTIC", "LOG_SOFTMAX", "MAXIMUM", "MINIMUM", "NEG", "NOT_EQUAL", "PAD",
+    "PADV2", "PRELU", "QUANTIZE", "READ_VARIABLE", "RELU", "RELU6", "REVERSE_V2", "ROUND",
+    "RSQRT", "SELECT_V2", "SIN", "SLICE", "SPACE_TO_BATCH_ND", "SQRT", "SQUARE",
+    "SQUARED_DIFFERENCE", "TANH", "TRANSPOSE", "ZEROS_LIKE",
+})
+_PARAMS_32: dict[str, dict[str, tuple[int, int]]] = {
+    "arm-eabi": {
+        "Add": (2, 1), "ArgMax": (1, 1), "ArgMin": (1, 1), "BatchMatMul": (3, 1),
+        "CallOnce": (4, 4), "Cast": (2, 1), "Concatenation": (8, 4), "Conv": (28, 4),
+        "Cumsum": (2, 1), "DepthToSpace": (4, 4), "DepthwiseConv": (28, 4), "Div": (1, 1),
+        "FullyConnected": (5, 1), "Gather": (8, 4), "If": (8, 4), "L2Norm": (1, 1),
+        "LeakyRelu": (4, 4), "MirrorPadding": (1, 1), "Mul": (1, 1), "Pack": (8, 4),
+        "Pool": (40, 4), "Reducer": (1, 1), "Reshape": (36, 4), "ResizeBilinear": (2, 1),
+        "ResizeNearestNeighbor": (2, 1), "SVDF": (8, 4), "Shape": (1, 1), "Softmax": (4, 4),
+        "SpaceToDepth": (4, 4), "Split": (4, 4), "SplitV": (4, 4), "Squeeze": (36, 4),
+        "StridedSlice": (24, 4), "Sub": (2, 1), "TransposeConv": (16, 4),
+        "UnidirectionalSequenceLSTM": (16, 4), "Unpack": (8, 4), "VarHandle": (8, 4),
+        "While": (8, 4),
+    },
+    "ilp32": {
+        "Add": (8, 4), "ArgMax": (4, 4), "ArgMin": (4, 4), "BatchMatMul": (3, 1),
+        "CallOnce": (4, 4), "Cast": (8, 4), "Concatenation": (8, 4), "Conv": (28, 4),
+        "Cumsum": (2, 1), "DepthToSpace": (4, 4), "DepthwiseConv": (28, 4), "Div": (4, 4),
+        "FullyConnected": (16, 4), "Gather": (8, 4), "If": (8, 4), "L2Norm": (4, 4),
+        "LeakyRelu": (4, 4), "MirrorPadding": (4, 4), "Mul": (4, 4), "Pack": (8, 4),
+        "Pool": (40, 4), "Reducer": (1, 1), "Reshape": (36, 4), "ResizeBilinear": (2, 1),
+        "ResizeNearestNeighbor": (2, 1), "SVDF": (12, 4), "Shape": (4, 4), "Softmax": (4, 4),
+        "SpaceToDepth": (4, 4), "Split": (4, 4), "SplitV": (4, 4), "Squeeze": (36, 4),
+        "StridedSlice": (24, 4), "Sub": (8, 4), "TransposeConv": (20, 4),
+        "UnidirectionalSequenceLSTM": (16, 4), "Unpack": (8, 4), "VarHandle": (8, 4),
+        "While": (8, 4),
+    },
+}
+
 #: Per-channel multiplier and shift arrays (2 × int32 × channels) that Prepare allocates,
 #: by the filter dimension holding the output channels; FULLY_CONNECTED only when its
 #: filter is quantized per channel (fully_connected_common.cc), the others always.
@@ -285,19 +359,51 @@ def _opdata(op: Operator, pointer_bytes: int, flavour: str) -> int:
     return _OPDATA_32.get(name, _OPDATA_64.get(name, _OPDATA_DEFAULT_64))
 
 
-def _params(op: Operator, pointer_bytes: int) -> int:
-    # Builtin options are packed at their struct's alignment (4 for these int/float
-    # structs); only VAR_HANDLE's holds pointers. Unknown options: 8 bytes per field.
-    if op.op_name == "VAR_HANDLE":
-        return 2 * pointer_bytes
-    return align_up(_PARAMS_64.get(op.op_name, 8 * len(op.options)), 4)
+def params_layout(pointer_bytes: int, core_family: str | None) -> str:
+    """How a build lays out the builtin options: "lp64" on a 64-bit host (``_PARAMS_64``);
+    of ``_PARAMS_32``, "arm-eabi" on a Cortex-M (arm-none-eabi-gcc's short enums) and
+    "ilp32" on any other 32-bit core (Xtensa, RISC-V) and on one devicefit does not know,
+    whose int-sized enums take more room."""
+    if pointer_bytes >= 8:
+        return "lp64"
+    return "arm-eabi" if core_family == "cortex-m" else "ilp32"
+
+
+def _params_32(op: Operator, layout: str) -> tuple[int, int]:
+    """(sizeof, alignof) of the options struct ``op``'s parser allocates on a 32-bit build."""
+    name = op.op_name
+    if op.is_custom or name in _NOT_PARSED:
+        return 0, 1
+    if name in _PARSED_INTO:
+        return _PARAMS_32[layout][_PARSED_INTO[name]]
+    # TFLM registers no parser for it (the model will not load): the 64-bit guess.
+    return align_up(_PARAMS_64.get(name, 8 * len(op.options)), 4), 4
+
+
+def builtin_options_bytes(model: Model, pointer_bytes: int = 8, layout: str | None = None) -> int:
+    """Bytes the operators' parsed builtin options take in the tail. On 32-bit builds they
+    are packed at each struct's alignment, in operator order, from the 4-aligned end of the
+    node array (``layout`` as :func:`params_layout` gives it; None: "ilp32", the larger); the
+    16-byte alignment of the first Init after them is the tail's ``alignment`` share. On the
+    64-bit host, ``_PARAMS_64`` rounded up to 4 (VAR_HANDLE's: two pointers)."""
+    ops = [op for sg in model.subgraphs for op in sg.operators]
+    if pointer_bytes >= 8:
+        return sum(2 * pointer_bytes if op.op_name == "VAR_HANDLE"
+                   else align_up(_PARAMS_64.get(op.op_name, 8 * len(op.options)), 4)
+                   for op in ops)
+    used = 0
+    for op in ops:
+        size, alignment = _params_32(op, layout or "ilp32")
+        if size:
+            used = align_up(used + size, alignment)
+    return used
 
 
 def _kernel_bytes(sg: Subgraph, op: Operator, pointer_bytes: int,
                   flavour: str = "reference") -> tuple[int, int]:
-    """(bytes Init keeps incl. builtin options, bytes Prepare adds) for ``op``, aligned."""
+    """(bytes Init keeps, bytes Prepare adds) for ``op``, each allocation 16-byte aligned."""
     opdata = _opdata(op, pointer_bytes, flavour)
-    init = (align_up(opdata, _ALIGN) if opdata else 0) + _params(op, pointer_bytes)
+    init = align_up(opdata, _ALIGN) if opdata else 0
     prepare = sum(align_up(s, _ALIGN)
                   for s in prepare_allocations(sg, op, pointer_bytes, flavour))
     return init, prepare
@@ -358,10 +464,11 @@ def prepare_peak(model: Model, tail_bytes: int, *, pointer_bytes: int = 8,
 
 
 def estimate_tail(model: Model, *, pointer_bytes: int = 8, kernels: str = "reference",
-                  n_scratch: int = 0) -> TailEstimate:
+                  n_scratch: int = 0, layout: str | None = None) -> TailEstimate:
     """Estimated tail bytes of ``model`` for this pointer width and kernel flavour
     (``reference``, ``cmsis-nn:<feature>`` … see :func:`simulator.targets.tflm.scratch.flavour`);
-    ``n_scratch`` scratch-buffer requests each keep a handle (one pointer) in the tail."""
+    ``n_scratch`` scratch-buffer requests each keep a handle (one pointer) in the tail;
+    ``layout`` is how the build lays out the builtin options (:func:`params_layout`)."""
     sizes = struct_sizes(pointer_bytes)
     main = model.main
     io = [main.tensors[t] for t in (*main.inputs, *main.outputs) if t >= 0]
@@ -370,8 +477,9 @@ def estimate_tail(model: Model, *, pointer_bytes: int = 8, kernels: str = "refer
         q = t.quantization
         if q is not None and q.scale:
             quant += sizes["affine_quant"] + 4 + 4 * len(q.zero_point or q.scale)
+    layout = layout or params_layout(pointer_bytes, None)
     kernel = sum(sum(_kernel_bytes(sg, op, pointer_bytes, kernels)) for sg in model.subgraphs
-                 for op in sg.operators)
+                 for op in sg.operators) + builtin_options_bytes(model, pointer_bytes, layout)
     variables = sum(align_up(tflm_tensor_bytes(t)) for sg in model.subgraphs
                     for t in sg.tensors if t.is_variable)
     extra_subgraphs = len(model.subgraphs) - 1
@@ -396,6 +504,7 @@ def estimate_tail(model: Model, *, pointer_bytes: int = 8, kernels: str = "refer
         "resource_variables": _resource_variables(model, pointer_bytes),
     }
     basis = verified_against(kernels, pointer_bytes)
-    note = (f"tail: {pointer_bytes * 8}-bit pointers, '{kernels}' kernels, from TFLM's struct "
-            f"and OpData sizes; verified against: {basis}")
+    options = "" if pointer_bytes >= 8 else f", '{layout}' builtin options"
+    note = (f"tail: {pointer_bytes * 8}-bit pointers, '{kernels}' kernels{options}, from TFLM's "
+            f"struct and OpData sizes; verified against: {basis}")
     return TailEstimate(total=align_up(sum(breakdown.values())), breakdown=breakdown, note=note)

@@ -93,6 +93,11 @@ def test_comparison_arithmetic():
     s = summarize([c, Comparison("n", "b", 10, 12, 100, 356)])
     assert s.models == 2 and s.head_exact == 1 and s.under == ("m (-16 B)",)
     assert s.median_over == 120 and s.max_over == 256
+    # The recorded tail holds the recording allocator's 104 B, which devicefit's does not.
+    t = Comparison("t", "b", 10, 10, 100, 100, measured_tail=1908, predicted_tail=1800)
+    assert c.tail_over is None and t.tail_over == 1800 - (1908 - 104)
+    s = summarize([c, t])
+    assert s.tail_under == ("t (-4 B)",) and s.median_tail_over == s.max_tail_over == -4
 
 
 def test_a_model_whose_bytes_changed_is_left_out_not_compared():
@@ -120,3 +125,4 @@ def test_predicted_start_arena_is_never_under_the_smallest_working_arena(name):
     rows, _ = compare(RECORDS[name], _built_only)
     summary = summarize(rows)
     assert summary.under == (), f"{name}: devicefit's start arena is under on {summary.under}"
+    assert summary.tail_under == (), f"{name}: devicefit's tail is under on {summary.tail_under}"
