@@ -109,7 +109,9 @@ def test_hybrid_lstm_runs_in_tflm_but_returns_nan(tmp_path):
     [u] = check_ops(read_model(path), load_profile(MCU)).unsupported_ops
     assert "float32/int8/float32 (hybrid" in u.reason and "NaN" in u.reason
     out = run_model(path, "tflm", inputs=[np.full((1, 2, 3), 0.5, np.float32)]).outputs[0]
-    assert np.isnan(out).all()
+    # The first invoke's outputs (a run reports those): NaN from the second time step on,
+    # once the state the first step computed from the misread weights feeds back.
+    assert np.isnan(out[0, 1]).all() and not np.isnan(out[0, 0]).all()
     # The same template with float weights is fine in both.
     path.write_bytes(single_op(B.UNIDIRECTIONAL_SEQUENCE_LSTM, *_lstm("float32", "float32")))
     assert check_ops(read_model(path), load_profile(MCU)).supported
