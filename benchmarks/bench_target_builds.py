@@ -106,7 +106,7 @@ def measure_one(build: Any, model: TruthModel, data: bytes, profile: Any) -> dic
         starting_arena,
     )
     from devicefit.simulator.simulate import static_report
-    from devicefit.simulator.targets.tflm.build import checkout_methods
+    from devicefit.simulator.targets.tflm.checkout import checkout_methods
     from devicefit.simulator.targets.tflm.export import export_files, export_spec
     from devicefit.simulator.targets.tflm.measured import memory_map
     from devicefit.simulator.targets.tflm.qemu import ExportRun, measure

@@ -44,8 +44,8 @@ from devicefit.simulator.targets.tflm.build import (  # noqa: E402
     BuildSpec,
     MemoryMap,
     TflmBuild,
-    checkout_methods,
 )
+from devicefit.simulator.targets.tflm.checkout import checkout_methods  # noqa: E402
 from devicefit.simulator.targets.tflm.code import CODE_SIZES  # noqa: E402
 from devicefit.simulator.targets.tflm.export import (  # noqa: E402
     ArenaFigure,

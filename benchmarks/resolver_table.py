@@ -19,7 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from devicefit.simulator.fileio import write_atomic  # noqa: E402
-from devicefit.simulator.targets.tflm.build import RESOLVER_HEADER, resolver_methods  # noqa: E402
+from devicefit.simulator.targets.tflm.checkout import (  # noqa: E402
+    RESOLVER_HEADER,
+    resolver_methods,
+)
 from devicefit.simulator.targets.tflm.export import RESOLVER_TABLE  # noqa: E402
 
 

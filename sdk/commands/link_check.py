@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "link-check", help="check that a linked firmware holds the model and arena devicefit "
                            "verified",
-        description="Read the firmware the linker wrote (a GNU ld map file from -Wl,-Map=FILE, "
+        description="Read the firmware the linker wrote (the map file of GNU ld's Map option, "
                     "a 32-bit ARM ELF, or both of one link; told apart by content) and check "
                     "it against what devicefit export verified: the model array's size, "
                     "place in flash and bytes (ELF), the arena array's place in RAM, "

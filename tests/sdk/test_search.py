@@ -21,9 +21,11 @@ from devicefit.simulator.reader import read_model
 from devicefit.simulator.types import Status
 
 BASE = "stm32l4r5-cortex-m4"
-# TFLM's code alone is ~100 KiB of flash: 200 KiB leaves ~100 KB of int8 weights. An arena
-# of 64 KiB holds 32x32 feature maps of the small image CNN, not 96x96x3 ones.
-BUDGETS = {"flash": "200KiB", "arena": "64KiB", "latency": "400ms"}
+# TFLM's code for a dense model is ~55 KiB of flash (its core and the kernels, as linked for
+# the Cortex-M4 with CMSIS-NN; a CNN's ~100 KiB): 160 KiB keeps the 96x96 MobileNetV2 step
+# (151 KiB) and rejects the 130k-weight dense layer (161 KiB). An arena of 64 KiB
+# holds 32x32 feature maps of the small image CNN, not 96x96x3 ones.
+BUDGETS = {"flash": "160KiB", "arena": "64KiB", "latency": "400ms"}
 
 SMALL_IMAGE = candidate("mbv2", input_shape=[32, 32, 1], width=0.5, depth=[1, 2], kernel=3,
                         expansion=2)

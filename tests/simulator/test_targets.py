@@ -249,7 +249,8 @@ REGISTRY_IMPORTS = {
     "devicefit.simulator.targets", "devicefit.simulator.targets.registry",
     "devicefit.simulator.targets.edgetpu", "devicefit.simulator.targets.edgetpu.cost",
     "devicefit.simulator.targets.ethos_u", "devicefit.simulator.targets.ethos_u.config",
-    "devicefit.simulator.targets.litert", "devicefit.simulator.targets.tflm"}
+    "devicefit.simulator.targets.litert", "devicefit.simulator.targets.tflm",
+    "devicefit.simulator.targets.tflm.settings"}
 
 
 def test_the_registry_alone_imports_its_records_and_what_they_declare():

@@ -29,6 +29,7 @@ from devicefit.simulator.errors import UsageError
 from devicefit.simulator.model import Model, Tensor
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.report import MemoryReport
+from devicefit.simulator.targets.tflm.checkout import checkout_methods, op_key
 from devicefit.simulator.types import ExportedFile
 
 #: MicroMutableOpResolver methods of the TFLM version devicefit was checked against, written
@@ -135,11 +136,6 @@ def default_methods() -> tuple[dict[str, str], str]:
     return dict(table["methods"]), f"TFLM {table['tflm_commit'][:12]} (devicefit's table)"
 
 
-def op_key(op_name: str) -> str:
-    """The resolver's key of a simulator op name ("CUSTOM:SignalEnergy" → "SignalEnergy")."""
-    return op_name.split(":", 1)[1] if op_name.startswith("CUSTOM:") else op_name
-
-
 def registrations(op_names: Iterable[str], methods: Mapping[str, str]
                   ) -> tuple[tuple[Registration, ...], list[str]]:
     """The resolver's registrations for ``op_names`` (sorted by method: the same file for
@@ -199,8 +195,6 @@ def firmware(model: Model, profile: Profile, memory: MemoryReport, checkout: str
     if checkout is None:
         methods, source = default_methods()
     else:
-        from devicefit.simulator.targets.tflm.build import checkout_methods
-
         methods, source = checkout_methods(Path(checkout).expanduser().resolve())
     return export_files(export_spec(model, profile, memory, methods, source, name, margin),
                         verification)

@@ -168,8 +168,8 @@ class OnBuild:
             BuildFailure,
             TargetBuildError,
             TflmBuild,
-            checkout_methods,
         )
+        from devicefit.simulator.targets.tflm.checkout import checkout_methods
         from devicefit.simulator.targets.tflm.qemu import ExportRun, measure
 
         spec = self.spec

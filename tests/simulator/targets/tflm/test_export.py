@@ -18,7 +18,7 @@ from devicefit.sdk.cli import main
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.targets.tflm import export as ex
-from devicefit.simulator.targets.tflm.build import resolver_methods
+from devicefit.simulator.targets.tflm.checkout import resolver_methods
 from tests.tflite_builder import custom_model
 
 PROFILE = "stm32l4r5-cortex-m4"

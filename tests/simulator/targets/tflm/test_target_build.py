@@ -19,6 +19,7 @@ import pytest
 
 from devicefit.sdk.cli import main
 from devicefit.simulator.targets.tflm import build as tb
+from devicefit.simulator.targets.tflm import checkout as co
 from devicefit.simulator.targets.tflm.qemu import parse_probe, parse_report, search_min_arena
 from tests.paths import TESTS
 from tests.tflite_builder import slice_model
@@ -76,7 +77,7 @@ def _checkout(root: Path, kernels: str = "cmsis-nn") -> Path:
     trees with the file each must hold; no sources)."""
     (root / tb.MAKEFILE).parent.mkdir(parents=True)
     (root / tb.MAKEFILE).write_text("# TFLM's Makefile would be here\n")
-    (root / tb.RESOLVER_HEADER).write_text(
+    (root / co.RESOLVER_HEADER).write_text(
         "  TfLiteStatus AddAbs() {\n    return AddBuiltin(BuiltinOperator_ABS, Register_ABS(), "
         "ParseAbs);\n  }\n")
     for tree, marker in tb.BuildSpec(root, "cortex-m4", kernels).trees.items():
@@ -152,13 +153,13 @@ def test_cache_is_per_checkout_core_and_kernels(tmp_path, monkeypatch):
 
 def test_tree_hash_follows_the_sources_not_the_build_output(tmp_path):
     root = _checkout(tmp_path / "tflm")
-    first = tb.source_key(root)
+    first = co.source_key(root)
     assert first.startswith("tree-")
     (root / "gen" / "obj").mkdir(parents=True)  # an in-tree build by the user
     (root / "gen" / "obj" / "x.o").write_bytes(b"\0")
-    assert tb.source_key(root) == first
+    assert co.source_key(root) == first
     (root / tb.MAKEFILE).write_text("# changed\n")
-    assert tb.source_key(root) != first
+    assert co.source_key(root) != first
 
 
 def test_git_checkout_is_keyed_by_its_commit_and_local_changes(tmp_path):
@@ -170,14 +171,14 @@ def test_git_checkout_is_keyed_by_its_commit_and_local_changes(tmp_path):
     head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
                           check=True).stdout.strip()
     index = (root / ".git" / "index").stat().st_mtime_ns
-    assert tb.source_key(root) == head[:12]
+    assert co.source_key(root) == head[:12]
     (root / tb.MAKEFILE).write_text("# a local change\n")
-    changed = tb.source_key(root)
+    changed = co.source_key(root)
     assert changed.startswith(head[:12] + "+")  # never the commit's objects
     (root / tb.MAKEFILE).write_text("# another local change\n")
-    assert tb.source_key(root) not in (changed, head[:12])
+    assert co.source_key(root) not in (changed, head[:12])
     (root / "untracked.cc").write_text("int x;\n")
-    assert tb.source_key(root) != changed
+    assert co.source_key(root) != changed
     # asking git wrote nothing into the checkout (git status refreshes the index otherwise)
     assert (root / ".git" / "index").stat().st_mtime_ns == index
 
@@ -215,11 +216,11 @@ def test_resolver_methods_are_read_from_the_header():
     return AddBuiltin(BuiltinOperator_RELU6, Register_RELU6(), ParseRelu6);
   }
 '''
-    found = tb.parse_resolver(header)
-    assert found["CONV_2D"] == tb.OpBinding("CONV_2D", "AddConv2D", "Register_CONV_2D")
-    assert found["SignalEnergy"] == tb.OpBinding("SignalEnergy", "AddEnergy", "Register_ENERGY")
+    found = co.parse_resolver(header)
+    assert found["CONV_2D"] == co.OpBinding("CONV_2D", "AddConv2D", "Register_CONV_2D")
+    assert found["SignalEnergy"] == co.OpBinding("SignalEnergy", "AddEnergy", "Register_ENERGY")
     assert found["RELU6"].method == "AddRelu6"
-    assert tb.op_key("CUSTOM:SignalEnergy") == "SignalEnergy" and tb.op_key("ADD") == "ADD"
+    assert co.op_key("CUSTOM:SignalEnergy") == "SignalEnergy" and co.op_key("ADD") == "ADD"
 
 
 def test_kernel_sources_follow_registrations_headers_and_companions():
