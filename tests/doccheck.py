@@ -304,10 +304,14 @@ LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
 
 
 def slug(heading: str) -> str:
-    """A heading's anchor as mkdocs (Python-Markdown's toc) makes it."""
+    """A heading's anchor as mkdocs (Python-Markdown's toc) makes it: the heading rendered,
+    its tags dropped (code keeps its underscores, emphasis loses its marks), slugified."""
+    import html
+
+    import markdown
     from markdown.extensions.toc import slugify
 
-    text = re.sub(r"[`*_]", "", heading)
+    text = html.unescape(re.sub(r"<[^>]+>", "", markdown.markdown(heading)))
     return slugify(text, "-")
 
 
