@@ -355,6 +355,48 @@ def broken_links(path: Path) -> list[str]:
     return problems
 
 
+#: Where code, comments and profiles cite a section of the benchmark pages by its title:
+#: ``docs/benchmarks.md "Device latency"`` (the title may wrap onto a comment's next line).
+CITATION = re.compile(r'(BENCHMARKS\.md|docs/benchmarks(?:-log)?\.md)[\s#:,(]+'
+                      r'"([^"\n]{1,80}(?:\n[^"\n]{1,80})?)"')
+#: The files whose citations are checked (the docs link to the sections instead).
+CITING = ("simulator/**/*.py", "sdk/**/*.py", "benchmarks/**/*.py", "tests/**/*.py",
+          "examples/**/*.py", "device_profiles/*.yaml")
+
+
+def headings(path: Path) -> list[str]:
+    """A page's headings as text (code and emphasis marks dropped)."""
+    found, fenced = [], False
+    for line in path.read_text().splitlines():
+        if FENCE.match(line.strip()):
+            fenced = not fenced
+        elif not fenced and (m := re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)):
+            found.append(re.sub(r"[`*]", "", m.group(1)))
+    return found
+
+
+def stale_citations(files: list[Path] | None = None) -> list[str]:
+    """Citations of a benchmark section that name no heading of the page they cite (a
+    title may be the start of a heading: "Calibration on the board")."""
+    if files is None:
+        files = sorted({f for pattern in CITING for f in ROOT.glob(pattern)})
+    pages: dict[str, list[str]] = {}
+    problems = []
+    for path in files:
+        for m in CITATION.finditer(path.read_text(errors="replace")):
+            page, title = m.group(1), re.sub(r"\s*\n\s*(#:?\s*)?", " ", m.group(2)).strip()
+            where = f"{_shown(path)}: {page} \"{title}\""
+            if page == "BENCHMARKS.md":
+                problems.append(f"{where}: BENCHMARKS.md has no sections, it points to "
+                                "docs/benchmarks.md (current figures) and docs/benchmarks-log.md")
+                continue
+            if page not in pages:
+                pages[page] = headings(ROOT / page)
+            if not any(h == title or h.startswith(title) for h in pages[page]):
+                problems.append(f"{where}: no such heading in {page}")
+    return problems
+
+
 # --------------------------------------------------------------------------- generated
 def profiles_table() -> list[str]:
     """The built-in profiles, as the profile loader resolves them."""
@@ -416,6 +458,7 @@ def main(argv: list[str]) -> int:
             problems += broken_links(path)
             problems += [f"{f.where}: $ {f.command}\n{f.message}"
                          for f in check_file(path, folder, update, recorded())]
+    problems += stale_citations()
     print("\n\n".join(problems) or "docs: every example, link and table is current")
     return 1 if problems and not update else 0
 

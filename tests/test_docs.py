@@ -41,6 +41,21 @@ def test_the_link_checker_finds_a_broken_file_and_anchor(tmp_path):
     assert "no file nowhere.md" in problems[0] and "no heading #no-such-heading" in problems[1]
 
 
+def test_benchmark_citations_name_a_section(tmp_path):
+    """Code, comments and profiles cite a benchmark section by its title, as in
+    ``docs/benchmarks.md "Device latency"`` (or the log's): the title names a heading there.
+    BENCHMARKS.md, now a pointer, has no sections to cite."""
+    assert not doccheck.stale_citations(), "\n".join(doccheck.stale_citations())
+    page, pointer = "docs/benchmarks" + ".md", "BENCHMARKS" + ".md"  # no citations themselves
+    cites = tmp_path / "cites.py"
+    cites.write_text(f'"""{page} "Device latency", {page} "No such area",\n'
+                     f'{pointer} "Device latency"."""\n# ({page}\n# "Edge TPU")\n')
+    problems = doccheck.stale_citations([cites])
+    assert len(problems) == 2, problems
+    assert '"No such area": no such heading' in problems[0]
+    assert "BENCHMARKS.md has no sections" in problems[1]
+
+
 def test_generated_tables_are_current():
     stale = [s for path in doccheck.doc_files() for s in doccheck.stale_generated(path)]
     assert not stale, "\n".join(stale)
