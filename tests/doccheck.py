@@ -20,7 +20,8 @@ in the built site):
 A block with commands but no output lines is run for its exit code alone.
 
 ``<!-- doccheck: generated NAME -->`` … ``<!-- doccheck: end -->`` encloses text made by
-:data:`GENERATED` (the profiles table, from the shipped profiles).
+:data:`GENERATED` (the profiles table, from the shipped profiles; the supported-operators
+tables, from the op tables and rules the simulator decides with).
 
 The files the examples name are those ``make demo`` writes (``build/demo/…``) and the
 tour's conversion (``digits.tflite``): :func:`tests.docs_models.workspace` lays them out.
@@ -43,6 +44,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests import ops_table
 from tests.paths import ROOT
 
 DOCS_DIR = ROOT / "docs"
@@ -418,7 +420,13 @@ def profiles_table() -> list[str]:
     return rows
 
 
-GENERATED: dict[str, Callable[[], list[str]]] = {"profiles": profiles_table}
+GENERATED: dict[str, Callable[[], list[str]]] = {
+    "profiles": profiles_table,  # docs/profiles.md
+    # docs/ops.md: from the op tables and rules the simulator decides with (tests/ops_table.py)
+    "ops": ops_table.table,
+    "custom_ops": ops_table.custom_table,
+    "edgetpu_rules": ops_table.edgetpu_requirements,
+}
 _GENERATED = re.compile(r"(<!--\s*doccheck:\s*generated\s+(\w+)\s*-->\n)(.*?)(<!--\s*doccheck:"
                         r"\s*end\s*-->)", re.S)
 

@@ -4,12 +4,13 @@ generated tables are current and every ``$ devicefit`` example prints what it sh
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 
 import pytest
 
-from tests import doccheck
+from tests import doccheck, ops_table
 from tests.docs_models import recorded, workspace
 from tests.paths import ROOT
 
@@ -61,6 +62,22 @@ def test_generated_tables_are_current():
     assert not stale, "\n".join(stale)
     text = (ROOT / "docs" / "profiles.md").read_text()
     assert "`ethos-u55-128`" in text and "`coral-edgetpu`" in text
+
+
+def test_the_ops_page_follows_the_tables_the_simulator_decides_with(monkeypatch):
+    """docs/ops.md is made from the probed tables and the Edge TPU's rules: a kernel that
+    refuses one more type combination makes the page stale (and `make test` fail)."""
+    from devicefit.simulator.targets.tflm import ops as tflm
+
+    page = ROOT / "docs" / "ops.md"
+    assert not doccheck.stale_generated(page)
+    assert "| `CONV_2D` | yes, except" in page.read_text()
+    table = copy.deepcopy(tflm.support())
+    table["combinations"]["CONV_2D"]["int8/int8/int8"] = "invoke: Type INT8 not supported."
+    monkeypatch.setattr(tflm, "support", lambda: table)
+    assert doccheck.stale_generated(page) == [
+        "docs/ops.md: the generated part 'ops' is stale (python -m tests.doccheck --update)"]
+    assert "| `CONV_2D` | yes, except int8, uint8, float32" in "\n".join(ops_table.table())
 
 
 def test_wildcards_match_and_update_keeps_them():
