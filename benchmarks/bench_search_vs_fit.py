@@ -67,7 +67,8 @@ class Space:
 
     family: str
     params: tuple[str, ...]
-    #: ``--epochs`` and ``--max-trials`` of the recorded run (BENCHMARKS.md).
+    #: ``--epochs`` and ``--max-trials`` of the recorded run (docs/benchmarks.md
+    #: "Compression and architecture search").
     epochs: int
     trials: int
 

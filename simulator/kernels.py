@@ -13,7 +13,7 @@ For one operator on one core with one kernel library::
 activation clamp, the loop around each dot product): it is why a 1×1 convolution over 8
 channels costs more per MAC than a 3×3 one over 64. ``cycles_per_channel`` is the work done
 once per output channel; with it the fit puts the fixed per-op cost near its 3,000-cycle
-prior instead of 16,000 cycles (see BENCHMARKS.md "Device latency").
+prior instead of 16,000 cycles (see docs/benchmarks-log.md "Device latency").
 These three are plain scalar code (address arithmetic, requantization, branches), so they run
 at the core's general-purpose speed, not its MAC rate: ``scalar_speed`` is the core's published
 CoreMark/MHz over ``reference_coremark_per_mhz`` (a Cortex-M85 runs the same bookkeeping in

@@ -20,7 +20,8 @@ in the built site):
 A block with commands but no output lines is run for its exit code alone.
 
 ``<!-- doccheck: generated NAME -->`` … ``<!-- doccheck: end -->`` encloses text made by
-:data:`GENERATED` (the profiles table, from the shipped profiles).
+:data:`GENERATED` (the profiles table, from the shipped profiles; the supported-operators
+tables, from the op tables and rules the simulator decides with).
 
 The files the examples name are those ``make demo`` writes (``build/demo/…``) and the
 tour's conversion (``digits.tflite``): :func:`tests.docs_models.workspace` lays them out.
@@ -43,9 +44,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests import ops_table
 from tests.paths import ROOT
 
-#: The files checked, README first: its tour writes what the pages use.
 DOCS_DIR = ROOT / "docs"
 MARKER = re.compile(r"<!--\s*doccheck:\s*(\w[\w-]*)\s*(.*?)\s*-->")
 FENCE = re.compile(r"^(`{3,})\s*([\w-]*)")
@@ -55,7 +56,9 @@ SHELL_LANGUAGES = ("", "console", "sh", "bash", "shell")
 
 
 def doc_files() -> list[Path]:
-    return [ROOT / "README.md", *sorted(DOCS_DIR.glob("*.md"))]
+    """README first (its tour writes what the pages use), then BENCHMARKS.md (a pointer into
+    docs/, whose links are checked too) and the pages."""
+    return [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted(DOCS_DIR.glob("*.md"))]
 
 
 @dataclass
@@ -304,10 +307,14 @@ LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
 
 
 def slug(heading: str) -> str:
-    """A heading's anchor as mkdocs (Python-Markdown's toc) makes it."""
+    """A heading's anchor as mkdocs (Python-Markdown's toc) makes it: the heading rendered,
+    its tags dropped (code keeps its underscores, emphasis loses its marks), slugified."""
+    import html
+
+    import markdown
     from markdown.extensions.toc import slugify
 
-    text = re.sub(r"[`*_]", "", heading)
+    text = html.unescape(re.sub(r"<[^>]+>", "", markdown.markdown(heading)))
     return slugify(text, "-")
 
 
@@ -350,6 +357,48 @@ def broken_links(path: Path) -> list[str]:
     return problems
 
 
+#: Where code, comments and profiles cite a section of the benchmark pages by its title:
+#: ``docs/benchmarks.md "Device latency"`` (the title may wrap onto a comment's next line).
+CITATION = re.compile(r'(BENCHMARKS\.md|docs/benchmarks(?:-log)?\.md)[\s#:,(]+'
+                      r'"([^"\n]{1,80}(?:\n[^"\n]{1,80})?)"')
+#: The files whose citations are checked (the docs link to the sections instead).
+CITING = ("simulator/**/*.py", "sdk/**/*.py", "benchmarks/**/*.py", "tests/**/*.py",
+          "examples/**/*.py", "device_profiles/*.yaml")
+
+
+def headings(path: Path) -> list[str]:
+    """A page's headings as text (code and emphasis marks dropped)."""
+    found, fenced = [], False
+    for line in path.read_text().splitlines():
+        if FENCE.match(line.strip()):
+            fenced = not fenced
+        elif not fenced and (m := re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)):
+            found.append(re.sub(r"[`*]", "", m.group(1)))
+    return found
+
+
+def stale_citations(files: list[Path] | None = None) -> list[str]:
+    """Citations of a benchmark section that name no heading of the page they cite (a
+    title may be the start of a heading: "Calibration on the board")."""
+    if files is None:
+        files = sorted({f for pattern in CITING for f in ROOT.glob(pattern)})
+    pages: dict[str, list[str]] = {}
+    problems = []
+    for path in files:
+        for m in CITATION.finditer(path.read_text(errors="replace")):
+            page, title = m.group(1), re.sub(r"\s*\n\s*(#:?\s*)?", " ", m.group(2)).strip()
+            where = f"{_shown(path)}: {page} \"{title}\""
+            if page == "BENCHMARKS.md":
+                problems.append(f"{where}: BENCHMARKS.md has no sections, it points to "
+                                "docs/benchmarks.md (current figures) and docs/benchmarks-log.md")
+                continue
+            if page not in pages:
+                pages[page] = headings(ROOT / page)
+            if not any(h == title or h.startswith(title) for h in pages[page]):
+                problems.append(f"{where}: no such heading in {page}")
+    return problems
+
+
 # --------------------------------------------------------------------------- generated
 def profiles_table() -> list[str]:
     """The built-in profiles, as the profile loader resolves them."""
@@ -371,7 +420,13 @@ def profiles_table() -> list[str]:
     return rows
 
 
-GENERATED: dict[str, Callable[[], list[str]]] = {"profiles": profiles_table}
+GENERATED: dict[str, Callable[[], list[str]]] = {
+    "profiles": profiles_table,  # docs/profiles.md
+    # docs/ops.md: from the op tables and rules the simulator decides with (tests/ops_table.py)
+    "ops": ops_table.table,
+    "custom_ops": ops_table.custom_table,
+    "edgetpu_rules": ops_table.edgetpu_requirements,
+}
 _GENERATED = re.compile(r"(<!--\s*doccheck:\s*generated\s+(\w+)\s*-->\n)(.*?)(<!--\s*doccheck:"
                         r"\s*end\s*-->)", re.S)
 
@@ -411,6 +466,7 @@ def main(argv: list[str]) -> int:
             problems += broken_links(path)
             problems += [f"{f.where}: $ {f.command}\n{f.message}"
                          for f in check_file(path, folder, update, recorded())]
+    problems += stale_citations()
     print("\n\n".join(problems) or "docs: every example, link and table is current")
     return 1 if problems and not update else 0
 

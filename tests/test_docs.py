@@ -4,19 +4,21 @@ generated tables are current and every ``$ devicefit`` example prints what it sh
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 
 import pytest
 
-from tests import doccheck
+from tests import doccheck, ops_table
 from tests.docs_models import recorded, workspace
 from tests.paths import ROOT
 
 
 def test_the_docs_build_strictly(tmp_path):
     """mkdocs fails on a page missing from the nav, a broken link or anchor between pages."""
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
+    # Not --quiet: it hides the warnings that --strict counts, and the build passes them.
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict",
                            "--site-dir", str(tmp_path / "site")], cwd=ROOT,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -40,11 +42,42 @@ def test_the_link_checker_finds_a_broken_file_and_anchor(tmp_path):
     assert "no file nowhere.md" in problems[0] and "no heading #no-such-heading" in problems[1]
 
 
+def test_benchmark_citations_name_a_section(tmp_path):
+    """Code, comments and profiles cite a benchmark section by its title, as in
+    ``docs/benchmarks.md "Device latency"`` (or the log's): the title names a heading there.
+    BENCHMARKS.md, now a pointer, has no sections to cite."""
+    assert not doccheck.stale_citations(), "\n".join(doccheck.stale_citations())
+    page, pointer = "docs/benchmarks" + ".md", "BENCHMARKS" + ".md"  # no citations themselves
+    cites = tmp_path / "cites.py"
+    cites.write_text(f'"""{page} "Device latency", {page} "No such area",\n'
+                     f'{pointer} "Device latency"."""\n# ({page}\n# "Edge TPU")\n')
+    problems = doccheck.stale_citations([cites])
+    assert len(problems) == 2, problems
+    assert '"No such area": no such heading' in problems[0]
+    assert "BENCHMARKS.md has no sections" in problems[1]
+
+
 def test_generated_tables_are_current():
     stale = [s for path in doccheck.doc_files() for s in doccheck.stale_generated(path)]
     assert not stale, "\n".join(stale)
     text = (ROOT / "docs" / "profiles.md").read_text()
     assert "`ethos-u55-128`" in text and "`coral-edgetpu`" in text
+
+
+def test_the_ops_page_follows_the_tables_the_simulator_decides_with(monkeypatch):
+    """docs/ops.md is made from the probed tables and the Edge TPU's rules: a kernel that
+    refuses one more type combination makes the page stale (and `make test` fail)."""
+    from devicefit.simulator.targets.tflm import ops as tflm
+
+    page = ROOT / "docs" / "ops.md"
+    assert not doccheck.stale_generated(page)
+    assert "| `CONV_2D` | yes, except" in page.read_text()
+    table = copy.deepcopy(tflm.support())
+    table["combinations"]["CONV_2D"]["int8/int8/int8"] = "invoke: Type INT8 not supported."
+    monkeypatch.setattr(tflm, "support", lambda: table)
+    assert doccheck.stale_generated(page) == [
+        "docs/ops.md: the generated part 'ops' is stale (python -m tests.doccheck --update)"]
+    assert "| `CONV_2D` | yes, except int8, uint8, float32" in "\n".join(ops_table.table())
 
 
 def test_wildcards_match_and_update_keeps_them():

@@ -3,7 +3,7 @@
 ``TFLiteConverter.from_keras_model`` exports the model to a SavedModel in a temporary folder
 (Keras' ``ExportArchive``: it traces the call again, tracks every variable, writes a
 checkpoint) and loads it back twice before the MLIR conversion: on a small MobileNetV2 that
-is about three quarters of the conversion (BENCHMARKS.md, "Conversion without the
+is about three quarters of the conversion (docs/benchmarks-log.md "Conversion without the
 SavedModel export"). Tracing the same call once (``training=False``, the exporter's input
 signature) and converting the concrete function freezes the same graph in memory; the
 MLIR passes, calibration and quantization are the same, so the file is the same except

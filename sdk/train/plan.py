@@ -6,7 +6,7 @@ and the limit is compared with the training process's measured private memory at
 ``memory_bytes=None`` plans against what this machine has free now: ``MemAvailable`` from
 ``/proc/meminfo``, or the cgroup's remaining allowance when a container limit is lower,
 minus a safety margin (the estimate leaves out the framework's own memory and allocator
-slack; see BENCHMARKS.md "Training memory").
+slack; see docs/benchmarks.md "Training memory").
 """
 
 from __future__ import annotations

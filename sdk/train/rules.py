@@ -74,7 +74,7 @@ RULES: dict[str, Rule] = {
     # gradient sums three contributions to the input gradient. What stays alive beyond the
     # input differs between graphs (measured: ~1.5 outputs in conv-BN-ReLU-conv, ~0 in
     # inverted-residual blocks); 0.75 kept + 0.75 transient is the fit that keeps the error
-    # within about -15 %/+24 % over the blocks in BENCHMARKS.md "Training memory".
+    # within about -15 %/+24 % over the blocks in docs/benchmarks-log.md "Training memory".
     "BatchNormalization": Rule(saves_inputs=True, extra_saved=0.75, forward_temp=1.0,
                                backward_temp=0.75),
     "LayerNormalization": Rule(saves_inputs=True, extra_saved=1.0, forward_temp=1.0,

@@ -23,7 +23,7 @@ def use_steady_allocator() -> bool:
 
     By default glibc raises its mmap threshold up to 32 MiB after the first large free, so
     later tensors come from the heap and freed ones stay resident: a training step then holds
-    up to ~1.7x the bytes it has live (measured, BENCHMARKS.md "Training memory"). A fixed
+    up to ~1.7x the bytes it has live (measured, docs/benchmarks-log.md "Training memory"). A fixed
     threshold keeps peak RSS equal to the planned live bytes. Process-wide; returns False
     where the C library is not glibc.
     """

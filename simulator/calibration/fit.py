@@ -26,8 +26,8 @@ highest marginal likelihood. A few whole-model totals that scatter around the ta
 much as ``OBS_SD`` allows favour the tables; totals off in one direction favour the board's
 factor; per-op timings identify the groups. Without it, three totals of models that err in
 opposite directions moved the per-group scales by more than they knew (the AndesCore rows
-of BENCHMARKS.md's calibration section). The choice sees only the evidence it is given, so
-a held-out model never takes part in choosing its own fit.
+of docs/benchmarks-log.md "Calibration on the board"). The choice sees only the evidence it
+is given, so a held-out model never takes part in choosing its own fit.
 
 The error band: with two models or more, the leave-one-model-out ratios measured /
 predicted (the fit without that model predicting it), widened to contain 1; with one model

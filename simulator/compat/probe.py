@@ -19,7 +19,8 @@ wins and the report says so (``compatibility.disagreements``: the operator, the 
 answer, the runtime's). Answers are cached on disk by the signature's hash and the runtime
 wheel's version (``$DEVICEFIT_CACHE/op-probe`` or ``~/.cache/devicefit/op-probe``, one
 atomically written file per signature), so a model whose signatures were seen before starts
-no child at all. Costs: ``benchmarks/bench_op_probe.py`` (BENCHMARKS.md).
+no child at all. Costs: ``benchmarks/bench_op_probe.py`` (docs/benchmarks.md "Public corpus
+and op support").
 
 The probe knows the model's constants but not its run-time values, so where its answer
 could be about made-up data it does not count, and the table's answer stands (the report

@@ -1,6 +1,6 @@
 """A seeded subset of benchmarks/bench_fuzz.py (about 250 cases): every command, every input
 family, no defect. The full campaign (10,000+ cases) is the benchmark; figures in
-BENCHMARKS.md.
+docs/benchmarks.md "Hostile inputs".
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ it pulls in takes in a linked image (the base), and for each kernel the input se
 (:mod:`.firmware`): the bytes no other kernel pulls in, and the sections it shares with
 others, named. The estimate for a model is the base plus the union of the sections of the
 kernels its op resolver registers: code two kernels share counts once. How far it is
-from the measured image of real models is in BENCHMARKS.md ("Exported and verified as
-exported"). A build the table does not hold has no estimate here (the profile's
+from the measured image of real models is in docs/benchmarks.md "Exported and verified as
+exported". A build the table does not hold has no estimate here (the profile's
 ``runtime.code_size`` is used).
 """
 
