@@ -63,7 +63,7 @@ def markdown(report: FitReport, wall_s: float) -> str:
             f"{'-' if skipped else format_size(t.flash_bytes)} | "
             f"{'-' if skipped else format_size(t.arena_bytes)} | "
             f"{'-' if skipped or t.latency_ms is None else latency_text(t)} | "
-            f"{'-' if skipped else format_size(t.gzip_bytes)} | {verdict} | {t.seconds:.1f} s |")
+            f"{'-' if skipped else format_size(t.payload.gzip_bytes)} | {verdict} | {t.seconds:.1f} s |")
     if report.found:
         measured = report.verification.measured if report.verification else None
         lines += ["", f"Chosen: {report.reason}. Accuracy loss {report.accuracy_loss_pp:.2f} "

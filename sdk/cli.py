@@ -16,7 +16,7 @@ import re
 import signal
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +56,8 @@ class HelpFormatter(argparse.HelpFormatter):
     and a wrapped example continues indented under its start.
     """
 
-    def _metavar_formatter(self, action: argparse.Action, default_metavar: str):
+    def _metavar_formatter(self, action: argparse.Action, default_metavar: str
+                           ) -> Callable[[int], tuple[str, ...]]:
         # ``{reference,cmsis-nn,...}`` is one unbreakable word: name it, list it in the help.
         if not _long_choices(action):
             return super()._metavar_formatter(action, default_metavar)
@@ -120,12 +121,13 @@ class _Parser(argparse.ArgumentParser):
     The suggestions are devicefit's own (difflib), not argparse's (3.14+), so that every
     supported Python says the same."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["formatter_class"] = HelpFormatter
         super().__init__(*args, **kwargs)
         self._given: list[str] = []
 
-    def parse_known_args(self, args=None, namespace=None):
+    def parse_known_args(self, args: Iterable[str] | None = None, namespace: Any = None
+                         ) -> tuple[Any, list[str]]:
         self._given = list(sys.argv[1:] if args is None else args)
         namespace, extras = super().parse_known_args(args, namespace)
         if unknown := self._unknown_flags(extras):

@@ -10,7 +10,9 @@
   stderr is a terminal; off a terminal or with ``--quiet`` nothing is drawn.
 - What native libraries write to file descriptor 2 (TensorFlow's absl/oneDNN/CUDA start-up
   lines, the MLIR quantizer's ``fully_quantize: …``) goes to a log file
-  (:func:`native_log`), shown when a command fails.
+  (:func:`native_log`), shown when a command fails; a process that converts many candidates
+  keeps TensorFlow's C++ log and the converter's per-conversion warning out
+  (:func:`quiet_conversions`).
 """
 
 from __future__ import annotations
@@ -425,6 +427,15 @@ def _fileno(stream: Any) -> int | None:
         return stream.fileno()
     except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
         return None
+
+
+def quiet_conversions() -> None:
+    """For a process that converts many candidates (``fit``, ``search`` and their worker
+    processes): TensorFlow's C++ log off (it must happen before TensorFlow is imported) and
+    the converter's warning about input statistics, given once per full-integer
+    conversion, ignored."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
 
 
 def print_stderr(line: str) -> None:

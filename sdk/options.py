@@ -1,6 +1,7 @@
 """What several commands share on their command line: argument types, the ``--layers``/
-``--csv`` and ``--html``/``--plot`` options and the writing of their files, and the inputs
-and outputs each command hands to :func:`simulator.fileio.check_outputs`.
+``--csv`` and ``--html``/``--plot`` options and the writing of their files, the study's
+flags of ``fit`` and ``search`` and their reports and exit codes, and the inputs and outputs
+each command hands to :func:`simulator.fileio.check_outputs`.
 
 Every command calls ``check_outputs`` once, before its work starts, with everything it reads
 and everything it will write, so a typo such as ``--html model.tflite`` or ``--html X --plot
@@ -11,14 +12,18 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from devicefit.simulator.fileio import Named, write_atomic
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.report import Report
 
+if TYPE_CHECKING:
+    from devicefit.sdk.study import SearchSettings
+
+TIME_UNITS = {"s": 1, "m": 60, "h": 3600}
 
 # --------------------------------------------------------------------------- argument types
 def positive_seconds(text: str) -> float:
@@ -41,6 +46,25 @@ def input_shape(text: str) -> tuple[str | None, tuple[int, ...]]:
         return parse_input_shape(text)
     except UsageError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def parse_duration(text: str | None) -> float | None:
+    """'30m' → 1800.0 seconds; a bare number is seconds."""
+    from devicefit.simulator.errors import UsageError
+
+    if text is None:
+        return None
+    value, unit = text.strip().lower(), "s"
+    if value and value[-1] in TIME_UNITS:
+        value, unit = value[:-1], value[-1]
+    try:
+        seconds = float(value) * TIME_UNITS[unit]
+    except ValueError:
+        raise UsageError(f"--time-budget {text!r}: give a duration such as 90s, 30m or 2h") \
+            from None
+    if seconds <= 0:
+        raise UsageError(f"--time-budget {text!r}: must be positive")
+    return seconds
 
 
 # --------------------------------------------------------------------------- inputs
@@ -195,3 +219,58 @@ def write_firmware(args: argparse.Namespace, model: str | Path, profile: str | P
         f"{len(done.manifest['ops'])} ops; next: devicefit link-check FIRMWARE.map --export "
         f"{args.firmware})")
     return 0
+
+
+# --------------------------------------------------------------------------- the study
+def add_study_options(parser: argparse.ArgumentParser, *, storage: str, study: str,
+                      artifacts: str) -> None:
+    """How ``fit`` and ``search`` run their study (:class:`sdk.study.SearchSettings`); the
+    help of the flags whose meaning differs between them is theirs."""
+    parser.add_argument("--storage", metavar="URL", help=storage)
+    parser.add_argument("--study", "--study-name", dest="study_name", metavar="NAME", help=study)
+    parser.add_argument("--artifacts", type=Path, metavar="DIR", help=artifacts)
+    parser.add_argument("--heartbeat", type=int, default=30, metavar="SECONDS",
+                        help="on a database server: a worker silent for 3 heartbeats is taken "
+                             "for dead and its trial is retried by another (30)")
+    parser.add_argument("--jobs", type=int, default=1, help="parallel trial processes (1)")
+    parser.add_argument("--seed", type=int, default=0, help="sampler seed (0)")
+
+
+def study_settings(args: argparse.Namespace) -> SearchSettings:
+    """The study's flags as one value (``--max-trials`` and ``--time-budget`` too)."""
+    from devicefit.sdk.study import SearchSettings
+    from devicefit.simulator.errors import UsageError
+
+    if args.heartbeat < 1:
+        raise UsageError(f"--heartbeat {args.heartbeat}: give at least 1 second")
+    return SearchSettings(max_trials=args.max_trials,
+                          time_budget_s=parse_duration(args.time_budget), storage=args.storage,
+                          study_name=args.study_name, jobs=args.jobs, seed=args.seed,
+                          heartbeat_s=args.heartbeat, artifacts=args.artifacts)
+
+
+def write_reports(args: argparse.Namespace, data: dict[str, Any], html: Callable[[], str],
+                  summary: Callable[[], None], inputs: Sequence[str | Path]) -> None:
+    """``--report`` (the JSON ``data``), ``--html``, and on stdout ``--json`` or the summary."""
+    from devicefit.sdk.console import print_json
+    from devicefit.simulator import jsonout
+
+    if args.report:
+        write_atomic(args.report, jsonout.dumps(data, indent=2) + "\n", inputs=inputs)
+    if args.html:
+        write_atomic(args.html, html(), inputs=inputs)
+    if args.json:
+        print_json(data)
+    else:
+        summary()
+
+
+def study_exit(args: argparse.Namespace, *, writer: bool, found: bool,
+               profile: str | Profile, say: Callable[[str], object]) -> int:
+    """0 when another worker of the study writes the winner or it was written (with its
+    ``--firmware``: :func:`write_firmware`), 1 when nothing fits."""
+    if not writer:
+        return 0
+    if not found:
+        return 1
+    return write_firmware(args, args.output, profile, say)

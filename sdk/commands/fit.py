@@ -4,20 +4,21 @@ candidate that passes every budget, verify it in the runtime and write it."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
-from devicefit.sdk.console import make_console, print_json, print_stderr, table
-from devicefit.sdk.options import add_firmware_options
-from devicefit.simulator import jsonout
+from devicefit.sdk.console import make_console, print_stderr, quiet_conversions, table
+from devicefit.sdk.options import (
+    add_firmware_options,
+    add_study_options,
+    study_exit,
+    study_settings,
+    write_reports,
+)
 from devicefit.simulator.errors import UsageError, require_extra
-from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.units import (
     decimal_prefixes,
     format_estimate,
@@ -31,9 +32,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from devicefit.sdk.fit.report import FitReport
-    from devicefit.sdk.fit.search import SearchSettings
-    from devicefit.sdk.fit.trial import TrialRecord
-    from devicefit.simulator.report import BudgetCheck
+    from devicefit.sdk.study import SearchSettings, TrialRecord
+    from devicefit.simulator.report import BudgetCheck, Report
 
 EXAMPLE = ("example: devicefit fit model.keras --profile stm32l4r5-cortex-m4 --train train.npz "
            "--eval test.npz -o model.tflite --max-trials 20 --time-budget 30m\n"
@@ -44,7 +44,6 @@ EXAMPLE = ("example: devicefit fit model.keras --profile stm32l4r5-cortex-m4 --t
            "and any time after, anywhere, the best candidate so far is written by:\n"
            "  devicefit fit --storage postgresql://user@db/fit --study kws-l4 "
            "--artifacts /shared/fit --export -o model.tflite")
-TIME_UNITS = {"s": 1, "m": 60, "h": 3600}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,23 +69,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-budget", metavar="DURATION",
                    help="stop starting new trials after this long, e.g. 30m, 90s, 2h")
     p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs per candidate (3)")
-    p.add_argument("--storage", metavar="URL",
-                   help="optuna storage: sqlite:///fit.db (resume on this machine) or "
-                        "postgresql://user@host/db (workers on several machines join one study; "
-                        "needs devicefit[distributed])")
-    p.add_argument("--study", "--study-name", dest="study_name", metavar="NAME",
-                   help="study name in --storage (default: from model, profile and space)")
-    p.add_argument("--artifacts", type=Path, metavar="DIR",
-                   help="keep every candidate model and its record in DIR/STUDY (a folder all "
-                        "workers share) so the winner can be exported anywhere")
+    add_study_options(
+        p, storage="optuna storage: sqlite:///fit.db (resume on this machine) or "
+                   "postgresql://user@host/db (workers on several machines join one study; "
+                   "needs devicefit[distributed])",
+        study="study name in --storage (default: from model, profile and space)",
+        artifacts="keep every candidate model and its record in DIR/STUDY (a folder all "
+                  "workers share) so the winner can be exported anywhere")
     p.add_argument("--export", action="store_true",
                    help="write the best candidate of --study so far to -o and stop (no model, "
                         "data or TensorFlow needed)")
-    p.add_argument("--heartbeat", type=int, default=30, metavar="SECONDS",
-                   help="on a database server: a worker silent for 3 heartbeats is taken for "
-                        "dead and its trial is retried by another (30)")
-    p.add_argument("--jobs", type=int, default=1, help="parallel trial processes (1)")
-    p.add_argument("--seed", type=int, default=0, help="sampler seed (0)")
     p.add_argument("--distill", action="store_true",
                    help="fine-tune with the original model as teacher (soft labels)")
     p.add_argument("--cluster", type=int, metavar="K",
@@ -101,33 +93,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_fit)
 
 
-def parse_duration(text: str | None) -> float | None:
-    """'30m' → 1800.0 seconds; a bare number is seconds."""
-    if text is None:
-        return None
-    value, unit = text.strip().lower(), "s"
-    if value and value[-1] in TIME_UNITS:
-        value, unit = value[:-1], value[-1]
-    try:
-        seconds = float(value) * TIME_UNITS[unit]
-    except ValueError:
-        raise UsageError(f"--time-budget {text!r}: give a duration such as 90s, 30m or 2h") \
-            from None
-    if seconds <= 0:
-        raise UsageError(f"--time-budget {text!r}: must be positive")
-    return seconds
-
-
 def _fit(args: argparse.Namespace) -> int:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
-    # The converter warns once per full-integer conversion; fit converts dozens of times.
-    warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
+    quiet_conversions()  # fit converts dozens of times
     from devicefit.sdk.commands.convert import warnings_to
     from devicefit.sdk.convert.spec import FineTuning, MemoryOptimization
-    from devicefit.sdk.fit import FitSpec, SearchSettings, fit
+    from devicefit.sdk.fit import FitSpec, fit
 
-    if args.heartbeat < 1:
-        raise UsageError(f"--heartbeat {args.heartbeat}: give at least 1 second")
+    settings = study_settings(args)
     # Before any data is read: --export needs only the study (optuna), a search TensorFlow.
     for module in ("optuna",) if args.export else ("tensorflow", "optuna"):
         require_extra(module, "devicefit fit --export" if args.export else "devicefit fit")
@@ -138,11 +110,6 @@ def _fit(args: argparse.Namespace) -> int:
                   data_inputs(args, ("train", "eval_data", "calibration")))
     firmware_output(args, [*data_inputs(args, ("train", "eval_data", "calibration")),
                            ("-o", args.output)])
-    settings = SearchSettings(max_trials=args.max_trials,
-                              time_budget_s=parse_duration(args.time_budget),
-                              storage=args.storage, study_name=args.study_name, jobs=args.jobs,
-                              seed=args.seed, heartbeat_s=args.heartbeat,
-                              artifacts=args.artifacts)
     console = make_console(args.no_color)
     if args.export:
         return _export(args, settings, console)
@@ -181,35 +148,20 @@ def _outputs(args: argparse.Namespace, console: Console, report: FitReport,
              inputs: list[str]) -> int:
     from devicefit.sdk.fit.report import render_fit_html
 
-    if args.report:
-        write_atomic(args.report, jsonout.dumps(report.to_dict(), indent=2) + "\n", inputs=inputs)
-    if args.html:
-        write_atomic(args.html, render_fit_html(report), inputs=inputs)
-    if args.json:
-        print_json(report.to_dict())
-    else:
-        _print_summary(console, report)
-    if report.another_worker_writes:
-        return 0
-    if not report.found:
-        return 1
-    from devicefit.sdk.options import write_firmware
-
-    return write_firmware(args, args.output, report.profile,
-                          print_stderr if args.json else console.print)
-
+    write_reports(args, report.to_dict(), lambda: render_fit_html(report),
+                  lambda: _print_summary(console, report), inputs)
+    return study_exit(args, writer=not report.another_worker_writes, found=report.found,
+                      profile=report.profile, say=print_stderr if args.json else console.print)
 
 
 def _print_summary(console: Console, report: FitReport) -> None:
-    from devicefit.sdk.fit.report import TRIAL_COLUMNS, format_value, trial_rows
+    from devicefit.sdk.fit.report import TRIAL_COLUMNS, miss_text, trial_rows
 
     console.print(table(f"Trials on {report.profile} ({report.search_seconds:.0f} s"
                         + (", interrupted" if report.interrupted else "") + ")",
                         TRIAL_COLUMNS, trial_rows(report)))
     chosen = report.trial(report.chosen)
     if chosen is not None:
-        v = report.verification
-        runtime = v.measured.runtime if v is not None and v.measured else report.runtime
         loss = report.accuracy_loss_pp
         console.print(f"[bold green]fits:[/bold green] trial {chosen.number}, "
                       f"{chosen.candidate.label()}: accuracy {format_percent(chosen.accuracy)}"
@@ -218,13 +170,12 @@ def _print_summary(console: Console, report: FitReport) -> None:
                       + f", flash {format_size(chosen.flash_bytes)}, arena "
                       f"{format_size(chosen.arena_bytes)}")
         console.print(f"why: {report.reason}")
-        for run in chosen.fine_tune:
+        for run in chosen.payload.fine_tune:
             console.print(f"fine-tuned {run.epochs} epoch(s): batch {run.batch_size} x "
                           f"{run.accumulation_steps} accumulation (sdk.train plan for "
                           f"{format_size(run.memory_limit_bytes)}), loss "
                           + " → ".join(f"{loss:.3f}" for loss in run.loss))
-        budgets = ", ".join(budget_text(b) for b in (v.budgets if v is not None else []))
-        console.print(f"verified in {runtime}: {budgets}")
+        console.print(verified_line(report.verification, report.runtime))
         if report.clustering:
             c = report.clustering
             console.print(f"clustered to {c.clusters} values per layer: gzip download "
@@ -242,14 +193,13 @@ def _print_summary(console: Console, report: FitReport) -> None:
     console.print("[bold red]nothing fits[/bold red] "
                   f"({len(report.trials)} candidates tried)")
     if closest is not None:
-        misses = "; ".join(f"{m.budget} {format_value(m.value, m.unit)} > "
-                           f"{format_value(m.limit, m.unit)} by {format_value(m.over, m.unit)} "
-                           f"({format_percent(m.over_fraction, 1, signed=True)})" for m in report.closest_misses)
+        misses = "; ".join(miss_text(m) for m in report.closest_misses)
         console.print(f"closest: trial {closest.number}, {closest.candidate.label()}: "
                       f"{misses or closest.note}")
 
 
-def _trial_line(record: TrialRecord) -> str:
+def trial_line(record: TrialRecord[Any, Any]) -> str:
+    """A finished trial of fit or search in one line (the progress off a terminal)."""
     return (f"trial {record.number}: {record.candidate.label()}: "
             f"{'PASS' if record.fits else 'fail'}"
             + ("" if record.accuracy is None else f", accuracy {format_percent(record.accuracy)}")
@@ -257,15 +207,12 @@ def _trial_line(record: TrialRecord) -> str:
 
 
 @contextmanager
-def trial_progress(no_color: bool, quiet: bool, max_trials: int,
-                   line: Callable[[Any], str] | None = None) -> Iterator[tuple]:
-    """(progress, on_trial): rich bars on a TTY; one plain line per trial off a TTY.
-    ``line`` says a finished trial in one line (default: fit's trials; the architecture
-    search passes its own)."""
-    line = line or _trial_line
+def trial_progress(no_color: bool, quiet: bool, max_trials: int) -> Iterator[tuple]:
+    """(progress, on_trial): rich bars on a TTY; one plain line per trial off a TTY
+    (:func:`trial_line`, for fit's trials and search's alike)."""
     err = make_console(no_color, stderr=True)
     if quiet or not sys.stderr.isatty():
-        yield None, (None if quiet else lambda record: err.print(line(record)))
+        yield None, (None if quiet else lambda record: err.print(trial_line(record)))
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
@@ -281,8 +228,16 @@ def trial_progress(no_color: bool, quiet: bool, max_trials: int,
 
         def on_trial(record: Any) -> None:
             bars.advance(search)
-            bars.console.print(line(record))
+            bars.console.print(trial_line(record))
         yield update, on_trial
+
+
+def verified_line(verification: Report | None, runtime: str) -> str:
+    """What the run in the target's runtime (named by the run, else ``runtime``) showed."""
+    if verification is not None and verification.measured:
+        runtime = verification.measured.runtime
+    budgets = verification.budgets if verification is not None else []
+    return f"verified in {runtime}: {', '.join(budget_text(b) for b in budgets)}"
 
 
 def budget_text(budget: BudgetCheck) -> str:

@@ -1,20 +1,29 @@
 """``devicefit search --family NAME --profile P``: the static screen of an architecture
 family's grid (``--screen``), and with ``--train/--eval/-o`` the training of the candidates
-that fit, the choice and the verified, written winner (:mod:`sdk.search.train`)."""
+that fit, the choice and the verified, written winner (:mod:`sdk.search.architectures`)."""
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import re
-import warnings
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
-from devicefit.sdk.console import make_console, print_json, print_stderr, table
-from devicefit.sdk.options import add_firmware_options
+from devicefit.sdk.console import (
+    make_console,
+    print_json,
+    print_stderr,
+    quiet_conversions,
+    table,
+)
+from devicefit.sdk.options import (
+    add_firmware_options,
+    add_study_options,
+    study_exit,
+    study_settings,
+    write_reports,
+)
 from devicefit.sdk.search.objective import Objective
 from devicefit.simulator.errors import UsageError, require_extra
 from devicefit.simulator.units import format_percent, format_size
@@ -23,7 +32,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from devicefit.sdk.convert.spec import MemoryOptimization
-    from devicefit.sdk.search.train import Searched, Trained
+    from devicefit.sdk.search.architectures import Searched
 
 _NUMBERS = re.compile(r"\d+([x-]\d+)+")
 #: Parameters that are lists of sizes.
@@ -79,18 +88,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--objective", default="accuracy", choices=[o.value for o in Objective],
                    help="accuracy (one objective), or accuracy against latency or arena (a "
                         "Pareto front; NSGA-II)")
-    p.add_argument("--storage", metavar="URL",
-                   help="optuna storage: sqlite:///search.db (a rerun resumes) or "
-                        "postgresql://user@host/db (several machines join one study)")
-    p.add_argument("--study", "--study-name", dest="study_name", metavar="NAME",
-                   help="study name in --storage (default: from profile, survivors and data)")
-    p.add_argument("--artifacts", type=Path, metavar="DIR",
-                   help="keep every trained candidate in DIR/STUDY (a folder workers share)")
-    p.add_argument("--heartbeat", type=int, default=30, metavar="SECONDS",
-                   help="on a database server: a worker silent for 3 heartbeats is taken for "
-                        "dead and its trial is retried (30)")
-    p.add_argument("--jobs", type=int, default=1, help="parallel trial processes (1)")
-    p.add_argument("--seed", type=int, default=0, help="sampler seed (0)")
+    add_study_options(
+        p, storage="optuna storage: sqlite:///search.db (a rerun resumes) or "
+                   "postgresql://user@host/db (several machines join one study)",
+        study="study name in --storage (default: from profile, survivors and data)",
+        artifacts="keep every trained candidate in DIR/STUDY (a folder workers share)")
     add_patch_arguments(p, "tflm profiles, screened and trained alike, so a candidate can fit "
                            "by it: ")
     p.add_argument("--report", metavar="REPORT.json", help="write the report as JSON")
@@ -130,62 +132,41 @@ def axes(params: list[str]) -> dict[str, list[Any]]:
 def _search(args: argparse.Namespace) -> int:
     if args.screen:
         return _screen(args)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
-    # The converter warns once per full-integer conversion; the search converts many times.
-    warnings.filterwarnings("ignore", message="Statistics for quantized inputs")
+    quiet_conversions()  # the search converts many times
     missing = [flag for flag, given in (("--train", args.train), ("--eval", args.eval_data),
                                         ("-o", args.output)) if given is None]
     if missing:
         raise UsageError(f"devicefit search needs {', '.join(missing)} to train the candidates "
                          "that fit (or --screen to only judge them)")
-    if args.heartbeat < 1:
-        raise UsageError(f"--heartbeat {args.heartbeat}: give at least 1 second")
+    from devicefit.sdk.commands.fit import trial_progress
+
+    settings = study_settings(args)
     for module in ("tensorflow", "optuna"):
         require_extra(module, "devicefit search")
     from devicefit.sdk.commands.convert import warnings_to
-    from devicefit.sdk.commands.fit import parse_duration, trial_progress
-    from devicefit.sdk.fit.search import SearchSettings
-    from devicefit.sdk.options import data_inputs, firmware_output, write_firmware
+    from devicefit.sdk.options import data_inputs, firmware_output
+    from devicefit.sdk.search.architectures import SearchSpec, search_architectures
     from devicefit.sdk.search.report import render_search_html, to_dict
-    from devicefit.sdk.search.train import SearchSpec, search_architectures
-    from devicefit.simulator import jsonout
-    from devicefit.simulator.fileio import check_outputs, write_atomic
+    from devicefit.simulator.fileio import check_outputs
 
     inputs_named = data_inputs(argparse.Namespace(**vars(args), model=None),  # no model file
                                ("train", "eval_data", "calibration"))
     check_outputs([("-o", args.output), ("--report", args.report), ("--html", args.html)],
                   inputs_named)
     firmware_output(args, [*inputs_named, ("-o", args.output)])
-    settings = SearchSettings(max_trials=args.max_trials,
-                              time_budget_s=parse_duration(args.time_budget),
-                              storage=args.storage, study_name=args.study_name, jobs=args.jobs,
-                              seed=args.seed, heartbeat_s=args.heartbeat,
-                              artifacts=args.artifacts)
     spec = SearchSpec(args.train, args.eval_data, args.calibration, args.epochs,
                       Objective(args.objective), settings, _memory(args))
     console = make_console(args.no_color)
     with warnings_to(console), trial_progress(args.no_color, args.json or args.quiet,
-                                               args.max_trials, _trial_line) as (progress,
-                                                                                 on_trial):
+                                               args.max_trials) as (progress, on_trial):
         found = search_architectures(args.family, axes(args.param), args.profile, args.output,
                                      spec, profiles_dirs=args.profiles_dir, progress=progress,
                                      on_trial=on_trial)
-    inputs = [p for p in (args.train, args.eval_data, args.calibration) if p]
-    if args.report:
-        write_atomic(args.report, jsonout.dumps(to_dict(found), indent=2) + "\n",
-                     inputs=inputs)
-    if args.html:
-        write_atomic(args.html, render_search_html(found), inputs=inputs)
-    if args.json:
-        print_json(to_dict(found))
-    else:
-        _print_summary(console, found)
-    if not found.writer:
-        return 0
-    if not found.found:
-        return 1
-    return write_firmware(args, args.output, found.profile,
-                          console.print if not args.json else print_stderr)
+    write_reports(args, to_dict(found), lambda: render_search_html(found),
+                  lambda: _print_summary(console, found),
+                  [p for p in (args.train, args.eval_data, args.calibration) if p])
+    return study_exit(args, writer=found.writer, found=found.found, profile=found.profile,
+                      say=print_stderr if args.json else console.print)
 
 
 def _memory(args: argparse.Namespace) -> MemoryOptimization | None:
@@ -217,16 +198,9 @@ def _screen(args: argparse.Namespace) -> int:
     return 0 if run.fitting else 1
 
 
-def _trial_line(record: Trained) -> str:
-    return (f"trial {record.number}: {record.candidate.label()}: "
-            f"{'PASS' if record.fits else 'fail'}"
-            + ("" if record.accuracy is None else f", accuracy {format_percent(record.accuracy)}")
-            + (f" ({record.note})" if record.note else ""))
-
-
 def _print_summary(console: Console, found: Searched) -> None:
-    from devicefit.sdk.commands.fit import budget_text
-    from devicefit.sdk.fit.report import format_value
+    from devicefit.sdk.commands.fit import verified_line
+    from devicefit.sdk.fit.report import miss_text
     from devicefit.sdk.search.report import (
         SCREEN_COLUMNS,
         TRIAL_COLUMNS,
@@ -247,10 +221,8 @@ def _print_summary(console: Console, found: Searched) -> None:
         console.print("[bold red]nothing fits[/bold red] (rejected: " + ", ".join(
             f"{n} by {r}" for r, n in rejected_by(found).items()) + ")")
         if closest is not None:
-            console.print(f"closest: {closest.candidate.label()}: " + "; ".join(
-                f"{m.budget} {format_value(m.value, m.unit)} > {format_value(m.limit, m.unit)} "
-                f"by {format_value(m.over, m.unit)} "
-                f"({format_percent(m.over_fraction, 1, signed=True)})" for m in misses))
+            console.print(f"closest: {closest.candidate.label()}: "
+                          + "; ".join(miss_text(m) for m in misses))
         return
     console.print(table(f"Trained on {found.profile.name} ({found.search_seconds:.0f} s"
                         + (", interrupted" if found.interrupted else "") + ")",
@@ -268,13 +240,10 @@ def _print_summary(console: Console, found: Searched) -> None:
             console.print("[bold red]nothing fits[/bold red]: no trained candidate passed "
                           "every budget in the runtime")
         return
-    v = found.verification
     console.print(f"[bold green]fits:[/bold green] trial {chosen.number}, "
                   f"{chosen.candidate.label()}: int8 accuracy {format_percent(chosen.accuracy)}"
                   f", flash {format_size(chosen.flash_bytes)}, arena "
                   f"{format_size(chosen.arena_bytes)}")
     console.print(f"why: {reason(found)}")
-    runtime = v.measured.runtime if v is not None and v.measured else found.profile.runtime.name
-    budgets = ", ".join(budget_text(b) for b in (v.budgets if v is not None else []))
-    console.print(f"verified in {runtime}: {budgets}")
+    console.print(verified_line(found.verification, found.profile.runtime.name))
     console.print(f"wrote {found.output}")

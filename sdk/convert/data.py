@@ -71,6 +71,22 @@ def load_data(source: DataSource, input_shape: tuple[int, ...], *, what: str,
     return ds
 
 
+def load_labelled(train: DataSource, evaluation: DataSource, calibration: DataSource | None,
+                  input_shape: tuple[int, ...], *, samples: int, command: str, purpose: str
+                  ) -> tuple[Dataset, Dataset, Dataset]:
+    """Labelled training and evaluation data, and calibration data: ``calibration``'s first
+    ``samples``, or the first training samples. Missing labels are a UsageError saying
+    "``command`` needs labels … to ``purpose``"."""
+    training = load_data(train, input_shape, what="training")
+    evaluated = load_data(evaluation, input_shape, what="evaluation")
+    if training.y is None or evaluated.y is None:
+        raise UsageError(f"{command} needs labels in --train and --eval (.npz with x and y) "
+                         f"to {purpose}")
+    calibrated = training.head(samples) if calibration is None else \
+        load_data(calibration, input_shape, what="calibration", limit=samples)
+    return training, evaluated, calibrated
+
+
 def _from_path(path: Path, input_shape: tuple[int, ...], what: str,
                limit: int | None = None) -> Dataset:
     if not path.exists():

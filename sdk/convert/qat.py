@@ -145,7 +145,7 @@ def calibrate(probe: Any, x: np.ndarray) -> list[tuple[float, float]]:
     return [(min(float(np.min(o)), 0.0), max(float(np.max(o)), 0.0)) for o in outs]
 
 
-def _fake_quant_layer():
+def _fake_quant_layer() -> type[Any]:
     import keras
     from keras import ops
 

@@ -16,6 +16,7 @@ import logging
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -110,7 +111,7 @@ def to_tflite(model: LoadedModel, settings: QuantSettings, calibration: np.ndarr
                       calibration, progress)
 
 
-def _converted(converter, settings: QuantSettings, calibration: np.ndarray | None,
+def _converted(converter: Any, settings: QuantSettings, calibration: np.ndarray | None,
                progress: Progress | None) -> bytes:
     configure(converter, settings, calibration, progress)
     # Keras' exporter prints the exported signature to stdout (library code must not print),
@@ -120,7 +121,7 @@ def _converted(converter, settings: QuantSettings, calibration: np.ndarray | Non
         return bytes(converter.convert())
 
 
-def batch_of_one(model: LoadedModel):
+def batch_of_one(model: LoadedModel) -> Any:
     """The Keras model behind an input of batch 1, so the file has static shapes.
 
     A clone rebuilt on a batch-1 input (recurrent layers unrolled, see :func:`_unrolled`)
@@ -143,7 +144,7 @@ def batch_of_one(model: LoadedModel):
         return keras.Model(inp, source(inp), name=source.name)
 
 
-def _unrolled(layer):
+def _unrolled(layer: Any) -> Any:
     """A fresh copy of ``layer``; recurrent layers unrolled. With a fixed batch and sequence
     length the loop needs no TensorList ops, whose int8 calibration segfaults in TF 2.21
     (a small Keras LSTM); the unrolled cell is plain FULLY_CONNECTED/ADD/MUL/LOGISTIC/TANH
@@ -166,7 +167,7 @@ def _saved_model_batch_of_one(model: LoadedModel) -> tuple[list, object]:
     return [fn.get_concrete_function()], loaded
 
 
-def configure(converter, settings: QuantSettings, calibration: np.ndarray | None,
+def configure(converter: Any, settings: QuantSettings, calibration: np.ndarray | None,
               progress: Progress | None = None) -> None:
     """Set a ``TFLiteConverter`` up for ``settings`` (shared with the benchmark's bare run)."""
     import tensorflow as tf

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -134,7 +134,8 @@ def run_in_child(request: Any, supply: Callable[[tuple[int, ...]], Any],
             _cleanup(work, keep_log)
 
 
-def _stalled_is_an_error(events, state: dict[str, str], stall: float, log_path: Path):
+def _stalled_is_an_error(events: Iterator[dict[str, Any]], state: dict[str, str], stall: float,
+                         log_path: Path) -> Iterator[dict[str, Any]]:
     try:
         yield from events
     except TimeoutError:
@@ -152,7 +153,8 @@ def reported_layers(work: Path) -> dict[str, str]:
         return {}
 
 
-def _events(child: zygote.Started, stdout: IO[bytes], stall: float):
+def _events(child: zygote.Started, stdout: IO[bytes], stall: float
+            ) -> Iterator[dict[str, Any]]:
     """JSON events from the child's ``stdout`` until it closes; a stall kills the child and
     raises TimeoutError."""
     sel = selectors.DefaultSelector()

@@ -1,17 +1,16 @@
 """``fit``: find the most accurate compressed variant of a model that passes every budget of
 a device profile, and verify it in the target's own runtime.
 
-Stages: load → data → float reference → search (:mod:`sdk.fit.search` over
-:mod:`sdk.fit.space`, each candidate judged by :mod:`sdk.fit.candidate`) → choose → verify
-with ``simulate(run=True)`` → optional weight clustering (:mod:`sdk.fit.cluster`) → atomic
-write → :class:`~sdk.fit.report.FitReport`. TensorFlow is imported only inside functions.
+Stages: load → data → float reference → the study (:mod:`sdk.study` running
+:mod:`sdk.fit.trials` over :mod:`sdk.fit.space`, each candidate judged by
+:mod:`sdk.fit.candidate`) → choose → verify with ``simulate(run=True)`` → optional weight
+clustering (:mod:`sdk.fit.cluster`) → atomic write → :class:`~sdk.fit.report.FitReport`.
+TensorFlow is imported only inside functions.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from devicefit.sdk.convert.data import load_labelled
 from devicefit.sdk.convert.distill import DistillSettings
 from devicefit.sdk.fit.candidate import (
     Context,
@@ -28,7 +28,6 @@ from devicefit.sdk.fit.candidate import (
 )
 from devicefit.sdk.fit.cluster import check_clusters, gzip_size
 from devicefit.sdk.fit.export import (
-    artifact_dir,
     embed_metadata,
     export,
     metadata_base,
@@ -36,11 +35,12 @@ from devicefit.sdk.fit.export import (
     study_info,
     write_winner,
 )
+from devicefit.sdk.fit.record import FitTrial
 from devicefit.sdk.fit.report import Clustering, FitBudgets, FitReport, FitSettings, StudyRecord
-from devicefit.sdk.fit.search import SearchSettings, search, shown_url, study_name
-from devicefit.sdk.fit.space import space_for
+from devicefit.sdk.fit.space import SearchSpace, space_for
 from devicefit.sdk.fit.spec import FitSpec
-from devicefit.sdk.fit.trial import TrialRecord
+from devicefit.sdk.fit.trials import run_trials, study_name
+from devicefit.sdk.study import SearchSettings, shown_url, work_folder
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.fileio import write_atomic
@@ -53,7 +53,7 @@ __all__ = ["FitReport", "FitSpec", "SearchSettings", "export", "fit"]
 log = logging.getLogger(__name__)
 
 CALIBRATION_SAMPLES = 300
-OnTrial = Callable[[TrialRecord], None]
+OnTrial = Callable[[FitTrial], None]
 
 
 def fit(model: Any, profile: str | Path | Profile, output: str | Path, spec: FitSpec, *,
@@ -65,13 +65,10 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, spec: Fit
     settings and what is done to every candidate or to the winner. The report is returned
     also when nothing fits (``report.found`` is False; nothing is written).
     """
-    from devicefit.sdk.convert import check_output, data, loading
+    from devicefit.sdk.convert import check_output, loading
 
     settings, tune, memory = spec.search, spec.fine_tune, spec.optimize_memory
-    if settings.max_trials < 1:
-        raise UsageError(f"--max-trials {settings.max_trials}: give at least 1")
-    if settings.jobs < 1:
-        raise UsageError(f"--jobs {settings.jobs}: give at least 1")
+    settings.check()
     if tune.epochs < 1:
         raise UsageError(f"--epochs {tune.epochs}: fine-tuning needs at least 1")
     if spec.cluster is not None:
@@ -87,13 +84,11 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, spec: Fit
     if not loaded.is_keras:
         raise UsageError(f"{loaded.source}: fit prunes and fine-tunes, so it needs a Keras "
                          "model (.keras or .h5), not a SavedModel")
-    training = data.load_data(tune.train, loaded.input_shape, what="training")
-    evaluation = data.load_data(spec.eval_data, loaded.input_shape, what="evaluation")
-    if training.y is None or evaluation.y is None:
-        raise UsageError("fit needs labels in --train and --eval (.npz with x and y) to "
-                         "fine-tune and to compare candidates by accuracy")
-    calib = (training.head(CALIBRATION_SAMPLES) if spec.calibration is None else data.load_data(
-        spec.calibration, loaded.input_shape, what="calibration", limit=CALIBRATION_SAMPLES)).x
+    training, evaluation, calibration = load_labelled(
+        tune.train, spec.eval_data, spec.calibration, loaded.input_shape,
+        samples=CALIBRATION_SAMPLES, command="fit",
+        purpose="fine-tune and to compare candidates by accuracy")
+    assert evaluation.y is not None  # load_labelled checked the labels
     float_accuracy = top1_accuracy(loaded.predict(evaluation.x), evaluation.y)
     if float_accuracy is None:
         raise UsageError(f"{loaded.source}: fit ranks candidates by top-1 accuracy, so the "
@@ -101,34 +96,21 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, spec: Fit
 
     space = space_for(prof, can_train=True, can_prune=True, groups=_groups(loaded.keras_model))
     name = settings.study_name or study_name(loaded.source, prof.name, space)
-    if settings.artifacts is not None:  # shared by every worker of the study: kept
-        workdir = artifact_dir(settings.artifacts, name)
-    own_workdir = workdir is None
-    work = Path(tempfile.mkdtemp(prefix="devicefit-fit-")) if workdir is None else Path(workdir)
-    work.mkdir(parents=True, exist_ok=True)
-    try:
+    with work_folder(settings, name, "devicefit-fit-", workdir) as work:
         ctx = Context(loaded=loaded, profile=prof, train=training, evaluation=evaluation,
-                      calibration=calib, epochs=tune.epochs, workdir=work,
+                      calibration=calibration.x, epochs=tune.epochs, workdir=work,
                       float_accuracy=float_accuracy,
                       distill=DistillSettings() if tune.distill else None, progress=progress,
                       spec=spec.conversion())
         ctx.qat_twins = space.qat  # PTQ twins of QAT candidates train the same epochs
         study = StudyRecord(name, str(Path(settings.artifacts).resolve())
                             if settings.artifacts else None)
-        report = FitReport(
-            source=loaded.source, profile=prof.name, runtime=prof.runtime.name,
-            budgets=FitBudgets.of(prof.budgets), space=space,
-            settings=FitSettings(settings.max_trials, settings.time_budget_s, settings.jobs,
-                                 shown_url(settings.storage), tune.epochs, ctx.distill,
-                                 spec.cluster, settings.seed,
-                                 memory.patches if memory else None, prof.runtime.code_bytes),
-            float_accuracy=float_accuracy, eval_samples=len(evaluation),
-            study=study)
+        report = _report(ctx, space, spec, study)
         if settings.storage is not None:  # before the search: --export works at any time
             remember(settings, name, study_info(report, prof, ctx))
         model_path = Path(loaded.source) if loaded.kind in ("keras", "h5") else None
-        result = search(ctx, space, settings, name=name, model_path=model_path,
-                        on_trial=on_trial)
+        result = run_trials(ctx, space, settings, name=name, model_path=model_path,
+                            on_trial=on_trial)
         report.settings = replace(report.settings, storage=shown_url(result.storage))
         report.trials, report.interrupted = result.records, result.interrupted
         report.search_seconds = result.seconds
@@ -136,10 +118,23 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, spec: Fit
         if result.writer:
             write_winner(report, prof, out_path,
                          lambda record: _build(ctx, record, report, spec.cluster), inputs=[model])
-    finally:
-        if own_workdir:
-            shutil.rmtree(work, ignore_errors=True)
     return report
+
+
+
+
+def _report(ctx: Context, space: SearchSpace, spec: FitSpec, study: StudyRecord) -> FitReport:
+    """The report before the search: what is searched, how, against which budgets."""
+    settings, prof, memory = spec.search, ctx.profile, spec.optimize_memory
+    return FitReport(
+        source=ctx.loaded.source, profile=prof.name, runtime=prof.runtime.name,
+        budgets=FitBudgets.of(prof.budgets), space=space,
+        settings=FitSettings(settings.max_trials, settings.time_budget_s, settings.jobs,
+                             shown_url(settings.storage), ctx.epochs, ctx.distill,
+                             spec.cluster, settings.seed,
+                             memory.patches if memory else None, prof.runtime.code_bytes),
+        float_accuracy=ctx.float_accuracy, eval_samples=len(ctx.evaluation),
+        study=study)
 
 
 def _groups(model: Any) -> tuple[str, ...]:
@@ -160,7 +155,7 @@ def top1_accuracy(outputs: np.ndarray, y: np.ndarray) -> float | None:
     return float(np.mean(outputs.argmax(1) == labels))
 
 
-def _build(ctx: Context, record: TrialRecord, report: FitReport, cluster: int | None
+def _build(ctx: Context, record: FitTrial, report: FitReport, cluster: int | None
            ) -> bytes:
     """The bytes to write for ``record``: its model (rebuilt if another machine built it
     and its file is not here), clustered if asked, with devicefit's metadata."""
@@ -175,20 +170,21 @@ def _build(ctx: Context, record: TrialRecord, report: FitReport, cluster: int | 
     return tflite
 
 
-def _here(ctx: Context, record: TrialRecord) -> TrialRecord | None:
+def _here(ctx: Context, record: FitTrial) -> FitTrial | None:
     """``record`` with its files where this machine sees them (as recorded, or in the work
     folder: a shared artifact folder may be mounted elsewhere here), None if missing."""
     if not record.path:
         return None
-    paths = [Path(record.path)] + ([Path(record.keras_path)] if record.keras_path else [])
+    keras_path = record.payload.keras_path
+    paths = [Path(record.path)] + ([Path(keras_path)] if keras_path else [])
     for found in (paths, [ctx.workdir / p.name for p in paths]):
         if all(p.is_file() for p in found):
-            return replace(record, path=str(found[0]),
-                           keras_path=str(found[1]) if len(found) > 1 else None)
+            payload = replace(record.payload, keras_path=str(found[1]) if len(found) > 1 else None)
+            return replace(record, path=str(found[0]), payload=payload)
     return None
 
 
-def _cluster(ctx: Context, record: TrialRecord, clusters: int, tflite: bytes
+def _cluster(ctx: Context, record: FitTrial, clusters: int, tflite: bytes
              ) -> tuple[bytes, Clustering]:
     """Cluster the chosen candidate's weights, fine-tune with clusters kept, convert again."""
     import keras
@@ -196,8 +192,8 @@ def _cluster(ctx: Context, record: TrialRecord, clusters: int, tflite: bytes
     from devicefit.sdk.convert import finetune
     from devicefit.sdk.fit.cluster import cluster_weights, file_distinct_values, gzip_size
 
-    if record.keras_path:
-        model = keras.models.load_model(record.keras_path, compile=False)
+    if record.payload.keras_path:
+        model = keras.models.load_model(record.payload.keras_path, compile=False)
     else:
         model = keras.models.clone_model(ctx.model)
         model.set_weights(ctx.model.get_weights())

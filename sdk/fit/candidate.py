@@ -40,8 +40,9 @@ from devicefit.sdk.convert.stages import (
     run,
 )
 from devicefit.sdk.fit.cluster import gzip_size
+from devicefit.sdk.fit.record import FitPayload, FitTrial
 from devicefit.sdk.fit.space import Candidate
-from devicefit.sdk.fit.trial import TrialRecord, TrialStage
+from devicefit.sdk.study.record import TrialStage
 from devicefit.sdk.types import Progress
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.profile_types import Profile
@@ -126,7 +127,7 @@ def measure_accuracy(ctx: Context, path: Path) -> float | None:
     return float(np.mean(out.argmax(1) == labels))
 
 
-def evaluate(ctx: Context, candidate: Candidate, number: int) -> TrialRecord:
+def evaluate(ctx: Context, candidate: Candidate, number: int) -> FitTrial:
     """Run one candidate through the three steps; the ``.tflite`` stays in the work folder."""
     started = time.perf_counter()
     path = ctx.workdir / f"trial-{number:03d}.tflite"
@@ -149,22 +150,23 @@ def evaluate(ctx: Context, candidate: Candidate, number: int) -> TrialRecord:
         report = static_check(path, ctx.profile)
     record = _record(number, candidate, TrialStage.TRAINED if runs else TrialStage.POST_TRAINING,
                      report, tflite, started, path, note="" if report.ok else _why_not(report))
-    return dataclasses.replace(record, keras_path=str(keras_path) if keras_path else None,
-                               fine_tune=tuple(runs), accuracy=measure_accuracy(ctx, path),
+    payload = dataclasses.replace(record.payload, fine_tune=tuple(runs),
+                                  keras_path=str(keras_path) if keras_path else None)
+    return dataclasses.replace(record, payload=payload, accuracy=measure_accuracy(ctx, path),
                                seconds=time.perf_counter() - started)
 
 
 def _record(number: int, candidate: Candidate, stage: TrialStage, report: Report, tflite: bytes,
-            started: float, path: Path, note: str = "") -> TrialRecord:
-    return TrialRecord(
+            started: float, path: Path, note: str = "") -> FitTrial:
+    return FitTrial(
         number=number, candidate=candidate, stage=stage, verdict=report.verdict,
         budgets=tuple(report.budgets),
         flash_bytes=report.memory.flash_bytes if report.memory is not None else None,
         arena_bytes=_arena(report),
         latency_ms=report.latency.estimated_device_ms if report.latency else None,
         latency_band_ms=report.latency.band_ms if report.latency else None,
-        model_bytes=len(tflite), gzip_bytes=gzip_size(tflite),
-        seconds=time.perf_counter() - started, path=str(path), note=note)
+        seconds=time.perf_counter() - started, path=str(path), note=note,
+        payload=FitPayload(model_bytes=len(tflite), gzip_bytes=gzip_size(tflite)))
 
 
 def _arena(report: Report) -> int | None:

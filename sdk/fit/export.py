@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devicefit.sdk.convert.spec import ConversionSpec
+from devicefit.sdk.fit.record import FitTrial, read_trial
 from devicefit.sdk.fit.report import (
     FitBudgets,
     FitReport,
@@ -26,9 +27,8 @@ from devicefit.sdk.fit.report import (
     closest_miss,
     reason_for,
 )
-from devicefit.sdk.fit.search import SearchSettings, records, storage_for
 from devicefit.sdk.fit.space import SearchSpace
-from devicefit.sdk.fit.trial import TrialRecord
+from devicefit.sdk.study import SearchSettings, artifact_dir, open_study, records, storage_for
 from devicefit.simulator.errors import InputError, UsageError
 from devicefit.simulator.fileio import temporary_folder, write_atomic
 from devicefit.simulator.profile_types import Profile
@@ -44,12 +44,7 @@ log = logging.getLogger(__name__)
 #: Study user attribute holding what :func:`export` needs.
 STUDY_INFO = "devicefit"
 #: The bytes to write for a fitting record (read or rebuilt, with metadata).
-Build = Callable[[TrialRecord], bytes]
-
-
-def artifact_dir(root: Path, study: str) -> Path:
-    """One folder per study, so several studies can share one artifact root."""
-    return Path(root) / study
+Build = Callable[[FitTrial], bytes]
 
 
 @dataclass(frozen=True)
@@ -100,8 +95,6 @@ def metadata_base(ctx: Context, report: FitReport) -> dict[str, Any]:
 
 def remember(settings: SearchSettings, name: str, info: StudyInfo) -> None:
     """Every worker writes the same values, so whichever wrote last is right."""
-    from devicefit.sdk.fit.search import open_study
-
     open_study(name, settings, None, create=True).set_user_attr(STUDY_INFO, info.to_dict())
 
 
@@ -146,7 +139,7 @@ def write_verified(out_path: Path, tflite: bytes, verified: Report, inputs: list
     return replace(verified, model=replace(verified.model, path=str(out_path)))
 
 
-def embed_metadata(tflite: bytes, profile: Profile, record: TrialRecord,
+def embed_metadata(tflite: bytes, profile: Profile, record: FitTrial,
                    base: dict[str, Any]) -> bytes:
     """The candidate's bytes with devicefit's conversion metadata (``base`` + the trial's)."""
     from devicefit.sdk.convert import metadata, quantize
@@ -172,8 +165,6 @@ def export(settings: SearchSettings, output: str | Path, *, profile: str | Path 
     if settings.storage is None or settings.study_name is None:
         raise UsageError("--export needs --storage URL and --study NAME")
     out_path = check_output(output)
-    from devicefit.sdk.fit.search import open_study
-
     try:
         study = open_study(settings.study_name, settings, None, create=False)
     except UsageError as exc:
@@ -201,10 +192,10 @@ def export(settings: SearchSettings, output: str | Path, *, profile: str | Path 
     report = FitReport(source=info.source, profile=prof.name, runtime=info.runtime,
                        budgets=info.budgets, space=info.space, settings=info.settings,
                        float_accuracy=info.float_accuracy, eval_samples=info.eval_samples,
-                       trials=records(study),
+                       trials=records(study, read_trial),
                        study=StudyRecord(settings.study_name, str(root), exported=True))
 
-    def read_candidate(record: TrialRecord) -> bytes:
+    def read_candidate(record: FitTrial) -> bytes:
         path = folder / Path(record.path or f"trial-{record.number:03d}.tflite").name
         if not path.is_file():
             raise InputError(f"{path}: trial {record.number}'s model is not in the artifact "

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from devicefit.sdk.convert.distill import DistillSettings
+from devicefit.sdk.fit.record import FitTrial, read_trial
 from devicefit.sdk.fit.space import SearchSpace
-from devicefit.sdk.fit.trial import TrialRecord, TrialStage
+from devicefit.sdk.study import TrialStage
 from devicefit.simulator.profile_types import Budgets
 from devicefit.simulator.report import Report, from_fields, plain_fields
 from devicefit.simulator.types import BudgetName, Unit
@@ -128,7 +129,7 @@ class FitReport:
     settings: FitSettings
     float_accuracy: float | None
     eval_samples: int
-    trials: list[TrialRecord] = field(default_factory=list)
+    trials: list[FitTrial] = field(default_factory=list)
     chosen: int | None = None
     reason: str = ""
     closest: int | None = None
@@ -150,7 +151,7 @@ class FitReport:
         """A worker of a shared study that leaves writing the winner to another."""
         return self.study is not None and self.study.writer is False
 
-    def trial(self, number: int | None) -> TrialRecord | None:
+    def trial(self, number: int | None) -> FitTrial | None:
         return next((t for t in self.trials if t.number == number), None)
 
     @property
@@ -169,13 +170,14 @@ class FitReport:
         """The inverse of :meth:`to_dict` (``found``, ``accuracy_loss_pp`` and ``pareto``
         follow from the rest); ``KeyError``/``TypeError``/``ValueError`` if malformed."""
         report: FitReport = from_fields(
-            cls, {k: v for k, v in data.items() if k != "verification"})
+            cls, {k: v for k, v in data.items() if k not in ("verification", "trials")})
+        report.trials = [read_trial(t) for t in data.get("trials", [])]
         if data.get("verification") is not None:
             report.verification = read_report(data["verification"])
         return report
 
 
-def pareto_front(trials: list[TrialRecord]) -> list[int]:
+def pareto_front(trials: list[FitTrial]) -> list[int]:
     """Trials not beaten on accuracy, flash and arena at once, among those evaluated."""
     # Each as (number, key): the key says "larger is better" on all three at once.
     scored = [(t.number, (t.accuracy, -t.flash_bytes, -(t.arena_bytes or 0))) for t in trials
@@ -187,14 +189,14 @@ def pareto_front(trials: list[TrialRecord]) -> list[int]:
     return sorted(n for n, k in scored if not any(beats(o, k) for _, o in scored))
 
 
-def choose(trials: list[TrialRecord]) -> list[TrialRecord]:
+def choose(trials: list[FitTrial]) -> list[FitTrial]:
     """Fitting candidates, best first: accuracy, then smaller flash, arena, trial number."""
     fitting = [(accuracy, t) for t in trials if t.fits and (accuracy := t.accuracy) is not None]
     return [t for _, t in sorted(fitting, key=lambda at: (-at[0], at[1].flash_bytes or 0,
                                                            at[1].arena_bytes or 0, at[1].number))]
 
 
-def closest_miss(trials: list[TrialRecord]) -> tuple[TrialRecord | None, list[Miss]]:
+def closest_miss(trials: list[FitTrial]) -> tuple[FitTrial | None, list[Miss]]:
     """The built candidate whose worst budget overshoot is smallest, and every miss of it."""
     built = [t for t in trials if t.stage != TrialStage.SKIPPED and t.budgets]
     if not built:
@@ -206,8 +208,8 @@ def closest_miss(trials: list[TrialRecord]) -> tuple[TrialRecord | None, list[Mi
     return best, misses
 
 
-def reason_for(chosen: TrialRecord, fitting: list[TrialRecord], float_accuracy: float | None,
-               trials: list[TrialRecord]) -> str:
+def reason_for(chosen: FitTrial, fitting: list[FitTrial], float_accuracy: float | None,
+               trials: list[FitTrial]) -> str:
     built = sum(1 for t in trials if t.stage not in (TrialStage.SKIPPED, TrialStage.ERROR))
     trained = sum(1 for t in trials if t.stage == TrialStage.TRAINED)
     loss = "" if float_accuracy is None or chosen.accuracy is None else \
@@ -221,18 +223,19 @@ def reason_for(chosen: TrialRecord, fitting: list[TrialRecord], float_accuracy: 
     twin = qat_twin(chosen, trials)
     if twin is not None:
         why += (f"; its {'PTQ' if chosen.candidate.qat else 'QAT'} twin (trial {twin.number}, "
-                f"same {chosen.epochs} training epochs) reached {format_percent(twin.accuracy)}")
+                f"same {chosen.payload.epochs} training epochs) reached "
+                f"{format_percent(twin.accuracy)}")
     return f"{why}; {built} candidates judged, {trained} of them trained"
 
 
-def qat_twin(record: TrialRecord, trials: list[TrialRecord]) -> TrialRecord | None:
+def qat_twin(record: FitTrial, trials: list[FitTrial]) -> FitTrial | None:
     """The measured trial that differs from ``record`` only in QAT vs PTQ (both trained the
     same epochs with the same schedule), if any: the like-for-like comparison."""
-    c = record.candidate
+    c, epochs = record.candidate, record.payload.epochs
     for t in trials:
         o = t.candidate
         if t.accuracy is not None and o.qat != c.qat and (o.scheme, o.prune, o.nm, o.layers) \
-                == (c.scheme, c.prune, c.nm, c.layers) and t.epochs == record.epochs:
+                == (c.scheme, c.prune, c.nm, c.layers) and t.payload.epochs == epochs:
             return t
     return None
 
@@ -241,6 +244,22 @@ def format_value(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
     return format_time_ms(value) if unit == "ms" else format_size(value)
+
+
+MISS_COLUMNS = ("budget", "limit", "value", "over by", "over by %")
+
+
+def miss_row(m: Miss) -> tuple[Any, ...]:
+    """A missed budget as a row of the pages' tables (:data:`MISS_COLUMNS`)."""
+    return (m.budget, format_value(m.limit, m.unit), format_value(m.value, m.unit),
+            format_value(m.over, m.unit), format_percent(m.over_fraction, 1, signed=True))
+
+
+def miss_text(m: Miss) -> str:
+    """A missed budget in words, as the summaries say it (``flash 150 KiB > 132 KiB by …``)."""
+    return (f"{m.budget} {format_value(m.value, m.unit)} > {format_value(m.limit, m.unit)} "
+            f"by {format_value(m.over, m.unit)} "
+            f"({format_percent(m.over_fraction, 1, signed=True)})")
 
 
 def trial_rows(report: FitReport) -> list[tuple[Any, ...]]:
@@ -254,13 +273,13 @@ def trial_rows(report: FitReport) -> list[tuple[Any, ...]]:
             "-" if skipped else format_size(t.flash_bytes),
             "-" if skipped else format_size(t.arena_bytes),
             "-" if skipped or t.latency_ms is None else latency_text(t),
-            "-" if skipped else format_size(t.gzip_bytes),
+            "-" if skipped else format_size(t.payload.gzip_bytes),
             ("PASS" if t.fits else "fail") + ("  ← chosen" if t.number == report.chosen else ""),
             f"{t.seconds:.1f}s", t.note or t.stage.value))
     return rows
 
 
-def latency_text(t: TrialRecord) -> str:
+def latency_text(t: FitTrial) -> str:
     """The estimate with its band, as everywhere else an estimate shows."""
     assert t.latency_ms is not None  # callers show "-" for a trial without an estimate
     return format_estimate(t.latency_ms, "ms", t.latency_band_ms)
@@ -270,7 +289,7 @@ TRIAL_COLUMNS = ("#", "candidate", "accuracy", "flash", "arena", "est. latency",
                  "verdict", "time", "note")
 
 
-def pareto_svg(trials: list[TrialRecord], budget: float | None, chosen: int | None,
+def pareto_svg(trials: list[FitTrial], budget: float | None, chosen: int | None,
                metric: str = "flash") -> str:
     """Accuracy against ``metric`` ("flash" or "arena") for every judged candidate: the
     Pareto front joined by a dashed line, the budget as a vertical line named at the top,
@@ -361,7 +380,7 @@ def pareto_svg(trials: list[TrialRecord], budget: float | None, chosen: int | No
     return "".join(parts)
 
 
-def _trial_labels(points: list[TrialRecord], at: list[tuple[float, float]],
+def _trial_labels(points: list[FitTrial], at: list[tuple[float, float]],
                   right: float) -> list[str]:
     """``trial 1, 4`` beside each mark (trials at the same spot share one label), moved
     down while it would cover a label placed before it, to the left near the right edge."""
@@ -391,14 +410,11 @@ def render_fit_html(report: FitReport) -> str:
         summary = (f"<p><b>Chosen:</b> trial {chosen.number}, {escape(chosen.candidate.label())}"
                    f" — {escape(report.reason)}.</p>")
     else:
-        rows = [(m.budget, format_value(m.limit, m.unit), format_value(m.value, m.unit),
-                 format_value(m.over, m.unit), format_percent(m.over_fraction, 1, signed=True))
-                for m in report.closest_misses]
         closest = report.trial(report.closest)
         summary = ("<p><b>No candidate passes every budget.</b> Closest: "
                    + (f"trial {closest.number}, {escape(closest.candidate.label())}"
                       if closest else "none built") + "</p>"
-                   + html_table(("budget", "limit", "value", "over by", "over by %"), rows))
+                   + html_table(MISS_COLUMNS, [miss_row(m) for m in report.closest_misses]))
     facts = [("profile", report.profile), ("float accuracy", "-" if report.float_accuracy is None
                                             else f"{format_percent(report.float_accuracy)}"),
              ("trials", len(report.trials)), ("search time", f"{report.search_seconds:.1f} s"),

@@ -1,8 +1,8 @@
 """What ``fit`` is asked to do besides which model, profile and output: :class:`FitSpec`.
 
 Its parts are convert's where they mean the same (:class:`~sdk.convert.spec.FineTuning`,
-:class:`~sdk.convert.spec.MemoryOptimization`) and the search's own
-(:class:`~sdk.fit.search.SearchSettings`). :meth:`FitSpec.conversion` is the
+:class:`~sdk.convert.spec.MemoryOptimization`) and the study's
+(:class:`~sdk.study.storage.SearchSettings`). :meth:`FitSpec.conversion` is the
 :class:`~sdk.convert.spec.ConversionSpec` every candidate shares; a candidate adds its scheme
 and sparsity (``Candidate.spec``).
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from devicefit.sdk.convert.data import DataSource
 from devicefit.sdk.convert.spec import ConversionSpec, FineTuning, MemoryOptimization
-from devicefit.sdk.fit.search import SearchSettings
+from devicefit.sdk.study import SearchSettings
 
 __all__ = ["FitSpec"]
 

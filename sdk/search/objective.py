@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from devicefit.simulator.types import StrEnum
 
 if TYPE_CHECKING:
-    from devicefit.sdk.fit.search import Direction
+    from devicefit.sdk.study import Direction
 
 
 class Objective(StrEnum):

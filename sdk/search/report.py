@@ -12,11 +12,12 @@ import io
 from collections import Counter
 from typing import Any
 
-from devicefit.sdk.fit.report import FitBudgets, Miss, format_value
-from devicefit.sdk.fit.search import shown_url
+from devicefit.sdk.fit.report import MISS_COLUMNS, FitBudgets, Miss, miss_row
+from devicefit.sdk.search.architectures import Searched
 from devicefit.sdk.search.objective import Objective
 from devicefit.sdk.search.screen import Rejection, Screened
-from devicefit.sdk.search.train import Searched, Trained, pareto_front, ranked
+from devicefit.sdk.search.trials import ArchTrial, cost, pareto_front, ranked
+from devicefit.sdk.study import shown_url
 from devicefit.simulator.report import plain_fields
 from devicefit.simulator.types import BudgetName, Unit
 from devicefit.simulator.units import format_bytes, format_percent, format_time_ms
@@ -122,8 +123,8 @@ def screen_rows(results: tuple[Screened, ...]) -> list[tuple[Any, ...]]:
 
 def trial_rows(found: Searched) -> list[tuple[Any, ...]]:
     front = set(pareto_front(found.trials, found.objective))
-    return [(t.number, t.candidate.label(), _percent(t.accuracy), _percent(t.float_accuracy),
-             _size(t.flash_bytes), _size(t.arena_bytes),
+    return [(t.number, t.candidate.label(), _percent(t.accuracy),
+             _percent(t.payload.float_accuracy), _size(t.flash_bytes), _size(t.arena_bytes),
              _latency(t.latency_ms, t.latency_band_ms),
              ("PASS" if t.fits else "fail") + (" ← chosen" if t.number == found.chosen else "")
              + (" (front)" if t.number in front and found.objective.cost else ""),
@@ -135,10 +136,10 @@ def front_rows(found: Searched) -> list[tuple[Any, ...]]:
     metric = found.objective if found.objective.cost else Objective.ARENA
     front = [t for t in found.trials if t.number in pareto_front(found.trials, found.objective)]
     return [(t.number, t.candidate.label(), _percent(t.accuracy), _cost(t, metric))
-            for t in sorted(front, key=lambda t: (t.cost(metric) or 0.0, t.number))]
+            for t in sorted(front, key=lambda t: (cost(t, metric) or 0.0, t.number))]
 
 
-def _cost(t: Trained, metric: Objective) -> str:
+def _cost(t: ArchTrial, metric: Objective) -> str:
     if metric.cost == "latency":
         return _latency(t.latency_ms, t.latency_band_ms)
     return _size(t.arena_bytes)
@@ -174,7 +175,7 @@ def pareto_svg(found: Searched) -> str:
     scale = 1.0 if latency else 1024.0
     # (trial, cost, accuracy) of every trained candidate with both figures.
     points = [(t, c / scale, a) for t in found.trials if (a := t.accuracy) is not None
-              and (c := t.cost(metric)) is not None]
+              and (c := cost(t, metric)) is not None]
     if not points:
         return '<p class="note">No candidate was trained to an accuracy.</p>'
     on_front = set(pareto_front(found.trials, found.objective))
@@ -220,12 +221,9 @@ def render_search_html(found: Searched) -> str:
     else:
         closest, misses = closest_miss(found)
         summary = ("<p><b>No candidate passes every budget.</b>"
-                   + (f" Closest: {escape(closest.candidate.label())}</p>" + html_table(
-                       ("budget", "limit", "value", "over by", "over by %"),
-                       [(m.budget, format_value(m.limit, m.unit), format_value(m.value, m.unit),
-                         format_value(m.over, m.unit), format_percent(m.over_fraction, 1,
-                                                                      signed=True))
-                        for m in misses]) if closest else "</p>"))
+                   + (f" Closest: {escape(closest.candidate.label())}</p>"
+                      + html_table(MISS_COLUMNS, [miss_row(m) for m in misses])
+                      if closest else "</p>"))
     rejected = ", ".join(f"{n} by {r}" for r, n in rejected_by(found).items()) or "none"
     facts = [("profile", found.profile.name), ("objective", found.objective.value),
              ("screened", f"{len(found.screen.results)} candidates in "

@@ -10,21 +10,24 @@ import warnings
 import optuna
 import pytest
 
-from devicefit.sdk.fit.search import (
+from devicefit.sdk.fit.space import SearchSpace
+from devicefit.sdk.fit.trials import FitTrials
+from devicefit.sdk.study import (
     BUILD,
     DECISION,
     DUPLICATE,
     OVER_BUDGET,
     RECORD,
-    Objective,
     SearchSettings,
     claimed,
+    decide,
     shown_url,
     writes_winner,
 )
-from devicefit.sdk.fit.space import SearchSpace
 
 SPACE = SearchSpace(schemes=("int8",), prune_ratios=(0.0, 0.5), nm_patterns=(None,), qat=False)
+#: fit's trials without a model: deciding needs only the space.
+TRIALS = FitTrials(None, SPACE)
 
 
 @pytest.fixture
@@ -33,37 +36,41 @@ def study(tmp_path):
     return optuna.create_study(storage=f"sqlite:///{tmp_path / 'fit.db'}", direction="maximize")
 
 
-def _propose(study, objective: Objective, prune: float):
+def _decide(trial, settings: SearchSettings):
+    return decide(trial, TRIALS.suggest(trial), TRIALS, settings, "host:1")
+
+
+def _propose(study, settings: SearchSettings, prune: float):
     study.enqueue_trial({"scheme": "int8", "prune": prune, "nm": None})
     trial = study.ask()
-    return trial, objective._decide(trial, SPACE.suggest(trial))
+    return trial, _decide(trial, settings)
 
 
 def test_a_candidate_running_elsewhere_is_a_duplicate(study):
-    objective = Objective(None, SPACE, SearchSettings(max_trials=5), None, "host:1")
-    first, (verdict, _) = _propose(study, objective, 0.5)
+    settings = SearchSettings(max_trials=5)
+    first, (verdict, _) = _propose(study, settings, 0.5)
     assert verdict == BUILD
-    second, (verdict, why) = _propose(study, objective, 0.5)
+    second, (verdict, why) = _propose(study, settings, 0.5)
     assert verdict == DUPLICATE and why == f"same as trial {first.number}"
-    third, (verdict, _) = _propose(study, objective, 0.0)
+    third, (verdict, _) = _propose(study, settings, 0.0)
     assert verdict == BUILD
 
 
 def test_running_builds_claim_the_trial_budget_until_they_fail(study):
-    objective = Objective(None, SPACE, SearchSettings(max_trials=1), None, "host:1")
-    first, (verdict, _) = _propose(study, objective, 0.5)
+    settings = SearchSettings(max_trials=1)
+    first, (verdict, _) = _propose(study, settings, 0.5)
     assert verdict == BUILD and claimed(study.get_trials()) == 1
-    _, (verdict, why) = _propose(study, objective, 0.0)
+    _, (verdict, why) = _propose(study, settings, 0.0)
     assert verdict == OVER_BUDGET and "--max-trials 1" in why
     study.tell(first, state=optuna.trial.TrialState.FAIL)  # its worker died
     assert claimed(study.get_trials()) == 0
-    _, (verdict, _) = _propose(study, objective, 0.0)
+    _, (verdict, _) = _propose(study, settings, 0.0)
     assert verdict == BUILD
 
 
 def test_a_queued_retry_keeps_its_claim_and_ignores_the_copied_decision(study):
-    objective = Objective(None, SPACE, SearchSettings(max_trials=1), None, "host:1")
-    first, _ = _propose(study, objective, 0.5)
+    settings = SearchSettings(max_trials=1)
+    first, _ = _propose(study, settings, 0.5)
     dead = study.get_trials()[first.number]
     study.tell(first, state=optuna.trial.TrialState.FAIL)
     # What optuna's RetryHeartbeatStaleTrialCallback queues: params, user attrs (with the
@@ -75,14 +82,14 @@ def test_a_queued_retry_keeps_its_claim_and_ignores_the_copied_decision(study):
     assert claimed(trials) == 1
     retry = study.ask()
     assert retry.user_attrs[DECISION]["trial"] == first.number  # copied, not its own
-    verdict, _ = objective._decide(retry, SPACE.suggest(retry))
+    verdict, _ = _decide(retry, settings)
     assert verdict == BUILD  # the dead original no longer counts
 
 
 def test_the_winner_is_written_by_the_worker_of_the_last_trial_once_nothing_runs(study):
-    a = Objective(None, SPACE, SearchSettings(), None, "host:1")
-    first, _ = _propose(study, a, 0.0)
-    second, _ = _propose(study, a, 0.5)
+    settings = SearchSettings()
+    first, _ = _propose(study, settings, 0.0)
+    second, _ = _propose(study, settings, 0.5)
     first.set_user_attr(RECORD, {})  # a judged trial
     study.tell(first, 0.5)
     assert not writes_winner(study, {first.number})  # the second trial still runs

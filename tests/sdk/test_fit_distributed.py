@@ -21,9 +21,9 @@ import pytest
 from devicefit.sdk.cli import main
 from devicefit.sdk.convert import metadata
 from devicefit.sdk.convert.accuracy import run_tflite
+from devicefit.sdk.fit.record import read_trial
 from devicefit.sdk.fit.report import choose
-from devicefit.sdk.fit.search import BUILD, DECISION, RECORD
-from devicefit.sdk.fit.trial import TrialRecord
+from devicefit.sdk.study import BUILD, DECISION, RECORD
 from devicefit.simulator.reader import read_model
 from examples.digits import cached_cnn, load_digits
 from tests.paths import ROOT
@@ -129,7 +129,7 @@ def test_the_survivor_finishes_the_study_with_the_expected_trial_count(killed_se
     process, out = killed_search["survivor"]
     assert process.returncode == 0, killed_search["survivor_log"]
     assert killed_search["killed"][0].returncode == -signal.SIGKILL
-    records = [TrialRecord.from_dict(t.user_attrs[RECORD])
+    records = [read_trial(t.user_attrs[RECORD])
                for t in _study(server.url).get_trials(deepcopy=False) if RECORD in t.user_attrs]
     judged = [r for r in records if r.stage != "skipped"]
     assert len(judged) == MAX_TRIALS
@@ -166,7 +166,7 @@ def test_the_winner_is_written_once_and_export_gives_the_same_model(killed_searc
     assert code == 0, capsys.readouterr().err
     assert exported.read_bytes() == survivor_out.read_bytes()
 
-    records = [TrialRecord.from_dict(t.user_attrs[RECORD])
+    records = [read_trial(t.user_attrs[RECORD])
                for t in _study(server.url).get_trials(deepcopy=False) if RECORD in t.user_attrs]
     best = choose(records)[0]
     assert metadata.read(exported.read_bytes())["trial"] == best.number

@@ -10,9 +10,12 @@ compete for the same place.
 
 from __future__ import annotations
 
+from functools import partial
+
+from devicefit.sdk.fit.record import FitPayload, FitTrial
 from devicefit.sdk.fit.report import pareto_svg
 from devicefit.sdk.fit.space import Candidate
-from devicefit.sdk.fit.trial import TrialRecord, TrialStage
+from devicefit.sdk.study import TrialStage
 from devicefit.simulator.types import Status
 from devicefit.simulator.views.html import render_page
 from tests.browser import measure
@@ -21,18 +24,19 @@ FLASH_BUDGET = 132 * 1024
 
 STATIC, TRAINED = TrialStage.STATIC, TrialStage.TRAINED
 PASS, FAIL = Status.PASS, Status.FAIL
+Trial = partial(FitTrial, payload=FitPayload())
 TRIALS = [
-    TrialRecord(0, Candidate("int8"), STATIC, FAIL, flash_bytes=176224, arena_bytes=6784,
+    Trial(0, Candidate("int8"), STATIC, FAIL, flash_bytes=176224, arena_bytes=6784,
                 note="misses flash, arena"),
-    TrialRecord(1, Candidate("int8", prune=0.5), TRAINED, PASS, flash_bytes=125976,
+    Trial(1, Candidate("int8", prune=0.5), TRAINED, PASS, flash_bytes=125976,
                 arena_bytes=4256, accuracy=0.9639),
-    TrialRecord(2, Candidate("int8", prune=0.25), STATIC, FAIL, flash_bytes=147168,
+    Trial(2, Candidate("int8", prune=0.25), STATIC, FAIL, flash_bytes=147168,
                 arena_bytes=5520, note="misses flash, arena"),
-    TrialRecord(3, Candidate("int8", prune=0.375), STATIC, FAIL, flash_bytes=135592,
+    Trial(3, Candidate("int8", prune=0.375), STATIC, FAIL, flash_bytes=135592,
                 arena_bytes=4912, note="misses flash, arena"),
-    TrialRecord(4, Candidate("int8", prune=0.5, qat=True), TRAINED, PASS,
+    Trial(4, Candidate("int8", prune=0.5, qat=True), TRAINED, PASS,
                 flash_bytes=125976, arena_bytes=4256, accuracy=0.9639),
-    TrialRecord(5, Candidate("int8", prune=0.45), TRAINED, FAIL, flash_bytes=127000,
+    Trial(5, Candidate("int8", prune=0.45), TRAINED, FAIL, flash_bytes=127000,
                 arena_bytes=4600, accuracy=0.9641, note="misses arena"),
 ]
 

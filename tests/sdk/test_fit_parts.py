@@ -9,11 +9,11 @@ import json
 import numpy as np
 import pytest
 
-from devicefit.sdk.commands.fit import parse_duration
 from devicefit.sdk.convert.distill import DistillSettings
 from devicefit.sdk.convert.finetune import FineTuneResult
 from devicefit.sdk.fit.cluster import gzip_size, kmeans_1d
 from devicefit.sdk.fit.export import StudyInfo
+from devicefit.sdk.fit.record import FitPayload, FitTrial, read_trial
 from devicefit.sdk.fit.report import (
     Clustering,
     FitBudgets,
@@ -25,9 +25,10 @@ from devicefit.sdk.fit.report import (
     pareto_front,
     pareto_svg,
 )
-from devicefit.sdk.fit.search import blocking
 from devicefit.sdk.fit.space import Candidate, space_for
-from devicefit.sdk.fit.trial import TrialRecord, TrialStage
+from devicefit.sdk.fit.trials import blocking
+from devicefit.sdk.options import parse_duration
+from devicefit.sdk.study import TrialStage
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.report import BudgetCheck, build
@@ -41,11 +42,11 @@ def _budget(name: str, value: float, limit: float) -> BudgetCheck:
 
 def _record(number: int, candidate: Candidate, *, flash: int, arena: int = 1000,
             accuracy: float | None = None, stage: TrialStage = TrialStage.TRAINED,
-            flash_limit: int = 100, note: str = "") -> TrialRecord:
+            flash_limit: int = 100, note: str = "") -> FitTrial:
     budgets = (_budget("flash", flash, flash_limit), _budget("arena", arena, 2000))
     verdict = Status.PASS if all(b.ok for b in budgets) else Status.FAIL
-    return TrialRecord(number, candidate, stage, verdict, budgets, flash_bytes=flash,
-                       arena_bytes=arena, accuracy=accuracy, note=note)
+    return FitTrial(number, candidate, stage, verdict, budgets, flash_bytes=flash,
+                    arena_bytes=arena, accuracy=accuracy, note=note, payload=FitPayload())
 
 
 def test_the_space_follows_the_profile():
@@ -74,8 +75,8 @@ def test_a_static_miss_skips_less_pruned_variants_of_the_same_structure():
     assert blocking(Candidate("int16x8", 0.25), [missed]) is None  # another structure
     trained = _record(1, Candidate("int8", 0.75), flash=150, note="misses flash")
     assert blocking(Candidate("int8", 0.5), [trained]) is None  # only static misses block
-    error = TrialRecord(2, Candidate("int16x8", 0.5), TrialStage.ERROR, Status.FAIL,
-                        note="error: x")
+    error = FitTrial(2, Candidate("int16x8", 0.5), TrialStage.ERROR, Status.FAIL,
+                     note="error: x", payload=FitPayload())
     assert blocking(Candidate("int16x8", 0.875), [error]) is error
 
 
@@ -112,8 +113,8 @@ def test_pareto_svg_is_deterministic_and_marks_the_budget():
 
 def test_report_json_round_trips_trials():
     trial = _record(0, Candidate("int8", 0.5, qat=True), flash=90, accuracy=0.9)
-    trial = dataclasses.replace(trial, latency_band_ms=(1.0, 2.0), fine_tune=(
-        FineTuneResult(2, 32, 1, [0.5, 0.25], 1.5, 1 << 20, 1 << 19),))
+    trial = dataclasses.replace(trial, latency_band_ms=(1.0, 2.0), payload=FitPayload(fine_tune=(
+        FineTuneResult(2, 32, 1, [0.5, 0.25], 1.5, 1 << 20, 1 << 19),)))
     space = space_for(load_profile("stm32l4r5-cortex-m4"), can_train=True, can_prune=True)
     report = FitReport("m.keras", "p", "tflm", FitBudgets(100, None, 5.0), space,
                        FitSettings(20, None, 1, None, 3, DistillSettings(), None, 0, None, 4096),
@@ -122,7 +123,7 @@ def test_report_json_round_trips_trials():
                        study=StudyRecord("study", None, worker="host:1", writer=True))
     data = report.to_dict()
     assert data["accuracy_loss_pp"] == pytest.approx(5.0)
-    assert TrialRecord.from_dict(data["trials"][0]) == trial
+    assert read_trial(data["trials"][0]) == trial
     assert data["trials"][0]["label"] == "int8 QAT prune 0.5"
     # Through JSON text and back: the same report, typed, and the same JSON.
     again = FitReport.from_dict(json.loads(json.dumps(data)))
@@ -242,9 +243,9 @@ def test_channel_pruning_takes_a_ratio_per_layer_group():
 def test_qat_is_compared_with_its_ptq_twin_only_at_equal_epochs():
     from devicefit.sdk.fit.report import qat_twin, reason_for
 
-    def trained(record: TrialRecord, *epochs: int) -> TrialRecord:
-        return dataclasses.replace(record, fine_tune=tuple(FineTuneResult(e, 32, 1)
-                                                           for e in epochs))
+    def trained(record: FitTrial, *epochs: int) -> FitTrial:
+        return dataclasses.replace(record, payload=FitPayload(
+            fine_tune=tuple(FineTuneResult(e, 32, 1) for e in epochs)))
 
     qat = trained(_record(0, Candidate("int8", 0.5, qat=True), flash=90, accuracy=0.95), 2, 1, 1)
     ptq = trained(_record(1, Candidate("int8", 0.5), flash=90, accuracy=0.94), 2, 1, 1)

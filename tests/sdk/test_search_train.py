@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from devicefit.sdk.cli import main
-from devicefit.sdk.fit.search import BUILD, DECISION, RECORD, SearchSettings
+from devicefit.sdk.search.architectures import SearchSpec, search_architectures
 from devicefit.sdk.search.objective import Objective
 from devicefit.sdk.search.report import render_search_html, to_dict
-from devicefit.sdk.search.train import SearchSpec, search_architectures
+from devicefit.sdk.study import BUILD, DECISION, RECORD, SearchSettings
 from devicefit.simulator import jsonout
 from devicefit.simulator.simulate import simulate
 from examples.digits import load_digits

@@ -197,6 +197,8 @@ class _Groups:
 
 #: A tensor's channel map: for each index on its last axis, (group, channel within group).
 ChannelMap = list[tuple[int, int]]
+#: A Keras output shape: sizes, None for the batch (and any size not fixed).
+Shape = tuple[Any, ...]
 
 PRODUCERS = ("Dense", "Conv1D", "Conv2D", "Conv3D")
 PASS_THROUGH = (
@@ -297,7 +299,8 @@ def _fresh(groups: _Groups, size: int, score: np.ndarray | None = None,
     return [(g, i) for i in range(size)]
 
 
-def _trace_producer(layer, ins, groups, out_shape) -> ChannelMap:
+def _trace_producer(layer: Any, ins: list[ChannelMap], groups: _Groups, out_shape: Shape
+                    ) -> ChannelMap:
     if getattr(layer, "groups", 1) != 1:
         return _trace_unknown(layer, ins, groups, out_shape)
     kernel = layer.kernel.numpy()
@@ -308,7 +311,8 @@ def _trace_producer(layer, ins, groups, out_shape) -> ChannelMap:
     return [(g, i) for i in range(kernel.shape[-1])]
 
 
-def _trace_pass(layer, ins, groups, out_shape) -> ChannelMap:
+def _trace_pass(layer: Any, ins: list[ChannelMap], groups: _Groups, out_shape: Shape
+                ) -> ChannelMap:
     name = type(layer).__name__
     if name == "Activation" and getattr(layer.activation, "__name__", "") in \
             CHANNEL_MIXING_ACTIVATIONS:
@@ -320,7 +324,8 @@ def _trace_pass(layer, ins, groups, out_shape) -> ChannelMap:
     return ins[0]
 
 
-def _trace_merge(layer, ins, groups, out_shape) -> ChannelMap:
+def _trace_merge(layer: Any, ins: list[ChannelMap], groups: _Groups, out_shape: Shape
+                 ) -> ChannelMap:
     first = ins[0]
     if any(len(m) != len(first) for m in ins):
         return _trace_unknown(layer, ins, groups, out_shape)  # broadcasting: keep all
@@ -334,13 +339,15 @@ def _trace_merge(layer, ins, groups, out_shape) -> ChannelMap:
     return first
 
 
-def _trace_concat(layer, ins, groups, out_shape) -> ChannelMap:
+def _trace_concat(layer: Any, ins: list[ChannelMap], groups: _Groups, out_shape: Shape
+                  ) -> ChannelMap:
     if layer.axis in (-1, len(out_shape) - 1):
         return [entry for m in ins for entry in m]
     return _trace_merge(layer, ins, groups, out_shape)
 
 
-def _trace_flatten(layer, ins, groups, out_shape) -> ChannelMap:
+def _trace_flatten(layer: Any, ins: list[ChannelMap], groups: _Groups, out_shape: Shape
+                   ) -> ChannelMap:
     # Keras flattens channels-last row-major: channel is the fastest-moving index.
     positions = int(out_shape[-1]) // max(len(ins[0]), 1)
     if positions * len(ins[0]) != int(out_shape[-1]):
@@ -348,7 +355,8 @@ def _trace_flatten(layer, ins, groups, out_shape) -> ChannelMap:
     return ins[0] * positions
 
 
-def _trace_unknown(layer, ins, groups, out_shape) -> ChannelMap:
+def _trace_unknown(layer: Any, ins: list[ChannelMap], groups: _Groups, out_shape: Shape | None
+                   ) -> ChannelMap:
     """A layer this module does not understand: keep every channel around it."""
     for m in ins:
         for g, _ in m:
@@ -390,7 +398,8 @@ def _kept(cmap: ChannelMap, groups: _Groups, keep: dict[int, set[int]]) -> np.nd
     return np.array([i for i, (g, c) in enumerate(cmap) if c in keep[groups.find(g)]], dtype=int)
 
 
-def _rebuild(model, functional, nodes, maps, groups, keep) -> ChannelPruneResult:
+def _rebuild(model: Any, functional: Any, nodes: list[_Node], maps: dict[int, ChannelMap],
+             groups: _Groups, keep: dict[int, set[int]]) -> ChannelPruneResult:
     import keras
 
     tensors: dict[int, Any] = {}

@@ -1,0 +1,239 @@
+"""Running a study: this process's trials, the worker processes of ``--jobs``, stopping.
+
+:func:`run_study` opens (or resumes) the study, starts ``jobs - 1`` worker processes that
+join it, runs trials here too, and returns every record once the study is finished —
+``--max-trials`` candidates judged, every candidate judged, ``--time-budget`` used up — or
+Ctrl-C ended it (the records so far are kept: the command writes the best of them).
+Each trial (:class:`Run`) proposes a candidate, decides (:func:`sdk.study.decisions.decide`),
+builds and judges what is new with the command's :class:`~sdk.study.trials.Trials`, and
+keeps the record in the study and beside the candidate's model.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Generic
+
+from devicefit.sdk.console import quiet_conversions
+from devicefit.sdk.study.decisions import (
+    DUPLICATE,
+    OVER_BUDGET,
+    POLL_S,
+    RECORD,
+    SKIPPED,
+    claimed,
+    decide,
+    fail_stale,
+    records,
+    writes_winner,
+)
+from devicefit.sdk.study.record import C, P, TrialRecord, TrialStage
+from devicefit.sdk.study.storage import SearchSettings, open_study, worker_id, worker_seed
+from devicefit.sdk.study.trials import Trials
+from devicefit.simulator import jsonout
+from devicefit.simulator.errors import DevicefitError
+from devicefit.simulator.fileio import write_atomic
+
+log = logging.getLogger(__name__)
+
+#: Proposals allowed per distinct candidate before the study gives up finding new ones.
+PROPOSALS_PER_TRIAL = 20
+
+OnTrial = Callable[[TrialRecord[C, P]], None]
+
+
+class Stop:
+    """Stops the study at the trial budget, the time budget, or when the space is used up;
+    waits while the rest of the budget is being built by other workers (one of them may
+    die, and its trial is then retried here)."""
+
+    def __init__(self, settings: SearchSettings, space_size: int, deadline: float | None
+                 ) -> None:
+        self.settings, self.space_size, self.deadline = settings, space_size, deadline
+
+    def _past_deadline(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def finished(self, study: Any) -> bool:
+        trials = study.get_trials(deepcopy=False)
+        stages = [t.user_attrs[RECORD]["stage"] for t in trials if RECORD in t.user_attrs]
+        # Skipped candidates cost nothing, so they do not use up --max-trials.
+        judged = sum(1 for stage in stages if stage != TrialStage.SKIPPED)
+        return judged >= self.settings.max_trials or len(stages) >= self.space_size or \
+            len(trials) >= PROPOSALS_PER_TRIAL * self.settings.max_trials or \
+            self._past_deadline()
+
+    def wait_for_others(self, study: Any) -> None:
+        """Return once this worker has something to do or the study is finished."""
+        while not self.finished(study):
+            trials = study.get_trials(deepcopy=False)
+            if claimed(trials) < self.settings.max_trials or \
+                    any(t.state.name == "WAITING" for t in trials):
+                return
+            fail_stale(study)
+            time.sleep(POLL_S)
+
+    def __call__(self, study: Any, trial: Any) -> None:
+        self.wait_for_others(study)
+        if self.finished(study):
+            study.stop()
+
+
+class Run(Generic[C, P]):
+    """One process's share of a study, and optuna's objective in it."""
+
+    def __init__(self, study: Any, trials: Trials[C, P], settings: SearchSettings,
+                 on_trial: OnTrial[C, P] | None = None) -> None:
+        self.study, self.trials, self.settings, self.on_trial = study, trials, settings, on_trial
+        self.worker = worker_id()
+        deadline = None if settings.time_budget_s is None else \
+            time.monotonic() + settings.time_budget_s
+        self.stop = Stop(settings, trials.size, deadline)
+        #: Trials this process completed (the writer of the winner is chosen among them).
+        self.completed: set[int] = set()
+
+    def optimize(self, n_trials: int | None = None) -> None:
+        """Run trials until the study is finished (or ``n_trials`` of them)."""
+        self.stop.wait_for_others(self.study)
+        if self.stop.finished(self.study):
+            return
+        remaining = None if self.stop.deadline is None else \
+            max(self.stop.deadline - time.monotonic(), 0.0)
+        self.study.optimize(self, n_trials=n_trials, timeout=remaining, callbacks=[self.stop],
+                            catch=())
+
+    def records(self) -> list[TrialRecord[C, P]]:
+        return records(self.study, self.trials.read)
+
+    def __call__(self, trial: Any) -> float | list[float]:
+        import optuna
+
+        candidate = self.trials.suggest(trial)
+        verdict, why = decide(trial, candidate, self.trials, self.settings, self.worker)
+        if verdict in (DUPLICATE, OVER_BUDGET):
+            raise optuna.TrialPruned(why)
+        skipped = self.trials.skip(candidate, trial.number, self.records()) \
+            if verdict == SKIPPED else None
+        record = replace(skipped or self._evaluate(candidate, trial.number), worker=self.worker)
+        _save(record)
+        trial.set_user_attr(RECORD, record.to_dict())
+        self.completed.add(trial.number)
+        if self.on_trial is not None:
+            self.on_trial(record)
+        return self.trials.value(record)
+
+    def _evaluate(self, candidate: C, number: int) -> TrialRecord[C, P]:
+        """The candidate's record; one the converter or the profile cannot handle (e.g. no
+        cost-model entry for int16 ops) is a failed candidate, not the end of the study."""
+        started = time.perf_counter()
+        try:
+            return self.trials.evaluate(candidate, number)
+        except Exception as exc:
+            if not isinstance(exc, DevicefitError) and not _converter_error(exc):
+                raise  # a bug, not a property of the candidate
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log.info("trial %d (%s) failed: %s", number, candidate.label(), message)
+            return replace(self.trials.failed(candidate, number, f"error: {message}"),
+                           seconds=time.perf_counter() - started)
+
+
+def _converter_error(exc: Exception) -> bool:
+    from tensorflow.lite.python.convert_phase import ConverterError
+
+    return isinstance(exc, ConverterError)
+
+
+def _save(record: TrialRecord[C, P]) -> None:
+    """Next to the candidate's model, its record: a shared artifact folder then holds
+    everything needed to export the winner on any machine."""
+    if record.path is not None:
+        write_atomic(Path(record.path).with_suffix(".json"),
+                     jsonout.dumps(record.to_dict(), indent=2) + "\n")
+
+
+@dataclass(frozen=True)
+class StudyResult(Generic[C, P]):
+    records: list[TrialRecord[C, P]]
+    interrupted: bool
+    seconds: float
+    study_name: str
+    storage: str | None
+    #: This process should write the winner: it is alone, or it completed the study's last
+    #: trial and no trial is left running anywhere (so exactly one worker writes it).
+    writer: bool = True
+    worker: str = ""
+
+
+def run_study(trials: Trials[C, P], settings: SearchSettings, name: str, *,
+              workers: Callable[[], Trials[C, P]] | None = None,
+              first: Callable[[Run[C, P]], None] | None = None,
+              on_trial: OnTrial[C, P] | None = None) -> StudyResult[C, P]:
+    """Run the study ``name``; Ctrl-C ends it early with what has been found so far.
+
+    With ``settings.jobs`` > 1, ``jobs - 1`` worker processes run trials next to this one,
+    each with the :class:`Trials` that ``workers()`` makes there (a picklable callable: the
+    processes are spawned). ``first`` runs this process's first trials (e.g. queued probes)
+    before the sampler proposes the rest. On a server database the same call on other
+    machines joins the study.
+    """
+    started = time.monotonic()
+    study = open_study(name, settings, worker_seed(settings, 0), create=True,
+                       directions=trials.directions)
+    processes = _start_workers(workers, settings, name) if settings.jobs > 1 else []
+    run = Run(study, trials, settings, on_trial)
+    interrupted = False
+    try:
+        if first is not None:
+            first(run)
+        run.optimize()
+        for process in processes:
+            process.join()
+    except KeyboardInterrupt:
+        interrupted = True
+        for process in processes:
+            process.terminate()
+            process.join()
+    writer = not settings.distributed or writes_winner(study, run.completed)
+    return StudyResult(run.records(), interrupted, time.monotonic() - started, name,
+                       settings.storage, writer=writer, worker=run.worker)
+
+
+# --------------------------------------------------------------------------- --jobs N
+@dataclass(frozen=True)
+class _WorkerSpec(Generic[C, P]):
+    make: Callable[[], Trials[C, P]]
+    settings: SearchSettings
+    name: str
+    index: int
+
+
+def _start_workers(make: Callable[[], Trials[C, P]] | None, settings: SearchSettings,
+                   name: str) -> list[Any]:
+    """A daemon process per extra job, spawned: TensorFlow does not survive fork."""
+    if make is None:
+        raise ValueError("--jobs > 1 needs a way to make the workers' trials")
+    spawn = multiprocessing.get_context("spawn")
+    processes = []
+    for index in range(1, settings.jobs):
+        process = spawn.Process(target=_worker, args=(_WorkerSpec(make, settings, name, index),),
+                                daemon=True)
+        process.start()
+        processes.append(process)
+    return processes
+
+
+def _worker(spec: _WorkerSpec[C, P]) -> None:
+    """A worker process: quiet as the CLI is, its trials made here, its share of the study."""
+    quiet_conversions()
+    trials = spec.make()
+    study = open_study(spec.name, spec.settings, worker_seed(spec.settings, spec.index),
+                       create=False, directions=trials.directions)
+    try:
+        Run(study, trials, spec.settings).optimize()
+    except KeyboardInterrupt:
+        pass
