@@ -230,3 +230,20 @@ def test_link_check_passes_on_the_real_link(real_link, capsys):
     assert status["arena in RAM"] == "ok" and status["RAM reserve"] == "ok"
     assert status["model content"] == "NOT CHECKED"  # a map holds no bytes
     assert result["status"] == "pass"
+
+
+def test_optimize_firmware_exports_the_model_it_wrote(chain, tmp_path, capsys):
+    """``--firmware DIR`` on a command that writes a model (here ``optimize``): the export
+    of that output, not of its input."""
+    out, fw = tmp_path / "opt.tflite", tmp_path / "fw"
+    assert main(["optimize", str(chain), "--profile", PROFILE, "-o", str(out),
+                 "--firmware", str(fw)]) == 0
+    assert f"firmware: wrote {fw}/" in capsys.readouterr().out
+    manifest = json.loads((fw / "manifest.json").read_text())
+    assert manifest["model"]["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+    assert (fw / "opt_model_data.cc").is_file()
+    # --tflm without --firmware is a usage error, before any work
+    assert main(["optimize", str(chain), "--profile", PROFILE, "-o", str(tmp_path / "b.tflite"),
+                 "--tflm", str(tmp_path)]) == 2
+    assert "add --firmware" in capsys.readouterr().err
+    assert not (tmp_path / "b.tflite").exists()
