@@ -21,7 +21,7 @@ from devicefit.simulator.fileio import write_folder
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.report import Report, TargetMeasurement
-from devicefit.simulator.targets.registry import TARGETS, target_for
+from devicefit.simulator.target import TARGETS, target_for
 from devicefit.simulator.types import BuildRequest, ExportedFile
 from devicefit.simulator.views.messages import problems
 

@@ -41,7 +41,7 @@ from devicefit.simulator.kernels import (
 from devicefit.simulator.model import Model, Operator, Subgraph
 from devicefit.simulator.profile_types import CostModel, Profile
 from devicefit.simulator.report import LatencyReport, OpCompute, OpLatencyRow
-from devicefit.simulator.targets.registry import target_for
+from devicefit.simulator.target import compiled_for, target_for
 from devicefit.simulator.types import LatencyBasis
 
 #: Band of an estimate from a table nobody validated: published/estimated in [0.5, 2].
@@ -200,8 +200,6 @@ def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile
 def _compiled_elsewhere(per_op: Sequence[OpCompute], profile: Profile) -> str | None:
     """Why there is no estimate when an op is another accelerator's compiled part: its work
     is in a command stream no cost table here reads (0 MACs would be a false "fast")."""
-    from devicefit.simulator.compat import compiled_for
-
     for c in per_op:
         target = compiled_for(c.op.removeprefix("CUSTOM:")) if c.op.startswith("CUSTOM:") \
             else None

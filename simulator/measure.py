@@ -49,11 +49,11 @@ from devicefit.simulator.report import (
     RunFailure,
 )
 from devicefit.simulator.runtimes import INPUT_SEED, RunSetup, runner_name
-from devicefit.simulator.targets.registry import TARGETS, target_for
+from devicefit.simulator.target import TARGETS, target_for
 from devicefit.simulator.types import BuildRequest, RunOptions, RunResult, UnsupportedOp
 
 if TYPE_CHECKING:
-    from devicefit.simulator.targets.registry import OnDevice
+    from devicefit.simulator.target import OnDevice
 
 
 def measure(model: Model, profile: Profile, report: Report, *, file: Model | None = None,

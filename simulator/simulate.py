@@ -46,7 +46,7 @@ from devicefit.simulator.report import (
 )
 from devicefit.simulator.runtimes import runner_name
 from devicefit.simulator.shapes import resolve_shapes, shape_notes
-from devicefit.simulator.targets.registry import target_for
+from devicefit.simulator.target import target_for
 from devicefit.simulator.verdict import judge
 from devicefit.simulator.views.messages import disagreement_messages
 

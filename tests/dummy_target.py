@@ -11,23 +11,30 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from devicefit.simulator.targets.registry import ENTRY_POINTS, TARGETS
+from devicefit.simulator.target import ENTRY_POINTS, TARGETS
 
 #: The dummy NPU's package, file by file: its record, planner, op table and report section.
 DUMMY_PACKAGE = {
     "__init__.py": """
         \"\"\"A dummy NPU: a target of one's own, as one package.\"\"\"
         from devicefit.simulator.schema import number
-        from devicefit.simulator.targets.registry import Target, lazy, lazy_type
+        from devicefit.simulator.target import (
+            OpTable,
+            Planner,
+            SectionMaker,
+            Target,
+            lazy,
+            lazy_class,
+        )
 
         TARGET = Target(
             name="dummy", title="Dummy NPU", device_kinds=("dummy-board",),
-            kernels=("dummy-nn",), delegates=(), planner=lazy("dummy_npu.planner:plan"),
-            check_ops=lazy("dummy_npu.ops:check"), runner={runner!r}, host_runtime=None,
-            quant_schemes=("int8",), int16_io=False,
+            kernels=("dummy-nn",), delegates=(), planner=lazy(Planner, "dummy_npu.planner:plan"),
+            check_ops=lazy(OpTable, "dummy_npu.ops:check"), runner={runner!r},
+            host_runtime=None, quant_schemes=("int8",), int16_io=False,
             sparse_weights="the dummy NPU reads every weight", offline_plan=False,
-            section=lazy("dummy_npu.section:section"),
-            section_type=lazy_type("dummy_npu.section:DummySection"),
+            section=lazy(SectionMaker, "dummy_npu.section:section"),
+            section_type=lazy_class("dummy_npu.section:DummySection"),
             profile_keys={{"npu": {{"macs_per_cycle": number()}}}},
             settings=lambda values: dict(values["npu"]))
         """,

@@ -21,7 +21,7 @@ from devicefit.simulator.benchmark import BenchmarkOutput, BenchResult, BenchSet
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.targets.registry import TARGETS, target_for
+from devicefit.simulator.target import TARGETS, target_for
 
 log = logging.getLogger(__name__)
 

@@ -57,7 +57,7 @@ from devicefit.simulator.planners.base import PlanError, check_plan
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile, with_runtime
 from devicefit.simulator.reader import parse_model
-from devicefit.simulator.targets.registry import TARGETS, target_for
+from devicefit.simulator.target import TARGETS, target_for
 from devicefit.simulator.targets.tflm.planner import greedy_plan
 from devicefit.simulator.targets.tflm.scratch import tflm_buffers
 from devicefit.simulator.units import format_count

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from devicefit.simulator.model import Model
 from devicefit.simulator.planners.base import MemoryPlan
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.targets.registry import target_for
+from devicefit.simulator.target import target_for
 
 
 def plan_memory(model: Model, profile: Profile, order: Sequence[int] | None = None) -> MemoryPlan:

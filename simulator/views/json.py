@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from devicefit.simulator import jsonout
-from devicefit.simulator.compat import section_type
 from devicefit.simulator.report import Report
+from devicefit.simulator.target import section_type
 from devicefit.simulator.views.base import View
 
 

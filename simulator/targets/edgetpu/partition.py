@@ -55,7 +55,7 @@ from devicefit.simulator.targets.edgetpu.rules import (
     OpTable,
     load_table,
 )
-from devicefit.simulator.types import LatencyBasis
+from devicefit.simulator.types import LatencyBasis, UnsupportedOp
 
 log = logging.getLogger(__name__)
 
@@ -547,7 +547,7 @@ def edgetpu_report(model: Model, profile: Profile, *, use_compiler: bool = True)
                        f"{report.compiler_version} op table"])
 
 
-def check(model: Model, profile: Profile) -> list[Any]:
+def check(model: Model, profile: Profile) -> list[UnsupportedOp]:
     """Ops that stop the model from running on the target (the compat registry's contract).
 
     LiteRT runs the ops that fall back to the CPU on the host, so a few are no failure
@@ -559,7 +559,6 @@ def check(model: Model, profile: Profile) -> list[Any]:
     is judged by its host ops only: its TPU part is opaque.
     """
     from devicefit.simulator.targets.litert import ops as litert
-    from devicefit.simulator.types import UnsupportedOp
 
     found = [u for u in litert.check(model, profile) if u.op != f"CUSTOM:{COMPILED_OP}"]
     report = partition(model, profile)
