@@ -312,6 +312,12 @@ class CompatibilityReport:
         return "; ".join(f"{op} (op{'s' if len(at) > 1 else ''} {', '.join(at)}: {reason})"
                          for (op, reason), at in by_op.items())
 
+    def disagreement_lines(self, since: int = 0) -> list[str]:
+        """One line per operator on which the op table and the runtime (its one-op probe or
+        the run) answered differently, from the ``since``-th on; the runtime's answer is
+        the report's."""
+        return [f"op support: {d.line()}" for d in self.disagreements[since:]]
+
     def to_dict(self) -> dict[str, Any]:
         out = {"table": self.table, "supported": self.supported,
                "unsupported_ops": [dataclasses.asdict(u) for u in self.unsupported_ops],

@@ -188,6 +188,33 @@ class BuildRequest:
     arena_margin: int = 0
 
 
+#: An input shape given for a model's dynamic dimensions: (input name, or None for a
+#: model's only input; its shape).
+InputShape: TypeAlias = "tuple[str | None, tuple[int, ...]]"
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """How ``--run`` measures a model: what a command (``simulate``, ``export``, ``check``)
+    hands the driver's measuring stage (:func:`simulator.measure.measure`), one frozen
+    object from the command line to the runner, as Vela's ``CompilerOptions``.
+    :class:`RunOptions` is the set-up of one run inside it."""
+
+    #: Timed invokes after ``warmup`` untimed ones.
+    runs: int = 10
+    warmup: int = 1
+    #: Input data (``.npy`` for one input, ``.npz`` by input name); None: random data
+    #: within each input's range, fixed seed.
+    input_path: str | Path | None = None
+    #: Seconds before a hanging runtime is killed.
+    timeout_s: float = 60.0
+    #: Run the cross-check of a target that has one (TFLM against LiteRT's reference
+    #: kernels, on an integer model).
+    cross_check: bool = True
+    #: ``--target-build``: also measure on the device's own build; None: the host only.
+    target_build: BuildRequest | None = None
+
+
 class ModelRuns(Protocol):
     """What a target's measuring hook may do with the model being measured: run it again,
     on the same inputs (:class:`simulator.runtimes.RunSetup` is one)."""

@@ -17,7 +17,6 @@ from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.report import (
     CompatibilityReport,
     Disagreement,
-    LatencyReport,
     ProbeSummary,
 )
 from devicefit.simulator.target import OpTable, SectionMaker, TargetView
@@ -98,12 +97,3 @@ def static_compatibility(model: Model, profile: Profile, *, probe: bool = False
     if table not in SECTIONS:
         return found
     return dataclasses.replace(found, section=SECTIONS[table](model, profile))
-
-
-def static_latency(compatibility: CompatibilityReport, profile: Profile) -> LatencyReport | None:
-    """A section's own device-latency estimate, for ``report.latency`` (the Edge TPU splits
-    an inference into TPU compute, link transfers and CPU fallback); None if it has none."""
-    section = compatibility.section
-    if section is None:
-        return None
-    return section.latency_report(profile, f"compatibility.{compatibility.table}.latency")

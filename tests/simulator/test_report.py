@@ -17,7 +17,7 @@ from devicefit.simulator.reader import read_model
 from devicefit.simulator.report import SCHEMA_VERSION, LatencyReport, Report
 from devicefit.simulator.simulate import simulate, static_report
 from devicefit.simulator.targets.edgetpu.partition import EdgeTpuReport
-from devicefit.simulator.types import Basis, BudgetName, Status
+from devicefit.simulator.types import Basis, BudgetName, MeasureOptions, Status
 from devicefit.simulator.verdict import BUDGETS, judge
 from devicefit.simulator.views import VIEWS, render
 from devicefit.simulator.views.json import read_report
@@ -42,7 +42,8 @@ def test_json_round_trip_gives_back_the_same_typed_report(name, profile):
 
 
 def test_a_run_report_round_trips_with_its_measured_section():
-    report = simulate(model_path("chain_int8"), "stm32l4r5-cortex-m4", run=True, runs=2)
+    report = simulate(model_path("chain_int8"), "stm32l4r5-cortex-m4",
+                      run=MeasureOptions(runs=2))
     back = read_report(json.loads(render("json", report)))
     assert back == report
     assert back.measured.cross_check.bit_exact is True
