@@ -41,6 +41,7 @@ from devicefit.simulator.types import (
 )
 
 if TYPE_CHECKING:
+    from devicefit.simulator.display import SectionDisplay
     from devicefit.simulator.profile_types import Profile
 
 #: Version of the JSON form. 1: the untyped sections before it had a version (read back
@@ -259,8 +260,10 @@ SectionTypes = Callable[[str], "type | None"]
 class TargetSection(Protocol):
     """A target's own static section (the Edge TPU partition), ``compatibility.<table>``.
 
-    A frozen dataclass that writes its own views (the text, HTML and ``convert`` views
-    print what it gives) and may carry the target's own device-latency estimate.
+    A frozen dataclass of the target's figures that gives the views data to show — the
+    text view and ``convert`` print its lines, the HTML view renders its
+    :class:`~simulator.display.SectionDisplay` — and may carry the target's own
+    device-latency estimate.
     """
 
     def to_dict(self) -> dict[str, Any]: ...
@@ -269,8 +272,9 @@ class TargetSection(Protocol):
         """Its part of the text report: a heading line, then indented detail lines."""
         ...
 
-    def html(self) -> str:
-        """Its part of the HTML page (escaped by the section itself)."""
+    def display(self) -> SectionDisplay:
+        """Its part of a page, as data: facts, charts, the partition (the views render and
+        escape it)."""
         ...
 
     def summary_lines(self) -> list[str]:

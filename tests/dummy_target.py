@@ -60,8 +60,8 @@ DUMMY_PACKAGE = {
         """,
     "section.py": """
         import dataclasses
-        from html import escape
 
+        from devicefit.simulator.display import SectionDisplay
         from dummy_npu.ops import OPS
 
 
@@ -79,8 +79,9 @@ DUMMY_PACKAGE = {
                         f"{{self.other_ops}} it cannot run",
                         f"  {{self.macs_per_cycle:g}} MACs per cycle"]
 
-            def html(self):
-                return f"<h3>Dummy NPU</h3><p>{{escape(self.text_lines()[0])}}</p>"
+            def display(self):
+                lines = self.text_lines()
+                return SectionDisplay("dummy-npu", "Dummy NPU", tuple(l.strip() for l in lines))
 
             def summary_lines(self):
                 return self.text_lines()[:1]

@@ -267,7 +267,8 @@ def test_every_view_shows_the_dummy_targets_section(dummy, capsys):
     section = read_report(data).compatibility.section
     assert type(section).__name__ == "DummySection" and section.npu_ops == ops
     page = _simulate(capsys, *args, "html")[1]
-    assert f"<h3>Dummy NPU</h3><p>Dummy NPU: {ops} ops on the NPU, 0 it cannot run</p>" in page
+    assert (f'<section class="dummy-npu"><h3>Dummy NPU</h3><ul><li>Dummy NPU: {ops} ops on '
+            f"the NPU, 0 it cannot run</li><li>64 MACs per cycle</li></ul></section>") in page
     junit = ElementTree.fromstring(_simulate(capsys, *args, "junit")[1])
     assert list(junit.iter("testcase")) and not list(junit.iter("failure"))
     assert "dummy-board" in ElementTree.tostring(junit, encoding="unicode")
