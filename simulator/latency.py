@@ -64,7 +64,7 @@ class OpLatency:
     ms: float
 
 
-@dataclass
+@dataclass(frozen=True)
 class LatencyEstimate:
     #: None: no estimate (``no_estimate`` says why).
     total_ms: float | None
@@ -186,23 +186,21 @@ def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile
         ops.append(OpLatency(c.op_index, c.op, shape.dtype, c.macs, c.bytes_moved, cycles, ms))
     band, basis = estimate_band(profile, core, data, model, library)
     total = sum(o.ms for o in ops)
-    est = LatencyEstimate(total_ms=total, clock_hz=clock, threads=threads,
-                          per_op=ops, sources=list(cost.sources), band=band, band_basis=basis,
-                          basis=LatencyBasis.PROFILE if core is None
-                          else LatencyBasis.REGISTRY)
+    why = None
     if missing:
         where = ("the profile's cost_model.cycles_per_mac" if core is None
                  else f"the {library} kernel tables")
-        est.total_ms = None
-        est.no_estimate = (f"no latency estimate: {where} cover(s) no "
-                           f"{', '.join(sorted(set(missing)))}")
+        why = f"no latency estimate: {where} cover(s) no {', '.join(sorted(set(missing)))}"
     elif not math.isfinite(total):
         # Each figure of the profile is finite, their sum over the operators is not
         # (op_overhead: 1e308ms): no number, rather than "inf s" and a margin of -inf.
-        est.total_ms = None
-        est.no_estimate = (f"no latency estimate: the cost_model of profile "
-                           f"'{profile.name}' overflows over {len(ops)} operators")
-    return est
+        why = (f"no latency estimate: the cost_model of profile '{profile.name}' overflows "
+               f"over {len(ops)} operators")
+    return LatencyEstimate(total_ms=None if why else total, clock_hz=clock, threads=threads,
+                           per_op=ops, sources=list(cost.sources), band=band,
+                           band_basis=basis, no_estimate=why,
+                           basis=LatencyBasis.PROFILE if core is None
+                           else LatencyBasis.REGISTRY)
 
 
 def _compiled_elsewhere(per_op: Sequence[OpCompute], profile: Profile) -> str | None:

@@ -89,7 +89,7 @@ class SourceModel:
     compiled_for: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelSummary:
     path: str
     sha256: str
@@ -107,7 +107,7 @@ class ModelSummary:
     source: SourceModel | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProfileSummary:
     name: str
     device_class: str
@@ -116,7 +116,7 @@ class ProfileSummary:
     description: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class TimelineStep:
     op_index: int
     op: str
@@ -127,7 +127,7 @@ class TimelineStep:
     last_step: int = -1
 
 
-@dataclass
+@dataclass(frozen=True)
 class PlannedBuffer:
     """One buffer placed in the arena head: a tensor or a kernel's scratch buffer."""
 
@@ -143,7 +143,7 @@ class PlannedBuffer:
     offline: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class MemoryReport:
     planner: str
     arena_head_bytes: int
@@ -200,7 +200,7 @@ class LayerRow:
         return f"{self.subgraph}:{self.index}" if self.subgraph else str(self.index)
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpCompute:
     op_index: int
     op: str
@@ -208,7 +208,7 @@ class OpCompute:
     bytes_moved: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class ComputeReport:
     macs: int
     per_op: list[OpCompute] = field(default_factory=list)
