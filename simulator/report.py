@@ -44,8 +44,11 @@ if TYPE_CHECKING:
     from devicefit.simulator.display import SectionDisplay
     from devicefit.simulator.profile_types import Profile
 
-#: Version of the JSON form. 1: the untyped sections before it had a version (read back
-#: the same way). 2: typed sections, ``schema_version`` and ``unchecked_budgets``.
+#: Version of the JSON form, a major version: a change an older reader would misread (a
+#: field renamed, retyped or meaning something else) raises it; an added field or section
+#: does not (see :meth:`Report.from_dict` for what a reader does with either). 1: the
+#: untyped sections before it had a version (read back the same way). 2: typed sections,
+#: ``schema_version`` and ``unchecked_budgets``.
 SCHEMA_VERSION = 2
 
 
@@ -748,9 +751,27 @@ class Report:
     def from_dict(cls, data: dict[str, Any], section_type: SectionTypes) -> Report:
         """The inverse of :meth:`to_dict` (for reports read back from JSON, e.g. the shard
         results that ``check merge`` combines); ``KeyError``/``TypeError``/``ValueError`` if
-        malformed. Version 1 reports (before ``schema_version``) read the same way.
-        ``section_type`` gives the class of a target's section
-        (:func:`simulator.views.json.read_report` passes the targets' own)."""
+        malformed. ``section_type`` gives the class of a target's section
+        (:func:`simulator.views.json.read_report` passes the targets' own).
+
+        The rule for keys, by ``schema_version`` (:data:`SCHEMA_VERSION`):
+
+        - a newer version is refused (``ValueError`` saying so): its fields may mean
+          something else, and a report misread is worse than none;
+        - version 1 (no ``schema_version``) and this version read field by field; a field
+          the JSON lacks (added since it was written) keeps its default;
+        - a key of this version that no field of its class names is dropped
+          (:func:`from_fields`): either a figure derived from the fields, which the class
+          computes again (``status``, the Ethos-U section's ``latency``), or an addition of a
+          newer devicefit of the same version. A report read back is judged and shown by
+          this version's code, which has no figure or view for such a key, and written out
+          again it would claim this version's meaning for it; so it is not kept.
+        """
+        version = data.get("schema_version", 1)
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise ValueError(f"report schema_version {version!r} is newer than this devicefit "
+                             f"reads ({SCHEMA_VERSION}): read it with the devicefit that wrote "
+                             f"it, or upgrade this one")
         compat = data.get("compatibility")
         rest = {k: v for k, v in data.items() if k != "compatibility"}
         report = from_fields(cls, rest)
@@ -793,14 +814,16 @@ def _fields(cls: type) -> tuple[tuple[str, Any], ...]:
 def build(cls: type, data: Any) -> Any:
     """A dataclass from its JSON form, following the field annotations. A class with its own
     ``from_dict`` reads itself; a field missing from the JSON (added since it was written)
-    keeps its default, and a key the class does not know is ignored."""
+    keeps its default, and a key the class does not know is dropped (the rule:
+    :meth:`Report.from_dict`)."""
     own: Callable[[Any], Any] | None = getattr(cls, "from_dict", None)
     return own(data) if own is not None else from_fields(cls, data)
 
 
 def from_fields(cls: type, data: Any) -> Any:
     """``cls`` field by field from its JSON form: what a ``from_dict`` builds on when only
-    some of its fields need reading by hand."""
+    some of its fields need reading by hand. A key no field names is dropped, deliberately
+    (:meth:`Report.from_dict` says why), a field the JSON lacks keeps its default."""
     return cls(**{name: _value(hint, data[name]) for name, hint in _fields(cls) if name in data})
 
 

@@ -16,7 +16,8 @@ def render(report: Report) -> str:
 
 
 def read_report(data: dict[str, Any]) -> Report:
-    """A report from its JSON form (:meth:`Report.from_dict` with the targets' sections)."""
+    """A report from its JSON form (:meth:`Report.from_dict` with the targets' sections): a
+    newer ``schema_version`` is refused, keys no field names are dropped (why: there)."""
     return Report.from_dict(data, section_type)
 
 

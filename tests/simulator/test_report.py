@@ -61,6 +61,29 @@ def test_a_version_1_report_still_reads():
     assert back.compatibility.section.mapped_ops == data["compatibility"]["edgetpu"]["mapped_ops"]
 
 
+def test_a_newer_schema_version_is_refused_with_a_clear_error():
+    data = simulate(model_path("residual_int8"), "stm32l4r5-cortex-m4").to_dict()
+    data["schema_version"] = SCHEMA_VERSION + 1
+    with pytest.raises(ValueError, match=rf"report schema_version {SCHEMA_VERSION + 1} is "
+                                         rf"newer than this devicefit reads \({SCHEMA_VERSION}\)"):
+        read_report(data)
+
+
+def test_keys_of_the_same_version_that_no_field_names_are_dropped():
+    """An addition of a newer devicefit of the same version (a section, a figure in one, a
+    field of a target's section) and the derived ``status`` are not kept: the report reads
+    back as the one this version wrote, and writes out as it."""
+    report = simulate(model_path("leaky_mid_int8"), "coral-edgetpu")
+    data = report.to_dict()
+    data["energy"] = {"joules": 0.1}
+    data["memory"]["arena_colour"] = "blue"
+    data["compatibility"]["edgetpu"]["tpu_temperature"] = 40
+    back = read_report(data)
+    assert back == report
+    assert back.to_dict() == report.to_dict()
+    assert "energy" not in back.to_dict() and "status" in back.to_dict()
+
+
 def test_judge_runs_once_on_the_whole_report():
     profile = load_profile("stm32l4r5-cortex-m4")
     unjudged = static_report(read_model(model_path("residual_int8")), profile)
