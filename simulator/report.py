@@ -9,13 +9,14 @@ are None until the stage that fills them has run. A model the target's compiler 
 has a report too: what the file itself tells and the refusal (``compile_refusal``), with no
 memory plan (``memory`` None), since none of the compiled model exists.
 
-:class:`Report` is frozen and so are the sections of the running half, the budgets and the
-target sections: each stage gives a new report (``dataclasses.replace``) and none changes
-the one it was given. The static sections (``model``, ``profile``, ``memory``, ``compute``)
-are still plain dataclasses, and a report's lists (``notes``, ``budgets``, ``layers``) are
-lists. Statuses, budget names, units and bases are ``str`` enums (:mod:`simulator.types`), so a
-report goes to JSON as it is (:meth:`Report.to_dict`, with a ``schema_version``) and comes
-back typed (:meth:`Report.from_dict`, e.g. the shard results ``check merge`` combines).
+:class:`Report` is frozen and so is every section (the static ones, the running half's,
+the budgets, the device benchmark's and the target sections): each stage gives a new report
+(``dataclasses.replace``) and none changes the one it was given; a report's lists
+(``notes``, ``budgets``, ``layers``) are lists, which no stage appends to. Statuses, budget
+names, units and bases are ``str`` enums (:mod:`simulator.types`), so a report goes to JSON
+as it is (:meth:`Report.to_dict`, with a ``schema_version``) and comes back typed
+(:meth:`Report.from_dict`, e.g. the shard results ``check merge`` combines; its docstring
+holds the rule for versions and unknown keys).
 """
 
 from __future__ import annotations

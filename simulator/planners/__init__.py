@@ -1,6 +1,7 @@
-"""Arena planners: the generic parts (:mod:`simulator.planners.base`) and the dispatch to a
-profile's target (:mod:`simulator.targets`), whose package holds the planner its runtime
-uses (``TARGETS[name].planner``)."""
+"""Arena planners: the generic parts (:mod:`simulator.planners.base`) and, for a caller
+without the profile's target at hand, the dispatch to it (its package holds the planner its
+runtime uses, ``target.planner``; the simulate driver calls that itself, with the target it
+resolved once)."""
 
 from __future__ import annotations
 

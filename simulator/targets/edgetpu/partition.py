@@ -583,7 +583,7 @@ def section(model: Model, profile: Profile) -> EdgeTpuReport:
     return edgetpu_report(model, profile)
 
 
-# --------------------------------------------------------------------------- text view
+# --------------------------------------------------------------------------- its lines (the text view prints them)
 
 
 def text_lines(section: EdgeTpuReport) -> list[str]:
