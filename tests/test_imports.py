@@ -80,7 +80,7 @@ def _bare(path: Path) -> list[str]:
                  [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
                  else [])
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            # a module named in a string: lazy("module:attr") bindings, `python -m module`
+            # a module named in a string: lazy(Planner, "module:attr") bindings, `python -m module`
             names = [node.value] if re.fullmatch(r"\w+(\.\w+)+(:\w+)?", node.value) else []
         found += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
                   if n.split(".")[0] in PACKAGES]
