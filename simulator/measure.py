@@ -101,11 +101,8 @@ def measure(model: Model, profile: Profile, target: Target, report: Report,
         measured, built = _on_device(on_device, MeasuredReport(runner.name, inputs,
                                                                failure=failure),
                                      model, profile, setup, None, memory)
-        after = _after_failed_run(compat, failure, runner.name)
-        return dataclasses.replace(
-            report, compatibility=after, measured=measured,
-            notes=[*report.notes, f"{runner.name} {failure.line()}", *built,
-                   *after.disagreement_lines(len(compat.disagreements))])
+        return _with_failed_run(report, _after_failed_run(compat, failure, runner.name),
+                                measured, [f"{runner.name} {failure.line()}", *built])
     after = _after_run(compat, profile, runner.name)
     notes = [*report.notes, *after.disagreement_lines(len(compat.disagreements))]
     # A profile whose cost model has no entry for the model's dtypes has no latency section
@@ -124,6 +121,15 @@ def measure(model: Model, profile: Profile, target: Target, report: Report,
     measured, built = _on_device(on_device, measured, model, profile, setup, main, memory)
     return dataclasses.replace(report, compatibility=after, latency=latency,
                                measured=measured, notes=[*notes, *built])
+
+
+def _with_failed_run(report: Report, after: CompatibilityReport, measured: MeasuredReport,
+                     notes: list[str]) -> Report:
+    """``report`` with a run that failed: its section, its op support, its notes."""
+    assert report.compatibility is not None  # measure ran on a static half
+    new = after.disagreement_lines(len(report.compatibility.disagreements))
+    return dataclasses.replace(report, compatibility=after, measured=measured,
+                               notes=[*report.notes, *notes, *new])
 
 
 def _inputs(input_path: str | Path | None,

@@ -630,21 +630,26 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
             measured_arena_after_bytes=mine[1].arena_total_bytes)
     before, after = report.measured_head_before_bytes, report.measured_head_after_bytes
     if before is not None and after is not None and after >= before:
-        unseen = (f"; TFLM's head was {_b(before)} where devicefit predicted "
-                  f"{_b(report.head_before_bytes)}: it plans buffers devicefit does not know "
-                  "(custom-op scratch?)" if before != report.head_before_bytes else "")
-        return dataclasses.replace(
-            report, summary=f"unchanged: TFLM measured {_b(after)} after vs {_b(before)} "
-                            f"before, no gain{unseen}",
-            changed=False, order_changed=False, offline_plan=False,
-            order=list(range(report.operators)), plan_method="none",
-            head_after_bytes=report.head_before_bytes, measured_head_after_bytes=before,
-            measured_arena_after_bytes=report.measured_arena_before_bytes)
+        return _no_gain(report, before, after)
     if after is not None and after != report.head_after_bytes:
         return dataclasses.replace(report, notes=[
             *notes, f"TFLM measured a head of {_b(after)}, predicted "
                     f"{_b(report.head_after_bytes)} (host pointer width)"])
     return report
+
+
+def _no_gain(report: OptimizeReport, before: int, after: int) -> OptimizeReport:
+    """``report`` unchanged (the file's order, no plan): TFLM measured no smaller head."""
+    unseen = (f"; TFLM's head was {_b(before)} where devicefit predicted "
+              f"{_b(report.head_before_bytes)}: it plans buffers devicefit does not know "
+              "(custom-op scratch?)" if before != report.head_before_bytes else "")
+    return dataclasses.replace(
+        report, summary=f"unchanged: TFLM measured {_b(after)} after vs {_b(before)} before, "
+                        f"no gain{unseen}",
+        changed=False, order_changed=False, offline_plan=False,
+        order=list(range(report.operators)), plan_method="none",
+        head_after_bytes=report.head_before_bytes, measured_head_after_bytes=before,
+        measured_arena_after_bytes=report.measured_arena_before_bytes)
 
 
 def _b(num_bytes: int) -> str:
