@@ -78,14 +78,14 @@ def profile_for(name: str, kernels: str | None) -> Any:
 def measure(model: TruthModel, data: bytes, build: str, profile: Any, tflm: Path,
             timeout_s: float) -> dict[str, Any]:
     from devicefit.simulator.simulate import simulate
-    from devicefit.simulator.types import BuildRequest
+    from devicefit.simulator.types import BuildRequest, MeasureOptions
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / model.name
         path.write_bytes(data)
         t0 = time.monotonic()
-        report = simulate(path, profile, run=True, target_build=BuildRequest(str(tflm)),
-                          timeout_s=timeout_s)
+        report = simulate(path, profile, run=MeasureOptions(
+            target_build=BuildRequest(str(tflm)), timeout_s=timeout_s))
         seconds = round(time.monotonic() - t0, 1)
     t = report.measured.target_build if report.measured else None
     mem = report.memory

@@ -58,9 +58,11 @@ def run_agrees(path: Path, profile_name: str) -> str:
     (refused)", or "disagreement reported: ..." (a contradiction it did not report would
     be "UNREPORTED", the defect this column exists to catch)."""
     from devicefit.simulator.simulate import simulate
+    from devicefit.simulator.types import MeasureOptions
 
     static = simulate(path, profile_name).compatibility
-    report = simulate(path, profile_name, run=True, runs=1, cross_check=False)
+    report = simulate(path, profile_name,
+                      run=MeasureOptions(runs=1, cross_check=False))
     ran = report.measured is not None and report.measured.failure is None
     runs = [d for d in report.compatibility.disagreements if d.source == "run"]
     if ran == static.supported:

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout: `python examples/demo.py`
 from devicefit.sdk.console import count, make_console, native_log, progress, step, table  # noqa: E402
 from devicefit.simulator.profiles import load_profile  # noqa: E402
 from devicefit.simulator.simulate import simulate  # noqa: E402
+from devicefit.simulator.types import MeasureOptions  # noqa: E402
 from devicefit.simulator.units import (  # noqa: E402
     format_estimate,
     format_percent,
@@ -97,7 +98,7 @@ def _demo(out: Path) -> int:
                          eval_data=paths["test"], simulate=False, float_baseline=True,
                          **v.options)
         on_mcu = load_profile(v.profile).runtime.name == "tflm"
-        sim = simulate(target, v.profile, run=on_mcu, runs=3)
+        sim = simulate(target, v.profile, run=MeasureOptions(runs=3) if on_mcu else None)
         budgets = {b.name: b for b in sim.budgets}
         m = sim.measured
         # The real interpreter (reference kernels) checks the planner to the byte.

@@ -2,8 +2,8 @@
 
 The public API, for use from Python::
 
-    from devicefit.sdk import load_profile, simulate
-    report = simulate("model.tflite", "stm32l4r5-cortex-m4", run=True)
+    from devicefit.sdk import MeasureOptions, load_profile, simulate
+    report = simulate("model.tflite", "stm32l4r5-cortex-m4", run=MeasureOptions())
 
     from devicefit.sdk.convert import convert      # Keras/SavedModel → .tflite (needs TensorFlow)
     from devicefit.sdk.check import run_check      # the CI gate over a devicefit.yaml project
@@ -26,6 +26,7 @@ from typing import Any
 from devicefit.simulator.errors import DevicefitError
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
+from devicefit.simulator.types import MeasureOptions
 
 _LAZY = {
     "simulate": ("devicefit.simulator.simulate", "simulate"),
@@ -34,7 +35,7 @@ _LAZY = {
     "plan_batch": ("devicefit.sdk.train", "plan_batch"),
 }
 
-__all__ = ["DevicefitError", "Profile", "load_profile", *_LAZY]
+__all__ = ["DevicefitError", "MeasureOptions", "Profile", "load_profile", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

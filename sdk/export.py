@@ -21,8 +21,8 @@ from devicefit.simulator.fileio import write_folder
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.report import Report, TargetMeasurement
-from devicefit.simulator.targets.registry import TARGETS, target_for
-from devicefit.simulator.types import BuildRequest, ExportedFile
+from devicefit.simulator.target import TARGETS, target_for
+from devicefit.simulator.types import BuildRequest, ExportedFile, MeasureOptions
 from devicefit.simulator.views.messages import problems
 
 
@@ -67,12 +67,9 @@ def export_model(model_path: str | Path, profile: Profile, out: str | Path, *,
                          f"'{profile.name}' runs {target.title}")
     given = target_build if target_build is not None else tflm
     checkout = None if given is None else str(given)
-    request = (BuildRequest(str(target_build), name, margin) if target_build is not None
-               else None)
-    run_options: dict[str, Any] = (
-        {"target_build": request, "timeout_s": timeout_s} if request else {})
-    report = simulate(model_path, profile, run=request is not None, probe=probe,
-                      **run_options)
+    run = (MeasureOptions(target_build=BuildRequest(str(target_build), name, margin),
+                          timeout_s=timeout_s) if target_build is not None else None)
+    report = simulate(model_path, profile, run=run, probe=probe)
     if not report.ok:
         raise ExportRefused(f"not exported: the verdict for {profile.name} is FAIL: "
                             + "; ".join(problems(report)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunStats:
     """One ``count=...`` line; times in milliseconds (the tool prints microseconds)."""
 
@@ -27,7 +27,7 @@ class RunStats:
     p95_ms: float | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpProfileRow:
     """One node of the ``Run Order`` table (times in ms as the tool prints them)."""
 
@@ -41,7 +41,7 @@ class OpProfileRow:
     times_called: int | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpTypeSummary:
     """One row of ``Summary by node type``."""
 
@@ -54,7 +54,7 @@ class OpTypeSummary:
     times_called: int | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class DelegateCoverage:
     """How much of the graph a delegate took, as far as the log says."""
 
@@ -66,7 +66,7 @@ class DelegateCoverage:
     whole_graph: bool | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class BenchmarkOutput:
     model_size_mb: float | None = None
     init_ms: float | None = None
@@ -84,7 +84,7 @@ class BenchmarkOutput:
     op_summary: list[OpTypeSummary] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True)
 class BenchSettings:
     """What was asked of benchmark_model (after profile defaults were applied)."""
 
@@ -96,7 +96,7 @@ class BenchSettings:
     op_profiling: bool
 
 
-@dataclass
+@dataclass(frozen=True)
 class BenchResult:
     model: str
     profile: str

@@ -40,8 +40,13 @@ from devicefit.simulator.kernels import (
 )
 from devicefit.simulator.model import Model, Operator, Subgraph
 from devicefit.simulator.profile_types import CostModel, Profile
-from devicefit.simulator.report import LatencyReport, OpCompute, OpLatencyRow
-from devicefit.simulator.targets.registry import target_for
+from devicefit.simulator.report import (
+    CompatibilityReport,
+    LatencyReport,
+    OpCompute,
+    OpLatencyRow,
+)
+from devicefit.simulator.target import Target, compiled_for, target_for
 from devicefit.simulator.types import LatencyBasis
 
 #: Band of an estimate from a table nobody validated: published/estimated in [0.5, 2].
@@ -59,7 +64,7 @@ class OpLatency:
     ms: float
 
 
-@dataclass
+@dataclass(frozen=True)
 class LatencyEstimate:
     #: None: no estimate (``no_estimate`` says why).
     total_ms: float | None
@@ -142,8 +147,11 @@ def host_library(profile: Profile) -> str:
 
 
 def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile,
-                     data: KernelData | None = None) -> LatencyEstimate:
-    """Estimated on-device latency of ``model`` (main graph ops in ``per_op``) on ``profile``."""
+                     data: KernelData | None = None, *, library: str | None = None
+                     ) -> LatencyEstimate:
+    """Estimated on-device latency of ``model`` (main graph ops in ``per_op``) on ``profile``;
+    ``library``: the kernel library its CPU ops run on (None: :func:`host_library`)."""
+    library = library or host_library(profile)
     cost = profile.cost_model
     clock = profile.device.clock_hz
     if not clock:
@@ -167,7 +175,7 @@ def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile
             # Ops without MACs (control flow, reshapes, casts) cost only their memory traffic.
             cycles = (c.macs * (per_mac or 0.0) + c.bytes_moved * (cost.cycles_per_byte or 0.0))
         else:
-            found = op_cycles(data, core, host_library(profile), profile.runtime.name,
+            found = op_cycles(data, core, library, profile.runtime.name,
                               profile.runtime.version, shape)
             if found is None:
                 missing.append(f"{c.op}.{shape.dtype}")
@@ -176,32 +184,28 @@ def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile
                                         cost.kernel_scale.get("default", 1.0))
         ms = cycles / clock * 1e3 / speedup + cost.op_overhead_ms
         ops.append(OpLatency(c.op_index, c.op, shape.dtype, c.macs, c.bytes_moved, cycles, ms))
-    band, basis = estimate_band(profile, core, data, model)
+    band, basis = estimate_band(profile, core, data, model, library)
     total = sum(o.ms for o in ops)
-    est = LatencyEstimate(total_ms=total, clock_hz=clock, threads=threads,
-                          per_op=ops, sources=list(cost.sources), band=band, band_basis=basis,
-                          basis=LatencyBasis.PROFILE if core is None
-                          else LatencyBasis.REGISTRY)
+    why = None
     if missing:
         where = ("the profile's cost_model.cycles_per_mac" if core is None
-                 else f"the {host_library(profile)} kernel tables")
-        est.total_ms = None
-        est.no_estimate = (f"no latency estimate: {where} cover(s) no "
-                           f"{', '.join(sorted(set(missing)))}")
+                 else f"the {library} kernel tables")
+        why = f"no latency estimate: {where} cover(s) no {', '.join(sorted(set(missing)))}"
     elif not math.isfinite(total):
         # Each figure of the profile is finite, their sum over the operators is not
         # (op_overhead: 1e308ms): no number, rather than "inf s" and a margin of -inf.
-        est.total_ms = None
-        est.no_estimate = (f"no latency estimate: the cost_model of profile "
-                           f"'{profile.name}' overflows over {len(ops)} operators")
-    return est
+        why = (f"no latency estimate: the cost_model of profile '{profile.name}' overflows "
+               f"over {len(ops)} operators")
+    return LatencyEstimate(total_ms=None if why else total, clock_hz=clock, threads=threads,
+                           per_op=ops, sources=list(cost.sources), band=band,
+                           band_basis=basis, no_estimate=why,
+                           basis=LatencyBasis.PROFILE if core is None
+                           else LatencyBasis.REGISTRY)
 
 
 def _compiled_elsewhere(per_op: Sequence[OpCompute], profile: Profile) -> str | None:
     """Why there is no estimate when an op is another accelerator's compiled part: its work
     is in a command stream no cost table here reads (0 MACs would be a false "fast")."""
-    from devicefit.simulator.compat import compiled_for
-
     for c in per_op:
         target = compiled_for(c.op.removeprefix("CUSTOM:")) if c.op.startswith("CUSTOM:") \
             else None
@@ -212,8 +216,10 @@ def _compiled_elsewhere(per_op: Sequence[OpCompute], profile: Profile) -> str | 
 
 
 def estimate_band(profile: Profile, core: Core | None, data: KernelData,
-                  model: Model | None = None) -> tuple[tuple[float, float], str]:
-    """The (low, high) multipliers of an estimate and where they come from."""
+                  model: Model | None = None, library: str | None = None
+                  ) -> tuple[tuple[float, float], str]:
+    """The (low, high) multipliers of an estimate and where they come from (``library``:
+    the kernel library of the CPU ops, None: :func:`host_library`)."""
     if profile.cost_model.error_band is not None:
         return profile.cost_model.error_band, (
             profile.cost_model.calibration
@@ -221,7 +227,7 @@ def estimate_band(profile: Profile, core: Core | None, data: KernelData,
     if core is None:
         return UNCALIBRATED_BAND, "uncalibrated cost table (no error_band in the profile)"
     dtype = _main_dtype(model) if model is not None else "int8"
-    lib = library_for(data, host_library(profile), dtype)
+    lib = library_for(data, library or host_library(profile), dtype)
     if dtype not in lib.calibrated:
         return UNCALIBRATED_BAND, (f"{lib.name} kernels, {dtype}: no published figure "
                                    f"validates them (uncalibrated band)")
@@ -239,9 +245,22 @@ def _main_dtype(model: Model) -> str:
     return max(counts, key=counts.__getitem__) if counts else "int8"
 
 
-def latency_section(model: Model, profile: Profile, per_op: Sequence[OpCompute]) -> LatencyReport:
-    """``report.latency`` with the device estimate (host figures are added by a run)."""
-    est = estimate_latency(model, per_op, profile)
+def device_latency(model: Model, profile: Profile, target: Target,
+                   compatibility: CompatibilityReport, per_op: Sequence[OpCompute]
+                   ) -> LatencyReport:
+    """``report.latency``'s device estimate (host figures are added by a run): the target's
+    section's own where it has one (the Edge TPU splits an inference into TPU compute, link
+    transfers and CPU fallback; the Ethos-U adds Vela's cycles and the Cortex-M part), else
+    the CPU cost model for ``device.cpu`` and the library ``target`` runs its CPU ops on.
+    A :class:`ProfileError` when the profile's cost model cannot estimate."""
+    section = compatibility.section
+    if section is not None:
+        own = section.latency_report(profile, f"compatibility.{compatibility.table}.latency")
+        if own is not None:
+            return own
+    kernels = profile.runtime.kernels
+    est = estimate_latency(model, per_op, profile,
+                           library=target.cpu_kernels.get(kernels, kernels))
     return LatencyReport(
         estimated_device_ms=est.total_ms,
         band_ms=est.band_ms,
@@ -250,7 +269,7 @@ def latency_section(model: Model, profile: Profile, per_op: Sequence[OpCompute])
         basis=est.basis,
         no_estimate=est.no_estimate,
         cpu=profile.device.cpu,
-        kernels=profile.runtime.kernels,
+        kernels=kernels,
         runtime_version=profile.runtime.version,
         clock_hz=est.clock_hz,
         threads=est.threads,

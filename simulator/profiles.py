@@ -52,7 +52,7 @@ from devicefit.simulator.schema import (
     share,
     string,
 )
-from devicefit.simulator.targets.registry import TARGETS, Target, union
+from devicefit.simulator.target import TARGETS, Target, union
 from devicefit.simulator.units import FREQUENCY_HELP, parse_frequency_hz
 
 PROFILE_SUFFIXES = (".yaml", ".yml")

@@ -9,13 +9,14 @@ are None until the stage that fills them has run. A model the target's compiler 
 has a report too: what the file itself tells and the refusal (``compile_refusal``), with no
 memory plan (``memory`` None), since none of the compiled model exists.
 
-:class:`Report` is frozen and so are the sections of the running half, the budgets and the
-target sections: each stage gives a new report (``dataclasses.replace``) and none changes
-the one it was given. The static sections (``model``, ``profile``, ``memory``, ``compute``)
-are still plain dataclasses, and a report's lists (``notes``, ``budgets``, ``layers``) are
-lists. Statuses, budget names, units and bases are ``str`` enums (:mod:`simulator.types`), so a
-report goes to JSON as it is (:meth:`Report.to_dict`, with a ``schema_version``) and comes
-back typed (:meth:`Report.from_dict`, e.g. the shard results ``check merge`` combines).
+:class:`Report` is frozen and so is every section (the static ones, the running half's,
+the budgets, the device benchmark's and the target sections): each stage gives a new report
+(``dataclasses.replace``) and none changes the one it was given; a report's lists
+(``notes``, ``budgets``, ``layers``) are lists, which no stage appends to. Statuses, budget
+names, units and bases are ``str`` enums (:mod:`simulator.types`), so a report goes to JSON
+as it is (:meth:`Report.to_dict`, with a ``schema_version``) and comes back typed
+(:meth:`Report.from_dict`, e.g. the shard results ``check merge`` combines; its docstring
+holds the rule for versions and unknown keys).
 """
 
 from __future__ import annotations
@@ -41,10 +42,14 @@ from devicefit.simulator.types import (
 )
 
 if TYPE_CHECKING:
+    from devicefit.simulator.display import SectionDisplay
     from devicefit.simulator.profile_types import Profile
 
-#: Version of the JSON form. 1: the untyped sections before it had a version (read back
-#: the same way). 2: typed sections, ``schema_version`` and ``unchecked_budgets``.
+#: Version of the JSON form, a major version: a change an older reader would misread (a
+#: field renamed, retyped or meaning something else) raises it; an added field or section
+#: does not (see :meth:`Report.from_dict` for what a reader does with either). 1: the
+#: untyped sections before it had a version (read back the same way). 2: typed sections,
+#: ``schema_version`` and ``unchecked_budgets``.
 SCHEMA_VERSION = 2
 
 
@@ -88,7 +93,7 @@ class SourceModel:
     compiled_for: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelSummary:
     path: str
     sha256: str
@@ -106,7 +111,7 @@ class ModelSummary:
     source: SourceModel | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProfileSummary:
     name: str
     device_class: str
@@ -115,7 +120,7 @@ class ProfileSummary:
     description: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class TimelineStep:
     op_index: int
     op: str
@@ -126,7 +131,7 @@ class TimelineStep:
     last_step: int = -1
 
 
-@dataclass
+@dataclass(frozen=True)
 class PlannedBuffer:
     """One buffer placed in the arena head: a tensor or a kernel's scratch buffer."""
 
@@ -142,7 +147,7 @@ class PlannedBuffer:
     offline: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class MemoryReport:
     planner: str
     arena_head_bytes: int
@@ -199,7 +204,7 @@ class LayerRow:
         return f"{self.subgraph}:{self.index}" if self.subgraph else str(self.index)
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpCompute:
     op_index: int
     op: str
@@ -207,7 +212,7 @@ class OpCompute:
     bytes_moved: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class ComputeReport:
     macs: int
     per_op: list[OpCompute] = field(default_factory=list)
@@ -259,8 +264,10 @@ SectionTypes = Callable[[str], "type | None"]
 class TargetSection(Protocol):
     """A target's own static section (the Edge TPU partition), ``compatibility.<table>``.
 
-    A frozen dataclass that writes its own views (the text, HTML and ``convert`` views
-    print what it gives) and may carry the target's own device-latency estimate.
+    A frozen dataclass of the target's figures that gives the views data to show — the
+    text view and ``convert`` print its lines, the HTML view renders its
+    :class:`~simulator.display.SectionDisplay` — and may carry the target's own
+    device-latency estimate.
     """
 
     def to_dict(self) -> dict[str, Any]: ...
@@ -269,8 +276,9 @@ class TargetSection(Protocol):
         """Its part of the text report: a heading line, then indented detail lines."""
         ...
 
-    def html(self) -> str:
-        """Its part of the HTML page (escaped by the section itself)."""
+    def display(self) -> SectionDisplay:
+        """Its part of a page, as data: facts, charts, the partition (the views render and
+        escape it)."""
         ...
 
     def summary_lines(self) -> list[str]:
@@ -311,6 +319,12 @@ class CompatibilityReport:
             by_op.setdefault((u.op, u.reason), []).append(where)
         return "; ".join(f"{op} (op{'s' if len(at) > 1 else ''} {', '.join(at)}: {reason})"
                          for (op, reason), at in by_op.items())
+
+    def disagreement_lines(self, since: int = 0) -> list[str]:
+        """One line per operator on which the op table and the runtime (its one-op probe or
+        the run) answered differently, from the ``since``-th on; the runtime's answer is
+        the report's."""
+        return [f"op support: {d.line()}" for d in self.disagreements[since:]]
 
     def to_dict(self) -> dict[str, Any]:
         out = {"table": self.table, "supported": self.supported,
@@ -738,9 +752,27 @@ class Report:
     def from_dict(cls, data: dict[str, Any], section_type: SectionTypes) -> Report:
         """The inverse of :meth:`to_dict` (for reports read back from JSON, e.g. the shard
         results that ``check merge`` combines); ``KeyError``/``TypeError``/``ValueError`` if
-        malformed. Version 1 reports (before ``schema_version``) read the same way.
-        ``section_type`` gives the class of a target's section
-        (:func:`simulator.views.json.read_report` passes the targets' own)."""
+        malformed. ``section_type`` gives the class of a target's section
+        (:func:`simulator.views.json.read_report` passes the targets' own).
+
+        The rule for keys, by ``schema_version`` (:data:`SCHEMA_VERSION`):
+
+        - a newer version is refused (``ValueError`` saying so): its fields may mean
+          something else, and a report misread is worse than none;
+        - version 1 (no ``schema_version``) and this version read field by field; a field
+          the JSON lacks (added since it was written) keeps its default;
+        - a key of this version that no field of its class names is dropped
+          (:func:`from_fields`): either a figure derived from the fields, which the class
+          computes again (``status``, the Ethos-U section's ``latency``), or an addition of a
+          newer devicefit of the same version. A report read back is judged and shown by
+          this version's code, which has no figure or view for such a key, and written out
+          again it would claim this version's meaning for it; so it is not kept.
+        """
+        version = data.get("schema_version", 1)
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise ValueError(f"report schema_version {version!r} is newer than this devicefit "
+                             f"reads ({SCHEMA_VERSION}): read it with the devicefit that wrote "
+                             f"it, or upgrade this one")
         compat = data.get("compatibility")
         rest = {k: v for k, v in data.items() if k != "compatibility"}
         report = from_fields(cls, rest)
@@ -783,14 +815,16 @@ def _fields(cls: type) -> tuple[tuple[str, Any], ...]:
 def build(cls: type, data: Any) -> Any:
     """A dataclass from its JSON form, following the field annotations. A class with its own
     ``from_dict`` reads itself; a field missing from the JSON (added since it was written)
-    keeps its default, and a key the class does not know is ignored."""
+    keeps its default, and a key the class does not know is dropped (the rule:
+    :meth:`Report.from_dict`)."""
     own: Callable[[Any], Any] | None = getattr(cls, "from_dict", None)
     return own(data) if own is not None else from_fields(cls, data)
 
 
 def from_fields(cls: type, data: Any) -> Any:
     """``cls`` field by field from its JSON form: what a ``from_dict`` builds on when only
-    some of its fields need reading by hand."""
+    some of its fields need reading by hand. A key no field names is dropped, deliberately
+    (:meth:`Report.from_dict` says why), a field the JSON lacks keeps its default."""
     return cls(**{name: _value(hint, data[name]) for name, hint in _fields(cls) if name in data})
 
 

@@ -33,7 +33,7 @@ from devicefit.simulator.errors import UsageError
 from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
 from devicefit.simulator.reader import constant_values
 from devicefit.simulator.report import ShapesReport
-from devicefit.simulator.targets.registry import TARGETS
+from devicefit.simulator.target import TARGETS
 
 Shape = tuple[int, ...]
 #: A dimension no rule could compute.

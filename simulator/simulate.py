@@ -1,13 +1,16 @@
 """The simulator's driver: read → plan → count → [measure] → [bench] → judge, one :class:`Report`.
 
-The static path (the default) imports no runtime and no TensorFlow: it reads the flatbuffer,
-plans the arena with the profile's runtime planner, counts flash, parameters and MACs,
-checks op support and estimates latency. ``run=True`` hands the report to the measuring
-stage, ``simulator.measure.measure(model, profile, report, **run_options) -> Report``, which
-gives it back with the ``measured`` section and the host figures of ``latency``; a device
-benchmark (``bench``) adds its section. Only then, with every figure in, are the budgets
-judged — once (:func:`simulator.verdict.judge`), so measured figures win. Each stage gives
-a new report; none changes the one it was given.
+The profile's target is resolved once (:func:`simulator.target.target_for`) and handed to
+each stage. The static path (the default) imports no runtime and no TensorFlow: it reads the
+flatbuffer, plans the arena with the target's planner, counts flash, parameters and MACs,
+checks op support and estimates latency; then :func:`simulator.invariants.check_static`
+states what every later stage and view relies on (a failure is a devicefit bug). ``run``
+(a :class:`~simulator.types.MeasureOptions`: what the command asks of ``--run``) hands the
+report to the measuring stage, :func:`simulator.measure.measure`, which gives it back with
+the ``measured`` section and the host figures of ``latency``; a device benchmark
+(``bench``) adds its section. Only then, with every figure in, are the budgets judged —
+once (:func:`simulator.verdict.judge`), so measured figures win. Each stage gives a new
+report; none changes the one it was given.
 """
 
 from __future__ import annotations
@@ -20,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.benchmark import BenchComparison, BenchResult
-from devicefit.simulator.compat import static_compatibility, static_latency
+from devicefit.simulator.compat import static_compatibility
 from devicefit.simulator.compute import op_work, parameters_by_dtype
 from devicefit.simulator.errors import CompileRefusal, CompilerRefused, ProfileError, UsageError
-from devicefit.simulator.latency import latency_section
+from devicefit.simulator.invariants import check_static
+from devicefit.simulator.latency import device_latency
 from devicefit.simulator.layers import layer_rows
 from devicefit.simulator.model import Model
-from devicefit.simulator.planners import plan_memory
 from devicefit.simulator.planners.base import MemoryPlan
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
@@ -34,6 +37,7 @@ from devicefit.simulator.reader import read_model
 from devicefit.simulator.report import (
     BenchSection,
     ComputeReport,
+    LatencyReport,
     MemoryReport,
     ModelSummary,
     OpCompute,
@@ -44,11 +48,10 @@ from devicefit.simulator.report import (
     SourceModel,
     TimelineStep,
 )
-from devicefit.simulator.runtimes import runner_name
 from devicefit.simulator.shapes import resolve_shapes, shape_notes
-from devicefit.simulator.targets.registry import target_for
+from devicefit.simulator.target import Target, runner_for, target_for
+from devicefit.simulator.types import InputShape, MeasureOptions
 from devicefit.simulator.verdict import judge
-from devicefit.simulator.views.messages import disagreement_messages
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +59,15 @@ log = logging.getLogger(__name__)
 CONVERSION_METADATA = "devicefit.conversion"
 
 
-def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = False,
-             order: Sequence[int] | None = None, profiles_dirs: Sequence[str | Path] = (),
-             bench: BenchResult | None = None, strict: bool = False, probe: bool = True,
-             input_shapes: Sequence[tuple[str | None, tuple[int, ...]]] = (),
-             **run_options: Any) -> Report:
-    """Predict (and with ``run=True`` also measure) ``model_path`` on ``profile``, judged.
+def simulate(model_path: str | Path, profile: Profile | str, *,
+             run: MeasureOptions | None = None, order: Sequence[int] | None = None,
+             profiles_dirs: Sequence[str | Path] = (), bench: BenchResult | None = None,
+             strict: bool = False, probe: bool = True,
+             input_shapes: Sequence[InputShape] = ()) -> Report:
+    """Predict (and with ``run`` also measure) ``model_path`` on ``profile``, judged.
 
     ``profile`` is a loaded :class:`Profile` or a name/path for :func:`load_profile`.
+    ``run``: how to run the model in the profile's runtime (None: the static half only).
     ``order`` executes the main graph's operators in that order (for the optimizer).
     ``bench`` is what the device itself measured (``devicefit bench``): its average time is
     judged against the latency budget instead of the estimate. ``strict``: a budget the
@@ -71,56 +75,55 @@ def simulate(model_path: str | Path, profile: Profile | str, *, run: bool = Fals
     the runtime about each operator signature (:mod:`simulator.compat.probe`; cached on
     disk, a child process only for signatures not seen before). ``input_shapes``: (input
     name or None for the only one, shape) pairs the dynamic dimensions are resolved from
-    (else the stored input shapes; :mod:`simulator.shapes`). ``run_options`` go to the
-    running half unchanged.
+    (else the stored input shapes; :mod:`simulator.shapes`).
     """
     if not isinstance(profile, Profile):
         profile = load_profile(profile, list(profiles_dirs))
-    if run:  # a target that cannot run models: one line, before any work
-        runner_name(profile.runtime.name)
+    target = target_for(profile)
+    if run is not None:  # a target that cannot run models: one line, before any work
+        runner_for(target)
     source = read_model(model_path)
     try:
-        model, shapes, fixed = device_model(source, profile, input_shapes, run)
+        model, shapes, fixed = device_model(source, profile, target, input_shapes,
+                                            run is not None)
     except CompilerRefused as exc:
         # A finding about the model on this device: reported, and the verdict fails.
-        model, report = source, refused_report(source, profile, exc.refusal)
+        model, shapes, report = source, None, refused_report(source, profile, exc.refusal)
     else:
-        report = static_report(model, profile, order, shapes=shapes, probe=probe)
+        report = static_report(model, profile, order, shapes=shapes, probe=probe,
+                               target=target)
         if fixed is not None:
             report = dataclasses.replace(report, notes=[*report.notes, fixed])
         if model.sha256 != source.sha256:
             report = dataclasses.replace(report, model=dataclasses.replace(
-                report.model, source=compiled_from(source, profile)))
-        if run:
-            report = _measured(source, model, profile, report, shapes, input_shapes,
-                               run_options)
+                report.model, source=compiled_from(source, target)))
+    check_static(model, report)
+    if run is not None and report.compile_refusal is None:  # a refused model has no run
+        report = _measured(source, model, profile, target, report, shapes, input_shapes, run)
     if bench is not None:
         report = dataclasses.replace(report, bench=bench_section(bench, report))
     report = dataclasses.replace(report, layers=layer_rows(model, report))
     return judge(report, profile, strict=strict)
 
 
-def compiled_from(source: Model, profile: Profile) -> SourceModel:
+def compiled_from(source: Model, target: Target) -> SourceModel:
     """The user's file, beside the compilation of it the report describes."""
     return SourceModel(source.size_bytes, source.sha256,
-                       sum(len(sg.operators) for sg in source.subgraphs),
-                       target_for(profile).title)
+                       sum(len(sg.operators) for sg in source.subgraphs), target.title)
 
 
-def _measured(source: Model, model: Model, profile: Profile, report: Report,
-              shapes: ShapesReport | None,
-              input_shapes: Sequence[tuple[str | None, tuple[int, ...]]],
-              run_options: dict[str, Any]) -> Report:
+def _measured(source: Model, model: Model, profile: Profile, target: Target, report: Report,
+              shapes: ShapesReport | None, input_shapes: Sequence[InputShape],
+              options: MeasureOptions) -> Report:
     """``report`` with the running half: ``model`` run in the profile's runtime."""
     # Imported here: the static path must not load native runtimes.
     from devicefit.simulator.measure import measure
 
-    if input_shapes and shapes is not None:
-        run_options = {"input_shapes": dict(shapes.inputs), **run_options}
+    given = dict(shapes.inputs) if input_shapes and shapes is not None else None
     # The runtimes load the file as it is (stored shapes): the one read above, unless the
     # target prepared another.
-    file = source if target_for(profile).prepare is None else None
-    return measure(model, profile, report, file=file, **run_options)
+    return measure(model, profile, target, report, options,
+                   file=source if target.prepare is None else None, input_shapes=given)
 
 
 def refused_report(source: Model, profile: Profile, refusal: CompileRefusal) -> Report:
@@ -129,22 +132,24 @@ def refused_report(source: Model, profile: Profile, refusal: CompileRefusal) -> 
     runs the compiled model, which does not exist: no memory plan, op support, latency or
     run of it, so no budget is checked (:func:`simulator.verdict.judge` says why) and the
     refusal fails the verdict."""
-    work = op_work(source)
-    return Report(
-        model=model_summary(source), profile=profile_summary(profile), memory=None,
-        compute=ComputeReport(
-            macs=sum(w.macs for w in work),
-            per_op=[OpCompute(w.op_index, w.op, w.macs, w.bytes_moved) for w in work]),
-        compile_refusal=refusal)
+    return Report(model=model_summary(source), profile=profile_summary(profile), memory=None,
+                  compute=compute_report(source), compile_refusal=refusal)
 
 
-def device_model(source: Model, profile: Profile,
-                 input_shapes: Sequence[tuple[str | None, tuple[int, ...]]], run: bool
+def compute_report(model: Model) -> ComputeReport:
+    """MACs and bytes moved per operator of the main graph, and the MACs in all."""
+    work = op_work(model)
+    return ComputeReport(
+        macs=sum(w.macs for w in work),
+        per_op=[OpCompute(w.op_index, w.op, w.macs, w.bytes_moved) for w in work])
+
+
+def device_model(source: Model, profile: Profile, target: Target,
+                 input_shapes: Sequence[InputShape], run: bool
                  ) -> tuple[Model, ShapesReport | None, str | None]:
     """The model the device runs (compiled, for an NPU target) with its shapes resolved, and
     a note when the given shapes are ones the runtime cannot resize to (TFLM runs the stored
     ones: the figures are then for the model converted at that shape, and it cannot run)."""
-    target = target_for(profile)
     model = source
     if target.prepare is not None:  # e.g. compile it for an NPU
         if input_shapes:
@@ -174,31 +179,25 @@ def bench_section(result: BenchResult, report: Report | None,
 
 
 def static_report(model: Model, profile: Profile, order: Sequence[int] | None = None, *,
-                  shapes: ShapesReport | None = None, probe: bool = False) -> Report:
+                  shapes: ShapesReport | None = None, probe: bool = False,
+                  target: Target | None = None) -> Report:
     """The report of the static half, not judged yet (:func:`simulate` judges it whole).
     ``shapes``: how :func:`simulator.shapes.resolve_shapes` set ``model``'s shapes;
-    ``probe``: op support asked of the runtime too (see :func:`simulate`)."""
-    plan = plan_memory(model, profile, order)
-    work = op_work(model)
-    compute = ComputeReport(
-        macs=sum(w.macs for w in work),
-        per_op=[OpCompute(w.op_index, w.op, w.macs, w.bytes_moved) for w in work])
+    ``probe``: op support asked of the runtime too (see :func:`simulate`); ``target``: the
+    profile's, when the caller has resolved it."""
+    target = target or target_for(profile)
+    plan = target.planner(model, profile, order)
+    compute = compute_report(model)
     compatibility = static_compatibility(model, profile, probe=probe)
-    report = Report(
-        model=model_summary(model, shapes), profile=profile_summary(profile),
-        memory=memory_report(model, profile, plan),
-        compute=compute,
-        compatibility=compatibility,
-    )
     notes = [*plan.notes, *(shape_notes(shapes) if shapes is not None else []),
-             *disagreement_messages(report)]
-    latency = static_latency(compatibility, profile)
-    if latency is None:
-        try:
-            latency = latency_section(model, profile, compute.per_op)
-        except ProfileError as exc:
-            # An incomplete cost model costs the latency figure, not the memory verdict.
-            notes.append(f"no device latency estimate: {exc}")
+             *compatibility.disagreement_lines()]
+    try:
+        latency: LatencyReport | None = device_latency(model, profile, target, compatibility,
+                                                       compute.per_op)
+    except ProfileError as exc:
+        # An incomplete cost model costs the latency figure, not the memory verdict.
+        latency = None
+        notes.append(f"no device latency estimate: {exc}")
     if latency and latency.no_estimate:
         notes.append(latency.no_estimate)
     if shapes is not None and not shapes.resolved and latency:
@@ -206,7 +205,9 @@ def static_report(model: Model, profile: Profile, order: Sequence[int] | None = 
             latency, band_ms=None, band=None,
             band_basis="shapes unresolved: no validated band (the estimate counts the "
                        "file's placeholder sizes for the unresolved dimensions)")
-    return dataclasses.replace(report, latency=latency, notes=notes)
+    return Report(model=model_summary(model, shapes), profile=profile_summary(profile),
+                  memory=memory_report(model, profile, target, plan), compute=compute,
+                  compatibility=compatibility, latency=latency, notes=notes)
 
 
 def profile_summary(profile: Profile) -> ProfileSummary:
@@ -237,11 +238,11 @@ def conversion_settings(model: Model) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else {"value": value}
 
 
-def runtime_code(model: Model, profile: Profile) -> tuple[int, str]:
+def runtime_code(model: Model, profile: Profile, target: Target) -> tuple[int, str]:
     """The runtime's code in flash beside the model, and where the figure comes from: the
     target's own estimate for the model's operators where it has one (TFLM: the kernels
     it registers), else the profile's ``runtime.code_size``; 0 when neither says."""
-    own = target_for(profile).code_size
+    own = target.code_size
     if own is not None and (found := own(model, profile)) is not None:
         return found
     if profile.runtime.code_bytes:
@@ -249,8 +250,9 @@ def runtime_code(model: Model, profile: Profile) -> tuple[int, str]:
     return 0, ""
 
 
-def memory_report(model: Model, profile: Profile, plan: MemoryPlan) -> MemoryReport:
-    code, code_basis = runtime_code(model, profile)
+def memory_report(model: Model, profile: Profile, target: Target, plan: MemoryPlan
+                  ) -> MemoryReport:
+    code, code_basis = runtime_code(model, profile, target)
     sg = model.main
     timeline = []
     for op_index, (first, last) in sorted(plan.op_steps.items(), key=lambda kv: kv[1]):

@@ -1,12 +1,14 @@
 """The simulator's shared vocabulary: the str enums of the report, an unsupported operator,
-the protocol of a target's runner and the shape of its op table; the report section's
-protocol is :class:`simulator.report.TargetSection` (its signatures name report sections).
+the protocol of a target's runner, and the options a command hands the driver; the
+protocols of a target's other plug-ins are :mod:`simulator.target`'s (their signatures name
+report sections), the report section's is :class:`simulator.report.TargetSection`.
 
-Every layer names these (the registry, the op check, the planners, the runtimes, the
-report and its views), so this module imports nothing of devicefit at run time: a module
-may import it without importing anything else (the way AI Edge Quantizer keeps
-``qtyping``). The few devicefit classes the signatures below name (the model, the profile)
-are imported for the type checker only, and neither imports this module's importers.
+Every layer names these (the target registry, the op check, the planners, the runtimes,
+the report and its views), so this module imports nothing of devicefit at run time: a
+module may import it without importing anything else (the way AI Edge Quantizer keeps
+``qtyping``). The few devicefit classes the signatures below name (the model's subgraph
+and operator) are imported for the type checker only, and neither imports this module's
+importers.
 """
 
 from __future__ import annotations
@@ -21,8 +23,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from devicefit.simulator.model import Model, Operator, Subgraph
-    from devicefit.simulator.profile_types import Profile
+    from devicefit.simulator.model import Operator, Subgraph
 
 
 class StrEnum(str, Enum):
@@ -109,8 +110,6 @@ class ScratchRequest:
 
 #: The scratch buffers the kernel of one operator requests, in the order it requests them.
 ScratchRequests: TypeAlias = "Callable[[Subgraph, Operator], Sequence[ScratchRequest]]"
-#: A target's op table: ``(model, profile) -> unsupported operators``.
-Checker: TypeAlias = "Callable[[Model, Profile], list[UnsupportedOp]]"
 
 
 # --------------------------------------------------------------------------- running
@@ -187,6 +186,33 @@ class BuildRequest:
     checkout: str
     export_name: str | None = None
     arena_margin: int = 0
+
+
+#: An input shape given for a model's dynamic dimensions: (input name, or None for a
+#: model's only input; its shape).
+InputShape: TypeAlias = "tuple[str | None, tuple[int, ...]]"
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """How ``--run`` measures a model: what a command (``simulate``, ``export``, ``check``)
+    hands the driver's measuring stage (:func:`simulator.measure.measure`), one frozen
+    object from the command line to the runner, as Vela's ``CompilerOptions``.
+    :class:`RunOptions` is the set-up of one run inside it."""
+
+    #: Timed invokes after ``warmup`` untimed ones.
+    runs: int = 10
+    warmup: int = 1
+    #: Input data (``.npy`` for one input, ``.npz`` by input name); None: random data
+    #: within each input's range, fixed seed.
+    input_path: str | Path | None = None
+    #: Seconds before a hanging runtime is killed.
+    timeout_s: float = 60.0
+    #: Run the cross-check of a target that has one (TFLM against LiteRT's reference
+    #: kernels, on an integer model).
+    cross_check: bool = True
+    #: ``--target-build``: also measure on the device's own build; None: the host only.
+    target_build: BuildRequest | None = None
 
 
 class ModelRuns(Protocol):

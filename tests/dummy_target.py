@@ -11,23 +11,30 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from devicefit.simulator.targets.registry import ENTRY_POINTS, TARGETS
+from devicefit.simulator.target import ENTRY_POINTS, TARGETS
 
 #: The dummy NPU's package, file by file: its record, planner, op table and report section.
 DUMMY_PACKAGE = {
     "__init__.py": """
         \"\"\"A dummy NPU: a target of one's own, as one package.\"\"\"
         from devicefit.simulator.schema import number
-        from devicefit.simulator.targets.registry import Target, lazy, lazy_type
+        from devicefit.simulator.target import (
+            OpTable,
+            Planner,
+            SectionMaker,
+            Target,
+            lazy,
+            lazy_class,
+        )
 
         TARGET = Target(
             name="dummy", title="Dummy NPU", device_kinds=("dummy-board",),
-            kernels=("dummy-nn",), delegates=(), planner=lazy("dummy_npu.planner:plan"),
-            check_ops=lazy("dummy_npu.ops:check"), runner={runner!r}, host_runtime=None,
-            quant_schemes=("int8",), int16_io=False,
+            kernels=("dummy-nn",), delegates=(), planner=lazy(Planner, "dummy_npu.planner:plan"),
+            check_ops=lazy(OpTable, "dummy_npu.ops:check"), runner={runner!r},
+            host_runtime=None, quant_schemes=("int8",), int16_io=False,
             sparse_weights="the dummy NPU reads every weight", offline_plan=False,
-            section=lazy("dummy_npu.section:section"),
-            section_type=lazy_type("dummy_npu.section:DummySection"),
+            section=lazy(SectionMaker, "dummy_npu.section:section"),
+            section_type=lazy_class("dummy_npu.section:DummySection"),
             profile_keys={{"npu": {{"macs_per_cycle": number()}}}},
             settings=lambda values: dict(values["npu"]))
         """,
@@ -53,8 +60,8 @@ DUMMY_PACKAGE = {
         """,
     "section.py": """
         import dataclasses
-        from html import escape
 
+        from devicefit.simulator.display import SectionDisplay
         from dummy_npu.ops import OPS
 
 
@@ -72,8 +79,9 @@ DUMMY_PACKAGE = {
                         f"{{self.other_ops}} it cannot run",
                         f"  {{self.macs_per_cycle:g}} MACs per cycle"]
 
-            def html(self):
-                return f"<h3>Dummy NPU</h3><p>{{escape(self.text_lines()[0])}}</p>"
+            def display(self):
+                lines = self.text_lines()
+                return SectionDisplay("dummy-npu", "Dummy NPU", tuple(l.strip() for l in lines))
 
             def summary_lines(self):
                 return self.text_lines()[:1]

@@ -80,7 +80,7 @@ def _bare(path: Path) -> list[str]:
                  [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
                  else [])
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            # a module named in a string: lazy("module:attr") bindings, `python -m module`
+            # a module named in a string: lazy(Planner, "module:attr") bindings, `python -m module`
             names = [node.value] if re.fullmatch(r"\w+(\.\w+)+(:\w+)?", node.value) else []
         found += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
                   if n.split(".")[0] in PACKAGES]
@@ -139,6 +139,34 @@ def test_no_private_names_from_other_modules():
                                           if m.startswith("devicefit.simulator")))
 def test_simulator_never_imports_sdk(module):
     assert [t for t, _, _ in GRAPH[module] if t.startswith("devicefit.sdk")] == []
+
+
+#: The module that finds the built-in targets by their package's name (the door).
+DOOR = "devicefit.simulator.target"
+
+
+def _names_a_target_package(path: Path) -> list[str]:
+    """Strings of ``path``'s code (not its docstrings) naming a module of the targets'
+    packages: an import by name, which import-linter cannot see."""
+    tree = ast.parse(path.read_text(), str(path))
+    documented = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+    return [f"{path.relative_to(ROOT)}:{node.lineno}: {node.value}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in documented
+            and re.search(r"\bdevicefit\.simulator\.targets\b", node.value)]
+
+
+def test_only_the_door_names_target_packages():
+    """Generic code reaches a target through its record: besides the targets' own packages
+    (a record binds its plug-ins as ``lazy(Planner, "devicefit.simulator.targets...")``),
+    only :mod:`simulator.target` names their modules in a string (it finds the built-in
+    ones by their package's name)."""
+    named = [found for module, path in MODULES.items()
+             if module != DOOR and not module.startswith("devicefit.simulator.targets")
+             for found in _names_a_target_package(path)]
+    assert named == []
+    assert _names_a_target_package(MODULES[DOOR])
 
 
 def test_the_checkout_is_what_runs():

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from typing import Any
 
 from devicefit.simulator.benchmark import (
     BenchmarkOutput,
@@ -165,12 +166,15 @@ def _summary_row(header: list[str], cells: list[str]) -> OpTypeSummary:
         times_called=_i(col.get("times called")))
 
 
-def _parse_profile(raw_lines: list[str], out: BenchmarkOutput) -> None:
+def _parse_profile(raw_lines: list[str]) -> tuple[list[OpProfileRow], list[OpTypeSummary]]:
+    """The ``Run Order`` and ``Summary by node type`` rows of the regular runs."""
     # The initialization profile (AllocateTensors, ModifyGraphWithDelegate) comes first under
     # its own heading; only the tables of the regular runs describe inference.
     lines = [strip_prefix(line) for line in raw_lines]
     in_init = False
     title = ""
+    op_profile: list[OpProfileRow] = []
+    op_summary: list[OpTypeSummary] = []
     i = 0
     while i < len(lines):
         text = lines[i].strip()
@@ -182,62 +186,71 @@ def _parse_profile(raw_lines: list[str], out: BenchmarkOutput) -> None:
             title = m.group(1).strip().lower()
         elif text.startswith("[node type]") or text.startswith("[Node type]"):
             header, rows, i = _table_rows(lines, i)
-            if not in_init and title == "run order" and not out.op_profile:
-                out.op_profile = [_op_row(header, r) for r in rows]
-            elif not in_init and title == "summary by node type" and not out.op_summary:
-                out.op_summary = [_summary_row(header, r) for r in rows]
+            if not in_init and title == "run order" and not op_profile:
+                op_profile = [_op_row(header, r) for r in rows]
+            elif not in_init and title == "summary by node type" and not op_summary:
+                op_summary = [_summary_row(header, r) for r in rows]
             continue
         i += 1
+    return op_profile, op_summary
+
+
+def _figures(line: str, found: dict[str, Any], coverage: dict[str, dict[str, Any]],
+             created: list[str]) -> None:
+    """What one line of the output says, into ``found`` (BenchmarkOutput's fields by name),
+    ``coverage`` (DelegateCoverage's by delegate) and ``created`` (delegates, in order)."""
+    if m := _MODEL_SIZE.search(line):
+        found["model_size_mb"] = float(m.group(1))
+    elif m := _SESSION_INIT.search(line):
+        found["init_ms"] = float(m.group(1))
+    elif m := _TIMINGS.search(line):
+        for key, value in _TIMING_ITEM.findall(m.group(1)):
+            if attr := _TIMING_KEYS.get(key.strip().lower()):
+                found[attr] = _us_to_ms(float(value))
+    elif m := _MEMORY_DELTA.search(line):
+        found["memory_init_mb"], found["memory_overall_mb"] = float(m[1]), float(m[2])
+    elif m := _MEMORY_PEAK.search(line):
+        found["memory_peak_mb"] = float(m.group(1))
+    elif m := _REPLACING.search(line):
+        coverage.setdefault(m.group(3), {}).update(
+            nodes_delegated=int(m.group(1)), nodes_total=_i(m.group(2)),
+            partitions=int(m.group(4)))
+    elif m := _DELEGATED_OUT_OF.search(line):
+        coverage.setdefault(m.group(1), {}).update(
+            nodes_delegated=int(m.group(2)), nodes_total=int(m.group(3)),
+            partitions=_i(m.group(4)))
+    elif m := _WHOLE_GRAPH.search(line):
+        coverage.setdefault(m.group(1), {})["whole_graph"] = m.group(2) is None
+    elif m := _CREATED.search(line):
+        if (name := m.group(1) or m.group(2)) not in created:
+            created.append(name)
 
 
 def parse_benchmark_output(text: str) -> BenchmarkOutput:
     """Every figure the output holds; raises :class:`BenchmarkOutputError` if none is a latency."""
-    out = BenchmarkOutput()
     raw_lines = text.splitlines()
     stats: list[RunStats] = []
-    coverage: dict[str, DelegateCoverage] = {}
+    found: dict[str, Any] = {}
+    coverage: dict[str, dict[str, Any]] = {}
+    created: list[str] = []
     for raw in raw_lines:
         line = strip_prefix(raw)
         if (s := parse_stat_line(line)) is not None:
             stats.append(s)
-        elif m := _MODEL_SIZE.search(line):
-            out.model_size_mb = float(m.group(1))
-        elif m := _SESSION_INIT.search(line):
-            out.init_ms = float(m.group(1))
-        elif m := _TIMINGS.search(line):
-            for key, value in _TIMING_ITEM.findall(m.group(1)):
-                attr = _TIMING_KEYS.get(key.strip().lower())
-                if attr:
-                    setattr(out, attr, _us_to_ms(float(value)))
-        elif m := _MEMORY_DELTA.search(line):
-            out.memory_init_mb, out.memory_overall_mb = float(m.group(1)), float(m.group(2))
-        elif m := _MEMORY_PEAK.search(line):
-            out.memory_peak_mb = float(m.group(1))
-        elif m := _REPLACING.search(line):
-            cov = coverage.setdefault(m.group(3), DelegateCoverage(m.group(3)))
-            cov.nodes_delegated, cov.nodes_total = int(m.group(1)), _i(m.group(2))
-            cov.partitions = int(m.group(4))
-        elif m := _DELEGATED_OUT_OF.search(line):
-            cov = coverage.setdefault(m.group(1), DelegateCoverage(m.group(1)))
-            cov.nodes_delegated, cov.nodes_total = int(m.group(2)), int(m.group(3))
-            cov.partitions = _i(m.group(4))
-        elif m := _WHOLE_GRAPH.search(line):
-            cov = coverage.setdefault(m.group(1), DelegateCoverage(m.group(1)))
-            cov.whole_graph = m.group(2) is None
-        elif m := _CREATED.search(line):
-            name = m.group(1) or m.group(2)
-            if name not in out.delegates_created:
-                out.delegates_created.append(name)
-    out.delegate_coverage = list(coverage.values())
-    if stats:
-        out.inference = stats[-1]
-        out.warmup = stats[0] if len(stats) > 1 else None
+        else:
+            _figures(line, found, coverage, created)
+    inference = stats[-1] if stats else None
+    warmup = stats[0] if len(stats) > 1 else None
     # Pre-2.3 tools print no "First inference": the first warm-up run is the same figure.
-    if out.first_inference_ms is None and out.warmup is not None:
-        out.first_inference_ms = out.warmup.first_ms
-    if out.inference_avg_ms is None and out.inference is not None:
-        out.inference_avg_ms = out.inference.avg_ms
-    _parse_profile(raw_lines, out)
+    if found.get("first_inference_ms") is None and warmup is not None:
+        found["first_inference_ms"] = warmup.first_ms
+    if found.get("inference_avg_ms") is None and inference is not None:
+        found["inference_avg_ms"] = inference.avg_ms
+    op_profile, op_summary = _parse_profile(raw_lines)
+    out = BenchmarkOutput(
+        **found, warmup=warmup, inference=inference, delegates_created=created,
+        delegate_coverage=[DelegateCoverage(name, **c) for name, c in coverage.items()],
+        op_profile=op_profile, op_summary=op_summary)
     if out.inference_avg_ms is None:
         raise BenchmarkOutputError(
             "benchmark_model printed no inference timings; its last lines: "

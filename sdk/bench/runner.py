@@ -17,11 +17,11 @@ from pathlib import Path
 from devicefit.sdk.bench.adb import AdbClient, AdbError, DeviceGone, check_binary_arch, find_adb
 from devicefit.sdk.bench.benchmark_output import parse_benchmark_output, tail
 from devicefit.sdk.console import step
-from devicefit.simulator.benchmark import BenchmarkOutput, BenchResult, BenchSettings
+from devicefit.simulator.benchmark import BenchResult, BenchSettings
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.targets.registry import TARGETS, target_for
+from devicefit.simulator.target import TARGETS, target_for
 
 log = logging.getLogger(__name__)
 
@@ -131,43 +131,47 @@ def bench(model: str | Path, profile: Profile | str, *, benchmark_binary: str | 
 
     remote_binary = f"{REMOTE_DIR}/{REMOTE_BINARY}"
     remote_model = f"{REMOTE_DIR}/{_remote_name(model)}"
-    result = BenchResult(model=str(model), profile=profile.name, serial=entry.serial,
-                         device_model=device_model, abis=abis, binary_arch=arch,
-                         settings=settings, command=_command(settings, remote_binary,
-                                                             remote_model),
-                         results=BenchmarkOutput())
+    command = _command(settings, remote_binary, remote_model)
+    pushed: list[str] = []
+    already: list[str] = []
+    removed: list[str] = []
     try:
         step(f"copying the model and benchmark_model to {entry.serial}")
         client.mkdir(REMOTE_DIR)
         for local, remote in ((binary, remote_binary), (model, remote_model)):
             if client.same_file(local, remote):
-                result.already_on_device.append(remote)
+                already.append(remote)
             else:
                 client.push(local, remote)
-                result.pushed.append(remote)
+                pushed.append(remote)
         client.chmod_executable(remote_binary)
-        log.info("running on %s: %s", entry.serial, result.command)
+        log.info("running on %s: %s", entry.serial, command)
         step(f"running benchmark_model on {device_model or entry.serial}")
-        run = client.shell(result.command, timeout=timeout_s, what="benchmark_model")
+        run = client.shell(command, timeout=timeout_s, what="benchmark_model")
         output = run.stdout + ("\n" + run.stderr if run.stderr.strip() else "")
-        result.output_tail = [ln for ln in output.splitlines() if ln.strip()][-40:]
         if run.returncode != 0:
             if not client.is_online():
                 raise DeviceGone(f"device {entry.serial} disconnected while benchmark_model "
                                  f"ran; its last lines: {tail(output)}; reconnect it and run "
                                  "again")
             raise _failure(run.returncode, output)
-        result.results = parse_benchmark_output(output)
+        results = parse_benchmark_output(output)
     finally:
         if not keep:
-            _cleanup(client, result)
-    return result
+            removed = _cleanup(client, pushed)
+    return BenchResult(model=str(model), profile=profile.name, serial=entry.serial,
+                       device_model=device_model, abis=abis, binary_arch=arch,
+                       settings=settings, command=command, results=results, pushed=pushed,
+                       already_on_device=already, removed=removed,
+                       output_tail=[ln for ln in output.splitlines() if ln.strip()][-40:])
 
 
-def _cleanup(client: AdbClient, result: BenchResult) -> None:
+def _cleanup(client: AdbClient, pushed: list[str]) -> list[str]:
+    """Remove the files this run pushed; the ones removed."""
     # Files that were already there are the user's (an earlier --keep run): leave them.
     try:
-        client.remove(result.pushed)
-        result.removed = list(result.pushed)
+        client.remove(pushed)
     except (AdbError, DeviceGone) as exc:
-        log.warning("could not remove %s from the device: %s", ", ".join(result.pushed), exc)
+        log.warning("could not remove %s from the device: %s", ", ".join(pushed), exc)
+        return []
+    return list(pushed)

@@ -26,7 +26,7 @@ from devicefit.simulator.errors import DevicefitError
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.report import Report, build, plain_fields
 from devicefit.simulator.simulate import simulate
-from devicefit.simulator.types import BudgetName, StrEnum
+from devicefit.simulator.types import BudgetName, MeasureOptions, StrEnum
 from devicefit.simulator.views.json import read_report
 
 from .baseline import Baseline, RegressionCheck, compare
@@ -190,31 +190,30 @@ class CheckResult:
                    bool(data.get("fail_on_risk", False)), data.get("baseline_written"))
 
 
-def _simulate(model_path: str, profile: Profile, run: bool, options: dict[str, Any],
+def _simulate(model_path: str, profile: Profile, run: MeasureOptions | None, probe: bool,
               input_shapes: InputShapes = ()) -> tuple[Report | None, str | None, float]:
     """One target; module level so a worker process can run it. Only user errors are caught."""
     start = time.perf_counter()
     try:
-        report = simulate(model_path, profile, run=run, input_shapes=input_shapes, **options)
+        report = simulate(model_path, profile, run=run, probe=probe, input_shapes=input_shapes)
     except DevicefitError as exc:
         return None, str(exc), time.perf_counter() - start
     return report, None, time.perf_counter() - start
 
 
-def _simulate_in_worker(model_path: str, profile: Profile, run: bool, options: dict[str, Any],
-                        input_shapes: InputShapes = ()
+def _simulate_in_worker(model_path: str, profile: Profile, run: MeasureOptions | None,
+                        probe: bool, input_shapes: InputShapes = ()
                         ) -> tuple[Report | None, str | None, float]:
     with signals.worker_task():
-        return _simulate(model_path, profile, run, options, input_shapes)
+        return _simulate(model_path, profile, run, probe, input_shapes)
 
 
-def _results(targets: tuple[Target, ...], run: bool, jobs: int,
-             options: dict[str, Any]) -> Iterator[tuple[int, tuple[Report | None, str | None,
-                                                                    float]]]:
+def _results(targets: tuple[Target, ...], run: MeasureOptions | None, probe: bool, jobs: int
+             ) -> Iterator[tuple[int, tuple[Report | None, str | None, float]]]:
     """(index, result) in completion order."""
     if jobs <= 1 or len(targets) <= 1:
         for i, t in enumerate(targets):
-            yield i, _simulate(str(t.model_path), t.profile, run, options, t.input_shapes)
+            yield i, _simulate(str(t.model_path), t.profile, run, probe, t.input_shapes)
         return
     # Not fork: the CLI's progress bar runs a thread, and forking a threaded process can
     # copy a held lock (logging, rich) into the worker. The fork server imports the simulator
@@ -228,7 +227,7 @@ def _results(targets: tuple[Target, ...], run: bool, jobs: int,
     _start_resource_tracker()
     with ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context,
                              initializer=signals.install_in_worker) as pool:
-        futures = {pool.submit(_simulate_in_worker, str(t.model_path), t.profile, run, options,
+        futures = {pool.submit(_simulate_in_worker, str(t.model_path), t.profile, run, probe,
                                t.input_shapes): i
                    for i, t in enumerate(targets)}
         pending = set(futures)
@@ -269,20 +268,23 @@ def _start_resource_tracker() -> None:
         sys.stderr = shown
 
 
-def run_check(project: Project, *, run: bool = False, jobs: int = 1,
-              baseline: Baseline | None = None,
-              baseline_path: Path | None = None, run_options: dict[str, Any] | None = None,
+def run_check(project: Project, *, run: MeasureOptions | None = None, probe: bool = True,
+              jobs: int = 1, baseline: Baseline | None = None,
+              baseline_path: Path | None = None,
               on_done: Callable[[Outcome], None] | None = None,
               fail_on_risk: bool = False, passing_details: bool = True) -> CheckResult:
     """Simulate every target of ``project`` and judge it; ``on_done`` sees each as it ends.
 
-    ``baseline`` (from :func:`~sdk.check.baseline.load_baseline`) turns the targets'
-    regression rules into checks; without it the rules are not evaluated. Without
-    ``passing_details`` a passing target keeps only its report's summary.
+    ``run``: also run each model in its profile's runtime, so (None: the static half
+    only); ``probe``: ask the runtimes about op support (see
+    :func:`~simulator.simulate.simulate`). ``baseline`` (from
+    :func:`~sdk.check.baseline.load_baseline`) turns the targets' regression rules into
+    checks; without it the rules are not evaluated. Without ``passing_details`` a passing
+    target keeps only its report's summary.
     """
     start = time.perf_counter()
     outcomes: list[Outcome | None] = [None] * len(project.targets)
-    for i, (report, error, seconds) in _results(project.targets, run, jobs, run_options or {}):
+    for i, (report, error, seconds) in _results(project.targets, run, probe, jobs):
         t = project.targets[i]
         regressions, notes = _regressions(t, report, baseline)
         o = Outcome(t.model, str(t.model_path), t.profile.name, report, error,
@@ -293,7 +295,8 @@ def run_check(project: Project, *, run: bool = False, jobs: int = 1,
         outcomes[i] = o
         if on_done is not None:
             on_done(o)
-    return CheckResult(str(project.path), tuple(o for o in outcomes if o is not None), run,
+    return CheckResult(str(project.path), tuple(o for o in outcomes if o is not None),
+                       run is not None,
                        str(baseline_path) if baseline_path else None,
                        time.perf_counter() - start, fail_on_risk)
 

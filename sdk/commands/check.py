@@ -118,6 +118,7 @@ def _check(args: argparse.Namespace) -> int:
     from devicefit.sdk.console import make_console
     from devicefit.sdk.options import profile_inputs
     from devicefit.simulator.fileio import check_outputs
+    from devicefit.simulator.types import MeasureOptions
 
     if args.file == "merge":
         return _merge(args)
@@ -164,8 +165,8 @@ def _check(args: argparse.Namespace) -> int:
     for warning in dict.fromkeys(w for t in project.targets for w in t.profile.warnings):
         err.print(warning, markup=False)
     with _Progress(err, 0 if args.quiet else len(project.targets)) as advance:
-        result = run_check(project, run=args.run, jobs=args.jobs, baseline=baseline,
-                           run_options={"probe": args.probe},
+        result = run_check(project, run=MeasureOptions() if args.run else None,
+                           probe=args.probe, jobs=args.jobs, baseline=baseline,
                            baseline_path=baseline_path if baseline is not None else None,
                            on_done=advance, fail_on_risk=args.fail_on_risk,
                            passing_details=keeps_details(args.details, len(whole.targets)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 from devicefit.sdk.console import fold, make_console, output_width, print_report
 from devicefit.sdk.options import (
@@ -19,7 +20,7 @@ from devicefit.sdk.options import (
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.fileio import check_outputs
 from devicefit.simulator.profiles import KERNELS
-from devicefit.simulator.types import BuildRequest
+from devicefit.simulator.types import BuildRequest, MeasureOptions
 from devicefit.simulator.views import VIEWS
 from devicefit.simulator.views.base import heading
 from devicefit.simulator.views.columns import text_width
@@ -100,19 +101,16 @@ def _simulate(args: argparse.Namespace) -> int:
         device_build(build, profile)
     check_outputs([*picture_outputs(args), *layer_outputs(args)], [("model", args.model), ("--input data", args.input),
                                           *profile_inputs(profile)])
-    run_options = ({"runs": args.runs, "input_path": args.input, "timeout_s": args.timeout,
-                    "target_build": build} if args.run else {})
-    run_options["probe"] = args.probe
+    run = (MeasureOptions(runs=args.runs, input_path=args.input, timeout_s=args.timeout,
+                          target_build=build) if args.run else None)
     err = make_console(args.no_color, stderr=True)
-    if args.run and err.is_terminal:
-        # The runs happen in child processes: show that something is going on.
-        with err.status(f"running {args.runs} timed invokes in {profile.runtime.name} "
-                        "(child process)…"):
-            report = simulate(args.model, profile, run=True, input_shapes=args.input_shape,
-                              **run_options)
-    else:
-        report = simulate(args.model, profile, run=args.run, input_shapes=args.input_shape,
-                          **run_options)
+    # The runs happen in child processes: on a terminal, show that something is going on.
+    running = (err.status(f"running {args.runs} timed invokes in {profile.runtime.name} "
+                          "(child process)…") if run is not None and err.is_terminal
+               else contextlib.nullcontext())
+    with running:
+        report = simulate(args.model, profile, run=run, input_shapes=args.input_shape,
+                          probe=args.probe)
     write_pictures(args, [(heading(report), report)], inputs=[args.model])
     write_layers(args, report, inputs=[args.model])
     view = "json" if args.json else args.format or "text"

@@ -40,7 +40,7 @@ from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import DevicefitError, UsageError
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.targets.registry import target_for
+from devicefit.simulator.target import target_for
 
 if TYPE_CHECKING:
     from devicefit.simulator.report import Report

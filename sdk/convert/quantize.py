@@ -25,7 +25,7 @@ from devicefit.sdk.convert.loading import LoadedModel
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.targets.registry import target_for
+from devicefit.simulator.target import target_for
 
 log = logging.getLogger(__name__)
 

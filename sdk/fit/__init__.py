@@ -46,7 +46,7 @@ from devicefit.simulator.errors import UsageError
 from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.targets.registry import target_for
+from devicefit.simulator.target import target_for
 
 __all__ = ["FitReport", "FitSpec", "SearchSettings", "export", "fit"]
 

@@ -34,7 +34,7 @@ from devicefit.simulator.fileio import temporary_folder, write_atomic
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.report import Report, build, plain_fields
-from devicefit.simulator.types import Status
+from devicefit.simulator.types import MeasureOptions, Status
 
 if TYPE_CHECKING:
     from devicefit.sdk.fit.candidate import Context
@@ -129,7 +129,7 @@ def verify(tflite: bytes, profile: Profile) -> Report:
     with temporary_folder("devicefit-verify-") as staging:
         staged = Path(staging) / "verify.tflite"  # the workdir may be shared: stage apart
         write_atomic(staged, tflite)
-        return simulate(staged, profile, run=True)
+        return simulate(staged, profile, run=MeasureOptions())
 
 
 def write_verified(out_path: Path, tflite: bytes, verified: Report, inputs: list[Any]

@@ -35,7 +35,7 @@ from devicefit.simulator.fileio import write_atomic
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.report import Report
-from devicefit.simulator.targets.registry import target_for
+from devicefit.simulator.target import target_for
 from devicefit.simulator.types import BudgetName, Status, StrEnum
 from devicefit.simulator.verdict import static_arena_bytes
 

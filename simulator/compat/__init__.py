@@ -10,50 +10,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from devicefit.simulator.model import INTEGER_DTYPES, Model, Tensor
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.report import (
     CompatibilityReport,
     Disagreement,
-    LatencyReport,
     ProbeSummary,
-    TargetSection,
 )
-from devicefit.simulator.targets.registry import TARGETS, Target, TargetView
-from devicefit.simulator.types import Checker, UnsupportedOp
-
-
-def compiled_for(code: str) -> Target | None:
-    """The target whose compiler leaves custom op ``code`` in a model, if any."""
-    return next((t for t in TARGETS.values() if t.compiled_op == code), None)
-
-
-def accelerator_op(code: str) -> str | None:
-    """The compatibility finding for a custom op a target's compiler left in the model (its
-    compiled part, which only that accelerator's driver runs), else None."""
-    target = compiled_for(code)
-    if target is None:
-        return None
-    return (f"compiled for the {target.title}: this op is the accelerator's part of the graph "
-            f"and runs only where its driver is; give the uncompiled .tflite or a profile for "
-            f"that accelerator")
-
+from devicefit.simulator.target import OpTable, SectionMaker, TargetView
+from devicefit.simulator.types import UnsupportedOp
 
 #: Op table name (a target's name) → the target's checker: a view of the target registry.
-CHECKERS: Mapping[str, Checker] = TargetView(lambda t: t.check_ops)
+CHECKERS: Mapping[str, OpTable] = TargetView(lambda t: t.check_ops)
 
 #: Op table name → the target's own section, ``compatibility.<table>`` of the report, for
 #: targets whose op support is static analysis (the Edge TPU partition).
-SECTIONS: Mapping[str, Callable[[Model, Profile], TargetSection]] = TargetView(lambda t: t.section)
-
-
-def section_type(table: str) -> type | None:
-    """The class of ``compatibility.<table>`` (to read a report back from JSON), None for a
-    table without a section."""
-    target = TARGETS.get(table)
-    return target.section_type() if target is not None and target.section_type else None
+SECTIONS: Mapping[str, SectionMaker] = TargetView(lambda t: t.section)
 
 
 def table_for(profile: Profile) -> str:
@@ -123,12 +97,3 @@ def static_compatibility(model: Model, profile: Profile, *, probe: bool = False
     if table not in SECTIONS:
         return found
     return dataclasses.replace(found, section=SECTIONS[table](model, profile))
-
-
-def static_latency(compatibility: CompatibilityReport, profile: Profile) -> LatencyReport | None:
-    """A section's own device-latency estimate, for ``report.latency`` (the Edge TPU splits
-    an inference into TPU compute, link transfers and CPU fallback); None if it has none."""
-    section = compatibility.section
-    if section is None:
-        return None
-    return section.latency_report(profile, f"compatibility.{compatibility.table}.latency")

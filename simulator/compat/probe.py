@@ -52,7 +52,7 @@ from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.reader import constant_values
 from devicefit.simulator.report import Disagreement, ProbeSummary
-from devicefit.simulator.targets.registry import TARGETS
+from devicefit.simulator.target import TARGETS
 from devicefit.simulator.types import UnsupportedOp
 
 #: Version of the signature and answer format: part of every cache key.

@@ -25,7 +25,6 @@ dropped for it.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import struct
@@ -57,7 +56,7 @@ from devicefit.simulator.planners.base import PlanError, check_plan
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile, with_runtime
 from devicefit.simulator.reader import parse_model
-from devicefit.simulator.targets.registry import TARGETS, target_for
+from devicefit.simulator.target import TARGETS, target_for
 from devicefit.simulator.targets.tflm.planner import greedy_plan
 from devicefit.simulator.targets.tflm.scratch import tflm_buffers
 from devicefit.simulator.units import format_count
@@ -71,9 +70,10 @@ if TYPE_CHECKING:  # the runners load only when verification runs
 EXACT_ORDER_SEARCH_OPS = 64
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimizeReport:
-    """What the optimizer did to one model, with the figures that justify it."""
+    """What the optimizer did to one model, with the figures that justify it (each stage
+    gives a new one, ``dataclasses.replace``)."""
 
     model: str
     profile: str
@@ -195,50 +195,63 @@ def optimize_model_bytes(data: bytes, profile: Profile | str, *, verify: bool = 
             break
     best_patched = min(candidates[1:], key=lambda c: c.value, default=None)
     chosen = min(candidates, key=lambda c: (c.value, c.choice is not None))
-    report = copy.deepcopy(plain)  # ``plain`` stays as it was, should verification refuse
-    report.patches = p
+    report = dataclasses.replace(plain, patches=p)
     out = plain_out
     if best_patched is not None and best_patched.choice is not None:
-        p.patched_arena = best_patched.arena
-        p.patched_grid, p.patched_split = best_patched.choice.plan.grid, \
-            best_patched.choice.plan.split
+        p = dataclasses.replace(p, patched_arena=best_patched.arena,
+                                patched_grid=best_patched.choice.plan.grid,
+                                patched_split=best_patched.choice.plan.split)
     if chosen.choice is not None:
         out = chosen.data
-        p.choose(chosen.choice, model)
-        p.model_bytes_before, p.model_bytes_after = len(data), len(out)
-        _adopt_patched(report, chosen.report, model, chosen.choice.model, profile)
+        p = dataclasses.replace(p.with_choice(chosen.choice, model),
+                                model_bytes_before=len(data), model_bytes_after=len(out))
+        report = _adopt_patched(dataclasses.replace(report, patches=p), chosen.report, model,
+                                chosen.choice.model, profile)
+        p = report.patches or p
     elif best_patched is not None:
         what = f"the best patched graph, {p.patched_grid} over the first {p.patched_split} " \
             "operators"
-        p.refuse(_arena_change(what, plain_arena, best_patched.arena) if by_arena else
-                 f"{what}, needs a head of {best_patched.value:,} B, not below the plain "
-                 f"offline plan's {chosen.value:,} B")
-    if p.refused:
-        report.notes.append(f"patches not used: {p.refused}")
-    report.seconds = time.perf_counter() - started
+        p = p.without_patches(
+            _arena_change(what, plain_arena, best_patched.arena) if by_arena else
+            f"{what}, needs a head of {best_patched.value:,} B, not below the plain "
+            f"offline plan's {chosen.value:,} B")
+    refused = [f"patches not used: {p.refused}"] if p.refused else []
+    report = dataclasses.replace(report, patches=p, notes=[*report.notes, *refused],
+                                 seconds=time.perf_counter() - started)
     if verify and report.changed:
-        run = _Runs()
-        _verify(data, out, report, profile, run)
-        if not report.changed:
-            if p.grid:  # the plain plan may still gain
-                return _keep_plain(data, plain_out, plain, p, profile, run, report.summary)
-            return data, report
-        measured = _measured(report)
-        if p.grid is None:
-            p.plain_measured = measured
-        else:
-            p.patched_measured = measured
-            p.plain_measured = _measure(plain_out, profile, run)
-            judged = judge_measured(p, *_host_change(plain_out, out, profile))
-            if by_arena and judged.refuse:
-                return _keep_plain(data, plain_out, plain, p, profile, run, judged.reason)
-            if judged.refuse:
-                report.notes.append("patches kept (--patch-objective head) though the whole "
-                                    f"arena grows: {judged.reason}")
-            elif judged.reason:
-                report.notes.append(judged.reason)
-        report.summary = _changed_summary(report)
+        return _verified(data, out, plain_out, plain, report, profile, by_arena)
     return (out if report.changed else data), report
+
+
+def _verified(data: bytes, out: bytes, plain_out: bytes, plain: OptimizeReport,
+              report: OptimizeReport, profile: Profile, by_arena: bool
+              ) -> tuple[bytes, OptimizeReport]:
+    """Stage 5 of ``--patches``' result ``out``: verified, and a patched graph judged on the
+    arenas TFLM measures (else the plain plan, verified in its turn)."""
+    p = report.patches
+    assert p is not None
+    run = _Runs()
+    report = _verify(data, out, report, profile, run)
+    if not report.changed:
+        if p.grid:  # the plain plan may still gain
+            return _keep_plain(data, plain_out, plain, p, profile, run, report.summary)
+        return data, report
+    notes = []
+    if p.grid is None:
+        p = dataclasses.replace(p, plain_measured=_measured(report))
+    else:
+        p = dataclasses.replace(p, patched_measured=_measured(report),
+                                plain_measured=_measure(plain_out, profile, run))
+        judged = judge_measured(p, *_host_change(plain_out, out, profile))
+        if by_arena and judged.refuse:
+            return _keep_plain(data, plain_out, plain, p, profile, run, judged.reason)
+        if judged.refuse:
+            notes.append("patches kept (--patch-objective head) though the whole arena "
+                         f"grows: {judged.reason}")
+        elif judged.reason:
+            notes.append(judged.reason)
+    report = dataclasses.replace(report, patches=p, notes=[*report.notes, *notes])
+    return out, dataclasses.replace(report, summary=_changed_summary(report))
 
 
 def plan_patched(patched: bytes, profile: Profile, name: str = "<bytes>"
@@ -362,14 +375,13 @@ def _keep_plain(data: bytes, plain_out: bytes, plain: OptimizeReport, p: PatchRe
     """Verification refused the patched graph (``reason``: TFLM measured a larger whole
     arena than without patches, or no gain at all): write the plain plan, verified in its
     turn."""
-    p.refuse(reason)
-    report = copy.deepcopy(plain)
-    report.patches = p
-    report.notes.append(f"patches not used: {p.refused}")
+    p = p.without_patches(reason)
+    report = dataclasses.replace(plain, patches=p,
+                                 notes=[*plain.notes, f"patches not used: {p.refused}"])
     if report.changed:
-        _verify(data, plain_out, report, profile, run)
+        report = _verify(data, plain_out, report, profile, run)
     if report.changed:
-        report.summary = _changed_summary(report)
+        report = dataclasses.replace(report, summary=_changed_summary(report))
     return (plain_out if report.changed else data), report
 
 
@@ -390,25 +402,26 @@ def _arena_change(what: str, plain: ArenaFigures, patched: ArenaFigures) -> str:
 
 
 def _adopt_patched(report: OptimizeReport, after: OptimizeReport, model: Model,
-                   patched: Model, profile: Profile) -> None:
-    """Take the patched graph's plan into ``report`` (whose "before" is the original)."""
-    for name in ("order", "plan_method", "head_after_bytes", "bound_best_order_bytes",
-                 "bound_exact", "search_states"):
-        setattr(report, name, getattr(after, name))
-    report.changed = report.order_changed = True
-    report.offline_plan = after.offline_plan
-    report.notes += [n for n in after.notes if n not in report.notes]
+                   patched: Model, profile: Profile) -> OptimizeReport:
+    """``report`` (whose "before" is the original) with the patched graph's plan."""
     p = report.patches
-    assert p is not None
-    p.estimated_ms_before, p.estimated_ms_after = _latency_ms(model, profile), \
-        _latency_ms(patched, profile)
-    assert p.plain_arena is not None and p.patched_arena is not None
-    if p.patched_arena.start_bytes > p.plain_arena.start_bytes:
-        report.notes.append(
-            _arena_change("the arena grows with patches", p.plain_arena, p.patched_arena)
+    assert p is not None and p.plain_arena is not None and p.patched_arena is not None
+    plain_arena, patched_arena = p.plain_arena, p.patched_arena
+    p = dataclasses.replace(p, estimated_ms_before=_latency_ms(model, profile),
+                            estimated_ms_after=_latency_ms(patched, profile))
+    notes = [*report.notes, *(n for n in after.notes if n not in report.notes)]
+    if patched_arena.start_bytes > plain_arena.start_bytes:
+        notes.append(
+            _arena_change("the arena grows with patches", plain_arena, patched_arena)
             + ": each cloned operator keeps its own OpData and per-channel arrays in the "
             "tail; --patch-objective arena (the default) never lets it grow")
-    report.summary = _changed_summary(report)
+    report = dataclasses.replace(
+        report, order=after.order, plan_method=after.plan_method,
+        head_after_bytes=after.head_after_bytes,
+        bound_best_order_bytes=after.bound_best_order_bytes, bound_exact=after.bound_exact,
+        search_states=after.search_states, changed=True, order_changed=True,
+        offline_plan=after.offline_plan, notes=notes, patches=p)
+    return dataclasses.replace(report, summary=_changed_summary(report))
 
 
 def _latency_ms(model: Model, profile: Profile) -> float | None:
@@ -446,64 +459,52 @@ def _optimize(data: bytes, profile: Profile, *, verify: bool, name: str,
         order_changed=False, order=list(file_order), offline_plan=False, plan_method="none",
         head_before_bytes=head_before, head_after_bytes=head_before,
         bound_file_order_bytes=lower_bound(before), bound_best_order_bytes=lower_bound(before),
-        bound_exact=False, search_states=0, seconds=0.0)
-    if profile.runtime.kernels != "reference":
-        report.notes.append(
+        bound_exact=False, search_states=0, seconds=0.0, notes=[] if profile.runtime.kernels
+        == "reference" else [
             f"scratch buffers are sized as the reference kernels request them; "
             f"'{profile.runtime.kernels}' kernels request others, which TFLM places online "
-            "around the offline plan (safe, but the head on the device may differ)")
-    if len(model.subgraphs) > 1:
-        report.summary = ("unchanged: models with control flow (several subgraphs) are not "
-                          "optimized")
-        report.seconds = time.perf_counter() - started
-        return data, report
+            "around the offline plan (safe, but the head on the device may differ)"])
 
+    def timed(summary: str = "") -> OptimizeReport:
+        return dataclasses.replace(report, summary=summary,
+                                   seconds=time.perf_counter() - started)
+
+    if len(model.subgraphs) > 1:
+        return data, timed("unchanged: models with control flow (several subgraphs) are not "
+                           "optimized")
     try:
         graph = graph_from_buffers(model.main, before)
     except InputError as exc:  # valid for TFLM, but not a DAG the search can reorder
-        report.summary = f"unchanged: {exc}"
-        report.seconds = time.perf_counter() - started
-        return data, report
+        return data, timed(f"unchanged: {exc}")
     if graph.peak(file_order) != report.bound_file_order_bytes:
         raise PlanError(f"optimizer DAG peak {graph.peak(file_order)} != lifetimes bound "
                         f"{_b(report.bound_file_order_bytes)} for the file order")
-    if search_order:
-        best = best_order(graph)
-    else:
-        peak = graph.peak(file_order)
-        best = OrderResult(file_order, peak, exact=False, bound=peak, states=0)
-    report.bound_best_order_bytes, report.bound_exact = best.bound, best.exact
-    report.search_states = best.states
-    if search_order and not best.exact:
-        report.notes.append("the graph is too wide for an exact order search: the order comes "
-                            "from a beam search and the best-order bound is the per-operator "
-                            "floor (inputs + outputs + scratch of one operator)")
-
+    best = best_order(graph) if search_order else OrderResult(
+        file_order, graph.peak(file_order), exact=False, bound=graph.peak(file_order), states=0)
+    beam = ["the graph is too wide for an exact order search: the order comes from a beam "
+            "search and the best-order bound is the per-operator floor (inputs + outputs + "
+            "scratch of one operator)"] if search_order and not best.exact else []
+    report = dataclasses.replace(report, bound_best_order_bytes=best.bound,
+                                 bound_exact=best.exact, search_states=best.states,
+                                 notes=[*report.notes, *beam])
     orders = [best.order] if best.order == file_order else [file_order, best.order]
     orders = [o for o in orders if graph.peak(o) == best.peak]
     keep_metadata = OFFLINE_METADATA in model.metadata
     candidate = min((_best_plan(model, o, pointer, keep_metadata) for o in orders),
                     key=lambda c: (c.head, c.order != file_order, c.tensor_offsets is not None))
-    report.seconds = time.perf_counter() - started
     if candidate.head >= head_before:
-        report.summary = _unchanged_summary(report)
-        return data, report
-
+        return data, timed(_unchanged_summary(report))
     out = _rewrite(data, model, candidate)
     _check_written(out, candidate.head, pointer)
-    report.changed = True
-    report.order_changed = candidate.order != file_order
-    report.order = list(candidate.order)
-    report.offline_plan = candidate.tensor_offsets is not None
-    report.plan_method = candidate.method
-    report.head_after_bytes = candidate.head
-    report.seconds = time.perf_counter() - started
+    report = dataclasses.replace(
+        timed(), changed=True, order_changed=candidate.order != file_order,
+        order=list(candidate.order), offline_plan=candidate.tensor_offsets is not None,
+        plan_method=candidate.method, head_after_bytes=candidate.head)
     if verify:
-        _verify(data, out, report, profile)
+        report = _verify(data, out, report, profile)
         if not report.changed:
             return data, report
-    report.summary = _changed_summary(report)
-    return out, report
+    return out, dataclasses.replace(report, summary=_changed_summary(report))
 
 
 def _best_plan(model: Model, order: tuple[int, ...], pointer: int,
@@ -584,15 +585,18 @@ class _Runs:
 
 
 def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
-            profile: Profile, run: _Runs | None = None) -> None:
-    """Run both files on the same inputs (reference kernels) in the profile's runner (TFLM),
-    which must take both, and in its target's ``second_opinion`` (LiteRT: a second
-    implementation of the same kernels), where it has one."""
+            profile: Profile, run: _Runs | None = None) -> OptimizeReport:
+    """``report`` with both files run on the same inputs (reference kernels) in the
+    profile's runner (TFLM), which must take both, and in its target's ``second_opinion``
+    (LiteRT: a second implementation of the same kernels), where it has one; unchanged
+    (the file's order, no plan) when TFLM's measured head does not shrink."""
     from devicefit.simulator.runtimes import compare_outputs
 
     runner = _runner(profile)
     second = target_for(profile).second_opinion
     run = run or _Runs()
+    notes, identical = list(report.notes), dict(report.outputs_identical)
+    mine: list[RunResult] = []  # the runner's runs of the original and the optimized file
     for runtime in dict.fromkeys(r for r in (runner, second) if r is not None):
         runs = []
         for which, data in (("original", original), ("optimized", optimized)):
@@ -604,38 +608,48 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
                     raise RuntimeFailure(f"cannot check the optimized model in {title} (the "
                                          f"{which} model fails), so it is not written: "
                                          f"{exc}") from exc
-                report.notes.append(f"outputs not compared in {title} ({which} model): {exc}")
+                notes.append(f"outputs not compared in {title} ({which} model): {exc}")
                 break
         if len(runs) < 2:
             continue
-        identical, diff = compare_outputs(runs[0].outputs, runs[1].outputs)
-        report.outputs_identical[runtime] = identical
-        if not identical:
+        same, diff = compare_outputs(runs[0].outputs, runs[1].outputs)
+        identical[runtime] = same
+        if not same:
             raise RuntimeFailure(
                 f"the optimized model's outputs differ from the original's in {runtime} "
                 f"(max |diff| {diff:g}); nothing written. This is a devicefit bug: "
                 "please report it with the model")
         if runtime == runner:
-            report.measured_head_before_bytes = runs[0].arena_head_bytes
-            report.measured_head_after_bytes = runs[1].arena_head_bytes
-            report.measured_arena_before_bytes = runs[0].arena_total_bytes
-            report.measured_arena_after_bytes = runs[1].arena_total_bytes
+            mine = runs
+    report = dataclasses.replace(report, notes=notes, outputs_identical=identical)
+    if mine:
+        report = dataclasses.replace(
+            report, measured_head_before_bytes=mine[0].arena_head_bytes,
+            measured_head_after_bytes=mine[1].arena_head_bytes,
+            measured_arena_before_bytes=mine[0].arena_total_bytes,
+            measured_arena_after_bytes=mine[1].arena_total_bytes)
     before, after = report.measured_head_before_bytes, report.measured_head_after_bytes
     if before is not None and after is not None and after >= before:
-        unseen = (f"; TFLM's head was {_b(before)} where devicefit predicted "
-                  f"{_b(report.head_before_bytes)}: it plans buffers devicefit does not know "
-                  "(custom-op scratch?)" if before != report.head_before_bytes else "")
-        report.summary = (f"unchanged: TFLM measured {_b(after)} after vs {_b(before)} before, "
-                          f"no gain{unseen}")
-        report.changed = report.order_changed = report.offline_plan = False
-        report.order = list(range(report.operators))
-        report.plan_method = "none"
-        report.head_after_bytes = report.head_before_bytes
-        report.measured_head_after_bytes = before
-        report.measured_arena_after_bytes = report.measured_arena_before_bytes
-    elif after is not None and after != report.head_after_bytes:
-        report.notes.append(f"TFLM measured a head of {_b(after)}, predicted "
-                            f"{_b(report.head_after_bytes)} (host pointer width)")
+        return _no_gain(report, before, after)
+    if after is not None and after != report.head_after_bytes:
+        return dataclasses.replace(report, notes=[
+            *notes, f"TFLM measured a head of {_b(after)}, predicted "
+                    f"{_b(report.head_after_bytes)} (host pointer width)"])
+    return report
+
+
+def _no_gain(report: OptimizeReport, before: int, after: int) -> OptimizeReport:
+    """``report`` unchanged (the file's order, no plan): TFLM measured no smaller head."""
+    unseen = (f"; TFLM's head was {_b(before)} where devicefit predicted "
+              f"{_b(report.head_before_bytes)}: it plans buffers devicefit does not know "
+              "(custom-op scratch?)" if before != report.head_before_bytes else "")
+    return dataclasses.replace(
+        report, summary=f"unchanged: TFLM measured {_b(after)} after vs {_b(before)} before, "
+                        f"no gain{unseen}",
+        changed=False, order_changed=False, offline_plan=False,
+        order=list(range(report.operators)), plan_method="none",
+        head_after_bytes=report.head_before_bytes, measured_head_after_bytes=before,
+        measured_arena_after_bytes=report.measured_arena_before_bytes)
 
 
 def _b(num_bytes: int) -> str:

@@ -26,6 +26,7 @@ reason) whatever it cannot keep exact: float stages, ops that depend on the whol
 from __future__ import annotations
 
 import copy
+import dataclasses
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -558,9 +559,11 @@ class PatchCandidate:
     arena_bytes: int | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class PatchReport:
-    """What ``--patches`` chose, and the head vs overhead pairs it chose from."""
+    """What ``--patches`` chose, and the head vs overhead pairs it chose from (each step of
+    the optimizer gives a new one: :meth:`with_choice`, :meth:`without_patches`,
+    ``dataclasses.replace``)."""
 
     requested: str
     objective: str
@@ -600,20 +603,21 @@ class PatchReport:
         return 100.0 * (self.macs_after - self.macs_before) / self.macs_before \
             if self.macs_before else 0.0
 
-    def choose(self, choice: PatchChoice, model: Model) -> None:
-        """Record ``choice`` (of ``model``) as the patched graph kept."""
-        self.grid, self.split = choice.plan.grid, choice.plan.split
-        self.cut_tensor = model.main.tensors[choice.plan.cut_tensor].name
-        self.operators_after = len(choice.model.main.operators)
-        self.macs_after = _macs(choice.model)
+    def with_choice(self, choice: PatchChoice, model: Model) -> PatchReport:
+        """This report with ``choice`` (of ``model``) as the patched graph kept."""
+        return dataclasses.replace(
+            self, grid=choice.plan.grid, split=choice.plan.split,
+            cut_tensor=model.main.tensors[choice.plan.cut_tensor].name,
+            operators_after=len(choice.model.main.operators), macs_after=_macs(choice.model))
 
-    def refuse(self, reason: str) -> None:
-        """No patched graph is kept (the candidates stay, for the record)."""
-        self.refused = reason
-        self.grid = self.split = self.cut_tensor = None
-        self.operators_after, self.macs_after = self.operators_before, self.macs_before
-        self.estimated_ms_after = self.estimated_ms_before
-        self.model_bytes_after = self.model_bytes_before
+    def without_patches(self, reason: str) -> PatchReport:
+        """This report with no patched graph kept, and why (the candidates stay, for the
+        record)."""
+        return dataclasses.replace(
+            self, refused=reason, grid=None, split=None, cut_tensor=None,
+            operators_after=self.operators_before, macs_after=self.macs_before,
+            estimated_ms_after=self.estimated_ms_before,
+            model_bytes_after=self.model_bytes_before)
 
 
 @dataclass(frozen=True)
@@ -683,16 +687,17 @@ def search_patches(data: bytes, model: Model, settings: PatchSettings, profile: 
                          f"{', '.join(OBJECTIVES)}")
     grid = parse_grid(settings.requested)
     limit = settings.max_mac_overhead
+    macs_before = _macs(model)
     report = PatchReport(settings.requested, settings.objective, round(100 * limit, 2),
                          bound_whole_tensor, plain_arena=plain,
-                         operators_before=len(model.main.operators), macs_before=_macs(model))
+                         operators_before=len(model.main.operators), macs_before=macs_before)
     if len(model.subgraphs) > 1:
-        report.refuse("models with control flow (several subgraphs) are not patched")
-        return [], report
+        return [], report.without_patches("models with control flow (several subgraphs) are "
+                                          "not patched")
     points, reason = split_points(model)
     if not points:
-        report.refuse(f"no first stage to patch: {reason}")
-        return [], report
+        return [], report.without_patches(f"no first stage to patch: {reason}")
+    candidates: list[PatchCandidate] = []
     by_arena = settings.objective == "arena"
     grids = [grid] if grid else [(r, c) for r in range(1, MAX_AUTO_SIDE + 1)
                                  for c in range(1, MAX_AUTO_SIDE + 1)
@@ -724,11 +729,10 @@ def search_patches(data: bytes, model: Model, settings: PatchSettings, profile: 
             continue
         for plan in plans:
             stage_whole, stage_patched = stage_mac_ratio(model, plan)
-            overhead = (stage_patched - stage_whole) / report.macs_before \
-                if report.macs_before else 0.0
+            overhead = (stage_patched - stage_whole) / macs_before if macs_before else 0.0
             if overhead > limit + 1e-12:
-                report.candidates.append(PatchCandidate(split, plan.grid,
-                                                        round(100 * overhead, 2), False))
+                candidates.append(PatchCandidate(split, plan.grid, round(100 * overhead, 2),
+                                                 False))
                 continue
             try:
                 out = patch_model(data, model, plan)
@@ -738,21 +742,20 @@ def search_patches(data: bytes, model: Model, settings: PatchSettings, profile: 
             patched = parse_model(out, "<patched>")
             peak = lower_bound(tflm_buffers(patched))
             arena = predicted_start(patched, profile, peak)
-            report.candidates.append(PatchCandidate(split, plan.grid, round(100 * overhead, 2),
-                                                    True, peak, arena))
+            candidates.append(PatchCandidate(split, plan.grid, round(100 * overhead, 2), True,
+                                             peak, arena))
             key = (arena if by_arena else peak, overhead)
             ranked.append((key, PatchChoice(plan, out, patched, peak)))
             if best is None or key < best:
                 best = key
+    report = dataclasses.replace(report, candidates=candidates)
     if best is None:
-        over = report.candidates
-        report.refuse(
+        return [], report.without_patches(
             refusals[0] if refusals else
             f"no split and grid stays within +{100 * limit:g} % MACs (the least "
-            f"overhead found: +{min(c.mac_overhead_pct for c in over):g} %)" if over else
-            errors[0] if errors else
+            f"overhead found: +{min(c.mac_overhead_pct for c in candidates):g} %)"
+            if candidates else errors[0] if errors else
             f"no split can beat whole-tensor execution's head of {whole_head:,} bytes: after "
             f"every split, the operators left (or joining the patches) need at least "
             f"{least_floor:,}")
-        return [], report
     return [choice for _, choice in sorted(ranked, key=lambda kc: kc[0])[:TRIED]], report

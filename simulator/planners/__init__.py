@@ -1,6 +1,7 @@
-"""Arena planners: the generic parts (:mod:`simulator.planners.base`) and the dispatch to a
-profile's target (:mod:`simulator.targets`), whose package holds the planner its runtime
-uses (``TARGETS[name].planner``)."""
+"""Arena planners: the generic parts (:mod:`simulator.planners.base`) and, for a caller
+without the profile's target at hand, the dispatch to it (its package holds the planner its
+runtime uses, ``target.planner``; the simulate driver calls that itself, with the target it
+resolved once)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Sequence
 from devicefit.simulator.model import Model
 from devicefit.simulator.planners.base import MemoryPlan
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.targets.registry import target_for
+from devicefit.simulator.target import target_for
 
 
 def plan_memory(model: Model, profile: Profile, order: Sequence[int] | None = None) -> MemoryPlan:

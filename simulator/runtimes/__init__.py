@@ -32,7 +32,7 @@ import numpy as np
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
 from devicefit.simulator.fileio import temporary_folder
 from devicefit.simulator.model import Model
-from devicefit.simulator.targets.registry import TARGETS, TargetView
+from devicefit.simulator.target import TargetView, runner_for
 from devicefit.simulator.types import Runner, RunOptions, RunResult
 
 log = logging.getLogger(__name__)
@@ -52,21 +52,10 @@ WORKER_MEMORY_BYTES = 8 * 1024**3
 RUNNERS: Mapping[str, Callable[[], Runner]] = TargetView(lambda t: t.host_runtime)
 
 
-def runner_name(profile_runtime: str) -> str:
-    """The registered runner that runs models for a profile's runtime (its target's
-    ``runner``: the Edge TPU's CPU reference runs in LiteRT)."""
-    target = TARGETS.get(profile_runtime)
-    if target is None:
-        name = profile_runtime
-    elif target.runner is None:
-        raise UsageError(f"the {target.name} target ({target.title}) has no runner here, so "
-                         f"its models cannot be run; the static figures need no run")
-    else:
-        name = target.runner
-    if name not in RUNNERS:
-        raise UsageError(f"no runner for runtime '{profile_runtime}' (known: "
-                         f"{', '.join(sorted(RUNNERS))})")
-    return name
+def runner_name(runtime: str) -> str:
+    """The name of the runner that runs models of the target named ``runtime``
+    (:func:`simulator.target.runner_for`)."""
+    return runner_for(runtime).name
 
 
 # --------------------------------------------------------------------------- inputs

@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from devicefit.simulator.display import Note, Part, SectionDisplay, Split, Table, TimeChart
 from devicefit.simulator.escape import clean
 from devicefit.simulator.layers import peak
 from devicefit.simulator.report import MemoryReport, PlannedBuffer, Report, TargetSection
@@ -630,10 +631,48 @@ def _target_section(report: Report) -> TargetSection | None:
 
 
 def _target_html(report: Report) -> str:
-    """The target's own section, as it draws itself (the Edge TPU's partition, the Ethos-U's
-    NPU/CPU split)."""
+    """The target's own section (the Edge TPU's partition, the Ethos-U's NPU/CPU split)."""
     section = _target_section(report)
-    return "" if section is None else section.html()
+    return "" if section is None else display_html(section.display())
+
+
+#: A partition row's background: run by the accelerator, or left on the host CPU.
+ACCELERATOR_FILL, CPU_FILL = "#e3f2e1", "#fbe3d6"
+
+
+def display_html(shown: SectionDisplay) -> str:
+    """A target's section as its :class:`~simulator.display.SectionDisplay` gives it: the
+    heading, the facts as a list, then each part (a split bar, a time chart, a partition
+    table coloured by where each operator runs, a note)."""
+    facts = "".join(f"<li>{escape(fact)}</li>" for fact in shown.facts)
+    return (f'<section class="{escape(shown.name)}"><h3>{escape(shown.heading)}</h3>'
+            f"<ul>{facts}</ul>{''.join(_part_html(part) for part in shown.parts)}</section>")
+
+
+def _part_html(part: Part) -> str:
+    if isinstance(part, Note):
+        return f'<p class="note">{escape(part.text)}</p>'
+    if isinstance(part, Split):
+        return f"<h4>{escape(part.heading)}</h4>" + split_bar(part.name, part.parts,
+                                                               part.caption)
+    if isinstance(part, TimeChart):
+        bars = [(b.label, b.value, b.title) for b in part.bars]
+        top = max((b.value for b in part.bars), default=0)
+        return f"<h4>{escape(part.heading)}</h4>" + bar_chart(
+            part.name, bars, part.axis, time_ticks(top), part.caption)
+    return _table_html(part)
+
+
+def _table_html(table: Table) -> str:
+    head = "".join(f"<th>{escape(c)}</th>" for c in table.columns)
+    rows = "".join(
+        f'<tr class="{escape(row.unit)}" '
+        f'style="background:{CPU_FILL if row.on_cpu else ACCELERATOR_FILL}">'
+        + "".join(f'<td class="num">{escape(c)}</td>' if i in table.numeric
+                  else f"<td>{escape(c)}</td>" for i, c in enumerate(row.cells))
+        + "</tr>" for row in table.rows)
+    heading = f"<h4>{escape(table.heading)}</h4>" if table.heading else ""
+    return f"{heading}<table><tr>{head}</tr>{rows}</table>"
 
 
 def _refusal(report: Report) -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from devicefit.simulator import jsonout
-from devicefit.simulator.compat import section_type
 from devicefit.simulator.report import Report
+from devicefit.simulator.target import section_type
 from devicefit.simulator.views.base import View
 
 
@@ -16,7 +16,8 @@ def render(report: Report) -> str:
 
 
 def read_report(data: dict[str, Any]) -> Report:
-    """A report from its JSON form (:meth:`Report.from_dict` with the targets' sections)."""
+    """A report from its JSON form (:meth:`Report.from_dict` with the targets' sections): a
+    newer ``schema_version`` is refused, keys no field names are dropped (why: there)."""
     return Report.from_dict(data, section_type)
 
 

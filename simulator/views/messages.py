@@ -76,7 +76,7 @@ def disagreement_messages(report: Report) -> list[str]:
     """One line per operator on which the op table and the runtime (its one-op probe or the
     run) answered differently; the runtime's answer is the report's."""
     c = report.compatibility
-    return [f"op support: {d.line()}" for d in c.disagreements] if c is not None else []
+    return c.disagreement_lines() if c is not None else []
 
 
 def problems(report: Report) -> list[str]:

@@ -2,8 +2,8 @@
 
 Every figure says whether it reproduces the runtime ("exact"), was measured, or is an
 estimate, so a user knows how much to trust it. The running half's sections (measured vs
-predicted, latency, op support) are drawn here too; a target's own section writes its own
-lines (:meth:`~simulator.types.TargetSection.text_lines`).
+predicted, latency, op support) are drawn here too; a target's own section gives its lines
+as data (:meth:`~simulator.report.TargetSection.text_lines`), which this view places.
 """
 
 from __future__ import annotations

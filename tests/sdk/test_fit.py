@@ -14,6 +14,7 @@ import pytest
 
 from devicefit.sdk.cli import main
 from devicefit.simulator.simulate import simulate
+from devicefit.simulator.types import MeasureOptions
 from examples.digits import cached_cnn, load_digits
 from tests.paths import TESTS
 
@@ -80,7 +81,7 @@ def test_fit_finds_a_candidate_for_a_profile_plain_int8_misses(tight_fit):
 
 
 def test_the_written_model_passes_every_budget_in_the_real_tflm_run(tight_fit):
-    verified = simulate(tight_fit["out"], tight_fit["profile"], run=True)
+    verified = simulate(tight_fit["out"], tight_fit["profile"], run=MeasureOptions())
     assert verified.verdict == "pass"
     assert verified.measured.runtime == "tflm"
     arena = next(b for b in verified.budgets if b.name == "arena")

@@ -25,6 +25,7 @@ from devicefit.sdk.search.report import render_search_html, to_dict
 from devicefit.sdk.study import BUILD, DECISION, RECORD, SearchSettings
 from devicefit.simulator import jsonout
 from devicefit.simulator.simulate import simulate
+from devicefit.simulator.types import MeasureOptions
 from examples.digits import load_digits
 from tests.postgres import postgres_server
 
@@ -120,7 +121,7 @@ def test_the_written_file_passes_every_budget_in_the_runtime(runs, setup):
     _, profile = setup
     chosen = next(t for t in second.trials if t.number == second.chosen)
     assert chosen.accuracy == max(t.accuracy for t in second.trials if t.fits)
-    report = simulate(second.output, str(profile), run=True)
+    report = simulate(second.output, str(profile), run=MeasureOptions())
     assert report.ok and report.measured is not None
     assert {b.name for b in report.budgets} == {"flash", "arena", "latency"}
     assert second.verification is not None and second.verification.ok

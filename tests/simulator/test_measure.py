@@ -16,7 +16,8 @@ from devicefit.simulator.measure import measure
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.simulate import simulate, static_report
-from devicefit.simulator.types import BuildRequest
+from devicefit.simulator.target import target_for
+from devicefit.simulator.types import BuildRequest, MeasureOptions
 from tests.dummy_target import DUMMY_PROFILE, installed, write_dummy
 from tests.zoo import model_path
 
@@ -55,7 +56,7 @@ def test_a_run_reads_the_model_once_and_takes_op_support_from_the_static_half(mo
     tables: Counter = Counter()
     monkeypatch.setattr(reader, "parse_model", parse)
     monkeypatch.setattr(compat, "CHECKERS", _CountingCheckers(compat.CHECKERS, tables))
-    report = simulate(model_path("chain_int8"), PROFILE, run=True, runs=1)
+    report = simulate(model_path("chain_int8"), PROFILE, run=MeasureOptions(runs=1))
     assert report.measured.failure is None and report.measured.outputs_agree is True
     # One read in this process: the runs load the same file in their children (before
     # measure.py each run read it again here, and each child parsed it for its inputs).
@@ -70,7 +71,8 @@ def test_measure_gives_a_new_report_and_leaves_the_static_one_as_it_was():
     model = read_model(path)
     static = static_report(model, profile)
     before = static.to_dict()
-    measured = measure(model, profile, static, file=model, runs=1)
+    measured = measure(model, profile, target_for(profile), static, MeasureOptions(runs=1),
+                       file=model)
     assert static.to_dict() == before and static.measured is None
     assert measured.measured is not None and measured.latency.host_ms.runs == 1
     assert measured.notes[:len(static.notes)] == static.notes
@@ -110,8 +112,8 @@ def dummy(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_a_target_s_own_measurements_are_its_record_s_hooks(dummy, tmp_path):
-    report = simulate(model_path("chain_int8"), load_profile(dummy), run=True, runs=1,
-                      target_build=BuildRequest(str(tmp_path / "sdk")))
+    report = simulate(model_path("chain_int8"), load_profile(dummy), run=MeasureOptions(
+        runs=1, target_build=BuildRequest(str(tmp_path / "sdk"))))
     assert report.measured.runtime == "litert" and report.measured.failure is None
     assert "dummy build sdk, beside litert's run" in report.notes
     # The arena is read by the runner's target (TFLM), which did not run here.
@@ -125,5 +127,5 @@ def test_target_build_on_a_target_without_a_device_build_is_one_clear_error(tmp_
     """The TFLM record's hook is the only device build here."""
     with pytest.raises(InputError, match="--target-build builds TensorFlow Lite Micro; "
                                          "profile 'android-arm64-cpu' runs 'litert'"):
-        simulate(model_path("chain_int8"), "android-arm64-cpu", run=True, runs=1,
-                 target_build=BuildRequest(str(tmp_path)))
+        simulate(model_path("chain_int8"), "android-arm64-cpu", run=MeasureOptions(
+            runs=1, target_build=BuildRequest(str(tmp_path))))

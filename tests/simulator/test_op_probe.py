@@ -17,6 +17,7 @@ from devicefit.sdk.cli import main
 from devicefit.simulator.compat import check_ops
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import read_model
+from devicefit.simulator.types import MeasureOptions
 from devicefit.simulator.views.json import read_report
 from tests.op_probe import OPT, B, T, _opts, const, fb, single_op
 
@@ -129,7 +130,8 @@ def test_the_table_refusing_what_the_run_runs_is_a_disagreement_the_run_wins(mod
     wrong["combinations"] = {**wrong["combinations"],
                              "SVDF": {"int8/int8/int8": "prepare: made up"}}
     monkeypatch.setattr(tflm, "support", lambda: wrong)
-    report = simulate(models["svdf_int16_state"], TFLM, run=True, runs=1, probe=False)
+    report = simulate(models["svdf_int16_state"], TFLM, run=MeasureOptions(runs=1),
+                      probe=False)
     assert report.ok and report.compatibility.supported
     [d] = report.compatibility.disagreements
     assert d.source == "run" and "made up" in d.table and d.runtime.startswith("ran")

@@ -17,7 +17,7 @@ from devicefit.simulator.reader import read_model
 from devicefit.simulator.report import SCHEMA_VERSION, LatencyReport, Report
 from devicefit.simulator.simulate import simulate, static_report
 from devicefit.simulator.targets.edgetpu.partition import EdgeTpuReport
-from devicefit.simulator.types import Basis, BudgetName, Status
+from devicefit.simulator.types import Basis, BudgetName, MeasureOptions, Status
 from devicefit.simulator.verdict import BUDGETS, judge
 from devicefit.simulator.views import VIEWS, render
 from devicefit.simulator.views.json import read_report
@@ -42,7 +42,8 @@ def test_json_round_trip_gives_back_the_same_typed_report(name, profile):
 
 
 def test_a_run_report_round_trips_with_its_measured_section():
-    report = simulate(model_path("chain_int8"), "stm32l4r5-cortex-m4", run=True, runs=2)
+    report = simulate(model_path("chain_int8"), "stm32l4r5-cortex-m4",
+                      run=MeasureOptions(runs=2))
     back = read_report(json.loads(render("json", report)))
     assert back == report
     assert back.measured.cross_check.bit_exact is True
@@ -58,6 +59,29 @@ def test_a_version_1_report_still_reads():
     back = read_report(data)
     assert back.latency.basis == "target split"
     assert back.compatibility.section.mapped_ops == data["compatibility"]["edgetpu"]["mapped_ops"]
+
+
+def test_a_newer_schema_version_is_refused_with_a_clear_error():
+    data = simulate(model_path("residual_int8"), "stm32l4r5-cortex-m4").to_dict()
+    data["schema_version"] = SCHEMA_VERSION + 1
+    with pytest.raises(ValueError, match=rf"report schema_version {SCHEMA_VERSION + 1} is "
+                                         rf"newer than this devicefit reads \({SCHEMA_VERSION}\)"):
+        read_report(data)
+
+
+def test_keys_of_the_same_version_that_no_field_names_are_dropped():
+    """An addition of a newer devicefit of the same version (a section, a figure in one, a
+    field of a target's section) and the derived ``status`` are not kept: the report reads
+    back as the one this version wrote, and writes out as it."""
+    report = simulate(model_path("leaky_mid_int8"), "coral-edgetpu")
+    data = report.to_dict()
+    data["energy"] = {"joules": 0.1}
+    data["memory"]["arena_colour"] = "blue"
+    data["compatibility"]["edgetpu"]["tpu_temperature"] = 40
+    back = read_report(data)
+    assert back == report
+    assert back.to_dict() == report.to_dict()
+    assert "energy" not in back.to_dict() and "status" in back.to_dict()
 
 
 def test_judge_runs_once_on_the_whole_report():

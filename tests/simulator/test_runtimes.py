@@ -24,6 +24,7 @@ from devicefit.simulator.runtimes import (
 )
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.targets.tflm.runner import parse_allocations
+from devicefit.simulator.types import MeasureOptions
 from devicefit.simulator.units import format_bytes
 from devicefit.simulator.verdict import judge
 from devicefit.simulator.views import render
@@ -64,7 +65,8 @@ def test_measured_head_equals_prediction(name):
 
 
 def test_measure_fills_report_and_cross_checks_bit_exact():
-    report = simulate(zoo.model_path("chain_int8"), PROFILE, run=True, runs=3).to_dict()
+    report = simulate(zoo.model_path("chain_int8"), PROFILE,
+                      run=MeasureOptions(runs=3)).to_dict()
     m, lat = report["measured"], report["latency"]
     assert m["runtime"] == "tflm" and m["head_difference_bytes"] == 0
     assert m["outputs_agree"] is True and m["cross_check"]["max_abs_difference"] == 0.0
@@ -79,7 +81,8 @@ def test_measure_fills_report_and_cross_checks_bit_exact():
 
 
 def test_litert_profile_runs_with_its_threads():
-    report = simulate(zoo.model_path("mlp_int8"), "android-arm64-cpu", run=True, runs=2)
+    report = simulate(zoo.model_path("mlp_int8"), "android-arm64-cpu",
+                      run=MeasureOptions(runs=2))
     assert report.measured.runtime == "litert"
     assert report.latency.host_ms.threads == 4
     assert report.measured.outputs_agree is True  # TFLM vs LiteRT reference kernels
@@ -174,7 +177,7 @@ def test_parse_allocations():
 def test_over_the_arena_budget_says_by_how_much(tmp_path):
     (tmp_path / "tiny.yaml").write_text("extends: stm32l4r5-cortex-m4\nbudgets:\n  arena: 8KiB\n")
     report = simulate(zoo.model_path("chain_float32"), load_profile(tmp_path / "tiny.yaml"),
-                      run=True, runs=1)
+                      run=MeasureOptions(runs=1))
     m = report.measured
     assert m.over_budget_bytes == m.arena_bytes - 8 * 1024 > 0
     assert f"needs {format_bytes(m.over_budget_bytes)} more arena" in " ".join(report.notes)
@@ -198,7 +201,7 @@ def test_a_host_like_profile_is_judged_on_the_measured_arena(tmp_path):
     (tmp_path / "host.yaml").write_text(
         "extends: stm32l4r5-cortex-m4\nruntime: {kernels: reference, pointer_size: 8}\n")
     report = simulate(zoo.model_path("chain_int8"), load_profile(tmp_path / "host.yaml"),
-                      run=True, runs=1)
+                      run=MeasureOptions(runs=1))
     m, start = report.measured, report.memory.arena_required_bytes
     assert m.arena_bytes == m.arena_total_bytes
     text = render("text", report)

@@ -23,6 +23,7 @@ from devicefit.simulator.shapes import (
     resolve_shapes,
 )
 from devicefit.simulator.simulate import simulate
+from devicefit.simulator.types import MeasureOptions
 from devicefit.simulator.views.json import read_report
 from tests.tflite_builder import (
     conv_time_model,
@@ -190,7 +191,8 @@ def test_check_takes_input_shapes_per_model_and_per_profile_entry(conv_time, cap
 
 
 def test_run_uses_the_given_shape_where_the_runtime_resizes(conv_time):
-    r = simulate(conv_time, PHONE, run=True, runs=1, input_shapes=[(None, (2, 50, 8))])
+    r = simulate(conv_time, PHONE, run=MeasureOptions(runs=1),
+                 input_shapes=[(None, (2, 50, 8))])
     assert r.measured.skipped is None and "at x 2x50x8" in r.measured.inputs
     assert r.latency.host_ms is not None and r.compute.macs == conv_time_macs(2, 50)
 
@@ -201,7 +203,7 @@ def test_tflm_cannot_resize_an_input_and_the_report_says_so(conv_time):
     assert r.compute.macs == conv_time_macs(2, 50)
     assert any("cannot resize them" in n for n in r.notes)
     with pytest.raises(UsageError, match="cannot resize an input"):
-        simulate(conv_time, mcu, run=True, input_shapes=[(None, (2, 50, 8))])
+        simulate(conv_time, mcu, run=MeasureOptions(), input_shapes=[(None, (2, 50, 8))])
 
 
 def test_a_recurrent_layer_over_a_dynamic_time_axis(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,50 @@ def test_static_path_needs_neither_tensorflow_nor_a_runtime() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.parametrize("name", ["residual_int8", "leaky_mid_int8", "chain_float32"])
+def test_the_static_half_keeps_its_invariants(name: str) -> None:
+    """What simulate checks between its stages holds for real reports (every simulate of
+    the suite checks it too): the head is no smaller than the bytes live at once, the
+    timeline has one step per operator, the per-op MACs add up to the total."""
+    from devicefit.simulator.invariants import check_static
+    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.simulate import static_report
+
+    model = read_model(model_path(name))
+    report = static_report(model, load_profile("stm32l4r5-cortex-m4"))
+    check_static(model, report)
+    assert report.memory.arena_head_bytes >= report.memory.lower_bound_bytes > 0
+    assert [s.op_index for s in report.memory.timeline] == list(range(len(model.main.operators)))
+
+
+@pytest.mark.parametrize(("broken", "message"), [
+    ("lower_bound", r"the arena head \(\d[\d,]* B, tflm-greedy\) is below the lower bound of the "
+                    r"bytes live at once \(\d[\d,]* B\)"),
+    ("timeline", r"the memory timeline does not cover each of the 9 operators once "
+                 r"\(missing: \[4\], repeated or unknown: \[\]\)"),
+    ("macs", r"the per-operator MACs add up to [\d,]+, the report says [\d,]+"),
+])
+def test_a_broken_invariant_is_a_devicefit_bug(broken: str, message: str) -> None:
+    """A stage that hands on a report breaking an invariant stops the run with an
+    assertion naming the model, the invariant and its figures: a bug, never a verdict."""
+    import dataclasses
+
+    from devicefit.simulator.invariants import InvariantError, check_static
+    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.simulate import static_report
+
+    model = read_model(model_path("residual_int8"))
+    report = static_report(model, load_profile("stm32l4r5-cortex-m4"))
+    memory, compute = report.memory, report.compute
+    report = dataclasses.replace(report, **{
+        "lower_bound": {"memory": dataclasses.replace(
+            memory, lower_bound_bytes=memory.arena_head_bytes + 1)},
+        "timeline": {"memory": dataclasses.replace(
+            memory, timeline=[s for s in memory.timeline if s.op_index != 4])},
+        "macs": {"compute": dataclasses.replace(compute, macs=compute.macs + 1)},
+    }[broken])
+    with pytest.raises(InvariantError, match=rf"{re.escape(model.path)}: {message} \(a bug in devicefit"):
+        check_static(model, report)
+    assert issubclass(InvariantError, AssertionError)

@@ -1,4 +1,4 @@
-"""Targets as plug-ins (:mod:`simulator.targets.registry`): the built-in targets are
+"""Targets as plug-ins (:mod:`simulator.target`): the built-in targets are
 discovered, every shipped profile resolves to one, and a new target is one package — here a
 dummy NPU that the tests write into a folder with the metadata of an installed distribution
 naming it in the ``devicefit.targets`` entry-point group, with no line added anywhere else
@@ -7,12 +7,14 @@ naming it in the ``devicefit.targets`` entry-point group, with no line added any
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -20,14 +22,16 @@ import pytest
 
 from devicefit.sdk.cli import main
 from devicefit.simulator import profiles
-from devicefit.simulator.compat import CHECKERS, section_type
+from devicefit.simulator import target as target_module
+from devicefit.simulator.compat import CHECKERS
 from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.profiles import ProfileStore, load_profile
 from devicefit.simulator.reader import read_model
+from devicefit.simulator.report import TargetSection
 from devicefit.simulator.runtimes import RUNNERS, runner_name
 from devicefit.simulator.simulate import simulate
+from devicefit.simulator.target import TARGETS, Lazy, LazyClass, Target, section_type, target_for
 from devicefit.simulator.targets import edgetpu, litert, tflm
-from devicefit.simulator.targets.registry import TARGETS, target_for
 from devicefit.simulator.views.json import read_report
 from tests.dummy_target import (
     CLOCK_HZ,
@@ -82,6 +86,89 @@ def test_every_builtin_profile_resolves_to_a_registered_target():
         assert set(profile.quantization.schemes) <= set(target.quant_schemes), name
         if target.runner is not None:
             assert runner_name(target.name) in RUNNERS, name
+
+
+def _annotation(value: object) -> str:
+    """An annotation as written (``from __future__ import annotations`` keeps them text)."""
+    text = value if isinstance(value, str) else getattr(value, "__name__", str(value))
+    return "".join(text.split())
+
+
+def _mismatches(plugin: Callable[..., object], protocol: type, where: str) -> list[str]:
+    """How ``plugin``'s signature differs from ``protocol``'s ``__call__``: it must take the
+    protocol's arguments by position (what else it takes has a default), and where it
+    annotates a parameter, with the protocol's type. (Its result may be narrower than the
+    protocol's, e.g. its own section class: a type checker's question, not one text
+    answers.)"""
+    params = list(inspect.signature(protocol.__call__).parameters.values())[1:]  # no self
+    have = inspect.signature(plugin)
+    try:
+        have.bind(*(p.name for p in params))
+    except TypeError as exc:
+        return [f"{where}: {plugin} takes {have}; {protocol.__name__} passes "
+                f"({', '.join(p.name for p in params)}): {exc}"]
+    return [f"{where}: {mine.name} is {_annotation(mine.annotation)}, {protocol.__name__} "
+            f"passes {_annotation(theirs.annotation)}"
+            for mine, theirs in zip(have.parameters.values(), params)
+            if mine.annotation is not inspect.Parameter.empty
+            and _annotation(mine.annotation) not in (_annotation(theirs.annotation), "Any")]
+
+
+def _section_mismatches(cls: type, where: str) -> list[str]:
+    """A section class against :class:`~simulator.report.TargetSection`, method by method."""
+    methods = [n for n, v in vars(TargetSection).items()
+               if callable(v) and not n.startswith("_")]
+    return [m for name in methods for m in (
+        _mismatches(getattr(cls, name).__get__(object.__new__(cls)),
+                    type(name, (), {"__call__": vars(TargetSection)[name]}), f"{where}.{name}")
+        if hasattr(cls, name) else [f"{where}: no {name}()"])]
+
+
+def _binding_mismatches() -> list[str]:
+    """Every plug-in every registered target binds, against the protocol its record's
+    field is typed with (``planner: Planner``): bound lazily, it must also be bound as that
+    kind (``lazy(Planner, ...)``)."""
+    found = []
+    for target in TARGETS.values():
+        for f in dataclasses.fields(Target):
+            protocol = getattr(target_module, str(f.type).split(" | ")[0], None)
+            value = getattr(target, f.name)
+            if value is None or not getattr(protocol, "_is_protocol", False):
+                continue
+            where = f"{target.name}.{f.name}"
+            if isinstance(value, Lazy):
+                if value.kind is not protocol:
+                    found.append(f"{where}: bound as {value.kind.__name__}, typed "
+                                 f"{protocol.__name__}")
+                if isinstance(value, LazyClass):
+                    found += _section_mismatches(value.resolve(), where)
+                    continue
+                value = value.resolve()
+            found += _mismatches(value, protocol, where)
+    return found
+
+
+def test_every_binding_has_its_protocols_signature(dummy):
+    """The plug-ins of the built-in targets and of a third party's (the dummy NPU), each
+    against the protocol of :mod:`simulator.target` that types its field: what a type
+    checker cannot see through a ``lazy(Planner, "module:attr")`` string."""
+    assert "dummy" in TARGETS
+    assert _binding_mismatches() == []
+
+
+def test_a_binding_of_the_wrong_kind_is_found(monkeypatch):
+    """The check itself: a planner bound as an op table, and one taking too few arguments."""
+    from devicefit.simulator.target import OpTable, Planner, lazy
+
+    tflm_record = TARGETS["tflm"]
+    wrong = dataclasses.replace(tflm_record, planner=lazy(
+        OpTable, "devicefit.simulator.targets.tflm.planner:plan_tflm"))
+    short = dataclasses.replace(tflm_record, planner=lazy(
+        Planner, "devicefit.simulator.targets.tflm.ops:check"))
+    for record, error in ((wrong, "tflm.planner: bound as OpTable, typed Planner"),
+                          (short, "tflm.planner: <function check")):
+        monkeypatch.setattr(TARGETS, "_targets", {"tflm": record})
+        assert any(m.startswith(error) for m in _binding_mismatches()), error
 
 
 @pytest.mark.parametrize(("entry_point", "error"), [
@@ -180,7 +267,8 @@ def test_every_view_shows_the_dummy_targets_section(dummy, capsys):
     section = read_report(data).compatibility.section
     assert type(section).__name__ == "DummySection" and section.npu_ops == ops
     page = _simulate(capsys, *args, "html")[1]
-    assert f"<h3>Dummy NPU</h3><p>Dummy NPU: {ops} ops on the NPU, 0 it cannot run</p>" in page
+    assert (f'<section class="dummy-npu"><h3>Dummy NPU</h3><ul><li>Dummy NPU: {ops} ops on '
+            f"the NPU, 0 it cannot run</li><li>64 MACs per cycle</li></ul></section>") in page
     junit = ElementTree.fromstring(_simulate(capsys, *args, "junit")[1])
     assert list(junit.iter("testcase")) and not list(junit.iter("failure"))
     assert "dummy-board" in ElementTree.tostring(junit, encoding="unicode")
@@ -234,7 +322,7 @@ def test_reading_the_registry_imports_no_planner_runtime_or_numpy():
     op tables and runners lazily, so that costs no heavy import."""
     code = ("from devicefit.simulator.profiles import ProfileStore\n"
             "store = ProfileStore(); [store.load(n) for n in store.names()]\n"
-            "from devicefit.simulator.targets.registry import TARGETS; assert len(TARGETS) >= 3")
+            "from devicefit.simulator.target import TARGETS; assert len(TARGETS) >= 3")
     assert not _modules_after(code) & {
         "numpy", "devicefit.simulator.planners", "devicefit.simulator.targets.tflm.ops",
         "devicefit.simulator.runtimes", "tflite_micro", "ai_edge_litert"}
@@ -246,7 +334,7 @@ def test_reading_the_registry_imports_no_planner_runtime_or_numpy():
 REGISTRY_IMPORTS = {
     "devicefit", "devicefit.simulator", "devicefit.simulator.errors",
     "devicefit.simulator.schema", "devicefit.simulator.units",
-    "devicefit.simulator.targets", "devicefit.simulator.targets.registry",
+    "devicefit.simulator.target", "devicefit.simulator.targets",
     "devicefit.simulator.targets.edgetpu", "devicefit.simulator.targets.edgetpu.cost",
     "devicefit.simulator.targets.ethos_u", "devicefit.simulator.targets.ethos_u.config",
     "devicefit.simulator.targets.litert", "devicefit.simulator.targets.tflm",
@@ -256,7 +344,7 @@ REGISTRY_IMPORTS = {
 def test_the_registry_alone_imports_its_records_and_what_they_declare():
     """Not the profiles that read it, the types, the report, the model or the op checks:
     exactly :data:`REGISTRY_IMPORTS`, so a record that starts importing more shows here."""
-    code = "from devicefit.simulator.targets.registry import TARGETS; assert len(TARGETS) >= 4"
+    code = "from devicefit.simulator.target import TARGETS; assert len(TARGETS) >= 4"
     loaded = _modules_after(code)
     assert {m for m in loaded if m.split(".")[0] == "devicefit"} == REGISTRY_IMPORTS
     assert "numpy" not in loaded

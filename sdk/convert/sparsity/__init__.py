@@ -46,7 +46,7 @@ from devicefit.sdk.convert.sparsity.nm import (
 from devicefit.sdk.convert.sparsity.readback import WeightSparsity, tflite_weight_sparsity
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.targets.registry import target_for
+from devicefit.simulator.target import target_for
 
 __all__ = [
     "KINDS", "ChannelPruneResult", "ChannelPruning", "ChannelRatio", "NMPattern", "PrunedLayer",

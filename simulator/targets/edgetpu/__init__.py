@@ -12,8 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from devicefit.simulator.target import (
+    OpTable,
+    Planner,
+    SectionMaker,
+    Target,
+    lazy,
+    lazy_class,
+)
 from devicefit.simulator.targets.edgetpu.cost import PROFILE_KEYS, EdgeTpuCost
-from devicefit.simulator.targets.registry import Target, lazy, lazy_type
 
 if TYPE_CHECKING:
     from devicefit.simulator.profile_types import Profile
@@ -34,16 +41,16 @@ TARGET = Target(
     device_kinds=("edgetpu",),
     kernels=("edgetpu", "xnnpack", "reference"),
     delegates=("edgetpu", "xnnpack"),
-    planner=lazy("devicefit.simulator.targets.litert.planner:plan_litert"),
-    check_ops=lazy("devicefit.simulator.targets.edgetpu.partition:check"),
+    planner=lazy(Planner, "devicefit.simulator.targets.litert.planner:plan_litert"),
+    check_ops=lazy(OpTable, "devicefit.simulator.targets.edgetpu.partition:check"),
     runner="litert",
     host_runtime=None,
     quant_schemes=("int8",),
     int16_io=False,
     sparse_weights="the Edge TPU compiler does not use sparse weights",
     offline_plan=False,
-    section=lazy("devicefit.simulator.targets.edgetpu.partition:section"),
-    section_type=lazy_type("devicefit.simulator.targets.edgetpu.partition:EdgeTpuReport"),
+    section=lazy(SectionMaker, "devicefit.simulator.targets.edgetpu.partition:section"),
+    section_type=lazy_class("devicefit.simulator.targets.edgetpu.partition:EdgeTpuReport"),
     cpu_kernels={"edgetpu": "xnnpack"},
     profile_keys=PROFILE_KEYS,
     settings=EdgeTpuCost.from_values,

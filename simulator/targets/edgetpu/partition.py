@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from devicefit.simulator.display import Row, SectionDisplay, Split, Table
 from devicefit.simulator.model import Model
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.report import LatencyReport, OpLatencyRow
@@ -55,7 +56,7 @@ from devicefit.simulator.targets.edgetpu.rules import (
     OpTable,
     load_table,
 )
-from devicefit.simulator.types import LatencyBasis
+from devicefit.simulator.types import LatencyBasis, UnsupportedOp
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +173,8 @@ class EdgeTpuReport:
     def text_lines(self) -> list[str]:
         return text_lines(self)
 
-    def html(self) -> str:
-        return html_section(self)
+    def display(self) -> SectionDisplay:
+        return display(self)
 
     def summary_lines(self) -> list[str]:
         first = self.first_unmapped
@@ -547,7 +548,7 @@ def edgetpu_report(model: Model, profile: Profile, *, use_compiler: bool = True)
                        f"{report.compiler_version} op table"])
 
 
-def check(model: Model, profile: Profile) -> list[Any]:
+def check(model: Model, profile: Profile) -> list[UnsupportedOp]:
     """Ops that stop the model from running on the target (the compat registry's contract).
 
     LiteRT runs the ops that fall back to the CPU on the host, so a few are no failure
@@ -559,7 +560,6 @@ def check(model: Model, profile: Profile) -> list[Any]:
     is judged by its host ops only: its TPU part is opaque.
     """
     from devicefit.simulator.targets.litert import ops as litert
-    from devicefit.simulator.types import UnsupportedOp
 
     found = [u for u in litert.check(model, profile) if u.op != f"CUSTOM:{COMPILED_OP}"]
     report = partition(model, profile)
@@ -583,7 +583,7 @@ def section(model: Model, profile: Profile) -> EdgeTpuReport:
     return edgetpu_report(model, profile)
 
 
-# --------------------------------------------------------------------------- text view
+# --------------------------------------------------------------------------- its lines (the text view prints them)
 
 
 def text_lines(section: EdgeTpuReport) -> list[str]:
@@ -645,51 +645,50 @@ def text_lines(section: EdgeTpuReport) -> list[str]:
     return lines
 
 
-# --------------------------------------------------------------------------- HTML view
+# --------------------------------------------------------------------------- the page
 
 
-def html_section(section: EdgeTpuReport) -> str:
-    """``compatibility.edgetpu`` for the HTML page: its text lines, the latency split as a
-    bar (per inference: invoke and link are no op's, so the per-op chart shows only part of
-    the estimate) and the partition, one row per op, coloured by where it runs."""
-    from html import escape
-
+def display(section: EdgeTpuReport) -> SectionDisplay:
+    """``compatibility.edgetpu`` as a page shows it: its text lines (without the op table),
+    the latency split (per inference: invoke and link are no op's, so the per-op chart shows
+    only part of the estimate) and the partition, one row per op."""
     from devicefit.simulator.units import format_size
-    from devicefit.simulator.views.html import split_bar
 
     lines = text_lines(section)
     table_rows = {f"  {r.operator}" for r in section.table}
-    items = "".join(f"<li>{escape(line.strip())}</li>" for line in lines[1:]
-                    if not any(line.startswith(r) for r in table_rows)
-                    and not line.startswith("  Operator "))
+    facts = tuple(line.strip() for line in lines[1:]
+                  if not any(line.startswith(r) for r in table_rows)
+                  and not line.startswith("  Operator "))
     lat = section.latency
-    split = ""
+    split: tuple[Split, ...] = ()
     if lat is not None and not section.precompiled:
-        split = "<h4>Latency split (estimated, per inference)</h4>" + split_bar(
-            "edgetpu-split", [("invoke", lat.invoke_ms), ("TPU compute", lat.tpu_compute_ms),
-                              (f"link ({lat.link_bytes:,} B)", lat.link_ms),
-                              ("CPU ops", lat.cpu_ms)],
+        split = (Split(
+            "edgetpu-split", "Latency split (estimated, per inference)",
+            (("invoke", lat.invoke_ms), ("TPU compute", lat.tpu_compute_ms),
+             (f"link ({lat.link_bytes:,} B)", lat.link_ms), ("CPU ops", lat.cpu_ms)),
             "The estimate is made of these parts. TPU compute and the CPU ops are the per-op "
-            "bars above; the invoke overhead and the link traffic are per inference.")
-    colour = {"tpu": "#e3f2e1", "cpu": "#fbe3d6"}
-    rows = "".join(
-        f'<tr class="{p.device}" style="background:{colour[p.device]}"><td>{p.index}</td>'
-        f"<td>{escape(p.op)}</td><td>{p.device.upper()}</td><td>{escape(p.status)}</td>"
-        f"<td>{escape(p.reason)}</td><td class=\"num\">"
-        f"{escape(format_size(p.param_bytes)) if p.param_bytes else '-'}</td>"
-        f"<td>{escape(p.params_in or '-')}</td></tr>" for p in section.ops)
-    share = ("" if section.cpu_share is None else
-             f"; {section.cpu_share:.0%} of the MACs on the CPU"
-             + (f" (the profile accepts {section.max_cpu_share:.0%})"
-                if section.max_cpu_share is not None else ""))
-    seg = section.segment
+            "bars above; the invoke overhead and the link traffic are per inference."),)
+    rows = tuple(Row((str(p.index), p.op, p.device.upper(), p.status, p.reason,
+                      format_size(p.param_bytes) if p.param_bytes else "-",
+                      p.params_in or "-"), p.device, p.device == "cpu") for p in section.ops)
+    partition = Table(f"Partition: {_tpu_part(section)}, {section.cpu_ops} op(s) on the CPU"
+                      f"{_cpu_share(section)}",
+                      ("op", "type", "runs on", "status", "why", "parameters", "kept"), rows,
+                      numeric=(5,))
+    return SectionDisplay("edgetpu-partition", lines[0], facts, (*split, partition))
+
+
+def _tpu_part(section: EdgeTpuReport) -> str:
     if section.precompiled:
-        tpu = f"{section.tpu_subgraphs} compiled TPU segment(s) (edgetpu-custom-op)"
-    else:
-        tpu = f"{section.mapped_ops} op(s) on the TPU" + (
-            f" in one segment (ops {seg[0]}–{seg[1]})" if seg else "")
-    return (f'<section class="edgetpu-partition"><h3>{escape(lines[0])}</h3><ul>{items}</ul>'
-            f"{split}<h4>Partition: {escape(tpu)}, {section.cpu_ops} op(s) on the CPU"
-            f"{escape(share)}</h4>"
-            "<table><tr><th>op</th><th>type</th><th>runs on</th><th>status</th><th>why</th>"
-            f"<th>parameters</th><th>kept</th></tr>{rows}</table></section>")
+        return f"{section.tpu_subgraphs} compiled TPU segment(s) (edgetpu-custom-op)"
+    seg = section.segment
+    return f"{section.mapped_ops} op(s) on the TPU" + (
+        f" in one segment (ops {seg[0]}–{seg[1]})" if seg else "")
+
+
+def _cpu_share(section: EdgeTpuReport) -> str:
+    if section.cpu_share is None:
+        return ""
+    return f"; {section.cpu_share:.0%} of the MACs on the CPU" + (
+        f" (the profile accepts {section.max_cpu_share:.0%})"
+        if section.max_cpu_share is not None else "")

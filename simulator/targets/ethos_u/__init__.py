@@ -14,8 +14,17 @@ is taken as it is. ``convert`` writes ``<out>_vela.tflite`` beside the int8 file
 
 from __future__ import annotations
 
+from devicefit.simulator.target import (
+    AfterConvert,
+    OpTable,
+    Planner,
+    Prepare,
+    SectionMaker,
+    Target,
+    lazy,
+    lazy_class,
+)
 from devicefit.simulator.targets.ethos_u.config import PROFILE_KEYS, SECTION, settings
-from devicefit.simulator.targets.registry import Target, lazy, lazy_type
 
 TARGET = Target(
     name="ethos-u",
@@ -23,8 +32,8 @@ TARGET = Target(
     device_kinds=("mcu",),
     kernels=("cmsis-nn", "reference"),
     delegates=(),
-    planner=lazy("devicefit.simulator.targets.ethos_u.target:plan"),
-    check_ops=lazy("devicefit.simulator.targets.ethos_u.target:check_ops"),
+    planner=lazy(Planner, "devicefit.simulator.targets.ethos_u.target:plan"),
+    check_ops=lazy(OpTable, "devicefit.simulator.targets.ethos_u.target:check_ops"),
     # Nothing here runs the `ethos-u` op: its command stream needs the NPU (or Arm's FVP).
     runner=None,
     host_runtime=None,
@@ -34,11 +43,11 @@ TARGET = Target(
     sparse_weights="Vela encodes weights its own way; TFLite's sparse format is not used",
     # Vela writes its own offline plan (the NPU scratch aliases the op's input and output).
     offline_plan=False,
-    section=lazy("devicefit.simulator.targets.ethos_u.target:section"),
-    section_type=lazy_type("devicefit.simulator.targets.ethos_u.section:EthosUSection"),
+    section=lazy(SectionMaker, "devicefit.simulator.targets.ethos_u.target:section"),
+    section_type=lazy_class("devicefit.simulator.targets.ethos_u.section:EthosUSection"),
     profile_keys={SECTION: PROFILE_KEYS},
     settings=settings,
-    after_convert=lazy("devicefit.simulator.targets.ethos_u.target:after_convert"),
-    prepare=lazy("devicefit.simulator.targets.ethos_u.target:prepare"),
+    after_convert=lazy(AfterConvert, "devicefit.simulator.targets.ethos_u.target:after_convert"),
+    prepare=lazy(Prepare, "devicefit.simulator.targets.ethos_u.target:prepare"),
     compiled_op="ethos-u",
 )

@@ -3,15 +3,16 @@
 Every figure in it is Vela's own (read from its summary and per-layer CSVs) or read from the
 compiled file; devicefit adds the partition in the user's operators (which of *their* ops run
 on the NPU, which stay on the Cortex-M and Vela's reason), the Cortex-M part's latency and
-op support. It renders itself (text, HTML) and goes to JSON as :meth:`to_dict`.
+op support. It gives its text lines and its page (:meth:`display`, data the views render)
+and goes to JSON as :meth:`to_dict`.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from html import escape
 from typing import Any
 
+from devicefit.simulator.display import Bar, Note, Row, SectionDisplay, Split, Table, TimeChart
 from devicefit.simulator.units import format_band, format_size, format_time_ms
 
 NPU, CPU = "npu", "cpu"
@@ -239,48 +240,37 @@ class EthosUSection:
         lines += [f"  note         {n}" for n in self.notes]
         return lines
 
-    def html(self) -> str:
-        """The section for the HTML view: its lines, the latency split, Vela's per-layer
+    def display(self) -> SectionDisplay:
+        """The section as a page shows it: its lines, the latency split, Vela's per-layer
         cycles as a chart (the user's operators run inside the ``ethos-u`` op, so the page's
-        per-op chart has nothing to draw) and the NPU/CPU split as a table with each
-        operator coloured by where it runs."""
-        from devicefit.simulator.views.html import split_bar
-
-        colour = {NPU: "#e3f2e1", CPU: "#fbe3d6"}
-        rows = "".join(
-            f"<tr style='background:{colour[p.unit]}'><td>{p.subgraph}:{p.op_index}</td>"
-            f"<td>{escape(p.op)}</td><td>{p.unit.upper()}</td>"
-            f"<td>{escape(p.reason or '')}</td></tr>" for p in self.partition)
+        per-op chart has nothing to draw) and the NPU/CPU split, one row per operator."""
         lines = self.text_lines()
-        items = "".join(f"<li>{escape(line.strip())}</li>" for line in lines[1:]
-                        if not line.startswith("    "))
-        split = ""
+        facts = tuple(line.strip() for line in lines[1:] if not line.startswith("    "))
+        split: tuple[Split, ...] = ()
         if self.npu_ms is not None and self.cpu_ms is not None:
-            split = "<h4>Latency split</h4>" + split_bar(
-                "ethos-u-split", [("NPU (Vela)", self.npu_ms),
-                                  ("Cortex-M (estimated)", self.cpu_ms)],
-                "Vela's cycles at the NPU clock, plus devicefit's estimate of the operators "
-                "left on the Cortex-M.")
-        return (f"<h3>{escape(lines[0])}</h3><ul>{items}</ul>{split}{self._layers_html()}"
-                f"<table><tr><th>op</th><th>type</th><th>runs on</th><th>Vela's reason</th></tr>"
-                f"{rows}</table>")
+            split = (Split("ethos-u-split", "Latency split",
+                           (("NPU (Vela)", self.npu_ms), ("Cortex-M (estimated)", self.cpu_ms)),
+                           "Vela's cycles at the NPU clock, plus devicefit's estimate of the "
+                           "operators left on the Cortex-M."),)
+        rows = tuple(Row((f"{p.subgraph}:{p.op_index}", p.op, p.unit.upper(), p.reason or ""),
+                         p.unit, p.unit == CPU) for p in self.partition)
+        partition = Table(None, ("op", "type", "runs on", "Vela's reason"), rows)
+        return SectionDisplay("ethos-u-partition", lines[0], facts,
+                              (*split, self._layers(), partition))
 
-    def _layers_html(self) -> str:
-        from devicefit.simulator.views.html import bar_chart, time_ticks
-
+    def _layers(self) -> TimeChart | Note:
         f = self.figures
         layers = [r for r in self.per_layer if r.cycles]
         if f is None or not layers:
-            return ('<p class="note">No per-layer figures: Vela\'s per-layer report is not '
-                    "beside a file compiled elsewhere (simulate the int8 .tflite, or the file "
-                    "devicefit convert wrote with its record).</p>")
-        bars = [(str(k), 1e3 * r.cycles / f.core_clock_hz,
-                 f"{r.name}\n{r.original_op} → {r.vela_op} on the {r.unit}\n"
-                 f"{r.cycles:,} cycles, {r.macs:,} MACs") for k, r in enumerate(layers)]
-        top = max(ms for _, ms, _ in bars)
-        return ("<h4>Per layer (Vela's cycles at the NPU clock)</h4>"
-                + bar_chart("ethos-u-layers", bars, "time at the NPU clock", time_ticks(top),
-                            "Vela's layers in its order (its rewritten operators, not yours) →"))
+            return Note("No per-layer figures: Vela's per-layer report is not beside a file "
+                        "compiled elsewhere (simulate the int8 .tflite, or the file devicefit "
+                        "convert wrote with its record).")
+        bars = tuple(Bar(str(k), 1e3 * r.cycles / f.core_clock_hz,
+                         f"{r.name}\n{r.original_op} → {r.vela_op} on the {r.unit}\n"
+                         f"{r.cycles:,} cycles, {r.macs:,} MACs") for k, r in enumerate(layers))
+        return TimeChart("ethos-u-layers", "Per layer (Vela's cycles at the NPU clock)", bars,
+                         "time at the NPU clock",
+                         "Vela's layers in its order (its rewritten operators, not yours) →")
 
 
 def _b(n: int) -> str:

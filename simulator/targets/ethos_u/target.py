@@ -6,8 +6,8 @@ imports need).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from devicefit.simulator.model import Model
 from devicefit.simulator.planners.base import MemoryPlan
@@ -32,7 +32,7 @@ def prepare(model: Model, profile: Profile) -> Model:
     return compiled_model(model, profile)
 
 
-def plan(model: Model, profile: Profile, order: Any = None) -> MemoryPlan:
+def plan(model: Model, profile: Profile, order: Sequence[int] | None = None) -> MemoryPlan:
     """TFLM's arena of the compiled model: the NPU's scratch tensors (Vela's offline plan
     places them) plus whatever the Cortex-M part needs."""
     from devicefit.simulator.targets.tflm.planner import plan_tflm

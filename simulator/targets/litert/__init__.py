@@ -8,7 +8,14 @@ bench`` measures it on a phone with LiteRT's ``benchmark_model`` over adb.
 
 from __future__ import annotations
 
-from devicefit.simulator.targets.registry import Target, lazy
+from devicefit.simulator.target import (
+    HostRuntime,
+    OpTable,
+    Planner,
+    ShapeOracle,
+    Target,
+    lazy,
+)
 
 TARGET = Target(
     name="litert",
@@ -16,10 +23,10 @@ TARGET = Target(
     device_kinds=("mobile-cpu",),
     kernels=("xnnpack", "reference"),
     delegates=("xnnpack", "gpu", "nnapi"),
-    planner=lazy("devicefit.simulator.targets.litert.planner:plan_litert"),
-    check_ops=lazy("devicefit.simulator.targets.litert.ops:check"),
+    planner=lazy(Planner, "devicefit.simulator.targets.litert.planner:plan_litert"),
+    check_ops=lazy(OpTable, "devicefit.simulator.targets.litert.ops:check"),
     runner="litert",
-    host_runtime=lazy("devicefit.simulator.targets.litert.runner:LiteRTRunner"),
+    host_runtime=lazy(HostRuntime, "devicefit.simulator.targets.litert.runner:LiteRTRunner"),
     quant_schemes=("int8", "int16x8", "float16", "dynamic", "float32"),
     int16_io=True,
     sparse_weights=None,
@@ -29,5 +36,5 @@ TARGET = Target(
     wheel="ai-edge-litert",
     xnnpack_option=True,
     failed_node=r"Node number (?P<index>\d+) \((?P<op>[A-Z0-9_]+)\)",
-    shapes=lazy("devicefit.simulator.targets.litert.shapes:litert_shapes"),
+    shapes=lazy(ShapeOracle, "devicefit.simulator.targets.litert.shapes:litert_shapes"),
 )

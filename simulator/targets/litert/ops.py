@@ -31,9 +31,9 @@ import json
 from functools import cache
 from pathlib import Path
 
-from devicefit.simulator.compat import accelerator_op
 from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
 from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.target import accelerator_op
 from devicefit.simulator.types import UnsupportedOp
 
 SUPPORT_FILE = Path(__file__).with_name("litert_support.json")

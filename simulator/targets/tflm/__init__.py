@@ -14,7 +14,18 @@ beside them).
 
 from __future__ import annotations
 
-from devicefit.simulator.targets.registry import Target, lazy
+from devicefit.simulator.target import (
+    CodeSize,
+    CrossChecker,
+    DeviceBuild,
+    Exporter,
+    HostRuntime,
+    OpTable,
+    Planner,
+    RunReader,
+    Target,
+    lazy,
+)
 from devicefit.simulator.targets.tflm.settings import PROFILE_KEYS, SECTION, settings
 
 TARGET = Target(
@@ -23,10 +34,10 @@ TARGET = Target(
     device_kinds=("mcu",),
     kernels=("reference", "cmsis-nn", "esp-nn", "andes-nn"),
     delegates=(),
-    planner=lazy("devicefit.simulator.targets.tflm.planner:plan_tflm"),
-    check_ops=lazy("devicefit.simulator.targets.tflm.ops:check"),
+    planner=lazy(Planner, "devicefit.simulator.targets.tflm.planner:plan_tflm"),
+    check_ops=lazy(OpTable, "devicefit.simulator.targets.tflm.ops:check"),
     runner="tflm",
-    host_runtime=lazy("devicefit.simulator.targets.tflm.runner:TflmRunner"),
+    host_runtime=lazy(HostRuntime, "devicefit.simulator.targets.tflm.runner:TflmRunner"),
     # TFLM has no hybrid (dynamic-range) kernels and no float16 DEQUANTIZE.
     quant_schemes=("int8", "int16x8", "float32"),
     int16_io=True,
@@ -36,11 +47,11 @@ TARGET = Target(
     section=None,
     wheel="tflite-micro",
     second_opinion="litert",
-    read_run=lazy("devicefit.simulator.targets.tflm.measured:read_run"),
-    cross_check=lazy("devicefit.simulator.targets.tflm.measured:cross_check"),
-    device_build=lazy("devicefit.simulator.targets.tflm.measured:device_build"),
-    code_size=lazy("devicefit.simulator.targets.tflm.code:code_size"),
-    export=lazy("devicefit.simulator.targets.tflm.export:firmware"),
+    read_run=lazy(RunReader, "devicefit.simulator.targets.tflm.measured:read_run"),
+    cross_check=lazy(CrossChecker, "devicefit.simulator.targets.tflm.measured:cross_check"),
+    device_build=lazy(DeviceBuild, "devicefit.simulator.targets.tflm.measured:device_build"),
+    code_size=lazy(CodeSize, "devicefit.simulator.targets.tflm.code:code_size"),
+    export=lazy(Exporter, "devicefit.simulator.targets.tflm.export:firmware"),
     failed_node=r"Node (?P<op>[A-Z0-9_]+) \(number (?P<index>\d+)\)",
     profile_keys={SECTION: PROFILE_KEYS},
     settings=settings,

@@ -35,7 +35,7 @@ from devicefit.simulator.runtimes import (
     random_inputs,
     starting_arena,
 )
-from devicefit.simulator.targets.registry import TARGETS
+from devicefit.simulator.target import TARGETS, OnDevice
 from devicefit.simulator.targets.tflm import TARGET
 from devicefit.simulator.targets.tflm import ops as tflm_ops
 from devicefit.simulator.targets.tflm.export import export_files, export_spec
@@ -137,7 +137,7 @@ def cross_check(model: Model, profile: Profile, setup: ModelRuns, host: RunResul
     return CrossCheck(runtimes, bit_exact=exact, max_abs_difference=diff), notes
 
 
-def device_build(request: BuildRequest, profile: Profile) -> OnBuild:
+def device_build(request: BuildRequest, profile: Profile) -> OnDevice:
     """The measurement on the device's own TFLM build: the user's checkout built for the
     profile's core and kernels, the model exported (:mod:`.export`) and run as exported
     under QEMU (:mod:`.qemu`); a :class:`~.build.TargetBuildError` (one line) now, before

@@ -33,9 +33,9 @@ import json
 from functools import cache
 from pathlib import Path
 
-from devicefit.simulator.compat import accelerator_op
 from devicefit.simulator.model import Model, Operator, Subgraph
 from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.target import accelerator_op
 from devicefit.simulator.types import UnsupportedOp
 
 SUPPORT_FILE = Path(__file__).with_name("tflm_support.json")

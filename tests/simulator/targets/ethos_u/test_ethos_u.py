@@ -20,9 +20,9 @@ from devicefit.sdk.cli import main
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.reader import read_model
 from devicefit.simulator.simulate import simulate
+from devicefit.simulator.target import target_for
 from devicefit.simulator.targets.ethos_u.analysis import config_for, record_path
 from devicefit.simulator.targets.ethos_u.vela import run_vela
-from devicefit.simulator.targets.registry import target_for
 from tests.paths import ROOT
 from tests.vela_anchor import HIGH_END_PROFILE, vela_cli, vela_cli_for
 

@@ -1,24 +1,31 @@
-"""The target record and the registry of targets.
+"""The door to the targets: the :class:`Target` record, its typed plug-in bindings, the
+registry of targets and the lookups on it.
 
 A target is what a profile's ``runtime.name`` selects: a runtime on a kind of device (TFLite
 Micro on a microcontroller, LiteRT on a phone, LiteRT plus a Coral Edge TPU). Everything the
 simulator and the SDK need to know about it is one :class:`Target` record, ``TARGET``, in
 the ``__init__`` of its package. :data:`TARGETS` finds the records itself: in the packages
-of :mod:`simulator.targets` (the built-in targets), and where installed distributions name
-them in the ``devicefit.targets`` entry-point group (a target of one's own, see
-``docs/internals.md``). So adding a target is its package, its profiles and its tests, and
-no line elsewhere. The
-registries keyed by target (``CHECKERS``, ``SECTIONS``, ``RUNNERS``, the
-profile schema's runtime names, kernels, delegates, op tables and device classes) are views
-of this one (:class:`TargetView`, :func:`union`).
+of ``simulator/targets/`` (the built-in targets, found by the package name
+:data:`BUILTIN_PACKAGE`: this is the one module that names them), and where installed
+distributions name them in the ``devicefit.targets`` entry-point group (a target of one's
+own, see ``docs/internals.md``). So adding a target is its package, its profiles and its
+tests, and no line elsewhere; generic code reaches a target only through its record
+(``pyproject.toml``'s import contracts hold it). The registries keyed by target
+(``CHECKERS``, ``SECTIONS``, ``RUNNERS``, the profile schema's runtime names, kernels,
+delegates, op tables and device classes) are views of this one (:class:`TargetView`,
+:func:`union`), and the questions asked of all targets at once (:func:`compiled_for`,
+:func:`accelerator_op`, :func:`section_type`, :func:`runner_for`) are answered here.
 
-This module imports :mod:`simulator.errors` (and :mod:`simulator.types`, for the type
-checker only: the record's fields are annotations). A record binds its planner, op table,
-section and runner as :func:`lazy` references, so reading the
-registry — which validating a profile does — imports the records and what they declare
-(their profile keys are schema leaves), and no planner, op table, report, model reader,
-native runtime or :mod:`simulator.profiles`; ``tests/simulator/test_targets.py`` holds the
-list.
+A record binds its plug-in functions as ``lazy(Planner, "module:function")``: the protocol
+(:class:`Planner`, :class:`OpTable` ...) types the field, so a type checker and an IDE check
+every call and that a record gives each field a binding of its kind, and the string defers
+the import to the first call, so reading the registry — which validating a profile does —
+imports the records and what they declare (their profile keys are schema leaves), and no
+planner, op table, report, model reader, native runtime or :mod:`simulator.profiles`
+(``tests/simulator/test_targets.py`` holds the list, and checks every binding of every
+registered target against its protocol's signature). This module imports
+:mod:`simulator.errors` when it runs, and the classes its protocols name for the type checker
+only.
 """
 
 from __future__ import annotations
@@ -28,9 +35,9 @@ import pkgutil
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
-from devicefit.simulator.errors import ProfileError
+from devicefit.simulator.errors import ProfileError, UsageError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -43,33 +50,193 @@ if TYPE_CHECKING:
     from devicefit.simulator.schema import Leaf
     from devicefit.simulator.types import (
         BuildRequest,
-        Checker,
         ExportedFile,
         ModelRuns,
         Runner,
         RunResult,
         RuntimeShapes,
+        UnsupportedOp,
     )
-
-    #: A target's arena planner: ``(model, profile, order) -> MemoryPlan``.
-    Planner = Callable[[Model, Profile, Sequence[int] | None], MemoryPlan]
-    #: A measuring hook's answer: the section it was given with its figures, and notes.
-    Measured = tuple[MeasuredReport, list[str]]
-    RunReader = Callable[[MeasuredReport, Model, Profile, MemoryReport, RunResult], Measured]
-    CrossChecker = Callable[[Model, Profile, ModelRuns, RunResult],
-                            tuple["CrossCheck | None", list[str]]]
-    OnDevice = Callable[[MeasuredReport, Model, Profile, ModelRuns, "RunResult | None",
-                         MemoryReport], Measured]
-    DeviceBuild = Callable[[BuildRequest, Profile], OnDevice]
-    Exporter = Callable[[Model, Profile, MemoryReport, "str | None", "str | None", int,
-                         "Mapping[str, Any] | None"], list[ExportedFile]]
-    ShapeOracle = Callable[["str | Path", Mapping[int, tuple[int, ...]], float], RuntimeShapes]
 
 #: The packages of built-in targets.
 BUILTIN_PACKAGE = "devicefit.simulator.targets"
 #: The entry-point group a distribution names its targets in: ``name = "module:TARGET"``,
 #: the name being the target's (the profile's ``runtime.name``).
 ENTRY_POINTS = "devicefit.targets"
+
+
+# --------------------------------------------------------------------------- the plug-ins
+# What a record binds, one protocol per kind. The parameters are positional-only: the
+# callers pass them by position, so a plug-in may name them as it likes.
+
+
+class Planner(Protocol):
+    """The arena planner by the runtime's rules; ``order``: the main graph's operators in
+    this order (the optimizer's), None: the file's."""
+
+    def __call__(self, model: Model, profile: Profile, order: Sequence[int] | None,
+                 /) -> MemoryPlan: ...
+
+
+class OpTable(Protocol):
+    """The target's op table: the operators its runtime cannot run, each with why."""
+
+    def __call__(self, model: Model, profile: Profile, /) -> list[UnsupportedOp]: ...
+
+
+class HostRuntime(Protocol):
+    """Makes the runner of the target's runtime (in the worker process only)."""
+
+    def __call__(self) -> Runner: ...
+
+
+class SectionMaker(Protocol):
+    """The target's own static report section, ``compatibility.<name>``."""
+
+    def __call__(self, model: Model, profile: Profile, /) -> TargetSection: ...
+
+
+class SectionClass(Protocol):
+    """The class of the target's section (a report read back from JSON builds it)."""
+
+    def __call__(self) -> type[TargetSection]: ...
+
+
+class Settings(Protocol):
+    """The target's typed settings from the values of its profile keys the profile sets."""
+
+    def __call__(self, values: Mapping[str, Mapping[str, Any]], /) -> Any: ...
+
+
+class AfterConvert(Protocol):
+    """Run by ``convert`` on the model it wrote: a section for its report, or None."""
+
+    def __call__(self, path: Path, profile: Profile, /) -> TargetSection | None: ...
+
+
+class Prepare(Protocol):
+    """The model the device runs (an NPU's compilation of the file)."""
+
+    def __call__(self, model: Model, profile: Profile, /) -> Model: ...
+
+
+#: A measuring hook's answer: the section it was given with its figures, and notes.
+Measured = tuple["MeasuredReport", list[str]]
+
+
+class RunReader(Protocol):
+    """What the target reads from a run of its own runner beside the prediction."""
+
+    def __call__(self, measured: MeasuredReport, model: Model, profile: Profile,
+                 memory: MemoryReport, result: RunResult, /) -> Measured: ...
+
+
+class CrossChecker(Protocol):
+    """A check the target runs on any profile's model it can run; None: not for this one."""
+
+    def __call__(self, model: Model, profile: Profile, setup: ModelRuns, host: RunResult,
+                 /) -> tuple[CrossCheck | None, list[str]]: ...
+
+
+class OnDevice(Protocol):
+    """The model measured on the device's own build (``host``: the host run, if it ran)."""
+
+    def __call__(self, measured: MeasuredReport, model: Model, profile: Profile,
+                 setup: ModelRuns, host: RunResult | None, memory: MemoryReport,
+                 /) -> Measured: ...
+
+
+class DeviceBuild(Protocol):
+    """The device's build ``request`` names, checked now (an ``InputError`` when it cannot
+    be made), as the measurement on it."""
+
+    def __call__(self, request: BuildRequest, profile: Profile, /) -> OnDevice: ...
+
+
+class CodeSize(Protocol):
+    """The runtime's code a firmware holds beside the model, and what the figure rests on;
+    None: no estimate for this profile."""
+
+    def __call__(self, model: Model, profile: Profile, /) -> tuple[int, str] | None: ...
+
+
+class Exporter(Protocol):
+    """The firmware component a user compiles (``devicefit export``)."""
+
+    def __call__(self, model: Model, profile: Profile, memory: MemoryReport,
+                 checkout: str | None, name: str | None, margin: int,
+                 verification: Mapping[str, Any] | None, /) -> list[ExportedFile]: ...
+
+
+class ShapeOracle(Protocol):
+    """The shapes the runtime gives every tensor once the inputs are resized and the model
+    invoked (input tensor index → shape; a timeout in seconds)."""
+
+    def __call__(self, path: str | Path, inputs: Mapping[int, tuple[int, ...]],
+                 timeout_s: float, /) -> RuntimeShapes: ...
+
+
+T = TypeVar("T")
+
+
+def load(ref: str) -> Any:
+    """The object ``"module:attr"`` names (``attr`` may be dotted: ``"mod:Class.method"``)."""
+    module, _, attr = ref.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        found = getattr(found, part)
+    return found
+
+
+class Lazy:
+    """A plug-in of the kind ``kind`` (a protocol of this module) at ``ref``
+    (``"module:attr"``), imported when first called, then called."""
+
+    def __init__(self, kind: type, ref: str) -> None:
+        self.kind = kind
+        self.ref = ref
+        self._found: Any = None
+
+    def resolve(self) -> Any:
+        """The object ``ref`` names, imported once."""
+        if self._found is None:
+            self._found = load(self.ref)
+        return self._found
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.resolve()(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"lazy({self.kind.__name__}, {self.ref!r})"
+
+
+class LazyClass(Lazy):
+    """The class at ``ref`` itself, imported when first asked for (a section's class)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.resolve()
+
+
+def lazy(kind: Callable[..., T], ref: str) -> T:
+    """``ref`` (``"module:attr"``, see :func:`load`) bound as a plug-in of the kind
+    ``kind``, a protocol of this module: ``lazy(Planner, "my_npu.planner:plan")``.
+
+    To a type checker the result is a ``kind`` (a protocol class is a callable that gives
+    one), so the record's field and every call of it are checked; at run time it is a
+    :class:`Lazy`, which imports ``ref`` on its first call. Target records bind their
+    planners, op tables and runners through this so that reading a record imports none of
+    them (they import :mod:`simulator.profiles`, which reads the registry).
+    """
+    return cast(T, Lazy(cast(type, kind), ref))
+
+
+def lazy_class(ref: str) -> SectionClass:
+    """The class ``"module:Class"`` of a target's section, imported when first asked for:
+    a record names it without importing its module."""
+    return cast(SectionClass, LazyClass(cast(type, SectionClass), ref))
+
+
+# --------------------------------------------------------------------------- the record
 
 
 @dataclass(frozen=True)
@@ -107,7 +274,7 @@ class Target:
         --optimize-memory``).
     ``section``
         ``(model, profile) -> section``: the target's own static report section
-        (``compatibility.<name>``, a :class:`simulator.types.TargetSection`: the Edge TPU
+        (``compatibility.<name>``, a :class:`simulator.report.TargetSection`: the Edge TPU
         partition), or None for targets without one.
     ``section_type``
         ``() -> type``: the class of that section, to read a report back from JSON; None
@@ -198,21 +365,21 @@ class Target:
     kernels: tuple[str, ...]
     delegates: tuple[str, ...]
     planner: Planner
-    check_ops: Checker
+    check_ops: OpTable
     runner: str | None
-    host_runtime: Callable[[], Runner] | None
+    host_runtime: HostRuntime | None
     quant_schemes: tuple[str, ...]
     int16_io: bool
     sparse_weights: str | None
     offline_plan: bool
-    section: Callable[[Model, Profile], TargetSection] | None
-    section_type: Callable[[], type] | None = None
+    section: SectionMaker | None
+    section_type: SectionClass | None = None
     cpu_kernels: Mapping[str, str] = field(default_factory=dict)
     bench_tool: str | None = None
     profile_keys: Mapping[str, Mapping[str, Leaf]] = field(default_factory=dict)
-    settings: Callable[[Mapping[str, Mapping[str, Any]]], Any] | None = None
-    after_convert: Callable[[Path, Profile], TargetSection | None] | None = None
-    prepare: Callable[[Model, Profile], Model] | None = None
+    settings: Settings | None = None
+    after_convert: AfterConvert | None = None
+    prepare: Prepare | None = None
     resizes_inputs: bool = True
     compiled_op: str | None = None
     wheel: str | None = None
@@ -221,51 +388,13 @@ class Target:
     read_run: RunReader | None = None
     cross_check: CrossChecker | None = None
     device_build: DeviceBuild | None = None
-    code_size: Callable[[Model, Profile], tuple[int, str] | None] | None = None
+    code_size: CodeSize | None = None
     export: Exporter | None = None
     failed_node: str | None = None
     shapes: ShapeOracle | None = None
 
 
-def load(ref: str) -> Any:
-    """The object ``"module:attr"`` names (``attr`` may be dotted: ``"mod:Class.method"``)."""
-    module, _, attr = ref.partition(":")
-    found: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        found = getattr(found, part)
-    return found
-
-
-def lazy(ref: str) -> Callable[..., Any]:
-    """A function that imports ``"module:attr"`` (see :func:`load`) when first called and
-    calls it.
-
-    Target records bind their planners, op tables and runners through this so that reading
-    a record imports none of them (they import :mod:`simulator.profiles`, which reads the
-    registry).
-    """
-    found: list[Callable[..., Any]] = []
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        if not found:
-            found.append(load(ref))
-        return found[0](*args, **kwargs)
-
-    call.__name__ = ref.rpartition(".")[2].rpartition(":")[2]
-    call.__qualname__ = ref
-    call.__doc__ = f"{ref}, imported on first use."
-    return call
-
-
-def lazy_type(ref: str) -> Callable[[], type]:
-    """A function that imports and returns the class ``"module:Class"`` (not an instance),
-    for fields that name a type without importing its module."""
-
-    def get() -> type:
-        return load(ref)
-
-    get.__qualname__ = ref
-    return get
+# --------------------------------------------------------------------------- the registry
 
 
 def _add(targets: dict[str, Target], target: Target) -> None:
@@ -347,15 +476,6 @@ class Registry(Mapping[str, Target]):
 TARGETS = Registry()
 
 
-def target_for(profile: Profile) -> Target:
-    """The target ``profile``'s ``runtime.name`` selects."""
-    try:
-        return TARGETS[profile.runtime.name]
-    except KeyError:
-        raise ProfileError(f"profile '{profile.name}': no target '{profile.runtime.name}' "
-                           f"(known: {', '.join(TARGETS)})") from None
-
-
 V = TypeVar("V")
 
 
@@ -384,3 +504,54 @@ class TargetView(Mapping[str, V], Generic[V]):
 def union(pick: Callable[[Target], tuple[str, ...]]) -> tuple[str, ...]:
     """Every value ``pick`` gives over the registered targets, once each, in order."""
     return tuple(dict.fromkeys(v for t in TARGETS.values() for v in pick(t)))
+
+
+# --------------------------------------------------------------------------- the lookups
+
+
+def target_for(profile: Profile) -> Target:
+    """The target ``profile``'s ``runtime.name`` selects."""
+    try:
+        return TARGETS[profile.runtime.name]
+    except KeyError:
+        raise ProfileError(f"profile '{profile.name}': no target '{profile.runtime.name}' "
+                           f"(known: {', '.join(TARGETS)})") from None
+
+
+def runner_for(target: Target | str) -> Target:
+    """The target whose host runtime runs the models of ``target`` (a record, or a target's
+    name): its ``runner`` (the Edge TPU's CPU reference runs in LiteRT); a
+    :class:`UsageError` when there is none here."""
+    record = TARGETS.get(target) if isinstance(target, str) else target
+    if record is not None and record.runner is None:
+        raise UsageError(f"the {record.name} target ({record.title}) has no runner here, so "
+                         f"its models cannot be run; the static figures need no run")
+    runner = TARGETS.get(record.runner) if record is not None and record.runner else None
+    if runner is None or runner.host_runtime is None:
+        name = target if isinstance(target, str) else target.name
+        known = sorted(n for n, t in TARGETS.items() if t.host_runtime is not None)
+        raise UsageError(f"no runner for runtime '{name}' (known: {', '.join(known)})")
+    return runner
+
+
+def compiled_for(code: str) -> Target | None:
+    """The target whose compiler leaves custom op ``code`` in a model, if any."""
+    return next((t for t in TARGETS.values() if t.compiled_op == code), None)
+
+
+def accelerator_op(code: str) -> str | None:
+    """The compatibility finding for a custom op a target's compiler left in the model (its
+    compiled part, which only that accelerator's driver runs), else None."""
+    target = compiled_for(code)
+    if target is None:
+        return None
+    return (f"compiled for the {target.title}: this op is the accelerator's part of the graph "
+            f"and runs only where its driver is; give the uncompiled .tflite or a profile for "
+            f"that accelerator")
+
+
+def section_type(table: str) -> type | None:
+    """The class of ``compatibility.<table>`` (to read a report back from JSON), None for a
+    table without a section."""
+    target = TARGETS.get(table)
+    return target.section_type() if target is not None and target.section_type else None
