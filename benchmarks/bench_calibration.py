@@ -2,7 +2,7 @@
 board measured than the uncalibrated one?
 
 For each board, every model with a published figure is held out in turn: ``devicefit
-calibrate``'s fit (:func:`simulator.calibration.fit.calibrate`) on the board's other models
+calibrate``'s fit (:func:`simulator.estimate.calibration.fit.calibrate`) on the board's other models
 predicts it, and the uncalibrated estimate is the base profile's. A board with one public
 model has nothing to hold out: it is listed as blocked, with the in-sample move (calibrated
 on the very log it is compared with, so no evidence for the done-when) for the record.
@@ -14,7 +14,7 @@ Two sets of boards:
 are the boards' own public files, read from ``--models DIR`` (``DIR/<file>``, never
 downloaded; e.g. ``git show HEAD:tensorflow/lite/micro/models/keyword_scrambled.tflite``
 from a tflite-micro checkout), and their sha256 is printed with the result;
-- **published whole-model latencies** (``simulator/latency_data/published.yaml``, the MLPerf
+- **published whole-model latencies** (``simulator/estimate/latency_data/published.yaml``, the MLPerf
   Tiny, MicroNets, Espressif and XNNPACK figures with their sources): every (board, software
   stack) with two models or more, through ``--latencies``' path (whole-model figures), on
   bench_latency's models. The kernel tables were fitted with these very figures, which
@@ -38,13 +38,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from devicefit.simulator.calibration.fit import Calibration, Evidence, calibrate  # noqa: E402
-from devicefit.simulator.calibration.logs import BoardLog, read_profiler_log, runs_of  # noqa: E402
-from devicefit.simulator.calibration.match import check_run  # noqa: E402
-from devicefit.simulator.kernels import load_kernels  # noqa: E402
+from devicefit.simulator.estimate.calibration.fit import Calibration, Evidence, calibrate  # noqa: E402
+from devicefit.simulator.estimate.calibration.logs import BoardLog, read_profiler_log, runs_of  # noqa: E402
+from devicefit.simulator.estimate.calibration.match import check_run  # noqa: E402
+from devicefit.simulator.estimate.kernels import load_kernels  # noqa: E402
 from devicefit.simulator.profile_types import Profile  # noqa: E402
 from devicefit.simulator.profiles import load_profile  # noqa: E402
-from devicefit.simulator.reader import read_model  # noqa: E402
+from devicefit.simulator.read.reader import read_model  # noqa: E402
 
 LOGS = ROOT / "tests" / "fixtures" / "tflm_profiler"
 

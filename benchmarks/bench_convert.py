@@ -27,7 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from devicefit.simulator.units import format_size  # noqa: E402
+from devicefit.simulator.infra.units import format_size  # noqa: E402
 from examples.digits import cached_cnn, load_digits  # noqa: E402
 
 MCU, PHONE = "stm32l4r5-cortex-m4", "android-arm64-cpu"

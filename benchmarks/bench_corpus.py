@@ -16,7 +16,7 @@ wheels, plus Vela/quantizer outputs of them):
 
 A *false pass* is a model devicefit calls supported that the runtime refuses (or crashes
 on); a *false fail* is the reverse. devicefit's answer is its op tables corrected by the
-runtime itself, asked per operator signature (:mod:`simulator.compat.probe`; ``--no-probe``:
+runtime itself, asked per operator signature (:mod:`simulator.plan.compat.probe`; ``--no-probe``:
 the tables alone); the tables' own counts are printed beside it. Prints a table and one
 summary line::
 
@@ -81,8 +81,8 @@ def _forked(fn, *args) -> tuple[str, object]:
 def _tflm_create(path: str, arena: int, invoke: bool) -> dict:
     from tflite_micro.python.tflite_micro import runtime
 
-    from devicefit.simulator.reader import read_model
-    from devicefit.simulator.runtimes import input_specs, random_inputs
+    from devicefit.simulator.read.reader import read_model
+    from devicefit.simulator.run.runtimes import input_specs, random_inputs
     from devicefit.simulator.targets.tflm.runner import capture_fd2, parse_allocations
 
     interp = runtime.Interpreter.from_file(path, arena_size=arena)
@@ -101,7 +101,7 @@ def tflm_at(path: str | Path, arena: int, invoke: bool = True) -> tuple[str, obj
     # Import once here, not in every forked copy.
     import tflite_micro.python.tflite_micro.runtime  # noqa: F401
 
-    import devicefit.simulator.reader  # noqa: F401
+    import devicefit.simulator.read.reader  # noqa: F401
     import devicefit.simulator.targets.tflm.runner  # noqa: F401
 
     return _forked(_tflm_create, str(path), arena, invoke)
@@ -224,11 +224,11 @@ def tflm_wheel_profile():
 
 
 def static(path: Path, probe: bool = True) -> Static:
-    from devicefit.simulator.compat import check_ops
-    from devicefit.simulator.compute import op_work
-    from devicefit.simulator.planners import plan_memory
+    from devicefit.simulator.estimate.compute import op_work
+    from devicefit.simulator.plan.compat import check_ops
+    from devicefit.simulator.plan.planners import plan_memory
     from devicefit.simulator.profiles import load_profile
-    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.read.reader import read_model
 
     model = read_model(path)
     profile = tflm_wheel_profile()

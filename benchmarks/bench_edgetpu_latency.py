@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from devicefit.simulator.profile_types import Profile  # noqa: E402
 from devicefit.simulator.profiles import load_profile  # noqa: E402
-from devicefit.simulator.reader import read_model  # noqa: E402
+from devicefit.simulator.read.reader import read_model  # noqa: E402
 from devicefit.simulator.targets.edgetpu.partition import EdgeTpuReport, edgetpu_partition  # noqa: E402
 
 PROFILE = "coral-edgetpu"

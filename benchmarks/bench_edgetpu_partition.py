@@ -45,10 +45,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from devicefit.simulator.fileio import write_atomic  # noqa: E402
-from devicefit.simulator.model import Model  # noqa: E402
+from devicefit.simulator.infra.fileio import write_atomic  # noqa: E402
 from devicefit.simulator.profiles import load_profile  # noqa: E402
-from devicefit.simulator.reader import read_model  # noqa: E402
+from devicefit.simulator.read.model import Model  # noqa: E402
+from devicefit.simulator.read.reader import read_model  # noqa: E402
 from devicefit.simulator.targets.edgetpu.compiled import COMPILED_OP, compiled_ops  # noqa: E402
 from devicefit.simulator.targets.edgetpu.compiler import compiler_size  # noqa: E402
 from devicefit.simulator.targets.edgetpu.cost import edgetpu_cost  # noqa: E402

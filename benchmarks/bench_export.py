@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.table or args.tflm is None:
         print(table(refresh_estimates(json.loads(args.out.read_text())["results"])))
         return 0
-    from devicefit.simulator.fileio import write_atomic
+    from devicefit.simulator.infra.fileio import write_atomic
 
     old = json.loads(args.out.read_text())["results"] if args.out.is_file() else []
     results = [r for r in old if r["build"] not in args.builds.split(",")

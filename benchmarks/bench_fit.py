@@ -28,7 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from devicefit.sdk.convert.spec import FineTuning  # noqa: E402
 from devicefit.sdk.fit import FitSpec, SearchSettings, fit  # noqa: E402
 from devicefit.sdk.fit.report import FitReport, latency_text  # noqa: E402
-from devicefit.simulator.units import format_size  # noqa: E402
+from devicefit.simulator.infra.units import format_size  # noqa: E402
 from examples.digits import cached_cnn, load_digits  # noqa: E402
 
 PROFILES = {"tight": {"flash": "132KiB", "arena": "4500B"},

@@ -141,7 +141,7 @@ def _byte_mutant(rng: random.Random, data: bytes) -> bytes:
 def _schema_mutant(rng: random.Random, data: bytes) -> bytes | None:
     from ai_edge_litert import schema_py_generated as fb
 
-    from devicefit.simulator.writer import pack
+    from devicefit.simulator.read.writer import pack
 
     m = fb.ModelT.InitFromPackedBuf(data, 0)
     sg = rng.choice(m.subgraphs)

@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from devicefit.simulator.report.views.html import Section, render_html
 from devicefit.simulator.simulate import simulate
-from devicefit.simulator.views.html import Section, render_html
 from tests.browser import render
 from tests.zoo import model_path
 

@@ -6,8 +6,8 @@ detection model and the MicroNets of Banbury et al. (MLSys 2021, Table 5) with r
 weights, converts them to int8 with the real TFLite converter
 (the benchmark's only TensorFlow use; cached in tests/artifacts/mlperf_tiny/), and estimates
 each on the (core, kernel library, runtime version, clock) of every published figure in
-``simulator/latency_data/published.yaml`` with devicefit's own estimator
-(:func:`simulator.latency.estimate_latency`). Latency depends on shapes, not weight values,
+``simulator/estimate/latency_data/published.yaml`` with devicefit's own estimator
+(:func:`simulator.estimate.latency.estimate_latency`). Latency depends on shapes, not weight values,
 so random weights time like trained ones; ``--models DIR`` uses the submitters' own .tflite
 files instead (``DIR/<key>.tflite`` for any model key of published.yaml, read locally, never
 downloaded).
@@ -47,14 +47,14 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from devicefit.simulator.cores import DATA_DIR  # noqa: E402
-from devicefit.simulator.kernels import FITTED, KernelData, load_kernels  # noqa: E402
-from devicefit.simulator.latency import estimate_latency  # noqa: E402
-from devicefit.simulator.model import Model  # noqa: E402
+from devicefit.simulator.estimate.cores import DATA_DIR  # noqa: E402
+from devicefit.simulator.estimate.kernels import FITTED, KernelData, load_kernels  # noqa: E402
+from devicefit.simulator.estimate.latency import estimate_latency  # noqa: E402
 from devicefit.simulator.profile_types import CostModel, Profile  # noqa: E402
 from devicefit.simulator.profiles import load_profile  # noqa: E402
-from devicefit.simulator.reader import read_model  # noqa: E402
-from devicefit.simulator.report import OpCompute  # noqa: E402
+from devicefit.simulator.read.model import Model  # noqa: E402
+from devicefit.simulator.read.reader import read_model  # noqa: E402
+from devicefit.simulator.report.report import OpCompute  # noqa: E402
 from devicefit.simulator.simulate import static_report  # noqa: E402
 
 CACHE_ROOT = ROOT / "tests" / "artifacts" / "mlperf_tiny"
@@ -421,7 +421,7 @@ def fitted_tables(x: np.ndarray, band: dict[str, tuple[float, float]]) -> dict:
 
 
 def write_fitted(tables: dict, summary_line: str) -> None:
-    from devicefit.simulator.fileio import write_atomic
+    from devicefit.simulator.infra.fileio import write_atomic
 
     header = ("# Written by `benchmarks/bench_latency.py --fit --write`: the kernel-table numbers\n"
               "# fitted on every figure of published.yaml not marked `fit: false` (merged over\n"
@@ -467,7 +467,7 @@ def summary(rows: list[Published], loo: dict[Published, float]) -> str:
 
 
 def profile_family(cpu: str) -> str:
-    from devicefit.simulator.cores import find_core
+    from devicefit.simulator.estimate.cores import find_core
 
     return find_core(cpu).family
 

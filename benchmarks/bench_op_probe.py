@@ -30,9 +30,9 @@ PROFILES = {"tflm": "stm32l4r5-cortex-m4", "litert": "android-arm64-cpu"}
 
 
 def measure(path: Path, profile_name: str) -> dict:
-    from devicefit.simulator.compat import check_ops
+    from devicefit.simulator.plan.compat import check_ops
     from devicefit.simulator.profiles import load_profile
-    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.read.reader import read_model
 
     model, profile = read_model(path), load_profile(profile_name)
     start = time.perf_counter()

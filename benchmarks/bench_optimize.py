@@ -30,13 +30,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from devicefit.simulator.lifetimes import lower_bound  # noqa: E402
 from devicefit.simulator.optimize import optimize_model_bytes  # noqa: E402
 from devicefit.simulator.optimize.graph import OpGraph  # noqa: E402
 from devicefit.simulator.optimize.packing import pack  # noqa: E402
 from devicefit.simulator.optimize.reorder import best_order  # noqa: E402
+from devicefit.simulator.plan.lifetimes import lower_bound  # noqa: E402
 from devicefit.simulator.profiles import load_profile  # noqa: E402
-from devicefit.simulator.runtimes import run_model  # noqa: E402
+from devicefit.simulator.run.runtimes import run_model  # noqa: E402
 from devicefit.simulator.targets.tflm.planner import greedy_plan  # noqa: E402
 from tests.zoo import model_path  # noqa: E402
 

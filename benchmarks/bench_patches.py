@@ -36,8 +36,8 @@ from devicefit.simulator.errors import DevicefitError  # noqa: E402
 from devicefit.simulator.optimize import optimize_model_bytes  # noqa: E402
 from devicefit.simulator.optimize.driver import rebuild_patched  # noqa: E402
 from devicefit.simulator.profiles import load_profile  # noqa: E402
-from devicefit.simulator.reader import read_model  # noqa: E402
-from devicefit.simulator.runtimes import input_specs, random_inputs, run_model  # noqa: E402
+from devicefit.simulator.read.reader import read_model  # noqa: E402
+from devicefit.simulator.run.runtimes import input_specs, random_inputs, run_model  # noqa: E402
 from tests.zoo import model_path  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -132,7 +132,7 @@ def _tflm_child(path: str, repeat: int) -> dict:
 # --------------------------------------------------------------------------- parent side
 def _static(path: Path, repeat: int) -> tuple[float, int, int, int]:
     from devicefit.simulator.profiles import load_profile, with_runtime
-    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.read.reader import read_model
     from devicefit.simulator.simulate import static_report
 
     # The pip wheel runs reference kernels on a 64-bit host: predict for that.

@@ -84,7 +84,7 @@ def pins(tflm: Path) -> dict[str, str]:
 # --------------------------------------------------------------------------- measuring
 def _host_outputs(path: Path, inputs: list) -> list | None:
     from devicefit.simulator.errors import DevicefitError
-    from devicefit.simulator.runtimes import run_model
+    from devicefit.simulator.run.runtimes import run_model
 
     try:
         return run_model(path, "tflm", inputs=inputs, runs=1, timeout_s=600).outputs
@@ -98,8 +98,8 @@ def measure_one(build: Any, model: TruthModel, data: bytes, profile: Any) -> dic
     import numpy as np
 
     from devicefit.simulator.errors import DevicefitError
-    from devicefit.simulator.reader import read_model
-    from devicefit.simulator.runtimes import (
+    from devicefit.simulator.read.reader import read_model
+    from devicefit.simulator.run.runtimes import (
         compare_outputs,
         input_specs,
         random_inputs,
@@ -211,7 +211,7 @@ def record_build(config: BuildConfig, tflm: Path, models: list[TruthModel],
 
 
 def _write(path: Path, record: dict, copy_to: Path | None) -> None:
-    from devicefit.simulator.fileio import write_atomic
+    from devicefit.simulator.infra.fileio import write_atomic
 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(record, indent=1) + "\n")

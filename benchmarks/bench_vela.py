@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from devicefit.simulator.reader import read_model  # noqa: E402
+from devicefit.simulator.read.reader import read_model  # noqa: E402
 from devicefit.simulator.simulate import simulate  # noqa: E402
 from tests.corpus import corpus  # noqa: E402
 from tests.vela_anchor import HIGH_END_PROFILE, vela_cli_for  # noqa: E402

@@ -1,7 +1,7 @@
 """Benchmark: what a child process costs, started plainly or forked from a zygote.
 
 devicefit runs every runtime (``--run``, the op probe) and every TensorFlow conversion in a
-child process; ``simulator/zygote.py`` forks those children from a process that has done
+child process; ``simulator/run/zygote.py`` forks those children from a process that has done
 their imports once. This runs the same work twice, each time in a fresh measuring process:
 ``DEVICEFIT_ZYGOTE=0`` (every child is ``python -m ...``) and the default (forked), and prints
 wall time and CPU (the measuring process and all its children) and their ratios, measured in
@@ -54,7 +54,7 @@ def _models(folder: Path) -> tuple[Path, Path, Path]:
 
 def _work(kind: str, n: int, keras_path: str, tflite_path: str, data: str) -> None:
     if kind == "run":
-        from devicefit.simulator.runtimes import run_model
+        from devicefit.simulator.run.runtimes import run_model
 
         for _ in range(n):
             run_model(tflite_path, "litert", runs=1, warmup=0)
@@ -69,7 +69,7 @@ def _work(kind: str, n: int, keras_path: str, tflite_path: str, data: str) -> No
 
 def _measure(args: list[str]) -> None:
     """In a fresh process: do the work, end the zygotes (their CPU then counts), report."""
-    from devicefit.simulator import zygote
+    from devicefit.simulator.run import zygote
 
     kind, n, *paths = args
     start = time.perf_counter()

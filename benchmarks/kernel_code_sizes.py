@@ -36,8 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from devicefit.simulator.fileio import write_atomic  # noqa: E402
-from devicefit.simulator.reader import read_model  # noqa: E402
+from devicefit.simulator.infra.fileio import write_atomic  # noqa: E402
+from devicefit.simulator.read.reader import read_model  # noqa: E402
 from devicefit.simulator.targets.tflm.build import (  # noqa: E402
     Binaries,
     BuildFailure,

@@ -1,7 +1,7 @@
 """Which devicefit child processes are alive (Linux /proc): for the leak checks of the
 benchmarks and tests.
 
-A runtime worker or probe child forked from a zygote (``simulator/zygote.py``) keeps the
+A runtime worker or probe child forked from a zygote (``simulator/run/zygote.py``) keeps the
 zygote's command line and start-up environment, so it is found by its stderr, which is
 always ``WORK/stderr.txt`` in its work folder; a zygote by its command line and the
 ``TMPDIR`` it was started with (the command's).
@@ -35,7 +35,7 @@ def zygotes(tmpdir: str | Path) -> list[int]:
     found = []
     for proc in _pids():
         with contextlib.suppress(OSError):
-            if b"devicefit.simulator.zygote" in (proc / "cmdline").read_bytes() and \
+            if b"devicefit.simulator.run.zygote" in (proc / "cmdline").read_bytes() and \
                     f"TMPDIR={tmpdir}".encode() in (proc / "environ").read_bytes().split(b"\0") \
                     and _alive(proc):
                 found.append(int(proc.name))

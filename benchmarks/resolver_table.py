@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from devicefit.simulator.fileio import write_atomic  # noqa: E402
+from devicefit.simulator.infra.fileio import write_atomic  # noqa: E402
 from devicefit.simulator.targets.tflm.checkout import (  # noqa: E402
     RESOLVER_HEADER,
     resolver_methods,

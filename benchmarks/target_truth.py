@@ -220,8 +220,8 @@ def predict(model_bytes: bytes, profile: Any, name: str = "model.tflite") -> tup
     """(head, start arena, tail) devicefit predicts for a model on a profile, statically."""
     import tempfile
 
-    from devicefit.simulator.planners import plan_memory
-    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.plan.planners import plan_memory
+    from devicefit.simulator.read.reader import read_model
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / name

@@ -22,17 +22,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout: `python examples/demo.py`
 
 from devicefit.sdk.console import count, make_console, native_log, progress, step, table  # noqa: E402
-from devicefit.simulator.profiles import load_profile  # noqa: E402
-from devicefit.simulator.simulate import simulate  # noqa: E402
-from devicefit.simulator.types import MeasureOptions  # noqa: E402
-from devicefit.simulator.units import (  # noqa: E402
+from devicefit.simulator.infra.units import (  # noqa: E402
     format_estimate,
     format_percent,
     format_points,
     format_size,
     format_time_ms,
 )
-from devicefit.simulator.views.messages import decimal_budget  # noqa: E402
+from devicefit.simulator.profiles import load_profile  # noqa: E402
+from devicefit.simulator.report.views.messages import decimal_budget  # noqa: E402
+from devicefit.simulator.simulate import simulate  # noqa: E402
+from devicefit.simulator.types import MeasureOptions  # noqa: E402
 from examples.digits import load_digits, train_cnn  # noqa: E402
 
 MCU, PHONE = "stm32l4r5-cortex-m4", "android-arm64-cpu"

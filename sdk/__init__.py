@@ -30,7 +30,7 @@ from devicefit.simulator.types import MeasureOptions
 
 _LAZY = {
     "simulate": ("devicefit.simulator.simulate", "simulate"),
-    "Report": ("devicefit.simulator.report", "Report"),
+    "Report": ("devicefit.simulator.report.report", "Report"),
     "optimize_model_bytes": ("devicefit.simulator.optimize", "optimize_model_bytes"),
     "plan_batch": ("devicefit.sdk.train", "plan_batch"),
 }

@@ -29,10 +29,10 @@ from devicefit.simulator.errors import (
     missing_extra,
     require_extra,
 )
-from devicefit.simulator.escape import clean
-from devicefit.simulator.fileio import all_or_nothing
-from devicefit.simulator.limits import DEFAULT_MAX_OPS, ENV_MAX_OPS, TENSORS_PER_OP
-from devicefit.simulator.signals import (
+from devicefit.simulator.infra.escape import clean
+from devicefit.simulator.infra.fileio import all_or_nothing
+from devicefit.simulator.infra.limits import DEFAULT_MAX_OPS, ENV_MAX_OPS, TENSORS_PER_OP
+from devicefit.simulator.infra.signals import (
     Terminated,
     exit_outside_work,
     ignore_during_shutdown,

@@ -34,9 +34,9 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-from devicefit.simulator import jsonout
-from devicefit.simulator.escape import clean
-from devicefit.simulator.views.columns import atoms, fold_spans
+from devicefit.simulator.infra import jsonout
+from devicefit.simulator.infra.escape import clean
+from devicefit.simulator.report.views.columns import atoms, fold_spans
 
 #: Width for output that goes to a pipe or file without ``COLUMNS``: wide enough that no
 #: table or sentence folds; trailing padding is stripped, so it costs nothing.
@@ -50,12 +50,12 @@ class SafeConsole(Console):
     strips the padding rich adds to the end of lines when the output is not a terminal.
 
     rich passes ESC and C1 bytes inside strings through to the terminal; the strings
-    printed here quote model and project files (see :mod:`simulator.escape`).
+    printed here quote model and project files (see :mod:`simulator.infra.escape`).
     """
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         """As rich's, but one line of text wider than the console is folded between
-        :func:`~simulator.views.columns.atoms`, continuations indented (rich would part a
+        :func:`~simulator.report.views.columns.atoms`, continuations indented (rich would part a
         number from its unit)."""
         shown = [clean(o) if isinstance(o, str) else o for o in objects]
         if (len(shown) == 1 and isinstance(shown[0], str) and not kwargs.get("soft_wrap")
@@ -96,7 +96,7 @@ def output_width(stream: Any = None) -> int | None:
 
 def fold(text: str, stream: Any = None) -> str:
     """``text`` for plain ``print`` (report and diff views): lines wider than the terminal or
-    ``COLUMNS`` folded between :func:`~simulator.views.columns.atoms` (never between a
+    ``COLUMNS`` folded between :func:`~simulator.report.views.columns.atoms` (never between a
     number and its unit), each continuation indented under its line's own text. Piped
     without ``COLUMNS`` it is left whole, like the tables."""
     width = output_width(stream)

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.errors import DevicefitError, UsageError
-from devicefit.simulator.fileio import write_folder
+from devicefit.simulator.infra.fileio import write_folder
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.reader import read_model
-from devicefit.simulator.report import Report, TargetMeasurement
+from devicefit.simulator.read.reader import read_model
+from devicefit.simulator.report.report import Report, TargetMeasurement
+from devicefit.simulator.report.views.messages import problems
 from devicefit.simulator.target import TARGETS, target_for
 from devicefit.simulator.types import BuildRequest, ExportedFile, MeasureOptions
-from devicefit.simulator.views.messages import problems
 
 
 class ExportRefused(DevicefitError):

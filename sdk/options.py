@@ -1,7 +1,7 @@
 """What several commands share on their command line: argument types, the ``--layers``/
 ``--csv`` and ``--html``/``--plot`` options and the writing of their files, the study's
 flags of ``fit`` and ``search`` and their reports and exit codes, and the inputs and outputs
-each command hands to :func:`simulator.fileio.check_outputs`.
+each command hands to :func:`simulator.infra.fileio.check_outputs`.
 
 Every command calls ``check_outputs`` once, before its work starts, with everything it reads
 and everything it will write, so a typo such as ``--html model.tflite`` or ``--html X --plot
@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devicefit.simulator.fileio import Named, write_atomic
+from devicefit.simulator.infra.fileio import Named, write_atomic
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.report import Report
+from devicefit.simulator.report.report import Report
 
 if TYPE_CHECKING:
     from devicefit.sdk.study import SearchSettings
@@ -38,9 +38,9 @@ def positive_seconds(text: str) -> float:
 
 
 def input_shape(text: str) -> tuple[str | None, tuple[int, ...]]:
-    """``--input-shape [NAME:]DIMS`` (:func:`simulator.shapes.parse_input_shape`)."""
+    """``--input-shape [NAME:]DIMS`` (:func:`simulator.read.shapes.parse_input_shape`)."""
     from devicefit.simulator.errors import UsageError
-    from devicefit.simulator.shapes import parse_input_shape
+    from devicefit.simulator.read.shapes import parse_input_shape
 
     try:
         return parse_input_shape(text)
@@ -88,7 +88,7 @@ def profile_inputs(profile: Profile) -> list[Named]:
 # --------------------------------------------------------------------------- --layers, --csv
 def add_layer_options(parser: argparse.ArgumentParser) -> None:
     """``--layers`` and ``--csv`` for every command that prints a simulate report: the
-    per-layer table (:mod:`simulator.layers`) on the terminal and in a CSV file."""
+    per-layer table (:mod:`simulator.report.layers`) on the terminal and in a CSV file."""
     parser.add_argument("--layers", action="store_true",
                         help="list every operator: shapes, dtype, MACs, parameters, live "
                              "bytes, estimated (and measured) time")
@@ -105,7 +105,7 @@ def write_layers(args: argparse.Namespace, report: Report, *,
                  inputs: Sequence[str | Path] = ()) -> None:
     """Write ``--csv`` (atomically, never over an input)."""
     if getattr(args, "csv", None):
-        from devicefit.simulator.views import render
+        from devicefit.simulator.report.views import render
 
         write_atomic(args.csv, render("csv", report), inputs=inputs)
 
@@ -135,13 +135,13 @@ def write_pictures(args: argparse.Namespace, reports: Sequence[tuple[str, Report
     the PNG, so their heights compare.
     """
     if getattr(args, "html", None):
-        from devicefit.simulator.views.html import Section, render_html
+        from devicefit.simulator.report.views.html import Section, render_html
 
         page = render_html(title or reports[0][0], [Section(h, r) for h, r in reports], intro,
                            shared_scale=len(reports) > 1)
         write_atomic(args.html, page, inputs=inputs)
     if getattr(args, "plot", None) and reports:
-        from devicefit.simulator.views.png import render_reports
+        from devicefit.simulator.report.views.png import render_reports
 
         write_atomic(args.plot, render_reports(reports), inputs=inputs)
 
@@ -149,8 +149,8 @@ def write_pictures(args: argparse.Namespace, reports: Sequence[tuple[str, Report
 def conversion_summary_html(report: Any) -> str:
     """The figures of a conversion (a :class:`sdk.convert.ConversionReport`) a before/after
     page leads with: sizes and their ratio, accuracy before and after, SQNR."""
-    from devicefit.simulator.units import format_percent, format_size
-    from devicefit.simulator.views.html import html_table
+    from devicefit.simulator.infra.units import format_percent, format_size
+    from devicefit.simulator.report.views.html import html_table
 
     pct = format_percent
 
@@ -189,7 +189,7 @@ def add_firmware_options(parser: argparse.ArgumentParser) -> None:
 def firmware_output(args: argparse.Namespace, inputs: Sequence[Named]) -> None:
     """Refuse a bad ``--firmware`` folder before any work (one line, exit 2)."""
     from devicefit.simulator.errors import UsageError
-    from devicefit.simulator.fileio import check_output_folder
+    from devicefit.simulator.infra.fileio import check_output_folder
 
     if args.tflm and not args.firmware:
         raise UsageError("--tflm names the op resolver's methods of --firmware: add --firmware")
@@ -253,7 +253,7 @@ def write_reports(args: argparse.Namespace, data: dict[str, Any], html: Callable
                   summary: Callable[[], None], inputs: Sequence[str | Path]) -> None:
     """``--report`` (the JSON ``data``), ``--html``, and on stdout ``--json`` or the summary."""
     from devicefit.sdk.console import print_json
-    from devicefit.simulator import jsonout
+    from devicefit.simulator.infra import jsonout
 
     if args.report:
         write_atomic(args.report, jsonout.dumps(data, indent=2) + "\n", inputs=inputs)

@@ -81,7 +81,7 @@ class Ops:
 
 @dataclass(frozen=True)
 class CostModel:
-    """Numbers the device-latency estimate uses (see simulator/latency.py for the formula).
+    """Numbers the device-latency estimate uses (see simulator/estimate/latency.py for the formula).
 
     ``cycles_per_mac`` keys are ``"<dtype>"`` or ``"<OP_NAME>.<dtype>"`` (the latter wins),
     with ``"default"`` as the last resort.
@@ -95,7 +95,7 @@ class CostModel:
     error_band: tuple[float, float] | None = None
     sources: tuple[str, ...] = ()
     #: ``"<kind>.<dtype>"`` → multiplier of the cycles of those ops, as ``devicefit
-    #: calibrate`` fits it on the board's own timings (kinds of ``simulator.kernels.KINDS``);
+    #: calibrate`` fits it on the board's own timings (kinds of ``simulator.estimate.kernels.KINDS``);
     #: ``"default"`` applies to the ops no key names.
     kernel_scale: Mapping[str, float] = field(default_factory=dict)
     #: What the calibration rests on (shown as the band's basis); None: not calibrated.

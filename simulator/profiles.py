@@ -24,20 +24,9 @@ from typing import Any
 import yaml
 
 from devicefit.simulator.errors import ProfileError, did_you_mean
-from devicefit.simulator.fileio import regular_file_problem
-from devicefit.simulator.profile_types import (
-    Budgets,
-    CostModel,
-    Device,
-    Firmware,
-    Ops,
-    Profile,
-    Quantization,
-    Runtime,
-    Sparsity,
-)
-from devicefit.simulator.safeyaml import load_yaml, read_regular_file
-from devicefit.simulator.schema import (
+from devicefit.simulator.infra.fileio import regular_file_problem
+from devicefit.simulator.infra.safeyaml import load_yaml, read_regular_file
+from devicefit.simulator.infra.schema import (
     MEMORY,
     SIZE,
     TIME,
@@ -52,8 +41,19 @@ from devicefit.simulator.schema import (
     share,
     string,
 )
+from devicefit.simulator.infra.units import FREQUENCY_HELP, parse_frequency_hz
+from devicefit.simulator.profile_types import (
+    Budgets,
+    CostModel,
+    Device,
+    Firmware,
+    Ops,
+    Profile,
+    Quantization,
+    Runtime,
+    Sparsity,
+)
 from devicefit.simulator.target import TARGETS, Target, union
-from devicefit.simulator.units import FREQUENCY_HELP, parse_frequency_hz
 
 PROFILE_SUFFIXES = (".yaml", ".yml")
 ENV_PROFILES = "DEVICEFIT_PROFILES"
@@ -95,7 +95,7 @@ def _nm_pattern(v: Any) -> str:
 
 def _version(v: Any) -> str:
     """A runtime version such as ``2.3.1`` (kept as text; the kernel tables compare it)."""
-    from devicefit.simulator.kernels import parse_version
+    from devicefit.simulator.estimate.kernels import parse_version
 
     text = str(v).strip()
     parse_version(text)
@@ -112,7 +112,7 @@ def _band(v: Any) -> tuple[float, float]:
 
 
 def _kernel_scale(v: Any) -> dict[str, float]:
-    from devicefit.simulator.kernels import KINDS
+    from devicefit.simulator.estimate.kernels import KINDS
 
     if not isinstance(v, dict):
         raise ValueError("expected a mapping")
@@ -205,7 +205,7 @@ def _target_keys() -> dict[tuple[str, str], tuple[str, ...]]:
 
 # --------------------------------------------------------------------------- YAML with lines
 def _compose(text: str, path: Path) -> tuple[Any, dict[tuple[str, ...], int]]:
-    """Parse YAML safely and boundedly (see :mod:`simulator.safeyaml`) and record the 1-based
+    """Parse YAML safely and boundedly (see :mod:`simulator.infra.safeyaml`) and record the 1-based
     line of every mapping key."""
     return load_yaml(text, path, error=ProfileError)
 
@@ -446,7 +446,7 @@ def _build(m: dict, shown: dict, leaf: _RawFile, parents: tuple[str, ...]) -> Pr
     ops = m.get("ops", {})
     cpu = dev.get("cpu")
     if cpu is not None and not cm.get("cycles_per_mac") and not m.get("abstract", False):
-        from devicefit.simulator.cores import find_core
+        from devicefit.simulator.estimate.cores import find_core
 
         try:
             find_core(cpu)

@@ -3,13 +3,13 @@
 The profile's target is resolved once (:func:`simulator.target.target_for`) and handed to
 each stage. The static path (the default) imports no runtime and no TensorFlow: it reads the
 flatbuffer, plans the arena with the target's planner, counts flash, parameters and MACs,
-checks op support and estimates latency; then :func:`simulator.invariants.check_static`
+checks op support and estimates latency; then :func:`simulator.judge.invariants.check_static`
 states what every later stage and view relies on (a failure is a devicefit bug). ``run``
 (a :class:`~simulator.types.MeasureOptions`: what the command asks of ``--run``) hands the
-report to the measuring stage, :func:`simulator.measure.measure`, which gives it back with
+report to the measuring stage, :func:`simulator.run.measure.measure`, which gives it back with
 the ``measured`` section and the host figures of ``latency``; a device benchmark
 (``bench``) adds its section. Only then, with every figure in, are the budgets judged —
-once (:func:`simulator.verdict.judge`), so measured figures win. Each stage gives a new
+once (:func:`simulator.judge.verdict.judge`), so measured figures win. Each stage gives a new
 report; none changes the one it was given.
 """
 
@@ -22,19 +22,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from devicefit.simulator.benchmark import BenchComparison, BenchResult
-from devicefit.simulator.compat import static_compatibility
-from devicefit.simulator.compute import op_work, parameters_by_dtype
 from devicefit.simulator.errors import CompileRefusal, CompilerRefused, ProfileError, UsageError
-from devicefit.simulator.invariants import check_static
-from devicefit.simulator.latency import device_latency
-from devicefit.simulator.layers import layer_rows
-from devicefit.simulator.model import Model
-from devicefit.simulator.planners.base import MemoryPlan
+from devicefit.simulator.estimate.compute import op_work, parameters_by_dtype
+from devicefit.simulator.estimate.latency import device_latency
+from devicefit.simulator.judge.invariants import check_static
+from devicefit.simulator.judge.verdict import judge
+from devicefit.simulator.plan.compat import static_compatibility
+from devicefit.simulator.plan.planners.base import MemoryPlan
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import read_model
-from devicefit.simulator.report import (
+from devicefit.simulator.read.model import Model
+from devicefit.simulator.read.reader import read_model
+from devicefit.simulator.read.shapes import resolve_shapes, shape_notes
+from devicefit.simulator.report.benchmark import BenchComparison, BenchResult
+from devicefit.simulator.report.layers import layer_rows
+from devicefit.simulator.report.report import (
     BenchSection,
     ComputeReport,
     LatencyReport,
@@ -48,10 +50,8 @@ from devicefit.simulator.report import (
     SourceModel,
     TimelineStep,
 )
-from devicefit.simulator.shapes import resolve_shapes, shape_notes
 from devicefit.simulator.target import Target, runner_for, target_for
 from devicefit.simulator.types import InputShape, MeasureOptions
-from devicefit.simulator.verdict import judge
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +72,10 @@ def simulate(model_path: str | Path, profile: Profile | str, *,
     ``bench`` is what the device itself measured (``devicefit bench``): its average time is
     judged against the latency budget instead of the estimate. ``strict``: a budget the
     report has no figure for fails the verdict. ``probe``: on a TFLM or LiteRT profile, ask
-    the runtime about each operator signature (:mod:`simulator.compat.probe`; cached on
+    the runtime about each operator signature (:mod:`simulator.plan.compat.probe`; cached on
     disk, a child process only for signatures not seen before). ``input_shapes``: (input
     name or None for the only one, shape) pairs the dynamic dimensions are resolved from
-    (else the stored input shapes; :mod:`simulator.shapes`).
+    (else the stored input shapes; :mod:`simulator.read.shapes`).
     """
     if not isinstance(profile, Profile):
         profile = load_profile(profile, list(profiles_dirs))
@@ -117,7 +117,7 @@ def _measured(source: Model, model: Model, profile: Profile, target: Target, rep
               options: MeasureOptions) -> Report:
     """``report`` with the running half: ``model`` run in the profile's runtime."""
     # Imported here: the static path must not load native runtimes.
-    from devicefit.simulator.measure import measure
+    from devicefit.simulator.run.measure import measure
 
     given = dict(shapes.inputs) if input_shapes and shapes is not None else None
     # The runtimes load the file as it is (stored shapes): the one read above, unless the
@@ -130,7 +130,7 @@ def refused_report(source: Model, profile: Profile, refusal: CompileRefusal) -> 
     """The report of a model the target's compiler refused, not judged yet: what the file
     itself tells (size, operators, parameters, MACs) and the compiler's refusal. The device
     runs the compiled model, which does not exist: no memory plan, op support, latency or
-    run of it, so no budget is checked (:func:`simulator.verdict.judge` says why) and the
+    run of it, so no budget is checked (:func:`simulator.judge.verdict.judge` says why) and the
     refusal fails the verdict."""
     return Report(model=model_summary(source), profile=profile_summary(profile), memory=None,
                   compute=compute_report(source), compile_refusal=refusal)
@@ -182,7 +182,7 @@ def static_report(model: Model, profile: Profile, order: Sequence[int] | None = 
                   shapes: ShapesReport | None = None, probe: bool = False,
                   target: Target | None = None) -> Report:
     """The report of the static half, not judged yet (:func:`simulate` judges it whole).
-    ``shapes``: how :func:`simulator.shapes.resolve_shapes` set ``model``'s shapes;
+    ``shapes``: how :func:`simulator.read.shapes.resolve_shapes` set ``model``'s shapes;
     ``probe``: op support asked of the runtime too (see :func:`simulate`); ``target``: the
     profile's, when the caller has resolved it."""
     target = target or target_for(profile)

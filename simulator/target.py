@@ -43,11 +43,16 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-    from devicefit.simulator.model import Model
-    from devicefit.simulator.planners.base import MemoryPlan
+    from devicefit.simulator.infra.schema import Leaf
+    from devicefit.simulator.plan.planners.base import MemoryPlan
     from devicefit.simulator.profile_types import Profile
-    from devicefit.simulator.report import CrossCheck, MeasuredReport, MemoryReport, TargetSection
-    from devicefit.simulator.schema import Leaf
+    from devicefit.simulator.read.model import Model
+    from devicefit.simulator.report.report import (
+        CrossCheck,
+        MeasuredReport,
+        MemoryReport,
+        TargetSection,
+    )
     from devicefit.simulator.types import (
         BuildRequest,
         ExportedFile,
@@ -274,7 +279,7 @@ class Target:
         --optimize-memory``).
     ``section``
         ``(model, profile) -> section``: the target's own static report section
-        (``compatibility.<name>``, a :class:`simulator.report.TargetSection`: the Edge TPU
+        (``compatibility.<name>``, a :class:`simulator.report.report.TargetSection`: the Edge TPU
         partition), or None for targets without one.
     ``section_type``
         ``() -> type``: the class of that section, to read a report back from JSON; None
@@ -320,7 +325,7 @@ class Target:
     ``read_run``
         ``(measured, model, profile, memory, result) -> (measured, notes)``: what the target
         reads from a run of its own runner beside the prediction (TFLM: the arena), run by
-        :mod:`simulator.measure`; None: the run's outputs and times are all it gives.
+        :mod:`simulator.run.measure`; None: the run's outputs and times are all it gives.
     ``cross_check``
         ``(model, profile, setup, host) -> (CrossCheck | None, notes)``: a check the target
         runs on any profile's model it can run (TFLM against LiteRT's reference kernels, bit
@@ -347,7 +352,7 @@ class Target:
     ``shapes``
         ``(path, input index → shape, timeout_s) -> RuntimeShapes``: the shapes its runtime
         gives every tensor once the inputs are resized and the model invoked (LiteRT, in a
-        child); :mod:`simulator.shapes` confirms its own inference with the first target
+        child); :mod:`simulator.read.shapes` confirms its own inference with the first target
         that has one. None: its runtime runs the stored shapes only.
     ``failed_node``
         A regular expression for the operator a failed run stopped at, in its runner's
@@ -356,7 +361,7 @@ class Target:
 
     The device-latency estimate is the target's section's own split where its section has
     one (the Edge TPU: TPU compute, link, CPU fallback), else the CPU cost model of
-    :mod:`simulator.latency` for ``device.cpu`` and the kernel library (``cpu_kernels``).
+    :mod:`simulator.estimate.latency` for ``device.cpu`` and the kernel library (``cpu_kernels``).
     """
 
     name: str

@@ -1,7 +1,7 @@
 """The simulator's shared vocabulary: the str enums of the report, an unsupported operator,
 the protocol of a target's runner, and the options a command hands the driver; the
 protocols of a target's other plug-ins are :mod:`simulator.target`'s (their signatures name
-report sections), the report section's is :class:`simulator.report.TargetSection`.
+report sections), the report section's is :class:`simulator.report.report.TargetSection`.
 
 Every layer names these (the target registry, the op check, the planners, the runtimes,
 the report and its views), so this module imports nothing of devicefit at run time: a
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from devicefit.simulator.model import Operator, Subgraph
+    from devicefit.simulator.read.model import Operator, Subgraph
 
 
 class StrEnum(str, Enum):
@@ -71,7 +71,7 @@ class Basis(StrEnum):
 class LatencyBasis(StrEnum):
     """Where a device-latency estimate comes from."""
 
-    #: A core of :mod:`simulator.cores` and the kernel tables of :mod:`simulator.kernels`.
+    #: A core of :mod:`simulator.estimate.cores` and the kernel tables of :mod:`simulator.estimate.kernels`.
     REGISTRY = "registry"
     #: The profile's own ``cost_model.cycles_per_mac``.
     PROFILE = "profile"
@@ -196,7 +196,7 @@ InputShape: TypeAlias = "tuple[str | None, tuple[int, ...]]"
 @dataclass(frozen=True)
 class MeasureOptions:
     """How ``--run`` measures a model: what a command (``simulate``, ``export``, ``check``)
-    hands the driver's measuring stage (:func:`simulator.measure.measure`), one frozen
+    hands the driver's measuring stage (:func:`simulator.run.measure.measure`), one frozen
     object from the command line to the runner, as Vela's ``CompilerOptions``.
     :class:`RunOptions` is the set-up of one run inside it."""
 
@@ -217,7 +217,7 @@ class MeasureOptions:
 
 class ModelRuns(Protocol):
     """What a target's measuring hook may do with the model being measured: run it again,
-    on the same inputs (:class:`simulator.runtimes.RunSetup` is one)."""
+    on the same inputs (:class:`simulator.run.runtimes.RunSetup` is one)."""
 
     @property
     def input_path(self) -> str | Path | None: ...

@@ -403,8 +403,8 @@ def stale_citations(files: list[Path] | None = None) -> list[str]:
 def profiles_table() -> list[str]:
     """The built-in profiles, as the profile loader resolves them."""
     from devicefit.sdk.commands.profiles import _budget as budget_size  # as `profiles list`
+    from devicefit.simulator.infra.units import format_time_ms
     from devicefit.simulator.profiles import ProfileStore
-    from devicefit.simulator.units import format_time_ms
 
     rows = ["| profile | target | runtime | flash / arena / latency budget |",
             "| --- | --- | --- | --- |"]

@@ -17,7 +17,7 @@ from devicefit.simulator.target import ENTRY_POINTS, TARGETS
 DUMMY_PACKAGE = {
     "__init__.py": """
         \"\"\"A dummy NPU: a target of one's own, as one package.\"\"\"
-        from devicefit.simulator.schema import number
+        from devicefit.simulator.infra.schema import number
         from devicefit.simulator.target import (
             OpTable,
             Planner,
@@ -61,7 +61,7 @@ DUMMY_PACKAGE = {
     "section.py": """
         import dataclasses
 
-        from devicefit.simulator.display import SectionDisplay
+        from devicefit.simulator.report.display import SectionDisplay
         from dummy_npu.ops import OPS
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ai_edge_litert import schema_py_generated as fb
 
-from devicefit.simulator.writer import pack
+from devicefit.simulator.read.writer import pack
 from tests.tflite_builder import F32, _buffer, _opcode, _operator, _tensor
 
 BOOL = fb.TensorType.BOOL

@@ -43,10 +43,10 @@ from pathlib import Path
 import numpy as np
 from ai_edge_litert import schema_py_generated as fb
 
-from devicefit.simulator.reader import parse_model
+from devicefit.simulator.read.reader import parse_model
+from devicefit.simulator.read.writer import pack
 from devicefit.simulator.targets.litert.ops import SUPPORT_FILE as LITERT_SUPPORT_FILE
 from devicefit.simulator.targets.tflm.ops import SUPPORT_FILE, WEIGHTS_INPUT, signature
-from devicefit.simulator.writer import pack
 from tests.tflite_builder import _buffer, _model, _opcode, _operator, _tensor, probe_model
 
 TYPES = {"float32": fb.TensorType.FLOAT32, "float16": fb.TensorType.FLOAT16,
@@ -643,7 +643,7 @@ def sample() -> dict:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--write"]:
-        from devicefit.simulator.fileio import write_atomic
+        from devicefit.simulator.infra.fileio import write_atomic
 
         write_atomic(SUPPORT_FILE, json.dumps(probe_all(), indent=1, sort_keys=True) + "\n")
         write_atomic(LITERT_SUPPORT_FILE,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from ai_edge_litert import schema_py_generated as fb
 
-from devicefit.simulator.writer import pack
+from devicefit.simulator.read.writer import pack
 
 STEPS, FEATURES, UNITS = 49, 40, 64
 

@@ -2,7 +2,7 @@
 
 No interpreter that old is here (nor in CI); vermin reads every module devicefit installs
 or runs (and the demo) and names the newest Python feature each uses (``enum.StrEnum`` is
-3.11, for instance). Annotations count as evaluated: :mod:`simulator.report` resolves its
+3.11, for instance). Annotations count as evaluated: :mod:`simulator.report.report` resolves its
 type hints at run time. A file that passed is remembered by its contents in
 ``~/.cache/devicefit/vermin``, so a repeated run checks only what changed.
 """

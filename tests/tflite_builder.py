@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from ai_edge_litert import schema_py_generated as fb
 
-from devicefit.simulator.writer import pack
+from devicefit.simulator.read.writer import pack
 
 F32, I32 = fb.TensorType.FLOAT32, fb.TensorType.INT32
 

@@ -89,7 +89,7 @@ def build(out: Path) -> list[Path]:
     import keras
 
     from devicefit.sdk.convert import convert
-    from devicefit.simulator.units import format_size
+    from devicefit.simulator.infra.units import format_size
 
     out.mkdir(parents=True, exist_ok=True)
     written = []

@@ -1,13 +1,13 @@
 """Benchmark a model on a real Android phone with TFLite's ``benchmark_model`` over adb.
 
 ``bench(model, profile, benchmark_binary=...)`` returns a :class:`BenchResult` (its type
-lives in :mod:`simulator.benchmark`, beside the report whose ``bench`` section it fills).
+lives in :mod:`simulator.report.benchmark`, beside the report whose ``bench`` section it fills).
 """
 
 from devicefit.sdk.bench.adb import AdbError, DeviceGone
 from devicefit.sdk.bench.benchmark_output import BenchmarkOutputError, parse_benchmark_output
 from devicefit.sdk.bench.runner import bench
-from devicefit.simulator.benchmark import BenchmarkOutput, BenchResult, BenchSettings
+from devicefit.simulator.report.benchmark import BenchmarkOutput, BenchResult, BenchSettings
 
 __all__ = [
     "AdbError",

@@ -35,14 +35,14 @@ import math
 import re
 from typing import Any
 
-from devicefit.simulator.benchmark import (
+from devicefit.simulator.errors import RuntimeFailure
+from devicefit.simulator.report.benchmark import (
     BenchmarkOutput,
     DelegateCoverage,
     OpProfileRow,
     OpTypeSummary,
     RunStats,
 )
-from devicefit.simulator.errors import RuntimeFailure
 
 log = logging.getLogger(__name__)
 

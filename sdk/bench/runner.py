@@ -17,10 +17,10 @@ from pathlib import Path
 from devicefit.sdk.bench.adb import AdbClient, AdbError, DeviceGone, check_binary_arch, find_adb
 from devicefit.sdk.bench.benchmark_output import parse_benchmark_output, tail
 from devicefit.sdk.console import step
-from devicefit.simulator.benchmark import BenchResult, BenchSettings
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
+from devicefit.simulator.report.benchmark import BenchResult, BenchSettings
 from devicefit.simulator.target import TARGETS, target_for
 
 log = logging.getLogger(__name__)

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.errors import InputError
-from devicefit.simulator.report import Report, plain_fields
-from devicefit.simulator.safeyaml import read_regular_file
+from devicefit.simulator.infra.safeyaml import read_regular_file
+from devicefit.simulator.judge.verdict import static_arena_bytes
+from devicefit.simulator.report.report import Report, plain_fields
 from devicefit.simulator.types import BudgetName, Unit
-from devicefit.simulator.verdict import static_arena_bytes
 
 from .project import RegressionRule
 

@@ -21,13 +21,13 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
-from devicefit.simulator import signals
 from devicefit.simulator.errors import DevicefitError
+from devicefit.simulator.infra import signals
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.report import Report, build, plain_fields
+from devicefit.simulator.report.report import Report, build, plain_fields
+from devicefit.simulator.report.views.json import read_report
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.types import BudgetName, MeasureOptions, StrEnum
-from devicefit.simulator.views.json import read_report
 
 from .baseline import Baseline, RegressionCheck, compare
 from .project import InputShapes, Project, Target
@@ -36,7 +36,7 @@ EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 
 
 class TargetStatus(StrEnum):
-    """A target's outcome, and the run's verdict: a report's :class:`~simulator.report.Status`
+    """A target's outcome, and the run's verdict: a report's :class:`~simulator.report.report.Status`
     values, plus ERROR for a target that could not be simulated."""
 
     PASS = "pass"
@@ -61,7 +61,7 @@ class Outcome:
     rules: tuple[BudgetName, ...] = ()
     overridden: tuple[BudgetName, ...] = ()
     seconds: float = 0.0
-    #: False when the report was kept as its :meth:`~simulator.report.Report.summary`.
+    #: False when the report was kept as its :meth:`~simulator.report.report.Report.summary`.
     detailed: bool = True
 
     @property

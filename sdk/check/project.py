@@ -19,13 +19,18 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.errors import DevicefitError, InputError, did_you_mean
+from devicefit.simulator.infra.safeyaml import load_yaml, read_regular_file
+from devicefit.simulator.infra.units import (
+    SIZE_UNITS_HELP,
+    TIME_UNITS_HELP,
+    parse_size,
+    parse_time_ms,
+)
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import ProfileStore
-from devicefit.simulator.reader import FILE_IDENTIFIER, other_format
-from devicefit.simulator.safeyaml import load_yaml, read_regular_file
-from devicefit.simulator.shapes import parse_input_shape
+from devicefit.simulator.read.reader import FILE_IDENTIFIER, other_format
+from devicefit.simulator.read.shapes import parse_input_shape
 from devicefit.simulator.types import BudgetName
-from devicefit.simulator.units import SIZE_UNITS_HELP, TIME_UNITS_HELP, parse_size, parse_time_ms
 
 DEFAULT_PROJECT_FILE = "devicefit.yaml"
 METRICS = tuple(BudgetName)

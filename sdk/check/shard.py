@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.errors import InputError
-from devicefit.simulator.report import build, plain_fields
+from devicefit.simulator.report.report import build, plain_fields
 
 from .gate import CheckResult, Outcome
 from .project import Project

@@ -1,8 +1,8 @@
 """Views of a :class:`~sdk.check.gate.CheckResult`: JUnit XML, Markdown, JSON, HTML, table
-rows — the project-wide layer over the report views of :mod:`simulator.views`.
+rows — the project-wide layer over the report views of :mod:`simulator.report.views`.
 
 They only format what the result holds. JUnit: one testsuite per model × profile, with the
-report's own testcases (:func:`simulator.views.junit.report_cases`: budgets, op support)
+report's own testcases (:func:`simulator.report.views.junit.report_cases`: budgets, op support)
 and one per regression rule; a target that could not be simulated is one ``simulate``
 testcase with an ``<error>``.
 """
@@ -12,21 +12,21 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from devicefit.simulator import jsonout
-from devicefit.simulator.escape import markdown as md_literal
-from devicefit.simulator.escape import markdown_code as md_code
-from devicefit.simulator.types import BudgetName, Status
-from devicefit.simulator.units import format_estimate, format_figure, format_percent
-from devicefit.simulator.views.html import Section, escape, html_table, render_html
-from devicefit.simulator.views.junit import COUNTS, case, report_cases, xml_text
-from devicefit.simulator.views.markdown import MARKS
-from devicefit.simulator.views.messages import (
+from devicefit.simulator.infra import jsonout
+from devicefit.simulator.infra.escape import markdown as md_literal
+from devicefit.simulator.infra.escape import markdown_code as md_code
+from devicefit.simulator.infra.units import format_estimate, format_figure, format_percent
+from devicefit.simulator.report.views.html import Section, escape, html_table, render_html
+from devicefit.simulator.report.views.junit import COUNTS, case, report_cases, xml_text
+from devicefit.simulator.report.views.markdown import MARKS
+from devicefit.simulator.report.views.messages import (
     decimal_budget,
     details,
     disagreement_messages,
     figures,
 )
-from devicefit.simulator.views.messages import problems as report_problems
+from devicefit.simulator.report.views.messages import problems as report_problems
+from devicefit.simulator.types import BudgetName, Status
 
 from .baseline import METRIC_KEYS, BaselineEntry, RegressionCheck
 from .gate import CheckResult, Outcome, TargetStatus

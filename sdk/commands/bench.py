@@ -17,11 +17,11 @@ from devicefit.sdk.options import (
     write_layers,
     write_pictures,
 )
-from devicefit.simulator.benchmark import BenchComparison, BenchResult
 from devicefit.simulator.errors import DevicefitError
-from devicefit.simulator.fileio import check_outputs
-from devicefit.simulator.report import Report
-from devicefit.simulator.units import format_time_ms
+from devicefit.simulator.infra.fileio import check_outputs
+from devicefit.simulator.infra.units import format_time_ms
+from devicefit.simulator.report.benchmark import BenchComparison, BenchResult
+from devicefit.simulator.report.report import Report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -87,7 +87,7 @@ def _bench(args: argparse.Namespace) -> int:
         return code
     _print(args, result, section.vs_estimate)
     if args.layers and report is not None:
-        from devicefit.simulator.views.layertable import text_lines
+        from devicefit.simulator.report.views.layertable import text_lines
 
         make_console(args.no_color).print(escape("\n".join(text_lines(report.layers))))
     _print_verdict(args, report)
@@ -95,7 +95,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _print_verdict(args: argparse.Namespace, report: Report | None) -> None:
-    from devicefit.simulator.views.messages import budget_message
+    from devicefit.simulator.report.views.messages import budget_message
 
     con = make_console(args.no_color)
     if report is None:

@@ -3,7 +3,7 @@
 Reads each ``--board-log`` as the first form it recognises: ``devicefit bench --json`` output
 (its op profile), ``benchmark_model --enable_op_profiling`` text (parsed by
 :mod:`sdk.bench.benchmark_output`), or TFLM MicroProfiler output
-(:mod:`simulator.calibration.logs`); ``--latencies`` adds whole-model figures.
+(:mod:`simulator.estimate.calibration.logs`); ``--latencies`` adds whole-model figures.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from devicefit.simulator.calibration.logs import BoardLog, OpTime
 from devicefit.simulator.errors import InputError, UsageError
+from devicefit.simulator.estimate.calibration.logs import BoardLog, OpTime
 
 if TYPE_CHECKING:
     from devicefit.simulator.profile_types import Profile
@@ -63,7 +63,7 @@ def _bench_json(data: Any) -> list[OpTime] | None:
 def read_log(path: Path, ticks_per_second: float | None) -> tuple[str, list[OpTime]]:
     """(form, op timings) of one log, whatever tool printed it."""
     from devicefit.sdk.bench.benchmark_output import parse_benchmark_output
-    from devicefit.simulator.calibration.logs import read_profiler_log
+    from devicefit.simulator.estimate.calibration.logs import read_profiler_log
 
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -89,13 +89,13 @@ def _calibrate(args: argparse.Namespace) -> int:
     import yaml
 
     from devicefit.sdk.options import profile_inputs
-    from devicefit.simulator.calibration.fit import Evidence, calibrate, moved_percent
-    from devicefit.simulator.calibration.logs import read_latency_table, runs_of
-    from devicefit.simulator.calibration.match import check_run, check_sha256
-    from devicefit.simulator.fileio import check_outputs, write_atomic
+    from devicefit.simulator.estimate.calibration.fit import Evidence, calibrate, moved_percent
+    from devicefit.simulator.estimate.calibration.logs import read_latency_table, runs_of
+    from devicefit.simulator.estimate.calibration.match import check_run, check_sha256
+    from devicefit.simulator.infra.fileio import check_outputs, write_atomic
+    from devicefit.simulator.infra.units import format_time_ms, parse_frequency_hz
     from devicefit.simulator.profiles import load_profile
-    from devicefit.simulator.reader import read_model
-    from devicefit.simulator.units import format_time_ms, parse_frequency_hz
+    from devicefit.simulator.read.reader import read_model
 
     if len(args.board_log) != len(args.model):
         raise UsageError(f"give one --board-log per --model ({len(args.model)} model(s), "

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from devicefit.simulator import jsonout
 from devicefit.simulator.errors import UsageError
-from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.infra import jsonout
+from devicefit.simulator.infra.fileio import write_atomic
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -117,7 +117,7 @@ def _check(args: argparse.Namespace) -> int:
     from devicefit.sdk.check.shard import Shard, select, shard_result
     from devicefit.sdk.console import make_console
     from devicefit.sdk.options import profile_inputs
-    from devicefit.simulator.fileio import check_outputs
+    from devicefit.simulator.infra.fileio import check_outputs
     from devicefit.simulator.types import MeasureOptions
 
     if args.file == "merge":
@@ -192,7 +192,7 @@ def _merge(args: argparse.Namespace) -> int:
                          "the shard runs")
     if args.update_baseline and args.baseline is None:
         raise UsageError("check merge --update-baseline needs --baseline FILE.json")
-    from devicefit.simulator.fileio import check_outputs
+    from devicefit.simulator.infra.fileio import check_outputs
 
     shards = [Path(p) for p in args.shard_results]
     result = merge(load_shards(shards))

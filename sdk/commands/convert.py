@@ -29,19 +29,19 @@ from devicefit.sdk.options import (
     write_firmware,
     write_pictures,
 )
-from devicefit.simulator import jsonout
 from devicefit.simulator.errors import require_extra
-from devicefit.simulator.fileio import check_outputs, temporary_folder, write_atomic
-from devicefit.simulator.profiles import IO_TYPES, QUANT_SCHEMES
-from devicefit.simulator.report import TargetSection
-from devicefit.simulator.units import (
+from devicefit.simulator.infra import jsonout
+from devicefit.simulator.infra.fileio import check_outputs, temporary_folder, write_atomic
+from devicefit.simulator.infra.units import (
     format_estimate,
     format_percent,
     format_points,
     format_size,
     format_time_ms,
 )
-from devicefit.simulator.views.messages import budget_format, decimal_budget
+from devicefit.simulator.profiles import IO_TYPES, QUANT_SCHEMES
+from devicefit.simulator.report.report import TargetSection
+from devicefit.simulator.report.views.messages import budget_format, decimal_budget
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -7,7 +7,7 @@ import argparse
 
 from devicefit.sdk.console import output_width, print_report
 from devicefit.simulator.errors import UsageError
-from devicefit.simulator.views.columns import text_width
+from devicefit.simulator.report.views.columns import text_width
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,11 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _diff(args: argparse.Namespace) -> int:
     from devicefit.sdk.options import profile_inputs
-    from devicefit.simulator.diff import Side, diff_reports
-    from devicefit.simulator.fileio import check_outputs, write_atomic
+    from devicefit.simulator.infra.fileio import check_outputs, write_atomic
     from devicefit.simulator.profiles import load_profile
+    from devicefit.simulator.report.diff import Side, diff_reports
+    from devicefit.simulator.report.views.diffview import render_html, render_json, render_text
     from devicefit.simulator.simulate import simulate
-    from devicefit.simulator.views.diffview import render_html, render_json, render_text
 
     models, names = args.models, args.profile
     if len(models) == 2 and len(names) == 1:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from devicefit.sdk.options import positive_seconds, profile_inputs
 from devicefit.simulator.errors import UsageError
-from devicefit.simulator.units import format_bytes
+from devicefit.simulator.infra.units import format_bytes
 
 EXAMPLE = "example: devicefit export digits.tflite --profile stm32l4r5-cortex-m4 -o digits_fw"
 
@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _export(args: argparse.Namespace) -> int:
     from devicefit.sdk.export import export_model
-    from devicefit.simulator.fileio import check_output_folder
+    from devicefit.simulator.infra.fileio import check_output_folder
     from devicefit.simulator.profiles import load_profile
 
     if args.tflm and args.target_build and \

@@ -19,7 +19,7 @@ from devicefit.sdk.options import (
     write_reports,
 )
 from devicefit.simulator.errors import UsageError, require_extra
-from devicefit.simulator.units import (
+from devicefit.simulator.infra.units import (
     decimal_prefixes,
     format_estimate,
     format_figure,
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from devicefit.sdk.fit.report import FitReport
     from devicefit.sdk.study import SearchSettings, TrialRecord
-    from devicefit.simulator.report import BudgetCheck, Report
+    from devicefit.simulator.report.report import BudgetCheck, Report
 
 EXAMPLE = ("example: devicefit fit model.keras --profile stm32l4r5-cortex-m4 --train train.npz "
            "--eval test.npz -o model.tflite --max-trials 20 --time-budget 30m\n"
@@ -104,7 +104,7 @@ def _fit(args: argparse.Namespace) -> int:
     for module in ("optuna",) if args.export else ("tensorflow", "optuna"):
         require_extra(module, "devicefit fit --export" if args.export else "devicefit fit")
     from devicefit.sdk.options import data_inputs, firmware_output
-    from devicefit.simulator.fileio import check_outputs
+    from devicefit.simulator.infra.fileio import check_outputs
 
     check_outputs([("-o", args.output), ("--report", args.report), ("--html", args.html)],
                   data_inputs(args, ("train", "eval_data", "calibration")))

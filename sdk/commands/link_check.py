@@ -8,8 +8,8 @@ import argparse
 from pathlib import Path
 
 from devicefit.sdk.console import output_width, print_report
-from devicefit.simulator.units import SIZE_UNITS_HELP, parse_size
-from devicefit.simulator.views.columns import text_width
+from devicefit.simulator.infra.units import SIZE_UNITS_HELP, parse_size
+from devicefit.simulator.report.views.columns import text_width
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,7 +53,7 @@ def _size(text: str) -> int:
 def _link_check(args: argparse.Namespace) -> int:
     from devicefit.simulator.firmware.check import expected_from, link_check
     from devicefit.simulator.firmware.manifest import read_manifest
-    from devicefit.simulator.views.linkview import render_json, render_text
+    from devicefit.simulator.report.views.linkview import render_json, render_text
 
     manifest = read_manifest(args.export) if args.export is not None else None
     reserve, source = _reserve(args, manifest.profile if manifest else None)

@@ -12,9 +12,9 @@ from devicefit.sdk.options import (
     profile_inputs,
     write_firmware,
 )
-from devicefit.simulator.fileio import check_outputs
+from devicefit.simulator.infra.fileio import check_outputs
+from devicefit.simulator.infra.units import format_bytes, format_percent, format_time_ms
 from devicefit.simulator.optimize.patches import OBJECTIVES
-from devicefit.simulator.units import format_bytes, format_percent, format_time_ms
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -82,10 +82,10 @@ def patch_options(args: argparse.Namespace) -> dict:
 
 
 def _optimize(args: argparse.Namespace) -> int:
-    from devicefit.simulator.fileio import write_atomic
+    from devicefit.simulator.infra.fileio import write_atomic
     from devicefit.simulator.optimize import optimize_model_bytes
     from devicefit.simulator.profiles import load_profile
-    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.read.reader import read_model
 
     options = patch_options(args)
     profile = load_profile(args.profile, args.profiles_dir)

@@ -9,7 +9,7 @@ from typing import Any
 
 from devicefit.sdk.console import make_console, print_json, step, table
 from devicefit.simulator.errors import InputError, UsageError, require_extra
-from devicefit.simulator.units import SIZE_UNITS_HELP, format_size, parse_size
+from devicefit.simulator.infra.units import SIZE_UNITS_HELP, format_size, parse_size
 
 MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")
 

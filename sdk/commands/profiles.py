@@ -6,11 +6,11 @@ import argparse
 
 from devicefit.sdk.console import make_console, print_json, table
 from devicefit.simulator.errors import DevicefitError
-from devicefit.simulator.escape import clean
+from devicefit.simulator.infra.escape import clean
+from devicefit.simulator.infra.units import decimal_prefixes, format_size, format_time_ms
+from devicefit.simulator.judge.verdict import device_warnings
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import ProfileStore, dump_resolved, load_profile
-from devicefit.simulator.units import decimal_prefixes, format_size, format_time_ms
-from devicefit.simulator.verdict import device_warnings
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -26,7 +26,7 @@ from devicefit.sdk.options import (
 )
 from devicefit.sdk.search.objective import Objective
 from devicefit.simulator.errors import UsageError, require_extra
-from devicefit.simulator.units import format_percent, format_size
+from devicefit.simulator.infra.units import format_percent, format_size
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -147,7 +147,7 @@ def _search(args: argparse.Namespace) -> int:
     from devicefit.sdk.options import data_inputs, firmware_output
     from devicefit.sdk.search.architectures import SearchSpec, search_architectures
     from devicefit.sdk.search.report import render_search_html, to_dict
-    from devicefit.simulator.fileio import check_outputs
+    from devicefit.simulator.infra.fileio import check_outputs
 
     inputs_named = data_inputs(argparse.Namespace(**vars(args), model=None),  # no model file
                                ("train", "eval_data", "calibration"))

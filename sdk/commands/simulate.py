@@ -18,12 +18,12 @@ from devicefit.sdk.options import (
     write_pictures,
 )
 from devicefit.simulator.errors import UsageError
-from devicefit.simulator.fileio import check_outputs
+from devicefit.simulator.infra.fileio import check_outputs
 from devicefit.simulator.profiles import KERNELS
+from devicefit.simulator.report.views import VIEWS
+from devicefit.simulator.report.views.base import heading
+from devicefit.simulator.report.views.columns import text_width
 from devicefit.simulator.types import BuildRequest, MeasureOptions
-from devicefit.simulator.views import VIEWS
-from devicefit.simulator.views.base import heading
-from devicefit.simulator.views.columns import text_width
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -84,8 +84,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _simulate(args: argparse.Namespace) -> int:
     from devicefit.simulator.profiles import load_profile, with_runtime
+    from devicefit.simulator.report.views import render
     from devicefit.simulator.simulate import simulate
-    from devicefit.simulator.views import render
 
     profile = with_runtime(load_profile(args.profile, args.profiles_dir),
                            kernels=args.kernels, pointer_bytes=args.pointer_size)
@@ -95,7 +95,7 @@ def _simulate(args: argparse.Namespace) -> int:
         raise UsageError("--target-build runs the model on a TFLM build: add --run")
     build = BuildRequest(args.target_build) if args.target_build else None
     if build is not None:
-        from devicefit.simulator.measure import device_build
+        from devicefit.simulator.run.measure import device_build
 
         # Before the host run: a missing checkout or toolchain is one line, at once.
         device_build(build, profile)

@@ -20,7 +20,7 @@ from devicefit.sdk.convert.pipeline import StageTimer, check_output, verify_sche
 from devicefit.sdk.convert.report import ConversionReport, ConversionSettings
 from devicefit.sdk.convert.spec import ConversionSpec
 from devicefit.sdk.types import Progress
-from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.infra.fileio import write_atomic
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
 

@@ -2,7 +2,7 @@
 
 The ``.tflite`` runs in LiteRT in a child process (a native crash or hang must not take the
 converter down); the float reference is the Keras/SavedModel model itself. The child is
-``sdk.convert.litert_child`` rather than ``simulator.runtimes.run_model``, which runs one
+``sdk.convert.litert_child`` rather than ``simulator.run.runtimes.run_model``, which runs one
 input per process: evaluation needs hundreds of samples through one interpreter.
 """
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from devicefit.simulator import zygote
 from devicefit.simulator.errors import RuntimeFailure
-from devicefit.simulator.fileio import temporary_folder
-from devicefit.simulator.runtimes import WORKER_PRELOAD
+from devicefit.simulator.infra.fileio import temporary_folder
+from devicefit.simulator.run import zygote
+from devicefit.simulator.run.runtimes import WORKER_PRELOAD
 
 #: Seconds per evaluated sample allowed to the child, plus a fixed start-up allowance.
 CHILD_TIMEOUT_PER_SAMPLE_S = 0.5

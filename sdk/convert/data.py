@@ -18,7 +18,7 @@ from typing import IO, Any
 import numpy as np
 
 from devicefit.simulator.errors import InputError, UsageError
-from devicefit.simulator.units import format_size
+from devicefit.simulator.infra.units import format_size
 
 log = logging.getLogger(__name__)
 

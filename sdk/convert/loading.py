@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.errors import InputError, UsageError
-from devicefit.simulator.reader import HDF5_SIGNATURE
+from devicefit.simulator.read.reader import HDF5_SIGNATURE
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from devicefit.simulator import writer
+from devicefit.simulator.read import writer
 
 METADATA_NAME = "devicefit.conversion"
 FORMAT_VERSION = 1

@@ -38,12 +38,12 @@ from devicefit.sdk.convert.spec import ConversionSpec
 from devicefit.sdk.convert.transform import DataBundle, TFRequest, TFResult
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import DevicefitError, UsageError
-from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.infra.fileio import write_atomic
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.target import target_for
 
 if TYPE_CHECKING:
-    from devicefit.simulator.report import Report
+    from devicefit.simulator.report.report import Report
     from devicefit.simulator.types import UnsupportedOp
 
 log = logging.getLogger(__name__)
@@ -207,7 +207,7 @@ def verify_scheme(tflite: bytes, quant: quantize.QuantSettings) -> None:
     float computation left (only QUANTIZE/DEQUANTIZE at float I/O), float16 and dynamic
     range have their reduced weights. Bad calibration data used to give "int8 ... PASS" for
     a float model."""
-    from devicefit.simulator.reader import parse_model
+    from devicefit.simulator.read.reader import parse_model
 
     model = parse_model(tflite)
     graph = model.subgraphs[0]
@@ -296,7 +296,7 @@ class Simulated:
 
 def simulate(job: Job, layers: dict[str, str]) -> Simulated:
     """The simulator's verdict on the written model."""
-    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.read.reader import read_model
     from devicefit.simulator.simulate import simulate as run_simulation
 
     profile, path = job.profile, job.output

@@ -12,7 +12,7 @@ from devicefit.sdk.convert.sparsity import PrunedLayer, WeightSparsity
 
 if TYPE_CHECKING:
     from devicefit.simulator.optimize.driver import OptimizeReport
-    from devicefit.simulator.report import Report
+    from devicefit.simulator.report.report import Report
 
 
 @dataclass(frozen=True)

@@ -42,8 +42,8 @@ from devicefit.sdk.convert.data import RANDOM, DataSource
 from devicefit.sdk.convert.quantize import SCHEME_IO_TYPES, QuantSettings
 from devicefit.sdk.convert.sparsity import SparsitySpec
 from devicefit.simulator.errors import InputError, UsageError, did_you_mean
+from devicefit.simulator.infra.safeyaml import load_yaml, read_regular_file
 from devicefit.simulator.profiles import IO_TYPES
-from devicefit.simulator.safeyaml import load_yaml, read_regular_file
 
 __all__ = ["ConversionSpec", "FineTuning", "MemoryOptimization", "OPTIONS", "SPEC_KEYS"]
 

@@ -38,8 +38,9 @@ from devicefit.sdk.convert import diagnose
 from devicefit.sdk.convert.data import Dataset
 from devicefit.sdk.convert.diagnose import ConversionError
 from devicefit.sdk.types import Progress
-from devicefit.simulator import errors, zygote
-from devicefit.simulator.signals import deferred
+from devicefit.simulator import errors
+from devicefit.simulator.infra.signals import deferred
+from devicefit.simulator.run import zygote
 
 #: Seconds without any event from the child before it counts as hung. Fine-tuning reports
 #: every batch and calibration every sample; MLIR conversion of a big model is the longest
@@ -52,7 +53,7 @@ _ERRORS = {cls.__name__: cls for cls in (
     errors.RuntimeFailure)} | {errors.MissingExtra.__name__: errors.UsageError}
 
 #: Imported once by the zygote the conversion children are forked from
-#: (:mod:`simulator.zygote`): a conversion after the first in a process starts in
+#: (:mod:`simulator.run.zygote`): a conversion after the first in a process starts in
 #: milliseconds instead of TensorFlow's ~8 s import.
 PRELOAD = ("numpy", "devicefit.sdk.convert.transform", "tensorflow", "keras")
 

@@ -43,7 +43,7 @@ from devicefit.sdk.fit.trials import run_trials, study_name
 from devicefit.sdk.study import SearchSettings, shown_url, work_folder
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import UsageError
-from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.infra.fileio import write_atomic
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.target import target_for

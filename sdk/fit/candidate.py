@@ -44,9 +44,9 @@ from devicefit.sdk.fit.record import FitPayload, FitTrial
 from devicefit.sdk.fit.space import Candidate
 from devicefit.sdk.study.record import TrialStage
 from devicefit.sdk.types import Progress
-from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.infra.fileio import write_atomic
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.report import Report
+from devicefit.simulator.report.report import Report
 from devicefit.simulator.types import BudgetName
 
 log = logging.getLogger(__name__)

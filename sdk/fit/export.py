@@ -30,10 +30,10 @@ from devicefit.sdk.fit.report import (
 from devicefit.sdk.fit.space import SearchSpace
 from devicefit.sdk.study import SearchSettings, artifact_dir, open_study, records, storage_for
 from devicefit.simulator.errors import InputError, UsageError
-from devicefit.simulator.fileio import temporary_folder, write_atomic
+from devicefit.simulator.infra.fileio import temporary_folder, write_atomic
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.report import Report, build, plain_fields
+from devicefit.simulator.report.report import Report, build, plain_fields
 from devicefit.simulator.types import MeasureOptions, Status
 
 if TYPE_CHECKING:

@@ -14,18 +14,18 @@ from devicefit.sdk.convert.distill import DistillSettings
 from devicefit.sdk.fit.record import FitTrial, read_trial
 from devicefit.sdk.fit.space import SearchSpace
 from devicefit.sdk.study import TrialStage
-from devicefit.simulator.profile_types import Budgets
-from devicefit.simulator.report import Report, from_fields, plain_fields
-from devicefit.simulator.types import BudgetName, Unit
-from devicefit.simulator.units import (
+from devicefit.simulator.infra.units import (
     format_estimate,
     format_percent,
     format_points,
     format_size,
     format_time_ms,
 )
-from devicefit.simulator.views.html import Section, escape, html_table, render_html
-from devicefit.simulator.views.json import read_report
+from devicefit.simulator.profile_types import Budgets
+from devicefit.simulator.report.report import Report, from_fields, plain_fields
+from devicefit.simulator.report.views.html import Section, escape, html_table, render_html
+from devicefit.simulator.report.views.json import read_report
+from devicefit.simulator.types import BudgetName, Unit
 
 PLOT_W, PLOT_H, LEFT, BOTTOM, STRIP_H = 720, 300, 70, 30, 24
 

@@ -41,7 +41,7 @@ from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import InputError, UsageError
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.report import Report
+from devicefit.simulator.report.report import Report
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from devicefit.sdk.search.objective import Objective
 from devicefit.sdk.search.screen import Rejection, Screened
 from devicefit.sdk.search.trials import ArchTrial, cost, pareto_front, ranked
 from devicefit.sdk.study import shown_url
-from devicefit.simulator.report import plain_fields
+from devicefit.simulator.infra.units import format_bytes, format_percent, format_time_ms
+from devicefit.simulator.report.report import plain_fields
+from devicefit.simulator.report.views.html import Section, escape, html_table, render_html
 from devicefit.simulator.types import BudgetName, Unit
-from devicefit.simulator.units import format_bytes, format_percent, format_time_ms
-from devicefit.simulator.views.html import Section, escape, html_table, render_html
 
 SCREEN_COLUMNS = ("candidate", "verdict", "flash", "arena", "latency (band)", "rejected by")
 TRIAL_COLUMNS = ("#", "candidate", "accuracy (int8)", "float", "flash", "arena",

@@ -30,14 +30,15 @@ from devicefit.sdk.convert.diagnose import ConversionError
 from devicefit.sdk.convert.spec import MemoryOptimization
 from devicefit.sdk.convert.tfprocess import PRELOAD, STALL_TIMEOUT_S
 from devicefit.sdk.search.candidate import ArchCandidate
-from devicefit.simulator import errors, zygote
-from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator import errors
+from devicefit.simulator.infra.fileio import write_atomic
+from devicefit.simulator.judge.verdict import static_arena_bytes
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.report import Report
+from devicefit.simulator.report.report import Report
+from devicefit.simulator.run import zygote
 from devicefit.simulator.target import target_for
 from devicefit.simulator.types import BudgetName, Status, StrEnum
-from devicefit.simulator.verdict import static_arena_bytes
 
 #: Random samples of the input shape the int8 converter calibrates on (shape only).
 CALIBRATION_SAMPLES = 4

@@ -30,7 +30,7 @@ from devicefit.sdk.search.objective import Objective
 from devicefit.sdk.search.screen import Screened, planned
 from devicefit.sdk.study import Direction, TrialRecord, TrialStage
 from devicefit.sdk.types import Progress
-from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.infra.fileio import write_atomic
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.types import BudgetName, Status
 

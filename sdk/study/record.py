@@ -9,7 +9,7 @@ the record's typed ``payload`` (:class:`~sdk.fit.record.FitPayload`,
 A record crosses processes and machines as JSON (an optuna user attribute, the ``.json``
 beside a candidate's model). :meth:`TrialRecord.to_dict` writes the payload's fields beside
 the record's own, as one flat object, so the JSON each command wrote before the payload
-existed still reads back (:meth:`TrialRecord.from_dict`, with :mod:`simulator.report`'s
+existed still reads back (:meth:`TrialRecord.from_dict`, with :mod:`simulator.report.report`'s
 machinery for the typed parts).
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from devicefit.simulator.report import BudgetCheck, build, from_fields, plain_fields
+from devicefit.simulator.report.report import BudgetCheck, build, from_fields, plain_fields
 from devicefit.simulator.types import BudgetName, Status, StrEnum
 
 if TYPE_CHECKING:

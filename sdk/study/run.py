@@ -35,9 +35,9 @@ from devicefit.sdk.study.decisions import (
 from devicefit.sdk.study.record import C, P, TrialRecord, TrialStage
 from devicefit.sdk.study.storage import SearchSettings, open_study, worker_id, worker_seed
 from devicefit.sdk.study.trials import Trials
-from devicefit.simulator import jsonout
 from devicefit.simulator.errors import DevicefitError
-from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.infra import jsonout
+from devicefit.simulator.infra.fileio import write_atomic
 
 log = logging.getLogger(__name__)
 

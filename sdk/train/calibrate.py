@@ -31,7 +31,7 @@ from pathlib import Path
 from devicefit.sdk.train.backend import Backend
 from devicefit.sdk.train.measure import MeasuredStep, measure_steps, micro_batches
 from devicefit.simulator.errors import UsageError
-from devicefit.simulator.units import format_size
+from devicefit.simulator.infra.units import format_size
 
 MARGIN = 0.10
 MIN_MARGIN = 32 * 1024**2

@@ -19,7 +19,7 @@ from typing import Any
 from devicefit.sdk.train.calibrate import Calibration, calibrate
 from devicefit.sdk.train.estimate import TrainingMemory, TrainingMemoryModel
 from devicefit.simulator.errors import UsageError
-from devicefit.simulator.units import format_size
+from devicefit.simulator.infra.units import format_size
 
 SAFETY_FRACTION = 0.8  # use at most 80 % of what is free ...
 SAFETY_RESERVE = 512 * 1024**2  # ... and leave at least 512 MiB to TensorFlow itself

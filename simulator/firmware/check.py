@@ -24,8 +24,8 @@ from devicefit.simulator.errors import InputError, UsageError, did_you_mean
 from devicefit.simulator.firmware.formats import ELF, MAP, read_firmware
 from devicefit.simulator.firmware.link import Link, Region, Symbol, combine
 from devicefit.simulator.firmware.manifest import ExportManifest
+from devicefit.simulator.infra.units import format_count
 from devicefit.simulator.types import StrEnum
-from devicefit.simulator.units import format_count
 
 #: TFLM's arena alignment (``MicroArenaBufferAlignment()``), used without an export.
 TFLM_ALIGNMENT = 16

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from devicefit.simulator.errors import InputError
-from devicefit.simulator.fileio import regular_file_problem
 from devicefit.simulator.firmware import elf, mapfile
 from devicefit.simulator.firmware.link import Link
+from devicefit.simulator.infra.fileio import regular_file_problem
 
 #: Bytes read to tell the formats apart.
 HEAD = 4096

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.errors import InputError
-from devicefit.simulator.safeyaml import read_regular_file
+from devicefit.simulator.infra.safeyaml import read_regular_file
 
 MANIFEST = "manifest.json"
 VERSION = 1

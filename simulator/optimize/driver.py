@@ -2,7 +2,7 @@
 
 Stages, each checked before the next reads it:
 
-1. the file's buffers and TFLM's greedy head (:mod:`simulator.lifetimes`,
+1. the file's buffers and TFLM's greedy head (:mod:`simulator.plan.lifetimes`,
    :func:`simulator.targets.tflm.planner.greedy_plan`), and the DAG built from them, whose peak in
    file order must equal the lifetimes module's bound (two implementations, one answer);
 2. the order with the lowest peak (:mod:`simulator.optimize.reorder`);
@@ -34,9 +34,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
-from devicefit.simulator.fileio import temporary_folder
-from devicefit.simulator.lifetimes import OFFLINE_METADATA, Buffer, lower_bound
-from devicefit.simulator.model import Model
+from devicefit.simulator.infra.fileio import temporary_folder
+from devicefit.simulator.infra.units import format_count
 from devicefit.simulator.optimize.graph import graph_from_buffers
 from devicefit.simulator.optimize.packing import pack
 from devicefit.simulator.optimize.patches import (
@@ -51,16 +50,17 @@ from devicefit.simulator.optimize.patches import (
     search_patches,
 )
 from devicefit.simulator.optimize.reorder import OrderResult, best_order
-from devicefit.simulator.planners import plan_memory
-from devicefit.simulator.planners.base import PlanError, check_plan
+from devicefit.simulator.plan.lifetimes import OFFLINE_METADATA, Buffer, lower_bound
+from devicefit.simulator.plan.planners import plan_memory
+from devicefit.simulator.plan.planners.base import PlanError, check_plan
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile, with_runtime
-from devicefit.simulator.reader import parse_model
+from devicefit.simulator.read.model import Model
+from devicefit.simulator.read.reader import parse_model
+from devicefit.simulator.read.writer import reorder_operators, set_offline_plan
 from devicefit.simulator.target import TARGETS, target_for
 from devicefit.simulator.targets.tflm.planner import greedy_plan
 from devicefit.simulator.targets.tflm.scratch import tflm_buffers
-from devicefit.simulator.units import format_count
-from devicefit.simulator.writer import reorder_operators, set_offline_plan
 
 if TYPE_CHECKING:  # the runners load only when verification runs
     from devicefit.simulator.types import RunResult
@@ -426,10 +426,10 @@ def _adopt_patched(report: OptimizeReport, after: OptimizeReport, model: Model,
 
 def _latency_ms(model: Model, profile: Profile) -> float | None:
     """The cost model's estimate (extra ops and MACs included), None without one."""
-    from devicefit.simulator.compute import op_work
     from devicefit.simulator.errors import ProfileError
-    from devicefit.simulator.latency import estimate_latency
-    from devicefit.simulator.report import OpCompute
+    from devicefit.simulator.estimate.compute import op_work
+    from devicefit.simulator.estimate.latency import estimate_latency
+    from devicefit.simulator.report.report import OpCompute
 
     work = [OpCompute(w.op_index, w.op, w.macs, w.bytes_moved) for w in op_work(model)]
     try:
@@ -573,7 +573,7 @@ class _Runs:
         self._done: dict[tuple[bytes, str], RunResult] = {}
 
     def __call__(self, data: bytes, runtime: str) -> RunResult:
-        from devicefit.simulator.runtimes import run_model
+        from devicefit.simulator.run.runtimes import run_model
 
         key = (hashlib.sha256(data).digest(), runtime)
         if key not in self._done:
@@ -590,7 +590,7 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
     profile's runner (TFLM), which must take both, and in its target's ``second_opinion``
     (LiteRT: a second implementation of the same kernels), where it has one; unchanged
     (the file's order, no plan) when TFLM's measured head does not shrink."""
-    from devicefit.simulator.runtimes import compare_outputs
+    from devicefit.simulator.run.runtimes import compare_outputs
 
     runner = _runner(profile)
     second = target_for(profile).second_opinion

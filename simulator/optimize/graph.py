@@ -4,7 +4,7 @@ Only what decides the arena head matters here: which planned (head) tensors each
 reads and writes, their padded sizes, the operator's scratch bytes, and the graph's inputs
 and outputs. Constants, variables and empty tensors are not in the head and are left out.
 
-Lifetimes follow TFLite-Micro's rules (see :mod:`simulator.lifetimes`): graph inputs are
+Lifetimes follow TFLite-Micro's rules (see :mod:`simulator.plan.lifetimes`): graph inputs are
 live from step 0, operator ``order[k]`` runs at step ``k + 1``, a tensor lives from its
 producer's step to its last reader's step (inclusive, so an operator's inputs and outputs
 never share memory), graph outputs live to the last step, scratch buffers only during their
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from devicefit.simulator.errors import InputError
-from devicefit.simulator.lifetimes import Buffer, live_bytes_per_step
-from devicefit.simulator.model import Subgraph
+from devicefit.simulator.plan.lifetimes import Buffer, live_bytes_per_step
+from devicefit.simulator.read.model import Subgraph
 
 
 @dataclass(frozen=True)

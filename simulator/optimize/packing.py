@@ -12,7 +12,7 @@ a portfolio and keeps every distinct result, best first:
 - otherwise a local search over first-fit orders: move one buffer elsewhere in the order,
   keep the move if the head does not grow, until the bound or the move budget.
 
-Every plan is verified (:func:`simulator.planners.base.check_plan`: no two buffers live at
+Every plan is verified (:func:`simulator.plan.planners.base.check_plan`: no two buffers live at
 the same step overlap) before it is returned.
 """
 
@@ -22,8 +22,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from devicefit.simulator.lifetimes import Buffer, lower_bound
-from devicefit.simulator.planners.base import check_plan, overlaps_in_time
+from devicefit.simulator.plan.lifetimes import Buffer, lower_bound
+from devicefit.simulator.plan.planners.base import check_plan, overlaps_in_time
 
 #: Offsets stay multiples of TFLM's buffer alignment (buffer sizes already are).
 ALIGN = 16

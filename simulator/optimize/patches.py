@@ -34,15 +34,15 @@ from dataclasses import dataclass, field
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from devicefit.simulator.compute import op_work
 from devicefit.simulator.errors import DevicefitError, UsageError
-from devicefit.simulator.lifetimes import live_bytes_per_step, lower_bound
-from devicefit.simulator.model import Model, Operator
+from devicefit.simulator.estimate.compute import op_work
+from devicefit.simulator.plan.lifetimes import live_bytes_per_step, lower_bound
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.reader import parse_model
+from devicefit.simulator.read.model import Model, Operator
+from devicefit.simulator.read.reader import parse_model
+from devicefit.simulator.read.writer import OFFLINE_MEMORY_ALLOCATION, pack, unpack
 from devicefit.simulator.targets.tflm.planner import start_arena
 from devicefit.simulator.targets.tflm.scratch import tflm_buffers
-from devicefit.simulator.writer import OFFLINE_MEMORY_ALLOCATION, pack, unpack
 
 #: Ops with a spatial window (their receptive field adds a halo).
 WINDOW_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D"})
@@ -409,7 +409,7 @@ def _cells(model: Model, plan: PatchPlan) -> list[list[Region]]:
 def stage_mac_ratio(model: Model, plan: PatchPlan) -> tuple[int, int]:
     """(MACs of the stage run whole, MACs of the stage run as ``plan``'s patches).
 
-    Every stage op's MACs are proportional to its output area (:mod:`simulator.compute`'s
+    Every stage op's MACs are proportional to its output area (:mod:`simulator.estimate.compute`'s
     rules for windows and element-wise ops), so this is exact without building the graph.
     """
     sg = model.main

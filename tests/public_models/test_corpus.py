@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks.bench_corpus import tflm_runs, tflm_wheel_profile
-from devicefit.simulator.compute import op_work
-from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
-from devicefit.simulator.planners import plan_memory
-from devicefit.simulator.reader import parse_model, read_model
+from devicefit.simulator.estimate.compute import op_work
+from devicefit.simulator.plan.planners import plan_memory
+from devicefit.simulator.read.model import Model, Operator, Subgraph, Tensor
+from devicefit.simulator.read.reader import parse_model, read_model
 from tests.corpus import KINDS, MODELS, CorpusModel, CorpusUnavailable, cache_dir, corpus
 from tests.recurrent_models import FEATURES, STEPS, UNITS, lstm_model
 

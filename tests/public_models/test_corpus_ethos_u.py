@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from devicefit.simulator.reader import read_model
+from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.simulate import simulate
 from tests.corpus import corpus
 from tests.vela_anchor import vela_cli_for

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from devicefit.sdk.cli import main
-from devicefit.simulator.compat import check_ops
+from devicefit.simulator.plan.compat import check_ops
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import read_model
+from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.simulate import simulate
 from tests.corpus import corpus
 

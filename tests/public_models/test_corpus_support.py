@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from devicefit.simulator.compat import check_ops
 from devicefit.simulator.errors import RuntimeFailure
+from devicefit.simulator.plan.compat import check_ops
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import read_model
-from devicefit.simulator.runtimes import run_model
+from devicefit.simulator.read.reader import read_model
+from devicefit.simulator.run.runtimes import run_model
 from tests.corpus import INPUT_SHAPES, MODELS, corpus
 
 PROFILES = {"tflm": "stm32l4r5-cortex-m4", "litert": "android-arm64-cpu"}
@@ -26,7 +26,7 @@ def test_static_op_support_matches_the_runtime(name, runtime):
     model = read_model(m.path)
     profile = load_profile(PROFILES[runtime])
     # The op tables alone, and devicefit's default answer: the tables corrected by the
-    # runtime asked per operator signature (simulator/compat/probe.py). Both must hold.
+    # runtime asked per operator signature (simulator/plan/compat/probe.py). Both must hold.
     answers = {"table": check_ops(model, profile), "probe": check_ops(model, profile, probe=True)}
     shape = INPUT_SHAPES.get((name, runtime))
     inputs = [np.zeros(shape, np.float32)] if shape else None

@@ -333,7 +333,7 @@ def test_op_profiling_times_reach_the_layer_table_csv_and_html(phones, model, ar
     """benchmark_model's per-operator table (a capture written for this model: the fake phone
     prints it as benchmark_model does) lands in the layer rows, ``--layers``, ``--csv`` and
     the HTML table instead of being dropped."""
-    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.read.reader import read_model
 
     sg = read_model(model).main
     lines = ["", "=" * 30 + " Run Order " + "=" * 30,

@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from devicefit.sdk.cli import main
-from devicefit.simulator.calibration.fit import prior_of
+from devicefit.simulator.estimate.calibration.fit import prior_of
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import read_model
+from devicefit.simulator.read.reader import read_model
 from tests.paths import TESTS
 from tests.sdk.test_bench import FakePhones, elf
 from tests.zoo import model_path

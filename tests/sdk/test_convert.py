@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from devicefit.simulator.reader import read_model
+from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.simulate import simulate
 from examples.digits import cached_cnn, load_digits
 from tests.paths import TESTS

@@ -158,7 +158,7 @@ def optimized(digits, tmp_path_factory) -> dict:
 
 def test_optimize_memory_rewrites_the_arena_plan_and_keeps_the_settings(optimized):
     from devicefit.simulator.profiles import load_profile, with_runtime
-    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.read.reader import read_model
     from devicefit.simulator.simulate import simulate
 
     out, rep = optimized["out"], optimized["report"]

@@ -115,7 +115,7 @@ def test_lstm_converts_to_int8_unrolled_or_is_refused_in_one_line(models, tmp_pa
     # unrolled cell's gate SPLIT in float32 (6 of 8 CLI runs on one machine, whatever
     # PYTHONHASHSEED). convert must then refuse in one line rather than call it int8, so
     # either outcome is correct; a crash, a traceback or a float op called int8 is not.
-    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.read.reader import read_model
 
     out, rep = tmp_path / "lstm.tflite", tmp_path / "r.json"
     code, _, err = _cli(capsys, models["lstm"], models["lstm-data"], out,
@@ -186,7 +186,7 @@ def test_gelu_on_an_mcu_fails_saying_which_op_and_layer(models, tmp_path, capsys
 
 
 def test_int16x8_on_an_mcu_gets_int16_io_and_never_an_unjudged_pass(models, tmp_path, capsys):
-    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.read.reader import read_model
 
     out, rep = tmp_path / "m16.tflite", tmp_path / "r.json"
     code, text, _ = _cli(capsys, models["mlp"], models["mlp-data"], out, "--scheme", "int16x8",

@@ -14,7 +14,7 @@ from devicefit.sdk.convert.data import Dataset
 from devicefit.sdk.convert.quantize import QuantSettings
 from devicefit.sdk.convert.sparsity import ChannelRatio, NMPattern
 from devicefit.simulator.errors import UsageError
-from devicefit.simulator.reader import parse_model
+from devicefit.simulator.read.reader import parse_model
 
 pytestmark = pytest.mark.slow
 

@@ -29,7 +29,7 @@ def _tiny():
 
 def test_the_traced_call_writes_the_bytes_the_savedmodel_export_writes():
     from devicefit.sdk.convert import loading, quantize, traced
-    from devicefit.simulator.reader import parse_model
+    from devicefit.simulator.read.reader import parse_model
 
     loaded = loading.load(_tiny())
     assert traced.traceable(quantize.batch_of_one(loaded))

@@ -1,4 +1,4 @@
-"""Flatbuffer edits without TensorFlow (simulator/writer.py) and the converter's data loading."""
+"""Flatbuffer edits without TensorFlow (simulator/read/writer.py) and the converter's data loading."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from devicefit.sdk.convert import data, metadata
-from devicefit.simulator import writer
 from devicefit.simulator.errors import InputError, ModelFormatError
-from devicefit.simulator.reader import read_model
-from devicefit.simulator.runtimes import run_model
+from devicefit.simulator.read import writer
+from devicefit.simulator.read.reader import read_model
+from devicefit.simulator.run.runtimes import run_model
 from tests.zoo import model_path
 
 

@@ -12,8 +12,8 @@ from ai_edge_litert import schema_py_generated as fb
 
 from devicefit.sdk.cli import main
 from devicefit.sdk.convert import metadata
+from devicefit.simulator.read.writer import pack
 from devicefit.simulator.simulate import simulate
-from devicefit.simulator.writer import pack
 from tests.zoo import model_path
 
 MCU, OTHER_MCU = "stm32l4r5-cortex-m4", "nrf52840-cortex-m4"

@@ -291,7 +291,7 @@ def test_the_converter_process_names_the_extra_it_lacks(tmp_path, monkeypatch, c
 def test_the_demo_table_prints_sizes_in_their_budgets_units():
     """The demo's own table follows the views' number style: a 50MB flash budget in MB, a
     256 KiB arena in KiB (not 47.7 MiB and 0.2 MiB)."""
-    from devicefit.simulator.report import BudgetCheck
+    from devicefit.simulator.report.report import BudgetCheck
     from devicefit.simulator.types import BudgetName, Unit
     from examples.demo import _size_of
 

@@ -24,7 +24,7 @@ from devicefit.sdk.convert.accuracy import run_tflite
 from devicefit.sdk.fit.record import read_trial
 from devicefit.sdk.fit.report import choose
 from devicefit.sdk.study import BUILD, DECISION, RECORD
-from devicefit.simulator.reader import read_model
+from devicefit.simulator.read.reader import read_model
 from examples.digits import cached_cnn, load_digits
 from tests.paths import ROOT
 from tests.postgres import postgres_server

@@ -16,8 +16,8 @@ from devicefit.sdk.fit.record import FitPayload, FitTrial
 from devicefit.sdk.fit.report import pareto_svg
 from devicefit.sdk.fit.space import Candidate
 from devicefit.sdk.study import TrialStage
+from devicefit.simulator.report.views.html import render_page
 from devicefit.simulator.types import Status
-from devicefit.simulator.views.html import render_page
 from tests.browser import measure
 
 FLASH_BUDGET = 132 * 1024

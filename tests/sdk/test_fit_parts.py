@@ -31,7 +31,7 @@ from devicefit.sdk.options import parse_duration
 from devicefit.sdk.study import TrialStage
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.report import BudgetCheck, build
+from devicefit.simulator.report.report import BudgetCheck, build
 from devicefit.simulator.types import Basis, BudgetName, Status, Unit
 
 
@@ -281,9 +281,9 @@ def test_the_verified_line_shows_an_estimate_with_its_band_and_risk(tmp_path):
     """fit's "verified in ..." line, from a real report's JSON: the latency estimate shows
     its error band and says "at risk" when the budget lies inside it; sizes show neither."""
     from devicefit.sdk.commands.fit import budget_text
+    from devicefit.simulator.infra.units import format_band, format_time_ms
+    from devicefit.simulator.report.views.json import read_report, render
     from devicefit.simulator.simulate import simulate
-    from devicefit.simulator.units import format_band, format_time_ms
-    from devicefit.simulator.views.json import read_report, render
     from tests import zoo
 
     model = zoo.model_path("mobilenet_v1_96_int8")

@@ -22,7 +22,7 @@ import pytest
 
 from benchmarks.procs import runtime_workers, zygotes
 from devicefit.sdk.cli import main
-from devicefit.simulator.escape import clean, markdown
+from devicefit.simulator.infra.escape import clean, markdown
 from tests import hostile
 from tests.paths import ROOT
 from tests.tflite_builder import custom_model, fb
@@ -287,7 +287,7 @@ def test_nested_control_flow_macs_count_each_subgraph_once(tmp_path, capsys, mon
     """The same IF chain 63 deep on runtimes without TFLM's executed-operator bound: the
     MAC count visits each subgraph once (it walked 2**63 paths and never returned; found by
     bench_fuzz). A walk past a few hundred visits fails here instead of hanging."""
-    from devicefit.simulator import compute
+    from devicefit.simulator.estimate import compute
 
     visits = 0
     counted = compute._macs
@@ -319,7 +319,7 @@ def test_max_ops_bounds_operators_in_the_file(tmp_path, capsys):
 
 def test_memoised_lifetimes_equal_the_literal_walk():
     """The once-per-subgraph analysis against TFLM's walk, re-marking at every call."""
-    from devicefit.simulator.reader import parse_model
+    from devicefit.simulator.read.reader import parse_model
     from devicefit.simulator.targets.tflm.scratch import tflm_buffers
 
     for depth in (1, 2, 5):
@@ -547,7 +547,7 @@ def test_model_path_must_be_a_regular_file(tmp_path, capsys, model):
 def test_a_signal_outside_the_work_exits_with_its_status_not_by_it():
     """Found by bench_fuzz: SIGTERM arriving while the interpreter shut down after a
     finished `check --jobs 2` killed the process (status -15: a crash to CI)."""
-    code = ("import os, signal, time; from devicefit.simulator.signals import exit_outside_work; "
+    code = ("import os, signal, time; from devicefit.simulator.infra.signals import exit_outside_work; "
             "exit_outside_work(); os.kill(os.getpid(), signal.SIGTERM); time.sleep(30)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -593,7 +593,7 @@ def test_check_results_are_strict_json_whatever_the_regression_rule(tmp_path, ca
 
 
 def test_strict_json_writes_null_for_every_non_finite_figure():
-    from devicefit.simulator import jsonout
+    from devicefit.simulator.infra import jsonout
 
     doc = {"a": float("inf"), "b": [1.5, float("nan"), {"c": -float("inf")}], "d": (2,)}
     assert _strict(jsonout.dumps(doc)) == {"a": None, "b": [1.5, None, {"c": None}], "d": [2]}

@@ -17,7 +17,7 @@ from devicefit.sdk.cli import main
 from devicefit.sdk.search import Rejection, candidate, grid, screen
 from devicefit.sdk.search.families import FAMILIES, params_for
 from devicefit.simulator.errors import UsageError
-from devicefit.simulator.reader import read_model
+from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.types import Status
 
 BASE = "stm32l4r5-cortex-m4"

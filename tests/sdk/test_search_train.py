@@ -23,7 +23,7 @@ from devicefit.sdk.search.architectures import SearchSpec, search_architectures
 from devicefit.sdk.search.objective import Objective
 from devicefit.sdk.search.report import render_search_html, to_dict
 from devicefit.sdk.study import BUILD, DECISION, RECORD, SearchSettings
-from devicefit.simulator import jsonout
+from devicefit.simulator.infra import jsonout
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.types import MeasureOptions
 from examples.digits import load_digits

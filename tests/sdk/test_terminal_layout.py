@@ -10,7 +10,7 @@ import pytest
 
 from devicefit.sdk.cli import main
 from devicefit.sdk.console import make_console
-from devicefit.simulator.views.columns import columns, text_width
+from devicefit.simulator.report.views.columns import columns, text_width
 from tests.terminal import assert_laid_out, in_a_terminal, plain
 
 MCU = "stm32l4r5-cortex-m4"

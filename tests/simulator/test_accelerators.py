@@ -12,11 +12,11 @@ import pytest
 from ai_edge_litert import schema_py_generated as fb
 
 from devicefit.sdk.cli import main
-from devicefit.simulator.compat import check_ops
-from devicefit.simulator.lifetimes import OFFLINE_METADATA
+from devicefit.simulator.plan.compat import check_ops
+from devicefit.simulator.plan.lifetimes import OFFLINE_METADATA
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import parse_model, read_model
-from devicefit.simulator.writer import add_metadata
+from devicefit.simulator.read.reader import parse_model, read_model
+from devicefit.simulator.read.writer import add_metadata
 from tests import zoo
 from tests.tflite_builder import _buffer, _model, _opcode, _operator, _tensor, custom_model
 

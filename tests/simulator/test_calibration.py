@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from devicefit.simulator.calibration.fit import Evidence, calibrate, prior_of
-from devicefit.simulator.calibration.logs import (
+from devicefit.simulator.errors import InputError
+from devicefit.simulator.estimate.calibration.fit import Evidence, calibrate, prior_of
+from devicefit.simulator.estimate.calibration.logs import (
     BoardLog,
     OpTime,
     parse_micro_csv,
@@ -18,10 +19,9 @@ from devicefit.simulator.calibration.logs import (
     read_profiler_log,
     runs_of,
 )
-from devicefit.simulator.calibration.match import check_run, check_sha256
-from devicefit.simulator.errors import InputError
+from devicefit.simulator.estimate.calibration.match import check_run, check_sha256
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import read_model
+from devicefit.simulator.read.reader import read_model
 from tests.paths import TESTS
 from tests.zoo import model_path
 

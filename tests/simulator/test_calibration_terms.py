@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from devicefit.simulator.calibration.fit import (
+from devicefit.simulator.estimate.calibration.fit import (
     TERMS,
     Evidence,
     _design,
@@ -16,9 +16,9 @@ from devicefit.simulator.calibration.fit import (
     log_evidence,
     prior_of,
 )
-from devicefit.simulator.calibration.logs import BoardLog
+from devicefit.simulator.estimate.calibration.logs import BoardLog
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import read_model
+from devicefit.simulator.read.reader import read_model
 from tests.zoo import model_path
 
 MODELS = ("chain_int8", "residual_int8", "inception_int8", "mlp_int8")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from devicefit.simulator.compat import CHECKERS, check_ops, table_for
+from devicefit.simulator.plan.compat import CHECKERS, check_ops, table_for
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import parse_model, read_model
+from devicefit.simulator.read.reader import parse_model, read_model
 from tests import zoo
 from tests.tflite_builder import custom_model, topk_model
 
@@ -77,7 +77,7 @@ def _with_zero_scale(path, tmp_path):
                                              ("android-arm64-cpu", "litert")])
 def test_a_zero_scale_is_a_finding_because_the_runtime_refuses_it(tmp_path, profile, runtime):
     from devicefit.simulator.errors import RuntimeFailure
-    from devicefit.simulator.runtimes import run_model
+    from devicefit.simulator.run.runtimes import run_model
 
     bad, tensor = _with_zero_scale(zoo.model_path("chain_int8"), tmp_path)
     found = check_ops(read_model(bad), load_profile(profile))

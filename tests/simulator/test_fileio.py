@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from devicefit.simulator.fileio import all_or_nothing, write_atomic
+from devicefit.simulator.infra.fileio import all_or_nothing, write_atomic
 
 
 class _Stop(KeyboardInterrupt):

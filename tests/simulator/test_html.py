@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from devicefit.simulator.report.views.html import Section, render_html
+from devicefit.simulator.report.views.png import render as render_png
 from devicefit.simulator.simulate import simulate
-from devicefit.simulator.views.html import Section, render_html
-from devicefit.simulator.views.png import render as render_png
 from tests.browser import render
 from tests.paths import TESTS
 from tests.zoo import model_path
@@ -71,7 +71,7 @@ def test_plot_writes_a_png(tmp_path):
 
 def test_plot_refuses_to_overwrite_its_input(tmp_path):
     from devicefit.simulator.errors import UsageError
-    from devicefit.simulator.fileio import write_atomic
+    from devicefit.simulator.infra.fileio import write_atomic
 
     sine = _sine(tmp_path)
     report = simulate(sine, "stm32l4r5-cortex-m4")
@@ -102,7 +102,7 @@ def test_missing_chromium_fails_with_how_to_install_it(tmp_path, monkeypatch):
 def test_layer_table_sorts_and_filters_in_chromium(tmp_path):
     """The inline script runs with no network: sorted by live bytes (``?sort=``) the first
     row is the op the CLI names as the costliest; a filter hides the other op types."""
-    from devicefit.simulator.layers import costliest
+    from devicefit.simulator.report.layers import costliest
 
     report = simulate(model_path("residual_int8"), "stm32l4r5-cortex-m4")
     page = tmp_path / "layers.html"
@@ -125,9 +125,9 @@ def test_layer_table_sorts_and_filters_in_chromium(tmp_path):
 def test_diff_page_shows_what_changed(tmp_path):
     """``devicefit diff --html`` in Chromium: the figures, the layer pairing and the changed
     layers are in the rendered page, with the same numbers as the JSON."""
-    from devicefit.simulator.diff import Side, diff_reports
-    from devicefit.simulator.units import format_size
-    from devicefit.simulator.views.diffview import render_html as render_diff
+    from devicefit.simulator.infra.units import format_size
+    from devicefit.simulator.report.diff import Side, diff_reports
+    from devicefit.simulator.report.views.diffview import render_html as render_diff
 
     a, b = (simulate(model_path(n), "stm32l4r5-cortex-m4") for n in ("chain_int8",
                                                                      "chain_float32"))
@@ -186,7 +186,7 @@ def test_convert_pictures_agree_with_the_conversion(tmp_path, capsys):
 def test_pictures_number_operators_as_the_cli_does(tmp_path):
     """The timeline's peak, its caption, the colour legend and the per-op chart's axes in
     Chromium name the same operator and units as ``devicefit simulate``'s text."""
-    from devicefit.simulator.views.text import render_text
+    from devicefit.simulator.report.views.text import render_text
 
     report = simulate(model_path("residual_int8"), "stm32l4r5-cortex-m4")
     cli_top = render_text(report).split("Operators with the most live bytes")[1] \

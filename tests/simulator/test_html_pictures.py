@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from devicefit.simulator.layers import peak
-from devicefit.simulator.report import Report
+from devicefit.simulator.report.layers import peak
+from devicefit.simulator.report.report import Report
+from devicefit.simulator.report.views.html import Section, render_html
 from devicefit.simulator.simulate import simulate
-from devicefit.simulator.views.html import Section, render_html
 from tests.browser import measure
 from tests.corpus import corpus
 from tests.edgetpu_models import compiled_model
@@ -198,7 +198,7 @@ def test_ethos_u_page_tells_the_users_model_from_the_compiled_one(page, reports)
     """The model table names the user's file with its size and the compiled file with its
     own; the empty per-op chart gives way to a sentence and Vela's per-layer cycles; no
     band of zero width is printed."""
-    from devicefit.simulator.units import format_size
+    from devicefit.simulator.infra.units import format_size
 
     report, dom = reports["ethos-u"], page["dom"]["ethos-u"]
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
@@ -224,7 +224,7 @@ def test_the_png_draws_what_is_judged_against_the_budget(reports):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from devicefit.simulator.views.png import draw_timeline
+    from devicefit.simulator.report.views.png import draw_timeline
 
     for name, above in (("fail", True), ("pass", False)):
         report = reports[name]

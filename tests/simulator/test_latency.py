@@ -8,19 +8,19 @@ import json
 import pytest
 import yaml
 
-from devicefit.simulator.cores import cores, find_core
 from devicefit.simulator.errors import ProfileError
-from devicefit.simulator.kernels import (
+from devicefit.simulator.estimate.cores import cores, find_core
+from devicefit.simulator.estimate.kernels import (
     DATA_DIR,
     kernel_data,
     lane_padding,
     parse_version,
     parse_versions,
 )
-from devicefit.simulator.latency import cycles_per_mac, estimate_latency
+from devicefit.simulator.estimate.latency import cycles_per_mac, estimate_latency
 from devicefit.simulator.profile_types import CostModel
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import read_model
+from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.simulate import simulate, static_report
 from tests import zoo
 
@@ -177,7 +177,7 @@ def test_helium_runs_kxk_convolutions_through_the_1x1_kernel():
     """CMSIS-NN's Helium path builds the im2col in int8 and calls the 1x1 matrix kernel; its
     DSP path widens it to int16 first. So a 3x3 convolution costs per MAC what a 1x1 one does
     on a Cortex-M85, and more than a 1x1 one on a Cortex-M4."""
-    from devicefit.simulator.kernels import OpShape, op_cycles
+    from devicefit.simulator.estimate.kernels import OpShape, op_cycles
 
     data = kernel_data()
 
@@ -192,7 +192,7 @@ def test_helium_runs_kxk_convolutions_through_the_1x1_kernel():
 def test_core_without_a_published_coremark_counts_as_the_reference():
     """Per-op bookkeeping scales by CoreMark/MHz only where the core's designer publishes one
     (Arm, for every Cortex-M core)."""
-    from devicefit.simulator.kernels import scalar_speed
+    from devicefit.simulator.estimate.kernels import scalar_speed
 
     data = kernel_data()
     assert scalar_speed(data, find_core("xtensa-lx7")) == 1.0
@@ -403,7 +403,7 @@ def test_every_dtype_gets_an_estimate(scheme_models, profile, scheme, capsys):
 def _ops(path):
     model = read_model(path)
     sg = model.main
-    from devicefit.simulator.latency import op_shape
+    from devicefit.simulator.estimate.latency import op_shape
 
     return [op_shape(sg, op, 0) for op in sg.operators]
 
@@ -411,7 +411,7 @@ def _ops(path):
 def test_int16_costs_more_than_int8_and_falls_back_where_a_library_has_none():
     """CMSIS-NN's s16 kernels: the same MACs, fewer per SIMD instruction. ESP-NN has no int16
     kernels: TFLM runs those ops on its reference kernels."""
-    from devicefit.simulator.kernels import library_for
+    from devicefit.simulator.estimate.kernels import library_for
 
     data = kernel_data()
     lib = data.libraries["cmsis-nn"]

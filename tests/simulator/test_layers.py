@@ -9,13 +9,13 @@ import io
 import json
 
 from devicefit.sdk.cli import main
-from devicefit.simulator.benchmark import OpProfileRow
-from devicefit.simulator.layers import bench_times, costliest, layer_rows
-from devicefit.simulator.reader import read_model
-from devicefit.simulator.report import HostOpTime
+from devicefit.simulator.read.reader import read_model
+from devicefit.simulator.report.benchmark import OpProfileRow
+from devicefit.simulator.report.layers import bench_times, costliest, layer_rows
+from devicefit.simulator.report.report import HostOpTime
+from devicefit.simulator.report.views.json import read_report
+from devicefit.simulator.report.views.layertable import text_lines
 from devicefit.simulator.simulate import simulate
-from devicefit.simulator.views.json import read_report
-from devicefit.simulator.views.layertable import text_lines
 from tests.zoo import model_path
 
 

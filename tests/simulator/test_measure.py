@@ -1,4 +1,4 @@
-"""The measuring stage (:mod:`simulator.measure`): one read of the model, op support from the
+"""The measuring stage (:mod:`simulator.run.measure`): one read of the model, op support from the
 static half, a new report, and what is a target's own reached through its record."""
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from devicefit.simulator import compat, reader
 from devicefit.simulator.errors import InputError
-from devicefit.simulator.measure import measure
+from devicefit.simulator.plan import compat
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import read_model
+from devicefit.simulator.read import reader
+from devicefit.simulator.read.reader import read_model
+from devicefit.simulator.run.measure import measure
 from devicefit.simulator.simulate import simulate, static_report
 from devicefit.simulator.target import target_for
 from devicefit.simulator.types import BuildRequest, MeasureOptions

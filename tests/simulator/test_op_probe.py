@@ -1,4 +1,4 @@
-"""Op support asked of the runtime (simulator/compat/probe.py) and ``--run`` that always runs.
+"""Op support asked of the runtime (simulator/plan/compat/probe.py) and ``--run`` that always runs.
 
 Each class of model the op tables got wrong on public models is built here in code, one
 operator each (tests/op_probe.py's builder), and answered by the real TFLM and LiteRT wheels
@@ -14,11 +14,11 @@ import json
 import pytest
 
 from devicefit.sdk.cli import main
-from devicefit.simulator.compat import check_ops
+from devicefit.simulator.plan.compat import check_ops
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import read_model
+from devicefit.simulator.read.reader import read_model
+from devicefit.simulator.report.views.json import read_report
 from devicefit.simulator.types import MeasureOptions
-from devicefit.simulator.views.json import read_report
 from tests.op_probe import OPT, B, T, _opts, const, fb, single_op
 
 TFLM, LITERT = "stm32h743-cortex-m7", "android-arm64-cpu"
@@ -151,8 +151,8 @@ def test_answers_are_cached_a_second_check_starts_no_child(models, tmp_path, mon
 
 
 def test_disagreement_reaches_junit_markdown_and_html(models):
+    from devicefit.simulator.report.views import render
     from devicefit.simulator.simulate import simulate
-    from devicefit.simulator.views import render
 
     report = simulate(models["softmax_tiny_scale"], TFLM)
     for view in ("junit", "markdown", "html"):

@@ -7,12 +7,12 @@ import json
 import pytest
 
 from devicefit.sdk.cli import main
-from devicefit.simulator.lifetimes import lower_bound, offline_offsets
 from devicefit.simulator.optimize import optimize_model_bytes
-from devicefit.simulator.planners.base import check_plan
+from devicefit.simulator.plan.lifetimes import lower_bound, offline_offsets
+from devicefit.simulator.plan.planners.base import check_plan
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import parse_model, read_model
-from devicefit.simulator.runtimes import run_model
+from devicefit.simulator.read.reader import parse_model, read_model
+from devicefit.simulator.run.runtimes import run_model
 from devicefit.simulator.targets.tflm.scratch import tflm_buffers
 from tests.zoo import model_path
 
@@ -85,7 +85,7 @@ def test_the_offline_plan_in_the_file_never_overlaps_live_tensors(results):
 def test_outputs_stay_bit_identical_on_other_inputs(results, tmp_path):
     import numpy as np
 
-    from devicefit.simulator.runtimes import input_specs, random_inputs
+    from devicefit.simulator.run.runtimes import input_specs, random_inputs
 
     _, out, _ = results["branches_int8"]
     path = tmp_path / "opt.tflite"
@@ -141,8 +141,8 @@ def test_cli_bad_usage_exits_2(tmp_path, capsys, argv, message):
 
 
 def test_a_stale_offline_plan_is_replaced_when_operators_move(profile):
+    from devicefit.simulator.read.writer import set_offline_plan
     from devicefit.simulator.targets.tflm.planner import greedy_plan
-    from devicefit.simulator.writer import set_offline_plan
 
     # branches_int8 with TFLM's own greedy offsets written as its offline plan: valid for the
     # file order only. Reordering must write a plan for the new order.

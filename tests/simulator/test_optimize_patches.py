@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from devicefit.sdk.cli import main
-from devicefit.simulator.compute import op_work
-from devicefit.simulator.lifetimes import lower_bound
+from devicefit.simulator.estimate.compute import op_work
 from devicefit.simulator.optimize import optimize_model_bytes
 from devicefit.simulator.optimize.patches import (
     PatchRefused,
@@ -22,9 +21,10 @@ from devicefit.simulator.optimize.patches import (
     split_points,
     stage_mac_ratio,
 )
+from devicefit.simulator.plan.lifetimes import lower_bound
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import parse_model, read_model
-from devicefit.simulator.runtimes import input_specs, random_inputs, run_model
+from devicefit.simulator.read.reader import parse_model, read_model
+from devicefit.simulator.run.runtimes import input_specs, random_inputs, run_model
 from devicefit.simulator.targets.tflm.scratch import tflm_buffers
 from tests.paths import TESTS
 from tests.zoo import convert_keras, model_path
@@ -285,7 +285,7 @@ def test_fit_patches_needs_a_tflm_profile(digits, tmp_path, capsys):
 
 def test_a_dynamic_batch_in_the_signature_still_patches():
     # Models exported with a -1 batch (MLTK's, many Keras exports) run with batch 1.
-    from devicefit.simulator.writer import pack, unpack
+    from devicefit.simulator.read.writer import pack, unpack
 
     mt = unpack(model_path("chain_int8").read_bytes())
     for t in mt.subgraphs[0].tensors:

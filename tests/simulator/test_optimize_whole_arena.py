@@ -18,7 +18,7 @@ from devicefit.simulator.optimize import optimize_model_bytes
 from devicefit.simulator.optimize.driver import judge_measured, rebuild_patched
 from devicefit.simulator.optimize.patches import ArenaFigures, PatchReport
 from devicefit.simulator.profiles import load_profile, with_runtime
-from devicefit.simulator.runtimes import run_model
+from devicefit.simulator.run.runtimes import run_model
 from tests.zoo import convert_keras
 
 PROFILE = "stm32l4r5-cortex-m4"  # 4-byte pointers, CMSIS-NN kernels

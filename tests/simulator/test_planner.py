@@ -12,21 +12,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devicefit.simulator.errors import InputError, RuntimeFailure
-from devicefit.simulator.lifetimes import (
+from devicefit.simulator.plan.lifetimes import (
     Buffer,
     align_up,
     live_bytes_per_step,
     lower_bound,
     op_steps,
 )
-from devicefit.simulator.planners.base import PlanError, check_plan
+from devicefit.simulator.plan.planners.base import PlanError, check_plan
 from devicefit.simulator.profiles import load_profile, with_runtime
-from devicefit.simulator.reader import read_model
-from devicefit.simulator.runtimes import run_model
+from devicefit.simulator.read.reader import read_model
+from devicefit.simulator.read.writer import reorder_operators, set_offline_plan
+from devicefit.simulator.run.runtimes import run_model
 from devicefit.simulator.targets.litert.planner import best_fit_plan, litert_buffers
 from devicefit.simulator.targets.tflm.planner import greedy_plan, plan_tflm
 from devicefit.simulator.targets.tflm.scratch import tflm_buffers
-from devicefit.simulator.writer import reorder_operators, set_offline_plan
 from tests.zoo import model_path
 
 SINE = (Path(__import__("tflite_micro").__file__).parent / "python" / "tflite_micro"

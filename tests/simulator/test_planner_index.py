@@ -10,8 +10,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devicefit.simulator.lifetimes import Buffer, align_up
-from devicefit.simulator.planners.base import overlaps_in_time
+from devicefit.simulator.plan.lifetimes import Buffer, align_up
+from devicefit.simulator.plan.planners.base import overlaps_in_time
 from devicefit.simulator.targets.litert.planner import best_fit_plan
 from devicefit.simulator.targets.tflm.planner import greedy_plan
 
@@ -112,7 +112,7 @@ def _clashes_reference(buffers: list[Buffer], offsets: list[int]) -> bool:
 @given(buffer_sets(aligned=True, offline=False),
        st.lists(st.sampled_from([0, 16, 32, 64, 100]), min_size=40, max_size=40))
 def test_plan_check_finds_exactly_the_clashing_plans(buffers, offsets):
-    from devicefit.simulator.planners.base import PlanError, check_plan
+    from devicefit.simulator.plan.planners.base import PlanError, check_plan
 
     offsets = offsets[:len(buffers)]
     try:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from devicefit.sdk.cli import main
-from devicefit.simulator.cores import find_core
 from devicefit.simulator.errors import ProfileError
+from devicefit.simulator.estimate.cores import find_core
 from devicefit.simulator.profiles import ProfileStore, builtin_profiles_dir, load_profile
 from tests.paths import ROOT
 
@@ -213,7 +213,7 @@ def test_non_editable_install_finds_every_profile(tmp_path):
         "s = p.ProfileStore(); names = s.names(include_abstract=True);"
         "[s.load(n) for n in names]; print(' '.join(names));"
         # The core registry and kernel tables ship as package data.
-        "import devicefit.simulator.kernels as k; assert k.kernel_data().libraries['cmsis-nn'].calibrated"
+        "import devicefit.simulator.estimate.kernels as k; assert k.kernel_data().libraries['cmsis-nn'].calibrated"
     )
     out = subprocess.run([sys.executable, "-c", code, str(site)], cwd=tmp_path,
                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from devicefit.sdk.cli import main
 from devicefit.simulator.errors import DevicefitError, ModelFormatError
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import parse_model, read_model
+from devicefit.simulator.read.reader import parse_model, read_model
+from devicefit.simulator.read.writer import add_metadata, offline_plan_bytes, pack, unpack
 from devicefit.simulator.simulate import static_report
-from devicefit.simulator.writer import add_metadata, offline_plan_bytes, pack, unpack
 from tests.zoo import model_path
 
 PROFILE = load_profile("stm32l4r5-cortex-m4")

@@ -12,15 +12,15 @@ import json
 import pytest
 
 from devicefit.sdk.cli import main
+from devicefit.simulator.judge.verdict import BUDGETS, judge
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import read_model
-from devicefit.simulator.report import SCHEMA_VERSION, LatencyReport, Report
+from devicefit.simulator.read.reader import read_model
+from devicefit.simulator.report.report import SCHEMA_VERSION, LatencyReport, Report
+from devicefit.simulator.report.views import VIEWS, render
+from devicefit.simulator.report.views.json import read_report
 from devicefit.simulator.simulate import simulate, static_report
 from devicefit.simulator.targets.edgetpu.partition import EdgeTpuReport
 from devicefit.simulator.types import Basis, BudgetName, MeasureOptions, Status
-from devicefit.simulator.verdict import BUDGETS, judge
-from devicefit.simulator.views import VIEWS, render
-from devicefit.simulator.views.json import read_report
 from tests.zoo import model_path
 
 
@@ -194,7 +194,7 @@ def test_simulate_prints_any_registered_text_view(capsys):
 def test_a_device_benchmark_is_judged_on_its_time_and_carries_its_ratio(tmp_path):
     """The phone's figures come from sdk's ``bench``; here a result as it would fill them
     (no phone in this test: tests/sdk/test_bench.py drives the real command with a fake adb)."""
-    from devicefit.simulator.benchmark import BenchmarkOutput, BenchResult, BenchSettings
+    from devicefit.simulator.report.benchmark import BenchmarkOutput, BenchResult, BenchSettings
 
     yaml = tmp_path / "phone.yaml"
     yaml.write_text("name: phone\nextends: android-arm64-cpu\nbudgets: {latency: 5ms}\n")

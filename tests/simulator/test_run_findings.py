@@ -101,7 +101,7 @@ def signal_window_model() -> bytes:
     from ai_edge_litert import schema_py_generated as fb
     from flatbuffers import flexbuffers
 
-    from devicefit.simulator.writer import pack
+    from devicefit.simulator.read.writer import pack
     from tests.op_probe import T, const, single_op
 
     data = single_op(fb.BuiltinOperator.CUSTOM, [T((8,), "int16", scale=1.0),
@@ -118,7 +118,7 @@ def test_signal_ops_run_in_tflm(tmp_path, capsys):
     agrees; LiteRT has no such kernel, so there is no cross-check (said, not failed)."""
     import numpy as np
 
-    from devicefit.simulator.runtimes import run_model
+    from devicefit.simulator.run.runtimes import run_model
 
     path = tmp_path / "window.tflite"
     path.write_bytes(signal_window_model())

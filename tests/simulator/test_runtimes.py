@@ -8,11 +8,14 @@ import numpy as np
 import pytest
 
 from devicefit.sdk.cli import main
-from devicefit.simulator.compat import check_ops
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
+from devicefit.simulator.infra.units import format_bytes
+from devicefit.simulator.judge.verdict import judge
+from devicefit.simulator.plan.compat import check_ops
 from devicefit.simulator.profiles import load_profile, with_runtime
-from devicefit.simulator.reader import read_model
-from devicefit.simulator.runtimes import (
+from devicefit.simulator.read.reader import read_model
+from devicefit.simulator.report.views import render
+from devicefit.simulator.run.runtimes import (
     RUNNERS,
     InputSpec,
     compare_outputs,
@@ -25,9 +28,6 @@ from devicefit.simulator.runtimes import (
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.targets.tflm.runner import parse_allocations
 from devicefit.simulator.types import MeasureOptions
-from devicefit.simulator.units import format_bytes
-from devicefit.simulator.verdict import judge
-from devicefit.simulator.views import render
 from tests import zoo
 from tests.tflite_builder import slice_model, topk_model
 

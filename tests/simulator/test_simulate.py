@@ -12,9 +12,9 @@ import pytest
 
 from devicefit.sdk.cli import main
 from devicefit.simulator.profiles import load_profile, with_runtime
-from devicefit.simulator.runtimes import run_model
+from devicefit.simulator.read.writer import add_metadata
+from devicefit.simulator.run.runtimes import run_model
 from devicefit.simulator.simulate import CONVERSION_METADATA, simulate
-from devicefit.simulator.writer import add_metadata
 from tests.zoo import model_path
 
 REQUIRED = {
@@ -135,8 +135,8 @@ def test_the_static_half_keeps_its_invariants(name: str) -> None:
     """What simulate checks between its stages holds for real reports (every simulate of
     the suite checks it too): the head is no smaller than the bytes live at once, the
     timeline has one step per operator, the per-op MACs add up to the total."""
-    from devicefit.simulator.invariants import check_static
-    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.judge.invariants import check_static
+    from devicefit.simulator.read.reader import read_model
     from devicefit.simulator.simulate import static_report
 
     model = read_model(model_path(name))
@@ -158,8 +158,8 @@ def test_a_broken_invariant_is_a_devicefit_bug(broken: str, message: str) -> Non
     assertion naming the model, the invariant and its figures: a bug, never a verdict."""
     import dataclasses
 
-    from devicefit.simulator.invariants import InvariantError, check_static
-    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.judge.invariants import InvariantError, check_static
+    from devicefit.simulator.read.reader import read_model
     from devicefit.simulator.simulate import static_report
 
     model = read_model(model_path("residual_int8"))

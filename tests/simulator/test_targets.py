@@ -23,16 +23,16 @@ import pytest
 from devicefit.sdk.cli import main
 from devicefit.simulator import profiles
 from devicefit.simulator import target as target_module
-from devicefit.simulator.compat import CHECKERS
 from devicefit.simulator.errors import ProfileError
+from devicefit.simulator.plan.compat import CHECKERS
 from devicefit.simulator.profiles import ProfileStore, load_profile
-from devicefit.simulator.reader import read_model
-from devicefit.simulator.report import TargetSection
-from devicefit.simulator.runtimes import RUNNERS, runner_name
+from devicefit.simulator.read.reader import read_model
+from devicefit.simulator.report.report import TargetSection
+from devicefit.simulator.report.views.json import read_report
+from devicefit.simulator.run.runtimes import RUNNERS, runner_name
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.target import TARGETS, Lazy, LazyClass, Target, section_type, target_for
 from devicefit.simulator.targets import edgetpu, litert, tflm
-from devicefit.simulator.views.json import read_report
 from tests.dummy_target import (
     CLOCK_HZ,
     CYCLES_PER_MAC,
@@ -115,7 +115,7 @@ def _mismatches(plugin: Callable[..., object], protocol: type, where: str) -> li
 
 
 def _section_mismatches(cls: type, where: str) -> list[str]:
-    """A section class against :class:`~simulator.report.TargetSection`, method by method."""
+    """A section class against :class:`~simulator.report.report.TargetSection`, method by method."""
     methods = [n for n, v in vars(TargetSection).items()
                if callable(v) and not n.startswith("_")]
     return [m for name in methods for m in (
@@ -324,8 +324,8 @@ def test_reading_the_registry_imports_no_planner_runtime_or_numpy():
             "store = ProfileStore(); [store.load(n) for n in store.names()]\n"
             "from devicefit.simulator.target import TARGETS; assert len(TARGETS) >= 3")
     assert not _modules_after(code) & {
-        "numpy", "devicefit.simulator.planners", "devicefit.simulator.targets.tflm.ops",
-        "devicefit.simulator.runtimes", "tflite_micro", "ai_edge_litert"}
+        "numpy", "devicefit.simulator.plan.planners", "devicefit.simulator.targets.tflm.ops",
+        "devicefit.simulator.run.runtimes", "tflite_micro", "ai_edge_litert"}
 
 
 #: Every module of devicefit that reading the registry imports: the registry, the errors it
@@ -333,7 +333,8 @@ def test_reading_the_registry_imports_no_planner_runtime_or_numpy():
 #: the Edge TPU's in its cost.py, the Ethos-U's in its config.py).
 REGISTRY_IMPORTS = {
     "devicefit", "devicefit.simulator", "devicefit.simulator.errors",
-    "devicefit.simulator.schema", "devicefit.simulator.units",
+    "devicefit.simulator.infra", "devicefit.simulator.infra.schema",
+    "devicefit.simulator.infra.units",
     "devicefit.simulator.target", "devicefit.simulator.targets",
     "devicefit.simulator.targets.edgetpu", "devicefit.simulator.targets.edgetpu.cost",
     "devicefit.simulator.targets.ethos_u", "devicefit.simulator.targets.ethos_u.config",

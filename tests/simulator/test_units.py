@@ -1,8 +1,8 @@
-"""The one number formatter the views share (simulator.units)."""
+"""The one number formatter the views share (simulator.infra.units)."""
 
 import pytest
 
-from devicefit.simulator.units import (
+from devicefit.simulator.infra.units import (
     decimal_prefixes,
     format_band,
     format_bytes,

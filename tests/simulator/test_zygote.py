@@ -1,4 +1,4 @@
-"""The fork server children start from (simulator/zygote.py): each child is still a process
+"""The fork server children start from (simulator/run/zygote.py): each child is still a process
 of its own that runs its module as ``python -m`` does; crashes, kills and the parent's end
 behave as with a plain child."""
 
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from devicefit.simulator import zygote
+from devicefit.simulator.run import zygote
 from tests.paths import ROOT
 
 PRELOAD = ("tests.zygote_preload",)
@@ -126,7 +126,7 @@ def test_stopping_one_preloads_zygote_leaves_the_others_serving(env):
 
 
 def test_a_parent_killed_outright_leaves_no_zygote_nor_child(env):
-    code = ("import json, subprocess, sys; from devicefit.simulator import zygote; "
+    code = ("import json, subprocess, sys; from devicefit.simulator.run import zygote; "
             f"c = zygote.popen({MODULE!r}, ['sleep'], preload={PRELOAD!r}, "
             "env=dict(__import__('os').environ), stdout=subprocess.PIPE); "
             "print(c.stdout.readline().decode(), flush=True); __import__('time').sleep(600)")

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from devicefit.simulator import writer
+from devicefit.simulator.read import writer
 
 
 class GroupPattern(Protocol):

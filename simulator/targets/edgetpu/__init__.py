@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 def _after_convert(path: Path, profile: Profile) -> EdgeTpuReport:
     """The predicted partition of the model ``convert`` wrote, for its report."""
-    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.read.reader import read_model
     from devicefit.simulator.targets.edgetpu.partition import partition
 
     return partition(read_model(path), profile)

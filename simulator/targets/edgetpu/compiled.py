@@ -17,8 +17,8 @@ import struct
 from dataclasses import dataclass
 
 from devicefit.simulator.errors import ModelFormatError
-from devicefit.simulator.model import Model
-from devicefit.simulator.reader import FlatbufferReader, Table
+from devicefit.simulator.read.model import Model
+from devicefit.simulator.read.reader import FlatbufferReader, Table
 
 COMPILED_OP = "edgetpu-custom-op"
 _PACKAGE_KEY = "4"
@@ -108,7 +108,7 @@ def compiled_ops(model: Model) -> list[CompiledOp]:
     """Every ``edgetpu-custom-op`` of the main graph, read from the model file."""
     from ai_edge_litert import schema_py_generated as fbs
 
-    from devicefit.simulator.reader import model_file_bytes
+    from devicefit.simulator.read.reader import model_file_bytes
 
     indices = [op.index for op in model.main.operators if op.op_name == f"CUSTOM:{COMPILED_OP}"]
     if not indices:

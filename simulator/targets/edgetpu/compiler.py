@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devicefit.simulator.fileio import temporary_folder
+from devicefit.simulator.infra.fileio import temporary_folder
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from devicefit.simulator.schema import BANDWIDTH, MEMORY, TIME, fraction, number
+from devicefit.simulator.infra.schema import BANDWIDTH, MEMORY, TIME, fraction, number
 
 if TYPE_CHECKING:
     from devicefit.simulator.profile_types import Profile

@@ -99,8 +99,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from devicefit.simulator.model import Model, Operator, Subgraph
-from devicefit.simulator.reader import constant_values
+from devicefit.simulator.read.model import Model, Operator, Subgraph
+from devicefit.simulator.read.reader import constant_values
 
 #: Rule name → what it says (the evidence is in the module docstring and the benchmark).
 RULES: dict[str, str] = {

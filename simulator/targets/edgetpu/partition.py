@@ -28,10 +28,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from devicefit.simulator.display import Row, SectionDisplay, Split, Table
-from devicefit.simulator.model import Model
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.report import LatencyReport, OpLatencyRow
+from devicefit.simulator.read.model import Model
+from devicefit.simulator.report.display import Row, SectionDisplay, Split, Table
+from devicefit.simulator.report.report import LatencyReport, OpLatencyRow
 from devicefit.simulator.targets.edgetpu.compiled import COMPILED_OP, CompiledOp, compiled_ops
 from devicefit.simulator.targets.edgetpu.compiler import (
     COMPILER,
@@ -367,7 +367,7 @@ def partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
 def compiled_partition(model: Model, profile: Profile | None = None) -> EdgeTpuReport:
     """The partition a compiled model holds: its ``edgetpu-custom-op``s on the TPU, the ops
     the compiler left beside them on the CPU, the parameter split its packages state."""
-    from devicefit.simulator.compute import op_work
+    from devicefit.simulator.estimate.compute import op_work
 
     compiled = {c.op_index: c for c in compiled_ops(model)}
     placements = []
@@ -412,7 +412,7 @@ def compiled_partition(model: Model, profile: Profile | None = None) -> EdgeTpuR
 def cpu_work(model: Model, placements: list[OpPlacement]) -> tuple[float, int]:
     """The share of the main graph's MACs that run on the CPU (by op count when it has no
     MACs), and those MACs."""
-    from devicefit.simulator.compute import op_work
+    from devicefit.simulator.estimate.compute import op_work
 
     if not placements:
         return 0.0, 0
@@ -456,14 +456,14 @@ def estimate_split_latency(model: Model, report: EdgeTpuReport,
     (off-chip) parameters cross USB/PCIe every inference, at ``link_bandwidth``. Invoke:
     ``invoke_overhead`` once per inference when any op runs on the TPU (driver and link round
     trips; it dominates small models). CPU: the ops left on the host, with the host CPU cost
-    model (:func:`simulator.latency.estimate_latency`). The built-in profile's constants are
+    model (:func:`simulator.estimate.latency.estimate_latency`). The built-in profile's constants are
     fitted to Coral's published latencies (``benchmarks/bench_edgetpu_latency.py``), and its
     band (``cost_model.error_band``) is that fit's leave-one-out spread. None when the host
     has no estimate for an op left on the CPU (an op dtype no kernel table covers).
     """
-    from devicefit.simulator.compute import op_work
-    from devicefit.simulator.latency import estimate_latency
-    from devicefit.simulator.report import OpCompute
+    from devicefit.simulator.estimate.compute import op_work
+    from devicefit.simulator.estimate.latency import estimate_latency
+    from devicefit.simulator.report.report import OpCompute
 
     cost = edgetpu_cost(profile)
     # edgetpu_partition asks for a split only when the profile sets both rates.
@@ -522,7 +522,7 @@ def edgetpu_partition(model: Model, profile: Profile) -> EdgeTpuReport:
         notes.append(f"profile '{profile.name}' has no cost_model.param_cache: every "
                      "parameter counted as cached on chip")
     if report.precompiled and latency is not None:
-        from devicefit.simulator.units import format_time_ms
+        from devicefit.simulator.infra.units import format_time_ms
 
         notes.append(
             "the Edge TPU part of a compiled model is opaque (its MACs are not in the file), "
@@ -588,7 +588,7 @@ def section(model: Model, profile: Profile) -> EdgeTpuReport:
 
 def text_lines(section: EdgeTpuReport) -> list[str]:
     """``compatibility.edgetpu`` as the lines ``devicefit simulate`` prints (no new figures)."""
-    from devicefit.simulator.units import format_size, format_time_ms
+    from devicefit.simulator.infra.units import format_size, format_time_ms
 
     def b(n: int | None) -> str:
         return "-" if n is None else f"{n:,} B" + (f" ({format_size(n)})" if n >= 10240 else "")
@@ -652,7 +652,7 @@ def display(section: EdgeTpuReport) -> SectionDisplay:
     """``compatibility.edgetpu`` as a page shows it: its text lines (without the op table),
     the latency split (per inference: invoke and link are no op's, so the per-op chart shows
     only part of the estimate) and the partition, one row per op."""
-    from devicefit.simulator.units import format_size
+    from devicefit.simulator.infra.units import format_size
 
     lines = text_lines(section)
     table_rows = {f"  {r.operator}" for r in section.table}

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
-from devicefit.simulator.reader import constant_values
+from devicefit.simulator.read.model import Model, Operator, Subgraph, Tensor
+from devicefit.simulator.read.reader import constant_values
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """``python -m devicefit.simulator.targets.ethos_u._vela_main ARGS``: Vela's command line,
-as a module a :mod:`~simulator.zygote` can run (Vela's own module has no ``__main__``).
+as a module a :mod:`~simulator.run.zygote` can run (Vela's own module has no ``__main__``).
 
 Vela 5 compiles with its C++ core, Regor, which refuses a model it cannot compile by raising
 ``RuntimeError("Compilation failed: ...")`` out of Vela's ``main`` (a float HARD_SWISH:

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.errors import CompileRefusal, CompilerRefused, InputError, ProfileError
-from devicefit.simulator.fileio import write_atomic
-from devicefit.simulator.model import Model, Subgraph
+from devicefit.simulator.infra.fileio import write_atomic
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.reader import parse_model, read_model
+from devicefit.simulator.read.model import Model, Subgraph
+from devicefit.simulator.read.reader import parse_model, read_model
 from devicefit.simulator.targets.ethos_u.config import VelaConfig, vela_config
 from devicefit.simulator.targets.ethos_u.section import (
     CPU,
@@ -286,9 +286,9 @@ def float_compute(model: Model, subgraph: int, op_index: int) -> str | None:
 # --------------------------------------------------------------------------- latency
 def _with_cpu_latency(section: EthosUSection, compiled: Model, profile: Profile) -> EthosUSection:
     """Add the Cortex-M part: devicefit's kernel tables for the ops Vela left to TFLM."""
-    from devicefit.simulator.compute import op_work
-    from devicefit.simulator.latency import estimate_latency
-    from devicefit.simulator.report import OpCompute
+    from devicefit.simulator.estimate.compute import op_work
+    from devicefit.simulator.estimate.latency import estimate_latency
+    from devicefit.simulator.report.report import OpCompute
 
     work = [OpCompute(w.op_index, w.op, w.macs, w.bytes_moved)
             for w in op_work(compiled) if w.op != ETHOS_U_OP]

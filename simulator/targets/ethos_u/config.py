@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.errors import ProfileError
-from devicefit.simulator.schema import MEMORY, Leaf, one_of
-from devicefit.simulator.units import FREQUENCY_HELP, parse_frequency_hz, parse_time_ms
+from devicefit.simulator.infra.schema import MEMORY, Leaf, one_of
+from devicefit.simulator.infra.units import FREQUENCY_HELP, parse_frequency_hz, parse_time_ms
 
 #: The accelerator configurations ethos-u-vela 5.2.0 accepts (``vela --help``).
 ACCELERATORS = ("ethos-u55-32", "ethos-u55-64", "ethos-u55-128", "ethos-u55-256",

@@ -12,8 +12,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from devicefit.simulator.display import Bar, Note, Row, SectionDisplay, Split, Table, TimeChart
-from devicefit.simulator.units import format_band, format_size, format_time_ms
+from devicefit.simulator.infra.units import format_band, format_size, format_time_ms
+from devicefit.simulator.report.display import (
+    Bar,
+    Note,
+    Row,
+    SectionDisplay,
+    Split,
+    Table,
+    TimeChart,
+)
 
 NPU, CPU = "npu", "cpu"
 
@@ -152,7 +160,7 @@ class EthosUSection:
 
     def latency_report(self, profile: Any, split: str) -> Any:
         """``report.latency``: Vela's cycles at the NPU clock plus the Cortex-M part."""
-        from devicefit.simulator.report import LatencyReport
+        from devicefit.simulator.report.report import LatencyReport
         from devicefit.simulator.types import LatencyBasis
 
         common = {"clock_hz": self.figures.core_clock_hz if self.figures else None,

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from devicefit.simulator.model import Model
-from devicefit.simulator.planners.base import MemoryPlan
+from devicefit.simulator.plan.planners.base import MemoryPlan
 from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.read.model import Model
 from devicefit.simulator.targets.ethos_u.analysis import (
     ETHOS_U_OP,
     compile_file,

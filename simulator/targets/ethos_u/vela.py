@@ -33,14 +33,14 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from devicefit.simulator import zygote
 from devicefit.simulator.errors import (
     CompileRefusal,
     CompilerRefused,
     MissingExtra,
     RuntimeFailure,
 )
-from devicefit.simulator.fileio import temporary_folder
+from devicefit.simulator.infra.fileio import temporary_folder
+from devicefit.simulator.run import zygote
 from devicefit.simulator.targets.ethos_u.config import VelaConfig
 
 DISTRIBUTION = "ethos-u-vela"

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from devicefit.simulator.lifetimes import Buffer, align_up, live_bytes_per_step
-from devicefit.simulator.model import DTYPE_BYTES, Model
-from devicefit.simulator.planners.base import MemoryPlan, check_plan
-from devicefit.simulator.planners.index import PlacedIndex
+from devicefit.simulator.plan.lifetimes import Buffer, align_up, live_bytes_per_step
+from devicefit.simulator.plan.planners.base import MemoryPlan, check_plan
+from devicefit.simulator.plan.planners.index import PlacedIndex
 from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.read.model import DTYPE_BYTES, Model
 
 LITERT_ALIGNMENT = 64
 
@@ -84,7 +84,7 @@ def best_fit_plan(buffers: Sequence[Buffer], alignment: int = LITERT_ALIGNMENT) 
     """Offsets ``SimpleMemoryArena::Allocate`` gives ``buffers``, allocated in this order."""
     offsets: list[int] = []
     # Only the placed buffers that overlap in time matter, in offset order: the index gives
-    # just those (see simulator/planners/index.py).
+    # just those (see simulator/plan/planners/index.py).
     placed = PlacedIndex(buffers, alignment)
     for b in buffers:
         best, best_fit, current = None, None, 0

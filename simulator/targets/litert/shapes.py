@@ -4,7 +4,7 @@
 (``Interpreter.resize_tensor_input``), allocates, reads back each tensor's shape, then
 invokes once on zeros and reads them again: outputs whose shape depends on values (a
 RESHAPE fed by SHAPE arithmetic) are only sized during invoke. The parent side,
-:func:`litert_shapes`, runs it like every runtime here (:func:`simulator.runtimes.spawn`:
+:func:`litert_shapes`, runs it like every runtime here (:func:`simulator.run.runtimes.spawn`:
 a timeout, a crash is an answer, not the end of this process).
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from devicefit.simulator.fileio import temporary_folder, write_atomic
-from devicefit.simulator.runtimes import WORKER_MEMORY_BYTES, describe_exit, spawn
+from devicefit.simulator.infra.fileio import temporary_folder, write_atomic
+from devicefit.simulator.run.runtimes import WORKER_MEMORY_BYTES, describe_exit, spawn
 from devicefit.simulator.types import RuntimeShapes
 
 
@@ -45,7 +45,7 @@ def litert_shapes(path: str | Path, inputs: Mapping[int, tuple[int, ...]],
 def _main(request_path: str) -> int:
     import numpy as np
 
-    from devicefit.simulator.runtimes._worker import exit_with_parent, limit_memory
+    from devicefit.simulator.run.runtimes._worker import exit_with_parent, limit_memory
     from devicefit.simulator.targets.litert.runner import interpreter_module
 
     exit_with_parent()

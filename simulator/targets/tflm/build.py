@@ -47,7 +47,7 @@ from importlib import resources
 from pathlib import Path
 
 from devicefit.simulator.errors import InputError
-from devicefit.simulator.fileio import write_atomic
+from devicefit.simulator.infra.fileio import write_atomic
 from devicefit.simulator.targets.tflm.checkout import (
     RESOLVER_HEADER,
     OpBinding,
@@ -148,7 +148,7 @@ class Toolchain:
 
 def spec_for(tflm_dir: str | Path, cpu: str | None, kernels: str, profile: str) -> BuildSpec:
     """The build a TFLM profile's device needs; :class:`TargetBuildError` when there is none
-    (a profile of another target is refused by :func:`simulator.measure.device_build`)."""
+    (a profile of another target is refused by :func:`simulator.run.measure.device_build`)."""
     if cpu is None:
         raise TargetBuildError(f"--target-build: profile '{profile}' sets no device.cpu to "
                                "build for")

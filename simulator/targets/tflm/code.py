@@ -19,8 +19,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from devicefit.simulator.model import Model
 from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.read.model import Model
 from devicefit.simulator.targets.tflm.export import op_key
 
 CODE_SIZES = Path(__file__).with_name("code_sizes.json")

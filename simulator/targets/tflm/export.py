@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.simulator.errors import UsageError
-from devicefit.simulator.model import Model, Tensor
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.report import MemoryReport
+from devicefit.simulator.read.model import Model, Tensor
+from devicefit.simulator.report.report import MemoryReport
 from devicefit.simulator.targets.tflm.checkout import checkout_methods, op_key
 from devicefit.simulator.types import ExportedFile
 
@@ -166,7 +166,7 @@ def export_spec(model: Model, profile: Profile, memory: MemoryReport,
                 margin: int = 0) -> ExportSpec:
     """What the export of ``model`` for ``profile`` is made of: the file's bytes, the
     resolver ``methods`` (op key → method) of the TFLM the user builds with, and the arena
-    the verdict judges without a run (:func:`simulator.verdict.static_arena_bytes`: the
+    the verdict judges without a run (:func:`simulator.judge.verdict.static_arena_bytes`: the
     planned head + tail, or TFLM's larger room to start). :class:`UsageError` when the
     TFLM has no method for one of the model's operators (the verdict fails it too)."""
     regs, lacking = registrations(model.op_types, methods)

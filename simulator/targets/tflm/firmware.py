@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from devicefit.simulator.firmware.mapfile import read_map
-from devicefit.simulator.report import FirmwareFlash, FlashPart
+from devicefit.simulator.report.report import FirmwareFlash, FlashPart
 
 #: Output sections a Cortex-M image keeps in flash (``.data``: its initial values).
 FLASH_SECTIONS = (".text", ".rodata", ".ARM.extab", ".ARM.exidx", ".preinit_array",

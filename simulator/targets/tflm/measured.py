@@ -2,7 +2,7 @@
 LiteRT's reference kernels, and the model on the device's own TFLM build.
 
 The functions are the TFLM record's ``read_run``, ``cross_check`` and ``device_build`` hooks
-(:mod:`simulator.targets`), called by :mod:`simulator.measure`; each gives back the
+(:mod:`simulator.targets`), called by :mod:`simulator.run.measure`; each gives back the
 section it was handed with its figures added, and the notes they call for.
 """
 
@@ -14,21 +14,22 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from devicefit.simulator.compat import check_ops
 from devicefit.simulator.errors import RuntimeFailure
-from devicefit.simulator.latency import op_dtype
-from devicefit.simulator.model import INTEGER_DTYPES, Model
-from devicefit.simulator.planners import plan_memory
+from devicefit.simulator.estimate.latency import op_dtype
+from devicefit.simulator.infra.units import format_bytes
+from devicefit.simulator.plan.compat import check_ops
+from devicefit.simulator.plan.planners import plan_memory
 from devicefit.simulator.profile_types import Ops, Profile
 from devicefit.simulator.profiles import with_runtime
-from devicefit.simulator.report import (
+from devicefit.simulator.read.model import INTEGER_DTYPES, Model
+from devicefit.simulator.report.report import (
     CrossCheck,
     MeasuredReport,
     MemoryReport,
     OutputDiff,
     TargetMeasurement,
 )
-from devicefit.simulator.runtimes import (
+from devicefit.simulator.run.runtimes import (
     compare_outputs,
     input_specs,
     load_inputs,
@@ -41,7 +42,6 @@ from devicefit.simulator.targets.tflm import ops as tflm_ops
 from devicefit.simulator.targets.tflm.export import export_files, export_spec
 from devicefit.simulator.targets.tflm.settings import OutputTolerance
 from devicefit.simulator.types import Basis, BuildRequest, ModelRuns, RunOptions, RunResult
-from devicefit.simulator.units import format_bytes
 
 if TYPE_CHECKING:
     from devicefit.simulator.targets.tflm.build import BuildSpec, MemoryMap

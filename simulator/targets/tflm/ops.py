@@ -33,8 +33,8 @@ import json
 from functools import cache
 from pathlib import Path
 
-from devicefit.simulator.model import Model, Operator, Subgraph
 from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.read.model import Model, Operator, Subgraph
 from devicefit.simulator.target import accelerator_op
 from devicefit.simulator.types import UnsupportedOp
 

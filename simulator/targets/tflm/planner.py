@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from devicefit.simulator.cores import Core, find_core
 from devicefit.simulator.errors import ProfileError
-from devicefit.simulator.lifetimes import Buffer, align_up, live_bytes_per_step, op_steps
-from devicefit.simulator.model import Model
-from devicefit.simulator.planners.base import MemoryPlan, check_plan
-from devicefit.simulator.planners.index import PlacedIndex
+from devicefit.simulator.estimate.cores import Core, find_core
+from devicefit.simulator.plan.lifetimes import Buffer, align_up, live_bytes_per_step, op_steps
+from devicefit.simulator.plan.planners.base import MemoryPlan, check_plan
+from devicefit.simulator.plan.planners.index import PlacedIndex
 from devicefit.simulator.profile_types import Profile
+from devicefit.simulator.read.model import Model
 from devicefit.simulator.targets.tflm.scratch import (
     ESTIMATED,
     KERNEL_SCRATCH,
@@ -52,7 +52,7 @@ def greedy_plan(buffers: Sequence[Buffer]) -> list[int]:
     online.sort(key=lambda i: -buffers[i].size)  # Python's sort is stable, like TFLM's
     offsets = [-1] * n
     # TFLM walks every placed buffer in offset order; the index hands over only those that
-    # overlap in time, which gives the same offsets (see simulator/planners/index.py).
+    # overlap in time, which gives the same offsets (see simulator/plan/planners/index.py).
     placed = PlacedIndex(buffers)
     for i in offline + online:
         b = buffers[i]

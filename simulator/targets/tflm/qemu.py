@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from devicefit.simulator.errors import RuntimeFailure
-from devicefit.simulator.lifetimes import align_up
-from devicefit.simulator.report import PlannerBuffer, TailCategory, TargetMeasurement
+from devicefit.simulator.plan.lifetimes import align_up
+from devicefit.simulator.report.report import PlannerBuffer, TailCategory, TargetMeasurement
 from devicefit.simulator.targets.tflm.build import MemoryMap, TflmBuild
 from devicefit.simulator.targets.tflm.export import export_digest
 from devicefit.simulator.targets.tflm.firmware import firmware_flash

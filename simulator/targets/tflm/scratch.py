@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from devicefit.simulator.lifetimes import Buffer, arena_buffers
-from devicefit.simulator.model import DTYPE_BYTES, Model, Operator, Subgraph, Tensor
+from devicefit.simulator.plan.lifetimes import Buffer, arena_buffers
+from devicefit.simulator.read.model import DTYPE_BYTES, Model, Operator, Subgraph, Tensor
 from devicefit.simulator.targets.tflm import cmsis_nn, esp_nn
 from devicefit.simulator.targets.tflm.cmsis_nn import ConvParams, Dims, Feature
 from devicefit.simulator.types import ScratchRequest
@@ -412,7 +412,7 @@ for _name, _flavour in KERNEL_ALIASES.items():
 
 def flavour(kernels: str, simd: str | None, core: str | None = None) -> str:
     """The scratch/tail flavour of ``kernels`` on a core whose SIMD path is ``simd`` and
-    whose registered name is ``core`` (:class:`simulator.cores.Core`): CMSIS-NN's sizes
+    whose registered name is ``core`` (:class:`simulator.estimate.cores.Core`): CMSIS-NN's sizes
     depend on DSP / MVE, ESP-NN's on the chip (S3, P4, others: generic)."""
     if kernels == "esp-nn":
         return f"esp-nn:{_ESP_VARIANTS.get(core, 'generic')}" if core else KERNEL_ALIASES[kernels]
@@ -463,7 +463,7 @@ def scratch_requests(sg: Subgraph, op: Operator, pointer_bytes: int = 8,
 
 def tflm_buffers(model: Model, order: Sequence[int] | None = None, *,
                  pointer_bytes: int = 8, kernels: str = "reference") -> list[Buffer]:
-    """Every buffer TFLM plans in the arena head (:func:`simulator.lifetimes.arena_buffers`),
+    """Every buffer TFLM plans in the arena head (:func:`simulator.plan.lifetimes.arena_buffers`),
     with the scratch buffers the ``kernels`` flavour requests (some sizes depend on
     ``pointer_bytes``)."""
     return arena_buffers(model, order,

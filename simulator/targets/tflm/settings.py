@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from devicefit.simulator.schema import Leaf, integer, number
+from devicefit.simulator.infra.schema import Leaf, integer, number
 
 if TYPE_CHECKING:  # the registry loads this module: it stays light
-    from devicefit.simulator.report import OutputDiff
+    from devicefit.simulator.report.report import OutputDiff
 
 SECTION = "target_build"
 PROFILE_KEYS: dict[str, Leaf] = {"output_steps": integer(0), "output_relative": number(0.0)}

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from devicefit.simulator.lifetimes import align_up, tflm_tensor_bytes
-from devicefit.simulator.model import Model, Operator, Subgraph, Tensor
+from devicefit.simulator.plan.lifetimes import align_up, tflm_tensor_bytes
+from devicefit.simulator.read.model import Model, Operator, Subgraph, Tensor
 from devicefit.simulator.targets.tflm import cmsis_nn
 from devicefit.simulator.targets.tflm.cmsis_nn import FEATURES, Feature
 from devicefit.simulator.targets.tflm.scratch import (

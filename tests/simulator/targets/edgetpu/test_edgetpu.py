@@ -10,10 +10,10 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from devicefit.simulator.compat import check_ops, static_compatibility
 from devicefit.simulator.errors import ProfileError
+from devicefit.simulator.plan.compat import check_ops, static_compatibility
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import read_model
+from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.targets.edgetpu.partition import (
     MODEL_CHECKS,
     OP_CHECKS,

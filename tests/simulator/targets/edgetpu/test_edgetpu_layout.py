@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks import bench_edgetpu_partition as bench
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import parse_model, read_model
+from devicefit.simulator.read.reader import parse_model, read_model
 from devicefit.simulator.targets.edgetpu.cost import edgetpu_cost
 from devicefit.simulator.targets.edgetpu.layout import (
     Constant,

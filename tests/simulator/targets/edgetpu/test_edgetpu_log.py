@@ -55,7 +55,7 @@ def test_status_texts_match_the_recorded_compiler():
 
 def test_compiler_figures_are_shown_beside_the_prediction():
     from devicefit.simulator.profiles import load_profile
-    from devicefit.simulator.reader import read_model
+    from devicefit.simulator.read.reader import read_model
     from devicefit.simulator.targets.edgetpu.partition import edgetpu_partition, text_lines
     from tests.zoo import model_path
 

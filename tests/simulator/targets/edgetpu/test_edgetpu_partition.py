@@ -10,10 +10,10 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from devicefit.simulator.compat import check_ops
-from devicefit.simulator.compute import op_work
+from devicefit.simulator.estimate.compute import op_work
+from devicefit.simulator.plan.compat import check_ops
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import parse_model, read_model
+from devicefit.simulator.read.reader import parse_model, read_model
 from devicefit.simulator.targets.edgetpu.compiled import read_package
 from devicefit.simulator.targets.edgetpu.partition import (
     edgetpu_partition,
@@ -154,7 +154,7 @@ def test_a_compiled_model_is_at_risk_not_a_bare_pass(coral, compiled, tmp_path):
     import xml.etree.ElementTree as ET
 
     from devicefit.sdk.cli import main
-    from devicefit.simulator.views import junit
+    from devicefit.simulator.report.views import junit
 
     out = io.StringIO()
     with redirect_stdout(out):

@@ -18,7 +18,7 @@ import pytest
 
 from devicefit.sdk.cli import main
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import read_model
+from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.target import target_for
 from devicefit.simulator.targets.ethos_u.analysis import config_for, record_path

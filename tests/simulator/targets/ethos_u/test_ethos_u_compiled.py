@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from devicefit.simulator.compute import op_work
 from devicefit.simulator.errors import UsageError
+from devicefit.simulator.estimate.compute import op_work
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import read_model
+from devicefit.simulator.read.reader import read_model
+from devicefit.simulator.read.writer import pack, unpack
+from devicefit.simulator.report.views import render
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.targets.ethos_u.analysis import ETHOS_U_OP, config_for
 from devicefit.simulator.targets.ethos_u.vela import run_vela
-from devicefit.simulator.views import render
-from devicefit.simulator.writer import pack, unpack
 
 ETHOS_U = "ethos-u55-128"
 

@@ -21,13 +21,13 @@ from devicefit.sdk.cli import main
 from devicefit.sdk.commands.convert import verdict_line
 from devicefit.sdk.convert.report import ConversionReport, ConversionSettings
 from devicefit.simulator.errors import CompileRefusal
-from devicefit.simulator.escape import markdown
-from devicefit.simulator.report import Report
+from devicefit.simulator.infra.escape import markdown
+from devicefit.simulator.report.report import Report
+from devicefit.simulator.report.views import render
+from devicefit.simulator.report.views.json import read_report
+from devicefit.simulator.report.views.text import refusal_lines
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.targets.ethos_u.vela import refusal
-from devicefit.simulator.views import render
-from devicefit.simulator.views.json import read_report
-from devicefit.simulator.views.text import refusal_lines
 from tests.tflite_builder import hard_swish_model
 
 PROFILE = "ethos-u55-128"

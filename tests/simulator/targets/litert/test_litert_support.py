@@ -9,13 +9,13 @@ from importlib import metadata
 import pytest
 from ai_edge_litert import schema_py_generated as fb
 
-from devicefit.simulator.compat import check_ops
 from devicefit.simulator.errors import RuntimeFailure
+from devicefit.simulator.plan.compat import check_ops
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import parse_model
-from devicefit.simulator.runtimes import run_model
+from devicefit.simulator.read.reader import parse_model
+from devicefit.simulator.read.writer import pack
+from devicefit.simulator.run.runtimes import run_model
 from devicefit.simulator.targets.litert.ops import support
-from devicefit.simulator.writer import pack
 from tests.op_probe import T, _conv, const, single_op
 
 PHONE = "android-arm64-cpu"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from devicefit.simulator.profiles import load_profile, with_runtime
-from devicefit.simulator.reader import read_model
+from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.targets.tflm import esp_nn
 from devicefit.simulator.targets.tflm.esp_nn import ConvParams, Dims
 from devicefit.simulator.targets.tflm.planner import kernel_flavour, plan_tflm

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from devicefit.sdk.cli import main
-from devicefit.simulator.reader import read_model
+from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.targets.tflm import export as ex
 from devicefit.simulator.targets.tflm.checkout import resolver_methods

@@ -573,7 +573,7 @@ def test_the_export_builds_with_tflms_makefile(hello_world, tmp_path, capsys):
 
 # --------------------------------------------------------------------------- the report
 def _measurement(**kw):
-    from devicefit.simulator.report import PlannerBuffer, TailCategory, TargetMeasurement
+    from devicefit.simulator.report.report import PlannerBuffer, TailCategory, TargetMeasurement
 
     base = dict(build="TFLM abc cortex-m4 cmsis-nn (qemu)", core="cortex-m4", kernels="cmsis-nn",
                 tflm="abc", status="ok", head=5488, tail=3780, total=9268, min_arena_bytes=9184,
@@ -588,9 +588,9 @@ def _measurement(**kw):
 def test_target_measurement_survives_the_json_report(small_model):
     import dataclasses
 
-    from devicefit.simulator.report import MeasuredReport, Report
+    from devicefit.simulator.report.report import MeasuredReport, Report
+    from devicefit.simulator.report.views.json import read_report
     from devicefit.simulator.simulate import simulate
-    from devicefit.simulator.views.json import read_report
 
     report = simulate(small_model, "stm32l4r5-cortex-m4")
     report = dataclasses.replace(report, measured=MeasuredReport(
@@ -604,9 +604,9 @@ def test_target_measurement_survives_the_json_report(small_model):
 def test_text_names_the_build_and_compares_with_the_prediction(small_model):
     import dataclasses
 
-    from devicefit.simulator.report import FirmwareFlash, FlashPart, OutputDiff
+    from devicefit.simulator.report.report import FirmwareFlash, FlashPart, OutputDiff
+    from devicefit.simulator.report.views.text import target_build_lines
     from devicefit.simulator.simulate import simulate
-    from devicefit.simulator.views.text import target_build_lines
 
     mem = simulate(small_model, "stm32l4r5-cortex-m4").memory
     text = "\n".join(target_build_lines(_measurement(), mem))
@@ -642,12 +642,12 @@ def test_a_build_that_cannot_run_the_model_fails_the_verdict(small_model, status
     tree) or cannot run here fails the verdict too, and exits 2 (the set-up's fault)."""
     import dataclasses
 
+    from devicefit.simulator.judge.verdict import judge
     from devicefit.simulator.profiles import load_profile
-    from devicefit.simulator.reader import read_model
-    from devicefit.simulator.report import MeasuredReport
+    from devicefit.simulator.read.reader import read_model
+    from devicefit.simulator.report.report import MeasuredReport
     from devicefit.simulator.simulate import static_report
     from devicefit.simulator.types import Status
-    from devicefit.simulator.verdict import judge
 
     profile = load_profile("stm32l4r5-cortex-m4")
     report = static_report(read_model(small_model), profile)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from devicefit.simulator.profiles import load_profile, with_runtime
-from devicefit.simulator.reader import read_model
+from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.targets.tflm import cmsis_nn, tail
 from devicefit.simulator.targets.tflm.cmsis_nn import ConvParams, Dims
 from devicefit.simulator.targets.tflm.planner import kernel_flavour, options_layout, plan_tflm
@@ -356,7 +356,7 @@ def test_signal_ops_state_on_the_host_wheel(tmp_path: Path) -> None:
     path = _audio_front_end(tmp_path)
     if path is None:
         pytest.skip("needs a git mirror of tflite-micro at $DEVICEFIT_MIRRORS")
-    from devicefit.simulator.runtimes import run_model
+    from devicefit.simulator.run.runtimes import run_model
 
     plan = plan_tflm(read_model(path), with_runtime(load_profile("stm32l4r5-cortex-m4"),
                                                     kernels="reference", pointer_bytes=8))

@@ -17,11 +17,11 @@ from importlib import metadata
 
 import pytest
 
-from devicefit.simulator.compat import check_ops
 from devicefit.simulator.errors import RuntimeFailure
+from devicefit.simulator.plan.compat import check_ops
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.reader import parse_model, read_model
-from devicefit.simulator.runtimes import run_model
+from devicefit.simulator.read.reader import parse_model, read_model
+from devicefit.simulator.run.runtimes import run_model
 from devicefit.simulator.targets.litert.ops import support as litert_support
 from devicefit.simulator.targets.tflm.ops import support
 from tests import zoo

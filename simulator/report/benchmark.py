@@ -1,0 +1,134 @@
+"""A device benchmark's figures (TFLite's ``benchmark_model`` on a phone), for the ``bench``
+section of the report (:class:`simulator.report.report.BenchSection`).
+
+The types live here, beside the report, so that the simulator's views can show them; the
+SDK's ``devicefit bench`` fills them (it runs the tool over adb and parses its output). The
+ratio of the measurement to the estimate is computed once, here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """One ``count=...`` line; times in milliseconds (the tool prints microseconds)."""
+
+    count: int
+    first_ms: float | None = None
+    curr_ms: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
+    avg_ms: float | None = None
+    std_ms: float | None = None
+    p5_ms: float | None = None
+    median_ms: float | None = None
+    p95_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class OpProfileRow:
+    """One node of the ``Run Order`` table (times in ms as the tool prints them)."""
+
+    node_type: str
+    name: str
+    first_ms: float | None
+    avg_ms: float | None
+    percent: float | None
+    cdf_percent: float | None
+    mem_kb: float | None
+    times_called: int | None
+
+
+@dataclass(frozen=True)
+class OpTypeSummary:
+    """One row of ``Summary by node type``."""
+
+    node_type: str
+    count: int | None
+    avg_ms: float | None
+    percent: float | None
+    cdf_percent: float | None
+    mem_kb: float | None
+    times_called: int | None
+
+
+@dataclass(frozen=True)
+class DelegateCoverage:
+    """How much of the graph a delegate took, as far as the log says."""
+
+    delegate: str
+    nodes_delegated: int | None = None
+    nodes_total: int | None = None
+    partitions: int | None = None
+    #: True/False when the tool stated the whole graph does (not) run on the delegate.
+    whole_graph: bool | None = None
+
+
+@dataclass(frozen=True)
+class BenchmarkOutput:
+    model_size_mb: float | None = None
+    init_ms: float | None = None
+    first_inference_ms: float | None = None
+    warmup_avg_ms: float | None = None
+    inference_avg_ms: float | None = None
+    warmup: RunStats | None = None
+    inference: RunStats | None = None
+    memory_init_mb: float | None = None
+    memory_overall_mb: float | None = None
+    memory_peak_mb: float | None = None
+    delegates_created: list[str] = field(default_factory=list)
+    delegate_coverage: list[DelegateCoverage] = field(default_factory=list)
+    op_profile: list[OpProfileRow] = field(default_factory=list)
+    op_summary: list[OpTypeSummary] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """What was asked of benchmark_model (after profile defaults were applied)."""
+
+    threads: int
+    delegate: str | None
+    runs: int
+    warmup_runs: int
+    cpu_mask: str | None
+    op_profiling: bool
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    model: str
+    profile: str
+    serial: str
+    device_model: str
+    abis: list[str]
+    binary_arch: str
+    settings: BenchSettings
+    #: The shell command run on the device.
+    command: str
+    results: BenchmarkOutput
+    #: Remote files pushed by this run, and those already on the device with the same bytes.
+    pushed: list[str] = field(default_factory=list)
+    already_on_device: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    output_tail: list[str] = field(default_factory=list)
+
+
+
+@dataclass(frozen=True)
+class BenchComparison:
+    """The phone's average inference beside the simulator's estimate of it."""
+
+    measured_ms: float | None
+    estimated_ms: float | None
+    #: measured / estimated; None when either is missing.
+    ratio: float | None
+    #: Why there is no estimate to compare with.
+    estimate_unavailable: str | None = None
+
+    @classmethod
+    def of(cls, measured_ms: float | None, estimated_ms: float | None,
+           why: str | None = None) -> BenchComparison:
+        ratio = measured_ms / estimated_ms if measured_ms and estimated_ms else None
+        return cls(measured_ms, estimated_ms, ratio, why or None)

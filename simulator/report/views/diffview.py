@@ -1,0 +1,144 @@
+"""Views of a :class:`simulator.report.diff.ReportDiff` (``devicefit diff``): text, JSON, HTML.
+
+They show the figures the diff holds; none computes one. Each view names how the layers
+were paired (by index, or by op type and output shape) so a reader knows what "op 3" means
+on each side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from devicefit.simulator.infra import jsonout
+from devicefit.simulator.infra.escape import clean
+from devicefit.simulator.infra.units import format_figure, format_points
+from devicefit.simulator.report.diff import LAYER_FIGURES, Change, Figure, LayerChange, ReportDiff
+from devicefit.simulator.report.layers import shape_text
+from devicefit.simulator.report.report import LayerRow
+from devicefit.simulator.report.views.columns import columns
+from devicefit.simulator.report.views.html import escape, html_table, render_page
+
+
+def _value(f: Figure, value: float | None) -> str:
+    if value is None:
+        return "-"
+    return format_figure(value, f.unit)
+
+
+def _band(band: tuple[float, float] | None, f: Figure) -> str:
+    return f" ({_value(f, band[0])}–{_value(f, band[1])})" if band else ""
+
+
+def _change(f: Figure) -> str:
+    delta = f.delta
+    if delta is None:
+        return "-"
+    if delta == 0:
+        return "same"
+    if f.unit in ("fraction", "pp"):  # a change of a percentage is in percentage points
+        text = format_points(delta * 100 if f.unit == "fraction" else delta)
+    else:
+        text = ("+" if delta > 0 else "-") + _value(f, abs(delta))
+    if f.ratio is not None:
+        text += f" (×{f.ratio:.3g})"
+    if f.bands_overlap:
+        text += ", within the error bands"
+    return text
+
+
+def figure_rows(diff: ReportDiff) -> list[tuple[str, str, str, str]]:
+    """(figure, A, B, change) for every figure and recorded accuracy."""
+    rows = [(f.name, _value(f, f.a) + _band(f.a_band, f), _value(f, f.b) + _band(f.b_band, f),
+             _change(f)) for f in (*diff.figures, *diff.accuracy)]
+    if not diff.accuracy:
+        rows.append(("accuracy", "not recorded", "not recorded",
+                     "(no accuracy in either model's conversion metadata)"))
+    return rows
+
+
+def _layer_name(r: LayerRow | None) -> str:
+    return "-" if r is None else f"{r.key} {r.op} {shape_text(r.output_shapes)} {r.dtype}"
+
+
+def _layer_delta(c: LayerChange, figure: str) -> str:
+    d = c.delta(figure)
+    if d is None or d == 0:
+        return ""
+    if figure == "estimated_ms":
+        # Below a microsecond the estimate's own rounding, not a change worth a number.
+        return "±<1 us" if abs(d) < 5e-4 else f"{'+' if d > 0 else '-'}{format_figure(abs(d), 'ms')}"
+    return f"{d:+,}"
+
+
+def layer_rows(diff: ReportDiff, changed_only: bool = True) -> list[list[str]]:
+    """(change, A layer, B layer, Δ per :data:`LAYER_FIGURES`) of each (changed) pair."""
+    pairs = diff.changed_layers if changed_only else list(diff.layers)
+    return [[c.change.value, _layer_name(c.a), _layer_name(c.b),
+             *(_layer_delta(c, f) for f in LAYER_FIGURES)] for c in pairs]
+
+
+LAYER_HEADINGS = ("change", "A", "B", "Δ MACs", "Δ params", "Δ param bytes", "Δ live bytes",
+                  "Δ estimated")
+
+
+def _title(diff: ReportDiff) -> str:
+    ra, rb = diff.a.report, diff.b.report
+    if diff.kind == "profiles":
+        return f"{ra.model.path}: {ra.profile.name} (A) vs {rb.profile.name} (B)"
+    return f"{ra.model.path} (A) vs {rb.model.path} (B) on {ra.profile.name}"
+
+
+def _layer_summary(diff: ReportDiff) -> str:
+    counts = {ch: sum(c.change == ch for c in diff.layers) for ch in Change}
+    return (f"Layers (paired by {diff.matching.value}): "
+            + ", ".join(f"{n} {ch.value}" for ch, n in counts.items() if n))
+
+
+def render_text(diff: ReportDiff, top: int = 20) -> str:
+    lines = [_title(diff), f"  A verdict {diff.a.report.verdict.upper()}, "
+                           f"B verdict {diff.b.report.verdict.upper()}", ""]
+    lines += columns([("figure", "A", "B", "B − A"), *figure_rows(diff)], header=True)
+    ops = [c for c in diff.op_counts if c.a != c.b]
+    lines += ["", "Op counts" + ("" if ops else ": the same")]
+    if ops:
+        lines += columns([("op", "A", "B"), *((c.op, str(c.a), str(c.b)) for c in ops)],
+                         header=True)
+    lines += ["", _layer_summary(diff)]
+    rows = layer_rows(diff)
+    if rows:
+        shown = rows[:top] if top else rows
+        # A figure no listed layer changes is an empty column: left out, the rest fit.
+        kept = [i for i, head in enumerate(LAYER_HEADINGS)
+                if not head.startswith("Δ") or any(r[i] for r in shown)]
+        lines += columns([[r[i] for i in kept] for r in [list(LAYER_HEADINGS), *shown]],
+                         header=True)
+        if len(shown) < len(rows):
+            lines.append(f"  … {len(rows) - len(shown)} more (--top 0 lists all; --json has "
+                         "every layer)")
+    return clean("\n".join(lines)) + "\n"
+
+
+def render_json(diff: ReportDiff) -> str:
+    return jsonout.dumps(diff.to_dict(), indent=2) + "\n"
+
+
+def render_html(diff: ReportDiff) -> str:
+    ra, rb = diff.a.report, diff.b.report
+    sides = html_table(("", "A", "B"), [("label", diff.a.label, diff.b.label),
+                                        ("model", ra.model.path, rb.model.path),
+                                        ("profile", ra.profile.name, rb.profile.name),
+                                        ("verdict", ra.verdict.upper(), rb.verdict.upper())])
+    ops = html_table(("op", "A", "B"), [(c.op, c.a, c.b) for c in diff.op_counts],
+                     ["changed" if c.a != c.b else "same" for c in diff.op_counts])
+    rows = layer_rows(diff, changed_only=False)
+    layers = html_table(LAYER_HEADINGS, rows, [c.change.value for c in diff.layers])
+    body = (f'<section id="diff"><h2>Compared</h2>{sides}'
+            f'<h2>Figures</h2>{html_table(("figure", "A", "B", "B − A"), figure_rows(diff))}'
+            f"<h2>Op counts</h2>{ops}"
+            f'<h2 id="layers">{escape(_layer_summary(diff))}</h2>{layers}</section>')
+    return render_page(_title(diff), body)
+
+
+#: Format name → renderer, for ``devicefit diff``.
+RENDERERS: dict[str, Callable[[ReportDiff], str]] = {
+    "text": render_text, "json": render_json, "html": render_html}

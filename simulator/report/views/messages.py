@@ -1,0 +1,122 @@
+"""One sentence per judged figure, shared by the views that explain a verdict (JUnit,
+Markdown, the check and bench commands): the limit, the value and the margin in words."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from devicefit.simulator.infra.units import (
+    decimal_prefixes,
+    format_bytes,
+    format_estimate,
+    format_figure,
+)
+from devicefit.simulator.report.report import BudgetCheck, CompatibilityReport, Report
+from devicefit.simulator.types import Status
+
+
+def budget_format(b: BudgetCheck) -> Callable[[float], str]:
+    """How the figures of budget ``b`` print: in its unit, sizes in the prefix family its
+    limit was written in (a 50MB budget's figures in MB)."""
+    return lambda v: format_figure(v, b.unit, decimal_budget(b))
+
+
+def decimal_budget(check: Any) -> bool:
+    """Whether ``check`` (a budget or a regression rule) is a size written in kB/MB."""
+    return check.unit == "bytes" and decimal_prefixes(check.limit)
+
+
+def budget_message(b: BudgetCheck) -> str:
+    fmt = budget_format(b)
+    limit = "budget" if b.limit_from == "budgets" else f"limit ({b.limit_from})"
+    if b.status == Status.AT_RISK and b.band:
+        return (f"{b.name} {format_estimate(b.value, b.unit, b.band, decimal_budget(b))} "
+                f"is AT RISK: within its {fmt(b.limit)} "
+                f"{limit}, but the error band reaches {fmt(b.band[1] - b.limit)} past it "
+                f"({b.basis})")
+    if b.ok:
+        return (f"{b.name} {fmt(b.value)} within its {fmt(b.limit)} {limit} "
+                f"({fmt(b.margin)} left, {b.basis})")
+    return (f"{b.name} {fmt(b.value)} exceeds its {fmt(b.limit)} {limit} by "
+            f"{fmt(-b.margin)} ({b.basis})")
+
+
+def compatibility_message(compat: CompatibilityReport | None) -> str | None:
+    """Why the target runtime cannot run the model, or None if it can (or was not checked)."""
+    if compat is None or compat.supported:
+        return None
+    ops = compat.unsupported_ops
+    names = ", ".join(sorted({op.op for op in ops})) or "some operators"
+    text = (f"{compat.table or 'the runtime'} cannot run this model: unsupported "
+            f"{names} ({len(ops)} op{'s' if len(ops) != 1 else ''})")
+    if ops and ops[0].reason:
+        reason = ops[0].reason
+        text += f"; op {ops[0].op_index}: {reason[:150]}{'...' if len(reason) > 150 else ''}"
+    return text
+
+
+def target_build_message(report: Report) -> str | None:
+    """Why the device's own build did not verify the model (``--target-build``), or None."""
+    t = report.measured.target_build if report.measured else None
+    if t is None or t.verified:
+        return None
+    if t.setup_failed:
+        return f"target build not measured ({t.status}): {t.message or 'no message'}"
+    if not t.ok:
+        lacking = f" ({', '.join(t.unsupported_ops)})" if t.unsupported_ops else ""
+        return f"target build {t.status}{lacking}: {t.message or ''}".rstrip(": ")
+    if t.arena_constant_starts is False:
+        return f"target build: {t.message}"
+    return (f"target build: outputs differ from the host run beyond the profile's tolerance "
+            f"({t.tolerance})")
+
+
+def disagreement_messages(report: Report) -> list[str]:
+    """One line per operator on which the op table and the runtime (its one-op probe or the
+    run) answered differently; the runtime's answer is the report's."""
+    c = report.compatibility
+    return c.disagreement_lines() if c is not None else []
+
+
+def problems(report: Report) -> list[str]:
+    """One line for a model the target's compiler refused, per budget not passed or not
+    checked and per unsupported op set; never an unexplained fail."""
+    refusal = report.compile_refusal
+    found = [refusal.line()] if refusal is not None else []
+    found += [budget_message(b) for b in report.budgets if b.status != Status.PASS]
+    found += [f"{name} budget not checked: {why}" for name, why in report.unchecked_budgets.items()]
+    compat = compatibility_message(report.compatibility)
+    found += [compat] if compat else []
+    found += [target] if (target := target_build_message(report)) else []
+    if not report.ok and not found:
+        found.append("the simulator's verdict is fail; see the JSON report")
+    return found
+
+
+def figures(check: Any, names: Sequence[str]) -> dict[str, str]:
+    """Exact numbers and readable ones of ``check``'s fields ``names``, for a failure's text:
+    ``margin: -55,633 B (-54.3 KiB)``, ``margin: -273.547 ms``."""
+    return {n: _exact(getattr(check, n), check.unit, decimal_budget(check)) for n in names}
+
+
+def _exact(value: float, unit: str, decimal: bool) -> str:
+    if unit == "bytes":
+        return format_bytes(round(value), decimal)
+    if unit == "ms":
+        text = format_figure(value, unit)
+        return f"{value:,.3f} ms" + ("" if text.endswith(" ms") else f" ({text})")
+    return format_figure(value, unit)
+
+
+def budget_figures(b: BudgetCheck) -> dict[str, str]:
+    fmt = budget_format(b)
+    out = figures(b, ("limit", "value", "margin"))
+    out["basis"] = b.basis
+    if b.band:
+        out["likely"] = f"{fmt(b.band[0])} to {fmt(b.band[1])}"
+    return out
+
+
+def details(fields: dict[str, Any]) -> str:
+    return "\n".join(f"{k}: {v}" for k, v in fields.items())
