@@ -1,7 +1,7 @@
 """A dummy NPU target written as a package of its own, with the metadata of an installed
 distribution that names it in the ``devicefit.targets`` entry-point group: what a third
 party ships. tests/simulator/test_targets.py runs the whole pipeline on it,
-tests/simulator/test_measure.py its measuring hooks."""
+tests/simulator/run/test_measure.py its measuring hooks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A child for tests/simulator/test_zygote.py: run as ``python -m tests.zygote_child ARG``.
+"""A child for tests/simulator/run/test_zygote.py: run as ``python -m tests.zygote_child ARG``.
 
 It reports, as one JSON line on stdout, what a module run by ``python -m`` sees (argv, cwd,
 environment, temp folder, parent, session) and what the zygote preloaded, then acts on ARG:

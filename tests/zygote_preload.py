@@ -1,4 +1,4 @@
-"""Preloaded by the zygote in tests/simulator/test_zygote.py: its import time shows whether a
+"""Preloaded by the zygote in tests/simulator/run/test_zygote.py: its import time shows whether a
 child got it from the zygote (earlier than the child) or imported it itself."""
 
 import os

@@ -1,6 +1,6 @@
 """``simulate --run`` / ``check --run`` on models that used to end the measurement (issue 16):
 int16 models (they had no device latency estimate on the MCU profile: a TypeError traceback
-with exit 1 before; the "no estimate" path itself is tested in test_latency.py) and a cross-check runtime refusing a file the target's runtime runs (exit 2
+with exit 1 before; the "no estimate" path itself is tested in estimate/test_latency.py) and a cross-check runtime refusing a file the target's runtime runs (exit 2
 before). Both are findings in the report; the exit code follows the verdict."""
 
 from __future__ import annotations
