@@ -39,7 +39,7 @@ class MissingExtra(UsageError):
 
 #: Top-level module of an optional dependency → (the extra of pyproject.toml that installs
 #: it, the distribution named in the message). keras and sqlalchemy come with tensorflow and
-#: optuna. tests/sdk/test_light_install.py holds this against pyproject.toml.
+#: optuna. tests/sdk/cli/test_light_install.py holds this against pyproject.toml.
 EXTRAS: dict[str, tuple[str, str]] = {
     "tensorflow": ("convert", "TensorFlow"),
     "keras": ("convert", "TensorFlow"),

@@ -6,7 +6,7 @@ The tour's conversion runs TensorFlow (tens of seconds), so it runs once and is 
 the devicefit source it ran (a change to the converter, the simulator or a view runs it
 again); a file lock makes parallel test workers share it. The docs checker takes the
 recorded output for that command instead of converting again, and
-``tests/sdk/test_convert_cli.py`` asserts on the same run.
+``tests/sdk/convert/test_convert_cli.py`` asserts on the same run.
 """
 
 from __future__ import annotations

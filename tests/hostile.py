@@ -1,6 +1,6 @@
 """Hostile but valid ``.tflite`` models (no TensorFlow): graphs built to be expensive to analyse.
 
-Used by tests/sdk/test_hostile_inputs.py and benchmarks/bench_fuzz.py. Each is a few KB to a few MB and
+Used by tests/sdk/cli/test_hostile_inputs.py and benchmarks/bench_fuzz.py. Each is a few KB to a few MB and
 well-formed; only its shape is adversarial.
 """
 

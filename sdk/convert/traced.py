@@ -15,7 +15,7 @@ those back, so the bytes are those ``from_keras_model`` writes.
 That is shown, not derived: the Python freeze and the SavedModel importer name some fused
 tensors differently, so only models made of layers whose conversion was compared byte for
 byte take this path (:data:`SAME_FILE_LAYERS`, checked by ``benchmarks/bench_conversion.py``
-and tests/sdk/test_convert_traced.py); the rest keep ``from_keras_model``:
+and tests/sdk/convert/test_convert_traced.py); the rest keep ``from_keras_model``:
 
 - a layer of any other class (custom layers, Lambda, subclasses of the listed ones);
 - ``ZeroPadding2D``: before a DepthwiseConv2D (MobileNet's stride-2 blocks) the exported

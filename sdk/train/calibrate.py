@@ -18,7 +18,7 @@ verified peak plus :data:`MARGIN` of what the step adds, at least :data:`MIN_MAR
 the same measurement repeated in fresh processes moves by up to ~8 MiB (threads, allocator
 arenas), and a real run holds a little more than the measuring child (its loss, its data
 pipeline, an epoch's last update at a shape the verification did not meet): 0-14 MiB more
-in tests/sdk/test_train.py's runs.
+in tests/sdk/train/test_train.py's runs.
 """
 
 from __future__ import annotations

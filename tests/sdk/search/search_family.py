@@ -1,4 +1,4 @@
-"""A user-written architecture family for tests/sdk/test_search.py, as a user would write
+"""A user-written architecture family for tests/sdk/search/test_search.py, as a user would write
 one (``module:function``, taking the search's Params)."""
 
 from __future__ import annotations

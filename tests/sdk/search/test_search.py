@@ -34,8 +34,8 @@ BIG_IMAGE = candidate("mbv2", input_shape=[96, 96, 3], width=1.0, depth=[1, 2])
 WIDE_MLP = candidate("mlp", input_shape=[128, 3], width=4.0, depth=[1])
 AUDIO = candidate("dscnn", input_shape=[49, 10, 1], width=0.25, depth=[1, 1], kernel=5)
 SENSOR = candidate("cnn1d", input_shape=[64, 3], width=0.5, depth=[2, 1], kernel=5)
-USER = candidate("tests.sdk.search_family:tiny", input_shape=[8, 8, 1], classes=4)
-BROKEN = candidate("tests.sdk.search_family:not_a_model", input_shape=[4])
+USER = candidate("tests.sdk.search.search_family:tiny", input_shape=[8, 8, 1], classes=4)
+BROKEN = candidate("tests.sdk.search.search_family:not_a_model", input_shape=[4])
 ALL = (SMALL_IMAGE, BIG_IMAGE, WIDE_MLP, AUDIO, SENSOR, USER, BROKEN)
 
 
@@ -126,7 +126,7 @@ def test_a_user_family_that_cannot_be_imported_is_one_error(profile):
     with pytest.raises(UsageError, match="cannot import tests.sdk.no_such_family"):
         screen([candidate("tests.sdk.no_such_family:build", input_shape=[4])], str(profile))
     with pytest.raises(UsageError, match="has no function missing"):
-        screen([candidate("tests.sdk.search_family:missing", input_shape=[4])], str(profile))
+        screen([candidate("tests.sdk.search.search_family:missing", input_shape=[4])], str(profile))
 
 
 def test_candidates_have_stable_keys_and_labels():

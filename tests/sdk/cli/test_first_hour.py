@@ -165,7 +165,7 @@ def test_check_names_a_keras_file_in_the_project(tmp_path, capsys):
 
 def test_an_import_of_an_optional_module_names_its_extra():
     """What the CLI and the converter's child map a failed import to; a module of devicefit
-    itself or a base dependency is a bug and stays one (tests/sdk/test_light_install.py
+    itself or a base dependency is a bug and stays one (tests/sdk/cli/test_light_install.py
     runs the commands where the extras really are missing)."""
     found = missing_extra(ModuleNotFoundError("No module named 'keras'", name="keras"),
                           "devicefit fit")

@@ -26,9 +26,9 @@ import pytest
 import tomllib
 
 from devicefit.simulator.errors import EXTRAS
+from tests.paths import ROOT
 from tests.tflite_builder import conv_time_model
 
-ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = ROOT / "pyproject.toml"
 
 

@@ -1,7 +1,7 @@
 """The distributed search's bookkeeping on a real optuna study (SQLite file storage), trial
 by trial: how a proposal is decided, what counts against --max-trials, who writes the winner.
 The concurrent case with a real PostgreSQL server and killed workers is
-tests/sdk/test_fit_distributed.py; these cover each rule on its own, fast."""
+tests/sdk/fit/test_fit_distributed.py; these cover each rule on its own, fast."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from devicefit.simulator.estimate.calibration.fit import prior_of
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.read.reader import read_model
 from tests.paths import TESTS
-from tests.sdk.test_bench import FakePhones, elf
+from tests.sdk.bench.test_bench import FakePhones, elf
 from tests.zoo import model_path
 
 BASE = "stm32l4r5-cortex-m4"

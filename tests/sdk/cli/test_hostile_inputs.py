@@ -488,7 +488,7 @@ def test_bench_refuses_impossible_figures_from_the_device(old, new):
 def test_bench_never_echoes_raw_device_bytes(tmp_path, monkeypatch, capsys, tiny):
     """A FAKE phone (tests/fakes: there is no Android device here) whose model name and
     ABI list carry escape sequences and rich markup."""
-    from tests.sdk.test_bench import ARM64, FakePhones, elf
+    from tests.sdk.bench.test_bench import ARM64, FakePhones, elf
 
     phones = FakePhones(tmp_path, monkeypatch)
     props = {**ARM64, "ro.product.model": ESC + "[/][bold]Pixel"}

@@ -107,7 +107,7 @@ def test_reports_at_80_columns_fold_at_spaces(monkeypatch, capsys, tmp_path, arg
     assert max(map(len, whole.splitlines())) > 80  # piped: nothing folded
     assert all(len(line) <= 80 for line in folded.splitlines())
     # the same words: folding a line and narrowing a table's columns (whose cells then take
-    # two lines, aligned) only move words between lines (tests/sdk/test_terminal_layout.py
+    # two lines, aligned) only move words between lines (tests/sdk/cli/test_terminal_layout.py
     # checks that no number is parted from its unit)
     assert sorted(folded.split()) == sorted(whole.split())
 
