@@ -14,12 +14,13 @@ Two sets of boards:
 are the boards' own public files, read from ``--models DIR`` (``DIR/<file>``, never
 downloaded; e.g. ``git show HEAD:tensorflow/lite/micro/models/keyword_scrambled.tflite``
 from a tflite-micro checkout), and their sha256 is printed with the result;
-- **published whole-model latencies** (``simulator/estimate/latency_data/published.yaml``, the MLPerf
-  Tiny, MicroNets, Espressif and XNNPACK figures with their sources): every (board, software
-  stack) with two models or more, through ``--latencies``' path (whole-model figures), on
-  bench_latency's models. The kernel tables were fitted with these very figures, which
-  favours the uncalibrated side; ``--strict`` refits the tables without the board first
-  (bench_latency's leave-one-board-out fit: slow), so neither side has seen it.
+- **published whole-model latencies** (``simulator/estimate/latency_data/published.yaml``,
+  the MLPerf Tiny, MicroNets, Espressif and XNNPACK figures with their sources): every
+  (board, software stack) with two models or more, through ``--latencies``' path
+  (whole-model figures), on bench_latency's models. The kernel tables were fitted with these
+  very figures, which favours the uncalibrated side; ``--strict`` refits the tables without
+  the board first (bench_latency's leave-one-board-out fit: slow), so neither side has seen
+  it.
 
     .venv/bin/python benchmarks/bench_calibration.py --models DIR [--strict]
 """
@@ -38,8 +39,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from devicefit.simulator.estimate.calibration.fit import Calibration, Evidence, calibrate  # noqa: E402
-from devicefit.simulator.estimate.calibration.logs import BoardLog, read_profiler_log, runs_of  # noqa: E402
+from devicefit.simulator.estimate.calibration.fit import (  # noqa: E402
+    Calibration,
+    Evidence,
+    calibrate,
+)
+from devicefit.simulator.estimate.calibration.logs import (  # noqa: E402
+    BoardLog,
+    read_profiler_log,
+    runs_of,
+)
 from devicefit.simulator.estimate.calibration.match import check_run  # noqa: E402
 from devicefit.simulator.estimate.kernels import load_kernels  # noqa: E402
 from devicefit.simulator.profile_types import Profile  # noqa: E402

@@ -95,8 +95,8 @@ class CostModel:
     error_band: tuple[float, float] | None = None
     sources: tuple[str, ...] = ()
     #: ``"<kind>.<dtype>"`` → multiplier of the cycles of those ops, as ``devicefit
-    #: calibrate`` fits it on the board's own timings (kinds of ``simulator.estimate.kernels.KINDS``);
-    #: ``"default"`` applies to the ops no key names.
+    #: calibrate`` fits it on the board's own timings (kinds of
+    #: ``simulator.estimate.kernels.KINDS``); ``"default"`` applies to the ops no key names.
     kernel_scale: Mapping[str, float] = field(default_factory=dict)
     #: What the calibration rests on (shown as the band's basis); None: not calibrated.
     calibration: str | None = None

@@ -71,7 +71,8 @@ class Basis(StrEnum):
 class LatencyBasis(StrEnum):
     """Where a device-latency estimate comes from."""
 
-    #: A core of :mod:`simulator.estimate.cores` and the kernel tables of :mod:`simulator.estimate.kernels`.
+    #: A core of :mod:`simulator.estimate.cores` and the kernel tables of
+    #: :mod:`simulator.estimate.kernels`.
     REGISTRY = "registry"
     #: The profile's own ``cost_model.cycles_per_mac``.
     PROFILE = "profile"

@@ -110,7 +110,8 @@ GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
 
 def test_modules_are_found():
     assert "devicefit.simulator.simulate" in MODULES and "devicefit.sdk.cli" in MODULES
-    assert any(t == "devicefit.simulator.report.report" for t, _, _ in GRAPH["devicefit.simulator.simulate"])
+    assert any(t == "devicefit.simulator.report.report"
+               for t, _, _ in GRAPH["devicefit.simulator.simulate"])
 
 
 def test_no_import_circles():

@@ -221,8 +221,9 @@ def convert_keras(model, quantize: bool | str, samples: int = 32, export: bool =
     shape = [d if d is not None else 1 for d in model.inputs[0].shape]
     if not export and traced.traceable(model) and None not in model.inputs[0].shape:
         # The product's own fast path (a traced call, no SavedModel: 3-5x cheaper), which
-        # writes from_keras_model's file for these layers (tests/sdk/convert/test_convert_traced.py);
-        # the export below names the input differently, so its files differ by a few bytes.
+        # writes from_keras_model's file for these layers
+        # (tests/sdk/convert/test_convert_traced.py); the export below names the input
+        # differently, so its files differ by a few bytes.
         converter, input_name = traced.converter(model)
         return traced.as_exported(_configure(converter, quantize, shape, samples).convert(),
                                   input_name)

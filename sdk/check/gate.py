@@ -36,8 +36,9 @@ EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 
 
 class TargetStatus(StrEnum):
-    """A target's outcome, and the run's verdict: a report's :class:`~simulator.report.report.Status`
-    values, plus ERROR for a target that could not be simulated."""
+    """A target's outcome, and the run's verdict: a report's
+    :class:`~simulator.report.report.Status` values, plus ERROR for a target that could not be
+    simulated."""
 
     PASS = "pass"
     AT_RISK = "at-risk"

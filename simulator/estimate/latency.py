@@ -3,8 +3,9 @@
 Two ways to cost an operator:
 
 * **Core registry + kernel tables** (the built-in profiles): ``device.cpu`` names a core of
-  :mod:`simulator.estimate.cores`, ``runtime.kernels`` a library of :mod:`simulator.estimate.kernels`, and
-  ``runtime.version`` may select an older runtime's slower kernels. The tables are fitted to
+  :mod:`simulator.estimate.cores`, ``runtime.kernels`` a library of
+  :mod:`simulator.estimate.kernels`, and ``runtime.version`` may select an older runtime's
+  slower kernels. The tables are fitted to
   published on-device latencies, and every estimate carries the band the leave-one-board-out
   validation of its library found (``benchmarks/bench_latency.py``).
 * **The profile's own table** (``cost_model.cycles_per_mac``, for a core nobody has measured)::

@@ -213,7 +213,8 @@ def test_non_editable_install_finds_every_profile(tmp_path):
         "s = p.ProfileStore(); names = s.names(include_abstract=True);"
         "[s.load(n) for n in names]; print(' '.join(names));"
         # The core registry and kernel tables ship as package data.
-        "import devicefit.simulator.estimate.kernels as k; assert k.kernel_data().libraries['cmsis-nn'].calibrated"
+        "import devicefit.simulator.estimate.kernels as k; "
+        "assert k.kernel_data().libraries['cmsis-nn'].calibrated"
     )
     out = subprocess.run([sys.executable, "-c", code, str(site)], cwd=tmp_path,
                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},

@@ -456,10 +456,11 @@ def estimate_split_latency(model: Model, report: EdgeTpuReport,
     (off-chip) parameters cross USB/PCIe every inference, at ``link_bandwidth``. Invoke:
     ``invoke_overhead`` once per inference when any op runs on the TPU (driver and link round
     trips; it dominates small models). CPU: the ops left on the host, with the host CPU cost
-    model (:func:`simulator.estimate.latency.estimate_latency`). The built-in profile's constants are
-    fitted to Coral's published latencies (``benchmarks/bench_edgetpu_latency.py``), and its
-    band (``cost_model.error_band``) is that fit's leave-one-out spread. None when the host
-    has no estimate for an op left on the CPU (an op dtype no kernel table covers).
+    model (:func:`simulator.estimate.latency.estimate_latency`). The built-in profile's
+    constants are fitted to Coral's published latencies
+    (``benchmarks/bench_edgetpu_latency.py``), and its band (``cost_model.error_band``) is that
+    fit's leave-one-out spread. None when the host has no estimate for an op left on the CPU
+    (an op dtype no kernel table covers).
     """
     from devicefit.simulator.estimate.compute import op_work
     from devicefit.simulator.estimate.latency import estimate_latency

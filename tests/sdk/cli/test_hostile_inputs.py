@@ -547,7 +547,8 @@ def test_model_path_must_be_a_regular_file(tmp_path, capsys, model):
 def test_a_signal_outside_the_work_exits_with_its_status_not_by_it():
     """Found by bench_fuzz: SIGTERM arriving while the interpreter shut down after a
     finished `check --jobs 2` killed the process (status -15: a crash to CI)."""
-    code = ("import os, signal, time; from devicefit.simulator.infra.signals import exit_outside_work; "
+    code = ("import os, signal, time; "
+            "from devicefit.simulator.infra.signals import exit_outside_work; "
             "exit_outside_work(); os.kill(os.getpid(), signal.SIGTERM); time.sleep(30)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})

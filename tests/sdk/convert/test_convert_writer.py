@@ -1,4 +1,5 @@
-"""Flatbuffer edits without TensorFlow (simulator/read/writer.py) and the converter's data loading."""
+"""Flatbuffer edits without TensorFlow (simulator/read/writer.py) and the converter's data
+loading."""
 
 from __future__ import annotations
 

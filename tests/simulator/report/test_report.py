@@ -193,7 +193,8 @@ def test_simulate_prints_any_registered_text_view(capsys):
 
 def test_a_device_benchmark_is_judged_on_its_time_and_carries_its_ratio(tmp_path):
     """The phone's figures come from sdk's ``bench``; here a result as it would fill them
-    (no phone in this test: tests/sdk/bench/test_bench.py drives the real command with a fake adb)."""
+    (no phone in this test: tests/sdk/bench/test_bench.py drives the real command with a fake
+    adb)."""
     from devicefit.simulator.report.benchmark import BenchmarkOutput, BenchResult, BenchSettings
 
     yaml = tmp_path / "phone.yaml"

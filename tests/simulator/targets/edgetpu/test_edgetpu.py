@@ -179,7 +179,8 @@ def test_simulate_json_and_text_carry_the_edgetpu_section(coral, tmp_path):
 
     path = str(model_path("leaky_mid_int8"))
     # A quarter of this model's MACs fall back to the CPU: more than coral-edgetpu accepts
-    # (tests/simulator/judge/test_accelerators.py), so a profile that accepts half runs these checks.
+    # (tests/simulator/judge/test_accelerators.py), so a profile that accepts half runs these
+    # checks.
     lenient = tmp_path / "coral-lenient.yaml"
     lenient.write_text("name: coral-lenient\nextends: coral-edgetpu\nops:\n  max_cpu_share: 0.5\n")
     coral = load_profile(lenient)
