@@ -16,7 +16,7 @@ wheels, plus Vela/quantizer outputs of them):
 
 A *false pass* is a model devicefit calls supported that the runtime refuses (or crashes
 on); a *false fail* is the reverse. devicefit's answer is its op tables corrected by the
-runtime itself, asked per operator signature (:mod:`simulator.plan.compat.probe`; ``--no-probe``:
+runtime itself, asked per operator signature (:mod:`simulator.run.probe`; ``--no-probe``:
 the tables alone); the tables' own counts are printed beside it. Prints a table and one
 summary line::
 

@@ -5,7 +5,7 @@ and for each input shape a runtime would use — the one stored in the file, the
 LiteRT needs to run it (``corpus.INPUT_SHAPES``: openWakeWord's mel-spectrogram takes 1,280
 samples) and that shape with every dynamic dimension ×3 (batch 3, three times the
 audio) — it compares, tensor by tensor, devicefit's own shape inference
-(:func:`simulator.read.shapes.infer`, no runtime) with LiteRT's (``resize_tensor_input`` +
+(:func:`simulator.plan.shapes.infer`, no runtime) with LiteRT's (``resize_tensor_input`` +
 ``allocate_tensors`` + one invoke in a child process: ``simulator/targets/litert/shapes``),
 and the MACs counted at each. Beside them: the MACs at the shapes stored in the file, which
 devicefit used before it resolved shapes.
@@ -75,7 +75,7 @@ def cases_for(model) -> list[tuple[str, dict[int, tuple[int, ...]]]]:
 
 def measure(model, label: str, inputs: dict[int, tuple[int, ...]]) -> Case:
     from devicefit.simulator.estimate.compute import op_work
-    from devicefit.simulator.read.shapes import apply_shapes, infer
+    from devicefit.simulator.plan.shapes import apply_shapes, infer
     from devicefit.simulator.report.report import ShapesReport
     from devicefit.simulator.targets.litert.shapes import litert_shapes
 
@@ -116,8 +116,8 @@ def main() -> int:
                     help="also measure this .tflite (outside the corpus); repeatable")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = ap.parse_args()
+    from devicefit.simulator.plan.shapes import needs_resolution
     from devicefit.simulator.read.reader import read_model
-    from devicefit.simulator.read.shapes import needs_resolution
     from tests.corpus import corpus
 
     names = [n for n in args.models.split(",") if n] or None

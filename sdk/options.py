@@ -38,9 +38,9 @@ def positive_seconds(text: str) -> float:
 
 
 def input_shape(text: str) -> tuple[str | None, tuple[int, ...]]:
-    """``--input-shape [NAME:]DIMS`` (:func:`simulator.read.shapes.parse_input_shape`)."""
+    """``--input-shape [NAME:]DIMS`` (:func:`simulator.plan.shapes.parse_input_shape`)."""
     from devicefit.simulator.errors import UsageError
-    from devicefit.simulator.read.shapes import parse_input_shape
+    from devicefit.simulator.plan.shapes import parse_input_shape
 
     try:
         return parse_input_shape(text)

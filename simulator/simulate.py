@@ -28,12 +28,11 @@ from devicefit.simulator.estimate.latency import device_latency
 from devicefit.simulator.judge.invariants import check_static
 from devicefit.simulator.judge.verdict import judge
 from devicefit.simulator.plan.compat import static_compatibility
-from devicefit.simulator.plan.planners.base import MemoryPlan
+from devicefit.simulator.plan.shapes import resolve_shapes, shape_notes
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.read.model import Model
 from devicefit.simulator.read.reader import read_model
-from devicefit.simulator.read.shapes import resolve_shapes, shape_notes
 from devicefit.simulator.report.benchmark import BenchComparison, BenchResult
 from devicefit.simulator.report.layers import layer_rows
 from devicefit.simulator.report.report import (
@@ -51,7 +50,7 @@ from devicefit.simulator.report.report import (
     TimelineStep,
 )
 from devicefit.simulator.target import Target, runner_for, target_for
-from devicefit.simulator.types import InputShape, MeasureOptions
+from devicefit.simulator.types import InputShape, MeasureOptions, MemoryPlan
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +71,10 @@ def simulate(model_path: str | Path, profile: Profile | str, *,
     ``bench`` is what the device itself measured (``devicefit bench``): its average time is
     judged against the latency budget instead of the estimate. ``strict``: a budget the
     report has no figure for fails the verdict. ``probe``: on a TFLM or LiteRT profile, ask
-    the runtime about each operator signature (:mod:`simulator.plan.compat.probe`; cached on
+    the runtime about each operator signature (:mod:`simulator.run.probe`; cached on
     disk, a child process only for signatures not seen before). ``input_shapes``: (input
     name or None for the only one, shape) pairs the dynamic dimensions are resolved from
-    (else the stored input shapes; :mod:`simulator.read.shapes`).
+    (else the stored input shapes; :mod:`simulator.plan.shapes`).
     """
     if not isinstance(profile, Profile):
         profile = load_profile(profile, list(profiles_dirs))
@@ -182,7 +181,7 @@ def static_report(model: Model, profile: Profile, order: Sequence[int] | None = 
                   shapes: ShapesReport | None = None, probe: bool = False,
                   target: Target | None = None) -> Report:
     """The report of the static half, not judged yet (:func:`simulate` judges it whole).
-    ``shapes``: how :func:`simulator.read.shapes.resolve_shapes` set ``model``'s shapes;
+    ``shapes``: how :func:`simulator.plan.shapes.resolve_shapes` set ``model``'s shapes;
     ``probe``: op support asked of the runtime too (see :func:`simulate`); ``target``: the
     profile's, when the caller has resolved it."""
     target = target or target_for(profile)

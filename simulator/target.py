@@ -44,18 +44,19 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from devicefit.simulator.infra.schema import Leaf
-    from devicefit.simulator.plan.planners.base import MemoryPlan
     from devicefit.simulator.profile_types import Profile
     from devicefit.simulator.read.model import Model
     from devicefit.simulator.report.report import (
         CrossCheck,
         MeasuredReport,
         MemoryReport,
+        Report,
         TargetSection,
     )
     from devicefit.simulator.types import (
         BuildRequest,
         ExportedFile,
+        MemoryPlan,
         ModelRuns,
         Runner,
         RunResult,
@@ -352,7 +353,7 @@ class Target:
     ``shapes``
         ``(path, input index → shape, timeout_s) -> RuntimeShapes``: the shapes its runtime
         gives every tensor once the inputs are resized and the model invoked (LiteRT, in a
-        child); :mod:`simulator.read.shapes` confirms its own inference with the first target
+        child); :mod:`simulator.plan.shapes` confirms its own inference with the first target
         that has one. None: its runtime runs the stored shapes only.
     ``failed_node``
         A regular expression for the operator a failed run stopped at, in its runner's
@@ -560,3 +561,13 @@ def section_type(table: str) -> type | None:
     table without a section."""
     target = TARGETS.get(table)
     return target.section_type() if target is not None and target.section_type else None
+
+
+def read_report(data: dict[str, Any]) -> Report:
+    """A report from its JSON form (``--json``; the shard results ``check merge`` combines),
+    each target's section as its own class: :meth:`Report.from_dict` with
+    :func:`section_type`. A newer ``schema_version`` is refused; keys no field names are
+    dropped (why: there)."""
+    from devicefit.simulator.report.report import Report
+
+    return Report.from_dict(data, section_type)

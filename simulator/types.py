@@ -1,5 +1,6 @@
 """The simulator's shared vocabulary: the str enums of the report, an unsupported operator,
-the protocol of a target's runner, and the options a command hands the driver; the
+an arena plan and its buffers (every planner's answer, which a target's planner protocol
+names), the protocol of a target's runner, and the options a command hands the driver; the
 protocols of a target's other plug-ins are :mod:`simulator.target`'s (their signatures name
 report sections), the report section's is :class:`simulator.report.report.TargetSection`.
 
@@ -114,6 +115,58 @@ ScratchRequests: TypeAlias = "Callable[[Subgraph, Operator], Sequence[ScratchReq
 
 
 # --------------------------------------------------------------------------- running
+
+
+@dataclass(frozen=True)
+class Buffer:
+    tensor: int  # tensor index in the subgraph, -1 for a scratch buffer
+    name: str
+    size: int  # bytes, already aligned as TFLM aligns them (16)
+    first: int  # first step it is live (inclusive)
+    last: int  # last step it is live (inclusive)
+    kind: str = "tensor"  # or "scratch"
+    offline_offset: int | None = None  # from OfflineMemoryAllocation metadata, if any
+    #: Subgraph that owns the tensor (or whose operator requested the scratch buffer).
+    subgraph: int = 0
+    #: Operator (index in its subgraph) that requested a scratch buffer; -1 for tensors.
+    op: int = -1
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """An arena plan: where each head buffer goes, and the head/tail sizes it implies.
+
+    ``offsets[i]`` is the offset of ``buffers[i]`` from the start of the head. ``exact`` and
+    ``estimated`` name the figures (``"arena_head"``, ``"arena_tail"`` ...) that reproduce
+    the runtime to the byte and those that are estimates, each with a reason in ``notes``.
+    """
+
+    planner: str
+    buffers: tuple[Buffer, ...]
+    offsets: tuple[int, ...]
+    head_bytes: int
+    tail_bytes: int
+    lower_bound_bytes: int
+    #: The smallest arena the runtime can start in: head + tail, or more when it needs
+    #: extra room while it loads (TFLM's planning); None means head + tail.
+    required_bytes: int | None = None
+    #: Bytes live at each step (step 0: graph inputs; step k: k-th operator run, main graph).
+    live_bytes: tuple[int, ...] = ()
+    #: Main-graph operator index → (first step, last step) it spans (more than one step for
+    #: control-flow ops whose subgraphs run inside it).
+    op_steps: dict[int, tuple[int, int]] = field(default_factory=dict)
+    tail_breakdown: dict[str, int] = field(default_factory=dict)
+    exact: tuple[str, ...] = ()
+    estimated: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.head_bytes + self.tail_bytes
+
+    @property
+    def arena_required_bytes(self) -> int:
+        return max(self.required_bytes or 0, self.arena_bytes)
 
 
 @dataclass

@@ -60,7 +60,7 @@ def _no_terminal_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """The op probe's answers (simulator/plan/compat/probe.py) go to a cache of this session,
+    """The op probe's answers (simulator/run/probe.py) go to a cache of this session,
     not the developer's ~/.cache: a test sees what the runtime answers now, and the CLI's
     child processes inherit it through the environment. pytest-xdist's workers share it
     (their base folders sit in the session's own, made new for every run): a signature one

@@ -25,8 +25,8 @@ from devicefit.simulator.errors import DevicefitError
 from devicefit.simulator.infra import signals
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.report.report import Report, build, plain_fields
-from devicefit.simulator.report.views.json import read_report
 from devicefit.simulator.simulate import simulate
+from devicefit.simulator.target import read_report
 from devicefit.simulator.types import BudgetName, MeasureOptions, StrEnum
 
 from .baseline import Baseline, RegressionCheck, compare

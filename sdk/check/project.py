@@ -26,10 +26,10 @@ from devicefit.simulator.infra.units import (
     parse_size,
     parse_time_ms,
 )
+from devicefit.simulator.plan.shapes import parse_input_shape
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import ProfileStore
 from devicefit.simulator.read.reader import FILE_IDENTIFIER, other_format
-from devicefit.simulator.read.shapes import parse_input_shape
 from devicefit.simulator.types import BudgetName
 
 DEFAULT_PROJECT_FILE = "devicefit.yaml"

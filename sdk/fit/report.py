@@ -24,7 +24,7 @@ from devicefit.simulator.infra.units import (
 from devicefit.simulator.profile_types import Budgets
 from devicefit.simulator.report.report import Report, from_fields, plain_fields
 from devicefit.simulator.report.views.html import Section, escape, html_table, render_html
-from devicefit.simulator.report.views.json import read_report
+from devicefit.simulator.target import read_report
 from devicefit.simulator.types import BudgetName, Unit
 
 PLOT_W, PLOT_H, LEFT, BOTTOM, STRIP_H = 720, 300, 70, 30, 24

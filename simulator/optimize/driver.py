@@ -50,7 +50,7 @@ from devicefit.simulator.optimize.patches import (
     search_patches,
 )
 from devicefit.simulator.optimize.reorder import OrderResult, best_order
-from devicefit.simulator.plan.lifetimes import OFFLINE_METADATA, Buffer, lower_bound
+from devicefit.simulator.plan.lifetimes import OFFLINE_METADATA, lower_bound
 from devicefit.simulator.plan.planners import plan_memory
 from devicefit.simulator.plan.planners.base import PlanError, check_plan
 from devicefit.simulator.profile_types import Profile
@@ -61,6 +61,7 @@ from devicefit.simulator.read.writer import reorder_operators, set_offline_plan
 from devicefit.simulator.target import TARGETS, target_for
 from devicefit.simulator.targets.tflm.planner import greedy_plan
 from devicefit.simulator.targets.tflm.scratch import tflm_buffers
+from devicefit.simulator.types import Buffer
 
 if TYPE_CHECKING:  # the runners load only when verification runs
     from devicefit.simulator.types import RunResult

@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from devicefit.simulator.errors import InputError
-from devicefit.simulator.plan.lifetimes import Buffer, live_bytes_per_step
+from devicefit.simulator.plan.lifetimes import live_bytes_per_step
 from devicefit.simulator.read.model import Subgraph
+from devicefit.simulator.types import Buffer
 
 
 @dataclass(frozen=True)

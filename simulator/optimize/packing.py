@@ -22,8 +22,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from devicefit.simulator.plan.lifetimes import Buffer, lower_bound
+from devicefit.simulator.plan.lifetimes import lower_bound
 from devicefit.simulator.plan.planners.base import check_plan, overlaps_in_time
+from devicefit.simulator.types import Buffer
 
 #: Offsets stay multiples of TFLM's buffer alignment (buffer sizes already are).
 ALIGN = 16

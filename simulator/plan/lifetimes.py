@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from devicefit.simulator.errors import InputError, ModelFormatError
 from devicefit.simulator.infra.limits import check_ops
 from devicefit.simulator.read.model import DTYPE_BYTES, Model, Operator, Subgraph, Tensor
-from devicefit.simulator.types import ScratchRequest, ScratchRequests
+from devicefit.simulator.types import Buffer, ScratchRequest, ScratchRequests
 
 #: ``MicroArenaBufferAlignment()``: every head buffer is padded to a multiple of this.
 TFLM_ALIGNMENT = 16
@@ -38,21 +38,6 @@ OFFLINE_METADATA = "OfflineMemoryAllocation"
 ONLINE = -1
 #: Deepest control-flow nesting followed (a corrupt file could otherwise exhaust the stack).
 MAX_NESTING = 64
-
-
-@dataclass(frozen=True)
-class Buffer:
-    tensor: int  # tensor index in the subgraph, -1 for a scratch buffer
-    name: str
-    size: int  # bytes, already aligned as TFLM aligns them (16)
-    first: int  # first step it is live (inclusive)
-    last: int  # last step it is live (inclusive)
-    kind: str = "tensor"  # or "scratch"
-    offline_offset: int | None = None  # from OfflineMemoryAllocation metadata, if any
-    #: Subgraph that owns the tensor (or whose operator requested the scratch buffer).
-    subgraph: int = 0
-    #: Operator (index in its subgraph) that requested a scratch buffer; -1 for tensors.
-    op: int = -1
 
 
 def align_up(n: int, alignment: int = TFLM_ALIGNMENT) -> int:

@@ -151,7 +151,7 @@ def cut_ops(model: schema.Model, subgraph: int, op_indices: Sequence[int]) -> by
     one, plus the ops that compute its weights from constants), with those operators' own
     tensors (shapes, types, quantization, constant data, variable flags) and options: what a
     runtime is asked when it must say whether it runs an operator
-    (:mod:`simulator.plan.compat.probe`).
+    (:mod:`simulator.run.probe`).
 
     Tensors the cut consumes but does not produce, and that are neither constants nor
     variables, become the graph's inputs; the last operator's outputs its outputs.

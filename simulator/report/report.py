@@ -59,7 +59,7 @@ SCHEMA_VERSION = 2
 @dataclass(frozen=True)
 class ShapesReport:
     """How the shapes of a model with dynamic dimensions (or given input shapes) were set
-    (:mod:`simulator.read.shapes`); every figure of the report is for these shapes."""
+    (:mod:`simulator.plan.shapes`); every figure of the report is for these shapes."""
 
     #: Input name → the shape planned with.
     inputs: tuple[tuple[str, tuple[int, ...]], ...]
@@ -224,7 +224,7 @@ class ComputeReport:
 @dataclass(frozen=True)
 class Disagreement:
     """The op table and the runtime answered differently for one operator; the runtime's
-    answer stands. ``source``: "probe" (its one-op model, :mod:`simulator.plan.compat.probe`)
+    answer stands. ``source``: "probe" (its one-op model, :mod:`simulator.run.probe`)
     or "run" (the whole model, ``--run``)."""
 
     op_index: int
@@ -753,7 +753,7 @@ class Report:
         """The inverse of :meth:`to_dict` (for reports read back from JSON, e.g. the shard
         results that ``check merge`` combines); ``KeyError``/``TypeError``/``ValueError`` if
         malformed. ``section_type`` gives the class of a target's section
-        (:func:`simulator.report.views.json.read_report` passes the targets' own).
+        (:func:`simulator.target.read_report` passes the targets' own).
 
         The rule for keys, by ``schema_version`` (:data:`SCHEMA_VERSION`):
 

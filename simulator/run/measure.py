@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from devicefit.simulator.errors import InputError, RuntimeFailure
-from devicefit.simulator.plan.compat.probe import probe_ops, probe_runtime, scales
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.read.model import Model
 from devicefit.simulator.read.reader import read_model
@@ -48,6 +47,7 @@ from devicefit.simulator.report.report import (
     Report,
     RunFailure,
 )
+from devicefit.simulator.run.probe import probe_ops, probe_runtime, scales
 from devicefit.simulator.run.runtimes import INPUT_SEED, RunSetup
 from devicefit.simulator.target import TARGETS, Target, runner_for, target_for
 from devicefit.simulator.types import (
@@ -192,7 +192,7 @@ def _failure(model: Model, profile: Profile, runner: Target, exc: RuntimeFailure
              ) -> RunFailure:
     """What the run did, with the operator it stopped at: the one the runtime's message
     names, else (a crash says nothing) the first one the runtime refuses on its own, asked
-    one operator at a time (:mod:`simulator.plan.compat.probe`, cached)."""
+    one operator at a time (:mod:`simulator.run.probe`, cached)."""
     message = str(exc)
     failure = RunFailure(exc.stage or "start", message, crashed=exc.crashed)
     # The runner's own form first, then every other target's: nothing guarantees a

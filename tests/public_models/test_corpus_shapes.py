@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from devicefit.simulator.plan.shapes import infer, needs_resolution, resolve_shapes
 from devicefit.simulator.read.reader import read_model
-from devicefit.simulator.read.shapes import infer, needs_resolution, resolve_shapes
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.targets.litert.shapes import litert_shapes
 from tests.corpus import INPUT_SHAPES, corpus

@@ -26,7 +26,7 @@ def test_static_op_support_matches_the_runtime(name, runtime):
     model = read_model(m.path)
     profile = load_profile(PROFILES[runtime])
     # The op tables alone, and devicefit's default answer: the tables corrected by the
-    # runtime asked per operator signature (simulator/plan/compat/probe.py). Both must hold.
+    # runtime asked per operator signature (simulator/run/probe.py). Both must hold.
     answers = {"table": check_ops(model, profile), "probe": check_ops(model, profile, probe=True)}
     shape = INPUT_SHAPES.get((name, runtime))
     inputs = [np.zeros(shape, np.float32)] if shape else None

@@ -28,10 +28,17 @@ from devicefit.simulator.plan.compat import CHECKERS
 from devicefit.simulator.profiles import ProfileStore, load_profile
 from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.report.report import TargetSection
-from devicefit.simulator.report.views.json import read_report
 from devicefit.simulator.run.runtimes import RUNNERS, runner_name
 from devicefit.simulator.simulate import simulate
-from devicefit.simulator.target import TARGETS, Lazy, LazyClass, Target, section_type, target_for
+from devicefit.simulator.target import (
+    TARGETS,
+    Lazy,
+    LazyClass,
+    Target,
+    read_report,
+    section_type,
+    target_for,
+)
 from devicefit.simulator.targets import edgetpu, litert, tflm
 from tests.dummy_target import (
     CLOCK_HZ,

@@ -55,7 +55,7 @@ def check_ops(model: Model, profile: Profile, *, probe: bool = False) -> Compati
     """Check every operator of ``model`` against ``profile``'s op table, then the ones it
     passes for a quantized tensor whose scale no runtime can use; with ``probe`` the
     runtime itself is asked about each operator signature and wins where it answers
-    otherwise (:mod:`simulator.plan.compat.probe`); last, the profile's allow-list. One reason
+    otherwise (:mod:`simulator.run.probe`); last, the profile's allow-list. One reason
     per op, the first that applies."""
     table = table_for(profile)
     checker = CHECKERS.get(table)
@@ -70,7 +70,7 @@ def check_ops(model: Model, profile: Profile, *, probe: bool = False) -> Compati
     disagreements: tuple[Disagreement, ...] = ()
     summary: ProbeSummary | None = None
     if probe:
-        from devicefit.simulator.plan.compat.probe import probe_runtime, reconcile
+        from devicefit.simulator.run.probe import probe_runtime, reconcile
 
         if (runtime := probe_runtime(table, profile)) is not None:
             found, disagreements, summary = reconcile(model, table, runtime, found)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from devicefit.simulator.plan.planners.base import MemoryPlan
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.read.model import Model
 from devicefit.simulator.target import target_for
+from devicefit.simulator.types import MemoryPlan
 
 
 def plan_memory(model: Model, profile: Profile, order: Sequence[int] | None = None) -> MemoryPlan:

@@ -4,48 +4,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
 
-from devicefit.simulator.plan.lifetimes import Buffer
-
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    """An arena plan: where each head buffer goes, and the head/tail sizes it implies.
-
-    ``offsets[i]`` is the offset of ``buffers[i]`` from the start of the head. ``exact`` and
-    ``estimated`` name the figures (``"arena_head"``, ``"arena_tail"`` ...) that reproduce
-    the runtime to the byte and those that are estimates, each with a reason in ``notes``.
-    """
-
-    planner: str
-    buffers: tuple[Buffer, ...]
-    offsets: tuple[int, ...]
-    head_bytes: int
-    tail_bytes: int
-    lower_bound_bytes: int
-    #: The smallest arena the runtime can start in: head + tail, or more when it needs
-    #: extra room while it loads (TFLM's planning); None means head + tail.
-    required_bytes: int | None = None
-    #: Bytes live at each step (step 0: graph inputs; step k: k-th operator run, main graph).
-    live_bytes: tuple[int, ...] = ()
-    #: Main-graph operator index → (first step, last step) it spans (more than one step for
-    #: control-flow ops whose subgraphs run inside it).
-    op_steps: dict[int, tuple[int, int]] = field(default_factory=dict)
-    tail_breakdown: dict[str, int] = field(default_factory=dict)
-    exact: tuple[str, ...] = ()
-    estimated: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-
-    @property
-    def arena_bytes(self) -> int:
-        return self.head_bytes + self.tail_bytes
-
-    @property
-    def arena_required_bytes(self) -> int:
-        return max(self.required_bytes or 0, self.arena_bytes)
+from devicefit.simulator.types import Buffer
 
 
 class PlanError(AssertionError):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
 
-from devicefit.simulator.plan.lifetimes import Buffer
+from devicefit.simulator.types import Buffer
 
 
 @dataclass

@@ -6,7 +6,7 @@ runners ``--run`` uses — on inputs from :func:`probe_inputs`. Each
 answer is appended to ``answers.jsonl`` as soon as it is known, and the key of the operator
 being probed is written to ``current`` before it starts: when a kernel kills the process
 (TFLM aborts on a quantization scale it cannot use), the parent knows which operator did it
-and starts a new child for the rest (:func:`simulator.plan.compat.probe.probe_ops`).
+and starts a new child for the rest (:func:`simulator.run.probe.probe_ops`).
 
 It imports no more than it runs (not :mod:`simulator.plan.compat`, which brings the profiles,
 reports and YAML): a probe child starts for every model whose signatures are not cached.

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from devicefit.simulator.plan.planners.base import MemoryPlan
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.read.model import Model
 from devicefit.simulator.targets.ethos_u.analysis import (
@@ -21,7 +20,7 @@ from devicefit.simulator.targets.ethos_u.analysis import (
     section_for,
 )
 from devicefit.simulator.targets.ethos_u.section import CPU, EthosUSection
-from devicefit.simulator.types import UnsupportedOp
+from devicefit.simulator.types import MemoryPlan, UnsupportedOp
 
 NAME = "ethos-u"
 

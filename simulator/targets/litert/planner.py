@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from devicefit.simulator.plan.lifetimes import Buffer, align_up, live_bytes_per_step
-from devicefit.simulator.plan.planners.base import MemoryPlan, check_plan
+from devicefit.simulator.plan.lifetimes import align_up, live_bytes_per_step
+from devicefit.simulator.plan.planners.base import check_plan
 from devicefit.simulator.plan.planners.index import PlacedIndex
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.read.model import DTYPE_BYTES, Model
+from devicefit.simulator.types import Buffer, MemoryPlan
 
 LITERT_ALIGNMENT = 64
 

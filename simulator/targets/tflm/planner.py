@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.estimate.cores import Core, find_core
-from devicefit.simulator.plan.lifetimes import Buffer, align_up, live_bytes_per_step, op_steps
-from devicefit.simulator.plan.planners.base import MemoryPlan, check_plan
+from devicefit.simulator.plan.lifetimes import align_up, live_bytes_per_step, op_steps
+from devicefit.simulator.plan.planners.base import check_plan
 from devicefit.simulator.plan.planners.index import PlacedIndex
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.read.model import Model
@@ -33,6 +33,7 @@ from devicefit.simulator.targets.tflm.tail import (
     prepare_peak,
     struct_sizes,
 )
+from devicefit.simulator.types import Buffer, MemoryPlan
 
 
 def greedy_plan(buffers: Sequence[Buffer]) -> list[int]:

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from devicefit.simulator.plan.lifetimes import Buffer, arena_buffers
+from devicefit.simulator.plan.lifetimes import arena_buffers
 from devicefit.simulator.read.model import DTYPE_BYTES, Model, Operator, Subgraph, Tensor
 from devicefit.simulator.targets.tflm import cmsis_nn, esp_nn
 from devicefit.simulator.targets.tflm.cmsis_nn import ConvParams, Dims, Feature
-from devicefit.simulator.types import ScratchRequest
+from devicefit.simulator.types import Buffer, ScratchRequest
 
 ScratchRule = Callable[[Subgraph, Operator, int], list[ScratchRequest]]
 

@@ -282,8 +282,9 @@ def test_the_verified_line_shows_an_estimate_with_its_band_and_risk(tmp_path):
     its error band and says "at risk" when the budget lies inside it; sizes show neither."""
     from devicefit.sdk.commands.fit import budget_text
     from devicefit.simulator.infra.units import format_band, format_time_ms
-    from devicefit.simulator.report.views.json import read_report, render
+    from devicefit.simulator.report.views.json import render
     from devicefit.simulator.simulate import simulate
+    from devicefit.simulator.target import read_report
     from tests import zoo
 
     model = zoo.model_path("mobilenet_v1_96_int8")

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from devicefit.simulator.optimize.graph import OpGraph
 from devicefit.simulator.optimize.packing import pack
 from devicefit.simulator.optimize.reorder import best_order
-from devicefit.simulator.plan.lifetimes import Buffer, lower_bound
+from devicefit.simulator.plan.lifetimes import lower_bound
 from devicefit.simulator.targets.tflm.planner import greedy_plan
+from devicefit.simulator.types import Buffer
 
 SIZES = st.integers(1, 40).map(lambda n: 16 * n)
 

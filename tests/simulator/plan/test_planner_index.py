@@ -10,10 +10,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devicefit.simulator.plan.lifetimes import Buffer, align_up
+from devicefit.simulator.plan.lifetimes import align_up
 from devicefit.simulator.plan.planners.base import overlaps_in_time
 from devicefit.simulator.targets.litert.planner import best_fit_plan
 from devicefit.simulator.targets.tflm.planner import greedy_plan
+from devicefit.simulator.types import Buffer
 
 
 def _greedy_reference(buffers: list[Buffer]) -> list[int]:

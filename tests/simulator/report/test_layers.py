@@ -13,9 +13,9 @@ from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.report.benchmark import OpProfileRow
 from devicefit.simulator.report.layers import bench_times, costliest, layer_rows
 from devicefit.simulator.report.report import HostOpTime
-from devicefit.simulator.report.views.json import read_report
 from devicefit.simulator.report.views.layertable import text_lines
 from devicefit.simulator.simulate import simulate
+from devicefit.simulator.target import read_report
 from tests.zoo import model_path
 
 

@@ -17,8 +17,8 @@ from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.report.report import SCHEMA_VERSION, LatencyReport, Report
 from devicefit.simulator.report.views import VIEWS, render
-from devicefit.simulator.report.views.json import read_report
 from devicefit.simulator.simulate import simulate, static_report
+from devicefit.simulator.target import read_report
 from devicefit.simulator.targets.edgetpu.partition import EdgeTpuReport
 from devicefit.simulator.types import Basis, BudgetName, MeasureOptions, Status
 from tests.zoo import model_path

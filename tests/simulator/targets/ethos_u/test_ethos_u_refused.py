@@ -24,9 +24,9 @@ from devicefit.simulator.errors import CompileRefusal
 from devicefit.simulator.infra.escape import markdown
 from devicefit.simulator.report.report import Report
 from devicefit.simulator.report.views import render
-from devicefit.simulator.report.views.json import read_report
 from devicefit.simulator.report.views.text import refusal_lines
 from devicefit.simulator.simulate import simulate
+from devicefit.simulator.target import read_report
 from devicefit.simulator.targets.ethos_u.vela import refusal
 from tests.tflite_builder import hard_swish_model
 

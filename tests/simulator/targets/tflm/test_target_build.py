@@ -589,8 +589,8 @@ def test_target_measurement_survives_the_json_report(small_model):
     import dataclasses
 
     from devicefit.simulator.report.report import MeasuredReport, Report
-    from devicefit.simulator.report.views.json import read_report
     from devicefit.simulator.simulate import simulate
+    from devicefit.simulator.target import read_report
 
     report = simulate(small_model, "stm32l4r5-cortex-m4")
     report = dataclasses.replace(report, measured=MeasuredReport(

@@ -1,4 +1,4 @@
-"""Op support asked of the runtime (simulator/plan/compat/probe.py) and ``--run`` that always runs.
+"""Op support asked of the runtime (simulator/run/probe.py) and ``--run`` that always runs.
 
 Each class of model the op tables got wrong on public models is built here in code, one
 operator each (tests/op_probe.py's builder), and answered by the real TFLM and LiteRT wheels
@@ -17,7 +17,7 @@ from devicefit.sdk.cli import main
 from devicefit.simulator.plan.compat import check_ops
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.read.reader import read_model
-from devicefit.simulator.report.views.json import read_report
+from devicefit.simulator.target import read_report
 from devicefit.simulator.types import MeasureOptions
 from tests.op_probe import OPT, B, T, _opts, const, fb, single_op
 

@@ -15,15 +15,15 @@ import pytest
 from devicefit.sdk.check.project import ProjectError, load_project
 from devicefit.sdk.cli import main
 from devicefit.simulator.errors import UsageError
-from devicefit.simulator.read.reader import read_model
-from devicefit.simulator.read.shapes import (
+from devicefit.simulator.plan.shapes import (
     confirm_with_runtime,
     infer,
     parse_input_shape,
     resolve_shapes,
 )
-from devicefit.simulator.report.views.json import read_report
+from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.simulate import simulate
+from devicefit.simulator.target import read_report
 from devicefit.simulator.types import MeasureOptions
 from tests.tflite_builder import (
     conv_time_model,
