@@ -25,6 +25,7 @@ from devicefit.simulator.report.report import MemoryReport, PlannedBuffer, Repor
 from devicefit.simulator.report.views import layertable
 from devicefit.simulator.report.views.base import View, flash_basis, heading
 from devicefit.simulator.report.views.layertable import format_op_time
+from devicefit.simulator.report.views.messages import verdict_causes
 from devicefit.simulator.types import BudgetName
 
 #: A number → its text in an axis' unit; a value → its SVG y coordinate.
@@ -49,6 +50,7 @@ tr.at-risk td.status{background:#fff1c2;color:#6b4e00}
 .verdict{display:inline-block;padding:2px 10px;border-radius:4px;font-weight:600}
 .verdict.pass{background:#d8f0d8;color:#14591a}.verdict.fail,.verdict.error{background:#f8d7d7;color:#8a1010}
 .verdict.at-risk{background:#fff1c2;color:#6b4e00}
+.causes{font-size:.75em;font-weight:400;color:#444;margin-left:8px}
 svg{display:block;margin:4px 0 12px;background:#fff;max-width:100%;height:auto}svg text{font:11px system-ui,sans-serif;fill:#333}
 .note{color:#666;font-size:12px}
 svg text.line-label,svg text.trial-label,svg text.budget-label{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}
@@ -704,9 +706,12 @@ def _section(index: int, section: Section, top: float | None = None) -> str:
     status = section.shown_status
     notes = "".join(f"<li>{escape(n)}</li>" for n in r.notes)
     problems = "".join(f"<li>{escape(p)}</li>" for p in section.problems)
+    # A caller's own status (check's regression rules) says its causes in its problems.
+    causes = verdict_causes(r) if section.status is None else ""
     return (
         f'<section id="section-{index}"><h2>{escape(section.heading)} '
-        f'<span class="verdict {escape(status)}">{escape(status.upper())}</span></h2>'
+        f'<span class="verdict {escape(status)}">{escape(status.upper())}</span>'
+        + (f'<span class="causes">{escape(causes)}</span>' if causes else "") + "</h2>"
         + (f'<h3>Problems</h3><ul class="problems">{problems}</ul>' if problems else "")
         + f"{_refusal(r)}<h3>Budgets</h3>{_budgets(r)}{_bench(r)}{_memory(r, top)}"
         f"<h3>Per-op cost</h3>{_per_op_svg(r)}"

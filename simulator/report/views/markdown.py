@@ -10,7 +10,11 @@ from devicefit.simulator.infra.escape import markdown as md_literal
 from devicefit.simulator.infra.escape import markdown_code as md_code
 from devicefit.simulator.report.report import Report
 from devicefit.simulator.report.views.base import View
-from devicefit.simulator.report.views.messages import budget_format, problems
+from devicefit.simulator.report.views.messages import (
+    budget_format,
+    problems,
+    verdict_causes,
+)
 from devicefit.simulator.types import Status
 
 #: The mark of a status ("error": a target that could not be simulated).
@@ -19,8 +23,10 @@ MARKS = {"pass": "✅", "at-risk": "🟠", "fail": "❌", "error": "⚠️"}
 
 def render(report: Report) -> str:
     status = report.status
+    causes = verdict_causes(report)
     lines = [f"## {MARKS[status]} devicefit: {md_code(Path(report.model.path).name)} on "
-             f"{md_code(report.profile.name)}: {status}", ""]
+             f"{md_code(report.profile.name)}: {status}"
+             + (f" ({md_literal(causes)})" if causes else ""), ""]
     if report.budgets:
         lines += ["| budget | value | limit | margin | basis | status |",
                   "|---|---|---|---|---|---|"]

@@ -94,6 +94,28 @@ def problems(report: Report) -> list[str]:
     return found
 
 
+def verdict_causes(report: Report) -> str:
+    """Every cause of the verdict, by kind, for the verdict's line: ``over: arena, flash;
+    at risk: latency`` — a fail names all that failed, and what is at risk or unchecked
+    beside it, never only the mildest ("" for a clean pass)."""
+    by_status = {s: [b.name for b in report.budgets if b.status == s]
+                 for s in (Status.FAIL, Status.AT_RISK)}
+    compat = report.compatibility
+    unsupported = sorted({op.op for op in compat.unsupported_ops}) if compat else []
+    target = report.measured.target_build if report.measured else None
+    causes = [
+        ("not compiled", report.compile_refusal is not None),
+        (f"unsupported: {', '.join(unsupported) or 'some operators'}",
+         compat is not None and not compat.supported),
+        ("not verified on the target build", target is not None and not target.verified),
+        (f"over: {', '.join(by_status[Status.FAIL])}", bool(by_status[Status.FAIL])),
+        (f"not checked: {', '.join(report.unchecked_budgets)}",
+         bool(report.unchecked_budgets) and not report.ok),
+        (f"at risk: {', '.join(by_status[Status.AT_RISK])}", bool(by_status[Status.AT_RISK])),
+    ]
+    return "; ".join(text for text, holds in causes if holds)
+
+
 def figures(check: Any, names: Sequence[str]) -> dict[str, str]:
     """Exact numbers and readable ones of ``check``'s fields ``names``, for a failure's text:
     ``margin: -55,633 B (-54.3 KiB)``, ``margin: -273.547 ms``."""

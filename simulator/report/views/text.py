@@ -25,7 +25,7 @@ from devicefit.simulator.report.report import (
 from devicefit.simulator.report.views.base import View, flash_basis
 from devicefit.simulator.report.views.columns import columns
 from devicefit.simulator.report.views.layertable import text_lines as layer_lines
-from devicefit.simulator.report.views.messages import decimal_budget
+from devicefit.simulator.report.views.messages import decimal_budget, verdict_causes
 from devicefit.simulator.types import LatencyBasis, Status
 
 #: A budget's status as the text views print it.
@@ -96,7 +96,8 @@ def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
         lines += columns(rows)
     if report.notes:
         lines += ["", "Notes"] + [f"  - {n}" for n in report.notes]
-    risk = f" (at risk: {', '.join(report.at_risk)})" if report.at_risk else ""
+    causes = verdict_causes(report)
+    risk = f" ({causes})" if causes else ""
     if report.ok and report.unchecked_budgets:  # never a bare PASS on an unknown figure
         risk += (" for the checked budgets; " + "; ".join(
             f"{name} NOT CHECKED ({why})" for name, why in report.unchecked_budgets.items()))

@@ -212,3 +212,23 @@ def test_a_device_benchmark_is_judged_on_its_time_and_carries_its_ratio(tmp_path
     back = read_report(json.loads(render("json", report)))
     assert back == report and back.bench.result.results.inference_avg_ms == 12.5
     assert f"{vs.ratio:.2f}x" in render("html", report)
+
+
+def test_every_view_names_every_cause_of_a_fail(tmp_path):
+    """An arena over its budget and a latency at risk: the verdict's line names both, the
+    same in the text, Markdown and HTML views, never only the milder one."""
+    model = str(model_path("mobilenet_v1_96_int8"))
+    base = simulate(model, load_profile("esp32-s3"))
+    est, (_, high) = base.latency.estimated_device_ms, base.latency.band_ms
+    profile = tmp_path / "tight.yaml"
+    profile.write_text(f"extends: esp32-s3\nbudgets: {{arena: 1KiB, "
+                       f"latency: {(est + high) / 2:.3f}ms}}\n")
+    report = simulate(model, load_profile(profile))
+    assert report.verdict == Status.FAIL and report.at_risk == ["latency"]
+    causes = "over: arena; at risk: latency"
+    assert f"Verdict: FAIL ({causes})\n" in render("text", report)
+    assert render("markdown", report).splitlines()[0].endswith(f": fail ({causes})")
+    assert f'<span class="causes">{causes}</span>' in render("html", report)
+    clean = simulate(model, load_profile("esp32-s3"))
+    assert clean.ok and "Verdict: PASS\n" in render("text", clean)
+    assert '<span class="causes">' not in render("html", clean)

@@ -84,7 +84,7 @@ def test_the_text_view_names_the_operator_and_velas_words(model, capsys):
             f"  next: {REFUSAL.advice}\n") in out
     assert "Memory (planner" not in out
     assert f"  - arena budget not checked: {NOT_CHECKED}" in out
-    assert out.endswith("Verdict: FAIL\n")
+    assert out.endswith("Verdict: FAIL (not compiled; not checked: flash, arena, latency)\n")
 
 
 def test_the_report_round_trips_and_every_view_shows_the_refusal(report):
