@@ -25,7 +25,7 @@ from devicefit.simulator.report.report import MemoryReport, PlannedBuffer, Repor
 from devicefit.simulator.report.views import layertable
 from devicefit.simulator.report.views.base import View, flash_basis, heading
 from devicefit.simulator.report.views.layertable import format_op_time
-from devicefit.simulator.report.views.messages import verdict_causes
+from devicefit.simulator.report.views.messages import budget_format, verdict_causes
 from devicefit.simulator.types import BudgetName
 
 #: A number → its text in an axis' unit; a value → its SVG y coordinate.
@@ -151,7 +151,7 @@ def _likely(band: tuple[float, float] | None, fmt: Format) -> str | None:
 def _budgets(report: Report) -> str:
     rows, classes = [], []
     for b in report.budgets:
-        fmt = format_time_ms if b.unit == "ms" else format_size
+        fmt = budget_format(b)  # a size in the prefixes its limit was written in, as text
         rows.append((b.name, fmt(b.limit), fmt(b.value), _likely(b.band, fmt) or "-",
                      fmt(b.margin), b.basis,
                      {"pass": "pass", "fail": "FAIL", "at-risk": "AT RISK"}[b.status]))

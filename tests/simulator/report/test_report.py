@@ -232,3 +232,14 @@ def test_every_view_names_every_cause_of_a_fail(tmp_path):
     clean = simulate(model, load_profile("esp32-s3"))
     assert clean.ok and "Verdict: PASS\n" in render("text", clean)
     assert '<span class="causes">' not in render("html", clean)
+
+
+def test_a_budget_written_in_mb_reads_in_mb_in_every_view():
+    """android's flash budget is written 50MB: its limit is 50.0 MB in the text, Markdown
+    and HTML views alike (the HTML said 47.7 MiB)."""
+    report = simulate(model_path("chain_float32"), "android-arm64-cpu")
+    flash = next(b for b in report.budgets if b.name == "flash")
+    assert flash.limit == 50_000_000
+    for view in ("text", "markdown", "html"):
+        page = render(view, report)
+        assert "50.0 MB" in page and "47.7 MiB" not in page, view
