@@ -25,7 +25,11 @@ from devicefit.simulator.report.report import MemoryReport, PlannedBuffer, Repor
 from devicefit.simulator.report.views import layertable
 from devicefit.simulator.report.views.base import View, flash_basis, heading
 from devicefit.simulator.report.views.layertable import format_op_time
-from devicefit.simulator.report.views.messages import budget_format, verdict_causes
+from devicefit.simulator.report.views.messages import (
+    budget_format,
+    conversion_text,
+    verdict_causes,
+)
 from devicefit.simulator.types import BudgetName
 
 #: A number → its text in an axis' unit; a value → its SVG y coordinate.
@@ -185,7 +189,7 @@ def _summaries(report: Report) -> str:
     m, p, mem = report.model, report.profile, report.memory
     model_rows = _model_rows(report)
     if m.conversion:
-        model_rows.append(("converted with", ", ".join(f"{k}={v}" for k, v in m.conversion.items())))
+        model_rows.append(("converted with", conversion_text(m.conversion)))
     profile_rows = [("name", p.name), ("class", p.device_class), ("runtime", p.runtime),
                     ("kernels", p.kernels), ("description", p.description)]
     memory_rows: list[tuple[str, object]] = [] if mem is None else [

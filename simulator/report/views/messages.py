@@ -116,6 +116,22 @@ def verdict_causes(report: Report) -> str:
     return "; ".join(text for text, holds in causes if holds)
 
 
+def conversion_text(conversion: dict[str, Any], prefix: str = "") -> str:
+    """The settings ``devicefit convert`` stored in the model, as the text and HTML views
+    print them: ``scheme=int8, qat.epochs=2``; a nested setting by its dotted name, a list
+    of plain values joined, anything else left out (a view never prints a Python repr)."""
+    parts: list[str] = []
+    for key, value in conversion.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            parts.append(conversion_text(value, f"{name}."))
+        elif isinstance(value, (str, int, float, bool)) or value is None:
+            parts.append(f"{name}={value}")
+        elif isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value):
+            parts.append(f"{name}={'/'.join(map(str, value))}")
+    return ", ".join(p for p in parts if p)
+
+
 def figures(check: Any, names: Sequence[str]) -> dict[str, str]:
     """Exact numbers and readable ones of ``check``'s fields ``names``, for a failure's text:
     ``margin: -55,633 B (-54.3 KiB)``, ``margin: -273.547 ms``."""

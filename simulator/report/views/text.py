@@ -25,7 +25,11 @@ from devicefit.simulator.report.report import (
 from devicefit.simulator.report.views.base import View, flash_basis
 from devicefit.simulator.report.views.columns import columns
 from devicefit.simulator.report.views.layertable import text_lines as layer_lines
-from devicefit.simulator.report.views.messages import decimal_budget, verdict_causes
+from devicefit.simulator.report.views.messages import (
+    conversion_text,
+    decimal_budget,
+    verdict_causes,
+)
 from devicefit.simulator.types import LatencyBasis, Status
 
 #: A budget's status as the text views print it.
@@ -61,9 +65,7 @@ def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
     lines += [f"         {m.operators} operators: {ops}",
               f"         parameters: {params}; {report.compute.macs:,} MACs{macs}"]
     if m.conversion:
-        conv = ", ".join(f"{k}={v}" for k, v in m.conversion.items()
-                         if isinstance(v, (str, int, float, bool)))
-        lines.append(f"         converted by devicefit: {conv}")
+        lines.append(f"         converted by devicefit: {conversion_text(m.conversion)}")
     lines.append(f"Profile  {p.name}  ({p.device_class}, runtime {p.runtime}, "
                  f"{p.kernels} kernels)")
     if report.compile_refusal is not None:

@@ -243,3 +243,16 @@ def test_a_budget_written_in_mb_reads_in_mb_in_every_view():
     for view in ("text", "markdown", "html"):
         page = render(view, report)
         assert "50.0 MB" in page and "47.7 MiB" not in page, view
+
+
+def test_conversion_settings_read_the_same_in_text_and_html():
+    """Nested settings by their dotted names in both views, never a Python dict's repr."""
+    report = simulate(model_path("residual_int8"), "stm32l4r5-cortex-m4")
+    settings = {"scheme": "int8", "qat": {"epochs": 2, "lr": 0.001}, "layers": ["a", "b"],
+                "odd": [{"x": 1}]}
+    report = dataclasses.replace(report,
+                                 model=dataclasses.replace(report.model, conversion=settings))
+    words = "scheme=int8, qat.epochs=2, qat.lr=0.001, layers=a/b"
+    assert f"converted by devicefit: {words}\n" in render("text", report)
+    html = render("html", report)
+    assert words in html and "{&#x27;" not in html and "{'" not in html
