@@ -65,7 +65,9 @@ def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
     lines += [f"         {m.operators} operators: {ops}",
               f"         parameters: {params}; {report.compute.macs:,} MACs{macs}"]
     if m.conversion:
-        lines.append(f"         converted by devicefit: {conversion_text(m.conversion)}")
+        # One terminal line: the top-level settings; the HTML page shows the nested ones too.
+        settings = {k: v for k, v in m.conversion.items() if not isinstance(v, (dict, list))}
+        lines.append(f"         converted by devicefit: {conversion_text(settings)}")
     lines.append(f"Profile  {p.name}  ({p.device_class}, runtime {p.runtime}, "
                  f"{p.kernels} kernels)")
     if report.compile_refusal is not None:
