@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import re
 import shlex
 import struct
+import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from typing import Any
 import numpy as np
 from ai_edge_litert import schema_py_generated as fb
 
-from devicefit.simulator.errors import ModelFormatError
+from devicefit.simulator.errors import ModelFormatError, did_you_mean
 from devicefit.simulator.infra.fileio import regular_file_problem
 from devicefit.simulator.infra.limits import check_ops
 from devicefit.simulator.read.model import (
@@ -107,7 +109,7 @@ def read_model(path: str | Path) -> Model:
     """Parse ``path`` into a :class:`Model`; raise :class:`ModelFormatError` if it is not one."""
     p = Path(path)
     if not p.exists():
-        raise ModelFormatError(f"{p}: file not found")
+        raise ModelFormatError(f"{p}: file not found{_near(p)}")
     if p.is_dir():
         raise ModelFormatError(f"{p}: " + (other_format(p, b"")
                                            or "is a directory, expected a .tflite file"))
@@ -127,6 +129,31 @@ def read_model(path: str | Path) -> Model:
     return parse_model(data, str(p))
 
 
+def _near(path: Path) -> str:
+    """A did-you-mean among the files beside a missing ``path`` (its folder's first 1,000
+    names: a folder of millions is no reason to wait)."""
+    try:
+        names = [f.name for _, f in zip(range(1000), path.parent.iterdir())]
+    except OSError:
+        return ""
+    return did_you_mean(path.name, names)
+
+
+def _zip_contents(data: bytes) -> str | None:
+    """What a zip archive passed as a model holds, by its member names (a renamed file keeps
+    its content): a Keras model or NumPy arrays; None for another archive."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = archive.namelist()[:10_000]
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return None
+    if "config.json" in names and any(n.endswith(".h5") for n in names):
+        return "a Keras model (.keras)"
+    if names and all(n.endswith(".npy") for n in names):
+        return "NumPy arrays (.npz: data, not a model)"
+    return None
+
+
 def parse_model(data: bytes, path: str = "<bytes>") -> Model:
     """Parse flatbuffer bytes; see :func:`read_model`."""
     if len(data) == 0:
@@ -134,6 +161,10 @@ def parse_model(data: bytes, path: str = "<bytes>") -> Model:
     if len(data) < 8 or data[4:8] != FILE_IDENTIFIER:
         if other := other_format(path, bytes(data[:8])):
             raise ModelFormatError(f"{path}: {other}")
+        if data[:4] == b"PK\x03\x04" and (inside := _zip_contents(bytes(data))):
+            how = (f"convert it first: {_convert(Path(path))}" if "Keras" in inside
+                   else "devicefit reads such a file as --calibration/--train/--eval data")
+            raise ModelFormatError(f"{path}: a zip archive of {inside}, not a .tflite; {how}")
         if len(data) < 8:
             raise ModelFormatError(f"{path}: {len(data)} bytes is too short for a .tflite model")
         raise ModelFormatError(
@@ -179,6 +210,10 @@ class FlatbufferReader:
 
     def _at(self, fmt: struct.Struct, pos: int) -> Any:
         if pos < 0 or pos + fmt.size > self.n:
+            if pos >= self.n:  # what a copy or download cut short looks like
+                raise self.fail(f"an offset points past its end (byte {pos:,} of a "
+                                f"{self.n:,}-byte file): the file is truncated (an "
+                                f"interrupted copy or download?) or corrupt")
             raise self.fail(f"an offset points outside the file ({pos})")
         return fmt.unpack_from(self.data, pos)[0]
 

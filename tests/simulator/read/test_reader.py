@@ -80,6 +80,39 @@ def test_bad_input_is_one_clear_error(case: str, tmp_path: Path, chain_bytes: by
 def test_truncation_is_named(chain_bytes: bytes) -> None:
     with pytest.raises(ModelFormatError, match="corrupt or truncated|invalid .tflite"):
         parse_model(chain_bytes[:2000], "cut.tflite")
+    with pytest.raises(ModelFormatError, match=r"points past its end \(byte [\d,]+ of a "
+                                               r"2,000-byte file\): the file is truncated"):
+        parse_model(chain_bytes[:2000], "cut.tflite")
+
+
+def test_a_missing_file_names_the_one_beside_it(tmp_path: Path, chain_bytes: bytes) -> None:
+    (tmp_path / "digits.tflite").write_bytes(chain_bytes)
+    with pytest.raises(ModelFormatError,
+                       match=r"digit.tflite: file not found; did you mean 'digits.tflite'\?$"):
+        read_model(tmp_path / "digit.tflite")
+    with pytest.raises(ModelFormatError, match=r"file not found$"):
+        read_model(tmp_path / "nothing-near.tflite")
+
+
+def test_a_renamed_zip_says_what_it_holds(tmp_path: Path) -> None:
+    """A .keras or an .npz renamed .tflite: what the archive holds and what to do, not the
+    four bytes of a zip header."""
+    import zipfile
+
+    import numpy as np
+
+    keras = tmp_path / "model.tflite"
+    with zipfile.ZipFile(keras, "w") as z:  # the members Keras 3 writes in a .keras
+        for name in ("metadata.json", "config.json", "model.weights.h5"):
+            z.writestr(name, "{}")
+    with pytest.raises(ModelFormatError, match=r"a zip archive of a Keras model \(.keras\), "
+                                               r"not a .tflite; convert it first: devicefit"):
+        read_model(keras)
+    data = tmp_path / "train.tflite"
+    with data.open("wb") as f:
+        np.savez(f, x=np.zeros(3), y=np.ones(2))
+    with pytest.raises(ModelFormatError, match=r"NumPy arrays \(.npz: data, not a model\)"):
+        read_model(data)
 
 
 @settings(max_examples=150, deadline=None, derandomize=True,
