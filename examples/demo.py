@@ -116,9 +116,12 @@ def _demo(out: Path) -> int:
             f"({format_points(-report.accuracy.accuracy_drop_pp)})",
             sim.verdict.upper()))
     console.print(table("Verdicts", ["profile", "model", ".tflite", "vs float", "zeros",
-                                     "flash / budget", "TFLM head (measured)",
+                                     "flash / budget", "head, host wheel",
                                      "arena / budget",
                                      "latency (est.) / budget", "accuracy", "verdict"], rows))
+    console.print("   head, host wheel: the arena head TFLM's host wheel (reference kernels) "
+                  "recorded, against devicefit's prediction for that build; arena: the "
+                  "profile's own build (its kernels), predicted")
     console.print(f"done in {time.perf_counter() - started:.0f} s; files in "
                   f"{os.path.relpath(out)}/ (try: {devicefit_command()} simulate "
                   f"{shlex.quote(os.path.relpath(target))} --profile {v.profile})")

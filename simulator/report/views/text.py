@@ -19,6 +19,7 @@ from devicefit.simulator.report.report import (
     CompatibilityReport,
     MeasuredReport,
     MemoryReport,
+    ProfileSummary,
     Report,
     TargetMeasurement,
 )
@@ -73,7 +74,7 @@ def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
     if report.compile_refusal is not None:
         lines += ["", *refusal_lines(report.compile_refusal)]
     if mem is not None:
-        lines += memory_lines(mem)
+        lines += memory_lines(mem, p)
     if layers:
         lines += ["", *layer_lines(report.layers)]
     elif mem is not None and mem.timeline:
@@ -127,9 +128,12 @@ def refusal_lines(refusal: CompileRefusal) -> list[str]:
     return lines
 
 
-def memory_lines(mem: MemoryReport) -> list[str]:
-    """The arena plan's figures, each with how far to trust it."""
-    lines = ["", f"Memory (planner {mem.planner})"]
+def memory_lines(mem: MemoryReport, profile: ProfileSummary) -> list[str]:
+    """The arena plan's figures, each with how far to trust it, named for the build they
+    are of: the profile's runtime and kernels (a host wheel's reference kernels give TFLM
+    another head)."""
+    lines = ["", f"Memory (planner {mem.planner}, for {profile.runtime} with "
+                 f"{profile.kernels} kernels)"]
     ex, est = mem.exact, mem.estimated
     rows = [["arena head", _bytes(mem.arena_head_bytes), _trust("arena_head", ex, est)],
             ["arena tail", _bytes(mem.arena_tail_bytes), _trust("arena_tail", ex, est)],
