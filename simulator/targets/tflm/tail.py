@@ -219,10 +219,11 @@ _PARAMS: dict[str, dict[str, tuple[int, int]]] = {
     },
 }
 #: The pinned ``tflite-micro`` wheel (0.dev20261023, TFLM 8f6596d) lays out
-#: TfLiteFullyConnectedParams as 32 B at alignment 8 (90b983c2's: 16 at 4): the only
-#: struct where it differs, measured on the wheel's RecordingMicroAllocator tail, FC and SVDF
-#: operators cut from TFLM's keyword_scrambled.tflite one to fifteen at a time
-#: (tests/simulator/targets/tflm/test_tflm_tail.py).
+#: TfLiteFullyConnectedParams as 32 B at alignment 8 (90b983c2's: 16 at 4), the one
+#: struct known to differ, measured on the wheel's RecordingMicroAllocator tail of operators
+#: cut from TFLM's keyword_scrambled.tflite, 1 to 15 at a time: at 4-byte alignment the
+#: options after an SVDF's 12 B come out 4 B short (tests/simulator/targets/tflm/
+#: test_svdf_truth.py).
 _WHEEL_PARAMS = {"FullyConnected": (32, 8)}
 _PARAMS["lp64"] = {**_PARAMS["lp64"], **_WHEEL_PARAMS}
 
