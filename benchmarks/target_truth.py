@@ -12,6 +12,14 @@ commit, or a function here that writes the bytes (so CI regenerates them identic
 measured model: predicted head vs measured head, and the predicted start arena (what
 ``simulate`` tells a user to give TFLM) vs the smallest working arena — it must never be
 under, and should be over by little.
+
+``tests/data/tflm_wheel.json`` holds the same truth for the host's pinned ``tflite-micro``
+wheel (64-bit, reference kernels) on the models of :data:`WHEEL_MODELS`, the smallest
+arena to the byte too; ``python -m benchmarks.target_truth --wheel [--record]`` compares
+(and measures again first)::
+
+    python -m benchmarks.target_truth --wheel            # recorded vs predicted, exit 1 if under
+    python -m benchmarks.target_truth --wheel --record   # bisect with the wheel, then compare
 """
 
 from __future__ import annotations
@@ -369,6 +377,7 @@ def compare_wheel(record: Mapping[str, Any]) -> tuple[list[Comparison], list[str
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
+    import sys
 
     from devicefit.simulator.infra.fileio import write_atomic
 
@@ -380,7 +389,12 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"measure again and write {WHEEL_DATA.relative_to(ROOT)}")
     args = ap.parse_args(argv)
     if args.record:
-        write_atomic(WHEEL_DATA, json.dumps(record_wheel(), indent=1) + "\n")
+        try:
+            record = record_wheel()
+        except RuntimeError as exc:  # a model not here, or the wheel refusing it
+            print(f"target_truth: {exc}", file=sys.stderr)
+            return 2
+        write_atomic(WHEEL_DATA, json.dumps(record, indent=1) + "\n")
     record = json.loads(WHEEL_DATA.read_text())
     rows, skipped = compare_wheel(record)
     print(f"wheel {record['build']['wheel']} (measured) vs devicefit (predicted)")
