@@ -200,15 +200,14 @@ def _wrapped(items: list[str], indent: str) -> list[str]:
 
 def _python(ops: dict[str, str | None], tables: dict[str, dict[str, tuple[int, int]]]) -> str:
     """The tables as tail.py holds them: structs by their short name (``Conv`` is
-    ``TfLiteConvParams``); the 32-bit layouts only ("lp64" is printed for comparison)."""
+    ``TfLiteConvParams``), every layout (tail.py's "lp64" is the pinned wheel's: where its
+    TFLM differs from the checkout's, ``_WHEEL_PARAMS`` says)."""
     lines = ["_PARSED_INTO = {"]
     lines += _wrapped([f'"{op}": "{_short(s)}",' for op, s in sorted(ops.items()) if s], "    ")
     lines += ["}", "_NOT_PARSED = frozenset({"]
     lines += _wrapped([f'"{op}",' for op, s in sorted(ops.items()) if not s], "    ")
-    lines += ["})", "_PARAMS_32: dict[str, dict[str, tuple[int, int]]] = {"]
+    lines += ["})", "_PARAMS: dict[str, dict[str, tuple[int, int]]] = {"]
     for name, table in tables.items():
-        if name == "lp64":
-            continue
         lines.append(f'    "{name}": {{')
         lines += _wrapped([f'"{_short(s)}": {v},' for s, v in table.items()], " " * 8)
         lines.append("    },")

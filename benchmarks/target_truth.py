@@ -12,6 +12,14 @@ commit, or a function here that writes the bytes (so CI regenerates them identic
 measured model: predicted head vs measured head, and the predicted start arena (what
 ``simulate`` tells a user to give TFLM) vs the smallest working arena — it must never be
 under, and should be over by little.
+
+``tests/data/tflm_wheel.json`` holds the same truth for the host's pinned ``tflite-micro``
+wheel (64-bit, reference kernels) on the models of :data:`WHEEL_MODELS`, the smallest
+arena to the byte too; ``python -m benchmarks.target_truth --wheel [--record]`` compares
+(and measures again first)::
+
+    python -m benchmarks.target_truth --wheel            # recorded vs predicted, exit 1 if under
+    python -m benchmarks.target_truth --wheel --record   # bisect with the wheel, then compare
 """
 
 from __future__ import annotations
@@ -198,6 +206,8 @@ class Comparison:
     #: The recorded tail (RecordingMicroAllocator's) and devicefit's (a plain MicroAllocator).
     measured_tail: int | None = None
     predicted_tail: int | None = None
+    #: What the measuring allocator adds to the recorded tail over the predicted one.
+    recording_bytes: int = RECORDING_BYTES
 
     @property
     def head_exact(self) -> bool:
@@ -213,7 +223,7 @@ class Comparison:
         """Predicted tail − the recorded one without the recording allocator's own bytes."""
         if self.measured_tail is None or self.predicted_tail is None:
             return None
-        return self.predicted_tail - (self.measured_tail - RECORDING_BYTES)
+        return self.predicted_tail - (self.measured_tail - self.recording_bytes)
 
 
 def predict(model_bytes: bytes, profile: Any, name: str = "model.tflite") -> tuple[int, int, int]:
@@ -232,12 +242,13 @@ def predict(model_bytes: bytes, profile: Any, name: str = "model.tflite") -> tup
 
 
 def compare(record: Mapping[str, Any], load: Callable[[Mapping[str, Any]], bytes | None],
-            profile: Any | None = None) -> tuple[list[Comparison], list[str]]:
+            profile: Any | None = None, recording_bytes: int = RECORDING_BYTES,
+            ) -> tuple[list[Comparison], list[str]]:
     """Every measured model of ``record`` against the prediction; and the models left out
     (bytes not available here, or not matching the recorded sha256), each with why.
 
     ``load(entry)`` gives a recorded model's bytes or None; ``profile`` defaults to the
-    build's (:func:`build_profile`).
+    build's (:func:`build_profile`); ``recording_bytes``: :attr:`Comparison.recording_bytes`.
     """
     build = record["build"]["name"]
     profile = profile or build_profile(build_config(build))
@@ -254,7 +265,8 @@ def compare(record: Mapping[str, Any], load: Callable[[Mapping[str, Any]], bytes
             continue
         head, start, tail = predict(data, profile, entry["name"])
         out.append(Comparison(entry["name"], build, entry["head"], head,
-                              entry["min_arena_mult16"], start, entry["tail"], tail))
+                              entry["min_arena_mult16"], start, entry["tail"], tail,
+                              recording_bytes))
     return out, skipped
 
 
@@ -291,3 +303,112 @@ def summarize(comparisons: Iterable[Comparison]) -> Summary:
                    tuple(f"{m} ({t:+,} B)" for m, t in tails if t < 0),
                    statistics.median(tail_overs) if tail_overs else None,
                    max(tail_overs, default=None))
+
+
+
+# --------------------------------------------------------------------------- the wheel
+#: The host's recorded truth: the pinned ``tflite-micro`` wheel (reference kernels, 64-bit),
+#: per model the smallest arena it starts in, found by bisection with the real runtime.
+WHEEL_DATA = ROOT / "tests" / "data" / "tflm_wheel.json"
+#: Models whose wheel truth is recorded: TFLM's own keyword benchmarks, seven SVDF each with
+#: its variable state (int16 state; int8 in the ``_8bit`` one).
+WHEEL_MODELS = tuple(_repo_model(TFLM_REPO, TFLM_COMMIT, f"tensorflow/lite/micro/models/{n}")
+                     for n in ("keyword_scrambled.tflite", "keyword_scrambled_8bit.tflite"))
+
+
+def wheel_version() -> str:
+    from tflite_micro.python.tflite_micro import _version
+
+    return str(_version.__version__)
+
+
+def measure_wheel(path: Path, predicted: int) -> dict[str, Any]:
+    """What the wheel says about one model: the RecordingMicroAllocator's head and tail at a
+    big arena, the smallest arena it starts in (16-byte steps, then to the byte) and whether
+    it invokes there. Each trial runs in a forked child (too small an arena can segfault)."""
+    from benchmarks.bench_corpus import run_tflm, tflm_runs
+
+    found = run_tflm(path, predicted)
+    if not found.get("loads"):
+        raise RuntimeError(f"{path.name}: the wheel does not load it: {found.get('error')}")
+    lo, hi = found["smallest"] - 16, found["smallest"]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        (answer,) = tflm_runs([(str(path), mid)])
+        lo, hi = (lo, mid) if answer["status"] == "ok" else (mid, hi)
+    return {"head": found["head"], "tail": found["tail"], "total": found["total"],
+            "min_arena_mult16": found["smallest"], "min_arena_bytes": hi,
+            "invokes": found["invokes"]}
+
+
+def record_wheel(models: Iterable[TruthModel] = WHEEL_MODELS) -> dict[str, Any]:
+    """Measure ``models`` on the wheel: the record :data:`WHEEL_DATA` holds."""
+    import tempfile
+
+    from benchmarks.bench_corpus import tflm_wheel_profile
+
+    profile = tflm_wheel_profile()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for m in models:
+            data = m.load()
+            if data is None:
+                raise RuntimeError(f"{m.name}: not available here (needs {MIRRORS})")
+            path = Path(tmp) / m.name
+            path.write_bytes(data)
+            _, start, _ = predict(data, profile, m.name)
+            rows.append({"name": m.name, "source": m.source, "size": len(data),
+                         "sha256": hashlib.sha256(data).hexdigest(), "status": "ok",
+                         **measure_wheel(path, start)})
+    return {"build": {"name": "tflite-micro-wheel", "wheel": wheel_version(),
+                      "kernels": "reference", "pointer_bytes": 8,
+                      "how_run": "python -m benchmarks.target_truth --wheel --record: "
+                                 "tflite_micro.runtime.Interpreter, each trial forked"},
+            "models": rows}
+
+
+def compare_wheel(record: Mapping[str, Any]) -> tuple[list[Comparison], list[str]]:
+    """The wheel's recorded models against devicefit's prediction for the wheel's setting
+    (its tail holds the recording allocator, as devicefit's 64-bit tail does)."""
+    from benchmarks.bench_corpus import tflm_wheel_profile
+
+    return compare(record, loader(), tflm_wheel_profile(), recording_bytes=0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    from devicefit.simulator.infra.fileio import write_atomic
+
+    ap = argparse.ArgumentParser(description="The wheel's recorded truth vs the prediction.")
+    ap.add_argument("--wheel", action="store_true", required=True,
+                    help="the pinned tflite-micro wheel (the 32-bit builds: "
+                         "bench_target_builds.py)")
+    ap.add_argument("--record", action="store_true",
+                    help=f"measure again and write {WHEEL_DATA.relative_to(ROOT)}")
+    args = ap.parse_args(argv)
+    if args.record:
+        try:
+            record = record_wheel()
+        except RuntimeError as exc:  # a model not here, or the wheel refusing it
+            print(f"target_truth: {exc}", file=sys.stderr)
+            return 2
+        write_atomic(WHEEL_DATA, json.dumps(record, indent=1) + "\n")
+    record = json.loads(WHEEL_DATA.read_text())
+    rows, skipped = compare_wheel(record)
+    print(f"wheel {record['build']['wheel']} (measured) vs devicefit (predicted)")
+    print("| model | head measured / predicted | smallest arena (16 B steps / to the byte) "
+          "| predicted start | over |")
+    print("| --- | --- | --- | ---: | ---: |")
+    exact = {m["name"]: m["min_arena_bytes"] for m in record["models"]}
+    for c in rows:
+        print(f"| {c.model} | {c.measured_head:,} / {c.predicted_head:,} | "
+              f"{c.min_arena:,} / {exact[c.model]:,} | {c.predicted_start:,} | {c.over:+,} B |")
+    for why in skipped:
+        print(f"left out: {why}")
+    return 1 if any(c.over < 0 for c in rows) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

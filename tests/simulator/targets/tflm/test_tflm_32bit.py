@@ -212,8 +212,8 @@ def _read(tmp_path: Path, data: bytes, name: str = "model"):
 
 def test_builtin_options_are_packed_at_their_alignment(tmp_path: Path) -> None:
     """TfLiteFullyConnectedParams is 5 B at alignment 1 with arm-none-eabi-gcc's short
-    enums (three 1-byte enums, two bools), 16 B with int-sized enums; the 64-bit table is
-    unchanged. Between them, TfLiteReshapeParams (36 B at 4) starts 4-aligned."""
+    enums (three 1-byte enums, two bools), 16 B with int-sized enums, 32 B at 8 in the
+    64-bit wheel's TFLM. Between them, TfLiteReshapeParams (36 B at 4) starts 4-aligned."""
     chain = _read(tmp_path, dense_chain_model(10))
     assert builtin_options_bytes(chain, 4, "arm-eabi") == 10 * 5
     assert builtin_options_bytes(chain, 4, "ilp32") == 10 * 16
@@ -222,6 +222,7 @@ def test_builtin_options_are_packed_at_their_alignment(tmp_path: Path) -> None:
     mixed = _read(tmp_path, dense_chain_model(2, reshape=True), "mixed")  # FC, RESHAPE × 2
     assert builtin_options_bytes(mixed, 4, "arm-eabi") == 5 + 3 + 36 + 5 + 3 + 36
     assert builtin_options_bytes(mixed, 4, "ilp32") == 2 * (16 + 36)
+    assert builtin_options_bytes(mixed, 8) == 32 + 36 + 4 + 32 + 36  # the FC after, 8-aligned
 
 
 def test_an_xtensa_build_keeps_int_sized_enums(tmp_path: Path) -> None:
@@ -254,9 +255,12 @@ def test_builtin_options_tables_are_the_compilers_answers() -> None:
     assert {op for op, s in ops.items() if s is None} == tail._NOT_PARSED
     assert {op: s.removeprefix("TfLite").removesuffix("Params") for op, s in ops.items()
             if s is not None} == tail._PARSED_INTO
-    for layout in ("arm-eabi", "ilp32"):
-        assert {s.removeprefix("TfLite").removesuffix("Params"): v
-                for s, v in tables[layout].items()} == tail._PARAMS_32[layout], layout
+    for layout in ("arm-eabi", "ilp32", "lp64"):
+        probed = {s.removeprefix("TfLite").removesuffix("Params"): v
+                  for s, v in tables[layout].items()}
+        # the host's table is the pinned wheel's: its later TFLM, where it differs
+        wheel = tail._WHEEL_PARAMS if layout == "lp64" else {}
+        assert {**probed, **wheel} == tail._PARAMS[layout], layout
 
 
 def test_verified_against_names_what_each_figure_rests_on() -> None:
