@@ -335,12 +335,27 @@ def timeline_top(report: Report) -> float:
 
 
 def _step_ops(report: Report) -> dict[int, str]:
-    """Plan step → the operator running at it (``op 2``), as the CLI and the PNG number it."""
-    names = {0: "inputs"}
-    for t in planned(report).timeline:
+    """Plan step → the operator running at it (``op 2``), as the CLI and the PNG number it;
+    a step before the first operator holds the inputs (``in``: TFLM's step 0), one after
+    the last the outputs (``out``: LiteRT keeps them live past the last operator)."""
+    mem = planned(report)
+    names: dict[int, str] = {}
+    for t in mem.timeline:
         for s in range(max(t.first_step, 0), t.last_step + 1):
             names[s] = f"op {t.op_index}"
+    first, last = min(names, default=0), max(names, default=-1)
+    steps = max((b.last_step for b in mem.plan), default=last) + 1
+    names |= {s: "in" if s < first else "out" for s in range(steps)
+              if s not in names and (s < first or s > last)}
     return names
+
+
+def _steps_caption(names: dict[int, str]) -> str:
+    """What the x axis of a chart by plan step shows, naming only the steps it has."""
+    extra = [what for label, what in (("in", "in: the inputs"),
+                                      ("out", "out: the outputs after the last"))
+             if label in names.values()]
+    return "operator (execution order" + "".join(f"; {e}" for e in extra) + ") →"
 
 
 def _y_axis(y: Scale, top: float, label: str, fmt: Format) -> list[str]:
@@ -395,7 +410,7 @@ def _timeline_svg(report: Report, top: float | None, colour: dict) -> str:
     """Live bytes per plan step: the arena tail (allocated once, live throughout) at the
     bottom, the head's buffers stacked on it, so the highest bar is what the runtime holds
     at the peak; the judged arena and the budget as lines. Steps are labelled with the
-    operator that runs at them (step 0: the inputs)."""
+    operator that runs at them (:func:`_step_ops`)."""
     mem = planned(report)
     arena = judged_arena(report)
     live = _live_by_step(report)
@@ -443,8 +458,8 @@ def _timeline_svg(report: Report, top: float | None, colour: dict) -> str:
     caption = (f" · peak at op {top_op.op_index} {top_op.op}, "
                f"{format_size(top_op.live_bytes)} live" if top_op is not None else "")
     tail = f" on the {format_size(arena.tail)} tail (grey)" if arena.tail else ""
-    parts.append(f'<text id="timeline-caption" x="{MARGIN_LEFT}" y="{height - 6}">operator '
-                 f'(execution order; step 0: inputs) →{escape(caption + tail)}</text></svg>')
+    parts.append(f'<text id="timeline-caption" x="{MARGIN_LEFT}" y="{height - 6}">'
+                 f'{escape(_steps_caption(names) + caption + tail)}</text></svg>')
     return "".join(parts)
 
 
@@ -520,8 +535,8 @@ def _layout_svg(report: Report, top: float | None, colour: dict) -> str:
     names = _step_ops(report)
     parts += _x_labels([names.get(s, "").removeprefix("op ") for s in range(steps)], step_w,
                        PLOT_HEIGHT + 24)
-    parts.append(f'<text x="{MARGIN_LEFT}" y="{height - 6}">operator (execution order) → ; '
-                 f'offset ↑ (head {escape(format_size(mem.arena_head_bytes))}'
+    parts.append(f'<text x="{MARGIN_LEFT}" y="{height - 6}">{escape(_steps_caption(names))} '
+                 f'; offset ↑ (head {escape(format_size(mem.arena_head_bytes))}'
                  + (f", then the tail {escape(format_size(arena.tail))}" if arena.tail else "")
                  + ")</text></svg>")
     return "".join(parts)

@@ -244,3 +244,23 @@ def test_check_page_shows_a_regression_failure_as_a_failure(tmp_path, capsys):
     assert ("chain_int8 on nrf52840-cortex-m4", "pass", "PASS") in badges
     problems = re.search(r'<ul class="problems">(.*?)</ul>', shown.dom).group(1)
     assert "arena grew from" in problems
+
+
+@pytest.mark.parametrize(("profile", "extra", "absent"),
+                         [("stm32l4r5-cortex-m4", "in", "out"),
+                          ("android-arm64-cpu", "out", "in")])
+def test_every_step_of_the_timeline_is_labelled_and_the_caption_says_which(profile, extra,
+                                                                          absent):
+    """TFLM's step 0 holds the inputs; LiteRT keeps the outputs live a step past the last
+    operator: each chart labels every bar (9 operators, 10 bars) and its caption names the
+    step it has, never the one it lacks."""
+    report = simulate(model_path("residual_int8"), profile)
+    timeline = re.search(r'<svg[^>]*aria-label="memory timeline".*?</svg>',
+                         render_html("r", [Section("r", report)]), re.S).group(0)
+    steps = {int(s) for s in re.findall(r'<rect class="live" data-step="(\d+)"', timeline)}
+    labels = re.findall(r'<text class="op-label"[^>]*>([^<]+)</text>', timeline)
+    assert len(labels) == len(steps) == report.model.operators + 1
+    assert labels.count(extra) == 1 and absent not in labels
+    words = {"in": "in: the inputs", "out": "out: the outputs after the last"}
+    caption = re.search(r'<text id="timeline-caption"[^>]*>([^<]+)<', timeline).group(1)
+    assert words[extra] in caption and words[absent] not in caption
