@@ -34,6 +34,8 @@ from devicefit.simulator.types import BudgetName
 
 #: A number → its text in an axis' unit; a value → its SVG y coordinate.
 Format = Callable[[float], str]
+#: Round ticks up to a top value: (value, its label).
+Ticks = Callable[[float], list[tuple[float, str]]]
 Scale = Callable[[float], float]
 
 #: Tableau 10 without its grey, which is the arena tail's.
@@ -358,18 +360,56 @@ def _steps_caption(names: dict[int, str]) -> str:
     return "operator (execution order" + "".join(f"; {e}" for e in extra) + ") →"
 
 
-def _y_axis(y: Scale, top: float, label: str, fmt: Format) -> list[str]:
-    """Grid lines with tick labels in their unit, and the axis title."""
+def _y_axis(y: Scale, top: float, label: str, ticks: Ticks) -> list[str]:
+    """Grid lines at round values up to ``top``, labelled in one unit, and the axis title."""
     parts = []
-    for frac in (0, 0.25, 0.5, 0.75, 1.0):
-        v = top * frac
+    for v, text in ticks(top):
         parts.append(f'<line x1="{MARGIN_LEFT}" x2="{WIDTH - 10}" y1="{_num(y(v))}" '
                      f'y2="{_num(y(v))}" stroke="#eee"/><text class="tick" x="{MARGIN_LEFT - 6}" '
-                     f'y="{_num(y(v) + 4)}" text-anchor="end">{escape(fmt(v))}</text>')
+                     f'y="{_num(y(v) + 4)}" text-anchor="end">{escape(text)}</text>')
     mid = _num(10 + PLOT_HEIGHT / 2)
     parts.append(f'<text class="axis-label" x="12" y="{mid}" text-anchor="middle" '
                  f'transform="rotate(-90 12 {mid})">{escape(label)}</text>')
     return parts
+
+
+def round_ticks(top: float, units: Sequence[tuple[str, float]]) -> list[tuple[float, str]]:
+    """Ticks from 0 to at most ``top`` at a round step (1, 2, 2.5 or 5 × 10^k, 3 to 5 of
+    them), all in the one unit of ``units`` (name, size; smallest first) that ``top`` reads
+    best in — never a quarter of the peak (``1,696 / 3,392 B``), never two units on one
+    axis."""
+    name, size = units[0]
+    for unit in units:
+        if top >= unit[1]:
+            name, size = unit
+    span = top / size
+    if span <= 0:
+        return [(0.0, f"0 {name}".rstrip())]
+    raw = span / 4
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw * 0.999)
+    decimals = next(d for d in range(8) if abs(round(step, d) - step) <= step * 1e-9)
+    count = int(span / step + 1e-9)
+    return [(k * step * size, f"{k * step:,.{decimals if k else 0}f} {name}".rstrip())
+            for k in range(count + 1)]
+
+
+#: The units of the pictures' axes, smallest first (sizes in bytes, times in ms).
+SIZE_UNITS = (("B", 1.0), ("KiB", 1024.0), ("MiB", 1024.0 ** 2), ("GiB", 1024.0 ** 3))
+TIME_UNITS = (("us", 1e-3), ("ms", 1.0), ("s", 1e3))
+COUNT_UNITS = (("", 1.0), ("k", 1e3), ("M", 1e6), ("G", 1e9))
+
+
+def size_ticks(top: float) -> list[tuple[float, str]]:
+    return round_ticks(top, SIZE_UNITS)
+
+
+def time_ticks(top_ms: float) -> list[tuple[float, str]]:
+    return round_ticks(top_ms, TIME_UNITS)
+
+
+def count_ticks(top: float) -> list[tuple[float, str]]:
+    return round_ticks(top, COUNT_UNITS)
 
 
 def _x_labels(names: Sequence[str], bar_w: float, y: float) -> list[str]:
@@ -420,7 +460,7 @@ def _timeline_svg(report: Report, top: float | None, colour: dict) -> str:
     height = PLOT_SVG_HEIGHT + 14
     y = _y_scale(top)
     parts = [_svg_open("timeline", "memory timeline", height),
-             *_y_axis(y, top / 1.08, "bytes in the arena", format_size)]
+             *_y_axis(y, top / 1.08, "bytes in the arena", size_ticks)]
     width = _num(max(bar_w - 1, 0.5))
     for s, blocks in enumerate(live):
         x0 = _num(MARGIN_LEFT + s * bar_w + 0.5)
@@ -504,7 +544,7 @@ def _layout_svg(report: Report, top: float | None, colour: dict) -> str:
     parts = [_svg_open("layout", "arena layout"),
              f'<rect x="{MARGIN_LEFT}" y="10" width="{_num(PLOT_WIDTH)}" height="{PLOT_HEIGHT}" '
              f'fill="#fafafa" stroke="#ccc"/>', *_y_axis(y, top / 1.08, "offset in the arena",
-                                                         format_size)]
+                                                         size_ticks)]
     for b in sorted(mem.plan, key=lambda b: (b.first_step, b.offset, b.tensor, b.name)):
         x0 = MARGIN_LEFT + max(b.first_step, 0) * step_w
         w = (min(b.last_step, steps - 1) - max(b.first_step, 0) + 1) * step_w
@@ -542,24 +582,14 @@ def _layout_svg(report: Report, top: float | None, colour: dict) -> str:
     return "".join(parts)
 
 
-def time_ticks(top_ms: float) -> Format:
-    """Tick labels for a time axis up to ``top_ms``, fine enough that its five ticks
-    differ (the Edge TPU's per-op times are fractions of a microsecond)."""
-    step_us = top_ms * 1000 / 4
-    if step_us >= 1 or step_us <= 0:
-        return format_time_ms
-    digits = min(3, 1 - math.floor(math.log10(step_us)))
-    return lambda v: f"{v * 1000:.{digits}f} us"
-
-
 def bar_chart(css_class: str, bars: Sequence[tuple[str, float, str]], axis: str,
-              fmt: Format, caption: str) -> str:
-    """Bars of (label under it, value, hover text) with a y axis in ``fmt``'s unit."""
+              ticks: Ticks, caption: str) -> str:
+    """Bars of (label under it, value, hover text) with a y axis of ``ticks``."""
     top = max((v for _, v, _ in bars), default=0) or 1
     bar_w = PLOT_WIDTH / max(len(bars), 1)
     height = PLOT_SVG_HEIGHT + 14
     y = _y_scale(top)
-    parts = [_svg_open(css_class, axis, height), *_y_axis(y, top, axis, fmt)]
+    parts = [_svg_open(css_class, axis, height), *_y_axis(y, top, axis, ticks)]
     for k, (label, v, title) in enumerate(bars):
         parts.append(f'<rect class="op" data-op="{escape(label)}" '
                      f'x="{_num(MARGIN_LEFT + k * bar_w + 0.5)}" y="{_num(y(v))}" '
@@ -604,11 +634,10 @@ def _per_op_svg(report: Report) -> str:
     lat = report.latency
     rows = [(o.op_index, o.op, o.estimated_ms, o.device) for o in lat.per_op] if lat else []
     if any(ms for _, _, ms, _ in rows):
-        top = max(ms for _, _, ms, _ in rows)
         bars = [(str(i), ms, f"op {i} {op}" + (f" on the {device.upper()}" if device else "")
                  + f"\nMACs {macs.get(i, 0):,}\nestimated {format_op_time(ms)}")
                 for i, op, ms, device in rows]
-        chart = bar_chart("per-op", bars, "estimated device time", time_ticks(top),
+        chart = bar_chart("per-op", bars, "estimated device time", time_ticks,
                           "operator index (file order) →")
         total, per_op = lat.estimated_device_ms if lat else None, sum(r[2] for r in rows)
         if total and per_op < 0.95 * total:
@@ -621,7 +650,7 @@ def _per_op_svg(report: Report) -> str:
         bars = [(str(c.op_index), float(c.macs), f"op {c.op_index} {c.op}\nMACs {c.macs:,}")
                 for c in report.compute.per_op]
         compiled = any(c.op.startswith("CUSTOM:") and not c.macs for c in report.compute.per_op)
-        return bar_chart("per-op", bars, "MACs", lambda v: f"{v:,.0f}",
+        return bar_chart("per-op", bars, "MACs", count_ticks,
                          "operator index (file order) →") + (
             f'<p class="note">{COMPILED_WORK} The bars are the MACs of the operators beside '
             "them.</p>" if compiled and _target_section(report) is not None else "")
@@ -678,9 +707,8 @@ def _part_html(part: Part) -> str:
                                                                part.caption)
     if isinstance(part, TimeChart):
         bars = [(b.label, b.value, b.title) for b in part.bars]
-        top = max((b.value for b in part.bars), default=0)
         return f"<h4>{escape(part.heading)}</h4>" + bar_chart(
-            part.name, bars, part.axis, time_ticks(top), part.caption)
+            part.name, bars, part.axis, time_ticks, part.caption)
     return _table_html(part)
 
 

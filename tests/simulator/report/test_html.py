@@ -209,7 +209,7 @@ def test_pictures_number_operators_as_the_cli_does(tmp_path):
     assert re.findall(r'<text class="op-label"[^>]*>(\d+)<', per_op) == \
         [str(r.index) for r in report.layers]
     ticks = re.findall(r'<text class="tick"[^>]*>([^<]+)<', per_op)
-    assert ticks[0] == "0 us" and ticks[-1].endswith(" ms")
+    assert ticks[0] == "0 ms" and all(t.endswith(" ms") for t in ticks)  # one unit
 
 
 def test_check_page_shows_a_regression_failure_as_a_failure(tmp_path, capsys):
@@ -264,3 +264,20 @@ def test_every_step_of_the_timeline_is_labelled_and_the_caption_says_which(profi
     words = {"in": "in: the inputs", "out": "out: the outputs after the last"}
     caption = re.search(r'<text id="timeline-caption"[^>]*>([^<]+)<', timeline).group(1)
     assert words[extra] in caption and words[absent] not in caption
+
+
+def test_axes_tick_at_round_values_in_one_unit():
+    """Ticks at 0, 10, 20 KiB, not at quarters of the peak (1,696 / 3,392 B), and every tick
+    of an axis in the same unit."""
+    from devicefit.simulator.report.views.html import count_ticks, size_ticks, time_ticks
+
+    assert [t for _, t in size_ticks(29_952)] == ["0 KiB", "10 KiB", "20 KiB"]
+    assert [t for _, t in size_ticks(6_784)] == ["0 KiB", "2 KiB", "4 KiB", "6 KiB"]
+    assert [t for _, t in time_ticks(0.00061)] == ["0 us", "0.2 us", "0.4 us", "0.6 us"]
+    assert [t for _, t in time_ticks(209.3)] == ["0 ms", "100 ms", "200 ms"]
+    assert [t for _, t in count_ticks(1_327_104)] == ["0 M", "0.5 M", "1.0 M"]
+    page = render_html("r", [Section("r", simulate(model_path("residual_int8"),
+                                                     "stm32l4r5-cortex-m4"))])
+    for svg in re.findall(r"<svg.*?</svg>", page, re.S):
+        ticks = re.findall(r'<text class="tick"[^>]*>([^<]+)</text>', svg)
+        assert len({t.split()[-1] for t in ticks if " " in t}) <= 1, ticks

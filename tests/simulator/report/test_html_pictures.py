@@ -175,7 +175,7 @@ def test_edge_tpu_page_shows_per_op_times_and_the_partition(page, reports):
     report = reports["edgetpu"]
     assert sum(bar["height"] > 1 for bar in pics["per_op"]) >= len(pics["per_op"]) // 2
     ticks = [t["text"] for t in pics["per_op_ticks"]]
-    assert len(set(ticks)) == len(ticks) == 5, ticks
+    assert len(set(ticks)) == len(ticks) >= 3 and len({t.split()[1] for t in ticks}) == 1, ticks
     assert pics["estimated"] and not all(cell == "0 us" for cell in pics["estimated"])
     assert "per inference, not per operator" in dom
     parts = [float(ms) for ms in re.findall(r'<rect class="part" data-part="[^"]+" '
