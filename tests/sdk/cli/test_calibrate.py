@@ -129,3 +129,19 @@ def test_an_implausible_rate_exits_2(tmp_path: Path, capsys: pytest.CaptureFixtu
                       "--board-log", str(log), flag, value) == 2
     _one_line(capsys, fragment)
     assert not (tmp_path / "out.yaml").exists()
+
+
+@pytest.mark.parametrize("capture", sorted(
+    p.name for p in (Path(__file__).parents[2] / "fixtures" / "benchmark_model").glob("*.txt")))
+def test_cutting_benchmark_model_lines_keeps_what_the_real_captures_say(capture: str) -> None:
+    """The lines handed to the benchmark_model parser are cut (linear time); on the real
+    captures the op profile and the latency are the same as from the whole text."""
+    from devicefit.sdk.bench.benchmark_output import parse_benchmark_output
+    from devicefit.sdk.commands.calibrate import _benchmark_text
+
+    text = (Path(__file__).parents[2] / "fixtures" / "benchmark_model" / capture).read_text(
+        errors="replace")
+    whole, cut = parse_benchmark_output(text), parse_benchmark_output(_benchmark_text(text, "x"))
+    assert [(r.node_type, r.avg_ms) for r in cut.op_profile] == \
+        [(r.node_type, r.avg_ms) for r in whole.op_profile]
+    assert cut.inference_avg_ms == whole.inference_avg_ms
