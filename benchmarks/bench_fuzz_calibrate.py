@@ -93,6 +93,7 @@ def _mutate_text(rng: random.Random, text: str) -> str:
     lines = text.split("\n")
     for _ in range(rng.randint(1, 3)):
         kind = rng.randrange(9)
+        lines = lines or [""]
         i = rng.randrange(len(lines))
         if kind == 0:
             numbers = list(_NUMBER.finditer(lines[i]))
