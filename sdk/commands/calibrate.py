@@ -131,7 +131,7 @@ def read_log(path: Path, ticks_per_second: float | None) -> tuple[str, list[OpTi
     """(form, op timings) of one log, whatever tool printed it."""
     from devicefit.simulator.estimate.calibration.logs import parse_profiler_log, read_board_text
 
-    text = read_board_text(path, "board log")
+    text = read_board_text(path, "log")
     if text.lstrip().startswith("{"):
         try:
             data = json.loads(text)

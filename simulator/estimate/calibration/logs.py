@@ -128,15 +128,17 @@ def check_tick_rate(ticks_per_second: float | None, source: str) -> float:
 
 class _Events:
     """The op events of one log as they are read: ticks checked and converted, the count
-    bounded, op names shared (a long log repeats a few dozen names)."""
+    bounded, op names shared (a long log repeats a few dozen names). The rate is asked for
+    at the first event: a file without any says so rather than asking for a rate."""
 
-    def __init__(self, rate: float, source: str) -> None:
-        self.rate, self.source = rate, source
+    def __init__(self, ticks_per_second: float | None, source: str) -> None:
+        self.ticks_per_second, self.source = ticks_per_second, source
         self.ops: list[OpTime] = []
         self._names: dict[str, str] = {}
 
     def add(self, op: str, ticks: str, line: int) -> None:
         where = f"{self.source}:{line}"
+        rate = check_tick_rate(self.ticks_per_second, self.source)
         if ticks.startswith("-"):
             raise InputError(f"{where}: {op[:40]} took {ticks[:24]} ticks; a tick count is not "
                              f"negative")
@@ -147,7 +149,7 @@ class _Events:
             raise InputError(f"{self.source}: more than {MAX_EVENTS:,} op events; give a log "
                              f"of fewer runs")
         name = self._names.setdefault(op, op)
-        self.ops.append(op_time(name, int(ticks) / self.rate * 1e3, where))
+        self.ops.append(op_time(name, int(ticks) / rate * 1e3, where))
 
 
 def _log_event(line: str) -> tuple[str, str] | None:
@@ -166,7 +168,7 @@ def _log_event(line: str) -> tuple[str, str] | None:
 
 def parse_micro_log(text: str, ticks_per_second: float | None, source: str) -> list[OpTime]:
     """Every op event of a ``MicroProfiler::Log()`` output, in order (all runs together)."""
-    events = _Events(check_tick_rate(ticks_per_second, source), source)
+    events = _Events(ticks_per_second, source)
     for n, line in numbered_lines(text):
         if (found := _log_event(line)) is not None:
             events.add(*found, n)
@@ -183,7 +185,7 @@ def parse_micro_csv(text: str, ticks_per_second: float | None, source: str) -> l
     """Every row of the ``MicroProfiler::LogCsv()`` tables in ``text`` (a new header starts
     another run; lines around the tables are skipped). Inside a table, a row whose event
     index is a number must have whole ticks."""
-    events = _Events(check_tick_rate(ticks_per_second, source), source)
+    events = _Events(ticks_per_second, source)
     inside = False
     for n, raw in numbered_lines(text):
         line = raw.strip()
@@ -203,7 +205,7 @@ def parse_micro_csv(text: str, ticks_per_second: float | None, source: str) -> l
 
 def read_profiler_log(path: Path, ticks_per_second: float | None) -> tuple[str, list[OpTime]]:
     """(form, op events) of a MicroProfiler log file, in either form."""
-    return parse_profiler_log(read_board_text(path, "board log"), ticks_per_second, str(path))
+    return parse_profiler_log(read_board_text(path, "log"), ticks_per_second, str(path))
 
 
 def parse_profiler_log(text: str, ticks_per_second: float | None,

@@ -96,7 +96,7 @@ def fifo(tmp_path: Path) -> Path:
     ("fifo", "is not a regular file"),  # blocked on open until killed
     ("/dev/zero", "is not a regular file"),  # grew to 21 GB
     ("folder", "is a folder"),
-    ("missing", "cannot read the board log"),
+    ("missing", "cannot read the log"),
 ])
 def test_a_log_that_is_not_a_regular_file_is_refused(tmp_path: Path, fifo: Path, where: str,
                                                      fragment: str) -> None:
@@ -104,7 +104,7 @@ def test_a_log_that_is_not_a_regular_file_is_refused(tmp_path: Path, fifo: Path,
                                                                                    Path(where))
     with pytest.raises(InputError, match=fragment):
         read_profiler_log(path, 1e6)
-    with pytest.raises(InputError, match=fragment.replace("board log", "latency table")):
+    with pytest.raises(InputError, match=fragment.replace("the log", "the latency table")):
         read_latency_table(path)
 
 
