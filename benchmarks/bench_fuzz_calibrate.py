@@ -39,6 +39,7 @@ runs a seeded ``--scale 0.02`` subset.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import re
@@ -288,8 +289,9 @@ def generate(seed: int, scale: float) -> Iterator[Case]:
                 ["simulate", "{d}/chain.tflite", "--profile", "{d}/p.yaml"] if command == 1 else
                 ["calibrate", "--profile", "{d}/p.yaml", "--model", "{d}/chain.tflite",
                  "--board-log", "{d}/log", "--ticks-per-second", "1e6", "-o", "{d}/out.yaml"])
-        yield case("profile-keys", argv, {"p.yaml": profile_yaml(rng),
-                                          "log": micro_log(rng, 1)})
+        # simulate may rightly exit 1 (a valid but slow profile fails the budget).
+        yield case("profile-keys simulate" if command == 1 else "profile-keys", argv,
+                   {"p.yaml": profile_yaml(rng), "log": micro_log(rng, 1)})
     for _ in range(_count("special-paths", scale)):
         where = rng.choice([*SPECIALS, "{d}/big"])
         files: dict[str, str | bytes] = {"big": b"x" * OVERSIZE} if where == "{d}/big" else {}
@@ -312,12 +314,19 @@ def _count(family: str, scale: float) -> int:
     return max(1, round(FAMILIES[family] * scale))
 
 
+def wrong_exit_1(summary: dict) -> int:
+    """Cases that exited 1 ("a budget failed") where only 0 or 2 is right: every command
+    here but ``simulate``, whose budget a valid slow profile may fail."""
+    return sum(row.get("exit 1", 0) for command, row in summary["counts"].items()
+               if "simulate" not in command)
+
+
 def case_count(scale: float) -> int:
     return sum(_count(f, scale) for f in FAMILIES)
 
 
 def line_scaling() -> list[tuple[str, int, float]]:
-    """(reader, line length, seconds) of one hostile line through each line reader."""
+    """(reader, line length, seconds) of two hostile lines through each line reader."""
     from devicefit.sdk.commands.calibrate import _benchmark_ops
     from devicefit.simulator.errors import InputError
     from devicefit.simulator.estimate.calibration.logs import parse_micro_csv, parse_micro_log
@@ -329,14 +338,16 @@ def line_scaling() -> list[tuple[str, int, float]]:
     }
     out = []
     for name, read in readers.items():
-        read("CONV_2D took 5 ticks (0 ms).\n")  # imports and first-call work out of the timing
+        with contextlib.suppress(InputError):  # imports and first calls out of the timing
+            read("CONV_2D took 5 ticks (0 ms).\n")
         for n in (100_000, 200_000, 1_000_000, 4_000_000):
-            line = "x" * n + " took 5 ticks (0 ms)."
             start = time.perf_counter()
-            try:
-                read(line + "\n")
-            except InputError:
-                pass
+            # The two kinds of line the old patterns backtracked on: one run without a
+            # space before " took", and a timings line of short words.
+            for line in ("x" * n + " took 5 ticks (0 ms).",
+                         "Inference timings in us: " + "a a" * (n // 3)):
+                with contextlib.suppress(InputError):
+                    read(line + "\n")
             out.append((name, n, time.perf_counter() - start))
     return out
 
@@ -368,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wall time {summary['seconds']} s with {args.workers} worker(s); slowest case "
           + ", ".join(f"{k} {v:.2f} s" for k, v in summary["slowest_s"].items())
           + f"; worker peak RSS {summary['worker_peak_bytes'] / 1024**2:.0f} MiB")
-    print(f"exit 1 (a budget failed: never right for these inputs): {totals['exit 1']}")
+    print(f"exit 1 outside simulate (a budget failed: never right here): {wrong_exit_1(summary)}")
     for cls, found in summary["examples"].items():
         for e in found[:3]:
             print(f"example {cls} (case {e['id']}): {e['command']} {e['code']}: "
@@ -376,10 +387,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.lines:
         summary["lines"] = line_scaling()
         for name, n, seconds in summary["lines"]:
-            print(f"one line of {n / 1e6:g} MB through the {name} reader: {seconds:.3f} s")
+            print(f"two lines of {n / 1e6:g} MB through the {name} reader: {seconds:.4f} s")
     if args.json:
         args.json.write_text(json.dumps(summary, indent=2, default=str))
-    return 1 if any(totals[c] for c in CLASSES) or totals["exit 1"] else 0
+    return 1 if any(totals[c] for c in CLASSES) or wrong_exit_1(summary) else 0
 
 
 if __name__ == "__main__":

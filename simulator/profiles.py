@@ -44,6 +44,7 @@ from devicefit.simulator.infra.schema import (
 )
 from devicefit.simulator.infra.units import FREQUENCY_HELP, parse_frequency_hz
 from devicefit.simulator.profile_types import (
+    KERNEL_SCALE,
     Budgets,
     CostModel,
     Device,
@@ -135,8 +136,9 @@ def _kernel_scale(v: Any) -> dict[str, float]:
             raise ValueError(f"'{name[:60]}' is not 'default' or <kind>.<dtype> with a kind "
                              f"of {', '.join(KINDS)}{did_you_mean(name[:60], known)}")
         out[name] = number().check(x)
-        if not out[name] > 0:
-            raise ValueError(f"'{name}': a scale must be above 0")
+        low, high = KERNEL_SCALE
+        if not low <= out[name] <= high:
+            raise ValueError(f"'{name[:60]}': a scale must be between {low:g} and {high:g}")
     return out
 
 
@@ -189,7 +191,7 @@ def profile_schema() -> dict[str, Any]:
             "error_band": leaf(_band, "[low, high] multipliers with 0 < low <= 1 <= high"),
             "sources": list_of(string()),
             "kernel_scale": leaf(_kernel_scale, "a mapping of 'default' or <kind>.<dtype> "
-                                                "(conv.int8) to positive numbers"),
+                                                "(conv.int8) to numbers from 0.001 to 1000"),
             "calibration": string(),
         },
         "firmware": {"reserve": MEMORY},

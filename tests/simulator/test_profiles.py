@@ -127,7 +127,7 @@ BAD_PROFILES = [
     ("kernel-scale-unknown-dtype", "extends: esp32-s3\ncost_model:\n"
      "  kernel_scale: {depthwise.int9: 2}\n", ["bad.yaml:3", "'depthwise.int9'"]),
     ("kernel-scale-zero", "extends: esp32-s3\ncost_model:\n  kernel_scale: {default: 0}\n",
-     ["bad.yaml:3", "a scale must be above 0"]),
+     ["bad.yaml:3", "a scale must be between 0.001 and 1000"]),
 ]
 
 

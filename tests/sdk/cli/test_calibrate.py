@@ -60,6 +60,10 @@ HOSTILE_LOGS = [
     ("1e300-ms", _bench_json([1e300] * 8), "which no board measures"),
     ("huge-int-ms", _bench_json([10**400] * 8), "which no board measures"),
     ("zero-ms", _bench_json([0.0] * 8), "adds up to 0 ms"),
+    # Plausible per op, but a wrong rate's distance from the estimate (the fit's matrix
+    # went singular on a profile 2**70 off).
+    ("1e6-times-slower", _bench_json([1e6] * 8), "more than 1000x apart"),
+    ("1e6-times-faster", _bench_json([1e-6] * 8), "more than 1000x apart"),
     ("bool-ms", _bench_json([True] * 8), "not a node_type with a number avg_ms"),
     # benchmark_model text: a count of thousands of digits (ValueError in int()), a NaN row.
     ("benchmark-model-digits", "Run Order\ncount=" + "9" * 5000 + " curr=5\n",

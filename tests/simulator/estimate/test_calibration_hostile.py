@@ -142,3 +142,23 @@ def test_a_hostile_latency_table_is_one_input_error(tmp_path: Path, text: str,
     path.write_bytes(text.encode("latin-1") if "\xff" in text else text.encode())
     with pytest.raises(InputError, match=fragment):
         read_latency_table(path)
+
+
+def test_a_fit_beyond_what_a_profile_takes_writes_no_profile(tmp_path: Path) -> None:
+    """A profile already at the largest kernel_scale, on a board 5x slower still: the fit's
+    scale would not load as a profile, so it is refused instead of written."""
+    from devicefit.simulator.estimate.calibration.fit import Evidence, calibrate, prior_of
+    from devicefit.simulator.estimate.calibration.logs import BoardLog
+    from devicefit.simulator.profiles import load_profile
+    from devicefit.simulator.read.reader import read_model
+    from tests.zoo import model_path
+
+    path = tmp_path / "slow.yaml"
+    path.write_text("extends: stm32l4r5-cortex-m4\ncost_model:\n  kernel_scale: {default: 1000}\n")
+    profile = load_profile(path)
+    model = read_model(model_path("chain_int8"))
+    total = prior_of(model, profile).total({}, 0.0)
+    cal = calibrate(profile, [Evidence("chain", model, BoardLog("t.csv", "whole-model latency",
+                                                                total_ms=5 * total))])
+    with pytest.raises(InputError, match="beyond the 0.001 to 1000 a profile takes"):
+        cal.cost_keys(profile.cost_model)
