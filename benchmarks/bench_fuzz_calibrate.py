@@ -55,8 +55,7 @@ from benchmarks.bench_fuzz import (  # noqa: E402 — needs ROOT on the path
     CLASSES,
     HOSTILE_SCALARS,
     Case,
-    print_table,
-    run,
+    campaign,
 )
 
 FAMILIES = {"micro-log": 1100, "micro-csv": 800, "benchmark-model": 800, "bench-json": 900,
@@ -357,22 +356,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--lines", action="store_true", help="also time one long line per reader")
+    ap.add_argument("--lines", action="store_true", help="also time long lines per reader")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    start = time.perf_counter()
-    total = case_count(args.scale)
-    print(f"{total} cases (seed {args.seed}, scale {args.scale:g})", flush=True)
-    last = [0.0]
-
-    def log(done: int) -> None:
-        if time.perf_counter() - last[0] > 30:
-            last[0] = time.perf_counter()
-            print(f"  {done}/{total} in {time.perf_counter() - start:.0f} s", flush=True)
-
-    summary = run(generate(args.seed, args.scale), args.workers, log)
-    summary["seconds"] = round(time.perf_counter() - start, 1)
-    print_table(summary)
+    summary = campaign(generate(args.seed, args.scale), case_count(args.scale), args.seed,
+                       args.scale, args.workers)
     totals: Counter = Counter()
     for row in summary["counts"].values():
         totals.update(row)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from benchmarks.bench_fuzz import CLASSES
-from benchmarks.bench_fuzz_calibrate import case_count, generate, run, wrong_exit_1
+from benchmarks.bench_fuzz import CLASSES, run
+from benchmarks.bench_fuzz_calibrate import case_count, generate, wrong_exit_1
 
 SEED = 50
 
