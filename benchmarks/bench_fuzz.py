@@ -762,6 +762,24 @@ def print_table(summary: dict) -> None:
           f"({', '.join(f'{c} {total.get(c, 0)}' for c in CLASSES)})")
 
 
+def campaign(cases: Iterable[Case], total: int, seed: int, scale: float, workers: int) -> dict:
+    """:func:`run` the cases with a progress line every 30 s and the table at the end; the
+    summary gains the wall time (``seconds``)."""
+    start = time.perf_counter()
+    print(f"{total} cases (seed {seed}, scale {scale:g})", flush=True)
+    last = [0.0]
+
+    def log(done: int) -> None:
+        if time.perf_counter() - last[0] > 30:
+            last[0] = time.perf_counter()
+            print(f"  {done}/{total} in {time.perf_counter() - start:.0f} s", flush=True)
+
+    summary = run(cases, workers, log)
+    summary["seconds"] = round(time.perf_counter() - start, 1)
+    print_table(summary)
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0)
@@ -773,19 +791,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker is not None:
         worker(args.worker)
         return 0
-    start = time.perf_counter()
-    total = case_count(args.scale)
-    print(f"{total} cases (seed {args.seed}, scale {args.scale:g})", flush=True)
-    last = [0.0]
-
-    def log(done: int) -> None:
-        if time.perf_counter() - last[0] > 30:
-            last[0] = time.perf_counter()
-            print(f"  {done}/{total} in {time.perf_counter() - start:.0f} s", flush=True)
-
-    summary = run(generate(args.seed, args.scale), args.workers, log)
-    summary["seconds"] = round(time.perf_counter() - start, 1)
-    print_table(summary)
+    summary = campaign(generate(args.seed, args.scale), case_count(args.scale), args.seed,
+                       args.scale, args.workers)
     print(f"wall time {summary['seconds']} s with {args.workers} worker(s); slowest case "
           f"{max(summary['slowest_s'].values()):.1f} s ("
           + ", ".join(f"{k} {v:.1f}" for k, v in summary["slowest_s"].items())

@@ -79,6 +79,12 @@ class Ops:
     max_cpu_share: float = 0.1
 
 
+#: The factors a ``kernel_scale`` may hold. The kernel tables are within a few times of every
+#: board published; a factor outside is a typo (2**70 made every estimate a failed budget)
+#: or a wrong clock, and ``devicefit calibrate`` writes no profile that holds one.
+KERNEL_SCALE = (0.001, 1000.0)
+
+
 @dataclass(frozen=True)
 class CostModel:
     """Numbers the device-latency estimate uses (see simulator/estimate/latency.py for the formula).

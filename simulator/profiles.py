@@ -31,6 +31,7 @@ from devicefit.simulator.infra.schema import (
     SIZE,
     TIME,
     boolean,
+    finite_number,
     integer,
     leaf,
     list_of,
@@ -43,6 +44,7 @@ from devicefit.simulator.infra.schema import (
 )
 from devicefit.simulator.infra.units import FREQUENCY_HELP, parse_frequency_hz
 from devicefit.simulator.profile_types import (
+    KERNEL_SCALE,
     Budgets,
     CostModel,
     Device,
@@ -105,10 +107,19 @@ def _version(v: Any) -> str:
 def _band(v: Any) -> tuple[float, float]:
     if not isinstance(v, (list, tuple)) or len(v) != 2:
         raise ValueError("expected a list of two numbers")
-    low, high = (float(x) for x in v)
-    if not (0 < low <= 1 <= high < float("inf")):
+    low, high = (finite_number(x) for x in v)
+    if not (0 < low <= 1 <= high):
         raise ValueError("need 0 < low <= 1 <= high")
     return (low, high)
+
+
+def kernel_groups() -> tuple[str, ...]:
+    """The op groups ``kernel_scale`` may name: ``<kind>.<dtype>`` of the kernel tables'
+    kinds and the tensor dtypes devicefit sizes (the estimate looks a scale up by these)."""
+    from devicefit.simulator.estimate.kernels import KINDS
+    from devicefit.simulator.read.model import DTYPE_BYTES
+
+    return tuple(f"{kind}.{dtype}" for kind in KINDS for dtype in sorted(DTYPE_BYTES))
 
 
 def _kernel_scale(v: Any) -> dict[str, float]:
@@ -116,14 +127,18 @@ def _kernel_scale(v: Any) -> dict[str, float]:
 
     if not isinstance(v, dict):
         raise ValueError("expected a mapping")
+    known = ("default", *kernel_groups())
     out = {}
     for key, x in v.items():
-        if str(key) != "default" and str(key).split(".")[0] not in KINDS:
-            raise ValueError(f"'{key}' is not 'default' or <kind>.<dtype> with a kind of "
-                             f"{', '.join(KINDS)}")
-        out[str(key)] = number().check(x)
-        if not out[str(key)] > 0:
-            raise ValueError(f"'{key}': a scale must be above 0")
+        name = str(key)
+        if name not in known:
+            # A misspelt group matched no op and was silently ignored.
+            raise ValueError(f"'{name[:60]}' is not 'default' or <kind>.<dtype> with a kind "
+                             f"of {', '.join(KINDS)}{did_you_mean(name[:60], known)}")
+        out[name] = number().check(x)
+        low, high = KERNEL_SCALE
+        if not low <= out[name] <= high:
+            raise ValueError(f"'{name[:60]}': a scale must be between {low:g} and {high:g}")
     return out
 
 
@@ -176,7 +191,7 @@ def profile_schema() -> dict[str, Any]:
             "error_band": leaf(_band, "[low, high] multipliers with 0 < low <= 1 <= high"),
             "sources": list_of(string()),
             "kernel_scale": leaf(_kernel_scale, "a mapping of 'default' or <kind>.<dtype> "
-                                                "(conv.int8) to positive numbers"),
+                                                "(conv.int8) to numbers from 0.001 to 1000"),
             "calibration": string(),
         },
         "firmware": {"reserve": MEMORY},

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,38 +53,94 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_calibrate)
 
 
-def _bench_json(data: Any) -> list[OpTime] | None:
-    rows = (data.get("bench") or {}).get("results", {}).get("op_profile") \
-        if isinstance(data, dict) else None
-    if not isinstance(rows, list):
-        return None
-    return [OpTime(str(r["node_type"]), float(r["avg_ms"])) for r in rows
-            if isinstance(r, dict) and r.get("avg_ms") is not None]
+#: Where a ``--clock`` may lie: the slowest microcontroller clocks to the fastest cores.
+CLOCK_HZ = (1e3, 1e10)
+#: benchmark_model output handed to its parser: whitespace-free runs cut to this many
+#: characters (no op type or figure is longer), and at most this many lines.
+_RUN_CHARS = 64
+_MAX_BENCH_LINES = 200_000
+_LONG_RUN = re.compile(rf"(\S{{{_RUN_CHARS}}})\S+")
+_TIMINGS = "timings in us"
+
+
+def _field(obj: Any, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, dict) else None
+
+
+def _bench_json(data: Any, source: str) -> list[OpTime]:
+    """The op profile of ``devicefit bench --json`` output: ``bench.results.op_profile``,
+    rows with ``node_type`` and ``avg_ms`` (rows without a time are skipped, as bench does)."""
+    from devicefit.simulator.estimate.calibration.logs import MAX_EVENTS, MAX_MS, op_time
+
+    rows = _field(_field(_field(data, "bench"), "results"), "op_profile")
+    if not isinstance(rows, list) or not rows:
+        raise InputError(f"{source}: JSON without a bench op profile (run devicefit bench "
+                         f"with --op-profiling --json)")
+    if len(rows) > MAX_EVENTS:
+        raise InputError(f"{source}: an op profile of {len(rows):,} rows; the limit is "
+                         f"{MAX_EVENTS:,}")
+    out = []
+    for i, row in enumerate(rows):
+        name, ms = _field(row, "node_type"), _field(row, "avg_ms")
+        if ms is None and isinstance(name, str):
+            continue
+        if not isinstance(name, str) or not name or isinstance(ms, bool) \
+                or not isinstance(ms, (int, float)):
+            raise InputError(f"{source}: op_profile row {i} is not a node_type with a "
+                             f"number avg_ms")
+        # Above MAX_MS is refused anyway; float() of a 400-digit integer would overflow.
+        out.append(op_time(name, float(ms) if abs(ms) <= MAX_MS else math.inf,
+                           f"{source}: op_profile row {i}"))
+    return out
+
+
+def _benchmark_text(text: str, source: str) -> str:
+    """What of ``benchmark_model`` output its parser is handed. Its patterns cost the square
+    of a whitespace-free run (and of a timings line) on each line: hostile lines took 8 s a
+    MiB. So each line is cut to ``MAX_LINE_CHARS``, its runs to ``_RUN_CHARS``, and only the
+    last timings line is kept (its figures override the earlier ones anyway; calibrate
+    needs only the op profile)."""
+    from devicefit.simulator.estimate.calibration.logs import MAX_LINE_CHARS, numbered_lines
+
+    lines = []
+    for n, line in numbered_lines(text):
+        if n > _MAX_BENCH_LINES:
+            raise InputError(f"{source}: benchmark_model output of more than "
+                             f"{_MAX_BENCH_LINES:,} lines")
+        lines.append(_LONG_RUN.sub(r"\1", line[:MAX_LINE_CHARS]))
+    last = max((i for i, line in enumerate(lines) if _TIMINGS in line), default=-1)
+    return "\n".join(line for i, line in enumerate(lines) if i == last or _TIMINGS not in line)
+
+
+def _benchmark_ops(text: str, source: str) -> list[OpTime]:
+    from devicefit.sdk.bench.benchmark_output import BenchmarkOutputError, parse_benchmark_output
+    from devicefit.simulator.estimate.calibration.logs import op_time
+
+    try:
+        rows = parse_benchmark_output(_benchmark_text(text, source)).op_profile
+    except BenchmarkOutputError as exc:
+        raise InputError(f"{source}: {exc}") from None
+    if not rows:
+        raise InputError(f"{source}: benchmark_model output without a Run Order op profile "
+                         f"(run it with --enable_op_profiling=true)")
+    return [op_time(r.node_type, math.nan if r.avg_ms is None else r.avg_ms,
+                    f"{source}: Run Order row {i}") for i, r in enumerate(rows)]
 
 
 def read_log(path: Path, ticks_per_second: float | None) -> tuple[str, list[OpTime]]:
     """(form, op timings) of one log, whatever tool printed it."""
-    from devicefit.sdk.bench.benchmark_output import parse_benchmark_output
-    from devicefit.simulator.estimate.calibration.logs import read_profiler_log
+    from devicefit.simulator.estimate.calibration.logs import parse_profiler_log, read_board_text
 
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the log: {exc.strerror or exc}") from exc
+    text = read_board_text(path, "log")
     if text.lstrip().startswith("{"):
         try:
-            found = _bench_json(json.loads(text))
-        except (ValueError, KeyError, TypeError):
-            found = None
-        if not found:
-            raise InputError(f"{path}: JSON without a bench op profile (run devicefit bench "
-                             f"with --op-profiling --json)")
-        return "devicefit bench op profile", found
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:  # RecursionError: nesting thousands deep
+            raise InputError(f"{path}: not JSON ({str(exc)[:80]})") from None
+        return "devicefit bench op profile", _bench_json(data, str(path))
     if "Run Order" in text:
-        rows = parse_benchmark_output(text).op_profile
-        return "benchmark_model op profiling", [OpTime(r.node_type, r.avg_ms or 0.0)
-                                                for r in rows]
-    return read_profiler_log(path, ticks_per_second)
+        return "benchmark_model op profiling", _benchmark_ops(text, str(path))
+    return parse_profiler_log(text, ticks_per_second, str(path))
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -93,7 +151,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from devicefit.simulator.estimate.calibration.logs import read_latency_table, runs_of
     from devicefit.simulator.estimate.calibration.match import check_run, check_sha256
     from devicefit.simulator.infra.fileio import check_outputs, write_atomic
-    from devicefit.simulator.infra.units import format_time_ms, parse_frequency_hz
+    from devicefit.simulator.infra.units import format_time_ms
     from devicefit.simulator.profiles import load_profile
     from devicefit.simulator.read.reader import read_model
 
@@ -104,12 +162,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         raise UsageError("more --sha256 than --model")
     if not args.model and not args.latencies:
         raise UsageError("give --model with --log, or --latencies")
-    if args.ticks_per_second is not None and not args.ticks_per_second > 0:
-        raise UsageError("--ticks-per-second must be a positive number")
-    try:
-        rate = parse_frequency_hz(args.clock) if args.clock else args.ticks_per_second
-    except ValueError as exc:
-        raise UsageError(f"--clock: {exc}") from exc
+    rate = _tick_rate(args)
     profile = load_profile(args.profile, args.profiles_dir)
     table = read_latency_table(Path(args.latencies)) if args.latencies else []
     models = [Path(m) for m in args.model] + [m for m, _ in table]
@@ -154,6 +207,26 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(f"  {'other ops (default)' if g == 'default' else g}: cycles x{s:.3f}")
     print(f"  per-op overhead {cal.extra_overhead_ms * 1e3 + 0.0:+.3g} us")
     return 0
+
+
+def _tick_rate(args: argparse.Namespace) -> float | None:
+    """The MicroProfiler tick rate the flags give (None: neither given), range-checked."""
+    from devicefit.simulator.estimate.calibration.logs import check_tick_rate
+    from devicefit.simulator.infra.units import parse_frequency_hz
+
+    if args.ticks_per_second is not None:
+        return check_tick_rate(args.ticks_per_second, "--ticks-per-second")
+    if not args.clock:
+        return None
+    try:
+        hz = parse_frequency_hz(args.clock)
+    except ValueError as exc:
+        raise UsageError(f"--clock: {exc}") from exc
+    low, high = CLOCK_HZ
+    if not low <= hz <= high:
+        raise UsageError(f"--clock {args.clock[:40]}: a CPU clock is between "
+                         f"{low / 1e3:g} kHz and {high / 1e9:g} GHz")
+    return hz
 
 
 def _parent_ref(profile: Profile, out: Path, dirs: list[str | Path] | None) -> str:

@@ -39,6 +39,28 @@ def regular_file_problem(path: Path) -> str | None:
         return f"cannot be read ({exc.strerror or exc})"
 
 
+def read_regular_bytes(path: Path, what: str, limit: int, kind: str) -> bytes:
+    """The bytes of ``path``, at most ``limit`` of them: one :class:`InputError` line for
+    anything else (a folder, a FIFO that would block, ``/dev/zero`` that never ends, a file
+    over the limit). ``what`` names the file ("board log"), ``kind`` what to give instead."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    if (why := not_regular(path, st)) is not None:
+        raise InputError(f"{path}: the {what} {why}; give a {kind}")
+    if st.st_size > limit:
+        raise InputError(f"{path}: the {what} is {st.st_size:,} bytes; the limit is {limit:,}")
+    try:
+        with path.open("rb") as f:
+            data = f.read(limit + 1)  # the file may grow between stat and read
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise InputError(f"{path}: the {what} is larger than the limit of {limit:,} bytes")
+    return data
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -113,6 +113,21 @@ BAD_PROFILES = [
      ["bad.yaml:3", "firmware.reserve", "'plenty'", "KiB"]),
     ("firmware-unknown-key", "extends: esp32-s3\nfirmware:\n  stack: 4KiB\n",
      ["bad.yaml:3", "unknown key 'firmware.stack'", "allowed here: reserve"]),
+    # A traceback (float(None)) in profiles validate and simulate (issue 50).
+    ("error-band-null", "extends: esp32-s3\ncost_model:\n  error_band: [null, 2]\n",
+     ["bad.yaml:3", "cost_model.error_band", "not a finite number"]),
+    ("error-band-text", "extends: esp32-s3\ncost_model:\n  error_band: [half, 2]\n",
+     ["bad.yaml:3", "cost_model.error_band", "not a finite number"]),
+    ("error-band-reversed", "extends: esp32-s3\ncost_model:\n  error_band: [2, 0.5]\n",
+     ["bad.yaml:3", "need 0 < low <= 1 <= high"]),
+    # A misspelt group validated "ok" and scaled nothing (issue 50).
+    ("kernel-scale-misspelt", "extends: esp32-s3\ncost_model:\n  kernel_scale: {conv.in8: 2}\n",
+     ["bad.yaml:3", "'conv.in8' is not 'default' or <kind>.<dtype>",
+      "did you mean 'conv.int8'?"]),
+    ("kernel-scale-unknown-dtype", "extends: esp32-s3\ncost_model:\n"
+     "  kernel_scale: {depthwise.int9: 2}\n", ["bad.yaml:3", "'depthwise.int9'"]),
+    ("kernel-scale-zero", "extends: esp32-s3\ncost_model:\n  kernel_scale: {default: 0}\n",
+     ["bad.yaml:3", "a scale must be between 0.001 and 1000"]),
 ]
 
 
@@ -230,3 +245,11 @@ def test_the_docs_example_profile_loads(tmp_path):
     p = load_profile(path)
     assert p.budgets.arena_bytes == 440 * 1024 and p.budgets.latency_ms == 250
     assert p.extends == ("stm32l4r5-cortex-m4", "tflm-mcu-base")
+
+
+def test_simulate_with_a_band_of_null_exits_2_with_one_line(tmp_path, capsys, model_zoo):
+    """``simulate`` loaded the profile into a traceback (exit 1) before issue 50."""
+    path = _write(tmp_path, "bad", "extends: esp32-s3\ncost_model:\n  error_band: [null, 2]\n")
+    assert main(["simulate", str(model_zoo("chain_int8")), "--profile", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cost_model.error_band" in err and "Traceback" not in err

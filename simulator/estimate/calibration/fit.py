@@ -52,10 +52,14 @@ from devicefit.simulator.estimate.latency import (
     op_shape,
     profile_core,
 )
-from devicefit.simulator.profile_types import CostModel, Profile
+from devicefit.simulator.profile_types import KERNEL_SCALE, CostModel, Profile
 from devicefit.simulator.read.model import Model
 from devicefit.simulator.report.report import OpCompute
 
+#: How far apart a board's figure and the base profile's estimate may be, either way: farther
+#: is a wrong tick rate or clock, or another board's log, and leaves nothing to fit (a
+#: profile scaled by 2**70 made the fit's matrix singular).
+MAX_RATIO = 1000.0
 OBS_SD = 0.1
 SCALE_SD = 0.4
 GROUP_SD = 0.2
@@ -122,6 +126,12 @@ class Calibration:
         before = base.kernel_scale
         scale = {g: round(before.get(g, before.get("default", 1.0)) * s, 4)
                  for g, s in self.scale.items()}
+        low, high = KERNEL_SCALE
+        for g, s in scale.items():
+            if not low <= s <= high:
+                raise InputError(f"the fit scales {g} by {s:g}, beyond the {low:g} to "
+                                 f"{high:g} a profile takes: the board is not near this "
+                                 f"profile (check the tick rate and the profile)")
         return {"kernel_scale": dict(sorted(scale.items())),
                 "op_overhead": f"{base.op_overhead_ms + self.extra_overhead_ms:.6g}ms",
                 "error_band": [round(self.band[0], 3), round(self.band[1], 3)],
@@ -284,6 +294,8 @@ def calibrate(profile: Profile, evidence: Sequence[Evidence],
         raise InputError("calibrate needs at least one model with a log or a measured latency")
     data = data or kernel_data()
     priors = [prior_of(e.model, profile, data) for e in evidence]
+    for e, p in zip(evidence, priors, strict=True):
+        _check_ratio(e, p.total({}, 0.0), profile.name)
     logs = [e.log for e in evidence]
     fit = _solve(priors, logs)
     held: list[_Fit | None] = [None] * len(evidence)
@@ -309,6 +321,15 @@ def calibrate(profile: Profile, evidence: Sequence[Evidence],
         basis = (f"calibrated on the board (1 model: {names}; {forms}): one model holds "
                  f"nothing out, so the band is the base profile's ({base_basis})")
     return Calibration(fit.scale, fit.extra_ms, band, basis, moves, fit.terms)
+
+
+def _check_ratio(e: Evidence, estimate_ms: float, profile: str) -> None:
+    measured = e.log.measured_ms
+    if not (estimate_ms > 0 and 1 / MAX_RATIO <= measured / estimate_ms <= MAX_RATIO):
+        raise InputError(f"{e.log.source}: {e.name} measured {measured:.4g} ms where "
+                         f"{profile} estimates {estimate_ms:.4g} ms, more than "
+                         f"{MAX_RATIO:g}x apart: check the tick rate (--ticks-per-second, "
+                         f"--clock) and that the profile is this board's")
 
 
 def moved_percent(move: ModelMove) -> float:

@@ -201,7 +201,8 @@ def test_kernel_scale_multiplies_the_named_groups_and_default_the_rest(tmp_path:
 
 @pytest.mark.parametrize("scale, why", [
     ("{convolution.int8: 2}", "'convolution.int8' is not 'default' or <kind>.<dtype>"),
-    ("{conv.int8: 0}", "a scale must be above 0"),
+    ("{conv.int8: 0}", "a scale must be between 0.001 and 1000"),
+    ("{default: 1180591620717411303424}", "a scale must be between 0.001 and 1000"),
     ("[2]", "expected a mapping"),
 ])
 def test_kernel_scale_keys_are_checked(tmp_path: Path, scale: str, why: str) -> None:
