@@ -617,8 +617,10 @@ def reconcile(model: Model, table: str, runtime: ProbeRuntime,
         elif not answer.ok and found is None:
             said = f"{describe(runtime.label, answer)} (the profile's configuration)"
             if (elsewhere := outcome.elsewhere.get((sg, index))) is not None:
-                said += f"; {describe(outcome.other_label, elsewhere)}"
-            if answer.message.startswith("crashed"):
+                same = (elsewhere.ok, elsewhere.stage) == (answer.ok, answer.stage)
+                said += (f"; {outcome.other_label}: the same" if same else
+                         f"; {describe(outcome.other_label, elsewhere)}")
+            if answer.message.startswith("crashed") and "heap" not in answer.message:
                 said += f"; its scales: {scales(model.subgraphs[sg], op)}"
             kept.append(UnsupportedOp(index, op.op_name, f"{said} (asked of the runtime with "
                                       f"a one-op model; the {table} table missed it)", sg))

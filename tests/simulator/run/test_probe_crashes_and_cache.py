@@ -11,6 +11,7 @@ every fresh-cache run, with every operator asked.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -22,8 +23,9 @@ from devicefit.simulator.plan.compat import check_ops
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.read.writer import pack
-from devicefit.simulator.run.probe import MAX_ENTRY_BYTES, NO_ANSWER
+from devicefit.simulator.run.probe import MAX_ENTRY_BYTES, NO_ANSWER, probe_ops, probe_runtime
 from tests.op_probe import OPT, QUANTIZED, TYPES, B, T, _opts, const, fb, single_op
+from tests.simulator.run.test_op_probe import MODELS
 from tests.tflite_builder import _buffer, _opcode, _operator
 
 TFLM, LITERT = "stm32h743-cortex-m7", "android-arm64-cpu"
@@ -123,21 +125,34 @@ def keyword_like(tmp_path_factory):
 def test_a_kernel_that_damages_memory_gets_the_same_answer_on_every_fresh_cache_run(
         keyword_like, tmp_path, monkeypatch):
     model, profile = read_model(keyword_like), load_profile(LITERT)
+    runtime = probe_runtime("litert", profile)
+    assert runtime is not None and runtime.xnnpack and runtime.threads == 4, "the profile's"
+    svdfs = {(0, i) for i in (1, 3, 5, 7, 9, 10, 11)}
     seen = []
-    for run in range(4):  # the old probe went wrong on about 1 run in 5
+    for run in range(4):  # the old probe blamed a FULLY_CONNECTED on about 1 run in 5
         monkeypatch.setenv("DEVICEFIT_CACHE", str(tmp_path / f"cache{run}"))
-        found = check_ops(model, profile, probe=True)
-        assert not [w for w in found.probe.not_probed if NO_ANSWER in w], "every op asked"
-        assert found.probe.signatures == found.probe.probed == 13
-        seen.append([(u.op_index, u.op) for u in found.unsupported_ops])
-        # What LiteRT ran is not blamed for the SVDF's damage.
-        assert {u.op for u in found.unsupported_ops} == {"SVDF"}
-        # Both paths are said, the profile's (XNNPACK) first.
-        svdf = found.unsupported_ops[0].reason
-        assert "(XNNPACK), 4 threads" in svdf and "the profile's configuration" in svdf
-        assert "(builtin kernels), 4 threads" in svdf
-    svdfs = [(i, "SVDF") for i in (1, 3, 5, 7, 9, 10, 11)]
-    assert seen == [svdfs] * 4
+        outcome = probe_ops(model, runtime)
+        assert not [w for w in outcome.summary.not_probed if NO_ANSWER in w], "every op asked"
+        assert outcome.summary.signatures == outcome.summary.probed == 13
+        seen.append({where: a.ok for where, a in outcome.answers.items()})
+        # Where the profile's path (XNNPACK) refuses, the builtin path was asked too.
+        assert set(outcome.elsewhere) == svdfs and "builtin kernels" in outcome.other_label
+        assert not any(a.ok for a in outcome.elsewhere.values())
+    assert seen == [{(0, i): (0, i) not in svdfs for i in range(13)}] * 4
+
+
+def test_the_litert_table_refuses_the_8bit_svdf_on_both_paths(keyword_like):
+    model = read_model(keyword_like)
+    for profile in (load_profile(LITERT), dataclasses.replace(
+            load_profile(LITERT), runtime=dataclasses.replace(
+                load_profile(LITERT).runtime, delegates=()))):
+        found = check_ops(model, profile)
+        assert [u.op_index for u in found.unsupported_ops] == [1, 3, 5, 7, 9, 10, 11]
+        assert "writes outside the state buffer" in found.unsupported_ops[0].reason
+    # The int16-state SVDF LiteRT runs stays supported.
+    int16_state = keyword_like.parent / "svdf_int16_state.tflite"
+    int16_state.write_bytes(MODELS["svdf_int16_state"])
+    assert check_ops(read_model(int16_state), load_profile(LITERT)).supported
 
 
 def _entry(cache, profile: str, model) -> tuple[os.PathLike, dict]:
