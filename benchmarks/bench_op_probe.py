@@ -7,8 +7,12 @@ process per model and runtime, more after a crash) and again with the cache fill
 operators, distinct signatures and child processes. The cache is a fresh temporary folder
 (``$DEVICEFIT_CACHE``), so the figures do not depend on what ran before.
 
+``--repeat N`` asks every model N times more, each on a fresh cache, and counts the
+operators whose answer (runs or not) changed between runs and the operators left unasked
+("no answer: ..."): both must be 0 (issue 50).
+
     .venv/bin/python benchmarks/bench_op_probe.py [--models a,b | --models DIR] [--run]
-                                                  [--json out.json]
+                                                  [--repeat N] [--json out.json]
 """
 
 from __future__ import annotations
@@ -53,6 +57,41 @@ def measure(path: Path, profile_name: str) -> dict:
             "disagreements": [d.line() for d in first.disagreements]}
 
 
+def repeat(path: Path, profile_name: str, times: int) -> dict:
+    """``times`` fresh-cache probes of one model: the operators whose answer changed
+    between them, the unasked operators summed over the runs, the seconds per run."""
+    from devicefit.simulator.plan.compat import table_for
+    from devicefit.simulator.profiles import load_profile
+    from devicefit.simulator.read.reader import read_model
+    from devicefit.simulator.run.probe import NO_ANSWER, probe_ops, probe_runtime
+
+    model, profile = read_model(path), load_profile(profile_name)
+    runtime = probe_runtime(table_for(profile), profile)
+    if runtime is None:
+        return {"repeat": 0}
+    seen: dict[tuple[int, int], set[bool]] = {}
+    stages: dict[tuple[int, int], set[str]] = {}
+    runs: dict[tuple[int, int], int] = {}
+    unasked, seconds = 0, []
+    for _ in range(times):
+        with tempfile.TemporaryDirectory(prefix="devicefit-probe-repeat-") as cache:
+            os.environ["DEVICEFIT_CACHE"] = cache
+            start = time.perf_counter()
+            outcome = probe_ops(model, runtime)
+            seconds.append(time.perf_counter() - start)
+        for where, answer in outcome.answers.items():
+            seen.setdefault(where, set()).add(answer.ok)
+            runs[where] = runs.get(where, 0) + 1
+            stages.setdefault(where, set()).add(answer.stage)
+        unasked += sum(f": {NO_ANSWER}" in why for why in outcome.summary.not_probed)
+    changed = [f"op {i}" + (f" (subgraph {sg})" if sg else "") for (sg, i), oks in
+               sorted(seen.items()) if len(oks) > 1 or runs[(sg, i)] != times]
+    return {"repeat": times, "changed": changed, "unasked": unasked,
+            "stage_varies": sum(len(v) > 1 for v in stages.values()),
+            "refused": sum(False in oks for oks in seen.values()),
+            "repeat_s": statistics.median(seconds)}
+
+
 def run_agrees(path: Path, profile_name: str) -> str:
     """``simulate --run``'s outcome against its own static answer: "agree (runs)", "agree
     (refused)", or "disagreement reported: ..." (a contradiction it did not report would
@@ -77,6 +116,9 @@ def main() -> int:
     ap.add_argument("--models", help="comma-separated corpus names (default: all), or a "
                                      "folder of .tflite files")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON")
+    ap.add_argument("--repeat", type=int, default=0, metavar="N",
+                    help="also probe every model N times on fresh caches and count the answers "
+                         "that change and the operators left unasked")
     ap.add_argument("--run", action="store_true",
                     help="also run each model (simulate --run) and say whether the run agrees "
                          "with the static answer or reports the disagreement")
@@ -89,6 +131,9 @@ def main() -> int:
                 row = {"model": m.name, "runtime": runtime, **measure(m.path, profile)}
                 if args.run:
                     row["run"] = run_agrees(m.path, profile)
+                if args.repeat:
+                    row.update(repeat(m.path, profile, args.repeat))
+                    os.environ["DEVICEFIT_CACHE"] = cache
                 rows.append(row)
     print("| model | runtime | ops | signatures | not asked | children | tables alone | "
           "probe, first run | probe, cached (children) | disagreements |")
@@ -115,6 +160,19 @@ def main() -> int:
               f"{statistics.median(first):.2f} s (max {max(first):.2f} s, total "
               f"{sum(first):.1f} s); cached median {statistics.median(cached):.0f} ms (max "
               f"{max(cached):.0f} ms)")
+    repeated = [r for r in rows if r.get("repeat")]
+    if repeated:
+        print(f"\n{args.repeat} fresh-cache probes of each of {len(repeated)} model × runtime "
+              f"pairs: operators whose answer changed between runs "
+              f"{sum(len(r['changed']) for r in repeated)}, operators left unasked "
+              f"{sum(r['unasked'] for r in repeated)} (summed over runs), operators refused "
+              f"{sum(r['refused'] for r in repeated)}, whose failing stage varied "
+              f"{sum(r['stage_varies'] for r in repeated)}; median seconds per probe "
+              f"{statistics.median(r['repeat_s'] for r in repeated):.2f}")
+        for r in repeated:
+            if r["changed"] or r["unasked"]:
+                print(f"  {r['model']} ({r['runtime']}): changed {', '.join(r['changed'])}; "
+                      f"unasked {r['unasked']}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
     return 0

@@ -34,11 +34,13 @@ kernel refuses a type ("Type 'INT32' is not supported by FLOOR_DIV").
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 import os
 import re
+import stat
 import tempfile
 import time
 from collections.abc import Iterable
@@ -56,14 +58,15 @@ from devicefit.simulator.target import TARGETS
 from devicefit.simulator.types import UnsupportedOp
 
 #: Version of the signature and answer format: part of every cache key.
-FORMAT = 3
+FORMAT = 4
 #: Seconds the children of one model and runtime may take together, and how many may be
-#: started (a crash ends one): a hostile file whose every op kills its child, or hangs it,
-#: costs a bounded wait; what is left unasked keeps the table's answer.
+#: started (a crash ends one, and an op that crashed after others is asked again alone): a
+#: hostile file whose every op kills its child, or hangs it, costs a bounded wait; what is
+#: left unasked keeps the table's answer, with why.
 PROBE_BUDGET_S = 45.0
-MAX_CHILDREN = 8
-_NO_ANSWER = (f"no answer: the runtime hung on it, or the probe's budget ({MAX_CHILDREN} "
-              f"child processes, {PROBE_BUDGET_S:g} s) was spent first")
+MAX_CHILDREN = 128
+#: How every reason for an op the runtime was not asked about starts.
+NO_ANSWER = "no answer:"
 #: Address space of a probe child (as a run's worker).
 CHILD_MEMORY_BYTES = 8 * 1024**3
 _CONTROL_FLOW = frozenset({"IF", "WHILE", "CALL_ONCE"})
@@ -80,11 +83,22 @@ class ProbeRuntime:
     wheel: str
     #: Whether the runner honours ``xnnpack`` (its target's ``xnnpack_option``).
     honours_xnnpack: bool = False
+    #: The profile's interpreter threads: a kernel's memory use can depend on them.
+    threads: int = 1
 
     @property
     def label(self) -> str:
         delegate = {True: " (XNNPACK)", False: " (builtin kernels)"}[self.xnnpack]
-        return self.wheel + (delegate if self.honours_xnnpack else "")
+        threads = f", {self.threads} threads" if self.threads != 1 else ""
+        return self.wheel + (delegate if self.honours_xnnpack else "") + threads
+
+    def other_path(self) -> ProbeRuntime | None:
+        """The same runtime with LiteRT's default delegate switched the other way (None
+        for a runner without one): asked where the profile's own path refuses an op, so
+        the report says what each path does."""
+        if not self.honours_xnnpack:
+            return None
+        return dataclasses.replace(self, xnnpack=not self.xnnpack)
 
 
 @dataclass(frozen=True)
@@ -110,7 +124,8 @@ def probe_runtime(table: str, profile: Profile) -> ProbeRuntime | None:
     except metadata.PackageNotFoundError:
         return None
     xnnpack = target.xnnpack_option and "xnnpack" in profile.runtime.delegates
-    return ProbeRuntime(table, xnnpack, f"{target.wheel} {version}", target.xnnpack_option)
+    return ProbeRuntime(table, xnnpack, f"{target.wheel} {version}", target.xnnpack_option,
+                        max(1, profile.runtime.threads))
 
 
 def cache_dir() -> Path:
@@ -239,6 +254,10 @@ class ProbeOutcome:
 
     answers: dict[tuple[int, int], ProbeAnswer]
     summary: ProbeSummary
+    #: Where the profile's path refused an op: what the runtime's other path does with it
+    #: (LiteRT without, or with, its default XNNPACK delegate), and that path's label.
+    elsewhere: dict[tuple[int, int], ProbeAnswer] = dataclasses.field(default_factory=dict)
+    other_label: str = ""
 
 
 def probe_ops(model: Model, runtime: ProbeRuntime) -> ProbeOutcome:
@@ -265,17 +284,11 @@ def probe_ops(model: Model, runtime: ProbeRuntime) -> ProbeOutcome:
             key = signature_key(op_signature(model, sg, op, constant), runtime)
             keys[(sg.index, op.index)] = key
             cuts.setdefault(key, (sg.index, producers(sg, op, constant)))
-    folder = cache_dir()
-    known = {k: a for k in cuts if (a := _cached(folder, k)) is not None}
-    missing = [(sgi, ops, k) for k, (sgi, ops) in cuts.items() if k not in known]
-    got, children = _probe_in_children(model.path, runtime, missing) if missing else ({}, 0)
-    for key, answer in got.items():
-        _store(folder, key, runtime, answer)
-    known.update(got)
+    asked = _ask_all(model.path, runtime, cuts)
     answers: dict[tuple[int, int], ProbeAnswer] = {}
     unanswered = []
     for (sgi, index), k in keys.items():
-        a, op = known.get(k), model.subgraphs[sgi].operators[index]
+        a, op = asked.known.get(k), model.subgraphs[sgi].operators[index]
         if (isinstance(a, ProbeAnswer) and not a.ok and a.stage == "invoke"
                 and not _TYPE_REFUSAL.search(a.message)
                 and _integer_fed(model.subgraphs[sgi], op, constants[sgi])):
@@ -285,23 +298,121 @@ def probe_ops(model: Model, runtime: ProbeRuntime) -> ProbeOutcome:
             answers[(sgi, index)] = a
         else:
             where = f"{sgi}:{index}" if sgi else str(index)
-            unanswered.append(f"{op.op_name} (op {where}): {a or _NO_ANSWER}")
-    fresh = [k for k in got if isinstance(got[k], ProbeAnswer)]
+            unanswered.append(f"{op.op_name} (op {where}): {a or NO_ANSWER + ' none came'}")
+    other = runtime.other_path()
+    refused = {k: cuts[k] for k, a in asked.known.items()
+               if k in cuts and isinstance(a, ProbeAnswer) and not a.ok}
+    elsewhere: dict[tuple[int, int], ProbeAnswer] = {}
+    children = asked.children
+    if other is not None and refused:
+        # Where the profile's path refuses an op, the other path is asked too, so the
+        # report says both (LiteRT's builtin kernels run inside XNNPACK's path as well).
+        other_keys = {k: signature_key(op_signature_of(model, cuts[k]), other)
+                      for k in refused}
+        second = _ask_all(model.path, other, {other_keys[k]: refused[k] for k in refused})
+        children += second.children
+        elsewhere = {where: a for where, k in keys.items() if k in other_keys
+                     and isinstance(a := second.known.get(other_keys[k]), ProbeAnswer)}
     summary = ProbeSummary(runtime=runtime.label, signatures=len(cuts),
-                           cached=len(cuts) - len(missing), probed=len(fresh),
+                           cached=asked.cached, probed=asked.probed,
                            children=children, not_probed=tuple(skipped + unanswered))
-    return ProbeOutcome(answers, summary)
+    return ProbeOutcome(answers, summary, elsewhere, other.label if other else "")
 
 
-def _cached(folder: Path, key: str) -> ProbeAnswer | str | None:
-    """The stored answer, or why the op cannot be asked alone; None: not stored."""
+def op_signature_of(model: Model, cut: tuple[int, list[int]]) -> dict:
+    """The signature of the op a cut ``(subgraph, [producers..., op])`` asks about."""
+    sg = model.subgraphs[cut[0]]
+    return op_signature(model, sg, sg.operators[cut[1][-1]], folded(sg))
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """Answers by signature key (cached or fresh; a string: why none), and what it took."""
+
+    known: dict[str, ProbeAnswer | str]
+    cached: int
+    probed: int
+    children: int
+
+
+def _ask_all(path: str, runtime: ProbeRuntime, cuts: dict[str, tuple[int, list[int]]]
+             ) -> _Asked:
+    """Every cut answered from the cache, the rest asked of ``runtime`` in children; only
+    what a child answered is stored (a budget spent is no answer of the runtime's)."""
+    folder = cache_dir()
+    known = {k: a for k in cuts if (a := _cached(folder, k, runtime)) is not None}
+    missing = [(sgi, ops, k) for k, (sgi, ops) in cuts.items() if k not in known]
+    got, unasked, children = (_probe_in_children(path, runtime, missing) if missing
+                              else ({}, {}, 0))
+    for key, answer in got.items():
+        _store(folder, key, runtime, answer)
+    known.update(got)
+    known.update(unasked)
+    return _Asked(known, len(cuts) - len(missing),
+                  sum(isinstance(a, ProbeAnswer) for a in got.values()), children)
+
+
+#: The stages a probe child reports (``done``: it ran; ``release``: it ran, then freeing
+#: the interpreter crashed: the kernel wrote outside its buffers).
+STAGES = frozenset({"build", "load", "allocate", "invoke", "release", "done"})
+#: The largest cache entry read: an answer is a few hundred bytes.
+MAX_ENTRY_BYTES = 16 * 1024
+_MESSAGE_CHARS = 1000
+
+
+def answer_from(data: object) -> ProbeAnswer | str | None:
+    """An answer as the child wrote it or the cache stored it — a :class:`ProbeAnswer`, or
+    why the op cannot be asked alone — or None when it is not one: every field of the
+    right type (``ok`` a real bool, not the string "false"), a known stage, ``ok`` exactly
+    when the stage is ``done``."""
+    if not isinstance(data, dict):
+        return None
+    if "skipped" in data:
+        why = data["skipped"]
+        return why if isinstance(why, str) and 0 < len(why) <= _MESSAGE_CHARS else None
+    ok, stage, message = data.get("ok"), data.get("stage"), data.get("message")
+    if (not isinstance(ok, bool) or not isinstance(stage, str) or stage not in STAGES
+            or not isinstance(message, str) or len(message) > _MESSAGE_CHARS
+            or ok != (stage == "done")):
+        return None
+    return ProbeAnswer(ok, stage, message)
+
+
+def read_bounded(path: Path, limit: int) -> bytes | None:
+    """The bytes of ``path`` if it is a regular file (not a symlink, FIFO or device) of at
+    most ``limit`` bytes, else None. Opened without following a symlink and without
+    blocking (a FIFO would wait for a writer forever), then checked on the open file."""
     try:
-        data = json.loads((folder / f"{key}.json").read_text())
-        if "skipped" in data:
-            return str(data["skipped"])
-        return ProbeAnswer(bool(data["ok"]), str(data["stage"]), str(data["message"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # absent or damaged: ask again
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        data = os.read(fd, limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) <= limit else None
+
+
+def _cached(folder: Path, key: str, runtime: ProbeRuntime) -> ProbeAnswer | str | None:
+    """The stored answer, or why the op cannot be asked alone; None: not stored, or not a
+    valid entry of this key and runtime (it is asked again and overwritten, never
+    trusted)."""
+    raw = read_bounded(folder / f"{key}.json", MAX_ENTRY_BYTES)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    if (not isinstance(data, dict) or data.get("key") != key
+            or data.get("runtime") != runtime.label):
+        return None
+    return answer_from({k: v for k, v in data.items() if k not in ("key", "runtime")})
 
 
 def _store(folder: Path, key: str, runtime: ProbeRuntime, answer: ProbeAnswer | str) -> None:
@@ -309,67 +420,151 @@ def _store(folder: Path, key: str, runtime: ProbeRuntime, answer: ProbeAnswer | 
              {"ok": answer.ok, "stage": answer.stage, "message": answer.message})
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(folder / f"{key}.json", json.dumps({"runtime": runtime.label, **entry}))
+        write_atomic(folder / f"{key}.json",
+                     json.dumps({"key": key, "runtime": runtime.label, **entry}))
     except (OSError, DevicefitError):
         pass  # a read-only or full cache costs the next run its speed, not this answer
 
 
-def _probe_in_children(path: str, runtime: ProbeRuntime,
-                       todo: list[tuple[int, list[int], str]]
-                       ) -> tuple[dict[str, ProbeAnswer | str], int]:
-    """Answers (or why none) by key, and the number of children it took."""
-    from devicefit.simulator.run.runtimes import describe_exit, spawn
+Ask = tuple[int, list[int], str]
+#: glibc's messages when it finds its heap damaged.
+_HEAP = re.compile(r"double free|corrupt|^(malloc|free|realloc|munmap_chunk)\(\)")
+
+
+@dataclass(frozen=True)
+class _Child:
+    """What one probe child left: its answers, the op it was on, the stage it was in, its
+    exit code (None: killed on the timeout)."""
+
+    answers: dict[str, ProbeAnswer | str]
+    current: str | None
+    stage: str
+    code: int | None
+    #: The C library's last complaint about its heap on stderr ("double free or
+    #: corruption (!prev)"), which says a kernel wrote outside its buffers.
+    heap: str = ""
+
+
+def _one_child(path: str, runtime: ProbeRuntime, todo: list[Ask], timeout_s: float
+               ) -> _Child:
+    from devicefit.simulator.run.runtimes import spawn
+
+    with tempfile.TemporaryDirectory(prefix="devicefit-probe-") as tmp:
+        work = Path(tmp)
+        (work / "request.json").write_text(json.dumps(
+            {"runtime": runtime.runner, "xnnpack": runtime.xnnpack, "threads": runtime.threads,
+             "model": str(Path(path).resolve()), "ops": todo, "dir": str(work),
+             "memory_bytes": CHILD_MEMORY_BYTES}))
+        proc, timed_out = spawn(work, timeout_s, "devicefit.simulator.run.runtimes._probe_worker")
+        lines = (proc.stderr or b"").decode("utf-8", "replace").splitlines() if proc else []
+        heap = next((line.strip() for line in reversed(lines) if _HEAP.search(line)), "")
+        return _Child(_answers(work / "answers.jsonl"), _read(work / "current"),
+                      _read(work / "stage") or "load",
+                      None if timed_out or proc is None else proc.returncode, heap[:120])
+
+
+def _probe_in_children(path: str, runtime: ProbeRuntime, todo: list[Ask]
+                       ) -> tuple[dict[str, ProbeAnswer | str], dict[str, str], int]:
+    """The children's answers by key (a string: why the op cannot be cut out alone),
+    why the others got none, and the number of children it took.
+
+    A child asks its ops one after the other and frees each interpreter before it writes
+    the answer, so a kernel that writes outside its buffers crashes while its own op is
+    the current one. A crash is that op's answer only when it is the first its child
+    asked; after others, what crashed may be memory an earlier op left broken, so the op
+    is asked again alone, and if it runs alone, the ops its child asked before it are
+    each asked alone too: every answer comes from a child that ran that op first, the
+    same on every run. The rest goes on in a new child.
+    """
+    from devicefit.simulator.run.runtimes import describe_exit
 
     answers: dict[str, ProbeAnswer | str] = {}
+    unasked: dict[str, str] = {}
     children = 0
     deadline = time.monotonic() + PROBE_BUDGET_S
-    while todo and children < MAX_CHILDREN and (left := deadline - time.monotonic()) > 1:
-        with tempfile.TemporaryDirectory(prefix="devicefit-probe-") as tmp:
-            work = Path(tmp)
-            (work / "request.json").write_text(json.dumps(
-                {"runtime": runtime.runner, "xnnpack": runtime.xnnpack,
-                 "model": str(Path(path).resolve()), "ops": todo, "dir": str(work),
-                 "memory_bytes": CHILD_MEMORY_BYTES}))
-            proc, timed_out = spawn(work, left, "devicefit.simulator.run.runtimes._probe_worker")
-            children += 1
-            answers.update(_answers(work / "answers.jsonl"))
-            current = _read(work / "current")
-            stage = _read(work / "stage") or "load"
-        if current is None or current in answers:
-            if proc is None or proc.returncode != 0:
-                break  # died before its first op, or after its last: nothing more to learn
-            todo = []
+    queue: list[list[Ask]] = [list(todo)]
+    #: Op asked again alone → the ops its crashed child had asked before it.
+    company: dict[str, list[Ask]] = {}
+    while queue:
+        left = deadline - time.monotonic()
+        if children >= MAX_CHILDREN or left <= 1:
+            spent = (f"{NO_ANSWER} the probe's budget ({MAX_CHILDREN} child processes, "
+                     f"{PROBE_BUDGET_S:g} s) was spent before it was asked")
+            unasked.update({k: spent for group in queue for *_, k in group
+                            if k not in answers})
+            break
+        group = queue.pop(0)
+        if not group:
             continue
-        if not timed_out and proc is not None:
-            answers[current] = ProbeAnswer(False, stage,
-                                           f"crashed ({describe_exit(proc.returncode)})")
-        done = [k for _, _, k in todo].index(current)
-        todo = todo[done + 1:]
-    return answers, children
+        keys = [k for *_, k in group]
+        child = _one_child(path, runtime, group, left)
+        children += 1
+        if child.current is None or child.current not in keys:
+            why = (f"{NO_ANSWER} the probe's budget was spent before its child started"
+                   if child.code is None else
+                   f"{NO_ANSWER} the probe child ended before its first operator "
+                   f"({describe_exit(child.code if child.code is not None else 1)})")
+            unasked.update({k: why for k in keys if k not in answers})
+            continue
+        at = keys.index(child.current)
+        mine = {k: a for k, a in child.answers.items() if k in keys[:at + 1]}
+        if child.code == 0:
+            answers.update(mine)
+            unasked.update({k: f"{NO_ANSWER} the probe child ended without answering it"
+                            for k in keys
+                            if k not in answers})
+            ran_alone = child.current in company and len(group) == 1
+            if ran_alone and isinstance(mine.get(child.current), ProbeAnswer):
+                # It runs alone: the crash it was in came from an op before it.
+                for earlier in company.pop(child.current):
+                    answers.pop(earlier[2], None)
+                    queue.insert(0, [earlier])
+            continue
+        if child.code is None:  # hung: the budget is gone with it
+            answers.update({k: a for k, a in mine.items() if k != child.current})
+            unasked[child.current] = (f"{NO_ANSWER} the runtime hung on it "
+                                      f"({left:.0f} s, the rest of the probe's budget)")
+            queue.insert(0, group[at + 1:])
+            continue
+        # Crashed: the answers before the current op stand; the current op is to blame
+        # only when its child asked nothing before it.
+        answers.update({k: a for k, a in mine.items() if k != child.current})
+        rest = group[at + 1:]
+        if at == 0:
+            answers[child.current] = ProbeAnswer(
+                False, child.stage if child.stage in STAGES - {"done"} else "release",
+                f"crashed ({describe_exit(child.code)})" if not child.heap else
+                f"crashed ({describe_exit(child.code).partition(':')[0]}; the C library "
+                f"found its heap damaged, '{child.heap}': the kernel wrote outside its "
+                f"buffers)")
+            company.pop(child.current, None)
+            queue[:0] = [rest] if rest else []
+        else:
+            company[child.current] = group[:at]
+            queue[:0] = [[group[at]], *([rest] if rest else [])]
+    return answers, unasked, children
 
 
 def _answers(path: Path) -> dict[str, ProbeAnswer | str]:
-    """The child's answers by key: a :class:`ProbeAnswer`, or why it could not ask."""
+    """The child's answers by key (lines that are not a valid answer are left out: the
+    line a crash cut short)."""
     out: dict[str, ProbeAnswer | str] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return out
-    for line in lines:
+    raw = read_bounded(path, 64 * 1024 * 1024)
+    for line in (raw or b"").decode("utf-8", "replace").splitlines():
         try:
             a = json.loads(line)
-        except ValueError:
-            continue  # the line a crash cut short
-        out[a["key"]] = a["skipped"] if "skipped" in a else ProbeAnswer(a["ok"], a["stage"],
-                                                                        a["message"])
+        except (ValueError, RecursionError):
+            continue
+        key = a.get("key") if isinstance(a, dict) else None
+        answer = answer_from({k: v for k, v in a.items() if k != "key"}) if key else None
+        if isinstance(key, str) and answer is not None:
+            out[key] = answer
     return out
 
 
 def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip() or None
-    except OSError:
-        return None
+    raw = read_bounded(path, 4096)
+    return raw.decode("utf-8", "replace").strip() or None if raw is not None else None
 
 
 # --------------------------------------------------------------------------- the verdict
@@ -386,6 +581,16 @@ def scales(sg: Subgraph, op: Operator) -> str:
                 out.append(f"{role} {k} {span}")
         return out
     return ", ".join(one("input", op.inputs) + one("output", op.outputs)) or "none"
+
+
+def describe(label: str, answer: ProbeAnswer) -> str:
+    """What runtime ``label`` did with an op, in a sentence."""
+    if answer.ok:
+        return f"{label} runs it"
+    if answer.stage == "release":
+        return (f"{label} runs it, then {answer.message} freeing the interpreter: the kernel "
+                f"wrote outside its buffers")
+    return f"{label} refuses it at {answer.stage}: {answer.message}"
 
 
 def reconcile(model: Model, table: str, runtime: ProbeRuntime,
@@ -410,8 +615,12 @@ def reconcile(model: Model, table: str, runtime: ProbeRuntime,
                                               "runs (one-op model prepared and invoked)",
                                               "probe", sg))
         elif not answer.ok and found is None:
-            said = f"{runtime.wheel} refuses it at {answer.stage}: {answer.message}"
-            if answer.message.startswith("crashed"):
+            said = f"{describe(runtime.label, answer)} (the profile's configuration)"
+            if (elsewhere := outcome.elsewhere.get((sg, index))) is not None:
+                same = (elsewhere.ok, elsewhere.stage) == (answer.ok, answer.stage)
+                said += (f"; {outcome.other_label}: the same" if same else
+                         f"; {describe(outcome.other_label, elsewhere)}")
+            if answer.message.startswith("crashed") and "heap" not in answer.message:
                 said += f"; its scales: {scales(model.subgraphs[sg], op)}"
             kept.append(UnsupportedOp(index, op.op_name, f"{said} (asked of the runtime with "
                                       f"a one-op model; the {table} table missed it)", sg))

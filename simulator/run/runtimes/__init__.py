@@ -222,7 +222,9 @@ class RunSetup:
                                          stage=result["stage"])
                 if proc.returncode == 0 or stage == "done":
                     return _result_from(result, work)
-            raise RuntimeFailure(f"{name} crashed during '{stage}' "
+            freed = (" (the invokes returned; freeing the interpreter found memory a kernel "
+                     "had damaged)" if stage == "release" else "")
+            raise RuntimeFailure(f"{name} crashed during '{stage}'{freed} "
                                  f"({describe_exit(proc.returncode)})"
                                  f"{_stderr_tail(proc.stderr)}; the model is malformed or hits "
                                  f"a bug in {name} (devicefit ran it in a child process)",

@@ -3,10 +3,11 @@
 For each requested operator of a model it builds a one-op model
 (:func:`simulator.read.writer.cut_ops`) and runs it once in the requested runner — the same
 runners ``--run`` uses — on inputs from :func:`probe_inputs`. Each
-answer is appended to ``answers.jsonl`` as soon as it is known, and the key of the operator
+answer is appended to ``answers.jsonl`` once the operator's interpreter is freed (a kernel
+that wrote outside its buffers crashes there, ``release``), and the key of the operator
 being probed is written to ``current`` before it starts: when a kernel kills the process
-(TFLM aborts on a quantization scale it cannot use), the parent knows which operator did it
-and starts a new child for the rest (:func:`simulator.run.probe.probe_ops`).
+(TFLM aborts on a quantization scale it cannot use), the parent knows which operator was
+running and starts a new child for the rest (:func:`simulator.run.probe._probe_in_children`).
 
 It imports no more than it runs (not :mod:`simulator.plan.compat`, which brings the profiles,
 reports and YAML): a probe child starts for every model whose signatures are not cached.
@@ -14,6 +15,7 @@ reports and YAML): a probe child starts for every model whose signatures are not
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -89,7 +91,9 @@ def _ask(runner: Runner, work: Path, data: bytes, inputs: list[np.ndarray], outp
             raise ValueError("runs but returns NaN/Inf: the kernel does not handle these "
                              "types")
     except Exception as exc:  # noqa: BLE001 — a refusal is the answer, as data
-        return {"ok": False, "stage": stage[-1], "message": runtime_message(str(exc))}
+        # Past "release" only the outputs' check can fail: about what invoke returned.
+        where = "invoke" if stage[-1] == "release" else stage[-1]
+        return {"ok": False, "stage": where, "message": runtime_message(str(exc))}
     return {"ok": True, "stage": "done", "message": ""}
 
 
@@ -114,9 +118,14 @@ def main(argv: list[str]) -> int:
             except Exception as exc:  # noqa: BLE001 — the probe's limit, not the runtime's
                 answer = {"skipped": f"cannot be cut out alone ({exc})"}
             else:
-                options = RunOptions(runs=1, warmup=0, xnnpack=request["xnnpack"],
+                options = RunOptions(runs=1, warmup=0, threads=request["threads"],
+                                     xnnpack=request["xnnpack"],
                                      arena_size=starting_arena(one))
                 answer = _ask(runner, work, data, inputs, len(one.main.outputs), options)
+                # Whatever the interpreter left (a cycle, an exception's frames) is freed
+                # now, while this op is the current one: heap damage shows at the free.
+                (work / "stage").write_text("release")
+                gc.collect()
             answers.write(json.dumps({"key": key, **answer}) + "\n")
             answers.flush()
     sys.stdout.flush()

@@ -23,6 +23,11 @@ LiteRT's ``BuiltinOpResolver`` covers nearly the whole builtin schema. What it c
   only when both refuse it (XNNPACK leaves what it cannot take to the builtin kernels).
   The same for asymmetric quantization: int8 conv weights with a non-zero zero point, int16
   activations with one.
+- TFLM's 8-bit SVDF (int8 time weights and state, ``keyword_scrambled_8bit``): LiteRT's
+  integer SVDF reads both as int16 without checking their type and writes past the state
+  buffer (valgrind: "Invalid write of size 2" in ``reference_ops::EvalIntegerSVDF``).
+  XNNPACK does not take SVDF, so the profile's XNNPACK path runs the same builtin kernel:
+  invoke may even return, and the process dies on the damaged heap then or later.
 """
 
 from __future__ import annotations
@@ -67,6 +72,18 @@ def refusal(sg: Subgraph, op: Operator, xnnpack: bool) -> str | None:
         return None
     stage, _, message = builtin.partition(": ")
     return f"{sig} at {stage}: {message}"
+
+
+def svdf_refusal(sg: Subgraph, op: Operator) -> str | None:
+    """Why LiteRT cannot run this SVDF (TFLM's 8-bit kind, see the module docstring)."""
+    if op.op_name != "SVDF" or len(op.inputs) < 5 or min(op.inputs[0], op.inputs[4]) < 0:
+        return None
+    if (sg.tensors[op.inputs[0]].dtype, sg.tensors[op.inputs[4]].dtype) != ("int8", "int8"):
+        return None
+    return ("LiteRT's integer SVDF reads its state as int16; with an int8 one (TFLM's 8-bit "
+            "SVDF) it writes outside the state buffer and the process dies on the damaged "
+            "heap, with XNNPACK or without (XNNPACK does not take SVDF: the builtin kernel "
+            "runs either way)")
 
 
 def version_refusal(op: Operator) -> str | None:
@@ -133,6 +150,8 @@ def check(model: Model, profile: Profile) -> list[UnsupportedOp]:
                 reason = "op code unknown to this LiteRT schema"
             elif not op.is_custom:
                 if why := version_refusal(op):
+                    reason = why
+                elif why := svdf_refusal(sg, op):
                     reason = why
                 elif why := refusal(sg, op, xnnpack):
                     reason = f"LiteRT's kernel does not run {why}"

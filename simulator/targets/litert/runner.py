@@ -68,4 +68,8 @@ class LiteRTRunner:
                 # differently on each later one (see the TFLM runner).
                 details = interpreter.get_output_details()[:num_outputs]
                 outputs = [np.array(interpreter.get_tensor(d["index"])) for d in details]
+        # Freed here, in its own stage: a kernel that wrote outside its buffers (LiteRT's
+        # SVDF reads int8 state as int16) often runs, and the process dies at this free.
+        stage("release")
+        del interpreter
         return RunResult(runtime=self.name, outputs=outputs, host_ms=host_ms)
