@@ -28,7 +28,7 @@ from devicefit.simulator.types import BuildRequest, MeasureOptions
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "simulate", help="predict a .tflite's flash, arena and compute on a device profile",
+        "simulate",
         description="Read a .tflite model and predict, without running it, the flash and the "
                     "tensor arena it needs on a device profile; judge the profile's budgets. "
                     "Op support on TFLM and LiteRT profiles is also asked of the runtime, one "

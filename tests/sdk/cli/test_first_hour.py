@@ -6,7 +6,6 @@ runs as printed. All in-process except the runs of a printed command."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import shlex
@@ -16,9 +15,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import tomllib
 
-from devicefit.sdk.cli import COMMAND_LINE, _commands, build_parser, main, package_version
+from devicefit import __version__
+from devicefit.sdk.cli import COMMAND_LINE, _commands, build_parser, main
 from devicefit.simulator.errors import MissingExtra, did_you_mean, missing_extra
 from tests.paths import ROOT
 from tests.tflite_builder import conv_time_model
@@ -178,23 +177,10 @@ def test_an_import_of_an_optional_module_names_its_extra():
     assert missing_extra(ValueError("keras"), "x") is None
 
 
-def _declared_version() -> str:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-
-
-def test_version(capsys, monkeypatch):
+def test_version(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
-    assert (exc.value.code, capsys.readouterr().out) == (0, f"devicefit {_declared_version()}\n")
-
-
-def test_version_of_a_checkout_that_was_never_installed(monkeypatch):
-    """No distribution metadata (a stand-in for a plain clone on PYTHONPATH)."""
-    def not_installed(name: str) -> str:
-        raise importlib.metadata.PackageNotFoundError(name)
-
-    monkeypatch.setattr(importlib.metadata, "version", not_installed)
-    assert package_version() == f"{_declared_version()} (source checkout)"
+    assert (exc.value.code, capsys.readouterr().out) == (0, f"devicefit {__version__}\n")
 
 
 def _examples(text: str) -> list[str]:
