@@ -28,7 +28,7 @@ for _sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
 
 def run() -> None:
     """Console-script entry point."""
-    from devicefit.sdk.cli import run as cli_run
+    from devicefit.sdk.entry import run as cli_run
 
     cli_run()
 
