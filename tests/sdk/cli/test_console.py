@@ -18,7 +18,7 @@ import pytest
 import devicefit.sdk.commands.profiles as profiles_command
 from devicefit.sdk.cli import build_parser, main
 from devicefit.sdk.console import native_log
-from devicefit.simulator.errors import InputError, RuntimeFailure
+from devicefit.simulator.errors import InputError, RuntimeFailure, install_command
 from devicefit.simulator.profiles import ProfileStore
 from tests.paths import ROOT, TESTS
 from tests.terminal import in_a_terminal
@@ -218,8 +218,8 @@ def test_plot_without_matplotlib_is_one_clear_message(tmp_path, model_zoo, monke
     err = capsys.readouterr().err
     assert code == 2, err
     assert err.strip().splitlines() == [
-        "devicefit: error: --plot needs matplotlib, which the light install leaves out: pip "
-        "install 'devicefit[plot]' (or use --html)"]
+        "devicefit: error: --plot needs matplotlib, which the light install leaves out: "
+        f"{install_command('plot')} (or use --html)"]
     assert not (tmp_path / "m.png").exists()
 
 

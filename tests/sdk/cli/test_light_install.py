@@ -76,7 +76,7 @@ COMMANDS = {
              "--eval", "test.npz", "-o", "out.tflite"], "devicefit fit needs TensorFlow",
             "convert"),
     "fit --export": (["fit", "--storage", "sqlite:///fit.db", "--study", "s", "--export",
-                      "-o", "out.tflite"], "devicefit fit --export needs optuna", "convert"),
+                      "-o", "out.tflite"], "devicefit fit --export needs optuna", "study"),
     "plan-batch": (["plan-batch", "model.keras", "--no-calibrate"],
                    "devicefit plan-batch needs TensorFlow", "convert"),
     "search": (["search", "--family", "mlp", "--profile", "esp32-s3", "--screen"],
@@ -121,12 +121,15 @@ def test_commands_that_need_an_extra_name_it_in_one_line(light_venv, tmp_path):
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
     assert results["importable"] == [], "the light venv has an extra installed"
+    # pip installed the light venv's devicefit from this wheel: the hint names it (devicefit
+    # is on no package index).
+    (wheel,) = (light_venv / "wheel").glob("devicefit-*.whl")
     for name, (_, says, extra) in COMMANDS.items():
         code, stderr = results[name]
         assert (code, stderr.splitlines()) == (2, [
             f"devicefit: error: {says}, which the light install leaves out: "
-            f"pip install 'devicefit[{extra}]'" + (" (or use --html)" if extra == "plot"
-                                                     else "")]), name
+            f"pip install '{wheel}[{extra}]'" + (" (or use --html)" if extra == "plot"
+                                                  else "")]), name
     assert not list(tmp_path.glob("out.*"))
 
 
