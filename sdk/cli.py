@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devicefit import __version__
+from devicefit.sdk import commands
 from devicefit.sdk.commands import COMMANDS
 from devicefit.simulator.errors import (
     DevicefitError,
@@ -200,7 +201,7 @@ class _Commands(argparse._SubParsersAction):
     def load(self, name: str) -> None:
         if name not in self._waiting:
             return
-        module = importlib.import_module(f"{__package__}.commands.{name.replace('-', '_')}")
+        module = importlib.import_module(f"{commands.__name__}.{name.replace('-', '_')}")
         module.register(self)
         command = self._name_parser_map[name]
         for each in [command, *_commands(command)]:
