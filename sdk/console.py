@@ -121,9 +121,10 @@ def print_report(text: str, no_color: bool = False) -> None:
     and statuses in colour where :func:`make_console` gives colour (a terminal, no
     ``NO_COLOR``, no ``--no-color``), plain text otherwise."""
     if not _may_be_a_terminal(sys.stdout):
-        # What rich prints off a terminal (no styles, no trailing padding), without
-        # importing it: a fifth of what a static simulate to a pipe or file imported.
-        sys.stdout.write("\n".join(line.rstrip(" ") for line in fold(text).split("\n")))
+        # What rich prints off a terminal (no styles, tabs expanded, no trailing padding),
+        # without importing it: a fifth of what a static simulate to a pipe imported.
+        sys.stdout.write("\n".join(line.expandtabs(8).rstrip(" ")
+                                    for line in fold(text).split("\n")))
         return
     from rich.text import Text
 
