@@ -8,3 +8,8 @@ folders ``simulator/`` and ``sdk/``, reached from here through the symbolic link
 tool resolves every ``devicefit.…`` import as Python does; the wheel puts the folders
 themselves inside this one (see ``pyproject.toml``).
 """
+
+#: The one place the version is written: pyproject.toml reads it from here (hatch), and
+#: ``devicefit --version`` answers it without importing the package's metadata (which costs
+#: more than Python's own start).
+__version__ = "0.1.0"

@@ -9,12 +9,17 @@ the process by the signal (a crash to CI). Here it ends with one line and status
 
 from __future__ import annotations
 
+# signal's C half: the signal module imports enum, which costs as much as the rest of a bare
+# `devicefit --version` (sdk/entry.py).
+import _signal  # type: ignore[import-not-found]  # (no stub; signal.pyi covers the same)
 import os
-import signal
+
+#: The signals handled here, by name (signal.Signals would import enum).
+_NAMES = {_signal.SIGINT: "SIGINT", _signal.SIGTERM: "SIGTERM", _signal.SIGHUP: "SIGHUP"}
 
 
 def _stop_early(signum: int, frame: object) -> None:
-    what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    what = "interrupted" if signum == _signal.SIGINT else f"stopped by {_NAMES[signum]}"
     try:
         os.write(2, f"devicefit: {what}\n".encode())
     except OSError:
@@ -22,13 +27,13 @@ def _stop_early(signum: int, frame: object) -> None:
     os._exit(128 + signum)
 
 
-for _sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-    signal.signal(_sig, _stop_early)
+for _sig in _NAMES:
+    _signal.signal(_sig, _stop_early)
 
 
 def run() -> None:
     """Console-script entry point."""
-    from devicefit.sdk.cli import run as cli_run
+    from devicefit.sdk.entry import run as cli_run
 
     cli_run()
 

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from devicefit.simulator.errors import install_command
+
 #: The requirement (pyproject.toml's ``bench`` extra) and what its files must hash to.
 PACKAGE, VERSION = "sktime", "1.2.0"
 FOLDER = "sktime/datasets/data/JapaneseVowels"
@@ -67,7 +69,7 @@ class Vowels:
 
 def data_file(split: str) -> Path:
     """The installed ``.ts`` file of ``split`` (TRAIN or TEST), its hash checked."""
-    install = f"pip install 'devicefit[bench]' (or {PACKAGE}=={VERSION})"
+    install = f"{install_command('bench')} (or {PACKAGE}=={VERSION})"
     try:
         dist = importlib.metadata.distribution(PACKAGE)
     except importlib.metadata.PackageNotFoundError:

@@ -20,27 +20,37 @@ pulls in TensorFlow.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+TYPE_CHECKING = False  # not typing's: importing typing would double `devicefit --version`
+if TYPE_CHECKING:
+    from typing import Any
 
-from devicefit.simulator.errors import DevicefitError
-from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.types import MeasureOptions
+    # For type checkers: the names below, as they are imported on first use.
+    from devicefit.simulator.errors import DevicefitError as DevicefitError
+    from devicefit.simulator.profile_types import Profile as Profile
+    from devicefit.simulator.profiles import load_profile as load_profile
+    from devicefit.simulator.types import MeasureOptions as MeasureOptions
 
+#: Every name, imported on first use: importing ``devicefit.sdk`` (as the ``devicefit``
+#: command does) costs nothing of its own.
 _LAZY = {
+    "DevicefitError": ("devicefit.simulator.errors", "DevicefitError"),
+    "Profile": ("devicefit.simulator.profile_types", "Profile"),
+    "load_profile": ("devicefit.simulator.profiles", "load_profile"),
+    "MeasureOptions": ("devicefit.simulator.types", "MeasureOptions"),
     "simulate": ("devicefit.simulator.simulate", "simulate"),
     "Report": ("devicefit.simulator.report.report", "Report"),
     "optimize_model_bytes": ("devicefit.simulator.optimize", "optimize_model_bytes"),
     "plan_batch": ("devicefit.sdk.train", "plan_batch"),
 }
 
-__all__ = ["DevicefitError", "MeasureOptions", "Profile", "load_profile", *_LAZY]
+__all__ = [*_LAZY]
 
 
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'sdk' has no attribute {name!r}")
+    import importlib
+
     module, attr = _LAZY[name]
     value = getattr(importlib.import_module(module), attr)
     globals()[name] = value

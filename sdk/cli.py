@@ -1,9 +1,10 @@
 """The ``devicefit`` command: parse arguments, call the library, map errors to exit codes.
 
 Each subcommand lives in ``sdk/commands/<name>.py`` and exposes ``register(subparsers)``;
-they are discovered here, so adding a command is one new module. Command modules import
-heavy libraries (TensorFlow, runtimes) inside their handlers, never at module level, so
-``devicefit --help`` and ``check`` stay fast.
+``sdk/commands``' table names them with their line in ``--help``. A command's module is
+imported only when that command runs (or its help is asked for), and imports heavy
+libraries (TensorFlow, runtimes) inside its handler: ``devicefit --help`` and a mistyped
+command import none of them, ``simulate`` only its own.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import pkgutil
 import re
 import signal
 import sys
@@ -20,7 +20,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from devicefit import __version__
 from devicefit.sdk import commands
+from devicefit.sdk.commands import COMMANDS
 from devicefit.simulator.errors import (
     DevicefitError,
     InputError,
@@ -30,7 +32,6 @@ from devicefit.simulator.errors import (
     require_extra,
 )
 from devicefit.simulator.infra.escape import clean
-from devicefit.simulator.infra.fileio import all_or_nothing
 from devicefit.simulator.infra.limits import DEFAULT_MAX_OPS, ENV_MAX_OPS, TENSORS_PER_OP
 from devicefit.simulator.infra.signals import (
     Terminated,
@@ -176,7 +177,46 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"devicefit: error: {message} (see '{self.prog} --help')\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Commands(argparse._SubParsersAction):
+    """The commands: a stand-in parser for each (its name and line in ``--help``), replaced by
+    the command's own, from its module, when argparse reaches its name on the command line
+    (or by :meth:`load`): a run imports the module of its command alone."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._waiting: set[str] = set()  # the commands whose parser is a stand-in
+
+    def stand_in(self, name: str) -> None:
+        super().add_parser(name, help=COMMANDS[name])
+        self._waiting.add(name)
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        # From the module's register(): its parser takes the place of the stand-in, whose
+        # line in --help stays.
+        if name in self._waiting:
+            self._waiting.remove(name)
+            del self._name_parser_map[name]
+        return super().add_parser(name, **kwargs)
+
+    def load(self, name: str) -> None:
+        if name not in self._waiting:
+            return
+        module = importlib.import_module(f"{commands.__name__}.{name.replace('-', '_')}")
+        module.register(self)
+        command = self._name_parser_map[name]
+        for each in [command, *_commands(command)]:
+            _add_global_options(each, late=True)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        self.load(values[0])  # argparse has checked that it names a command
+        super().__call__(parser, namespace, values, option_string)
+
+
+def build_parser(lazy: bool = False) -> argparse.ArgumentParser:
+    """The ``devicefit`` parser. ``lazy``: each command's parser is built when the command
+    line names it (what :func:`main` needs); otherwise every one is built now, to be walked
+    (:func:`_commands`)."""
     parser = _Parser(
         prog="devicefit",
         description="Know before flashing: will this model fit the device (flash, RAM, latency)? "
@@ -184,13 +224,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "the command (devicefit check -q).",
         epilog="example: devicefit simulate model.tflite --profile stm32l4r5-cortex-m4",
     )
-    parser.add_argument("--version", action="version", version=f"devicefit {package_version()}")
+    parser.add_argument("--version", action="version", version=f"devicefit {__version__}")
     _add_global_options(parser)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        importlib.import_module(f"{commands.__name__}.{info.name}").register(sub)
-    for command in _commands(parser):
-        _add_global_options(command, late=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser,
+                                action=_Commands)
+    assert isinstance(sub, _Commands)
+    for name in COMMANDS:
+        sub.stand_in(name)
+    if not lazy:
+        for name in COMMANDS:
+            sub.load(name)
     return parser
 
 
@@ -247,20 +290,6 @@ def _merge_late(args: argparse.Namespace) -> None:
             delattr(args, name)
 
 
-def package_version() -> str:
-    """The installed distribution's version; in a checkout that was never installed, the
-    version its pyproject.toml declares."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("devicefit")
-    except PackageNotFoundError:
-        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
-        declared = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(encoding="utf-8"),
-                             re.MULTILINE) if pyproject.is_file() else None
-        return f"{declared.group(1)} (source checkout)" if declared else "unknown"
-
-
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -272,7 +301,7 @@ def _positive_int(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(lazy=True)
     args = parser.parse_args(argv)
     _merge_late(args)
     if not getattr(args, "handler", None):
@@ -299,6 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from devicefit.sdk.console import native_log, progress
+    from devicefit.simulator.infra.fileio import all_or_nothing
 
     with terminate_as_interrupt(), native_log(args.log) as log:
         try:

@@ -28,49 +28,22 @@ from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console, ConsoleOptions, RenderResult
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from devicefit.simulator.infra import jsonout
 from devicefit.simulator.infra.escape import clean
-from devicefit.simulator.report.views.columns import atoms, fold_spans
+from devicefit.simulator.report.views.columns import fold_spans
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from devicefit.sdk.terminal import FitTable
 
 #: Width for output that goes to a pipe or file without ``COLUMNS``: wide enough that no
 #: table or sentence folds; trailing padding is stripped, so it costs nothing.
 PIPE_WIDTH = 1000
 #: Lines of the native log shown with a failure.
 LOG_TAIL_LINES = 12
-
-
-class SafeConsole(Console):
-    """A rich console that never writes a control character it did not make itself, and
-    strips the padding rich adds to the end of lines when the output is not a terminal.
-
-    rich passes ESC and C1 bytes inside strings through to the terminal; the strings
-    printed here quote model and project files (see :mod:`simulator.infra.escape`).
-    """
-
-    def print(self, *objects: Any, **kwargs: Any) -> None:
-        """As rich's, but one line of text wider than the console is folded between
-        :func:`~simulator.report.views.columns.atoms`, continuations indented (rich would part a
-        number from its unit)."""
-        shown = [clean(o) if isinstance(o, str) else o for o in objects]
-        if (len(shown) == 1 and isinstance(shown[0], str) and not kwargs.get("soft_wrap")
-                and self.width < PIPE_WIDTH):
-            markup = kwargs.pop("markup", None)
-            text = (Text.from_markup(shown[0]) if markup is not False and self._markup
-                    else Text(shown[0]))
-            shown = [_folded(text, self.width, indent=4)]
-        super().print(*shown, **kwargs)
-
-    def _render_buffer(self, buffer: Any) -> str:
-        text = super()._render_buffer(buffer)
-        if self.is_terminal:
-            return text
-        return "\n".join(line.rstrip(" ") for line in text.split("\n"))
 
 
 def color_disabled(no_color: bool = False) -> bool:
@@ -114,6 +87,11 @@ def fold(text: str, stream: Any = None) -> str:
     return "\n".join(out)
 
 
+def _may_be_a_terminal(stream: Any) -> bool:
+    """A terminal, or what rich takes for one (it colours a pipe when told to)."""
+    return _isatty(stream) or any(v in os.environ for v in ("FORCE_COLOR", "TTY_COMPATIBLE"))
+
+
 def _isatty(stream: Any) -> bool:
     try:
         return bool(stream.isatty())
@@ -122,10 +100,13 @@ def _isatty(stream: Any) -> bool:
 
 
 def make_console(no_color: bool = False, stderr: bool = False) -> Console:
+    from devicefit.sdk.terminal import SafeConsole
+
     stream = sys.stderr if stderr else sys.stdout
     plain = color_disabled(no_color)
+    width = console_width(stream)
     return SafeConsole(no_color=plain, color_system=None if plain else "auto", stderr=stderr,
-                       highlight=False, width=console_width(stream))
+                       highlight=False, width=width, folds=width is None or width < PIPE_WIDTH)
 
 
 #: Words of the text views and their colours on a colour terminal (as ``check`` shows
@@ -139,6 +120,14 @@ def print_report(text: str, no_color: bool = False) -> None:
     """A text view (``simulate``, ``diff``) on stdout: folded to the terminal, its verdict
     and statuses in colour where :func:`make_console` gives colour (a terminal, no
     ``NO_COLOR``, no ``--no-color``), plain text otherwise."""
+    if not _may_be_a_terminal(sys.stdout):
+        # What rich prints off a terminal (no styles, tabs expanded, no trailing padding),
+        # without importing it: a fifth of what a static simulate to a pipe imported.
+        sys.stdout.write("\n".join(line.expandtabs(8).rstrip(" ")
+                                    for line in fold(text).split("\n")))
+        return
+    from rich.text import Text
+
     console = make_console(no_color)
     styled = Text(fold(text))
     for pattern, style in _REPORT_STYLES:
@@ -147,78 +136,10 @@ def print_report(text: str, no_color: bool = False) -> None:
 
 
 # --------------------------------------------------------------------------- tables
-@dataclass
-class FitTable:
-    """A table that never splits a word, nor a number from its unit: as columns when every
-    column's longest :func:`atoms` fits the width (cells folded between atoms here, as rich
-    would fold them anywhere at a space), otherwise one block per row (``header  value``
-    lines under the row's first cell), the way ``psql``'s expanded display does."""
-
-    title: str | None
-    columns: list[str]
-    rows: list[list[str]]
-
-    def _cells(self) -> list[list[Text]]:
-        return [[Text.from_markup(c) for c in row] for row in [self.columns, *self.rows]]
-
-    def _widths(self, cells: list[list[Text]], room: int) -> list[int] | None:
-        """Column widths: each its longest line if that fits ``room``, else the widest
-        columns narrowed towards their longest atom; None when even those do not fit."""
-        least = [max((b - a for c in col for a, b in atoms(c.plain)), default=1) or 1
-                 for col in zip(*cells, strict=True)]
-        widths = [max(len(c.plain) for c in col) or 1 for col in zip(*cells, strict=True)]
-        if sum(least) > room:
-            return None
-        while sum(widths) > room:
-            widest = max(range(len(widths)), key=lambda i: widths[i] - least[i])
-            widths[widest] -= 1
-        return widths
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        cells = self._cells()
-        widths = self._widths(cells, options.max_width - 3 * (len(self.columns) - 1))
-        if widths is not None:
-            t = Table(title=self.title, title_justify="left", show_edge=False,
-                      pad_edge=False)
-            for head, width in zip(cells[0], widths, strict=True):
-                t.add_column(_folded(head, width), width=width, no_wrap=True)
-            for row in cells[1:]:
-                t.add_row(*(_folded(c, w) for c, w in zip(row, widths, strict=True)))
-            yield t
-            return
-        if self.title:
-            yield Text.from_markup(self.title, style="italic")
-        names = cells[0][1:]
-        room = max(options.max_width - 4 - max((len(n.plain) for n in names), default=0), 1)
-        for row in cells[1:]:
-            first = row[0] if row[0].plain else Text("-")
-            first.stylize("bold")
-            yield first
-            grid = Table.grid(padding=(0, 2), pad_edge=False)
-            grid.add_column(no_wrap=True)
-            grid.add_column(no_wrap=True)
-            for head, cell in zip(names, row[1:], strict=True):
-                grid.add_row(Text("  ") + head, _folded(cell, room))
-            yield grid
-
-
-def _folded(text: Text, width: int, indent: int = 0) -> Text:
-    """``text`` folded to ``width`` between :func:`atoms`, keeping its styles; lines after
-    the first of each line are indented ``indent`` more than its own text."""
-    if all(len(line) <= width for line in text.plain.split("\n")):
-        return text
-    out: list[Text] = []
-    for line in text.split("\n", allow_blank=True):
-        lead = len(line.plain) - len(line.plain.lstrip(" "))
-        body = line[lead:]
-        spans = fold_spans(body.plain, max(width - lead, 1), indent=indent)
-        out += [Text(" " * (lead + (indent if i else 0))) + body[a:b]
-                for i, (a, b) in enumerate(spans)]
-    return Text("\n").join(out)
-
-
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> FitTable:
     """A table of rich-markup cells (None shows empty) for :meth:`Console.print`."""
+    from devicefit.sdk.terminal import FitTable
+
     return FitTable(title and clean(title), [clean(c) for c in columns],
                     [["" if c is None else clean(c, one_line=True) for c in row]
                      for row in rows])

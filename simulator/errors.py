@@ -25,16 +25,41 @@ class UsageError(DevicefitError):
 
 class MissingExtra(UsageError):
     """A command needs an optional dependency that the light install (``pip install
-    devicefit``) leaves out: one line naming the ``pip install 'devicefit[EXTRA]'`` that
-    brings it."""
+    devicefit``) leaves out: one line naming the ``pip install`` that brings it
+    (:func:`install_command`)."""
 
     def __init__(self, module: str, purpose: str, alternative: str = "") -> None:
         extra, distribution = EXTRAS[module]
         super().__init__(f"{purpose} needs {distribution}, which the light install leaves out: "
-                         f"pip install 'devicefit[{extra}]'"
+                         f"{install_command(extra)}"
                          + (f" ({alternative})" if alternative else ""))
         self.module = module
         self.extra = extra
+
+
+def install_command(extra: str) -> str:
+    """``pip install`` of this devicefit with ``extra``. devicefit is on no package index, so
+    ``'devicefit[EXTRA]'`` would fail (or install another project that took the name): where
+    pip installed it from a folder, a wheel or a URL (its ``direct_url.json``, PEP 610), that
+    source; in a source checkout never installed, the checkout; from an index, the name."""
+    import importlib.metadata
+    import json
+    import shlex
+    from pathlib import Path
+    from urllib.parse import unquote, urlparse
+
+    try:
+        direct = importlib.metadata.distribution("devicefit").read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        checkout = Path(__file__).resolve().parents[1]  # simulator/ is the checkout's
+        where = checkout if (checkout / "pyproject.toml").is_file() else "/path/to/devicefit"
+        return f"pip install {shlex.quote(f'{where}[{extra}]')}"
+    url = json.loads(direct).get("url", "") if direct else ""
+    if not url:
+        return f"pip install {shlex.quote(f'devicefit[{extra}]')}"
+    if url.startswith("file://"):
+        return f"pip install {shlex.quote(f'{unquote(urlparse(url).path)}[{extra}]')}"
+    return f"pip install {shlex.quote(f'devicefit[{extra}] @ {url}')}"
 
 
 #: Top-level module of an optional dependency → (the extra of pyproject.toml that installs
@@ -44,8 +69,8 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "tensorflow": ("convert", "TensorFlow"),
     "keras": ("convert", "TensorFlow"),
     "sklearn": ("convert", "scikit-learn"),
-    "optuna": ("convert", "optuna"),
-    "sqlalchemy": ("convert", "optuna"),
+    "optuna": ("study", "optuna"),
+    "sqlalchemy": ("study", "optuna"),
     "matplotlib": ("plot", "matplotlib"),
     "psycopg2": ("distributed", "psycopg2"),
     "ethosu": ("ethos-u", "Arm's Vela compiler (ethos-u-vela)"),

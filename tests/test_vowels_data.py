@@ -9,6 +9,7 @@ import importlib.util
 import numpy as np
 import pytest
 
+from devicefit.simulator.errors import install_command
 from examples import vowels
 
 HAS_SKTIME = importlib.util.find_spec(vowels.PACKAGE) is not None
@@ -31,7 +32,7 @@ def test_a_missing_package_is_one_line_naming_the_install(monkeypatch):
     with pytest.raises(vowels.MissingDataset) as err:
         vowels.load_vowels()
     assert str(err.value) == ("Japanese Vowels ships inside devicefit-no-such-package, which "
-                              "is not installed: pip install 'devicefit[bench]' (or "
+                              f"is not installed: {install_command('bench')} (or "
                               "devicefit-no-such-package==1.2.0)")
 
 

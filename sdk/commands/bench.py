@@ -26,7 +26,7 @@ from devicefit.simulator.report.report import Report
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "bench", help="run TFLite's benchmark_model on an Android phone over adb",
+        "bench",
         description="Benchmark a .tflite model on a phone connected over adb with TFLite's "
                     "benchmark_model (you supply the binary), using the profile's threads and "
                     "delegate, and show the measurement beside the simulator's estimate. The "

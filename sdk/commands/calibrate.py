@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "calibrate", help="fit a profile's latency model to what your board measured",
+        "calibrate",
         description="Fit the profile's cost terms (per op kind and dtype, per-op overhead) "
                     "to per-operator timings the board printed (TFLM MicroProfiler log or "
                     "CSV, benchmark_model's op profiling, devicefit bench --json) or "

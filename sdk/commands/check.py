@@ -53,7 +53,7 @@ def _jobs(text: str) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "check", help="CI gate: every model of a project against its device budgets",
+        "check",
         description="Simulate every model x profile listed in a project file (static analysis; "
                     "--run adds real inference) and fail when a budget, the runtime's op "
                     "support or a regression rule fails. Exit 0 all pass, 1 something failed, "

@@ -54,7 +54,7 @@ EXAMPLE = ("example: devicefit convert model.keras --profile stm32l4r5-cortex-m4
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "convert", help="convert a Keras/SavedModel model to .tflite for a device profile",
+        "convert",
         description="Quantize (and optionally prune) a trained model as the profile's runtime "
                     "allows, write the .tflite, measure what it cost and simulate it.",
         epilog=EXAMPLE)

@@ -12,7 +12,7 @@ from devicefit.simulator.report.views.columns import text_width
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "diff", help="compare two models on a profile, or one model on two profiles",
+        "diff",
         description="Simulate both sides and show what changed: model size, flash, arena, "
                     "estimated latency with its error band, accuracy where the models' "
                     "conversion metadata records it, op counts and per-layer changes. "

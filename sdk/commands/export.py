@@ -15,7 +15,7 @@ EXAMPLE = "example: devicefit export digits.tflite --profile stm32l4r5-cortex-m4
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "export", help="write the checked model as a TFLM firmware component (C++)",
+        "export",
         description="Judge a .tflite on a TFLite-Micro profile as simulate does and, when it "
                     "passes, write the firmware component a TFLM project compiles: the model "
                     "as an aligned const array, an op resolver registering exactly its "

@@ -48,7 +48,7 @@ EXAMPLE = ("example: devicefit fit model.keras --profile stm32l4r5-cortex-m4 --t
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "fit", help="find the most accurate compressed model that fits a device profile",
+        "fit",
         description="Search quantization scheme, channel pruning, N:M sparsity (where the "
                     "runtime uses it) and PTQ vs quantization-aware training for the most "
                     "accurate candidate that passes every budget; verify it in the target's "

@@ -14,8 +14,7 @@ from devicefit.simulator.report.views.columns import text_width
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "link-check", help="check that a linked firmware holds the model and arena devicefit "
-                           "verified",
+        "link-check",
         description="Read the firmware the linker wrote (the map file of GNU ld's Map option, "
                     "a 32-bit ARM ELF, or both of one link; told apart by content) and check "
                     "it against what devicefit export verified: the model array's size, "

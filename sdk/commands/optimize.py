@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "optimize", help="rewrite a .tflite so TFLite-Micro needs a smaller tensor arena",
+        "optimize",
         description="Reorder operators (the valid order with the lowest peak of live bytes) and "
                     "write an offline arena plan (TFLM's OfflineMemoryAllocation metadata) so "
                     "the stock TFLM interpreter needs a smaller arena head. The rewritten model "

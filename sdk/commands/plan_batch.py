@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from devicefit.sdk.train.optimizers import OPTIMIZERS
 
     p = sub.add_parser(
-        "plan-batch", help="largest training batch that fits memory, and gradient accumulation",
+        "plan-batch",
         description="Estimate training memory (parameters, gradients, optimizer state, "
                     "activations kept for the backward pass) and pick the largest micro-batch "
                     "that fits, with the gradient-accumulation steps that reach the target "

@@ -14,8 +14,7 @@ from devicefit.simulator.profiles import ProfileStore, dump_resolved, load_profi
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("profiles", help="list, show and validate device profiles",
-                       description="Device profiles: built-in ones and your own.",
+    p = sub.add_parser("profiles", description="Device profiles: built-in ones and your own.",
                        epilog="example: devicefit profiles show stm32l4r5-cortex-m4")
     psub = p.add_subparsers(dest="profiles_command", metavar="ACTION", required=True)
     ls = psub.add_parser("list", help="table of the available profiles",

@@ -41,8 +41,7 @@ _SIZES = ("input_shape", "depth")
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "search", help="find the architecture that fits a profile: screen a family's grid, "
-                       "train the candidates that fit, write the best",
+        "search",
         description="Build every candidate of an architecture family's grid with random "
                     "weights, convert each to int8 (calibrated on random samples of the input "
                     "shape: sizes, arena and latency do not depend on the data) in one "

@@ -20,7 +20,7 @@ from devicefit.sdk.options import (
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.infra.fileio import check_outputs
 from devicefit.simulator.profiles import KERNELS
-from devicefit.simulator.report.views import VIEWS
+from devicefit.simulator.report.views import TEXT_FORMATS
 from devicefit.simulator.report.views.base import heading
 from devicefit.simulator.report.views.columns import text_width
 from devicefit.simulator.types import BuildRequest, MeasureOptions
@@ -28,7 +28,7 @@ from devicefit.simulator.types import BuildRequest, MeasureOptions
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "simulate", help="predict a .tflite's flash, arena and compute on a device profile",
+        "simulate",
         description="Read a .tflite model and predict, without running it, the flash and the "
                     "tensor arena it needs on a device profile; judge the profile's budgets. "
                     "Op support on TFLM and LiteRT profiles is also asked of the runtime, one "
@@ -40,10 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="device profile name or path to a profile .yaml "
                         "(see 'devicefit profiles list')")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
-    p.add_argument("--format", choices=sorted(n for n, v in VIEWS.items() if not v.binary),
-                   default=None, metavar="NAME",
-                   help="print the report in this format: "
-                        + ", ".join(sorted(n for n, v in VIEWS.items() if not v.binary))
+    p.add_argument("--format", choices=TEXT_FORMATS, default=None, metavar="NAME",
+                   help="print the report in this format: " + ", ".join(TEXT_FORMATS)
                         + " (default text; --json is --format json)")
     add_picture_options(p)
     p.add_argument("--top", type=int, default=8, metavar="N",
@@ -103,10 +101,11 @@ def _simulate(args: argparse.Namespace) -> int:
                                           *profile_inputs(profile)])
     run = (MeasureOptions(runs=args.runs, input_path=args.input, timeout_s=args.timeout,
                           target_build=build) if args.run else None)
-    err = make_console(args.no_color, stderr=True)
-    # The runs happen in child processes: on a terminal, show that something is going on.
+    # The runs happen in child processes: on a terminal, show that something is going on
+    # (a static run makes no console: rich is not imported).
+    err = make_console(args.no_color, stderr=True) if run is not None else None
     running = (err.status(f"running {args.runs} timed invokes in {profile.runtime.name} "
-                          "(child process)…") if run is not None and err.is_terminal
+                          "(child process)…") if err is not None and err.is_terminal
                else contextlib.nullcontext())
     with running:
         report = simulate(args.model, profile, run=run, input_shapes=args.input_shape,

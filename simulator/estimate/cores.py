@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import yaml
-
 from devicefit.simulator.errors import ProfileError
+from devicefit.simulator.infra.safeyaml import load_own_data
 
 DATA_DIR = Path(__file__).parent / "latency_data"
 SIMD_PATHS = ("none", "dsp", "mve", "pie", "p-ext", "neon", "neon-dotprod")
@@ -61,7 +60,7 @@ def _core(name: str, d: dict) -> Core:
 @cache
 def cores() -> dict[str, Core]:
     """Every registered core by its canonical name."""
-    data = yaml.safe_load((DATA_DIR / "cores.yaml").read_text(encoding="utf-8"))
+    data = load_own_data(DATA_DIR / "cores.yaml")
     return {name: _core(name, d) for name, d in data["cores"].items()}
 
 

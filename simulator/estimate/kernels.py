@@ -44,10 +44,9 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-import yaml
-
 from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.estimate.cores import DATA_DIR, Core
+from devicefit.simulator.infra.safeyaml import load_own_data
 
 KINDS = ("conv", "conv1x1", "depthwise", "fully_connected", "recurrent", "elementwise")
 #: Op name → kind; CONV_2D becomes conv1x1 when its filter is 1×1 (see :func:`op_kind`).
@@ -224,8 +223,8 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def kernel_tables() -> dict[str, Any]:
     """kernels.yaml (structure and priors) with kernels_fitted.yaml (the fit's output) on top."""
-    base = yaml.safe_load((DATA_DIR / "kernels.yaml").read_text(encoding="utf-8"))
-    fitted = yaml.safe_load(FITTED.read_text(encoding="utf-8")) if FITTED.exists() else {}
+    base = load_own_data(DATA_DIR / "kernels.yaml")
+    fitted = load_own_data(FITTED) if FITTED.exists() else {}
     return merge(base, fitted or {})
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
+from devicefit.simulator.infra.safeyaml import load_own_data
 from devicefit.simulator.read.model import Model, Operator, Subgraph, Tensor
 from devicefit.simulator.read.reader import constant_values
 
@@ -134,7 +134,7 @@ def _specs(items: Iterable[Any], default_status: str) -> tuple[CheckSpec, ...]:
 @functools.lru_cache(maxsize=1)
 def load_table(path: Path = TABLE_PATH) -> OpTable:
     """Read the op table and verify that every check, status and source it names exists."""
-    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    raw = load_own_data(path)
     ops = {
         name: OpRule(
             op=name,

@@ -18,7 +18,7 @@ import pytest
 import devicefit.sdk.commands.profiles as profiles_command
 from devicefit.sdk.cli import build_parser, main
 from devicefit.sdk.console import native_log
-from devicefit.simulator.errors import InputError, RuntimeFailure
+from devicefit.simulator.errors import InputError, RuntimeFailure, install_command
 from devicefit.simulator.profiles import ProfileStore
 from tests.paths import ROOT, TESTS
 from tests.terminal import in_a_terminal
@@ -218,8 +218,8 @@ def test_plot_without_matplotlib_is_one_clear_message(tmp_path, model_zoo, monke
     err = capsys.readouterr().err
     assert code == 2, err
     assert err.strip().splitlines() == [
-        "devicefit: error: --plot needs matplotlib, which the light install leaves out: pip "
-        "install 'devicefit[plot]' (or use --html)"]
+        "devicefit: error: --plot needs matplotlib, which the light install leaves out: "
+        f"{install_command('plot')} (or use --html)"]
     assert not (tmp_path / "m.png").exists()
 
 
@@ -382,3 +382,23 @@ def test_log_tail_leaves_out_python_stacks(tmp_path):
                    '  File "keras.py", line 9 in call\n')
     assert log_tail(log) == ["I0000 port.cc:153] oneDNN custom operations are on",
                              "error: 'tf.ResizeBicubic' op is neither a custom op nor a flex op"]
+
+
+def test_a_report_to_a_pipe_is_what_rich_prints_there(capsys, monkeypatch):
+    """print_report off a terminal writes without rich (a static simulate's start-up): the
+    same characters rich's console writes to a file (tabs expanded, no trailing padding)."""
+    import io
+
+    from rich.text import Text
+
+    from devicefit.sdk.console import print_report
+    from devicefit.sdk.terminal import SafeConsole
+
+    for variable in ("FORCE_COLOR", "TTY_COMPATIBLE", "COLUMNS"):
+        monkeypatch.delenv(variable, raising=False)
+    for text in ("Model\tm.tflite  \n  arena  1,024 B  \n\nVerdict: PASS\n", "x\t\ty", "  \n"):
+        print_report(text)
+        written = io.StringIO()
+        SafeConsole(file=written, highlight=False, width=1000, folds=False).print(
+            Text(text), end="", soft_wrap=True)
+        assert capsys.readouterr().out == written.getvalue()

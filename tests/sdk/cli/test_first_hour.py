@@ -16,10 +16,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import tomllib
 
-from devicefit.sdk.cli import COMMAND_LINE, _commands, build_parser, main, package_version
-from devicefit.simulator.errors import MissingExtra, did_you_mean, missing_extra
+from devicefit import __version__
+from devicefit.sdk.cli import COMMAND_LINE, _commands, build_parser, main
+from devicefit.simulator.errors import MissingExtra, did_you_mean, install_command, missing_extra
 from tests.paths import ROOT
 from tests.tflite_builder import conv_time_model
 
@@ -171,35 +171,33 @@ def test_an_import_of_an_optional_module_names_its_extra():
                           "devicefit fit")
     assert isinstance(found, MissingExtra) and str(found) == (
         "devicefit fit needs TensorFlow, which the light install leaves out: "
-        "pip install 'devicefit[convert]'")
+        + install_command("convert"))
     assert missing_extra(ModuleNotFoundError(name="ethosu.vela"), "x").extra == "ethos-u"
     for name in ("numpy", "devicefit.sdk.nothing", None):
         assert missing_extra(ModuleNotFoundError(name=name), "x") is None
     assert missing_extra(ValueError("keras"), "x") is None
 
 
-def _declared_version() -> str:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-
-
-def test_version(capsys, monkeypatch):
+def test_version(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
-    assert (exc.value.code, capsys.readouterr().out) == (0, f"devicefit {_declared_version()}\n")
-
-
-def test_version_of_a_checkout_that_was_never_installed(monkeypatch):
-    """No distribution metadata (a stand-in for a plain clone on PYTHONPATH)."""
-    def not_installed(name: str) -> str:
-        raise importlib.metadata.PackageNotFoundError(name)
-
-    monkeypatch.setattr(importlib.metadata, "version", not_installed)
-    assert package_version() == f"{_declared_version()} (source checkout)"
+    assert (exc.value.code, capsys.readouterr().out) == (0, f"devicefit {__version__}\n")
 
 
 def _examples(text: str) -> list[str]:
     return [COMMAND_LINE.sub("devicefit ", line.strip(), count=1)
             for line in text.splitlines() if COMMAND_LINE.match(line.strip())]
+
+
+def test_the_install_hint_names_where_devicefit_came_from(monkeypatch):
+    """devicefit is on no package index: the hint names the folder, wheel or URL pip
+    installed it from (tests/sdk/cli/test_light_install.py: a wheel), or, never installed,
+    this checkout (no distribution metadata: a plain clone on PYTHONPATH)."""
+    def not_installed(name: str) -> None:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", not_installed)
+    assert install_command("study") == f"pip install '{ROOT}[study]'"
 
 
 def test_help_examples_paste_at_80_columns(monkeypatch):
@@ -259,7 +257,7 @@ def test_a_postgres_study_without_its_driver_names_the_extra(tmp_path, monkeypat
                  "--export", "-o", str(tmp_path / "out.tflite")]) == 2
     assert capsys.readouterr().err == (
         "devicefit: error: --storage postgresql://fit@localhost/fit needs psycopg2, which the "
-        "light install leaves out: pip install 'devicefit[distributed]'\n")
+        f"light install leaves out: {install_command('distributed')}\n")
 
 
 def test_a_bare_postgresql_url_uses_the_driver_of_the_extra(tmp_path, capsys):
@@ -285,7 +283,7 @@ def test_the_converter_process_names_the_extra_it_lacks(tmp_path, monkeypatch, c
                  "-o", str(tmp_path / "kws.tflite")]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         "devicefit: error: the converter needs TensorFlow, which the light install leaves "
-        "out: pip install 'devicefit[convert]'")
+        f"out: {install_command('convert')}")
 
 
 def test_the_demo_table_prints_sizes_in_their_budgets_units():

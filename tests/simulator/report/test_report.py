@@ -108,6 +108,24 @@ def test_a_budget_without_a_figure_is_unchecked_and_fails_only_when_strict(tmp_p
     assert strict.verdict == Status.FAIL and "latency" not in [b.name for b in strict.budgets]
 
 
+def test_the_formats_table_names_every_view_module():
+    """views.FORMATS (which lets a command import one view) and the modules defining VIEW
+    agree, binary flag included."""
+    import importlib
+    import pkgutil
+
+    from devicefit.simulator.report import views
+
+    found = {}
+    for info in pkgutil.iter_modules(views.__path__):
+        view = getattr(importlib.import_module(f"{views.__name__}.{info.name}"), "VIEW", None)
+        if view is not None:
+            assert view.name == info.name
+            found[view.name] = view.binary
+    assert found == views.FORMATS
+    assert views.TEXT_FORMATS == ["csv", "html", "json", "junit", "markdown", "text"]
+
+
 def test_every_view_is_registered_and_renders_a_report():
     report = simulate(model_path("chain_int8"), "nrf52840-cortex-m4")
     assert {"text", "json", "html", "png", "junit", "markdown", "csv"} <= set(VIEWS)

@@ -1,0 +1,121 @@
+"""What :mod:`devicefit.sdk.console` draws with rich, apart so that a command whose output
+needs no rich (a report to a pipe, ``--json``) does not import it (a fifth of a static
+``simulate``'s start-up)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.table import Table
+from rich.text import Text
+
+from devicefit.simulator.infra.escape import clean
+from devicefit.simulator.report.views.columns import atoms, fold_spans
+
+
+class SafeConsole(Console):
+    """A rich console that never writes a control character it did not make itself, and
+    strips the padding rich adds to the end of lines when the output is not a terminal.
+
+    rich passes ESC and C1 bytes inside strings through to the terminal; the strings
+    printed here quote model and project files (see :mod:`simulator.infra.escape`).
+    """
+
+    def __init__(self, *args: Any, folds: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: False when piped without ``COLUMNS``: a log or ``grep`` wants whole lines.
+        self.folds = folds
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        """As rich's, but one line of text wider than the console is folded between
+        :func:`~simulator.report.views.columns.atoms`, continuations indented (rich would part a
+        number from its unit)."""
+        shown = [clean(o) if isinstance(o, str) else o for o in objects]
+        if (len(shown) == 1 and isinstance(shown[0], str) and not kwargs.get("soft_wrap")
+                and self.folds):
+            markup = kwargs.pop("markup", None)
+            text = (Text.from_markup(shown[0]) if markup is not False and self._markup
+                    else Text(shown[0]))
+            shown = [_folded(text, self.width, indent=4)]
+        super().print(*shown, **kwargs)
+
+    def _render_buffer(self, buffer: Any) -> str:
+        text = super()._render_buffer(buffer)
+        if self.is_terminal:
+            return text
+        return "\n".join(line.rstrip(" ") for line in text.split("\n"))
+
+
+
+@dataclass
+class FitTable:
+    """A table that never splits a word, nor a number from its unit: as columns when every
+    column's longest :func:`atoms` fits the width (cells folded between atoms here, as rich
+    would fold them anywhere at a space), otherwise one block per row (``header  value``
+    lines under the row's first cell), the way ``psql``'s expanded display does."""
+
+    title: str | None
+    columns: list[str]
+    rows: list[list[str]]
+
+    def _cells(self) -> list[list[Text]]:
+        return [[Text.from_markup(c) for c in row] for row in [self.columns, *self.rows]]
+
+    def _widths(self, cells: list[list[Text]], room: int) -> list[int] | None:
+        """Column widths: each its longest line if that fits ``room``, else the widest
+        columns narrowed towards their longest atom; None when even those do not fit."""
+        least = [max((b - a for c in col for a, b in atoms(c.plain)), default=1) or 1
+                 for col in zip(*cells, strict=True)]
+        widths = [max(len(c.plain) for c in col) or 1 for col in zip(*cells, strict=True)]
+        if sum(least) > room:
+            return None
+        while sum(widths) > room:
+            widest = max(range(len(widths)), key=lambda i: widths[i] - least[i])
+            widths[widest] -= 1
+        return widths
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        cells = self._cells()
+        widths = self._widths(cells, options.max_width - 3 * (len(self.columns) - 1))
+        if widths is not None:
+            t = Table(title=self.title, title_justify="left", show_edge=False,
+                      pad_edge=False)
+            for head, width in zip(cells[0], widths, strict=True):
+                t.add_column(_folded(head, width), width=width, no_wrap=True)
+            for row in cells[1:]:
+                t.add_row(*(_folded(c, w) for c, w in zip(row, widths, strict=True)))
+            yield t
+            return
+        if self.title:
+            yield Text.from_markup(self.title, style="italic")
+        names = cells[0][1:]
+        room = max(options.max_width - 4 - max((len(n.plain) for n in names), default=0), 1)
+        for row in cells[1:]:
+            first = row[0] if row[0].plain else Text("-")
+            first.stylize("bold")
+            yield first
+            grid = Table.grid(padding=(0, 2), pad_edge=False)
+            grid.add_column(no_wrap=True)
+            grid.add_column(no_wrap=True)
+            for head, cell in zip(names, row[1:], strict=True):
+                grid.add_row(Text("  ") + head, _folded(cell, room))
+            yield grid
+
+
+def _folded(text: Text, width: int, indent: int = 0) -> Text:
+    """``text`` folded to ``width`` between :func:`atoms`, keeping its styles; lines after
+    the first of each line are indented ``indent`` more than its own text."""
+    if all(len(line) <= width for line in text.plain.split("\n")):
+        return text
+    out: list[Text] = []
+    for line in text.split("\n", allow_blank=True):
+        lead = len(line.plain) - len(line.plain.lstrip(" "))
+        body = line[lead:]
+        spans = fold_spans(body.plain, max(width - lead, 1), indent=indent)
+        out += [Text(" " * (lead + (indent if i else 0))) + body[a:b]
+                for i, (a, b) in enumerate(spans)]
+    return Text("\n").join(out)
+
+
