@@ -57,7 +57,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,8 +136,12 @@ def _fingerprint(path: Path) -> str:
     return path.suffix
 
 
-def _run_once(cmd: Command, work: Path, sig: int | None, delay: float, group: bool
+def _run_once(cmd: Command, work: Path, sig: int | None, delay: float, group: bool,
+              after: Callable[[int], bool] | None = None
               ) -> tuple[int | None, str, float, list[str]]:
+    """Run ``cmd`` and send ``sig`` ``delay`` seconds after it started, or after ``after``
+    (given the command's pid, polled) first held: (status or None for a hang, stderr,
+    seconds, processes left)."""
     out = work / "out"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
@@ -149,6 +153,8 @@ def _run_once(cmd: Command, work: Path, sig: int | None, delay: float, group: bo
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
     if sig is not None:
+        while after is not None and proc.poll() is None and not after(proc.pid):
+            time.sleep(0.01)
         time.sleep(delay)
         try:
             (os.killpg if group else os.kill)(proc.pid, sig)
