@@ -252,7 +252,9 @@ def _results(targets: tuple[Target, ...], run: MeasureOptions | None, probe: boo
                 done, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
                 for f in done:
                     yield futures[f], f.result()
-            if note.signum is not None:
+            if note.signum is None:
+                pool.shutdown()
+            if note.signum is not None:  # before the last target, or while the pool ended
                 raise signals.interruption(note.signum)
         except BaseException as exc:
             # A signal, a bug in one target, or the caller stopped reading: do not wait for
@@ -264,7 +266,6 @@ def _results(targets: tuple[Target, ...], run: MeasureOptions | None, probe: boo
                                                                GeneratorExit)):
                 raise signals.interruption(stopped_by) from None
             raise
-        pool.shutdown()
 
 
 #: How often the pool's caller looks for a signal while it waits (s).
