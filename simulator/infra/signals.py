@@ -167,19 +167,20 @@ def terminate_as_interrupt() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    global _stopping
+    _stopping = False  # a stop raised outside it before (run_check called as a library)
     old = {sig: signal.getsignal(sig) for sig in STOPPING}
     install()
     signal.signal(signal.SIGINT, _raise)
     try:
         yield
     finally:
-        global _stopping
         _stopping = False
         for sig, handler in old.items():
             signal.signal(sig, handler)
 
 
-@dataclass
+@dataclass  # not frozen: the signal handler fills it in
 class Noted:
     """The first stopping signal that came during :func:`noted`, if any."""
 
