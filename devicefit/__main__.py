@@ -5,29 +5,38 @@ Loading the command's modules takes about half a second; a Ctrl-C or SIGTERM in 
 would otherwise print a ``KeyboardInterrupt`` traceback from deep inside an import, or end
 the process by the signal (a crash to CI). Here it ends with one line and status
 128 + signal; :func:`devicefit.sdk.cli.run` takes over once it is imported.
+
+The handlers are set by the first lines that run, through the C module ``_signal``:
+``signal`` would first import ``enum`` (about 5 ms, a tenth of the time Python takes to
+start), a window where Ctrl-C still printed a traceback. What no code of ours can cover is
+Python's own start-up before this module runs (``site``, and ``runpy`` for ``-m``): see
+docs/benchmarks.md, "Ctrl-C at start-up".
 """
 
 from __future__ import annotations
 
-# signal's C half: the signal module imports enum, which costs as much as the rest of a bare
-# `devicefit --version` (sdk/entry.py).
-import _signal  # type: ignore[import-not-found]  # (no stub; signal.pyi covers the same)
 import os
 
-#: The signals handled here, by name (signal.Signals would import enum).
-_NAMES = {_signal.SIGINT: "SIGINT", _signal.SIGTERM: "SIGTERM", _signal.SIGHUP: "SIGHUP"}
+TYPE_CHECKING = False  # not typing's: importing typing takes longer than enum
+if TYPE_CHECKING:  # the same functions and constants; typeshed has no stub for _signal
+    import signal as _signal
+else:
+    import _signal
+
+#: The signals that stop the command, by number (SIGINT, SIGTERM, SIGHUP).
+_STOPPING: dict[int, str] = {_signal.SIGINT: "interrupted", _signal.SIGTERM: "stopped by SIGTERM",
+             _signal.SIGHUP: "stopped by SIGHUP"}
 
 
 def _stop_early(signum: int, frame: object) -> None:
-    what = "interrupted" if signum == _signal.SIGINT else f"stopped by {_NAMES[signum]}"
     try:
-        os.write(2, f"devicefit: {what}\n".encode())
+        os.write(2, f"devicefit: {_STOPPING[signum]}\n".encode())
     except OSError:
         pass
     os._exit(128 + signum)
 
 
-for _sig in _NAMES:
+for _sig in _STOPPING:
     _signal.signal(_sig, _stop_early)
 
 

@@ -12,14 +12,16 @@ import dataclasses
 import multiprocessing
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import resource_tracker
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from devicefit.simulator.errors import DevicefitError
 from devicefit.simulator.infra import signals
@@ -191,8 +193,12 @@ class CheckResult:
                    bool(data.get("fail_on_risk", False)), data.get("baseline_written"))
 
 
+#: One target's report, or its error, and the seconds it took.
+_Result = tuple[Report | None, str | None, float]
+
+
 def _simulate(model_path: str, profile: Profile, run: MeasureOptions | None, probe: bool,
-              input_shapes: InputShapes = ()) -> tuple[Report | None, str | None, float]:
+              input_shapes: InputShapes = ()) -> _Result:
     """One target; module level so a worker process can run it. Only user errors are caught."""
     start = time.perf_counter()
     try:
@@ -203,15 +209,18 @@ def _simulate(model_path: str, profile: Profile, run: MeasureOptions | None, pro
 
 
 def _simulate_in_worker(model_path: str, profile: Profile, run: MeasureOptions | None,
-                        probe: bool, input_shapes: InputShapes = ()
-                        ) -> tuple[Report | None, str | None, float]:
+                        probe: bool, input_shapes: InputShapes = ()) -> _Result:
     with signals.worker_task():
         return _simulate(model_path, profile, run, probe, input_shapes)
 
 
 def _results(targets: tuple[Target, ...], run: MeasureOptions | None, probe: bool, jobs: int
-             ) -> Iterator[tuple[int, tuple[Report | None, str | None, float]]]:
-    """(index, result) in completion order."""
+             ) -> Iterator[tuple[int, _Result]]:
+    """(index, result) in completion order.
+
+    With a pool, a stopping signal is noted (:func:`~simulator.infra.signals.noted`), not
+    raised wherever the pool's code happens to be, and the pool is stopped from here; the
+    signal is then raised as usual (the caller's outputs stay all or nothing)."""
     if jobs <= 1 or len(targets) <= 1:
         for i, t in enumerate(targets):
             yield i, _simulate(str(t.model_path), t.profile, run, probe, t.input_shapes)
@@ -225,27 +234,82 @@ def _results(targets: tuple[Target, ...], run: MeasureOptions | None, probe: boo
         context: BaseContext = forkserver
     else:
         context = multiprocessing.get_context("spawn")
-    _start_resource_tracker()
-    with ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context,
-                             initializer=signals.install_in_worker) as pool:
-        futures = {pool.submit(_simulate_in_worker, str(t.model_path), t.profile, run, probe,
-                               t.input_shapes): i
-                   for i, t in enumerate(targets)}
-        pending = set(futures)
+    with signals.noted() as note:
+        _start_resource_tracker()
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context,
+                                   initializer=signals.install_in_worker)
+        futures: dict[Future[_Result], int] = {}
         try:
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for i, t in enumerate(targets):
+                if note.signum is not None:
+                    break
+                futures[pool.submit(_simulate_in_worker, str(t.model_path), t.profile, run,
+                                    probe, t.input_shapes)] = i
+            pending = set(futures)
+            while note.signum is None and pending:
+                # A timeout, to look at the note: nothing can wake the wait safely from a
+                # signal handler (it would take the futures' locks the wait holds).
+                done, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
                 for f in done:
                     yield futures[f], f.result()
-        except BaseException:
-            # A bug in one target, Ctrl-C or SIGTERM: do not wait for the queue to drain, and
-            # stop the running targets (their handler kills their --run child and temp files).
-            # The workers are taken first: shutdown() forgets them.
-            workers = list((pool._processes or {}).values())
-            pool.shutdown(wait=False, cancel_futures=True)
-            for process in workers:
-                process.terminate()
+            if note.signum is None:
+                pool.shutdown()
+            if note.signum is not None:  # before the last target, or while the pool ended
+                raise signals.interruption(note.signum)
+        except BaseException as exc:
+            # A signal, a bug in one target, or the caller stopped reading: do not wait for
+            # the queue to drain, and stop the running targets (their handler kills their
+            # --run child and temp files).
+            stopped_by = note.signum or _signal_of_workers(pool, exc)
+            _stop(pool)
+            if stopped_by is not None and not isinstance(exc, (KeyboardInterrupt,
+                                                               GeneratorExit)):
+                raise signals.interruption(stopped_by) from None
             raise
+
+
+#: How often the pool's caller looks for a signal while it waits (s).
+POLL_S = 0.1
+#: How long a stopped worker gets to clean its task up (kill its --run child, remove its temp
+#: folder) before it is killed (s).
+STOP_GRACE_S = 10.0
+
+
+def _signal_of_workers(pool: ProcessPoolExecutor, exc: BaseException) -> int | None:
+    """The stopping signal the workers died of, when that broke the pool (it went to the
+    workers, or to the process group and this process has not seen it yet); None when one
+    died of anything else (killed for memory: the error is the pool's)."""
+    if not isinstance(exc, BrokenProcessPool):
+        return None
+    codes = {c for p in (pool._processes or {}).values() if (c := p.exitcode) is not None}
+    by_code = {c: s for s in signals.STOPPING for c in (128 + s, -s)}
+    if not codes or not codes <= by_code.keys():
+        return None
+    # The pool itself sends SIGTERM to the rest once one died: another signal came first.
+    found = {int(by_code[c]) for c in codes}
+    return min(found - {signal.SIGTERM} or found)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End the pool without waiting for its work: cancel what has not started, stop the
+    workers (each cleans its task up) and wait for them, killing one that does not end, then
+    for the pool's thread, so that nothing is left for the interpreter's exit to wait on."""
+    workers = list((pool._processes or {}).values())  # shutdown() forgets them
+    # (typeshed types the thread as its wake-up pipe)
+    manager = cast("threading.Thread | None", pool._executor_manager_thread)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in workers:
+        if process.exitcode is None:
+            process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for process in workers:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+    if manager is not None:
+        # With every worker gone the thread sees a broken pool and ends.
+        manager.join(STOP_GRACE_S)
 
 
 def _start_resource_tracker() -> None:

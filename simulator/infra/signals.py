@@ -17,6 +17,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from types import FrameType
 
 #: The signals turned into :class:`Terminated` (SIGINT already raises KeyboardInterrupt).
@@ -40,14 +41,22 @@ class Terminated(KeyboardInterrupt):
 #: Set by the first signal that unwinds the work: a second one (the group's copy of a
 #: signal also sent to this process, a parent dying) must not cut the clean-up short.
 _stopping = False
+#: The signal that set ``_stopping``.
+_stopped_by = 0
 
 
 def _raise(signum: int, frame: FrameType | None) -> None:
-    global _stopping
     if _stopping:
         return
-    _stopping = True
-    raise Terminated(signum) if signum != signal.SIGINT else KeyboardInterrupt
+    raise interruption(signum)
+
+
+def interruption(signum: int) -> KeyboardInterrupt:
+    """The exception that stops the work for ``signum`` (raise it); later signals are then
+    ignored until the clean-up is done."""
+    global _stopping, _stopped_by
+    _stopping, _stopped_by = True, signum
+    return Terminated(signum) if signum != signal.SIGINT else KeyboardInterrupt()
 
 
 def stopped_message(signum: int) -> str:
@@ -96,10 +105,11 @@ _in_task = False
 
 
 def _worker_signal(signum: int, frame: FrameType | None) -> None:
-    if _in_task:
-        _raise(signum, frame)
-    elif not _stopping:
+    if not _in_task:
         os._exit(128 + signum)
+    if not _stopping:
+        _raise(signum, frame)
+    # else the task is already unwinding from an earlier signal: let it finish
 
 
 def install_in_worker() -> None:
@@ -110,9 +120,11 @@ def install_in_worker() -> None:
     holds the queue's write end, so with the caller gone it would wait forever, and the
     resource tracker and the caller's stdout with it (a CI job that never ends). So a signal
     in a task unwinds the task (its ``--run`` child and temp folder are cleaned up) and then
-    ends the process (:func:`worker_task`); between tasks it ends the process at once. And
-    when the process that forked this one dies without a word (SIGKILL), the kernel sends
-    SIGTERM here (Linux ``PR_SET_PDEATHSIG``).
+    ends the process (:func:`worker_task`); outside a task it ends the process at once,
+    whatever came before (a worker that had once let a signal go by ignored the caller's
+    ``terminate()`` ever after, and the caller's exit waited for it forever). And when the
+    process that forked this one dies without a word (SIGKILL), the kernel sends SIGTERM
+    here (Linux ``PR_SET_PDEATHSIG``).
     """
     for sig in STOPPING:
         signal.signal(sig, _worker_signal)
@@ -134,15 +146,18 @@ def _die_with_parent() -> None:
 @contextmanager
 def worker_task() -> Iterator[None]:
     """A task in a worker set up by :func:`install_in_worker`: a signal raised inside it
-    ends the process once the task's own clean-up (``finally`` blocks) has run."""
+    ends the process once the task's own clean-up (``finally`` blocks) has run, also when
+    the task caught it."""
     global _in_task
-    _in_task = True
     try:
+        _in_task = True
         yield
     except KeyboardInterrupt as exc:
         os._exit(128 + (exc.signum if isinstance(exc, Terminated) else signal.SIGINT))
     finally:
         _in_task = False
+        if _stopping:
+            os._exit(128 + _stopped_by)
 
 
 @contextmanager
@@ -152,14 +167,51 @@ def terminate_as_interrupt() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    global _stopping
+    _stopping = False  # a stop raised outside it before (run_check called as a library)
     old = {sig: signal.getsignal(sig) for sig in STOPPING}
     install()
     signal.signal(signal.SIGINT, _raise)
     try:
         yield
     finally:
-        global _stopping
         _stopping = False
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+@dataclass  # not frozen: the signal handler fills it in
+class Noted:
+    """The first stopping signal that came during :func:`noted`, if any."""
+
+    signum: int | None = None
+
+
+@contextmanager
+def noted() -> Iterator[Noted]:
+    """Inside :func:`terminate_as_interrupt`, for code that must not be cut at an arbitrary
+    line: a stopping signal is noted instead of raised, and the block stops where it
+    chooses (``raise interruption(note.signum)``).
+
+    What it is for: a process pool's bookkeeping (``concurrent.futures``,
+    ``multiprocessing``) is not written for an exception at any line. One raised while a
+    worker was being started, or while the pool held a lock, left a worker that nobody knew
+    or a lock that was never released, and the interpreter's exit then waited for the
+    pool's thread forever. Main thread only; elsewhere nothing is installed (nothing can be)
+    and ``signum`` stays None."""
+    note = Noted()
+    if threading.current_thread() is not threading.main_thread():
+        yield note
+        return
+
+    def _note(signum: int, frame: FrameType | None) -> None:
+        if note.signum is None:
+            note.signum = signum
+
+    old = {sig: signal.signal(sig, _note) for sig in STOPPING}
+    try:
+        yield note
+    finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
 
