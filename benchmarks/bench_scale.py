@@ -209,9 +209,11 @@ def check_scale(counts: list[int], folder: Path) -> list[dict]:
                       f"    profiles: [{', '.join(PROFILES)}]"]
         project = folder / f"p{n}.yaml"
         project.write_text("\n".join(lines) + "\n")
-        r = run(["check", str(project), "--jobs", "2", "--results",
-                 str(folder / f"r{n}.json"), "--html", str(folder / f"r{n}.html")])
-        rows.append({"size": n, **_figures(r)})
+        results, page = folder / f"r{n}.json", folder / f"r{n}.html"
+        r = run(["check", str(project), "--jobs", "2", "--results", str(results), "--html",
+                 str(page)])
+        rows.append({"size": n, **_figures(r), "results_bytes": results.stat().st_size,
+                     "html_bytes": page.stat().st_size})
     return rows
 
 
@@ -229,6 +231,9 @@ def _print(name: str, unit: str, rows: list[dict]) -> None:
     print(f"{name}:")
     for r in rows:
         extra = ""
+        if "results_bytes" in r:
+            extra = (f", results {r['results_bytes'] / 2**20:.1f} MB, page "
+                     f"{r['html_bytes'] / 2**20:.1f} MB")
         if "search_steps" in r:
             stop = "stopped at its budget" if r["search_stopped"] else "finished"
             extra = (f", head {r['head_before']:,} → {r['head_after']:,} B, order search "

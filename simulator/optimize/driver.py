@@ -489,19 +489,11 @@ def _optimize(data: bytes, profile: Profile, *, verify: bool, name: str,
                         f"{_b(report.bound_file_order_bytes)} for the file order")
     best = best_order(graph) if search_order else OrderResult(
         file_order, graph.peak(file_order), exact=False, bound=graph.peak(file_order), states=0)
-    beam = ["the graph is too wide for an exact order search: the order comes from a beam "
-            "search and the best-order bound is the per-operator floor (inputs + outputs + "
-            "scratch of one operator)"] if search_order and not best.exact and not \
-        best.stopped else []
-    stopped = [f"the order search stopped at its budget of {best.step_budget:,} steps after "
-               f"placing {best.placed:,} of {graph.n_ops:,} operators: the best order it had "
-               "then, the rest in file order; the best-order bound is the per-operator floor "
-               "(inputs + outputs + scratch of one operator)"] if best.stopped else []
     report = dataclasses.replace(report, bound_best_order_bytes=best.bound,
                                  bound_exact=best.exact, search_states=best.states,
                                  search_steps=best.steps, search_step_budget=best.step_budget,
                                  search_stopped=best.stopped,
-                                 notes=[*report.notes, *beam, *stopped])
+                                 notes=[*report.notes, *_search_notes(best, graph.n_ops)])
     orders = [best.order] if best.order == file_order else [file_order, best.order]
     orders = [o for o in orders if graph.peak(o) == best.peak]
     keep_metadata = OFFLINE_METADATA in model.metadata
@@ -520,6 +512,23 @@ def _optimize(data: bytes, profile: Profile, *, verify: bool, name: str,
         if not report.changed:
             return data, report
     return out, dataclasses.replace(report, summary=_changed_summary(report))
+
+
+def _search_notes(best: OrderResult, operators: int) -> list[str]:
+    """What the report says of an order search that did not prove its order the best."""
+    floor = "the best-order bound is the per-operator floor (inputs + outputs + scratch of " \
+        "one operator)"
+    if best.stopped and best.placed < operators:
+        return [f"the order search stopped at its budget of {best.step_budget:,} steps after "
+                f"placing {best.placed:,} of {operators:,} operators: the best order it had "
+                f"then, the rest in file order; {floor}"]
+    if best.stopped:
+        return [f"the order search kept fewer orders per step to stay within its budget of "
+                f"{best.step_budget:,} steps (a beam search); {floor}"]
+    if not best.exact and best.states:
+        return ["the graph is too wide for an exact order search: the order comes from a "
+                f"beam search and {floor}"]
+    return []
 
 
 def _best_plan(model: Model, order: tuple[int, ...], pointer: int,
