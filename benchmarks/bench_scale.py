@@ -56,6 +56,8 @@ class Run:
     #: ru_maxrss of the largest process of the tree (bytes).
     largest: int
     stdout: str
+    #: The command's last line of stderr when it ended with a status other than 0 or 1.
+    error: str | None = None
 
 
 def _tree(root: int) -> list[int]:
@@ -92,10 +94,9 @@ def _pss(pid: int) -> int:
 
 def run(argv: list[str]) -> Run:
     """Seconds and peak memory of one fresh devicefit process running ``argv``."""
-    with tempfile.TemporaryFile() as out:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
-        proc = subprocess.Popen([*DEVICEFIT, *argv], stdout=out, stderr=subprocess.DEVNULL,
-                                cwd=ROOT)
+        proc = subprocess.Popen([*DEVICEFIT, *argv], stdout=out, stderr=err, cwd=ROOT)
         peak = 0
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -104,12 +105,12 @@ def run(argv: list[str]) -> Run:
             peak = max(peak, sum(_pss(p) for p in _tree(proc.pid)))
             time.sleep(SAMPLE_SECONDS)
         seconds = time.perf_counter() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode not in (0, 1):
-            raise SystemExit(f"devicefit {' '.join(argv[:2])} failed with status "
-                             f"{proc.returncode}")
+        code = os.waitstatus_to_exitcode(status)
         out.seek(0)
-        return Run(seconds, peak, usage.ru_maxrss * 1024, out.read().decode())
+        err.seek(0)
+        lines = err.read().decode(errors="replace").strip().splitlines() or [""]
+        error = None if code in (0, 1) else f"status {code}: {lines[-1]}"
+        return Run(seconds, peak, usage.ru_maxrss * 1024, out.read().decode(), error)
 
 
 def block_graph(operators: int) -> bytes:
@@ -182,6 +183,9 @@ def optimize_scale(counts: list[int], folder: Path) -> list[dict]:
         path.write_bytes(block_graph(n))
         r = run(["--max-ops", str(2 * n), "optimize", str(path), "--profile", "esp32-s3",
                  "--json", "-o", str(folder / f"opt{n}.tflite")])
+        if r.error:
+            rows.append({"size": n, **_figures(r)})
+            continue
         report = json.loads(r.stdout)
         rows.append({"size": report["operators"], **_figures(r),
                      "head_before": report["head_before_bytes"],
@@ -212,14 +216,15 @@ def check_scale(counts: list[int], folder: Path) -> list[dict]:
         results, page = folder / f"r{n}.json", folder / f"r{n}.html"
         r = run(["check", str(project), "--jobs", "2", "--results", str(results), "--html",
                  str(page)])
-        rows.append({"size": n, **_figures(r), "results_bytes": results.stat().st_size,
-                     "html_bytes": page.stat().st_size})
+        sizes = {} if r.error else {"results_bytes": results.stat().st_size,
+                                    "html_bytes": page.stat().st_size}
+        rows.append({"size": n, **_figures(r), **sizes})
     return rows
 
 
 def _figures(r: Run) -> dict:
     return {"seconds": r.seconds, "tree_peak_mb": r.tree_peak / 2**20,
-            "largest_mb": r.largest / 2**20}
+            "largest_mb": r.largest / 2**20, "error": r.error}
 
 
 def exponent(a: dict, b: dict, key: str) -> float:
@@ -231,16 +236,19 @@ def _print(name: str, unit: str, rows: list[dict]) -> None:
     print(f"{name}:")
     for r in rows:
         extra = ""
-        if "results_bytes" in r:
+        if r["error"]:
+            extra = f", FAILED ({r['error']})"
+        elif "results_bytes" in r:
             extra = (f", results {r['results_bytes'] / 2**20:.1f} MB, page "
                      f"{r['html_bytes'] / 2**20:.1f} MB")
         if "search_steps" in r:
-            stop = "stopped at its budget" if r["search_stopped"] else "finished"
+            stop = "cut by its budget" if r["search_stopped"] else "finished"
             extra = (f", head {r['head_before']:,} → {r['head_after']:,} B, order search "
                      f"{stop} ({r['search_steps']:,} of {r['search_budget']:,} steps)")
         print(f"  {r['size']:>7,} {unit}: {r['seconds']:7.2f} s, tree peak "
               f"{r['tree_peak_mb']:7.1f} MB (largest process {r['largest_mb']:6.1f} MB){extra}")
-    for a, b in zip(rows, rows[1:]):
+    done = [r for r in rows if not r["error"]]
+    for a, b in zip(done, done[1:]):
         print(f"  {a['size']:,} → {b['size']:,}: exponent time "
               f"{exponent(a, b, 'seconds'):.2f}, memory {exponent(a, b, 'tree_peak_mb'):.2f}")
 
