@@ -49,7 +49,7 @@ from devicefit.simulator.optimize.patches import (
     plan_for,
     search_patches,
 )
-from devicefit.simulator.optimize.reorder import OrderResult, best_order
+from devicefit.simulator.optimize.reorder import DEFAULT_STEP_BUDGET, OrderResult, best_order
 from devicefit.simulator.plan.lifetimes import OFFLINE_METADATA, lower_bound
 from devicefit.simulator.plan.planners import plan_memory
 from devicefit.simulator.plan.planners.base import PlanError, check_plan
@@ -110,6 +110,12 @@ class OptimizeReport:
     #: What ``patches`` did (None when not asked). With a patched graph written, ``order``
     #: indexes the patched graph's operators and the bounds above are the patched graph's.
     patches: PatchReport | None = None
+    #: Steps the order search took of its budget (a step: a set of operators already run
+    #: extended by one more), and whether it stopped there: the operators it had not
+    #: placed then kept their file order (``notes`` says so).
+    search_steps: int = 0
+    search_step_budget: int = DEFAULT_STEP_BUDGET
+    search_stopped: bool = False
 
     @property
     def reduction_bytes(self) -> int:
@@ -420,7 +426,8 @@ def _adopt_patched(report: OptimizeReport, after: OptimizeReport, model: Model,
         report, order=after.order, plan_method=after.plan_method,
         head_after_bytes=after.head_after_bytes,
         bound_best_order_bytes=after.bound_best_order_bytes, bound_exact=after.bound_exact,
-        search_states=after.search_states, changed=True, order_changed=True,
+        search_states=after.search_states, search_steps=after.search_steps,
+        search_stopped=after.search_stopped, changed=True, order_changed=True,
         offline_plan=after.offline_plan, notes=notes, patches=p)
     return dataclasses.replace(report, summary=_changed_summary(report))
 
@@ -482,12 +489,11 @@ def _optimize(data: bytes, profile: Profile, *, verify: bool, name: str,
                         f"{_b(report.bound_file_order_bytes)} for the file order")
     best = best_order(graph) if search_order else OrderResult(
         file_order, graph.peak(file_order), exact=False, bound=graph.peak(file_order), states=0)
-    beam = ["the graph is too wide for an exact order search: the order comes from a beam "
-            "search and the best-order bound is the per-operator floor (inputs + outputs + "
-            "scratch of one operator)"] if search_order and not best.exact else []
     report = dataclasses.replace(report, bound_best_order_bytes=best.bound,
                                  bound_exact=best.exact, search_states=best.states,
-                                 notes=[*report.notes, *beam])
+                                 search_steps=best.steps, search_step_budget=best.step_budget,
+                                 search_stopped=best.stopped,
+                                 notes=[*report.notes, *_search_notes(best, graph.n_ops)])
     orders = [best.order] if best.order == file_order else [file_order, best.order]
     orders = [o for o in orders if graph.peak(o) == best.peak]
     keep_metadata = OFFLINE_METADATA in model.metadata
@@ -506,6 +512,23 @@ def _optimize(data: bytes, profile: Profile, *, verify: bool, name: str,
         if not report.changed:
             return data, report
     return out, dataclasses.replace(report, summary=_changed_summary(report))
+
+
+def _search_notes(best: OrderResult, operators: int) -> list[str]:
+    """What the report says of an order search that did not prove its order the best."""
+    floor = "the best-order bound is the per-operator floor (inputs + outputs + scratch of " \
+        "one operator)"
+    if best.stopped and best.placed < operators:
+        return [f"the order search stopped at its budget of {best.step_budget:,} steps after "
+                f"placing {best.placed:,} of {operators:,} operators: the best order it had "
+                f"then, the rest in file order; {floor}"]
+    if best.stopped:
+        return [f"the order search kept fewer orders per step to stay within its budget of "
+                f"{best.step_budget:,} steps (a beam search); {floor}"]
+    if not best.exact and best.states:
+        return ["the graph is too wide for an exact order search: the order comes from a "
+                f"beam search and {floor}"]
+    return []
 
 
 def _best_plan(model: Model, order: tuple[int, ...], pointer: int,

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from devicefit.simulator.plan.lifetimes import lower_bound
-from devicefit.simulator.plan.planners.base import check_plan, overlaps_in_time
+from devicefit.simulator.plan.planners.base import check_plan
+from devicefit.simulator.plan.planners.index import PlacedIndex
 from devicefit.simulator.types import Buffer
 
 #: Offsets stay multiples of TFLM's buffer alignment (buffer sizes already are).
@@ -46,20 +47,19 @@ class Packing:
 
 def first_fit(buffers: Sequence[Buffer], order: Sequence[int]) -> list[int]:
     """Place buffers in ``order``, each at the lowest offset clear of the placed buffers
-    whose lifetimes meet its own."""
-    placed: list[int] = []
+    whose lifetimes meet its own (found by an interval index, not a scan of every placed
+    buffer: that was quadratic, minutes over tens of thousands of buffers)."""
+    placed = PlacedIndex(buffers)
     offsets = [0] * len(buffers)
     for i in order:
         b = buffers[i]
-        busy = sorted((offsets[j], offsets[j] + buffers[j].size)
-                      for j in placed if overlaps_in_time(b, buffers[j]))
         pos = 0
-        for lo, hi in busy:
+        for lo, hi in placed.spans(b):
             if pos + b.size <= lo:
                 break
             pos = max(pos, hi)
         offsets[i] = pos
-        placed.append(i)
+        placed.add(b, pos)
     return offsets
 
 
@@ -81,10 +81,15 @@ class _Search:
         self.node_limit = node_limit
         self.height = 0
         self.pos: list[int] = []
+        #: live[k]: the positions j < k in ``order`` whose buffer is still live when
+        #: ``order[k]``'s starts (built from live[k - 1], as buffers come alive in order).
+        self.live: list[list[int]] = []
 
     def run(self, height: int) -> list[int] | None:
         """Offsets that fit under ``height``, or None if none was found within the limit."""
         self.height, self.pos = height, []
+        if len(self.order) > self.node_limit:  # a node per buffer placed: it cannot finish
+            return None
         # Depth-first with an explicit stack (models can have more buffers than Python's
         # recursion limit): one list of untried candidates per placed buffer.
         untried = [self._candidates(0)] if self.order else []
@@ -111,9 +116,8 @@ class _Search:
         """Bottom and top of every free hole big enough, best first: next to the neighbour
         that stays live longest, so the space freed later joins a larger hole."""
         b = self.buffers[self.order[k]]
-        placed = (self.buffers[i] for i in self.order[:k])
-        # Buffers placed so far came alive no later than b: those still live when b starts.
-        busy = sorted((p, p + q.size, q.last) for p, q in zip(self.pos, placed) if q.last >= b.first)
+        placed = ((self.pos[j], self.buffers[self.order[j]]) for j in self._live(k))
+        busy = sorted((p, p + q.size, q.last) for p, q in placed)
         scored: list[tuple[int, int]] = []
         below_end, below_life = 0, _FOREVER
         for lo, hi, life in [*busy, (self.height, self.height, _FOREVER)]:
@@ -124,6 +128,16 @@ class _Search:
             if hi > below_end:
                 below_end, below_life = hi, life
         return [p for _, p in sorted(scored)]
+
+    def _live(self, k: int) -> list[int]:
+        # Buffers placed so far came alive no later than order[k]: one that ended before an
+        # earlier buffer started has ended before this one starts too.
+        while len(self.live) <= k:
+            m = len(self.live)
+            start = self.buffers[self.order[m]].first
+            before = [*self.live[m - 1], m - 1] if m else []
+            self.live.append([j for j in before if self.buffers[self.order[j]].last >= start])
+        return self.live[k]
 
 
 def pack(buffers: Sequence[Buffer], node_limit: int = DEFAULT_NODE_LIMIT,

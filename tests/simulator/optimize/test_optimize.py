@@ -166,3 +166,12 @@ def test_control_flow_models_are_left_unchanged_and_say_why(profile):
     out, r = optimize_model_bytes(data, profile, name="if_float32")
     assert out == data and not r.changed
     assert "control flow" in r.summary
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_order_search_says_what_it_spent_of_its_budget(results, name):
+    r = results[name][2]
+    assert 0 < r.search_steps < r.search_step_budget
+    assert not r.search_stopped and r.bound_exact
+    assert not any("budget" in note for note in r.notes)
+    assert json.loads(json.dumps(r.to_dict()))["search_steps"] == r.search_steps

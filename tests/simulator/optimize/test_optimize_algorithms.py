@@ -156,3 +156,42 @@ def test_an_already_optimal_file_order_is_kept():
     again = best_order(reordered)
     assert again.order == tuple(range(g.n_ops))
     assert again.peak == best.peak
+
+
+def _fans(count: int, branches: int) -> OpGraph:
+    """``count`` fans (:func:`_fan`) one after the other: each joins into the next's input."""
+    one = _fan(branches)
+    sizes: dict[int, int] = {0: one.sizes[0]}
+    ins: list[tuple[int, ...]] = []
+    outs: list[tuple[int, ...]] = []
+    for _ in range(count):
+        shift = len(sizes) - 1  # the fan's input is the previous fan's output
+        sizes.update({t + shift: s for t, s in one.sizes.items() if t})
+        ins += [tuple(t + shift for t in op) for op in one.op_inputs]
+        outs += [tuple(t + shift for t in op) for op in one.op_outputs]
+    return OpGraph(sizes, tuple(ins), tuple(outs), (0,) * len(ins), (0,), outs[-1])
+
+
+def test_the_step_budget_stops_the_search_with_a_valid_order():
+    g = _fans(30, 3)
+    whole = best_order(g)
+    assert not whole.stopped and whole.placed == g.n_ops
+    # Fewer steps than operators: even one state a layer cannot reach the end.
+    cut = best_order(g, step_budget=g.n_ops // 2)
+    assert cut.stopped and not cut.exact and 0 < cut.placed < g.n_ops
+    # It stops at the end of the first layer past the budget: a layer here is a few steps.
+    assert g.n_ops // 2 <= cut.steps < g.n_ops // 2 + 4
+    assert g.is_topological(cut.order)
+    assert cut.peak == g.peak(cut.order) <= g.peak(range(g.n_ops))
+    assert cut.bound == g.op_floor() <= cut.peak
+
+
+def test_a_tight_step_budget_narrows_the_beam_before_it_stops():
+    g = _fan(12)
+    wide = best_order(g, budget=1000)
+    narrow = best_order(g, budget=1000, step_budget=wide.steps // 4)
+    assert not wide.stopped and narrow.stopped
+    assert narrow.placed == g.n_ops  # it finished: fewer states per layer, not fewer layers
+    assert narrow.steps <= wide.steps // 4 + 12 and narrow.states < wide.states
+    assert g.is_topological(narrow.order) and narrow.peak == g.peak(narrow.order)
+    assert narrow.peak < g.peak(range(g.n_ops))
