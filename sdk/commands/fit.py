@@ -153,7 +153,8 @@ def _outputs(args: argparse.Namespace, console: Console, report: FitReport,
                   lambda: _print_summary(console, report), inputs)
     if report.stopped is not None:
         print_stderr(stopped_line(report.stopped, report.trial(report.chosen), report.output,
-                                  writer=not report.another_worker_writes))
+                                  writer=not report.another_worker_writes,
+                                  resumable=args.storage is not None))
         return report.stopped.exit_code
     return study_exit(args, writer=not report.another_worker_writes, found=report.found,
                       profile=report.profile, say=print_stderr if args.json else console.print)
@@ -212,27 +213,28 @@ def trial_line(record: TrialRecord[Any, Any]) -> str:
 
 
 def stopped_line(stopped: Stopped, kept: TrialRecord[Any, Any] | None, output: str | None,
-                 *, writer: bool) -> str:
+                 *, writer: bool, resumable: bool) -> str:
     """The one line fit and search end with when a signal stopped the study: which trials
-    it cut short (none when it came between trials) and which candidate was kept."""
+    it cut short (none when it came between trials), which candidate was kept, and, for a
+    study in ``--storage``, that the same command resumes it."""
     import signal
 
     from devicefit.simulator.infra.signals import stopped_message
 
     cut = ", ".join(f"trial {t.number}" + (f" ({t.candidate})" if t.candidate else "")
                     for t in stopped.trials)
-    where = f" during {cut}, left to a resumed study" if cut else " between trials"
+    where = f" during {cut}" if cut else " between trials"
     if kept is not None:
         what = (f"kept the best fitting candidate so far, trial {kept.number} "
                 f"({kept.candidate.label()}"
                 + ("" if kept.accuracy is None else f", accuracy {format_percent(kept.accuracy)}")
                 + f"), in {output}")
     elif not writer:
-        what = "the trials judged so far are in the study; the worker that completes it " \
-               "writes the winner"
+        what = "the trials judged so far are kept in the study ('--export' writes the best)"
     else:
         what = "no candidate judged so far fits: nothing written"
-    return f"{stopped_message(signal.Signals[stopped.by])}{where}; {what}"
+    again = "; the same command resumes the study" if resumable else ""
+    return f"{stopped_message(signal.Signals[stopped.by])}{where}; {what}{again}"
 
 
 @contextmanager

@@ -168,7 +168,8 @@ def _search(args: argparse.Namespace) -> int:
                   [p for p in (args.train, args.eval_data, args.calibration) if p])
     if found.stopped is not None:
         chosen = next((t for t in found.trials if t.number == found.chosen), None)
-        print_stderr(stopped_line(found.stopped, chosen, found.output, writer=found.writer))
+        print_stderr(stopped_line(found.stopped, chosen, found.output, writer=found.writer,
+                                  resumable=args.storage is not None))
         return found.stopped.exit_code
     return study_exit(args, writer=found.writer, found=found.found, profile=found.profile,
                       say=print_stderr if args.json else console.print)

@@ -29,6 +29,7 @@ from typing import Any, Generic
 
 from devicefit.sdk.console import quiet_conversions
 from devicefit.sdk.study.decisions import (
+    BUILD,
     DUPLICATE,
     INTERRUPTED,
     OVER_BUDGET,
@@ -111,8 +112,9 @@ class Run(Generic[C, P]):
         #: Trials this process completed (the writer of the winner is chosen among them).
         self.completed: set[int] = set()
         #: The candidate of the trial running here, once proposed (named if a signal cuts
-        #: the trial short).
+        #: the trial short), and whether this trial builds it (queued again if cut short).
         self._proposed: C | None = None
+        self._building = False
 
     def optimize(self, n_trials: int | None = None) -> None:
         """Run trials until the study is finished (or ``n_trials`` of them)."""
@@ -138,7 +140,7 @@ class Run(Generic[C, P]):
         return records(self.study, self.trials.read)
 
     def __call__(self, trial: Any) -> float | list[float]:
-        self._proposed = None
+        self._proposed, self._building = None, False
         try:
             with _delivered():
                 record = self._judge(trial)
@@ -159,6 +161,7 @@ class Run(Generic[C, P]):
 
         candidate = self._proposed = self.trials.suggest(trial)
         verdict, why = decide(trial, candidate, self.trials, self.settings, self.worker)
+        self._building = verdict == BUILD
         if verdict in (DUPLICATE, OVER_BUDGET):
             raise optuna.TrialPruned(why)
         skipped = self.trials.skip(candidate, trial.number, self.records()) \
@@ -166,12 +169,17 @@ class Run(Generic[C, P]):
         return replace(skipped or self._evaluate(candidate, trial.number), worker=self.worker)
 
     def _cut_short(self, trial: Any, exc: KeyboardInterrupt) -> None:
-        """Mark ``trial`` interrupted before optuna fails it and re-raises ``exc``."""
+        """Mark ``trial`` interrupted before optuna fails it and re-raises ``exc``; the
+        candidate it was building is queued again, first for whichever process (here on
+        a rerun, or another worker of a shared study) takes the next trial."""
         import optuna
 
         label = self._proposed.label() if self._proposed is not None else ""
         trial.set_user_attr(INTERRUPTED, {"by": signal_name(exc), "worker": self.worker,
                                           "candidate": label})
+        if self._building:
+            # Not skip_if_exists: this very trial holds the same parameters.
+            self.study.enqueue_trial(trial.params, user_attrs={"resumes": trial.number})
         # optuna logs a failed trial with the interrupt's traceback: the command says what
         # was stopped in one line instead (optimize restores the verbosity).
         optuna.logging.set_verbosity(optuna.logging.ERROR)
