@@ -18,7 +18,9 @@ the command's process or to its whole process group, and checks:
   are run again to the end on the same study, which must then hold exactly ``--max-trials``
   judged candidates;
 - **leaked**: a process of the session or a zygote still alive 10 s after the command;
-- **partial**: a temporary file left in the output folder or in ``$TMPDIR``.
+- **partial**: a temporary file left in the output folder or in ``$TMPDIR`` (but for the
+  ``__pycache__`` folder TensorFlow's autograph leaves there in any run that trains,
+  signalled or not: counted apart).
 
     .venv/bin/python benchmarks/bench_trial_signals.py [--runs 3] [--resumes 1] [--seed 0]
         [--commands fit,fit-jobs2,search] [--json out.json]
@@ -67,14 +69,15 @@ class Command:
 @dataclass
 class Tally:
     runs: int = 0
+    autograph_cache: int = 0
     ended_before_signal: int = 0
     inside_trial: int = 0
     kept_checked: int = 0
     resumes: int = 0
     defects: dict[str, list[str]] = field(default_factory=dict)
 
-    def add(self, kind: str, what: str) -> None:
-        self.defects.setdefault(kind, []).append(what)
+    def add(self, kind: str, what: str, stderr: str = "") -> None:
+        self.defects.setdefault(kind, []).append(what + (f"\n{stderr[-3000:]}" if stderr else ""))
 
 
 def commands(work: Path, names: set[str]) -> list[Command]:
@@ -224,7 +227,7 @@ def trial(cmd: Command, work: Path, rng: random.Random, duration: float, resumes
     if ran.left:
         tally.add("leaked", f"{label}: {ran.left[:3]}")
     if "Traceback" in err:
-        tally.add("traceback", f"{label}: {err.strip().splitlines()[-1][:160]}")
+        tally.add("traceback", f"{label}: {err.strip().splitlines()[-1][:160]}", err)
     if "[W " in err or "[I " in err:
         tally.add("optuna log line", label)
     if code != 128 + sig:
@@ -232,8 +235,10 @@ def trial(cmd: Command, work: Path, rng: random.Random, duration: float, resumes
     lines = [line for line in err.splitlines() if line.startswith("devicefit: ")]
     if len(lines) != 1 or not last.startswith(_said(sig)):
         tally.add("line", f"{label}: {lines[-3:]}")
+    tally.autograph_cache += (work / "tmp" / "__pycache__").is_dir()
     temps = [p.name for p in (work / "out").iterdir() if p.name.startswith(".")
-             or p.name.endswith(".tmp")] + [p.name for p in (work / "tmp").iterdir()]
+             or p.name.endswith(".tmp")] + [p.name for p in (work / "tmp").iterdir()
+                                            if p.name != "__pycache__"]
     if temps:
         tally.add("partial", f"{label}: {temps[:5]}")
     inside = any(t.user_attrs.get(INTERRUPTED, {}).get("by")
@@ -290,7 +295,7 @@ def main() -> int:
                   f"candidates run in the runtime, {tally.resumes} studies resumed, "
                   f"{defects} defects", flush=True)
             for kind, items in tally.defects.items():
-                print(f"  {kind}: {len(items)}; e.g. {items[0]}", flush=True)
+                print(f"  {kind}: {len(items)}; e.g. {items[0].splitlines()[0]}", flush=True)
     if args.json:
         args.json.write_text(json.dumps({k: vars(v) for k, v in results.items()}, indent=1))
     return 1 if any(t.defects for t in results.values()) else 0

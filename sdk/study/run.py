@@ -17,9 +17,11 @@ the result says which (:class:`Stopped`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -115,6 +117,8 @@ class Run(Generic[C, P]):
         #: the trial short), and whether this trial builds it (queued again if cut short).
         self._proposed: C | None = None
         self._building = False
+        #: The first stopping signal taken while this process ran trials (:meth:`_noting`).
+        self.signalled: int | None = None
 
     def optimize(self, n_trials: int | None = None) -> None:
         """Run trials until the study is finished (or ``n_trials`` of them)."""
@@ -130,11 +134,43 @@ class Run(Generic[C, P]):
             # Held but where a trial works (__call__) or waits (Stop): a signal inside
             # optuna's creation of a trial or its telling would leave the trial RUNNING in
             # the storage for good, and a resumed study waiting for it.
-            with signals.deferred():
+            with signals.deferred(), self._noting():
                 self.study.optimize(self, n_trials=n_trials, timeout=remaining,
                                     callbacks=[self.stop], catch=())
         finally:
             optuna.logging.set_verbosity(verbosity)
+
+    @contextmanager
+    def _noting(self) -> Iterator[None]:
+        """Note the first stopping signal before its handler raises: native code that calls
+        back into Python (TensorFlow's eager execution, building a list of results) can
+        lose the handler's KeyboardInterrupt and raise a SystemError instead, or nothing at
+        all, and the signal must stop the trial all the same (:meth:`__call__`). Off the
+        main thread nothing can be installed, and a handler that is not Python's (the
+        default action, ignored) has nothing to lose."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = {sig: signal.getsignal(sig) for sig in signals.STOPPING}
+        for sig, handler in old.items():
+            if callable(handler):
+                signal.signal(sig, functools.partial(self._note, handler))
+        try:
+            yield
+        finally:
+            for sig, handler in old.items():
+                if callable(handler):
+                    signal.signal(sig, handler)
+
+    def _note(self, handler: Callable[[int, Any], Any], signum: int, frame: Any) -> None:
+        if self.signalled is None:
+            self.signalled = signum
+        handler(signum, frame)
+
+    def _raise_lost(self) -> None:
+        """Raise the interrupt of a signal taken whose exception native code swallowed."""
+        if self.signalled is not None:
+            raise interrupt(self.signalled)
 
     def records(self) -> list[TrialRecord[C, P]]:
         return records(self.study, self.trials.read)
@@ -143,10 +179,19 @@ class Run(Generic[C, P]):
         self._proposed, self._building = None, False
         try:
             with _delivered():
+                self._raise_lost()  # since the last trial
                 record = self._judge(trial)
+                self._raise_lost()  # in this one: its record cannot be trusted
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP as signals.Terminated
             self._cut_short(trial, exc)
             raise
+        except Exception:
+            if self.signalled is None:
+                raise
+            # The signal's exception was lost in native code (_noting) and another raised.
+            lost = interrupt(self.signalled)
+            self._cut_short(trial, lost)
+            raise lost from None
         # The signals are held again: the record is kept whole, in the study and on disk.
         _save(record)
         trial.set_user_attr(RECORD, record.to_dict())
@@ -191,6 +236,8 @@ class Run(Generic[C, P]):
         try:
             return self.trials.evaluate(candidate, number)
         except Exception as exc:
+            if self.signalled is not None:  # not the candidate's failure: see _noting
+                raise
             if not isinstance(exc, DevicefitError) and not _converter_error(exc):
                 raise  # a bug, not a property of the candidate
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -211,6 +258,11 @@ def _save(record: TrialRecord[C, P]) -> None:
     if record.path is not None:
         write_atomic(Path(record.path).with_suffix(".json"),
                      jsonout.dumps(record.to_dict(), indent=2) + "\n")
+
+
+def interrupt(signum: int) -> KeyboardInterrupt:
+    """The exception the CLI's handler raises for ``signum`` (:mod:`simulator.infra.signals`)."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else signals.Terminated(signum)
 
 
 def signal_name(exc: KeyboardInterrupt) -> str:
@@ -266,10 +318,6 @@ class StudyResult(Generic[C, P]):
     #: trial and no trial is left running anywhere (so exactly one worker writes it).
     writer: bool = True
     worker: str = ""
-
-    @property
-    def interrupted(self) -> bool:
-        return self.stopped is not None
 
 
 def run_study(trials: Trials[C, P], settings: SearchSettings, name: str, *,
