@@ -3,7 +3,9 @@
 Each command runs in a session of its own with its study in a SQLite file (``--storage``),
 as a CI runner or a terminal starts it. A reference run measures how long it takes; each
 trial sends SIGINT, SIGTERM or SIGHUP at a random moment in [0.5 s, 0.95 × that time] to
-the command's process or to its whole process group, and checks:
+the command's process or to its whole process group (a run that ends before its signal
+shortens that time to its own: a reference run on a loaded machine must not send most
+signals after the end), and checks:
 
 - **traceback**: ``Traceback`` on stderr; **optuna**: an optuna log line (``[W …]``);
 - **status**: anything but 128 + the signal (a command that ended before the signal was
@@ -203,7 +205,8 @@ def _said(sig: int) -> str:
 
 
 def trial(cmd: Command, work: Path, rng: random.Random, duration: float, resumes: int,
-          tally: Tally) -> None:
+          tally: Tally) -> float:
+    """One signalled run; returns how long a run takes, as far as this one shows."""
     from devicefit.sdk.study import INTERRUPTED
 
     sig = rng.choice(SIGNALS)
@@ -220,10 +223,10 @@ def trial(cmd: Command, work: Path, rng: random.Random, duration: float, resumes
           flush=True)
     if not ran.sent:
         tally.ended_before_signal += 1
-        return
+        return min(duration, ran.seconds)
     if code is None:
         tally.add("hang", label)
-        return
+        return duration
     if ran.left:
         tally.add("leaked", f"{label}: {ran.left[:3]}")
     if "Traceback" in err:
@@ -261,6 +264,7 @@ def trial(cmd: Command, work: Path, rng: random.Random, duration: float, resumes
         if again.status not in (0, 1) or judged != cmd.max_trials:
             tally.add("resume", f"{label}: status {again.status}, {judged} judged of "
                                 f"{cmd.max_trials}: {again.stderr[-300:]}")
+    return duration
 
 
 def main() -> int:
@@ -286,7 +290,7 @@ def main() -> int:
                 return 2
             tally = Tally()
             for _ in range(args.runs):
-                trial(cmd, work, rng, duration, args.resumes, tally)
+                duration = trial(cmd, work, rng, duration, args.resumes, tally)
             results[cmd.name] = tally
             defects = sum(len(v) for v in tally.defects.values())
             print(f"{cmd.name:9s} {tally.runs} runs (reference run {duration:.0f} s): "
