@@ -9,7 +9,9 @@ signals after the end), and checks:
 
 - **traceback**: ``Traceback`` on stderr; **optuna**: an optuna log line (``[W …]``);
 - **status**: anything but 128 + the signal (a command that ended before the signal was
-  sent is counted apart);
+  sent is counted apart, and so is one whose work was done when it came: the study holds
+  ``--max-trials`` judged candidates and the output is written, the CLI ignores a signal
+  while the interpreter shuts down);
 - **line**: the last line of stderr is not the one ``devicefit: interrupted …`` /
   ``devicefit: stopped by SIG… …`` line, or there are more than one;
 - **inside a trial**: the study holds a trial marked interrupted by this run (else the
@@ -73,6 +75,7 @@ class Tally:
     runs: int = 0
     autograph_cache: int = 0
     ended_before_signal: int = 0
+    after_the_work: int = 0
     inside_trial: int = 0
     kept_checked: int = 0
     resumes: int = 0
@@ -227,6 +230,10 @@ def trial(cmd: Command, work: Path, rng: random.Random, duration: float, resumes
     if code is None:
         tally.add("hang", label)
         return duration
+    if code in (0, 1) and _judged(work) == cmd.max_trials and "Traceback" not in err and \
+            (code == 1 or any((work / "out").glob("*.tflite"))):
+        tally.after_the_work += 1
+        return duration
     if ran.left:
         tally.add("leaked", f"{label}: {ran.left[:3]}")
     if "Traceback" in err:
@@ -295,6 +302,7 @@ def main() -> int:
             defects = sum(len(v) for v in tally.defects.values())
             print(f"{cmd.name:9s} {tally.runs} runs (reference run {duration:.0f} s): "
                   f"{tally.ended_before_signal} ended before the signal, "
+                  f"{tally.after_the_work} signalled after the work was done, "
                   f"{tally.inside_trial} signalled inside a trial, {tally.kept_checked} kept "
                   f"candidates run in the runtime, {tally.resumes} studies resumed, "
                   f"{defects} defects", flush=True)

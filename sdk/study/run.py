@@ -139,6 +139,7 @@ class Run(Generic[C, P]):
                                     callbacks=[self.stop], catch=())
         finally:
             optuna.logging.set_verbosity(verbosity)
+        self._raise_lost()  # after the last trial, in the Stop callback's wait
 
     @contextmanager
     def _noting(self) -> Iterator[None]:
