@@ -300,7 +300,8 @@ def main() -> int:
                 duration = trial(cmd, work, rng, duration, args.resumes, tally)
             results[cmd.name] = tally
             defects = sum(len(v) for v in tally.defects.values())
-            print(f"{cmd.name:9s} {tally.runs} runs (reference run {duration:.0f} s): "
+            print(f"{cmd.name:9s} {tally.runs} runs (reference run {reference.seconds:.0f} s, "
+                  f"window at the end {duration:.0f} s): "
                   f"{tally.ended_before_signal} ended before the signal, "
                   f"{tally.after_the_work} signalled after the work was done, "
                   f"{tally.inside_trial} signalled inside a trial, {tally.kept_checked} kept "
