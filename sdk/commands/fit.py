@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from devicefit.sdk.fit.report import FitReport
-    from devicefit.sdk.study import SearchSettings, TrialRecord
+    from devicefit.sdk.study import SearchSettings, Stopped, TrialRecord
     from devicefit.simulator.report.report import BudgetCheck, Report
 
 EXAMPLE = ("example: devicefit fit model.keras --profile stm32l4r5-cortex-m4 --train train.npz "
@@ -53,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "runtime uses it) and PTQ vs quantization-aware training for the most "
                     "accurate candidate that passes every budget; verify it in the target's "
                     "runtime. Exit 0: found and written; 1: nothing fits (the closest miss is "
-                    "shown); 2: bad input. Ctrl-C keeps the best fitting candidate so far.",
+                    "shown); 2: bad input. Ctrl-C (or SIGTERM, SIGHUP) keeps the best fitting "
+                    "candidate so far and exits 128 + the signal.",
         epilog=EXAMPLE)
     p.add_argument("model", nargs="?", help=".keras or .h5 file (not with --export)")
     p.add_argument("--profile", help="device profile name or .yaml path (with --export: "
@@ -150,6 +151,11 @@ def _outputs(args: argparse.Namespace, console: Console, report: FitReport,
 
     write_reports(args, report.to_dict(), lambda: render_fit_html(report),
                   lambda: _print_summary(console, report), inputs)
+    if report.stopped is not None:
+        print_stderr(stopped_line(report.stopped, report.trial(report.chosen), report.output,
+                                  writer=not report.another_worker_writes,
+                                  resumable=args.storage is not None))
+        return report.stopped.exit_code
     return study_exit(args, writer=not report.another_worker_writes, found=report.found,
                       profile=report.profile, say=print_stderr if args.json else console.print)
 
@@ -204,6 +210,31 @@ def trial_line(record: TrialRecord[Any, Any]) -> str:
             f"{'PASS' if record.fits else 'fail'}"
             + ("" if record.accuracy is None else f", accuracy {format_percent(record.accuracy)}")
             + (f" ({record.note})" if record.note else ""))
+
+
+def stopped_line(stopped: Stopped, kept: TrialRecord[Any, Any] | None, output: str | None,
+                 *, writer: bool, resumable: bool) -> str:
+    """The one line fit and search end with when a signal stopped the study: which trials
+    it cut short (none when it came between trials), which candidate was kept, and, for a
+    study in ``--storage``, that the same command resumes it."""
+    import signal
+
+    from devicefit.simulator.infra.signals import stopped_message
+
+    cut = ", ".join(f"trial {t.number}" + (f" ({t.candidate})" if t.candidate else "")
+                    for t in stopped.trials)
+    where = f" during {cut}" if cut else " between trials"
+    if kept is not None:
+        what = (f"kept the best fitting candidate so far, trial {kept.number} "
+                f"({kept.candidate.label()}"
+                + ("" if kept.accuracy is None else f", accuracy {format_percent(kept.accuracy)}")
+                + f"), in {output}")
+    elif not writer:
+        what = "the trials judged so far are kept in the study ('--export' writes the best)"
+    else:
+        what = "no candidate judged so far fits: nothing written"
+    again = "; the same command resumes the study" if resumable else ""
+    return f"{stopped_message(signal.Signals[stopped.by])}{where}; {what}{again}"
 
 
 @contextmanager

@@ -55,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "Pareto front), ranked by the accuracy of their int8 file, and the best "
                     "is verified in the target's runtime and written. Exit 0 when a "
                     "candidate fits (and was written), 1 when none does, 2 on bad input. "
-                    "Ctrl-C keeps the best fitting candidate trained so far.",
+                    "Ctrl-C (or SIGTERM, SIGHUP) keeps the best fitting candidate trained so "
+                    "far and exits 128 + the signal.",
         epilog="example: devicefit search --family mbv2 --profile stm32l4r5-cortex-m4 "
                "--screen --param input_shape=64x64x3,96x96x3 --param width=0.35,0.5\n"
                "train the candidates that fit, write the best (a Pareto front vs latency):\n"
@@ -137,7 +138,7 @@ def _search(args: argparse.Namespace) -> int:
     if missing:
         raise UsageError(f"devicefit search needs {', '.join(missing)} to train the candidates "
                          "that fit (or --screen to only judge them)")
-    from devicefit.sdk.commands.fit import trial_progress
+    from devicefit.sdk.commands.fit import stopped_line, trial_progress
 
     settings = study_settings(args)
     for module in ("tensorflow", "optuna"):
@@ -164,6 +165,11 @@ def _search(args: argparse.Namespace) -> int:
     write_reports(args, to_dict(found), lambda: render_search_html(found),
                   lambda: _print_summary(console, found),
                   [p for p in (args.train, args.eval_data, args.calibration) if p])
+    if found.stopped is not None:
+        chosen = next((t for t in found.trials if t.number == found.chosen), None)
+        print_stderr(stopped_line(found.stopped, chosen, found.output, writer=found.writer,
+                                  resumable=args.storage is not None))
+        return found.stopped.exit_code
     return study_exit(args, writer=found.writer, found=found.found, profile=found.profile,
                       say=print_stderr if args.json else console.print)
 

@@ -112,7 +112,7 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, spec: Fit
         result = run_trials(ctx, space, settings, name=name, model_path=model_path,
                             on_trial=on_trial)
         report.settings = replace(report.settings, storage=shown_url(result.storage))
-        report.trials, report.interrupted = result.records, result.interrupted
+        report.trials, report.stopped = result.records, result.stopped
         report.search_seconds = result.seconds
         report.study = replace(study, worker=result.worker, writer=result.writer)
         if result.writer:

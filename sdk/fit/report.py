@@ -13,7 +13,7 @@ from typing import Any
 from devicefit.sdk.convert.distill import DistillSettings
 from devicefit.sdk.fit.record import FitTrial, read_trial
 from devicefit.sdk.fit.space import SearchSpace
-from devicefit.sdk.study import TrialStage
+from devicefit.sdk.study import Stopped, TrialStage
 from devicefit.simulator.infra.units import (
     format_estimate,
     format_percent,
@@ -135,7 +135,9 @@ class FitReport:
     closest: int | None = None
     closest_misses: list[Miss] = field(default_factory=list)
     output: str | None = None
-    interrupted: bool = False
+    #: The signal that ended the search early (Ctrl-C, SIGTERM, SIGHUP) and the trials it
+    #: cut short; the winner is the best of the trials judged before it.
+    stopped: Stopped | None = None
     search_seconds: float = 0.0
     #: ``simulate(output, run=True)`` of the written model (the real runtime run).
     verification: Report | None = None
@@ -145,6 +147,10 @@ class FitReport:
     @property
     def found(self) -> bool:
         return self.chosen is not None
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped is not None
 
     @property
     def another_worker_writes(self) -> bool:
@@ -162,13 +168,13 @@ class FitReport:
         return 100.0 * (self.float_accuracy - chosen.accuracy)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**plain_fields(self), "found": self.found,
+        return {**plain_fields(self), "found": self.found, "interrupted": self.interrupted,
                 "accuracy_loss_pp": self.accuracy_loss_pp, "pareto": pareto_front(self.trials)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FitReport:
-        """The inverse of :meth:`to_dict` (``found``, ``accuracy_loss_pp`` and ``pareto``
-        follow from the rest); ``KeyError``/``TypeError``/``ValueError`` if malformed."""
+        """The inverse of :meth:`to_dict` (``found``, ``interrupted``, ``accuracy_loss_pp``
+        and ``pareto`` follow from the rest); ``KeyError``/``TypeError``/``ValueError`` if malformed."""
         report: FitReport = from_fields(
             cls, {k: v for k, v in data.items() if k not in ("verification", "trials")})
         report.trials = [read_trial(t) for t in data.get("trials", [])]

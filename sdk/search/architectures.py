@@ -36,7 +36,7 @@ from devicefit.sdk.search.trials import (
     ranked,
     train_survivor,
 )
-from devicefit.sdk.study import SearchSettings, run_study, work_folder
+from devicefit.sdk.study import SearchSettings, Stopped, run_study, work_folder
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import InputError, UsageError
 from devicefit.simulator.profile_types import Profile
@@ -78,7 +78,8 @@ class Searched:
     screen: ScreenRun
     trials: list[ArchTrial]
     study_name: str | None = None
-    interrupted: bool = False
+    #: The signal that ended the study early and the trials it cut short.
+    stopped: Stopped | None = None
     search_seconds: float = 0.0
     #: Ranked fitting trials; the first that passed the runtime is :attr:`chosen`.
     chosen: int | None = None
@@ -94,6 +95,10 @@ class Searched:
     @property
     def found(self) -> bool:
         return self.chosen is not None
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped is not None
 
 
 OnTrial = Callable[[ArchTrial], None]
@@ -143,7 +148,7 @@ def _train(found: Searched, job: Job, on_trial: OnTrial | None) -> None:
     workers = partial(SurvivorTrials, replace(job, progress=None))
     result = run_study(SurvivorTrials(job), found.settings, found.study_name,
                        workers=workers, on_trial=on_trial)
-    found.trials, found.interrupted = result.records, result.interrupted
+    found.trials, found.stopped = result.records, result.stopped
     found.writer, found.search_seconds = result.writer, result.seconds
 
 

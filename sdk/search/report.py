@@ -87,6 +87,7 @@ def to_dict(found: Searched) -> dict[str, Any]:
                      "epochs": found.epochs, "jobs": s.jobs, "seed": s.seed,
                      "storage": shown_url(s.storage), "study": found.study_name},
         "found": found.found, "interrupted": found.interrupted,
+        "stopped": plain_fields(found.stopped) if found.stopped else None,
         "screen": {"candidates": len(found.screen.results),
                    "fit": len(found.screen.fitting), "rejected_by": rejected_by(found),
                    "child_seconds": found.screen.child_seconds,

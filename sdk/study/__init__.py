@@ -8,7 +8,8 @@ the study does the rest the same way for both:
 - :mod:`sdk.study.decisions`: the trial-order decisions that keep two workers from building
   one candidate and the study within ``--max-trials``, and which worker writes the winner;
 - :mod:`sdk.study.run`: a process's trials, the ``--jobs`` worker processes, stopping
-  (Ctrl-C keeps what was found);
+  (Ctrl-C keeps what was found; a trial a signal cuts short is marked interrupted and built
+  again by a resumed study);
 - :mod:`sdk.study.record`: the one :class:`TrialRecord` both keep, with a typed payload for
   what each adds.
 
@@ -19,6 +20,7 @@ from devicefit.sdk.study.decisions import (
     BUILD,
     DECISION,
     DUPLICATE,
+    INTERRUPTED,
     OVER_BUDGET,
     RECORD,
     SKIPPED,
@@ -28,7 +30,7 @@ from devicefit.sdk.study.decisions import (
     writes_winner,
 )
 from devicefit.sdk.study.record import TrialRecord, TrialStage
-from devicefit.sdk.study.run import Run, StudyResult, run_study
+from devicefit.sdk.study.run import CutShort, Run, Stopped, StudyResult, run_study
 from devicefit.sdk.study.storage import (
     Direction,
     SearchSettings,
@@ -40,7 +42,8 @@ from devicefit.sdk.study.storage import (
 )
 from devicefit.sdk.study.trials import Trials
 
-__all__ = ["BUILD", "DECISION", "DUPLICATE", "OVER_BUDGET", "RECORD", "SKIPPED", "Direction",
-           "Run", "SearchSettings", "StudyResult", "Trials", "TrialRecord", "TrialStage",
+__all__ = ["BUILD", "DECISION", "DUPLICATE", "INTERRUPTED", "OVER_BUDGET", "RECORD", "SKIPPED",
+           "CutShort", "Direction", "Run", "SearchSettings", "Stopped", "StudyResult", "Trials",
+           "TrialRecord", "TrialStage",
            "artifact_dir", "claimed", "decide", "open_study", "records", "run_study",
            "shown_url", "storage_for", "work_folder", "writes_winner"]

@@ -27,6 +27,12 @@ RECORD = "record"
 #: User attribute: how a trial was decided, ``{"trial", "as", "candidate", "worker"}``.
 #: Keyed by trial number because optuna's retry copies the user attributes of the dead trial.
 DECISION = "decision"
+#: User attribute of a trial a signal cut short, ``{"by", "worker", "candidate"}`` (the
+#: signal's name, the process, the candidate's label): optuna records it failed; nothing here
+#: counts it (not taken, not claimed, no retry used up), and the candidate it was building
+#: is queued again (a trial whose ``resumes`` attribute names it), so a resumed study
+#: builds it first.
+INTERRUPTED = "interrupted"
 BUILD, DUPLICATE, SKIPPED, OVER_BUDGET = "build", "duplicate", "skipped", "over budget"
 #: How often a waiting worker looks at the storage again.
 POLL_S = 0.2

@@ -179,8 +179,9 @@ def shown_url(url: str | None) -> str | None:
         return url
 
 
-def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+def worker_id(pid: int | None = None) -> str:
+    """host:pid of process ``pid`` (this one by default) of this machine."""
+    return f"{socket.gethostname()}:{os.getpid() if pid is None else pid}"
 
 
 def worker_seed(settings: SearchSettings, index: int) -> int:
