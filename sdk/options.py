@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,6 +109,13 @@ def write_layers(args: argparse.Namespace, report: Report, *,
         from devicefit.simulator.report.views import render
 
         write_atomic(args.csv, render("csv", report), inputs=inputs)
+        say_written(args.csv)
+
+
+def say_written(path: str | Path) -> None:
+    """One line on stderr for a file a view wrote (``--html``, ``--plot``, ``--csv``): the
+    report goes to stdout, and may be JSON a pipe reads."""
+    print(f"wrote {path}", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- --html, --plot
@@ -140,10 +148,12 @@ def write_pictures(args: argparse.Namespace, reports: Sequence[tuple[str, Report
         page = render_html(title or reports[0][0], [Section(h, r) for h, r in reports], intro,
                            shared_scale=len(reports) > 1)
         write_atomic(args.html, page, inputs=inputs)
+        say_written(args.html)
     if getattr(args, "plot", None) and reports:
         from devicefit.simulator.report.views.png import render_reports
 
         write_atomic(args.plot, render_reports(reports), inputs=inputs)
+        say_written(args.plot)
 
 
 def conversion_summary_html(report: Any) -> str:

@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from devicefit.sdk.options import profile_inputs
+    from devicefit.sdk.options import profile_inputs, say_written
     from devicefit.simulator.infra.fileio import check_outputs, write_atomic
     from devicefit.simulator.profiles import load_profile
     from devicefit.simulator.report.diff import Side, diff_reports
@@ -58,6 +58,7 @@ def _diff(args: argparse.Namespace) -> int:
     diff = diff_reports(sides[0], sides[1], kind)
     if args.html:
         write_atomic(args.html, render_html(diff), inputs=models)
+        say_written(args.html)
     if args.json:
         print(render_json(diff), end="")
         return 0

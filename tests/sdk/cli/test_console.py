@@ -402,3 +402,20 @@ def test_a_report_to_a_pipe_is_what_rich_prints_there(capsys, monkeypatch):
         SafeConsole(file=written, highlight=False, width=1000, folds=False).print(
             Text(text), end="", soft_wrap=True)
         assert capsys.readouterr().out == written.getvalue()
+
+
+def test_a_written_view_is_said_on_stderr_and_the_json_stays_whole(tmp_path, capsys):
+    """``--html``/``--csv`` used to write silently (only check said "wrote"); the line goes
+    to stderr, so a report on stdout (here JSON) stays what a pipe reads."""
+    import json
+
+    from devicefit.sdk.cli import main
+    from tests.zoo import model_path
+
+    page, rows = tmp_path / "r.html", tmp_path / "r.csv"
+    assert main(["simulate", str(model_path("residual_int8")), "--profile",
+                 "stm32l4r5-cortex-m4", "--json", "--html", str(page), "--csv", str(rows)]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["verdict"] == "pass"
+    assert err.splitlines() == [f"wrote {page}", f"wrote {rows}"]
+    assert page.stat().st_size > 0 and rows.stat().st_size > 0
