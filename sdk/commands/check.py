@@ -295,6 +295,11 @@ def _print(console: Console, result: CheckResult, written: list[str], notes: boo
         console.print(f"note: {note}", markup=False)
     if (compared := baseline_text(result)) is not None:
         console.print(f"regressions: {compared}", markup=False, highlight=False)
+    if any(not r.ok for o in result.outcomes for r in o.regressions):
+        console.print("next: a growth you intended is accepted with 'devicefit check "
+                      "--update-baseline' (then commit the baseline); otherwise find the "
+                      "change that grew it ('devicefit diff OLD.tflite NEW.tflite --profile P')",
+                      markup=False, highlight=False)
     counts = result.counts()
     at_risk = counts[TargetStatus.AT_RISK]
     risk = f", {at_risk} at risk" if at_risk else ""

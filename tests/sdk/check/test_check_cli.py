@@ -144,6 +144,8 @@ def test_baseline_update_then_regression(tmp_path, models, capsys):
     assert main(["check", str(f), "--junit", str(junit), "--markdown", str(tmp_path / "s.md")]) == 1
     out = capsys.readouterr().out
     assert "regression: arena grew from" in out
+    assert "next: a growth you intended is accepted with 'devicefit check --update-baseline'" \
+        in out.replace("\n", " ")
     # Both summaries say what was compared with which file.
     compared = f"3 of 3 target(s) compared with baseline {baseline}: 1 regression(s)"
     assert f"regressions: {compared}" in out
