@@ -1,7 +1,7 @@
 """The user's TFLM checkout as devicefit reads it: its identity (commit and local changes)
 and its op resolver's method names (``micro_mutable_op_resolver.h``), which an export
-registers. Only read: nothing here writes into the checkout, and git runs without taking
-the checkout's index lock.
+registers. Only read: nothing here writes into the checkout; git runs without taking
+the checkout's index lock, on a copy of its index.
 """
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +40,11 @@ def user_env() -> dict[str, str]:
 
 def source_key(tflm_dir: Path) -> str:
     """The checkout's sources: its git commit, plus a hash of its local changes (tracked
-    and untracked files git does not ignore); a hash of every file without git."""
+    and untracked files git does not ignore); a hash of every file without git.
+
+    git reads a copy of the checkout's index: ``git diff`` rewrites the index it reads
+    when a tracked file was touched without being changed (its stat is stale), whatever
+    ``GIT_OPTIONAL_LOCKS`` says, and the user's checkout is never written."""
     env = user_env()
 
     def git(*args: str) -> bytes:
@@ -47,12 +53,20 @@ def source_key(tflm_dir: Path) -> str:
 
     try:
         if (tflm_dir / ".git").exists():
-            head = git("rev-parse", "HEAD").decode().strip()
-            changes = hashlib.sha256(git("diff", "HEAD", "--binary"))
-            for name in sorted(git("ls-files", "--others", "--exclude-standard", "-z")
-                               .split(b"\0")):
-                if name and (path := tflm_dir / name.decode(errors="replace")).is_file():
-                    changes.update(name + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+            with tempfile.TemporaryDirectory(prefix="devicefit-git-") as tmp:
+                index = Path(git("rev-parse", "--path-format=absolute", "--git-path", "index")
+                             .decode().strip())
+                copy = Path(tmp, "index")
+                if index.is_file():
+                    shutil.copyfile(index, copy)
+                env = {**env, "GIT_INDEX_FILE": str(copy)}
+                head = git("rev-parse", "HEAD").decode().strip()
+                changes = hashlib.sha256(git("diff", "HEAD", "--binary"))
+                for name in sorted(git("ls-files", "--others", "--exclude-standard", "-z")
+                                   .split(b"\0")):
+                    if name and (path := tflm_dir / name.decode(errors="replace")).is_file():
+                        changes.update(name + b"\0"
+                                       + hashlib.sha256(path.read_bytes()).digest())
             dirty = changes.hexdigest() != hashlib.sha256(b"").hexdigest()
             return head[:12] + (f"+{changes.hexdigest()[:8]}" if dirty else "")
     except (OSError, subprocess.CalledProcessError):

@@ -183,6 +183,23 @@ def test_git_checkout_is_keyed_by_its_commit_and_local_changes(tmp_path):
     assert (root / ".git" / "index").stat().st_mtime_ns == index
 
 
+def test_a_touched_file_does_not_make_git_rewrite_the_users_index(tmp_path):
+    """A tracked file touched but unchanged (a build's hard link, an editor's save): git
+    diff rewrites the index it reads to refresh the stale stat, whatever
+    GIT_OPTIONAL_LOCKS says; devicefit lets it rewrite a copy."""
+    root = _checkout(tmp_path / "tflm")
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "x"]):
+        subprocess.run([*git, *args], check=True)
+    clean = co.source_key(root)
+    index = root / ".git" / "index"
+    before = index.read_bytes(), index.stat().st_mtime_ns
+    later = before[1] / 1e9 + 5  # past git's racy window, whatever the clock's resolution
+    os.utime(root / tb.MAKEFILE, (later, later))
+    assert co.source_key(root) == clean  # the same content: the same key
+    assert (index.read_bytes(), index.stat().st_mtime_ns) == before
+
+
 def test_the_cache_key_covers_trees_compiler_and_core(tmp_path):
     root = _checkout(tmp_path / "tflm")
     spec = tb.BuildSpec(root, "cortex-m4", "cmsis-nn")
