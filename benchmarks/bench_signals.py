@@ -119,6 +119,22 @@ def _left_behind(sid: int, work: Path) -> list[str]:
     return session_processes(sid) + [f"{pid} zygote" for pid in zygotes(work / "tmp")]
 
 
+def reap(sid: int, work: Path) -> list[str]:
+    """What the command of session ``sid`` left running ``LEAK_WAIT_S`` after it ended (its
+    session's processes and its zygotes), killed so that none is left to the next run."""
+    deadline = time.monotonic() + LEAK_WAIT_S
+    left = _left_behind(sid, work)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = _left_behind(sid, work)
+    for line in left:
+        try:
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
+
+
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -168,17 +184,7 @@ def _run_once(cmd: Command, work: Path, sig: int | None, delay: float, group: bo
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
     elapsed = time.monotonic() - start
-    deadline = time.monotonic() + LEAK_WAIT_S
-    left = _left_behind(proc.pid, work)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.2)
-        left = _left_behind(proc.pid, work)
-    for line in left:  # never leave them to the next trial
-        try:
-            os.kill(int(line.split()[0]), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return code, err.decode(errors="replace"), elapsed, left
+    return code, err.decode(errors="replace"), elapsed, reap(proc.pid, work)
 
 
 def trial(cmd: Command, work: Path, reference: dict[str, str], rng: random.Random,

@@ -52,14 +52,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.bench_signals import session_processes  # noqa: E402 — needs ROOT on the path
-from benchmarks.procs import zygotes  # noqa: E402
+from benchmarks.bench_signals import (  # noqa: E402 — needs ROOT on the path
+    DEVICEFIT,
+    SIGNALS,
+    reap,
+)
 
-DEVICEFIT = [sys.executable, "-m", "devicefit"]
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STUDY = "bench"
 HANG_S = 120.0
-LEAK_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -154,20 +154,6 @@ def _judged(work: Path) -> int:
                and t.user_attrs[RECORD]["stage"] != "skipped")
 
 
-def _left_behind(sid: int, work: Path) -> list[str]:
-    deadline = time.monotonic() + LEAK_WAIT_S
-    left = session_processes(sid) + [f"{pid} zygote" for pid in zygotes(work / "tmp")]
-    while left and time.monotonic() < deadline:
-        time.sleep(0.2)
-        left = session_processes(sid) + [f"{pid} zygote" for pid in zygotes(work / "tmp")]
-    for line in left:  # never leave them to the next run
-        try:
-            os.kill(int(line.split()[0]), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return left
-
-
 @dataclass(frozen=True)
 class Ran:
     status: int | None
@@ -198,7 +184,7 @@ def _run(cmd: Command, work: Path, sig: int | None, delay: float, group: bool) -
         proc.communicate()
         code, err = None, b""
     seconds = time.monotonic() - start
-    return Ran(code, err.decode(errors="replace"), seconds, sent, _left_behind(proc.pid, work))
+    return Ran(code, err.decode(errors="replace"), seconds, sent, reap(proc.pid, work))
 
 
 def _said(sig: int) -> str:
