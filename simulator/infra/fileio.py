@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from devicefit.simulator.errors import InputError, UsageError
+from devicefit.simulator.errors import DevicefitError, InputError, UsageError
 from devicefit.simulator.infra.signals import deferred
 
 #: Pseudo file systems whose entries claim to be regular files of size 0.
@@ -39,25 +39,32 @@ def regular_file_problem(path: Path) -> str | None:
         return f"cannot be read ({exc.strerror or exc})"
 
 
-def read_regular_bytes(path: Path, what: str, limit: int, kind: str) -> bytes:
-    """The bytes of ``path``, at most ``limit`` of them: one :class:`InputError` line for
-    anything else (a folder, a FIFO that would block, ``/dev/zero`` that never ends, a file
-    over the limit). ``what`` names the file ("board log"), ``kind`` what to give instead."""
+def read_regular_bytes(path: Path, what: str, limit: int, kind: str, *,
+                       error: type[DevicefitError] = InputError,
+                       missing: str | None = None) -> bytes:
+    """The bytes of ``path``, at most ``limit`` of them: one ``error`` line for anything
+    else (a folder, a FIFO that would block, ``/dev/zero`` that never ends, a file over the
+    limit). ``what`` names the file in messages ("the board log"), ``kind`` what to give
+    instead; ``missing``: the message for a file that does not exist (else "cannot read")."""
     try:
         st = path.stat()
+    except FileNotFoundError as exc:
+        if missing is None:
+            raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+        raise error(f"{path}: {missing}") from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+        raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
     if (why := not_regular(path, st)) is not None:
-        raise InputError(f"{path}: the {what} {why}; give a {kind}")
+        raise error(f"{path}: {what} {why}; give a {kind}")
     if st.st_size > limit:
-        raise InputError(f"{path}: the {what} is {st.st_size:,} bytes; the limit is {limit:,}")
+        raise error(f"{path}: {what} is {st.st_size:,} bytes; the limit is {limit:,}")
     try:
         with path.open("rb") as f:
             data = f.read(limit + 1)  # the file may grow between stat and read
     except OSError as exc:
-        raise InputError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+        raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
     if len(data) > limit:
-        raise InputError(f"{path}: the {what} is larger than the limit of {limit:,} bytes")
+        raise error(f"{path}: {what} is larger than the limit of {limit:,} bytes")
     return data
 
 

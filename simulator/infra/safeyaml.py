@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import yaml
 
 from devicefit.simulator.errors import DevicefitError, InputError
-from devicefit.simulator.infra.fileio import not_regular
+from devicefit.simulator.infra.fileio import read_regular_bytes
 
 MAX_YAML_BYTES = 1024 * 1024
 MAX_DEPTH = 40
@@ -64,24 +64,8 @@ def read_regular_file(path: Path, what: str, *, limit: int = MAX_YAML_BYTES,
     """The UTF-8 text of ``path``, refusing anything but a regular file of at most ``limit``
     bytes; ``what`` names the file in messages ("profile", "project file"), ``kind`` what
     to give instead."""
-    try:
-        st = path.stat()
-    except FileNotFoundError as exc:
-        raise error(f"{path}: {what} not found") from exc
-    except OSError as exc:
-        raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from exc
-    why = not_regular(path, st)
-    if why is not None:
-        raise error(f"{path}: {what} {why}; give a {kind} file")
-    if st.st_size > limit:
-        raise error(f"{path}: {what} is {st.st_size:,} bytes; the limit is {limit:,}")
-    try:
-        with path.open("rb") as f:
-            data = f.read(limit + 1)
-    except OSError as exc:
-        raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from exc
-    if len(data) > limit:
-        raise error(f"{path}: {what} is larger than the limit of {limit:,} bytes")
+    data = read_regular_bytes(path, what, limit, f"{kind} file", error=error,
+                              missing=f"{what} not found")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -89,7 +89,7 @@ CSV_HEADER = '"Event","Tag","Ticks"'
 def read_board_text(path: Path, what: str) -> str:
     """The text of a board's output (bounded; bytes that are not UTF-8, a serial line's
     noise, read as U+FFFD)."""
-    data = read_regular_bytes(path, what, MAX_LOG_BYTES, "text file the board printed")
+    data = read_regular_bytes(path, f"the {what}", MAX_LOG_BYTES, "text file the board printed")
     return data.decode("utf-8", errors="replace")
 
 
@@ -250,7 +250,7 @@ def _table_ms(cell: str, where: str) -> float:
 def read_latency_table(path: Path) -> list[tuple[Path, float]]:
     """A CSV of whole-model latencies: ``model file, ms`` per row (a header row is allowed;
     model paths are relative to the table's folder)."""
-    data = read_regular_bytes(path, "latency table", MAX_TABLE_BYTES, ".csv file")
+    data = read_regular_bytes(path, "the latency table", MAX_TABLE_BYTES, ".csv file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
