@@ -98,8 +98,7 @@ def verdict_causes(report: Report) -> str:
     """Every cause of the verdict, by kind, for the verdict's line: ``over: arena, flash;
     at risk: latency`` — a fail names all that failed, and what is at risk or unchecked
     beside it, never only the mildest ("" for a clean pass)."""
-    by_status = {s: [b.name for b in report.budgets if b.status == s]
-                 for s in (Status.FAIL, Status.AT_RISK)}
+    over = [b.name for b in report.budgets if b.status == Status.FAIL]
     compat = report.compatibility
     unsupported = sorted({op.op for op in compat.unsupported_ops}) if compat else []
     target = report.measured.target_build if report.measured else None
@@ -108,10 +107,10 @@ def verdict_causes(report: Report) -> str:
         (f"unsupported: {', '.join(unsupported) or 'some operators'}",
          compat is not None and not compat.supported),
         ("not verified on the target build", target is not None and not target.verified),
-        (f"over: {', '.join(by_status[Status.FAIL])}", bool(by_status[Status.FAIL])),
+        (f"over: {', '.join(over)}", bool(over)),
         (f"not checked: {', '.join(report.unchecked_budgets)}",
          bool(report.unchecked_budgets) and not report.ok),
-        (f"at risk: {', '.join(by_status[Status.AT_RISK])}", bool(by_status[Status.AT_RISK])),
+        (f"at risk: {', '.join(report.at_risk)}", bool(report.at_risk)),
     ]
     return "; ".join(text for text, holds in causes if holds)
 
