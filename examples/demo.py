@@ -121,7 +121,7 @@ def _demo(out: Path) -> int:
                                      "latency (est.) / budget", "accuracy", "verdict"], rows))
     console.print("   head, host wheel: the arena head TFLM's host wheel (reference kernels) "
                   "recorded, against devicefit's prediction for that build; arena: the "
-                  "profile's own build (its kernels), predicted")
+                  "profile's own build (its kernels), estimated as simulate estimates it")
     console.print(f"done in {time.perf_counter() - started:.0f} s; files in "
                   f"{os.path.relpath(out)}/ (try: {devicefit_command()} simulate "
                   f"{shlex.quote(os.path.relpath(target))} --profile {v.profile})")
