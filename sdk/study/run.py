@@ -21,6 +21,7 @@ import functools
 import logging
 import multiprocessing
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -153,12 +154,14 @@ class Run(Generic[C, P]):
             yield
             return
         old = {sig: signal.getsignal(sig) for sig in signals.STOPPING}
+        hook = sys.excepthook
         for sig, handler in old.items():
             if callable(handler):
                 signal.signal(sig, functools.partial(self._note, handler))
         try:
             yield
         finally:
+            sys.excepthook = hook
             for sig, handler in old.items():
                 if callable(handler):
                     signal.signal(sig, handler)
@@ -166,6 +169,10 @@ class Run(Generic[C, P]):
     def _note(self, handler: Callable[[int, Any], Any], signum: int, frame: Any) -> None:
         if self.signalled is None:
             self.signalled = signum
+            # Native code that loses the interrupt may print the error it got instead
+            # through sys.excepthook (PyErr_Print; seen: TensorFlow's nest, a SystemError
+            # traceback); the command ends by the signal, said in its one line.
+            sys.excepthook = _quiet
         handler(signum, frame)
 
     def _raise_lost(self) -> None:
@@ -271,6 +278,10 @@ def signal_name(exc: KeyboardInterrupt) -> str:
     Ctrl-C (SIGINT) as a plain KeyboardInterrupt."""
     signum = exc.signum if isinstance(exc, signals.Terminated) else signal.SIGINT
     return signal.Signals(signum).name
+
+
+def _quiet(*_: object) -> None:
+    """An excepthook that prints nothing (:meth:`Run._note`)."""
 
 
 @contextmanager
