@@ -176,13 +176,20 @@ def simulate_scale(counts: list[int], folder: Path) -> list[dict]:
     return rows
 
 
+#: Seconds each verification run of ``optimize`` may take at the largest size.
+VERIFY_TIMEOUT_S = 3600
+
+
 def optimize_scale(counts: list[int], folder: Path) -> list[dict]:
     rows = []
     for n in counts:
         path = folder / f"blocks{n}.tflite"
         path.write_bytes(block_graph(n))
+        # TFLM's own allocation, which verification runs twice, takes minutes at 100 k
+        # operators: the timeout is the runtimes', the search keeps its step budget.
         r = run(["--max-ops", str(2 * n), "optimize", str(path), "--profile", "esp32-s3",
-                 "--json", "-o", str(folder / f"opt{n}.tflite")])
+                 "--timeout", str(VERIFY_TIMEOUT_S), "--json", "-o",
+                 str(folder / f"opt{n}.tflite")])
         if r.error:
             rows.append({"size": n, **_figures(r)})
             continue
@@ -193,7 +200,9 @@ def optimize_scale(counts: list[int], folder: Path) -> list[dict]:
                      "search_states": report["search_states"],
                      "search_steps": report["search_steps"],
                      "search_budget": report["search_step_budget"],
-                     "search_stopped": report["search_stopped"]})
+                     "search_stopped": report["search_stopped"],
+                     "search_seconds": round(report["seconds"], 2),
+                     "verify_seconds": round(report["verify_seconds"], 2)})
     return rows
 
 
@@ -244,7 +253,8 @@ def _print(name: str, unit: str, rows: list[dict]) -> None:
         if "search_steps" in r:
             stop = "cut by its budget" if r["search_stopped"] else "finished"
             extra = (f", head {r['head_before']:,} → {r['head_after']:,} B, order search "
-                     f"{stop} ({r['search_steps']:,} of {r['search_budget']:,} steps)")
+                     f"{stop} ({r['search_steps']:,} of {r['search_budget']:,} steps) in "
+                     f"{r['search_seconds']:.1f} s, verification {r['verify_seconds']:.1f} s")
         print(f"  {r['size']:>7,} {unit}: {r['seconds']:7.2f} s, tree peak "
               f"{r['tree_peak_mb']:7.1f} MB (largest process {r['largest_mb']:6.1f} MB){extra}")
     done = [r for r in rows if not r["error"]]

@@ -116,6 +116,9 @@ class OptimizeReport:
     search_steps: int = 0
     search_step_budget: int = DEFAULT_STEP_BUDGET
     search_stopped: bool = False
+    #: Seconds spent running both files in the runtimes (stage 5), apart from ``seconds``:
+    #: TFLM's own allocation grows faster than the search on very large graphs.
+    verify_seconds: float = 0.0
 
     @property
     def reduction_bytes(self) -> int:
@@ -160,7 +163,8 @@ class _Candidate:
 def optimize_model_bytes(data: bytes, profile: Profile | str, *, verify: bool = True,
                          name: str = "<bytes>", patches: str | None = None,
                          max_mac_overhead: float = DEFAULT_MAX_MAC_OVERHEAD,
-                         patch_objective: str = "arena") -> tuple[bytes, OptimizeReport]:
+                         patch_objective: str = "arena", timeout_s: float = 60
+                         ) -> tuple[bytes, OptimizeReport]:
     """Rewrite a ``.tflite`` so TFLM's stock interpreter needs a smaller arena head.
 
     Returns the new bytes (the input bytes when nothing improves) and the report. With
@@ -174,12 +178,14 @@ def optimize_model_bytes(data: bytes, profile: Profile | str, *, verify: bool = 
     is only written when its predicted arena is smaller, and (``verify``) when the arena TFLM
     measures for it (head + tail) is not larger than the plain plan's. Otherwise the report
     says why and the plain result stands.
-    ``profile`` is a :class:`Profile` or a profile name or ``.yaml`` path.
+    ``profile`` is a :class:`Profile` or a profile name or ``.yaml`` path; ``timeout_s``
+    bounds each run of verification (a run that takes longer fails the verification, and
+    nothing is returned).
     """
     if not isinstance(profile, Profile):
         profile = load_profile(profile)
     if patches is None:
-        return _optimize(data, profile, verify=verify, name=name)
+        return _optimize(data, profile, verify=verify, name=name, timeout_s=timeout_s)
     settings = PatchSettings(patches, max_mac_overhead, patch_objective)
     started = time.perf_counter()
     plain_out, plain = _optimize(data, profile, verify=False, name=name)
@@ -226,18 +232,17 @@ def optimize_model_bytes(data: bytes, profile: Profile | str, *, verify: bool = 
     report = dataclasses.replace(report, patches=p, notes=[*report.notes, *refused],
                                  seconds=time.perf_counter() - started)
     if verify and report.changed:
-        return _verified(data, out, plain_out, plain, report, profile, by_arena)
+        return _verified(data, out, plain_out, plain, report, profile, by_arena, _Runs(timeout_s))
     return (out if report.changed else data), report
 
 
 def _verified(data: bytes, out: bytes, plain_out: bytes, plain: OptimizeReport,
-              report: OptimizeReport, profile: Profile, by_arena: bool
+              report: OptimizeReport, profile: Profile, by_arena: bool, run: _Runs
               ) -> tuple[bytes, OptimizeReport]:
     """Stage 5 of ``--patches``' result ``out``: verified, and a patched graph judged on the
     arenas TFLM measures (else the plain plan, verified in its turn)."""
     p = report.patches
     assert p is not None
-    run = _Runs()
     report = _verify(data, out, report, profile, run)
     if not report.changed:
         if p.grid:  # the plain plan may still gain
@@ -447,7 +452,8 @@ def _latency_ms(model: Model, profile: Profile) -> float | None:
 
 
 def _optimize(data: bytes, profile: Profile, *, verify: bool, name: str,
-              search_order: bool = True) -> tuple[bytes, OptimizeReport]:
+              search_order: bool = True, timeout_s: float = 60
+              ) -> tuple[bytes, OptimizeReport]:
     """Stages 1-5 of the module doc; without ``search_order`` the file's order is kept (a
     patched graph is written patch by patch, the order its plan is built for)."""
     target = target_for(profile)
@@ -508,7 +514,7 @@ def _optimize(data: bytes, profile: Profile, *, verify: bool, name: str,
         order=list(candidate.order), offline_plan=candidate.tensor_offsets is not None,
         plan_method=candidate.method, head_after_bytes=candidate.head)
     if verify:
-        report = _verify(data, out, report, profile)
+        report = _verify(data, out, report, profile, _Runs(timeout_s))
         if not report.changed:
             return data, report
     return out, dataclasses.replace(report, summary=_changed_summary(report))
@@ -593,23 +599,31 @@ class _Runs:
     many results are compared: verifying patches also measures the plain plan, and
     verifies it too when it is the one written."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout_s: float) -> None:
         self._done: dict[tuple[bytes, str], RunResult] = {}
+        self._timeout_s = timeout_s
+        #: Seconds spent in the runtimes so far.
+        self.seconds = 0.0
 
     def __call__(self, data: bytes, runtime: str) -> RunResult:
         from devicefit.simulator.run.runtimes import run_model
 
         key = (hashlib.sha256(data).digest(), runtime)
         if key not in self._done:
-            with temporary_folder("devicefit-optimize-") as tmp:
-                path = tmp / "model.tflite"
-                path.write_bytes(data)
-                self._done[key] = run_model(path, runtime, reference_kernels=True)
+            started = time.perf_counter()
+            try:
+                with temporary_folder("devicefit-optimize-") as tmp:
+                    path = tmp / "model.tflite"
+                    path.write_bytes(data)
+                    self._done[key] = run_model(path, runtime, reference_kernels=True,
+                                                timeout_s=self._timeout_s)
+            finally:
+                self.seconds += time.perf_counter() - started
         return self._done[key]
 
 
 def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
-            profile: Profile, run: _Runs | None = None) -> OptimizeReport:
+            profile: Profile, run: _Runs) -> OptimizeReport:
     """``report`` with both files run on the same inputs (reference kernels) in the
     profile's runner (TFLM), which must take both, and in its target's ``second_opinion``
     (LiteRT: a second implementation of the same kernels), where it has one; unchanged
@@ -618,7 +632,6 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
 
     runner = _runner(profile)
     second = target_for(profile).second_opinion
-    run = run or _Runs()
     notes, identical = list(report.notes), dict(report.outputs_identical)
     mine: list[RunResult] = []  # the runner's runs of the original and the optimized file
     for runtime in dict.fromkeys(r for r in (runner, second) if r is not None):
@@ -629,9 +642,8 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
             except RuntimeFailure as exc:
                 title = TARGETS[runtime].title
                 if runtime == runner:
-                    raise RuntimeFailure(f"cannot check the optimized model in {title} (the "
-                                         f"{which} model fails), so it is not written: "
-                                         f"{exc}") from exc
+                    raise _unverified(f"cannot check the optimized model in {title} ({which} "
+                                      f"model), so it is not written: {exc}") from exc
                 notes.append(f"outputs not compared in {title} ({which} model): {exc}")
                 break
         if len(runs) < 2:
@@ -639,13 +651,14 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
         same, diff = compare_outputs(runs[0].outputs, runs[1].outputs)
         identical[runtime] = same
         if not same:
-            raise RuntimeFailure(
+            raise _unverified(
                 f"the optimized model's outputs differ from the original's in {runtime} "
                 f"(max |diff| {diff:g}); nothing written. This is a devicefit bug: "
                 "please report it with the model")
         if runtime == runner:
             mine = runs
-    report = dataclasses.replace(report, notes=notes, outputs_identical=identical)
+    report = dataclasses.replace(report, notes=notes, outputs_identical=identical,
+                                 verify_seconds=run.seconds)
     if mine:
         report = dataclasses.replace(
             report, measured_head_before_bytes=mine[0].arena_head_bytes,
@@ -660,6 +673,14 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
             *notes, f"TFLM measured a head of {_b(after)}, predicted "
                     f"{_b(report.head_after_bytes)} (host pointer width)"])
     return report
+
+
+def _unverified(message: str) -> RuntimeFailure:
+    """The runtime could not run a file (crash, refusal, timeout): exit 1, the model failed in
+    the runtime, as ``simulate --run`` says of it, not 2 (bad input)."""
+    failure = RuntimeFailure(message)
+    failure.exit_code = 1
+    return failure
 
 
 def _no_gain(report: OptimizeReport, before: int, after: int) -> OptimizeReport:

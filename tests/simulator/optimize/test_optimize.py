@@ -117,6 +117,7 @@ def test_cli_writes_the_optimized_model_and_reports(tmp_path, capsys):
     assert report["changed"] and report["output"] == str(out)
     assert report["measured_head_after_bytes"] < report["measured_head_before_bytes"]
     assert report["gap_bytes"] == 0
+    assert report["verify_seconds"] > 0  # the runtimes' time, apart from the search's
     assert out.exists() and out.read_bytes() != src.read_bytes()
     # Optimizing the result again finds nothing left to gain, and says so.
     again = tmp_path / "again.tflite"
@@ -124,6 +125,18 @@ def test_cli_writes_the_optimized_model_and_reports(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "already optimal" in text and "identical copy" in text
     assert again.read_bytes() == out.read_bytes()
+
+
+def test_a_verification_over_its_timeout_writes_nothing_and_names_the_option(tmp_path, capsys):
+    # No runtime answers within a millisecond: the run is killed, the file left unwritten.
+    out = tmp_path / "opt.tflite"
+    argv = ["optimize", str(model_path("chain_int8")), "--profile", PROFILE, "-o", str(out),
+            "--timeout", "0.001"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "no answer after 0.001 s" in err and "--timeout" in err and "not written" in err
+    assert "Traceback" not in err
+    assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("argv, message", [
