@@ -74,6 +74,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "matplotlib": ("plot", "matplotlib"),
     "psycopg2": ("distributed", "psycopg2"),
     "ethosu": ("ethos-u", "Arm's Vela compiler (ethos-u-vela)"),
+    "ai_edge_quantizer": ("convert", "AI Edge Quantizer (ai-edge-quantizer)"),
 }
 
 

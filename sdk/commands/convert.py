@@ -19,7 +19,7 @@ from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
 from devicefit.sdk.console import make_console, table
 from devicefit.sdk.convert.data import RANDOM
 from devicefit.sdk.convert.sparsity import KINDS
-from devicefit.sdk.convert.spec import OPTIONS, ConversionSpec
+from devicefit.sdk.convert.spec import OPTIONS, WEIGHT_BITS, ConversionSpec
 from devicefit.sdk.options import (
     add_firmware_options,
     add_picture_options,
@@ -46,6 +46,7 @@ from devicefit.simulator.report.views.messages import budget_format, decimal_bud
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from devicefit.sdk.convert.lowbit import LowBitReport
     from devicefit.sdk.convert.report import ConversionReport
 
 EXAMPLE = ("example: devicefit convert model.keras --profile stm32l4r5-cortex-m4 "
@@ -79,6 +80,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scheme", choices=QUANT_SCHEMES, help="quantization (profile default)")
     p.add_argument("--io-type", choices=IO_TYPES,
                    help="input/output tensor type (profile default)")
+    p.add_argument("--weights", choices=WEIGHT_BITS, default=None,
+                   help="int4: 4-bit weights (with int8 activations) on the conv and "
+                        "fully-connected layers the profile's runtime runs that way, asked of "
+                        "the runtime and its compiler, 8-bit on the others; written by AI Edge "
+                        "Quantizer from the float model (default int8)"),
     p.add_argument("--optimize-memory", action="store_true", default=None,
                    help="tflm profiles: reorder operators and write an offline arena plan "
                         "(as 'devicefit optimize' does) so TFLM needs less RAM")
@@ -235,6 +241,8 @@ def _print_summary(console: Console, report: ConversionReport) -> None:
                                          for k, v in report.stages.items()))
     for line in _target_lines(report.target_extra):
         console.print(line)
+    if report.low_bit is not None:
+        _print_low_bit(console, report.low_bit, list(report.layers))
     if report.memory_optimization is not None:
         o = report.memory_optimization
         console.print(f"memory optimization: {o.summary} (TFLM head "
@@ -248,6 +256,20 @@ def _print_summary(console: Console, report: ConversionReport) -> None:
         console.print(escape(figures) + verdict)
     for w in report.warnings:
         console.print(f"[bold yellow]warning:[/bold yellow] {w}")
+
+
+def _print_low_bit(console: Console, low: LowBitReport, layers: list[str]) -> None:
+    """``--weights int4``: each layer with weights, its bits, and why it is not int4 per
+    channel, in short (``--report`` keeps the runtime's whole message)."""
+    from devicefit.sdk.convert.diagnose import layer_of
+
+    rows = [(str(w.op_index), w.op, layer_of(w.layer, layers) or w.layer.split(";")[0],
+             f"int{w.bits} {w.granularity}", format_size(w.weight_bytes),
+             w.why.split(": (")[0]) for w in low.layers]
+    console.print(table(f"Weights: int4 on {low.int4_layers} of {len(low.layers)} layers "
+                        f"({low.engine}; what the runtime refused, asked "
+                        f"{low.rounds} time(s))",
+                        ["op", "type", "layer", "weights", "bytes", "why not int4"], rows))
 
 
 def _target_lines(extra: TargetSection | None) -> list[str]:

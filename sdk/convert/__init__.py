@@ -59,10 +59,15 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
     result = done.result
     timer.start("verify")
     verify_scheme(result.tflite, job.quant)
+    tflite, low_bit = result.tflite, None
+    if spec.weights == "int4":
+        timer.start("int4 weights")
+        tflite, low_bit = pipeline.int4_weights(job, done)
+        verify_scheme(tflite, job.quant)
     if result.baseline is not None and baseline_output is not None:  # a before/after report
         write_atomic(baseline_output, result.baseline, inputs=pipeline.input_paths(model))
     settings = pipeline.settings_of(job, done)
-    tflite, memory = result.tflite, None
+    memory = None
     if spec.optimize_memory is not None:
         timer.start("optimize memory")
         tflite, memory = stages.optimize_memory(tflite, prof, spec, name=str(job.output))
@@ -74,7 +79,8 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
         float_tflite_bytes=None if result.baseline is None else len(result.baseline),
         float_weight_bytes=result.float_weight_bytes or None, weights=weights,
         pruned_layers=done.sparsity.pruned_layers, nm_skipped=done.sparsity.skipped,
-        fine_tune=done.sparsity.fine_tune, memory_optimization=memory, layers=result.layers)
+        fine_tune=done.sparsity.fine_tune, memory_optimization=memory, low_bit=low_bit,
+        layers=result.layers)
     if done.calibration is not None and done.calibration.random:
         report.warnings.append(RANDOM_WARNING)
     if done.evaluation is not None and result.reference is not None:

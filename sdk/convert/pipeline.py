@@ -43,6 +43,7 @@ from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.target import target_for
 
 if TYPE_CHECKING:
+    from devicefit.sdk.convert.lowbit import LowBitReport
     from devicefit.simulator.report.report import Report
     from devicefit.simulator.types import UnsupportedOp
 
@@ -81,6 +82,10 @@ class Job:
 def check(model: Any, profile: Profile, output: str | Path, spec: ConversionSpec) -> Job:
     """Refuse, before minutes of work, what the profile or the file system cannot take."""
     quant = quantize.resolve(profile, spec.scheme, spec.io_type)
+    if spec.weights == "int4":
+        from devicefit.sdk.convert.lowbit import check_request
+
+        check_request(quant.scheme, quant.io_type, bool(spec.sparsity))
     for kind in spec.sparsity:
         sparsity.check_allowed(profile, kind.kind, kind)
     out = check_output(output, model, spec.calibration, spec.eval_data,
@@ -146,7 +151,8 @@ def transform(job: Job, timer: StageTimer, progress: Progress | None = None, *,
         sparsity=[kind.to_mapping() for kind in s.sparsity],
         epochs=s.fine_tune.epochs if s.fine_tune else 0,
         distill=bool(s.fine_tune and s.fine_tune.distill),
-        baseline=s.float_baseline or baseline)
+        # --weights int4 quantizes the float model with AI Edge Quantizer.
+        baseline=s.float_baseline or baseline or s.weights == "int4")
     loaded: dict[str, data.Dataset | None] = {}
 
     def supply(shape: tuple[int, ...]) -> DataBundle:
@@ -242,6 +248,16 @@ def settings_of(job: Job, done: Transformed) -> ConversionSettings:
         converter=result.converter, distill=bool(s.fine_tune and s.fine_tune.distill),
         optimize_memory=s.optimize_memory is not None,
         patches=s.optimize_memory.patches if s.optimize_memory else None)
+
+
+def int4_weights(job: Job, done: Transformed) -> tuple[bytes, LowBitReport]:
+    """``--weights int4``: the float model quantized again, int4 weights where the
+    profile's runtime runs them (:mod:`sdk.convert.lowbit`), on the same calibration data."""
+    from devicefit.sdk.convert.lowbit import int4_weights as quantize_int4
+
+    float_tflite, calibration = done.result.baseline, done.calibration
+    assert float_tflite is not None and calibration is not None  # transform was asked both
+    return quantize_int4(float_tflite, calibration, job.profile, name=job.output.name)
 
 
 # --------------------------------------------------------------------------- write

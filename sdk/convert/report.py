@@ -11,6 +11,7 @@ from devicefit.sdk.convert.finetune import FineTuneResult
 from devicefit.sdk.convert.sparsity import PrunedLayer, WeightSparsity
 
 if TYPE_CHECKING:
+    from devicefit.sdk.convert.lowbit import LowBitReport
     from devicefit.simulator.optimize.driver import OptimizeReport
     from devicefit.simulator.report.report import Report
 
@@ -47,6 +48,8 @@ class ConversionSettings:
     distill: bool = False
     optimize_memory: bool = False
     patches: str | None = None
+    #: "int4": 4-bit weights where the runtime runs them (``ConversionReport.low_bit``).
+    weights: str = "int8"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -83,6 +86,8 @@ class ConversionReport:
     target_extra: Any = None
     #: What ``--optimize-memory`` did.
     memory_optimization: OptimizeReport | None = None
+    #: What ``--weights int4`` did, operator by operator.
+    low_bit: LowBitReport | None = None
     #: Keras layer name → class (names unsupported ops' layers in verdict lines).
     layers: dict[str, str] = field(default_factory=dict)
     #: Keras layer of each unsupported op, keyed "subgraph:op_index".
@@ -107,7 +112,8 @@ class ConversionReport:
         extra = out.pop("target_extra")
         if extra is not None:
             out[self.runtime] = _plain(extra)
-        for name in ("weights", "pruned_layers", "fine_tune", "accuracy", "memory_optimization"):
+        for name in ("weights", "pruned_layers", "fine_tune", "accuracy", "memory_optimization",
+                     "low_bit"):
             out[name] = _plain(out[name])
         del out["unsupported_layers"]
         if self.simulation is not None:  # the layer next to each unsupported op, as before

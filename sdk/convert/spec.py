@@ -9,6 +9,7 @@ flag                       ``convert()`` keyword           YAML key
 =========================  ==============================  =================================
 ``--scheme S``             ``scheme``                      ``scheme``
 ``--io-type T``            ``io_type``                     ``io_type``
+``--weights W``            ``weights``                     ``weights``
 ``--calibration DATA``     ``calibration``                 ``calibration``
 ``--eval DATA``            ``eval_data``                   ``eval``
 ``--sparsity N:M``         ``sparsity_pattern``            ``sparsity: {kind: "n:m", pattern: "2:4"}``
@@ -84,6 +85,9 @@ class ConversionSpec:
     #: Quantization scheme and I/O type; None: the profile's default.
     scheme: str | None = None
     io_type: str | None = None
+    #: "int8", or "int4": 4-bit weights where the profile's runtime runs them
+    #: (:mod:`sdk.convert.lowbit`).
+    weights: str = "int8"
     #: Representative data for full-integer schemes.
     calibration: DataSource | None = None
     #: Evaluation data (labels give accuracy; without them agreement and SQNR).
@@ -123,8 +127,11 @@ class ConversionSpec:
         if train is not None and not specs:
             raise UsageError("--train fine-tunes after pruning: add " + " or ".join(
                 f"{k.flag} {k.metavar}" for k in sparsity.KINDS.values()))
+        if o["weights"] not in WEIGHT_BITS:
+            raise UsageError(f"--weights {o['weights']!r}: choose {' or '.join(WEIGHT_BITS)}")
         return cls(
-            scheme=o["scheme"], io_type=o["io_type"], calibration=o["calibration"],
+            scheme=o["scheme"], io_type=o["io_type"], weights=o["weights"],
+            calibration=o["calibration"],
             eval_data=o["eval_data"], sparsity=specs,
             fine_tune=None if train is None else FineTuning(train, epochs, bool(o["distill"])),
             optimize_memory=MemoryOptimization(
@@ -136,7 +143,7 @@ class ConversionSpec:
         """The flat options that build this spec again (the inverse of :meth:`from_options`
         for specs flags can express: one sparsity kind without per-layer ratios)."""
         out = {**OPTIONS, "scheme": self.scheme, "io_type": self.io_type,
-               "calibration": self.calibration, "eval_data": self.eval_data,
+               "weights": self.weights, "calibration": self.calibration, "eval_data": self.eval_data,
                "float_baseline": self.float_baseline, "unsafe": self.unsafe}
         for spec in self.sparsity:
             out[sparsity.KINDS[spec.kind].option] = spec.option_value()
@@ -151,7 +158,7 @@ class ConversionSpec:
         """The conversion-metadata keys the spec decides (quantization as ``quant`` resolved
         it for the profile, and each sparsity kind's); convert and fit store the same."""
         return {"scheme": quant.scheme, "io_type": quant.io_type,
-                "per_channel": quant.per_channel,
+                "per_channel": quant.per_channel, "weights": self.weights,
                 **{k: v for kind in self.sparsity for k, v in kind.settings().items()}}
 
     def with_options(self, **options: Any) -> ConversionSpec:
@@ -180,10 +187,10 @@ class ConversionSpec:
         reader = _Reader(Path(source), dict(lines or {}))
         top = reader.mapping(data, (), SPEC_KEYS)
         options: dict[str, Any] = {}
-        for key in ("scheme", "io_type"):
+        for key, allowed in (("scheme", tuple(SCHEME_IO_TYPES)), ("io_type", IO_TYPES),
+                             ("weights", WEIGHT_BITS)):
             if key in top:
-                options[key] = reader.choice(top[key], (key,), tuple(SCHEME_IO_TYPES)
-                                             if key == "scheme" else IO_TYPES)
+                options[key] = reader.choice(top[key], (key,), allowed)
         for key, option in (("calibration", "calibration"), ("eval", "eval_data")):
             if key in top:
                 options[option] = reader.data(top[key], (key,))
@@ -227,6 +234,8 @@ class ConversionSpec:
                            ("calibration", self.calibration), ("eval", self.eval_data)):
             if value is not None:
                 out[key] = str(value)
+        if self.weights != "int8":
+            out["weights"] = self.weights
         if self.sparsity:
             kinds = [spec.to_mapping() for spec in self.sparsity]
             out["sparsity"] = kinds[0] if len(kinds) == 1 else kinds
@@ -246,13 +255,15 @@ class ConversionSpec:
 
 #: ``convert()``'s keywords (= the CLI's dests) and their defaults.
 OPTIONS: dict[str, Any] = {
-    "scheme": None, "io_type": None, "calibration": None, "eval_data": None,
+    "scheme": None, "io_type": None, "weights": "int8", "calibration": None, "eval_data": None,
     **{k.option: None for k in sparsity.KINDS.values()},
     "train": None, "epochs": 0, "distill": False,
     "optimize_memory": False, "patches": None, "max_mac_overhead": DEFAULT_MAC_OVERHEAD,
     "patch_objective": "arena", "float_baseline": False, "unsafe": False,
 }
-SPEC_KEYS = ("scheme", "io_type", "calibration", "eval", "sparsity", "fine_tune",
+#: ``--weights``: the bits of the weights of conv and fully-connected layers.
+WEIGHT_BITS = ("int8", "int4")
+SPEC_KEYS = ("scheme", "io_type", "weights", "calibration", "eval", "sparsity", "fine_tune",
              "optimize_memory", "float_baseline")
 FINE_TUNE_KEYS = ("train", "epochs", "distill")
 MEMORY_KEYS = ("patches", "max_mac_overhead", "patch_objective")

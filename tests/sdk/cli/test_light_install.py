@@ -152,7 +152,8 @@ def test_every_optional_module_belongs_to_its_extra():
     extras = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
     brings = {"TensorFlow": "tensorflow", "scikit-learn": "scikit-learn", "optuna": "optuna",
               "matplotlib": "matplotlib", "psycopg2": "psycopg2-binary",
-              "Arm's Vela compiler (ethos-u-vela)": "ethos-u-vela"}
+              "Arm's Vela compiler (ethos-u-vela)": "ethos-u-vela",
+              "AI Edge Quantizer (ai-edge-quantizer)": "ai-edge-quantizer"}
     for module, (extra, distribution) in EXTRAS.items():
         names = {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0].lower() for r in extras[extra]}
         assert brings[distribution] in names, (module, extra)

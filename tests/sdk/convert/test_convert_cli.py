@@ -98,6 +98,10 @@ def _bad_inputs(tmp: Path, digits: dict, lambda_model: Callable[[], Path]) -> di
                                    "--train", digits["train"], "--epochs", "1"], ["pruning"]),
         "output-over-input": ([digits["model"], "--calibration", digits["train"], "-o",
                                digits["model"]], ["input"]),
+        "int4-float-io": ([digits["model"], "--calibration", digits["train"], "--weights",
+                           "int4", "--io-type", "float32"], ["--weights int4", "int8 inputs"]),
+        "int4-pruned": ([digits["model"], "--calibration", digits["train"], "--weights", "int4",
+                         "--prune-channels", "0.5"], ["--weights int4", "undo pruning"]),
     }
 
 
@@ -105,12 +109,13 @@ def _bad_inputs(tmp: Path, digits: dict, lambda_model: Callable[[], Path]) -> di
 #: seconds of start-up (the Lambda needs Keras' own safe mode in the child for .h5 files).
 REFUSED_BEFORE_TENSORFLOW = {"missing", "not-a-model", "not-a-savedmodel", "unknown-suffix",
                              "tflite-input", "shape-mismatch", "lambda-safe-mode",
-                             "no-calibration"}
+                             "no-calibration", "int4-float-io", "int4-pruned"}
 
 
 @pytest.mark.parametrize("case", [
     "missing", "not-a-model", "not-a-savedmodel", "unknown-suffix", "tflite-input",
-    "shape-mismatch", "lambda-safe-mode", "no-calibration", "scheme-not-allowed", "train-without-pruning", "output-over-input"])
+    "shape-mismatch", "lambda-safe-mode", "no-calibration", "scheme-not-allowed",
+    "train-without-pruning", "output-over-input", "int4-float-io", "int4-pruned"])
 def test_bad_input_exits_2_with_one_line(digits, tmp_path, capsys, request, monkeypatch, case):
     argv, words = _bad_inputs(tmp_path, digits,
                               lambda: request.getfixturevalue("lambda_model"))[case]
@@ -128,6 +133,27 @@ def test_bad_input_exits_2_with_one_line(digits, tmp_path, capsys, request, monk
     assert code == 2
     _one_line_error(capsys, *words)
     assert not (tmp_path / "out.tflite").exists()
+
+
+def test_int4_weights_halve_the_model_and_say_what_each_layer_got(digits, tmp_path, capsys):
+    out, rep = tmp_path / "d4.tflite", tmp_path / "d4.json"
+    code = main(["convert", digits["model"], "--profile", MCU, "--calibration", digits["train"],
+                 "--eval", digits["test"], "--weights", "int4", "-o", str(out), "--report",
+                 str(rep)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    report = json.loads(rep.read_text())
+    assert report["settings"]["weights"] == "int4" and report["verdict"] == "pass"
+    layers = report["low_bit"]["layers"]
+    assert {w["bits"] for w in layers} == {4}  # the digits CNN has no depthwise layer
+    fc = [w for w in layers if w["op"] == "FULLY_CONNECTED"]
+    assert fc and all(w["granularity"] == "per tensor" and "tflite-micro" in w["why"]
+                      for w in fc)
+    # The tour's int8 model of the same CNN, data and profile is the size to beat.
+    int8 = (tour_conversion() / "digits.tflite").stat().st_size
+    assert out.stat().st_size < 0.65 * int8
+    assert report["accuracy"]["accuracy_drop_pp"] <= 2.0
+    assert "Weights: int4 on" in text and "why not int4" in text
 
 
 def test_unsafe_loads_a_lambda_model(digits, lambda_model, tmp_path):

@@ -39,6 +39,7 @@ def test_keywords_build_the_nested_spec_and_back():
     ({"train": "t.npz", "epochs": 1}, "fine-tunes after pruning"),
     ({"prune_channels": 1.5}, "--prune-channels 1.5"),
     ({"sparsity_pattern": "4:2"}, "0 < N < M"),
+    ({"weights": "int2"}, "--weights 'int2': choose int8 or int4"),
 ])
 def test_option_combinations_that_make_no_sense_are_usage_errors(options, words):
     with pytest.raises(UsageError, match=words):
@@ -57,13 +58,14 @@ def test_a_yaml_file_gives_the_same_spec_with_paths_relative_to_it(tmp_path):
                     "sparsity:\n  kind: channel\n  ratio: 0.5\n"
                     "fine_tune:\n  train: data/train.npz\n  epochs: 4\n  distill: true\n"
                     "optimize_memory:\n  patches: 2x2\n  max_mac_overhead: 30\n"
-                    "float_baseline: true\n")
+                    "float_baseline: true\nweights: int4\n")
     spec = ConversionSpec.load(path)
     data = str(tmp_path / "cfg" / "data" / "train.npz")
     assert spec == ConversionSpec(
         scheme="int8", calibration=data, eval_data="/abs/test.npz",
         sparsity=(sparsity.ChannelRatio(0.5),), fine_tune=FineTuning(data, 4, True),
-        optimize_memory=MemoryOptimization("2x2", 0.3, "arena"), float_baseline=True)
+        optimize_memory=MemoryOptimization("2x2", 0.3, "arena"), float_baseline=True,
+        weights="int4")
     assert ConversionSpec.from_mapping(spec.to_mapping()) == spec
 
 
@@ -84,6 +86,7 @@ def test_a_yaml_file_gives_the_same_spec_with_paths_relative_to_it(tmp_path):
     ("optimize_memory:\n  patches: 1x1\n", ":2: optimize_memory.patches: expected 'auto'"),
     ("optimize_memory:\n  patch_objective: tail\n", "'tail' is not one of arena, head"),
     ("- scheme\n", "must be a mapping"),
+    ("weights: int2\n", "weights: 'int2' is not one of int8, int4"),
 ])
 def test_bad_yaml_is_one_input_error_naming_the_file_line_and_key(tmp_path, text, words):
     path = tmp_path / "spec.yaml"

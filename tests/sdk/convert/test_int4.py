@@ -1,0 +1,88 @@
+"""``--weights int4``: int4 weights where the profile's runtime runs them, asked of it.
+
+The model is a float32 ``.tflite`` of the zoo (conv, depthwise, fully connected), quantized by
+AI Edge Quantizer; the runtimes and the Edge TPU's rules decide, not a table of devicefit's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from devicefit.sdk.convert.data import Dataset
+from devicefit.sdk.convert.lowbit import LowBitReport, check_request, int4_weights
+from devicefit.simulator.errors import UsageError
+from devicefit.simulator.profiles import load_profile
+from devicefit.simulator.read.reader import parse_model
+from devicefit.simulator.run.runtimes import run_model
+from tests.zoo import model_path
+
+pytestmark = pytest.mark.slow  # AI Edge Quantizer calibrates in LiteRT, once per round
+
+PROFILES = ("stm32l4r5-cortex-m4", "android-arm64-cpu", "coral-edgetpu")
+
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory) -> dict[str, tuple[bytes, LowBitReport]]:
+    data = model_path("chain_float32").read_bytes()
+    shape = parse_model(data).main.tensors[parse_model(data).main.inputs[0]].shape[1:]
+    x = np.random.default_rng(0).uniform(0, 1, (16, *shape)).astype(np.float32)
+    return {p: int4_weights(data, Dataset(x, None, "random"), load_profile(p), "chain")
+            for p in PROFILES}
+
+
+def _by_op(report: LowBitReport) -> dict[str, list[tuple[int, str, str]]]:
+    out: dict[str, list[tuple[int, str, str]]] = {}
+    for w in report.layers:
+        out.setdefault(w.op, []).append((w.bits, w.granularity, w.why))
+    return out
+
+
+def test_tflm_takes_int4_convs_per_channel_and_fully_connected_per_tensor(quantized, tmp_path):
+    data, report = quantized["stm32l4r5-cortex-m4"]
+    ops = _by_op(report)
+    assert {(b, g) for b, g, _ in ops["CONV_2D"]} == {(4, "per channel")}
+    # TFLM's reference FULLY_CONNECTED refuses per-channel int4 filters: the probe said so
+    # and the layer stepped down to per tensor, keeping the runtime's words.
+    [(bits, granularity, why)] = ops["FULLY_CONNECTED"]
+    assert (bits, granularity) == (4, "per tensor")
+    assert "tflite-micro" in why and "kTfLiteInt4" in why
+    # The quantizer writes no int4 depthwise weights: int8, and the report says why.
+    [(bits, _, why)] = ops["DEPTHWISE_CONV_2D"]
+    assert bits == 8 and "AI Edge Quantizer" in why
+    assert report.rounds == 2
+    path = tmp_path / "int4.tflite"
+    path.write_bytes(data)
+    result = run_model(path, "tflm", reference_kernels=True)  # it runs, as judged
+    assert result.arena_head_bytes is not None
+
+
+def test_litert_keeps_per_channel_int4_and_the_file_is_smaller(quantized):
+    data, report = quantized["android-arm64-cpu"]
+    ops = _by_op(report)
+    assert {(b, g) for b, g, _ in ops["CONV_2D"] + ops["FULLY_CONNECTED"]} == \
+        {(4, "per channel")}
+    assert report.rounds == 1
+    int4 = [w for w in report.layers if w.bits == 4]
+    weights = parse_model(data).main.tensors
+    for w in int4:  # packed two per byte in the file
+        op = parse_model(data).main.operators[w.op_index]
+        assert w.weight_bytes == (weights[op.inputs[1]].num_elements + 1) // 2
+    assert len(data) < len(quantized["coral-edgetpu"][0])
+
+
+def test_the_edge_tpu_steps_refused_convs_down_to_int8_with_the_reason(quantized):
+    _, report = quantized["coral-edgetpu"]
+    convs = _by_op(report)["CONV_2D"]
+    assert all(bits == 8 for bits, _, _ in convs)
+    assert all(why.startswith("int4 per tensor refused:") for _, _, why in convs)
+
+
+@pytest.mark.parametrize("scheme, io_type, sparsity, words", [
+    ("float16", "float32", False, "--scheme int8"),
+    ("int8", "float32", False, "int8 inputs and outputs"),
+    ("int8", "int8", True, "undo pruning"),
+])
+def test_what_int4_cannot_do_is_refused_before_any_work(scheme, io_type, sparsity, words):
+    with pytest.raises(UsageError, match=words):
+        check_request(scheme, io_type, sparsity)
