@@ -27,6 +27,7 @@ from devicefit.simulator.report.report import build
 from devicefit.simulator.targets.ethos_u.config import VelaConfig, vela_config
 from devicefit.simulator.targets.ethos_u.section import (
     CPU,
+    ETHOS_U_OP,
     NPU,
     CompiledOp,
     EthosUSection,
@@ -44,7 +45,6 @@ from devicefit.simulator.targets.ethos_u.vela import (
 
 log = logging.getLogger(__name__)
 
-ETHOS_U_OP = "CUSTOM:ethos-u"
 RECORD_SUFFIX = ".vela.json"
 #: 2: Vela's operator database in place of its per-layer CSV (the user's operator of each
 #: of Vela's); a record of format 1 is ignored with a warning (convert again).
@@ -152,7 +152,7 @@ def partition(source: Model, compiled: Model, run: VelaRun) -> list[PartitionOp]
     said: dict[str, str] = {}
     for r in run.cpu_reasons:
         said.setdefault(r.ofm, r.reason)
-    rows = layers(source, compiled, run)
+    rows = layers([len(sg.operators) for sg in source.subgraphs], compiled, run)
     mine: dict[tuple[int, int], list[int]] = {}
     for k, row in enumerate(rows):
         if row.op_index is not None and row.subgraph is not None:
@@ -164,11 +164,12 @@ def partition(source: Model, compiled: Model, run: VelaRun) -> list[PartitionOp]
         for op in sg.operators:
             outputs = _outputs(sg, op.outputs)
             at = kept.get((sg.index, op.op_name, outputs))
-            own = [rows[k] for k in mine.get((sg.index, op.index), [])]
-            fused = {_op_of(rows[lead]) for k in mine.get((sg.index, op.index), [])
-                     if (lead := run.layers[k].fused_with) is not None}
-            fused.discard((sg.index, op.index))
-            into = min((i for s, i in fused if s == sg.index and i is not None), default=None)
+            ks = mine.get((sg.index, op.index), [])
+            own = [rows[k] for k in ks]
+            # The rows whose NPU command carries one of its own (Vela's group).
+            heads = [rows[lead] for k in ks if (lead := run.layers[k].fused_with) is not None]
+            into = min((h.op_index for h in heads if h.subgraph == sg.index
+                        and h.op_index is not None and h.op_index != op.index), default=None)
             stream = next((r.ethos_u_op for r in own if r.ethos_u_op is not None), None)
             found = PartitionOp(
                 sg.index, op.index, op.op_name, NPU, name=outputs[0] if outputs else "",
@@ -185,21 +186,18 @@ def partition(source: Model, compiled: Model, run: VelaRun) -> list[PartitionOp]
     return out
 
 
-def _op_of(row: LayerCycles) -> tuple[int | None, int | None]:
-    return (row.subgraph, row.op_index)
-
-
-def layers(source: Model, compiled: Model, run: VelaRun) -> tuple[LayerCycles, ...]:
+def layers(counts: list[int], compiled: Model, run: VelaRun) -> tuple[LayerCycles, ...]:
     """Vela's per-layer rows, each with the user's operator it came from (Vela's ``source``
-    table, trusted only where it lists exactly the file's operators, subgraph by subgraph)
-    and the compiled file's ``ethos-u`` op running it (Vela's command streams are those ops
-    in file order)."""
-    counts = [len(sg.operators) for sg in source.subgraphs]
+    table, trusted only where it lists as many operators as the user's file has in each
+    subgraph, ``counts``)
+    and the compiled file's ``ethos-u`` op running it (Vela's command streams are the main
+    subgraph's ``ethos-u`` ops in file order, trusted where there are as many)."""
     listed = [sum(1 for s in run.sources if s.subgraph == k) for k in range(len(counts))]
     ops = {s.id: s for s in run.sources} if listed == counts and all(
         s.subgraph < len(counts) and s.index < counts[s.subgraph] for s in run.sources) else {}
-    npu = [op.index for sg in compiled.subgraphs for op in sg.operators
-           if op.op_name == ETHOS_U_OP]
+    npu = [op.index for op in compiled.main.operators if op.op_name == ETHOS_U_OP]
+    if len({r.stream for r in run.layers if r.stream is not None}) != len(npu):
+        npu = []
     found = []
     for r in run.layers:
         src = ops.get(r.source)
@@ -299,9 +297,18 @@ def section_from_run(source: Model, compiled: Model, run: VelaRun, basis: str,
         else compiled.size_bytes, ethos_u_ops=_count(compiled, ETHOS_U_OP),
         npu_ops=sum(p.unit == NPU for p in parts), cpu_ops=sum(p.unit == CPU for p in parts),
         partition=tuple(parts), scratch_bytes=scratch_bytes(compiled), figures=fig,
-        per_layer=layers(source, compiled, run), npu_ms=fig.total_cycles / fig.core_clock_hz * 1e3,
+        per_layer=layers(_op_counts(parts), compiled, run), npu_ms=fig.total_cycles / fig.core_clock_hz * 1e3,
         vela_counts=(run.vela_cpu_ops, run.vela_npu_ops), command=run.command, ini=run.ini,
         notes=tuple(notes), compiled_ops=compiled_ops(compiled))
+
+
+def _op_counts(parts: list[PartitionOp]) -> list[int]:
+    """Operators per subgraph of the user's file, from its partition (a record has no other
+    trace of that file)."""
+    counts = [0] * (max((p.subgraph for p in parts), default=-1) + 1)
+    for p in parts:
+        counts[p.subgraph] += 1
+    return counts
 
 
 def _precompiled_section(model: Model) -> EthosUSection:

@@ -24,6 +24,8 @@ from devicefit.simulator.report.display import (
 )
 
 NPU, CPU = "npu", "cpu"
+#: The op Vela leaves in a compiled file for the NPU part.
+ETHOS_U_OP = "CUSTOM:ethos-u"
 #: The text's heading of its top operators by Vela's cycles (a page has them as a chart).
 _MOST_CYCLES = "  most cycles  Vela's, by operator of your model:"
 
@@ -63,6 +65,9 @@ class PartitionOp:
     def what_vela_did(self) -> str:
         """What Vela made of it and where that runs, in a phrase."""
         npu = "" if self.ethos_u_op is None else f"ethos-u op {self.ethos_u_op}"
+        if self.op == ETHOS_U_OP:
+            return "compiled by Vela before devicefit saw it: the layers inside are not named " \
+                   "in the file"
         if self.unit == CPU:
             at = "" if self.compiled_index is None else f", op {self.compiled_index} of the " \
                                                         "compiled file"

@@ -103,7 +103,7 @@ def test_float_model_is_refused_for_the_npu(capsys, model_zoo):
     assert "devicefit convert --profile ethos-u55-256" in reasons[0]
 
 
-def test_convert_hook_writes_the_vela_file_and_its_record(tmp_path, capsys, model_zoo):
+def test_convert_hook_writes_the_vela_file_and_its_record(tmp_path, capsys, caplog, model_zoo):
     src = tmp_path / "out.tflite"
     shutil.copy(model_zoo("edgetpu_limits_int8"), src)
     before = src.read_bytes()
@@ -120,6 +120,22 @@ def test_convert_hook_writes_the_vela_file_and_its_record(tmp_path, capsys, mode
     assert s["figures"]["total_cycles"] == section.figures.total_cycles
     assert [p["op"] for p in s["partition"] if p["unit"] == "cpu"] == ["MEAN"]
     assert report["latency"]["estimated_device_ms"] == pytest.approx(section.latency_ms)
+    # The record keeps what names the user's layers: each operator's output tensor and what
+    # Vela made of it, each of Vela's rows tied to its operator.
+    assert [(p["name"], tuple(p["vela_ops"]), p["cycles"], p["ethos_u_op"], p["fused_into"])
+            for p in s["partition"]] == [(p.name, p.vela_ops, p.cycles, p.ethos_u_op,
+                                          p.fused_into) for p in section.partition]
+    assert [r["op_index"] for r in s["per_layer"]] == [r.op_index for r in section.per_layer]
+    assert all(p["name"] for p in s["partition"])
+    # A record of an older devicefit (format 1: no operator database) is not read.
+    record = json.loads(record_path(vela_file).read_text())
+    old = tmp_path / "old_vela.tflite"
+    shutil.copy(vela_file, old)
+    record_path(old).write_text(json.dumps({**record, "format": "devicefit.vela/1"}))
+    code, report = simulate_json(capsys, old, "ethos-u55-128")
+    assert report["compatibility"]["ethos-u"]["basis"] == "compiled file"
+    assert any("older devicefit's format: convert the model again" in r.getMessage()
+               for r in caplog.records)
     # Vela's command stream is for one NPU configuration: on another it is a finding.
     code, report = simulate_json(capsys, vela_file, "ethos-u55-256")
     assert code == 1
