@@ -321,12 +321,13 @@ class EthosUSection:
                            (("NPU (Vela)", self.npu_ms), ("Cortex-M (estimated)", self.cpu_ms)),
                            "Vela's cycles at the NPU clock, plus devicefit's estimate of the "
                            "operators left on the Cortex-M."),)
-        rows = tuple(Row((p.where, p.op, p.name, p.unit.upper(), p.what_vela_did(),
-                          "-" if p.cycles is None else f"{p.cycles:,}", self._time(p)),
+        # The output tensor last, as in Vela's per-layer report: a converter's names run
+        # long without a place to break.
+        rows = tuple(Row((p.where, p.op, p.unit.upper(), p.what_vela_did(),
+                          "-" if p.cycles is None else f"{p.cycles:,}", self._time(p), p.name),
                          p.unit, p.unit == CPU) for p in self.partition)
-        partition = Table(None, ("op", "type", "output (your layer)", "runs on",
-                                 "what Vela did", "Vela's cycles", "time"), rows,
-                          numeric=(5, 6))
+        partition = Table(None, ("op", "type", "runs on", "what Vela did", "Vela's cycles",
+                                 "time", "output tensor (your layer)"), rows, numeric=(4, 5))
         return SectionDisplay("ethos-u-partition", lines[0], facts,
                               (*split, self._layers(), partition))
 
