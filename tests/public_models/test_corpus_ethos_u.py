@@ -89,12 +89,6 @@ def test_every_operator_is_named_as_the_file_names_it(models, tmp_path, name):
     those operators (Vela's operator database) agrees with Vela's own CLI: its per-layer CSV
     has the same rows in the same order, and where a row's output is one the file names,
     it is that operator's."""
-    import csv
-
-    from devicefit.simulator.profiles import load_profile
-    from devicefit.simulator.targets.ethos_u.analysis import config_for
-    from tests.vela_anchor import vela_cli
-
     path = models[name]
     sg = read_model(path).main
     file_ops = [(op.op_name, sg.tensors[op.outputs[0]].name) for op in sg.operators]
@@ -106,12 +100,7 @@ def test_every_operator_is_named_as_the_file_names_it(models, tmp_path, name):
     assert all(b.title.startswith(f"op {i} {op} '{out}'\n")
                for i, (b, (op, out)) in enumerate(zip(bars, file_ops, strict=True)))
     # Vela's CLI, as a user runs it, with the profile's configuration.
-    ini = tmp_path / "profile.ini"
-    config = config_for(load_profile(PROFILE))
-    ini.write_text(config.ini_text())
-    vela_cli(path, tmp_path / "vela", *config.vela_args(ini), "--verbose-performance")
-    [csv_file] = (tmp_path / "vela").glob("*_per-layer.csv")
-    theirs = list(csv.DictReader(csv_file.open()))
+    theirs = vela_cli_for(path, PROFILE, tmp_path, "--verbose-performance").per_layer
     assert [(r["NNG Operator"], r["Name"], int(r["Op Cycles"])) for r in theirs] == \
         [(r.vela_op, r.name, r.cycles) for r in s.per_layer]
     producer = {out: i for i, (_, out) in enumerate(file_ops)}
