@@ -96,17 +96,24 @@ def test_input_shape_on_an_ethos_u_profile_is_a_usage_error(model_zoo):
 
 
 def test_a_newline_in_a_tensor_name_does_not_break_the_ethos_u_target(tmp_path, model_zoo):
-    """Vela prints names unquoted in its per-layer CSV and its CPU-op warnings: a newline
-    in one used to crash every Ethos-U profile (AttributeError on a short CSV row)."""
+    """Vela prints names unquoted in its CPU-op warnings and its per-layer CSV, and quotes
+    them unescaped in its debug database's XML: a newline in one used to crash every
+    Ethos-U profile (AttributeError on a short CSV row). Its database, read as the JSON
+    devicefit has Vela write, keeps a name with a newline, a comma, quotes and ``]]>``
+    whole, and every row still tied to its operator."""
     m = unpack(model_zoo("edgetpu_limits_int8").read_bytes())
     sg = m.subgraphs[0]
     first, last = sg.operators[0].outputs[0], sg.operators[-1].outputs[0]
-    sg.tensors[first].name = b"first\nout,put"
+    hostile = 'first\nout,"put"]]>\n</table>'
+    sg.tensors[first].name = hostile.encode()
     sg.tensors[last].name = b"mean\nout"
     path = tmp_path / "newline.tflite"
     path.write_bytes(pack(m))
     s = simulate(path, ETHOS_U).compatibility.section
-    assert any(r.name == "first\nout,put" for r in s.per_layer)
+    assert s.partition[0].name == hostile
+    assert s.partition[0].what_vela_did() == "ethos-u op 0: Vela's Conv2D + Relu"
+    assert any(r.name.startswith(hostile) for r in s.per_layer)
+    assert all(r.op_index is not None for r in s.per_layer)
     assert all(r.unit in ("npu", "cpu") for r in s.per_layer)
     cpu = s.cpu_partition()
     assert [p.op for p in cpu] == ["MEAN"] and cpu[0].reason  # Vela's reason, found
