@@ -92,7 +92,8 @@ def layer_names(model: Path, s: dict, theirs: list[dict[str, str]]) -> tuple[lis
     agree = sum(writer[r["name"]] == (r["subgraph"], r["op_index"]) for r in checkable)
     same = [(r["NNG Operator"], r["Name"], int(r["Op Cycles"])) for r in theirs] == \
         [(r["vela_op"], r["name"], r["cycles"]) for r in rows]
-    return [len(file_names), sum(bool(n) for _, _, n in file_names), named, len(rows), sum(r["op_index"] is not None for r in rows),
+    tied = sum(r["op_index"] is not None for r in rows)
+    return [len(file_names), sum(bool(n) for _, _, n in file_names), named, len(rows), tied,
             len(checkable), agree], same
 
 

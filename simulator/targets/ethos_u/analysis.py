@@ -297,7 +297,8 @@ def section_from_run(source: Model, compiled: Model, run: VelaRun, basis: str,
         else compiled.size_bytes, ethos_u_ops=_count(compiled, ETHOS_U_OP),
         npu_ops=sum(p.unit == NPU for p in parts), cpu_ops=sum(p.unit == CPU for p in parts),
         partition=tuple(parts), scratch_bytes=scratch_bytes(compiled), figures=fig,
-        per_layer=layers(_op_counts(parts), compiled, run), npu_ms=fig.total_cycles / fig.core_clock_hz * 1e3,
+        per_layer=layers(_op_counts(parts), compiled, run),
+        npu_ms=fig.total_cycles / fig.core_clock_hz * 1e3,
         vela_counts=(run.vela_cpu_ops, run.vela_npu_ops), command=run.command, ini=run.ini,
         notes=tuple(notes), compiled_ops=compiled_ops(compiled))
 

@@ -3,8 +3,9 @@
 Every figure in it is Vela's own (read from its summary CSV and its operator database) or
 read from the compiled file; devicefit adds the partition in the user's operators (which of
 *their* ops run on the NPU, named by their output tensors, what Vela made of each, which stay
-on the Cortex-M and Vela's reason), the Cortex-M part's latency and op support. It gives its text lines and its page (:meth:`display`, data the views render)
-and goes to JSON as :meth:`to_dict`.
+on the Cortex-M and Vela's reason), the Cortex-M part's latency and op support. It gives
+its text lines and its page (:meth:`display`, data the views render) and goes to JSON as
+:meth:`to_dict`.
 """
 
 from __future__ import annotations
