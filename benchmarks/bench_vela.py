@@ -63,16 +63,38 @@ def kib(text: str) -> int:
     return round(float(text) * 1024)
 
 
-def vela_figures(model: Path, profile: str, work: Path) -> Figures:
-    """Vela's own command line on ``model`` with the profile's generated ``.ini``."""
-    out = vela_cli_for(model, profile, work)
+def vela_figures(model: Path, profile: str, work: Path) -> tuple[Figures, list[dict[str, str]]]:
+    """Vela's own command line on ``model`` with the profile's generated ``.ini``: its
+    figures, and its per-layer CSV's rows."""
+    out = vela_cli_for(model, profile, work, "--verbose-performance")
     row = out.summary
     cpu = sum(1 for sg in read_model(out.compiled).subgraphs for op in sg.operators
               if op.op_name != "CUSTOM:ethos-u")
     return Figures(kib(row["sram_memory_used"]), kib(row["off_chip_flash_memory_used"])
                    + kib(row["on_chip_flash_memory_used"]), int(row["total_npu_encoded_weights"]),
                    int(row["cycles_total"]), float(row["inference_time"]) * 1e3, cpu,
-                   hashlib.sha256(out.compiled.read_bytes()).hexdigest())
+                   hashlib.sha256(out.compiled.read_bytes()).hexdigest()), out.per_layer
+
+
+def layer_names(model: Path, s: dict, theirs: list[dict[str, str]]) -> tuple[list[int], bool]:
+    """How devicefit names the user's layers, checked against the file and Vela's CLI:
+    operators, those with an output tensor, those devicefit names by it, Vela's rows, those
+    tied to an operator, rows whose output the file names, those tied to the operator
+    writing it; and whether the rows are Vela's CLI's per-layer CSV, in order."""
+    graphs = read_model(model).subgraphs
+    file_names = [(sg.index, op.index, next((sg.tensors[t].name for t in op.outputs if t >= 0),
+                                            "")) for sg in graphs for op in sg.operators]
+    named = sum(p["name"] == n and bool(n) for p, (_, _, n) in
+                zip(s["partition"], file_names, strict=True))
+    writer = {n: (g, i) for g, i, n in file_names if n}
+    rows = s["per_layer"]
+    checkable = [r for r in rows if r["name"] in writer]
+    agree = sum(writer[r["name"]] == (r["subgraph"], r["op_index"]) for r in checkable)
+    same = [(r["NNG Operator"], r["Name"], int(r["Op Cycles"])) for r in theirs] == \
+        [(r["vela_op"], r["name"], r["cycles"]) for r in rows]
+    tied = sum(r["op_index"] is not None for r in rows)
+    return [len(file_names), sum(bool(n) for _, _, n in file_names), named, len(rows), tied,
+            len(checkable), agree], same
 
 
 def devicefit(model: Path, profile: str, dirs: list[Path] | None = None):
@@ -108,11 +130,14 @@ def main() -> int:
           "cycles | NPU ms | CPU ops | same file |")
     print("|---|---|---|---|---|---|---|---|---|")
     added = []
+    names: list[tuple[str, list[int], bool]] = []
     for name in args.models:
         for profile in args.profiles:
             with tempfile.TemporaryDirectory() as tmp:
-                theirs = vela_figures(paths[name], profile, Path(tmp))
+                theirs, their_layers = vela_figures(paths[name], profile, Path(tmp))
             ours, report, s = devicefit(paths[name], profile)
+            if profile == args.profiles[0]:
+                names.append((name, *layer_names(paths[name], s, their_layers)))
             # devicefit's report is of the compiled model: its sha is the compiled file's.
             same = [theirs.sram == ours.sram, theirs.flash == ours.flash,
                     theirs.weights == ours.weights, theirs.cycles == ours.cycles,
@@ -137,6 +162,18 @@ def main() -> int:
                  else "no estimate")
         judged = ", ".join(f"{k} {v}" for k, v in budgets.items())
         print(f"| {name} | {profile} | {arena:,} | {flash:,} | {split} | {judged} | {verdict} |")
+    print(f"\nYour layers ({args.profiles[0]}): each operator of the file by its output "
+          "tensor, each of Vela's per-layer rows tied to one (Vela's operator database); where "
+          "a row's output is a tensor the file names, the operator writing it is the one it is "
+          "tied to; the rows equal Vela's CLI's per-layer CSV\n")
+    print("| model | operators | with an output tensor | named by it | Vela's rows | "
+          "tied to an operator | rows whose output the file names | tied to its writer | "
+          "= Vela CLI's CSV |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, (ops, outputs, named, rows, tied, checkable, agree), same in names:
+        mismatches += named != outputs or tied != rows or agree != checkable or not same
+        print(f"| {name} | {ops} | {outputs} | {named} | {rows} | {tied} | {checkable} | "
+              f"{agree} | {'yes' if same else 'NO'} |")
     if args.mlia:
         print("\n| model | MLIA total cycles / devicefit | MLIA SRAM B / devicefit | "
               "MLIA off-chip flash B / devicefit | MLIA encoded weights B / devicefit |")

@@ -32,6 +32,8 @@ ethos_u:
 class VelaOutput:
     summary: dict[str, str]  # the summary CSV's row, as Vela wrote it
     compiled: Path
+    #: The per-layer CSV's rows (with ``--verbose-performance``), as ``csv`` reads them.
+    per_layer: list[dict[str, str]]
 
 
 def vela_cli(model: Path, out: Path, *options: str) -> VelaOutput:
@@ -42,12 +44,14 @@ def vela_cli(model: Path, out: Path, *options: str) -> VelaOutput:
                    capture_output=True, timeout=600)
     [summary] = out.glob("*_summary_*.csv")
     [compiled] = out.glob("*_vela.tflite")
-    return VelaOutput(next(csv.DictReader(summary.open())), compiled)
+    layers = [row for path in out.glob("*_per-layer.csv") for row in csv.DictReader(path.open())]
+    return VelaOutput(next(csv.DictReader(summary.open())), compiled, layers)
 
 
-def vela_cli_for(model: Path, profile: str | Path, work: Path) -> VelaOutput:
-    """Vela's CLI fed the ``.ini`` and options devicefit derives from ``profile``."""
+def vela_cli_for(model: Path, profile: str | Path, work: Path, *more: str) -> VelaOutput:
+    """Vela's CLI fed the ``.ini`` and options devicefit derives from ``profile``, and
+    ``more`` options."""
     config = config_for(load_profile(profile))
     ini = work / "profile.ini"
     ini.write_text(config.ini_text())
-    return vela_cli(model, work / "vela", *config.vela_args(ini))
+    return vela_cli(model, work / "vela", *config.vela_args(ini), *more)

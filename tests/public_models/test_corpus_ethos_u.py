@@ -80,3 +80,30 @@ def test_a_model_vela_refuses_is_reported_with_velas_reason():
     assert (r.reason, r.detail) == ("IFM has to be 8bit", "IFM type=FLOAT32")
     assert report.model.size_bytes == model.stat().st_size and report.memory is None
     assert set(report.unchecked_budgets) == {"flash", "arena", "latency"}
+
+
+@pytest.mark.parametrize("name", ["mltk_image_classification", "mltk_anomaly_detection"])
+def test_every_operator_is_named_as_the_file_names_it(models, tmp_path, name):
+    """The partition, the chart's bars and Vela's per-layer rows name the user's operators:
+    each by its index and the output tensor the file gives it. The tie of Vela's rows to
+    those operators (Vela's operator database) agrees with Vela's own CLI: its per-layer CSV
+    has the same rows in the same order, and where a row's output is one the file names,
+    it is that operator's."""
+    path = models[name]
+    sg = read_model(path).main
+    file_ops = [(op.op_name, sg.tensors[op.outputs[0]].name) for op in sg.operators]
+    s = simulate(path, PROFILE).compatibility.section
+    assert [(p.op, p.name) for p in s.partition] == file_ops
+    bars = [b for part in s.display().parts if getattr(part, "name", "") == "ethos-u-layers"
+            for b in part.bars]
+    assert [b.label for b in bars] == [str(i) for i in range(len(file_ops))]
+    assert all(b.title.startswith(f"op {i} {op} '{out}'\n")
+               for i, (b, (op, out)) in enumerate(zip(bars, file_ops, strict=True)))
+    # Vela's CLI, as a user runs it, with the profile's configuration.
+    theirs = vela_cli_for(path, PROFILE, tmp_path, "--verbose-performance").per_layer
+    assert [(r["NNG Operator"], r["Name"], int(r["Op Cycles"])) for r in theirs] == \
+        [(r.vela_op, r.name, r.cycles) for r in s.per_layer]
+    producer = {out: i for i, (_, out) in enumerate(file_ops)}
+    assert all(r.op_index is not None for r in s.per_layer)
+    tied = [(producer[r.name], r.op_index) for r in s.per_layer if r.name in producer]
+    assert tied and all(a == b for a, b in tied)

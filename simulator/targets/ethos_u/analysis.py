@@ -23,9 +23,11 @@ from devicefit.simulator.infra.fileio import write_atomic
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.read.model import Model, Subgraph
 from devicefit.simulator.read.reader import parse_model, read_model
+from devicefit.simulator.report.report import build
 from devicefit.simulator.targets.ethos_u.config import VelaConfig, vela_config
 from devicefit.simulator.targets.ethos_u.section import (
     CPU,
+    ETHOS_U_OP,
     NPU,
     CompiledOp,
     EthosUSection,
@@ -33,13 +35,20 @@ from devicefit.simulator.targets.ethos_u.section import (
     PartitionOp,
     VelaFigures,
 )
-from devicefit.simulator.targets.ethos_u.vela import CpuReason, VelaRun, run_vela
+from devicefit.simulator.targets.ethos_u.vela import (
+    CpuReason,
+    VelaLayer,
+    VelaRun,
+    VelaSource,
+    run_vela,
+)
 
 log = logging.getLogger(__name__)
 
-ETHOS_U_OP = "CUSTOM:ethos-u"
 RECORD_SUFFIX = ".vela.json"
-RECORD_FORMAT = "devicefit.vela/1"
+#: 2: Vela's operator database in place of its per-layer CSV (the user's operator of each
+#: of Vela's); a record of format 1 is ignored with a warning (convert again).
+RECORD_FORMAT = "devicefit.vela/2"
 FLOATS = ("float32", "float16")
 #: Float/int conversions at a model's float inputs and outputs: cheap, and TFLM runs them on
 #: the Cortex-M; a float model is one whose *computing* operators are float.
@@ -133,30 +142,78 @@ def _key(model: Model, profile: Profile) -> tuple[str, str, VelaConfig]:
 
 
 # --------------------------------------------------------------------------- partition
-def partition(source: Model, compiled: Model, reasons: tuple[CpuReason, ...]) -> list[PartitionOp]:
-    """Where each of the user's operators runs. An operator still in the compiled file (same
-    subgraph, type and outputs) stays on the CPU; every other one went into an ``ethos-u``
-    op (Vela also folds some away, e.g. reshapes, which costs the NPU nothing)."""
+def partition(source: Model, compiled: Model, run: VelaRun) -> list[PartitionOp]:
+    """Where each of the user's operators runs and what Vela made of it. An operator still
+    in the compiled file (same subgraph, type and outputs) stays on the CPU; every other one
+    went into an ``ethos-u`` op, as the Vela operators its database ties to it (none: Vela
+    compiled it away, e.g. a reshape, which costs the NPU nothing)."""
     kept = {(sg.index, op.op_name, _outputs(sg, op.outputs)): op.index
             for sg in compiled.subgraphs for op in sg.operators if op.op_name != ETHOS_U_OP}
     said: dict[str, str] = {}
-    for r in reasons:
+    for r in run.cpu_reasons:
         said.setdefault(r.ofm, r.reason)
+    rows = layers([len(sg.operators) for sg in source.subgraphs], compiled, run)
+    mine: dict[tuple[int, int], list[int]] = {}
+    for k, row in enumerate(rows):
+        if row.op_index is not None and row.subgraph is not None:
+            mine.setdefault((row.subgraph, row.op_index), []).append(k)
+    # Vela's per-layer report covers one subgraph of a model with several.
+    covered = {row.subgraph for row in rows}
     out = []
     for sg in source.subgraphs:
         for op in sg.operators:
             outputs = _outputs(sg, op.outputs)
             at = kept.get((sg.index, op.op_name, outputs))
+            ks = mine.get((sg.index, op.index), [])
+            own = [rows[k] for k in ks]
+            # The rows whose NPU command carries one of its own (Vela's group).
+            heads = [rows[lead] for k in ks if (lead := run.layers[k].fused_with) is not None]
+            into = min((h.op_index for h in heads if h.subgraph == sg.index
+                        and h.op_index is not None and h.op_index != op.index), default=None)
+            stream = next((r.ethos_u_op for r in own if r.ethos_u_op is not None), None)
+            found = PartitionOp(
+                sg.index, op.index, op.op_name, NPU, name=outputs[0] if outputs else "",
+                vela_ops=tuple(r.vela_op for r in own if r.unit == NPU),
+                cycles=sum(r.cycles for r in own) if sg.index in covered else None,
+                macs=sum(r.macs for r in own) if sg.index in covered else None,
+                ethos_u_op=stream, fused_into=into)
             if at is not None:
                 why = next((said[n] for n in outputs if n in said), None)
-                out.append(PartitionOp(sg.index, op.index, op.op_name, CPU, why, at))
-            else:
-                out.append(PartitionOp(sg.index, op.index, op.op_name, NPU))
+                # Vela counts no cycles for what it leaves to the CPU (its Passthrough).
+                found = dataclasses.replace(found, unit=CPU, reason=why, compiled_index=at,
+                                            cycles=None, macs=None)
+            out.append(found)
     return out
+
+
+def layers(counts: list[int], compiled: Model, run: VelaRun) -> tuple[LayerCycles, ...]:
+    """Vela's per-layer rows, each with the user's operator it came from (Vela's ``source``
+    table, trusted only where it lists as many operators as the user's file has in each
+    subgraph, ``counts``)
+    and the compiled file's ``ethos-u`` op running it (Vela's command streams are the main
+    subgraph's ``ethos-u`` ops in file order, trusted where there are as many)."""
+    listed = [sum(1 for s in run.sources if s.subgraph == k) for k in range(len(counts))]
+    ops = {s.id: s for s in run.sources} if listed == counts and all(
+        s.subgraph < len(counts) and s.index < counts[s.subgraph] for s in run.sources) else {}
+    npu = [op.index for op in compiled.main.operators if op.op_name == ETHOS_U_OP]
+    if len({r.stream for r in run.layers if r.stream is not None}) != len(npu):
+        npu = []
+    found = []
+    for r in run.layers:
+        src = ops.get(r.source)
+        found.append(LayerCycles(
+            src.op if src else "", r.vela_op, r.unit, r.cycles, r.macs, r.name,
+            src.subgraph if src else None, src.index if src else None,
+            npu[r.stream - 1] if r.stream is not None and 0 < r.stream <= len(npu) else None))
+    return tuple(found)
 
 
 def _outputs(sg: Subgraph, refs: tuple[int, ...]) -> tuple[str, ...]:
     return tuple(sg.tensors[i].name for i in refs if i >= 0)
+
+
+def _first_output(sg: Subgraph, refs: tuple[int, ...]) -> str:
+    return next(iter(_outputs(sg, refs)), "")
 
 
 def compiled_ops(compiled: Model) -> tuple[CompiledOp, ...]:
@@ -216,19 +273,14 @@ def figures(summary: dict[str, str]) -> VelaFigures:
         inference_time_s=float(summary["inference_time"]), macs=int(summary["nn_macs"]))
 
 
-def layers(rows: tuple[dict[str, str], ...]) -> tuple[LayerCycles, ...]:
-    return tuple(LayerCycles(r["Original Operator"], r["NNG Operator"], r["Target"].lower(),
-                             int(r["Op Cycles"]), int(r["MAC Count"]), r["Name"]) for r in rows)
-
-
 def section_from_run(source: Model, compiled: Model, run: VelaRun, basis: str,
                      profile: Profile | None = None,
                      parts: list[PartitionOp] | None = None) -> EthosUSection:
-    parts = parts if parts is not None else partition(source, compiled, run.cpu_reasons)
+    parts = parts if parts is not None else partition(source, compiled, run)
     fig = figures(run.summary)
     notes = []
     if len(compiled.subgraphs) > 1 and run.vela_cpu_ops is not None:
-        notes.append("Vela's own operator counts and per-layer CSV describe one subgraph of "
+        notes.append("Vela's own operator counts and per-layer report describe one subgraph of "
                      "this multi-subgraph model; the partition above is read from the "
                      "compiled file")
     if fig.sram_used_bytes and fig.sram_used_bytes != scratch_bytes(compiled) \
@@ -245,9 +297,19 @@ def section_from_run(source: Model, compiled: Model, run: VelaRun, basis: str,
         else compiled.size_bytes, ethos_u_ops=_count(compiled, ETHOS_U_OP),
         npu_ops=sum(p.unit == NPU for p in parts), cpu_ops=sum(p.unit == CPU for p in parts),
         partition=tuple(parts), scratch_bytes=scratch_bytes(compiled), figures=fig,
-        per_layer=layers(run.per_layer), npu_ms=fig.total_cycles / fig.core_clock_hz * 1e3,
+        per_layer=layers(_op_counts(parts), compiled, run),
+        npu_ms=fig.total_cycles / fig.core_clock_hz * 1e3,
         vela_counts=(run.vela_cpu_ops, run.vela_npu_ops), command=run.command, ini=run.ini,
         notes=tuple(notes), compiled_ops=compiled_ops(compiled))
+
+
+def _op_counts(parts: list[PartitionOp]) -> list[int]:
+    """Operators per subgraph of the user's file, from its partition (a record has no other
+    trace of that file)."""
+    counts = [0] * (max((p.subgraph for p in parts), default=-1) + 1)
+    for p in parts:
+        counts[p.subgraph] += 1
+    return counts
 
 
 def _precompiled_section(model: Model) -> EthosUSection:
@@ -255,9 +317,11 @@ def _precompiled_section(model: Model) -> EthosUSection:
     if record is not None:
         run, parts = record
         return section_from_run(model, model, run, "vela record", parts=parts)
-    parts = [PartitionOp(sg.index, op.index, op.op_name, NPU) if op.op_name == ETHOS_U_OP else
+    parts = [PartitionOp(sg.index, op.index, op.op_name, NPU, name=_first_output(sg, op.outputs))
+             if op.op_name == ETHOS_U_OP else
              PartitionOp(sg.index, op.index, op.op_name, CPU, "compiled before devicefit saw "
-                         "it: Vela's reason is not in the file", op.index)
+                         "it: Vela's reason is not in the file", op.index,
+                         name=_first_output(sg, op.outputs))
              for sg in model.subgraphs for op in sg.operators]
     return EthosUSection(
         basis="compiled file", vela_version=None, compiled_bytes=model.size_bytes,
@@ -303,7 +367,12 @@ def _with_cpu_latency(section: EthosUSection, compiled: Model, profile: Profile)
     if est.total_ms is None:
         return dataclasses.replace(section, notes=(*section.notes,
                                                    f"Cortex-M part: {est.no_estimate}"))
-    return dataclasses.replace(section, cpu_ms=est.total_ms, cpu_band=est.band)
+    ms = {o.op_index: o.ms for o in est.per_op}
+    main = compiled.main.index
+    parts = tuple(dataclasses.replace(p, cpu_ms=ms.get(p.compiled_index))
+                  if p.unit == CPU and p.subgraph == main and p.compiled_index is not None
+                  else p for p in section.partition)
+    return dataclasses.replace(section, cpu_ms=est.total_ms, cpu_band=est.band, partition=parts)
 
 
 # --------------------------------------------------------------------------- the record
@@ -331,15 +400,18 @@ def read_record(model: Model) -> tuple[VelaRun, list[PartitionOp]] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("format") != RECORD_FORMAT or data.get("compiled_sha256") != model.sha256:
-            log.warning("%s: not the Vela record of %s (another format or file); ignored",
+            log.warning("%s: not the Vela record of %s (another file, or an older "
+                        "devicefit's format: convert the model again); ignored",
                         path, model.path)
             return None
         r = data["run"]
-        run = VelaRun(compiled=b"", summary=r["summary"], per_layer=tuple(r["per_layer"]),
+        run = VelaRun(compiled=b"", summary=r["summary"],
+                      layers=tuple(VelaLayer(**x) for x in r["layers"]),
+                      sources=tuple(VelaSource(**x) for x in r["sources"]),
                       cpu_reasons=tuple(CpuReason(**c) for c in r["cpu_reasons"]),
                       vela_cpu_ops=r["vela_cpu_ops"], vela_npu_ops=r["vela_npu_ops"],
                       version=r["version"], ini=r["ini"], command=tuple(r["command"]))
-        return run, [PartitionOp(**p) for p in data["partition"]]
+        return run, [build(PartitionOp, p) for p in data["partition"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.warning("%s: unreadable Vela record (%s); ignored", path, exc)
         return None
@@ -351,7 +423,7 @@ def compile_file(src: Path, dst: Path, profile: Profile) -> tuple[Model, EthosUS
     source = read_model(src)
     run = _vela(source, src.read_bytes(), config_for(profile), profile)
     compiled = parse_model(run.compiled, str(dst))
-    parts = partition(source, compiled, run.cpu_reasons)
+    parts = partition(source, compiled, run)
     write_atomic(dst, run.compiled)
     write_record(dst, compiled, run, parts)
     section = section_from_run(source, compiled, run, "vela", profile, parts)

@@ -1,10 +1,11 @@
 """The Ethos-U section of a report: Vela's figures for one model on one profile.
 
-Every figure in it is Vela's own (read from its summary and per-layer CSVs) or read from the
-compiled file; devicefit adds the partition in the user's operators (which of *their* ops run
-on the NPU, which stay on the Cortex-M and Vela's reason), the Cortex-M part's latency and
-op support. It gives its text lines and its page (:meth:`display`, data the views render)
-and goes to JSON as :meth:`to_dict`.
+Every figure in it is Vela's own (read from its summary CSV and its operator database) or
+read from the compiled file; devicefit adds the partition in the user's operators (which of
+*their* ops run on the NPU, named by their output tensors, what Vela made of each, which stay
+on the Cortex-M and Vela's reason), the Cortex-M part's latency and op support. It gives
+its text lines and its page (:meth:`display`, data the views render) and goes to JSON as
+:meth:`to_dict`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from devicefit.simulator.report.display import (
 )
 
 NPU, CPU = "npu", "cpu"
+#: The op Vela leaves in a compiled file for the NPU part.
+ETHOS_U_OP = "CUSTOM:ethos-u"
+#: The text's heading of its top operators by Vela's cycles (a page has them as a chart).
+_MOST_CYCLES = "  most cycles  Vela's, by operator of your model:"
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,45 @@ class PartitionOp:
     reason: str | None = None
     #: A CPU op's index in the compiled file (its subgraph is the same).
     compiled_index: int | None = None
+    #: Its first output tensor: the layer's name in the user's model ("" if it has none).
+    name: str = ""
+    #: Vela's operators made from it, in Vela's order (its per-layer report).
+    vela_ops: tuple[str, ...] = ()
+    #: Vela's cycles and MACs for them; None where Vela's per-layer report does not cover
+    #: its subgraph (or there is no Vela figure: a file compiled elsewhere).
+    cycles: int | None = None
+    macs: int | None = None
+    #: The compiled file's ``ethos-u`` op whose command stream runs it.
+    ethos_u_op: int | None = None
+    #: The user's operator into whose NPU command Vela fused it.
+    fused_into: int | None = None
+    #: A CPU op's estimated Cortex-M time (devicefit's kernel tables).
+    cpu_ms: float | None = None
+
+    @property
+    def where(self) -> str:
+        """Its index as the other targets show it (``sg:index`` outside the main graph)."""
+        return f"{self.subgraph}:{self.op_index}" if self.subgraph else str(self.op_index)
+
+    def what_vela_did(self) -> str:
+        """What Vela made of it and where that runs, in a phrase."""
+        npu = "" if self.ethos_u_op is None else f"ethos-u op {self.ethos_u_op}"
+        if self.op == ETHOS_U_OP:
+            return "compiled by Vela before devicefit saw it: the layers inside are not named " \
+                   "in the file"
+        if self.unit == CPU:
+            at = "" if self.compiled_index is None else f", op {self.compiled_index} of the " \
+                                                        "compiled file"
+            return f"run on the CPU (TFLM{at})" + (f": {self.reason}" if self.reason else "")
+        if self.fused_into is not None:
+            return f"fused into op {self.fused_into}'s NPU command" + (f" ({npu})" if npu else "")
+        if self.vela_ops:
+            ops = (" + ".join(self.vela_ops) if len(self.vela_ops) <= 3 else
+                   f"{len(self.vela_ops)} operations ({', '.join(self.vela_ops[:3])}, …)")
+            return (f"{npu}: " if npu else "") + f"Vela's {ops}"
+        if self.cycles is not None:
+            return "compiled away by Vela (no NPU command of its own)"
+        return f"{npu or 'in an ethos-u op'}; not in Vela's per-layer figures"
 
 
 @dataclass(frozen=True)
@@ -62,14 +106,22 @@ class CompiledOp:
 
 @dataclass(frozen=True)
 class LayerCycles:
-    """One row of Vela's per-layer CSV (its rewritten operators, not the user's)."""
+    """One row of Vela's per-layer report (its rewritten operators) and the operator of the
+    user's model it came from, as Vela's operator database says."""
 
+    #: Vela's name for the user's operator's type ("Conv2D").
     original_op: str
     vela_op: str
     unit: str
     cycles: int
     macs: int
+    #: Vela's name for its output (a decomposed softmax's parts get made-up names).
     name: str
+    #: The user's operator it came from; None where Vela's database names none in the file.
+    subgraph: int | None = None
+    op_index: int | None = None
+    #: The compiled file's ``ethos-u`` op whose command stream runs it.
+    ethos_u_op: int | None = None
 
 
 @dataclass(frozen=True)
@@ -204,8 +256,8 @@ class EthosUSection:
         lines.append(f"  partition    {self.npu_ops} ops on the NPU ({self.ethos_u_ops} ethos-u "
                      f"op{'s' if self.ethos_u_ops != 1 else ''}), {self.cpu_ops} on the Cortex-M")
         for p in self.cpu_partition()[:12]:
-            where = f"{p.subgraph}:{p.op_index}" if p.subgraph else str(p.op_index)
-            lines.append(f"    CPU op {where} {p.op}: {p.reason or 'left on the CPU by Vela'}")
+            lines.append(f"    CPU op {p.where} {p.op} {_quoted(p.name)}: "
+                         f"{p.reason or 'left on the CPU by Vela'}")
         if len(self.cpu_partition()) > 12:
             lines.append(f"    ... {len(self.cpu_partition()) - 12} more (JSON has all)")
         if f is not None:
@@ -241,44 +293,83 @@ class EthosUSection:
             lines.append(f"  latency      {format_time_ms(self.latency_ms)}{likely} = NPU "
                          f"{format_time_ms(self.npu_ms)} (Vela) + Cortex-M "
                          f"{format_time_ms(self.cpu_ms)} (estimated)")
-        top = sorted((r for r in self.per_layer if r.cycles), key=lambda r: -r.cycles)[:5]
+        top = sorted((p for p in self.partition if p.cycles), key=lambda p: -(p.cycles or 0))
         if top:
-            lines.append("  most cycles  " + "; ".join(
-                f"{r.original_op}/{r.vela_op} {r.cycles:,}" for r in top))
+            lines.append(_MOST_CYCLES)
+            top = top[:5]
+            ops = [f"op {p.where} {p.op}" for p in top]
+            at, width = max(map(len, ops)), max(len(f"{p.cycles:,}") for p in top)
+            lines += [f"    {o:<{at}}  {p.cycles or 0:>{width},}  {_quoted(p.name)}"
+                      for o, p in zip(ops, top, strict=True)]
+        lost = sum(r.cycles for r in self.per_layer if r.op_index is None)
+        if lost:
+            lines.append(f"  note         {lost:,} of Vela's cycles come from operators its "
+                         "database ties to none of this file's")
         lines += [f"  note         {n}" for n in self.notes]
         return lines
 
     def display(self) -> SectionDisplay:
-        """The section as a page shows it: its lines, the latency split, Vela's per-layer
-        cycles as a chart (the user's operators run inside the ``ethos-u`` op, so the page's
-        per-op chart has nothing to draw) and the NPU/CPU split, one row per operator."""
+        """The section as a page shows it: its lines, the latency split, a chart of the
+        time per operator of the user's model (they run inside the ``ethos-u`` op, so the
+        page's per-op chart has nothing to draw) and the partition, one row per operator
+        naming its output tensor and what Vela made of it."""
         lines = self.text_lines()
-        facts = tuple(line.strip() for line in lines[1:] if not line.startswith("    "))
+        facts = tuple(line.strip() for line in lines[1:]
+                      if not line.startswith("    ") and line != _MOST_CYCLES)
         split: tuple[Split, ...] = ()
         if self.npu_ms is not None and self.cpu_ms is not None:
             split = (Split("ethos-u-split", "Latency split",
                            (("NPU (Vela)", self.npu_ms), ("Cortex-M (estimated)", self.cpu_ms)),
                            "Vela's cycles at the NPU clock, plus devicefit's estimate of the "
                            "operators left on the Cortex-M."),)
-        rows = tuple(Row((f"{p.subgraph}:{p.op_index}", p.op, p.unit.upper(), p.reason or ""),
+        # The output tensor last, as in Vela's per-layer report: a converter's names run
+        # long without a place to break.
+        rows = tuple(Row((p.where, p.op, p.unit.upper(), p.what_vela_did(),
+                          "-" if p.cycles is None else f"{p.cycles:,}", self._time(p), p.name),
                          p.unit, p.unit == CPU) for p in self.partition)
-        partition = Table(None, ("op", "type", "runs on", "Vela's reason"), rows)
+        partition = Table(None, ("op", "type", "runs on", "what Vela did", "Vela's cycles",
+                                 "time", "output tensor (your layer)"), rows, numeric=(4, 5))
         return SectionDisplay("ethos-u-partition", lines[0], facts,
                               (*split, self._layers(), partition))
 
+    def _ms(self, p: PartitionOp) -> float | None:
+        """An operator's time: Vela's cycles at the NPU clock, or a CPU op's estimate."""
+        if p.unit == CPU:
+            return p.cpu_ms
+        if p.cycles is None or self.figures is None:
+            return None
+        return 1e3 * p.cycles / self.figures.core_clock_hz
+
+    def _time(self, p: PartitionOp) -> str:
+        ms = self._ms(p)
+        if ms is None:
+            return "-"
+        return format_time_ms(ms) + (" (estimated)" if p.unit == CPU else "")
+
     def _layers(self) -> TimeChart | Note:
-        f = self.figures
-        layers = [r for r in self.per_layer if r.cycles]
-        if f is None or not layers:
-            return Note("No per-layer figures: Vela's per-layer report is not beside a file "
-                        "compiled elsewhere (simulate the int8 .tflite, or the file devicefit "
-                        "convert wrote with its record).")
-        bars = tuple(Bar(str(k), 1e3 * r.cycles / f.core_clock_hz,
-                         f"{r.name}\n{r.original_op} → {r.vela_op} on the {r.unit}\n"
-                         f"{r.cycles:,} cycles, {r.macs:,} MACs") for k, r in enumerate(layers))
-        return TimeChart("ethos-u-layers", "Per layer (Vela's cycles at the NPU clock)", bars,
-                         "time at the NPU clock",
-                         "Vela's layers in its order (its rewritten operators, not yours) →")
+        if self.figures is None:
+            return Note("No per-operator figures: Vela's per-layer report is not beside a "
+                        "file compiled elsewhere (simulate the int8 .tflite, or the file "
+                        "devicefit convert wrote with its record).")
+        if not any(p.cycles for p in self.partition):
+            return Note("No per-operator figures: Vela's per-layer report gives none of the "
+                        "NPU's cycles to this model's operators (with several subgraphs it "
+                        "covers one).")
+        bars = tuple(Bar(p.where, self._ms(p) or 0.0,
+                         f"op {p.where} {p.op} {_quoted(p.name)}\n{p.what_vela_did()}"
+                         + (f"\n{p.cycles:,} cycles, {p.macs or 0:,} MACs (Vela)"
+                            if p.unit == NPU and p.cycles is not None else "")
+                         + f"\n{self._time(p)}") for p in self.partition)
+        return TimeChart("ethos-u-layers",
+                         "Per operator of your model (NPU: Vela's cycles at the NPU clock; "
+                         "CPU: estimated)", bars, "time",
+                         "operator index in your model (file order); hover a bar for its "
+                         "output tensor and what Vela made of it →")
+
+
+def _quoted(name: str) -> str:
+    """A layer's output tensor as Vela's messages quote it; an operator with none says so."""
+    return f"'{name}'" if name else "(no output)"
 
 
 def _b(n: int) -> str:

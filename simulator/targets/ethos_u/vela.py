@@ -9,8 +9,11 @@ command one clear message, never the CLI process. It writes, for ``model.tflite`
   rest left as TFLite operators for the Cortex-M;
 * ``model_summary_<system config>.csv`` — one row: memory used per memory, encoded weight
   bytes, cycles, inference time at the configured clock;
-* ``model_per-layer.csv`` (with ``--verbose-performance``) — one row per NPU/CPU operator
-  after Vela's graph rewrites, with its cycles;
+* its operator database (with ``--enable-debug-db``; as JSON, see :mod:`._vela_main`) —
+  one row per operator after Vela's graph rewrites (its per-layer report: cycles, MACs),
+  each naming the operator of the input model it came from (the ``source`` table's
+  ``ext_key``: the operator's index in its subgraph), the command stream that runs it
+  (``queue``) and the operator whose command it is fused into (``group``);
 * on stdout, for every operator it leaves on the CPU (``--show-cpu-operations``)::
 
       Warning (supported operators) operator: MEAN, ofm: 'model/Mean'
@@ -28,10 +31,12 @@ from __future__ import annotations
 import csv
 import importlib.util
 import io
+import json
 import re
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 from devicefit.simulator.errors import (
     CompileRefusal,
@@ -44,6 +49,12 @@ from devicefit.simulator.run import zygote
 from devicefit.simulator.targets.ethos_u.config import VelaConfig
 
 DISTRIBUTION = "ethos-u-vela"
+#: Vela's reports devicefit reads beyond the summary: its operator database and the
+#: reasons it leaves operators to the CPU.
+_REPORTS = ("--enable-debug-db", "--show-cpu-operations")
+#: The operator database's file beside the compiled one, and the tables read from it.
+DATABASE_SUFFIX = "_devicefit_db.json"
+DATABASE_TABLES = ("perf", "source", "queue", "group")
 _LAUNCH = "devicefit.simulator.targets.ethos_u._vela_main"
 #: Imported once by the zygote Vela's runs are forked from.
 _PRELOAD = (_LAUNCH,)
@@ -76,14 +87,53 @@ class CpuReason:
 
 
 @dataclass(frozen=True)
+class VelaLayer:
+    """One operator Vela scheduled: a row of its per-layer report (the database's ``perf``
+    table), with the operator of the input model it came from."""
+
+    #: Vela's operator ("Conv2D", "Relu", "LUT"; "Passthrough": left to the CPU).
+    vela_op: str
+    #: Its output tensor as Vela names it (a decomposed softmax's parts get made-up names).
+    name: str
+    cycles: int
+    macs: int
+    #: The input model's operator it came from: :attr:`VelaSource.id`.
+    source: int
+    #: The command stream that runs it (Vela numbers them from 1, one per ``ethos-u`` op of
+    #: the compiled file in order); None: not an NPU command (a CPU operator).
+    stream: int | None
+    #: The position in the layers of the one whose NPU command it is fused into (an
+    #: activation, a softmax's LUT); None: a command of its own.
+    fused_with: int | None
+
+    @property
+    def unit(self) -> str:
+        """"npu" or "cpu", as Vela's per-layer report says (its Passthrough is the CPU)."""
+        return "cpu" if self.vela_op == "Passthrough" else "npu"
+
+
+@dataclass(frozen=True)
+class VelaSource:
+    """An operator of the input model as Vela's database lists it: every operator of every
+    subgraph, in file order (its ``ext_key`` restarts at 0 with each subgraph)."""
+
+    id: int
+    #: Vela's name for its type ("Conv2D" for CONV_2D).
+    op: str
+    subgraph: int
+    index: int
+
+
+@dataclass(frozen=True)
 class VelaRun:
     """One Vela compilation: the compiled bytes and Vela's own figures, unchanged."""
 
     compiled: bytes
     #: The summary CSV's single row, column name → text, as Vela wrote it.
     summary: dict[str, str]
-    #: The per-layer CSV, one dict per row.
-    per_layer: tuple[dict[str, str], ...]
+    #: Vela's operators in its order (its per-layer report) and the input model's.
+    layers: tuple[VelaLayer, ...]
+    sources: tuple[VelaSource, ...]
     cpu_reasons: tuple[CpuReason, ...]
     #: Vela's "CPU operators = N" / "NPU operators = N" lines (its own, rewritten ops).
     vela_cpu_ops: int | None
@@ -126,8 +176,8 @@ def run_vela(model_bytes: bytes, config: VelaConfig, name: str = "model") -> Vel
         ini_text = config.ini_text()
         ini.write_text(ini_text, encoding="utf-8")
         out = work / "out"
-        options = [*config.vela_args(ini), "--output-dir", str(out), "--verbose-performance",
-                   "--show-cpu-operations"]
+        args = config.vela_args(ini)
+        options = [*args, "--output-dir", str(out), *_REPORTS]
         run = zygote.run(_LAUNCH, [*options, str(src)], preload=_PRELOAD,
                          env=zygote.child_env(), timeout_s=config.timeout_s, work=work, cwd=work)
         if run.code is None:
@@ -145,18 +195,17 @@ def run_vela(model_bytes: bytes, config: VelaConfig, name: str = "model") -> Vel
         summaries = sorted(out.glob(f"{name}_summary_*.csv"))
         if len(summaries) != 1:
             raise RuntimeFailure(f"Vela {found} wrote {len(summaries)} summary CSVs, expected 1")
-        per_layer = out / f"{name}_per-layer.csv"
-        rows = per_layer_rows(per_layer.read_text()) if per_layer.is_file() else []
+        layers, sources = read_database(out / f"{name}{DATABASE_SUFFIX}", found)
         summary_rows = _csv_rows(summaries[0].read_text())
         if len(summary_rows) != 1:
             raise RuntimeFailure(f"Vela {found}: summary CSV has {len(summary_rows)} rows")
         return VelaRun(
-            compiled=compiled.read_bytes(), summary=summary_rows[0], per_layer=tuple(rows),
+            compiled=compiled.read_bytes(), summary=summary_rows[0], layers=layers,
+            sources=sources,
             cpu_reasons=tuple(parse_reasons(stdout)),
             vela_cpu_ops=_count(stdout, "CPU"), vela_npu_ops=_count(stdout, "NPU"),
             version=found, ini=ini_text,
-            command=("vela", *options[:-4], "--verbose-performance", "--show-cpu-operations",
-                     f"{name}.tflite"))
+            command=("vela", *args, *_REPORTS, f"{name}.tflite"))
 
 
 def refusal(found: str, message: str) -> CompileRefusal:
@@ -177,22 +226,54 @@ def _csv_rows(text: str) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(text)))
 
 
-def per_layer_rows(text: str) -> list[dict[str, str]]:
-    """Vela's per-layer CSV. Vela writes the last column (the tensor name) unquoted, so a
-    comma in a name would split it and a newline would start a short line; both are put
-    back into the name."""
-    lines = text.splitlines()
-    if not lines:
-        return []
-    header = lines[0].split(",")
-    rows: list[list[str]] = []
-    for line in lines[1:]:
-        fields = line.split(",", len(header) - 1)
-        if len(fields) == len(header):
-            rows.append(fields)
-        elif rows:  # the rest of the previous row's name, after a newline in it
-            rows[-1][-1] += "\n" + line
-    return [dict(zip(header, r, strict=True)) for r in rows]
+def read_database(path: Path, found: str) -> tuple[tuple[VelaLayer, ...], tuple[VelaSource, ...]]:
+    """Vela's operators and the input model's, from the database :mod:`._vela_main` wrote."""
+    try:
+        tables = json.loads(path.read_text(encoding="utf-8"))
+        return database_layers(tables), database_sources(tables)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise RuntimeFailure(f"Vela {found}: its operator database is missing or unreadable "
+                             f"({exc})") from exc
+
+
+def _rows(tables: dict[str, Any], name: str) -> list[dict[str, str]]:
+    table = tables[name]
+    return [dict(zip(table["header"], row, strict=True)) for row in table["data"]]
+
+
+def _int(text: str) -> int:
+    return int(text) if text else 0  # Vela leaves a figure it has not got empty
+
+
+def database_layers(tables: dict[str, Any]) -> tuple[VelaLayer, ...]:
+    """The ``perf`` table's rows (Vela's per-layer report) with their command streams: a
+    row's own optimised operator in the ``queue``, else that of the row it is grouped with."""
+    perf = _rows(tables, "perf")
+    position = {r["id"]: k for k, r in enumerate(perf)}
+    stream = {r["optimised_id"]: int(r["cmdstream_id"]) for r in _rows(tables, "queue")}
+    lead = {r["id"]: position.get(r["group_id"]) for r in _rows(tables, "group")}
+    layers = []
+    for r in perf:
+        head = lead.get(r["id"])
+        commands = r["optimised_id"] if head is None else perf[head]["optimised_id"]
+        layers.append(VelaLayer(r["operator"], r["name"], _int(r["op_cycles"]),
+                                _int(r["mac_count"]), int(r["source_id"]),
+                                None if r["operator"] == "Passthrough" else stream.get(commands),
+                                head))
+    return tuple(layers)
+
+
+def database_sources(tables: dict[str, Any]) -> tuple[VelaSource, ...]:
+    """The ``source`` table: the input model's operators, a new subgraph wherever the index
+    in the subgraph (``ext_key``) does not grow."""
+    found, subgraph, last = [], 0, -1
+    for r in _rows(tables, "source"):
+        index = int(r["ext_key"])
+        if index <= last:
+            subgraph += 1
+        last = index
+        found.append(VelaSource(int(r["id"]), r["operator"], subgraph, index))
+    return tuple(found)
 
 
 def parse_reasons(stdout: str) -> list[CpuReason]:

@@ -196,8 +196,8 @@ def test_edge_tpu_page_shows_per_op_times_and_the_partition(page, reports):
 
 def test_ethos_u_page_tells_the_users_model_from_the_compiled_one(page, reports):
     """The model table names the user's file with its size and the compiled file with its
-    own; the empty per-op chart gives way to a sentence and Vela's per-layer cycles; no
-    band of zero width is printed."""
+    own; the empty per-op chart gives way to a sentence and a chart of the user's operators
+    by Vela's cycles; no band of zero width is printed."""
     from devicefit.simulator.infra.units import format_size
 
     report, dom = reports["ethos-u"], page["dom"]["ethos-u"]
@@ -210,7 +210,10 @@ def test_ethos_u_page_tells_the_users_model_from_the_compiled_one(page, reports)
     assert "No per-op figures in this report. Every operator's work is inside" in text
     layers = page["sections"]["ethos-u"]["vela_layers"]
     section = report.compatibility.section
-    assert len(layers) == sum(1 for r in section.per_layer if r.cycles)
+    # One bar per operator of the user's file, named by its index, type and output tensor.
+    assert len(layers) == len(section.partition) > 0
+    assert all(bar["text"].startswith(f"op {p.where} {p.op} '{p.name}'\n")
+               for bar, p in zip(layers, section.partition, strict=True))
     assert max(bar["height"] for bar in layers) > 100
     assert not re.search(r"likely ([\d.]+ \w+)–\1\b", text)
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -101,7 +103,7 @@ def test_float_model_is_refused_for_the_npu(capsys, model_zoo):
     assert "devicefit convert --profile ethos-u55-256" in reasons[0]
 
 
-def test_convert_hook_writes_the_vela_file_and_its_record(tmp_path, capsys, model_zoo):
+def test_convert_hook_writes_the_vela_file_and_its_record(tmp_path, capsys, caplog, model_zoo):
     src = tmp_path / "out.tflite"
     shutil.copy(model_zoo("edgetpu_limits_int8"), src)
     before = src.read_bytes()
@@ -118,6 +120,22 @@ def test_convert_hook_writes_the_vela_file_and_its_record(tmp_path, capsys, mode
     assert s["figures"]["total_cycles"] == section.figures.total_cycles
     assert [p["op"] for p in s["partition"] if p["unit"] == "cpu"] == ["MEAN"]
     assert report["latency"]["estimated_device_ms"] == pytest.approx(section.latency_ms)
+    # The record keeps what names the user's layers: each operator's output tensor and what
+    # Vela made of it, each of Vela's rows tied to its operator.
+    assert [(p["name"], tuple(p["vela_ops"]), p["cycles"], p["ethos_u_op"], p["fused_into"])
+            for p in s["partition"]] == [(p.name, p.vela_ops, p.cycles, p.ethos_u_op,
+                                          p.fused_into) for p in section.partition]
+    assert [r["op_index"] for r in s["per_layer"]] == [r.op_index for r in section.per_layer]
+    assert all(p["name"] for p in s["partition"])
+    # A record of an older devicefit (format 1: no operator database) is not read.
+    record = json.loads(record_path(vela_file).read_text())
+    old = tmp_path / "old_vela.tflite"
+    shutil.copy(vela_file, old)
+    record_path(old).write_text(json.dumps({**record, "format": "devicefit.vela/1"}))
+    code, report = simulate_json(capsys, old, "ethos-u55-128")
+    assert report["compatibility"]["ethos-u"]["basis"] == "compiled file"
+    assert any("older devicefit's format: convert the model again" in r.getMessage()
+               for r in caplog.records)
     # Vela's command stream is for one NPU configuration: on another it is a finding.
     code, report = simulate_json(capsys, vela_file, "ethos-u55-256")
     assert code == 1
@@ -234,18 +252,79 @@ def test_one_process_two_configs_keep_their_own_figures(tmp_path, model_zoo):
     assert second["total_cycles"] == int(theirs["cycles_total"]) != first["total_cycles"]
 
 
-def test_text_and_html_show_the_npu_cpu_split(tmp_path, capsys, model_zoo):
+def first_outputs(model: Path) -> dict[tuple[int, int], tuple[str, str]]:
+    """(subgraph, op index) → (op type, its first output tensor's name), read from the file."""
+    return {(sg.index, op.index): (op.op_name, next((sg.tensors[t].name for t in op.outputs
+                                                     if t >= 0), ""))
+            for sg in read_model(model).subgraphs for op in sg.operators}
+
+
+def layer_bars(html: str) -> list[tuple[str, str]]:
+    """The Ethos-U per-operator chart's bars as the page draws them: (label, hover text)."""
+    svg = re.search(r'<svg [^>]*class="ethos-u-layers".*?</svg>', html, re.S)
+    assert svg is not None
+    return [(unescape(label), unescape(title)) for label, title in re.findall(
+        r'<rect class="op" data-op="([^"]*)"[^>]*><title>(.*?)</title></rect>', svg.group(0),
+        re.S)]
+
+
+def test_text_and_html_name_the_users_layers(tmp_path, capsys, model_zoo):
+    """A Keras-built model (the zoo's edgetpu_limits_int8: conv, slice, softmax, a MEAN Vela
+    leaves to the CPU, flatten, dense): every bar and every partition row names an operator
+    of the user's file by its index and output tensor, and says what Vela made of it, from
+    Vela's operator database: the conv as Vela's Conv2D + Relu in the first ethos-u op, the
+    softmax as Vela's many operations, the MEAN on the CPU between the two ethos-u ops, the
+    reshape compiled away."""
     model = model_zoo("edgetpu_limits_int8")
+    ops = first_outputs(model)
     page = tmp_path / "r.html"
     assert main(["simulate", str(model), "--profile", "ethos-u55-128", "--html", str(page)]) == 0
     text = capsys.readouterr().out
     assert "Ethos-U NPU (Vela 5.2.0 run by devicefit)" in text
-    assert "CPU op 3 MEAN: Unsupported depth-reduction" in text
+    assert f"CPU op 3 MEAN '{ops[(0, 3)][1]}': Unsupported depth-reduction" in text
     assert "every operator can run (5 on the NPU, 1 on the Cortex-M)" in text
+    s = simulate(model, "ethos-u55-128").compatibility.section
+    assert [(p.op, p.name) for p in s.partition] == [ops[k] for k in sorted(ops)]
+    # Every one of Vela's operators is tied to one of the file's, and the cycles add up.
+    assert all(r.op_index is not None for r in s.per_layer)
+    assert sum(p.cycles or 0 for p in s.partition) == sum(r.cycles for r in s.per_layer) > 0
+    compiled = [op.index for op in read_model(compiled_by_vela(tmp_path, model)).main.operators
+                if op.op_name == "CUSTOM:ethos-u"]
+    did = {p.op_index: p.what_vela_did() for p in s.partition}
+    assert compiled == [0, 2]
+    assert did[0] == "ethos-u op 0: Vela's Conv2D + Relu"
+    assert did[2].startswith("ethos-u op 0: Vela's ") and "operations (MaxPool" in did[2]
+    assert did[3] == ("run on the CPU (TFLM, op 1 of the compiled file): Unsupported "
+                      "depth-reduction.  IFM: 1, 4, 8, 6")
+    assert did[4] == "compiled away by Vela (no NPU command of its own)"
+    assert did[5] == "ethos-u op 2: Vela's FullyConnected"
     html = page.read_text()
-    assert ("<td>0:3</td><td>MEAN</td><td>CPU</td><td>Unsupported depth-reduction."
-            in html)
+    bars = layer_bars(html)
+    assert [label for label, _ in bars] == [str(i) for i in range(6)]
+    for (label, title), p in zip(bars, s.partition, strict=True):
+        assert title.startswith(f"op {label} {p.op} '{p.name}'\n{did[p.op_index]}")
+    mean = ops[(0, 3)][1]
+    assert re.search(rf"<td>3</td><td>MEAN</td><td>CPU</td><td>run on the CPU [^<]*</td>"
+                     rf'<td class="num">-</td><td class="num">[^<]+</td><td>{re.escape(mean)}'
+                     rf"</td>", html)
     assert html.count("<td>NPU</td>") == 5
+
+
+def compiled_by_vela(tmp_path: Path, model: Path) -> Path:
+    """The compiled file Vela's own CLI makes of ``model`` with the profile's .ini."""
+    return vela_cli_for(model, "ethos-u55-128", tmp_path).compiled
+
+
+def test_an_activation_vela_fuses_says_into_which_operator(model_zoo):
+    """The zoo's leaky_mid_int8 (Keras: conv, LeakyReLU, conv ...): Vela runs the
+    LEAKY_RELU inside the first conv's NPU command; its row says so, by the conv's index."""
+    model = model_zoo("leaky_mid_int8")
+    s = simulate(model, "ethos-u55-128").compatibility.section
+    leaky = [p for p in s.partition if p.op == "LEAKY_RELU"]
+    assert len(leaky) == 1 and leaky[0].fused_into == leaky[0].op_index - 1
+    assert s.partition[leaky[0].op_index - 1].op == "CONV_2D"
+    assert leaky[0].what_vela_did() == (f"fused into op {leaky[0].fused_into}'s NPU command "
+                                        f"(ethos-u op 0)")
 
 
 @pytest.mark.slow

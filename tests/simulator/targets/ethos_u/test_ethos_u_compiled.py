@@ -96,18 +96,52 @@ def test_input_shape_on_an_ethos_u_profile_is_a_usage_error(model_zoo):
 
 
 def test_a_newline_in_a_tensor_name_does_not_break_the_ethos_u_target(tmp_path, model_zoo):
-    """Vela prints names unquoted in its per-layer CSV and its CPU-op warnings: a newline
-    in one used to crash every Ethos-U profile (AttributeError on a short CSV row)."""
+    """Vela prints names unquoted in its CPU-op warnings and its per-layer CSV, and quotes
+    them unescaped in its debug database's XML: a newline in one used to crash every
+    Ethos-U profile (AttributeError on a short CSV row). Its database, read as the JSON
+    devicefit has Vela write, keeps a name with a newline, a comma, quotes and ``]]>``
+    whole, and every row still tied to its operator."""
     m = unpack(model_zoo("edgetpu_limits_int8").read_bytes())
     sg = m.subgraphs[0]
     first, last = sg.operators[0].outputs[0], sg.operators[-1].outputs[0]
-    sg.tensors[first].name = b"first\nout,put"
+    hostile = 'first\nout,"put"]]>\n</table>'
+    sg.tensors[first].name = hostile.encode()
     sg.tensors[last].name = b"mean\nout"
     path = tmp_path / "newline.tflite"
     path.write_bytes(pack(m))
     s = simulate(path, ETHOS_U).compatibility.section
-    assert any(r.name == "first\nout,put" for r in s.per_layer)
+    assert s.partition[0].name == hostile
+    assert s.partition[0].what_vela_did() == "ethos-u op 0: Vela's Conv2D + Relu"
+    assert any(r.name.startswith(hostile) for r in s.per_layer)
+    assert all(r.op_index is not None for r in s.per_layer)
     assert all(r.unit in ("npu", "cpu") for r in s.per_layer)
     cpu = s.cpu_partition()
     assert [p.op for p in cpu] == ["MEAN"] and cpu[0].reason  # Vela's reason, found
     assert sum(w.macs for w in op_work(read_model(path))) > 0
+
+
+def test_rows_vela_ties_to_no_operator_of_the_file_are_said_not_guessed(model_zoo):
+    """Vela's ``source`` table is trusted only where it lists as many operators as the file
+    has in each subgraph. A run whose table lists one operator short (as a newer Vela that
+    skipped one might): no row is tied, no operator is given cycles or called compiled
+    away, and the text says how many of Vela's cycles went unattributed."""
+    import dataclasses
+
+    from devicefit.simulator.read.reader import parse_model
+    from devicefit.simulator.targets.ethos_u.analysis import section_from_run
+
+    path = model_zoo("edgetpu_limits_int8")
+    profile = load_profile(ETHOS_U)
+    run = run_vela(path.read_bytes(), config_for(profile))
+    short = dataclasses.replace(run, sources=run.sources[:-1])
+    s = section_from_run(read_model(path), parse_model(run.compiled, str(path)), short, "vela",
+                         profile)
+    assert all(r.op_index is None for r in s.per_layer)
+    assert all(p.cycles is None for p in s.partition)
+    npu = [p.what_vela_did() for p in s.partition if p.unit == "npu"]
+    assert npu and all(d.endswith("not in Vela's per-layer figures") for d in npu)
+    lost = sum(r.cycles for r in s.per_layer)
+    assert f"  note         {lost:,} of Vela's cycles come from operators its database ties " \
+           "to none of this file's" in s.text_lines()
+    assert s.display().parts[-2].text.startswith("No per-operator figures: Vela's per-layer "
+                                                 "report gives none")
