@@ -50,8 +50,9 @@ def one(model: Path, data: dict, profile: str, weights: str, out: Path) -> dict:
     from devicefit.sdk.convert import convert
 
     start = time.perf_counter()
+    # int8 I/O for both (the Edge TPU's default is uint8, which --weights int4 cannot write).
     report = convert(str(model), profile, out, calibration=data["train"],
-                     eval_data=data["test"], weights=weights)
+                     eval_data=data["test"], weights=weights, io_type="int8")
     acc = report.accuracy
     arena = next((b for b in report.simulation.budgets if b.name == "arena"), None) \
         if report.simulation is not None else None

@@ -52,7 +52,10 @@ class ConversionSettings:
     weights: str = "int8"
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if self.weights == "int8":  # absent means int8, as in every file written before it
+            del out["weights"]
+        return out
 
 
 @dataclass
