@@ -4,15 +4,21 @@ needs no rich (a report to a pipe, ``--json``) does not import it (a fifth of a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
+from rich.box import HEAVY_HEAD
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 
 from devicefit.simulator.infra.escape import clean
 from devicefit.simulator.report.views.columns import atoms, fold_spans
+
+if TYPE_CHECKING:
+    from rich.live import Live
 
 
 class SafeConsole(Console):
@@ -39,7 +45,21 @@ class SafeConsole(Console):
             text = (Text.from_markup(shown[0]) if markup is not False and self._markup
                     else Text(shown[0]))
             shown = [_folded(text, self.width, indent=4)]
-        super().print(*shown, **kwargs)
+        with _lives_paused(self):
+            super().print(*shown, **kwargs)
+
+    def set_live(self, live: Live) -> Any:
+        """As rich's, and the live display is known to the other consoles (see
+        :func:`_lives_paused`)."""
+        started = super().set_live(live)
+        _LIVES.append((self, live))
+        return started
+
+    def clear_live(self) -> None:
+        super().clear_live()
+        mine = [i for i, (console, _) in enumerate(_LIVES) if console is self]
+        if mine:
+            del _LIVES[mine[-1]]
 
     def _render_buffer(self, buffer: Any) -> str:
         text = super()._render_buffer(buffer)
@@ -49,26 +69,64 @@ class SafeConsole(Console):
 
 
 
+#: The live displays (progress lines) on the terminal and the consoles drawing them.
+_LIVES: list[tuple[SafeConsole, Live]] = []
+
+
+@contextlib.contextmanager
+def _lives_paused(writer: Console) -> Iterator[None]:
+    """Every live display of another console taken off the terminal while ``writer``
+    prints, then drawn again under what it printed. rich moves only its own console's
+    output above a live display: a second console's lines (results on stdout under a
+    progress line on stderr) landed on the line, and the line's last state stayed above
+    them."""
+    others = ([live for console, live in _LIVES if console is not writer]
+              if writer.is_terminal else [])  # a file or pipe cannot write over the line
+    for live in others:
+        live.stop()
+    try:
+        yield
+    finally:
+        for live in reversed(others):
+            live.start(refresh=True)
+
+
 @dataclass
 class FitTable:
     """A table that never splits a word, nor a number from its unit: as columns when every
     column's longest :func:`atoms` fits the width (cells folded between atoms here, as rich
     would fold them anywhere at a space), otherwise one block per row (``header  value``
-    lines under the row's first cell), the way ``psql``'s expanded display does."""
+    lines under the row's first cell), the way ``psql``'s expanded display does.
+
+    A cell may hold several lines (``\\n``); ``rules`` draws rich's lines between the
+    columns (three cells of a separator each, two without); the columns in ``whole`` are
+    never folded (a status: ``AT`` over ``RISK`` reads as two words).
+    """
 
     title: str | None
     columns: list[str]
     rows: list[list[str]]
+    rules: bool = True
+    whole: frozenset[int] = frozenset()
 
     def _cells(self) -> list[list[Text]]:
         return [[Text.from_markup(c) for c in row] for row in [self.columns, *self.rows]]
 
+    def _room(self, width: int) -> int:
+        """What ``width`` leaves the cells once the separators are drawn."""
+        return width - (3 if self.rules else 2) * (len(self.columns) - 1)
+
+    def fits(self, width: int) -> bool:
+        """Whether every cell's every line fits ``width`` as it is (nothing folded)."""
+        return sum(_natural(self._cells())) <= self._room(width)
+
     def _widths(self, cells: list[list[Text]], room: int) -> list[int] | None:
         """Column widths: each its longest line if that fits ``room``, else the widest
         columns narrowed towards their longest atom; None when even those do not fit."""
-        least = [max((b - a for c in col for a, b in atoms(c.plain)), default=1) or 1
-                 for col in zip(*cells, strict=True)]
-        widths = [max(len(c.plain) for c in col) or 1 for col in zip(*cells, strict=True)]
+        widths = _natural(cells)
+        least = [widths[i] if i in self.whole else
+                 max((b - a for c in col for a, b in atoms(c.plain)), default=1) or 1
+                 for i, col in enumerate(zip(*cells, strict=True))]
         if sum(least) > room:
             return None
         while sum(widths) > room:
@@ -78,10 +136,10 @@ class FitTable:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         cells = self._cells()
-        widths = self._widths(cells, options.max_width - 3 * (len(self.columns) - 1))
+        widths = self._widths(cells, self._room(options.max_width))
         if widths is not None:
             t = Table(title=self.title, title_justify="left", show_edge=False,
-                      pad_edge=False)
+                      pad_edge=False, box=HEAVY_HEAD if self.rules else None)
             for head, width in zip(cells[0], widths, strict=True):
                 t.add_column(_folded(head, width), width=width, no_wrap=True)
             for row in cells[1:]:
@@ -102,6 +160,30 @@ class FitTable:
             for head, cell in zip(names, row[1:], strict=True):
                 grid.add_row(Text("  ") + head, _folded(cell, room))
             yield grid
+
+
+@dataclass
+class FirstFit:
+    """One table in several forms, the richest first: the first form whose every line fits
+    the console as it is (with the rules between columns, else without them) is shown, so
+    a wide terminal gets every figure and a narrow one the compact form whole rather than
+    the rich one folded; when none fits, the last form folded (or as blocks)."""
+
+    forms: list[FitTable]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for form in self.forms:
+            for shown in (form, replace(form, rules=False)):
+                if shown.fits(options.max_width):
+                    yield shown
+                    return
+        yield replace(self.forms[-1], rules=False)
+
+
+def _natural(cells: list[list[Text]]) -> list[int]:
+    """Each column's longest line."""
+    return [max(len(line) for c in col for line in c.plain.split("\n")) or 1
+            for col in zip(*cells, strict=True)]
 
 
 def _folded(text: Text, width: int, indent: int = 0) -> Text:
