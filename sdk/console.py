@@ -192,12 +192,17 @@ class Steps:
                 TextColumn,
                 TimeElapsedColumn,
             )
+            from rich.table import Column
 
             # "3/40" only where there is a count (rich's MofN column shows "0/?" otherwise).
             counted = TextColumn("{task.fields[counted]}")
+            # A long step's name gives way on a narrow terminal (…), not the elapsed time
+            # (rich cut it to "0:00:…" at 80 columns): room left by the other columns.
+            named = TextColumn("{task.description}", table_column=Column(
+                no_wrap=True, overflow="ellipsis", max_width=max(self.console.width - 44, 10)))
             # print() goes above the line only when stdout is this terminal too; redirected
             # to a file it must stay in the file (rich would send it to stderr's terminal).
-            self._bars = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+            self._bars = Progress(SpinnerColumn(), named,
                                   BarColumn(bar_width=24), counted, TimeElapsedColumn(),
                                   console=self.console, transient=True,
                                   redirect_stdout=_isatty(sys.stdout))

@@ -80,8 +80,9 @@ def _lives_paused(writer: Console) -> Iterator[None]:
     output above a live display: a second console's lines (results on stdout under a
     progress line on stderr) landed on the line, and the line's last state stayed above
     them."""
-    others = ([live for console, live in _LIVES if console is not writer]
-              if writer.is_terminal else [])  # a file or pipe cannot write over the line
+    # A file or a pipe cannot write over the line, nor can a console off a terminal draw it.
+    others = ([live for console, live in _LIVES if console is not writer and console.is_terminal]
+              if writer.is_terminal else [])
     for live in others:
         live.stop()
     try:
