@@ -1,6 +1,7 @@
-"""Terminal output at 80 and 200 columns, through a pty (rich asks the terminal; COLUMNS
-answers): no line wider than the terminal, no word or figure split, colour where check has
-it (issue 32)."""
+"""Terminal output at 80, 120 and 200 columns, through a pty (rich asks the terminal its
+size) or with COLUMNS: no line wider than the terminal, no word or figure split, colour where
+check has it (issue 32); check's table in the form that fits, its failing figures red and
+those at risk yellow in each, and profiles list one line per profile (issue 46)."""
 
 from __future__ import annotations
 
