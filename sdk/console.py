@@ -137,13 +137,15 @@ def print_report(text: str, no_color: bool = False) -> None:
 
 # --------------------------------------------------------------------------- tables
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]],
-          whole: Sequence[int] = ()) -> FitTable:
+          whole: Sequence[int] = (), names: Sequence[int] = ()) -> FitTable:
     """A table of rich-markup cells (None shows empty; a tuple is a cell of several lines)
-    for :meth:`Console.print`; the columns ``whole`` are never folded."""
+    for :meth:`Console.print`; the columns ``whole`` are never folded, those of ``names``
+    also after a ``-`` or ``_`` (see :class:`~sdk.terminal.FitTable`)."""
     from devicefit.sdk.terminal import FitTable
 
     return FitTable(title and clean(title), [clean(c) for c in columns],
-                    [[_cell(c) for c in row] for row in rows], whole=frozenset(whole))
+                    [[_cell(c) for c in row] for row in rows], whole=frozenset(whole),
+                    names=frozenset(names))
 
 
 def _cell(value: Any) -> str:

@@ -5,6 +5,7 @@ needs no rich (a report to a pipe, ``--json``) does not import it (a fifth of a 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -101,7 +102,9 @@ class FitTable:
 
     A cell may hold several lines (``\\n``); ``rules`` draws rich's lines between the
     columns (three cells of a separator each, two without); the columns in ``whole`` are
-    never folded (a status: ``AT`` over ``RISK`` reads as two words).
+    never folded (a status: ``AT`` over ``RISK`` reads as two words); those in ``names``
+    hold names that may also fold after a ``-`` or ``_`` (``stm32l4r5-`` over
+    ``cortex-m4``) rather than turn the table into blocks.
     """
 
     title: str | None
@@ -109,6 +112,7 @@ class FitTable:
     rows: list[list[str]]
     rules: bool = True
     whole: frozenset[int] = frozenset()
+    names: frozenset[int] = frozenset()
 
     def _cells(self) -> list[list[Text]]:
         return [[Text.from_markup(c) for c in row] for row in [self.columns, *self.rows]]
@@ -126,6 +130,8 @@ class FitTable:
         columns narrowed towards their longest atom; None when even those do not fit."""
         widths = _natural(cells)
         least = [widths[i] if i in self.whole else
+                 max((len(piece) for c in col for piece in _NAME_BREAK.split(c.plain)),
+                     default=1) or 1 if i in self.names else
                  max((b - a for c in col for a, b in atoms(c.plain)), default=1) or 1
                  for i, col in enumerate(zip(*cells, strict=True))]
         if sum(least) > room:
@@ -144,13 +150,15 @@ class FitTable:
             for head, width in zip(cells[0], widths, strict=True):
                 t.add_column(_folded(head, width), width=width, no_wrap=True)
             for row in cells[1:]:
-                t.add_row(*(_folded(c, w) for c, w in zip(row, widths, strict=True)))
+                t.add_row(*(_name_folded(c, w) if i in self.names else _folded(c, w)
+                            for i, (c, w) in enumerate(zip(row, widths, strict=True))))
             yield t
             return
         if self.title:
             yield Text.from_markup(self.title, style="italic")
-        names = cells[0][1:]
-        room = max(options.max_width - 4 - max((len(n.plain) for n in names), default=0), 1)
+        names = [Text("\n").join(Text("  ") + line for line in head.split("\n"))
+                 for head in cells[0][1:]]
+        room = max(options.max_width - 2 - max(_natural([names]), default=0), 1)
         for row in cells[1:]:
             first = row[0] if row[0].plain else Text("-")
             first.stylize("bold")
@@ -159,7 +167,7 @@ class FitTable:
             grid.add_column(no_wrap=True)
             grid.add_column(no_wrap=True)
             for head, cell in zip(names, row[1:], strict=True):
-                grid.add_row(Text("  ") + head, _folded(cell, room))
+                grid.add_row(head, _folded(cell, room))
             yield grid
 
 
@@ -185,6 +193,28 @@ def _natural(cells: list[list[Text]]) -> list[int]:
     """Each column's longest line."""
     return [max(len(line) for c in col for line in c.plain.split("\n")) or 1
             for col in zip(*cells, strict=True)]
+
+
+#: Where a name may fold: after a hyphen or an underscore, or at a space.
+_NAME_BREAK = re.compile(r"(?<=[-_])|\s+")
+
+
+def _name_folded(text: Text, width: int) -> Text:
+    """``text``, names, each line folded to ``width`` after a ``-`` or ``_`` or at a space
+    (the piece that fills most of the line; one wider than the line stays whole)."""
+    out: list[Text] = []
+    for line in text.split("\n", allow_blank=True):
+        start, plain = 0, line.plain
+        while len(plain) - start > width:
+            breaks = [m.end() for m in _NAME_BREAK.finditer(plain, start + 1)]
+            end = max((b for b in breaks if b - start <= width), default=None)
+            end = end or min(breaks, default=len(plain))
+            piece = line[start:end]
+            piece.rstrip()
+            out.append(piece)
+            start = end
+        out.append(line[start:])
+    return Text("\n").join(out)
 
 
 def _folded(text: Text, width: int, indent: int = 0) -> Text:

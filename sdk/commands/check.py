@@ -322,7 +322,7 @@ def _table(result: CheckResult) -> FirstFit:
     return first_fit(table(None, [*heads, "regression"], rows("full"), whole=[0]),
                      table(None, heads + last, rows("compact"), whole=[0]),
                      table(None, stacked + last, rows("stacked"),
-                           whole=[0, *range(2, 2 + len(METRICS))]))
+                           whole=[0, *range(2, 2 + len(METRICS))], names=[1]))
 
 
 def _print(console: Console, result: CheckResult, written: list[str], notes: bool) -> None:

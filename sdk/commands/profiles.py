@@ -56,7 +56,7 @@ def _list(args: argparse.Namespace) -> int:
     make_console(args.no_color).print(first_fit(
         table("Device profiles", heads, rows),
         table("Device profiles (descriptions: devicefit profiles show NAME)", heads[:-1],
-              [row[:-1] for row in rows])))
+              [row[:-1] for row in rows], names=[0])))
     return 0
 
 

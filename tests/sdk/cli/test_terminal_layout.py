@@ -212,3 +212,22 @@ def test_a_table_too_wide_takes_two_lines_per_row_then_one_block_per_row():
         assert columns(rows, header=True) == ["  0", "    type       DEPTHWISE_CONV_2D",
                                               "    MACs       995,328",
                                               "    estimated  43.47 ms"]
+
+
+def test_check_folds_a_long_name_after_a_hyphen_not_into_blocks(tmp_path, model_zoo):
+    (tmp_path / "devicefit.yaml").write_text(
+        "defaults: {regression: {flash: 1%}}\n"  # a regression column: 2 + 11 cells more
+        "models:\n"
+        "  - name: person-detection-mobilenet-v1-96\n"
+        f"    path: {model_zoo('mobilenet_v1_96_int8')}\n"
+        "    profiles: [nrf52840-cortex-m4, esp32-s3]\n")
+    shown = plain(in_a_terminal(["check", "--no-probe"], columns=80, cwd=str(tmp_path)))
+    lines = shown.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    # Each target: the name folded after "detection-", the profile under it, the figures
+    # and budgets beside them; the table's header once, no block per target.
+    assert [line.split()[:2] for line in lines if "mobilenet-v1-96" in line] == [
+        ["mobilenet-v1-96", "/"]] * 2
+    assert [line.split()[:2] for line in lines if line.startswith("pass")] == [
+        ["pass", "person-detection-"]] * 2
+    assert shown.count("model") == 1 and "esp32-s3" in lines[-4].split()
