@@ -27,7 +27,9 @@ class SafeConsole(Console):
     strips the padding rich adds to the end of lines when the output is not a terminal.
 
     rich passes ESC and C1 bytes inside strings through to the terminal; the strings
-    printed here quote model and project files (see :mod:`simulator.infra.escape`).
+    printed here quote model and project files (see :mod:`simulator.infra.escape`). What
+    it prints on a terminal goes above another console's progress line, never over it
+    (:func:`_lives_paused`).
     """
 
     def __init__(self, *args: Any, folds: bool = True, **kwargs: Any) -> None:
@@ -67,7 +69,6 @@ class SafeConsole(Console):
         if self.is_terminal:
             return text
         return "\n".join(line.rstrip(" ") for line in text.split("\n"))
-
 
 
 #: The live displays (progress lines) on the terminal and the consoles drawing them.
