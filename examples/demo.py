@@ -21,7 +21,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout: `python examples/demo.py`
 
-from devicefit.sdk.console import count, make_console, native_log, progress, step, table  # noqa: E402
+from devicefit.sdk.console import (  # noqa: E402
+    count,
+    done,
+    make_console,
+    native_log,
+    progress,
+    step,
+    table,
+)
 from devicefit.simulator.infra.units import (  # noqa: E402
     format_estimate,
     format_percent,
@@ -115,6 +123,7 @@ def _demo(out: Path) -> int:
             f"{format_percent(report.accuracy.converted_accuracy)} "
             f"({format_points(-report.accuracy.accuracy_drop_pp)})",
             sim.verdict.upper()))
+    done()
     console.print(table("Verdicts", ["profile", "model", ".tflite", "vs float", "zeros",
                                      "flash / budget", "head, host wheel",
                                      "arena / budget",

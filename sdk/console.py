@@ -37,7 +37,7 @@ from devicefit.simulator.report.views.columns import fold_spans
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from devicefit.sdk.terminal import FitTable
+    from devicefit.sdk.terminal import FirstFit, FitTable
 
 #: Width for output that goes to a pipe or file without ``COLUMNS``: wide enough that no
 #: table or sentence folds; trailing padding is stripped, so it costs nothing.
@@ -136,13 +136,32 @@ def print_report(text: str, no_color: bool = False) -> None:
 
 
 # --------------------------------------------------------------------------- tables
-def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> FitTable:
-    """A table of rich-markup cells (None shows empty) for :meth:`Console.print`."""
+def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+          whole: Sequence[int] = (), names: Sequence[int] = ()) -> FitTable:
+    """A table of rich-markup cells (None shows empty; a tuple is a cell of several lines)
+    for :meth:`Console.print`; the columns ``whole`` are never folded, those of ``names``
+    also after a ``-`` or ``_`` (see :class:`~sdk.terminal.FitTable`)."""
     from devicefit.sdk.terminal import FitTable
 
     return FitTable(title and clean(title), [clean(c) for c in columns],
-                    [["" if c is None else clean(c, one_line=True) for c in row]
-                     for row in rows])
+                    [[_cell(c) for c in row] for row in rows], whole=frozenset(whole),
+                    names=frozenset(names))
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, tuple):
+        return "\n".join(clean(line, one_line=True) for line in value)
+    return clean(value, one_line=True)
+
+
+def first_fit(*forms: FitTable) -> FirstFit:
+    """One table in several forms, richest first: the console shows the first that fits it
+    unfolded (see :class:`~sdk.terminal.FirstFit`)."""
+    from devicefit.sdk.terminal import FirstFit
+
+    return FirstFit(list(forms))
 
 
 def print_json(data: Any) -> None:
@@ -175,12 +194,20 @@ class Steps:
                 TextColumn,
                 TimeElapsedColumn,
             )
+            from rich.table import Column
 
             # "3/40" only where there is a count (rich's MofN column shows "0/?" otherwise).
             counted = TextColumn("{task.fields[counted]}")
-            self._bars = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+            # A long step's name gives way on a narrow terminal (…), not the elapsed time
+            # (rich cut it to "0:00:…" at 80 columns): room left by the other columns.
+            named = TextColumn("{task.description}", table_column=Column(
+                no_wrap=True, overflow="ellipsis", max_width=max(self.console.width - 44, 10)))
+            # print() goes above the line only when stdout is this terminal too; redirected
+            # to a file it must stay in the file (rich would send it to stderr's terminal).
+            self._bars = Progress(SpinnerColumn(), named,
                                   BarColumn(bar_width=24), counted, TimeElapsedColumn(),
-                                  console=self.console, transient=True)
+                                  console=self.console, transient=True,
+                                  redirect_stdout=_isatty(sys.stdout))
             self._bars.start()
         return self._bars
 
@@ -203,9 +230,12 @@ class Steps:
         self._bars.update(self._task, completed=done, total=total, counted=f"{done}/{total}")
 
     def close(self) -> None:
+        """The line taken off the terminal; a later step draws a new one."""
         if self._bars is not None:
             self._bars.stop()
             self._bars = None
+        self._task = None
+        self._text = ""
 
 
 _CURRENT: ContextVar[Steps | None] = ContextVar("devicefit_steps", default=None)
@@ -223,6 +253,14 @@ def progress(*, quiet: bool = False, no_color: bool = False) -> Iterator[Steps]:
     finally:
         steps.close()
         _CURRENT.reset(token)
+
+
+def done() -> None:
+    """The steps are over: the progress line leaves the terminal before the results are
+    printed (a later :func:`step` draws it again)."""
+    steps = _CURRENT.get()
+    if steps is not None:
+        steps.close()
 
 
 def step(text: str) -> None:

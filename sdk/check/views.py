@@ -10,12 +10,13 @@ testcase with an ``<error>``.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 
 from devicefit.simulator.infra import jsonout
 from devicefit.simulator.infra.escape import markdown as md_literal
 from devicefit.simulator.infra.escape import markdown_code as md_code
-from devicefit.simulator.infra.units import format_estimate, format_figure, format_percent
+from devicefit.simulator.infra.units import format_band, format_figure, format_percent
 from devicefit.simulator.report.views.html import Section, escape, html_table, render_html
 from devicefit.simulator.report.views.junit import COUNTS, case, report_cases, xml_text
 from devicefit.simulator.report.views.markdown import MARKS
@@ -61,29 +62,66 @@ def _figures(r: RegressionCheck) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- cells
-def metric_cell(o: Outcome, metric: BudgetName) -> tuple[str, bool | None]:
-    """``value / limit`` of a metric (just the value without a budget) and its verdict."""
+@dataclass(frozen=True)
+class MetricCell:
+    """One metric of one target in parts, so that a narrow table can leave the error band
+    out or put the budget under the figure."""
+
+    #: The figure (``28.98 ms``), or ``-`` / ``not checked``.
+    value: str
+    #: The estimate's error band (``18.55 ms–34.49 ms``), "" without one.
+    band: str = ""
+    #: The budget (``30.00 ms``), "" without one.
+    limit: str = ""
+    #: The budget's verdict; None without a budget.
+    status: Status | None = None
+
+    def text(self, band: bool = True) -> str:
+        """``value (likely band) / limit`` (``band``: with the error band)."""
+        shown = f"{self.value} (likely {self.band})" if band and self.band else self.value
+        return f"{shown} / {self.limit}" if self.limit else shown
+
+
+def metric_parts(o: Outcome, metric: BudgetName) -> MetricCell:
+    """The figure of ``metric``, its band, its budget and the budget's verdict."""
     if o.report is None:
-        return "-", None
+        return MetricCell("-")
     budget = next((b for b in o.report.budgets if b.name == metric), None)
     if budget is not None:
-        risk = " at risk" if budget.status == Status.AT_RISK else ""
         decimal = decimal_budget(budget)
-        return (f"{format_estimate(budget.value, budget.unit, budget.band, decimal)} / "
-                f"{format_figure(budget.limit, budget.unit, decimal)}{risk}", budget.ok)
+
+        def fmt(value: float) -> str:
+            return format_figure(value, budget.unit, decimal)
+
+        return MetricCell(fmt(budget.value), format_band(budget.band, fmt) if budget.band else "",
+                          fmt(budget.limit), budget.status)
     if metric in o.unchecked_budgets:
-        return "not checked", None
+        return MetricCell("not checked")
     value = BaselineEntry.of(o.report).figure(metric)
-    return ("-", None) if value is None else (format_figure(value, METRIC_KEYS[metric][1]), None)
+    return MetricCell("-" if value is None else format_figure(value, METRIC_KEYS[metric][1]))
+
+
+def metric_cell(o: Outcome, metric: BudgetName) -> tuple[str, bool | None]:
+    """``value / limit`` of a metric (just the value without a budget) and its verdict."""
+    cell = metric_parts(o, metric)
+    risk = " at risk" if cell.status == Status.AT_RISK else ""
+    return cell.text() + risk, None if cell.status is None else cell.status != Status.FAIL
+
+
+def regression_parts(o: Outcome) -> tuple[list[str], bool | None]:
+    """The failed rules, else the figures that moved, else ``unchanged``, one per item, and
+    whether the rules held (None: not checked)."""
+    if not o.regressions:
+        return ["not checked" if o.rules else "-"], None
+    failed = [r for r in o.regressions if not r.ok]
+    shown = failed or [r for r in o.regressions if r.value != r.baseline]
+    return [f"{r.name} {_change(r)}" for r in shown] or ["unchanged"], not failed
 
 
 def regression_cell(o: Outcome) -> tuple[str, bool | None]:
-    """The failed rules, else the figures that moved, else ``unchanged``: kept compact."""
-    if not o.regressions:
-        return ("not checked" if o.rules else "-"), None
-    failed = [r for r in o.regressions if not r.ok]
-    shown = failed or [r for r in o.regressions if r.value != r.baseline]
-    return ", ".join(f"{r.name} {_change(r)}" for r in shown) or "unchanged", not failed
+    """:func:`regression_parts` on one line: kept compact."""
+    parts, ok = regression_parts(o)
+    return ", ".join(parts), ok
 
 
 def shown_path(path: str) -> str:

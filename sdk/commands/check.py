@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from devicefit.sdk.check import CheckResult, Outcome
     from devicefit.sdk.check.shard import Shard
+    from devicefit.sdk.terminal import FirstFit
 
 # sdk.check (numpy, the simulator, rich tables) is imported inside the handlers so that
 # `devicefit --help` and the other commands do not pay for it.
@@ -272,22 +273,64 @@ class _Progress:
             self.bar.stop()
 
 
-def _print(console: Console, result: CheckResult, written: list[str], notes: bool) -> None:
+def _table(result: CheckResult) -> FirstFit:
+    """The gate's table in three forms, the first that fits the terminal shown: every figure
+    with its error band; without the bands (the problem lines under the table keep those of
+    the figures at risk or over); each target on two lines, the budget under each figure.
+    The compact two leave out the regression column of a project without regression rules
+    (a column of "-"). A failing figure is red and one at risk yellow in every form."""
     from rich.markup import escape
 
-    from devicefit.sdk.check import TargetStatus
     from devicefit.sdk.check.project import METRICS
-    from devicefit.sdk.check.views import baseline_text, metric_cell, problems, regression_cell
+    from devicefit.sdk.check.views import metric_parts, regression_parts
+    from devicefit.sdk.console import first_fit, table
+    from devicefit.simulator.types import Status
+
+    def styled(lines: tuple[str, ...], status: Status | None) -> tuple[str, ...]:
+        colour = {Status.FAIL: "red", Status.AT_RISK: "yellow"}.get(status) if status else None
+        return tuple(escape(line) if colour is None else f"[{colour}]{escape(line)}[/]"
+                     for line in lines)
+
+    ruled = any(o.rules for o in result.outcomes)
+
+    def rows(form: str) -> list[list[object]]:
+        out: list[list[object]] = []
+        for o in result.outcomes:
+            cells = [metric_parts(o, m) for m in METRICS]
+            target: list[object]
+            if form == "stacked":
+                target = [(escape(o.model), escape(o.profile))]
+                figures = [styled((c.value, f"/ {c.limit}") if c.limit else (c.value,),
+                                  c.status) for c in cells]
+            else:
+                target = [escape(o.model), escape(o.profile)]
+                risk = " AT RISK" if form == "full" else ""
+                figures = [styled((c.text(band=form == "full")
+                                   + (risk if c.status == Status.AT_RISK else ""),), c.status)
+                           for c in cells]
+            parts, held = regression_parts(o)
+            regression = styled(tuple(parts) if form == "stacked" else (", ".join(parts),),
+                                Status.FAIL if held is False else None)
+            out.append([_STATUS[o.status], *target, *figures,
+                        *([regression] if ruled or form == "full" else [])])
+        return out
+
+    heads = ["", "model", "profile", *METRICS]
+    stacked = ["", "model\nprofile", *(f"{m}\n/ budget" for m in METRICS)]
+    last = ["regression"] if ruled else []
+    # Folded, "AT RISK" would read as two words and "/ 1.5 MiB" lose its budget's sense.
+    return first_fit(table(None, [*heads, "regression"], rows("full"), whole=[0]),
+                     table(None, heads + last, rows("compact"), whole=[0]),
+                     table(None, stacked + last, rows("stacked"),
+                           whole=[0, *range(2, 2 + len(METRICS))], names=[1]))
+
+
+def _print(console: Console, result: CheckResult, written: list[str], notes: bool) -> None:
+    from devicefit.sdk.check import TargetStatus
+    from devicefit.sdk.check.views import baseline_text, problems
     from devicefit.sdk.check.views import notes as check_notes
-    from devicefit.sdk.console import table
 
-    def _cell(text: str, ok: bool | None) -> str:
-        return escape(text) if ok is not False else f"[red]{escape(text)}[/]"
-
-    rows = [[_STATUS[o.status], escape(o.model), escape(o.profile),
-             *(_cell(*metric_cell(o, m)) for m in METRICS),
-             _cell(*regression_cell(o))] for o in result.outcomes]
-    console.print(table(None, ["", "model", "profile", *METRICS, "regression"], rows))
+    console.print(_table(result))
     for o in result.outcomes:
         for line in problems(o):
             console.print(f"{o.model} @ {o.profile}: {line}", markup=False, highlight=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from devicefit.sdk.console import make_console, print_json, table
+from devicefit.sdk.console import first_fit, make_console, print_json, table
 from devicefit.simulator.errors import DevicefitError
 from devicefit.simulator.infra.escape import clean
 from devicefit.simulator.infra.units import decimal_prefixes, format_size, format_time_ms
@@ -50,9 +50,13 @@ def _list(args: argparse.Namespace) -> int:
     rows = [(p.name, p.device.kind, p.runtime.name, _budget(p.budgets.flash_bytes),
              _budget(p.budgets.arena_bytes), format_time_ms(p.budgets.latency_ms),
              p.description) for p in profiles]
-    make_console(args.no_color).print(table(
-        "Device profiles", ["name", "class", "runtime", "flash", "arena", "latency", "description"],
-        rows))
+    heads = ["name", "class", "runtime", "flash", "arena", "latency", "description"]
+    # A terminal too narrow for the descriptions gets one line per profile without them
+    # (81 lines of blocks at 80 columns otherwise); `profiles show` has them.
+    make_console(args.no_color).print(first_fit(
+        table("Device profiles", heads, rows),
+        table("Device profiles (descriptions: devicefit profiles show NAME)", heads[:-1],
+              [row[:-1] for row in rows], names=[0])))
     return 0
 
 

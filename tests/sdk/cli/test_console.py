@@ -21,7 +21,7 @@ from devicefit.sdk.console import native_log
 from devicefit.simulator.errors import InputError, RuntimeFailure, install_command
 from devicefit.simulator.profiles import ProfileStore
 from tests.paths import ROOT, TESTS
-from tests.terminal import in_a_terminal
+from tests.terminal import in_a_terminal, on_a_pty, screen
 from tests.zoo import model_path
 
 #: Lines that TensorFlow, absl and the MLIR quantizer print (issue #20).
@@ -324,6 +324,51 @@ def test_progress_draws_on_a_terminal_only():
         count("a count", 1, 2)
         assert quiet.console is None
     step("outside any command")
+
+
+#: What ``make demo`` does with its consoles: results on stdout while the progress line
+#: of its steps is drawn on stderr; ``done()`` (argv[1] "done") ends the steps first.
+_DEMO_LIKE = """
+import sys
+from devicefit.sdk.console import count, done, make_console, progress, step, table
+with progress():
+    console = make_console()
+    console.print("[bold]1. Train[/bold] a model")
+    step("training")
+    console.print("   trained: 1,234 parameters")
+    for i in range(3):
+        count("converting", i, 3)
+    if sys.argv[1] == "done":
+        done()
+    console.print(table("Verdicts", ["profile", "verdict"], [["a", "PASS"]]))
+    print("a plain print")
+    console.print("finished")
+"""
+_DEMO_SCREEN = ["1. Train a model", "   trained: 1,234 parameters", "Verdicts",
+                "profile ┃ verdict", "━━━━━━━━╇━━━━━━━━", "a       │ PASS", "a plain print",
+                "finished"]
+
+
+@pytest.mark.parametrize("ending", ["done", "open"])
+def test_results_printed_under_a_progress_line_end_up_whole_and_alone(tmp_path, ending):
+    """A stdout console printed over stderr's progress line (``…0:00:38   build/…``) and the
+    line's last state (a stuck ``6/7``) stayed above the table (issue 46)."""
+    script = tmp_path / "demo_like.py"
+    script.write_text(_DEMO_LIKE)
+    shown = on_a_pty([sys.executable, str(script), ending], columns=80)
+    assert "training" in shown and "2/3" in shown  # the line was drawn...
+    assert [line for line in screen(shown) if line] == _DEMO_SCREEN  # ...and is gone
+
+
+def test_a_redirected_stdout_keeps_what_is_printed_under_a_progress_line(tmp_path):
+    """rich moved print() above the line on stderr's terminal: out of the file."""
+    script = tmp_path / "demo_like.py"
+    script.write_text(_DEMO_LIKE)
+    with open(tmp_path / "out.txt", "wb") as out:
+        shown = on_a_pty([sys.executable, str(script), "open"], columns=80, stdout=out)
+    assert "converting" in shown and "a plain print" not in shown
+    kept = (tmp_path / "out.txt").read_text().splitlines()
+    assert [line.rstrip() for line in kept] == [line.rstrip() for line in _DEMO_SCREEN]
 
 
 def test_junit_testsuites_say_when_and_where(tmp_path, model_zoo):
