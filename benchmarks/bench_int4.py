@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 from devicefit.simulator.infra.units import format_size  # noqa: E402
 from examples.digits import cached_cnn, load_digits  # noqa: E402
 
-PROFILES = ("stm32l4r5-cortex-m4", "esp32-s3", "android-arm64-cpu", "coral-edgetpu")
+PROFILES = ("stm32l4r5-cortex-m4", "esp32-s3", "android-arm64-cpu", "coral-edgetpu",
+            "ethos-u55-128")
 
 
 def weight_bytes(path: Path) -> int:

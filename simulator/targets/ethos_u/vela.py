@@ -187,6 +187,12 @@ def run_vela(model_bytes: bytes, config: VelaConfig, name: str = "model") -> Vel
         if run.code == REFUSED_EXIT and REFUSED_MARK in stderr:
             raise CompilerRefused(refusal(found, stderr.partition(REFUSED_MARK)[2].strip()))
         compiled = out / f"{name}_vela.tflite"
+        if run.code is not None and run.code < 0 and (int4 := _int4_weights(model_bytes)):
+            # Vela 5.2 dies of SIGFPE on int4 weights: what Vela does with this model.
+            raise CompilerRefused(CompileRefusal(
+                f"Vela {found}", f"Vela {found} was killed by signal {-run.code} compiling "
+                f"this model, which has int4 weights ({int4}): it does not compile them",
+                reason="int4 weights"))
         if run.code != 0 or not compiled.is_file():
             # Not the model's fault as far as Vela says (a configuration it rejects, a
             # crash): a failure of the tool, not a finding.
@@ -206,6 +212,17 @@ def run_vela(model_bytes: bytes, config: VelaConfig, name: str = "model") -> Vel
             vela_cpu_ops=_count(stdout, "CPU"), vela_npu_ops=_count(stdout, "NPU"),
             version=found, ini=ini_text,
             command=("vela", *args, *_REPORTS, f"{name}.tflite"))
+
+
+def _int4_weights(model_bytes: bytes) -> str:
+    """The first operators with int4 constants, "op 0 CONV_2D, op 3 CONV_2D", or ""."""
+    from devicefit.simulator.read.reader import parse_model
+
+    sg = parse_model(model_bytes).main
+    found = [f"op {op.index} {op.op_name}" for op in sg.operators
+             if any(i >= 0 and sg.tensors[i].has_data and sg.tensors[i].dtype == "int4"
+                    for i in op.inputs)]
+    return ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
 
 
 def refusal(found: str, message: str) -> CompileRefusal:

@@ -15,11 +15,12 @@ from devicefit.simulator.errors import UsageError
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.read.reader import parse_model
 from devicefit.simulator.run.runtimes import run_model
+from devicefit.simulator.simulate import simulate
 from tests.zoo import model_path
 
 pytestmark = pytest.mark.slow  # AI Edge Quantizer calibrates in LiteRT, once per round
 
-PROFILES = ("stm32l4r5-cortex-m4", "android-arm64-cpu", "coral-edgetpu")
+PROFILES = ("stm32l4r5-cortex-m4", "android-arm64-cpu", "coral-edgetpu", "ethos-u55-128")
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +77,21 @@ def test_the_edge_tpu_steps_refused_convs_down_to_int8_with_the_reason(quantized
     convs = _by_op(report)["CONV_2D"]
     assert all(bits == 8 for bits, _, _ in convs)
     assert all(why.startswith("int4 per tensor refused:") for _, _, why in convs)
+
+
+def test_vela_killed_by_int4_weights_is_its_refusal_and_every_layer_stays_int8(quantized,
+                                                                             tmp_path):
+    _, report = quantized["ethos-u55-128"]
+    assert {w.bits for w in report.layers} == {8}
+    assert all("int4 weights" in w.why for w in report.layers if w.op != "DEPTHWISE_CONV_2D")
+    # The same file simulated: Vela's crash on int4 weights is a refusal (verdict fail),
+    # not a tool failure.
+    path = tmp_path / "int4.tflite"
+    path.write_bytes(quantized["android-arm64-cpu"][0])
+    sim = simulate(path, "ethos-u55-128")
+    assert sim.verdict == "fail" and sim.compile_refusal is not None
+    assert sim.compile_refusal.reason == "int4 weights"
+    assert "op 0 CONV_2D" in sim.compile_refusal.message
 
 
 @pytest.mark.parametrize("scheme, io_type, sparsity, words", [
