@@ -214,8 +214,10 @@ def _refused(data: bytes, profile: Profile, name: str) -> dict[str, str]:
     if refusal is not None:
         ops = [refusal.op_index] if refusal.op_index is not None and refusal.subgraph == 0 \
             else int4
+        said = refusal.message if refusal.message.startswith(refusal.compiler) else \
+            f"{refusal.compiler}: {refusal.message}"
         for i in ops:
-            refused[_scope(sg, sg.operators[i])] = f"{refusal.compiler}: {refusal.message}"
+            refused[_scope(sg, sg.operators[i])] = said
     return refused
 
 
