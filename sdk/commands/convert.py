@@ -84,7 +84,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="int4: 4-bit weights (with int8 activations) on the conv and "
                         "fully-connected layers the profile's runtime runs that way, asked of "
                         "the runtime and its compiler, 8-bit on the others; written by AI Edge "
-                        "Quantizer from the float model (default int8)"),
+                        "Quantizer from the float model. auto: int4 only on the layers the "
+                        "flash budget needs, those losing least accuracy on --eval data per "
+                        "byte saved, each measured in LiteRT (default int8)"),
     p.add_argument("--optimize-memory", action="store_true", default=None,
                    help="tflm profiles: reorder operators and write an offline arena plan "
                         "(as 'devicefit optimize' does) so TFLM needs less RAM")
@@ -270,6 +272,14 @@ def _print_low_bit(console: Console, low: LowBitReport, layers: list[str]) -> No
                         f"({low.engine}; what the runtime refused, asked "
                         f"{low.rounds} time(s))",
                         ["op", "type", "layer", "weights", "bytes", "why not int4"], rows))
+    if low.sensitivity:
+        console.print(table(
+            f"Each layer alone at int4 against all-int8 (flash {format_size(low.int8_flash_bytes or 0)}"
+            f" all-int8, budget {format_size(low.flash_limit_bytes or 0)}; cheapest first)",
+            ["op", "layer", "saves", "accuracy vs all-int8", "int4"],
+            [(str(s.op_index), layer_of(s.layer, layers) or s.layer, format_size(s.saved_bytes),
+              format_points(-s.drop_pp), "yes" if s.chosen else "no")
+             for s in low.sensitivity]))
 
 
 def _target_lines(extra: TargetSection | None) -> list[str]:

@@ -60,7 +60,7 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
     timer.start("verify")
     verify_scheme(result.tflite, job.quant)
     tflite, low_bit = result.tflite, None
-    if spec.weights == "int4":
+    if spec.weights != "int8":
         timer.start("int4 weights")
         tflite, low_bit = pipeline.int4_weights(job, done)
         verify_scheme(tflite, job.quant)

@@ -10,6 +10,15 @@ compiler), and each operator it refuses steps down — per channel, then per ten
 reference FULLY_CONNECTED takes only per-tensor int4 filters), then int8 — until nothing is
 refused. Each step down keeps the runtime's reason, and the report lists every operator with
 weights, its bits, and why.
+
+``--weights auto`` then spends int4 only where the flash budget needs it: each layer the
+runtime takes at int4 is tried alone at int4 (the others int8) and run in LiteRT on the
+evaluation data — its accuracy drop against the all-int8 model (top-1 disagreement without
+labels) and the bytes it saves in the file, both measured — and the layers that cost least
+accuracy per byte saved go to int4, one by one, until the simulator's flash figure is within
+the budget. HAQ and Sony's MCT choose bit widths under a resource target the same way in
+spirit; here the resource is the profile's own flash figure and the accuracy is the
+runtime's.
 """
 
 from __future__ import annotations
@@ -25,11 +34,13 @@ from pathlib import Path
 
 import numpy as np
 
+from devicefit.sdk.convert.accuracy import AccuracyReport
 from devicefit.sdk.convert.data import Dataset
 from devicefit.simulator.errors import RuntimeFailure, UsageError, require_extra
 from devicefit.simulator.infra.fileio import temporary_folder
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.read.model import Model, Operator, Subgraph
+from devicefit.simulator.report.report import Report
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +75,21 @@ class LayerWeights:
 
 
 @dataclass(frozen=True)
+class Sensitivity:
+    """One layer alone at int4 (every other layer int8), run in LiteRT on the evaluation
+    data."""
+
+    op_index: int
+    layer: str
+    #: Bytes the file shrinks by against the all-int8 model.
+    saved_bytes: int
+    #: Accuracy points lost against the all-int8 model; without labels, points of top-1
+    #: agreement with the float model lost.
+    drop_pp: float
+    chosen: bool
+
+
+@dataclass(frozen=True)
 class LowBitReport:
     """What ``--weights int4`` did to each operator with weights."""
 
@@ -72,6 +98,12 @@ class LowBitReport:
     engine: str
     #: How many times the model was quantized and judged (1: nothing was refused).
     rounds: int
+
+    #: ``--weights auto``: each candidate layer alone at int4, measured (empty for int4).
+    sensitivity: tuple[Sensitivity, ...] = ()
+    #: ``--weights auto``: the flash budget and the all-int8 model's flash figure.
+    flash_limit_bytes: int | None = None
+    int8_flash_bytes: int | None = None
 
     @property
     def int4_layers(self) -> int:
@@ -82,17 +114,25 @@ class LowBitReport:
         return sum(layer.weight_bytes for layer in self.layers)
 
 
-def check_request(quant_scheme: str, io_type: str, sparsity: bool) -> None:
-    """Refuse, before TensorFlow starts, what ``--weights int4`` cannot do yet."""
-    require_extra("ai_edge_quantizer", "--weights int4")
+def check_request(quant_scheme: str, io_type: str, sparsity: bool, weights: str = "int4",
+                  evaluation: bool = True, flash_limit: int | None = 0) -> None:
+    """Refuse, before TensorFlow starts, what ``--weights int4|auto`` cannot do (yet)."""
+    require_extra("ai_edge_quantizer", f"--weights {weights}")
+    if weights == "auto" and not evaluation:
+        raise UsageError("--weights auto measures each layer's accuracy at int4: give --eval "
+                         "DATA (held-out samples, labelled if possible)")
+    if weights == "auto" and flash_limit is None:
+        raise UsageError("--weights auto chooses int4 layers under the profile's flash "
+                         "budget, and this profile sets none: give it budgets.flash or use "
+                         "--weights int4")
     if quant_scheme != "int8":
-        raise UsageError(f"--weights int4 keeps int8 activations: it needs --scheme int8, not "
+        raise UsageError(f"--weights {weights} keeps int8 activations: it needs --scheme int8, not "
                          f"{quant_scheme}")
     if io_type != "int8":
-        raise UsageError(f"--weights int4 writes int8 inputs and outputs (AI Edge Quantizer's "
+        raise UsageError(f"--weights {weights} writes int8 inputs and outputs (AI Edge Quantizer's "
                          f"static quantization); --io-type {io_type} is not available with it")
     if sparsity:
-        raise UsageError("--weights int4 quantizes the float model again, which would undo "
+        raise UsageError(f"--weights {weights} quantizes the float model again, which would undo "
                          "pruning: give one of them")
 
 
@@ -101,14 +141,78 @@ def int4_weights(float_tflite: bytes, calibration: Dataset, profile: Profile,
     """The float32 ``.tflite`` with int4 weights where ``profile``'s runtime runs them
     (asked each round, see the module doc), int8 weights elsewhere, int8 activations
     calibrated on ``calibration``."""
-    from devicefit.simulator.read.reader import parse_model
+    asked = _ask(float_tflite, _samples(float_tflite, calibration), profile, name)
+    return asked.data, asked.report(name)
 
-    model = parse_model(float_tflite, name)
-    sg = model.main
+
+def int4_under_budget(float_tflite: bytes, calibration: Dataset, evaluation: Dataset,
+                      reference: np.ndarray, profile: Profile, name: str = "model"
+                      ) -> tuple[bytes, LowBitReport]:
+    """``--weights auto`` (module doc): int4 on the layers that cost least accuracy per byte
+    saved, as few as bring the simulator's flash figure within the profile's budget (all the
+    runtime takes when even that is not enough: the verdict then says flash is over)."""
+    from devicefit.sdk.convert.accuracy import compare
+
+    samples = _samples(float_tflite, calibration)
+    asked = _ask(float_tflite, samples, profile, name)
+    int8 = _quantize(float_tflite, samples, {})
+    limit, int8_flash = _flash(int8, profile, name)
+    by_scope = {_scope(asked.sg, op): i for i, op in enumerate(asked.sg.operators)}
+    if int8_flash <= limit or not asked.recipe:
+        why = {**asked.why, **{by_scope[scope]: "int8 fits the flash budget"
+                               for scope in asked.recipe}}
+        return int8, LowBitReport(_layers(_parse(int8, name), asked.sg, why), engine(),
+                                  asked.rounds, (), limit, int8_flash)
+    base = _score(compare(reference, _outputs(int8, evaluation, name), evaluation.y))
+    tried = []
+    for scope, granularity in asked.recipe.items():
+        data = _quantize(float_tflite, samples, {scope: granularity})
+        drop = base - _score(compare(reference, _outputs(data, evaluation, name), evaluation.y))
+        tried.append((max(drop, 0.0) / max(len(int8) - len(data), 1), scope, len(int8) - len(data),
+                      drop))
+    tried.sort(key=lambda t: (t[0], -t[2]))
+    chosen: dict[str, str] = {}
+    saved_so_far = 0
+    data = int8
+    for _, scope, saved, _ in tried:
+        chosen[scope] = asked.recipe[scope]
+        saved_so_far += saved
+        if int8_flash - saved_so_far > limit and len(chosen) < len(tried):
+            continue  # the layers' own savings say it is still over: add the next
+        data = _quantize(float_tflite, samples, chosen)
+        _, flash = _flash(data, profile, name)
+        if flash <= limit:
+            break
+    sensitivity = tuple(Sensitivity(by_scope[scope], scope.split(";")[0], saved, round(drop, 3),
+                                    scope in chosen) for _, scope, saved, drop in tried)
+    why = {**asked.why, **{by_scope[scope]: "not needed for the flash budget"
+                           for scope in asked.recipe if scope not in chosen}}
+    return data, LowBitReport(_layers(_parse(data, name), asked.sg, why), engine(),
+                              asked.rounds, sensitivity, limit, int8_flash)
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What asking the runtime left: the model with int4 wherever it takes it, the recipe
+    (scope → granularity) that wrote it, and why each other layer steps down."""
+
+    data: bytes
+    recipe: dict[str, str]
+    why: dict[int, str]
+    rounds: int
+    sg: Subgraph
+
+    def report(self, name: str) -> LowBitReport:
+        return LowBitReport(_layers(_parse(self.data, name), self.sg, self.why), engine(),
+                            self.rounds)
+
+
+def _ask(float_tflite: bytes, samples: Mapping[str, list[dict[str, np.ndarray]]],
+         profile: Profile, name: str) -> _Asked:
+    sg = _parse(float_tflite, name).main
     steps = {i: 0 for i, op in enumerate(sg.operators)
              if op.op_name in INT4_STEPS and _weights(sg, op) is not None}
     why: dict[int, str] = {}
-    samples = _samples(float_tflite, calibration)
     rounds = 0
     while True:  # each round steps at least one operator down, and int8 is the last step
         rounds += 1
@@ -125,7 +229,42 @@ def int4_weights(float_tflite: bytes, calibration: Dataset, profile: Profile,
                 steps[i] += 1
                 stepped = True
         if not stepped:
-            return data, LowBitReport(_layers(parse_model(data, name), sg, why), engine(), rounds)
+            return _Asked(data, recipe, why, rounds, sg)
+
+
+def _parse(data: bytes, name: str) -> Model:
+    from devicefit.simulator.read.reader import parse_model
+
+    return parse_model(data, name)
+
+
+def _score(measured: AccuracyReport) -> float:
+    """Points of accuracy, or of top-1 agreement with the float model without labels."""
+    value = measured.converted_accuracy if measured.converted_accuracy is not None \
+        else measured.top1_agreement
+    if value is None:
+        raise UsageError("--weights auto compares classes: the model's output is not a "
+                         "classifier's; use --weights int4")
+    return 100.0 * value
+
+
+def _outputs(data: bytes, evaluation: Dataset, name: str) -> np.ndarray:
+    from devicefit.sdk.convert.accuracy import run_tflite
+
+    with temporary_folder("devicefit-int4-") as tmp:
+        path = Path(tmp) / Path(name).with_suffix(".candidate.tflite").name
+        path.write_bytes(data)
+        return run_tflite(path, evaluation.x)
+
+
+def _flash(data: bytes, profile: Profile, name: str) -> tuple[int, int]:
+    """The profile's flash budget and the simulator's flash figure for ``data``."""
+    report = _judge(data, profile, name)
+    flash = next((b for b in report.budgets if b.name == "flash"), None)
+    if flash is None or flash.limit is None:
+        raise UsageError(f"--weights auto: profile '{profile.name}' has no flash budget "
+                         "the simulator can judge; use --weights int4")
+    return int(flash.limit), int(flash.value)
 
 
 def engine() -> str:
@@ -192,19 +331,13 @@ def _quantize(float_tflite: bytes, samples: Mapping[str, list[dict[str, np.ndarr
 
 def _refused(data: bytes, profile: Profile, name: str) -> dict[str, str]:
     """Scope → why the profile's runtime or compiler refuses that operator of ``data``."""
-    from devicefit.simulator.read.reader import parse_model
-    from devicefit.simulator.simulate import simulate
-
-    sg = parse_model(data, name).main
+    sg = _parse(data, name).main
     int4 = [i for i, op in enumerate(sg.operators) if _is_int4(sg, op)]
-    with temporary_folder("devicefit-int4-") as tmp:
-        path = Path(tmp) / Path(name).with_suffix(".int4.tflite").name
-        path.write_bytes(data)
-        try:
-            report = simulate(path, profile)
-        except RuntimeFailure as exc:  # Vela 5.2 dies of SIGFPE on int4 weights
-            return {_scope(sg, sg.operators[i]): f"the target's tools failed on it: {exc}"
-                    for i in int4}
+    try:
+        report = _judge(data, profile, name)
+    except RuntimeFailure as exc:
+        return {_scope(sg, sg.operators[i]): f"the target's tools failed on it: {exc}"
+                for i in int4}
     refused: dict[str, str] = {}
     if report.compatibility is not None:
         for entry in report.compatibility.unsupported_ops:
@@ -219,6 +352,16 @@ def _refused(data: bytes, profile: Profile, name: str) -> dict[str, str]:
         for i in ops:
             refused[_scope(sg, sg.operators[i])] = said
     return refused
+
+
+def _judge(data: bytes, profile: Profile, name: str) -> Report:
+    """The simulator's static report on ``data`` for ``profile``."""
+    from devicefit.simulator.simulate import simulate
+
+    with temporary_folder("devicefit-int4-") as tmp:
+        path = Path(tmp) / Path(name).with_suffix(".int4.tflite").name
+        path.write_bytes(data)
+        return simulate(path, profile)
 
 
 def _is_int4(sg: Subgraph, op: Operator) -> bool:

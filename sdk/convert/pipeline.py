@@ -82,10 +82,11 @@ class Job:
 def check(model: Any, profile: Profile, output: str | Path, spec: ConversionSpec) -> Job:
     """Refuse, before minutes of work, what the profile or the file system cannot take."""
     quant = quantize.resolve(profile, spec.scheme, spec.io_type)
-    if spec.weights == "int4":
+    if spec.weights != "int8":
         from devicefit.sdk.convert.lowbit import check_request
 
-        check_request(quant.scheme, quant.io_type, bool(spec.sparsity))
+        check_request(quant.scheme, quant.io_type, bool(spec.sparsity), spec.weights,
+                      spec.eval_data is not None, profile.budgets.flash_bytes)
     for kind in spec.sparsity:
         sparsity.check_allowed(profile, kind.kind, kind)
     out = check_output(output, model, spec.calibration, spec.eval_data,
@@ -152,7 +153,7 @@ def transform(job: Job, timer: StageTimer, progress: Progress | None = None, *,
         epochs=s.fine_tune.epochs if s.fine_tune else 0,
         distill=bool(s.fine_tune and s.fine_tune.distill),
         # --weights int4 quantizes the float model with AI Edge Quantizer.
-        baseline=s.float_baseline or baseline or s.weights == "int4")
+        baseline=s.float_baseline or baseline or s.weights != "int8")
     loaded: dict[str, data.Dataset | None] = {}
 
     def supply(shape: tuple[int, ...]) -> DataBundle:
@@ -251,13 +252,19 @@ def settings_of(job: Job, done: Transformed) -> ConversionSettings:
 
 
 def int4_weights(job: Job, done: Transformed) -> tuple[bytes, LowBitReport]:
-    """``--weights int4``: the float model quantized again, int4 weights where the
-    profile's runtime runs them (:mod:`sdk.convert.lowbit`), on the same calibration data."""
-    from devicefit.sdk.convert.lowbit import int4_weights as quantize_int4
+    """``--weights int4|auto``: the float model quantized again, int4 weights where the
+    profile's runtime runs them (auto: where the flash budget needs them), on the same
+    calibration data (:mod:`sdk.convert.lowbit`)."""
+    from devicefit.sdk.convert import lowbit
 
     float_tflite, calibration = done.result.baseline, done.calibration
     assert float_tflite is not None and calibration is not None  # transform was asked both
-    return quantize_int4(float_tflite, calibration, job.profile, name=job.output.name)
+    if job.spec.weights == "int4":
+        return lowbit.int4_weights(float_tflite, calibration, job.profile, job.output.name)
+    evaluation, reference = done.evaluation, done.result.reference
+    assert evaluation is not None and reference is not None  # check() asked for --eval
+    return lowbit.int4_under_budget(float_tflite, calibration, evaluation, reference,
+                                    job.profile, job.output.name)
 
 
 # --------------------------------------------------------------------------- write

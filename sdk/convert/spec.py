@@ -85,7 +85,8 @@ class ConversionSpec:
     #: Quantization scheme and I/O type; None: the profile's default.
     scheme: str | None = None
     io_type: str | None = None
-    #: "int8", or "int4": 4-bit weights where the profile's runtime runs them
+    #: "int8"; "int4": 4-bit weights where the profile's runtime runs them; "auto": int4 on
+    #: the layers that cost least accuracy, as few as the flash budget needs
     #: (:mod:`sdk.convert.lowbit`).
     weights: str = "int8"
     #: Representative data for full-integer schemes.
@@ -128,7 +129,8 @@ class ConversionSpec:
             raise UsageError("--train fine-tunes after pruning: add " + " or ".join(
                 f"{k.flag} {k.metavar}" for k in sparsity.KINDS.values()))
         if o["weights"] not in WEIGHT_BITS:
-            raise UsageError(f"--weights {o['weights']!r}: choose {' or '.join(WEIGHT_BITS)}")
+            raise UsageError(f"--weights {o['weights']!r}: choose "
+                             f"{', '.join(WEIGHT_BITS[:-1])} or {WEIGHT_BITS[-1]}")
         return cls(
             scheme=o["scheme"], io_type=o["io_type"], weights=o["weights"],
             calibration=o["calibration"],
@@ -262,7 +264,7 @@ OPTIONS: dict[str, Any] = {
     "patch_objective": "arena", "float_baseline": False, "unsafe": False,
 }
 #: ``--weights``: the bits of the weights of conv and fully-connected layers.
-WEIGHT_BITS = ("int8", "int4")
+WEIGHT_BITS = ("int8", "int4", "auto")
 SPEC_KEYS = ("scheme", "io_type", "weights", "calibration", "eval", "sparsity", "fine_tune",
              "optimize_memory", "float_baseline")
 FINE_TUNE_KEYS = ("train", "epochs", "distill")

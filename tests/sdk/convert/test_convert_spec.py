@@ -39,7 +39,7 @@ def test_keywords_build_the_nested_spec_and_back():
     ({"train": "t.npz", "epochs": 1}, "fine-tunes after pruning"),
     ({"prune_channels": 1.5}, "--prune-channels 1.5"),
     ({"sparsity_pattern": "4:2"}, "0 < N < M"),
-    ({"weights": "int2"}, "--weights 'int2': choose int8 or int4"),
+    ({"weights": "int2"}, "--weights 'int2': choose int8, int4 or auto"),
 ])
 def test_option_combinations_that_make_no_sense_are_usage_errors(options, words):
     with pytest.raises(UsageError, match=words):
@@ -86,7 +86,7 @@ def test_a_yaml_file_gives_the_same_spec_with_paths_relative_to_it(tmp_path):
     ("optimize_memory:\n  patches: 1x1\n", ":2: optimize_memory.patches: expected 'auto'"),
     ("optimize_memory:\n  patch_objective: tail\n", "'tail' is not one of arena, head"),
     ("- scheme\n", "must be a mapping"),
-    ("weights: int2\n", "weights: 'int2' is not one of int8, int4"),
+    ("weights: int2\n", "weights: 'int2' is not one of int8, int4, auto"),
 ])
 def test_bad_yaml_is_one_input_error_naming_the_file_line_and_key(tmp_path, text, words):
     path = tmp_path / "spec.yaml"

@@ -6,11 +6,19 @@ AI Edge Quantizer; the runtimes and the Edge TPU's rules decide, not a table of 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+from devicefit.sdk.convert.accuracy import run_tflite
 from devicefit.sdk.convert.data import Dataset
-from devicefit.sdk.convert.lowbit import LowBitReport, check_request, int4_weights
+from devicefit.sdk.convert.lowbit import (
+    LowBitReport,
+    check_request,
+    int4_under_budget,
+    int4_weights,
+)
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.read.reader import parse_model
@@ -23,13 +31,17 @@ pytestmark = pytest.mark.slow  # AI Edge Quantizer calibrates in LiteRT, once pe
 PROFILES = ("stm32l4r5-cortex-m4", "android-arm64-cpu", "coral-edgetpu", "ethos-u55-128")
 
 
+def _data(n: int, seed: int) -> Dataset:
+    sg = parse_model(model_path("chain_float32").read_bytes()).main
+    shape = sg.tensors[sg.inputs[0]].shape[1:]
+    x = np.random.default_rng(seed).uniform(0, 1, (n, *shape)).astype(np.float32)
+    return Dataset(x, None, "random")
+
+
 @pytest.fixture(scope="module")
 def quantized(tmp_path_factory) -> dict[str, tuple[bytes, LowBitReport]]:
     data = model_path("chain_float32").read_bytes()
-    shape = parse_model(data).main.tensors[parse_model(data).main.inputs[0]].shape[1:]
-    x = np.random.default_rng(0).uniform(0, 1, (16, *shape)).astype(np.float32)
-    return {p: int4_weights(data, Dataset(x, None, "random"), load_profile(p), "chain")
-            for p in PROFILES}
+    return {p: int4_weights(data, _data(16, 0), load_profile(p), "chain") for p in PROFILES}
 
 
 def _by_op(report: LowBitReport) -> dict[str, list[tuple[int, str, str]]]:
@@ -94,6 +106,40 @@ def test_vela_killed_by_int4_weights_is_its_refusal_and_every_layer_stays_int8(q
     assert "op 0 CONV_2D" in sim.compile_refusal.message
 
 
+def _flash(data: bytes, tmp_path, profile) -> int:
+    path = tmp_path / "m.tflite"
+    path.write_bytes(data)
+    return next(int(b.value) for b in simulate(path, profile).budgets if b.name == "flash")
+
+
+def test_auto_spends_int4_where_the_flash_budget_needs_it_and_more_as_it_tightens(quantized,
+                                                                                 tmp_path):
+    mcu = load_profile("stm32l4r5-cortex-m4")
+    float_tflite = model_path("chain_float32").read_bytes()
+    evaluation = _data(24, 1)
+    reference = run_tflite(model_path("chain_float32"), evaluation.x)
+    all_int4 = _flash(quantized["stm32l4r5-cortex-m4"][0], tmp_path, mcu)
+
+    def under(limit: int) -> tuple[bytes, LowBitReport]:
+        tight = dataclasses.replace(mcu, budgets=dataclasses.replace(mcu.budgets,
+                                                                     flash_bytes=limit))
+        return int4_under_budget(float_tflite, _data(16, 0), evaluation, reference, tight,
+                                 "chain")
+
+    some_data, some = under(all_int4 + 4096)  # the FC's int4 alone saves ~7.5 KiB
+    int8_flash = some.int8_flash_bytes
+    assert int8_flash is not None and int8_flash > all_int4 + 4096
+    assert _flash(some_data, tmp_path, mcu) <= all_int4 + 4096
+    assert 0 < some.int4_layers < quantized["stm32l4r5-cortex-m4"][1].int4_layers
+    # Every candidate was measured alone; the chosen ones are a cheapest-first prefix.
+    assert len(some.sensitivity) == 4 and [s.chosen for s in some.sensitivity] == \
+        sorted((s.chosen for s in some.sensitivity), reverse=True)
+    assert all(w.why == "not needed for the flash budget" for w in some.layers
+               if w.bits == 8 and w.op != "DEPTHWISE_CONV_2D")
+    tight_data, tight = under(all_int4)
+    assert tight.int4_layers > some.int4_layers and len(tight_data) < len(some_data)
+
+
 @pytest.mark.parametrize("scheme, io_type, sparsity, words", [
     ("float16", "float32", False, "--scheme int8"),
     ("int8", "float32", False, "int8 inputs and outputs"),
@@ -102,3 +148,11 @@ def test_vela_killed_by_int4_weights_is_its_refusal_and_every_layer_stays_int8(q
 def test_what_int4_cannot_do_is_refused_before_any_work(scheme, io_type, sparsity, words):
     with pytest.raises(UsageError, match=words):
         check_request(scheme, io_type, sparsity)
+
+
+@pytest.mark.parametrize("evaluation, flash, words", [
+    (False, 1 << 20, "give --eval"), (True, None, "sets none"),
+])
+def test_auto_needs_evaluation_data_and_a_flash_budget(evaluation, flash, words):
+    with pytest.raises(UsageError, match=words):
+        check_request("int8", "int8", False, "auto", evaluation, flash)
