@@ -52,7 +52,7 @@ from devicefit.simulator.errors import DevicefitError
 from devicefit.simulator.infra.fileio import write_atomic
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.read.model import Model, Operator, Subgraph, Tensor
-from devicefit.simulator.read.reader import constant_values
+from devicefit.simulator.read.reader import constant_ints
 from devicefit.simulator.report.report import Disagreement, ProbeSummary
 from devicefit.simulator.target import TARGETS
 from devicefit.simulator.types import UnsupportedOp
@@ -192,9 +192,9 @@ def _tensor_class(model: Model, sg: Subgraph, index: int, constant: dict[int, in
              "const": (t.has_data and not t.data_after_flatbuffer) or index in constant,
              "variable": t.is_variable, "sparse": t.is_sparse, "quant": _quantization(t)}
     if t.has_data and t.dtype in _PARAMETER_DTYPES and t.num_elements <= PARAMETER_ELEMENTS:
-        values = constant_values(model, t)
+        values = constant_ints(model, t)
         if values is not None:
-            found["values"] = [int(v) for v in values.reshape(-1)]
+            found["values"] = list(values)
     return found
 
 
