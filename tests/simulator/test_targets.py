@@ -358,6 +358,25 @@ def test_the_registry_alone_imports_its_records_and_what_they_declare():
     assert "numpy" not in loaded
 
 
+def test_entry_points_are_read_only_where_a_distribution_may_declare_one(tmp_path, monkeypatch):
+    """importlib.metadata (~0.03 CPU-s, a tenth of a static ``simulate``) is imported only
+    when a metadata folder on the path names the group, or the path holds what only it
+    reads (a zip)."""
+    assert "importlib.metadata" not in _modules_after(
+        "from devicefit.simulator.target import TARGETS; assert len(TARGETS) >= 4")
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "site"), str(tmp_path / "missing")])
+    other = tmp_path / "site" / "other-1.0.dist-info"
+    other.mkdir(parents=True)
+    (other / "entry_points.txt").write_text("[console_scripts]\nother = other:main\n")
+    assert not target_module._may_declare_targets()
+    distribution(tmp_path / "site", "npu", "npu = npu:TARGET")
+    assert target_module._may_declare_targets()
+    shutil.rmtree(tmp_path / "site" / "npu-1.0.dist-info")
+    (tmp_path / "plugins.zip").write_bytes(b"PK\x05\x06" + bytes(18))
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "site"), str(tmp_path / "plugins.zip")])
+    assert target_module._may_declare_targets()
+
+
 def test_the_edgetpu_section_sums_itself_up_for_convert():
     """``convert`` prints ``summary_lines()`` of what the target's hook returned (no test of
     the section's class): the Edge TPU partition in one line, naming the first CPU op."""
