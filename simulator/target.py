@@ -31,15 +31,14 @@ only.
 from __future__ import annotations
 
 import importlib
-import os
 import pkgutil
-import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from devicefit.simulator.errors import ProfileError, UsageError
+from devicefit.simulator.infra import distributions
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -421,43 +420,8 @@ def _builtin() -> Iterator[Target]:
                 yield target
 
 
-def _may_declare_targets() -> bool:
-    """False when certainly no distribution on ``sys.path`` declares a target: no metadata
-    folder there has an ``entry_points.txt`` naming :data:`ENTRY_POINTS`.
-
-    :mod:`importlib.metadata` answers the same but costs ~0.03 CPU-s to import and scan, a
-    tenth of a static ``simulate``; this look costs a few milliseconds. It reads the
-    folders :mod:`importlib.metadata` reads (``*.dist-info``, ``*.egg-info`` in each path
-    folder) and says True wherever that module could find more: a zip file on the path,
-    a finder of distributions other than the standard one."""
-    import importlib.machinery
-
-    if any(hasattr(finder, "find_distributions") and finder is not importlib.machinery.PathFinder
-           for finder in sys.meta_path):
-        return True
-    group = ENTRY_POINTS.encode()
-    for entry in sys.path:
-        root = os.fspath(entry) or "."
-        try:
-            names = os.listdir(root)
-        except NotADirectoryError:
-            return True  # a zip: importlib.metadata reads the distributions inside it
-        except (OSError, TypeError, ValueError):
-            continue
-        for name in names:
-            if not name.lower().endswith((".dist-info", ".egg-info")):
-                continue
-            try:
-                with open(os.path.join(root, name, "entry_points.txt"), "rb") as f:
-                    if group in f.read():
-                        return True
-            except OSError:
-                continue
-    return False
-
-
 def _installed() -> Iterator[Target]:
-    if not _may_declare_targets():
+    if not distributions.may_declare(ENTRY_POINTS):
         return
     import importlib.metadata  # tens of milliseconds: only when a distribution may declare
 

@@ -45,10 +45,10 @@ import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 from devicefit.simulator.errors import DevicefitError
+from devicefit.simulator.infra import distributions
 from devicefit.simulator.infra.fileio import write_atomic
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.read.model import Model, Operator, Subgraph, Tensor
@@ -119,10 +119,14 @@ def probe_runtime(table: str, profile: Profile) -> ProbeRuntime | None:
     target = TARGETS.get(table)
     if target is None or target.wheel is None:
         return None
-    try:
-        version = metadata.version(target.wheel)
-    except metadata.PackageNotFoundError:
-        return None
+    version = distributions.version(target.wheel)
+    if version is None:  # where the quick look cannot tell: importlib.metadata (~0.03 s)
+        from importlib import metadata
+
+        try:
+            version = metadata.version(target.wheel)
+        except metadata.PackageNotFoundError:
+            return None
     xnnpack = target.xnnpack_option and "xnnpack" in profile.runtime.delegates
     return ProbeRuntime(table, xnnpack, f"{target.wheel} {version}", target.xnnpack_option,
                         max(1, profile.runtime.threads))

@@ -336,11 +336,13 @@ def test_reading_the_registry_imports_no_planner_runtime_or_numpy():
 
 
 #: Every module of devicefit that reading the registry imports: the registry, the errors it
-#: raises, the built-in records and what they declare (their profile keys are schema leaves:
-#: the Edge TPU's in its cost.py, the Ethos-U's in its config.py).
+#: raises, the look for entry points, the built-in records and what they declare (their
+#: profile keys are schema leaves: the Edge TPU's in its cost.py, the Ethos-U's in its
+#: config.py).
 REGISTRY_IMPORTS = {
     "devicefit", "devicefit.simulator", "devicefit.simulator.errors",
-    "devicefit.simulator.infra", "devicefit.simulator.infra.schema",
+    "devicefit.simulator.infra", "devicefit.simulator.infra.distributions",
+    "devicefit.simulator.infra.schema",
     "devicefit.simulator.infra.units",
     "devicefit.simulator.target", "devicefit.simulator.targets",
     "devicefit.simulator.targets.edgetpu", "devicefit.simulator.targets.edgetpu.cost",
@@ -358,23 +360,12 @@ def test_the_registry_alone_imports_its_records_and_what_they_declare():
     assert "numpy" not in loaded
 
 
-def test_entry_points_are_read_only_where_a_distribution_may_declare_one(tmp_path, monkeypatch):
+def test_reading_the_registry_leaves_importlib_metadata_alone():
     """importlib.metadata (~0.03 CPU-s, a tenth of a static ``simulate``) is imported only
-    when a metadata folder on the path names the group, or the path holds what only it
-    reads (a zip)."""
+    where a distribution may declare a target (``tests/simulator/infra/test_distributions.py``);
+    none here does."""
     assert "importlib.metadata" not in _modules_after(
         "from devicefit.simulator.target import TARGETS; assert len(TARGETS) >= 4")
-    monkeypatch.setattr(sys, "path", [str(tmp_path / "site"), str(tmp_path / "missing")])
-    other = tmp_path / "site" / "other-1.0.dist-info"
-    other.mkdir(parents=True)
-    (other / "entry_points.txt").write_text("[console_scripts]\nother = other:main\n")
-    assert not target_module._may_declare_targets()
-    distribution(tmp_path / "site", "npu", "npu = npu:TARGET")
-    assert target_module._may_declare_targets()
-    shutil.rmtree(tmp_path / "site" / "npu-1.0.dist-info")
-    (tmp_path / "plugins.zip").write_bytes(b"PK\x05\x06" + bytes(18))
-    monkeypatch.setattr(sys, "path", [str(tmp_path / "site"), str(tmp_path / "plugins.zip")])
-    assert target_module._may_declare_targets()
 
 
 def test_the_edgetpu_section_sums_itself_up_for_convert():
