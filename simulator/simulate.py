@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -51,8 +50,6 @@ from devicefit.simulator.report.report import (
 )
 from devicefit.simulator.target import Target, runner_for, target_for
 from devicefit.simulator.types import InputShape, MeasureOptions, MemoryPlan
-
-log = logging.getLogger(__name__)
 
 #: Metadata entry in which ``devicefit convert`` records its settings (JSON).
 CONVERSION_METADATA = "devicefit.conversion"
@@ -231,8 +228,10 @@ def conversion_settings(model: Model) -> dict[str, Any] | None:
     try:
         value = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        log.warning("%s: ignoring unreadable %s metadata: %s", model.path,
-                    CONVERSION_METADATA, exc)
+        import logging  # here only: importing it cost ~0.01 s of every simulate
+
+        logging.getLogger(__name__).warning("%s: ignoring unreadable %s metadata: %s",
+                                            model.path, CONVERSION_METADATA, exc)
         return None
     return value if isinstance(value, dict) else {"value": value}
 

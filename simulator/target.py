@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from devicefit.simulator.errors import ProfileError, UsageError
+from devicefit.simulator.infra import distributions
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -420,7 +421,9 @@ def _builtin() -> Iterator[Target]:
 
 
 def _installed() -> Iterator[Target]:
-    import importlib.metadata  # tens of milliseconds: only when the registry is read
+    if not distributions.may_declare(ENTRY_POINTS):
+        return
+    import importlib.metadata  # tens of milliseconds: only when a distribution may declare
 
     for entry in sorted(importlib.metadata.entry_points(group=ENTRY_POINTS),
                         key=lambda e: e.name):

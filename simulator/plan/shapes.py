@@ -20,20 +20,22 @@ difference from the static answer is reported.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import EllipsisType
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.read.model import Model, Operator, Subgraph, Tensor
-from devicefit.simulator.read.reader import constant_values
+from devicefit.simulator.read.reader import constant_ints
 from devicefit.simulator.report.report import ShapesReport
 from devicefit.simulator.target import TARGETS
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Shape = tuple[int, ...]
 #: A dimension no rule could compute.
@@ -124,12 +126,33 @@ class _Unresolved(Exception):
 
 
 @dataclass(frozen=True)
+class _Constant:
+    """A small integer constant of the file: its values in order, as plain ints. Its array
+    is built only where a value rule computes with it, so that NumPy is imported only
+    then (most models' shape rules read such constants and compute nothing: a new shape,
+    an axis, paddings)."""
+
+    values: tuple[int, ...]
+    shape: Shape
+    dtype: str
+
+    def array(self) -> np.ndarray:
+        import numpy as np
+
+        return np.array(self.values, dtype=self.dtype).reshape(self.shape)
+
+
+def _array(v: np.ndarray | _Constant | None) -> np.ndarray | None:
+    return v.array() if isinstance(v, _Constant) else v
+
+
+@dataclass(frozen=True)
 class _Op:
     """What a rule sees of one operator: its input shapes and known small values."""
 
     op: Operator
     shapes: list[Shape | None]
-    values: list[np.ndarray | None]
+    values: list[np.ndarray | _Constant | None]
 
     def shape(self, k: int) -> Shape:
         s = self.shapes[k] if k < len(self.shapes) else None
@@ -138,12 +161,15 @@ class _Op:
         return s
 
     def value(self, k: int) -> np.ndarray:
-        v = self.values[k] if k < len(self.values) else None
+        v = _array(self.values[k] if k < len(self.values) else None)
         if v is None:
             raise _Unresolved
         return v
 
     def ints(self, k: int) -> list[int]:
+        v = self.values[k] if k < len(self.values) else None
+        if isinstance(v, _Constant):
+            return list(v.values)
         return [int(x) for x in self.value(k).reshape(-1)]
 
     def opt(self, key: str, default: Any = 0) -> Any:
@@ -160,11 +186,15 @@ def _same(o: _Op) -> list[Shape]:
 
 
 def broadcast(*shapes: Shape) -> Shape:
-    """NumPy/TFLite broadcasting of ``shapes``; raises :class:`_Unresolved` if they clash."""
-    try:
-        return tuple(np.broadcast_shapes(*shapes))
-    except ValueError:
-        raise _Unresolved from None
+    """NumPy/TFLite broadcasting of ``shapes`` (``numpy.broadcast_shapes``' rule, without
+    importing NumPy); raises :class:`_Unresolved` if they clash."""
+    out = []
+    for dims in itertools.zip_longest(*(reversed(s) for s in shapes), fillvalue=1):
+        sizes = {d for d in dims if d != 1}
+        if len(sizes) > 1 or any(d < 0 for d in sizes):
+            raise _Unresolved
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(reversed(out))
 
 
 def _broadcast(o: _Op) -> list[Shape]:
@@ -298,6 +328,8 @@ _Index = int | slice | EllipsisType | None
 
 def _view(shape: Shape) -> np.ndarray:
     """A zero-byte array of ``shape``, to let NumPy's indexing compute a slice's shape."""
+    import numpy as np
+
     return np.broadcast_to(np.zeros((), np.int8), shape)
 
 
@@ -497,14 +529,18 @@ def _values(o: _Op, shapes: list[Shape]) -> Sequence[np.ndarray | None]:
     """The outputs' values where they are small integer vectors computable from known ones
     (shape arithmetic); None where not."""
     name = o.op.op_name
+    if name not in ("SHAPE", "SPLIT", "RANGE") and (not o.values or o.values[0] is None):
+        return [None] * len(shapes)  # nothing to compute: no NumPy imported for it
+    import numpy as np
+
     if name == "SHAPE":
         return [np.array(o.shape(0), np.int32)]
     if name == "SPLIT" and o.values[1] is not None:
-        return np.split(np.asarray(o.values[1]), len(shapes), axis=o.ints(0)[0])
+        return np.split(np.asarray(_array(o.values[1])), len(shapes), axis=o.ints(0)[0])
     if name == "RANGE" and shapes[0][0] <= MAX_VALUE_ELEMENTS:
         start, limit, delta = (o.ints(k)[0] for k in range(3))
         return [np.arange(start, limit, delta, dtype=np.int32)]
-    args = o.values
+    args = [_array(v) for v in o.values]
     if not args or args[0] is None:
         return [None] * len(shapes)
     if name == "STRIDED_SLICE":
@@ -517,11 +553,11 @@ def _values(o: _Op, shapes: list[Shape]) -> Sequence[np.ndarray | None]:
     if name in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "CAST"):
         return [np.asarray(args[0]).reshape(shapes[0])]
     if name in _INT_ARITHMETIC and len(known) == len(args):
-        return [np.asarray(_INT_ARITHMETIC[name](known[0], known[1]))]
+        return [np.asarray(getattr(np, _INT_ARITHMETIC[name])(known[0], known[1]))]
     if name in _INT_REDUCE:
         arr = np.asarray(args[0])
         axes = tuple(_axis(a, arr.ndim) for a in o.ints(1))
-        return [np.asarray(_INT_REDUCE[name](arr, axis=axes,
+        return [np.asarray(getattr(np, _INT_REDUCE[name])(arr, axis=axes,
                                              keepdims=bool(o.opt("keep_dims", False))))]
     if name == "SPLIT_V":
         ends = np.cumsum([s[_axis(o.ints(2)[0], len(shapes[0]))] for s in shapes])[:-1]
@@ -532,11 +568,11 @@ def _values(o: _Op, shapes: list[Shape]) -> Sequence[np.ndarray | None]:
 
 
 #: Integer arithmetic on shape values (SHAPE → ... → RESHAPE/STRIDED_SLICE/RANGE chains).
-_INT_ARITHMETIC = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply,
-                   "FLOOR_DIV": np.floor_divide, "FLOOR_MOD": np.mod, "MAXIMUM": np.maximum,
-                   "MINIMUM": np.minimum}
-_INT_REDUCE: dict[str, Callable[..., Any]] = {"REDUCE_PROD": np.prod, "SUM": np.sum,
-                                               "REDUCE_MAX": np.max, "REDUCE_MIN": np.min}
+#: (NumPy's functions by name: NumPy is imported only when one computes.)
+_INT_ARITHMETIC = {"ADD": "add", "SUB": "subtract", "MUL": "multiply",
+                   "FLOOR_DIV": "floor_divide", "FLOOR_MOD": "mod", "MAXIMUM": "maximum",
+                   "MINIMUM": "minimum"}
+_INT_REDUCE = {"REDUCE_PROD": "prod", "SUM": "sum", "REDUCE_MAX": "max", "REDUCE_MIN": "min"}
 
 
 def _small_int(t: Tensor) -> bool:
@@ -635,12 +671,12 @@ def infer(model: Model, inputs: Mapping[int, Shape]) -> tuple[dict[int, Shape], 
     and the tensors left with an unknown dimension (a -1 in their shape)."""
     sg = model.main
     shapes: dict[int, Shape] = {}
-    values: dict[int, np.ndarray] = {}
+    values: dict[int, np.ndarray | _Constant] = {}
     for t in sg.tensors:
         if t.has_data or not t.is_dynamic:
             shapes[t.index] = t.shape  # constants and static tensors are what the file says
-        if t.has_data and _small_int(t) and (v := constant_values(model, t)) is not None:
-            values[t.index] = v
+        if t.has_data and _small_int(t) and (v := constant_ints(model, t)) is not None:
+            values[t.index] = _Constant(v, t.shape, t.dtype)
     shapes.update(inputs)
     for op in sg.operators:
         _infer_op(sg, op, shapes, values)
@@ -649,7 +685,7 @@ def infer(model: Model, inputs: Mapping[int, Shape]) -> tuple[dict[int, Shape], 
 
 
 def _infer_op(sg: Subgraph, op: Operator, shapes: dict[int, Shape],
-              values: dict[int, np.ndarray]) -> None:
+              values: dict[int, np.ndarray | _Constant]) -> None:
     o = _Op(op, [shapes.get(i) if i >= 0 else None for i in op.inputs],
             [values.get(i) if i >= 0 else None for i in op.inputs])
     rule = SHAPE_RULES.get(op.op_name)

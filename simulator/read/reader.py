@@ -6,8 +6,10 @@ field (the generated schema code) costs ~20× more, and the reader is most of th
 simulation's time. Every read is bounds-checked, every vector length checked against the
 file, and flatbuffer offsets only point forward (vtables aside), so a corrupt or hostile
 file yields one :class:`ModelFormatError` instead of a traceback, a multi-gigabyte
-allocation or a hang. Builtin options, which few stages read, are decoded on first access
-with the schema LiteRT ships (``ai_edge_litert.schema_py_generated``).
+allocation or a hang. Builtin options, which few stages read, are decoded on first access,
+with ``struct`` too, from the layouts in :mod:`simulator.read.schema` (the schema LiteRT
+ships, as data: importing that module would import NumPy, a third of a static
+``simulate``'s time). NumPy is imported only by :func:`constant_values`.
 """
 
 from __future__ import annotations
@@ -15,16 +17,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
-import re
 import shlex
 import struct
 import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-from ai_edge_litert import schema_py_generated as fb
+from typing import TYPE_CHECKING, Any
 
 from devicefit.simulator.errors import ModelFormatError, did_you_mean
 from devicefit.simulator.infra.fileio import regular_file_problem
@@ -37,16 +35,19 @@ from devicefit.simulator.read.model import (
     Subgraph,
     Tensor,
 )
+from devicefit.simulator.read.schema import ENUMS, UNIONS, Field
+
+if TYPE_CHECKING:
+    import numpy as np
 
 FILE_IDENTIFIER = b"TFL3"
 #: Largest model read into memory; bigger ones are not MCU/phone deployment candidates.
 MAX_MODEL_BYTES = 2 * 1024**3
 
-_BUILTIN_NAMES = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
-_DTYPE_NAMES = {v: k.lower() for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
-_PADDING = {v: k for k, v in vars(fb.Padding).items() if not k.startswith("_")}
-_ACTIVATION = {v: k for k, v in vars(fb.ActivationFunctionType).items() if not k.startswith("_")}
-_ENUM_FIELDS = {"padding": _PADDING, "fused_activation_function": _ACTIVATION}
+_BUILTIN_NAMES = ENUMS["BuiltinOperator"]
+_DTYPE_NAMES = {code: name.lower() for code, name in ENUMS["TensorType"].items()}
+_ENUM_FIELDS = {"padding": ENUMS["Padding"],
+                "fused_activation_function": ENUMS["ActivationFunctionType"]}
 _DECODE_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError,
                   UnicodeDecodeError, AttributeError, RecursionError, MemoryError)
 
@@ -180,7 +181,7 @@ def parse_model(data: bytes, path: str = "<bytes>") -> Model:
 
 
 _I32, _U32, _U16 = struct.Struct("<i"), struct.Struct("<I"), struct.Struct("<H")
-_SCALARS = {fmt: struct.Struct(fmt) for fmt in ("<b", "<B", "<i", "<I", "<Q")}
+_SCALARS = {"<" + code: struct.Struct("<" + code) for code in "?bBhHiIqQfd"}
 
 
 class Table:
@@ -298,6 +299,15 @@ class _Decoder(FlatbufferReader):
             buffer_sizes=tuple(buffer_sizes),
             metadata=metadata,
         )
+
+    def buffer(self, index: int) -> bytes:
+        """The data of buffer ``index``."""
+        start, n = self.vector(self.table_at(self._at(_U32, 0)), _MODEL_BUFFERS, 4, "buffers")
+        if not 0 <= index < n:
+            raise self.fail(f"there is no buffer {index} of {n}")
+        pos = start + 4 * index
+        first, size = self.buffer_extent(index, self.table_at(pos + self._at(_U32, pos)))
+        return self.data[first:first + size]
 
     def op_code(self, code: Table) -> tuple[str, int]:
         builtin = max(self.scalar(code, _CODE_BUILTIN, "<i"),
@@ -418,10 +428,8 @@ class LazyOptions(Mapping[str, Any]):
 
     def _decoded(self) -> dict[str, Any]:
         if self._values is None:
-            op = fb.Operator()
-            op.Init(self._data, self._pos)
             try:
-                self._values = _options(op)
+                self._values = _options(FlatbufferReader(self._data, self._where), self._pos)
             except _DECODE_ERRORS as exc:
                 raise ModelFormatError(f"{self._where}: corrupt builtin options "
                                        f"({type(exc).__name__}: {exc})") from exc
@@ -441,36 +449,34 @@ class LazyOptions(Mapping[str, Any]):
         return repr(self._decoded())
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
-
-
-def _options(op: Any) -> dict[str, Any]:
-    """Builtin options as a plain dict with snake_case keys and enum names for enums."""
+def _options(reader: FlatbufferReader, pos: int) -> dict[str, Any]:
+    """The builtin options of the operator table at ``pos`` as a plain dict: the values
+    the schema's object API gives (its attributes in snake_case, vectors as lists, strings
+    decoded, a field absent from the file at its default), enum names for the enums."""
+    op = reader.table_at(pos)
     out: dict[str, Any] = {}
-    for type_getter, table_getter, creator in (
-        (op.BuiltinOptionsType, op.BuiltinOptions, fb.BuiltinOptionsCreator),
-        (op.BuiltinOptions2Type, op.BuiltinOptions2, fb.BuiltinOptions2Creator),
-    ):
-        kind = int(type_getter())
-        table = table_getter()
-        if kind == 0 or table is None:
+    for union in UNIONS:
+        kind = reader.scalar(op, union.type_slot, "<B")
+        table = reader.table(op, union.table_slot) if kind else None
+        fields = union.members.get(kind)
+        if table is None or fields is None:
             continue
-        obj = creator(kind, table)
-        if obj is None:
-            continue
-        for key, value in vars(obj).items():
-            key = _snake(key)
-            if isinstance(value, np.ndarray):
-                value = value.tolist()
-            elif isinstance(value, (bytes, bytearray)):
-                value = value.decode("utf-8", "replace")
-            elif not isinstance(value, (int, float, bool, str, list, type(None))):
-                continue
-            if key in _ENUM_FIELDS and isinstance(value, int):
-                value = _ENUM_FIELDS[key].get(value, value)
-            out[key] = value
+        for field in fields:
+            value = _option(reader, table, field)
+            if field.key in _ENUM_FIELDS and isinstance(value, int):
+                value = _ENUM_FIELDS[field.key].get(value, value)
+            out[field.key] = value
     return out
+
+
+def _option(reader: FlatbufferReader, table: Table, field: Field) -> Any:
+    if field.kind == "string":
+        return reader.string(table, field.slot) if table.field(field.slot) else None
+    if field.kind.startswith("vector:"):
+        code = field.kind.removeprefix("vector:")
+        return list(reader.numbers(table, field.slot, code, f"option {field.key}")) \
+            if table.field(field.slot) else None
+    return reader.scalar(table, field.slot, "<" + field.kind, field.default)
 
 
 @functools.lru_cache(maxsize=4)
@@ -490,20 +496,37 @@ def model_file_bytes(model: Model) -> bytes | None:
 
 #: Dtypes whose constants :func:`constant_values` decodes.
 _VALUE_DTYPES = frozenset({"int8", "uint8", "int16", "int32", "int64", "float16", "float32"})
+#: The ``struct`` codes of the integer ones, for :func:`constant_ints`.
+_INT_CODES = {"int8": "b", "uint8": "B", "int16": "h", "int32": "i", "int64": "q"}
+
+
+def _constant_bytes(model: Model, t: Tensor) -> bytes | None:
+    if not t.has_data or t.dtype not in _VALUE_DTYPES or t.is_sparse:
+        return None
+    data = model_file_bytes(model)
+    return None if data is None else _Decoder(data, model.path).buffer(t.buffer)
 
 
 def constant_values(model: Model, t: Tensor) -> np.ndarray | None:
     """A constant tensor's values, read from the model file (the IR keeps only sizes);
     None when the file changed since it was read, or the dtype is not a plain number."""
-    if not t.has_data or t.dtype not in _VALUE_DTYPES or t.is_sparse:
+    raw = _constant_bytes(model, t)
+    if raw is None:
         return None
-    data = model_file_bytes(model)
-    if data is None:
-        return None
-    buf = fb.Model.GetRootAs(data, 0).Buffers(t.buffer)
-    offset, size = int(buf.Offset()), int(buf.Size())
-    raw = data[offset:offset + size] if offset > 1 else buf.DataAsNumpy().tobytes()
+    import numpy as np  # here only: the static stages read integers (constant_ints)
+
     dtype = np.dtype(t.dtype)
     if len(raw) < t.num_elements * dtype.itemsize:
         return None
     return np.frombuffer(raw, dtype=dtype, count=t.num_elements).reshape(t.shape)
+
+
+def constant_ints(model: Model, t: Tensor) -> tuple[int, ...] | None:
+    """An integer constant's values in order (shape vectors, axes, paddings), as
+    :func:`constant_values` reads them but without NumPy; None where it gives None or the
+    dtype is not an integer."""
+    code = _INT_CODES.get(t.dtype)
+    raw = _constant_bytes(model, t) if code else None
+    if code is None or raw is None or len(raw) < t.num_elements * struct.calcsize(code):
+        return None
+    return struct.unpack_from(f"<{t.num_elements}{code}", raw)

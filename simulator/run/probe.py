@@ -45,14 +45,14 @@ import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 from devicefit.simulator.errors import DevicefitError
+from devicefit.simulator.infra import distributions
 from devicefit.simulator.infra.fileio import write_atomic
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.read.model import Model, Operator, Subgraph, Tensor
-from devicefit.simulator.read.reader import constant_values
+from devicefit.simulator.read.reader import constant_ints
 from devicefit.simulator.report.report import Disagreement, ProbeSummary
 from devicefit.simulator.target import TARGETS
 from devicefit.simulator.types import UnsupportedOp
@@ -119,10 +119,14 @@ def probe_runtime(table: str, profile: Profile) -> ProbeRuntime | None:
     target = TARGETS.get(table)
     if target is None or target.wheel is None:
         return None
-    try:
-        version = metadata.version(target.wheel)
-    except metadata.PackageNotFoundError:
-        return None
+    version = distributions.version(target.wheel)
+    if version is None:  # where the quick look cannot tell: importlib.metadata (~0.03 s)
+        from importlib import metadata
+
+        try:
+            version = metadata.version(target.wheel)
+        except metadata.PackageNotFoundError:
+            return None
     xnnpack = target.xnnpack_option and "xnnpack" in profile.runtime.delegates
     return ProbeRuntime(table, xnnpack, f"{target.wheel} {version}", target.xnnpack_option,
                         max(1, profile.runtime.threads))
@@ -192,9 +196,9 @@ def _tensor_class(model: Model, sg: Subgraph, index: int, constant: dict[int, in
              "const": (t.has_data and not t.data_after_flatbuffer) or index in constant,
              "variable": t.is_variable, "sparse": t.is_sparse, "quant": _quantization(t)}
     if t.has_data and t.dtype in _PARAMETER_DTYPES and t.num_elements <= PARAMETER_ELEMENTS:
-        values = constant_values(model, t)
+        values = constant_ints(model, t)
         if values is not None:
-            found["values"] = [int(v) for v in values.reshape(-1)]
+            found["values"] = list(values)
     return found
 
 

@@ -336,11 +336,13 @@ def test_reading_the_registry_imports_no_planner_runtime_or_numpy():
 
 
 #: Every module of devicefit that reading the registry imports: the registry, the errors it
-#: raises, the built-in records and what they declare (their profile keys are schema leaves:
-#: the Edge TPU's in its cost.py, the Ethos-U's in its config.py).
+#: raises, the look for entry points, the built-in records and what they declare (their
+#: profile keys are schema leaves: the Edge TPU's in its cost.py, the Ethos-U's in its
+#: config.py).
 REGISTRY_IMPORTS = {
     "devicefit", "devicefit.simulator", "devicefit.simulator.errors",
-    "devicefit.simulator.infra", "devicefit.simulator.infra.schema",
+    "devicefit.simulator.infra", "devicefit.simulator.infra.distributions",
+    "devicefit.simulator.infra.schema",
     "devicefit.simulator.infra.units",
     "devicefit.simulator.target", "devicefit.simulator.targets",
     "devicefit.simulator.targets.edgetpu", "devicefit.simulator.targets.edgetpu.cost",
@@ -356,6 +358,14 @@ def test_the_registry_alone_imports_its_records_and_what_they_declare():
     loaded = _modules_after(code)
     assert {m for m in loaded if m.split(".")[0] == "devicefit"} == REGISTRY_IMPORTS
     assert "numpy" not in loaded
+
+
+def test_reading_the_registry_leaves_importlib_metadata_alone():
+    """importlib.metadata (~0.03 CPU-s, a tenth of a static ``simulate``) is imported only
+    where a distribution may declare a target (``tests/simulator/infra/test_distributions.py``);
+    none here does."""
+    assert "importlib.metadata" not in _modules_after(
+        "from devicefit.simulator.target import TARGETS; assert len(TARGETS) >= 4")
 
 
 def test_the_edgetpu_section_sums_itself_up_for_convert():
