@@ -127,14 +127,15 @@ def _options(kind: str, **values):
     return getattr(fb.BuiltinOptions, f"{kind}Options"), opts
 
 
-def conv_time_model(seed: int = 0) -> bytes:
-    """x[batch, time, 8] (both dynamic) float → EXPAND_DIMS → CONV_2D 1×3 VALID, 4 filters →
-    MEAN over time → FULLY_CONNECTED 4 → 3. The stored placeholders (time 1) are narrower
-    than the kernel, as a converter writes them: only a real time length resolves it."""
+def conv_time_model(seed: int = 0, dilation: int = 1) -> bytes:
+    """x[batch, time, 8] (both dynamic) float → EXPAND_DIMS → CONV_2D 1×3 VALID, 4 filters
+    (``dilation`` along time) → MEAN over time → FULLY_CONNECTED 4 → 3. The stored
+    placeholders (time 1) are narrower than the kernel, as a converter writes them: only a
+    real time length resolves it."""
     rng = np.random.default_rng(seed)
     B = fb.BuiltinOperator
     conv = _options("Conv2D", padding=fb.Padding.VALID, strideW=1, strideH=1,
-                    dilationWFactor=1, dilationHFactor=1)
+                    dilationWFactor=dilation, dilationHFactor=1)
     return _model(
         [_opcode(B.EXPAND_DIMS), _opcode(B.CONV_2D), _opcode(B.MEAN),
          _opcode(B.FULLY_CONNECTED)],

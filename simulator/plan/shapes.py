@@ -214,9 +214,9 @@ def _window(size: int, kernel: int, stride: int, dilation: int, padding: object)
 def _spatial(o: _Op, kh: int, kw: int) -> tuple[int, int, int]:
     n, h, w, _ = o.shape(0)
     pad = o.opt("padding", "SAME")
-    oh = _window(h, kh, int(o.opt("stride_h", 1)) or 1, int(o.opt("dilation_h_factor", 1)) or 1,
+    oh = _window(h, kh, int(o.opt("stride_h", 1)) or 1, int(o.opt("dilation_hfactor", 1)) or 1,
                  pad)
-    ow = _window(w, kw, int(o.opt("stride_w", 1)) or 1, int(o.opt("dilation_w_factor", 1)) or 1,
+    ow = _window(w, kw, int(o.opt("stride_w", 1)) or 1, int(o.opt("dilation_wfactor", 1)) or 1,
                  pad)
     return n, oh, ow
 

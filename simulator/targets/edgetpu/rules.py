@@ -321,8 +321,8 @@ def _constant_input_is_zero_padding(ctx: OpContext) -> CheckResult:
 
 @op_check("same_dilation")
 def _same_dilation(ctx: OpContext) -> CheckResult:
-    w = ctx.op.options.get("dilation_w_factor", 1)
-    h = ctx.op.options.get("dilation_h_factor", 1)
+    w = ctx.op.options.get("dilation_wfactor", 1)
+    h = ctx.op.options.get("dilation_hfactor", 1)
     if w != h:
         return False, f"dilation {h}x{w} (h x w): x and y dilation must be the same"
     return True, ""

@@ -183,8 +183,8 @@ def _conv_dims(sg: Subgraph, op: Operator) -> tuple[Dims, Dims, Dims, ConvParams
     pad_h, pad_w = _padding(inp, f, out, o)
     p = ConvParams(stride_h=int(o.get("stride_h", 1)), stride_w=int(o.get("stride_w", 1)),
                    pad_h=pad_h, pad_w=pad_w,
-                   dilation_h=int(o.get("dilation_h_factor", 1)),
-                   dilation_w=int(o.get("dilation_w_factor", 1)))
+                   dilation_h=int(o.get("dilation_hfactor", 1)),
+                   dilation_w=int(o.get("dilation_wfactor", 1)))
     return Dims(*inp.shape), Dims(1, f.shape[1], f.shape[2], f.shape[3]), Dims(*out.shape), p
 
 
@@ -193,9 +193,9 @@ def _padding(inp: Tensor, f: Tensor, out: Tensor, o: Mapping) -> tuple[int, int]
     if o.get("padding", "SAME") != "SAME":
         return 0, 0
     return (_same_padding(inp.shape[1], f.shape[1], int(o.get("stride_h", 1)),
-                          int(o.get("dilation_h_factor", 1)), out.shape[1]),
+                          int(o.get("dilation_hfactor", 1)), out.shape[1]),
             _same_padding(inp.shape[2], f.shape[2], int(o.get("stride_w", 1)),
-                          int(o.get("dilation_w_factor", 1)), out.shape[2]))
+                          int(o.get("dilation_wfactor", 1)), out.shape[2]))
 
 
 def _cmsis_conv(feature: Feature) -> ScratchRule:

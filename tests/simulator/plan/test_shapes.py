@@ -84,6 +84,18 @@ def test_batch_and_time_resolved_from_the_given_shape_match_litert(conv_time):
     assert confirmed.resolved and not confirmed.disagreements and confirmed.changed == 5
 
 
+def test_a_dilated_convolution_resolves_as_litert_resolves_it(tmp_path):
+    # The reader's key is the schema's attribute in snake case: dilation_wfactor. Rules
+    # that looked up dilation_w_factor took every dilated convolution as undilated.
+    path = tmp_path / "dilated.tflite"
+    path.write_bytes(conv_time_model(dilation=2))
+    model = read_model(path)
+    ours, _ = resolve_shapes(model, [(None, (2, 50, 8))], confirm=False)
+    theirs, confirmed = resolve_shapes(model, [(None, (2, 50, 8))])
+    assert shapes_of(ours)["conv"] == shapes_of(theirs)["conv"] == (2, 1, 46, 4)
+    assert confirmed.resolved and not confirmed.disagreements
+
+
 def test_figures_use_the_resolved_shapes(conv_time):
     stored = simulate(conv_time, PHONE)
     for batch, time in ((1, 50), (4, 200)):
