@@ -29,7 +29,7 @@ from devicefit.simulator.types import BudgetName, Unit
 
 #: The plot's size; TOP is a band over it for the budget's name, PAD keeps the largest mark
 #: (the chosen one, radius 7) inside the plot at the ends of its axes.
-PLOT_W, PLOT_H, LEFT, BOTTOM, STRIP_H, TOP, PAD = 1000, 300, 70, 30, 24, 28, 10
+PLOT_W, PLOT_H, LEFT, BOTTOM, STRIP_H, TOP, PAD = 1280, 300, 70, 30, 24, 28, 10
 
 
 @dataclass(frozen=True)
