@@ -643,15 +643,13 @@ def _layout_svg(report: Report, top: float | None, colour: dict) -> str:
                      f'width="{_num(PLOT_WIDTH)}" height="{_num(y(head) - y(head + arena.tail))}" '
                      f'fill="{TAIL_FILL}"><title>arena tail {arena.tail} bytes at offsets '
                      f'{head}..{head + arena.tail} (allocated once, live throughout)</title></rect>')
-        if y(head) - y(head + arena.tail) > 20:  # room for its name inside, clear of lines
-            parts.append(f'<text class="inside-label" x="{MARGIN_LEFT + PLOT_WIDTH / 2}" '
-                         f'text-anchor="middle" '
-                         f'y="{_num((y(head) + y(head + arena.tail)) / 2 + 4)}">tail '
-                         f'{escape(format_size(arena.tail))}</text>')
     lb = y(mem.lower_bound_bytes)
     parts.append(f'<line class="lower-bound" x1="{MARGIN_LEFT}" x2="{PLOT_RIGHT + 4}" '
                  f'y1="{_num(lb)}" y2="{_num(lb)}" stroke="#555" stroke-dasharray="2 3"/>')
     lines, labels = _arena_lines(arena, y, top / 1.08)
+    if arena.tail:
+        parts += band_label(f"tail {format_size(arena.tail)}", y(head + arena.tail),
+                               y(head), [lb, *(label.y for label in labels)])
     labels.append(LineLabel(lb, "lower bound of the head "
                             f"{format_size(mem.lower_bound_bytes)}", colour="#555"))
     parts += lines + gutter_labels(labels, 10 + PLOT_HEIGHT)
@@ -663,6 +661,21 @@ def _layout_svg(report: Report, top: float | None, colour: dict) -> str:
                  + (f", then the tail {escape(format_size(arena.tail))}" if arena.tail else "")
                  + ")</text></svg>")
     return "".join(parts)
+
+
+def band_label(text: str, top: float, bottom: float, lines: Sequence[float]) -> list[str]:
+    """``text`` inside a band from ``top`` to ``bottom`` (SVG y), as near its middle as the
+    lines crossing it allow (an 11 px text spans its baseline - 9 to + 3); none where no
+    place is clear (the caption names the band too)."""
+    middle = (top + bottom) / 2 + 4
+    clear = [base for base in (middle + d / 2 for d in range(-int(bottom - top), int(bottom - top)))
+             if top + 11 <= base <= bottom - 4
+             and not any(base - 11 <= line <= base + 5 for line in lines)]
+    if not clear:
+        return []
+    base = min(clear, key=lambda b: abs(b - middle))
+    return [f'<text class="inside-label" x="{MARGIN_LEFT + PLOT_WIDTH / 2}" '
+            f'text-anchor="middle" y="{_num(base)}">{escape(text)}</text>']
 
 
 def bar_chart(css_class: str, bars: Sequence[tuple[str, float, str]], axis: str,

@@ -97,3 +97,18 @@ def test_a_page_without_shapes_does_not_say_hover(tmp_path: Path):
     from devicefit.simulator.report.views.html import render_page
 
     assert "Hover" not in render_page("t", "<p>no picture</p>")
+
+
+def test_a_bands_name_moves_off_the_lines_crossing_it_or_is_left_out():
+    """The tail's name sits in its band as near the middle as the lines crossing it (the
+    budget, the judged arena) allow: an 11 px text covers its baseline - 11 to + 5 here."""
+    from devicefit.simulator.report.views.html import band_label
+
+    def baseline(drawn: list[str]) -> float:
+        [text] = drawn
+        return float(text.split(' y="')[1].split('"')[0])
+
+    assert baseline(band_label("tail", 100, 160, [])) == 134  # the middle, + 4
+    moved = baseline(band_label("tail", 100, 160, [130]))
+    assert not moved - 11 <= 130 <= moved + 5 and 111 <= moved <= 156
+    assert band_label("tail", 100, 120, [110]) == []
