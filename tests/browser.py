@@ -74,10 +74,10 @@ WIDE = "1400,2400"
 MIN_SHARE = 0.8
 
 #: A script for :func:`measure` that finds what a reader would see as a layout fault: a
-#: chart's text over another text, a bar, a trial's mark or a drawn line; a matplotlib
-#: legend over its plot; a table cell that breaks a figure from its unit (``172.6 / KiB``)
-#: or a one-word cell (a profile name) over two lines. It also reports the width the
-#: pictures and tables use.
+#: chart's text over another text, a bar, a trial's mark or a drawn line, or cut by the
+#: picture's edge; a matplotlib legend over its plot; a table cell that breaks a figure
+#: from its unit (``172.6 / KiB``) or a one-word cell (a profile name) over two lines. It
+#: also reports the width the pictures and tables use.
 LAYOUT = r"""(() => {
 const box = e => e.getBoundingClientRect();
 const hit = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
@@ -91,9 +91,11 @@ const SHAPES = 'rect.live, rect.buffer, rect.op, rect.part, circle.trial, rect.r
 for (const svg of document.querySelectorAll('svg')) {
   const texts = Array.from(svg.querySelectorAll('text'))
     .filter(t => t.textContent.trim() && box(t).width > 0);
-  const shapes = Array.from(svg.querySelectorAll(SHAPES));
+  const shapes = Array.from(svg.querySelectorAll(SHAPES)), frame = box(svg);
   texts.forEach((t, i) => {
     const a = box(t);
+    if (a.left < frame.left - 1 || a.right > frame.right + 1) problems.push(
+      `${name(t)} cut by its picture's edge`);
     for (const u of texts.slice(i + 1)) if (hit(a, box(u))) problems.push(
       `${name(t)} over ${name(u)}`);
     for (const s of shapes) if (hit(a, box(s))) problems.push(`${name(t)} over ${name(s)}`);
