@@ -3,7 +3,8 @@ no chart label over another label, a bar, a mark or a line; no table cell that s
 figure from its unit or breaks a profile name; the pictures and tables using the window's
 width; a PASS's peak outline under its budget line; the diff page drawing what it says can
 be hovered. One Chromium start per page: the check page holds a section for each target
-(TFLM passing and failing a budget drawn on scale, LiteRT, the Edge TPU, the Ethos-U)."""
+(TFLM passing and failing a budget drawn on scale, LiteRT, the Edge TPU with a model it
+partitions and one compiled for it, the Ethos-U)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from devicefit.simulator.report.diff import Side, diff_reports
 from devicefit.simulator.report.views.diffview import render_html as diff_html
 from devicefit.simulator.simulate import simulate
 from tests.browser import LAYOUT, WIDE, layout_problems, measure
+from tests.edgetpu_models import compiled_model
 from tests.zoo import model_path
 
 PROJECT = """\
@@ -34,6 +36,9 @@ models:
     profiles: [android-arm64-cpu]
   - name: leaky
     path: leaky_mid.tflite
+    profiles: [coral-edgetpu]
+  - name: compiled
+    path: compiled_edgetpu.tflite
     profiles: [coral-edgetpu]
   - name: residual
     path: residual.tflite
@@ -56,6 +61,7 @@ def check_page(tmp_path_factory) -> dict:
                       "mobilenet_v2_96_int8"), ("leaky_mid", "leaky_mid_int8"),
                       ("residual", "residual_int8")):
         shutil.copy(model_path(zoo), folder / f"{name}.tflite")
+    (folder / "compiled_edgetpu.tflite").write_bytes(compiled_model())
     (folder / "devicefit.yaml").write_text(PROJECT)
     result = run_check(load_project(folder / "devicefit.yaml"), probe=False)
     shown, geometry = measure(folder / "check.html", check_html(result),
@@ -66,7 +72,7 @@ def check_page(tmp_path_factory) -> dict:
 
 
 def test_the_check_page_and_every_targets_section_lay_out_cleanly(check_page):
-    assert check_page["figures"] >= 5 * 3  # timeline, layout, per-op chart per target
+    assert check_page["figures"] >= 6 * 3  # timeline, layout, per-op chart per target
     assert layout_problems(check_page) == []
 
 
