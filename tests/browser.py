@@ -117,7 +117,7 @@ for (const td of document.querySelectorAll('td')) {
   const r = document.createRange(); r.selectNodeContents(td);
   if (text && !/\s/.test(text) && lines(r) > 1) problems.push(`a cell breaks "${text}"`);
 }
-const used = Math.max(0, ...Array.from(document.querySelectorAll('svg, table'))
+const used = Math.max(0, ...Array.from(document.querySelectorAll('svg, tr'))
   .map(e => box(e).right));
 return {problems, used, window: window.innerWidth,
         figures: document.querySelectorAll('svg').length};

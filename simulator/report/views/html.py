@@ -52,7 +52,8 @@ body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1320px}
 p,ul,pre{max-width:960px}ul.legend{max-width:none}
 h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
 h3{font-size:15px;margin:18px 0 6px}
-table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
+table{border-collapse:collapse;margin:6px 0;display:block;overflow-x:auto;max-width:100%}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
 td{white-space:nowrap}td.prose{white-space:normal;min-width:24ch;max-width:80ch}.fig{white-space:nowrap}
 th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.pass td.status{background:#d8f0d8;color:#14591a}

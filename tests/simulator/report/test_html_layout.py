@@ -53,6 +53,9 @@ PEAKS = """Object.assign(LAYOUT, {peaks: Array.from(document.querySelectorAll('s
     peak: s.querySelector('svg.timeline #peak-step').getBoundingClientRect().top,
     budget: s.querySelector('svg.timeline line.arena-budget').getBoundingClientRect().top}))})"""
 
+#: How wide the page is against a narrow window (a table of no-wrap cells could push it).
+NARROW = "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+
 
 @pytest.fixture(scope="module")
 def check_page(tmp_path_factory) -> dict:
@@ -68,12 +71,20 @@ def check_page(tmp_path_factory) -> dict:
                               PEAKS.replace("LAYOUT", LAYOUT), size=WIDE)
     assert shown.console == [], shown.console
     assert isinstance(geometry, dict)
+    # The same page in a narrow window: the wide tables scroll in their own box.
+    _, geometry["narrow"] = measure(folder / "narrow.html", check_html(result),
+                                    NARROW, size="820,2400")
     return geometry
 
 
 def test_the_check_page_and_every_targets_section_lay_out_cleanly(check_page):
     assert check_page["figures"] >= 6 * 3  # timeline, layout, per-op chart per target
     assert layout_problems(check_page) == []
+
+
+def test_in_a_narrow_window_the_page_does_not_scroll_sideways(check_page):
+    scroll, client = check_page["narrow"]
+    assert scroll <= client
 
 
 def test_a_pass_draws_its_peak_under_its_budget_line(check_page):
