@@ -103,7 +103,7 @@ for (const svg of document.querySelectorAll('svg')) {
   const legend = svg.querySelector('g[id^=legend]'), axes = svg.querySelector('g#patch_2');
   if (legend && axes && hit(box(legend), box(axes))) problems.push('legend over the plot');
 }
-const FIGURE = /[-+~≈<>±]?\d[\d,.]*\s(?:[kMG]?B|[KMG]iB|[num]?s|us|%|x)\b/g;
+const FIGURE = /[-+~≈<>±]?\d[\d,.]*\s(?:[kMG]?B|[KMG]iB|[num]?s|us|%|x)(?!\w)/g;
 for (const td of document.querySelectorAll('td')) {
   const walk = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
   for (let n = walk.nextNode(); n; n = walk.nextNode()) {

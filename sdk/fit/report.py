@@ -339,12 +339,12 @@ def pareto_svg(trials: list[FitTrial], budget: float | None, chosen: int | None,
                      f'width="{right - LEFT}" height="{strip - 4}" fill="#fdf1f1" stroke="#ccc"/>'
                      f'<text x="{LEFT - 6}" y="{TOP + PLOT_H + strip / 2 + 6}" '
                      'text-anchor="end">not trained</text>')
-    for frac, anchor in ((0.0, "middle"), (0.5, "middle"), (1.0, "middle")):
+    for frac in (0.0, 0.5, 1.0):
         av = y_lo + (y_hi - y_lo) * frac
         fv = x_lo + (x_hi - x_lo) * frac
         parts.append(f'<text class="tick" x="{LEFT - 6}" y="{num(y(av) + 4)}" '
                      f'text-anchor="end">{av:.1%}</text><text class="tick" x="{num(x(fv))}" '
-                     f'y="{bottom + 16}" text-anchor="{anchor}">{escape(format_size(fv))}</text>')
+                     f'y="{bottom + 16}" text-anchor="middle">{escape(format_size(fv))}</text>')
     bx = x(budget) if budget else None
     if bx is not None:
         # Named in the band over the plot, where no mark is, on the side with room.

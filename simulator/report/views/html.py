@@ -139,7 +139,7 @@ def _buffer_title(b: PlannedBuffer) -> str:
 
 
 #: A figure and its unit (``172.6 KiB``, ``1.00 s``, ``85.6 %``): never split over two lines.
-FIGURE = re.compile(r"[-+~≈<>±]?\d[\d,.]*(?:\s?(?:[kMG]?B|[KMG]iB|[num]?s|us|%|x))?\b")
+FIGURE = re.compile(r"[-+~≈<>±]?\d[\d,.]*(?:\s?(?:[kMG]?B|[KMG]iB|[num]?s|us|%|x)(?!\w))?")
 #: A cell longer than this is prose: it wraps (between figures); a shorter one is one line.
 PROSE_CHARS = 60
 
@@ -649,8 +649,8 @@ def _layout_svg(report: Report, top: float | None, colour: dict) -> str:
                  f'y1="{_num(lb)}" y2="{_num(lb)}" stroke="#555" stroke-dasharray="2 3"/>')
     lines, labels = _arena_lines(arena, y, top / 1.08)
     if arena.tail:
-        parts += band_label(f"tail {format_size(arena.tail)}", y(head + arena.tail),
-                               y(head), [lb, *(label.y for label in labels)])
+        parts += band_label(f"tail {format_size(arena.tail)}", y(head + arena.tail), y(head),
+                            [lb, *(label.y for label in labels)])
     labels.append(LineLabel(lb, "lower bound of the head "
                             f"{format_size(mem.lower_bound_bytes)}", colour="#555"))
     parts += lines + gutter_labels(labels, 10 + PLOT_HEIGHT)
@@ -666,10 +666,12 @@ def _layout_svg(report: Report, top: float | None, colour: dict) -> str:
 
 def band_label(text: str, top: float, bottom: float, lines: Sequence[float]) -> list[str]:
     """``text`` inside a band from ``top`` to ``bottom`` (SVG y), as near its middle as the
-    lines crossing it allow (an 11 px text spans its baseline - 9 to + 3); none where no
-    place is clear (the caption names the band too)."""
+    lines crossing it allow; none where no place is clear (the caption names the band too).
+    An 11 px text spans about its baseline - 9 to + 3: 2 px more either side keep a line
+    off it."""
     middle = (top + bottom) / 2 + 4
-    clear = [base for base in (middle + d / 2 for d in range(-int(bottom - top), int(bottom - top)))
+    half_steps = range(-int(bottom - top), int(bottom - top))  # the band, in 0.5 px steps
+    clear = [base for base in (middle + d / 2 for d in half_steps)
              if top + 11 <= base <= bottom - 4
              and not any(base - 11 <= line <= base + 5 for line in lines)]
     if not clear:
