@@ -74,10 +74,10 @@ WIDE = "1400,2400"
 MIN_SHARE = 0.8
 
 #: A script for :func:`measure` that finds what a reader would see as a layout fault: a
-#: chart's text over another text, a bar, a trial's mark or a drawn line, or cut by the
-#: picture's edge; a matplotlib legend over its plot; a table cell that breaks a figure
-#: from its unit (``172.6 / KiB``) or a one-word cell (a profile name) over two lines. It
-#: also reports the width the pictures and tables use.
+#: chart's text over another text, a bar, a trial's mark or a drawn line (straight or a
+#: polyline), or cut by the picture's edge; a matplotlib legend over its plot; a table
+#: cell that breaks a figure from its unit (``172.6 / KiB``) or a one-word cell (a profile
+#: name) over two lines. It also reports the width the pictures and tables use.
 LAYOUT = r"""(() => {
 const box = e => e.getBoundingClientRect();
 const hit = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
@@ -100,6 +100,19 @@ for (const svg of document.querySelectorAll('svg')) {
       `${name(t)} over ${name(u)}`);
     for (const s of shapes) if (hit(a, box(s))) problems.push(`${name(t)} over ${name(s)}`);
   });
+  // A drawn polyline (the Pareto front, the diff's two sides), walked in 2 px steps.
+  for (const line of svg.querySelectorAll('polyline')) {
+    const m = line.getScreenCTM(), pts = Array.from(line.points)
+      .map(q => new DOMPoint(q.x, q.y).matrixTransform(m));
+    const on = [];
+    pts.slice(1).forEach((b, i) => { const a = pts[i];
+      const n = Math.max(1, Math.ceil(Math.hypot(b.x - a.x, b.y - a.y) / 2));
+      for (let k = 0; k <= n; k++) on.push([a.x + (b.x - a.x) * k / n, a.y + (b.y - a.y) * k / n]);
+    });
+    for (const t of texts) { const a = box(t);
+      if (on.some(([x, y]) => a.left < x && x < a.right && a.top < y && y < a.bottom))
+        problems.push(`${name(t)} over ${line.getAttribute('class')}`); }
+  }
   const legend = svg.querySelector('g[id^=legend]'), axes = svg.querySelector('g#patch_2');
   if (legend && axes && hit(box(legend), box(axes))) problems.push('legend over the plot');
 }

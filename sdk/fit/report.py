@@ -380,7 +380,8 @@ def pareto_svg(trials: list[FitTrial], budget: float | None, chosen: int | None,
                      f'<title>{escape(title)}</title></circle>')
     parts += _trial_labels([t for t, _, _ in points],
                            [(x(size), y(accuracy)) for _, size, accuracy in points],
-                           (LEFT, TOP, right, TOP + PLOT_H), bx)
+                           (LEFT, TOP, right, TOP + PLOT_H), bx,
+                           [(x(size), y(accuracy)) for _, size, accuracy in front])
     what = "model + runtime code" if metric == "flash" else "tensor arena"
     parts.append(f'<text x="{LEFT}" y="{height - 4}">{metric} ({what}) →, accuracy ↑</text>'
                  '</svg><p class="note">Green: passes every budget, red: misses one, large: '
@@ -396,9 +397,11 @@ LABEL_SHIFTS = tuple((side, dy) for dy in (0, 12, -12, 24, -24, 36, -36, 48, -48
 
 
 def _trial_labels(points: list[FitTrial], at: list[tuple[float, float]],
-                  plot: tuple[float, float, float, float], budget_x: float | None) -> list[str]:
+                  plot: tuple[float, float, float, float], budget_x: float | None,
+                  front: list[tuple[float, float]]) -> list[str]:
     """``trial 1, 4`` beside each mark (trials at the same spot share one label), placed
-    where it covers no other label, no mark and not the budget line, inside the plot."""
+    where it covers no other label, no mark, not the budget line nor the front's dashed
+    line (each of its segments as the box around it), inside the plot."""
     groups: dict[tuple[float, float], list[int]] = {}
     for t, (px, py) in zip(points, at, strict=True):
         groups.setdefault((round(px, 1), round(py, 1)), []).append(t.number)
@@ -407,6 +410,8 @@ def _trial_labels(points: list[FitTrial], at: list[tuple[float, float]],
     taken = [(px - 8, py - 8, px + 8, py + 8) for px, py in groups]
     if budget_x is not None:
         taken.append((budget_x - 2, top, budget_x + 2, bottom))
+    taken += [(min(ax, bx), min(ay, by) - 2, max(ax, bx), max(ay, by) + 2)
+              for (ax, ay), (bx, by) in zip(front, front[1:])]
     out = []
     for (px, py), numbers in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         text = "trial " + ", ".join(str(n) for n in sorted(numbers))
