@@ -27,7 +27,9 @@ from devicefit.simulator.report.views.html import Section, escape, html_table, r
 from devicefit.simulator.target import read_report
 from devicefit.simulator.types import BudgetName, Unit
 
-PLOT_W, PLOT_H, LEFT, BOTTOM, STRIP_H = 720, 300, 70, 30, 24
+#: The plot's size; TOP is a band over it for the budget's name, PAD keeps the largest mark
+#: (the chosen one, radius 7) inside the plot at the ends of its axes.
+PLOT_W, PLOT_H, LEFT, BOTTOM, STRIP_H, TOP, PAD = 1280, 300, 70, 30, 24, 28, 10
 
 
 @dataclass(frozen=True)
@@ -314,15 +316,15 @@ def pareto_svg(trials: list[FitTrial], budget: float | None, chosen: int | None,
     y_lo, y_hi = max(min(accs) - 0.02, 0.0), min(max(accs) + 0.02, 1.0)
     y_hi = y_hi if y_hi > y_lo else y_lo + 0.01
     strip = STRIP_H if rejected else 0
-    bottom = 10 + PLOT_H + strip  # the x axis: under the plot and the strip
+    bottom = TOP + PLOT_H + strip  # the x axis: under the plot and the strip
     height = bottom + BOTTOM + 10
     right = PLOT_W - 20
 
     def x(v: float) -> float:
-        return LEFT + (right - LEFT) * (v - x_lo) / max(x_hi - x_lo, 1e-9)
+        return LEFT + PAD + (right - LEFT - 2 * PAD) * (v - x_lo) / max(x_hi - x_lo, 1e-9)
 
     def y(v: float) -> float:
-        return 10 + PLOT_H * (1 - (v - y_lo) / (y_hi - y_lo))
+        return TOP + PAD + (PLOT_H - 2 * PAD) * (1 - (v - y_lo) / (y_hi - y_lo))
 
     def num(v: float) -> str:
         return f"{v:.2f}".rstrip("0").rstrip(".")
@@ -330,27 +332,27 @@ def pareto_svg(trials: list[FitTrial], budget: float | None, chosen: int | None,
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="pareto" data-metric="{metric}" '
              f'width="{PLOT_W}" height="{height}" viewBox="0 0 {PLOT_W} {height}" role="img" '
              f'aria-label="accuracy vs {metric}">',
-             f'<rect x="{LEFT}" y="10" width="{right - LEFT}" height="{PLOT_H}" '
+             f'<rect x="{LEFT}" y="{TOP}" width="{right - LEFT}" height="{PLOT_H}" '
              'fill="#fafafa" stroke="#ccc"/>']
     if rejected:
-        parts.append(f'<rect class="rejected-strip" x="{LEFT}" y="{10 + PLOT_H + 4}" '
+        parts.append(f'<rect class="rejected-strip" x="{LEFT}" y="{TOP + PLOT_H + 4}" '
                      f'width="{right - LEFT}" height="{strip - 4}" fill="#fdf1f1" stroke="#ccc"/>'
-                     f'<text x="{LEFT - 6}" y="{10 + PLOT_H + strip / 2 + 6}" '
+                     f'<text x="{LEFT - 6}" y="{TOP + PLOT_H + strip / 2 + 6}" '
                      'text-anchor="end">not trained</text>')
-    for frac, anchor in ((0.0, "start"), (0.5, "middle"), (1.0, "end")):
+    for frac in (0.0, 0.5, 1.0):
         av = y_lo + (y_hi - y_lo) * frac
         fv = x_lo + (x_hi - x_lo) * frac
         parts.append(f'<text class="tick" x="{LEFT - 6}" y="{num(y(av) + 4)}" '
                      f'text-anchor="end">{av:.1%}</text><text class="tick" x="{num(x(fv))}" '
-                     f'y="{bottom + 16}" text-anchor="{anchor}">{escape(format_size(fv))}</text>')
-    if budget:
-        bx = x(budget)
-        # Named at the top, on the side with room, never over the y axis's labels.
+                     f'y="{bottom + 16}" text-anchor="middle">{escape(format_size(fv))}</text>')
+    bx = x(budget) if budget else None
+    if bx is not None:
+        # Named in the band over the plot, where no mark is, on the side with room.
         label = f"{metric} budget {format_size(budget)}"
         after = bx + 6 * len(label) + 8 < right
-        parts.append(f'<line class="budget" x1="{num(bx)}" x2="{num(bx)}" y1="10" '
+        parts.append(f'<line class="budget" x1="{num(bx)}" x2="{num(bx)}" y1="{TOP}" '
                      f'y2="{bottom}" stroke="#c00"/><text class="budget-label" '
-                     f'x="{num(bx + 4 if after else bx - 4)}" y="24" '
+                     f'x="{num(bx + 4 if after else bx - 4)}" y="{TOP - 8}" '
                      f'text-anchor="{"start" if after else "end"}">{escape(label)}</text>')
     front = sorted((p for p in points if p[0].number in pareto_front(trials)),
                    key=lambda p: p[1])
@@ -366,7 +368,7 @@ def pareto_svg(trials: list[FitTrial], budget: float | None, chosen: int | None,
         cx = num(x(size))
         if t.accuracy is None:
             parts.append(f'<rect class="rejected" data-trial="{t.number}" '
-                         f'x="{num(x(size) - 4)}" y="{num(10 + PLOT_H + strip / 2 - 2)}" '
+                         f'x="{num(x(size) - 4)}" y="{num(TOP + PLOT_H + strip / 2 - 2)}" '
                          f'width="8" height="8" fill="none" stroke="#e15759">'
                          f'<title>{escape(title)}</title></rect>')
             continue
@@ -377,7 +379,9 @@ def pareto_svg(trials: list[FitTrial], budget: float | None, chosen: int | None,
                      f'stroke-width="{1.5 if t.number == chosen else 0.5}">'
                      f'<title>{escape(title)}</title></circle>')
     parts += _trial_labels([t for t, _, _ in points],
-                           [(x(size), y(accuracy)) for _, size, accuracy in points], right)
+                           [(x(size), y(accuracy)) for _, size, accuracy in points],
+                           (LEFT, TOP, right, TOP + PLOT_H), bx,
+                           [(x(size), y(accuracy)) for _, size, accuracy in front])
     what = "model + runtime code" if metric == "flash" else "tensor arena"
     parts.append(f'<text x="{LEFT}" y="{height - 4}">{metric} ({what}) →, accuracy ↑</text>'
                  '</svg><p class="note">Green: passes every budget, red: misses one, large: '
@@ -386,25 +390,47 @@ def pareto_svg(trials: list[FitTrial], budget: float | None, chosen: int | None,
     return "".join(parts)
 
 
+#: Where a trial's label may go, relative to its mark: beside it (right, then left), then
+#: a line lower or higher, and so on; the first place that covers nothing is taken.
+LABEL_SHIFTS = tuple((side, dy) for dy in (0, 12, -12, 24, -24, 36, -36, 48, -48)
+                     for side in (1, -1))
+
+
 def _trial_labels(points: list[FitTrial], at: list[tuple[float, float]],
-                  right: float) -> list[str]:
-    """``trial 1, 4`` beside each mark (trials at the same spot share one label), moved
-    down while it would cover a label placed before it, to the left near the right edge."""
+                  plot: tuple[float, float, float, float], budget_x: float | None,
+                  front: list[tuple[float, float]]) -> list[str]:
+    """``trial 1, 4`` beside each mark (trials at the same spot share one label), placed
+    where it covers no other label, no mark, not the budget line nor the front's dashed
+    line (each of its segments as the box around it), inside the plot."""
     groups: dict[tuple[float, float], list[int]] = {}
     for t, (px, py) in zip(points, at, strict=True):
         groups.setdefault((round(px, 1), round(py, 1)), []).append(t.number)
-    placed: list[tuple[float, float, float]] = []
+    left, top, right, bottom = plot
+    # Boxes (x0, y0, x1, y1) a label must not cover: every mark, then each label placed.
+    taken = [(px - 8, py - 8, px + 8, py + 8) for px, py in groups]
+    if budget_x is not None:
+        taken.append((budget_x - 2, top, budget_x + 2, bottom))
+    taken += [(min(ax, bx), min(ay, by) - 2, max(ax, bx), max(ay, by) + 2)
+              for (ax, ay), (bx, by) in zip(front, front[1:])]
     out = []
     for (px, py), numbers in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         text = "trial " + ", ".join(str(n) for n in sorted(numbers))
         width = 6 * len(text)
-        left = px + 10 + width > right
-        x0 = px - 10 - width if left else px + 10
-        ty = py + 4
-        while any(abs(ty - oy) < 12 and x0 < ox1 and ox0 < x0 + width for ox0, ox1, oy in placed):
-            ty += 12
-        placed.append((x0, x0 + width, ty))
-        out.append(f'<text class="trial-label" x="{x0:.1f}" y="{ty:.1f}">{escape(text)}</text>')
+
+        def box(side: int, dy: float, px: float = px, py: float = py,
+                width: int = width) -> tuple[float, float, float, float]:
+            x0 = px + 10 if side > 0 else px - 10 - width
+            return (x0, py + dy - 8, x0 + width, py + dy + 5)
+
+        fits = [b for side, dy in LABEL_SHIFTS if (b := box(side, dy))[0] >= left
+                and b[2] <= right and b[1] >= top and b[3] <= bottom]
+        free = [b for b in fits if not any(b[0] < o[2] and o[0] < b[2] and b[1] < o[3]
+                                           and o[1] < b[3] for o in taken)]
+        chosen = (free or fits or [box(1, 0)])[0]
+        taken.append(chosen)
+        x0, y0 = chosen[0], chosen[1]
+        out.append(f'<text class="trial-label" x="{x0:.1f}" y="{y0 + 12:.1f}">'
+                   f"{escape(text)}</text>")
     return out
 
 

@@ -181,7 +181,7 @@ def pareto_svg(found: Searched) -> str:
         return '<p class="note">No candidate was trained to an accuracy.</p>'
     on_front = set(pareto_front(found.trials, found.objective))
     front = sorted((p for p in points if p[0].number in on_front), key=lambda p: p[1])
-    fig = Figure(figsize=(7.2, 3.6))
+    fig = Figure(figsize=(12.8, 4.0))
     ax = fig.add_subplot()
     for fits, colour, label in ((True, "#59a14f", "passes every budget"),
                                 (False, "#e15759", "misses a budget")):
@@ -192,18 +192,30 @@ def pareto_svg(found: Searched) -> str:
     if front:
         ax.plot([x for _, x, _ in front], [y for _, _, y in front], "--", color="#4e79a7",
                 label="Pareto front", zorder=2)
-    for t, x, y in points:
-        ax.annotate(str(t.number), (x, y), textcoords="offset points", xytext=(5, 4),
-                    fontsize=8)
-        if t.number == found.chosen:
-            ax.scatter([x], [y], s=160, facecolors="none", edgecolors="#333", label="chosen",
-                       zorder=4)
     budget = found.profile.budgets.latency_ms if latency else found.profile.budgets.arena_bytes
-    if budget:
-        ax.axvline(budget / scale, color="#c00", lw=1, label=f"{metric.cost} budget")
+    line = budget / scale if budget else None
+    xs = [x for _, x, _ in points] + ([line] if line is not None else [])
+    near = 0.05 * (max(xs) - min(xs))
+    for t, x, y in points:
+        ring = t.number == found.chosen
+        # Each number beside its mark (clear of the chosen one's ring), on the left where
+        # the budget's line runs just right of the mark.
+        left = line is not None and 0 <= line - x <= near
+        gap = 9 if ring else 5
+        ax.annotate(str(t.number), (x, y), textcoords="offset points",
+                    xytext=(-gap if left else gap, 4), ha="right" if left else "left",
+                    fontsize=8)
+        if ring:
+            ax.scatter([x], [y], s=160, facecolors="none", edgecolors="#333", label="chosen",
+                       zorder=4, clip_on=False)
+    if line is not None:
+        ax.axvline(line, color="#c00", lw=1, label=f"{metric.cost} budget")
     ax.set_xlabel("estimated latency (ms)" if latency else "arena (KiB)")
     ax.set_ylabel("int8 accuracy")
-    ax.legend(fontsize=8, loc="lower right")
+    # Room round the marks (the chosen one's ring is not cut at an axis), and the legend
+    # beside the plot, where it covers no mark nor the budget's line.
+    ax.margins(0.08)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     out = io.StringIO()
     with matplotlib.rc_context({"svg.hashsalt": "devicefit", "svg.fonttype": "none"}):

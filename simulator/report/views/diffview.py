@@ -7,16 +7,37 @@ on each side.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from devicefit.simulator.infra import jsonout
 from devicefit.simulator.infra.escape import clean
-from devicefit.simulator.infra.units import format_figure, format_points
+from devicefit.simulator.infra.units import format_figure, format_points, format_size
 from devicefit.simulator.report.diff import LAYER_FIGURES, Change, Figure, LayerChange, ReportDiff
 from devicefit.simulator.report.layers import shape_text
 from devicefit.simulator.report.report import LayerRow
 from devicefit.simulator.report.views.columns import columns
-from devicefit.simulator.report.views.html import escape, html_table, render_page
+from devicefit.simulator.report.views.html import (
+    BUDGET_COLOUR,
+    MARGIN_LEFT,
+    PALETTE,
+    PLOT_HEIGHT,
+    PLOT_RIGHT,
+    PLOT_SVG_HEIGHT,
+    PLOT_WIDTH,
+    LineLabel,
+    budget_on_scale,
+    escape,
+    gutter_labels,
+    html_table,
+    judged_arena,
+    render_page,
+    size_ticks,
+    step_bytes,
+    svg_open,
+    y_axis,
+    y_scale,
+)
 
 
 def _value(f: Figure, value: float | None) -> str:
@@ -122,6 +143,63 @@ def render_json(diff: ReportDiff) -> str:
     return jsonout.dumps(diff.to_dict(), indent=2) + "\n"
 
 
+def _profiles(diff: ReportDiff, budget: float) -> str:
+    """The profile(s) whose arena budget is ``budget``, each named once."""
+    return ", ".join(dict.fromkeys(r.profile.name for r in (diff.a.report, diff.b.report)
+                                   if judged_arena(r).budget == budget))
+
+
+def memory_svg(diff: ReportDiff) -> str:
+    """The bytes in each model's arena at each operator step (the timeline's bar heights,
+    tail included) as two step lines on one scale, each side's arena budget as a line;
+    hovering a step names both figures. Empty when a side has no memory plan (its
+    compiler refused the model)."""
+    ra, rb = diff.a.report, diff.b.report
+    if ra.memory is None or rb.memory is None:
+        return ""
+    series = [("A", step_bytes(ra), PALETTE[0]), ("B", step_bytes(rb), PALETTE[1])]
+    steps = max(len(bytes_) for _, bytes_, _ in series)
+    drawn = max([*(max(bytes_, default=0) for _, bytes_, _ in series), 1])
+    budgets = {b for r in (ra, rb) if (b := judged_arena(r).budget) is not None}
+    # A budget far over both lines is named, not drawn (the lines would be a few px high).
+    far = {b for b in budgets if not budget_on_scale(b, drawn)}
+    budgets -= far
+    top = max([drawn, *budgets]) * 1.08
+    y, step_w = y_scale(top), PLOT_WIDTH / max(steps, 1)
+    parts = [svg_open("diff-memory", "bytes in the arena per operator step, A and B"),
+             *y_axis(y, top / 1.08, "bytes in the arena", size_ticks)]
+    labels = []
+    for name, bytes_, colour in series:
+        points = " ".join(f"{MARGIN_LEFT + (s + k) * step_w:.2f},{y(v):.2f}"
+                          for s, v in enumerate(bytes_) for k in (0, 1))
+        parts.append(f'<polyline class="side" data-side="{name}" points="{points}" '
+                     f'fill="none" stroke="{colour}" stroke-width="2"/>')
+        labels.append(LineLabel(y(max(bytes_, default=0)), f"{name} peak "
+                                f"{format_size(max(bytes_, default=0))}", colour=colour))
+    for budget in sorted(budgets):
+        parts.append(f'<line class="arena-budget" x1="{MARGIN_LEFT}" x2="{PLOT_RIGHT + 4}" '
+                     f'y1="{y(budget):.2f}" y2="{y(budget):.2f}" stroke="{BUDGET_COLOUR}" '
+                     'stroke-width="1.5"/>')
+        labels.append(LineLabel(y(budget), f"arena budget {format_size(budget)} "
+                                f"({_profiles(diff, budget)})", colour=BUDGET_COLOUR))
+    labels += [LineLabel(-math.inf, f"arena budget {format_size(budget)} "
+                         f"({_profiles(diff, budget)}) ↑ off scale", colour=BUDGET_COLOUR)
+               for budget in sorted(far)]
+    for s in range(steps):
+        shown = ", ".join(f"{name} {format_size(b[s])}" if s < len(b) else f"{name} -"
+                          for name, b, _ in series)
+        parts.append(f'<rect class="step" x="{MARGIN_LEFT + s * step_w:.2f}" y="10" '
+                     f'width="{step_w:.2f}" height="{PLOT_HEIGHT}" fill="transparent">'
+                     f"<title>step {s}: {escape(shown)}</title></rect>")
+    parts += gutter_labels(labels, 10 + PLOT_HEIGHT)
+    parts.append(f'<text x="{MARGIN_LEFT}" y="{PLOT_SVG_HEIGHT - 6}">operator step (execution '
+                 f"order; A {len(series[0][1])} steps, B {len(series[1][1])}) →</text></svg>")
+    legend = "".join(f'<li><span class="swatch" style="background:{colour}"></span>{name}: '
+                     f"{escape(side.label)}</li>"
+                     for (name, _, colour), side in zip(series, (diff.a, diff.b), strict=True))
+    return "".join(parts) + f'<ul class="legend">{legend}</ul>'
+
+
 def render_html(diff: ReportDiff) -> str:
     ra, rb = diff.a.report, diff.b.report
     sides = html_table(("", "A", "B"), [("label", diff.a.label, diff.b.label),
@@ -132,9 +210,11 @@ def render_html(diff: ReportDiff) -> str:
                      ["changed" if c.a != c.b else "same" for c in diff.op_counts])
     rows = layer_rows(diff, changed_only=False)
     layers = html_table(LAYER_HEADINGS, rows, [c.change.value for c in diff.layers])
+    chart = memory_svg(diff)
     body = (f'<section id="diff"><h2>Compared</h2>{sides}'
             f'<h2>Figures</h2>{html_table(("figure", "A", "B", "B − A"), figure_rows(diff))}'
-            f"<h2>Op counts</h2>{ops}"
+            + (f"<h2>Memory over the operators</h2>{chart}" if chart else "")
+            + f"<h2>Op counts</h2>{ops}"
             f'<h2 id="layers">{escape(_layer_summary(diff))}</h2>{layers}</section>')
     return render_page(_title(diff), body)
 

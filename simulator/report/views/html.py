@@ -14,6 +14,7 @@ from __future__ import annotations
 import colorsys
 import html
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -42,13 +43,18 @@ Scale = Callable[[float], float]
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
            "#ff9da7", "#9c755f")
 TAIL_FILL, BUDGET_COLOUR, JUDGED_COLOUR = "#d4d4d4", "#c00", "#333"
-WIDTH, PLOT_HEIGHT, MARGIN_LEFT, MARGIN_BOTTOM = 960, 240, 80, 28
+#: The pictures' size in a 1400 px window (they scale down to a narrower one). The lines'
+#: labels sit in a gutter right of the plot, where no bar is, so none is printed over one.
+WIDTH, PLOT_HEIGHT, MARGIN_LEFT, MARGIN_BOTTOM, GUTTER = 1280, 240, 80, 28, 230
 
 CSS = """
-body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1040px}
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1320px}
+p,ul,pre{max-width:960px}ul.legend{max-width:none}
 h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}
 h3{font-size:15px;margin:18px 0 6px}
-table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
+table{border-collapse:collapse;margin:6px 0;display:block;overflow-x:auto;max-width:100%}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
+td{white-space:nowrap}td.prose{white-space:normal;min-width:24ch;max-width:80ch}.fig{white-space:nowrap}
 th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.pass td.status{background:#d8f0d8;color:#14591a}
 tr.fail td.status,tr.error td.status{background:#f8d7d7;color:#8a1010}
@@ -60,7 +66,7 @@ tr.at-risk td.status{background:#fff1c2;color:#6b4e00}
 svg{display:block;margin:4px 0 12px;background:#fff;max-width:100%;height:auto}svg text{font:11px system-ui,sans-serif;fill:#333}
 .note{color:#666;font-size:12px}
 svg text.line-label,svg text.trial-label,svg text.budget-label{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}
-ul.legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px;max-width:960px}
+ul.legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px}
 ul.legend li{max-width:100%;overflow-wrap:anywhere}
 .swatch{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
 table.layers th{cursor:pointer;white-space:nowrap}table.layers th[aria-sort=ascending]::after{content:" ▲"}
@@ -132,14 +138,32 @@ def _buffer_title(b: PlannedBuffer) -> str:
             f"offset {b.offset}\nlive steps {b.first_step}..{b.last_step}")
 
 
+#: A figure and its unit (``172.6 KiB``, ``1.00 s``, ``85.6 %``): never split over two lines.
+FIGURE = re.compile(r"[-+~≈<>±]?\d[\d,.]*(?:\s?(?:[kMG]?B|[KMG]iB|[num]?s|us|%|x)(?!\w))?")
+#: A cell longer than this is prose: it wraps (between figures); a shorter one is one line.
+PROSE_CHARS = 60
+
+
+def _cell(value: object) -> str:
+    """One table cell: a number right-aligned, a short text (a figure, a profile name) on
+    one line, a longer one wrapped between words but never inside a figure."""
+    if isinstance(value, (int, float)):
+        return f'<td class="num">{escape(value)}</td>'
+    text = escape(value)
+    if len(clean(value)) <= PROSE_CHARS:
+        return f"<td>{text}</td>"
+    return '<td class="prose">' + FIGURE.sub(
+        lambda m: f'<span class="fig">{m.group(0)}</span>' if " " in m.group(0)
+        else m.group(0), text) + "</td>"
+
+
 def html_table(headers: Sequence[str], rows: Sequence[Sequence[object]],
-           row_classes: Sequence[str] | None = None, last_cell_class: str = "") -> str:
+               row_classes: Sequence[str] | None = None, last_cell_class: str = "") -> str:
     head = "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in headers) + "</tr>" if headers else ""
     body = []
     for i, row in enumerate(rows):
         cls = f' class="{row_classes[i]}"' if row_classes else ""
-        cells = [f'<td class="{"num" if isinstance(c, (int, float)) else ""}">{escape(c)}</td>'
-                 for c in row]
+        cells = [_cell(c) for c in row]
         if last_cell_class:
             cells[-1] = f'<td class="{last_cell_class}">{escape(row[-1])}</td>'
         body.append(f"<tr{cls}>{''.join(cells)}</tr>")
@@ -218,7 +242,9 @@ def _summaries(report: Report) -> str:
                else ""))
 
 
-PLOT_WIDTH = WIDTH - MARGIN_LEFT - 10
+PLOT_WIDTH = WIDTH - MARGIN_LEFT - GUTTER
+#: The plot's right edge: the lines end here, their labels start past it.
+PLOT_RIGHT = MARGIN_LEFT + PLOT_WIDTH
 PLOT_SVG_HEIGHT = PLOT_HEIGHT + MARGIN_BOTTOM + 20
 #: A budget this many times the drawn figures is named, not drawn: at scale the bars would
 #: be a few pixels high.
@@ -229,13 +255,13 @@ COMPILED_WORK = ("Every operator's work is inside an accelerator's compiled op; 
 LEGEND_MAX = 16
 
 
-def _svg_open(css_class: str, label: str, height: int = PLOT_SVG_HEIGHT) -> str:
+def svg_open(css_class: str, label: str, height: int = PLOT_SVG_HEIGHT) -> str:
     return (f'<svg xmlns="http://www.w3.org/2000/svg" class="{css_class}" width="{WIDTH}" '
             f'height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" '
             f'aria-label="{escape(label)}">')
 
 
-def _y_scale(top: float) -> Scale:
+def y_scale(top: float) -> Scale:
     """Bytes → SVG y of the plot area (0 at the bottom, ``top`` at the top)."""
     return lambda v: 10 + PLOT_HEIGHT * (1 - v / top)
 
@@ -319,8 +345,13 @@ def _drawn_max(report: Report) -> float:
     """The most a memory picture draws without the budget: the highest bar (tail + live
     bytes), the judged arena, the planned arena."""
     arena = judged_arena(report)
-    bars = [arena.tail + sum(b.shown_bytes for b in blocks) for blocks in _live_by_step(report)]
-    return max(max(bars, default=0), arena.judged, planned(report).arena_bytes, 1)
+    return max(max(step_bytes(report), default=0), arena.judged, planned(report).arena_bytes, 1)
+
+
+def step_bytes(report: Report) -> list[int]:
+    """The height of each timeline bar: the arena tail and the bytes live at the step."""
+    tail = planned(report).arena_tail_bytes
+    return [tail + sum(b.shown_bytes for b in blocks) for blocks in _live_by_step(report)]
 
 
 def budget_on_scale(budget: float | None, drawn: float) -> bool:
@@ -360,11 +391,11 @@ def _steps_caption(names: dict[int, str]) -> str:
     return "operator (execution order" + "".join(f"; {e}" for e in extra) + ") →"
 
 
-def _y_axis(y: Scale, top: float, label: str, ticks: Ticks) -> list[str]:
+def y_axis(y: Scale, top: float, label: str, ticks: Ticks) -> list[str]:
     """Grid lines at round values up to ``top``, labelled in one unit, and the axis title."""
     parts = []
     for v, text in ticks(top):
-        parts.append(f'<line x1="{MARGIN_LEFT}" x2="{WIDTH - 10}" y1="{_num(y(v))}" '
+        parts.append(f'<line x1="{MARGIN_LEFT}" x2="{PLOT_RIGHT}" y1="{_num(y(v))}" '
                      f'y2="{_num(y(v))}" stroke="#eee"/><text class="tick" x="{MARGIN_LEFT - 6}" '
                      f'y="{_num(y(v) + 4)}" text-anchor="end">{escape(text)}</text>')
     mid = _num(10 + PLOT_HEIGHT / 2)
@@ -420,30 +451,78 @@ def _x_labels(names: Sequence[str], bar_w: float, y: float) -> list[str]:
             for i, n in enumerate(names) if i % every == 0 and n]
 
 
-def _arena_lines(arena: JudgedArena, y: Scale, top: float) -> list[str]:
-    """The judged arena (dashed, its label on the right) and the budget (red, its label on
-    the left, so the two never print over each other), or the budget named off scale."""
+@dataclass(frozen=True)
+class LineLabel:
+    """A horizontal line's name, printed in the gutter right of the plot at the line's
+    height (or as near as the labels above it leave room for)."""
+
+    y: float
+    text: str
+    css_class: str = "line-label"
+    colour: str = JUDGED_COLOUR
+
+
+#: Characters of an 11 px label per gutter line (about 6.2 px each, a little to spare).
+GUTTER_CHARS = int((GUTTER - 12) / 6.4)
+LINE_STEP = 13
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken between words."""
+    lines: list[str] = []
+    # A figure's space is no break: "99.0 KiB" stays on one line.
+    for word in FIGURE.sub(lambda m: m.group(0).replace(" ", "\0"), text).split(" "):
+        word = word.replace("\0", " ")
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
+
+
+def gutter_labels(labels: Sequence[LineLabel], bottom: float) -> list[str]:
+    """The labels in the gutter, each wrapped to its width, top to bottom in the order of
+    their lines, each moved down (up near ``bottom``) just enough to clear its neighbour."""
+    blocks = [(label, _wrap(label.text, GUTTER_CHARS))
+              for label in sorted(labels, key=lambda lb: lb.y)]
+    end, placed = -math.inf, []
+    for label, lines in blocks:
+        first = max(label.y + 4, end + LINE_STEP, 14.0)
+        placed.append(first)
+        end = first + LINE_STEP * (len(lines) - 1)
+    lift = min(max(end - bottom, 0.0), max(placed[0] - 14.0, 0.0)) if placed else 0.0
+    out = []
+    for (label, lines), first in zip(blocks, placed, strict=True):
+        spans = "".join(f'<tspan x="{PLOT_RIGHT + 8}" dy="{0 if k == 0 else LINE_STEP}">'
+                        f"{escape(line)}</tspan>" for k, line in enumerate(lines))
+        out.append(f'<text class="{label.css_class}" x="{PLOT_RIGHT + 8}" '
+                   f'y="{_num(first - lift)}" style="fill:{label.colour}">{spans}</text>')
+    return out
+
+
+def _arena_lines(arena: JudgedArena, y: Scale, top: float) -> tuple[list[str], list[LineLabel]]:
+    """The judged arena (dashed) and the budget (red) across the plot, with their labels
+    for the gutter; a budget off scale is only named, at the gutter's top."""
     jy = _num(y(arena.judged))
     parts = [f'<line class="arena-judged" data-bytes="{arena.judged:g}" x1="{MARGIN_LEFT}" '
-             f'x2="{WIDTH - 10}" y1="{jy}" y2="{jy}" stroke="{JUDGED_COLOUR}" '
-             f'stroke-dasharray="6 3"/><text class="line-label" x="{WIDTH - 12}" '
-             f'y="{_num(y(arena.judged) - 4)}" text-anchor="end">'
-             f'{escape(arena.judged_label)}</text>']
+             f'x2="{PLOT_RIGHT + 4}" y1="{jy}" y2="{jy}" stroke="{JUDGED_COLOUR}" '
+             f'stroke-dasharray="6 3"/>']
+    labels = [LineLabel(y(arena.judged), arena.judged_label)]
     budget = arena.budget
     if budget is None:
-        return parts
+        return parts, labels
     if budget <= top:
         by = _num(y(budget))
         parts.append(f'<line class="arena-budget" data-bytes="{budget:g}" x1="{MARGIN_LEFT}" '
-                     f'x2="{WIDTH - 10}" y1="{by}" y2="{by}" stroke="{BUDGET_COLOUR}" '
-                     f'stroke-width="1.5"/><text class="line-label" x="{MARGIN_LEFT + 4}" '
-                     f'y="{_num(y(budget) + (12 if budget < arena.judged else -4))}">'
-                     f'arena budget {escape(format_size(budget))}</text>')
+                     f'x2="{PLOT_RIGHT + 4}" y1="{by}" y2="{by}" stroke="{BUDGET_COLOUR}" '
+                     f'stroke-width="1.5"/>')
+        labels.append(LineLabel(y(budget), f"arena budget {format_size(budget)}",
+                                colour=BUDGET_COLOUR))
     else:
-        parts.append(f'<text class="arena-budget off-scale" data-bytes="{budget:g}" '
-                     f'x="{MARGIN_LEFT + 4}" y="22">arena budget {escape(format_size(budget))} '
-                     f'↑ (off scale: {budget / arena.judged:,.0f}x the judged arena)</text>')
-    return parts
+        labels.append(LineLabel(-math.inf, f"arena budget {format_size(budget)} ↑ (off "
+                                f"scale: {budget / arena.judged:,.0f}x the judged arena)",
+                                "line-label arena-budget off-scale", BUDGET_COLOUR))
+    return parts, labels
 
 
 def _timeline_svg(report: Report, top: float | None, colour: dict) -> str:
@@ -458,9 +537,9 @@ def _timeline_svg(report: Report, top: float | None, colour: dict) -> str:
     top = top or timeline_top(report)
     bar_w = PLOT_WIDTH / steps
     height = PLOT_SVG_HEIGHT + 14
-    y = _y_scale(top)
-    parts = [_svg_open("timeline", "memory timeline", height),
-             *_y_axis(y, top / 1.08, "bytes in the arena", size_ticks)]
+    y = y_scale(top)
+    parts = [svg_open("timeline", "memory timeline", height),
+             *y_axis(y, top / 1.08, "bytes in the arena", size_ticks)]
     width = _num(max(bar_w - 1, 0.5))
     for s, blocks in enumerate(live):
         x0 = _num(MARGIN_LEFT + s * bar_w + 0.5)
@@ -488,13 +567,19 @@ def _timeline_svg(report: Report, top: float | None, colour: dict) -> str:
     top_op = peak(mem.timeline)
     if top_op is not None:
         first, last = max(top_op.first_step, 0), max(top_op.last_step, top_op.first_step, 0)
+        highest = max(step_bytes(report)[first:last + 1])
+        # Around the peak's bars, its stroke kept under the judged arena's line (on a PASS,
+        # under the budget's): an outline over the line would read as the peak crossing it.
+        outline = max(y(highest) - 3, y(arena.judged) + 1.5)
         parts.append(
             f'<rect id="peak-step" data-op="{top_op.op_index}" data-step="{first}" '
-            f'x="{_num(MARGIN_LEFT + first * bar_w)}" y="10" '
-            f'width="{_num(bar_w * (last - first + 1))}" height="{PLOT_HEIGHT}" fill="none" '
+            f'x="{_num(MARGIN_LEFT + first * bar_w)}" y="{_num(outline)}" '
+            f'width="{_num(bar_w * (last - first + 1))}" '
+            f'height="{_num(10 + PLOT_HEIGHT - outline)}" fill="none" '
             f'stroke="#c00" stroke-width="2" stroke-dasharray="4 2"><title>peak: op '
             f'{top_op.op_index} {escape(top_op.op)}, {top_op.live_bytes} bytes live</title></rect>')
-    parts += _arena_lines(arena, y, top / 1.08)
+    lines, labels = _arena_lines(arena, y, top / 1.08)
+    parts += lines + gutter_labels(labels, 10 + PLOT_HEIGHT)
     caption = (f" · peak at op {top_op.op_index} {top_op.op}, "
                f"{format_size(top_op.live_bytes)} live" if top_op is not None else "")
     tail = f" on the {format_size(arena.tail)} tail (grey)" if arena.tail else ""
@@ -540,10 +625,10 @@ def _layout_svg(report: Report, top: float | None, colour: dict) -> str:
     top = top or timeline_top(report)
     step_w = PLOT_WIDTH / steps
     height = PLOT_SVG_HEIGHT
-    y = _y_scale(top)
-    parts = [_svg_open("layout", "arena layout"),
+    y = y_scale(top)
+    parts = [svg_open("layout", "arena layout"),
              f'<rect x="{MARGIN_LEFT}" y="10" width="{_num(PLOT_WIDTH)}" height="{PLOT_HEIGHT}" '
-             f'fill="#fafafa" stroke="#ccc"/>', *_y_axis(y, top / 1.08, "offset in the arena",
+             f'fill="#fafafa" stroke="#ccc"/>', *y_axis(y, top / 1.08, "offset in the arena",
                                                          size_ticks)]
     for b in sorted(mem.plan, key=lambda b: (b.first_step, b.offset, b.tensor, b.name)):
         x0 = MARGIN_LEFT + max(b.first_step, 0) * step_w
@@ -559,19 +644,16 @@ def _layout_svg(report: Report, top: float | None, colour: dict) -> str:
                      f'width="{_num(PLOT_WIDTH)}" height="{_num(y(head) - y(head + arena.tail))}" '
                      f'fill="{TAIL_FILL}"><title>arena tail {arena.tail} bytes at offsets '
                      f'{head}..{head + arena.tail} (allocated once, live throughout)</title></rect>')
-        if y(head) - y(head + arena.tail) > 14:  # room for its name inside
-            parts.append(f'<text x="{MARGIN_LEFT + PLOT_WIDTH / 2}" text-anchor="middle" '
-                         f'y="{_num((y(head) + y(head + arena.tail)) / 2 + 4)}">tail '
-                         f'{escape(format_size(arena.tail))}</text>')
     lb = y(mem.lower_bound_bytes)
-    # Its label under the line, or above it where under would leave the plot.
-    label_y = lb + 12 if lb + 12 < 10 + PLOT_HEIGHT else lb - 4
-    parts.append(f'<line class="lower-bound" x1="{MARGIN_LEFT}" x2="{WIDTH - 10}" '
-                 f'y1="{_num(lb)}" y2="{_num(lb)}" stroke="#555" stroke-dasharray="2 3"/>'
-                 f'<text class="line-label" x="{MARGIN_LEFT + PLOT_WIDTH / 2}" '
-                 f'y="{_num(label_y)}" text-anchor="middle">lower bound '
-                 f'of the head {escape(format_size(mem.lower_bound_bytes))}</text>')
-    parts += _arena_lines(arena, y, top / 1.08)
+    parts.append(f'<line class="lower-bound" x1="{MARGIN_LEFT}" x2="{PLOT_RIGHT + 4}" '
+                 f'y1="{_num(lb)}" y2="{_num(lb)}" stroke="#555" stroke-dasharray="2 3"/>')
+    lines, labels = _arena_lines(arena, y, top / 1.08)
+    if arena.tail:
+        parts += band_label(f"tail {format_size(arena.tail)}", y(head + arena.tail), y(head),
+                            [lb, *(label.y for label in labels)])
+    labels.append(LineLabel(lb, "lower bound of the head "
+                            f"{format_size(mem.lower_bound_bytes)}", colour="#555"))
+    parts += lines + gutter_labels(labels, 10 + PLOT_HEIGHT)
     names = _step_ops(report)
     parts += _x_labels([names.get(s, "").removeprefix("op ") for s in range(steps)], step_w,
                        PLOT_HEIGHT + 24)
@@ -582,14 +664,31 @@ def _layout_svg(report: Report, top: float | None, colour: dict) -> str:
     return "".join(parts)
 
 
+def band_label(text: str, top: float, bottom: float, lines: Sequence[float]) -> list[str]:
+    """``text`` inside a band from ``top`` to ``bottom`` (SVG y), as near its middle as the
+    lines crossing it allow; none where no place is clear (the caption names the band too).
+    An 11 px text spans about its baseline - 9 to + 3: 2 px more either side keep a line
+    off it."""
+    middle = (top + bottom) / 2 + 4
+    half_steps = range(-int(bottom - top), int(bottom - top))  # the band, in 0.5 px steps
+    clear = [base for base in (middle + d / 2 for d in half_steps)
+             if top + 11 <= base <= bottom - 4
+             and not any(base - 11 <= line <= base + 5 for line in lines)]
+    if not clear:
+        return []
+    base = min(clear, key=lambda b: abs(b - middle))
+    return [f'<text class="inside-label" x="{MARGIN_LEFT + PLOT_WIDTH / 2}" '
+            f'text-anchor="middle" y="{_num(base)}">{escape(text)}</text>']
+
+
 def bar_chart(css_class: str, bars: Sequence[tuple[str, float, str]], axis: str,
               ticks: Ticks, caption: str) -> str:
     """Bars of (label under it, value, hover text) with a y axis of ``ticks``."""
     top = max((v for _, v, _ in bars), default=0) or 1
     bar_w = PLOT_WIDTH / max(len(bars), 1)
     height = PLOT_SVG_HEIGHT + 14
-    y = _y_scale(top)
-    parts = [_svg_open(css_class, axis, height), *_y_axis(y, top, axis, ticks)]
+    y = y_scale(top)
+    parts = [svg_open(css_class, axis, height), *y_axis(y, top, axis, ticks)]
     for k, (label, v, title) in enumerate(bars):
         parts.append(f'<rect class="op" data-op="{escape(label)}" '
                      f'x="{_num(MARGIN_LEFT + k * bar_w + 0.5)}" y="{_num(y(v))}" '
@@ -607,7 +706,7 @@ def split_bar(css_class: str, parts: Sequence[tuple[str, float]], caption: str) 
     invoke overhead) is still read."""
     total = sum(ms for _, ms in parts) or 1.0
     height, x = 40, float(MARGIN_LEFT)
-    bar = [_svg_open(css_class, caption, height)]
+    bar = [svg_open(css_class, caption, height)]
     items = []
     for k, (name, ms) in enumerate(parts):
         w = PLOT_WIDTH * ms / total
@@ -774,7 +873,8 @@ def render_page(title: str, body: str) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
             f"<h1>{escape(title)}</h1>{body}"
-            "<p class=\"note\">Generated by devicefit. Hover a shape for details.</p>"
+            "<p class=\"note\">Generated by devicefit."
+            + (" Hover a shape for details." if "<title>" in body else "") + "</p>"
             + (f"<script>{layertable.SCRIPT}</script>" if 'class="layers"' in body else "")
             + "</body></html>\n")
 

@@ -80,3 +80,30 @@ def test_rejected_trials_sit_in_their_strip_and_no_labels_overlap(tmp_path):
                 assert not _overlap(a, b), (a["text"], b["text"])
         labels = [t["text"] for t in texts if t["cls"] == "trial-label"]
         assert "trial 1, 4" in labels and "trial 5" in labels  # 1 and 4 share one spot
+
+
+def test_the_fit_page_lays_out_cleanly_in_a_wide_window(tmp_path):
+    """The whole page (issue 46): no trial label over the budget line, a mark or another
+    label; the chosen trial's mark inside its plot; no table cell splitting a figure from
+    its unit; the plots and tables using the window's width."""
+    from devicefit.sdk.convert.distill import DistillSettings
+    from devicefit.sdk.fit.report import FitBudgets, FitReport, FitSettings, render_fit_html
+    from devicefit.sdk.fit.space import space_for
+    from devicefit.simulator.profiles import load_profile
+    from tests.browser import LAYOUT, WIDE, layout_problems
+
+    space = space_for(load_profile("stm32l4r5-cortex-m4"), can_train=True, can_prune=True)
+    report = FitReport("digits_cnn.keras", "stm32l4r5-tight", "tflm",
+                       FitBudgets(FLASH_BUDGET, 4500, None), space,
+                       FitSettings(20, None, 1, None, 3, DistillSettings(), None, 0, None, 4096),
+                       0.97, 10, TRIALS, chosen=1)
+    script = (f"Object.assign({LAYOUT}, {{chosen: Array.from(document.querySelectorAll("
+              "'svg.pareto')).map(svg => { const c = svg.querySelector('circle[r=\"7\"]')"
+              ".getBoundingClientRect(), p = svg.querySelector('rect')"
+              ".getBoundingClientRect(); return c.left >= p.left && c.right <= p.right && "
+              "c.top >= p.top && c.bottom <= p.bottom; })})")
+    shown, geometry = measure(tmp_path / "fit.html", render_fit_html(report), script, size=WIDE)
+    assert shown.console == [], shown.console
+    assert isinstance(geometry, dict)
+    assert layout_problems(geometry) == []
+    assert geometry["chosen"] == [True, True]
