@@ -13,7 +13,7 @@ from devicefit.simulator.infra.units import (
     format_figure,
 )
 from devicefit.simulator.report.report import BudgetCheck, CompatibilityReport, Report
-from devicefit.simulator.types import Status
+from devicefit.simulator.types import BudgetName, Status
 
 
 def budget_format(b: BudgetCheck) -> Callable[[float], str]:
@@ -25,6 +25,13 @@ def budget_format(b: BudgetCheck) -> Callable[[float], str]:
 def decimal_budget(check: Any) -> bool:
     """Whether ``check`` (a budget or a regression rule) is a size written in kB/MB."""
     return check.unit == "bytes" and decimal_prefixes(check.limit)
+
+
+def decimal_sizes(report: Report, budget: BudgetName) -> bool:
+    """Whether the sizes ``budget`` judges print in kB/MB wherever a view shows them (the
+    model file and flash for ``flash``, the arena's figures for ``arena``): its limit was
+    written so, and one figure reads the same beside the budget table as in it."""
+    return any(b.name == budget and decimal_budget(b) for b in report.budgets)
 
 
 def budget_message(b: BudgetCheck) -> str:

@@ -589,10 +589,10 @@ def section(model: Model, profile: Profile) -> EdgeTpuReport:
 
 def text_lines(section: EdgeTpuReport) -> list[str]:
     """``compatibility.edgetpu`` as the lines ``devicefit simulate`` prints (no new figures)."""
-    from devicefit.simulator.infra.units import format_size, format_time_ms
+    from devicefit.simulator.infra.units import format_bytes, format_time_ms
 
     def b(n: int | None) -> str:
-        return "-" if n is None else f"{n:,} B" + (f" ({format_size(n)})" if n >= 10240 else "")
+        return "-" if n is None else format_bytes(n)
 
     compiler = section.compiler
     basis = {"compiler": "real compiler output below",
