@@ -147,7 +147,12 @@ def _calibrate(args: argparse.Namespace) -> int:
     import yaml
 
     from devicefit.sdk.options import profile_inputs
-    from devicefit.simulator.estimate.calibration.fit import Evidence, calibrate, moved_percent
+    from devicefit.simulator.estimate.calibration.fit import (
+        BAND_MIN_MODELS,
+        Evidence,
+        calibrate,
+        moved_percent,
+    )
     from devicefit.simulator.estimate.calibration.logs import read_latency_table, runs_of
     from devicefit.simulator.estimate.calibration.match import check_run, check_sha256
     from devicefit.simulator.infra.fileio import check_outputs, write_atomic
@@ -195,6 +200,10 @@ def _calibrate(args: argparse.Namespace) -> int:
     print(f"wrote {out}: extends {doc['extends']}")
     print(f"evidence: {len(evidence)} model(s); band "
           f"[{cal.band[0]:.2f}, {cal.band[1]:.2f}] ({cal.band_basis})")
+    if len(evidence) < BAND_MIN_MODELS:  # the estimates moved; the band could not narrow
+        print(f"note: the band rests on {len(evidence)} model(s), so it stays the base "
+              f"profile's: give {BAND_MIN_MODELS} or more (--model/--board-log pairs, "
+              f"--latencies rows) for a band of the board's own")
     for m in cal.moves:
         what = f"{m.ops_timed} ops timed" if m.ops_timed else "whole model"
         held = (f", held out {format_time_ms(m.held_out_ms)}" if m.held_out_ms is not None
