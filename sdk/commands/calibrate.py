@@ -214,7 +214,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     print(f"fitted terms (chosen by their evidence): {cal.terms_said}")
     for g, s in sorted(cal.scale.items()):
         print(f"  {'other ops (default)' if g == 'default' else g}: cycles x{s:.3f}")
-    print(f"  per-op overhead {cal.extra_overhead_ms * 1e3 + 0.0:+.3g} us")
+    extra = cal.extra_overhead_ms
+    print(f"  per-op overhead {'-' if extra < 0 else '+'}{format_time_ms(abs(extra))}")
     return 0
 
 

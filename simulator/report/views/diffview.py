@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from devicefit.simulator.infra import jsonout
 from devicefit.simulator.infra.escape import clean
-from devicefit.simulator.infra.units import format_figure, format_points
+from devicefit.simulator.infra.units import format_band, format_figure, format_points
 from devicefit.simulator.report.diff import LAYER_FIGURES, Change, Figure, LayerChange, ReportDiff
 from devicefit.simulator.report.layers import shape_text
 from devicefit.simulator.report.report import LayerRow
@@ -26,7 +26,7 @@ def _value(f: Figure, value: float | None) -> str:
 
 
 def _band(band: tuple[float, float] | None, f: Figure) -> str:
-    return f" ({_value(f, band[0])}–{_value(f, band[1])})" if band else ""
+    return f" ({format_band(band, lambda v: _value(f, v))})" if band else ""
 
 
 def _change(f: Figure) -> str:

@@ -8,6 +8,7 @@ the op-profile capture it is given)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,7 @@ def test_two_whole_model_figures_say_how_little_the_band_rests_on(tmp_path, caps
     assert main(["calibrate", "--profile", BASE, "--latencies", str(table), "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert "note: the band rests on 2 model(s), so it stays the base profile's: give 8" in text
+    assert re.search(r"^  per-op overhead [+-](< )?[\d.,]+ (us|ms|s)$", text, re.M), text
     written = load_profile(out).cost_model
     base_low, base_high = profile.cost_model.error_band or estimate_band(
         profile, profile_core(profile), kernel_data(), read_model(model_path("chain_int8")))[0]
