@@ -21,6 +21,7 @@ import json
 import math
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -47,7 +48,11 @@ CASES = {
     "edgetpu": ("chain_int8", "coral-edgetpu"),
     "edgetpu-cpu": ("leaky_mid_int8", "coral-edgetpu"),
     "ethos-u": ("mobilenet_v1_96_int8", "ethos-u55-128"),
+    # A failing arena (the Markdown's problems, the text's OVER) and a flash budget in kB.
+    "tflm-over": ("mobilenet_v1_96_int8", "over.yaml"),
 }
+#: The profiles of the cases above that are not shipped: (extends, budgets).
+PROFILES = {"over.yaml": ("stm32h743-cortex-m7", "  arena: 64KiB\n  flash: 1500kB\n")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,14 +157,22 @@ def disagreements(report: Report) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def reports() -> dict[str, Report]:
-    return {name: simulate(model_path(model), profile, probe=False)
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Report]:
+    folder = tmp_path_factory.mktemp("profiles")
+    for name, (parent, budgets) in PROFILES.items():
+        (folder / name).write_text(f"name: {Path(name).stem}\nextends: {parent}\n"
+                                   f"budgets:\n{budgets}")
+    return {name: simulate(model_path(model),
+                           str(folder / profile) if profile in PROFILES else profile,
+                           probe=False)
             for name, (model, profile) in CASES.items()}
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_view_prints_a_fact_as_one_text(reports, case) -> None:
     report = reports[case]
+    if case == "tflm-over":
+        assert report.verdict == "fail" and " kB " in str(render("markdown", report))
     assert sum(1 for _ in facts(report)) > 20  # the walk found the report's figures
     assert disagreements(report) == []
 
