@@ -2,7 +2,8 @@
 
 For one report per kind of target (TFLM, LiteRT, the Edge TPU with all and with part of the
 model on the TPU, the Ethos-U), each size and time the report holds is looked for in the
-text, Markdown and HTML views (and the strings of the JSON): every printing of it, wherever
+text, Markdown and HTML views (and the strings of the JSON) and in ``check``'s Markdown and
+page of a project of that one target: every printing of it, wherever
 it is, must be the same text, so no view reads ``1 us`` where another reads ``0.61 us``,
 ``293.6 KiB`` where another reads ``300.6 kB``, or ``1020.5 KiB`` for a mebibyte. A printed
 figure stands for every value it rounds from (``1 us`` for 0.5–1.5 us), so a coarser or
@@ -101,13 +102,23 @@ def json_strings(value: object) -> Iterator[str]:
 
 
 def views(report: Report) -> dict[str, str]:
-    """Each view's text, without the profile's description: the profile's own words
-    (``1 MiB flash``, the device's), not a figure of the report."""
+    """Each view's text, ``check``'s Markdown and page of a project of this one target
+    among them, without the profile's description: the profile's own words (``1 MiB
+    flash``, the device's), not a figure of the report."""
+    from devicefit.sdk.check import views as check_views
+    from devicefit.sdk.check.gate import CheckResult, Outcome
+
+    # (check's run time, 12.3 s, is far from any figure of these reports)
+    project = CheckResult("devicefit.yaml", (Outcome(
+        Path(report.model.path).name, report.model.path, report.profile.name, report),),
+        run=False, baseline=None, seconds=12.3)
     shown = {"text": str(render("text", report)),
              "text --layers": str(render("text", report, layers=True)),
              "markdown": str(render("markdown", report)),
              "html": html_text(str(render("html", report))),
-             "json": "\n".join(json_strings(json.loads(render("json", report))))}
+             "json": "\n".join(json_strings(json.loads(render("json", report)))),
+             "check markdown": check_views.markdown(project),
+             "check html": html_text(check_views.html(project))}
     words = report.profile.description
     return {name: text.replace(words, " ") if words else text for name, text in shown.items()}
 
