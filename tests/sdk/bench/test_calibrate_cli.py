@@ -150,6 +150,10 @@ def test_two_whole_model_figures_say_how_little_the_band_rests_on(tmp_path, caps
     text = capsys.readouterr().out
     assert "note: the band rests on 2 model(s), so it stays the base profile's: give 8" in text
     assert re.search(r"^  per-op overhead [+-](< )?[\d.,]+ (us|ms|s)$", text, re.M), text
+    comment = " ".join(line[2:] for line in out.read_text().splitlines()
+                       if line.startswith("# "))
+    assert comment.startswith("Written by devicefit calibrate from 2 model(s) the board ran; "
+                              "the band rests on 2 model(s), so it stays the base profile's")
     written = load_profile(out).cost_model
     base_low, base_high = profile.cost_model.error_band or estimate_band(
         profile, profile_core(profile), kernel_data(), read_model(model_path("chain_int8")))[0]
