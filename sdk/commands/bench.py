@@ -19,7 +19,7 @@ from devicefit.sdk.options import (
 )
 from devicefit.simulator.errors import DevicefitError
 from devicefit.simulator.infra.fileio import check_outputs
-from devicefit.simulator.infra.units import format_time_ms
+from devicefit.simulator.infra.units import format_size, format_time_ms
 from devicefit.simulator.report.benchmark import BenchComparison, BenchResult
 from devicefit.simulator.report.report import Report
 
@@ -85,7 +85,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report.to_dict() if report is not None else {"bench": section.to_dict()})
         return code
-    _print(args, result, section.vs_estimate)
+    _print(args, result, section.vs_estimate, report)
     if args.layers and report is not None:
         from devicefit.simulator.report.views.layertable import text_lines
 
@@ -108,20 +108,23 @@ def _print_verdict(args: argparse.Namespace, report: Report | None) -> None:
     con.print(f"Verdict: {report.verdict.upper()}")
 
 
-def _mb(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f} MB"
+def _print(args: argparse.Namespace, result: BenchResult, comparison: BenchComparison,
+           report: Report | None) -> None:
+    from devicefit.simulator.report.views.messages import decimal_sizes
+    from devicefit.simulator.types import BudgetName
 
-
-def _print(args: argparse.Namespace, result: BenchResult, comparison: BenchComparison) -> None:
     con = make_console(args.no_color)
     r, s = result.results, result.settings
+    # The file in the flash budget's prefixes, as the report's views print it.
+    flash = report is not None and decimal_sizes(report, BudgetName.FLASH)
     # serial, device model and ABIs are the device's own words: never rich markup.
     con.print(f"[bold]{escape(result.model)}[/bold] on {escape(result.serial)} "
               f"({escape(result.device_model or '?')}, {escape(', '.join(result.abis))}) "
               f"with profile {escape(result.profile)}")
     con.print(f"threads {s.threads} · delegate {s.delegate or 'none'} · {s.runs} runs after "
               f"{s.warmup_runs} warm-up · cpu mask {s.cpu_mask or 'none'}")
-    rows = [("model size", _mb(r.model_size_mb)), ("init", format_time_ms(r.init_ms)),
+    rows = [("model size", format_size(r.model_size_bytes, flash)),
+            ("init", format_time_ms(r.init_ms)),
             ("first inference", format_time_ms(r.first_inference_ms)),
             ("warm-up avg", format_time_ms(r.warmup_avg_ms)),
             ("inference avg", format_time_ms(r.inference_avg_ms))]
@@ -133,8 +136,8 @@ def _print(args: argparse.Namespace, result: BenchResult, comparison: BenchCompa
             rows.append(("p5 / median / p95", f"{format_time_ms(i.p5_ms)} / "
                          f"{format_time_ms(i.median_ms)} / {format_time_ms(i.p95_ms)}"))
     rows += [("memory delta init / overall",
-              f"{_mb(r.memory_init_mb)} / {_mb(r.memory_overall_mb)}"),
-             ("memory peak", _mb(r.memory_peak_mb))]
+              f"{format_size(r.memory_init_bytes)} / {format_size(r.memory_overall_bytes)}"),
+             ("memory peak", format_size(r.memory_peak_bytes))]
     for c in r.delegate_coverage:
         nodes = (f"{c.nodes_delegated}/{c.nodes_total or '?'} nodes, {c.partitions} partitions"
                  if c.nodes_delegated is not None else

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -147,7 +148,12 @@ def _calibrate(args: argparse.Namespace) -> int:
     import yaml
 
     from devicefit.sdk.options import profile_inputs
-    from devicefit.simulator.estimate.calibration.fit import Evidence, calibrate, moved_percent
+    from devicefit.simulator.estimate.calibration.fit import (
+        BAND_MIN_MODELS,
+        Evidence,
+        calibrate,
+        moved_percent,
+    )
     from devicefit.simulator.estimate.calibration.logs import read_latency_table, runs_of
     from devicefit.simulator.estimate.calibration.match import check_run, check_sha256
     from devicefit.simulator.infra.fileio import check_outputs, write_atomic
@@ -190,11 +196,20 @@ def _calibrate(args: argparse.Namespace) -> int:
            "description": f"{profile.name} calibrated on the board "
                           f"({', '.join(e.name for e in evidence)})",
            "cost_model": cal.cost_keys(profile.cost_model)}
-    write_atomic(out, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True),
+    # The estimates move with one model; the band narrows only on enough of them.
+    few = (f"the band rests on {len(evidence)} model(s), so it stays the base profile's: "
+           f"give {BAND_MIN_MODELS} or more (--model/--board-log pairs, --latencies rows) "
+           f"for a band of the board's own") if len(evidence) < BAND_MIN_MODELS else None
+    said = (f"Written by devicefit calibrate from {len(evidence)} model(s) the board ran"
+            + (f"; {few}" if few else "") + ". cost_model.calibration says more.")
+    header = "".join(f"# {line}\n" for line in textwrap.wrap(said, 88))
+    write_atomic(out, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True),
                  inputs=[*models, *args.board_log, *profile.files])
     print(f"wrote {out}: extends {doc['extends']}")
     print(f"evidence: {len(evidence)} model(s); band "
           f"[{cal.band[0]:.2f}, {cal.band[1]:.2f}] ({cal.band_basis})")
+    if few:
+        print(f"note: {few}")
     for m in cal.moves:
         what = f"{m.ops_timed} ops timed" if m.ops_timed else "whole model"
         held = (f", held out {format_time_ms(m.held_out_ms)}" if m.held_out_ms is not None
@@ -205,7 +220,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     print(f"fitted terms (chosen by their evidence): {cal.terms_said}")
     for g, s in sorted(cal.scale.items()):
         print(f"  {'other ops (default)' if g == 'default' else g}: cycles x{s:.3f}")
-    print(f"  per-op overhead {cal.extra_overhead_ms * 1e3 + 0.0:+.3g} us")
+    extra = cal.extra_overhead_ms
+    print(f"  per-op overhead {'-' if extra < 0 else '+'}{format_time_ms(abs(extra))}")
     return 0
 
 

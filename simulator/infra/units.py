@@ -153,7 +153,9 @@ def format_count(n: int | float) -> str:
 
 def format_size(num_bytes: int | float | None, decimal: bool = False) -> str:
     """A compact size: exact bytes below 10 KiB (``6,912 B``), else one readable figure
-    (``122.4 KiB``; ``50.0 MB`` with ``decimal``), signed."""
+    (``122.4 KiB``; ``50.0 MB`` with ``decimal``), signed. A figure that would need four
+    digits before the point moves up a prefix, with two decimals while it rounds below one
+    of it: 1,045,000 B is ``1.0 MiB`` (not ``1020.5 KiB``), 1,024,000 B ``0.98 MiB``."""
     if num_bytes is None:
         return "-"
     value = float(num_bytes)
@@ -162,8 +164,8 @@ def format_size(num_bytes: int | float | None, decimal: bool = False) -> str:
         return f"{format_count(value)} B"
     for unit in units:
         value /= base
-        if abs(value) < base or unit == units[-1]:
-            return _unsigned_zero(f"{value:.1f} {unit}")
+        if abs(value) < 999.95 or unit == units[-1]:
+            return _unsigned_zero(f"{value:.{2 if abs(value) < 0.995 else 1}f} {unit}")
     raise AssertionError("unreachable")
 
 
@@ -176,12 +178,19 @@ def format_bytes(num_bytes: int | float, decimal: bool = False) -> str:
 
 def format_time_ms(ms: float | None) -> str:
     """A time in the unit that fits it, signed: ``182 us``, ``18.27 ms``, ``-273.55 ms``,
-    ``18,269.29 s``."""
+    ``18,269.29 s``; under 10 us two significant digits (``5.8 us``, ``0.61 us``, up to three
+    decimals), so an Edge TPU op's share of a microsecond never reads "0 us"."""
     if ms is None:
         return "-"
-    if abs(ms) < 1:
-        return _unsigned_zero(f"{ms * 1000:.0f} us")
-    return _unsigned_zero(f"{ms:.2f} ms" if abs(ms) < 1000 else f"{ms / 1000:,.2f} s")
+    if abs(ms) >= 0.9995:  # (the bounds are where the smaller unit would round to 1000)
+        return _unsigned_zero(f"{ms:.2f} ms" if abs(ms) < 999.995 else f"{ms / 1000:,.2f} s")
+    us = ms * 1000
+    if us == 0 or abs(us) >= 9.95:
+        return _unsigned_zero(f"{us:.0f} us")
+    if abs(us) < 0.0005:
+        return "< 0.001 us"
+    digits = min(3, 1 - math.floor(math.log10(abs(us))))
+    return f"{us:.{digits}f} us"
 
 
 def format_percent(fraction: float | None, digits: int = 2, signed: bool = False) -> str:

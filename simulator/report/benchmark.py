@@ -66,8 +66,21 @@ class DelegateCoverage:
     whole_graph: bool | None = None
 
 
+#: What benchmark_model's "MB" is, in bytes: its model size is the file's bytes / 1e6, its
+#: memory figures kB of /proc (KiB) / 1024, a mebibyte (``benchmark_model.cc``,
+#: ``memory_info.cc``).
+MODEL_MB, MEMORY_MB = 1e6, 1024.0 ** 2
+
+
+def _bytes(mb: float | None, size: float) -> float | None:
+    return None if mb is None else mb * size
+
+
 @dataclass(frozen=True)
 class BenchmarkOutput:
+    """The tool's figures in its own units (ms, its "MB"); the ``*_bytes`` properties give
+    the sizes in bytes, for the views to print like every other size."""
+
     model_size_mb: float | None = None
     init_ms: float | None = None
     first_inference_ms: float | None = None
@@ -82,6 +95,22 @@ class BenchmarkOutput:
     delegate_coverage: list[DelegateCoverage] = field(default_factory=list)
     op_profile: list[OpProfileRow] = field(default_factory=list)
     op_summary: list[OpTypeSummary] = field(default_factory=list)
+
+    @property
+    def model_size_bytes(self) -> float | None:
+        return _bytes(self.model_size_mb, MODEL_MB)
+
+    @property
+    def memory_init_bytes(self) -> float | None:
+        return _bytes(self.memory_init_mb, MEMORY_MB)
+
+    @property
+    def memory_overall_bytes(self) -> float | None:
+        return _bytes(self.memory_overall_mb, MEMORY_MB)
+
+    @property
+    def memory_peak_bytes(self) -> float | None:
+        return _bytes(self.memory_peak_mb, MEMORY_MB)
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,23 @@ def test_one_model_on_two_profiles_changes_only_the_latency(capsys):
     assert all(c["delta"]["macs"] == 0 for c in out["layers"])
 
 
+def test_sizes_read_as_simulate_prints_them(capsys):
+    """android-arm64-cpu's flash budget is written 50MB: simulate prints the file in kB, and
+    so does the diff (it printed 70.7 KiB beside simulate's 72.4 kB); the arena stays KiB."""
+    from devicefit.simulator.infra.units import format_size
+    from devicefit.simulator.report.views import render
+
+    a, b = model_path("chain_int8"), model_path("chain_float32")
+    assert main(["diff", str(a), str(b), "--profile", "android-arm64-cpu"]) == 0
+    text = capsys.readouterr().out
+    rows = {line.split("  ")[1].strip(): line for line in text.splitlines()
+            if line.startswith("  ") and "  " in line[2:]}
+    report = simulate(b, "android-arm64-cpu")
+    kb, kib = format_size(report.model.size_bytes, True), format_size(report.memory.arena_bytes)
+    assert kb.endswith(" kB") and kb in rows["model size"] and kb in rows["flash"]
+    assert kb in str(render("text", report)) and kib in rows["arena"] and kib.endswith(" KiB")
+
+
 def test_different_graphs_are_paired_by_type_and_shape(capsys, tmp_path):
     a = model_path("chain_int8")
     b = _without_last_op(a, tmp_path / "headless.tflite")

@@ -29,9 +29,12 @@ opposite directions moved the per-group scales by more than they knew (the Andes
 of docs/benchmarks-log.md "Calibration on the board"). The choice sees only the evidence it
 is given, so a held-out model never takes part in choosing its own fit.
 
-The error band: with two models or more, the leave-one-model-out ratios measured /
-predicted (the fit without that model predicting it), widened to contain 1; with one model
-there is nothing held out, so the band is the base profile's own, and its basis says so.
+The error band: with ``BAND_MIN_MODELS`` models or more, the leave-one-model-out ratios
+measured / predicted (the fit without that model predicting it), widened to contain 1. The
+range of n such ratios holds a new model's ratio only about (n − 1)/(n + 1) of the time (1 in
+3 for two models, whose ±3 % read as a tight band), so with fewer models the band is the base
+profile's, widened to hold the held-out ratios; with one model there is nothing held out and
+the band is the base profile's own. Its basis says which, and on how many models it rests.
 """
 
 from __future__ import annotations
@@ -65,6 +68,10 @@ SCALE_SD = 0.4
 GROUP_SD = 0.2
 OVERHEAD_SD = 0.5
 MIN_SCALE = 0.05
+#: Held-out models from which their own range is the band: the range of 8 holds a new
+#: model's ratio about 7 times in 9, as the kernel tables' band (their 10th to 90th
+#: percentile, an 80 % range, from 8 figures or more: benchmarks/bench_latency.py) does.
+BAND_MIN_MODELS = 8
 
 
 @dataclass(frozen=True)
@@ -308,19 +315,32 @@ def calibrate(profile: Profile, evidence: Sequence[Evidence],
                             None if h is None else p.total(h.scale, h.extra_ms),
                             None if h is None else h.terms)
                   for e, p, h in zip(evidence, priors, held, strict=True))
+    band, basis = _band(profile, evidence, moves, data)
+    return Calibration(fit.scale, fit.extra_ms, band, basis, moves, fit.terms)
+
+
+def _band(profile: Profile, evidence: Sequence[Evidence], moves: Sequence[ModelMove],
+          data: KernelData) -> tuple[tuple[float, float], str]:
+    """The calibrated profile's error band and its basis, saying how many models it rests
+    on: their held-out range from ``BAND_MIN_MODELS`` on, else the base profile's band
+    (widened to hold the held-out ratios there are)."""
+    n = len(evidence)
     forms = ", ".join(sorted({e.log.form for e in evidence}))
     names = ", ".join(e.name for e in evidence)
-    if len(evidence) >= 2:
-        ratios = [m.measured_ms / m.held_out_ms for m in moves if m.held_out_ms]
-        band = (min(1.0, *ratios), max(1.0, *ratios))
-        basis = (f"calibrated on the board ({len(evidence)} models: {names}; {forms}): "
-                 f"leave-one-model-out residuals")
-    else:
-        core = profile_core(profile)
-        band, base_basis = estimate_band(profile, core, data, evidence[0].model)
-        basis = (f"calibrated on the board (1 model: {names}; {forms}): one model holds "
-                 f"nothing out, so the band is the base profile's ({base_basis})")
-    return Calibration(fit.scale, fit.extra_ms, band, basis, moves, fit.terms)
+    said = f"calibrated on the board ({n} model{'s' if n > 1 else ''}: {names}; {forms})"
+    ratios = [m.measured_ms / m.held_out_ms for m in moves if m.held_out_ms]
+    held = (min(1.0, *ratios), max(1.0, *ratios)) if ratios else (1.0, 1.0)
+    if n >= BAND_MIN_MODELS:
+        return held, f"{said}: leave-one-model-out residuals"
+    base, base_basis = estimate_band(profile, profile_core(profile), data, evidence[0].model)
+    if n == 1:
+        return base, (f"{said}: one model holds nothing out, so the band is the base "
+                      f"profile's ({base_basis})")
+    return (min(base[0], held[0]), max(base[1], held[1])), (
+        f"{said}: {n} held-out models are too few for a band of their own (their range "
+        f"[{held[0]:.2f}, {held[1]:.2f}] would hold a new model about {n - 1} in {n + 1} "
+        f"times; it takes {BAND_MIN_MODELS}), so the band is the base profile's "
+        f"({base_basis}), widened to hold them")
 
 
 def _check_ratio(e: Evidence, estimate_ms: float, profile: str) -> None:

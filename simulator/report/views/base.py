@@ -30,9 +30,10 @@ def heading(report: Report) -> str:
     return f"{report.model.path} on {report.profile.name}"
 
 
-def flash_basis(mem: MemoryReport) -> str:
-    """What the flash figure adds up: the model (exact) and the runtime's code (estimated)."""
+def flash_basis(mem: MemoryReport, decimal: bool = False) -> str:
+    """What the flash figure adds up: the model (exact) and the runtime's code (estimated),
+    in kB/MB with ``decimal`` (:func:`~simulator.report.views.messages.decimal_sizes`)."""
     if not mem.flash_code_bytes:
         return "exact: the model file (no runtime code counted)"
-    return (f"estimated: model {format_bytes(mem.flash_model_bytes)} + code "
-            f"{format_bytes(mem.flash_code_bytes)} ({mem.flash_code_basis})")
+    return (f"estimated: model {format_bytes(mem.flash_model_bytes, decimal)} + code "
+            f"{format_bytes(mem.flash_code_bytes, decimal)} ({mem.flash_code_basis})")

@@ -12,7 +12,12 @@ from collections.abc import Callable
 
 from devicefit.simulator.infra import jsonout
 from devicefit.simulator.infra.escape import clean
-from devicefit.simulator.infra.units import format_figure, format_points, format_size
+from devicefit.simulator.infra.units import (
+    format_band,
+    format_figure,
+    format_points,
+    format_size,
+)
 from devicefit.simulator.report.diff import LAYER_FIGURES, Change, Figure, LayerChange, ReportDiff
 from devicefit.simulator.report.layers import shape_text
 from devicefit.simulator.report.report import LayerRow
@@ -38,19 +43,33 @@ from devicefit.simulator.report.views.html import (
     y_axis,
     y_scale,
 )
+from devicefit.simulator.report.views.messages import decimal_sizes
+from devicefit.simulator.types import BudgetName
+
+#: The diff's sizes → the budget that judges them: they print in its prefixes, as every
+#: other view of the reports prints them, where both sides' budgets are written in kB/MB.
+_JUDGED_BY = {"model size": BudgetName.FLASH, "flash": BudgetName.FLASH,
+              "arena": BudgetName.ARENA, "arena head": BudgetName.ARENA,
+              "lower bound": BudgetName.ARENA}
 
 
-def _value(f: Figure, value: float | None) -> str:
+def _value(f: Figure, value: float | None, decimal: bool = False) -> str:
     if value is None:
         return "-"
-    return format_figure(value, f.unit)
+    return format_figure(value, f.unit, decimal)
 
 
 def _band(band: tuple[float, float] | None, f: Figure) -> str:
-    return f" ({_value(f, band[0])}–{_value(f, band[1])})" if band else ""
+    return f" ({format_band(band, lambda v: _value(f, v))})" if band else ""
 
 
-def _change(f: Figure) -> str:
+def _decimal(diff: ReportDiff, f: Figure) -> bool:
+    budget = _JUDGED_BY.get(f.name)
+    return budget is not None and all(decimal_sizes(side.report, budget)
+                                      for side in (diff.a, diff.b))
+
+
+def _change(f: Figure, decimal: bool = False) -> str:
     delta = f.delta
     if delta is None:
         return "-"
@@ -59,7 +78,7 @@ def _change(f: Figure) -> str:
     if f.unit in ("fraction", "pp"):  # a change of a percentage is in percentage points
         text = format_points(delta * 100 if f.unit == "fraction" else delta)
     else:
-        text = ("+" if delta > 0 else "-") + _value(f, abs(delta))
+        text = ("+" if delta > 0 else "-") + _value(f, abs(delta), decimal)
     if f.ratio is not None:
         text += f" (×{f.ratio:.3g})"
     if f.bands_overlap:
@@ -69,8 +88,11 @@ def _change(f: Figure) -> str:
 
 def figure_rows(diff: ReportDiff) -> list[tuple[str, str, str, str]]:
     """(figure, A, B, change) for every figure and recorded accuracy."""
-    rows = [(f.name, _value(f, f.a) + _band(f.a_band, f), _value(f, f.b) + _band(f.b_band, f),
-             _change(f)) for f in (*diff.figures, *diff.accuracy)]
+    rows = []
+    for f in (*diff.figures, *diff.accuracy):
+        decimal = _decimal(diff, f)
+        rows.append((f.name, _value(f, f.a, decimal) + _band(f.a_band, f),
+                     _value(f, f.b, decimal) + _band(f.b_band, f), _change(f, decimal)))
     if not diff.accuracy:
         rows.append(("accuracy", "not recorded", "not recorded",
                      "(no accuracy in either model's conversion metadata)"))

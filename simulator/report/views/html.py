@@ -25,10 +25,10 @@ from devicefit.simulator.report.layers import peak
 from devicefit.simulator.report.report import MemoryReport, PlannedBuffer, Report, TargetSection
 from devicefit.simulator.report.views import layertable
 from devicefit.simulator.report.views.base import View, flash_basis, heading
-from devicefit.simulator.report.views.layertable import format_op_time
 from devicefit.simulator.report.views.messages import (
     budget_format,
     conversion_text,
+    decimal_sizes,
     verdict_causes,
 )
 from devicefit.simulator.types import BudgetName
@@ -196,15 +196,16 @@ def _model_rows(report: Report) -> list[tuple[str, object]]:
     m = report.model
     ops = ", ".join(f"{k}×{v}" for k, v in m.op_types.items())
     src = m.source
+    decimal = decimal_sizes(report, BudgetName.FLASH)  # the file is what flash judges
     if src is None:
         return [("file", m.path), ("sha256", m.sha256[:16] + "…"),
-                ("size", format_size(m.size_bytes)), ("operators", m.operators),
+                ("size", format_size(m.size_bytes, decimal)), ("operators", m.operators),
                 ("op types", ops), ("MACs", f"{report.compute.macs:,}")]
-    return [("your model", m.path), ("its size", format_size(src.size_bytes)),
+    return [("your model", m.path), ("its size", format_size(src.size_bytes, decimal)),
             ("its sha256", src.sha256[:16] + "…"), ("its operators", src.operators),
             (f"compiled for the {src.compiled_for}", "the figures on this page are the "
              "compiled model's"),
-            ("compiled size", format_size(m.size_bytes)),
+            ("compiled size", format_size(m.size_bytes, decimal)),
             ("compiled sha256", m.sha256[:16] + "…"),
             ("compiled operators", f"{m.operators}: {ops}"),
             ("MACs on the CPU", f"{report.compute.macs:,} (the accelerator's are inside its "
@@ -218,16 +219,17 @@ def _summaries(report: Report) -> str:
         model_rows.append(("converted with", conversion_text(m.conversion)))
     profile_rows = [("name", p.name), ("class", p.device_class), ("runtime", p.runtime),
                     ("kernels", p.kernels), ("description", p.description)]
+    arena, flash = (decimal_sizes(report, b) for b in (BudgetName.ARENA, BudgetName.FLASH))
     memory_rows: list[tuple[str, object]] = [] if mem is None else [
-        ("planner", mem.planner), ("arena head", format_size(mem.arena_head_bytes)),
-        ("arena tail", format_size(mem.arena_tail_bytes)),
-        ("arena total", format_size(mem.arena_bytes)),
-        ("lower bound (max live bytes)", format_size(mem.lower_bound_bytes)),
-        ("flash", f"{format_size(mem.flash_bytes)} ({flash_basis(mem)})")]
+        ("planner", mem.planner), ("arena head", format_size(mem.arena_head_bytes, arena)),
+        ("arena tail", format_size(mem.arena_tail_bytes, arena)),
+        ("arena total", format_size(mem.arena_bytes, arena)),
+        ("lower bound (max live bytes)", format_size(mem.lower_bound_bytes, arena)),
+        ("flash", f"{format_size(mem.flash_bytes, flash)} ({flash_basis(mem, flash)})")]
     measured = report.measured
     if measured is not None and measured.arena_head_bytes is not None:
         memory_rows.append((f"measured head ({measured.runtime})",
-                            format_size(measured.arena_head_bytes)))
+                            format_size(measured.arena_head_bytes, arena)))
     lat = report.latency
     if lat is not None and lat.estimated_device_ms is not None:
         band = _likely(lat.band_ms, format_time_ms)
@@ -713,9 +715,9 @@ def split_bar(css_class: str, parts: Sequence[tuple[str, float]], caption: str) 
         bar.append(f'<rect class="part" data-part="{escape(name)}" data-ms="{ms:g}" '
                    f'x="{_num(x)}" y="8" width="{_num(max(w, 0))}" height="24" '
                    f'fill="{PALETTE[k % len(PALETTE)]}"><title>{escape(name)} '
-                   f'{escape(format_op_time(ms))}</title></rect>')
+                   f'{escape(format_time_ms(ms))}</title></rect>')
         items.append(f'<li><span class="swatch" style="background:{PALETTE[k % len(PALETTE)]}">'
-                     f'</span>{escape(name)} {escape(format_op_time(ms))} '
+                     f'</span>{escape(name)} {escape(format_time_ms(ms))} '
                      f'({ms / total:.1%})</li>')
         x += w
     bar.append(f'<text x="{MARGIN_LEFT - 6}" y="25" text-anchor="end">'
@@ -734,14 +736,14 @@ def _per_op_svg(report: Report) -> str:
     rows = [(o.op_index, o.op, o.estimated_ms, o.device) for o in lat.per_op] if lat else []
     if any(ms for _, _, ms, _ in rows):
         bars = [(str(i), ms, f"op {i} {op}" + (f" on the {device.upper()}" if device else "")
-                 + f"\nMACs {macs.get(i, 0):,}\nestimated {format_op_time(ms)}")
+                 + f"\nMACs {macs.get(i, 0):,}\nestimated {format_time_ms(ms)}")
                 for i, op, ms, device in rows]
         chart = bar_chart("per-op", bars, "estimated device time", time_ticks,
                           "operator index (file order) →")
         total, per_op = lat.estimated_device_ms if lat else None, sum(r[2] for r in rows)
         if total and per_op < 0.95 * total:
             chart += (f'<p class="note per-op-share">The bars add up to '
-                      f'{escape(format_op_time(per_op))} of the {escape(format_time_ms(total))} '
+                      f'{escape(format_time_ms(per_op))} of the {escape(format_time_ms(total))} '
                       f'estimate; the other {escape(format_time_ms(total - per_op))} is per '
                       f'inference, not per operator (the target\'s section below splits it).</p>')
         return chart
@@ -770,8 +772,7 @@ def _bench(report: Report) -> str:
             ("measured / estimated", "-" if vs.ratio is None else f"{vs.ratio:.2f}x"),
             ("init", format_time_ms(results.init_ms)),
             ("first inference", format_time_ms(results.first_inference_ms)),
-            ("memory peak", "-" if results.memory_peak_mb is None
-             else f"{results.memory_peak_mb:.2f} MB")]
+            ("memory peak", format_size(results.memory_peak_bytes))]
     return "<h3>Measured on the device (benchmark_model)</h3>" + html_table((), rows)
 
 

@@ -8,11 +8,10 @@ view can be linked to (and the browser tests load it that way).
 from __future__ import annotations
 
 import html
-import math
 from collections.abc import Sequence
 
 from devicefit.simulator.infra.escape import clean
-from devicefit.simulator.infra.units import format_size, format_time_ms
+from devicefit.simulator.infra.units import format_bytes, format_size, format_time_ms
 from devicefit.simulator.report.layers import COLUMNS, cells, costliest
 from devicefit.simulator.report.report import LayerRow
 from devicefit.simulator.report.views.columns import columns
@@ -30,15 +29,6 @@ _HEADINGS = {"op_index": "op", "op": "type", "macs": "MACs", "param_bytes": "par
              "device_ms": "device (measured)"}
 
 
-def format_op_time(ms: float) -> str:
-    """An operator's time: :func:`format_time_ms`, with two significant digits under a
-    microsecond, where an Edge TPU op's share of a millisecond would otherwise read "0 us"."""
-    if not 0 < ms < 1e-3:
-        return format_time_ms(ms)
-    digits = min(3, 1 - math.floor(math.log10(ms * 1000)))
-    return f"{ms * 1000:.{digits}f} us" if ms >= 5e-7 else "< 0.001 us"
-
-
 def _shown(rows: Sequence[LayerRow]) -> list[int]:
     """Indexes into :data:`COLUMNS` worth showing for these rows, in display order."""
     return [_INDEX[name] for name in _ORDER
@@ -49,7 +39,7 @@ def _text_cell(name: str, value: object) -> str:
     if value is None:
         return "-"
     if name.endswith("_ms"):
-        return format_op_time(float(value))  # type: ignore[arg-type]
+        return format_time_ms(float(value))  # type: ignore[arg-type]
     if isinstance(value, int) and name not in ("op_index", "subgraph"):
         return f"{value:,}"
     return str(value)
@@ -58,11 +48,11 @@ def _text_cell(name: str, value: object) -> str:
 def costliest_lines(rows: Sequence[LayerRow]) -> list[str]:
     """``most live bytes: op 2 CONV_2D (28,224 B)`` … for each figure the rows have."""
     lines = []
-    for figure, what, fmt in (("live_bytes", "most live bytes", lambda v: f"{v:,} B"),
-                              ("estimated_ms", "slowest (estimated)", format_op_time),
+    for figure, what, fmt in (("live_bytes", "most live bytes", format_bytes),
+                              ("estimated_ms", "slowest (estimated)", format_time_ms),
                               ("host_ms", "slowest on this host (measured)", format_time_ms),
                               ("device_ms", "slowest on the device (measured)", format_time_ms),
-                              ("param_bytes", "most parameter bytes", lambda v: f"{v:,} B")):
+                              ("param_bytes", "most parameter bytes", format_bytes)):
         row = costliest(rows, figure)
         if row is not None and getattr(row, figure):
             lines.append(f"  {what}: op {row.key} {row.op} ({fmt(getattr(row, figure))})")
@@ -146,7 +136,7 @@ def html_table(rows: Sequence[LayerRow], table_id: str) -> str:
             elif value is None:
                 tds.append('<td class="num" data-v="-1">-</td>')
             else:
-                shown_value = (format_op_time(float(value)) if name.endswith("_ms")  # type: ignore[arg-type]
+                shown_value = (format_time_ms(float(value)) if name.endswith("_ms")  # type: ignore[arg-type]
                                else format_size(value) if name.endswith("bytes")  # type: ignore[arg-type]
                                else f"{value:,}" if name not in ("op_index", "subgraph") else value)
                 tds.append(f'<td class="num" data-v="{value}">{esc(shown_value)}</td>')

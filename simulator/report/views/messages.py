@@ -12,8 +12,9 @@ from devicefit.simulator.infra.units import (
     format_estimate,
     format_figure,
 )
+from devicefit.simulator.report.diff import ACCURACY_KEYS
 from devicefit.simulator.report.report import BudgetCheck, CompatibilityReport, Report
-from devicefit.simulator.types import Status
+from devicefit.simulator.types import BudgetName, Status
 
 
 def budget_format(b: BudgetCheck) -> Callable[[float], str]:
@@ -25,6 +26,13 @@ def budget_format(b: BudgetCheck) -> Callable[[float], str]:
 def decimal_budget(check: Any) -> bool:
     """Whether ``check`` (a budget or a regression rule) is a size written in kB/MB."""
     return check.unit == "bytes" and decimal_prefixes(check.limit)
+
+
+def decimal_sizes(report: Report, budget: BudgetName) -> bool:
+    """Whether the sizes ``budget`` judges print in kB/MB wherever a view shows them (the
+    model file and flash for ``flash``, the arena's figures for ``arena``): its limit was
+    written so, and one figure reads the same beside the budget table as in it."""
+    return any(b.name == budget and decimal_budget(b) for b in report.budgets)
 
 
 def budget_message(b: BudgetCheck) -> str:
@@ -118,12 +126,17 @@ def verdict_causes(report: Report) -> str:
 def conversion_text(conversion: dict[str, Any], prefix: str = "") -> str:
     """The settings ``devicefit convert`` stored in the model, as the text and HTML views
     print them: ``scheme=int8, qat.epochs=2``; a nested setting by its dotted name, a list
-    of plain values joined, anything else left out (a view never prints a Python repr)."""
+    of plain values joined, anything else left out (a view never prints a Python repr). A
+    figure of the model's quality in its unit, as ``convert`` and ``diff`` print it
+    (``accuracy.accuracy=97.50%``, not the stored 0.975)."""
     parts: list[str] = []
     for key, value in conversion.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
             parts.append(conversion_text(value, f"{name}."))
+        elif key in ACCURACY_KEYS and isinstance(value, (int, float)) \
+                and not isinstance(value, bool):
+            parts.append(f"{name}={format_figure(value, ACCURACY_KEYS[key][1])}")
         elif isinstance(value, (str, int, float, bool)) or value is None:
             parts.append(f"{name}={value}")
         elif isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value):

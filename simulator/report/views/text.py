@@ -19,7 +19,6 @@ from devicefit.simulator.report.report import (
     CompatibilityReport,
     MeasuredReport,
     MemoryReport,
-    ProfileSummary,
     Report,
     TargetMeasurement,
 )
@@ -29,9 +28,10 @@ from devicefit.simulator.report.views.layertable import text_lines as layer_line
 from devicefit.simulator.report.views.messages import (
     conversion_text,
     decimal_budget,
+    decimal_sizes,
     verdict_causes,
 )
-from devicefit.simulator.types import LatencyBasis, Status
+from devicefit.simulator.types import BudgetName, LatencyBasis, Status
 
 #: A budget's status as the text views print it.
 STATUS_WORDS = {Status.PASS: "ok", Status.FAIL: "OVER", Status.AT_RISK: "AT RISK"}
@@ -53,14 +53,16 @@ def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
     lines = []
     ops = ", ".join(f"{k}×{v}" for k, v in sorted(m.op_types.items(), key=lambda kv: -kv[1]))
     params = ", ".join(f"{k} {v:,}" for k, v in m.parameters.items()) or "none"
+    # The model file is what the flash budget judges: its sizes in that budget's prefixes.
+    file_size = partial(format_bytes, decimal=decimal_sizes(report, BudgetName.FLASH))
     if m.source is None:
-        lines.append(f"Model    {Path(m.path).name}  {_bytes(m.size_bytes)}  sha256 "
+        lines.append(f"Model    {Path(m.path).name}  {file_size(m.size_bytes)}  sha256 "
                      f"{m.sha256[:12]}")
     else:
         src = m.source
-        lines += [f"Model    {Path(m.path).name}  {_bytes(src.size_bytes)}  sha256 "
+        lines += [f"Model    {Path(m.path).name}  {file_size(src.size_bytes)}  sha256 "
                   f"{src.sha256[:12]}  ({src.operators} operators)",
-                  f"         compiled for the {src.compiled_for}: {_bytes(m.size_bytes)}  "
+                  f"         compiled for the {src.compiled_for}: {file_size(m.size_bytes)}  "
                   f"sha256 {m.sha256[:12]}; the figures below are the compiled model's"]
     macs = " on the CPU (the accelerator's are inside its compiled ops)" if m.source else ""
     lines += [f"         {m.operators} operators: {ops}",
@@ -74,7 +76,7 @@ def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
     if report.compile_refusal is not None:
         lines += ["", *refusal_lines(report.compile_refusal)]
     if mem is not None:
-        lines += memory_lines(mem, p)
+        lines += memory_lines(mem, report)
     if layers:
         lines += ["", *layer_lines(report.layers)]
     elif mem is not None and mem.timeline:
@@ -128,21 +130,24 @@ def refusal_lines(refusal: CompileRefusal) -> list[str]:
     return lines
 
 
-def memory_lines(mem: MemoryReport, profile: ProfileSummary) -> list[str]:
+def memory_lines(mem: MemoryReport, report: Report) -> list[str]:
     """The arena plan's figures, each with how far to trust it, named for the build they
     are of: the profile's runtime and kernels (a host wheel's reference kernels give TFLM
-    another head)."""
+    another head); sizes in the prefixes of the budget that judges them."""
+    profile = report.profile
     lines = ["", f"Memory (planner {mem.planner}, for {profile.runtime} with "
                  f"{profile.kernels} kernels)"]
     ex, est = mem.exact, mem.estimated
-    rows = [["arena head", _bytes(mem.arena_head_bytes), _trust("arena_head", ex, est)],
-            ["arena tail", _bytes(mem.arena_tail_bytes), _trust("arena_tail", ex, est)],
-            ["arena total", _bytes(mem.arena_bytes),
+    arena = partial(format_bytes, decimal=decimal_sizes(report, BudgetName.ARENA))
+    flash = decimal_sizes(report, BudgetName.FLASH)
+    rows = [["arena head", arena(mem.arena_head_bytes), _trust("arena_head", ex, est)],
+            ["arena tail", arena(mem.arena_tail_bytes), _trust("arena_tail", ex, est)],
+            ["arena total", arena(mem.arena_bytes),
              "exact" if {"arena_head", "arena_tail"} <= set(ex) else "estimated"],
-            *([["arena to start", _bytes(mem.arena_required_bytes), "estimated (planning room)"]]
+            *([["arena to start", arena(mem.arena_required_bytes), "estimated (planning room)"]]
               if mem.arena_required_bytes > mem.arena_bytes else []),
-            ["lower bound", _bytes(mem.lower_bound_bytes), _trust("lower_bound", ex, est)],
-            ["flash", _bytes(mem.flash_bytes), flash_basis(mem)]]
+            ["lower bound", arena(mem.lower_bound_bytes), _trust("lower_bound", ex, est)],
+            ["flash", format_bytes(mem.flash_bytes, flash), flash_basis(mem, flash)]]
     return lines + columns(rows)
 
 
@@ -311,8 +316,8 @@ def latency_lines(report: Report, top: int = 5) -> list[str]:
     slow = sorted(lat.per_op, key=lambda o: -o.estimated_ms)[:top]
     if slow:
         lines.append(f"  slowest operators (estimated, top {len(slow)} of {len(lat.per_op)})")
-        lines += columns([["op", "type", "MACs", "ms"]] +
-                         [[o.op_index, o.op, f"{o.macs:,}", f"{o.estimated_ms:.3f}"]
+        lines += columns([["op", "type", "MACs", "time"]] +
+                         [[o.op_index, o.op, f"{o.macs:,}", format_time_ms(o.estimated_ms)]
                           for o in slow], indent="    ", header=True)
     return lines
 

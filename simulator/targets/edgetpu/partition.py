@@ -589,10 +589,10 @@ def section(model: Model, profile: Profile) -> EdgeTpuReport:
 
 def text_lines(section: EdgeTpuReport) -> list[str]:
     """``compatibility.edgetpu`` as the lines ``devicefit simulate`` prints (no new figures)."""
-    from devicefit.simulator.infra.units import format_size, format_time_ms
+    from devicefit.simulator.infra.units import format_band, format_bytes, format_time_ms
 
     def b(n: int | None) -> str:
-        return "-" if n is None else f"{n:,} B" + (f" ({format_size(n)})" if n >= 10240 else "")
+        return "-" if n is None else format_bytes(n)
 
     compiler = section.compiler
     basis = {"compiler": "real compiler output below",
@@ -625,7 +625,7 @@ def text_lines(section: EdgeTpuReport) -> list[str]:
     if lat and not section.precompiled:
         lo, hi = (lat.total_ms * f for f in lat.band)
         lines.append(f"  latency      {format_time_ms(lat.total_ms)} (likely "
-                     f"{format_time_ms(lo)}–{format_time_ms(hi)}) = invoke "
+                     f"{format_band((lo, hi))}) = invoke "
                      f"{format_time_ms(lat.invoke_ms)} + TPU "
                      f"{format_time_ms(lat.tpu_compute_ms)} + link "
                      f"{format_time_ms(lat.link_ms)} ({b(lat.link_bytes)}) + CPU "

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from devicefit.simulator.infra.units import format_band, format_size, format_time_ms
+from devicefit.simulator.infra.units import format_band, format_bytes, format_time_ms
 from devicefit.simulator.report.display import (
     Bar,
     Note,
@@ -261,23 +261,23 @@ class EthosUSection:
         if len(self.cpu_partition()) > 12:
             lines.append(f"    ... {len(self.cpu_partition()) - 12} more (JSON has all)")
         if f is not None:
-            lines.append(f"  SRAM         {_b(f.sram_used_bytes)} (Vela)"
-                         + (f"; DRAM {_b(f.dram_used_bytes)}" if f.dram_used_bytes else ""))
-            lines.append(f"  flash        {_b(f.off_chip_flash_used_bytes + f.on_chip_flash_used_bytes)}"
-                         f" (Vela); compiled file {_b(self.compiled_bytes)}")
-            lines.append(f"  weights      {_b(f.encoded_weights_bytes)} encoded (from "
-                         f"{_b(f.original_weights_bytes)})")
+            lines.append(f"  SRAM         {format_bytes(f.sram_used_bytes)} (Vela)"
+                         + (f"; DRAM {format_bytes(f.dram_used_bytes)}" if f.dram_used_bytes else ""))
+            lines.append(f"  flash        {format_bytes(f.off_chip_flash_used_bytes + f.on_chip_flash_used_bytes)}"
+                         f" (Vela); compiled file {format_bytes(self.compiled_bytes)}")
+            lines.append(f"  weights      {format_bytes(f.encoded_weights_bytes)} encoded (from "
+                         f"{format_bytes(f.original_weights_bytes)})")
             lines.append(f"  cycles       {f.total_cycles:,} (NPU {f.npu_cycles:,}); "
                          f"{f.macs:,} MACs")
         else:
-            lines.append(f"  scratch      {_b(self.scratch_bytes)} (NPU arena in the file); "
-                         f"compiled file {_b(self.compiled_bytes)}")
+            lines.append(f"  scratch      {format_bytes(self.scratch_bytes)} (NPU arena in the file); "
+                         f"compiled file {format_bytes(self.compiled_bytes)}")
         for c in self.compiled_ops:
             where = f"{c.subgraph}:{c.op_index}" if c.subgraph else str(c.op_index)
-            fast = _b(c.fast_scratch_bytes) if c.fast_scratch_bytes else "the same tensor"
-            lines.append(f"  ethos-u op {where}  command stream {_b(c.command_stream_bytes)}, "
-                         f"weights {_b(c.weights_bytes)} (flash), scratch "
-                         f"{_b(c.scratch_bytes)}, fast scratch {fast}; {c.inputs} input(s), "
+            fast = format_bytes(c.fast_scratch_bytes) if c.fast_scratch_bytes else "the same tensor"
+            lines.append(f"  ethos-u op {where}  command stream {format_bytes(c.command_stream_bytes)}, "
+                         f"weights {format_bytes(c.weights_bytes)} (flash), scratch "
+                         f"{format_bytes(c.scratch_bytes)}, fast scratch {fast}; {c.inputs} input(s), "
                          f"{c.outputs} output(s)")
         if self.cpu_macs is not None:
             cpu_time = (f", {format_time_ms(self.cpu_ms)} (estimated)"
@@ -371,6 +371,3 @@ def _quoted(name: str) -> str:
     """A layer's output tensor as Vela's messages quote it; an operator with none says so."""
     return f"'{name}'" if name else "(no output)"
 
-
-def _b(n: int) -> str:
-    return f"{n:,} B" + (f" ({format_size(n)})" if n >= 10240 else "")

@@ -206,6 +206,39 @@ def test_cli_html_shows_the_measurement_beside_the_estimate(phones, model, arm64
     assert re.search(r"measured / estimated</td><td[^>]*>[\d.]+x", html)
 
 
+def test_sizes_print_as_every_other_size_in_the_terminal_and_the_page(
+        phones, model, arm64_binary, tmp_path, capsys) -> None:
+    """benchmark_model's "MB" (a mebibyte for memory, 10^6 B for the file) is shown as the
+    other views show sizes: ``44.8 MiB``, not ``44.63 MB``; the same text in the terminal
+    and on the page, and the file in the flash budget's prefixes (50MB: kB), as its line
+    in the budgets (issue 46: "0.07 MB")."""
+    phones.add("FAKE01")
+    page = tmp_path / "bench.html"
+    code = main(["bench", str(model), "--profile", "android-arm64-cpu", "--benchmark-binary",
+                 str(arm64_binary), "--adb", str(phones.adb), "--runs", "3", "--html", str(page)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    rows = dict(re.findall(r"^(model size|memory peak|memory delta init / overall)\s*│ (.+?)\s*$",
+                           out, re.M))
+    peak = rows["memory peak"]
+    assert re.fullmatch(r"[\d.,]+ (KiB|MiB|GiB)|[\d,]+ B", peak), peak
+    assert f"memory peak</td><td class=\"\">{peak}</td>" in page.read_text()
+    assert all(re.fullmatch(r"-?[\d.,]+ (KiB|MiB|GiB|B)", part)
+               for part in rows["memory delta init / overall"].split(" / "))
+    flash = re.search(r"ok   flash (\S+ \S+) within", out)
+    assert flash and rows["model size"] == flash[1] and flash[1].endswith(" kB")
+
+
+@pytest.mark.parametrize("mb, text", [(0.0703125, "72.0 KiB"), (44.63, "44.6 MiB"),
+                                      (0.005, "5,243 B"), (None, "-")])
+def test_the_tools_memory_megabytes_are_mebibytes(mb, text) -> None:
+    from devicefit.simulator.infra.units import format_size
+    from devicefit.simulator.report.benchmark import BenchmarkOutput
+
+    assert format_size(BenchmarkOutput(memory_peak_mb=mb).memory_peak_bytes) == text
+    assert BenchmarkOutput(model_size_mb=0.022912).model_size_bytes == pytest.approx(22_912)
+
+
 def _run_cli(model: Path, binary: Path, adb: str, *extra: str) -> list[str]:
     return ["bench", str(model), "--profile", "android-arm64-cpu", "--benchmark-binary",
             str(binary), "--adb", adb, "--runs", "2", *extra]

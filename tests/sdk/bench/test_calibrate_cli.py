@@ -8,6 +8,7 @@ the op-profile capture it is given)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ import yaml
 
 from devicefit.sdk.cli import main
 from devicefit.simulator.estimate.calibration.fit import prior_of
+from devicefit.simulator.estimate.kernels import kernel_data
+from devicefit.simulator.estimate.latency import estimate_band, profile_core
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.read.reader import read_model
 from tests.paths import TESTS
@@ -131,6 +134,34 @@ def test_whole_model_latency_table(model, tmp_path, capsys) -> None:
     assert main(["calibrate", "--profile", BASE, "--latencies", str(table), "-o", str(out)]) == 0
     assert "whole model" in capsys.readouterr().out
     assert load_profile(out).cost_model.calibration is not None
+
+
+def test_two_whole_model_figures_say_how_little_the_band_rests_on(tmp_path, capsys) -> None:
+    """Issue 46: two totals narrowed the band from the base's to ±3 % without a word. The
+    band stays the base profile's (widened to hold the two held-out ratios), the output says
+    why and what would make one, and so does the written profile's ``calibration``."""
+    profile = load_profile(BASE)
+    table = tmp_path / "board.csv"
+    rows = [f"{m},{f * prior_of(read_model(m), profile).total({}, 0.0):.4f}"
+            for m, f in ((model_path("chain_int8"), 1.3), (model_path("mlp_int8"), 1.25))]
+    table.write_text("model,ms\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "two.yaml"
+    assert main(["calibrate", "--profile", BASE, "--latencies", str(table), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "note: the band rests on 2 model(s), so it stays the base profile's: give 8" in text
+    assert re.search(r"^  per-op overhead [+-](< )?[\d.,]+ (us|ms|s)$", text, re.M), text
+    comment = " ".join(line[2:] for line in out.read_text().splitlines()
+                       if line.startswith("# "))
+    assert comment.startswith("Written by devicefit calibrate from 2 model(s) the board ran; "
+                              "the band rests on 2 model(s), so it stays the base profile's")
+    written = load_profile(out).cost_model
+    base_low, base_high = profile.cost_model.error_band or estimate_band(
+        profile, profile_core(profile), kernel_data(), read_model(model_path("chain_int8")))[0]
+    assert written.error_band is not None
+    assert written.error_band[0] <= base_low and written.error_band[1] >= base_high
+    assert "2 held-out models are too few for a band of their own" in (written.calibration or "")
+    assert main(["simulate", str(model_path("chain_int8")), "--profile", str(out)]) == 0
+    assert "2 held-out models are too few" in capsys.readouterr().out  # the estimate's basis
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -38,7 +38,13 @@ def test_an_estimate_carries_its_band_in_its_unit():
     (-273.547, "-273.55 ms"),  # was "-273547 us": a negative margin fell into the us branch
     (-18269285.859, "-18,269.29 s"),  # was "-18269285859 us"
     (0.182, "182 us"), (18.27, "18.27 ms"), (1000.0, "1.00 s"), (18_270_000.0, "18,270.00 s"),
-    (-0.0001, "0 us"), (-0.004, "-4 us"), (0.0, "0 us"),
+    (-0.004, "-4.0 us"), (0.0, "0 us"),
+    # Two significant digits under 10 us: the Edge TPU's 0.61 us printed "1 us" in the text
+    # and "0.61 us" on the page; a nonzero time never reads "0 us" (nor "-0 us").
+    (0.00061, "0.61 us"), (0.00015, "0.15 us"), (-0.0001, "-0.10 us"), (0.0058, "5.8 us"),
+    (0.0000123, "0.012 us"), (1e-9, "< 0.001 us"), (0.0099, "9.9 us"), (0.00996, "10 us"),
+    # Where the smaller unit would round to 1000, the larger one: never "1000 us".
+    (0.9996, "1.00 ms"), (0.9994, "999 us"), (999.996, "1.00 s"),
 ])
 def test_a_time_is_in_the_unit_that_fits_it_and_keeps_its_sign(ms, text):
     assert format_time_ms(ms) == text
@@ -54,6 +60,16 @@ def test_sizes_have_thousands_separators_and_their_budgets_prefixes():
     assert decimal_prefixes(50_000_000) and format_figure(50_000_000, "bytes", True) == "50.0 MB"
     assert not decimal_prefixes(512 * 1024) and not decimal_prefixes(1_024_000)
     assert format_figure(-0.4, "bytes") == "0 B"
+
+
+@pytest.mark.parametrize("num_bytes,decimal,text", [
+    # A margin of 1,045,000 B printed "1020.5 KiB": four digits move up a prefix.
+    (1_045_000, False, "1.0 MiB"), (1_024_000, False, "0.98 MiB"), (999 * 1024, False, "999.0 KiB"),
+    (-1_045_000, False, "-1.0 MiB"), (999_960, True, "1.0 MB"), (999_940, True, "999.9 kB"),
+    (1024 ** 2, False, "1.0 MiB"), (2 ** 40, False, "1024.0 GiB"),
+])
+def test_a_size_never_needs_four_digits_before_its_point(num_bytes, decimal, text):
+    assert format_size(num_bytes, decimal) == text
 
 
 def test_shares_are_percentages_and_their_differences_percentage_points():

@@ -9,6 +9,7 @@ import io
 import json
 
 from devicefit.sdk.cli import main
+from devicefit.simulator.infra.units import format_bytes
 from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.report.benchmark import OpProfileRow
 from devicefit.simulator.report.layers import bench_times, costliest, layer_rows
@@ -58,7 +59,7 @@ def test_cli_layers_lists_all_operators_and_names_the_costliest(capsys, tmp_path
     assert [int(line.split()[0]) for line in table] == list(range(9))
     top = costliest(report.layers, "live_bytes")
     slow = costliest(report.layers, "estimated_ms")
-    assert f"most live bytes: op {top.index} {top.op} ({top.live_bytes:,} B)" in out
+    assert f"most live bytes: op {top.index} {top.op} ({format_bytes(top.live_bytes)})" in out
     assert f"slowest (estimated): op {slow.index} {slow.op}" in out
     rows = list(csv.DictReader(io.StringIO(out_csv.read_text())))
     assert len(rows) == 9

@@ -275,3 +275,15 @@ def test_conversion_settings_read_the_same_in_text_and_html():
     html = render("html", report)
     assert "scheme=int8, qat.epochs=2, qat.lr=0.001, layers=a/b" in html
     assert "{&#x27;" not in html and "{'" not in html
+
+
+def test_stored_quality_figures_read_in_their_units():
+    """convert's summary says "accuracy 97.50%"; the page's "converted with" row said the
+    stored 0.975 (issue 46: one fact, two figures)."""
+    report = simulate(model_path("residual_int8"), "stm32l4r5-cortex-m4")
+    settings = {"scheme": "int8", "accuracy": {"accuracy": 0.975, "accuracy_drop_pp": 0.2778,
+                                               "sqnr_db": 43.2023, "samples": 360}}
+    report = dataclasses.replace(report,
+                                 model=dataclasses.replace(report.model, conversion=settings))
+    assert ("scheme=int8, accuracy.accuracy=97.50%, accuracy.accuracy_drop_pp=0.28 pp, "
+            "accuracy.sqnr_db=43.2 dB, accuracy.samples=360") in render("html", report)
