@@ -370,4 +370,3 @@ class EthosUSection:
 def _quoted(name: str) -> str:
     """A layer's output tensor as Vela's messages quote it; an operator with none says so."""
     return f"'{name}'" if name else "(no output)"
-

@@ -87,6 +87,8 @@ def html_text(page: str) -> str:
     """What a reader of the page sees, hover texts included, without the axes' ticks."""
     page = re.sub(r"<(script|style)\b.*?</\1>", " ", page, flags=re.S)
     page = re.sub(r'<text class="tick"[^>]*>.*?</text>', " ", page, flags=re.S)
+    # A figure kept whole on one line (<span class="fig">) is read as the text around it.
+    page = re.sub(r'<span class="fig">(.*?)</span>', r"\1", page, flags=re.S)
     return html.unescape(re.sub(r"<[^>]+>", " | ", page))
 
 
