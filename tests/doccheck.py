@@ -420,8 +420,41 @@ def profiles_table() -> list[str]:
     return rows
 
 
+#: The README's sections the site's home page shows too (mkdocs builds docs/ only).
+README_SECTIONS = ("Start", "A tour: convert → simulate → check")
+#: Put before each block of the copy: its examples run where they are written, in README.md
+#: (its tour writes the files the pages after it use; run twice, `check` would find the
+#: baseline the first run wrote).
+COPY_SKIP = "<!-- doccheck: skip README.md's tour, copied here; the docs check runs it there -->"
+
+
+def readme_tour() -> list[str]:
+    """README.md's start and tour, one heading level down, its links made relative to
+    docs/ and its blocks marked as run in README.md."""
+    out: list[str] = []
+    keep = fenced = False
+    for line in (ROOT / "README.md").read_text().splitlines():
+        if FENCE.match(line.strip()):
+            if not fenced:
+                while out and MARKER.fullmatch(out[-1].strip()):
+                    out.pop()
+                if keep:
+                    out.append(COPY_SKIP)
+            fenced = not fenced
+        elif not fenced and line.startswith("## "):
+            keep = line[3:] in README_SECTIONS
+            if keep:
+                line = "#" + line
+        if keep:
+            out.append(line.replace("](docs/", "]("))
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
 GENERATED: dict[str, Callable[[], list[str]]] = {
     "profiles": profiles_table,  # docs/profiles.md
+    "readme_tour": readme_tour,  # docs/index.md
     # docs/ops.md: from the op tables and rules the simulator decides with (tests/ops_table.py)
     "ops": ops_table.table,
     "custom_ops": ops_table.custom_table,

@@ -23,6 +23,12 @@ def test_the_docs_build_strictly(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "site" / "check" / "index.html").is_file()
+    site = tmp_path / "site"
+    assert "A tour: convert" in (site / "index.html").read_text()  # the README's, copied
+    # A pipe escaped for a Markdown table inside code is shown with its backslash
+    # (`list\|show` on the home page once): no page may show one.
+    shown = [page.relative_to(site) for page in site.rglob("*.html") if "\\|" in page.read_text()]
+    assert not shown, shown
 
 
 def test_every_relative_link_and_anchor_resolves():
@@ -55,6 +61,19 @@ def test_benchmark_citations_name_a_section(tmp_path):
     assert len(problems) == 2, problems
     assert '"No such area": no such heading' in problems[0]
     assert "BENCHMARKS.md has no sections" in problems[1]
+
+
+def test_the_home_page_copies_the_readme_tour_which_runs_once():
+    """The site is built from docs/ alone, so the home page holds the README's start and
+    tour (a generated part); its examples run in README.md, where the tour writes the files
+    the pages after it use, and are marked so in the copy."""
+    tour = doccheck.readme_tour()
+    assert "### A tour: convert → simulate → check" in tour and "### Start" in tour
+    assert not [line for line in tour if "](docs/" in line]  # links made relative to docs/
+    copied = [b for b in doccheck.blocks(ROOT / "docs" / "index.md")
+              if b.markers.get("skip", "").startswith("README.md's tour")]
+    readme = doccheck.blocks(ROOT / "README.md")
+    assert [(b.language, b.body) for b in copied] == [(b.language, b.body) for b in readme]
 
 
 def test_generated_tables_are_current():
