@@ -341,7 +341,7 @@ def pareto_svg(trials: list[FitTrial], budget: float | None, chosen: int | None,
         av = y_lo + (y_hi - y_lo) * frac
         fv = x_lo + (x_hi - x_lo) * frac
         parts.append(f'<text class="tick" x="{LEFT - 6}" y="{num(y(av) + 4)}" '
-                     f'text-anchor="end">{av:.1%}</text><text class="tick" x="{num(x(fv))}" '
+                     f'text-anchor="end">{format_percent(av)}</text><text class="tick" x="{num(x(fv))}" '
                      f'y="{bottom + 16}" text-anchor="{anchor}">{escape(format_size(fv))}</text>')
     if budget:
         bx = x(budget)

@@ -18,7 +18,7 @@ from devicefit.sdk.search.objective import Objective
 from devicefit.sdk.search.screen import Rejection, Screened
 from devicefit.sdk.search.trials import ArchTrial, cost, pareto_front, ranked
 from devicefit.sdk.study import shown_url
-from devicefit.simulator.infra.units import format_bytes, format_percent, format_time_ms
+from devicefit.simulator.infra.units import format_bytes, format_estimate, format_percent
 from devicefit.simulator.report.report import plain_fields
 from devicefit.simulator.report.views.html import Section, escape, html_table, render_html
 from devicefit.simulator.types import BudgetName, Unit
@@ -155,10 +155,8 @@ def _size(n: int | None) -> str:
 
 
 def _latency(ms: float | None, band: tuple[float, float] | None) -> str:
-    if ms is None:
-        return ""
-    shown = format_time_ms(ms)
-    return f"{shown} ({format_time_ms(band[0])}-{format_time_ms(band[1])})" if band else shown
+    """The estimate with its band, as fit's tables and every report view show one."""
+    return "" if ms is None else format_estimate(ms, "ms", band)
 
 
 def pareto_svg(found: Searched) -> str:
@@ -168,6 +166,7 @@ def pareto_svg(found: Searched) -> str:
     try:
         import matplotlib
         from matplotlib.figure import Figure
+        from matplotlib.ticker import FuncFormatter
     except ImportError:
         return ('<p class="note">The picture needs matplotlib (pip install '
                 '"devicefit[plot]"); the front is in the table above.</p>')
@@ -203,6 +202,8 @@ def pareto_svg(found: Searched) -> str:
         ax.axvline(budget / scale, color="#c00", lw=1, label=f"{metric.cost} budget")
     ax.set_xlabel("estimated latency (ms)" if latency else "arena (KiB)")
     ax.set_ylabel("int8 accuracy")
+    # In the tables' unit (97.50%), not matplotlib's bare fraction (0.975).
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_percent(v)))
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     out = io.StringIO()

@@ -80,3 +80,20 @@ def test_rejected_trials_sit_in_their_strip_and_no_labels_overlap(tmp_path):
                 assert not _overlap(a, b), (a["text"], b["text"])
         labels = [t["text"] for t in texts if t["cls"] == "trial-label"]
         assert "trial 1, 4" in labels and "trial 5" in labels  # 1 and 4 share one spot
+
+
+def test_the_accuracy_axis_speaks_the_tables_unit():
+    """The y ticks read as the trials table's accuracy column does (``96.39%``), not in
+    another rounding or as a bare fraction."""
+    import re
+
+    from devicefit.sdk.fit.report import LEFT
+    from devicefit.simulator.infra.units import format_percent
+
+    svg = pareto_svg(TRIALS, FLASH_BUDGET, 1, "flash")
+    # The y axis's ticks: right-aligned left of the plot.
+    ticks = re.findall(rf'<text class="tick" x="{LEFT - 6}" y="[\d.]+" '
+                       r'text-anchor="end">([^<]*)<', svg)
+    assert len(ticks) == 3
+    assert all(re.fullmatch(r"\d+\.\d\d%", t) for t in ticks), ticks
+    assert format_percent(0.9639) == "96.39%"  # the table's figure for trial 1

@@ -166,6 +166,23 @@ def test_reports_name_rejections_by_budget(runs):
 
 
 @pytest.mark.slow
+def test_the_page_and_tables_speak_one_unit_per_figure(runs):
+    """Accuracy on the Pareto plot's axis as the tables give it (97.50%), a latency band
+    as every view writes one (``likely low–high``)."""
+    import re
+
+    from devicefit.sdk.search.report import pareto_svg, screen_rows, trial_rows
+
+    _, second, _ = runs
+    ticks = re.findall(r"<text[^>]*>([^<]*)</text>", pareto_svg(second))
+    assert any(re.fullmatch(r"\d+\.\d\d%", t) for t in ticks), ticks
+    assert not any(re.fullmatch(r"0\.\d+", t) for t in ticks), ticks
+    latencies = [row[6] for row in trial_rows(second)] + \
+        [row[4] for row in screen_rows(second.screen.results)]
+    assert all(re.fullmatch(r"\S+ ms \(likely \S+ ms–\S+ ms\)", t) for t in latencies), latencies
+
+
+@pytest.mark.slow
 def test_the_summary_says_what_was_chosen_and_verified(runs, capsys):
     from devicefit.sdk.commands.search import _print_summary
     from devicefit.sdk.console import make_console
