@@ -69,7 +69,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-trials", type=int, default=20, help="distinct candidates (20)")
     p.add_argument("--time-budget", metavar="DURATION",
                    help="stop starting new trials after this long, e.g. 30m, 90s, 2h")
-    p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs per candidate (3)")
+    p.add_argument("--epochs", type=int, default=3,
+                   help="fine-tuning epochs per training stage (3): a pruned candidate trains "
+                        "them while pruned, and a QAT candidate (and its PTQ twin) as many "
+                        "again for int8")
     add_study_options(
         p, storage="optuna storage: sqlite:///fit.db (resume on this machine) or "
                    "postgresql://user@host/db (workers on several machines join one study; "
@@ -161,6 +164,7 @@ def _outputs(args: argparse.Namespace, console: Console, report: FitReport,
 
 
 def _print_summary(console: Console, report: FitReport) -> None:
+    from devicefit.sdk.convert.finetune import training_summary
     from devicefit.sdk.fit.report import TRIAL_COLUMNS, miss_text, trial_rows
 
     console.print(table(f"Trials on {report.profile} ({report.search_seconds:.0f} s"
@@ -176,11 +180,8 @@ def _print_summary(console: Console, report: FitReport) -> None:
                       + f", flash {format_size(chosen.flash_bytes)}, arena "
                       f"{format_size(chosen.arena_bytes)}")
         console.print(f"why: {report.reason}")
-        for run in chosen.payload.fine_tune:
-            console.print(f"fine-tuned {run.epochs} epoch(s): batch {run.batch_size} x "
-                          f"{run.accumulation_steps} accumulation (sdk.train plan for "
-                          f"{format_size(run.memory_limit_bytes)}), loss "
-                          + " → ".join(f"{loss:.3f}" for loss in run.loss))
+        if trained := training_summary(chosen.payload.fine_tune):
+            console.print(trained)
         console.print(verified_line(report.verification, report.runtime))
         if report.clustering:
             c = report.clustering
