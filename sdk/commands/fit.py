@@ -165,11 +165,13 @@ def _outputs(args: argparse.Namespace, console: Console, report: FitReport,
 
 def _print_summary(console: Console, report: FitReport) -> None:
     from devicefit.sdk.convert.finetune import training_summary
-    from devicefit.sdk.fit.report import TRIAL_COLUMNS, miss_text, trial_rows
+    from devicefit.sdk.fit.report import TRIAL_COLUMNS, miss_text, trial_rows, trials_note
 
     console.print(table(f"Trials on {report.profile} ({report.search_seconds:.0f} s"
                         + (", interrupted" if report.interrupted else "") + ")",
                         TRIAL_COLUMNS, trial_rows(report)))
+    if note := trials_note(report.trials, report.unshown, report.settings.max_trials):
+        console.print(note)
     chosen = report.trial(report.chosen)
     if chosen is not None:
         loss = report.accuracy_loss_pp

@@ -205,7 +205,7 @@ def _screen(args: argparse.Namespace) -> int:
 
 def _print_summary(console: Console, found: Searched) -> None:
     from devicefit.sdk.commands.fit import verified_line
-    from devicefit.sdk.fit.report import miss_text
+    from devicefit.sdk.fit.report import miss_text, trials_note
     from devicefit.sdk.search.report import (
         SCREEN_COLUMNS,
         TRIAL_COLUMNS,
@@ -232,6 +232,8 @@ def _print_summary(console: Console, found: Searched) -> None:
     console.print(table(f"Trained on {found.profile.name} ({found.search_seconds:.0f} s"
                         + (", interrupted" if found.interrupted else "") + ")",
                         list(TRIAL_COLUMNS), trial_rows(found)))
+    if note := trials_note(found.trials, found.unshown, found.settings.max_trials):
+        console.print(note)
     if found.objective.cost is not None:
         console.print(table(f"Pareto front: accuracy vs {found.objective.cost}",
                             ["#", "candidate", "accuracy", found.objective.cost],

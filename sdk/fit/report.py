@@ -7,13 +7,14 @@ view, :func:`trial_rows` feeds the CLI table and :func:`render_fit_html` the HTM
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from devicefit.sdk.convert.distill import DistillSettings
 from devicefit.sdk.fit.record import FitTrial, read_trial
 from devicefit.sdk.fit.space import SearchSpace
-from devicefit.sdk.study import Stopped, TrialStage
+from devicefit.sdk.study import Stopped, TrialRecord, TrialStage, Unshown
 from devicefit.simulator.infra.units import (
     format_estimate,
     format_percent,
@@ -143,6 +144,8 @@ class FitReport:
     verification: Report | None = None
     clustering: Clustering | None = None
     study: StudyRecord | None = None
+    #: Trial numbers the study used without a record, and why (the table skips them).
+    unshown: tuple[Unshown, ...] = ()
 
     @property
     def found(self) -> bool:
@@ -285,6 +288,29 @@ def trial_rows(report: FitReport) -> list[tuple[Any, ...]]:
     return rows
 
 
+def trials_note(records: Sequence[TrialRecord[Any, Any]], unshown: Sequence[Unshown],
+                max_trials: int) -> str | None:
+    """What the trials table holds besides ``--max-trials`` judged candidates: the ones
+    skipped without building (they cost nothing, so they do not count) and the numbers it
+    skips (proposals optuna numbered that judged nothing), each with why; None if nothing."""
+    parts = []
+    skipped = [r.number for r in records if r.stage == TrialStage.SKIPPED]
+    if skipped:
+        judged = len(records) - len(skipped)
+        parts.append(f"{judged} candidate{'s' if judged != 1 else ''} judged (--max-trials "
+                     f"{max_trials}); not counted: {_numbers(skipped)}, skipped without "
+                     "building (an earlier trial shows it misses)")
+    reasons: dict[str, list[int]] = {}
+    for u in unshown:
+        reasons.setdefault(u.why, []).append(u.number)
+    parts += [f"no {_numbers(numbers)}: {why}" for why, numbers in reasons.items()]
+    return "; ".join(parts) or None
+
+
+def _numbers(numbers: list[int]) -> str:
+    return ("trial " if len(numbers) == 1 else "trials ") + ", ".join(map(str, numbers))
+
+
 def latency_text(t: FitTrial) -> str:
     """The estimate with its band, as everywhere else an estimate shows."""
     assert t.latency_ms is not None  # callers show "-" for a trial without an estimate
@@ -423,7 +449,9 @@ def render_fit_html(report: FitReport) -> str:
                    + html_table(MISS_COLUMNS, [miss_row(m) for m in report.closest_misses]))
     facts = [("profile", report.profile), ("float accuracy", "-" if report.float_accuracy is None
                                             else f"{format_percent(report.float_accuracy)}"),
-             ("trials", len(report.trials)), ("search time", f"{report.search_seconds:.1f} s"),
+             ("trials", str(len(report.trials)) + (f" ({note})" if (note := trials_note(
+                 report.trials, report.unshown, report.settings.max_trials)) else "")),
+             ("search time", f"{report.search_seconds:.1f} s"),
              ("interrupted", "yes" if report.interrupted else "no")]
     if report.clustering:
         c = report.clustering

@@ -98,6 +98,7 @@ def to_dict(found: Searched) -> dict[str, Any]:
         "pareto_front": pareto_front(found.trials, found.objective),
         "chosen": found.chosen, "reason": reason(found), "output": found.output,
         "failed_in_runtime": list(found.failed_in_runtime),
+        "unshown": [plain_fields(u) for u in found.unshown],
         "verification": found.verification.to_dict() if found.verification else None,
         "closest": None if closest is None else screened_dict(closest),
         "closest_misses": [plain_fields(m) for m in misses],
