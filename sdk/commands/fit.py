@@ -178,13 +178,11 @@ def _print_summary(console: Console, report: FitReport) -> None:
         console.print(f"[bold green]fits:[/bold green] trial {chosen.number}, "
                       f"{chosen.candidate.label()}: accuracy {format_percent(chosen.accuracy)}"
                       + ("" if loss is None else f" ({format_points(-loss)} vs float "
-                         f"{format_percent(report.float_accuracy)})")
-                      + f", flash {format_size(chosen.flash_bytes)}, arena "
-                      f"{format_size(chosen.arena_bytes)}")
+                         f"{format_percent(report.float_accuracy)})"))
         console.print(f"why: {report.reason}")
         if trained := training_summary(chosen.payload.fine_tune):
             console.print(trained)
-        console.print(verified_line(report.verification, report.runtime))
+        console.print(verified_line(report.verification, report.runtime, chosen))
         if report.clustering:
             c = report.clustering
             console.print(f"clustered to {c.clusters} values per layer: gzip download "
@@ -266,12 +264,23 @@ def trial_progress(no_color: bool, quiet: bool, max_trials: int) -> Iterator[tup
         yield update, on_trial
 
 
-def verified_line(verification: Report | None, runtime: str) -> str:
-    """What the run in the target's runtime (named by the run, else ``runtime``) showed."""
+def verified_line(verification: Report | None, runtime: str,
+                  judged: TrialRecord[Any, Any] | None = None) -> str:
+    """What the run in the target's runtime (named by the run, else ``runtime``) showed, of
+    the file as written. That file is the ``judged`` trial's with devicefit's metadata, so
+    its flash differs from the trials table's figure by those bytes: the line says by how
+    much, so that each flash figure names the file it is for."""
     if verification is not None and verification.measured:
         runtime = verification.measured.runtime
     budgets = verification.budgets if verification is not None else []
-    return f"verified in {runtime}: {', '.join(budget_text(b) for b in budgets)}"
+    written = ""
+    if verification is not None and verification.memory is not None and judged is not None \
+            and judged.flash_bytes is not None:
+        extra = verification.memory.flash_bytes - judged.flash_bytes
+        written = f", the file as written: trial {judged.number}'s model" + (
+            "" if extra == 0 else f" {'+' if extra > 0 else '-'} {format_size(abs(extra))} "
+            "(devicefit's metadata)")
+    return f"verified in {runtime}{written}: {', '.join(budget_text(b) for b in budgets)}"
 
 
 def budget_text(budget: BudgetCheck) -> str:

@@ -26,7 +26,7 @@ from devicefit.sdk.options import (
 )
 from devicefit.sdk.search.objective import Objective
 from devicefit.simulator.errors import UsageError, require_extra
-from devicefit.simulator.infra.units import format_percent, format_size
+from devicefit.simulator.infra.units import format_percent
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -248,9 +248,7 @@ def _print_summary(console: Console, found: Searched) -> None:
                           "every budget in the runtime")
         return
     console.print(f"[bold green]fits:[/bold green] trial {chosen.number}, "
-                  f"{chosen.candidate.label()}: int8 accuracy {format_percent(chosen.accuracy)}"
-                  f", flash {format_size(chosen.flash_bytes)}, arena "
-                  f"{format_size(chosen.arena_bytes)}")
+                  f"{chosen.candidate.label()}: int8 accuracy {format_percent(chosen.accuracy)}")
     console.print(f"why: {reason(found)}")
-    console.print(verified_line(found.verification, found.profile.runtime.name))
+    console.print(verified_line(found.verification, found.profile.runtime.name, chosen))
     console.print(f"wrote {found.output}")
