@@ -12,7 +12,7 @@ import io
 from collections import Counter
 from typing import Any
 
-from devicefit.sdk.fit.report import MISS_COLUMNS, FitBudgets, Miss, miss_row
+from devicefit.sdk.fit.report import MISS_COLUMNS, FitBudgets, Miss, miss_row, trials_note
 from devicefit.sdk.search.architectures import Searched
 from devicefit.sdk.search.objective import Objective
 from devicefit.sdk.search.screen import Rejection, Screened
@@ -237,6 +237,8 @@ def render_search_html(found: Searched) -> str:
                                                  f"{found.epochs} epoch(s) each"),
              ("search time", f"{found.search_seconds:.1f} s"),
              ("interrupted", "yes" if found.interrupted else "no")]
+    if note := trials_note(found.trials, found.unshown, found.settings.max_trials):
+        facts.insert(-2, ("trial numbers", note))
     what = found.objective.cost or "arena"
     intro = (summary + html_table(("", ""), facts)
              + "<h2>Screened (random weights, int8, judged statically)</h2>"

@@ -134,6 +134,13 @@ def test_html_report_has_trials_and_the_pareto_plot(tight_fit):
     assert page.count("(likely ") >= len(banded)
 
 
+def test_every_trial_number_is_shown_or_said_why_not(tight_fit):
+    report = tight_fit["report"]
+    shown = {t["number"] for t in report["trials"]}
+    said = {u["number"] for u in report["unshown"]}
+    assert not shown & said and shown | said == set(range(max(shown | said) + 1))
+
+
 def test_the_summary_gives_each_flash_figure_once_naming_its_file(tight_fit, capsys):
     """The trials table has the chosen trial's file as judged; the written file carries
     devicefit's metadata too: the verified line names that file and the bytes it adds, and

@@ -184,6 +184,18 @@ def test_the_page_and_tables_speak_one_unit_per_figure(runs):
 
 
 @pytest.mark.slow
+def test_every_trial_number_is_shown_or_said_why_not(runs):
+    """optuna numbers the sampler's repeats too (pruned, no record): the numbers the table
+    skips are each named with a reason, in the JSON and under the table."""
+    _, second, _ = runs
+    shown = {t.number for t in second.trials}
+    said = {u.number for u in second.unshown}
+    assert not shown & said and shown | said == set(range(max(shown | said) + 1))
+    assert to_dict(second)["unshown"] == [{"number": u.number, "why": u.why}
+                                          for u in second.unshown]
+
+
+@pytest.mark.slow
 def test_the_summary_says_what_was_chosen_and_verified(runs, capsys):
     from devicefit.sdk.commands.search import _print_summary
     from devicefit.sdk.console import make_console
