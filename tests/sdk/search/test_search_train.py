@@ -179,7 +179,8 @@ def test_the_page_and_tables_speak_one_unit_per_figure(runs):
     assert not any(re.fullmatch(r"0\.\d+", t) for t in ticks), ticks
     latencies = [row[6] for row in trial_rows(second)] + \
         [row[4] for row in screen_rows(second.screen.results)]
-    assert latencies and all(re.fullmatch(r"\S+ ms \(likely \S+ ms–\S+ ms\)", t)
+    figure = r"[\d.]+ (?:us|ms|s)"
+    assert latencies and all(re.fullmatch(rf"{figure} \(likely {figure}–{figure}\)", t)
                              for t in latencies if t), latencies
 
 
