@@ -96,7 +96,7 @@ def fine_tune(model: Any, data: Dataset, epochs: int, *,
 def training_summary(runs: Sequence[FineTuneResult]) -> str | None:
     """Every training run of a model in one line, as it happened: the epochs in all, what
     each stage trained (pruning step by step; a stage trained one epoch at a time, such as
-    QAT re-measuring its ranges, as one figure), the batch, the loss from first to last.
+    QAT re-measuring its ranges, as one figure), the batch, the final loss.
 
     ``--epochs N`` is per stage: a pruned candidate with a QAT twin trains N epochs while
     it is pruned and N more for int8, so the line says both and their sum.
@@ -112,9 +112,10 @@ def training_summary(runs: Sequence[FineTuneResult]) -> str | None:
         else:
             stages.append(f"{sum(epochs)} epoch(s)" + (f" {purpose}" if purpose else ""))
     total = sum(r.epochs for r in runs)
+    # The last epoch's: a pruning step's cut raises the loss again, so first → last would
+    # read as training that made it worse.
     losses = [v for r in runs for v in r.loss]
-    loss = "" if not losses else f"; loss {losses[0]:.3f} → {losses[-1]:.3f}" \
-        if len(losses) > 1 else f"; loss {losses[0]:.3f}"
+    loss = f"; final loss {losses[-1]:.3f}" if losses else ""
     return (f"fine-tuned {total} epoch(s)"
             + (f": {', then '.join(stages)}" if stages != [f"{total} epoch(s)"] else "")
             + f"; {_batches(runs)}{loss}")

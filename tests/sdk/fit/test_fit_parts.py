@@ -324,7 +324,7 @@ def test_the_chosen_candidates_training_is_one_line_of_what_happened(capsys):
                and not line.startswith("why")]
     assert trained == [
         "fine-tuned 8 epoch(s): channel pruning in 2 steps of 2 epoch(s), then 4 epoch(s) "
-        "int8 like its QAT twin (no fake quantization); batch 32; loss 0.041 → 0.016"]
+        "int8 like its QAT twin (no fake quantization); batch 32; final loss 0.016"]
     assert "sdk.train" not in trained[0]
 
 
@@ -334,5 +334,5 @@ def test_a_batch_split_by_memory_says_what_it_was_split_for():
     split = FineTuneResult(3, 8, 4, [0.5, 0.4, 0.3], memory_limit_bytes=64 << 20)
     assert training_summary([split]) == (
         "fine-tuned 3 epoch(s); batch 32 as 4 micro-batches of 8, the most that fits "
-        "64.0 MiB; loss 0.500 → 0.300")
+        "64.0 MiB; final loss 0.300")
     assert training_summary([]) is None
