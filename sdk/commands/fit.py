@@ -267,19 +267,15 @@ def trial_progress(no_color: bool, quiet: bool, max_trials: int) -> Iterator[tup
 def verified_line(verification: Report | None, runtime: str,
                   judged: TrialRecord[Any, Any] | None = None) -> str:
     """What the run in the target's runtime (named by the run, else ``runtime``) showed, of
-    the file as written. That file is the ``judged`` trial's with devicefit's metadata, so
-    its flash differs from the trials table's figure by those bytes: the line says by how
-    much, so that each flash figure names the file it is for."""
+    the file as written, named against the ``judged`` trial
+    (:func:`sdk.fit.report.written_as`)."""
+    from devicefit.sdk.fit.report import written_as
+
     if verification is not None and verification.measured:
         runtime = verification.measured.runtime
     budgets = verification.budgets if verification is not None else []
-    written = ""
-    if verification is not None and verification.memory is not None and judged is not None \
-            and judged.flash_bytes is not None:
-        extra = verification.memory.flash_bytes - judged.flash_bytes
-        written = f", the file as written: trial {judged.number}'s model" + (
-            "" if extra == 0 else f" {'+' if extra > 0 else '-'} {format_size(abs(extra))} "
-            "(devicefit's metadata)")
+    written = written_as(verification, judged)
+    written = f", the file as written: {written}" if written else ""
     return f"verified in {runtime}{written}: {', '.join(budget_text(b) for b in budgets)}"
 
 

@@ -311,6 +311,20 @@ def _numbers(numbers: list[int]) -> str:
     return ("trial " if len(numbers) == 1 else "trials ") + ", ".join(map(str, numbers))
 
 
+def written_as(verification: Report | None, judged: TrialRecord[Any, Any] | None) -> str:
+    """The file as written, named against the trial it came from: ``trial 4's model + 488
+    B (devicefit's metadata)``. The trials table gives that trial's file as judged, the
+    verification the written one, which carries devicefit's metadata too: each flash
+    figure then says which file it is; empty when there is nothing to compare."""
+    if verification is None or verification.memory is None or judged is None or \
+            judged.flash_bytes is None:
+        return ""
+    extra = verification.memory.flash_bytes - judged.flash_bytes
+    return f"trial {judged.number}'s model" + (
+        "" if extra == 0 else f" {'+' if extra > 0 else '-'} {format_size(abs(extra))} "
+        "(devicefit's metadata)")
+
+
 def latency_text(t: FitTrial) -> str:
     """The estimate with its band, as everywhere else an estimate shows."""
     assert t.latency_ms is not None  # callers show "-" for a trial without an estimate
@@ -470,6 +484,8 @@ def render_fit_html(report: FitReport) -> str:
              + (f'<p class="note">flash includes {escape(format_size(code))} of runtime code.'
                 "</p>" if code else "")
              + "<h2>Trials</h2>" + html_table(TRIAL_COLUMNS, trial_rows(report)))
-    sections = [Section(f"Chosen candidate on {report.profile} (verified in the runtime)",
+    written = written_as(verification, chosen)
+    sections = [Section(f"Chosen candidate on {report.profile}, the file as written"
+                        + (f": {written}" if written else "") + " (verified in the runtime)",
                         verification)] if verification is not None else []
     return render_html(f"devicefit fit: {report.source}", sections, intro=intro)

@@ -12,7 +12,14 @@ import io
 from collections import Counter
 from typing import Any
 
-from devicefit.sdk.fit.report import MISS_COLUMNS, FitBudgets, Miss, miss_row, trials_note
+from devicefit.sdk.fit.report import (
+    MISS_COLUMNS,
+    FitBudgets,
+    Miss,
+    miss_row,
+    trials_note,
+    written_as,
+)
 from devicefit.sdk.search.architectures import Searched
 from devicefit.sdk.search.objective import Objective
 from devicefit.sdk.search.screen import Rejection, Screened
@@ -247,6 +254,8 @@ def render_search_html(found: Searched) -> str:
              + f"<h2>Accuracy vs {escape(what)}: the Pareto front</h2>"
              + html_table(("#", "candidate", "accuracy", what), front_rows(found))
              + pareto_svg(found))
-    sections = [Section(f"Chosen candidate on {found.profile.name} (verified in the runtime)",
+    written = written_as(found.verification, chosen)
+    sections = [Section(f"Chosen candidate on {found.profile.name}, the file as written"
+                        + (f": {written}" if written else "") + " (verified in the runtime)",
                         found.verification)] if found.verification is not None else []
     return render_html(f"devicefit search: {found.profile.name}", sections, intro=intro)

@@ -145,6 +145,8 @@ def test_the_summary_gives_each_flash_figure_once_naming_its_file(tight_fit, cap
     """The trials table has the chosen trial's file as judged; the written file carries
     devicefit's metadata too: the verified line names that file and the bytes it adds, and
     no other line gives the chosen model's flash (it said 123.0 KiB, then 123.5 KiB)."""
+    import html
+
     from devicefit.sdk.commands.fit import _print_summary
     from devicefit.sdk.console import make_console
     from devicefit.sdk.fit.report import FitReport
@@ -165,6 +167,10 @@ def test_the_summary_gives_each_flash_figure_once_naming_its_file(tight_fit, cap
     assert sum(format_size(written) in line for line in summary) == 1
     assert not any(format_size(chosen.flash_bytes) in line for line in summary)
     assert sum(line.startswith("fine-tuned") for line in lines) == 1
+    # The page names the written file the same way.
+    assert html.escape(f"the file as written: trial {chosen.number}'s model + "
+                       f"{format_size(written - chosen.flash_bytes)} (devicefit's metadata)"
+                       ) in tight_fit["html"]
 
 
 def test_nothing_fits_exits_1_with_the_closest_miss(digits, tmp_path, capsys):

@@ -205,7 +205,12 @@ def test_the_summary_says_what_was_chosen_and_verified(runs, capsys):
     _print_summary(make_console(True), second)
     out = capsys.readouterr().out
     assert "Screened for tight-digits: 3 of 4 fit" in out and "flash, arena" in out
-    assert f"fits: trial {second.chosen}" in out and "verified in tflm" in out
+    assert f"fits: trial {second.chosen}" in out
+    # The flash of the file as written, named against the trial it came from (whose own
+    # figure is the table's), on the page as in the terminal.
+    named = f"verified in tflm, the file as written: trial {second.chosen}'s model + "
+    assert named in out and "(devicefit's metadata): flash " in out
+    assert "the file as written: trial " in render_search_html(second).replace("&#x27;", "'")
     assert "Pareto front: accuracy vs arena" in out and f"wrote {second.output}" in out
 
 
