@@ -213,15 +213,15 @@ def _before_after(args: argparse.Namespace, report: ConversionReport, baseline: 
 
 
 def _print_summary(console: Console, report: ConversionReport) -> None:
+    from devicefit.sdk.convert.finetune import training_summary
+
     s = report.settings
     console.print(_size_line(report))
     if report.pruned_layers:
         console.print(table("Channels removed", ["layer", "op", "before", "after"],
                             [(p.name, p.op, p.before, p.after) for p in report.pruned_layers]))
-    for ft in report.fine_tune:
-        console.print(f"fine-tuned {ft.epochs} epoch(s): batch {ft.batch_size} x "
-                      f"{ft.accumulation_steps} accumulation, loss "
-                      + " → ".join(f"{v:.3f}" for v in ft.loss))
+    if trained := training_summary(report.fine_tune):
+        console.print(trained)
     if s.sparsity:
         rows = [(w.tensor, w.op, "x".join(map(str, w.shape)), f"{format_percent(w.zero_fraction, 0)}",
                  "-" if w.nm_groups is None or w.nm_violations is None

@@ -69,7 +69,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-trials", type=int, default=20, help="distinct candidates (20)")
     p.add_argument("--time-budget", metavar="DURATION",
                    help="stop starting new trials after this long, e.g. 30m, 90s, 2h")
-    p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs per candidate (3)")
+    p.add_argument("--epochs", type=int, default=3,
+                   help="fine-tuning epochs per training stage (3): a pruned candidate trains "
+                        "them while pruned, and a QAT candidate (and its PTQ twin) as many "
+                        "again for int8")
     add_study_options(
         p, storage="optuna storage: sqlite:///fit.db (resume on this machine) or "
                    "postgresql://user@host/db (workers on several machines join one study; "
@@ -161,27 +164,25 @@ def _outputs(args: argparse.Namespace, console: Console, report: FitReport,
 
 
 def _print_summary(console: Console, report: FitReport) -> None:
-    from devicefit.sdk.fit.report import TRIAL_COLUMNS, miss_text, trial_rows
+    from devicefit.sdk.convert.finetune import training_summary
+    from devicefit.sdk.fit.report import TRIAL_COLUMNS, miss_text, trial_rows, trials_note
 
     console.print(table(f"Trials on {report.profile} ({report.search_seconds:.0f} s"
                         + (", interrupted" if report.interrupted else "") + ")",
                         TRIAL_COLUMNS, trial_rows(report)))
+    if note := trials_note(report.trials, report.unshown, report.settings.max_trials):
+        console.print(note)
     chosen = report.trial(report.chosen)
     if chosen is not None:
         loss = report.accuracy_loss_pp
         console.print(f"[bold green]fits:[/bold green] trial {chosen.number}, "
                       f"{chosen.candidate.label()}: accuracy {format_percent(chosen.accuracy)}"
                       + ("" if loss is None else f" ({format_points(-loss)} vs float "
-                         f"{format_percent(report.float_accuracy)})")
-                      + f", flash {format_size(chosen.flash_bytes)}, arena "
-                      f"{format_size(chosen.arena_bytes)}")
+                         f"{format_percent(report.float_accuracy)})"))
         console.print(f"why: {report.reason}")
-        for run in chosen.payload.fine_tune:
-            console.print(f"fine-tuned {run.epochs} epoch(s): batch {run.batch_size} x "
-                          f"{run.accumulation_steps} accumulation (sdk.train plan for "
-                          f"{format_size(run.memory_limit_bytes)}), loss "
-                          + " → ".join(f"{loss:.3f}" for loss in run.loss))
-        console.print(verified_line(report.verification, report.runtime))
+        if trained := training_summary(chosen.payload.fine_tune):
+            console.print(trained)
+        console.print(verified_line(report.verification, report.runtime, chosen))
         if report.clustering:
             c = report.clustering
             console.print(f"clustered to {c.clusters} values per layer: gzip download "
@@ -263,12 +264,19 @@ def trial_progress(no_color: bool, quiet: bool, max_trials: int) -> Iterator[tup
         yield update, on_trial
 
 
-def verified_line(verification: Report | None, runtime: str) -> str:
-    """What the run in the target's runtime (named by the run, else ``runtime``) showed."""
+def verified_line(verification: Report | None, runtime: str,
+                  judged: TrialRecord[Any, Any] | None = None) -> str:
+    """What the run in the target's runtime (named by the run, else ``runtime``) showed, of
+    the file as written, named against the ``judged`` trial
+    (:func:`sdk.fit.report.written_as`)."""
+    from devicefit.sdk.fit.report import written_as
+
     if verification is not None and verification.measured:
         runtime = verification.measured.runtime
     budgets = verification.budgets if verification is not None else []
-    return f"verified in {runtime}: {', '.join(budget_text(b) for b in budgets)}"
+    written = written_as(verification, judged)
+    written = f", the file as written: {written}" if written else ""
+    return f"verified in {runtime}{written}: {', '.join(budget_text(b) for b in budgets)}"
 
 
 def budget_text(budget: BudgetCheck) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from devicefit.sdk.console import make_console, print_json, step, table
+from devicefit.sdk.train.estimate import PARAM_BYTES
 from devicefit.simulator.errors import InputError, UsageError, require_extra
 from devicefit.simulator.infra.units import SIZE_UNITS_HELP, format_size, parse_size
 
@@ -66,6 +67,36 @@ def load_keras_model(path: str) -> Any:
         raise InputError(f"cannot load {path} as a Keras model: {detail}") from exc
 
 
+def stored_parameter_bytes(path: str) -> int | None:
+    """The bytes of the model's own variables as the file stores them (a ``.keras`` zip's
+    ``model.weights.h5`` under ``layers/``, a legacy ``.h5``'s ``model_weights/``; the
+    optimizer's state is not the model's), read with h5py without starting TensorFlow;
+    None when the file does not read that way (Keras then says why)."""
+    import io
+    import zipfile
+
+    try:
+        import h5py
+        import numpy as np
+
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                source: Any = io.BytesIO(archive.read("model.weights.h5"))
+            root = "layers"
+        else:
+            source, root = path, "model_weights"
+        with h5py.File(source, "r") as weights:
+            if root not in weights:
+                return None
+            sizes: list[int] = []
+            weights[root].visititems(
+                lambda _, item: sizes.append(item.size) if isinstance(item, h5py.Dataset)
+                and np.issubdtype(item.dtype, np.floating) else None)
+    except (ImportError, OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    return sum(sizes) * PARAM_BYTES
+
+
 def _memory(value: str) -> int | None:
     if value.strip().lower() == "auto":
         return None
@@ -79,12 +110,15 @@ def _memory(value: str) -> int | None:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from devicefit.sdk.train.plan import plan_batch
+    from devicefit.sdk.train.plan import check_parameters, plan_batch
 
     require_extra("tensorflow", "devicefit plan-batch")  # Keras loads the model
     memory = _memory(args.memory)
     if args.target_batch < 1:
         raise UsageError(f"--target-batch must be at least 1, got {args.target_batch}")
+    if memory is not None and Path(args.model).suffix.lower() in MODEL_SUFFIXES and \
+            (stored := stored_parameter_bytes(args.model)) is not None:
+        check_parameters(stored, memory)  # seconds before TensorFlow would have started
     model = load_keras_model(args.model)
     step("estimating training memory")
     plan = plan_batch(model, memory_bytes=memory,
@@ -95,15 +129,20 @@ def _handle(args: argparse.Namespace) -> int:
         return 0
     console = make_console(args.no_color)
     e = plan.estimate
+    c = plan.calibration
+    # Without calibration nothing counts TensorFlow's own memory (hundreds of MiB: the
+    # calibrated fixed part), so the plan says so where it promises the batch.
+    tensors_only = "" if c is not None else \
+        " [bold]for the tensors alone[/bold]: TensorFlow's own memory not counted"
     console.print(
         f"{args.model}: batch [bold]{plan.batch_size}[/bold] x {plan.accumulation_steps} "
         f"accumulation step(s) = effective batch {plan.effective_batch} "
-        f"({plan.optimizer}, {plan.dtype})")
-    c = plan.calibration
+        f"({plan.optimizer}, {plan.dtype}){tensors_only}")
     if c is None:
         console.print(f"memory limit {format_size(plan.memory_limit_bytes)} "
                       f"({plan.memory_source}); static estimate {format_size(e.peak_bytes)} at "
-                      f"{e.peak_at} (tensors only, not measured on this machine)")
+                      f"{e.peak_at} (tensors only, not measured on this machine: without "
+                      "--no-calibrate, real steps measure what TensorFlow adds)")
     else:
         v = c.verified
         measured = ", ".join(f"{p.batch_size}" + (f"x{p.accumulation_steps}"
@@ -121,17 +160,19 @@ def _handle(args: argparse.Namespace) -> int:
                       f"batch: {measured}); static estimate {format_size(e.peak_bytes)} "
                       f"at {e.peak_at}")
     console.print(
-        f"  parameters {format_size(e.parameter_bytes)}, optimizer state "
+        f"  at the static peak ({e.peak_at}): parameters {format_size(e.parameter_bytes)}, "
+        f"optimizer state "
         f"{format_size(e.optimizer_slot_bytes)}, accumulators {format_size(e.accumulator_bytes)}"
-        f", gradients {format_size(e.gradient_bytes)}, activations "
+        f", gradients {format_size(e.gradient_bytes)}, activations kept "
         f"{format_size(e.activation_bytes)}, workspace {format_size(e.workspace_bytes)}, "
         f"batch data {format_size(e.input_bytes)}")
-    rows = [(t.batch_size, format_size(t.activation_bytes), format_size(t.workspace_bytes),
-             format_size(t.peak_bytes)) + (() if c is None else
-                                           (format_size(plan.table_peak(t)),))
+    rows = [(t.batch_size, format_size(t.kept_activation_bytes), format_size(t.peak_bytes))
+            + (() if c is None else (format_size(plan.table_peak(t)),))
             + ("yes" if plan.table_peak(t) <= plan.memory_limit_bytes else "no",)
             for t in plan.table]
-    heads = ["batch", "activations", "workspace", "static peak"] + \
-        ([] if c is None else ["calibrated peak"]) + ["fits"]
+    # Activations at their most (as the backward starts), not at the peak: a small batch
+    # peaks in the optimizer update, after every activation is freed.
+    heads = ["batch", "activations kept", "static peak"] + \
+        ([] if c is None else ["calibrated peak"]) + ["fits" if c else "tensors fit"]
     console.print(table("Batch size vs training memory", heads, rows))
     return 0

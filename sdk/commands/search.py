@@ -26,7 +26,7 @@ from devicefit.sdk.options import (
 )
 from devicefit.sdk.search.objective import Objective
 from devicefit.simulator.errors import UsageError, require_extra
-from devicefit.simulator.infra.units import format_percent, format_size
+from devicefit.simulator.infra.units import format_percent
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -205,7 +205,7 @@ def _screen(args: argparse.Namespace) -> int:
 
 def _print_summary(console: Console, found: Searched) -> None:
     from devicefit.sdk.commands.fit import verified_line
-    from devicefit.sdk.fit.report import miss_text
+    from devicefit.sdk.fit.report import miss_text, trials_note
     from devicefit.sdk.search.report import (
         SCREEN_COLUMNS,
         TRIAL_COLUMNS,
@@ -232,6 +232,8 @@ def _print_summary(console: Console, found: Searched) -> None:
     console.print(table(f"Trained on {found.profile.name} ({found.search_seconds:.0f} s"
                         + (", interrupted" if found.interrupted else "") + ")",
                         list(TRIAL_COLUMNS), trial_rows(found)))
+    if note := trials_note(found.trials, found.unshown, found.settings.max_trials):
+        console.print(note)
     if found.objective.cost is not None:
         console.print(table(f"Pareto front: accuracy vs {found.objective.cost}",
                             ["#", "candidate", "accuracy", found.objective.cost],
@@ -246,9 +248,7 @@ def _print_summary(console: Console, found: Searched) -> None:
                           "every budget in the runtime")
         return
     console.print(f"[bold green]fits:[/bold green] trial {chosen.number}, "
-                  f"{chosen.candidate.label()}: int8 accuracy {format_percent(chosen.accuracy)}"
-                  f", flash {format_size(chosen.flash_bytes)}, arena "
-                  f"{format_size(chosen.arena_bytes)}")
+                  f"{chosen.candidate.label()}: int8 accuracy {format_percent(chosen.accuracy)}")
     console.print(f"why: {reason(found)}")
-    console.print(verified_line(found.verification, found.profile.runtime.name))
+    console.print(verified_line(found.verification, found.profile.runtime.name, chosen))
     console.print(f"wrote {found.output}")

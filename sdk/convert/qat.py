@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from devicefit.sdk.convert.data import Dataset
-from devicefit.sdk.convert.finetune import FineTuneResult, fine_tune, loss_for
+from devicefit.sdk.convert.finetune import QAT, FineTuneResult, fine_tune, loss_for
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import UsageError
 
@@ -209,5 +209,5 @@ def quantization_aware_fit(model: Any, data: Dataset, epochs: int, calibration: 
             quantizer.hi.assign(hi)
         # One epoch at a time: the ranges are re-measured between epochs.
         result.fine_tune.append(fine_tune(qat, data, 1, loss=loss if loss is not None else loss_for(model, data.y),
-                                          on_step_end=weights, progress=progress))
+                                          on_step_end=weights, progress=progress, purpose=QAT))
     return result

@@ -144,8 +144,8 @@ def _int8_training(model: Any, stages: Stages, training: Dataset,
     if training.y is None:
         raise UsageError(f"{training.source}: fine-tuning needs labels")
     loss = loss if loss is not None else finetune.loss_for(model, training.y)
-    return [finetune.fine_tune(model, training, 1, loss=loss, progress=progress)
-            for _ in range(stages.epochs)]
+    return [finetune.fine_tune(model, training, 1, loss=loss, progress=progress,
+                               purpose=finetune.QAT_TWIN) for _ in range(stages.epochs)]
 
 
 def optimize_memory(tflite: bytes, profile: Profile, spec: ConversionSpec, name: str = "<bytes>"

@@ -113,6 +113,7 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, spec: Fit
                             on_trial=on_trial)
         report.settings = replace(report.settings, storage=shown_url(result.storage))
         report.trials, report.stopped = result.records, result.stopped
+        report.unshown = result.unshown
         report.search_seconds = result.seconds
         report.study = replace(study, worker=result.worker, writer=result.writer)
         if result.writer:

@@ -28,7 +28,14 @@ from devicefit.sdk.fit.report import (
     reason_for,
 )
 from devicefit.sdk.fit.space import SearchSpace
-from devicefit.sdk.study import SearchSettings, artifact_dir, open_study, records, storage_for
+from devicefit.sdk.study import (
+    SearchSettings,
+    artifact_dir,
+    open_study,
+    records,
+    storage_for,
+    unshown,
+)
 from devicefit.simulator.errors import InputError, UsageError
 from devicefit.simulator.infra.fileio import temporary_folder, write_atomic
 from devicefit.simulator.profile_types import Profile
@@ -192,7 +199,7 @@ def export(settings: SearchSettings, output: str | Path, *, profile: str | Path 
     report = FitReport(source=info.source, profile=prof.name, runtime=info.runtime,
                        budgets=info.budgets, space=info.space, settings=info.settings,
                        float_accuracy=info.float_accuracy, eval_samples=info.eval_samples,
-                       trials=records(study, read_trial),
+                       trials=records(study, read_trial), unshown=unshown(study),
                        study=StudyRecord(settings.study_name, str(root), exported=True))
 
     def read_candidate(record: FitTrial) -> bytes:

@@ -7,13 +7,14 @@ view, :func:`trial_rows` feeds the CLI table and :func:`render_fit_html` the HTM
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from devicefit.sdk.convert.distill import DistillSettings
 from devicefit.sdk.fit.record import FitTrial, read_trial
 from devicefit.sdk.fit.space import SearchSpace
-from devicefit.sdk.study import Stopped, TrialStage
+from devicefit.sdk.study import Stopped, TrialRecord, TrialStage, Unshown
 from devicefit.simulator.infra.units import (
     format_estimate,
     format_percent,
@@ -145,6 +146,8 @@ class FitReport:
     verification: Report | None = None
     clustering: Clustering | None = None
     study: StudyRecord | None = None
+    #: Trial numbers the study used without a record, and why (the table skips them).
+    unshown: tuple[Unshown, ...] = ()
 
     @property
     def found(self) -> bool:
@@ -287,6 +290,43 @@ def trial_rows(report: FitReport) -> list[tuple[Any, ...]]:
     return rows
 
 
+def trials_note(records: Sequence[TrialRecord[Any, Any]], unshown: Sequence[Unshown],
+                max_trials: int) -> str | None:
+    """What the trials table holds besides ``--max-trials`` judged candidates: the ones
+    skipped without building (they cost nothing, so they do not count) and the numbers it
+    skips (proposals optuna numbered that judged nothing), each with why; None if nothing."""
+    parts = []
+    skipped = [r.number for r in records if r.stage == TrialStage.SKIPPED]
+    if skipped:
+        judged = len(records) - len(skipped)
+        parts.append(f"{judged} candidate{'s' if judged != 1 else ''} judged (--max-trials "
+                     f"{max_trials}); not counted: {_numbers(skipped)}, skipped without "
+                     "building (an earlier trial shows it misses)")
+    reasons: dict[str, list[int]] = {}
+    for u in unshown:
+        reasons.setdefault(u.why, []).append(u.number)
+    parts += [f"no {_numbers(numbers)}: {why}" for why, numbers in reasons.items()]
+    return "; ".join(parts) or None
+
+
+def _numbers(numbers: list[int]) -> str:
+    return ("trial " if len(numbers) == 1 else "trials ") + ", ".join(map(str, numbers))
+
+
+def written_as(verification: Report | None, judged: TrialRecord[Any, Any] | None) -> str:
+    """The file as written, named against the trial it came from: ``trial 4's model + 488
+    B (devicefit's metadata)``. The trials table gives that trial's file as judged, the
+    verification the written one, which carries devicefit's metadata too: each flash
+    figure then says which file it is; empty when there is nothing to compare."""
+    if verification is None or verification.memory is None or judged is None or \
+            judged.flash_bytes is None:
+        return ""
+    extra = verification.memory.flash_bytes - judged.flash_bytes
+    return f"trial {judged.number}'s model" + (
+        "" if extra == 0 else f" {'+' if extra > 0 else '-'} {format_size(abs(extra))} "
+        "(devicefit's metadata)")
+
+
 def latency_text(t: FitTrial) -> str:
     """The estimate with its band, as everywhere else an estimate shows."""
     assert t.latency_ms is not None  # callers show "-" for a trial without an estimate
@@ -343,7 +383,7 @@ def pareto_svg(trials: list[FitTrial], budget: float | None, chosen: int | None,
         av = y_lo + (y_hi - y_lo) * frac
         fv = x_lo + (x_hi - x_lo) * frac
         parts.append(f'<text class="tick" x="{LEFT - 6}" y="{num(y(av) + 4)}" '
-                     f'text-anchor="end">{av:.1%}</text><text class="tick" x="{num(x(fv))}" '
+                     f'text-anchor="end">{format_percent(av)}</text><text class="tick" x="{num(x(fv))}" '
                      f'y="{bottom + 16}" text-anchor="middle">{escape(format_size(fv))}</text>')
     bx = x(budget) if budget else None
     if bx is not None:
@@ -449,7 +489,9 @@ def render_fit_html(report: FitReport) -> str:
                    + html_table(MISS_COLUMNS, [miss_row(m) for m in report.closest_misses]))
     facts = [("profile", report.profile), ("float accuracy", "-" if report.float_accuracy is None
                                             else f"{format_percent(report.float_accuracy)}"),
-             ("trials", len(report.trials)), ("search time", f"{report.search_seconds:.1f} s"),
+             ("trials", str(len(report.trials)) + (f" ({note})" if (note := trials_note(
+                 report.trials, report.unshown, report.settings.max_trials)) else "")),
+             ("search time", f"{report.search_seconds:.1f} s"),
              ("interrupted", "yes" if report.interrupted else "no")]
     if report.clustering:
         c = report.clustering
@@ -468,6 +510,8 @@ def render_fit_html(report: FitReport) -> str:
              + (f'<p class="note">flash includes {escape(format_size(code))} of runtime code.'
                 "</p>" if code else "")
              + "<h2>Trials</h2>" + html_table(TRIAL_COLUMNS, trial_rows(report)))
-    sections = [Section(f"Chosen candidate on {report.profile} (verified in the runtime)",
+    written = written_as(verification, chosen)
+    sections = [Section(f"Chosen candidate on {report.profile}, the file as written"
+                        + (f": {written}" if written else "") + " (verified in the runtime)",
                         verification)] if verification is not None else []
     return render_html(f"devicefit fit: {report.source}", sections, intro=intro)

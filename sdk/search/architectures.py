@@ -36,7 +36,7 @@ from devicefit.sdk.search.trials import (
     ranked,
     train_survivor,
 )
-from devicefit.sdk.study import SearchSettings, Stopped, run_study, work_folder
+from devicefit.sdk.study import SearchSettings, Stopped, Unshown, run_study, work_folder
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import InputError, UsageError
 from devicefit.simulator.profile_types import Profile
@@ -91,6 +91,8 @@ class Searched:
     train_samples: int = 0
     eval_samples: int = 0
     calibration_source: str = ""
+    #: Trial numbers the study used without a record, and why (the table skips them).
+    unshown: tuple[Unshown, ...] = ()
 
     @property
     def found(self) -> bool:
@@ -149,6 +151,7 @@ def _train(found: Searched, job: Job, on_trial: OnTrial | None) -> None:
     result = run_study(SurvivorTrials(job), found.settings, found.study_name,
                        workers=workers, on_trial=on_trial)
     found.trials, found.stopped = result.records, result.stopped
+    found.unshown = result.unshown
     found.writer, found.search_seconds = result.writer, result.seconds
 
 

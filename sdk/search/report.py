@@ -12,13 +12,20 @@ import io
 from collections import Counter
 from typing import Any
 
-from devicefit.sdk.fit.report import MISS_COLUMNS, FitBudgets, Miss, miss_row
+from devicefit.sdk.fit.report import (
+    MISS_COLUMNS,
+    FitBudgets,
+    Miss,
+    miss_row,
+    trials_note,
+    written_as,
+)
 from devicefit.sdk.search.architectures import Searched
 from devicefit.sdk.search.objective import Objective
 from devicefit.sdk.search.screen import Rejection, Screened
 from devicefit.sdk.search.trials import ArchTrial, cost, pareto_front, ranked
 from devicefit.sdk.study import shown_url
-from devicefit.simulator.infra.units import format_bytes, format_percent, format_time_ms
+from devicefit.simulator.infra.units import format_bytes, format_estimate, format_percent
 from devicefit.simulator.report.report import plain_fields
 from devicefit.simulator.report.views.html import Section, escape, html_table, render_html
 from devicefit.simulator.types import BudgetName, Unit
@@ -98,6 +105,7 @@ def to_dict(found: Searched) -> dict[str, Any]:
         "pareto_front": pareto_front(found.trials, found.objective),
         "chosen": found.chosen, "reason": reason(found), "output": found.output,
         "failed_in_runtime": list(found.failed_in_runtime),
+        "unshown": [plain_fields(u) for u in found.unshown],
         "verification": found.verification.to_dict() if found.verification else None,
         "closest": None if closest is None else screened_dict(closest),
         "closest_misses": [plain_fields(m) for m in misses],
@@ -155,10 +163,8 @@ def _size(n: int | None) -> str:
 
 
 def _latency(ms: float | None, band: tuple[float, float] | None) -> str:
-    if ms is None:
-        return ""
-    shown = format_time_ms(ms)
-    return f"{shown} ({format_time_ms(band[0])}-{format_time_ms(band[1])})" if band else shown
+    """The estimate with its band, as fit's tables and every report view show one."""
+    return "" if ms is None else format_estimate(ms, "ms", band)
 
 
 def pareto_svg(found: Searched) -> str:
@@ -168,6 +174,7 @@ def pareto_svg(found: Searched) -> str:
     try:
         import matplotlib
         from matplotlib.figure import Figure
+        from matplotlib.ticker import FuncFormatter
     except ImportError:
         return ('<p class="note">The picture needs matplotlib (pip install '
                 '"devicefit[plot]"); the front is in the table above.</p>')
@@ -215,6 +222,8 @@ def pareto_svg(found: Searched) -> str:
     # Room round the marks (the chosen one's ring is not cut at an axis), and the legend
     # beside the plot, where it covers no mark nor the budget's line.
     ax.margins(0.08)
+    # In the tables' unit (97.50%), not matplotlib's bare fraction (0.975).
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_percent(v)))
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     out = io.StringIO()
@@ -247,6 +256,8 @@ def render_search_html(found: Searched) -> str:
                                                  f"{found.epochs} epoch(s) each"),
              ("search time", f"{found.search_seconds:.1f} s"),
              ("interrupted", "yes" if found.interrupted else "no")]
+    if note := trials_note(found.trials, found.unshown, found.settings.max_trials):
+        facts.insert(-2, ("trial numbers", note))
     what = found.objective.cost or "arena"
     intro = (summary + html_table(("", ""), facts)
              + "<h2>Screened (random weights, int8, judged statically)</h2>"
@@ -255,6 +266,8 @@ def render_search_html(found: Searched) -> str:
              + f"<h2>Accuracy vs {escape(what)}: the Pareto front</h2>"
              + html_table(("#", "candidate", "accuracy", what), front_rows(found))
              + pareto_svg(found))
-    sections = [Section(f"Chosen candidate on {found.profile.name} (verified in the runtime)",
+    written = written_as(found.verification, chosen)
+    sections = [Section(f"Chosen candidate on {found.profile.name}, the file as written"
+                        + (f": {written}" if written else "") + " (verified in the runtime)",
                         found.verification)] if found.verification is not None else []
     return render_html(f"devicefit search: {found.profile.name}", sections, intro=intro)

@@ -24,9 +24,11 @@ from devicefit.sdk.study.decisions import (
     OVER_BUDGET,
     RECORD,
     SKIPPED,
+    Unshown,
     claimed,
     decide,
     records,
+    unshown,
     writes_winner,
 )
 from devicefit.sdk.study.record import TrialRecord, TrialStage
@@ -44,6 +46,6 @@ from devicefit.sdk.study.trials import Trials
 
 __all__ = ["BUILD", "DECISION", "DUPLICATE", "INTERRUPTED", "OVER_BUDGET", "RECORD", "SKIPPED",
            "CutShort", "Direction", "Run", "SearchSettings", "Stopped", "StudyResult", "Trials",
-           "TrialRecord", "TrialStage",
+           "TrialRecord", "TrialStage", "Unshown",
            "artifact_dir", "claimed", "decide", "open_study", "records", "run_study",
-           "shown_url", "storage_for", "work_folder", "writes_winner"]
+           "shown_url", "storage_for", "unshown", "work_folder", "writes_winner"]

@@ -16,6 +16,7 @@ import json
 import time
 import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from devicefit.sdk.study.record import C, P, TrialRecord
@@ -131,6 +132,34 @@ def claimed(trials: list[Any], but: int | None = None) -> int:
                 (t.user_attrs.get(DECISION) or {}).get("as") == BUILD:
             count += 1
     return count
+
+
+@dataclass(frozen=True)
+class Unshown:
+    """A trial number the study used without a record to show: why the numbers skip it."""
+
+    number: int
+    why: str
+
+
+def unshown(study: Any) -> tuple[Unshown, ...]:
+    """The finished trials that have no record (optuna numbers every proposal, the study
+    keeps a record only of the candidates it judged), each with the reason in words."""
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        if RECORD in t.user_attrs or t.state.name in ("RUNNING", "WAITING"):
+            continue
+        decision, mark = _decision(t) or {}, t.user_attrs.get(INTERRUPTED)
+        if mark:
+            why = f"cut short by {mark.get('by', 'a signal')} (its candidate queued again)"
+        elif decision.get("as") == DUPLICATE:
+            why = "the sampler proposed a candidate already taken again (pruned)"
+        elif decision.get("as") == OVER_BUDGET:
+            why = "proposed once --max-trials was taken by running trials"
+        else:
+            why = "its worker stopped before it was judged (retried as a later trial)"
+        out.append(Unshown(t.number, why))
+    return tuple(out)
 
 
 def records(study: Any, read: Callable[[Mapping[str, Any]], TrialRecord[C, P]]

@@ -39,10 +39,12 @@ from devicefit.sdk.study.decisions import (
     POLL_S,
     RECORD,
     SKIPPED,
+    Unshown,
     claimed,
     decide,
     fail_stale,
     records,
+    unshown,
     writes_winner,
 )
 from devicefit.sdk.study.record import C, P, TrialRecord, TrialStage
@@ -330,6 +332,9 @@ class StudyResult(Generic[C, P]):
     #: trial and no trial is left running anywhere (so exactly one worker writes it).
     writer: bool = True
     worker: str = ""
+    #: The trial numbers without a record (a repeated proposal, a trial cut short): shown
+    #: with the records, so numbers that skip say why.
+    unshown: tuple[Unshown, ...] = ()
 
 
 def run_study(trials: Trials[C, P], settings: SearchSettings, name: str, *,
@@ -363,7 +368,8 @@ def run_study(trials: Trials[C, P], settings: SearchSettings, name: str, *,
         stopped = Stopped(signal_name(exc), cut_short(study, ours))
     writer = not settings.distributed or writes_winner(study, run.completed)
     return StudyResult(run.records(), stopped, time.monotonic() - started, name,
-                       settings.storage, writer=writer, worker=run.worker)
+                       settings.storage, writer=writer, worker=run.worker,
+                       unshown=unshown(study))
 
 
 def cut_short(study: Any, workers: set[str]) -> tuple[CutShort, ...]:

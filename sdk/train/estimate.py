@@ -56,6 +56,9 @@ class TrainingMemory:
     accumulator_bytes: int
     gradient_bytes: int  # parameter gradients alive at the peak
     activation_bytes: int  # forward tensors kept for the backward, alive at the peak
+    #: The most forward tensors kept for the backward at once (as the backward starts);
+    #: none are left at a peak in the optimizer update, where small batches peak.
+    kept_activation_bytes: int
     workspace_bytes: int  # activation gradients and op temporaries alive at the peak
     input_bytes: int  # the batch itself (inputs and labels)
     peak_bytes: int
@@ -239,6 +242,7 @@ class TrainingMemoryModel:
             batch_size=batch_size, optimizer=self.optimizer.name, dtype=self.dtype,
             parameter_bytes=params, optimizer_slot_bytes=slots, accumulator_bytes=accum,
             gradient_bytes=peak.grads, activation_bytes=peak.saved,
+            kept_activation_bytes=max(s.saved for s in snaps),
             workspace_bytes=peak.workspace, input_bytes=inputs + labels,
             peak_bytes=params + slots + accum + peak.total + inputs + labels,
             peak_at=peak.where)

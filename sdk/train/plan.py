@@ -80,6 +80,7 @@ def _row(t: TrainingMemory) -> dict:
             "parameter_bytes": t.parameter_bytes, "gradient_bytes": t.gradient_bytes,
             "optimizer_slot_bytes": t.optimizer_slot_bytes,
             "accumulator_bytes": t.accumulator_bytes, "activation_bytes": t.activation_bytes,
+            "kept_activation_bytes": t.kept_activation_bytes,
             "workspace_bytes": t.workspace_bytes, "input_bytes": t.input_bytes,
             "peak_at": t.peak_at}
 
@@ -120,6 +121,14 @@ def auto_memory_limit() -> tuple[int, str]:
     return limit, f"auto: {format_size(free)} free ({source}), kept {format_size(free - limit)}"
 
 
+def check_parameters(parameter_bytes: int, limit: int) -> None:
+    """Raise ``UsageError`` when the model's parameters alone exceed ``limit`` (``plan-batch``
+    also asks it of the parameters stored in the file, before TensorFlow starts)."""
+    if parameter_bytes > limit:
+        raise UsageError(f"memory limit {format_size(limit)} is smaller than the model's "
+                         f"parameters alone ({format_size(parameter_bytes)})")
+
+
 def plan_batch(model: Any, *, memory_bytes: int | None = None, optimizer: str = "adam",
                target_batch: int = 32, dtype: str = "float32",
                calibrate_with: str | Path | None = None) -> BatchPlan:
@@ -142,9 +151,7 @@ def plan_batch(model: Any, *, memory_bytes: int | None = None, optimizer: str = 
         return tm.estimate(b, accumulation_steps=math.ceil(target_batch / b)).peak_bytes <= limit
 
     one = tm.estimate(1, accumulation_steps=target_batch)
-    if one.parameter_bytes > limit:
-        raise UsageError(f"memory limit {format_size(limit)} is smaller than the model's "
-                         f"parameters alone ({format_size(one.parameter_bytes)})")
+    check_parameters(one.parameter_bytes, limit)
     if one.persistent_bytes > limit:
         raise UsageError(
             f"memory limit {format_size(limit)} is smaller than the parameters and "

@@ -116,7 +116,7 @@ def prune_in_stages(model: Any, ratio: float, training: Training,
     removes the same share of the original channels: fractions kept go 1 → 1-r/K → … → 1-r.
     ``layer_ratios`` gives some layers their own ratio (see :func:`prune_channels`).
     """
-    from devicefit.sdk.convert.finetune import fine_tune
+    from devicefit.sdk.convert.finetune import PRUNING, fine_tune
 
     train, epochs = training.data, training.epochs
     # At least two epochs per stage: one epoch does not recover from a cut.
@@ -136,7 +136,7 @@ def prune_in_stages(model: Any, ratio: float, training: Training,
         if train is not None:
             share = epochs // stages + (1 if k <= epochs % stages else 0)
             results.append(fine_tune(model, train, share, progress=training.progress,
-                                     loss=training.loss))
+                                     loss=training.loss, purpose=PRUNING))
     layers = [PrunedLayer(n, layer.op, first[n], layer.after) for n, layer in last.items()]
     return ChannelPruning(model, layers, ratios, results)
 

@@ -58,11 +58,11 @@ class NMPattern:
         apply_masks(model, masks)
         outcome = SparsityOutcome(skipped=skipped, masks=len(masks))
         if training.data is not None:
-            from devicefit.sdk.convert.finetune import fine_tune
+            from devicefit.sdk.convert.finetune import NM_MASKS, fine_tune
 
             outcome.fine_tune.append(fine_tune(
                 model, training.data, training.epochs, progress=training.progress,
-                loss=training.loss, on_step_end=keep_masks(masks)))
+                loss=training.loss, on_step_end=keep_masks(masks), purpose=NM_MASKS))
             apply_masks(model, masks)
         return model, outcome
 

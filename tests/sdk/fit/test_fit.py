@@ -134,6 +134,45 @@ def test_html_report_has_trials_and_the_pareto_plot(tight_fit):
     assert page.count("(likely ") >= len(banded)
 
 
+def test_every_trial_number_is_shown_or_said_why_not(tight_fit):
+    report = tight_fit["report"]
+    shown = {t["number"] for t in report["trials"]}
+    said = {u["number"] for u in report["unshown"]}
+    assert not shown & said and shown | said == set(range(max(shown | said) + 1))
+
+
+def test_the_summary_gives_each_flash_figure_once_naming_its_file(tight_fit, capsys):
+    """The trials table has the chosen trial's file as judged; the written file carries
+    devicefit's metadata too: the verified line names that file and the bytes it adds, and
+    no other line gives the chosen model's flash (it said 123.0 KiB, then 123.5 KiB)."""
+    import html
+
+    from devicefit.sdk.commands.fit import _print_summary
+    from devicefit.sdk.console import make_console
+    from devicefit.sdk.fit.report import FitReport
+    from devicefit.simulator.infra.units import format_size
+
+    report = FitReport.from_dict(tight_fit["report"])
+    chosen = report.trial(report.chosen)
+    written = report.verification.memory.flash_bytes
+    assert written > chosen.flash_bytes  # the metadata
+    _print_summary(make_console(True), report)
+    lines = capsys.readouterr().out.splitlines()
+    verified = next(line for line in lines if line.startswith("verified in tflm"))
+    assert verified.startswith(
+        f"verified in tflm, the file as written: trial {chosen.number}'s model + "
+        f"{format_size(written - chosen.flash_bytes)} (devicefit's metadata): "
+        f"flash {format_size(written)} ≤")
+    summary = [line for line in lines if not line.startswith(("#", "━")) and "│" not in line]
+    assert sum(format_size(written) in line for line in summary) == 1
+    assert not any(format_size(chosen.flash_bytes) in line for line in summary)
+    assert sum(line.startswith("fine-tuned") for line in lines) == 1
+    # The page names the written file the same way.
+    assert html.escape(f"the file as written: trial {chosen.number}'s model + "
+                       f"{format_size(written - chosen.flash_bytes)} (devicefit's metadata)"
+                       ) in tight_fit["html"]
+
+
 def test_nothing_fits_exits_1_with_the_closest_miss(digits, tmp_path, capsys):
     profile = _profile(tmp_path, "impossible", IMPOSSIBLE)
     out = tmp_path / "never.tflite"

@@ -102,3 +102,34 @@ def test_the_winner_is_written_by_the_worker_of_the_last_trial_once_nothing_runs
 def test_reports_show_the_storage_without_its_password():
     assert shown_url("postgresql://fit:s3cret@db/fit") == "postgresql://fit:***@db/fit"
     assert shown_url("sqlite:///fit.db") == "sqlite:///fit.db"
+
+
+def test_trial_numbers_the_table_skips_and_rows_over_max_trials_say_why(study):
+    """optuna numbers every proposal; the study records only what it judged. The table's
+    note names what --max-trials counted, the skipped rows it did not, and each number the
+    rows skip: what a user saw as '--max-trials 2 shows 3 trials' and numbers that jump."""
+    from devicefit.sdk.fit.record import FitPayload, FitTrial
+    from devicefit.sdk.fit.report import trials_note
+    from devicefit.sdk.fit.space import Candidate
+    from devicefit.sdk.study import TrialStage, Unshown, unshown
+    from devicefit.simulator.types import Status
+
+    settings = SearchSettings(max_trials=2)
+    built, (verdict, _) = _propose(study, settings, 0.5)
+    assert verdict == BUILD
+    judged = FitTrial(built.number, Candidate("int8", 0.5), TrialStage.TRAINED, Status.PASS,
+                      accuracy=0.9, payload=FitPayload())
+    built.set_user_attr(RECORD, judged.to_dict())
+    study.tell(built, 0.9)
+    repeat, (verdict, _) = _propose(study, settings, 0.5)
+    assert verdict == DUPLICATE
+    study.tell(repeat, state=optuna.trial.TrialState.PRUNED)
+    skipped = FitTrial(2, Candidate("int8", 0.0), TrialStage.SKIPPED, Status.FAIL,
+                       payload=FitPayload(), note="not built: trial 0 …")
+    assert unshown(study) == (Unshown(1, "the sampler proposed a candidate already taken "
+                                         "again (pruned)"),)
+    assert trials_note([judged, skipped], unshown(study), 2) == (
+        "1 candidate judged (--max-trials 2); not counted: trial 2, skipped without building "
+        "(an earlier trial shows it misses); no trial 1: the sampler proposed a candidate "
+        "already taken again (pruned)")
+    assert trials_note([judged], (), 2) is None

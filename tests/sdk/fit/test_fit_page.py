@@ -107,3 +107,20 @@ def test_the_fit_page_lays_out_cleanly_in_a_wide_window(tmp_path):
     assert isinstance(geometry, dict)
     assert layout_problems(geometry) == []
     assert geometry["chosen"] == [True, True]
+
+
+def test_the_accuracy_axis_speaks_the_tables_unit():
+    """The y ticks read as the trials table's accuracy column does (``96.39%``), not in
+    another rounding or as a bare fraction."""
+    import re
+
+    from devicefit.sdk.fit.report import LEFT
+    from devicefit.simulator.infra.units import format_percent
+
+    svg = pareto_svg(TRIALS, FLASH_BUDGET, 1, "flash")
+    # The y axis's ticks: right-aligned left of the plot.
+    ticks = re.findall(rf'<text class="tick" x="{LEFT - 6}" y="[\d.]+" '
+                       r'text-anchor="end">([^<]*)<', svg)
+    assert len(ticks) == 3
+    assert all(re.fullmatch(r"\d+\.\d\d%", t) for t in ticks), ticks
+    assert format_percent(0.9639) == "96.39%"  # the table's figure for trial 1

@@ -298,3 +298,41 @@ def test_the_verified_line_shows_an_estimate_with_its_band_and_risk(tmp_path):
     assert latency.startswith(f"latency {format_time_ms(estimate.estimated_device_ms)} (likely")
     assert latency.endswith("(estimated, at risk)")
     assert "likely" not in budget_text(budgets["flash"])
+
+
+def test_the_chosen_candidates_training_is_one_line_of_what_happened(capsys):
+    """``--epochs 4`` on a pruned PTQ candidate with a QAT twin, as a real fit trained it:
+    pruning in 2 steps of 2 epochs, then 4 single epochs like its twin. One line says so,
+    with the sum, not a line per run that reads as if 2 epochs were all it had."""
+    from devicefit.sdk.commands.fit import _print_summary
+    from devicefit.sdk.console import make_console
+    from devicefit.sdk.convert.finetune import PRUNING, QAT_TWIN
+
+    limit = 17 << 30
+    runs = (FineTuneResult(2, 32, 1, [0.041, 0.016], memory_limit_bytes=limit, purpose=PRUNING),
+            FineTuneResult(2, 32, 1, [0.190, 0.074], memory_limit_bytes=limit, purpose=PRUNING),
+            *(FineTuneResult(1, 32, 1, [loss], memory_limit_bytes=limit, purpose=QAT_TWIN)
+              for loss in (0.052, 0.035, 0.024, 0.016)))
+    chosen = dataclasses.replace(_record(1, Candidate("int8", 0.5), flash=90, accuracy=0.98),
+                                 payload=FitPayload(fine_tune=runs))
+    space = space_for(load_profile("stm32l4r5-cortex-m4"), can_train=True, can_prune=True)
+    report = FitReport("m.keras", "p", "tflm", FitBudgets(100, None, None), space,
+                       FitSettings(8, None, 1, None, 4, None, None, 0, None, 4096),
+                       0.97, 10, [chosen], chosen=1, output="out.tflite")
+    _print_summary(make_console(True), report)
+    trained = [line for line in capsys.readouterr().out.splitlines() if "epoch" in line
+               and not line.startswith("why")]
+    assert trained == [
+        "fine-tuned 8 epoch(s): channel pruning in 2 steps of 2 epoch(s), then 4 epoch(s) "
+        "int8 like its QAT twin (no fake quantization); batch 32; final loss 0.016"]
+    assert "sdk.train" not in trained[0]
+
+
+def test_a_batch_split_by_memory_says_what_it_was_split_for():
+    from devicefit.sdk.convert.finetune import training_summary
+
+    split = FineTuneResult(3, 8, 4, [0.5, 0.4, 0.3], memory_limit_bytes=64 << 20)
+    assert training_summary([split]) == (
+        "fine-tuned 3 epoch(s); batch 32 as 4 micro-batches of 8, the most that fits "
+        "64.0 MiB; final loss 0.300")
+    assert training_summary([]) is None

@@ -166,6 +166,37 @@ def test_reports_name_rejections_by_budget(runs):
 
 
 @pytest.mark.slow
+def test_the_page_and_tables_speak_one_unit_per_figure(runs):
+    """Accuracy on the Pareto plot's axis as the tables give it (97.50%), a latency band
+    as every view writes one (``likely low–high``)."""
+    import re
+
+    from devicefit.sdk.search.report import pareto_svg, screen_rows, trial_rows
+
+    _, second, _ = runs
+    ticks = re.findall(r"<text[^>]*>([^<]*)</text>", pareto_svg(second))
+    assert any(re.fullmatch(r"\d+\.\d\d%", t) for t in ticks), ticks
+    assert not any(re.fullmatch(r"0\.\d+", t) for t in ticks), ticks
+    latencies = [row[6] for row in trial_rows(second)] + \
+        [row[4] for row in screen_rows(second.screen.results)]
+    figure = r"[\d.]+ (?:us|ms|s)"
+    assert latencies and all(re.fullmatch(rf"{figure} \(likely {figure}–{figure}\)", t)
+                             for t in latencies if t), latencies
+
+
+@pytest.mark.slow
+def test_every_trial_number_is_shown_or_said_why_not(runs):
+    """optuna numbers the sampler's repeats too (pruned, no record): the numbers the table
+    skips are each named with a reason, in the JSON and under the table."""
+    _, second, _ = runs
+    shown = {t.number for t in second.trials}
+    said = {u.number for u in second.unshown}
+    assert not shown & said and shown | said == set(range(max(shown | said) + 1))
+    assert to_dict(second)["unshown"] == [{"number": u.number, "why": u.why}
+                                          for u in second.unshown]
+
+
+@pytest.mark.slow
 def test_the_summary_says_what_was_chosen_and_verified(runs, capsys):
     from devicefit.sdk.commands.search import _print_summary
     from devicefit.sdk.console import make_console
@@ -174,7 +205,12 @@ def test_the_summary_says_what_was_chosen_and_verified(runs, capsys):
     _print_summary(make_console(True), second)
     out = capsys.readouterr().out
     assert "Screened for tight-digits: 3 of 4 fit" in out and "flash, arena" in out
-    assert f"fits: trial {second.chosen}" in out and "verified in tflm" in out
+    assert f"fits: trial {second.chosen}" in out
+    # The flash of the file as written, named against the trial it came from (whose own
+    # figure is the table's), on the page as in the terminal.
+    named = f"verified in tflm, the file as written: trial {second.chosen}'s model + "
+    assert named in out and "(devicefit's metadata): flash " in out
+    assert "the file as written: trial " in render_search_html(second).replace("&#x27;", "'")
     assert "Pareto front: accuracy vs arena" in out and f"wrote {second.output}" in out
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from devicefit.sdk.cli import main
+from devicefit.simulator.infra.units import format_size
 
 keras = pytest.importorskip("keras")
 
@@ -44,6 +45,44 @@ def test_table_off_a_tty(model_file, capsys) -> None:
     assert "Batch size vs training memory" in out and "accumulation step" in out
     assert "\x1b[" not in out  # plain text when not on a terminal
     assert "not measured on this machine" in out
+
+
+def test_static_table_shows_the_activations_every_batch_keeps(model_file, capsys) -> None:
+    """A small batch peaks in the optimizer update, after its activations are freed: the
+    table shows what the step keeps at its most, never a 0 B beside a batch that trains."""
+    assert main(["plan-batch", str(model_file), "--memory", "100MiB", "--target-batch", "64",
+                 "--no-calibrate"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.split("│") for line in lines if line.split("│")[0].strip().isdigit()]
+    assert [int(r[0]) for r in rows] == [1, 2, 4, 8, 16, 32, 64]
+    assert "activations kept" in next(line for line in lines if line.startswith("batch"))
+    assert all(r[1].strip() != "0 B" for r in rows), rows
+
+
+def test_static_plan_says_where_it_promises_the_batch_that_tensorflow_is_not_counted(
+        model_file, capsys) -> None:
+    assert main(["plan-batch", str(model_file), "--memory", "100MiB", "--target-batch", "64",
+                 "--no-calibrate"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "batch 64 x 1" in first and "TensorFlow's own memory not counted" in first
+
+
+def test_parameters_over_the_limit_fail_before_tensorflow_starts(model_file) -> None:
+    """The parameters are read from the file (h5py): no 10-30 s TensorFlow start for an
+    answer the file alone gives."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom devicefit.sdk.cli import main\n"
+            f"code = main(['plan-batch', {str(model_file)!r}, '--memory', '100KiB'])\n"
+            "assert not {'tensorflow', 'keras'} & set(sys.modules), 'TensorFlow started'\n"
+            "sys.exit(code)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr
+    # The figure Keras's own count gives (float32 variables).
+    stored = format_size(4 * keras.saving.load_model(model_file).count_params())
+    assert done.stderr.strip().endswith(f"smaller than the model's parameters alone ({stored})")
 
 
 @pytest.mark.slow
