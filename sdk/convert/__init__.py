@@ -18,6 +18,7 @@ from devicefit.sdk.convert import pipeline, stages
 from devicefit.sdk.convert.data import RANDOM_WARNING
 from devicefit.sdk.convert.pipeline import StageTimer, check_output, verify_scheme
 from devicefit.sdk.convert.report import ConversionReport, ConversionSettings
+from devicefit.sdk.convert.sparsity.nm import SAVES_NOTHING
 from devicefit.sdk.convert.spec import ConversionSpec
 from devicefit.sdk.types import Progress
 from devicefit.simulator.infra.fileio import write_atomic
@@ -83,6 +84,8 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
         layers=result.layers)
     if done.calibration is not None and done.calibration.random:
         report.warnings.append(RANDOM_WARNING)
+    if any(kind.kind == "n:m" for kind in spec.sparsity):
+        report.warnings.append(SAVES_NOTHING)
     if done.evaluation is not None and result.reference is not None:
         timer.start("evaluate")
         report.accuracy = pipeline.evaluate(job, done)
