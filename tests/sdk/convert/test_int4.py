@@ -68,6 +68,9 @@ def test_tflm_takes_int4_convs_per_channel_and_fully_connected_per_tensor(quanti
     path.write_bytes(data)
     result = run_model(path, "tflm", reference_kernels=True)  # it runs, as judged
     assert result.arena_head_bytes is not None
+    # The latency estimate says what it rests on for int4 layers.
+    latency = simulate(path, "stm32l4r5-cortex-m4").latency
+    assert latency is not None and "int4-weight layers timed as int8" in latency.band_basis
 
 
 def test_litert_keeps_per_channel_int4_and_the_file_is_smaller(quantized):
