@@ -267,6 +267,30 @@ def _flash(data: bytes, profile: Profile, name: str) -> tuple[int, int]:
     return int(flash.limit), int(flash.value)
 
 
+def float_input_shape(path: Path) -> tuple[int, ...]:
+    """The per-sample input shape of a float32 ``.tflite`` given to ``--weights int4|auto``;
+    one clear line for a file that is not one (quantized already, several or dynamic
+    inputs)."""
+    from devicefit.simulator.errors import InputError
+    from devicefit.simulator.read.reader import read_model
+
+    sg = read_model(path).main
+    quantized = sorted({sg.tensors[w].dtype for op in sg.operators
+                        if (w := _weights(sg, op)) is not None
+                        and sg.tensors[w].dtype != "float32"})
+    if quantized:
+        raise InputError(f"{path} is quantized already ({', '.join(quantized)} weights): give "
+                         "the float32 .tflite, or the Keras model it came from")
+    if len(sg.inputs) != 1:
+        raise InputError(f"{path} has {len(sg.inputs)} inputs; --weights takes models with one "
+                         "input for now (the calibration data holds one array)")
+    shape = sg.tensors[sg.inputs[0]].shape_signature or sg.tensors[sg.inputs[0]].shape
+    if any(d < 1 for d in shape[1:]):
+        raise InputError(f"{path}: its input has dynamic dimensions {list(shape)}; give a "
+                         "float32 .tflite with a fixed input shape")
+    return tuple(shape[1:])
+
+
 def engine() -> str:
     from importlib.metadata import version
 
