@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from devicefit.sdk.convert import pipeline, stages
+from devicefit.sdk.convert import lowbit, pipeline, stages
 from devicefit.sdk.convert.data import RANDOM_WARNING
 from devicefit.sdk.convert.pipeline import StageTimer, check_output, verify_scheme
 from devicefit.sdk.convert.report import ConversionReport, ConversionSettings
@@ -93,6 +93,8 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
         if report.accuracy is not None:
             tflite = pipeline.record_accuracy(job, tflite, settings, report.accuracy)
             report.output_bytes = len(tflite)
+            if spec.weights == "int4" and (cost := lowbit.costly(report.accuracy)):
+                report.warnings.append(cost)
     if simulate:
         timer.start("simulate")
         sim = pipeline.simulate(job, result.layers)

@@ -12,11 +12,12 @@ import json
 import numpy as np
 import pytest
 
-from devicefit.sdk.convert.accuracy import run_tflite
+from devicefit.sdk.convert.accuracy import AccuracyReport, run_tflite
 from devicefit.sdk.convert.data import Dataset
 from devicefit.sdk.convert.lowbit import (
     LowBitReport,
     check_request,
+    costly,
     int4_under_budget,
     int4_weights,
 )
@@ -209,3 +210,16 @@ def test_a_tflite_that_cannot_be_quantized_is_one_line_before_any_work(model, we
     err = capsys.readouterr().err
     assert code == 2 and words in err and "Traceback" not in err, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("measured, warns", [
+    (AccuracyReport(360, 0.9778, 0.9694, 0.99, 20.1), False),  # the demo CNN: -0.83 pp
+    (AccuracyReport(360, 0.9778, 0.9500, 0.96, 15.0), True),   # -2.78 pp
+    (AccuracyReport(24, None, None, 0.95, 30.0), True),        # no labels: agreement
+    (AccuracyReport(100, None, None, None, 1.0), True),        # a regression: SQNR 1 dB
+    (AccuracyReport(100, None, None, None, 31.0), False),
+])
+def test_int4_that_costs_more_than_the_thresholds_says_so_and_names_auto(measured, warns):
+    warning = costly(measured)
+    assert (warning is not None) == warns
+    assert warning is None or "--weights auto" in warning
