@@ -113,8 +113,10 @@ def spec_from_args(args: argparse.Namespace) -> ConversionSpec:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    # TensorFlow runs in a child process: without this it would fail there, later.
-    require_extra("tensorflow", "devicefit convert")
+    # TensorFlow runs in a child process: without this it would fail there, later. A float
+    # .tflite quantized with --weights int4|auto needs AI Edge Quantizer only.
+    if Path(args.model).suffix.lower() != ".tflite" or args.weights in (None, "int8"):
+        require_extra("tensorflow", "devicefit convert")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
     from devicefit.sdk.convert import convert
 

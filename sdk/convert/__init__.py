@@ -14,10 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from devicefit.sdk.convert import pipeline, stages
+from devicefit.sdk.convert import lowbit, pipeline, stages
 from devicefit.sdk.convert.data import RANDOM_WARNING
 from devicefit.sdk.convert.pipeline import StageTimer, check_output, verify_scheme
 from devicefit.sdk.convert.report import ConversionReport, ConversionSettings
+from devicefit.sdk.convert.sparsity.nm import SAVES_NOTHING
 from devicefit.sdk.convert.spec import ConversionSpec
 from devicefit.sdk.types import Progress
 from devicefit.simulator.infra.fileio import write_atomic
@@ -58,7 +59,8 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
     done = pipeline.transform(job, timer, progress, baseline=baseline_output is not None)
     result = done.result
     timer.start("verify")
-    verify_scheme(result.tflite, job.quant)
+    if spec.weights == "int8":  # else the int4 stage's model replaces the converter's
+        verify_scheme(result.tflite, job.quant)
     tflite, low_bit = result.tflite, None
     if spec.weights != "int8":
         timer.start("int4 weights")
@@ -83,12 +85,16 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
         layers=result.layers)
     if done.calibration is not None and done.calibration.random:
         report.warnings.append(RANDOM_WARNING)
+    if any(kind.kind == "n:m" for kind in spec.sparsity):
+        report.warnings.append(SAVES_NOTHING)
     if done.evaluation is not None and result.reference is not None:
         timer.start("evaluate")
         report.accuracy = pipeline.evaluate(job, done)
         if report.accuracy is not None:
             tflite = pipeline.record_accuracy(job, tflite, settings, report.accuracy)
             report.output_bytes = len(tflite)
+            if spec.weights == "int4" and (cost := lowbit.costly(report.accuracy)):
+                report.warnings.append(cost)
     if simulate:
         timer.start("simulate")
         sim = pipeline.simulate(job, result.layers)

@@ -101,7 +101,8 @@ def check_file(model: str | Path, *, unsafe: bool = False) -> Path:
         return path
     if path.suffix.lower() == ".tflite":
         raise InputError(f"{path} is already a .tflite model; convert the Keras/SavedModel it came "
-                         f"from, or check it with 'devicefit simulate {path} --profile NAME'")
+                         f"from, check it with 'devicefit simulate {path} --profile NAME', or "
+                         "quantize a float32 .tflite with --weights int4 or auto")
     if path.suffix.lower() not in KERAS_SUFFIXES:
         raise InputError(
             f"{path}: unsupported model file; give a .keras or .h5 file or a SavedModel folder")

@@ -267,6 +267,56 @@ def _flash(data: bytes, profile: Profile, name: str) -> tuple[int, int]:
     return int(flash.limit), int(flash.value)
 
 
+#: What ``--weights int4`` may cost before ``convert`` warns: the issue's "at most 1 pp of
+#: accuracy", or without labels 1 % of top-1 agreement, or (not a classifier) an SQNR below
+#: 20 dB, where int8 models of the demo keep 26-44 dB.
+COSTLY_DROP_PP = 1.0
+COSTLY_AGREEMENT = 0.99
+COSTLY_SQNR_DB = 20.0
+
+
+def costly(measured: AccuracyReport) -> str | None:
+    """A warning when int4 on every layer the runtime takes cost more than the thresholds
+    above against the float model, else None."""
+    if measured.accuracy_drop_pp is not None:
+        lost = measured.accuracy_drop_pp > COSTLY_DROP_PP
+        what = f"{measured.accuracy_drop_pp:.2f} pp of accuracy"
+    elif measured.top1_agreement is not None:
+        lost = measured.top1_agreement < COSTLY_AGREEMENT
+        what = f"top-1 agreement with the float model down to {measured.top1_agreement:.2%}"
+    else:
+        lost = measured.sqnr_db is not None and measured.sqnr_db < COSTLY_SQNR_DB
+        what = f"an SQNR of {measured.sqnr_db or 0:.1f} dB against the float model"
+    if not lost:
+        return None
+    return (f"int4 weights on every layer the runtime takes cost {what}: --weights auto puts "
+            "int4 only where the flash budget needs it, the layers that cost least first")
+
+
+def float_input_shape(path: Path) -> tuple[int, ...]:
+    """The per-sample input shape of a float32 ``.tflite`` given to ``--weights int4|auto``;
+    one clear line for a file that is not one (quantized already, several or dynamic
+    inputs)."""
+    from devicefit.simulator.errors import InputError
+    from devicefit.simulator.read.reader import read_model
+
+    sg = read_model(path).main
+    quantized = sorted({sg.tensors[w].dtype for op in sg.operators
+                        if (w := _weights(sg, op)) is not None
+                        and sg.tensors[w].dtype != "float32"})
+    if quantized:
+        raise InputError(f"{path} is quantized already ({', '.join(quantized)} weights): give "
+                         "the float32 .tflite, or the Keras model it came from")
+    if len(sg.inputs) != 1:
+        raise InputError(f"{path} has {len(sg.inputs)} inputs; --weights takes models with one "
+                         "input for now (the calibration data holds one array)")
+    shape = sg.tensors[sg.inputs[0]].shape_signature or sg.tensors[sg.inputs[0]].shape
+    if any(d < 1 for d in shape[1:]):
+        raise InputError(f"{path}: its input has dynamic dimensions {list(shape)}; give a "
+                         "float32 .tflite with a fixed input shape")
+    return tuple(shape[1:])
+
+
 def engine() -> str:
     from importlib.metadata import version
 

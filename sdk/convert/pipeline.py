@@ -72,6 +72,12 @@ class Job:
     def in_memory(self) -> bool:
         return not isinstance(self.model, (str, Path))
 
+    @property
+    def float_tflite(self) -> bool:
+        """A float32 ``.tflite`` given for ``--weights int4|auto``: AI Edge Quantizer
+        quantizes it, no TensorFlow runs."""
+        return not self.in_memory and Path(self.model).suffix.lower() == ".tflite"
+
     def inputs(self) -> list[Path]:
         """Files the outputs must never replace."""
         s = self.spec
@@ -96,7 +102,11 @@ def check(model: Any, profile: Profile, output: str | Path, spec: ConversionSpec
         raise UsageError(f"--optimize-memory writes an offline arena plan, which {target.title} "
                          f"does not take; profile '{profile.name}' runs '{profile.runtime.name}'")
     job = Job(model, profile, out, spec, quant)
-    if not job.in_memory:
+    if job.float_tflite and spec.weights != "int8":
+        from devicefit.sdk.convert.lowbit import float_input_shape
+
+        float_input_shape(Path(model))  # one clear line for a quantized or dynamic file
+    elif not job.in_memory:
         loading.check_file(model, unsafe=spec.unsafe)
     if quant.needs_calibration and spec.calibration is None:
         raise missing_calibration(quant)
@@ -143,7 +153,10 @@ class Transformed:
 def transform(job: Job, timer: StageTimer, progress: Progress | None = None, *,
               baseline: bool = False) -> Transformed:
     """load → data → float reference → sparsity → quantize → float baseline, in TensorFlow.
-    ``baseline`` also converts the float32 model when the spec does not ask for it."""
+    ``baseline`` also converts the float32 model when the spec does not ask for it. A float
+    ``.tflite`` (``--weights int4|auto``) needs no TensorFlow: :func:`_float_tflite`."""
+    if job.float_tflite:
+        return _float_tflite(job, timer)
     s = job.spec
     request = TFRequest(
         model="<in-memory model>" if job.in_memory else str(job.model),
@@ -173,6 +186,28 @@ def transform(job: Job, timer: StageTimer, progress: Progress | None = None, *,
         result = tfprocess.run_in_child(request, supply, timer.start, progress)
     outcome = sparsity.SparsityOutcome.from_dict(result.sparsity or {})
     return Transformed(result, outcome, loaded.get("calibration"), loaded.get("evaluation"))
+
+
+def _float_tflite(job: Job, timer: StageTimer) -> Transformed:
+    """The data and the float model's outputs for a float ``.tflite`` given as it is: it is
+    its own float reference (run in LiteRT) and the model AI Edge Quantizer quantizes."""
+    from devicefit.sdk.convert.lowbit import engine, float_input_shape
+
+    path, s = Path(job.model), job.spec
+    shape = float_input_shape(path)
+    timer.start("data")
+    calibration = calibration_data(s.calibration, shape, job.quant)
+    evaluation = None if s.eval_data is None else data.load_data(s.eval_data, shape,
+                                                                 what="evaluation")
+    reference = None
+    if evaluation is not None:
+        timer.start("float reference")
+        reference = accuracy.run_tflite(path, evaluation.x)
+    float_tflite = path.read_bytes()
+    result = TFResult(tflite=float_tflite, source=str(path), kind="tflite", input_shape=shape,
+                      converter=engine(), float_weight_bytes=0, baseline=float_tflite,
+                      reference=reference)
+    return Transformed(result, sparsity.SparsityOutcome(), calibration, evaluation)
 
 
 def _in_process(request: TFRequest, model: Any,

@@ -18,6 +18,14 @@ from devicefit.sdk.convert.sparsity.readback import WeightSparsity
 from devicefit.simulator.errors import UsageError
 from devicefit.simulator.profile_types import Profile
 
+#: What ``convert`` says after an N:M conversion (issue 47: a technique that saves nothing is
+#: said to save nothing).
+SAVES_NOTHING = ("N:M sparsity saves no bytes and no time on any target devicefit supports: "
+                 "the zeros are stored dense (TFLite's sparse encoding is never written: TFLM "
+                 "and the Edge TPU cannot read it), no kernel these profiles run skips them, "
+                 "and devicefit's latency estimate does not count them; --prune-channels or "
+                 "--weights int4 make the model smaller")
+
 
 @dataclass(frozen=True)
 class NMPattern:

@@ -7,15 +7,17 @@ AI Edge Quantizer; the runtimes and the Edge TPU's rules decide, not a table of 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 
-from devicefit.sdk.convert.accuracy import run_tflite
+from devicefit.sdk.convert.accuracy import AccuracyReport, run_tflite
 from devicefit.sdk.convert.data import Dataset
 from devicefit.sdk.convert.lowbit import (
     LowBitReport,
     check_request,
+    costly,
     int4_under_budget,
     int4_weights,
 )
@@ -68,6 +70,9 @@ def test_tflm_takes_int4_convs_per_channel_and_fully_connected_per_tensor(quanti
     path.write_bytes(data)
     result = run_model(path, "tflm", reference_kernels=True)  # it runs, as judged
     assert result.arena_head_bytes is not None
+    # The latency estimate says what it rests on for int4 layers.
+    latency = simulate(path, "stm32l4r5-cortex-m4").latency
+    assert latency is not None and "int4-weight layers timed as int8" in latency.band_basis
 
 
 def test_litert_keeps_per_channel_int4_and_the_file_is_smaller(quantized):
@@ -156,3 +161,65 @@ def test_what_int4_cannot_do_is_refused_before_any_work(scheme, io_type, sparsit
 def test_auto_needs_evaluation_data_and_a_flash_budget(evaluation, flash, words):
     with pytest.raises(UsageError, match=words):
         check_request("int8", "int8", False, "auto", evaluation, flash)
+
+
+def test_a_float_tflite_is_quantized_without_tensorflow(tmp_path, monkeypatch, capsys):
+    """A float32 .tflite someone else made: AI Edge Quantizer quantizes it as it is, with the
+    same per-layer asking; TensorFlow is never started."""
+    from devicefit.sdk.cli import main
+    from devicefit.sdk.convert import tfprocess
+
+    def started(*_args, **_kwargs):
+        raise AssertionError("the TensorFlow process was started")
+
+    monkeypatch.setattr(tfprocess, "run_in_child", started)
+    calibration, evaluation = tmp_path / "cal.npy", tmp_path / "eval.npy"
+    np.save(calibration, _data(16, 0).x)
+    np.save(evaluation, _data(12, 1).x)
+    out, rep = tmp_path / "chain4.tflite", tmp_path / "chain4.json"
+    code = main(["convert", str(model_path("chain_float32")), "--profile",
+                 "stm32l4r5-cortex-m4", "--calibration", str(calibration), "--eval",
+                 str(evaluation), "--weights", "int4", "-o", str(out), "--report", str(rep)])
+    assert code == 0, capsys.readouterr()
+    report = json.loads(rep.read_text())
+    assert report["settings"]["source_format"] == "tflite"
+    assert report["settings"]["converter"].startswith("AI Edge Quantizer")
+    assert {w["bits"] for w in report["low_bit"]["layers"]} == {4, 8}
+    assert report["accuracy"]["sqnr_db"] > 20  # against the float file, run in LiteRT
+    assert out.stat().st_size < 0.25 * model_path("chain_float32").stat().st_size
+
+
+@pytest.mark.parametrize("model, weights, words", [
+    ("chain_float32", "int8", "quantize a float32 .tflite with --weights int4 or auto"),
+    ("chain_int8", "int4", "quantized already (int8 weights)"),
+    ("conv_time", "int4", "dynamic dimensions"),  # time varies, not only the batch
+])
+def test_a_tflite_that_cannot_be_quantized_is_one_line_before_any_work(model, weights, words,
+                                                                       tmp_path, capsys):
+    from devicefit.sdk.cli import main
+    from tests.tflite_builder import conv_time_model
+
+    calibration = tmp_path / "cal.npy"
+    np.save(calibration, _data(4, 0).x)
+    out = tmp_path / "out.tflite"
+    path = model_path(model) if model != "conv_time" else tmp_path / "conv_time.tflite"
+    if model == "conv_time":
+        path.write_bytes(conv_time_model())
+    code = main(["convert", str(path), "--profile", "stm32l4r5-cortex-m4",
+                 "--calibration", str(calibration), "--weights", weights, "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and "Traceback" not in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("measured, warns", [
+    (AccuracyReport(360, 0.9778, 0.9694, 0.99, 20.1), False),  # the demo CNN: -0.83 pp
+    (AccuracyReport(360, 0.9778, 0.9500, 0.96, 15.0), True),   # -2.78 pp
+    (AccuracyReport(24, None, None, 0.95, 30.0), True),        # no labels: agreement
+    (AccuracyReport(100, None, None, None, 1.0), True),        # a regression: SQNR 1 dB
+    (AccuracyReport(100, None, None, None, 31.0), False),
+])
+def test_int4_that_costs_more_than_the_thresholds_says_so_and_names_auto(measured, warns):
+    warning = costly(measured)
+    assert (warning is not None) == warns
+    assert warning is None or "--weights auto" in warning
