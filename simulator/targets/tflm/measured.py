@@ -40,7 +40,7 @@ from devicefit.simulator.target import TARGETS, OnDevice
 from devicefit.simulator.targets.tflm import TARGET
 from devicefit.simulator.targets.tflm import ops as tflm_ops
 from devicefit.simulator.targets.tflm.export import export_files, export_spec
-from devicefit.simulator.targets.tflm.settings import OutputTolerance
+from devicefit.simulator.targets.tflm.settings import OutputTolerance, TflmSettings
 from devicefit.simulator.types import Basis, BuildRequest, ModelRuns, RunOptions, RunResult
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ def memory_map(profile: Profile) -> MemoryMap:
 
 def tolerance(profile: Profile) -> OutputTolerance:
     settings = profile.target_settings
-    return settings if isinstance(settings, OutputTolerance) else OutputTolerance()
+    return settings.tolerance if isinstance(settings, TflmSettings) else OutputTolerance()
 
 
 def compared(target: TargetMeasurement, outputs: list[np.ndarray], host: RunResult,
