@@ -20,9 +20,12 @@ from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.simulate import simulate
-from devicefit.simulator.types import MeasureOptions
+from devicefit.simulator.types import BuildRequest, MeasureOptions
+from tests.simulator.targets.tflm.test_target_build import real_checkout
 
 BASE = "stm32l4r5-cortex-m4"
+#: The STM32 profile on a build that registers the DECODE kernel.
+LUT = f"extends: {BASE}\nruntime:\n  compression: true\n"
 
 
 def _profile(tmp_path: Path, body: str, name: str = "m4-lut") -> Path:
@@ -68,7 +71,7 @@ def test_a_profile_without_the_decode_kernel_refuses_it_with_the_reason(compress
 
 
 def test_the_compressed_model_runs_in_the_wheel_with_the_arena_predicted(compressed, tmp_path):
-    profile = load_profile(_profile(tmp_path, f"extends: {BASE}\nruntime:\n  compression: true\n"))
+    profile = load_profile(_profile(tmp_path, LUT))
     report = simulate(compressed[1], profile, run=MeasureOptions(runs=1, cross_check=False))
     assert report.compatibility.supported
     m = report.measured
@@ -96,9 +99,23 @@ def test_the_decoded_model_computes_what_the_clustered_one_does(compressed):
 
 
 def test_runtime_compression_is_a_boolean_of_the_tflm_target(tmp_path):
-    assert load_profile(_profile(tmp_path, f"extends: {BASE}\nruntime:\n  compression: true\n"))
+    assert load_profile(_profile(tmp_path, LUT)).target_settings.compression
     with pytest.raises(ProfileError, match="expected true or false"):
         load_profile(_profile(tmp_path, f"extends: {BASE}\nruntime:\n  compression: 4\n", "a"))
     with pytest.raises(ProfileError, match="setting of the tflm target"):
         load_profile(_profile(tmp_path, "extends: android-arm64-cpu\nruntime:\n"
                                         "  compression: true\n", "b"))
+
+
+@pytest.mark.slow
+def test_the_compressed_model_runs_on_the_cortex_m4_cmsis_nn_build(compressed, tmp_path):
+    """TFLM built from the checkout for the profile's core (QEMU): no build flag needed, the
+    DECODE kernel is in every build of a TFLM tree that has it; the measured head is the
+    predicted one and the outputs are the host wheel's."""
+    profile = load_profile(_profile(tmp_path, LUT))
+    report = simulate(compressed[1], profile, run=MeasureOptions(
+        runs=1, cross_check=False, target_build=BuildRequest(str(real_checkout()))))
+    built = report.measured.target_build
+    assert built is not None and built.status == "ok", built
+    assert built.head == report.memory.arena_head_bytes
+    assert built.outputs_agree is True
