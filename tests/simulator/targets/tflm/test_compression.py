@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.probe_tflm_compression import compress, edit_filters
+from devicefit.sdk.convert.lut import compress, edit_filters
 from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.read.reader import read_model
