@@ -93,7 +93,7 @@ def main() -> int:
             print(f"compress {name} failed: {type(exc).__name__}: {exc}")
     out = args.out or Path(tempfile.mkdtemp(prefix="probe-tflm-"))
     out.mkdir(parents=True, exist_ok=True)
-    print(f"{2 ** args.bits} values per output channel; TFLM wheel measured; Vela 5.2.0 on "
+    print(f"{2 ** args.bits} values per channel; TFLM wheel measured; Vela 5.2.0 on "
           "ethos-u55-128 (weights original -> encoded, off-chip flash)")
     print(f"{'model':<18}{'file B':>8}{'accuracy':>9}{'arena B':>8}   Vela weights")
     for name, blob in models.items():
