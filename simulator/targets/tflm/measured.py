@@ -122,6 +122,10 @@ def cross_check(model: Model, profile: Profile, setup: ModelRuns, host: RunResul
     second = TARGET.second_opinion
     assert second is not None
     runtimes = (TARGET.name, f"{second} (reference kernels)")
+    if f"CUSTOM:{tflm_ops.DECODE}" in model.op_types:
+        # One line, not LiteRT's refusal of every encoded tensor's quantization.
+        return CrossCheck(runtimes, skipped=f"{TARGETS[second].title} has no kernel for TFLM's "
+                                            "DECODE operator (look-up-table compression)"), []
     lacking = check_ops(model, dataclasses.replace(profile, ops=Ops(table=second)))
     if not lacking.supported:  # e.g. TFLM's Signal ops: LiteRT has no kernel for them
         return CrossCheck(runtimes, skipped=f"{TARGETS[second].title} cannot run "
