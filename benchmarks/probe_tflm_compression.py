@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from devicefit.sdk.convert.lut import compress, edit_filters  # noqa: E402
+from devicefit.simulator.infra.fileio import write_atomic  # noqa: E402
 
 #: ``make demo``'s int8 digits CNN for the STM32L4R5 (int8 I/O).
 DEMO_MODEL = ROOT / "build/demo/digits_0_stm32l4r5-cortex-m4.tflite"
@@ -98,7 +99,7 @@ def main() -> int:
     print(f"{'model':<18}{'file B':>8}{'accuracy':>9}{'arena B':>8}   Vela weights")
     for name, blob in models.items():
         path = out / f"{name.replace('+', '_')}.tflite"
-        path.write_bytes(blob)
+        write_atomic(path, blob, inputs=[args.model])
         try:
             acc, arena = run_wheel(blob, data["x"], data["y"])
             line = f"{name:<18}{len(blob):>8}{acc:>9.4f}{arena:>8}"
