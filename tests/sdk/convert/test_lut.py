@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from devicefit.sdk.cli import main
 from devicefit.sdk.convert import convert
 from devicefit.sdk.convert.lut import kmeans_1d, lut_weights
 from devicefit.sdk.convert.spec import ConversionSpec
@@ -59,6 +60,17 @@ def test_lut4_is_refused_with_the_reason(profile, options, message, lut_profile,
         convert(str(tmp_path / "absent.keras"), profile or lut_profile, tmp_path / "out.tflite",
                 weights="lut4", calibration="random", **options)
     assert not (tmp_path / "out.tflite").exists()
+
+
+def test_the_command_refuses_it_in_one_line_with_exit_2(tmp_path, capsys):
+    model = tmp_path / "m.keras"
+    model.write_bytes(b"not read: the profile is refused first")
+    code = main(["convert", str(model), "--profile", BASE, "-o", str(tmp_path / "o.tflite"),
+                 "--calibration", "random", "--weights", "lut4"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "registers the DECODE kernel" in err[0] and "Traceback" not in err[0]
+    assert not (tmp_path / "o.tflite").exists()
 
 
 @pytest.mark.slow
