@@ -19,7 +19,7 @@ from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
 from devicefit.sdk.console import make_console, table
 from devicefit.sdk.convert.data import RANDOM
 from devicefit.sdk.convert.sparsity import KINDS
-from devicefit.sdk.convert.spec import OPTIONS, WEIGHT_BITS, ConversionSpec
+from devicefit.sdk.convert.spec import INT4_WEIGHTS, OPTIONS, WEIGHT_BITS, ConversionSpec
 from devicefit.sdk.options import (
     add_firmware_options,
     add_picture_options,
@@ -86,7 +86,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the runtime and its compiler, 8-bit on the others; written by AI Edge "
                         "Quantizer from the float model. auto: int4 only on the layers the "
                         "flash budget needs, those losing least accuracy on --eval data per "
-                        "byte saved, each measured in LiteRT (default int8)"),
+                        "byte saved, each measured in LiteRT. lut4: int8 filters clustered to 16 "
+                        "values per channel, stored as TFLM's look-up-table compression (TFLM "
+                        "profiles with runtime.compression: true; accuracy measured in the TFLM "
+                        "wheel) (default int8)"),
     p.add_argument("--optimize-memory", action="store_true", default=None,
                    help="tflm profiles: reorder operators and write an offline arena plan "
                         "(as 'devicefit optimize' does) so TFLM needs less RAM")
@@ -115,7 +118,7 @@ def spec_from_args(args: argparse.Namespace) -> ConversionSpec:
 def _convert(args: argparse.Namespace) -> int:
     # TensorFlow runs in a child process: without this it would fail there, later. A float
     # .tflite quantized with --weights int4|auto needs AI Edge Quantizer only.
-    if Path(args.model).suffix.lower() != ".tflite" or args.weights in (None, "int8"):
+    if Path(args.model).suffix.lower() != ".tflite" or args.weights not in INT4_WEIGHTS:
         require_extra("tensorflow", "devicefit convert")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
     from devicefit.sdk.convert import convert
@@ -151,6 +154,8 @@ def _size_line(report: ConversionReport) -> str:
     s = report.settings
     line = (f"[bold]{report.output}[/bold]: {s.scheme} ({s.io_type} I/O) for "
             f"{report.profile}, {format_size(report.output_bytes)}")
+    if s.weights == "lut4":
+        line = line.replace(" I/O)", " I/O, filters as 4-bit TFLM look-up tables)", 1)
     if report.float_tflite_bytes:
         line += (f" = {report.size_ratio:.2f}x the float32 .tflite "
                  f"({format_size(report.float_tflite_bytes)})")
@@ -240,6 +245,8 @@ def _print_summary(console: Console, report: ConversionReport) -> None:
         if acc.top1_agreement is not None:
             parts.append(f"top-1 agreement {format_percent(acc.top1_agreement)}")
         parts.append("SQNR " + ("identical" if acc.sqnr_db is None else f"{acc.sqnr_db:.1f} dB"))
+        if not acc.runtime.startswith("litert"):  # LiteRT is the default, said in the docs
+            parts.append(f"run in {acc.runtime}")
         console.print("evaluation: " + ", ".join(parts))
     console.print("stages: " + ", ".join(f"{k} {format_time_ms(v * 1000)}"
                                          for k, v in report.stages.items()))

@@ -19,7 +19,7 @@ from devicefit.sdk.convert.data import RANDOM_WARNING
 from devicefit.sdk.convert.pipeline import StageTimer, check_output, verify_scheme
 from devicefit.sdk.convert.report import ConversionReport, ConversionSettings
 from devicefit.sdk.convert.sparsity.nm import SAVES_NOTHING
-from devicefit.sdk.convert.spec import ConversionSpec
+from devicefit.sdk.convert.spec import INT4_WEIGHTS, ConversionSpec
 from devicefit.sdk.types import Progress
 from devicefit.simulator.infra.fileio import write_atomic
 from devicefit.simulator.profile_types import Profile
@@ -59,13 +59,18 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
     done = pipeline.transform(job, timer, progress, baseline=baseline_output is not None)
     result = done.result
     timer.start("verify")
-    if spec.weights == "int8":  # else the int4 stage's model replaces the converter's
+    if spec.weights not in INT4_WEIGHTS:  # else the int4 stage's model replaces it
         verify_scheme(result.tflite, job.quant)
     tflite, low_bit = result.tflite, None
-    if spec.weights != "int8":
+    if spec.weights in INT4_WEIGHTS:
         timer.start("int4 weights")
         tflite, low_bit = pipeline.int4_weights(job, done)
         verify_scheme(tflite, job.quant)
+    elif spec.weights == "lut4":
+        from devicefit.sdk.convert.lut import lut_weights
+
+        timer.start("lut weights")
+        tflite = lut_weights(tflite)
     if result.baseline is not None and baseline_output is not None:  # a before/after report
         write_atomic(baseline_output, result.baseline, inputs=pipeline.input_paths(model))
     settings = pipeline.settings_of(job, done)

@@ -42,22 +42,25 @@ class AccuracyReport:
         return 100.0 * (self.float_accuracy - self.converted_accuracy)
 
 
-def run_tflite(model_path: Path, x: np.ndarray) -> np.ndarray:
-    """Outputs of the ``.tflite`` for float inputs ``x``, from LiteRT in a child process."""
+def run_tflite(model_path: Path, x: np.ndarray, runtime: str = "litert") -> np.ndarray:
+    """Outputs of the ``.tflite`` for float inputs ``x``, from LiteRT (or the TFLM wheel:
+    ``runtime="tflm"``) in a child process."""
     timeout = CHILD_TIMEOUT_BASE_S + CHILD_TIMEOUT_PER_SAMPLE_S * len(x)
+    name = "TFLM" if runtime == "tflm" else "LiteRT"
     with temporary_folder("devicefit-eval-") as tmp:
         inputs, outputs = Path(tmp) / "x.npy", Path(tmp) / "y.npy"
         np.save(inputs, x.astype(np.float32))
         done = zygote.run("devicefit.sdk.convert.litert_child",
-                          [str(model_path), str(inputs), str(outputs)], preload=WORKER_PRELOAD,
+                          [str(model_path), str(inputs), str(outputs), runtime],
+                          preload=WORKER_PRELOAD,
                           env=zygote.child_env(), timeout_s=timeout, work=Path(tmp))
         if done.code is None:
-            raise RuntimeFailure(f"LiteRT did not finish evaluating {model_path.name} in "
+            raise RuntimeFailure(f"{name} did not finish evaluating {model_path.name} in "
                                  f"{timeout:.0f} s")
         if done.code != 0:
             tail = (done.stderr.decode(errors="replace").strip().splitlines()
                     or ["no message"])[-1]
-            raise RuntimeFailure(f"LiteRT failed on {model_path.name} (exit {done.code}): "
+            raise RuntimeFailure(f"{name} failed on {model_path.name} (exit {done.code}): "
                                  f"{tail}")
         return np.load(outputs)
 

@@ -34,7 +34,7 @@ from devicefit.sdk.convert import (
 )
 from devicefit.sdk.convert.diagnose import ConversionError
 from devicefit.sdk.convert.report import CalibrationInfo, ConversionSettings
-from devicefit.sdk.convert.spec import ConversionSpec
+from devicefit.sdk.convert.spec import INT4_WEIGHTS, ConversionSpec
 from devicefit.sdk.convert.transform import DataBundle, TFRequest, TFResult
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import DevicefitError, UsageError
@@ -76,7 +76,8 @@ class Job:
     def float_tflite(self) -> bool:
         """A float32 ``.tflite`` given for ``--weights int4|auto``: AI Edge Quantizer
         quantizes it, no TensorFlow runs."""
-        return not self.in_memory and Path(self.model).suffix.lower() == ".tflite"
+        return not self.in_memory and Path(self.model).suffix.lower() == ".tflite" \
+            and self.spec.weights in INT4_WEIGHTS
 
     def inputs(self) -> list[Path]:
         """Files the outputs must never replace."""
@@ -88,11 +89,15 @@ class Job:
 def check(model: Any, profile: Profile, output: str | Path, spec: ConversionSpec) -> Job:
     """Refuse, before minutes of work, what the profile or the file system cannot take."""
     quant = quantize.resolve(profile, spec.scheme, spec.io_type)
-    if spec.weights != "int8":
+    if spec.weights in INT4_WEIGHTS:
         from devicefit.sdk.convert.lowbit import check_request
 
         check_request(quant.scheme, quant.io_type, bool(spec.sparsity), spec.weights,
                       spec.eval_data is not None, profile.budgets.flash_bytes)
+    elif spec.weights == "lut4":
+        from devicefit.sdk.convert.lut import check_request as check_lut
+
+        check_lut(profile, quant.scheme, bool(spec.sparsity))
     for kind in spec.sparsity:
         sparsity.check_allowed(profile, kind.kind, kind)
     out = check_output(output, model, spec.calibration, spec.eval_data,
@@ -102,7 +107,7 @@ def check(model: Any, profile: Profile, output: str | Path, spec: ConversionSpec
         raise UsageError(f"--optimize-memory writes an offline arena plan, which {target.title} "
                          f"does not take; profile '{profile.name}' runs '{profile.runtime.name}'")
     job = Job(model, profile, out, spec, quant)
-    if job.float_tflite and spec.weights != "int8":
+    if job.float_tflite:
         from devicefit.sdk.convert.lowbit import float_input_shape
 
         float_input_shape(Path(model))  # one clear line for a quantized or dynamic file
@@ -166,7 +171,7 @@ def transform(job: Job, timer: StageTimer, progress: Progress | None = None, *,
         epochs=s.fine_tune.epochs if s.fine_tune else 0,
         distill=bool(s.fine_tune and s.fine_tune.distill),
         # --weights int4 quantizes the float model with AI Edge Quantizer.
-        baseline=s.float_baseline or baseline or s.weights != "int8")
+        baseline=s.float_baseline or baseline or s.weights in INT4_WEIGHTS)
     loaded: dict[str, data.Dataset | None] = {}
 
     def supply(shape: tuple[int, ...]) -> DataBundle:
@@ -322,8 +327,12 @@ def evaluate(job: Job, done: Transformed) -> accuracy.AccuracyReport | None:
     """The written model against the float one on the evaluation data, if any."""
     if done.evaluation is None or done.result.reference is None:
         return None
-    converted = accuracy.run_tflite(job.output, done.evaluation.x)
-    return accuracy.compare(done.result.reference, converted, done.evaluation.y)
+    # LiteRT has no DECODE kernel: a look-up-table model is measured in TFLM's wheel.
+    runtime = "tflm" if job.spec.weights == "lut4" else "litert"
+    converted = accuracy.run_tflite(job.output, done.evaluation.x, runtime)
+    return dataclasses.replace(
+        accuracy.compare(done.result.reference, converted, done.evaluation.y),
+        runtime=f"{runtime} (host, child process)")
 
 
 def record_accuracy(job: Job, tflite: bytes, settings: ConversionSettings,

@@ -48,7 +48,8 @@ class ConversionSettings:
     distill: bool = False
     optimize_memory: bool = False
     patches: str | None = None
-    #: "int4": 4-bit weights where the runtime runs them (``ConversionReport.low_bit``).
+    #: "int4": 4-bit weights where the runtime runs them (``ConversionReport.low_bit``);
+    #: "lut4": TFLM look-up-table compression (:mod:`sdk.convert.lut`).
     weights: str = "int8"
 
     def to_dict(self) -> dict[str, Any]:

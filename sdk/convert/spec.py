@@ -87,7 +87,8 @@ class ConversionSpec:
     io_type: str | None = None
     #: "int8"; "int4": 4-bit weights where the profile's runtime runs them; "auto": int4 on
     #: the layers that cost least accuracy, as few as the flash budget needs
-    #: (:mod:`sdk.convert.lowbit`).
+    #: (:mod:`sdk.convert.lowbit`); "lut4": int8 filters clustered to 16 values per channel,
+    #: stored as TFLM's look-up-table compression (:mod:`sdk.convert.lut`).
     weights: str = "int8"
     #: Representative data for full-integer schemes.
     calibration: DataSource | None = None
@@ -264,7 +265,9 @@ OPTIONS: dict[str, Any] = {
     "patch_objective": "arena", "float_baseline": False, "unsafe": False,
 }
 #: ``--weights``: the bits of the weights of conv and fully-connected layers.
-WEIGHT_BITS = ("int8", "int4", "auto")
+WEIGHT_BITS = ("int8", "int4", "auto", "lut4")
+#: The ``--weights`` that quantize the float model again with int4 layers.
+INT4_WEIGHTS = ("int4", "auto")
 SPEC_KEYS = ("scheme", "io_type", "weights", "calibration", "eval", "sparsity", "fine_tune",
              "optimize_memory", "float_baseline")
 FINE_TUNE_KEYS = ("train", "epochs", "distill")

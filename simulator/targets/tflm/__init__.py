@@ -26,7 +26,7 @@ from devicefit.simulator.target import (
     Target,
     lazy,
 )
-from devicefit.simulator.targets.tflm.settings import PROFILE_KEYS, SECTION, settings
+from devicefit.simulator.targets.tflm.settings import PROFILE_KEYS, settings
 
 TARGET = Target(
     name="tflm",
@@ -53,6 +53,6 @@ TARGET = Target(
     code_size=lazy(CodeSize, "devicefit.simulator.targets.tflm.code:code_size"),
     export=lazy(Exporter, "devicefit.simulator.targets.tflm.export:firmware"),
     failed_node=r"Node (?P<op>[A-Z0-9_]+) \(number (?P<index>\d+)\)",
-    profile_keys={SECTION: PROFILE_KEYS},
+    profile_keys=PROFILE_KEYS,
     settings=settings,
 )

@@ -36,6 +36,7 @@ from pathlib import Path
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.read.model import Model, Operator, Subgraph
 from devicefit.simulator.target import accelerator_op
+from devicefit.simulator.targets.tflm.settings import compression
 from devicefit.simulator.types import UnsupportedOp
 
 SUPPORT_FILE = Path(__file__).with_name("tflm_support.json")
@@ -45,6 +46,8 @@ SUPPORT_FILE = Path(__file__).with_name("tflm_support.json")
 WEIGHTS_INPUT = {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 1, "FULLY_CONNECTED": 1,
                  "TRANSPOSE_CONV": 1, "BATCH_MATMUL": 1, "EMBEDDING_LOOKUP": 1, "SVDF": 1,
                  "UNIDIRECTIONAL_SEQUENCE_LSTM": 2}
+#: The custom op TFLM's compression tool inserts before each consumer of a compressed tensor.
+DECODE = "TFLM_DECODE"
 #: Ops whose data input is not input 0.
 DATA_INPUT = {"TRANSPOSE_CONV": 2, "EMBEDDING_LOOKUP": 1}
 
@@ -143,10 +146,15 @@ def check(model: Model, profile: Profile) -> list[UnsupportedOp]:
         for op in sg.operators:
             code = op.op_name.removeprefix("CUSTOM:")
             if op.is_custom:
-                if code in customs:
+                if code == DECODE and not compression(profile.target_settings):
+                    reason = ("TFLM's look-up-table compression: this profile's build does not "
+                              "say it registers the DECODE kernel (runtime.compression: true "
+                              "where the firmware's op resolver calls AddDecode())")
+                elif code in customs:
                     continue
-                reason = accelerator_op(code) or ("custom op: the tflite-micro wheel registers "
-                                                  "no kernel for it")
+                else:
+                    reason = accelerator_op(code) or ("custom op: the tflite-micro wheel "
+                                                      "registers no kernel for it")
             elif op.op_name not in builtins:
                 reason = "TFLM has no kernel for this op"
             elif any(sg.tensors[i].is_sparse for i in op.inputs if i >= 0):

@@ -39,7 +39,7 @@ def test_keywords_build_the_nested_spec_and_back():
     ({"train": "t.npz", "epochs": 1}, "fine-tunes after pruning"),
     ({"prune_channels": 1.5}, "--prune-channels 1.5"),
     ({"sparsity_pattern": "4:2"}, "0 < N < M"),
-    ({"weights": "int2"}, "--weights 'int2': choose int8, int4 or auto"),
+    ({"weights": "int2"}, "--weights 'int2': choose int8, int4, auto or lut4"),
 ])
 def test_option_combinations_that_make_no_sense_are_usage_errors(options, words):
     with pytest.raises(UsageError, match=words):

@@ -350,7 +350,7 @@ def test_cli_refuses_a_profile_that_is_not_tflm(small_model, tmp_path, capsys):
 # These build TFLM from a real checkout and run under QEMU: set DEVICEFIT_TFLM_DIR (and
 # DEVICEFIT_CACHE to a lasting folder: a first build of TFLM's core and a model's kernels
 # takes 5-20 minutes on two cores, a cached one seconds).
-def _real_checkout() -> Path:
+def real_checkout() -> Path:
     where = os.environ.get("DEVICEFIT_TFLM_DIR")
     if not where:
         pytest.skip("set DEVICEFIT_TFLM_DIR to a TFLM checkout (third-party trees downloaded) "
@@ -375,7 +375,7 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
 @pytest.fixture
 def hello_world(tmp_path) -> Path:
     """TFLM's own hello_world_int8 (a public model: the checkout's example)."""
-    tflm = _real_checkout()
+    tflm = real_checkout()
     path = tmp_path / "hello_world_int8.tflite"
     path.write_bytes((tflm / "tensorflow/lite/micro/examples/hello_world/models/"
                               "hello_world_int8.tflite").read_bytes())
@@ -383,7 +383,7 @@ def hello_world(tmp_path) -> Path:
 
 
 def test_the_export_is_built_and_verified_as_exported(hello_world, tmp_path, capsys):
-    tflm = _real_checkout()
+    tflm = real_checkout()
     before = _snapshot(tflm)
     code = main(["simulate", str(hello_world), "--profile", "stm32l4r5-cortex-m4", "--run",
                  "--target-build", str(tflm), "--json"])
@@ -422,7 +422,7 @@ def test_one_compiler_and_no_downloads_however_the_checkout_looks(hello_world, t
     """A checkout without pigweed (TFLM's Makefile would clone it) and with a gcc_embedded
     folder (TFLM would compile with that GCC): the build uses the toolchain on PATH, writes
     nothing into the checkout and downloads nothing."""
-    tflm = _real_checkout()
+    tflm = real_checkout()
     copy = tmp_path / "tflm"
     subprocess.run(["git", "clone", "-q", "--shared", str(tflm), str(copy)], check=True)
     subprocess.run(["git", "-C", str(copy), "checkout", "-q",
@@ -455,7 +455,7 @@ def test_one_compiler_and_no_downloads_however_the_checkout_looks(hello_world, t
 def test_a_compile_error_is_never_a_pass(hello_world, tmp_path, capsys):
     """A checkout whose TFLM does not compile: the report says not measured, names the
     first compiler error and the log, the verdict fails, exit 2; the checkout is only read."""
-    tflm = _real_checkout()
+    tflm = real_checkout()
     copy = tmp_path / "tflm"
     subprocess.run(["cp", "-al", str(tflm), str(copy)], check=True)
     shutil.rmtree(copy / ".git")  # keyed by its files: a new build folder
@@ -477,7 +477,7 @@ def test_a_compile_error_is_never_a_pass(hello_world, tmp_path, capsys):
 
 
 def test_timeout_reaches_qemu(hello_world, capsys):
-    tflm = _real_checkout()
+    tflm = real_checkout()
     main(["simulate", str(hello_world), "--profile", "stm32l4r5-cortex-m4", "--run",
           "--target-build", str(tflm)])  # built and cached
     capsys.readouterr()
@@ -493,7 +493,7 @@ def test_link_check_on_the_exports_own_firmware_link(hello_world, tmp_path, caps
     """The firmware image the target build linked (the profile's FLASH and RAM regions):
     link-check passes with its map and ELF, and fails (exit 1) once the arena array is
     linked 16 B smaller than the start arena (the export's -DNAME_ARENA_SIZE override)."""
-    tflm = _real_checkout()
+    tflm = real_checkout()
     out = tmp_path / "fw"
     assert main(["export", str(hello_world), "--profile", "stm32l4r5-cortex-m4", "-o",
                  str(out), "--target-build", str(tflm), "--json"]) == 0
@@ -531,7 +531,7 @@ def _tflm_flags(build: tb.TflmBuild) -> tuple[list[str], list[str]]:
 def test_the_export_builds_with_cmake_and_runs(hello_world, tmp_path, capsys):
     """The export's CMakeLists.txt with TFLM built elsewhere (include folders, its compile
     options, its library): the example builds for the core and runs under QEMU."""
-    tflm = _real_checkout()
+    tflm = real_checkout()
     out = tmp_path / "fw"
     assert main(["export", str(hello_world), "--profile", "stm32l4r5-cortex-m4", "-o",
                  str(out), "--tflm", str(tflm)]) == 0
@@ -566,7 +566,7 @@ def test_the_export_builds_with_cmake_and_runs(hello_world, tmp_path, capsys):
 
 def test_the_export_builds_with_tflms_makefile(hello_world, tmp_path, capsys):
     """The export's Makefile drives TFLM's own (its library and flags for the core)."""
-    tflm = _real_checkout()
+    tflm = real_checkout()
     out = tmp_path / "fw"
     assert main(["export", str(hello_world), "--profile", "stm32l4r5-cortex-m4", "-o",
                  str(out), "--tflm", str(tflm)]) == 0
