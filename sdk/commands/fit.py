@@ -161,7 +161,7 @@ def _outputs(args: argparse.Namespace, console: Console, report: FitReport,
 
 
 def _print_summary(console: Console, report: FitReport) -> None:
-    from devicefit.sdk.fit.report import TRIAL_COLUMNS, miss_text, trial_rows
+    from devicefit.sdk.fit.report import TRIAL_COLUMNS, miss_text, trial_rows, weights_lines
 
     console.print(table(f"Trials on {report.profile} ({report.search_seconds:.0f} s"
                         + (", interrupted" if report.interrupted else "") + ")",
@@ -176,6 +176,8 @@ def _print_summary(console: Console, report: FitReport) -> None:
                       + f", flash {format_size(chosen.flash_bytes)}, arena "
                       f"{format_size(chosen.arena_bytes)}")
         console.print(f"why: {report.reason}")
+        for line in weights_lines(report):
+            console.print(line, markup=False)
         for run in chosen.payload.fine_tune:
             console.print(f"fine-tuned {run.epochs} epoch(s): batch {run.batch_size} x "
                           f"{run.accumulation_steps} accumulation (sdk.train plan for "
@@ -202,6 +204,8 @@ def _print_summary(console: Console, report: FitReport) -> None:
         misses = "; ".join(miss_text(m) for m in report.closest_misses)
         console.print(f"closest: trial {closest.number}, {closest.candidate.label()}: "
                       f"{misses or closest.note}")
+    for line in weights_lines(report):
+        console.print(line, markup=False)
 
 
 def trial_line(record: TrialRecord[Any, Any]) -> str:

@@ -27,7 +27,6 @@ from devicefit.sdk.fit.candidate import (
     measure_accuracy,
 )
 from devicefit.sdk.fit.cluster import check_clusters, gzip_size
-from devicefit.sdk.fit.int4 import weights_choice
 from devicefit.sdk.fit.export import (
     embed_metadata,
     export,
@@ -36,6 +35,7 @@ from devicefit.sdk.fit.export import (
     study_info,
     write_winner,
 )
+from devicefit.sdk.fit.int4 import weights_choice
 from devicefit.sdk.fit.record import FitTrial
 from devicefit.sdk.fit.report import Clustering, FitBudgets, FitReport, FitSettings, StudyRecord
 from devicefit.sdk.fit.space import SearchSpace, space_for

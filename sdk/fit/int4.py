@@ -72,15 +72,3 @@ def weights_choice(loaded: LoadedModel, calibration: np.ndarray, source: str, pr
     log.info("int4 weights not searched: %s", why)
     return WeightsChoice(note=f"int4 weights not searched: {profile.runtime.name} takes them "
                               f"on no layer of this model ({why})")
-
-
-def describe(report: LowBitReport) -> list[str]:
-    """One line per layer with weights: its bits, granularity and why it is not int4."""
-    return [f"{layer.op} {short_name(layer.layer)}: int{layer.bits} {layer.granularity}"
-            + (f" ({layer.why})" if layer.why else "") for layer in report.layers]
-
-
-def short_name(layer: str) -> str:
-    """A layer's output tensor name cut to its first part (the converter joins the fused
-    ops' names with ';')."""
-    return layer.split(";")[0]
