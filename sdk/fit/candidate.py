@@ -12,6 +12,9 @@ the candidate's :class:`~sdk.convert.stages.Stages`:
    the original model as distillation teacher.
 3. **Conversion and evaluation**: the trained model is converted again, simulated again and
    run in LiteRT (child process) on the evaluation data for its accuracy.
+
+An int4 candidate (``weights="int4"``) is converted in both steps from its model's float32
+``.tflite`` with int4 weights where the runtime takes them (:mod:`sdk.fit.int4`).
 """
 
 from __future__ import annotations
