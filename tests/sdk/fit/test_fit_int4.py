@@ -33,14 +33,8 @@ ETHOS = "ethos-u55-128"
 
 @pytest.fixture(scope="module")
 def int4_fit(digits):
-    folder = digits["folder"]
-    profile = base._profile(folder, "int4-l4", INT4_ONLY)
-    out, report, page = folder / "int4.tflite", folder / "int4.json", folder / "int4.html"
     # Two trials: plain int8 (misses flash), then the same with int4 weights (no training).
-    code = base._fit(digits, profile, out, "--max-trials", "2", "--epochs", "1",
-                     "--report", str(report), "--html", str(page))
-    return {"code": code, "profile": profile, "out": out,
-            "report": json.loads(report.read_text()), "html": page.read_text()}
+    return base.run_fit(digits, "int4-l4", INT4_ONLY, "--max-trials", "2", "--epochs", "1")
 
 
 def test_fit_meets_a_flash_budget_only_int4_weights_meet(int4_fit):
