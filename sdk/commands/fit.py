@@ -165,7 +165,13 @@ def _outputs(args: argparse.Namespace, console: Console, report: FitReport,
 
 def _print_summary(console: Console, report: FitReport) -> None:
     from devicefit.sdk.convert.finetune import training_summary
-    from devicefit.sdk.fit.report import TRIAL_COLUMNS, miss_text, trial_rows, trials_note
+    from devicefit.sdk.fit.report import (
+        TRIAL_COLUMNS,
+        miss_text,
+        trial_rows,
+        trials_note,
+        weights_lines,
+    )
 
     console.print(table(f"Trials on {report.profile} ({report.search_seconds:.0f} s"
                         + (", interrupted" if report.interrupted else "") + ")",
@@ -180,6 +186,8 @@ def _print_summary(console: Console, report: FitReport) -> None:
                       + ("" if loss is None else f" ({format_points(-loss)} vs float "
                          f"{format_percent(report.float_accuracy)})"))
         console.print(f"why: {report.reason}")
+        for line in weights_lines(report):
+            console.print(line, markup=False)
         if trained := training_summary(chosen.payload.fine_tune):
             console.print(trained)
         console.print(verified_line(report.verification, report.runtime, chosen))
@@ -203,6 +211,8 @@ def _print_summary(console: Console, report: FitReport) -> None:
         misses = "; ".join(miss_text(m) for m in report.closest_misses)
         console.print(f"closest: trial {closest.number}, {closest.candidate.label()}: "
                       f"{misses or closest.note}")
+    for line in weights_lines(report):
+        console.print(line, markup=False)
 
 
 def trial_line(record: TrialRecord[Any, Any]) -> str:

@@ -32,6 +32,7 @@ from devicefit.simulator.errors import UsageError
 from devicefit.simulator.profile_types import Profile
 
 if TYPE_CHECKING:
+    from devicefit.sdk.convert.lowbit import LowBitReport
     from devicefit.sdk.convert.spec import ConversionSpec
     from devicefit.simulator.optimize.driver import OptimizeReport
 
@@ -73,6 +74,8 @@ class Converted:
     sparsity: SparsityOutcome = field(default_factory=SparsityOutcome)
     #: Every training run in order: the sparsity kinds' fine-tuning, then int8 training.
     fine_tune: list[FineTuneResult] = field(default_factory=list)
+    #: fit's int4 candidates: what re-quantizing the float model gave each layer.
+    low_bit: LowBitReport | None = None
 
 
 #: Trained sparsity results :func:`run` keeps in a ``reuse`` mapping, newest last.

@@ -35,6 +35,7 @@ from devicefit.sdk.fit.export import (
     study_info,
     write_winner,
 )
+from devicefit.sdk.fit.int4 import weights_choice
 from devicefit.sdk.fit.record import FitTrial
 from devicefit.sdk.fit.report import Clustering, FitBudgets, FitReport, FitSettings, StudyRecord
 from devicefit.sdk.fit.space import SearchSpace, space_for
@@ -95,6 +96,8 @@ def fit(model: Any, profile: str | Path | Profile, output: str | Path, spec: Fit
                          "model must output class scores (one output, 2 or more classes)")
 
     space = space_for(prof, can_train=True, can_prune=True, groups=_groups(loaded.keras_model))
+    choice = weights_choice(loaded, calibration.x, training.source, prof, spec.conversion().io_type)
+    space = replace(space, weights=choice.widths, weights_note=choice.note)
     name = settings.study_name or study_name(loaded.source, prof.name, space)
     with work_folder(settings, name, "devicefit-fit-", workdir) as work:
         ctx = Context(loaded=loaded, profile=prof, train=training, evaluation=evaluation,

@@ -12,6 +12,9 @@ the candidate's :class:`~sdk.convert.stages.Stages`:
    the original model as distillation teacher.
 3. **Conversion and evaluation**: the trained model is converted again, simulated again and
    run in LiteRT (child process) on the evaluation data for its accuracy.
+
+An int4 candidate (``weights="int4"``) is converted in both steps from its model's float32
+``.tflite`` with int4 weights where the runtime takes them (:mod:`sdk.fit.int4`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from devicefit.sdk.convert.data import Dataset
 from devicefit.sdk.convert.distill import DistillSettings
 from devicefit.sdk.convert.finetune import FineTuneResult
 from devicefit.sdk.convert.loading import LoadedModel
+from devicefit.sdk.convert.lowbit import LowBitReport
 from devicefit.sdk.convert.spec import ConversionSpec
 from devicefit.sdk.convert.stages import (
     Converted,
@@ -39,6 +43,7 @@ from devicefit.sdk.convert.stages import (
     optimize_memory,
     run,
 )
+from devicefit.sdk.fit import int4
 from devicefit.sdk.fit.cluster import gzip_size
 from devicefit.sdk.fit.record import FitPayload, FitTrial
 from devicefit.sdk.fit.space import Candidate
@@ -107,6 +112,12 @@ def convert_candidate(ctx: Context, spec: ConversionSpec, stages: Stages | None 
     converted = run(loaded, stages or Stages(),
                     quantize.resolve(ctx.profile, spec.scheme, spec.io_type),
                     ctx.calibration, training, ctx.progress, reuse=ctx.reuse)
+    if spec.weights == "int4":
+        # The same compressed (and trained) model, quantized again from float32 with int4
+        # weights where the runtime takes them, on the same calibration data.
+        compressed = dataclasses.replace(loaded, keras_model=converted.model)
+        converted.tflite, converted.low_bit = int4.int4_weights(
+            compressed, ctx.calibration, ctx.train.source, ctx.profile)
     # A candidate may fit only once its first stage runs in patches.
     converted.tflite, _ = optimize_memory(converted.tflite, ctx.profile, spec)
     return converted
@@ -115,7 +126,7 @@ def convert_candidate(ctx: Context, spec: ConversionSpec, stages: Stages | None 
 def has_qat_twin(ctx: Context, candidate: Candidate) -> bool:
     """Whether the search space holds the QAT version of this PTQ candidate."""
     return ctx.qat_twins and not candidate.qat and candidate.scheme == "int8" and \
-        candidate.nm is None
+        candidate.nm is None and candidate.weights == "int8"
 
 
 def measure_accuracy(ctx: Context, path: Path) -> float | None:
@@ -133,23 +144,25 @@ def evaluate(ctx: Context, candidate: Candidate, number: int) -> FitTrial:
     path = ctx.workdir / f"trial-{number:03d}.tflite"
     spec = candidate.spec(ctx.spec)
     stages = stages_of(ctx, candidate)
-    tflite = convert_candidate(ctx, spec, stages.structure()).tflite
+    structure = convert_candidate(ctx, spec, stages.structure())
+    tflite, low_bit = structure.tflite, structure.low_bit
     write_atomic(path, tflite)
     report = static_check(path, ctx.profile)
     if not report.ok:
         return _record(number, candidate, TrialStage.STATIC, report, tflite, started, path,
-                       note=_why_not(report))
+                       note=_why_not(report), low_bit=low_bit)
     runs: list[FineTuneResult] = []
     keras_path = None
     if candidate.needs_training or stages.int8_training is not None:
         trained = convert_candidate(ctx, spec, stages, training=ctx.train)
-        runs, tflite = trained.fine_tune, trained.tflite
+        runs, tflite, low_bit = trained.fine_tune, trained.tflite, trained.low_bit
         keras_path = ctx.workdir / f"trial-{number:03d}.keras"
         trained.model.save(keras_path)
         write_atomic(path, tflite)
         report = static_check(path, ctx.profile)
     record = _record(number, candidate, TrialStage.TRAINED if runs else TrialStage.POST_TRAINING,
-                     report, tflite, started, path, note="" if report.ok else _why_not(report))
+                     report, tflite, started, path, note="" if report.ok else _why_not(report),
+                     low_bit=low_bit)
     payload = dataclasses.replace(record.payload, fine_tune=tuple(runs),
                                   keras_path=str(keras_path) if keras_path else None)
     return dataclasses.replace(record, payload=payload, accuracy=measure_accuracy(ctx, path),
@@ -157,7 +170,8 @@ def evaluate(ctx: Context, candidate: Candidate, number: int) -> FitTrial:
 
 
 def _record(number: int, candidate: Candidate, stage: TrialStage, report: Report, tflite: bytes,
-            started: float, path: Path, note: str = "") -> FitTrial:
+            started: float, path: Path, note: str = "", low_bit: LowBitReport | None = None
+            ) -> FitTrial:
     return FitTrial(
         number=number, candidate=candidate, stage=stage, verdict=report.verdict,
         budgets=tuple(report.budgets),
@@ -166,7 +180,8 @@ def _record(number: int, candidate: Candidate, stage: TrialStage, report: Report
         latency_ms=report.latency.estimated_device_ms if report.latency else None,
         latency_band_ms=report.latency.band_ms if report.latency else None,
         seconds=time.perf_counter() - started, path=str(path), note=note,
-        payload=FitPayload(model_bytes=len(tflite), gzip_bytes=gzip_size(tflite)))
+        payload=FitPayload(model_bytes=len(tflite), gzip_bytes=gzip_size(tflite),
+                           low_bit=low_bit))
 
 
 def _arena(report: Report) -> int | None:

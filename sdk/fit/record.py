@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from devicefit.sdk.convert.finetune import FineTuneResult
+from devicefit.sdk.convert.lowbit import LowBitReport
 from devicefit.sdk.fit.space import Candidate
 from devicefit.sdk.study.record import TrialRecord
 
@@ -25,6 +26,8 @@ class FitPayload:
     #: The fine-tuned Keras model (to cluster the winner without training it again).
     keras_path: str | None = None
     fine_tune: tuple[FineTuneResult, ...] = ()
+    #: An int4 candidate: each layer's weight bits and why it is not int4.
+    low_bit: LowBitReport | None = None
 
     @property
     def epochs(self) -> int:

@@ -333,6 +333,33 @@ def latency_text(t: FitTrial) -> str:
     return format_estimate(t.latency_ms, "ms", t.latency_band_ms)
 
 
+WEIGHT_COLUMNS = ("op", "layer", "weights", "bytes", "why not int4")
+
+
+def weight_rows(t: FitTrial) -> list[tuple[Any, ...]]:
+    """An int4 candidate's layers with weights: bits and granularity, bytes in the file, and
+    why a layer is not int4 (the runtime's or compiler's refusal); empty for int8 ones."""
+    low_bit = t.payload.low_bit
+    if low_bit is None:
+        return []
+    # The converter joins fused ops' names with ';': the first is the layer's own.
+    return [(layer.op, layer.layer.split(";")[0], f"int{layer.bits} {layer.granularity}",
+             format_size(layer.weight_bytes), layer.why or "-") for layer in low_bit.layers]
+
+
+def weights_lines(report: FitReport) -> list[str]:
+    """What the text view says of int4 weights: the chosen candidate's layers, or why the
+    search had none."""
+    chosen = report.trial(report.chosen)
+    if chosen is not None and chosen.payload.low_bit is not None:
+        low_bit = chosen.payload.low_bit
+        return [f"weights ({low_bit.engine}): int4 on {low_bit.int4_layers} of "
+                f"{len(low_bit.layers)} layers, {format_size(low_bit.weight_bytes)}"] + \
+            [f"  {op} {layer}: {bits}, {size}" + ("" if why == "-" else f" ({why})")
+             for op, layer, bits, size, why in weight_rows(chosen)]
+    return [report.space.weights_note] if report.space.weights_note else []
+
+
 TRIAL_COLUMNS = ("#", "candidate", "accuracy", "flash", "arena", "est. latency", "gzip",
                  "verdict", "time", "note")
 
@@ -509,9 +536,19 @@ def render_fit_html(report: FitReport) -> str:
              + pareto_svg(report.trials, report.budgets.arena, report.chosen, "arena")
              + (f'<p class="note">flash includes {escape(format_size(code))} of runtime code.'
                 "</p>" if code else "")
-             + "<h2>Trials</h2>" + html_table(TRIAL_COLUMNS, trial_rows(report)))
+             + "<h2>Trials</h2>" + html_table(TRIAL_COLUMNS, trial_rows(report))
+             + _weights_html(report))
     written = written_as(verification, chosen)
     sections = [Section(f"Chosen candidate on {report.profile}, the file as written"
                         + (f": {written}" if written else "") + " (verified in the runtime)",
                         verification)] if verification is not None else []
     return render_html(f"devicefit fit: {report.source}", sections, intro=intro)
+
+
+def _weights_html(report: FitReport) -> str:
+    chosen = report.trial(report.chosen)
+    if chosen is not None and chosen.payload.low_bit is not None:
+        return (f"<h2>Weights of the chosen candidate ({escape(chosen.payload.low_bit.engine)})"
+                "</h2>" + html_table(WEIGHT_COLUMNS, weight_rows(chosen)))
+    note = report.space.weights_note
+    return f'<p class="note">{escape(note)}</p>' if note else ""

@@ -4,7 +4,9 @@ Dimensions: the quantization scheme (those the profile's runtime takes), the sha
 channels removed (when the profile allows channel pruning) for the whole model or per
 prunable layer group, N:M sparsity (only when the
 runtime has kernels that use it: ``n:m`` in ``profile.sparsity.kinds``) and PTQ vs
-quantization-aware training (int8 only: QAT matches the converter's int8 rounding).
+quantization-aware training (int8 only: QAT matches the converter's int8 rounding), and
+int4 weights for int8 post-training candidates where the profile's runtime takes them on
+some layer (:mod:`sdk.fit.int4`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class Candidate:
     #: Per-group pruning ratios (group = its producer layers joined by "+"); when set, they
     #: replace ``prune`` for those groups.
     layers: tuple[tuple[str, float], ...] = ()
+    #: "int4": the int8 candidate's weights at 4 bits where the runtime takes them.
+    weights: str = "int8"
 
     @property
     def pruned(self) -> bool:
@@ -58,13 +62,13 @@ class Candidate:
 
     def spec(self, base: ConversionSpec) -> ConversionSpec:
         """The conversion this candidate asks for: ``base`` (what every trial shares) with
-        its scheme and sparsity."""
-        return replace(base, scheme=self.scheme, sparsity=self.sparsity())
+        its scheme, sparsity and weight bits."""
+        return replace(base, scheme=self.scheme, sparsity=self.sparsity(), weights=self.weights)
 
     @property
-    def structure(self) -> tuple[str, str | None]:
+    def structure(self) -> tuple[str, str | None, str]:
         """What besides ``prune`` decides the file's size, arena and op set."""
-        return self.scheme, self.nm
+        return self.scheme, self.nm, self.weights
 
     def label(self) -> str:
         parts = [self.scheme, "QAT" if self.qat else "PTQ"]
@@ -74,6 +78,8 @@ class Candidate:
             parts.append(f"prune {self.prune:.3g}")
         if self.nm:
             parts.append(self.nm)
+        if self.weights != "int8":
+            parts.append(f"{self.weights} weights")
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,7 +89,8 @@ class Candidate:
     def from_dict(cls, data: dict[str, Any]) -> Candidate:
         return cls(scheme=data["scheme"], prune=float(data["prune"]), nm=data.get("nm"),
                    qat=bool(data.get("qat")),
-                   layers=tuple((str(g), float(r)) for g, r in data.get("layers") or ()))
+                   layers=tuple((str(g), float(r)) for g, r in data.get("layers") or ()),
+                   weights=str(data.get("weights") or "int8"))
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,15 @@ class SearchSpace:
     qat: bool
     #: Prunable layer groups (producers joined by "+"); two or more allow per-layer ratios.
     groups: tuple[str, ...] = ()
+    #: Weight bits of int8 post-training candidates: ("int8", "int4") when the profile's
+    #: runtime takes int4 on some layer of the model; ``weights_note`` says why not.
+    weights: tuple[str, ...] = ("int8",)
+    weights_note: str = ""
+
+    def int4_for(self, scheme: str, qat: bool) -> bool:
+        """Whether a candidate of ``scheme`` may have int4 weights (QAT trains on the int8
+        grid, so its weights stay int8)."""
+        return "int4" in self.weights and scheme == "int8" and not qat
 
     @property
     def per_layer(self) -> bool:
@@ -116,7 +132,10 @@ class SearchSpace:
                 prune, layers = layers[0][1], ()
             else:
                 prune = 0.0
-        return Candidate(scheme, prune, nm, bool(qat), layers)
+        weights = "int8"
+        if self.int4_for(scheme, bool(qat)):
+            weights = trial.suggest_categorical("weights", list(self.weights))
+        return Candidate(scheme, prune, nm, bool(qat), layers, weights)
 
     @property
     def size(self) -> int:
@@ -133,6 +152,8 @@ class SearchSpace:
             for prune in self.prune_ratios:
                 for nm in self.nm_patterns:
                     out.append(Candidate(scheme, prune, nm))
+                    if self.int4_for(scheme, False):
+                        out.append(Candidate(scheme, prune, nm, weights="int4"))
                     if self.qat and scheme == "int8" and nm is None:
                         out.append(Candidate(scheme, prune, nm, True))
         return out
@@ -140,7 +161,8 @@ class SearchSpace:
     def to_dict(self) -> dict[str, Any]:
         return {"schemes": list(self.schemes), "prune_ratios": list(self.prune_ratios),
                 "nm_patterns": list(self.nm_patterns), "qat": self.qat,
-                "groups": list(self.groups), "size": self.size}
+                "groups": list(self.groups), "weights": list(self.weights),
+                "weights_note": self.weights_note, "size": self.size}
 
 
 def space_for(profile: Profile, *, can_train: bool, can_prune: bool,

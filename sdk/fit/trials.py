@@ -1,9 +1,10 @@
 """fit's trials in the study (:mod:`sdk.study`): optuna proposes compression settings,
 :mod:`sdk.fit.candidate` judges them, cheapest first.
 
-The first trial is the plain post-training conversion; then the pruning ratio is bisected
-(:func:`_bisect`) to train the least-pruned candidate that fits and its QAT twin first; then
-the sampler proposes the rest. A candidate whose structure is already known to miss a budget
+The first trial is the plain post-training conversion (and, if it misses flash alone and the
+space has int4 weights, the same with int4 weights: no training either); then the pruning
+ratio is bisected (:func:`_bisect`) to train the least-pruned candidate that fits and its QAT
+twin first; then the sampler proposes the rest. A candidate whose structure is already known to miss a budget
 (the same scheme and sparsity with at least as much pruning missed flash, arena or latency,
 or used an unsupported op) is skipped without any work (:func:`blocking`).
 """
@@ -20,7 +21,7 @@ from devicefit.sdk.fit.candidate import Context, evaluate
 from devicefit.sdk.fit.record import FitPayload, FitTrial, read_trial
 from devicefit.sdk.fit.space import Candidate, SearchSpace
 from devicefit.sdk.study import Direction, Run, SearchSettings, StudyResult, TrialStage, run_study
-from devicefit.simulator.types import Status
+from devicefit.simulator.types import BudgetName, Status
 
 #: Budgets that can only get worse with less pruning (so a miss rules out larger variants).
 MONOTONE_BUDGETS = ("flash", "arena", "latency")
@@ -152,7 +153,11 @@ def run_trials(ctx: Context, space: SearchSpace, settings: SearchSettings, *, na
     workers = _workers(ctx, model_path, space) if settings.jobs > 1 else None
 
     def first(run: FitRun) -> None:
-        _probe(run, space, Candidate(space.schemes[0], 0.0))
+        plain = _probe(run, space, Candidate(space.schemes[0], 0.0))
+        if plain is not None and set(plain.misses()) == {BudgetName.FLASH} and \
+                space.int4_for(space.schemes[0], False):
+            # Only flash missed: int4 weights may be enough, and they need no training.
+            _probe(run, space, Candidate(space.schemes[0], 0.0, weights="int4"))
         _bisect(run, space)
 
     return run_study(FitTrials(ctx, space), settings, name, workers=workers, first=first,
@@ -196,6 +201,8 @@ def _probe(run: FitRun, space: SearchSpace, candidate: Candidate) -> FitTrial | 
                               "nm": candidate.nm}
     if space.qat and candidate.scheme == "int8" and candidate.nm is None:
         params["qat"] = candidate.qat
+    if space.int4_for(candidate.scheme, candidate.qat):
+        params["weights"] = candidate.weights
     if space.per_layer:
         params["per_layer"] = bool(candidate.layers)
         params.update({f"prune[{g}]": r for g, r in candidate.layers})

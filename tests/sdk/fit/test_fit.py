@@ -49,18 +49,24 @@ def _fit(digits, profile: Path, out: Path, *extra: str) -> int:
                  str(digits["train"]), "--eval", str(digits["test"]), "-o", str(out), *extra])
 
 
+def run_fit(digits, name: str, budgets: dict[str, str], *extra: str) -> dict:
+    """fit on a profile extending BASE with ``budgets``: exit code, profile, written file,
+    JSON report and HTML page."""
+    folder = digits["folder"]
+    profile = _profile(folder, name, budgets)
+    out, report, page = (folder / f"{name}.{ext}" for ext in ("tflite", "json", "html"))
+    code = _fit(digits, profile, out, *extra, "--report", str(report), "--html", str(page))
+    return {"code": code, "profile": profile, "out": out,
+            "report": json.loads(report.read_text()), "html": page.read_text()}
+
+
 @pytest.fixture(scope="module")
 def tight_fit(digits):
-    folder = digits["folder"]
-    profile = _profile(folder, "tight-l4", TIGHT)
-    out, report, page = folder / "fit.tflite", folder / "fit.json", folder / "fit.html"
     # One epoch: the trials' order is decided by the static check (flash, arena), which
     # training does not change; one epoch after the cut keeps the digits CNN well above the
     # accuracy asserted below, and every trained trial (PTQ twin and QAT) still trains.
-    code = _fit(digits, profile, out, "--max-trials", "5", "--epochs", "1", "--cluster", "16",
-                "--report", str(report), "--html", str(page))
-    return {"code": code, "profile": profile, "out": out,
-            "report": json.loads(report.read_text()), "html": page.read_text()}
+    return run_fit(digits, "tight-l4", TIGHT, "--max-trials", "5", "--epochs", "1",
+                   "--cluster", "16")
 
 
 def test_fit_finds_a_candidate_for_a_profile_plain_int8_misses(tight_fit):
