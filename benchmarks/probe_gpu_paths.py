@@ -25,80 +25,22 @@ the GPU and the set of "OP: reason" lines, equal or not.
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from devicefit.simulator.read.reader import read_model  # noqa: E402
+from devicefit.simulator.targets.gpu.delegate import ICDS, ask_delegate  # noqa: E402
 from devicefit.simulator.targets.gpu.partition import partition  # noqa: E402
-
-ICDS = {
-    "default": None,
-    "lavapipe": "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json",
-    "swiftshader": "/usr/lib/chromium/vk_swiftshader_icd.json",
-}
-
-CHILD = """
-import sys
-from ai_edge_litert.compiled_model import CompiledModel, HardwareAccelerator
-m = CompiledModel.from_file(sys.argv[1],
-    hardware_accel=HardwareAccelerator.GPU | HardwareAccelerator.CPU)
-print("FULLY_ACCELERATED", m.is_fully_accelerated(), flush=True)
-"""
 
 ANALYZER = """
 import sys
 from ai_edge_litert import _pywrap_analyzer_wrapper as w
 print(w.ModelAnalyzer(sys.argv[1], True, True))
 """
-
-SPLIT = re.compile(r"(\d+) operations will run on the GPU, and the remaining (\d+)")
-NONE_ON_GPU = re.compile(r"No operations will run on the GPU, and all (\d+)")
-ADAPTER = re.compile(r"Selected adapter: ([^\n]*)")
-
-
-@dataclass(frozen=True)
-class DelegateAnswer:
-    ok: bool
-    error: str
-    adapter: str
-    gpu_ops: int | None
-    unsupported: frozenset[str]
-
-
-def ask_delegate(model: Path, icd: str | None, timeout: float = 180) -> DelegateAnswer:
-    """The delegate's own partition of ``model``, from its log, on the adapter ``icd``."""
-    env = dict(os.environ)
-    if icd:
-        env["VK_ICD_FILENAMES"] = env["VK_DRIVER_FILES"] = icd
-    try:
-        done = subprocess.run([sys.executable, "-c", CHILD, str(model)], env=env,
-                              capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return DelegateAnswer(False, f"timed out after {timeout:.0f} s", "", None, frozenset())
-    log = done.stdout + done.stderr
-    adapter = ADAPTER.search(log)
-    if "FULLY_ACCELERATED" not in done.stdout:
-        why = [line for line in log.splitlines() if "ERROR" in line or "Error" in line]
-        return DelegateAnswer(False, (why[-1] if why else f"exit {done.returncode}").strip(),
-                              adapter.group(1) if adapter else "", None, frozenset())
-    block = log.split("Following operations are not supported by GPU delegate:")
-    unsupported: frozenset[str] = frozenset()
-    gpu: int | None = None
-    if len(block) > 1:
-        tail = block[1].split(" operations will run on the CPU.")[0]
-        unsupported = frozenset(line.strip() for line in tail.splitlines()
-                                if re.match(r"^[A-Z0-9_]+(:[^:]*)?: ", line.strip()))
-        split, none = SPLIT.search(tail), NONE_ON_GPU.search(tail)
-        gpu = int(split.group(1)) if split else 0 if none else None
-    return DelegateAnswer(True, "", adapter.group(1) if adapter else "", gpu, unsupported)
-
 
 def analyzer_says(model: Path) -> str:
     done = subprocess.run([sys.executable, "-c", ANALYZER, str(model)], capture_output=True,

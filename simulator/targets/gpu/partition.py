@@ -174,29 +174,55 @@ def _partition_figures(sg: Subgraph, ops: list[int], element_bytes: int) -> GpuP
                         gpu_bytes(tensors))
 
 
+#: Where a DEQUANTIZE of fp16 weights runs when the delegate takes only part of the graph.
+FP16_DEQUANTIZE_ON_CPU = ("fp16 weights' DEQUANTIZE kept on the CPU when the delegate takes "
+                          "part of the graph (FP16GraphPartitionHelper)")
+#: The partitioning's source (GetOpsToReplace is in :data:`.rules.SOURCE`).
+PARTITION_SOURCE = ("google-ai-edge/LiteRT tflite/delegates/utils.cc "
+                    "(GraphPartitionHelper, FP16GraphPartitionHelper)")
+
+
+def _fp16_dequantize(sg: Subgraph) -> set[int]:
+    """DEQUANTIZE ops of constant fp16 tensors: ``FP16GraphPartitionHelper::IsNodeSupported``
+    refuses them for the cut and points their consumers at the fp16 weights."""
+    return {op.index for op in sg.operators if op.op_name == "DEQUANTIZE" and op.inputs
+            and sg.tensors[op.inputs[0]].dtype == "float16"
+            and sg.tensors[op.inputs[0]].has_data}
+
+
 def partition(model: Model, profile: Profile | None = None) -> GpuReport:
     """The delegate's partition of ``model``'s main graph under ``profile``'s settings."""
     sg = model.main
     settings = gpu_settings(profile)
     verdicts = [verdict(sg, op) for op in sg.operators]
-    cut = subsets(sg, [v.supported for v in verdicts])
+    fp16 = _fp16_dequantize(sg)
+    supported = [v.supported and op.index not in fp16 for op, v in zip(sg.operators, verdicts)]
+    cut = subsets(sg, supported)
     candidates = [nodes for kind, nodes in cut if kind]
-    # GetFirstNLargestPartitions: by size, largest first (ties: the earlier subset).
-    kept = sorted(candidates, key=len, reverse=True)[:settings.max_partitions]
+    if sum(supported) + len(fp16) == len(sg.operators):
+        # FP16GraphPartitionHelper, "Scenario 1: Full Delegation": every node, one partition.
+        kept = [[op.index for op in sg.operators]] if sg.operators else []
+    else:
+        # GetFirstNLargestPartitions: by size, largest first (ties: the earlier subset).
+        kept = sorted(candidates, key=len, reverse=True)[:settings.max_partitions]
     where = {i: n for n, nodes in enumerate(kept) for i in nodes}
     ops = []
     for op, v in zip(sg.operators, verdicts):
         on_gpu = op.index in where
-        reason = v.reason if not v.supported else "" if on_gpu else (
-            f"supported, but in a partition beyond the delegate's "
-            f"{settings.max_partitions} largest (max_delegated_partitions)")
-        ops.append(GpuOp(op.index, op.op_name, "gpu" if on_gpu else "cpu", reason, v.rule,
-                         where.get(op.index)))
+        if not v.supported or on_gpu:
+            reason = v.reason
+        elif op.index in fp16:
+            reason = FP16_DEQUANTIZE_ON_CPU
+        else:
+            reason = (f"supported, but in a partition beyond the delegate's "
+                      f"{settings.max_partitions} largest (max_delegated_partitions)")
+        ops.append(GpuOp(op.index, op.op_name, "gpu" if on_gpu else "cpu",
+                         "" if on_gpu else reason, v.rule, where.get(op.index)))
     element = PRECISION_BYTES[settings.precision]
     parts = tuple(_partition_figures(sg, nodes, element) for nodes in kept)
     gpu = sum(len(p.ops) for p in parts)
-    notes = [f"rules: {SOURCE} (NewOperationParser, GetOpsToReplace); per-op option checks "
-             "of gpu_compatibility.cc not encoded",
+    notes = [f"rules: {SOURCE} (NewOperationParser, GetOpsToReplace) and {PARTITION_SOURCE}; "
+             "per-op option checks of gpu_compatibility.cc not encoded",
              "GPU memory: weights and tensors in " + settings.precision + ", an upper bound "
              "(the delegate's planner shares tensor buffers)"]
     if len(model.subgraphs) > 1:
