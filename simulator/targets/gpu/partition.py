@@ -60,6 +60,10 @@ class GpuPartition:
     #: Estimated GPU memory: weights and tensors in the GPU's precision.
     weight_bytes: int
     tensor_bytes: int
+    #: Of ``in_bytes``: weights the CPU makes from constants (DENSIFY, DEQUANTIZE left on
+    #: it). TFLite computes those once; whether the delegate uploads them once or every
+    #: inference is not checked, so they are counted every inference.
+    cpu_made_weight_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -140,8 +144,12 @@ def subsets(sg: Subgraph, supported: list[bool]) -> list[tuple[bool, list[int]]]
     return out
 
 
-def _partition_figures(sg: Subgraph, ops: list[int], element_bytes: int) -> GpuPartition:
-    inside = set(ops)
+def _partition_figures(sg: Subgraph, ops: list[int], element_bytes: int,
+                       fp16: set[int]) -> GpuPartition:
+    """The partition's crossings and memory. The consumers of an fp16 weights' DEQUANTIZE
+    read the fp16 weights themselves (``RemapFp16InputTensors``): weights, not traffic."""
+    remap = {sg.operators[i].outputs[0]: sg.operators[i].inputs[0] for i in fp16}
+    inside = set(ops) - fp16
     produced_by = {t: op.index for op in sg.operators for t in op.outputs if t >= 0}
     consumers: dict[int, set[int]] = {}
     for op in sg.operators:
@@ -151,9 +159,9 @@ def _partition_figures(sg: Subgraph, ops: list[int], element_bytes: int) -> GpuP
     outs: set[int] = set()
     weights: set[int] = set()
     tensors: set[int] = set()
-    for i in ops:
+    for i in sorted(inside):
         op = sg.operators[i]
-        for t in (x for x in op.inputs if x >= 0):
+        for t in (remap.get(x, x) for x in op.inputs if x >= 0):
             if sg.tensors[t].has_data:
                 weights.add(t)
             elif produced_by.get(t) not in inside:
@@ -169,9 +177,11 @@ def _partition_figures(sg: Subgraph, ops: list[int], element_bytes: int) -> GpuP
         # delegate dequantizes int8 models (its quant_conversion_map) and computes in float.
         return sum(sg.tensors[t].num_elements * element_bytes for t in indices)
 
+    made = {t for t in ins if t in produced_by
+            and sg.operators[produced_by[t]].op_name in ("DENSIFY", "DEQUANTIZE")}
     return GpuPartition(tuple(ops), sum(sg.tensors[t].nbytes for t in ins),
                         sum(sg.tensors[t].nbytes for t in outs), gpu_bytes(weights),
-                        gpu_bytes(tensors))
+                        gpu_bytes(tensors), sum(sg.tensors[t].nbytes for t in made))
 
 
 #: Where a DEQUANTIZE of fp16 weights runs when the delegate takes only part of the graph.
@@ -219,7 +229,7 @@ def partition(model: Model, profile: Profile | None = None) -> GpuReport:
         ops.append(GpuOp(op.index, op.op_name, "gpu" if on_gpu else "cpu",
                          "" if on_gpu else reason, v.rule, where.get(op.index)))
     element = PRECISION_BYTES[settings.precision]
-    parts = tuple(_partition_figures(sg, nodes, element) for nodes in kept)
+    parts = tuple(_partition_figures(sg, nodes, element, fp16) for nodes in kept)
     gpu = sum(len(p.ops) for p in parts)
     notes = [f"rules: {SOURCE} (NewOperationParser, GetOpsToReplace) and {PARTITION_SOURCE}; "
              "per-op option checks of gpu_compatibility.cc not encoded",
@@ -259,6 +269,10 @@ def text_lines(section: GpuReport) -> list[str]:
                      f"GPU→CPU {format_bytes(p.out_bytes)} per inference (estimated); "
                      f"GPU memory {format_bytes(p.weight_bytes)} weights + "
                      f"{format_bytes(p.tensor_bytes)} tensors (estimated)")
+        if p.cpu_made_weight_bytes:
+            lines.append(f"  partition {n}  of CPU→GPU, {format_bytes(p.cpu_made_weight_bytes)} "
+                         "are weights the CPU makes (DENSIFY, DEQUANTIZE): TFLite makes them "
+                         "once; whether the delegate uploads them once is not checked")
     fallbacks: dict[tuple[str, str], list[int]] = {}
     for op in section.ops:
         if op.device == "cpu":
