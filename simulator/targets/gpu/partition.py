@@ -4,7 +4,7 @@ GPU memory it holds.
 Each operator is judged by the delegate's rules (:mod:`.rules`). The graph is then cut as
 TFLite cuts it for a delegate (``PartitionGraphIntoIndependentNodeSubsets``,
 ``tflite/core/graph_info.cc``: subsets of one kind, supported or not, each grown while an
-operator of that kind has all its inputs ready), and the delegate keeps its
+operator of that kind has all its inputs ready, stateful operators kept in file order), and the delegate keeps its
 ``max_delegated_partitions`` largest supported subsets (``GetOpsToReplace``: 1 by default);
 the rest run on the CPU (XNNPACK). Every kept partition reads its inputs from CPU memory
 and writes its outputs back, once per inference: those are the boundary bytes. GPU memory
@@ -113,12 +113,30 @@ class GpuReport:
                              threads=profile.runtime.threads)
 
 
+#: Control-flow ops ``Subgraph::OpMightHaveSideEffect`` counts as stateful, beside any op
+#: reading or writing a resource tensor (a variable).
+SIDE_EFFECT_OPS = frozenset({"IF", "WHILE", "CALL_ONCE"})
+#: Where the cut's rules are read.
+GRAPH_SOURCE = ("google-ai-edge/LiteRT tflite/core/graph_info.cc "
+                "(PartitionGraphIntoIndependentNodeSubsets), tflite/core/subgraph.cc "
+                "(OpMightHaveSideEffect)")
+
+
+def _side_effects(sg: Subgraph) -> list[int]:
+    return [op.index for op in sg.operators if op.op_name in SIDE_EFFECT_OPS or any(
+        t >= 0 and sg.tensors[t].dtype == "resource" for t in (*op.inputs, *op.outputs))]
+
+
 def subsets(sg: Subgraph, supported: list[bool]) -> list[tuple[bool, list[int]]]:
     """The graph cut as ``PartitionGraphIntoIndependentNodeSubsets`` cuts it: each subset
     of one kind, its kind set by the first operator ready; an operator joins while all its
-    inputs are ready (graph inputs, constants, or outputs of subsets already made)."""
+    inputs are ready (graph inputs, constants, or outputs of subsets already made) and, if
+    it might have side effects, the one before it in file order that might too has run
+    (the "dependency chain between stateful ops" the partitioner adds)."""
     produced = {t for op in sg.operators for t in op.outputs if t >= 0}
     ready = {t for t in range(len(sg.tensors)) if t not in produced}
+    stateful = _side_effects(sg)
+    after = dict(zip(stateful[1:], stateful))
     done = [False] * len(sg.operators)
     out: list[tuple[bool, list[int]]] = []
     while not all(done):
@@ -129,7 +147,8 @@ def subsets(sg: Subgraph, supported: list[bool]) -> list[tuple[bool, list[int]]]
             grew = False
             for op in sg.operators:
                 i = op.index
-                if done[i] or any(t >= 0 and t not in ready for t in op.inputs):
+                if done[i] or any(t >= 0 and t not in ready for t in op.inputs) or (
+                        i in after and not done[after[i]]):
                     continue
                 if kind is None:
                     kind = supported[i]
@@ -231,8 +250,8 @@ def partition(model: Model, profile: Profile | None = None) -> GpuReport:
     element = PRECISION_BYTES[settings.precision]
     parts = tuple(_partition_figures(sg, nodes, element, fp16) for nodes in kept)
     gpu = sum(len(p.ops) for p in parts)
-    notes = [f"rules: {SOURCE} (NewOperationParser, GetOpsToReplace) and {PARTITION_SOURCE}; "
-             "per-op option checks of gpu_compatibility.cc not encoded",
+    notes = [f"rules: {SOURCE} (NewOperationParser, GetOpsToReplace), {PARTITION_SOURCE}, "
+             f"{GRAPH_SOURCE}; per-op option checks of gpu_compatibility.cc not encoded",
              "GPU memory: weights and tensors in " + settings.precision + ", an upper bound "
              "(the delegate's planner shares tensor buffers)"]
     if len(model.subgraphs) > 1:
