@@ -238,15 +238,15 @@ def partition(model: Model, profile: Profile | None = None) -> GpuReport:
     ops = []
     for op, v in zip(sg.operators, verdicts):
         on_gpu = op.index in where
-        if not v.supported or on_gpu:
-            reason = v.reason
-        elif op.index in fp16:
-            reason = FP16_DEQUANTIZE_ON_CPU
-        else:
+        reason, rule = v.reason, v.rule
+        if v.supported and not on_gpu and op.index in fp16:
+            reason, rule = FP16_DEQUANTIZE_ON_CPU, "FP16GraphPartitionHelper: Scenario 2"
+        elif v.supported and not on_gpu:
             reason = (f"supported, but in a partition beyond the delegate's "
                       f"{settings.max_partitions} largest (max_delegated_partitions)")
+            rule = "GetOpsToReplace: GetNodesOfFirstNLargestPartitions"
         ops.append(GpuOp(op.index, op.op_name, "gpu" if on_gpu else "cpu",
-                         "" if on_gpu else reason, v.rule, where.get(op.index)))
+                         "" if on_gpu else reason, rule, where.get(op.index)))
     element = PRECISION_BYTES[settings.precision]
     parts = tuple(_partition_figures(sg, nodes, element, fp16) for nodes in kept)
     gpu = sum(len(p.ops) for p in parts)
@@ -312,9 +312,10 @@ def display(section: GpuReport) -> SectionDisplay:
     """``compatibility.gpu`` as a page shows it: its lines and the partition, op by op."""
     lines = text_lines(section)
     rows = tuple(Row((str(o.index), o.op, o.device.upper(),
-                      "-" if o.partition is None else str(o.partition), o.reason or "-"),
+                      "-" if o.partition is None else str(o.partition), o.reason or "-",
+                      o.rule if o.device == "cpu" and o.rule else "-"),
                      o.device, o.device == "cpu") for o in section.ops)
     table = Table(f"Partition: {section.gpu_ops} op(s) on the GPU, {section.cpu_ops} on the CPU",
-                  ("op", "type", "runs on", "partition", "why on the CPU"), rows)
+                  ("op", "type", "runs on", "partition", "why on the CPU", "rule"), rows)
     return SectionDisplay("gpu-partition", lines[0], tuple(x.strip() for x in lines[1:]),
                           (table,))

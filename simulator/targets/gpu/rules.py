@@ -84,17 +84,19 @@ class Verdict:
     rule: str = ""
 
 
-def _tensors_allowed(sg: Subgraph, indices: tuple[int, ...], allowed: frozenset[str]) -> bool:
+def _refused_tensor(sg: Subgraph, indices: tuple[int, ...],
+                    allowed: frozenset[str]) -> str | None:
+    """What makes ``IsAllAllowedTensors`` refuse these tensors (None: nothing)."""
     for t in indices:
         if t < 0:  # kTfLiteOptionalTensor
             continue
         tensor = sg.tensors[t]
         if len(tensor.shape) >= MAX_RANK:
-            return False
+            return f"tensor {t} has rank {len(tensor.shape)}"
         # Only arena tensors (kTfLiteArenaRw) are type-checked: constants and variables not.
         if not tensor.has_data and not tensor.is_variable and tensor.dtype not in allowed:
-            return False
-    return True
+            return f"tensor {t} is {tensor.dtype}"
+    return None
 
 
 def verdict(sg: Subgraph, op: Operator) -> Verdict:
@@ -118,7 +120,8 @@ def verdict(sg: Subgraph, op: Operator) -> Verdict:
                        "CheckMaxSupportedOpVersion")
     allowed_in = BASE_TYPES | EXTRA_IN.get(name, frozenset())
     allowed_out = BASE_TYPES | EXTRA_OUT.get(name, frozenset())
-    if not (_tensors_allowed(sg, op.inputs, allowed_in)
-            and _tensors_allowed(sg, op.outputs, allowed_out)):
-        return Verdict(False, TYPE_SHAPE, "GetOpsToReplace: IsAllAllowedTensors")
+    refused = (_refused_tensor(sg, op.inputs, allowed_in)
+               or _refused_tensor(sg, op.outputs, allowed_out))
+    if refused:
+        return Verdict(False, TYPE_SHAPE, f"GetOpsToReplace: IsAllAllowedTensors ({refused})")
     return Verdict(True, rule="NewOperationParser + IsAllAllowedTensors")

@@ -67,6 +67,7 @@ def test_rank_5_tensors_cut_the_graph_and_only_the_largest_partition_is_kept(
             op = sg.operators[o.index]
             assert max(len(sg.tensors[t].shape) for t in (*op.inputs, *op.outputs)
                        if t >= 0) >= 5
+            assert "has rank 5" in o.rule
     # The supported ops cut into 3 subsets; the delegate keeps the largest, 4 ops.
     assert report.candidate_partitions == 3
     assert [len(p.ops) for p in report.partitions] == [4]
@@ -85,6 +86,7 @@ def test_int16_activations_leave_nothing_on_the_gpu(model_zoo, adreno):
     report = partition(read_model(model_zoo("chain_int16x8")), adreno)
     assert report.gpu_ops == 0 and report.partitions == ()
     assert {o.reason for o in report.ops} == {TYPE_SHAPE}
+    assert all(o.rule.endswith("is int16)") for o in report.ops)
 
 
 def test_float16_weights_run_whole_and_are_held_in_fp16(model_zoo, adreno, tmp_path: Path):
