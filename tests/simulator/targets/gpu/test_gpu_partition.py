@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.read.reader import parse_model, read_model
 from devicefit.simulator.targets.gpu.partition import partition, subsets
@@ -138,3 +139,15 @@ def test_simulate_shows_the_partition_in_text_and_json(model_zoo):
     gpu = json.loads(done.stdout)["compatibility"]["gpu"]
     assert (gpu["gpu_ops"], gpu["cpu_ops"]) == (3, 1)
     assert gpu["ops"][3]["reason"] == NOT_SUPPORTED
+
+
+@pytest.mark.parametrize("text,words", [
+    ("extends: android-gpu-adreno\nname: b\ngpu:\n  precision: fp8\n", "one of fp16, fp32"),
+    ("extends: android-arm64-cpu\nname: b\ngpu:\n  max_partitions: 2\n",
+     "gpu.max_partitions is a setting of the gpu target"),
+])
+def test_bad_gpu_settings_are_one_clear_error(tmp_path: Path, text, words):
+    path = tmp_path / "b.yaml"
+    path.write_text(text)
+    with pytest.raises(ProfileError, match=words):
+        load_profile(path)
