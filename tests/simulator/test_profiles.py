@@ -29,7 +29,7 @@ def test_the_builtin_set_is_the_documented_one():
 def test_every_builtin_profile_loads(name):
     profile = load_profile(name)
     assert profile.name == name
-    assert profile.device.kind in ("mobile-cpu", "edgetpu", "mcu")
+    assert profile.device.kind in ("mobile-cpu", "mobile-gpu", "edgetpu", "mcu")
     if not profile.abstract:
         assert profile.budgets.arena_bytes and profile.budgets.flash_bytes
         # A latency estimate needs a registered core or the profile's own table.
@@ -92,7 +92,7 @@ BAD_PROFILES = [
     ("wrong-type", "extends: esp32-s3\nruntime:\n  threads: four\n",
      ["bad.yaml:3", "runtime.threads", "'four'", "integer"]),
     ("bad-enum", "extends: esp32-s3\nruntime:\n  name: tensorrt\n",
-     ["bad.yaml:3", "runtime.name", "edgetpu, ethos-u, litert, tflm"]),
+     ["bad.yaml:3", "runtime.name", "edgetpu, ethos-u, gpu, litert, tflm"]),
     ("yaml-syntax", "device:\n  class: mcu\n   cpu: [unclosed\n",
      ["bad.yaml:3", "YAML syntax error"]),
     ("missing-required", "device:\n  class: mcu\n",

@@ -338,7 +338,7 @@ def test_reading_the_registry_imports_no_planner_runtime_or_numpy():
 #: Every module of devicefit that reading the registry imports: the registry, the errors it
 #: raises, the look for entry points, the built-in records and what they declare (their
 #: profile keys are schema leaves: the Edge TPU's in its cost.py, the Ethos-U's in its
-#: config.py).
+#: config.py, the phone GPU's in its settings.py).
 REGISTRY_IMPORTS = {
     "devicefit", "devicefit.simulator", "devicefit.simulator.errors",
     "devicefit.simulator.infra", "devicefit.simulator.infra.distributions",
@@ -347,6 +347,7 @@ REGISTRY_IMPORTS = {
     "devicefit.simulator.target", "devicefit.simulator.targets",
     "devicefit.simulator.targets.edgetpu", "devicefit.simulator.targets.edgetpu.cost",
     "devicefit.simulator.targets.ethos_u", "devicefit.simulator.targets.ethos_u.config",
+    "devicefit.simulator.targets.gpu", "devicefit.simulator.targets.gpu.settings",
     "devicefit.simulator.targets.litert", "devicefit.simulator.targets.tflm",
     "devicefit.simulator.targets.tflm.settings"}
 
