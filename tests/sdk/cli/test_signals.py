@@ -43,7 +43,8 @@ def commands(tmp_path_factory):
 def _interpreter_start() -> float:
     """Seconds until devicefit's first line has set its handlers (``python -c "import
     devicefit.__main__"``), median of 3: before that a signal meets Python's own start-up,
-    which no code of a package can cover (docs/benchmarks.md, "Ctrl-C at start-up")."""
+    which no code of a package can cover (docs/benchmarks.md, "A cancelled check --jobs;
+    Ctrl-C at start-up")."""
     runs = []
     for _ in range(3):
         started = time.perf_counter()
