@@ -88,6 +88,12 @@ class Section:
     def shown_status(self) -> str:
         return self.status or self.report.verdict.value
 
+    @property
+    def colour(self) -> str:
+        """The badge's class: a pass with a budget at risk or not checked is no green pass
+        (``Report.status``), as Markdown marks it 🟠 and the text says NOT CHECKED."""
+        return self.status or self.report.status.value
+
 
 def escape(value: object) -> str:
     """HTML-quoted, with control characters (invalid in HTML) shown as escapes."""
@@ -855,9 +861,12 @@ def _section(index: int, section: Section, top: float | None = None) -> str:
     problems = "".join(f"<li>{escape(p)}</li>" for p in section.problems)
     # A caller's own status (check's regression rules) says its causes in its problems.
     causes = verdict_causes(r) if section.status is None else ""
+    if section.status is None and r.ok and r.unchecked_budgets:
+        causes = "; ".join([c for c in (causes,) if c] + [
+            "for the checked budgets; not checked: " + ", ".join(r.unchecked_budgets)])
     return (
         f'<section id="section-{index}"><h2>{escape(section.heading)} '
-        f'<span class="verdict {escape(status)}">{escape(status.upper())}</span>'
+        f'<span class="verdict {escape(section.colour)}">{escape(status.upper())}</span>'
         + (f'<span class="causes">{escape(causes)}</span>' if causes else "") + "</h2>"
         + (f'<h3>Problems</h3><ul class="problems">{problems}</ul>' if problems else "")
         + f"{_refusal(r)}<h3>Budgets</h3>{_budgets(r)}{_bench(r)}{_memory(r, top)}"
