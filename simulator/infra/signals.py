@@ -54,9 +54,31 @@ def _raise(signum: int, frame: FrameType | None) -> None:
 def interruption(signum: int) -> KeyboardInterrupt:
     """The exception that stops the work for ``signum`` (raise it); later signals are then
     ignored until the clean-up is done."""
-    global _stopping, _stopped_by
-    _stopping, _stopped_by = True, signum
+    _take(signum)
+    return exception_for(signum)
+
+
+def exception_for(signum: int) -> KeyboardInterrupt:
+    """The exception a stopping signal raises: Ctrl-C's :class:`KeyboardInterrupt`, or
+    :class:`Terminated` for SIGTERM and SIGHUP."""
     return Terminated(signum) if signum != signal.SIGINT else KeyboardInterrupt()
+
+
+def _take(signum: int) -> None:
+    global _stopping, _stopped_by
+    if not _stopping:
+        _stopping, _stopped_by = True, signum
+
+
+def taken() -> int | None:
+    """The stopping signal the work has taken (raised, or noted by :func:`noted`), if any.
+
+    Whatever exception the work then ends with is the signal's doing: native code that calls
+    back into Python (TensorFlow's eager execution and nest, a C extension building a list)
+    can lose the handler's exception and raise another in its place, a ``SystemError``
+    ("error return without exception set", "returned a result with an exception set"), and
+    the command must still end by the signal, in its one line."""
+    return _stopped_by if _stopping else None
 
 
 def stopped_message(signum: int) -> str:
@@ -207,6 +229,7 @@ def noted() -> Iterator[Noted]:
     def _note(signum: int, frame: FrameType | None) -> None:
         if note.signum is None:
             note.signum = signum
+            _take(signum)  # the block ends by it (taken)
 
     old = {sig: signal.signal(sig, _note) for sig in STOPPING}
     try:
@@ -222,6 +245,19 @@ def deferred() -> Iterator[None]:
     arrives meanwhile is delivered when the block ends. Per thread; signals reach Python's
     main thread, so that is where it matters."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, set(STOPPING))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+@contextmanager
+def delivered() -> Iterator[None]:
+    """Inside :func:`deferred`: the stopping signals let through for the block (the work),
+    held again after it (its clean-up). A resource made while they are held and guarded by
+    a ``try`` entered then cannot be left behind by a signal between its making and the
+    ``try``."""
+    held = signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOPPING))
     try:
         yield
     finally:
