@@ -167,6 +167,8 @@ class Run(Generic[C, P]):
                     signal.signal(sig, handler)
 
     def _note(self, handler: Callable[[int, Any], Any], signum: int, frame: Any) -> None:
+        if signals.held(signum):  # optuna's bookkeeping: it comes where the trials take it
+            return
         if self.signalled is None:
             self.signalled = signum
             # Native code that loses the interrupt may print the error it got instead

@@ -46,9 +46,26 @@ _stopped_by = 0
 
 
 def _raise(signum: int, frame: FrameType | None) -> None:
-    if _stopping:
+    if _stopping or held(signum):
         return
     raise interruption(signum)
+
+
+def held(signum: int) -> bool:
+    """Whether ``signum`` is held by :func:`deferred` where the handler runs; if so, it is
+    sent back to the main thread, where it waits until the hold ends. A handler of ours
+    asks first and returns when it is.
+
+    Blocking a signal in the main thread does not hold one sent to the process: the kernel
+    gives it to a thread that does not block it (TensorFlow's, a progress bar's, started
+    before the hold), whose C handler has Python run the handler in the main thread at its
+    next instruction, inside the held block (seen: a SIGTERM raised inside optuna's commit
+    of a trial's record, the trial then failed and logged by optuna with the traceback)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signum not in signal.pthread_sigmask(signal.SIG_BLOCK, []):
+        return False
+    signal.pthread_kill(threading.get_ident(), signum)
+    return True
 
 
 def interruption(signum: int) -> KeyboardInterrupt:
@@ -127,6 +144,8 @@ _in_task = False
 
 
 def _worker_signal(signum: int, frame: FrameType | None) -> None:
+    if held(signum):
+        return
     if not _in_task:
         os._exit(128 + signum)
     if not _stopping:
@@ -227,7 +246,7 @@ def noted() -> Iterator[Noted]:
         return
 
     def _note(signum: int, frame: FrameType | None) -> None:
-        if note.signum is None:
+        if note.signum is None and not held(signum):
             note.signum = signum
             _take(signum)  # the block ends by it (taken)
 
@@ -243,7 +262,8 @@ def noted() -> Iterator[Noted]:
 def deferred() -> Iterator[None]:
     """Hold the stopping signals for the block (a clean-up that must run whole): one that
     arrives meanwhile is delivered when the block ends. Per thread; signals reach Python's
-    main thread, so that is where it matters."""
+    main thread, so that is where it matters, and one sent to the process that another
+    thread took waits too where the handler is one of ours (:func:`held`)."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, set(STOPPING))
     try:
         yield
