@@ -47,9 +47,9 @@ from devicefit.simulator.run import zygote
 #: silent step (minutes). ``DEVICEFIT_CONVERT_STALL_S`` overrides it.
 STALL_TIMEOUT_S = 900.0
 LOG_NAME = "converter.log"
-#: Longest wait for the child's next event before looking again. A signal that another
+#: Longest wait for the child's next event before looking again: a signal that another
 #: thread took (NumPy's, the progress bar's) does not wake the wait, and its handler runs
-#: only when the wait ends (with 5 s, 2 of 11 signalled ``convert`` runs ended 6 s after).
+#: only when the wait ends.
 POLL_S = 0.5
 #: Error classes the child may report by name (a missing extra's message is already whole).
 _ERRORS = {cls.__name__: cls for cls in (
