@@ -297,14 +297,19 @@ def commands(work: Path, names: set[str], project: Sequence[str] = PROJECT) -> l
                          "-o", "{out}/ic_opt.tflite"),
             ("ic.tflite",), ("ic_opt.tflite",)))
     if "convert" in names:
-        _keras_model(inp / "tiny.keras")
-        out.append(Command(
-            "convert", ("convert", "tiny.keras", "--profile", "stm32l4r5-cortex-m4",
-                        "--calibration", "random", "--eval", "random",
-                        "-o", "{out}/tiny.tflite", "--report", "{out}/tiny.json",
-                        "--html", "{out}/tiny.html"),
-            ("tiny.keras",), ("tiny.tflite", "tiny.json", "tiny.html")))
+        out.append(convert_command(inp))
     return out
+
+
+def convert_command(inp: Path) -> Command:
+    """``convert`` of a tiny Keras model, built into ``inp`` (needs the ``convert`` extra)."""
+    _keras_model(inp / "tiny.keras")
+    return Command(
+        "convert", ("convert", "tiny.keras", "--profile", "stm32l4r5-cortex-m4",
+                    "--calibration", "random", "--eval", "random",
+                    "-o", "{out}/tiny.tflite", "--report", "{out}/tiny.json",
+                    "--html", "{out}/tiny.html"),
+        ("tiny.keras",), ("tiny.tflite", "tiny.json", "tiny.html"))
 
 
 def _keras_model(path: Path) -> None:

@@ -30,7 +30,7 @@ signals after the end), and checks:
         [--commands fit,fit-jobs2,search] [--json out.json]
 
 The default is a short run (3 runs per command); the figures in docs/benchmarks.md come
-from ``--runs 14 --resumes 3``. The model is examples/digits.py's CNN (trained once and
+from ``--runs 15 --resumes 1``. The model is examples/digits.py's CNN (trained once and
 cached under tests/artifacts/convert), the data scikit-learn's digits.
 """
 

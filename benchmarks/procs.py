@@ -4,7 +4,7 @@ benchmarks and tests.
 A runtime worker or probe child forked from a zygote (``simulator/run/zygote.py``) keeps the
 zygote's command line and start-up environment, so it is found by its stderr, which is
 always ``WORK/stderr.txt`` in its work folder; a zygote by its command line and the
-``TMPDIR`` it was started with (the command's).
+``TMPDIR`` it was started with (the command's, or one inside it).
 """
 
 from __future__ import annotations
@@ -31,15 +31,24 @@ def runtime_workers(folder: str | Path) -> list[int]:
 
 
 def zygotes(tmpdir: str | Path) -> list[int]:
-    """Live zygotes started by a command whose ``$TMPDIR`` was ``tmpdir``."""
+    """Live zygotes (and children forked from them) started by a command whose ``$TMPDIR``
+    was ``tmpdir``: with that ``$TMPDIR``, or one inside it (``convert`` starts its zygote
+    with its own temp folder's)."""
     found = []
     for proc in _pids():
         with contextlib.suppress(OSError):
             if b"devicefit.simulator.run.zygote" in (proc / "cmdline").read_bytes() and \
-                    f"TMPDIR={tmpdir}".encode() in (proc / "environ").read_bytes().split(b"\0") \
-                    and _alive(proc):
+                    _tmpdir_in(proc, str(tmpdir)) and _alive(proc):
                 found.append(int(proc.name))
     return found
+
+
+def _tmpdir_in(proc: Path, folder: str) -> bool:
+    for entry in (proc / "environ").read_bytes().split(b"\0"):
+        if entry.startswith(b"TMPDIR="):
+            value = entry[len(b"TMPDIR="):].decode(errors="replace")
+            return value == folder or value.startswith(folder + os.sep)
+    return False
 
 
 def _alive(proc: Path) -> bool:

@@ -35,9 +35,11 @@ from devicefit.simulator.infra.escape import clean
 from devicefit.simulator.infra.limits import DEFAULT_MAX_OPS, ENV_MAX_OPS, TENSORS_PER_OP
 from devicefit.simulator.infra.signals import (
     Terminated,
+    exception_for,
     exit_outside_work,
     ignore_during_shutdown,
     stopped_message,
+    taken,
     terminate_as_interrupt,
 )
 
@@ -332,23 +334,28 @@ def _run(args: argparse.Namespace) -> int:
 
     with terminate_as_interrupt(), native_log(args.log) as log:
         try:
-            if getattr(args, "plot", None):
-                require_extra("matplotlib", "--plot", "or use --html")
-            with progress(quiet=args.quiet, no_color=args.no_color), all_or_nothing():
-                return int(args.handler(args))
+            try:
+                if getattr(args, "plot", None):
+                    require_extra("matplotlib", "--plot", "or use --html")
+                with progress(quiet=args.quiet, no_color=args.no_color), all_or_nothing():
+                    return int(args.handler(args))
+            except Exception:
+                if (signum := taken()) is None:
+                    raise
+                # Raised in place of the signal's own exception, which native code lost
+                # (signals.taken): the signal ends the command, not this error.
+                raise exception_for(signum) from None
         except DevicefitError as exc:
             # Messages quote file contents (names, YAML values): never raw control characters.
             print(f"devicefit: error: {clean(exc)}", file=sys.stderr)
             if not isinstance(exc, (UsageError, InputError)):  # native code may be the cause
                 _show_log(log)
             return exc.exit_code
-        except Terminated as exc:
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP as Terminated
             # Outputs are written whole or not at all (write_atomic): none is half there.
-            print(stopped_message(exc.signum), file=sys.stderr)
-            return 128 + exc.signum
-        except KeyboardInterrupt:
-            print(stopped_message(signal.SIGINT), file=sys.stderr)
-            return 128 + signal.SIGINT
+            signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+            print(stopped_message(signum), file=sys.stderr)
+            return 128 + signum
         except ImportError as exc:
             # An optional dependency imported where the command needed it: name its extra.
             missing = missing_extra(exc, f"devicefit {args.command}")

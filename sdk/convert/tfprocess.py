@@ -39,7 +39,7 @@ from devicefit.sdk.convert.data import Dataset
 from devicefit.sdk.convert.diagnose import ConversionError
 from devicefit.sdk.types import Progress
 from devicefit.simulator import errors
-from devicefit.simulator.infra.signals import deferred
+from devicefit.simulator.infra.signals import deferred, delivered
 from devicefit.simulator.run import zygote
 
 #: Seconds without any event from the child before it counts as hung. Fine-tuning reports
@@ -47,6 +47,10 @@ from devicefit.simulator.run import zygote
 #: silent step (minutes). ``DEVICEFIT_CONVERT_STALL_S`` overrides it.
 STALL_TIMEOUT_S = 900.0
 LOG_NAME = "converter.log"
+#: Longest wait for the child's next event before looking again: a signal that another
+#: thread took (NumPy's, the progress bar's) does not wake the wait, and its handler runs
+#: only when the wait ends.
+POLL_S = 0.5
 #: Error classes the child may report by name (a missing extra's message is already whole).
 _ERRORS = {cls.__name__: cls for cls in (
     errors.UsageError, errors.InputError, errors.ProfileError, errors.ModelFormatError,
@@ -61,78 +65,93 @@ PRELOAD = ("numpy", "devicefit.sdk.convert.transform", "tensorflow", "keras")
 # --------------------------------------------------------------------------- parent side
 def run_in_child(request: Any, supply: Callable[[tuple[int, ...]], Any],
                  stage: Callable[[str], None], progress: Progress | None = None) -> Any:
-    """Run :func:`sdk.convert.transform.run` for ``request`` in a child; return its TFResult."""
-    from devicefit.sdk.convert.transform import TFResult
+    """Run :func:`sdk.convert.transform.run` for ``request`` in a child; return its TFResult.
 
-    work = Path(tempfile.mkdtemp(prefix="devicefit-convert-"))
-    log_path = work / LOG_NAME
-    keep_log = False
+    The work folder is made, and the ``try`` that removes it entered, with the stopping
+    signals held: a signal anywhere after it was made, while the fork server starts
+    (TensorFlow's import, seconds) included, removes it with the child."""
+    with deferred():
+        work = Path(tempfile.mkdtemp(prefix="devicefit-convert-"))
+        child: zygote.Started | None = None
+        keep_log = False
+        try:
+            with delivered():
+                child = _start(request, work)
+                return _converse(child, work, supply, stage, progress)
+        except ConversionError as exc:
+            keep_log = "converter log:" in str(exc)
+            raise
+        finally:  # signals held: the child and its folder go whole, whatever comes now
+            if child is not None:
+                if child.poll() is None:
+                    zygote.kill(child)
+                _close(*(s for s in (child.stdin, child.stdout) if s is not None))
+            _cleanup(work, keep_log)
+
+
+def _start(request: Any, work: Path) -> zygote.Started:
+    """The conversion child for ``request``, working in ``work``."""
     (work / "request.json").write_text(json.dumps(dataclasses.asdict(request)))
     env = zygote.child_env(TF_CPP_MIN_LOG_LEVEL="1")  # its stderr is the log: TF's warnings
     # TensorFlow leaves __autograph_generated_file* and folders in $TMPDIR, and a killed
     # child cleans nothing: its temp files go where this process removes them.
     (work / "tmp").mkdir()
     env["TMPDIR"] = str(work / "tmp")
-    stall = float(os.environ.get("DEVICEFIT_CONVERT_STALL_S", STALL_TIMEOUT_S))
-    with open(log_path, "wb") as log:
-        child = zygote.popen("devicefit.sdk.convert.tfprocess", [str(work)], preload=PRELOAD,
-                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=log)
+    with open(work / LOG_NAME, "wb") as log:
+        return zygote.popen("devicefit.sdk.convert.tfprocess", [str(work)], preload=PRELOAD,
+                            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=log)
+
+
+def _converse(child: zygote.Started, work: Path, supply: Callable[[tuple[int, ...]], Any],
+              stage: Callable[[str], None], progress: Progress | None) -> Any:
+    """The child's events to its end: its TFResult, or the error it reported or died of."""
+    from devicefit.sdk.convert.transform import TFResult
+
     stdin, stdout = child.stdin, child.stdout
     assert stdin is not None and stdout is not None  # both PIPE
+    log_path = work / LOG_NAME
+    stall = float(os.environ.get("DEVICEFIT_CONVERT_STALL_S", STALL_TIMEOUT_S))
     state = {"stage": "start"}
-    try:
-        reported: dict[str, Any] | None = None
-        done: dict[str, Any] | None = None
-        for event in _stalled_is_an_error(_events(child, stdout, stall), state, stall, log_path):
-            if "stage" in event:
-                state["stage"] = event["stage"]
-                stage(event["stage"])
-            elif "progress" in event and progress is not None:
-                progress(*event["progress"])
-            elif "need_data" in event:
-                bundle = supply(tuple(event["need_data"]))
-                try:
-                    stdin.write((json.dumps(_save_bundle(bundle, work)) + "\n").encode())
-                    stdin.flush()
-                except BrokenPipeError:  # it died meanwhile: its exit status says how
-                    pass
-            elif "error" in event:
-                reported = event["error"]
-            elif "done" in event:
-                done = event["done"]
-        code = child.wait()
-        current = state["stage"]
-        if code < 0:
-            keep_log = True
-            raise ConversionError(diagnose.crash(code, current, _read(log_path),
-                                                 reported_layers(work))
-                                  + f" (converter log: {log_path})")
-        if reported is not None:
-            cls = _ERRORS.get(reported["type"], ConversionError)
-            message = reported["message"]
-            if cls is ConversionError:
-                keep_log = True
-                message += f" (converter log: {log_path})"
-            raise cls(message)
-        if code != 0 or done is None:
-            keep_log = True
-            raise ConversionError(f"the conversion process failed in stage '{current}' "
-                                  f"(exit {code}) (converter log: {log_path})")
-        return TFResult(tflite=(work / "model.tflite").read_bytes(),
-                        baseline=_read_optional(work / "baseline.tflite"),
-                        reference=np.load(work / "reference.npy")
-                        if (work / "reference.npy").exists() else None,
-                        **{**done, "input_shape": tuple(done["input_shape"])})
-    except ConversionError as exc:
-        keep_log = keep_log or "converter log:" in str(exc)
-        raise
-    finally:
-        with deferred():  # the child and its folder go whole, whatever signal comes now
-            if child.poll() is None:
-                zygote.kill(child)
-            _close(stdin, stdout)
-            _cleanup(work, keep_log)
+    reported: dict[str, Any] | None = None
+    done: dict[str, Any] | None = None
+    for event in _stalled_is_an_error(_events(child, stdout, stall), state, stall, log_path):
+        if "stage" in event:
+            state["stage"] = event["stage"]
+            stage(event["stage"])
+        elif "progress" in event and progress is not None:
+            progress(*event["progress"])
+        elif "need_data" in event:
+            bundle = supply(tuple(event["need_data"]))
+            try:
+                stdin.write((json.dumps(_save_bundle(bundle, work)) + "\n").encode())
+                stdin.flush()
+            except BrokenPipeError:  # it died meanwhile: its exit status says how
+                pass
+        elif "error" in event:
+            reported = event["error"]
+        elif "done" in event:
+            done = event["done"]
+    code = child.wait()
+    current = state["stage"]
+    if code < 0:
+        raise ConversionError(diagnose.crash(code, current, _read(log_path),
+                                             reported_layers(work))
+                              + f" (converter log: {log_path})")
+    if reported is not None:
+        cls = _ERRORS.get(reported["type"], ConversionError)
+        message = reported["message"]
+        if cls is ConversionError:
+            message += f" (converter log: {log_path})"
+        raise cls(message)
+    if code != 0 or done is None:
+        raise ConversionError(f"the conversion process failed in stage '{current}' "
+                              f"(exit {code}) (converter log: {log_path})")
+    return TFResult(tflite=(work / "model.tflite").read_bytes(),
+                    baseline=_read_optional(work / "baseline.tflite"),
+                    reference=np.load(work / "reference.npy")
+                    if (work / "reference.npy").exists() else None,
+                    **{**done, "input_shape": tuple(done["input_shape"])})
 
 
 def _stalled_is_an_error(events: Iterator[dict[str, Any]], state: dict[str, str], stall: float,
@@ -164,7 +183,7 @@ def _events(child: zygote.Started, stdout: IO[bytes], stall: float
     last = time.monotonic()
     try:
         while True:
-            if not sel.select(timeout=min(5.0, stall)):
+            if not sel.select(timeout=min(POLL_S, stall)):
                 if time.monotonic() - last > stall:
                     zygote.kill(child)
                     raise TimeoutError

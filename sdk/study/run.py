@@ -98,7 +98,7 @@ class Stop:
             time.sleep(POLL_S)
 
     def __call__(self, study: Any, trial: Any) -> None:
-        with _delivered():  # between trials: a signal held since the last one stops here
+        with signals.delivered():  # between trials: a signal held since the last one stops here
             self.wait_for_others(study)
             if self.finished(study):
                 study.stop()
@@ -169,6 +169,8 @@ class Run(Generic[C, P]):
                     signal.signal(sig, handler)
 
     def _note(self, handler: Callable[[int, Any], Any], signum: int, frame: Any) -> None:
+        if signals.held(signum):  # optuna's bookkeeping: it comes where the trials take it
+            return
         if self.signalled is None:
             self.signalled = signum
             # Native code that loses the interrupt may print the error it got instead
@@ -180,7 +182,7 @@ class Run(Generic[C, P]):
     def _raise_lost(self) -> None:
         """Raise the interrupt of a signal taken whose exception native code swallowed."""
         if self.signalled is not None:
-            raise interrupt(self.signalled)
+            raise signals.exception_for(self.signalled)
 
     def records(self) -> list[TrialRecord[C, P]]:
         return records(self.study, self.trials.read)
@@ -188,7 +190,7 @@ class Run(Generic[C, P]):
     def __call__(self, trial: Any) -> float | list[float]:
         self._proposed, self._building = None, False
         try:
-            with _delivered():
+            with signals.delivered():
                 self._raise_lost()  # since the last trial
                 record = self._judge(trial)
                 self._raise_lost()  # in this one: its record cannot be trusted
@@ -199,7 +201,7 @@ class Run(Generic[C, P]):
             if self.signalled is None:
                 raise
             # The signal's exception was lost in native code (_noting) and another raised.
-            lost = interrupt(self.signalled)
+            lost = signals.exception_for(self.signalled)
             self._cut_short(trial, lost)
             raise lost from None
         # The signals are held again: the record is kept whole, in the study and on disk.
@@ -270,11 +272,6 @@ def _save(record: TrialRecord[C, P]) -> None:
                      jsonout.dumps(record.to_dict(), indent=2) + "\n")
 
 
-def interrupt(signum: int) -> KeyboardInterrupt:
-    """The exception the CLI's handler raises for ``signum`` (:mod:`simulator.infra.signals`)."""
-    return KeyboardInterrupt() if signum == signal.SIGINT else signals.Terminated(signum)
-
-
 def signal_name(exc: KeyboardInterrupt) -> str:
     """The signal that raised ``exc``: SIGTERM or SIGHUP as :class:`signals.Terminated`,
     Ctrl-C (SIGINT) as a plain KeyboardInterrupt."""
@@ -284,17 +281,6 @@ def signal_name(exc: KeyboardInterrupt) -> str:
 
 def _quiet(*_: object) -> None:
     """An excepthook that prints nothing (:meth:`Run._note`)."""
-
-
-@contextmanager
-def _delivered() -> Iterator[None]:
-    """Inside :func:`signals.deferred`: the stopping signals let through for the block (a
-    trial's work, the wait between trials), held again after it."""
-    held = signal.pthread_sigmask(signal.SIG_UNBLOCK, set(signals.STOPPING))
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 @dataclass(frozen=True)

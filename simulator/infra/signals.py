@@ -46,17 +46,56 @@ _stopped_by = 0
 
 
 def _raise(signum: int, frame: FrameType | None) -> None:
-    if _stopping:
+    if _stopping or held(signum):
         return
     raise interruption(signum)
+
+
+def held(signum: int) -> bool:
+    """Whether ``signum`` is held by :func:`deferred` where the handler runs; if so, it is
+    sent back to the main thread, where it waits until the hold ends. A handler of ours
+    asks first and returns when it is.
+
+    Blocking a signal in the main thread does not hold one sent to the process: the kernel
+    gives it to a thread that does not block it (TensorFlow's, a progress bar's, started
+    before the hold), whose C handler has Python run the handler in the main thread at its
+    next instruction, inside the held block (seen: a SIGTERM raised inside optuna's commit
+    of a trial's record, the trial then failed and logged by optuna with the traceback)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signum not in signal.pthread_sigmask(signal.SIG_BLOCK, []):
+        return False
+    signal.pthread_kill(threading.get_ident(), signum)
+    return True
 
 
 def interruption(signum: int) -> KeyboardInterrupt:
     """The exception that stops the work for ``signum`` (raise it); later signals are then
     ignored until the clean-up is done."""
-    global _stopping, _stopped_by
-    _stopping, _stopped_by = True, signum
+    _take(signum)
+    return exception_for(signum)
+
+
+def exception_for(signum: int) -> KeyboardInterrupt:
+    """The exception a stopping signal raises: Ctrl-C's :class:`KeyboardInterrupt`, or
+    :class:`Terminated` for SIGTERM and SIGHUP."""
     return Terminated(signum) if signum != signal.SIGINT else KeyboardInterrupt()
+
+
+def _take(signum: int) -> None:
+    global _stopping, _stopped_by
+    if not _stopping:
+        _stopping, _stopped_by = True, signum
+
+
+def taken() -> int | None:
+    """The stopping signal the work has taken (raised, or noted by :func:`noted`), if any.
+
+    Whatever exception the work then ends with is the signal's doing: native code that calls
+    back into Python (TensorFlow's eager execution and nest, a C extension building a list)
+    can lose the handler's exception and raise another in its place, a ``SystemError``
+    ("error return without exception set", "returned a result with an exception set"), and
+    the command must still end by the signal, in its one line."""
+    return _stopped_by if _stopping else None
 
 
 def stopped_message(signum: int) -> str:
@@ -105,6 +144,8 @@ _in_task = False
 
 
 def _worker_signal(signum: int, frame: FrameType | None) -> None:
+    if held(signum):
+        return
     if not _in_task:
         os._exit(128 + signum)
     if not _stopping:
@@ -205,8 +246,9 @@ def noted() -> Iterator[Noted]:
         return
 
     def _note(signum: int, frame: FrameType | None) -> None:
-        if note.signum is None:
+        if note.signum is None and not held(signum):
             note.signum = signum
+            _take(signum)  # the block ends by it (taken)
 
     old = {sig: signal.signal(sig, _note) for sig in STOPPING}
     try:
@@ -220,8 +262,22 @@ def noted() -> Iterator[Noted]:
 def deferred() -> Iterator[None]:
     """Hold the stopping signals for the block (a clean-up that must run whole): one that
     arrives meanwhile is delivered when the block ends. Per thread; signals reach Python's
-    main thread, so that is where it matters."""
+    main thread, so that is where it matters, and one sent to the process that another
+    thread took waits too where the handler is one of ours (:func:`held`)."""
     held = signal.pthread_sigmask(signal.SIG_BLOCK, set(STOPPING))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+@contextmanager
+def delivered() -> Iterator[None]:
+    """Inside :func:`deferred`: the stopping signals let through for the block (the work),
+    held again after it (its clean-up). A resource made while they are held and guarded by
+    a ``try`` entered then cannot be left behind by a signal between its making and the
+    ``try``."""
+    held = signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOPPING))
     try:
         yield
     finally:
