@@ -24,9 +24,10 @@ from devicefit.simulator.infra.signals import stopped_message
 pytestmark = pytest.mark.slow
 
 #: (signal, to the process group?, moment as a share of the reference run)
-#: (The last well before the end: a run on a loaded machine may take less than the reference.)
+#: (The last well before the end: a run may take less than the reference, which is the
+#: faster of two runs for that reason; a first run warms caches a later one does not pay.)
 CASES = [(signal.SIGINT, True, 0.05), (signal.SIGTERM, False, 0.25),
-         (signal.SIGHUP, True, 0.45), (signal.SIGTERM, True, 0.6)]
+         (signal.SIGHUP, True, 0.45), (signal.SIGTERM, True, 0.55)]
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +35,14 @@ def reference(tmp_path_factory):
     work = tmp_path_factory.mktemp("convert-signals")
     (work / "in").mkdir()
     cmd = bench.convert_command(work / "in")
-    code, err, seconds, left = bench._run_once(cmd, work, None, 0.0, False)
-    assert code == 0 and not left, err
-    assert sorted(p.name for p in (work / "out").iterdir()) == sorted(cmd.outputs)
-    assert list((work / "tmp").iterdir()) == []
-    return work, cmd, seconds
+    times = []
+    for _ in range(2):
+        code, err, seconds, left = bench._run_once(cmd, work, None, 0.0, False)
+        assert code == 0 and not left, err
+        assert sorted(p.name for p in (work / "out").iterdir()) == sorted(cmd.outputs)
+        assert list((work / "tmp").iterdir()) == []
+        times.append(seconds)
+    return work, cmd, min(times)
 
 
 @pytest.mark.parametrize("sig,group,share", CASES,
