@@ -32,19 +32,14 @@ PROFILES = ("stm32l4r5-cortex-m4", "esp32-s3", "android-arm64-cpu", "coral-edget
 
 def weight_bytes(path: Path) -> int:
     """Bytes of the conv / fully-connected weights stored in the file (int4: two per byte)."""
-    from devicefit.sdk.convert.lowbit import WEIGHT_INPUT
+    from devicefit.simulator.read.model import WEIGHTS_INPUT
     from devicefit.simulator.read.reader import read_model
 
     sg = read_model(path).main
-    total = 0
-    for op in sg.operators:
-        k = WEIGHT_INPUT.get(op.op_name)
-        if k is None or len(op.inputs) <= k or op.inputs[k] < 0:
-            continue
-        t = sg.tensors[op.inputs[k]]
-        if t.has_data:
-            total += (t.num_elements + 1) // 2 if t.dtype == "int4" else t.nbytes
-    return total
+    weights = [op.inputs[k] for op in sg.operators
+               if (k := WEIGHTS_INPUT.get(op.op_name)) is not None and k < len(op.inputs)
+               and op.inputs[k] >= 0]
+    return sum(sg.tensors[w].stored_bytes for w in weights if sg.tensors[w].has_data)
 
 
 def one(model: Path, data: dict, profile: str, weights: str, out: Path) -> dict:

@@ -43,10 +43,11 @@ from pathlib import Path
 import numpy as np
 from ai_edge_litert import schema_py_generated as fb
 
+from devicefit.simulator.read.model import WEIGHTS_INPUT
 from devicefit.simulator.read.reader import parse_model
 from devicefit.simulator.read.writer import pack
 from devicefit.simulator.targets.litert.ops import SUPPORT_FILE as LITERT_SUPPORT_FILE
-from devicefit.simulator.targets.tflm.ops import SUPPORT_FILE, WEIGHTS_INPUT, signature
+from devicefit.simulator.targets.tflm.ops import SUPPORT_FILE, signature
 from tests.tflite_builder import _buffer, _model, _opcode, _operator, _tensor, probe_model
 
 TYPES = {"float32": fb.TensorType.FLOAT32, "float16": fb.TensorType.FLOAT16,

@@ -39,7 +39,7 @@ from devicefit.sdk.convert.data import Dataset
 from devicefit.simulator.errors import RuntimeFailure, UsageError, require_extra
 from devicefit.simulator.infra.fileio import temporary_folder
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.read.model import Model, Operator, Subgraph
+from devicefit.simulator.read.model import WEIGHTS_INPUT, Model, Operator, Subgraph
 from devicefit.simulator.report.report import Report
 
 log = logging.getLogger(__name__)
@@ -51,9 +51,6 @@ INT4_STEPS: dict[str, tuple[str, ...]] = {
     "CONV_2D": ("CHANNELWISE", "TENSORWISE"),
     "FULLY_CONNECTED": ("CHANNELWISE", "TENSORWISE"),
 }
-#: Input index of the weights of the operators that have them.
-WEIGHT_INPUT = {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 1, "FULLY_CONNECTED": 1,
-                "TRANSPOSE_CONV": 1, "BATCH_MATMUL": 1, "EMBEDDING_LOOKUP": 1}
 GRANULARITY = {"CHANNELWISE": "per channel", "TENSORWISE": "per tensor"}
 
 
@@ -325,7 +322,7 @@ def engine() -> str:
 
 def _weights(sg: Subgraph, op: Operator) -> int | None:
     """The index of ``op``'s constant weight tensor, None when it has none."""
-    k = WEIGHT_INPUT.get(op.op_name)
+    k = WEIGHTS_INPUT.get(op.op_name)
     if k is None or len(op.inputs) <= k or op.inputs[k] < 0:
         return None
     return op.inputs[k] if sg.tensors[op.inputs[k]].has_data else None
@@ -440,7 +437,7 @@ def _layers(model: Model, source: Subgraph, why: Mapping[int, str]) -> tuple[Lay
         out.append(LayerWeights(
             i, op.op_name, next((sg.tensors[o].name for o in op.outputs if o >= 0), ""), bits,
             "per channel" if per_channel else "per tensor",
-            (t.num_elements + 1) // 2 if t.dtype == "int4" else t.nbytes, reason))
+            t.stored_bytes, reason))
     return tuple(out)
 
 

@@ -65,8 +65,20 @@ class Tensor:
         return self.num_elements * DTYPE_BYTES.get(self.dtype, 0)
 
     @property
+    def stored_bytes(self) -> int:
+        """Bytes the file holds for the constant: int4 packs two elements per byte (``nbytes``
+        counts one per element, as TFLM plans an unpacked int4 tensor)."""
+        return (self.num_elements + 1) // 2 if self.dtype == "int4" else self.nbytes
+
+    @property
     def is_dynamic(self) -> bool:
         return self.shape_signature is not None and any(d < 0 for d in self.shape_signature)
+
+
+#: Ops whose kernel takes a constant weights tensor: the input index of the weights.
+WEIGHTS_INPUT = {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 1, "FULLY_CONNECTED": 1,
+                 "TRANSPOSE_CONV": 1, "BATCH_MATMUL": 1, "EMBEDDING_LOOKUP": 1, "SVDF": 1,
+                 "UNIDIRECTIONAL_SEQUENCE_LSTM": 2}
 
 
 @dataclass(frozen=True)

@@ -393,7 +393,7 @@ class _Decoder(FlatbufferReader):
             data_after_flatbuffer=has_data and buffer in self.outside,
         )
         if has_data and not tensor.is_sparse and dtype != "string":
-            expected = tensor.nbytes if dtype != "int4" else (tensor.num_elements + 1) // 2
+            expected = tensor.stored_bytes
             if DTYPE_BYTES.get(dtype) and buffer_sizes[buffer] < expected:
                 raise self.fail(f"tensor {index} '{tensor.name}' needs {expected} bytes "
                                 f"but its buffer {buffer} holds {buffer_sizes[buffer]}")

@@ -34,18 +34,15 @@ from functools import cache
 from pathlib import Path
 
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.read.model import Model, Operator, Subgraph
+from devicefit.simulator.read.model import WEIGHTS_INPUT, Model, Operator, Subgraph
 from devicefit.simulator.target import accelerator_op
 from devicefit.simulator.targets.tflm.settings import compression
 from devicefit.simulator.types import UnsupportedOp
 
 SUPPORT_FILE = Path(__file__).with_name("tflm_support.json")
 
-#: Ops whose kernel takes a constant weights tensor: the input index of the weights. The
-#: signature of such an op includes the weights' type, which decides hybrid vs integer.
-WEIGHTS_INPUT = {"CONV_2D": 1, "DEPTHWISE_CONV_2D": 1, "FULLY_CONNECTED": 1,
-                 "TRANSPOSE_CONV": 1, "BATCH_MATMUL": 1, "EMBEDDING_LOOKUP": 1, "SVDF": 1,
-                 "UNIDIRECTIONAL_SEQUENCE_LSTM": 2}
+# The signature of an op with constant weights (WEIGHTS_INPUT, the reader's) includes the
+# weights' type, which decides hybrid vs integer.
 #: The custom op TFLM's compression tool inserts before each consumer of a compressed tensor.
 DECODE = "TFLM_DECODE"
 #: Ops whose data input is not input 0.
