@@ -112,7 +112,7 @@ class LowBitReport:
 
 
 def check_request(quant_scheme: str, io_type: str, sparsity: bool, weights: str = "int4",
-                  evaluation: bool = True, flash_limit: int | None = 0) -> None:
+                  evaluation: bool = True, flash_limit: int | None = None) -> None:
     """Refuse, before TensorFlow starts, what ``--weights int4|auto`` cannot do (yet)."""
     require_extra("ai_edge_quantizer", f"--weights {weights}")
     if weights == "auto" and not evaluation:
