@@ -145,6 +145,14 @@ class CrossChecker(Protocol):
                  /) -> tuple[CrossCheck | None, list[str]]: ...
 
 
+class AcceleratorAsk(Protocol):
+    """The target's accelerator asked itself about the model, where one runs on this
+    machine: its section back with the answers beside the prediction, and notes."""
+
+    def __call__(self, section: TargetSection, model: Model, profile: Profile,
+                 setup: ModelRuns, /) -> tuple[TargetSection, list[str]]: ...
+
+
 class OnDevice(Protocol):
     """The model measured on the device's own build (``host``: the host run, if it ran)."""
 
@@ -332,6 +340,12 @@ class Target:
         ``(model, profile, setup, host) -> (CrossCheck | None, notes)``: a check the target
         runs on any profile's model it can run (TFLM against LiteRT's reference kernels, bit
         for bit on integer models); None from the hook: it does not apply to this model.
+    ``ask_accelerator``
+        ``(section, model, profile, setup) -> (section, notes)``: ``--run`` asks the
+        target's accelerator itself where one runs on this machine (the phone GPU: LiteRT's
+        GPU delegate on a Vulkan adapter, its partition and its outputs against the CPU's)
+        and gives its section back with the answers, or with why it was not asked; run by
+        :mod:`simulator.run.measure` after the host run. None: nothing to ask.
     ``device_build``
         ``(request, profile) -> measure``, raising a one-line :class:`InputError` when the
         device's build cannot be made from ``request.checkout``; ``measure(measured, model,
@@ -394,6 +408,7 @@ class Target:
     second_opinion: str | None = None
     read_run: RunReader | None = None
     cross_check: CrossChecker | None = None
+    ask_accelerator: AcceleratorAsk | None = None
     device_build: DeviceBuild | None = None
     code_size: CodeSize | None = None
     export: Exporter | None = None
