@@ -94,6 +94,8 @@ def main(argv: list[str]) -> int:
         except Exception as exc:  # noqa: BLE001 — a refusal goes back to the parent as data
             done: dict[str, Any] = {"ok": False, "error": " ".join(str(exc).split())
                                     or type(exc).__name__}
+            if way == "gpu":  # the delegate's log is where the parent reads its reason
+                print(done["error"], file=sys.stderr)
         else:
             np.savez(work / f"{way}.npz", *outputs.values())
             done = {"ok": True, "error": "", "names": list(outputs)}

@@ -103,6 +103,8 @@ class LiveDelegate:
     #: Where its partition differs from the predicted one, each named.
     disagreements: tuple[str, ...] = ()
     precision: PrecisionCheck | None = None
+    #: Why there is no fp16 check ("" when there is one).
+    not_checked: str = ""
 
 
 def short(adapter: str) -> str:
@@ -260,7 +262,7 @@ def live_lines(live: LiveDelegate | None) -> list[str]:
         lines += [f"  disagrees    {d}" for d in live.disagreements]
     check = live.precision
     if check is None:
-        return [*lines, f"  fp16         fp16 accuracy not checked: {live.not_asked or 'no run'}"]
+        return [*lines, f"  fp16         fp16 accuracy not checked: {live.not_checked}"]
     ref = ("" if check.reference_accuracy is None
            else f"; reference accuracy {check.reference_accuracy:.1%}")
     lines.append(f"  fp16         outputs against the CPU's fp32 (XNNPACK) on {check.samples} "

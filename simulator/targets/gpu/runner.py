@@ -20,11 +20,12 @@ from devicefit.simulator.report.report import TargetSection
 from devicefit.simulator.targets.gpu.delegate import DelegateAnswer
 from devicefit.simulator.targets.gpu.live import (
     LiveDelegate,
+    LiveRun,
     PrecisionCheck,
     precision_check,
     run_live,
 )
-from devicefit.simulator.targets.gpu.partition import GpuReport
+from devicefit.simulator.targets.gpu.partition import GpuReport, partition
 from devicefit.simulator.targets.gpu.settings import gpu_settings
 from devicefit.simulator.types import ModelRuns
 
@@ -39,14 +40,19 @@ def ask(section: TargetSection, model: Model, profile: Profile, setup: ModelRuns
     inputs = str(setup.input_path) if setup.input_path else "the --run inputs (random, seed 0)"
     run = run_live(model, setup.input_request, gpu_settings(profile).precision,
                    setup.timeout_s)
-    check = precision_check(run, model, inputs, 1)
-    live = delegate_answer(section, run.answer, run.seconds)
-    live = dataclasses.replace(live, precision=check if isinstance(check, PrecisionCheck)
-                               else None)
-    notes = [] if isinstance(check, PrecisionCheck) else [f"fp16 accuracy not checked: {check}"]
+    live = answered(section, run, precision_check(run, model, inputs, 1))
+    notes = [] if live.precision else [f"fp16 accuracy not checked: {live.not_checked}"]
     if live.not_asked:
         notes.append(f"GPU delegate not asked: {live.not_asked}")
     return dataclasses.replace(section, live=live), notes
+
+
+def answered(section: GpuReport, run: LiveRun, check: PrecisionCheck | str) -> LiveDelegate:
+    """What one child of :func:`.live.run_live` answered, beside the prediction."""
+    live = delegate_answer(section, run.answer, run.seconds)
+    if isinstance(check, str):
+        return dataclasses.replace(live, not_checked=check)
+    return dataclasses.replace(live, precision=check)
 
 
 def delegate_answer(section: GpuReport, answer: DelegateAnswer, seconds: float
@@ -74,9 +80,10 @@ def delegate_answer(section: GpuReport, answer: DelegateAnswer, seconds: float
 
 
 def eval_precision(path: Path, model: Model, x: np.ndarray, labels: np.ndarray | None,
-                   profile: Profile, timeout_s: float = 60.0) -> PrecisionCheck | str:
-    """The fp16 check on evaluation data (``convert --eval`` for a GPU profile): ``x`` the
-    first input's float samples, quantized here to its type when it is an integer one."""
+                   profile: Profile, timeout_s: float = 60.0) -> LiveDelegate:
+    """The delegate asked and the fp16 check on evaluation data (``convert --eval`` for a
+    GPU profile): ``x`` the first input's float samples, quantized here to its type when it
+    is an integer one; ``labels`` class indices or one-hot rows."""
     tensor = model.main.tensors[model.main.inputs[0]]
     samples = x.astype(np.float32)
     q = tensor.quantization
@@ -89,4 +96,5 @@ def eval_precision(path: Path, model: Model, x: np.ndarray, labels: np.ndarray |
     y = labels
     if y is not None:
         y = y.argmax(1) if y.ndim == 2 and y.shape[1] > 1 else y.reshape(-1)
-    return precision_check(run, model, f"the evaluation data of {path.name}", len(samples), y)
+    check = precision_check(run, model, f"the evaluation data of {path.name}", len(samples), y)
+    return answered(partition(model, profile), run, check)
