@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
+    import numpy as np
+
     from devicefit.simulator.infra.schema import Leaf
     from devicefit.simulator.profile_types import Profile
     from devicefit.simulator.read.model import Model
@@ -151,6 +153,14 @@ class AcceleratorAsk(Protocol):
 
     def __call__(self, section: TargetSection, model: Model, profile: Profile,
                  setup: ModelRuns, /) -> tuple[TargetSection, list[str]]: ...
+
+
+class AcceleratorEval(Protocol):
+    """The target's accelerator asked about a model ``convert`` wrote, on the evaluation
+    data (``x`` the first input's samples, ``labels`` or None): its section."""
+
+    def __call__(self, path: Path, profile: Profile, x: np.ndarray,
+                 labels: np.ndarray | None, /) -> TargetSection: ...
 
 
 class OnDevice(Protocol):
@@ -346,6 +356,12 @@ class Target:
         GPU delegate on a Vulkan adapter, its partition and its outputs against the CPU's)
         and gives its section back with the answers, or with why it was not asked; run by
         :mod:`simulator.run.measure` after the host run. None: nothing to ask.
+    ``accelerator_eval``
+        ``(path, profile, x, labels) -> section``: ``convert --eval`` asks the target's
+        accelerator about the written model on the evaluation data, as ``ask_accelerator``
+        does in ``--run`` (the phone GPU: fp16's and the GPU path's accuracy beside the
+        CPU's fp32); ``convert`` prints the section's ``summary_lines()`` in place of
+        ``after_convert``'s. None: nothing to ask.
     ``device_build``
         ``(request, profile) -> measure``, raising a one-line :class:`InputError` when the
         device's build cannot be made from ``request.checkout``; ``measure(measured, model,
@@ -409,6 +425,7 @@ class Target:
     read_run: RunReader | None = None
     cross_check: CrossChecker | None = None
     ask_accelerator: AcceleratorAsk | None = None
+    accelerator_eval: AcceleratorEval | None = None
     device_build: DeviceBuild | None = None
     code_size: CodeSize | None = None
     export: Exporter | None = None

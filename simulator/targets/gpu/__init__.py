@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from devicefit.simulator.target import (
     AcceleratorAsk,
+    AcceleratorEval,
     OpTable,
     Planner,
     SectionMaker,
@@ -41,4 +42,6 @@ TARGET = Target(
     profile_keys=PROFILE_KEYS,
     settings=GpuSettings.from_values,
     ask_accelerator=lazy(AcceleratorAsk, "devicefit.simulator.targets.gpu.runner:ask"),
+    accelerator_eval=lazy(AcceleratorEval,
+                          "devicefit.simulator.targets.gpu.runner:convert_check"),
 )

@@ -16,9 +16,11 @@ import numpy as np
 
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.read.model import Model
+from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.report.report import TargetSection
 from devicefit.simulator.targets.gpu.delegate import DelegateAnswer
 from devicefit.simulator.targets.gpu.live import (
+    SECONDS_PER_SAMPLE,
     LiveDelegate,
     LiveRun,
     PrecisionCheck,
@@ -98,3 +100,14 @@ def eval_precision(path: Path, model: Model, x: np.ndarray, labels: np.ndarray |
         y = y.argmax(1) if y.ndim == 2 and y.shape[1] > 1 else y.reshape(-1)
     check = precision_check(run, model, f"the evaluation data of {path.name}", len(samples), y)
     return answered(partition(model, profile), run, check)
+
+
+def convert_check(path: Path, profile: Profile, x: np.ndarray, labels: np.ndarray | None
+                  ) -> GpuReport:
+    """The GPU section of a model ``convert`` wrote: the predicted partition with the
+    delegate asked and the fp16 check on the evaluation data (the target's
+    ``accelerator_eval``)."""
+    model = read_model(path)
+    live = eval_precision(path, model, x, labels, profile,
+                          timeout_s=max(60.0, SECONDS_PER_SAMPLE * len(x)))
+    return dataclasses.replace(partition(model, profile), live=live)

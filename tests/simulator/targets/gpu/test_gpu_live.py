@@ -142,3 +142,27 @@ def test_each_difference_is_named_from_the_delegates_answer(tmp_path):
                                                               "prepare", "", None,
                                                        frozenset()), 1.0)
     assert failed.not_asked.startswith("the delegate did not compile the model (Node number 3")
+
+
+@needs_swiftshader
+def test_convert_eval_data_gives_accuracy_three_ways(tmp_path):
+    # What `convert --eval` asks on a GPU profile (Target.accelerator_eval): the labels are
+    # the chain's classes computed here in float64, so the fp32 reference scores 100 %.
+    from devicefit.simulator.profiles import load_profile
+    from devicefit.simulator.target import target_for
+
+    path = tmp_path / "chain.tflite"
+    path.write_bytes(dense_chain_model(layers=3, width=8))
+    x = np.random.default_rng(1).uniform(-1, 1, (20, 8)).astype(np.float32)
+    rng = np.random.default_rng(0)  # dense_chain_model's weights, in its order
+    logits = x.astype(np.float64)
+    for _ in range(3):
+        logits = logits @ rng.standard_normal((8, 8)).astype(np.float32).T
+    profile = load_profile(PROFILE)
+    section = target_for(profile).accelerator_eval(path, profile, x, logits.argmax(1))
+    check = section.live.precision
+    assert check.samples == 20 and check.reference_accuracy == 1.0
+    assert all(w.error == "" and w.accuracy is not None for w in check.ways)
+    lines = section.summary_lines()
+    assert lines[1] == "GPU delegate asked: agrees with the prediction"
+    assert lines[2].startswith("fp16 (measured): CPU fp16 tensors") and "accuracy" in lines[2]
