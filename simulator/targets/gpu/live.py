@@ -38,7 +38,7 @@ from devicefit.simulator.targets.gpu.delegate import ICDS, DelegateAnswer, read_
 #: The ways the child computes (:mod:`._live_worker`), with what each is, for the report.
 WAYS = {"fp32": "CPU fp32 (XNNPACK)",
         "fp16": "CPU fp16 tensors (XNNPACK FORCE_FP16)",
-        "gpu": "GPU path (LiteRT's GPU accelerator"}
+        "gpu": "GPU path"}
 #: Seconds the child is given per sample, beside the caller's timeout for compiling.
 SECONDS_PER_SAMPLE = 2.0
 
@@ -232,7 +232,8 @@ def precision_check(run: LiveRun, model: Model, inputs: str, samples: int,
         return f"the CPU's fp32 reference did not run: {run.errors.get('fp32', '')}"
     ways = []
     for way in ("fp16", "gpu"):
-        name = WAYS[way] + (f" on {short(run.answer.adapter)})" if way == "gpu" else "")
+        name = (f"{WAYS[way]} (LiteRT's GPU accelerator on {short(run.answer.adapter)})"
+                if way == "gpu" else WAYS[way])
         found = run.outputs.get(way)
         # Without an adapter the GPU way's own error is LiteRT's generic one: say why.
         error = (run.answer.error if way == "gpu" and not run.answer.ok and run.answer.error
