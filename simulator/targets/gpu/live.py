@@ -105,6 +105,8 @@ class LiveDelegate:
     precision: PrecisionCheck | None = None
     #: Why there is no fp16 check ("" when there is one).
     not_checked: str = ""
+    #: Read from the cache of an earlier ask (``seconds`` is that ask's).
+    cached: bool = False
 
 
 def short(adapter: str) -> str:
@@ -256,7 +258,8 @@ def live_lines(live: LiveDelegate | None) -> list[str]:
         lines = [f"  delegate     not asked: {live.not_asked}"]
     else:
         on = live.total_ops if live.gpu_ops is None else live.gpu_ops
-        lines = [f"  delegate     asked (measured, {live.seconds:.1f} s on {short(live.adapter)}): "
+        when = "cached answer of a run that took" if live.cached else "measured,"
+        lines = [f"  delegate     asked ({when} {live.seconds:.1f} s on {short(live.adapter)}): "
                  f"{on} of {live.total_ops} ops on the GPU; "
                  + ("agrees with the prediction" if not live.disagreements
                     else f"{len(live.disagreements)} disagreement(s) with the prediction")]

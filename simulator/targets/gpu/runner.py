@@ -4,7 +4,8 @@ The target's ``ask_accelerator`` hook (:mod:`simulator.run.measure` calls it aft
 run): one child (:mod:`.live`) compiles the model for GPU|CPU on the machine's Vulkan
 adapter and runs the run's inputs through the GPU path and the CPU's fp32 and fp16 modes.
 The section gets what the delegate answered (its partition, each difference from the
-predicted one named) or why it was not asked, and the fp16 check; never nothing.
+predicted one named) or why it was not asked, and the fp16 check; never nothing. An answer
+that ran is kept on disk (:mod:`.cache`) and read back, said so, when asked again.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.read.model import Model
 from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.report.report import TargetSection
+from devicefit.simulator.targets.gpu import cache
 from devicefit.simulator.targets.gpu.delegate import DelegateAnswer
 from devicefit.simulator.targets.gpu.live import (
     SECONDS_PER_SAMPLE,
@@ -39,10 +41,20 @@ def ask(section: TargetSection, model: Model, profile: Profile, setup: ModelRuns
         ) -> tuple[TargetSection, list[str]]:
     """``section`` (the predicted partition) with the live delegate's answers, and notes."""
     assert isinstance(section, GpuReport)  # the GPU target's own section
-    inputs = str(setup.input_path) if setup.input_path else "the --run inputs (random, seed 0)"
-    run = run_live(model, setup.input_request, gpu_settings(profile).precision,
-                   setup.timeout_s)
-    live = answered(section, run, precision_check(run, model, inputs, 1))
+    precision = gpu_settings(profile).precision
+    entry = cache.key(model, precision, setup)
+    known = cache.cached(entry)
+    if known is not None:
+        answer, seconds, check = known
+        live = dataclasses.replace(delegate_answer(section, answer, seconds), precision=check,
+                                   cached=True)
+    else:
+        inputs = (str(setup.input_path) if setup.input_path
+                  else "the --run inputs (random, seed 0)")
+        run = run_live(model, setup.input_request, precision, setup.timeout_s)
+        live = answered(section, run, precision_check(run, model, inputs, 1))
+        if run.answer.ok and live.precision is not None:
+            cache.store(entry, run.answer, run.seconds, live.precision)
     notes = [] if live.precision else [f"fp16 accuracy not checked: {live.not_checked}"]
     if live.not_asked:
         notes.append(f"GPU delegate not asked: {live.not_asked}")

@@ -8,6 +8,7 @@ holds), never a band of them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -166,3 +167,25 @@ def test_convert_eval_data_gives_accuracy_three_ways(tmp_path):
     lines = section.summary_lines()
     assert lines[1] == "GPU delegate asked: agrees with the prediction"
     assert lines[2].startswith("fp16 (measured): CPU fp16 tensors") and "accuracy" in lines[2]
+
+
+@needs_swiftshader
+def test_an_answer_asked_again_is_read_from_the_cache_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEVICEFIT_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "chain.tflite"
+    path.write_bytes(dense_chain_model(layers=5, width=8))
+    _, _, first = _run(path)
+    report, _, again = _run(path)
+    assert not first.cached and again.cached
+    assert dataclasses.replace(again, cached=False) == first
+    assert "asked (cached answer of a run that took" in render("text", report)
+    # Other inputs are another question: asked again.
+    data = tmp_path / "x.npy"
+    np.save(data, np.ones((1, 8), np.float32))
+    other = simulate(path, PROFILE, run=MeasureOptions(runs=1, input_path=data), probe=False)
+    assert not other.compatibility.section.live.cached
+    # A damaged entry is never trusted: asked again, and rewritten.
+    for entry in (tmp_path / "cache" / "gpu-delegate").glob("*.json"):
+        entry.write_text('{"key": "' + entry.stem + '", "format": 1, "answer": []}')
+    _, _, damaged = _run(path)
+    assert not damaged.cached and _run(path)[2].cached
