@@ -251,9 +251,9 @@ def precision_check(run: LiveRun, model: Model, inputs: str, samples: int,
 def live_lines(live: LiveDelegate | None) -> list[str]:
     """The GPU section's lines for what the delegate itself answered (or why not)."""
     if live is None:
-        return ["  delegate     not asked (predicted only): simulate --run asks LiteRT's GPU "
-                "delegate where a GPU adapter is present",
-                "  fp16         fp16 accuracy not checked: add --run"]
+        return ["  delegate     not asked (predicted only): a --run that completes asks "
+                "LiteRT's GPU delegate where a GPU adapter is present",
+                "  fp16         fp16 accuracy not checked: a --run that completes checks it"]
     if live.not_asked:
         lines = [f"  delegate     not asked: {live.not_asked}"]
     else:

@@ -123,7 +123,7 @@ def test_a_static_report_says_the_delegate_was_not_asked(tmp_path):
     path.write_bytes(dense_chain_model(layers=2, width=8))
     text = render("text", simulate(path, PROFILE, probe=False))
     assert "delegate     not asked (predicted only)" in text
-    assert "fp16 accuracy not checked: add --run" in text
+    assert "fp16 accuracy not checked: a --run that completes checks it" in text
 
 
 def test_each_difference_is_named_from_the_delegates_answer(tmp_path):
