@@ -132,7 +132,9 @@ def test_simulate_shows_the_partition_in_text_and_json(model_zoo):
     text = subprocess.run(cli, capture_output=True, text=True, timeout=300)
     assert text.returncode == 0, text.stderr
     assert "on CPU       IF (op 3): Operation is not supported." in text.stdout
-    assert "latency NOT CHECKED" in text.stdout
+    # The one partition's two crossings (in, and back to IF) carry the profile's sync each.
+    assert "(2 crossing(s), 65 B)" in text.stdout
+    assert "Verdict: PASS\n" in text.stdout
     done = subprocess.run([*cli, "--format", "json"], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
