@@ -226,6 +226,7 @@ def table(phones: list[Phone]) -> str:
              "published ms | fitted ms | fitted / published | leave-one-out ms | "
              "leave-one-out / published |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     summary = []
+    every: list[float] = []
     for name, figures in classes(phones).items():
         whole = class_fit(figures)
         loo = leave_one_out(figures)
@@ -236,6 +237,7 @@ def table(phones: list[Phone]) -> str:
                          f"| {x.gpu_macs / 1e9:.2f} | {x.gpu_bytes / 1e6:.0f} | {f.ms:g} | "
                          f"{fitted:.1f} | {fitted / f.ms:.2f} | {est:.1f} | {est / f.ms:.2f} |")
         errors = [max(e / f.ms, f.ms / e) for f, e in zip(figures, loo)]
+        every += errors
         band = (min(f.ms / e for f, e in zip(figures, loo)),
                 max(f.ms / e for f, e in zip(figures, loo)))
         summary.append(f"- {name}: {len(figures)} figures on "
@@ -243,6 +245,9 @@ def table(phones: list[Phone]) -> str:
                        f"median {statistics.median(errors):.2f}x, worst {max(errors):.2f}x, "
                        f"{sum(e <= 2 for e in errors)}/{len(errors)} within 2x; published / "
                        f"estimate {band[0]:.2f}-{band[1]:.2f} (the band)")
+    summary.append(f"- all: {len(every)} figures on {len(phones)} phones; leave-one-out error "
+                   f"median {statistics.median(every):.2f}x, "
+                   f"{sum(e <= 2 for e in every)}/{len(every)} within 2x")
     return "\n".join([*lines, "", *summary])
 
 
