@@ -26,7 +26,6 @@ import inspect
 import os
 import statistics
 import sys
-import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -36,6 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from devicefit.simulator.infra.fileio import write_atomic  # noqa: E402
 from devicefit.simulator.profiles import load_profile  # noqa: E402
 from devicefit.simulator.read.reader import read_model  # noqa: E402
 from devicefit.simulator.targets.gpu.latency import (  # noqa: E402
@@ -152,13 +152,7 @@ def model_path(name: str) -> Path:
     from tests.zoo import convert_keras
 
     keras.utils.set_random_seed(0)
-    data = convert_keras(BUILDERS[name](keras), quantize=False)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, target)
-    return target
+    return write_atomic(target, convert_keras(BUILDERS[name](keras), quantize=False))
 
 
 # --------------------------------------------------------------------------- fit

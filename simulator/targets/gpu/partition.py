@@ -27,7 +27,7 @@ from devicefit.simulator.report.report import LatencyReport
 from devicefit.simulator.targets.gpu.latency import GpuLatency, estimate
 from devicefit.simulator.targets.gpu.rules import SOURCE, verdict
 from devicefit.simulator.targets.gpu.settings import PRECISION_BYTES, gpu_settings
-from devicefit.simulator.types import LatencyBasis, UnsupportedOp
+from devicefit.simulator.types import UnsupportedOp
 
 
 @dataclass(frozen=True)
@@ -106,19 +106,8 @@ class GpuReport:
 
     def latency_report(self, profile: Profile, split: str) -> LatencyReport:
         """``report.latency`` from the split: its total, band and per-op rows."""
-        clock_hz, threads = profile.device.clock_hz, profile.runtime.threads
-        lat = self.latency
-        if lat is None:
-            return LatencyReport(no_estimate=self.no_latency or "no latency split",
-                                 clock_hz=clock_hz, threads=threads)
-        low, high = lat.band
-        return LatencyReport(
-            estimated_device_ms=lat.total_ms,
-            band_ms=(lat.total_ms * low, lat.total_ms * high), band=lat.band,
-            band_basis=lat.band_basis, basis=LatencyBasis.TARGET, cpu=profile.device.cpu,
-            kernels=profile.runtime.kernels, runtime_version=profile.runtime.version,
-            per_op=lat.per_op, sources=tuple(profile.cost_model.sources), split=split,
-            clock_hz=clock_hz, threads=threads)
+        return LatencyReport.of_split(profile, split, self.latency,
+                                      self.no_latency or "no latency split")
 
 
 #: Control-flow ops ``Subgraph::OpMightHaveSideEffect`` counts as stateful, beside any op

@@ -147,8 +147,14 @@ def test_simulate_shows_the_partition_in_text_and_json(model_zoo):
     ("extends: android-gpu-adreno\nname: b\ngpu:\n  precision: fp8\n", "one of fp16, fp32"),
     ("extends: android-arm64-cpu\nname: b\ngpu:\n  max_partitions: 2\n",
      "gpu.max_partitions is a setting of the gpu target"),
+    ("extends: android-arm64-cpu\nname: b\nbudgets:\n  gpu_memory: 1GiB\n",
+     r"b.yaml:4: budgets.gpu_memory is for a GPU \(device.class mobile-gpu\); this "
+     r"profile's device is 'mobile-cpu'"),
+    ("extends: android-gpu-adreno\nname: b\nbudgets:\n  gpu_memory: lots\n", "gpu_memory"),
+    ("extends: android-gpu-adreno\nname: b\ngpu:\n  transfer_bandwidth: fast\n",
+     "a rate such as 320MB/s"),
 ])
-def test_bad_gpu_settings_are_one_clear_error(tmp_path: Path, text, words):
+def test_bad_gpu_settings_and_budgets_are_one_clear_error(tmp_path: Path, text, words):
     path = tmp_path / "b.yaml"
     path.write_text(text)
     with pytest.raises(ProfileError, match=words):
