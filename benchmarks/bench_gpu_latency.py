@@ -156,12 +156,6 @@ def model_path(name: str) -> Path:
 
 
 # --------------------------------------------------------------------------- fit
-#: The copy of a boundary tensor: read and written once in DRAM at the Snapdragon 845's peak,
-#: quad-channel 16-bit LPDDR4X-3733 (WikiChip, "Snapdragon 845") = 29.9 GB/s, so 14.9 GB/s
-#: of copy. The figures cannot fit it: each crosses the same two boundaries, 0.6-1.1 MB.
-TRANSFER_BANDWIDTH = 29.9e9 / 2
-
-
 def fit(rows: list[tuple[GpuFeatures, float]]) -> GpuCost:
     """Non-negative least squares on relative error (each figure counts the same) of
     ``published − CPU ms − boundary copy = sync × crossings + op_dispatch × ops
@@ -171,15 +165,17 @@ def fit(rows: list[tuple[GpuFeatures, float]]) -> GpuCost:
     a = np.array([[f.crossings, f.gpu_ops, f.gpu_macs / 1e9, f.gpu_bytes / 1e9]
                   for f, _ in rows])
     published = np.array([ms for _, ms in rows])
-    known = np.array([(f.cpu_ms or 0.0) + 1e3 * f.boundary_bytes / TRANSFER_BANDWIDTH
-                      for f, _ in rows])
+    # The boundary copy's rate is the profile's (cited there): every figure crosses the same
+    # two boundaries of 0.6-1.1 MB, so they cannot fit it.
+    transfer = load_profile(PROFILE).target_settings.cost.transfer_bytes_per_second
+    known = np.array([(f.cpu_ms or 0.0) + 1e3 * f.boundary_bytes / transfer for f, _ in rows])
     x, _ = nnls(a / published[:, None], (published - known) / published)
     sync, dispatch, ms_per_gmac, ms_per_gb = (float(v) for v in x)
     # A term the fit gave no weight is left out (None), as a profile leaves it unset.
     return GpuCost(sync_ms=sync, op_ms=dispatch,
                    macs_per_second=1e12 / ms_per_gmac if ms_per_gmac else None,
                    memory_bytes_per_second=1e12 / ms_per_gb if ms_per_gb else None,
-                   transfer_bytes_per_second=TRANSFER_BANDWIDTH)
+                   transfer_bytes_per_second=transfer)
 
 
 # --------------------------------------------------------------------------- the table
@@ -270,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         for name, figures in classes(phones).items():
             print(f"{name}: {constants(class_fit(figures))}")
+        print(f"{PROFILE} sets {constants(load_profile(PROFILE).target_settings.cost)}")
         return 0
     print(table(phones))
     return 0

@@ -62,6 +62,8 @@ def test_the_estimate_is_the_cost_model_summed_over_the_partition(model_zoo, tmp
             2 * 1.0 + 1e3 * (part.in_bytes + part.out_bytes) / 5e8, rel=1e-9)
         assert (lat.cpu_ms, lat.total_ms) == (0.0, pytest.approx(gpu + lat.transfer_ms))
         assert sum(r.estimated_ms for r in lat.per_op) == pytest.approx(lat.gpu_ms)
+        # The constants are fp16 runs': an fp32 estimate says it is likely low.
+        assert ("likely low" in lat.band_basis) == (precision == "fp32")
 
 
 def test_fallbacks_add_crossings_and_their_xnnpack_time(model_zoo, tmp_path):
