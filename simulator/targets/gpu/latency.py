@@ -19,10 +19,10 @@ is that fit's leave-one-figure-out spread. A profile without them gets no estima
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from devicefit.simulator.infra.safeyaml import load_own_data
 from devicefit.simulator.report.report import OpLatencyRow
@@ -31,7 +31,6 @@ from devicefit.simulator.targets.gpu.settings import PRECISION_BYTES, GpuCost
 if TYPE_CHECKING:
     from devicefit.simulator.profile_types import Profile
     from devicefit.simulator.read.model import Model
-    from devicefit.simulator.targets.gpu.partition import GpuReport
 
 PUBLISHED = Path(__file__).with_name("published.yaml")
 
@@ -57,6 +56,27 @@ def load_published(path: Path = PUBLISHED) -> list[Phone]:
     return [Phone(p["phone"], p["gpu"], p["class"], p["backend"],
                   {m: float(v) for m, v in p["ms"].items()}, " ".join(p["source"].split()),
                   p.get("profile")) for p in data["phones"]]
+
+
+class PlacedOp(Protocol):
+    @property
+    def index(self) -> int: ...
+    @property
+    def device(self) -> str: ...
+
+
+class Partitioned(Protocol):
+    """What the estimate reads of a partition (:class:`.partition.GpuReport`, which imports
+    this module: named by what it offers, so the two do not import each other)."""
+
+    @property
+    def precision(self) -> str: ...
+    @property
+    def ops(self) -> Sequence[PlacedOp]: ...
+    @property
+    def partitions(self) -> Sequence[object]: ...
+    @property
+    def boundary_bytes(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -85,7 +105,7 @@ class GpuFeatures:
     cpu_rows: tuple[OpLatencyRow, ...] = ()
 
 
-def gpu_features(model: Model, report: GpuReport, profile: Profile) -> GpuFeatures:
+def gpu_features(model: Model, report: Partitioned, profile: Profile) -> GpuFeatures:
     """The partition's figures the cost model needs, and the CPU ops' own estimate."""
     from devicefit.simulator.estimate.compute import op_work
     from devicefit.simulator.estimate.latency import estimate_latency
@@ -155,7 +175,7 @@ class GpuLatency:
     per_op: tuple[OpLatencyRow, ...] = field(default_factory=tuple)
 
 
-def estimate(model: Model, report: GpuReport, profile: Profile,
+def estimate(model: Model, report: Partitioned, profile: Profile,
              cost: GpuCost) -> GpuLatency | str:
     """The split of one inference under ``cost``, or why there is none."""
     if cost.macs_per_second is None:
