@@ -211,6 +211,19 @@ def leave_one_out(figures: list[Figure]) -> list[float]:
             for f in figures]
 
 
+def held_out_coverage(figures: list[Figure]) -> int:
+    """How many figures fall inside the band made without them: the band (published / LOO
+    estimate, lowest to highest) of the other figures, each left out of a fit that also
+    leaves this one out, around this one's own leave-one-out estimate."""
+    inside = 0
+    for f in figures:
+        rest = [g for g in figures if g is not f]
+        ratios = [g.ms / e for g, e in zip(rest, leave_one_out(rest))]
+        estimate = predict_ms(features(f.model), class_fit(rest))
+        inside += min(ratios) <= f.ms / estimate <= max(ratios)
+    return inside
+
+
 def table(phones: list[Phone]) -> str:
     lines = ["| class | phone (GPU) | model | GPU ops | GPU GMACs | GPU MB moved | "
              "published ms | fitted ms | fitted / published | leave-one-out ms | "
@@ -234,7 +247,8 @@ def table(phones: list[Phone]) -> str:
                        f"{len({f.phone.phone for f in figures})} phone(s); leave-one-out error "
                        f"median {statistics.median(errors):.2f}x, worst {max(errors):.2f}x, "
                        f"{sum(e <= 2 for e in errors)}/{len(errors)} within 2x; published / "
-                       f"estimate {band[0]:.2f}-{band[1]:.2f} (the band)")
+                       f"estimate {band[0]:.2f}-{band[1]:.2f} (the band); held out of its "
+                       f"band: {held_out_coverage(figures)}/{len(figures)} inside")
     summary.append(f"- all: {len(every)} figures on {len(phones)} phones; leave-one-out error "
                    f"median {statistics.median(every):.2f}x, "
                    f"{sum(e <= 2 for e in every)}/{len(every)} within 2x")
