@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from devicefit.simulator.infra.schema import BANDWIDTH, TIME, integer, number, one_of
+from devicefit.simulator.infra.schema import BANDWIDTH, TIME, Leaf, integer, number, one_of
 
 if TYPE_CHECKING:
     from devicefit.simulator.profile_types import Profile
@@ -15,14 +15,26 @@ if TYPE_CHECKING:
 #: Bytes per element as the GPU holds a float (or dequantized) tensor.
 PRECISION_BYTES = {"fp16": 2, "fp32": 4}
 
+
+def _rate(v: Any) -> float:
+    # A rate divides: 0 would be an infinite time, not "no term" (that is leaving it unset).
+    rate = float(BANDWIDTH.check(v))
+    if rate <= 0:
+        raise ValueError("not a positive rate")
+    return rate
+
+
+#: A bandwidth that must be above 0.
+RATE = Leaf(_rate, "a rate above 0 such as 320MB/s")
+
 PROFILE_KEYS = {"gpu": {
     "max_partitions": integer(1),
     "precision": one_of("fp16", "fp32"),
     "sync": TIME,
     "op_dispatch": TIME,
-    "macs_per_second": number(),
-    "memory_bandwidth": BANDWIDTH,
-    "transfer_bandwidth": BANDWIDTH,
+    "macs_per_second": number(1.0),
+    "memory_bandwidth": RATE,
+    "transfer_bandwidth": RATE,
 }}
 
 
@@ -62,9 +74,9 @@ class GpuSettings:
         return cls(max_partitions=gpu.get("max_partitions", 1),
                    precision=gpu.get("precision", "fp16"),
                    cost=GpuCost(sync_ms=gpu.get("sync", 0.0), op_ms=gpu.get("op_dispatch", 0.0),
-                                macs_per_second=gpu.get("macs_per_second") or None,
-                                memory_bytes_per_second=gpu.get("memory_bandwidth") or None,
-                                transfer_bytes_per_second=gpu.get("transfer_bandwidth") or None))
+                                macs_per_second=gpu.get("macs_per_second"),
+                                memory_bytes_per_second=gpu.get("memory_bandwidth"),
+                                transfer_bytes_per_second=gpu.get("transfer_bandwidth")))
 
 
 def gpu_settings(profile: Profile | None) -> GpuSettings:

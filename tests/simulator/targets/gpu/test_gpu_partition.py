@@ -152,7 +152,9 @@ def test_simulate_shows_the_partition_in_text_and_json(model_zoo):
      r"profile's device is 'mobile-cpu'"),
     ("extends: android-gpu-adreno\nname: b\nbudgets:\n  gpu_memory: lots\n", "gpu_memory"),
     ("extends: android-gpu-adreno\nname: b\ngpu:\n  transfer_bandwidth: fast\n",
-     "a rate such as 320MB/s"),
+     "a rate above 0 such as 320MB/s"),
+    ("extends: android-gpu-adreno\nname: b\ngpu:\n  memory_bandwidth: 0MB/s\n",
+     "a rate above 0 such as 320MB/s"),
 ])
 def test_bad_gpu_settings_and_budgets_are_one_clear_error(tmp_path: Path, text, words):
     path = tmp_path / "b.yaml"
