@@ -42,6 +42,8 @@ class Budgets:
     flash_bytes: int | None = None
     arena_bytes: int | None = None
     latency_ms: float | None = None
+    #: The GPU memory the delegate's partitions may hold (a ``mobile-gpu`` profile's).
+    gpu_memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,7 @@ def profile_schema() -> dict[str, Any]:
             "code_size": SIZE,
             "version": leaf(_version, "a version such as 2.3.1"),
         },
-        "budgets": {"flash": SIZE, "arena": MEMORY, "latency": TIME},
+        "budgets": {"flash": SIZE, "arena": MEMORY, "latency": TIME, "gpu_memory": MEMORY},
         "quantization": {
             "schemes": list_of(one_of(*QUANT_SCHEMES), non_empty=True),
             "default": one_of(*QUANT_SCHEMES),
@@ -457,6 +457,11 @@ def _build(m: dict, shown: dict, leaf: _RawFile, parents: tuple[str, ...]) -> Pr
         raise ProfileError(f"{leaf.path}: sparsity.kinds has 'n:m' but sparsity.n_m is not set")
     target = TARGETS[runtime_name]
     _check_target(m, target, leaf)
+    if "gpu_memory" in m.get("budgets", {}) and kind != "mobile-gpu":
+        line = leaf.lines.get(("budgets", "gpu_memory"))
+        raise ProfileError(f"{leaf.path}{f':{line}' if line else ''}: budgets.gpu_memory is "
+                           f"for a GPU (device.class mobile-gpu); this profile's device is "
+                           f"'{kind}'")
     cm = m.get("cost_model", {})
     ops = m.get("ops", {})
     cpu = dev.get("cpu")

@@ -51,6 +51,7 @@ class BudgetName(StrEnum):
     FLASH = "flash"
     ARENA = "arena"
     LATENCY = "latency"
+    GPU_MEMORY = "gpu_memory"
 
 
 class Unit(StrEnum):

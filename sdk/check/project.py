@@ -33,7 +33,9 @@ from devicefit.simulator.read.reader import FILE_IDENTIFIER, other_format
 from devicefit.simulator.types import BudgetName
 
 DEFAULT_PROJECT_FILE = "devicefit.yaml"
-METRICS = tuple(BudgetName)
+#: The budgets a project file may set or override, ``check``'s table shows and a baseline
+#: keeps. A GPU profile's ``gpu_memory`` is judged in each report's verdict, not here.
+METRICS = (BudgetName.FLASH, BudgetName.ARENA, BudgetName.LATENCY)
 #: Budget name → (Budgets field, parser, what is allowed).
 _BUDGET_FIELDS: dict[str, tuple[str, Callable[[Any], float], str]] = {
     "flash": ("flash_bytes", parse_size, SIZE_UNITS_HELP),

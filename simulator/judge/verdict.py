@@ -106,6 +106,16 @@ def _latency(report: Report) -> Figure | str:
     return Figure(float(lat.estimated_device_ms), Basis.ESTIMATED, lat.band_ms)
 
 
+def _gpu_memory(report: Report) -> Figure | str:
+    # The GPU target's section sums its partitions' weights and tensors in the GPU's
+    # precision: every tensor its own buffer, so an upper bound of what the delegate holds.
+    section = report.compatibility.section if report.compatibility else None
+    held = getattr(section, "gpu_memory_bytes", None)
+    if not isinstance(held, int):
+        return _missing(report, "GPU memory estimate (only a GPU delegate's partition has one)")
+    return Figure(held, Basis.ESTIMATED)
+
+
 #: Every budget, in the order reports list them.
 BUDGETS: tuple[Budget, ...] = (
     Budget(BudgetName.FLASH, Unit.BYTES, lambda p: p.budgets.flash_bytes, _flash,
@@ -113,6 +123,8 @@ BUDGETS: tuple[Budget, ...] = (
     Budget(BudgetName.ARENA, Unit.BYTES, lambda p: p.budgets.arena_bytes, _arena,
            device_bound=True),
     Budget(BudgetName.LATENCY, Unit.MS, lambda p: p.budgets.latency_ms, _latency),
+    Budget(BudgetName.GPU_MEMORY, Unit.BYTES, lambda p: p.budgets.gpu_memory_bytes,
+           _gpu_memory),
 )
 
 

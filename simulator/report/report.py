@@ -386,6 +386,19 @@ class HostOpTime:
     ms: float
 
 
+class SplitEstimate(Protocol):
+    """A target's latency split as :meth:`LatencyReport.of_split` reads it."""
+
+    @property
+    def total_ms(self) -> float: ...
+    @property
+    def band(self) -> tuple[float, float]: ...
+    @property
+    def band_basis(self) -> str: ...
+    @property
+    def per_op(self) -> tuple[OpLatencyRow, ...]: ...
+
+
 @dataclass(frozen=True)
 class LatencyReport:
     """The device-latency estimate with its error band, and the host's measured times."""
@@ -411,6 +424,23 @@ class LatencyReport:
     host_per_op_ms: tuple[HostOpTime, ...] | None = None
     #: Where a target's own estimate is split up (e.g. ``compatibility.edgetpu.latency``).
     split: str | None = None
+
+    @classmethod
+    def of_split(cls, profile: Profile, split: str, lat: SplitEstimate | None,
+                 no_estimate: str) -> LatencyReport:
+        """A target's own estimate, its parts in the target's section at ``split`` (None:
+        no estimate, ``no_estimate`` says why)."""
+        clock_hz, threads = profile.device.clock_hz, profile.runtime.threads
+        if lat is None:
+            return cls(no_estimate=no_estimate, clock_hz=clock_hz, threads=threads)
+        low, high = lat.band
+        return cls(
+            estimated_device_ms=lat.total_ms, band_ms=(lat.total_ms * low, lat.total_ms * high),
+            band=lat.band, band_basis=lat.band_basis, basis=LatencyBasis.TARGET,
+            cpu=profile.device.cpu, kernels=profile.runtime.kernels,
+            runtime_version=profile.runtime.version, per_op=lat.per_op,
+            sources=tuple(profile.cost_model.sources), split=split, clock_hz=clock_hz,
+            threads=threads)
 
 
 # --------------------------------------------------------------------------- running half

@@ -56,7 +56,7 @@ from devicefit.simulator.targets.edgetpu.rules import (
     OpTable,
     load_table,
 )
-from devicefit.simulator.types import LatencyBasis, UnsupportedOp
+from devicefit.simulator.types import UnsupportedOp
 
 log = logging.getLogger(__name__)
 
@@ -194,20 +194,9 @@ class EdgeTpuReport:
 
     def latency_report(self, profile: Profile, split: str) -> LatencyReport:
         """``report.latency`` from the split: its total, band and per-op rows."""
-        clock_hz, threads = profile.device.clock_hz, profile.runtime.threads
-        lat = self.latency
-        if lat is None or self.precompiled:
-            why = [n for n in self.notes if "latency" in n]
-            return LatencyReport(no_estimate="; ".join(why) or "no latency split",
-                                 clock_hz=clock_hz, threads=threads)
-        low, high = lat.band
-        return LatencyReport(
-            estimated_device_ms=lat.total_ms,
-            band_ms=(lat.total_ms * low, lat.total_ms * high), band=lat.band,
-            band_basis=lat.band_basis, basis=LatencyBasis.TARGET, cpu=profile.device.cpu,
-            kernels=profile.runtime.kernels, runtime_version=profile.runtime.version,
-            per_op=lat.per_op, sources=tuple(profile.cost_model.sources), split=split,
-            clock_hz=clock_hz, threads=threads)
+        why = "; ".join(n for n in self.notes if "latency" in n) or "no latency split"
+        return LatencyReport.of_split(profile, split,
+                                      None if self.precompiled else self.latency, why)
 
 
 def _first_failure(ctx: OpContext, table: OpTable, specs: Iterable[CheckSpec],

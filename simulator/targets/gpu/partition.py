@@ -11,8 +11,7 @@ and writes its outputs back, once per inference: those are the boundary bytes. G
 is estimated as the partitions' weights and tensors in the GPU's precision (fp16 unless
 ``gpu.precision`` says fp32) — an upper bound on the tensors, as the delegate's own planner
 shares buffers between tensors that do not live at once, which this does not model.
-Latency is not estimated: no published phone-GPU figures are fitted (see
-``docs/accelerators.md``).
+Latency is estimated by :mod:`.latency` from the profile's fitted constants.
 """
 
 from __future__ import annotations
@@ -23,19 +22,13 @@ from typing import Any
 
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.read.model import Model, Subgraph
-from devicefit.simulator.report.display import Row, SectionDisplay, Table
+from devicefit.simulator.report.display import Row, SectionDisplay, Split, Table
 from devicefit.simulator.report.report import LatencyReport
+from devicefit.simulator.targets.gpu.latency import GpuLatency, estimate
 from devicefit.simulator.targets.gpu.live import LiveDelegate, live_lines, live_summary
 from devicefit.simulator.targets.gpu.rules import SOURCE, verdict
-from devicefit.simulator.targets.gpu.settings import gpu_settings
+from devicefit.simulator.targets.gpu.settings import PRECISION_BYTES, gpu_settings
 from devicefit.simulator.types import UnsupportedOp
-
-#: Bytes per element as the GPU holds a float (or dequantized) tensor.
-PRECISION_BYTES = {"fp16": 2, "fp32": 4}
-
-#: Why there is no latency figure, for the report.
-NO_LATENCY = ("no published phone-GPU latency figures are fitted to a cost model yet "
-              "(issue 48): GPU latency not estimated")
 
 
 @dataclass(frozen=True)
@@ -84,6 +77,9 @@ class GpuReport:
     notes: tuple[str, ...] = field(default_factory=tuple)
     #: What ``--run`` asked the delegate itself (:mod:`.runner`); None: not run.
     live: LiveDelegate | None = None
+    #: The estimated time per inference, split; None: ``no_latency`` says why.
+    latency: GpuLatency | None = None
+    no_latency: str = ""
 
     @property
     def boundary_bytes(self) -> int:
@@ -113,8 +109,9 @@ class GpuReport:
                 f"CPU)")
 
     def latency_report(self, profile: Profile, split: str) -> LatencyReport:
-        return LatencyReport(no_estimate=NO_LATENCY, clock_hz=profile.device.clock_hz,
-                             threads=profile.runtime.threads)
+        """``report.latency`` from the split: its total, band and per-op rows."""
+        return LatencyReport.of_split(profile, split, self.latency,
+                                      self.no_latency or "no latency split")
 
 
 #: Control-flow ops ``Subgraph::OpMightHaveSideEffect`` counts as stateful, beside any op
@@ -274,13 +271,17 @@ def check(model: Model, profile: Profile) -> list[UnsupportedOp]:
 
 
 def section(model: Model, profile: Profile) -> GpuReport:
-    """``compatibility.gpu`` of the simulate report."""
-    return partition(model, profile)
+    """``compatibility.gpu`` of the simulate report: the partition and its latency."""
+    report = partition(model, profile)
+    found = estimate(model, report, profile, gpu_settings(profile).cost)
+    if isinstance(found, str):
+        return dataclasses.replace(report, no_latency=found)
+    return dataclasses.replace(report, latency=found)
 
 
 def text_lines(section: GpuReport) -> list[str]:
     """``compatibility.gpu`` as ``devicefit simulate`` prints it."""
-    from devicefit.simulator.infra.units import format_bytes
+    from devicefit.simulator.infra.units import format_band, format_bytes, format_time_ms
 
     lines = [f"GPU delegate (predicted from its rules; {section.precision})",
              f"  partition    {section.gpu_ops} of {section.total_ops} ops on the GPU in "
@@ -296,6 +297,16 @@ def text_lines(section: GpuReport) -> list[str]:
             lines.append(f"  partition {n}  of CPU→GPU, {format_bytes(p.cpu_made_weight_bytes)} "
                          "are weights the CPU makes (DENSIFY, DEQUANTIZE): TFLite makes them "
                          "once; whether the delegate uploads them once is not checked")
+    lat = section.latency
+    if lat is not None:
+        lo, hi = (lat.total_ms * f for f in lat.band)
+        lines.append(f"  latency      {format_time_ms(lat.total_ms)} (likely "
+                     f"{format_band((lo, hi))}) = GPU {format_time_ms(lat.gpu_ms)} + "
+                     f"transfers {format_time_ms(lat.transfer_ms)} ({lat.crossings} "
+                     f"crossing(s), {format_bytes(lat.boundary_bytes)}) + CPU "
+                     f"{format_time_ms(lat.cpu_ms)} (estimated)")
+    elif section.no_latency:
+        lines.append(f"  latency      {section.no_latency}")
     fallbacks: dict[tuple[str, str], list[int]] = {}
     for op in section.ops:
         if op.device == "cpu":
@@ -322,5 +333,14 @@ def display(section: GpuReport) -> SectionDisplay:
                      o.device, o.device == "cpu") for o in section.ops)
     table = Table(f"Partition: {section.gpu_ops} op(s) on the GPU, {section.cpu_ops} on the CPU",
                   ("op", "type", "runs on", "partition", "why on the CPU", "rule"), rows)
+    lat = section.latency
+    split: tuple[Split, ...] = ()
+    if lat is not None:
+        split = (Split(
+            "gpu-split", "Latency split (estimated, per inference)",
+            (("GPU ops", lat.gpu_ms), (f"transfers ({lat.boundary_bytes:,} B)", lat.transfer_ms),
+             ("CPU ops", lat.cpu_ms)),
+            "The estimate is made of these parts. The GPU and CPU ops are the per-op bars "
+            "above; the transfers (a sync per crossing and the copy) are per inference."),)
     return SectionDisplay("gpu-partition", lines[0], tuple(x.strip() for x in lines[1:]),
-                          (table,))
+                          (*split, table))

@@ -1,5 +1,5 @@
 """The page's verdict badge says what the text says: a pass with a budget the report has no
-figure for is no green PASS (the phone GPU profile has no latency estimate)."""
+figure for is no green PASS (the Mali GPU profile has no latency estimate)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from tests.zoo import model_path
 
 
 def test_a_pass_with_an_unchecked_budget_is_not_a_green_badge():
-    report = simulate(model_path("chain_int8"), "android-gpu-adreno")
+    report = simulate(model_path("chain_int8"), "android-gpu-mali")
     assert report.ok and "latency" in report.unchecked_budgets
     page = str(render("html", report))
     badge = re.search(r'<span class="verdict ([\w-]+)">(\w+)</span>'

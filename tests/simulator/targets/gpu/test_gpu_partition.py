@@ -132,7 +132,9 @@ def test_simulate_shows_the_partition_in_text_and_json(model_zoo):
     text = subprocess.run(cli, capture_output=True, text=True, timeout=300)
     assert text.returncode == 0, text.stderr
     assert "on CPU       IF (op 3): Operation is not supported." in text.stdout
-    assert "latency NOT CHECKED" in text.stdout
+    # The one partition's two crossings (in, and back to IF) carry the profile's sync each.
+    assert "(2 crossing(s), 65 B)" in text.stdout
+    assert "Verdict: PASS\n" in text.stdout
     done = subprocess.run([*cli, "--format", "json"], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
@@ -145,8 +147,16 @@ def test_simulate_shows_the_partition_in_text_and_json(model_zoo):
     ("extends: android-gpu-adreno\nname: b\ngpu:\n  precision: fp8\n", "one of fp16, fp32"),
     ("extends: android-arm64-cpu\nname: b\ngpu:\n  max_partitions: 2\n",
      "gpu.max_partitions is a setting of the gpu target"),
+    ("extends: android-arm64-cpu\nname: b\nbudgets:\n  gpu_memory: 1GiB\n",
+     r"b.yaml:4: budgets.gpu_memory is for a GPU \(device.class mobile-gpu\); this "
+     r"profile's device is 'mobile-cpu'"),
+    ("extends: android-gpu-adreno\nname: b\nbudgets:\n  gpu_memory: lots\n", "gpu_memory"),
+    ("extends: android-gpu-adreno\nname: b\ngpu:\n  transfer_bandwidth: fast\n",
+     "a rate above 0 such as 320MB/s"),
+    ("extends: android-gpu-adreno\nname: b\ngpu:\n  memory_bandwidth: 0MB/s\n",
+     "a rate above 0 such as 320MB/s"),
 ])
-def test_bad_gpu_settings_are_one_clear_error(tmp_path: Path, text, words):
+def test_bad_gpu_settings_and_budgets_are_one_clear_error(tmp_path: Path, text, words):
     path = tmp_path / "b.yaml"
     path.write_text(text)
     with pytest.raises(ProfileError, match=words):

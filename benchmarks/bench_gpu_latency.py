@@ -1,0 +1,290 @@
+"""Phone GPU latency: devicefit's estimate vs the published times of LiteRT's GPU delegate.
+
+The figures (``simulator/targets/gpu/published.yaml``) are TensorFlow Lite's own
+"Performance benchmarks for well known models": ``benchmark_model --use_gpu=true`` on a
+Pixel 3 and a Pixel 4 (Adreno 630/640, Android 10) and the iOS benchmark app with the GPU
+delegate on an iPhone XS (Apple A12 GPU, Metal), each of four float32 models. Their
+architectures are built here in code with random weights — MobileNet v1 (Keras, the file
+``bench_latency`` also uses), SqueezeNet 1.0 and Inception v4 as their papers lay them out,
+Inception-ResNet v2 from Keras — converted float32 with the real converter (cached), and
+partitioned by devicefit's GPU rules. Latency depends on shapes, not on weight values.
+
+    .venv/bin/python benchmarks/bench_gpu_latency.py          # the leave-one-out table
+    .venv/bin/python benchmarks/bench_gpu_latency.py --fit    # each phone's fitted constants
+
+The estimate (:mod:`devicefit.simulator.targets.gpu.latency`) is linear in its constants
+once the partition is known, so ``--fit`` solves a non-negative least-squares problem on
+the relative error of a phone's figures (each model weighs the same, 6 ms or 100 ms).
+The leave-one-out column refits that phone without the row and predicts it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import inspect
+import os
+import statistics
+import sys
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from devicefit.simulator.infra.fileio import write_atomic  # noqa: E402
+from devicefit.simulator.profiles import load_profile  # noqa: E402
+from devicefit.simulator.read.reader import read_model  # noqa: E402
+from devicefit.simulator.targets.gpu.latency import (  # noqa: E402
+    GpuCost,
+    GpuFeatures,
+    Phone,
+    gpu_features,
+    load_published,
+    predict_ms,
+)
+from devicefit.simulator.targets.gpu.partition import partition  # noqa: E402
+
+PROFILE = "android-gpu-adreno"
+CACHE_ROOT = ROOT / "tests" / "artifacts" / "gpu_bench"
+
+
+# --------------------------------------------------------------------------- models
+def _conv(k, x, filters, size, strides=1, padding="same"):
+    """A convolution with its batch norm folded and ReLU, as the converter writes it."""
+    return k.layers.Conv2D(filters, size, strides=strides, padding=padding,
+                           activation="relu")(x)
+
+
+def _squeezenet_1_0(k):
+    """SqueezeNet 1.0 (Iandola et al. 2016, Table 1): 7x7/2 conv of 96, fire modules
+    (squeeze 1x1, expand 1x1 and 3x3 concatenated), 1x1 classifier conv, global pooling.
+    1.0, not 1.1: the page's CPU times of it are 1.5x MobileNet v1's on both Pixels, the
+    ratio of 1.0's MACs (1.1 has 2.4x fewer)."""
+    def fire(x, squeeze, expand):
+        s = _conv(k, x, squeeze, 1)
+        return k.layers.Concatenate()([_conv(k, s, expand, 1), _conv(k, s, expand, 3)])
+
+    pool = k.layers.MaxPooling2D(3, 2)
+    x = inp = k.Input((224, 224, 3), batch_size=1)
+    x = pool(_conv(k, x, 96, 7, 2, "valid"))
+    x = fire(fire(fire(x, 16, 64), 16, 64), 32, 128)
+    x = k.layers.MaxPooling2D(3, 2)(x)
+    x = fire(fire(fire(fire(x, 32, 128), 48, 192), 48, 192), 64, 256)
+    x = fire(k.layers.MaxPooling2D(3, 2)(x), 64, 256)
+    x = k.layers.GlobalAveragePooling2D()(_conv(k, x, 1001, 1))
+    return k.Model(inp, k.layers.Softmax()(x))
+
+
+def _inception_v4(k):
+    """Inception v4 (Szegedy et al. 2016, Figures 3-9; TF-slim's ``inception_v4``), 299x299,
+    batch norm folded into the convolutions."""
+    L = k.layers
+
+    def c(x, f, size, s=1, p="same"):
+        return _conv(k, x, f, size, s, p)
+
+    def chain(x, *layers):
+        for f, size in layers:
+            x = c(x, f, size)
+        return x
+
+    def avg(x, f):
+        return c(L.AveragePooling2D(3, 1, padding="same")(x), f, 1)
+
+    cat = L.Concatenate
+    x = inp = k.Input((299, 299, 3), batch_size=1)
+    x = c(c(c(x, 32, 3, 2, "valid"), 32, 3, 1, "valid"), 64, 3)
+    x = cat()([L.MaxPooling2D(3, 2)(x), c(x, 96, 3, 2, "valid")])
+    x = cat()([c(c(x, 64, 1), 96, 3, 1, "valid"),
+               c(chain(x, (64, 1), (64, (1, 7)), (64, (7, 1))), 96, 3, 1, "valid")])
+    x = cat()([c(x, 192, 3, 2, "valid"), L.MaxPooling2D(3, 2)(x)])
+    for _ in range(4):
+        x = cat()([c(x, 96, 1), chain(x, (64, 1), (96, 3)),
+                   chain(x, (64, 1), (96, 3), (96, 3)), avg(x, 96)])
+    x = cat()([c(x, 384, 3, 2, "valid"),
+               c(chain(x, (192, 1), (224, 3)), 256, 3, 2, "valid"), L.MaxPooling2D(3, 2)(x)])
+    for _ in range(7):
+        x = cat()([c(x, 384, 1), chain(x, (192, 1), (224, (1, 7)), (256, (7, 1))),
+                   chain(x, (192, 1), (192, (7, 1)), (224, (1, 7)), (224, (7, 1)),
+                         (256, (1, 7))), avg(x, 128)])
+    x = cat()([c(c(x, 192, 1), 192, 3, 2, "valid"),
+               c(chain(x, (256, 1), (256, (1, 7)), (320, (7, 1))), 320, 3, 2, "valid"),
+               L.MaxPooling2D(3, 2)(x)])
+    for _ in range(3):
+        b1 = c(x, 384, 1)
+        b2 = chain(x, (384, 1), (448, (3, 1)), (512, (1, 3)))
+        x = cat()([c(x, 256, 1), c(b1, 256, (1, 3)), c(b1, 256, (3, 1)),
+                   c(b2, 256, (1, 3)), c(b2, 256, (3, 1)), avg(x, 256)])
+    x = L.GlobalAveragePooling2D()(x)
+    return k.Model(inp, L.Dense(1001, activation="softmax")(x))
+
+
+def _inception_resnet_v2(k):
+    return k.applications.InceptionResNetV2(
+        weights=None, input_tensor=k.Input((299, 299, 3), batch_size=1))
+
+
+BUILDERS = {
+    "squeezenet": _squeezenet_1_0,
+    "inception_v4": _inception_v4,
+    "inception_resnet_v2": _inception_resnet_v2,
+}
+
+
+def model_path(name: str) -> Path:
+    """``name`` as a float32 ``.tflite``, converted once and cached (keyed by its builder's
+    source). MobileNet v1 is ``bench_latency``'s file of the same architecture."""
+    if name == "mobilenet_v1":
+        from benchmarks.bench_latency import model_path as tiny_model
+
+        return tiny_model("mobilenet_v1_f32")
+    source = inspect.getsource(BUILDERS[name]) + inspect.getsource(_conv)
+    target = CACHE_ROOT / f"{name}-{hashlib.sha256(source.encode()).hexdigest()[:12]}.tflite"
+    if target.exists():
+        return target
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import keras
+
+    from tests.zoo import convert_keras
+
+    keras.utils.set_random_seed(0)
+    return write_atomic(target, convert_keras(BUILDERS[name](keras), quantize=False))
+
+
+# --------------------------------------------------------------------------- fit
+def fit(rows: list[tuple[GpuFeatures, float]]) -> GpuCost:
+    """Non-negative least squares on relative error (each figure counts the same) of
+    ``published − CPU ms − boundary copy = sync × crossings + op_dispatch × ops
+    + MACs / rate + GPU bytes / bandwidth`` over ``rows`` (features, published ms)."""
+    from scipy.optimize import nnls
+
+    a = np.array([[f.crossings, f.gpu_ops, f.gpu_macs / 1e9, f.gpu_bytes / 1e9]
+                  for f, _ in rows])
+    published = np.array([ms for _, ms in rows])
+    # The boundary copy's rate is the profile's (cited there): every figure crosses the same
+    # two boundaries of 0.6-1.1 MB, so they cannot fit it.
+    transfer = load_profile(PROFILE).target_settings.cost.transfer_bytes_per_second
+    known = np.array([(f.cpu_ms or 0.0) + 1e3 * f.boundary_bytes / transfer for f, _ in rows])
+    x, _ = nnls(a / published[:, None], (published - known) / published)
+    sync, dispatch, ms_per_gmac, ms_per_gb = (float(v) for v in x)
+    # A term the fit gave no weight is left out (None), as a profile leaves it unset.
+    return GpuCost(sync_ms=sync, op_ms=dispatch,
+                   macs_per_second=1e12 / ms_per_gmac if ms_per_gmac else None,
+                   memory_bytes_per_second=1e12 / ms_per_gb if ms_per_gb else None,
+                   transfer_bytes_per_second=transfer)
+
+
+# --------------------------------------------------------------------------- the table
+@cache
+def features(name: str) -> GpuFeatures:
+    profile = load_profile(PROFILE)
+    model = read_model(model_path(name))
+    return gpu_features(model, partition(model, profile), profile)
+
+
+@dataclass(frozen=True)
+class Figure:
+    phone: Phone
+    model: str
+    ms: float
+
+
+def classes(phones: list[Phone]) -> dict[str, list[Figure]]:
+    """Each class's figures: the phones of a class share one set of constants."""
+    out: dict[str, list[Figure]] = {}
+    for p in phones:
+        out.setdefault(p.gpu_class, []).extend(Figure(p, m, ms) for m, ms in p.ms.items())
+    return out
+
+
+def class_fit(figures: list[Figure]) -> GpuCost:
+    return fit([(features(f.model), f.ms) for f in figures])
+
+
+def leave_one_out(figures: list[Figure]) -> list[float]:
+    """Each figure's estimate from the constants fitted to the rest of its class."""
+    return [predict_ms(features(f.model), class_fit([g for g in figures if g is not f]))
+            for f in figures]
+
+
+def held_out_coverage(figures: list[Figure]) -> int:
+    """How many figures fall inside the band made without them: the band (published / LOO
+    estimate, lowest to highest) of the other figures, each left out of a fit that also
+    leaves this one out, around this one's own leave-one-out estimate."""
+    inside = 0
+    for f in figures:
+        rest = [g for g in figures if g is not f]
+        ratios = [g.ms / e for g, e in zip(rest, leave_one_out(rest))]
+        estimate = predict_ms(features(f.model), class_fit(rest))
+        inside += min(ratios) <= f.ms / estimate <= max(ratios)
+    return inside
+
+
+def table(phones: list[Phone]) -> str:
+    lines = ["| class | phone (GPU) | model | GPU ops | GPU GMACs | GPU MB moved | "
+             "published ms | fitted ms | fitted / published | leave-one-out ms | "
+             "leave-one-out / published |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    summary = []
+    every: list[float] = []
+    for name, figures in classes(phones).items():
+        whole = class_fit(figures)
+        loo = leave_one_out(figures)
+        for f, est in zip(figures, loo):
+            x = features(f.model)
+            fitted = predict_ms(x, whole)
+            lines.append(f"| {name} | {f.phone.phone} ({f.phone.gpu}) | {f.model} | {x.gpu_ops} "
+                         f"| {x.gpu_macs / 1e9:.2f} | {x.gpu_bytes / 1e6:.0f} | {f.ms:g} | "
+                         f"{fitted:.1f} | {fitted / f.ms:.2f} | {est:.1f} | {est / f.ms:.2f} |")
+        errors = [max(e / f.ms, f.ms / e) for f, e in zip(figures, loo)]
+        every += errors
+        band = (min(f.ms / e for f, e in zip(figures, loo)),
+                max(f.ms / e for f, e in zip(figures, loo)))
+        summary.append(f"- {name}: {len(figures)} figures on "
+                       f"{len({f.phone.phone for f in figures})} phone(s); leave-one-out error "
+                       f"median {statistics.median(errors):.2f}x, worst {max(errors):.2f}x, "
+                       f"{sum(e <= 2 for e in errors)}/{len(errors)} within 2x; published / "
+                       f"estimate {band[0]:.2f}-{band[1]:.2f} (the band); held out of its "
+                       f"band: {held_out_coverage(figures)}/{len(figures)} inside")
+    summary.append(f"- all: {len(every)} figures on {len(phones)} phones; leave-one-out error "
+                   f"median {statistics.median(every):.2f}x, "
+                   f"{sum(e <= 2 for e in every)}/{len(every)} within 2x")
+    return "\n".join([*lines, "", *summary])
+
+
+def constants(cost: GpuCost) -> str:
+    """The profile's ``gpu`` keys; a rate the fit gave no weight is "unset"."""
+    def rate(v: float | None, unit: float, fmt: str) -> str:
+        return "unset" if v is None else format(v / unit, fmt)
+
+    return (f"sync: {cost.sync_ms * 1e3:.0f}us  op_dispatch: {cost.op_ms * 1e3:.1f}us  "
+            f"macs_per_second: {rate(cost.macs_per_second, 1, '.3g')}  "
+            f"memory_bandwidth: {rate(cost.memory_bytes_per_second, 1e6, '.0f')} (MB/s)  "
+            f"transfer_bandwidth: {rate(cost.transfer_bytes_per_second, 1e6, '.0f')} (MB/s)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fit", action="store_true",
+                        help="print each phone's constants fitted to all its figures")
+    parser.add_argument("--build", action="store_true", help="only convert (and cache) models")
+    args = parser.parse_args(argv)
+    phones = load_published()
+    if args.build:
+        for name in sorted({m for p in phones for m in p.ms}):
+            print(name, model_path(name), flush=True)
+        return 0
+    if args.fit:
+        for name, figures in classes(phones).items():
+            print(f"{name}: {constants(class_fit(figures))}")
+        print(f"{PROFILE} sets {constants(load_profile(PROFILE).target_settings.cost)}")
+        return 0
+    print(table(phones))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""The phone GPU's latency estimate and GPU memory budget: the cost model's sum on zoo models
+under constants set by hand (recomputed here from the tensors), fallbacks' crossings and
+their XNNPACK time, the budgets judged (AT RISK with the band), the profiles validated.
+The fit to published figures is ``benchmarks/bench_gpu_latency.py``'s (docs/benchmarks.md,
+"Phone GPU latency")."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from devicefit.simulator.estimate.compute import op_work
+from devicefit.simulator.estimate.latency import estimate_latency
+from devicefit.simulator.judge.verdict import judge
+from devicefit.simulator.profiles import load_profile
+from devicefit.simulator.read.reader import read_model
+from devicefit.simulator.report.report import OpCompute
+from devicefit.simulator.simulate import simulate
+from devicefit.simulator.targets.gpu.latency import load_published
+from devicefit.simulator.targets.gpu.partition import section
+from devicefit.simulator.types import Basis, BudgetName, Status
+from tests.paths import ROOT
+
+ADRENO = ROOT / "device_profiles" / "android-gpu-adreno.yaml"
+#: Round constants, so the expected sums are plain arithmetic.
+CONSTANTS = """gpu:
+  sync: 1ms
+  op_dispatch: 100us
+  macs_per_second: 1.0e+9
+  memory_bandwidth: 1000MB/s
+  transfer_bandwidth: 500MB/s
+"""
+
+
+def _profile(tmp_path: Path, body: str, name: str = "p"):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"extends: {ADRENO}\nname: {name}\n{body}")
+    return load_profile(path)
+
+
+def test_the_estimate_is_the_cost_model_summed_over_the_partition(model_zoo, tmp_path):
+    model = read_model(model_zoo("chain_float32"))
+    sg = model.main
+    work = {w.op_index: w for w in op_work(model)}
+    for precision, element in (("fp16", 2), ("fp32", 4)):
+        profile = _profile(tmp_path, CONSTANTS + f"  precision: {precision}\n", precision)
+        report = section(model, profile)
+        lat = report.latency
+        assert lat is not None and report.cpu_ops == 0 and len(report.partitions) == 1
+        gpu = 0.0
+        for op in sg.operators:
+            elements = sum(sg.tensors[t].num_elements
+                           for t in {t for t in (*op.inputs, *op.outputs) if t >= 0})
+            gpu += 0.1 + 1e3 * work[op.index].macs / 1e9 + 1e3 * elements * element / 1e9
+        assert lat.gpu_ms == pytest.approx(gpu, rel=1e-9)
+        # One partition: the input crosses in, the output back: two syncs and the copy.
+        (part,) = report.partitions
+        assert lat.crossings == 2
+        assert lat.transfer_ms == pytest.approx(
+            2 * 1.0 + 1e3 * (part.in_bytes + part.out_bytes) / 5e8, rel=1e-9)
+        assert (lat.cpu_ms, lat.total_ms) == (0.0, pytest.approx(gpu + lat.transfer_ms))
+        assert sum(r.estimated_ms for r in lat.per_op) == pytest.approx(lat.gpu_ms)
+        # The constants are fp16 runs': an fp32 estimate says it is likely low.
+        assert ("likely low" in lat.band_basis) == (precision == "fp32")
+
+
+def test_fallbacks_add_crossings_and_their_xnnpack_time(model_zoo, tmp_path):
+    model = read_model(model_zoo("unet_int8"))
+    one = _profile(tmp_path, CONSTANTS, "one")
+    kept = section(model, one)
+    cpu_ops = [o.index for o in kept.ops if o.device == "cpu"]
+    assert cpu_ops and kept.latency is not None
+    # The CPU ops cost what XNNPACK's tables give them on the profile's CPU, alone.
+    work = [OpCompute(w.op_index, w.op, w.macs, w.bytes_moved)
+            for w in op_work(model) if w.op_index in cpu_ops]
+    assert kept.latency.cpu_ms == pytest.approx(estimate_latency(model, work, one).total_ms)
+    assert {r.device for r in kept.latency.per_op if r.op_index in cpu_ops} == {"cpu"}
+    # All three supported subsets on the GPU: six crossings, each with its sync.
+    three = _profile(tmp_path, CONSTANTS + "  max_partitions: 8\n", "three")
+    wide = section(model, three)
+    assert wide.latency is not None and len(wide.partitions) == 3
+    assert wide.latency.crossings == 6
+    assert wide.latency.transfer_ms == pytest.approx(
+        6 * 1.0 + 1e3 * wide.boundary_bytes / 5e8, rel=1e-9)
+
+
+def test_budgets_are_judged_on_the_gpu_figures_with_the_band(model_zoo, tmp_path):
+    path = model_zoo("chain_float32")
+    report = simulate(path, str(ADRENO))
+    gpu = report.compatibility.section
+    est = report.latency.estimated_device_ms
+    assert est == pytest.approx(gpu.latency.total_ms)
+    low, high = report.latency.band_ms
+    # Below the estimate: fail; above it but under the band's top: AT RISK; above: pass.
+    for latency, status in ((est * 0.99, Status.FAIL), ((est + high) / 2, Status.AT_RISK),
+                            (high * 1.01, Status.PASS)):
+        profile = _profile(tmp_path, f"budgets:\n  latency: {latency}ms\n  gpu_memory: "
+                           f"{gpu.gpu_memory_bytes}\n", "lat")
+        judged = judge(dataclasses.replace(report, budgets=[], unchecked_budgets={}),
+                       profile)
+        checks = {b.name: b for b in judged.budgets}
+        assert checks[BudgetName.LATENCY].status == status
+        memory = checks[BudgetName.GPU_MEMORY]
+        assert (memory.value, memory.ok, memory.basis) == (gpu.gpu_memory_bytes, True,
+                                                           Basis.ESTIMATED)
+    tight = _profile(tmp_path, f"budgets:\n  gpu_memory: {gpu.gpu_memory_bytes - 1}\n", "t")
+    judged = judge(dataclasses.replace(report, budgets=[], unchecked_budgets={}), tight)
+    assert judged.verdict == Status.FAIL
+    assert [b.name for b in judged.budgets if not b.ok] == [BudgetName.GPU_MEMORY]
+
+
+def test_the_mali_profile_checks_gpu_memory_and_says_why_latency_is_not(model_zoo):
+    mali = load_profile("android-gpu-mali")
+    assert (mali.runtime.name, mali.device.kind, mali.target_settings.precision) == (
+        "gpu", "mobile-gpu", "fp16")
+    report = simulate(model_zoo("chain_float32"), "android-gpu-mali")
+    assert report.latency.estimated_device_ms is None
+    assert "sets no fitted GPU constants" in report.latency.no_estimate
+    assert BudgetName.LATENCY in report.unchecked_budgets
+    assert [b.name for b in report.budgets if b.name == BudgetName.GPU_MEMORY] == [
+        BudgetName.GPU_MEMORY]
+    assert report.verdict == Status.PASS
+
+
+def test_the_published_figures_cover_three_phones_and_the_benchmarks_models():
+    from benchmarks.bench_gpu_latency import BUILDERS
+
+    phones = load_published()
+    assert len(phones) >= 3 and sum(len(p.ms) for p in phones) >= 10
+    assert {m for p in phones for m in p.ms} <= {*BUILDERS, "mobilenet_v1"}
+    # Every class a built-in profile names is the one that profile is fitted to.
+    for p in phones:
+        if p.profile is not None:
+            assert load_profile(p.profile).target_settings.cost.macs_per_second is not None
