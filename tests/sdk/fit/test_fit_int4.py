@@ -98,15 +98,20 @@ def test_a_profile_whose_compiler_refuses_int4_never_tries_it(digits, tmp_path, 
     assert all(t["candidate"]["weights"] == "int8" for t in report["trials"])
 
 
-def test_int4_is_offered_only_to_int8_post_training_candidates():
+def test_four_bit_weights_are_offered_only_to_int8_candidates_ptq_and_qat():
     space = SearchSpace(("int8", "int16x8"), (0.0, 0.5), (None,), qat=True,
-                        weights=("int8", "int4"))
-    int4 = [c for c in space.candidates() if c.weights == "int4"]
-    assert {(c.scheme, c.qat) for c in int4} == {("int8", False)} and len(int4) == 2
+                        weights=("int8", "int4", "auto"))
+    low = [c for c in space.candidates() if c.weights != "int8"]
+    assert {(c.scheme, c.qat, c.weights) for c in low} == {
+        ("int8", q, w) for q in (False, True) for w in ("int4", "auto")}
+    assert len(low) == 8  # two pruning ratios
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    for _ in range(60):
+    seen = set()
+    for _ in range(80):
         c = space.suggest(study.ask())
-        assert c.weights == "int8" or (c.scheme == "int8" and not c.qat)
+        assert c.weights == "int8" or c.scheme == "int8"
+        seen.add((c.qat, c.weights))
+    assert (True, "int4") in seen and (False, "auto") in seen
     int8_only = SearchSpace(("int8",), (0.0,), (None,), qat=False)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     assert all(int8_only.suggest(study.ask()).weights == "int8" for _ in range(20))
