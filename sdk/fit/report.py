@@ -246,8 +246,9 @@ def qat_twin(record: FitTrial, trials: list[FitTrial]) -> FitTrial | None:
     c, epochs = record.candidate, record.payload.epochs
     for t in trials:
         o = t.candidate
-        if t.accuracy is not None and o.qat != c.qat and (o.scheme, o.prune, o.nm, o.layers) \
-                == (c.scheme, c.prune, c.nm, c.layers) and t.payload.epochs == epochs:
+        if t.accuracy is not None and o.qat != c.qat and (o.scheme, o.prune, o.nm, o.layers,
+                                                          o.weights) \
+                == (c.scheme, c.prune, c.nm, c.layers, c.weights) and t.payload.epochs == epochs:
             return t
     return None
 

@@ -175,10 +175,10 @@ def _four_bits(run: FitRun, space: SearchSpace, float_accuracy: float | None) ->
     tried = [_probe(run, space, Candidate(scheme, 0.0, weights="int4"))]
     if tried[0] is None or not tried[0].fits:
         return
-    if "auto" in space.weights:
+    if "auto" in space.weights and not run.stop.finished(run.study):
         tried.append(_probe(run, space, Candidate(scheme, 0.0, weights="auto")))
     done = [t for t in tried if t is not None and t.fits and t.accuracy is not None]
-    if not done or float_accuracy is None or not space.qat:
+    if not done or float_accuracy is None or not space.qat or run.stop.finished(run.study):
         return
     best = max(done, key=lambda t: t.accuracy or 0.0)
     if 100.0 * (float_accuracy - (best.accuracy or 0.0)) > COSTLY_DROP_PP:
