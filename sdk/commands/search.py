@@ -247,10 +247,9 @@ def _print_summary(console: Console, found: Searched) -> None:
             console.print("[bold red]nothing fits[/bold red]: no trained candidate passed "
                           "every budget in the runtime")
         return
-    bits = "quantized" if chosen.payload.low_bit is not None else "int8"
+    # int8 is the scheme (int8 activations) also with int4 weights, as in fit's labels.
     console.print(f"[bold green]fits:[/bold green] trial {chosen.number}, "
-                  f"{chosen.candidate.label()}: {bits} accuracy "
-                  f"{format_percent(chosen.accuracy)}")
+                  f"{chosen.candidate.label()}: int8 accuracy {format_percent(chosen.accuracy)}")
     console.print(f"why: {reason(found)}")
     for line in low_bit_lines(chosen.payload.low_bit) if chosen.payload.low_bit else []:
         console.print(line)

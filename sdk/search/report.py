@@ -129,7 +129,8 @@ def screened_dict(r: Screened) -> dict[str, Any]:
 def screen_rows(results: tuple[Screened, ...]) -> list[tuple[Any, ...]]:
     return [(r.candidate.label(), r.status, _size(r.flash_bytes), _size(r.arena_bytes),
              _latency(r.latency_ms, r.latency_band_ms),
-             ", ".join(r.rejected_by) + (f" ({r.note})" if r.note else "")) for r in results]
+             ", ".join(r.rejected_by) + (f" ({r.note})" if r.note and r.rejected_by
+                                         else r.note)) for r in results]
 
 
 def trial_rows(found: Searched) -> list[tuple[Any, ...]]:

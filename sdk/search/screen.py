@@ -202,8 +202,8 @@ def _int4_twins(candidates: Sequence[ArchCandidate], profile: Profile, work: Pat
         twin = replace(cand, weights="int4")
         write_atomic(work / f"{i:04d}.int4.tflite", data)
         judged = _judge(twin, {**line, "index": f"{i:04d}.int4"}, profile, work, keep, memory)
-        layers = [w.layer.split(";")[0] for w in low_bit.layers if w.bits == 4]
-        note = f"int4 on {len(layers)} of {len(low_bit.layers)} layers: {', '.join(layers)}"
+        # Which layers: the JSON's low_bit (the table's row stays one line).
+        note = f"int4 on {low_bit.int4_layers} of {len(low_bit.layers)} layers"
         twins.append(replace(judged, low_bit=low_bit, note=judged.note or note,
                              judge_seconds=time.perf_counter() - started))
     return twins, child_seconds
