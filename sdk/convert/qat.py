@@ -62,8 +62,6 @@ class QATResult:
     #: Layer names whose kernels trained on the int8 grid / whose outputs were fake-quantized.
     weight_layers: list[str] = field(default_factory=list)
     activation_layers: list[str] = field(default_factory=list)
-    #: Of ``weight_layers``, those that trained on the int4 grid.
-    int4_layers: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -256,8 +254,7 @@ def quantization_aware_fit(model: Any, data: Dataset, epochs: int, calibration: 
     probe = output_probe(model, act_layers)
     qat, quantizers = build_qat_model(model, act_layers)
     result = QATResult(weight_layers=[layer.name for layer in weight_layers],
-                       activation_layers=[layer.name for layer in act_layers],
-                       int4_layers=[layer.name for layer in weight_layers if layer.name in grids])
+                       activation_layers=[layer.name for layer in act_layers])
     for _ in range(epochs):
         for quantizer, (lo, hi) in zip(quantizers, calibrate(probe, calibration), strict=True):
             quantizer.lo.assign(lo)

@@ -245,3 +245,32 @@ def test_patches_let_the_screen_pass_a_candidate_its_arena_rejects(tmp_path, cap
     assert patched["arena_bytes"] <= 12 * 1024 < plain.arena_bytes
     # The halo is computed again: more work, judged on the rewritten file.
     assert patched["latency_ms"] > plain.latency_ms
+
+
+def test_the_report_of_an_int4_winner_lists_its_layers_and_reads_back():
+    from devicefit.sdk.convert.lowbit import LayerWeights, LowBitReport
+    from devicefit.sdk.search.architectures import Searched
+    from devicefit.sdk.search.objective import Objective
+    from devicefit.sdk.search.report import render_search_html, to_dict
+    from devicefit.sdk.search.screen import ScreenRun
+    from devicefit.sdk.search.trials import ArchPayload, ArchTrial, read_trial
+    from devicefit.sdk.study import SearchSettings, TrialStage
+    from devicefit.simulator.profiles import load_profile
+
+    low_bit = LowBitReport((
+        LayerWeights(0, "FULLY_CONNECTED", "mlp_1/dense_1/MatMul", 4, "per tensor", 16_384,
+                     "int4 per channel refused: the reference kernel"),
+        LayerWeights(1, "FULLY_CONNECTED", "mlp_1/classes_1/MatMul", 4, "per tensor", 320,
+                     "int4 per channel refused: the reference kernel")), "AI Edge Quantizer", 2)
+    trial = ArchTrial(0, WIDE_MLP_INT4, TrialStage.TRAINED, Status.PASS, flash_bytes=150_000,
+                      arena_bytes=2_000, latency_ms=3.0, accuracy=0.9,
+                      payload=ArchPayload(0.91, 1_000, None, low_bit))
+    found = Searched(load_profile(BASE), Objective.ACCURACY, SearchSettings(), 3,
+                     ScreenRun((), 0.0, 0.0), [trial], chosen=0)
+    page = render_search_html(found)
+    assert "Weights of the chosen candidate (AI Edge Quantizer)" in page
+    assert "mlp_1/dense_1/MatMul" in page and "int4 per tensor" in page
+    saved = to_dict(found)["trials"][0]
+    assert saved["label"] == "mlp 128x3 w4 d1 int4 weights"
+    again = read_trial(saved)
+    assert again.candidate == WIDE_MLP_INT4 and again.payload.low_bit == low_bit
