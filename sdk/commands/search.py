@@ -205,7 +205,7 @@ def _screen(args: argparse.Namespace) -> int:
 
 def _print_summary(console: Console, found: Searched) -> None:
     from devicefit.sdk.commands.fit import verified_line
-    from devicefit.sdk.fit.report import miss_text, trials_note
+    from devicefit.sdk.fit.report import low_bit_lines, miss_text, trials_note
     from devicefit.sdk.search.report import (
         SCREEN_COLUMNS,
         TRIAL_COLUMNS,
@@ -247,8 +247,11 @@ def _print_summary(console: Console, found: Searched) -> None:
             console.print("[bold red]nothing fits[/bold red]: no trained candidate passed "
                           "every budget in the runtime")
         return
+    # int8 is the scheme (int8 activations) also with int4 weights, as in fit's labels.
     console.print(f"[bold green]fits:[/bold green] trial {chosen.number}, "
                   f"{chosen.candidate.label()}: int8 accuracy {format_percent(chosen.accuracy)}")
     console.print(f"why: {reason(found)}")
+    for line in low_bit_lines(chosen.payload.low_bit) if chosen.payload.low_bit else []:
+        console.print(line)
     console.print(verified_line(found.verification, found.profile.runtime.name, chosen))
     console.print(f"wrote {found.output}")

@@ -18,13 +18,21 @@ quantization, and then converts them the ordinary way (with calibration data):
   ReLU), with the converter's calibration rule: min/max of the float model's tensor over the
   calibration samples, widened to include 0. Ranges are re-measured before every epoch, so
   they follow the weights as the converter's calibration will.
+* **4-bit layers** (``--weights int4``, issue 47): the layers the profile's runtime takes
+  int4 weights on train on AI Edge Quantizer's int4 grid instead (symmetric, scale =
+  max|w| / 7, values -7..7), per channel or per tensor as the runtime took that layer
+  (:func:`int4_layers` reads it from :class:`~sdk.convert.lowbit.LowBitReport`). The
+  quantizer then writes those kernels at 4 bits without moving them. Per tensor is exact
+  only where no BatchNorm folds into the layer (folding scales each channel).
 """
 
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,6 +40,9 @@ from devicefit.sdk.convert.data import Dataset
 from devicefit.sdk.convert.finetune import QAT, FineTuneResult, fine_tune, loss_for
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import UsageError
+
+if TYPE_CHECKING:
+    from devicefit.sdk.convert.lowbit import LowBitReport
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +64,45 @@ class QATResult:
     activation_layers: list[str] = field(default_factory=list)
 
 
-def quantize_weights(kernel: np.ndarray) -> np.ndarray:
-    """Per-output-channel (last axis) symmetric int8 rounding, back in float."""
+@dataclass(frozen=True)
+class Grid:
+    """The grid a kernel trains on: symmetric, ``bits`` wide, per output channel or one
+    scale for the tensor."""
+
+    bits: int = 8
+    per_channel: bool = True
+
+
+INT8 = Grid()
+
+
+def quantize_weights(kernel: np.ndarray, grid: Grid = INT8) -> np.ndarray:
+    """Symmetric rounding to ``grid`` (per output channel: the last axis), back in float."""
+    qmax = 2 ** (grid.bits - 1) - 1
     flat = kernel.reshape(-1, kernel.shape[-1]) if kernel.ndim > 1 else kernel[:, None]
-    scale = np.abs(flat).max(axis=0) / 127.0
+    scale = (np.abs(flat).max(axis=0) if grid.per_channel else np.abs(flat).max()) / qmax
     scale = np.where(scale > 0, scale, 1.0)
-    q = np.clip(np.round(flat / scale), -127, 127) * scale
+    q = np.clip(np.round(flat / scale), -qmax, qmax) * scale
     return q.reshape(kernel.shape).astype(kernel.dtype)
+
+
+def int4_layers(model: Any, report: LowBitReport) -> dict[str, bool]:
+    """Keras layer name → per channel, for the layers ``report`` (``--weights int4`` of this
+    model) wrote at 4 bits. The converter names a TFLite tensor after the Keras layers
+    fused into it (``model_1/conv1_1/convolution;...``): a layer is matched by its name as
+    a path segment, with the ``_N`` suffix the converter may add."""
+    names = [layer.name for layer in model.layers if type(layer).__name__ in WEIGHT_LAYERS]
+    out: dict[str, bool] = {}
+    for written in report.layers:
+        if written.bits != 4:
+            continue
+        found = [n for n in names if re.search(rf"(^|/){re.escape(n)}(_\d+)?/", written.layer)]
+        if len(found) == 1:
+            out[found[0]] = written.granularity == "per channel"
+        else:  # trains on the int8 grid: PTQ at 4 bits as without QAT
+            log.info("int4 layer %s matches Keras layers %s: not trained on the int4 grid",
+                     written.layer, found or "none")
+    return out
 
 
 def _depthwise_view(layer: Any, kernel: np.ndarray) -> np.ndarray:
@@ -69,18 +112,20 @@ def _depthwise_view(layer: Any, kernel: np.ndarray) -> np.ndarray:
 
 
 class WeightQuantizer:
-    """Keeps Conv/Dense kernels on the int8 grid with float shadow weights (STE)."""
+    """Keeps Conv/Dense kernels on their grid (int8 unless ``grids`` names the layer) with
+    float shadow weights (STE)."""
 
-    def __init__(self, layers: list[Any]) -> None:
+    def __init__(self, layers: list[Any], grids: Mapping[str, Grid] | None = None) -> None:
         self.layers = layers
+        self.grids = [(grids or {}).get(layer.name, INT8) for layer in layers]
         self.shadow = [layer.kernel.numpy() for layer in layers]
-        self.quantized = [self._quantize(layer, w) for layer, w in zip(layers, self.shadow,
-                                                                         strict=True)]
+        self.quantized = [self._quantize(layer, w, g) for layer, w, g in
+                          zip(layers, self.shadow, self.grids, strict=True)]
         self._assign()
 
     @staticmethod
-    def _quantize(layer: Any, kernel: np.ndarray) -> np.ndarray:
-        return quantize_weights(_depthwise_view(layer, kernel)).reshape(kernel.shape)
+    def _quantize(layer: Any, kernel: np.ndarray, grid: Grid) -> np.ndarray:
+        return quantize_weights(_depthwise_view(layer, kernel), grid).reshape(kernel.shape)
 
     def _assign(self) -> None:
         for layer, q in zip(self.layers, self.quantized, strict=True):
@@ -89,7 +134,7 @@ class WeightQuantizer:
     def __call__(self, model: Any = None) -> None:
         for i, layer in enumerate(self.layers):
             self.shadow[i] = self.shadow[i] + (layer.kernel.numpy() - self.quantized[i])
-            self.quantized[i] = self._quantize(layer, self.shadow[i])
+            self.quantized[i] = self._quantize(layer, self.shadow[i], self.grids[i])
         self._assign()
 
 
@@ -189,8 +234,10 @@ def build_qat_model(model: Any, layers: list[Any]) -> tuple[Any, list[Any]]:
 
 
 def quantization_aware_fit(model: Any, data: Dataset, epochs: int, calibration: np.ndarray, *,
-                           loss: Any = None, progress: Progress | None = None) -> QATResult:
-    """Fine-tune ``model`` in place so that its int8 conversion keeps its accuracy."""
+                           loss: Any = None, progress: Progress | None = None,
+                           int4: Mapping[str, bool] | None = None) -> QATResult:
+    """Fine-tune ``model`` in place so that its int8 conversion keeps its accuracy; the
+    layers ``int4`` names (→ per channel) train on the int4 grid (:func:`int4_layers`)."""
     if data.y is None:
         raise UsageError(f"{data.source}: quantization-aware training needs labels")
     if epochs < 1:
@@ -198,7 +245,12 @@ def quantization_aware_fit(model: Any, data: Dataset, epochs: int, calibration: 
     act_layers = activation_layers(model)
     weight_layers = [layer for layer in model.layers if type(layer).__name__ in WEIGHT_LAYERS
                      and getattr(layer, "groups", 1) == 1]
-    weights = WeightQuantizer(weight_layers)
+    names = {layer.name for layer in weight_layers}
+    unknown = sorted(set(int4 or {}) - names)
+    if unknown:
+        raise UsageError(f"no Conv/Dense layer named {', '.join(unknown)} to train at 4 bits")
+    grids = {name: Grid(4, per_channel) for name, per_channel in (int4 or {}).items()}
+    weights = WeightQuantizer(weight_layers, grids)
     probe = output_probe(model, act_layers)
     qat, quantizers = build_qat_model(model, act_layers)
     result = QATResult(weight_layers=[layer.name for layer in weight_layers],
@@ -208,6 +260,7 @@ def quantization_aware_fit(model: Any, data: Dataset, epochs: int, calibration: 
             quantizer.lo.assign(lo)
             quantizer.hi.assign(hi)
         # One epoch at a time: the ranges are re-measured between epochs.
-        result.fine_tune.append(fine_tune(qat, data, 1, loss=loss if loss is not None else loss_for(model, data.y),
-                                          on_step_end=weights, progress=progress, purpose=QAT))
+        result.fine_tune.append(fine_tune(qat, data, 1, loss=loss if loss is not None else
+                                          loss_for(model, data.y), on_step_end=weights,
+                                          progress=progress, purpose=QAT))
     return result

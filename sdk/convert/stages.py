@@ -57,6 +57,9 @@ class Stages:
     #: (:mod:`sdk.convert.qat`); "plain" trains the same epochs the same way, one at a time,
     #: without fake quantization (fit's PTQ twin of a QAT candidate: like for like).
     int8_training: Int8Training | None = None
+    #: "qat" for 4-bit layers: the Keras layers that train on the int4 grid, each with
+    #: whether per channel (:func:`sdk.convert.qat.int4_layers`); the others train on int8's.
+    int4: tuple[tuple[str, bool], ...] = ()
 
     def structure(self) -> Stages:
         """The same compression without training (right sizes, rough weights): fit judges a
@@ -143,7 +146,8 @@ def _int8_training(model: Any, stages: Stages, training: Dataset,
             raise UsageError("quantization-aware training measures the converter's "
                              "activation ranges: it needs calibration data")
         return qat.quantization_aware_fit(model, training, stages.epochs, calibration,
-                                          loss=loss, progress=progress).fine_tune
+                                          loss=loss, progress=progress,
+                                          int4=dict(stages.int4)).fine_tune
     if training.y is None:
         raise UsageError(f"{training.source}: fine-tuning needs labels")
     loss = loss if loss is not None else finetune.loss_for(model, training.y)

@@ -13,8 +13,10 @@ the candidate's :class:`~sdk.convert.stages.Stages`:
 3. **Conversion and evaluation**: the trained model is converted again, simulated again and
    run in LiteRT (child process) on the evaluation data for its accuracy.
 
-An int4 candidate (``weights="int4"``) is converted in both steps from its model's float32
-``.tflite`` with int4 weights where the runtime takes them (:mod:`sdk.fit.int4`).
+An int4 candidate (``weights="int4"``, or "auto": only where the flash budget needs them) is
+converted in both steps from its model's float32 ``.tflite`` with int4 weights where the
+runtime takes them (:mod:`sdk.fit.int4`). Its QAT version trains the layers the first step
+wrote at 4 bits on the int4 grid, per channel or per tensor as written there.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from devicefit.sdk.convert import accuracy, quantize
+from devicefit.sdk.convert import accuracy, qat, quantize
 from devicefit.sdk.convert.data import Dataset
 from devicefit.sdk.convert.distill import DistillSettings
 from devicefit.sdk.convert.finetune import FineTuneResult
@@ -112,12 +114,14 @@ def convert_candidate(ctx: Context, spec: ConversionSpec, stages: Stages | None 
     converted = run(loaded, stages or Stages(),
                     quantize.resolve(ctx.profile, spec.scheme, spec.io_type),
                     ctx.calibration, training, ctx.progress, reuse=ctx.reuse)
-    if spec.weights == "int4":
+    if spec.weights in ("int4", "auto"):
         # The same compressed (and trained) model, quantized again from float32 with int4
         # weights where the runtime takes them, on the same calibration data.
         compressed = dataclasses.replace(loaded, keras_model=converted.model)
         converted.tflite, converted.low_bit = int4.int4_weights(
-            compressed, ctx.calibration, ctx.train.source, ctx.profile)
+            compressed, ctx.calibration, ctx.train.source, ctx.profile) \
+            if spec.weights == "int4" else int4.auto_weights(
+            compressed, ctx.calibration, ctx.evaluation, ctx.train.source, ctx.profile)
     # A candidate may fit only once its first stage runs in patches.
     converted.tflite, _ = optimize_memory(converted.tflite, ctx.profile, spec)
     return converted
@@ -153,6 +157,10 @@ def evaluate(ctx: Context, candidate: Candidate, number: int) -> FitTrial:
                        note=_why_not(report), low_bit=low_bit)
     runs: list[FineTuneResult] = []
     keras_path = None
+    if candidate.qat and low_bit is not None:
+        # QAT trains the layers this structure has at 4 bits on the int4 grid.
+        grid = qat.int4_layers(structure.model, low_bit)
+        stages = dataclasses.replace(stages, int4=tuple(sorted(grid.items())))
     if candidate.needs_training or stages.int8_training is not None:
         trained = convert_candidate(ctx, spec, stages, training=ctx.train)
         runs, tflite, low_bit = trained.fine_tune, trained.tflite, trained.low_bit

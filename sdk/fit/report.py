@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from devicefit.sdk.convert.distill import DistillSettings
+from devicefit.sdk.convert.lowbit import LowBitReport
 from devicefit.sdk.fit.record import FitTrial, read_trial
 from devicefit.sdk.fit.space import SearchSpace
 from devicefit.sdk.study import Stopped, TrialRecord, TrialStage, Unshown
@@ -245,8 +246,9 @@ def qat_twin(record: FitTrial, trials: list[FitTrial]) -> FitTrial | None:
     c, epochs = record.candidate, record.payload.epochs
     for t in trials:
         o = t.candidate
-        if t.accuracy is not None and o.qat != c.qat and (o.scheme, o.prune, o.nm, o.layers) \
-                == (c.scheme, c.prune, c.nm, c.layers) and t.payload.epochs == epochs:
+        if t.accuracy is not None and o.qat != c.qat and (o.scheme, o.prune, o.nm, o.layers,
+                                                          o.weights) \
+                == (c.scheme, c.prune, c.nm, c.layers, c.weights) and t.payload.epochs == epochs:
             return t
     return None
 
@@ -336,15 +338,20 @@ def latency_text(t: FitTrial) -> str:
 WEIGHT_COLUMNS = ("op", "layer", "weights", "bytes", "why not int4")
 
 
-def weight_rows(t: FitTrial) -> list[tuple[Any, ...]]:
-    """An int4 candidate's layers with weights: bits and granularity, bytes in the file, and
-    why a layer is not int4 (the runtime's or compiler's refusal); empty for int8 ones."""
-    low_bit = t.payload.low_bit
-    if low_bit is None:
-        return []
+def weight_rows(low_bit: LowBitReport) -> list[tuple[Any, ...]]:
+    """An int4 candidate's layers with weights (fit's or search's): bits and granularity,
+    bytes in the file, and why a layer is not int4 (the runtime's or compiler's refusal)."""
     # The converter joins fused ops' names with ';': the first is the layer's own.
     return [(layer.op, layer.layer.split(";")[0], f"int{layer.bits} {layer.granularity}",
              format_size(layer.weight_bytes), layer.why or "-") for layer in low_bit.layers]
+
+
+def low_bit_lines(low_bit: LowBitReport) -> list[str]:
+    """The text view of :func:`weight_rows`: a summary line, then one line a layer."""
+    return [f"weights ({low_bit.engine}): int4 on {low_bit.int4_layers} of "
+            f"{len(low_bit.layers)} layers, {format_size(low_bit.weight_bytes)}"] + \
+        [f"  {op} {layer}: {bits}, {size}" + ("" if why == "-" else f" ({why})")
+         for op, layer, bits, size, why in weight_rows(low_bit)]
 
 
 def weights_lines(report: FitReport) -> list[str]:
@@ -352,11 +359,7 @@ def weights_lines(report: FitReport) -> list[str]:
     search had none."""
     chosen = report.trial(report.chosen)
     if chosen is not None and chosen.payload.low_bit is not None:
-        low_bit = chosen.payload.low_bit
-        return [f"weights ({low_bit.engine}): int4 on {low_bit.int4_layers} of "
-                f"{len(low_bit.layers)} layers, {format_size(low_bit.weight_bytes)}"] + \
-            [f"  {op} {layer}: {bits}, {size}" + ("" if why == "-" else f" ({why})")
-             for op, layer, bits, size, why in weight_rows(chosen)]
+        return low_bit_lines(chosen.payload.low_bit)
     return [report.space.weights_note] if report.space.weights_note else []
 
 
@@ -545,10 +548,15 @@ def render_fit_html(report: FitReport) -> str:
     return render_html(f"devicefit fit: {report.source}", sections, intro=intro)
 
 
+def weights_html(low_bit: LowBitReport) -> str:
+    """The chosen candidate's layers with weights (fit's or search's) as an HTML section."""
+    return (f"<h2>Weights of the chosen candidate ({escape(low_bit.engine)})</h2>"
+            + html_table(WEIGHT_COLUMNS, weight_rows(low_bit)))
+
+
 def _weights_html(report: FitReport) -> str:
     chosen = report.trial(report.chosen)
     if chosen is not None and chosen.payload.low_bit is not None:
-        return (f"<h2>Weights of the chosen candidate ({escape(chosen.payload.low_bit.engine)})"
-                "</h2>" + html_table(WEIGHT_COLUMNS, weight_rows(chosen)))
+        return weights_html(chosen.payload.low_bit)
     note = report.space.weights_note
     return f'<p class="note">{escape(note)}</p>' if note else ""

@@ -5,8 +5,9 @@ channels removed (when the profile allows channel pruning) for the whole model o
 prunable layer group, N:M sparsity (only when the
 runtime has kernels that use it: ``n:m`` in ``profile.sparsity.kinds``) and PTQ vs
 quantization-aware training (int8 only: QAT matches the converter's int8 rounding), and
-int4 weights for int8 post-training candidates where the profile's runtime takes them on
-some layer (:mod:`sdk.fit.int4`).
+int4 weights for int8 candidates where the profile's runtime takes them on some layer: on
+every such layer, or on those the flash budget needs ("auto"; :mod:`sdk.fit.int4`). A QAT
+candidate with 4-bit weights trains those layers on the int4 grid.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ class Candidate:
     #: Per-group pruning ratios (group = its producer layers joined by "+"); when set, they
     #: replace ``prune`` for those groups.
     layers: tuple[tuple[str, float], ...] = ()
-    #: "int4": the int8 candidate's weights at 4 bits where the runtime takes them.
+    #: "int4": the int8 candidate's weights at 4 bits where the runtime takes them; "auto":
+    #: on as few of those layers as the flash budget needs, least accuracy lost per byte.
     weights: str = "int8"
 
     @property
@@ -101,15 +103,16 @@ class SearchSpace:
     qat: bool
     #: Prunable layer groups (producers joined by "+"); two or more allow per-layer ratios.
     groups: tuple[str, ...] = ()
-    #: Weight bits of int8 post-training candidates: ("int8", "int4") when the profile's
-    #: runtime takes int4 on some layer of the model; ``weights_note`` says why not.
+    #: Weight bits of int8 candidates: ("int8", "int4"[, "auto"]) when the profile's runtime
+    #: takes int4 on some layer of the model (auto with a flash budget); ``weights_note``
+    #: says why not.
     weights: tuple[str, ...] = ("int8",)
     weights_note: str = ""
 
-    def int4_for(self, scheme: str, qat: bool) -> bool:
-        """Whether a candidate of ``scheme`` may have int4 weights (QAT trains on the int8
-        grid, so its weights stay int8)."""
-        return "int4" in self.weights and scheme == "int8" and not qat
+    def int4_for(self, scheme: str) -> bool:
+        """Whether a candidate of ``scheme`` may have 4-bit weights (int4 keeps int8
+        activations; QAT or not: QAT then trains the 4-bit layers on the int4 grid)."""
+        return "int4" in self.weights and scheme == "int8"
 
     @property
     def per_layer(self) -> bool:
@@ -133,7 +136,7 @@ class SearchSpace:
             else:
                 prune = 0.0
         weights = "int8"
-        if self.int4_for(scheme, bool(qat)):
+        if self.int4_for(scheme):
             weights = trial.suggest_categorical("weights", list(self.weights))
         return Candidate(scheme, prune, nm, bool(qat), layers, weights)
 
@@ -151,11 +154,11 @@ class SearchSpace:
         for scheme in self.schemes:
             for prune in self.prune_ratios:
                 for nm in self.nm_patterns:
-                    out.append(Candidate(scheme, prune, nm))
-                    if self.int4_for(scheme, False):
-                        out.append(Candidate(scheme, prune, nm, weights="int4"))
-                    if self.qat and scheme == "int8" and nm is None:
-                        out.append(Candidate(scheme, prune, nm, True))
+                    widths = self.weights if self.int4_for(scheme) else ("int8",)
+                    qat = (False, True) if self.qat and scheme == "int8" and nm is None \
+                        else (False,)
+                    out += [Candidate(scheme, prune, nm, q, weights=w) for q in qat
+                            for w in widths]
         return out
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,8 +1,11 @@
 """fit's trials in the study (:mod:`sdk.study`): optuna proposes compression settings,
 :mod:`sdk.fit.candidate` judges them, cheapest first.
 
-The first trial is the plain post-training conversion (and, if it misses flash alone and the
-space has int4 weights, the same with int4 weights: no training either); then the pruning
+The first trial is the plain post-training conversion; if it misses flash alone and the
+space has int4 weights, the same with int4 weights follows (no training either), then, when
+that fits, with "auto" weights (int4 only where the flash budget needs it), and when the
+better of them loses more than :data:`sdk.convert.lowbit.COSTLY_DROP_PP` against the float
+model, its QAT version (4-bit layers trained on the int4 grid); then the pruning
 ratio is bisected (:func:`_bisect`) to train the least-pruned candidate that fits and its QAT
 twin first; then the sampler proposes the rest. A candidate whose structure is already known to miss a budget
 (the same scheme and sparsity with at least as much pruning missed flash, arena or latency,
@@ -17,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from devicefit.sdk.convert.lowbit import COSTLY_DROP_PP
 from devicefit.sdk.fit.candidate import Context, evaluate
 from devicefit.sdk.fit.record import FitPayload, FitTrial, read_trial
 from devicefit.sdk.fit.space import Candidate, SearchSpace
@@ -155,13 +159,30 @@ def run_trials(ctx: Context, space: SearchSpace, settings: SearchSettings, *, na
     def first(run: FitRun) -> None:
         plain = _probe(run, space, Candidate(space.schemes[0], 0.0))
         if plain is not None and set(plain.misses()) == {BudgetName.FLASH} and \
-                space.int4_for(space.schemes[0], False):
-            # Only flash missed: int4 weights may be enough, and they need no training.
-            _probe(run, space, Candidate(space.schemes[0], 0.0, weights="int4"))
+                space.int4_for(space.schemes[0]):
+            _four_bits(run, space, ctx.float_accuracy)
         _bisect(run, space)
 
     return run_study(FitTrials(ctx, space), settings, name, workers=workers, first=first,
                      on_trial=on_trial)
+
+
+def _four_bits(run: FitRun, space: SearchSpace, float_accuracy: float | None) -> None:
+    """Only flash missed: 4-bit weights may be enough, and they need no training. All the
+    runtime takes first (does 4 bits fit at all?), then auto (fewer int4 layers, less
+    accuracy lost), then QAT on the better one's 4-bit layers if it loses too much."""
+    scheme = space.schemes[0]
+    tried = [_probe(run, space, Candidate(scheme, 0.0, weights="int4"))]
+    if tried[0] is None or not tried[0].fits:
+        return
+    if "auto" in space.weights and not run.stop.finished(run.study):
+        tried.append(_probe(run, space, Candidate(scheme, 0.0, weights="auto")))
+    done = [t for t in tried if t is not None and t.fits and t.accuracy is not None]
+    if not done or float_accuracy is None or not space.qat or run.stop.finished(run.study):
+        return
+    best = max(done, key=lambda t: t.accuracy or 0.0)
+    if 100.0 * (float_accuracy - (best.accuracy or 0.0)) > COSTLY_DROP_PP:
+        _probe(run, space, replace(best.candidate, qat=True))
 
 
 def _bisect(run: FitRun, space: SearchSpace) -> None:
@@ -201,7 +222,7 @@ def _probe(run: FitRun, space: SearchSpace, candidate: Candidate) -> FitTrial | 
                               "nm": candidate.nm}
     if space.qat and candidate.scheme == "int8" and candidate.nm is None:
         params["qat"] = candidate.qat
-    if space.int4_for(candidate.scheme, candidate.qat):
+    if space.int4_for(candidate.scheme):
         params["weights"] = candidate.weights
     if space.per_layer:
         params["per_layer"] = bool(candidate.layers)

@@ -1,5 +1,6 @@
-"""One point of the architecture search: a family and its parameters, with a stable label
-and hash (the same candidate gets the same key on every machine and run)."""
+"""One point of the architecture search: a family and its parameters, and the bits of its
+weights (int8, or int4 where the profile's runtime takes them), with a stable label and hash
+(the same candidate gets the same key on every machine and run)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ from devicefit.sdk.search.families import Params, family, params_for, params_fro
 class ArchCandidate:
     family: str
     params: Params
+    #: "int4": written with 4-bit weights on the layers the profile's runtime takes them
+    #: (:func:`sdk.convert.lowbit.int4_weights`), int8 on the others.
+    weights: str = "int8"
 
     @property
     def key(self) -> str:
-        """12 hex digits of the SHA-256 of the canonical JSON of family and parameters."""
-        text = json.dumps({"family": self.family, "params": self.params.to_dict()},
-                          sort_keys=True, separators=(",", ":"))
+        """12 hex digits of the SHA-256 of the canonical JSON of :meth:`to_dict`."""
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     def label(self) -> str:
@@ -32,14 +35,18 @@ class ArchCandidate:
                  "d" + "-".join(map(str, p.depth))]
         parts += [f"k{p.kernel}"] * ("kernel" in takes) + [f"e{p.expansion}"] * (
             "expansion" in takes)
+        parts += [f"{self.weights} weights"] * (self.weights != "int8")
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"family": self.family, "params": self.params.to_dict()}
+        # An int8 candidate's dict (and key) is the one it had before weights were chosen.
+        return {"family": self.family, "params": self.params.to_dict(),
+                **({"weights": self.weights} if self.weights != "int8" else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ArchCandidate:
-        return cls(data["family"], params_from_dict(data["family"], data["params"]))
+        return cls(data["family"], params_from_dict(data["family"], data["params"]),
+                   str(data.get("weights") or "int8"))
 
 
 def candidate(family: str, **params: Any) -> ArchCandidate:

@@ -27,7 +27,10 @@ def main(work_dir: str) -> int:
 
     work = Path(work_dir)
     request = json.loads((work / "request.json").read_text())
-    settings = quantize.QuantSettings("int8", request["io_type"], request["per_channel"])
+    # float32 for the candidates the parent writes with int4 weights (AI Edge Quantizer
+    # quantizes the float model), int8 for the others.
+    settings = quantize.QuantSettings("float32", "float32", True) if request.get("float") \
+        else quantize.QuantSettings("int8", request["io_type"], request["per_channel"])
     rng = np.random.default_rng(request["seed"])
     with open(work / RESULTS_FILE, "w", buffering=1) as out:
         for index, entry in enumerate(request["candidates"]):
@@ -43,7 +46,8 @@ def main(work_dir: str) -> int:
                 like_trained(model, rng)
                 calibration = rng.standard_normal(
                     (request["samples"], *cand.params.input_shape)).astype(np.float32)
-                tflite = quantize.to_tflite(loading.load(model), settings, calibration)
+                tflite = quantize.to_tflite(loading.load(model), settings,
+                                            None if request.get("float") else calibration)
             except Exception as exc:  # noqa: BLE001 - one candidate's failure is its verdict
                 traceback.print_exc()
                 message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

@@ -18,6 +18,7 @@ from devicefit.sdk.fit.report import (
     Miss,
     miss_row,
     trials_note,
+    weights_html,
     written_as,
 )
 from devicefit.sdk.search.architectures import Searched
@@ -121,13 +122,15 @@ def screened_dict(r: Screened) -> dict[str, Any]:
             "flash_bytes": r.flash_bytes, "arena_bytes": r.arena_bytes,
             "offline_plan_saved_bytes": r.offline_plan_saved_bytes,
             "latency_ms": r.latency_ms, "latency_band_ms": r.latency_band_ms,
-            "parameters": r.parameters, "note": r.note}
+            "parameters": r.parameters, "note": r.note,
+            "low_bit": plain_fields(r.low_bit) if r.low_bit is not None else None}
 
 
 def screen_rows(results: tuple[Screened, ...]) -> list[tuple[Any, ...]]:
     return [(r.candidate.label(), r.status, _size(r.flash_bytes), _size(r.arena_bytes),
              _latency(r.latency_ms, r.latency_band_ms),
-             ", ".join(r.rejected_by) + (f" ({r.note})" if r.note else "")) for r in results]
+             ", ".join(r.rejected_by) + (f" ({r.note})" if r.note and r.rejected_by
+                                         else r.note)) for r in results]
 
 
 def trial_rows(found: Searched) -> list[tuple[Any, ...]]:
@@ -260,12 +263,15 @@ def render_search_html(found: Searched) -> str:
         facts.insert(-2, ("trial numbers", note))
     what = found.objective.cost or "arena"
     intro = (summary + html_table(("", ""), facts)
-             + "<h2>Screened (random weights, int8, judged statically)</h2>"
+             + "<h2>Screened (random weights, int8, and int4 weights where int8 missed only "
+               "flash; judged statically)</h2>"
              + html_table(SCREEN_COLUMNS, screen_rows(found.screen.results))
              + "<h2>Trained</h2>" + html_table(TRIAL_COLUMNS, trial_rows(found))
              + f"<h2>Accuracy vs {escape(what)}: the Pareto front</h2>"
              + html_table(("#", "candidate", "accuracy", what), front_rows(found))
              + pareto_svg(found))
+    if chosen is not None and chosen.payload.low_bit is not None:
+        intro += weights_html(chosen.payload.low_bit)
     written = written_as(found.verification, chosen)
     sections = [Section(f"Chosen candidate on {found.profile.name}, the file as written"
                         + (f": {written}" if written else "") + " (verified in the runtime)",

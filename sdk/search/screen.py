@@ -13,6 +13,14 @@ TensorFlow costs seconds, one conversion of a tiny model a fraction of one. The 
 with :func:`simulator.simulate.simulate` (``strict``: a budget without a figure fails), after
 the offline arena plan (:mod:`simulator.optimize`, without running anything) on targets that
 take one, so the arena judged is the one the written file needs.
+
+A candidate the int8 conversion rejects on flash alone gets a twin with int4 weights where the
+profile's runtime takes them (issue 47): a second child converts those candidates to float32,
+AI Edge Quantizer writes them with 4-bit weights, asking the runtime per layer
+(:func:`sdk.convert.lowbit.int4_weights`, calibrated on the same random samples), and the
+twin is judged like the others, listed right after its int8 row. So a wider net whose int8
+weights miss the flash budget may survive at 4 bits; its row and the report say which
+layers went to int4.
 """
 
 from __future__ import annotations
@@ -22,11 +30,12 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from devicefit.sdk.convert.diagnose import ConversionError
+from devicefit.sdk.convert.lowbit import LowBitReport
 from devicefit.sdk.convert.spec import MemoryOptimization
 from devicefit.sdk.convert.tfprocess import PRELOAD, STALL_TIMEOUT_S
 from devicefit.sdk.search.candidate import ArchCandidate
@@ -84,6 +93,8 @@ class Screened:
     #: The judged file, when the screen was given a folder to keep them in.
     path: str | None = None
     note: str = ""
+    #: An int4 candidate: each layer's weight bits and why it is not int4.
+    low_bit: LowBitReport | None = None
 
     @property
     def fits(self) -> bool:
@@ -110,13 +121,15 @@ class ScreenRun:
 
 def screen(candidates: Sequence[ArchCandidate], profile: Profile | str, *,
            keep: Path | None = None, profiles_dirs: Sequence[str | Path] = (),
-           memory: MemoryOptimization | None = None) -> ScreenRun:
+           memory: MemoryOptimization | None = None, int4: bool = True) -> ScreenRun:
     """Convert ``candidates`` in one TensorFlow child and judge each for ``profile``.
 
     ``keep``: a folder the judged ``.tflite`` files are written to (``<key>.tflite``);
     without it they go with the work folder. ``memory`` (``--patches``): the offline plan
     also tries running the first stage patch by patch, kept where it lowers the arena
-    (within its extra-MAC limit; the latency is judged on the rewritten file).
+    (within its extra-MAC limit; the latency is judged on the rewritten file). ``int4``:
+    a candidate int8 rejects on flash alone gets an int4 twin (module doc) when the
+    profile allows int4 weights.
     """
     prof = profile if isinstance(profile, Profile) else load_profile(profile, list(profiles_dirs))
     if not candidates:
@@ -130,18 +143,78 @@ def screen(candidates: Sequence[ArchCandidate], profile: Profile | str, *,
         converted = _convert(candidates, quant.io_type, quant.per_channel, work)
         child_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        results = tuple(_judge(c, converted.get(i), prof, work, keep, memory)
-                        for i, c in enumerate(candidates))
-        return ScreenRun(results, child_seconds, time.perf_counter() - started)
+        results = [_judge(c, converted.get(i), prof, work, keep, memory)
+                   for i, c in enumerate(candidates)]
+        judge_seconds = time.perf_counter() - started
+        missed = [r.candidate for r in results if r.rejected_by == (Rejection.FLASH,)]
+        if int4 and missed and int4_allowed(prof, quant.scheme, quant.io_type):
+            twins, seconds = _int4_twins(missed, prof, work / "int4", keep, memory)
+            child_seconds += seconds
+            judge_seconds += sum(t.judge_seconds for t in twins)
+            of = {replace(t.candidate, weights="int8"): t for t in twins}
+            results = [r for own in results for r in (own, of.get(own.candidate))
+                       if r is not None]
+        return ScreenRun(tuple(results), child_seconds, judge_seconds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def int4_allowed(profile: Profile, scheme: str, io_type: str) -> bool:
+    """Whether int4 weights may be tried for ``profile`` at all: int8 activations and AI
+    Edge Quantizer installed (the runtime is asked per layer later)."""
+    from devicefit.sdk.convert.lowbit import check_request
+
+    try:
+        check_request(scheme, io_type, False)
+    except errors.UsageError:
+        return False
+    return True
+
+
+def _int4_twins(candidates: Sequence[ArchCandidate], profile: Profile, work: Path,
+                keep: Path | None, memory: MemoryOptimization | None
+                ) -> tuple[list[Screened], float]:
+    """The int4 twins of ``candidates`` that have at least one int4 layer (the runtime
+    refusing int4 on every layer leaves none), judged, and the float child's wall time (the
+    twins' judge_seconds include AI Edge Quantizer's)."""
+    import numpy as np
+
+    from devicefit.sdk.convert.data import Dataset
+    from devicefit.sdk.convert.lowbit import int4_weights
+
+    work.mkdir()
+    started = time.perf_counter()
+    converted = _convert(candidates, "float32", True, work, float32=True)
+    child_seconds = time.perf_counter() - started
+    rng = np.random.default_rng(SEED)
+    twins = []
+    for i, cand in enumerate(candidates):
+        line = converted.get(i)
+        if line is None or "error" in line:
+            continue  # converted to int8 a moment ago: the int8 row says enough
+        started = time.perf_counter()
+        samples = rng.standard_normal((CALIBRATION_SAMPLES, *cand.params.input_shape))
+        data, low_bit = int4_weights((work / f"{i:04d}.tflite").read_bytes(),
+                                     Dataset(samples.astype(np.float32), None, "random"),
+                                     profile, cand.label())
+        if not low_bit.int4_layers:
+            continue
+        twin = replace(cand, weights="int4")
+        write_atomic(work / f"{i:04d}.int4.tflite", data)
+        judged = _judge(twin, {**line, "index": f"{i:04d}.int4"}, profile, work, keep, memory)
+        # Which layers: the JSON's low_bit (the table's row stays one line).
+        note = f"int4 on {low_bit.int4_layers} of {len(low_bit.layers)} layers"
+        twins.append(replace(judged, low_bit=low_bit, note=judged.note or note,
+                             judge_seconds=time.perf_counter() - started))
+    return twins, child_seconds
+
+
 def _convert(candidates: Sequence[ArchCandidate], io_type: str, per_channel: bool,
-             work: Path) -> dict[int, dict[str, Any]]:
+             work: Path, float32: bool = False) -> dict[int, dict[str, Any]]:
     """Index → the child's line for it (``seconds``, ``parameters`` or ``error``)."""
     request = {"candidates": [c.to_dict() for c in candidates], "io_type": io_type,
-               "per_channel": per_channel, "samples": CALIBRATION_SAMPLES, "seed": SEED}
+               "per_channel": per_channel, "samples": CALIBRATION_SAMPLES, "seed": SEED,
+               "float": float32}
     (work / "request.json").write_text(json.dumps(request))
     (work / "tmp").mkdir()
     env = zygote.child_env(TF_CPP_MIN_LOG_LEVEL="1")
@@ -173,8 +246,10 @@ def _judge(candidate: ArchCandidate, converted: dict[str, Any] | None, profile: 
     from devicefit.simulator.simulate import simulate
 
     started = time.perf_counter()
-    data, saved = planned((work / f"{converted['index']:04d}.tflite").read_bytes(), profile,
-                          candidate.label(), memory)
+    index = converted["index"]
+    name = f"{index:04d}" if isinstance(index, int) else index
+    data, saved = planned((work / f"{name}.tflite").read_bytes(), profile, candidate.label(),
+                          memory)
     path = (keep or work) / f"{candidate.key}.tflite"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, data)

@@ -6,7 +6,8 @@ candidate the screen rejected is not in the space, so it is never trained. Each 
 (:func:`train_survivor`) builds the survivor with the screen's seeded weights, trains it
 ``epochs`` on the user's data (:func:`sdk.convert.finetune.fine_tune`, sdk.train's batch
 plan), converts it to int8 calibrated on the user's data with fit's conversion
-(:func:`sdk.fit.candidate.convert_candidate`), writes TFLM's offline arena plan where the
+(:func:`sdk.fit.candidate.convert_candidate`; an int4 survivor of the screen with int4
+weights where the runtime takes them), writes TFLM's offline arena plan where the
 screen did (:func:`sdk.search.screen.planned`: the same arena), judges it again statically
 and measures the int8 file's accuracy in LiteRT (:func:`sdk.fit.candidate.measure_accuracy`).
 One objective (accuracy, TPE) or two (accuracy against latency or arena, NSGA-II).
@@ -24,6 +25,7 @@ import numpy as np
 
 from devicefit.sdk.convert.data import Dataset
 from devicefit.sdk.convert.finetune import FineTuneResult
+from devicefit.sdk.convert.lowbit import LowBitReport
 from devicefit.sdk.convert.spec import MemoryOptimization
 from devicefit.sdk.search.candidate import ArchCandidate
 from devicefit.sdk.search.objective import Objective
@@ -48,6 +50,8 @@ class ArchPayload:
     float_accuracy: float | None = None
     parameters: int | None = None
     fine_tune: FineTuneResult | None = None
+    #: An int4 candidate: each layer's weight bits and why it is not int4.
+    low_bit: LowBitReport | None = None
 
 
 ArchTrial = TrialRecord[ArchCandidate, ArchPayload]
@@ -168,8 +172,8 @@ def train_survivor(job: Job, survivor: Screened, number: int) -> ArchTrial:
                   evaluation=job.data.evaluation, calibration=job.data.calibration,
                   epochs=job.epochs, workdir=job.workdir, float_accuracy=float_accuracy,
                   progress=job.progress)
-    tflite, _ = planned(convert_candidate(ctx, ConversionSpec()).tflite, job.profile,
-                        cand.label(), job.memory)
+    converted = convert_candidate(ctx, ConversionSpec(weights=cand.weights))
+    tflite, _ = planned(converted.tflite, job.profile, cand.label(), job.memory)
     path = job.workdir / f"trial-{number:03d}.tflite"
     write_atomic(path, tflite)
     report = static_check(path, job.profile)
@@ -184,7 +188,7 @@ def train_survivor(job: Job, survivor: Screened, number: int) -> ArchTrial:
         accuracy=measure_accuracy(ctx, path), seconds=time.perf_counter() - started,
         path=str(path),
         note="" if report.ok else "the trained file misses a budget the screen passed",
-        payload=ArchPayload(float_accuracy, int(model.count_params()), run))
+        payload=ArchPayload(float_accuracy, int(model.count_params()), run, converted.low_bit))
 
 
 def ranked(trials: Sequence[ArchTrial]) -> list[ArchTrial]:

@@ -1,6 +1,7 @@
 """int4 weights as a dimension of ``fit`` (issue 47), end to end on the digits CNN: a flash
-budget plain int8 misses and int4 weights meet, and a profile whose compiler takes no int4
-weights, where the search never builds an int4 candidate."""
+budget plain int8 misses and int4 weights meet, then "auto" (int4 only where the budget needs
+it), a QAT candidate whose 4-bit layers train on the int4 grid, and a profile whose compiler
+takes no int4 weights, where the search never builds an int4 candidate."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def int4_fit(digits):
 def test_fit_meets_a_flash_budget_only_int4_weights_meet(int4_fit):
     report = int4_fit["report"]
     assert int4_fit["code"] == 0
-    assert report["space"]["weights"] == ["int8", "int4"] and not report["space"]["weights_note"]
+    assert report["space"]["weights"] == ["int8", "int4", "auto"]
+    assert not report["space"]["weights_note"]
     plain, chosen = report["trials"][0], report["trials"][1]
     assert plain["label"] == "int8 PTQ" and plain["verdict"] == "fail"
     assert [b["name"] for b in plain["budgets"] if not b["ok"]] == ["flash"]
@@ -57,6 +59,65 @@ def test_fit_meets_a_flash_budget_only_int4_weights_meet(int4_fit):
     assert bits["FULLY_CONNECTED"] == {(4, "per tensor")}
     assert all("refused" in layer["why"] for layer in low_bit["layers"]
                if layer["op"] == "FULLY_CONNECTED")
+
+
+@pytest.fixture(scope="module")
+def auto_fit(digits):
+    # Three trials: plain int8 (misses flash), int4 on every layer TFLM takes, then auto.
+    return base.run_fit(digits, "auto-l4", AUTO_BUDGET, "--max-trials", "3", "--epochs", "1")
+
+
+# The all-int4 CNN takes ~145 KiB of flash and int8 ~179 KiB: between them auto needs some
+# layers at 4 bits, not all.
+AUTO_BUDGET = {"flash": "170KiB"}
+
+
+def test_auto_puts_int4_only_where_the_flash_budget_needs_it(auto_fit):
+    report = auto_fit["report"]
+    plain, int4, auto = report["trials"]
+    assert [t["candidate"]["weights"] for t in (plain, int4, auto)] == ["int8", "int4", "auto"]
+    assert plain["verdict"] == "fail" and int4["verdict"] == auto["verdict"] == "pass"
+    limit = 170 * 1024
+    assert int4["flash_bytes"] < auto["flash_bytes"] <= limit < plain["flash_bytes"]
+    four = [w for w in auto["low_bit"]["layers"] if w["bits"] == 4]
+    assert 1 <= len(four) < 5
+    # Each candidate layer was measured alone at 4 bits; the chosen ones are the 4-bit ones.
+    sensitivity = auto["low_bit"]["sensitivity"]
+    assert len(sensitivity) == 5
+    assert {s["layer"] for s in sensitivity if s["chosen"]} == \
+        {w["layer"].split(";")[0] for w in four}
+    assert auto["low_bit"]["flash_limit_bytes"] == limit
+    assert report["chosen"] in (int4["number"], auto["number"])
+    assert auto_fit["code"] == 0
+
+
+def test_a_qat_int4_candidate_trains_its_4_bit_layers_on_the_int4_grid(digits, tmp_path):
+    import keras
+    import numpy as np
+
+    from devicefit.sdk.convert import loading
+    from devicefit.sdk.convert.data import Dataset
+    from devicefit.sdk.convert.finetune import QAT
+    from devicefit.sdk.fit.candidate import Context, evaluate
+    from devicefit.simulator.profiles import load_profile
+    from examples.digits import load_digits
+
+    d = load_digits()
+    ctx = Context(loaded=loading.load(digits["model"]), profile=load_profile(base.BASE),
+                  train=Dataset(d.x_train[:256], d.y_train[:256], "train"),
+                  evaluation=Dataset(d.x_test, d.y_test, "test"), calibration=d.x_train[:64],
+                  epochs=1, workdir=tmp_path, float_accuracy=None)
+    record = evaluate(ctx, Candidate("int8", qat=True, weights="int4"), 0)
+    assert record.stage == TrialStage.TRAINED and record.accuracy is not None
+    assert [run.purpose for run in record.payload.fine_tune] == [QAT]
+    low_bit = record.payload.low_bit
+    assert low_bit is not None and low_bit.int4_layers == 5
+    trained = keras.models.load_model(record.payload.keras_path, compile=False)
+    for name, per_channel in (("conv1", True), ("conv3", True), ("fc1", False)):
+        w = trained.get_layer(name).kernel.numpy()
+        flat = w.reshape(-1, w.shape[-1])
+        scale = (np.abs(flat).max(0) if per_channel else np.abs(flat).max()) / 7
+        assert np.allclose(flat / scale, np.round(flat / scale), atol=1e-3), name
 
 
 def test_the_written_int4_model_runs_in_tflm_within_the_budget(int4_fit):
@@ -98,15 +159,20 @@ def test_a_profile_whose_compiler_refuses_int4_never_tries_it(digits, tmp_path, 
     assert all(t["candidate"]["weights"] == "int8" for t in report["trials"])
 
 
-def test_int4_is_offered_only_to_int8_post_training_candidates():
+def test_four_bit_weights_are_offered_only_to_int8_candidates_ptq_and_qat():
     space = SearchSpace(("int8", "int16x8"), (0.0, 0.5), (None,), qat=True,
-                        weights=("int8", "int4"))
-    int4 = [c for c in space.candidates() if c.weights == "int4"]
-    assert {(c.scheme, c.qat) for c in int4} == {("int8", False)} and len(int4) == 2
+                        weights=("int8", "int4", "auto"))
+    low = [c for c in space.candidates() if c.weights != "int8"]
+    assert {(c.scheme, c.qat, c.weights) for c in low} == {
+        ("int8", q, w) for q in (False, True) for w in ("int4", "auto")}
+    assert len(low) == 8  # two pruning ratios
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    for _ in range(60):
+    seen = set()
+    for _ in range(80):
         c = space.suggest(study.ask())
-        assert c.weights == "int8" or (c.scheme == "int8" and not c.qat)
+        assert c.weights == "int8" or c.scheme == "int8"
+        seen.add((c.qat, c.weights))
+    assert (True, "int4") in seen and (False, "auto") in seen
     int8_only = SearchSpace(("int8",), (0.0,), (None,), qat=False)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     assert all(int8_only.suggest(study.ask()).weights == "int8" for _ in range(20))

@@ -9,6 +9,7 @@ profile is a tight custom one extending the STM32L4R5 profile.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ SENSOR = candidate("cnn1d", input_shape=[64, 3], width=0.5, depth=[2, 1], kernel
 USER = candidate("tests.sdk.search.search_family:tiny", input_shape=[8, 8, 1], classes=4)
 BROKEN = candidate("tests.sdk.search.search_family:not_a_model", input_shape=[4])
 ALL = (SMALL_IMAGE, BIG_IMAGE, WIDE_MLP, AUDIO, SENSOR, USER, BROKEN)
+WIDE_MLP_INT4 = replace(WIDE_MLP, weights="int4")
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +58,9 @@ def screened(profile, tmp_path_factory):
 @pytest.mark.slow
 def test_screen_rejects_by_the_right_budget(screened):
     results, run = screened
-    assert [r.candidate for r in run.results] == list(ALL)
+    # The int4 twin of the one candidate int8 rejects on flash alone follows it.
+    assert [r.candidate for r in run.results] == [
+        *ALL[:3], WIDE_MLP_INT4, *ALL[3:]]
     assert results[SMALL_IMAGE].fits and results[SMALL_IMAGE].rejected_by == ()
     assert results[USER].fits
     assert Rejection.ARENA in results[BIG_IMAGE].rejected_by
@@ -75,6 +79,26 @@ def test_screen_rejects_by_the_right_budget(screened):
         low, high = r.latency_band_ms
         assert low <= r.latency_ms <= high
     assert run.convert_seconds > 0 and run.judge_seconds > 0
+
+
+@pytest.mark.slow
+def test_a_flash_budget_int8_misses_keeps_the_candidate_at_int4(screened, profile):
+    results, _ = screened
+    int8, int4 = results[WIDE_MLP], results[WIDE_MLP_INT4]
+    assert int8.rejected_by == (Rejection.FLASH,) and int4.fits
+    assert int4.flash_bytes < _limit(BUDGETS["flash"]) < int8.flash_bytes
+    # Every layer with weights is listed; TFLM takes its FULLY_CONNECTED at 4 bits only
+    # per tensor (its reference kernel refused per channel), and the row says which.
+    assert int4.low_bit is not None and int4.low_bit.int4_layers >= 1
+    four = [w for w in int4.low_bit.layers if w.bits == 4]
+    assert {(w.op, w.granularity) for w in four} == {("FULLY_CONNECTED", "per tensor")}
+    assert all("refused" in w.why for w in four)
+    assert int4.note.startswith(f"int4 on {len(four)} of {len(int4.low_bit.layers)} layers")
+    weights = {t.dtype for t in read_model(Path(int4.path)).main.tensors if t.has_data}
+    assert "int4" in weights
+    # Candidates that miss any other budget, or none, get no twin.
+    assert {r.candidate.weights for r in results.values()} == {"int8", "int4"}
+    assert sum(r.candidate.weights == "int4" for r in results.values()) == 1
 
 
 def _limit(text: str) -> float:
@@ -137,6 +161,11 @@ def test_candidates_have_stable_keys_and_labels():
     assert SMALL_IMAGE.label() == "mbv2 32x32x1 w0.5 d1-2 k3 e2"
     assert AUDIO.label() == "dscnn 49x10x1 w0.25 d1-1 k5"  # DS-CNN has no expansion
     assert WIDE_MLP.label() == "mlp 128x3 w4 d1"
+    # An int8 candidate keeps the key it had before weights were chosen; int4 is another.
+    assert WIDE_MLP.to_dict() == {"family": "mlp", "params": WIDE_MLP.params.to_dict()}
+    assert WIDE_MLP_INT4.label() == "mlp 128x3 w4 d1 int4 weights"
+    assert WIDE_MLP_INT4.key != WIDE_MLP.key
+    assert type(WIDE_MLP).from_dict(WIDE_MLP_INT4.to_dict()) == WIDE_MLP_INT4
     cells = grid("dscnn", {"width": [0.25, 0.5], "kernel": [3, 5]}, depth=[1])
     assert [(c.params.width, c.params.kernel) for c in cells] == [
         (0.25, 3), (0.25, 5), (0.5, 3), (0.5, 5)]
@@ -175,10 +204,11 @@ def test_search_screen_command_prints_the_table(profile, capsys):
                  "--screen", "--param", "input_shape=128x3", "--param", "width=0.5,4",
                  "--param", "depth=1"])
     out = capsys.readouterr().out
-    assert code == 0  # one of the two fits
-    assert "1 of 2 fit" in out
+    assert code == 0  # w0.5 fits; w4 misses flash at int8 and fits with int4 weights
+    assert "2 of 3 fit" in out
     rows = [line for line in out.splitlines() if "mlp 128x3" in line]
-    assert len(rows) == 2 and "pass" in rows[0] and "flash" in rows[1] and "fail" in rows[1]
+    assert len(rows) == 3 and "pass" in rows[0] and "flash" in rows[1] and "fail" in rows[1]
+    assert "w4 d1 int4 weights" in rows[2] and "pass" in rows[2]
 
 
 @pytest.mark.parametrize(("argv", "says"), [
@@ -215,3 +245,32 @@ def test_patches_let_the_screen_pass_a_candidate_its_arena_rejects(tmp_path, cap
     assert patched["arena_bytes"] <= 12 * 1024 < plain.arena_bytes
     # The halo is computed again: more work, judged on the rewritten file.
     assert patched["latency_ms"] > plain.latency_ms
+
+
+def test_the_report_of_an_int4_winner_lists_its_layers_and_reads_back():
+    from devicefit.sdk.convert.lowbit import LayerWeights, LowBitReport
+    from devicefit.sdk.search.architectures import Searched
+    from devicefit.sdk.search.objective import Objective
+    from devicefit.sdk.search.report import render_search_html, to_dict
+    from devicefit.sdk.search.screen import ScreenRun
+    from devicefit.sdk.search.trials import ArchPayload, ArchTrial, read_trial
+    from devicefit.sdk.study import SearchSettings, TrialStage
+    from devicefit.simulator.profiles import load_profile
+
+    low_bit = LowBitReport((
+        LayerWeights(0, "FULLY_CONNECTED", "mlp_1/dense_1/MatMul", 4, "per tensor", 16_384,
+                     "int4 per channel refused: the reference kernel"),
+        LayerWeights(1, "FULLY_CONNECTED", "mlp_1/classes_1/MatMul", 4, "per tensor", 320,
+                     "int4 per channel refused: the reference kernel")), "AI Edge Quantizer", 2)
+    trial = ArchTrial(0, WIDE_MLP_INT4, TrialStage.TRAINED, Status.PASS, flash_bytes=150_000,
+                      arena_bytes=2_000, latency_ms=3.0, accuracy=0.9,
+                      payload=ArchPayload(0.91, 1_000, None, low_bit))
+    found = Searched(load_profile(BASE), Objective.ACCURACY, SearchSettings(), 3,
+                     ScreenRun((), 0.0, 0.0), [trial], chosen=0)
+    page = render_search_html(found)
+    assert "Weights of the chosen candidate (AI Edge Quantizer)" in page
+    assert "mlp_1/dense_1/MatMul" in page and "int4 per tensor" in page
+    saved = to_dict(found)["trials"][0]
+    assert saved["label"] == "mlp 128x3 w4 d1 int4 weights"
+    again = read_trial(saved)
+    assert again.candidate == WIDE_MLP_INT4 and again.payload.low_bit == low_bit
