@@ -42,6 +42,8 @@ class Budgets:
     flash_bytes: int | None = None
     arena_bytes: int | None = None
     latency_ms: float | None = None
+    #: What running the model's train signature once may allocate (on-device training).
+    train_memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ class BudgetName(StrEnum):
     FLASH = "flash"
     ARENA = "arena"
     LATENCY = "latency"
+    TRAIN_MEMORY = "train_memory"
 
 
 class Unit(StrEnum):

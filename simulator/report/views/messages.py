@@ -115,6 +115,8 @@ def verdict_causes(report: Report) -> str:
         (f"unsupported: {', '.join(unsupported) or 'some operators'}",
          compat is not None and not compat.supported),
         ("not verified on the target build", target is not None and not target.verified),
+        ("no training on this target", report.no_training is not None
+         and BudgetName.TRAIN_MEMORY in report.unchecked_budgets),
         (f"over: {', '.join(over)}", bool(over)),
         (f"not checked: {', '.join(report.unchecked_budgets)}",
          bool(report.unchecked_budgets) and not report.ok),

@@ -77,6 +77,7 @@ def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
         lines += ["", *refusal_lines(report.compile_refusal)]
     if mem is not None:
         lines += memory_lines(mem, report)
+    lines += training_lines(report)
     if layers:
         lines += ["", *layer_lines(report.layers)]
     elif mem is not None and mem.timeline:
@@ -128,6 +129,33 @@ def refusal_lines(refusal: CompileRefusal) -> list[str]:
     lines.append("  not checked: memory, op support and latency (figures of the compiled model, "
                  "which does not exist)")
     return lines
+
+
+def training_lines(report: Report) -> list[str]:
+    """The model's signatures, and the memory its ``train`` signature needs on the device
+    (planned, by part) or why it cannot run there."""
+    sigs = report.model.signatures
+    if not sigs:
+        return []
+    lines = ["", "Signatures  " + ", ".join(f"{k} (subgraph {v})" for k, v in sigs.items())]
+    t = report.training
+    if report.no_training is not None:
+        lines.append(f"  {report.no_training}")
+    if t is None:
+        return lines
+    size = partial(format_bytes, decimal=decimal_sizes(report, BudgetName.TRAIN_MEMORY))
+    lines.append(f"Training memory ('{t.signature}' signature, batch {t.batch}, "
+                 f"{t.basis}: LiteRT's allocation, planned)")
+    rows = [["total", size(t.total_bytes)], ["variables", size(t.variables_bytes)],
+            *([f"  {k}", size(v)] for k, v in t.parts.items() if k in _VARIABLE_PARTS and v),
+            ["arena", size(t.arena_bytes)],
+            *([f"  {k}", size(v)] for k, v in t.parts.items()
+              if k not in _VARIABLE_PARTS and v)]
+    return lines + columns(rows)
+
+
+#: The training plan's parts that are resource variables (the others are its arena's).
+_VARIABLE_PARTS = frozenset({"trainable weights", "optimizer state", "other variables"})
 
 
 def memory_lines(mem: MemoryReport, report: Report) -> list[str]:

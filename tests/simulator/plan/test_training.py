@@ -1,0 +1,134 @@
+"""The training-memory plan of a train signature against what LiteRT allocates for it, and
+the train_memory budget as simulate and check judge it (issue 49)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devicefit.simulator.errors import InputError
+from devicefit.simulator.plan.training import plan_training
+from devicefit.simulator.profiles import load_profile
+from devicefit.simulator.read.reader import read_model
+from devicefit.simulator.simulate import simulate
+from devicefit.simulator.target import TARGETS
+from devicefit.simulator.types import BudgetName, Status
+from tests.trainable_models import CHOICES, trainable_path
+from tests.zoo import model_path
+
+pytestmark = pytest.mark.slow  # the models are converted with TensorFlow
+
+#: Runs the train signature once in LiteRT (builtin kernels, no delegate) and prints the
+#: span of the signature subgraph's non-constant tensors from their buffer addresses: the
+#: arena LiteRT placed them in. The graph output is left out: LiteRT keeps a scalar output
+#: apart from the arena.
+_ARENA_SPAN = """
+import json, sys
+import numpy as np
+from ai_edge_litert.interpreter import Interpreter, OpResolverType
+path, subgraph, batch, skip = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+it = Interpreter(model_path=path,
+                 experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+runner = it.get_signature_runner("train")
+x = np.random.default_rng(0).normal(size=(batch, 8, 8, 1)).astype(np.float32)
+runner(x=x, y=np.eye(10, dtype=np.float32)[np.arange(batch) % 10])
+spans = []
+for i in json.loads(skip):
+    a = it._interpreter.tensor(it, i, subgraph)
+    spans.append((a.__array_interface__["data"][0], a.nbytes))
+low = min(s for s, _ in spans)
+print(max(s + n for s, n in spans) - low)
+"""
+
+
+def _measured_arena(path: Path, batch: int) -> int:
+    model = read_model(path)
+    sig = model.signature("train")
+    assert sig is not None
+    sg = model.subgraphs[sig.subgraph]
+    outputs = {t for _, t in sig.outputs}
+    tensors = [t.index for t in sg.tensors if not t.has_data and t.dtype != "resource"
+               and t.index not in outputs]
+    proc = subprocess.run([sys.executable, "-c", _ARENA_SPAN, str(path), str(sig.subgraph),
+                           str(batch), json.dumps(tensors)],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return int(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_reader_lists_the_signatures() -> None:
+    model = read_model(trainable_path("last", 8))
+    assert [(s.key, s.subgraph) for s in model.signatures] == [("infer", 0), ("train", 1)]
+    train = model.signature("train")
+    assert train is not None and [n for n, _ in train.inputs] == ["x", "y"]
+    assert model.subgraphs[1].tensors[dict(train.inputs)["x"]].shape == (8, 8, 8, 1)
+
+
+@pytest.mark.parametrize("batch", [8, 32])
+@pytest.mark.parametrize("choice", CHOICES)
+def test_the_plan_is_within_10_percent_of_litert(choice: str, batch: int) -> None:
+    """The planned arena against the span LiteRT placed the tensors over (measured in a
+    child process); the variables are sized from the model's shapes in both."""
+    path = trainable_path(choice, batch)
+    plan = plan_training(read_model(path))
+    measured = _measured_arena(path, batch)
+    assert abs(plan.arena_bytes - measured) <= 0.10 * measured, (plan.arena_bytes, measured)
+    assert plan.batch == batch and sum(plan.parts.values()) == plan.total_bytes
+
+
+def test_the_parts_follow_what_is_trained() -> None:
+    """Momentum SGD keeps one slot per trained value: optimizer state = trainable weights;
+    biases only train far fewer bytes than every layer."""
+    plans = {c: plan_training(read_model(trainable_path(c, 8))) for c in CHOICES}
+    for plan in plans.values():
+        assert plan.parts["optimizer state"] == plan.parts["trainable weights"] > 0
+    assert plans["biases"].parts["trainable weights"] == 4 * (64 + 32 + 10)
+    assert plans["all"].parts["trainable weights"] == 4 * sum(r * c + c for r, c in
+                                                              [(512, 64), (64, 32), (32, 10)])
+    assert plans["all"].total_bytes > plans["last"].total_bytes > plans["biases"].total_bytes
+
+
+def _budget(name: str, train_memory: int, tmp_path: Path) -> Path:
+    profile = tmp_path / f"{name}-{train_memory}.yaml"
+    profile.write_text(f"name: train-{train_memory}\nextends: {name}\n"
+                       f"budgets:\n  train_memory: {train_memory}\n")
+    return profile
+
+
+def test_the_budget_passes_and_fails_on_the_plan(tmp_path: Path) -> None:
+    path = trainable_path("all", 8)
+    total = plan_training(read_model(path)).total_bytes
+    over = simulate(path, str(_budget("android-arm64-cpu", total - 1, tmp_path)), probe=False)
+    fits = simulate(path, str(_budget("android-arm64-cpu", total, tmp_path)), probe=False)
+    (check,) = [b for b in over.budgets if b.name == BudgetName.TRAIN_MEMORY]
+    assert check.status == Status.FAIL and check.value == total and over.exit_code == 1
+    assert over.training is not None and over.training.total_bytes == total
+    assert [b.status for b in fits.budgets if b.name == BudgetName.TRAIN_MEMORY] == [Status.PASS]
+
+
+def test_a_model_without_a_train_signature_is_not_judged_on_it() -> None:
+    report = simulate(model_path("mlp_int8"), "android-arm64-cpu", probe=False)
+    assert load_profile("android-arm64-cpu").budgets.train_memory_bytes is not None
+    assert BudgetName.TRAIN_MEMORY not in [b.name for b in report.budgets]
+    assert BudgetName.TRAIN_MEMORY not in report.unchecked_budgets and report.ok
+    assert "train_memory budget not checked: the model has no train signature" in report.notes
+
+
+def test_tflm_has_no_training(tmp_path: Path) -> None:
+    """On an MCU the train signature cannot run: said in a note; with a training budget the
+    verdict fails with that reason (no figure could meet it)."""
+    path = trainable_path("last", 8)
+    why = "TensorFlow Lite Micro has no training: the train signature cannot run on this target"
+    plain = simulate(path, "stm32h743-cortex-m7", probe=False)
+    assert plain.training is None and plain.no_training == why and why in plain.notes
+    judged = simulate(path, str(_budget("stm32h743-cortex-m7", 10**6, tmp_path)), probe=False)
+    assert judged.unchecked_budgets == {BudgetName.TRAIN_MEMORY: why}
+    assert judged.verdict == Status.FAIL
+    with pytest.raises(InputError, match="has no training"):
+        plan_training(read_model(path), target=TARGETS["tflm"])
+    with pytest.raises(InputError, match="no 'adapt' signature .*'infer', 'train'"):
+        plan_training(read_model(path), "adapt")
+    assert plain.model.signatures == {"infer": 0, "train": 1}
