@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -101,3 +104,43 @@ def trainable_path(choice: str, batch: int) -> Path:
                 f.write(_build(choice, batch))
             os.replace(tmp, target)
     return target
+
+
+#: Runs the train signature once in LiteRT (builtin kernels, no delegate) and prints the
+#: span of the signature subgraph's non-constant tensors from their buffer addresses: the
+#: arena LiteRT placed them in. The graph output is left out: LiteRT keeps a scalar output
+#: apart from the arena.
+_ARENA_SPAN = """
+import json, sys
+import numpy as np
+from ai_edge_litert.interpreter import Interpreter, OpResolverType
+path, subgraph, batch, skip = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+it = Interpreter(model_path=path,
+                 experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+runner = it.get_signature_runner("train")
+x = np.random.default_rng(0).normal(size=(batch, 8, 8, 1)).astype(np.float32)
+runner(x=x, y=np.eye(10, dtype=np.float32)[np.arange(batch) % 10])
+spans = []
+for i in json.loads(skip):
+    a = it._interpreter.tensor(it, i, subgraph)
+    spans.append((a.__array_interface__["data"][0], a.nbytes))
+low = min(s for s, _ in spans)
+print(max(s + n for s, n in spans) - low)
+"""
+
+
+def measured_arena(path: Path, batch: int) -> int:
+    """The arena LiteRT placed the train signature's tensors in (bytes, measured)."""
+    from devicefit.simulator.read.reader import read_model
+
+    model = read_model(path)
+    sig = model.signature("train")
+    assert sig is not None
+    sg = model.subgraphs[sig.subgraph]
+    outputs = {t for _, t in sig.outputs}
+    tensors = [t.index for t in sg.tensors if not t.has_data and t.dtype != "resource"
+               and t.index not in outputs]
+    proc = subprocess.run([sys.executable, "-c", _ARENA_SPAN, str(path), str(sig.subgraph),
+                           str(batch), json.dumps(tensors)],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return int(proc.stdout.strip().splitlines()[-1])

@@ -33,7 +33,9 @@ from devicefit.simulator.read.reader import FILE_IDENTIFIER, other_format
 from devicefit.simulator.types import BudgetName
 
 DEFAULT_PROJECT_FILE = "devicefit.yaml"
-METRICS = tuple(BudgetName)
+#: The metrics check tabulates and keeps baselines of. The training budget is judged in each
+#: report's verdict (which check gates on); a column and a baseline of it are still to come.
+METRICS = tuple(m for m in BudgetName if m != BudgetName.TRAIN_MEMORY)
 #: Budget name → (Budgets field, parser, what is allowed).
 _BUDGET_FIELDS: dict[str, tuple[str, Callable[[Any], float], str]] = {
     "flash": ("flash_bytes", parse_size, SIZE_UNITS_HELP),

@@ -3,9 +3,6 @@ the train_memory budget as simulate and check judge it (issue 49)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,47 +14,10 @@ from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.target import TARGETS
 from devicefit.simulator.types import BudgetName, Status
-from tests.trainable_models import CHOICES, trainable_path
+from tests.trainable_models import CHOICES, measured_arena, trainable_path
 from tests.zoo import model_path
 
 pytestmark = pytest.mark.slow  # the models are converted with TensorFlow
-
-#: Runs the train signature once in LiteRT (builtin kernels, no delegate) and prints the
-#: span of the signature subgraph's non-constant tensors from their buffer addresses: the
-#: arena LiteRT placed them in. The graph output is left out: LiteRT keeps a scalar output
-#: apart from the arena.
-_ARENA_SPAN = """
-import json, sys
-import numpy as np
-from ai_edge_litert.interpreter import Interpreter, OpResolverType
-path, subgraph, batch, skip = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-it = Interpreter(model_path=path,
-                 experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-runner = it.get_signature_runner("train")
-x = np.random.default_rng(0).normal(size=(batch, 8, 8, 1)).astype(np.float32)
-runner(x=x, y=np.eye(10, dtype=np.float32)[np.arange(batch) % 10])
-spans = []
-for i in json.loads(skip):
-    a = it._interpreter.tensor(it, i, subgraph)
-    spans.append((a.__array_interface__["data"][0], a.nbytes))
-low = min(s for s, _ in spans)
-print(max(s + n for s, n in spans) - low)
-"""
-
-
-def _measured_arena(path: Path, batch: int) -> int:
-    model = read_model(path)
-    sig = model.signature("train")
-    assert sig is not None
-    sg = model.subgraphs[sig.subgraph]
-    outputs = {t for _, t in sig.outputs}
-    tensors = [t.index for t in sg.tensors if not t.has_data and t.dtype != "resource"
-               and t.index not in outputs]
-    proc = subprocess.run([sys.executable, "-c", _ARENA_SPAN, str(path), str(sig.subgraph),
-                           str(batch), json.dumps(tensors)],
-                          capture_output=True, text=True, timeout=120, check=True)
-    return int(proc.stdout.strip().splitlines()[-1])
-
 
 def test_the_reader_lists_the_signatures() -> None:
     model = read_model(trainable_path("last", 8))
@@ -74,7 +34,7 @@ def test_the_plan_is_within_10_percent_of_litert(choice: str, batch: int) -> Non
     child process); the variables are sized from the model's shapes in both."""
     path = trainable_path(choice, batch)
     plan = plan_training(read_model(path))
-    measured = _measured_arena(path, batch)
+    measured = measured_arena(path, batch)
     assert abs(plan.arena_bytes - measured) <= 0.10 * measured, (plan.arena_bytes, measured)
     assert plan.batch == batch and sum(plan.parts.values()) == plan.total_bytes
 
