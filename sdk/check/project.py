@@ -33,8 +33,9 @@ from devicefit.simulator.read.reader import FILE_IDENTIFIER, other_format
 from devicefit.simulator.types import BudgetName
 
 DEFAULT_PROJECT_FILE = "devicefit.yaml"
-#: The metrics check tabulates and keeps baselines of. The training budget is judged in each
-#: report's verdict (which check gates on); a column and a baseline of it are still to come.
+#: The metrics a project's budgets and regression rules name. The training budget is a
+#: profile's only (``budgets.train_memory``); check shows it where a model has a train
+#: signature (:func:`devicefit.sdk.check.views.table_metrics`).
 METRICS = tuple(m for m in BudgetName if m != BudgetName.TRAIN_MEMORY)
 #: Budget name → (Budgets field, parser, what is allowed).
 _BUDGET_FIELDS: dict[str, tuple[str, Callable[[Any], float], str]] = {

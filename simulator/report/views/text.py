@@ -29,6 +29,9 @@ from devicefit.simulator.report.views.messages import (
     conversion_text,
     decimal_budget,
     decimal_sizes,
+    signature_line,
+    training_heading,
+    training_rows,
     verdict_causes,
 )
 from devicefit.simulator.types import BudgetName, LatencyBasis, Status
@@ -134,28 +137,18 @@ def refusal_lines(refusal: CompileRefusal) -> list[str]:
 def training_lines(report: Report) -> list[str]:
     """The model's signatures, and the memory its ``train`` signature needs on the device
     (planned, by part) or why it cannot run there."""
-    sigs = report.model.signatures
-    if not sigs:
+    signatures = signature_line(report)
+    if signatures is None:
         return []
-    lines = ["", "Signatures  " + ", ".join(f"{k} (subgraph {v})" for k, v in sigs.items())]
-    t = report.training
+    lines = ["", f"Signatures  {signatures}"]
     if report.no_training is not None:
         lines.append(f"  {report.no_training}")
-    if t is None:
+    heading = training_heading(report)
+    if heading is None:
         return lines
     size = partial(format_bytes, decimal=decimal_sizes(report, BudgetName.TRAIN_MEMORY))
-    lines.append(f"Training memory ('{t.signature}' signature, batch {t.batch}, "
-                 f"{t.basis}: LiteRT's allocation, planned)")
-    rows = [["total", size(t.total_bytes)], ["variables", size(t.variables_bytes)],
-            *([f"  {k}", size(v)] for k, v in t.parts.items() if k in _VARIABLE_PARTS and v),
-            ["arena", size(t.arena_bytes)],
-            *([f"  {k}", size(v)] for k, v in t.parts.items()
-              if k not in _VARIABLE_PARTS and v)]
-    return lines + columns(rows)
-
-
-#: The training plan's parts that are resource variables (the others are its arena's).
-_VARIABLE_PARTS = frozenset({"trainable weights", "optimizer state", "other variables"})
+    return [*lines, heading,
+            *columns([[label, size(value)] for label, value in training_rows(report)])]
 
 
 def memory_lines(mem: MemoryReport, report: Report) -> list[str]:

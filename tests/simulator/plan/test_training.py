@@ -54,7 +54,7 @@ def test_the_parts_follow_what_is_trained() -> None:
 def _budget(name: str, train_memory: int, tmp_path: Path) -> Path:
     profile = tmp_path / f"{name}-{train_memory}.yaml"
     profile.write_text(f"name: train-{train_memory}\nextends: {name}\n"
-                       f"budgets:\n  train_memory: {train_memory}\n")
+                       f"budgets:\n  train_memory: {train_memory}B\n")
     return profile
 
 
@@ -92,3 +92,22 @@ def test_tflm_has_no_training(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no 'adapt' signature .*'infer', 'train'"):
         plan_training(read_model(path), "adapt")
     assert plain.model.signatures == {"infer": 0, "train": 1}
+
+
+def test_check_gates_and_shows_the_training_budget(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """check fails the project on the training budget and shows its column, the figure
+    against its budget, only because a model has a train signature."""
+    from devicefit.sdk.cli import main
+
+    path = trainable_path("all", 8)
+    total = plan_training(read_model(path)).total_bytes
+    (tmp_path / "all8.tflite").write_bytes(path.read_bytes())
+    _budget("android-arm64-cpu", total - 1, tmp_path).rename(tmp_path / "tight.yaml")
+    (tmp_path / "devicefit.yaml").write_text(
+        "version: 1\nmodels:\n  - path: all8.tflite\n    profiles: [tight.yaml]\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "--markdown", "summary.md"]) == 1
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| train_memory |" in summary and "715.0 KiB / 715.0 KiB ❌" in summary
+    assert "train_memory 715.0 KiB exceeds its 715.0 KiB budget by 1 B (estimated)" in summary

@@ -89,7 +89,9 @@ def test_judge_runs_once_on_the_whole_report():
     unjudged = static_report(read_model(model_path("residual_int8")), profile)
     assert unjudged.budgets == [] and not unjudged.ok
     judged = judge(unjudged, profile)
-    assert [b.name for b in judged.budgets] == [b.name for b in BUDGETS]
+    # Every budget the profile sets (an MCU's sets no training budget: TFLM has no training).
+    assert [b.name for b in judged.budgets] == [b.name for b in BUDGETS
+                                                if b.name != BudgetName.TRAIN_MEMORY]
     assert judged.verdict == Status.PASS and unjudged.budgets == []  # a new report
     with pytest.raises(ValueError, match="judged already"):
         judge(judged, profile)
