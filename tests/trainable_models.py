@@ -106,31 +106,45 @@ def trainable_path(choice: str, batch: int) -> Path:
     return target
 
 
-#: Runs the train signature once in LiteRT (builtin kernels, no delegate) and prints the
-#: span of the signature subgraph's non-constant tensors from their buffer addresses: the
-#: arena LiteRT placed them in. The graph output is left out: LiteRT keeps a scalar output
-#: apart from the arena.
-_ARENA_SPAN = """
-import json, sys
+#: Runs the train signature once in LiteRT (builtin kernels, no delegate) and prints, as
+#: JSON, ``arena``: the span of the signature subgraph's non-constant tensors from their
+#: buffer addresses (the arena LiteRT placed them in; the graph output is left out: LiteRT
+#: keeps a scalar output apart from the arena), and ``heap``: the bytes glibc's malloc had
+#: handed out more after that step than before it (mallinfo2: arena, variables, the kernels'
+#: data, the initialising subgraph, the interpreter's structures).
+_TRAIN_STEP = """
+import ctypes, json, sys
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena ordblks smblks hblks hblkhd usmblks "
+                                               "fsmblks uordblks fordblks keepcost").split()]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+def used():
+    info = libc.mallinfo2()
+    return info.uordblks + info.hblkhd
 path, subgraph, batch, skip = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 it = Interpreter(model_path=path,
                  experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
 runner = it.get_signature_runner("train")
 x = np.random.default_rng(0).normal(size=(batch, 8, 8, 1)).astype(np.float32)
-runner(x=x, y=np.eye(10, dtype=np.float32)[np.arange(batch) % 10])
+y = np.eye(10, dtype=np.float32)[np.arange(batch) % 10]
+before = used()
+runner(x=x, y=y)
+heap = used() - before
 spans = []
 for i in json.loads(skip):
     a = it._interpreter.tensor(it, i, subgraph)
     spans.append((a.__array_interface__["data"][0], a.nbytes))
 low = min(s for s, _ in spans)
-print(max(s + n for s, n in spans) - low)
+print(json.dumps({"arena": max(s + n for s, n in spans) - low, "heap": heap}))
 """
 
 
-def measured_arena(path: Path, batch: int) -> int:
-    """The arena LiteRT placed the train signature's tensors in (bytes, measured)."""
+def measure_train_step(path: Path, batch: int) -> dict[str, int]:
+    """What LiteRT allocated for one step of the train signature (bytes, measured in a
+    child process): ``arena`` and ``heap`` (see ``_TRAIN_STEP``)."""
     from devicefit.simulator.read.reader import read_model
 
     model = read_model(path)
@@ -140,7 +154,8 @@ def measured_arena(path: Path, batch: int) -> int:
     outputs = {t for _, t in sig.outputs}
     tensors = [t.index for t in sg.tensors if not t.has_data and t.dtype != "resource"
                and t.index not in outputs]
-    proc = subprocess.run([sys.executable, "-c", _ARENA_SPAN, str(path), str(sig.subgraph),
+    proc = subprocess.run([sys.executable, "-c", _TRAIN_STEP, str(path), str(sig.subgraph),
                            str(batch), json.dumps(tensors)],
                           capture_output=True, text=True, timeout=120, check=True)
-    return int(proc.stdout.strip().splitlines()[-1])
+    measured: dict[str, int] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return measured

@@ -8,6 +8,8 @@ as data (:meth:`~simulator.report.report.TargetSection.text_lines`), which this 
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -363,8 +365,25 @@ def compatibility_lines(report: Report) -> list[str]:
         p = c.probe
         lines.append(f"  asked of {p.runtime}: {p.signatures} operator signatures, "
                      f"{p.cached} cached, {p.probed} probed now"
-                     + (f"; not asked: {'; '.join(p.not_probed)}" if p.not_probed else ""))
+                     + (f"; not asked: {_not_asked(p.not_probed)}" if p.not_probed else ""))
     return lines
+
+
+_NOT_ASKED = re.compile(r"(?P<op>\S+) \(op (?P<where>[^)]+)\): (?P<why>.*)", re.S)
+
+
+def _not_asked(entries: Sequence[str]) -> str:
+    """The operators not asked of the runtime, one clause per reason: a trainable model
+    has dozens of VAR_HANDLE and READ_VARIABLE operators, all for one reason."""
+    by_reason: dict[str, list[str]] = {}
+    for entry in entries:
+        m = _NOT_ASKED.fullmatch(entry)
+        op, why = (f"{m['op']} (op {m['where']})", m["why"]) if m else (entry, "")
+        by_reason.setdefault(why, []).append(op)
+    return "; ".join(
+        (", ".join(ops) if len(ops) <= 3 else
+         ", ".join(f"{name}×{n}" for name, n in Counter(o.split(" ")[0] for o in ops).items()))
+        + (f": {why}" if why else "") for why, ops in by_reason.items())
 
 
 def _supported_line(c: CompatibilityReport) -> str:

@@ -14,7 +14,7 @@ from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.target import TARGETS
 from devicefit.simulator.types import BudgetName, Status
-from tests.trainable_models import CHOICES, measured_arena, trainable_path
+from tests.trainable_models import CHOICES, measure_train_step, trainable_path
 from tests.zoo import model_path
 
 pytestmark = pytest.mark.slow  # the models are converted with TensorFlow
@@ -34,7 +34,7 @@ def test_the_plan_is_within_10_percent_of_litert(choice: str, batch: int) -> Non
     child process); the variables are sized from the model's shapes in both."""
     path = trainable_path(choice, batch)
     plan = plan_training(read_model(path))
-    measured = measured_arena(path, batch)
+    measured = measure_train_step(path, batch)["arena"]
     assert abs(plan.arena_bytes - measured) <= 0.10 * measured, (plan.arena_bytes, measured)
     assert plan.batch == batch and sum(plan.parts.values()) == plan.total_bytes
 
