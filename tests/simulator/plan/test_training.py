@@ -12,7 +12,7 @@ from devicefit.simulator.plan.training import plan_training
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.simulate import simulate
-from devicefit.simulator.target import TARGETS
+from devicefit.simulator.target import TARGETS, read_report
 from devicefit.simulator.types import BudgetName, Status
 from tests.trainable_models import CHOICES, measure_train_step, trainable_path
 from tests.zoo import model_path
@@ -64,6 +64,7 @@ def test_the_budget_passes_and_fails_on_the_plan(tmp_path: Path) -> None:
     over = simulate(path, str(_budget("android-arm64-cpu", total - 1, tmp_path)), probe=False)
     fits = simulate(path, str(_budget("android-arm64-cpu", total, tmp_path)), probe=False)
     (check,) = [b for b in over.budgets if b.name == BudgetName.TRAIN_MEMORY]
+    assert read_report(over.to_dict()) == over  # the plan reads back from the JSON report
     assert check.status == Status.FAIL and check.value == total and over.exit_code == 1
     assert over.training is not None and over.training.total_bytes == total
     assert [b.status for b in fits.budgets if b.name == BudgetName.TRAIN_MEMORY] == [Status.PASS]
