@@ -133,7 +133,7 @@ def _arena_parts(arena: MemoryPlan, sg: Subgraph, batch: list[int],
                            "kernel temporaries"), 0)
     for b in arena.buffers:
         if b.first <= peak <= b.last:
-            kind = ("kernel temporaries" if b.tensor >= len(sg.tensors) else
+            kind = ("kernel temporaries" if b.kind == "scratch" else
                     "batch" if b.tensor in batch else "variable copies" if b.tensor in reads
                     else "saved activations" if b.tensor in activations else "gradients")
             parts[kind] += b.size

@@ -24,7 +24,7 @@ from devicefit.simulator.plan.lifetimes import align_up, live_bytes_per_step
 from devicefit.simulator.plan.planners.base import check_plan
 from devicefit.simulator.plan.planners.index import PlacedIndex
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.read.model import DTYPE_BYTES, Model, Operator, Subgraph, Tensor
+from devicefit.simulator.read.model import DTYPE_BYTES, Model, Operator, Subgraph
 from devicefit.simulator.types import Buffer, MemoryPlan
 
 LITERT_ALIGNMENT = 64
@@ -75,22 +75,25 @@ def litert_buffers(model: Model, order: Sequence[int] | None = None, subgraph: i
     nbytes = {t: sg.tensors[t].num_elements * DTYPE_BYTES.get(sg.tensors[t].dtype, 0)
               for t in alloc if arena(t)}
     names = {t: sg.tensors[t].name for t in nbytes}
+    requested_by: dict[int, int] = {}
     if temporaries:
-        # LiteRT adds a kernel's temporaries after the file's tensors, node by node.
+        # LiteRT adds a kernel's temporaries after the file's tensors, node by node: they
+        # are placed by the same order, keyed by the index LiteRT gives them.
         temps = ((node, op, what, size) for node, op in enumerate(ops)
                  for what, size in kernel_temporaries(sg, op))
         for t, (node, op, what, size) in enumerate(temps, start=len(sg.tensors)):
             alloc[t], dealloc[t], nbytes[t] = node, node, size
-            names[t] = f"{op.op_name} {what} (op {op.index})"
+            names[t], requested_by[t] = f"{op.op_name} {what}", op.index
 
     def whole_run(t: int) -> bool:
         return alloc[t] == 0 and t not in dealloc
 
     candidates = sorted(nbytes, key=lambda t: (0, t, 0, 0) if whole_run(t)
                         else (1, -nbytes[t], alloc[t], t))
-    return [Buffer(tensor=t, name=names[t], size=nbytes[t], first=alloc[t],
-                   last=dealloc.get(t, end), kind="tensor" if t < len(sg.tensors) else "scratch",
-                   subgraph=subgraph) for t in candidates if nbytes[t] > 0]
+    return [Buffer(tensor=-1 if t in requested_by else t, name=names[t], size=nbytes[t],
+                   first=alloc[t], last=dealloc.get(t, end),
+                   kind="scratch" if t in requested_by else "tensor", subgraph=subgraph,
+                   op=requested_by.get(t, -1)) for t in candidates if nbytes[t] > 0]
 
 
 def kernel_temporaries(sg: Subgraph, op: Operator) -> list[tuple[str, int]]:
@@ -99,26 +102,22 @@ def kernel_temporaries(sg: Subgraph, op: Operator) -> list[tuple[str, int]]:
     kernel larger than 1x1 or a stride or dilation above 1) and a batched matmul's
     transposed operands (the left one always; the right one in the arena unless it is a
     constant, which the kernel transposes once into memory of its own)."""
-    def tensor(i: int) -> Tensor:
-        return sg.tensors[i]
-
-    if op.op_name == "CONV_2D" and tensor(op.inputs[0]).dtype == "float32":
-        x, w, y = tensor(op.inputs[0]), tensor(op.inputs[1]), tensor(op.outputs[0])
+    if len(op.inputs) < 2 or min(op.inputs[:2]) < 0 or not op.outputs or op.outputs[0] < 0:
+        return []  # not a kernel these rules know (a hostile file's operator)
+    x, w, y = sg.tensors[op.inputs[0]], sg.tensors[op.inputs[1]], sg.tensors[op.outputs[0]]
+    if x.dtype != "float32":
+        return []
+    if op.op_name == "CONV_2D" and len(x.shape) == len(w.shape) == len(y.shape) == 4:
         o = op.options
-        if len(w.shape) != 4 or len(y.shape) != 4 or len(x.shape) != 4:
-            return []
-        unit = w.shape[1] == w.shape[2] == 1 and o.get("stride_w", 1) == o.get("stride_h", 1) \
-            == o.get("dilation_wfactor", 1) == o.get("dilation_hfactor", 1) == 1
-        if unit:
-            return []
+        steps = (o.get("stride_w", 1), o.get("stride_h", 1), o.get("dilation_wfactor", 1),
+                 o.get("dilation_hfactor", 1))
+        if w.shape[1] == w.shape[2] == 1 and set(steps) == {1}:
+            return []  # a 1x1 convolution multiplies the input as it is
         col = y.shape[0] * y.shape[1] * y.shape[2] * w.shape[1] * w.shape[2] * x.shape[3]
         return [("im2col", col * DTYPE_BYTES[x.dtype])]
-    if op.op_name == "BATCH_MATMUL" and tensor(op.inputs[0]).dtype == "float32":
-        lhs, rhs = tensor(op.inputs[0]), tensor(op.inputs[1])
-        out = [("transposed lhs", lhs.nbytes)]
-        if not rhs.has_data:
-            out.append(("transposed rhs", rhs.nbytes))
-        return out
+    if op.op_name == "BATCH_MATMUL":
+        return [("transposed lhs", x.nbytes),
+                *([] if w.has_data else [("transposed rhs", w.nbytes)])]
     return []
 
 

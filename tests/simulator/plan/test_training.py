@@ -49,6 +49,9 @@ def test_the_parts_follow_what_is_trained() -> None:
     assert plans["all"].parts["trainable weights"] == 4 * sum(r * c + c for r, c in
                                                               [(512, 64), (64, 32), (32, 10)])
     assert plans["all"].total_bytes > plans["last"].total_bytes > plans["biases"].total_bytes
+    # The frozen 3x3 convolution's im2col (batch 8, 8x8 outputs, 9 taps, float) is live at
+    # the arena's fullest step of the smallest plan: the step that convolves.
+    assert plans["last"].parts["kernel temporaries"] == 4 * 8 * 8 * 8 * 9
 
 
 def _budget(name: str, train_memory: int, tmp_path: Path) -> Path:
