@@ -115,3 +115,20 @@ def test_check_gates_and_shows_the_training_budget(tmp_path: Path,
     summary = (tmp_path / "summary.md").read_text()
     assert "| train_memory |" in summary and "715.0 KiB / 715.0 KiB ❌" in summary
     assert "train_memory 715.0 KiB exceeds its 715.0 KiB budget by 1 B (estimated)" in summary
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda sig: setattr(sig, "subgraphIndex", 99), "signature 'train' runs subgraph 99"),
+    (lambda sig: setattr(sig.inputs[0], "tensorIndex", 9999),
+     "signature 'train' input 'x' is tensor 9999"),
+])
+def test_a_signature_pointing_outside_the_model_is_one_clear_error(edit, message: str) -> None:
+    from devicefit.simulator.errors import ModelFormatError
+    from devicefit.simulator.read.reader import parse_model
+    from devicefit.simulator.read.writer import pack, unpack
+
+    model = unpack(trainable_path("last", 8).read_bytes())
+    (train,) = [s for s in model.signatureDefs if s.signatureKey == b"train"]
+    edit(train)
+    with pytest.raises(ModelFormatError, match=message):
+        parse_model(pack(model), "bad-signature.tflite")
