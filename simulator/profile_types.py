@@ -44,6 +44,8 @@ class Budgets:
     latency_ms: float | None = None
     #: The GPU memory the delegate's partitions may hold (a ``mobile-gpu`` profile's).
     gpu_memory_bytes: int | None = None
+    #: What running the model's train signature once may allocate (on-device training).
+    train_memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,8 @@ def profile_schema() -> dict[str, Any]:
             "code_size": SIZE,
             "version": leaf(_version, "a version such as 2.3.1"),
         },
-        "budgets": {"flash": SIZE, "arena": MEMORY, "latency": TIME, "gpu_memory": MEMORY},
+        "budgets": {"flash": SIZE, "arena": MEMORY, "latency": TIME, "gpu_memory": MEMORY,
+                    "train_memory": MEMORY},
         "quantization": {
             "schemes": list_of(one_of(*QUANT_SCHEMES), non_empty=True),
             "default": one_of(*QUANT_SCHEMES),

@@ -28,6 +28,7 @@ from devicefit.simulator.judge.invariants import check_static
 from devicefit.simulator.judge.verdict import judge
 from devicefit.simulator.plan.compat import static_compatibility
 from devicefit.simulator.plan.shapes import resolve_shapes, shape_notes
+from devicefit.simulator.plan.training import TRAIN, cannot_train, plan_training
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.read.model import Model
@@ -201,9 +202,16 @@ def static_report(model: Model, profile: Profile, order: Sequence[int] | None = 
             latency, band_ms=None, band=None,
             band_basis="shapes unresolved: no validated band (the estimate counts the "
                        "file's placeholder sizes for the unresolved dimensions)")
+    training, no_training = None, None
+    if model.signature(TRAIN) is not None:
+        no_training = cannot_train(target)
+        training = plan_training(model, TRAIN, target) if no_training is None else None
+        notes.append(no_training or f"training memory ('{TRAIN}' signature): " +
+                     "; ".join(training.notes if training else ()))
     return Report(model=model_summary(model, shapes), profile=profile_summary(profile),
                   memory=memory_report(model, profile, target, plan), compute=compute,
-                  compatibility=compatibility, latency=latency, notes=notes)
+                  compatibility=compatibility, latency=latency, notes=notes,
+                  training=training, no_training=no_training)
 
 
 def profile_summary(profile: Profile) -> ProfileSummary:
@@ -217,7 +225,8 @@ def model_summary(model: Model, shapes: ShapesReport | None = None) -> ModelSumm
         path=model.path, sha256=model.sha256, size_bytes=model.size_bytes,
         operators=sum(len(sg.operators) for sg in model.subgraphs),
         op_types=model.op_types, parameters=parameters_by_dtype(model),
-        conversion=conversion_settings(model), shapes=shapes)
+        conversion=conversion_settings(model), shapes=shapes,
+        signatures={s.key: s.subgraph for s in model.signatures})
 
 
 def conversion_settings(model: Model) -> dict[str, Any] | None:

@@ -87,6 +87,13 @@ class Planner(Protocol):
                  /) -> MemoryPlan: ...
 
 
+class SignaturePlanner(Protocol):
+    """The arena a signature's subgraph runs in, by the runtime's rules (kernel temporaries
+    included where it knows them)."""
+
+    def __call__(self, model: Model, subgraph: int, /) -> MemoryPlan: ...
+
+
 class OpTable(Protocol):
     """The target's op table: the operators its runtime cannot run, each with why."""
 
@@ -386,6 +393,11 @@ class Target:
         gives every tensor once the inputs are resized and the model invoked (LiteRT, in a
         child); :mod:`simulator.plan.shapes` confirms its own inference with the first target
         that has one. None: its runtime runs the stored shapes only.
+    ``signature_planner``
+        ``(model, subgraph) -> MemoryPlan``: the arena its runtime gives the subgraph a
+        signature runs (LiteRT's signature runner: a trainable model's ``train``), which
+        :mod:`simulator.plan.training` plans training memory with; None: its runtime runs
+        the main graph only, so no train signature runs on it (TFLM has no training).
     ``failed_node``
         A regular expression for the operator a failed run stopped at, in its runner's
         message (named groups ``op`` and ``index``: TFLM's "Node CONV_2D (number 3)");
@@ -431,6 +443,7 @@ class Target:
     export: Exporter | None = None
     failed_node: str | None = None
     shapes: ShapeOracle | None = None
+    signature_planner: SignaturePlanner | None = None
 
 
 # --------------------------------------------------------------------------- the registry

@@ -52,6 +52,7 @@ class BudgetName(StrEnum):
     ARENA = "arena"
     LATENCY = "latency"
     GPU_MEMORY = "gpu_memory"
+    TRAIN_MEMORY = "train_memory"
 
 
 class Unit(StrEnum):
@@ -168,6 +169,29 @@ class MemoryPlan:
     @property
     def arena_required_bytes(self) -> int:
         return max(self.required_bytes or 0, self.arena_bytes)
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """The memory a runtime allocates to run a model's train signature once: its subgraph's
+    arena and the model's resource variables (:func:`simulator.plan.training.plan_training`).
+
+    ``parts`` name where the bytes go and add up to ``total_bytes``: the variables
+    (``trainable weights``, ``optimizer state``, ``other variables``) and the arena at its
+    fullest step (``batch``, ``saved activations``, ``gradients``, ``variable copies``,
+    ``kernel temporaries``, ``arena gaps``: what the placement leaves unused there).
+    """
+
+    signature: str
+    subgraph: int
+    #: The leading dimension of the signature's first input.
+    batch: int
+    arena_bytes: int
+    variables_bytes: int
+    total_bytes: int
+    parts: dict[str, int]
+    basis: Basis = Basis.ESTIMATED
+    notes: tuple[str, ...] = ()
 
 
 @dataclass

@@ -27,7 +27,8 @@ MAX_BASELINE_BYTES = 64 * 1024**2
 #: Metric → (baseline key, unit).
 METRIC_KEYS = {BudgetName.FLASH: ("flash_bytes", Unit.BYTES),
                BudgetName.ARENA: ("arena_bytes", Unit.BYTES),
-               BudgetName.LATENCY: ("latency_ms", Unit.MS)}
+               BudgetName.LATENCY: ("latency_ms", Unit.MS),
+               BudgetName.TRAIN_MEMORY: ("train_memory_bytes", Unit.BYTES)}
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,16 @@ class BaselineEntry:
     latency_ms: float | None
     #: The model file the figures are of.
     sha256: str = ""
+    #: The planned memory of the model's train signature (None: it has none, or the
+    #: target cannot run it).
+    train_memory_bytes: float | None = None
 
     @classmethod
     def of(cls, report: Report) -> BaselineEntry:
         latency = report.latency.estimated_device_ms if report.latency else None
         flash = report.memory.flash_bytes if report.memory is not None else None
-        return cls(flash, static_arena_bytes(report), latency, report.model.sha256)
+        train = report.training.total_bytes if report.training is not None else None
+        return cls(flash, static_arena_bytes(report), latency, report.model.sha256, train)
 
     def figure(self, metric: BudgetName) -> float | None:
         value: float | None = getattr(self, METRIC_KEYS[metric][0])
@@ -150,7 +155,7 @@ def _entry(metrics: dict[str, Any]) -> BaselineEntry:
 
     sha256 = metrics.get("sha256")
     return BaselineEntry(figure("flash_bytes"), figure("arena_bytes"), figure("latency_ms"),
-                         sha256 if isinstance(sha256, str) else "")
+                         sha256 if isinstance(sha256, str) else "", figure("train_memory_bytes"))
 
 
 def compare(rules: tuple[RegressionRule, ...], entry: BaselineEntry,

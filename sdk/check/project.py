@@ -34,7 +34,9 @@ from devicefit.simulator.types import BudgetName
 
 DEFAULT_PROJECT_FILE = "devicefit.yaml"
 #: The budgets a project file may set or override, ``check``'s table shows and a baseline
-#: keeps. A GPU profile's ``gpu_memory`` is judged in each report's verdict, not here.
+#: keeps. A GPU profile's ``gpu_memory`` is judged in each report's verdict, not here; the
+#: training budget is a profile's only (``budgets.train_memory``), shown where a model has a
+#: train signature (:func:`devicefit.sdk.check.views.table_metrics`).
 METRICS = (BudgetName.FLASH, BudgetName.ARENA, BudgetName.LATENCY)
 #: Budget name → (Budgets field, parser, what is allowed).
 _BUDGET_FIELDS: dict[str, tuple[str, Callable[[Any], float], str]] = {

@@ -82,6 +82,15 @@ class MetricCell:
         return f"{shown} / {self.limit}" if self.limit else shown
 
 
+def table_metrics(result: CheckResult) -> tuple[BudgetName, ...]:
+    """The metric columns of check's tables: the training budget's only when a model of the
+    project has a train signature (a column of "-" on every inference model says nothing)."""
+    trains = any(o.report is not None and (o.report.training is not None
+                                           or o.report.no_training is not None)
+                 for o in result.outcomes)
+    return (*METRICS, BudgetName.TRAIN_MEMORY) if trains else METRICS
+
+
 def metric_parts(o: Outcome, metric: BudgetName) -> MetricCell:
     """The figure of ``metric``, its band, its budget and the budget's verdict."""
     if o.report is None:
@@ -238,10 +247,11 @@ def markdown(result: CheckResult) -> str:
              f"{md_code(Path(result.project).name)} · {mode} · {result.seconds:.1f} s", ""]
     if (compared := baseline_text(result)) is not None:
         lines += [f"**Regressions**: {_md_escape(compared)}", ""]
-    lines += ["| | model | profile | " + " | ".join(METRICS) + " | regression |",
-              "|---|---|---|" + "---|" * len(METRICS) + "---|"]
+    metrics = table_metrics(result)
+    lines += ["| | model | profile | " + " | ".join(metrics) + " | regression |",
+              "|---|---|---|" + "---|" * len(metrics) + "---|"]
     for o in result.outcomes:
-        cells = [_md_cell(*metric_cell(o, m)) for m in METRICS] + [_md_cell(*regression_cell(o))]
+        cells = [_md_cell(*metric_cell(o, m)) for m in metrics] + [_md_cell(*regression_cell(o))]
         lines.append(f"| {MARKS[o.status]} | {_md_escape(o.model)} | {_md_escape(o.profile)} | "
                      + " | ".join(cells) + " |")
     failing = [o for o in result.outcomes if o.status != TargetStatus.PASS]
@@ -270,7 +280,8 @@ def json_text(result: CheckResult) -> str:
 
 def html(result: CheckResult) -> str:
     """One page for the project: the gate's table, then a section per model × profile."""
-    rows = [(o.model, o.profile, *(metric_cell(o, m)[0] for m in METRICS),
+    metrics = table_metrics(result)
+    rows = [(o.model, o.profile, *(metric_cell(o, m)[0] for m in metrics),
              regression_cell(o)[0],
              "; ".join(problems(o)) if o.status != TargetStatus.PASS else "",
              o.status.upper() if o.status != TargetStatus.PASS else "pass")
@@ -284,7 +295,7 @@ def html(result: CheckResult) -> str:
     intro = (f"<p>{escape(Path(result.project).name)} · {escape(mode)} · verdict "
              f"<b>{escape(result.verdict)}</b></p>"
              + (f"<p>Regressions: {escape(compared)}</p>" if compared else "")
-             + html_table(("model", "profile", *METRICS, "regression", "problems", "status"),
+             + html_table(("model", "profile", *metrics, "regression", "problems", "status"),
                           rows, [o.status for o in result.outcomes], last_cell_class="status")
              + more)
     sections = [Section(f"{o.model} on {o.profile}", o.report, o.status,

@@ -281,8 +281,7 @@ def _table(result: CheckResult) -> FirstFit:
     (a column of "-"). A failing figure is red and one at risk yellow in every form."""
     from rich.markup import escape
 
-    from devicefit.sdk.check.project import METRICS
-    from devicefit.sdk.check.views import metric_parts, regression_parts
+    from devicefit.sdk.check.views import metric_parts, regression_parts, table_metrics
     from devicefit.sdk.console import first_fit, table
     from devicefit.simulator.types import Status
 
@@ -292,11 +291,12 @@ def _table(result: CheckResult) -> FirstFit:
                      for line in lines)
 
     ruled = any(o.rules for o in result.outcomes)
+    metrics = table_metrics(result)
 
     def rows(form: str) -> list[list[object]]:
         out: list[list[object]] = []
         for o in result.outcomes:
-            cells = [metric_parts(o, m) for m in METRICS]
+            cells = [metric_parts(o, m) for m in metrics]
             target: list[object]
             if form == "stacked":
                 target = [(escape(o.model), escape(o.profile))]
@@ -315,14 +315,14 @@ def _table(result: CheckResult) -> FirstFit:
                         *([regression] if ruled or form == "full" else [])])
         return out
 
-    heads = ["", "model", "profile", *METRICS]
-    stacked = ["", "model\nprofile", *(f"{m}\n/ budget" for m in METRICS)]
+    heads = ["", "model", "profile", *metrics]
+    stacked = ["", "model\nprofile", *(f"{m}\n/ budget" for m in metrics)]
     last = ["regression"] if ruled else []
     # Folded, "AT RISK" would read as two words and "/ 1.5 MiB" lose its budget's sense.
     return first_fit(table(None, [*heads, "regression"], rows("full"), whole=[0]),
                      table(None, heads + last, rows("compact"), whole=[0]),
                      table(None, stacked + last, rows("stacked"),
-                           whole=[0, *range(2, 2 + len(METRICS))], names=[1]))
+                           whole=[0, *range(2, 2 + len(metrics))], names=[1]))
 
 
 def _print(console: Console, result: CheckResult, written: list[str], notes: bool) -> None:

@@ -10,7 +10,10 @@ only what it can show to fit) it fails the verdict. A latency budget the estimat
 the top of its error band does not is "at-risk": it passes the verdict, and ``check
 --fail-on-risk`` fails on it. An operator the target's runtime lacks fails the verdict
 whatever the budgets say, and so does a model the target's compiler refused (its report has
-no figure to judge: every budget is unchecked, the refusal its reason).
+no figure to judge: every budget is unchecked, the refusal its reason). A training-memory
+budget on a target that cannot run the model's train signature (TFLM has no training)
+fails too, with that reason; a model with no train signature is not trained on the device,
+so the budget does not apply to it (a note says it was not checked; the verdict stands).
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ class Budget:
     value: Callable[[Report], Figure | str]
     #: Bounded by the device's physical memory of this kind (``device_limits``).
     device_bound: bool = False
+    #: Why the budget does not apply to this model (a note, not an unchecked budget: the
+    #: verdict stands), None when it does.
+    skip: Callable[[Report], str | None] = lambda report: None
 
 
 def _missing(report: Report, figure: str) -> str:
@@ -114,6 +120,18 @@ def _gpu_memory(report: Report) -> Figure | str:
     if not isinstance(held, int):
         return _missing(report, "GPU memory estimate (only a GPU delegate's partition has one)")
     return Figure(held, Basis.ESTIMATED)
+def _train_memory(report: Report) -> Figure | str:
+    if report.training is not None:
+        return Figure(report.training.total_bytes, report.training.basis)
+    return report.no_training or "the model has no train signature"
+
+
+def _inference_only(report: Report) -> str | None:
+    """A model with no train signature is not trained on the device: a phone profile's
+    training budget says nothing about it."""
+    if report.training is None and report.no_training is None:
+        return "the model has no train signature"
+    return None
 
 
 #: Every budget, in the order reports list them.
@@ -125,6 +143,8 @@ BUDGETS: tuple[Budget, ...] = (
     Budget(BudgetName.LATENCY, Unit.MS, lambda p: p.budgets.latency_ms, _latency),
     Budget(BudgetName.GPU_MEMORY, Unit.BYTES, lambda p: p.budgets.gpu_memory_bytes,
            _gpu_memory),
+    Budget(BudgetName.TRAIN_MEMORY, Unit.BYTES, lambda p: p.budgets.train_memory_bytes,
+           _train_memory, skip=_inference_only),
 )
 
 
@@ -192,6 +212,9 @@ def judge(report: Report, profile: Profile, *, strict: bool = False) -> Report:
         limit, limit_from = _bounded(budget, profile, notes)
         if limit is None:
             continue
+        if (why := budget.skip(report)) is not None:
+            notes.append(f"{budget.name} budget not checked: {why}")
+            continue
         figure = budget.value(report)
         if isinstance(figure, str):
             unchecked[budget.name] = figure
@@ -201,7 +224,10 @@ def judge(report: Report, profile: Profile, *, strict: bool = False) -> Report:
     unsupported = report.compatibility is not None and not report.compatibility.supported
     target = report.measured.target_build if report.measured else None
     refused = report.compile_refusal is not None or (target is not None and not target.verified)
-    failed = unsupported or refused or any(not c.ok for c in checks) or (strict and bool(unchecked))
+    # A training budget on a target that cannot train is no "not checked": it cannot be met.
+    cannot_train = report.no_training is not None and BudgetName.TRAIN_MEMORY in unchecked
+    failed = unsupported or refused or cannot_train or any(not c.ok for c in checks) \
+        or (strict and bool(unchecked))
     return dataclasses.replace(report, budgets=checks, unchecked_budgets=unchecked,
                                verdict=Status.FAIL if failed else Status.PASS,
                                notes=[*report.notes, *notes])

@@ -110,6 +110,17 @@ class Subgraph:
 
 
 @dataclass(frozen=True)
+class Signature:
+    """One of the file's SignatureDefs: a named method (``train``, ``infer`` ...) that runs
+    one subgraph, its inputs and outputs by name (name → tensor index in that subgraph)."""
+
+    key: str
+    subgraph: int
+    inputs: tuple[tuple[str, int], ...] = ()
+    outputs: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
 class Model:
     path: str
     size_bytes: int
@@ -121,6 +132,12 @@ class Model:
     buffer_sizes: tuple[int, ...]
     #: Metadata entries: name → raw bytes of the buffer it points to.
     metadata: dict[str, bytes] = field(default_factory=dict)
+    #: The SignatureDefs, in file order (a model converted from a SavedModel with several
+    #: signatures, a trainable one among them, has one per method).
+    signatures: tuple[Signature, ...] = ()
+
+    def signature(self, key: str) -> Signature | None:
+        return next((s for s in self.signatures if s.key == key), None)
 
     @property
     def main(self) -> Subgraph:

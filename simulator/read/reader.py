@@ -32,6 +32,7 @@ from devicefit.simulator.read.model import (
     Model,
     Operator,
     QuantParams,
+    Signature,
     Subgraph,
     Tensor,
 )
@@ -53,7 +54,7 @@ _DECODE_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError
 
 # Field slots of the schema's tables (schema.fbs order; a union takes two: type, value).
 _MODEL_VERSION, _MODEL_OPCODES, _MODEL_SUBGRAPHS, _MODEL_DESCRIPTION, _MODEL_BUFFERS = 0, 1, 2, 3, 4
-_MODEL_METADATA = 6
+_MODEL_METADATA, _MODEL_SIGNATURES = 6, 7
 _CODE_DEPRECATED, _CODE_CUSTOM, _CODE_VERSION, _CODE_BUILTIN = 0, 1, 2, 3
 _SG_TENSORS, _SG_INPUTS, _SG_OUTPUTS, _SG_OPERATORS, _SG_NAME = 0, 1, 2, 3, 4
 _T_SHAPE, _T_TYPE, _T_BUFFER, _T_NAME, _T_QUANT, _T_VARIABLE, _T_SPARSITY, _T_SIGNATURE = range(8)
@@ -61,6 +62,8 @@ _Q_SCALE, _Q_ZERO_POINT, _Q_DIMENSION = 2, 3, 6
 _OP_OPCODE, _OP_INPUTS, _OP_OUTPUTS, _OP_INTERMEDIATES = 0, 1, 2, 8
 _BUF_DATA, _BUF_OFFSET, _BUF_SIZE = 0, 1, 2
 _META_NAME, _META_BUFFER = 0, 1
+_SIG_INPUTS, _SIG_OUTPUTS, _SIG_KEY, _SIG_SUBGRAPH = 0, 1, 2, 4
+_MAP_NAME, _MAP_TENSOR = 0, 1
 
 
 def builtin_op_name(code: int) -> str:
@@ -298,7 +301,30 @@ class _Decoder(FlatbufferReader):
             subgraphs=subgraphs,
             buffer_sizes=tuple(buffer_sizes),
             metadata=metadata,
+            signatures=tuple(self.signature(s, subgraphs)
+                             for s in self.tables(root, _MODEL_SIGNATURES, "signature_defs")),
         )
+
+    def signature(self, sig: Table, subgraphs: tuple[Subgraph, ...]) -> Signature:
+        key = self.string(sig, _SIG_KEY)
+        index = self.scalar(sig, _SIG_SUBGRAPH, "<I")
+        if not 0 <= index < len(subgraphs):
+            raise self.fail(f"signature '{key}' runs subgraph {index}, "
+                            f"but there are {len(subgraphs)} subgraphs")
+        n_tensors = len(subgraphs[index].tensors)
+
+        def names(slot: int, what: str) -> tuple[tuple[str, int], ...]:
+            out = []
+            for entry in self.tables(sig, slot, f"signature '{key}' {what}"):
+                name, tensor = self.string(entry, _MAP_NAME), self.scalar(entry, _MAP_TENSOR, "<I")
+                if not 0 <= tensor < n_tensors:
+                    raise self.fail(f"signature '{key}' {what} '{name}' is tensor {tensor}, "
+                                    f"but subgraph {index} has {n_tensors} tensors")
+                out.append((name, tensor))
+            return tuple(out)
+
+        return Signature(key=key, subgraph=index, inputs=names(_SIG_INPUTS, "input"),
+                         outputs=names(_SIG_OUTPUTS, "output"))
 
     def buffer(self, index: int) -> bytes:
         """The data of buffer ``index``."""

@@ -37,6 +37,7 @@ from devicefit.simulator.types import (
     BudgetName,
     LatencyBasis,
     Status,
+    TrainingPlan,
     Unit,
     UnsupportedOp,
 )
@@ -109,6 +110,8 @@ class ModelSummary:
     #: Set when the figures are for a compilation of ``path`` (then size, sha256 and
     #: operators above are the compiled model's).
     source: SourceModel | None = None
+    #: The file's signatures (its methods: ``infer``, ``train`` ...) → the subgraph each runs.
+    signatures: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -733,6 +736,11 @@ class Report:
     #: The target's compiler refused the model (a finding: the verdict fails); the report
     #: then holds only what the file itself tells.
     compile_refusal: CompileRefusal | None = None
+    #: The memory the model's ``train`` signature needs on the device, planned; None when
+    #: the model has none or the target cannot run it (``no_training`` says so).
+    training: TrainingPlan | None = None
+    #: Why the model's train signature cannot run on this target (TFLM has no training).
+    no_training: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from devicefit.simulator.infra.escape import clean
 from devicefit.simulator.infra.units import format_band, format_size, format_time_ms
@@ -29,6 +30,9 @@ from devicefit.simulator.report.views.messages import (
     budget_format,
     conversion_text,
     decimal_sizes,
+    signature_line,
+    training_heading,
+    training_rows,
     verdict_causes,
 )
 from devicefit.simulator.types import BudgetName
@@ -845,6 +849,22 @@ def _refusal(report: Report) -> str:
               "the compiled model's: there is none to draw or check.</p>")
 
 
+def _training(r: Report) -> str:
+    """The model's signatures and its train signature's planned memory, by part."""
+    signatures = signature_line(r)
+    if signatures is None:
+        return ""
+    size = partial(format_size, decimal=decimal_sizes(r, BudgetName.TRAIN_MEMORY))
+    heading = training_heading(r)
+    rows: list[tuple[str, object]] = [("signatures", signatures)]
+    if r.no_training is not None:
+        rows.append(("training", r.no_training))
+    table = html_table(("part", "bytes"), [(label, size(value)) for label, value
+                                           in training_rows(r)]) if heading else ""
+    return (f"<h3>Training</h3>{html_table((), rows)}"
+            + (f'<p class="note">{escape(heading)}</p>{table}' if heading else ""))
+
+
 def _memory(r: Report, top: float | None) -> str:
     """The memory timeline and the arena layout, where the report has a plan."""
     if r.memory is None:
@@ -870,6 +890,7 @@ def _section(index: int, section: Section, top: float | None = None) -> str:
         + (f'<span class="causes">{escape(causes)}</span>' if causes else "") + "</h2>"
         + (f'<h3>Problems</h3><ul class="problems">{problems}</ul>' if problems else "")
         + f"{_refusal(r)}<h3>Budgets</h3>{_budgets(r)}{_bench(r)}{_memory(r, top)}"
+        f"{_training(r)}"
         f"<h3>Per-op cost</h3>{_per_op_svg(r)}"
         f"<h3>Layers</h3>{layertable.html_table(r.layers, f'layers-{index}')}"
         f"{_summaries(r)}{_target_html(r)}"

@@ -35,6 +35,37 @@ def decimal_sizes(report: Report, budget: BudgetName) -> bool:
     return any(b.name == budget and decimal_budget(b) for b in report.budgets)
 
 
+def training_heading(report: Report) -> str | None:
+    """The heading of the training-memory section; None when the report has no plan."""
+    t = report.training
+    if t is None:
+        return None
+    return (f"Training memory ('{t.signature}' signature, batch {t.batch}, {t.basis}: "
+            f"LiteRT's allocation, planned)")
+
+
+def training_rows(report: Report) -> list[tuple[str, int]]:
+    """The planned training memory as (label, bytes) rows: the total, the variables and the
+    arena, each followed by its non-zero parts (labels indented two spaces)."""
+    t = report.training
+    if t is None:
+        return []
+    variables = [(f"  {k}", v) for k, v in t.parts.items() if k in VARIABLE_PARTS and v]
+    arena = [(f"  {k}", v) for k, v in t.parts.items() if k not in VARIABLE_PARTS and v]
+    return [("total", t.total_bytes), ("variables", t.variables_bytes), *variables,
+            ("arena", t.arena_bytes), *arena]
+
+
+#: The training plan's parts that are resource variables (the others are its arena's).
+VARIABLE_PARTS = frozenset({"trainable weights", "optimizer state", "other variables"})
+
+
+def signature_line(report: Report) -> str | None:
+    """The model's signatures and the subgraph each runs; None when it has none."""
+    sigs = report.model.signatures
+    return ", ".join(f"{k} (subgraph {v})" for k, v in sigs.items()) if sigs else None
+
+
 def budget_message(b: BudgetCheck) -> str:
     fmt = budget_format(b)
     limit = "budget" if b.limit_from == "budgets" else f"limit ({b.limit_from})"
@@ -115,6 +146,8 @@ def verdict_causes(report: Report) -> str:
         (f"unsupported: {', '.join(unsupported) or 'some operators'}",
          compat is not None and not compat.supported),
         ("not verified on the target build", target is not None and not target.verified),
+        ("no training on this target", report.no_training is not None
+         and BudgetName.TRAIN_MEMORY in report.unchecked_budgets),
         (f"over: {', '.join(over)}", bool(over)),
         (f"not checked: {', '.join(report.unchecked_budgets)}",
          bool(report.unchecked_budgets) and not report.ok),

@@ -8,6 +8,8 @@ as data (:meth:`~simulator.report.report.TargetSection.text_lines`), which this 
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -29,6 +31,9 @@ from devicefit.simulator.report.views.messages import (
     conversion_text,
     decimal_budget,
     decimal_sizes,
+    signature_line,
+    training_heading,
+    training_rows,
     verdict_causes,
 )
 from devicefit.simulator.types import BudgetName, LatencyBasis, Status
@@ -77,6 +82,7 @@ def render_text(report: Report, top: int = 8, layers: bool = False) -> str:
         lines += ["", *refusal_lines(report.compile_refusal)]
     if mem is not None:
         lines += memory_lines(mem, report)
+    lines += training_lines(report)
     if layers:
         lines += ["", *layer_lines(report.layers)]
     elif mem is not None and mem.timeline:
@@ -128,6 +134,23 @@ def refusal_lines(refusal: CompileRefusal) -> list[str]:
     lines.append("  not checked: memory, op support and latency (figures of the compiled model, "
                  "which does not exist)")
     return lines
+
+
+def training_lines(report: Report) -> list[str]:
+    """The model's signatures, and the memory its ``train`` signature needs on the device
+    (planned, by part) or why it cannot run there."""
+    signatures = signature_line(report)
+    if signatures is None:
+        return []
+    lines = ["", f"Signatures  {signatures}"]
+    if report.no_training is not None:
+        lines.append(f"  {report.no_training}")
+    heading = training_heading(report)
+    if heading is None:
+        return lines
+    size = partial(format_bytes, decimal=decimal_sizes(report, BudgetName.TRAIN_MEMORY))
+    return [*lines, heading,
+            *columns([[label, size(value)] for label, value in training_rows(report)])]
 
 
 def memory_lines(mem: MemoryReport, report: Report) -> list[str]:
@@ -342,8 +365,25 @@ def compatibility_lines(report: Report) -> list[str]:
         p = c.probe
         lines.append(f"  asked of {p.runtime}: {p.signatures} operator signatures, "
                      f"{p.cached} cached, {p.probed} probed now"
-                     + (f"; not asked: {'; '.join(p.not_probed)}" if p.not_probed else ""))
+                     + (f"; not asked: {_not_asked(p.not_probed)}" if p.not_probed else ""))
     return lines
+
+
+_NOT_ASKED = re.compile(r"(?P<op>\S+) \(op (?P<where>[^)]+)\): (?P<why>.*)", re.S)
+
+
+def _not_asked(entries: Sequence[str]) -> str:
+    """The operators not asked of the runtime, one clause per reason: a trainable model
+    has dozens of VAR_HANDLE and READ_VARIABLE operators, all for one reason."""
+    by_reason: dict[str, list[str]] = {}
+    for entry in entries:
+        m = _NOT_ASKED.fullmatch(entry)
+        op, why = (f"{m['op']} (op {m['where']})", m["why"]) if m else (entry, "")
+        by_reason.setdefault(why, []).append(op)
+    return "; ".join(
+        (", ".join(ops) if len(ops) <= 3 else
+         ", ".join(f"{name}×{n}" for name, n in Counter(o.split(" ")[0] for o in ops).items()))
+        + (f": {why}" if why else "") for why, ops in by_reason.items())
 
 
 def _supported_line(c: CompatibilityReport) -> str:

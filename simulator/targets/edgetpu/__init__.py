@@ -16,6 +16,7 @@ from devicefit.simulator.target import (
     OpTable,
     Planner,
     SectionMaker,
+    SignaturePlanner,
     Target,
     lazy,
     lazy_class,
@@ -42,6 +43,9 @@ TARGET = Target(
     kernels=("edgetpu", "xnnpack", "reference"),
     delegates=("edgetpu", "xnnpack"),
     planner=lazy(Planner, "devicefit.simulator.targets.litert.planner:plan_litert"),
+    # The host's LiteRT runs a train signature on its CPU (the TPU runs compiled inference).
+    signature_planner=lazy(SignaturePlanner,
+                           "devicefit.simulator.targets.litert.planner:plan_subgraph"),
     check_ops=lazy(OpTable, "devicefit.simulator.targets.edgetpu.partition:check"),
     runner="litert",
     host_runtime=None,

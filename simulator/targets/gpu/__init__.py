@@ -16,6 +16,7 @@ from devicefit.simulator.target import (
     OpTable,
     Planner,
     SectionMaker,
+    SignaturePlanner,
     Target,
     lazy,
     lazy_class,
@@ -29,6 +30,9 @@ TARGET = Target(
     kernels=("gpu", "xnnpack"),
     delegates=("gpu", "xnnpack"),
     planner=lazy(Planner, "devicefit.simulator.targets.litert.planner:plan_litert"),
+    # The phone's LiteRT runs a train signature on its CPU (the delegate has no training).
+    signature_planner=lazy(SignaturePlanner,
+                           "devicefit.simulator.targets.litert.planner:plan_subgraph"),
     check_ops=lazy(OpTable, "devicefit.simulator.targets.gpu.partition:check"),
     runner="litert",
     host_runtime=None,

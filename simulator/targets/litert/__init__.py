@@ -1,6 +1,7 @@
 """LiteRT (TensorFlow Lite) on phones and application processors.
 
 The arena is planned by LiteRT's arena planner rules (:mod:`simulator.targets.litert.planner`),
+a signature's subgraph's too (a trainable model's ``train``: :mod:`simulator.plan.training`),
 op support comes from the ai-edge-litert wheel and XNNPACK's rules
 (:mod:`simulator.targets.litert.ops`), and ``--run`` runs the model in that wheel. ``devicefit
 bench`` measures it on a phone with LiteRT's ``benchmark_model`` over adb.
@@ -13,6 +14,7 @@ from devicefit.simulator.target import (
     OpTable,
     Planner,
     ShapeOracle,
+    SignaturePlanner,
     Target,
     lazy,
 )
@@ -37,4 +39,6 @@ TARGET = Target(
     xnnpack_option=True,
     failed_node=r"Node number (?P<index>\d+) \((?P<op>[A-Z0-9_]+)\)",
     shapes=lazy(ShapeOracle, "devicefit.simulator.targets.litert.shapes:litert_shapes"),
+    signature_planner=lazy(SignaturePlanner,
+                           "devicefit.simulator.targets.litert.planner:plan_subgraph"),
 )

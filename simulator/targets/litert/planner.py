@@ -24,19 +24,22 @@ from devicefit.simulator.plan.lifetimes import align_up, live_bytes_per_step
 from devicefit.simulator.plan.planners.base import check_plan
 from devicefit.simulator.plan.planners.index import PlacedIndex
 from devicefit.simulator.profile_types import Profile
-from devicefit.simulator.read.model import DTYPE_BYTES, Model
+from devicefit.simulator.read.model import DTYPE_BYTES, Model, Operator, Subgraph
 from devicefit.simulator.types import Buffer, MemoryPlan
 
 LITERT_ALIGNMENT = 64
 
 
-def litert_buffers(model: Model, order: Sequence[int] | None = None) -> list[Buffer]:
-    """The main subgraph's arena tensors with LiteRT's lifetimes, in LiteRT's placement order.
+def litert_buffers(model: Model, order: Sequence[int] | None = None, subgraph: int = 0,
+                   temporaries: bool = False) -> list[Buffer]:
+    """A subgraph's arena tensors with LiteRT's lifetimes, in LiteRT's placement order (each
+    subgraph has an arena of its own: the main one runs inference, a signature's its method).
 
     Steps are LiteRT node numbers (operator ``order[k]`` is node ``k``); a tensor that is
-    never freed lives to step ``len(operators)``.
+    never freed lives to step ``len(operators)``. ``temporaries``: also the kernels'
+    temporaries of :func:`kernel_temporaries`, live at their operator's node alone.
     """
-    sg = model.main
+    sg = model.subgraphs[subgraph]
     ops = [sg.operators[i] for i in order] if order is not None else list(sg.operators)
     end = len(ops)
     refs = [0] * len(sg.tensors)
@@ -69,16 +72,53 @@ def litert_buffers(model: Model, order: Sequence[int] | None = None) -> list[Buf
         tensor = sg.tensors[t]
         return not tensor.has_data and not tensor.is_variable
 
+    nbytes = {t: sg.tensors[t].num_elements * DTYPE_BYTES.get(sg.tensors[t].dtype, 0)
+              for t in alloc if arena(t)}
+    names = {t: sg.tensors[t].name for t in nbytes}
+    requested_by: dict[int, int] = {}
+    if temporaries:
+        # LiteRT adds a kernel's temporaries after the file's tensors, node by node: they
+        # are placed by the same order, keyed by the index LiteRT gives them.
+        temps = ((node, op, what, size) for node, op in enumerate(ops)
+                 for what, size in kernel_temporaries(sg, op))
+        for t, (node, op, what, size) in enumerate(temps, start=len(sg.tensors)):
+            alloc[t], dealloc[t], nbytes[t] = node, node, size
+            names[t], requested_by[t] = f"{op.op_name} {what}", op.index
+
     def whole_run(t: int) -> bool:
         return alloc[t] == 0 and t not in dealloc
 
-    candidates = [t for t in alloc if arena(t)]
-    nbytes = {t: sg.tensors[t].num_elements * DTYPE_BYTES.get(sg.tensors[t].dtype, 0)
-              for t in candidates}
-    candidates.sort(key=lambda t: (0, t, 0, 0) if whole_run(t)
-                    else (1, -nbytes[t], alloc[t], t))
-    return [Buffer(tensor=t, name=sg.tensors[t].name, size=nbytes[t], first=alloc[t],
-                   last=dealloc.get(t, end)) for t in candidates if nbytes[t] > 0]
+    candidates = sorted(nbytes, key=lambda t: (0, t, 0, 0) if whole_run(t)
+                        else (1, -nbytes[t], alloc[t], t))
+    return [Buffer(tensor=-1 if t in requested_by else t, name=names[t], size=nbytes[t],
+                   first=alloc[t], last=dealloc.get(t, end),
+                   kind="scratch" if t in requested_by else "tensor", subgraph=subgraph,
+                   op=requested_by.get(t, -1)) for t in candidates if nbytes[t] > 0]
+
+
+def kernel_temporaries(sg: Subgraph, op: Operator) -> list[tuple[str, int]]:
+    """(what, bytes) of the arena temporaries LiteRT's float kernels request for ``op`` in
+    ``Prepare``, for the kernels a training graph leans on: a convolution's im2col (a
+    kernel larger than 1x1 or a stride or dilation above 1) and a batched matmul's
+    transposed operands (the left one always; the right one in the arena unless it is a
+    constant, which the kernel transposes once into memory of its own)."""
+    if len(op.inputs) < 2 or min(op.inputs[:2]) < 0 or not op.outputs or op.outputs[0] < 0:
+        return []  # not a kernel these rules know (a hostile file's operator)
+    x, w, y = sg.tensors[op.inputs[0]], sg.tensors[op.inputs[1]], sg.tensors[op.outputs[0]]
+    if x.dtype != "float32":
+        return []
+    if op.op_name == "CONV_2D" and len(x.shape) == len(w.shape) == len(y.shape) == 4:
+        o = op.options
+        steps = (o.get("stride_w", 1), o.get("stride_h", 1), o.get("dilation_wfactor", 1),
+                 o.get("dilation_hfactor", 1))
+        if w.shape[1] == w.shape[2] == 1 and set(steps) == {1}:
+            return []  # a 1x1 convolution multiplies the input as it is
+        col = y.shape[0] * y.shape[1] * y.shape[2] * w.shape[1] * w.shape[2] * x.shape[3]
+        return [("im2col", col * DTYPE_BYTES[x.dtype])]
+    if op.op_name == "BATCH_MATMUL":
+        return [("transposed lhs", x.nbytes),
+                *([] if w.has_data else [("transposed rhs", w.nbytes)])]
+    return []
 
 
 def best_fit_plan(buffers: Sequence[Buffer], alignment: int = LITERT_ALIGNMENT) -> list[int]:
@@ -105,13 +145,29 @@ def best_fit_plan(buffers: Sequence[Buffer], alignment: int = LITERT_ALIGNMENT) 
 
 def plan_litert(model: Model, profile: Profile, order: Sequence[int] | None = None) -> MemoryPlan:
     """LiteRT's CPU arena for ``model`` (estimate; see the module docstring)."""
-    buffers = litert_buffers(model, order)
+    delegates = ", ".join(profile.runtime.delegates) or "none"
+    return _plan(model, 0, order, temporaries=False,
+                 note=f"kernel temporaries and delegate memory (delegates: {delegates}) "
+                      f"not included")
+
+
+def plan_subgraph(model: Model, subgraph: int) -> MemoryPlan:
+    """The arena LiteRT gives subgraph ``subgraph`` when a signature runs it (each subgraph
+    has an arena of its own), on the CPU with the builtin kernels, kernel temporaries
+    included where :func:`kernel_temporaries` knows them (estimate)."""
+    return _plan(model, subgraph, None, temporaries=True,
+                 note="the temporaries of the CONV_2D and BATCH_MATMUL kernels included, "
+                      "other kernels' not")
+
+
+def _plan(model: Model, subgraph: int, order: Sequence[int] | None, *, temporaries: bool,
+          note: str) -> MemoryPlan:
+    buffers = litert_buffers(model, order, subgraph, temporaries)
     offsets = best_fit_plan(buffers)
     head = check_plan(buffers, offsets, "LiteRT arena plan")
     live = live_bytes_per_step(buffers)
-    variables = sum(align_up(t.nbytes, LITERT_ALIGNMENT) for t in model.main.tensors
-                    if t.is_variable)
-    delegates = ", ".join(profile.runtime.delegates) or "none"
+    sg = model.subgraphs[subgraph]
+    variables = sum(align_up(t.nbytes, LITERT_ALIGNMENT) for t in sg.tensors if t.is_variable)
     return MemoryPlan(
         planner="litert-arena",
         buffers=tuple(buffers),
@@ -121,10 +177,10 @@ def plan_litert(model: Model, profile: Profile, order: Sequence[int] | None = No
         lower_bound_bytes=max(live, default=0),
         live_bytes=tuple(live),
         op_steps={op: (k, k) for k, op in enumerate(
-            order if order is not None else range(len(model.main.operators)))},
+            order if order is not None else range(len(sg.operators)))},
         tail_breakdown={"variables": variables},
         exact=(),
         estimated=("arena_head", "arena_tail", "lower_bound", "timeline"),
         notes=(f"LiteRT arena: tensors planned like ArenaPlanner (64-byte aligned, best fit); "
-               f"kernel temporaries and delegate memory (delegates: {delegates}) not included",),
+               f"{note}",),
     )

@@ -89,7 +89,7 @@ def test_judge_runs_once_on_the_whole_report():
     unjudged = static_report(read_model(model_path("residual_int8")), profile)
     assert unjudged.budgets == [] and not unjudged.ok
     judged = judge(unjudged, profile)
-    # Every budget the profile sets (a microcontroller has no GPU memory budget).
+    # Every budget the profile sets (an MCU sets no GPU memory and no training budget).
     assert [b.name for b in judged.budgets] == [b.name for b in BUDGETS
                                                  if b.limit(profile) is not None]
     assert len(judged.budgets) == 3
