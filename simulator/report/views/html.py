@@ -861,7 +861,9 @@ def _training(r: Report) -> str:
         rows.append(("training", r.no_training))
     table = html_table(("part", "bytes"), [(label, size(value)) for label, value
                                            in training_rows(r)]) if heading else ""
-    return (f"<h3>Training</h3>{html_table((), rows)}"
+    # A model only for inference gets its signatures, not a "Training" heading over them.
+    title = "Signatures" if r.training is None and r.no_training is None else "Training"
+    return (f"<h3>{title}</h3>{html_table((), rows)}"
             + (f'<p class="note">{escape(heading)}</p>{table}' if heading else ""))
 
 
