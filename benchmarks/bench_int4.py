@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from devicefit.simulator.infra.units import format_size  # noqa: E402
 from devicefit.simulator.read.model import Tensor  # noqa: E402
+from examples.vowels import MissingDataset  # noqa: E402
 
 PROFILES = ("stm32l4r5-cortex-m4", "esp32-s3", "android-arm64-cpu", "coral-edgetpu",
             "ethos-u55-128")
@@ -213,8 +214,12 @@ def mcu_study(name: str, case: Case, tmp: Path, build: Path | None) -> dict:
     lut = profile_file(tmp, f"{name}-l4-lut", "runtime:\n  compression: true\n")
     files: dict[str, tuple[Path, str | Path]] = {"int8": (tmp / f"{name}-int8.tflite", MCU)}
     for kind, profile in (("int4", MCU), ("auto", tight), ("lut4", lut)):
-        one(case.keras, case.npz, profile, kind, tmp / f"{name}-{kind}.tflite")
+        row = one(case.keras, case.npz, profile, kind, tmp / f"{name}-{kind}.tflite")
         files["mixed" if kind == "auto" else kind] = (tmp / f"{name}-{kind}.tflite", profile)
+        if kind == "auto":
+            print(f"{name} mixed: int4 on {row['int4_layers']} layers with weights")
+            for line in row["refused"]:
+                print(f"    {line[:160]}")
     pruned, filters = edit_filters(files["int8"][0].read_bytes(), 4, prune=True)
     files["pruned+lut4"] = (tmp / f"{name}-pruned-lut4.tflite", lut)
     write_atomic(files["pruned+lut4"][0], compress(pruned, filters), inputs=[files["int8"][0]])
@@ -278,7 +283,11 @@ def main() -> int:
     result: dict = {"model": args.model}
     with tempfile.TemporaryDirectory(prefix="bench-int4-") as folder:
         tmp = Path(folder)
-        case = CASES[args.model](tmp)
+        try:
+            case = CASES[args.model](tmp)
+        except MissingDataset as exc:
+            print(f"bench_int4: {exc}", file=sys.stderr)
+            return 2
         result["sweep"] = sweep(case, [p for p in args.profiles.split(",") if p], tmp)
         if args.mcu:
             result["mcu"] = mcu_study(args.model, case, tmp, args.target_build)

@@ -1,12 +1,15 @@
 """benchmarks/bench_int4.py's own arithmetic: the weight bytes it reports for a model whose
-filters TFLM's DECODE writes (counted from what the file stores, not dropped), and the derived
-profile its ``--mcu`` study judges the mixed model with."""
+filters TFLM's DECODE writes (counted from what the file stores, not dropped), the derived
+profiles its ``--mcu`` study judges with, and its one line when the vowels data is missing."""
 
 from __future__ import annotations
+
+import sys
 
 from benchmarks import bench_int4
 from devicefit.sdk.convert.lut import lut_weights
 from devicefit.simulator.profiles import load_profile
+from examples import vowels
 
 #: The header of the ancillary tensor TFLM's compression tool writes before the value tables
 #: (its "decode common metadata").
@@ -33,3 +36,12 @@ def test_the_mcu_studys_profiles_extend_the_m4_with_one_change(tmp_path):
                                                                   "true\n"))
     assert getattr(lut.target_settings, "compression", None) is True
     assert getattr(base.target_settings, "compression", None) is not True
+
+
+def test_vowels_without_the_package_that_ships_them_is_one_line_and_exit_2(monkeypatch, capsys):
+    monkeypatch.setattr(vowels, "PACKAGE", "devicefit-no-such-package")
+    monkeypatch.setattr(sys, "argv", ["bench_int4", "--model", "vowels", "--profiles", ""])
+    assert bench_int4.main() == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bench_int4: Japanese Vowels ships inside devicefit-no-such-package")
+    assert err.count("\n") == 1
