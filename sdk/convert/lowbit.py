@@ -373,7 +373,26 @@ def _quantize(float_tflite: bytes, samples: Mapping[str, list[dict[str, np.ndarr
             warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         result = q.quantize(q.calibrate(samples))
-    return bytes(result.quantized_model)
+    return _inline_buffers(bytes(result.quantized_model))
+
+
+def _inline_buffers(data: bytes) -> bytes:
+    """``data`` with every constant inside the flatbuffer. AI Edge Quantizer 0.10 writes a
+    model whose constants pass 256 KiB (``model_modifier.py``) with them after the
+    flatbuffer, the layout meant for models over 2 GB; devicefit's writer, which then adds
+    the conversion metadata, edits only a file that holds its constants."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    from devicefit.simulator.read import writer
+
+    model = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    outside = [b for b in model.buffers or [] if b.offset]
+    if not outside:
+        return data
+    for buf in outside:  # the offset counts from the file's first byte
+        buf.data = np.frombuffer(data, np.uint8, count=buf.size, offset=buf.offset)
+        buf.offset = buf.size = 0
+    return writer.pack(model)
 
 
 def _refused(data: bytes, profile: Profile, name: str) -> dict[str, str]:
