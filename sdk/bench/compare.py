@@ -46,14 +46,18 @@ def _op_type(name: str) -> str:
     return name.replace(":", " ", 1) if name.startswith("CUSTOM:") else name
 
 
-def partition_check(measured: GpuDelegateLog | None,
-                    predicted: dict[str, Any]) -> PartitionCheck:
+def partition_check(measured: GpuDelegateLog | None, predicted: dict[str, Any],
+                    whole_graph: bool | None = None) -> PartitionCheck:
     """The phone's partition (``measured`` None: its log said nothing of one) beside the
-    predicted one."""
+    predicted one. ``whole_graph``: benchmark_model said the graph runs "completely" on the
+    GPU (an older build logs no count then: every operator is on the GPU)."""
     refused = [_op_type(o["op"]) for o in predicted["ops"]
                if o["device"] == "cpu" and not o["rule"].startswith(NOT_REFUSED)]
+    on_gpu = measured.ops_on_gpu if measured else None
+    if on_gpu is None and whole_graph:
+        on_gpu = predicted["total_ops"]
     return PartitionCheck(
-        measured_gpu_ops=measured.ops_on_gpu if measured else None,
+        measured_gpu_ops=on_gpu,
         predicted_gpu_ops=predicted["gpu_ops"],
         measured_partitions=measured.kernels if measured else None,
         predicted_partitions=len(predicted["partitions"]),
@@ -80,7 +84,9 @@ def compare(result: BenchResult, report: Report | None, profile: Profile,
     partition = None
     predicted = predicted_partition(report)
     if predicted is not None and result.settings.delegate == "gpu":
-        partition = partition_check(result.results.gpu, predicted)
+        said = next((c.whole_graph for c in result.results.delegate_coverage
+                     if c.delegate == "GPU"), None)
+        partition = partition_check(result.results.gpu, predicted, said)
     beside = result.beside
     if beside is not None:
         beside = _compared(beside, result.model, profile, profiles_dirs)

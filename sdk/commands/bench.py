@@ -7,6 +7,7 @@ import argparse
 from rich.console import Console
 from rich.markup import escape
 
+from devicefit.sdk.bench.benchmark_output import brief
 from devicefit.sdk.console import make_console, print_json, table
 from devicefit.sdk.options import (
     add_layer_options,
@@ -179,6 +180,10 @@ def _print(args: argparse.Namespace, result: BenchResult, comparison: BenchCompa
         con.print(f"pushed {', '.join(result.pushed)} ({kept})")
 
 
+#: How many of the delegate's "OP: reason" lines the terminal shows.
+SHOWN_REFUSALS = 12
+
+
 def _partition_text(gpu_ops: int | None, total: int | None, partitions: int | None) -> str:
     return (f"{'?' if gpu_ops is None else gpu_ops} of {'?' if total is None else total} ops "
             f"on the GPU in {'?' if partitions is None else partitions} partition(s)")
@@ -192,8 +197,11 @@ def _print_gpu(con: Console, result: BenchResult) -> None:
                 _partition_text(gpu.ops_on_gpu, gpu.ops_total, gpu.kernels))
     con.print(f"GPU delegate on the phone (measured{backend}): {measured}")
     if gpu is not None:
-        for line in gpu.refused:
-            con.print(f"  refused: {escape(line)}")
+        # A device's own lines: each bounded, and not a screenful of them.
+        for line in gpu.refused[:SHOWN_REFUSALS]:
+            con.print(f"  refused: {escape(brief(line))}")
+        if len(gpu.refused) > SHOWN_REFUSALS:
+            con.print(f"  refused: … {len(gpu.refused) - SHOWN_REFUSALS} more (--json has all)")
     if check is None:
         con.print("  predicted: none (the profile is not a GPU profile)")
         return

@@ -19,10 +19,13 @@ import pytest
 from devicefit.sdk.cli import main
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.simulate import simulate
+from devicefit.simulator.target import read_report
+from tests.paths import TESTS
 from tests.sdk.bench.test_bench import arm64_binary, device_files, phones  # noqa: F401
 from tests.zoo import model_path
 
 GPU = "android-gpu-adreno"
+FIXTURES = TESTS / "fixtures" / "benchmark_model"
 
 
 def _argv(model: Path, profile: str, binary: Path, adb: Path, *extra: str) -> list[str]:
@@ -68,6 +71,27 @@ def test_a_gpu_profile_runs_the_gpu_and_the_cpu_beside_it(phones, arm64_binary, 
     assert beside["vs_estimate"]["ratio"] == pytest.approx(
         beside["results"]["inference_avg_ms"] / cpu.latency.estimated_device_ms)
     assert device_files(storage) == []
+    # The report reads back typed, the phone's partition and the CPU run with it.
+    back = read_report(report).bench.result
+    assert back.partition.agree is True and back.partition.measured_refused == ["IF"]
+    assert back.beside.results.inference.count == 3
+    assert back.beside.estimate_profile == "android-arm64-cpu"
+
+
+def test_a_real_phones_whole_graph_counts_every_operator() -> None:
+    """A capture of a real phone whose benchmark_model logs no count when the delegate takes
+    the whole graph (tests/fixtures/benchmark_model, TF issue 43541): "completely executed
+    by the delegate" means every operator of the model, in one partition."""
+    from devicefit.sdk.bench import parse_benchmark_output
+    from devicefit.sdk.bench.compare import partition_check, predicted_partition
+
+    out = parse_benchmark_output((FIXTURES / "tf43541_android_gpu.txt").read_text())
+    assert out.gpu.ops_on_gpu is None and out.gpu.kernels == 1
+    predicted = predicted_partition(simulate(model_path("chain_float32"), load_profile(GPU)))
+    assert predicted is not None and predicted["gpu_ops"] == predicted["total_ops"] == 8
+    whole = partition_check(out.gpu, predicted, whole_graph=True)
+    assert (whole.measured_gpu_ops, whole.measured_partitions, whole.agree) == (8, 1, True)
+    assert partition_check(out.gpu, predicted).agree is None  # nothing said: not compared
 
 
 def test_the_text_says_what_was_measured_and_what_predicted(phones, arm64_binary,  # noqa: F811
