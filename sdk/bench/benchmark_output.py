@@ -282,6 +282,11 @@ def parse_benchmark_output(text: str) -> BenchmarkOutput:
     return out
 
 
+#: The most "OP: reason" lines kept: the delegate lists each pair once, so a real one has a
+#: few dozen at most.
+MAX_REFUSED = 500
+
+
 def parse_gpu_log(raw_lines: list[str], replacing: dict[str, Any]) -> GpuDelegateLog | None:
     """The GPU delegate's own lines; ``replacing``: TFLite's "Replacing" line for its kernel
     (the operator counts when the delegate took every operator and so listed none)."""
@@ -298,13 +303,15 @@ def parse_gpu_log(raw_lines: list[str], replacing: dict[str, Any]) -> GpuDelegat
             found["ops_on_gpu"] = on_gpu
             found["ops_total"] = on_gpu + int(m[2] if m[1] is not None else m[3])
         elif in_refused and line:
-            refused.append(line)
+            refused.append(brief(line))
         elif m := _GPU_KERNELS.search(line):
             found["kernels"] = int(m[1])
         elif m := _GPU_API.search(line):
             found["backend"] = m[1]
     if not found and not refused:
         return None
+    if len(refused) > MAX_REFUSED:  # a device printing without end; the delegate lists a set
+        refused = [*refused[:MAX_REFUSED], f"… {len(refused) - MAX_REFUSED:,} more lines"]
     if "ops_on_gpu" not in found and replacing.get("nodes_delegated") is not None:
         found["ops_on_gpu"] = replacing["nodes_delegated"]
         found["ops_total"] = replacing.get("nodes_total")

@@ -95,8 +95,10 @@ class GpuDelegateLog:
 
     @property
     def refused_types(self) -> list[str]:
-        """The operator types it refused, each once, in its (sorted) order."""
-        return list(dict.fromkeys(line.split(":", 1)[0].strip() for line in self.refused))
+        """The operator types it refused, each once, in its (sorted) order (a bounded list
+        ends in "… N more lines", no type)."""
+        return list(dict.fromkeys(line.split(":", 1)[0].strip() for line in self.refused
+                                  if ":" in line))
 
 
 @dataclass(frozen=True)

@@ -224,3 +224,11 @@ def test_the_delegates_failure_in_its_own_words() -> None:
         "not found; OpenGL ES 3.1 or above is required to use OpenGL inference. "
         "(benchmark_model: Failed to apply GPU delegate.)")
     assert gpu_failure(text.replace("Failed to apply GPU delegate.", "")) is None
+
+
+def test_a_device_listing_refusals_without_end_is_bounded() -> None:
+    lines = ["ERROR: Following operations are not supported by GPU delegate:",
+             *(f"OP_{i}: {'x' * 5000}" for i in range(20_000))]
+    log = parse_gpu_log(lines, {})
+    assert len(log.refused) == 501 and log.refused[-1] == "… 19,500 more lines"
+    assert max(len(line) for line in log.refused) < 300
