@@ -137,13 +137,26 @@ class ModelFormatError(InputError):
 class RuntimeFailure(DevicefitError):
     """A native runtime crashed, hung or refused a model (it ran in a child process).
 
-    ``stage``: where it stopped (load, allocate, invoke), when known; ``crashed``: the
-    runtime died (a signal or an exit status), rather than refusing with a message."""
+    Exit 1, as a failed budget: the model does not work there, which is a verdict on the
+    model, not bad input (2). ``stage``: where it stopped (load, allocate, invoke), when
+    known; ``crashed``: the runtime died (a signal or an exit status), rather than refusing
+    with a message."""
+
+    exit_code = 1
 
     def __init__(self, message: str, *, stage: str | None = None, crashed: bool = False):
         super().__init__(message)
         self.stage = stage
         self.crashed = crashed
+
+
+class ToolFailure(RuntimeFailure):
+    """A tool around the model failed, not the model in it: a compiler rejecting its
+    configuration or dying where it names no operator, adb, a result nobody can read.
+    Exit 2, as bad input: nothing was learnt about the model, and a CI job must not read it
+    as a model that does not work (1)."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 from devicefit.sdk.bench.benchmark_output import brief, tail
-from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
+from devicefit.simulator.errors import InputError, ToolFailure, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +42,17 @@ _GONE = re.compile(r"device '[^']*' not found|no devices/emulators found|device 
                    r"|device not found|error: closed|protocol fault|device unauthorized")
 
 
-class AdbError(RuntimeFailure):
-    """adb failed for a reason other than the device going away."""
+class AdbError(ToolFailure):
+    """adb failed for a reason other than the device going away (exit 2: a missing phone is
+    not a model that does not work)."""
 
 
-class DeviceGone(RuntimeFailure):
+class DeviceGone(AdbError):
     """The device was disconnected, went offline or lost authorization mid-way."""
+
+
+class DeviceNotReady(AdbError):
+    """No device, or one that is not ready for commands (unauthorized, offline, booting)."""
 
 
 @dataclass(frozen=True)
@@ -243,7 +248,7 @@ class AdbClient:
         entries = self.devices()
         entry: DeviceEntry | None
         if not entries:
-            raise RuntimeFailure("no Android device found (adb devices lists none): connect a "
+            raise DeviceNotReady("no Android device found (adb devices lists none): connect a "
                                  "phone with USB debugging enabled")
         if serial is None:
             if len(entries) > 1:
@@ -257,13 +262,13 @@ class AdbClient:
                 listed = ", ".join(e.serial for e in entries)
                 raise UsageError(f"device {serial} is not connected (adb lists: {listed})")
         if entry.state == "unauthorized":
-            raise RuntimeFailure(f"device {entry.serial} is unauthorized: unlock the phone and "
+            raise DeviceNotReady(f"device {entry.serial} is unauthorized: unlock the phone and "
                                  "accept the 'Allow USB debugging' prompt, then run again")
         if entry.state == "offline":
-            raise RuntimeFailure(f"device {entry.serial} is offline: reconnect the USB cable "
+            raise DeviceNotReady(f"device {entry.serial} is offline: reconnect the USB cable "
                                  "(or run 'adb kill-server') and run again")
         if entry.state != "device":
-            raise RuntimeFailure(f"device {entry.serial} is in state '{entry.state}', not ready "
+            raise DeviceNotReady(f"device {entry.serial} is in state '{entry.state}', not ready "
                                  "for commands: boot it normally and run again")
         self.serial = entry.serial
         return entry

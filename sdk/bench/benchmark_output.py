@@ -41,7 +41,7 @@ import math
 import re
 from typing import Any
 
-from devicefit.simulator.errors import RuntimeFailure
+from devicefit.simulator.errors import ToolFailure
 from devicefit.simulator.report.benchmark import (
     BenchmarkOutput,
     DelegateCoverage,
@@ -107,8 +107,9 @@ _TIMING_KEYS = {
 }
 
 
-class BenchmarkOutputError(RuntimeFailure):
-    """benchmark_model ran but printed nothing this parser recognises as a result."""
+class BenchmarkOutputError(ToolFailure):
+    """benchmark_model ran but printed nothing this parser recognises as a result (or a log
+    handed to ``calibrate`` holds none): the output failed, not the model."""
 
 
 def _f(text: str | None) -> float | None:

@@ -113,12 +113,13 @@ def _remote_name(model: Path) -> str:
 
 
 def _failure(returncode: int, output: str) -> RuntimeFailure:
-    """The error for a benchmark_model run that exited non-zero on a device still online."""
+    """The error for a benchmark_model run that exited non-zero on a device still online:
+    exit 1 (the model failed on the phone) unless adb or the binary, not the model, failed."""
     last = tail(output)
     if returncode == 255:
         # adb's own failure code (and no signal's: shells report a signal as 128 + n < 255).
-        return RuntimeFailure(f"adb failed while benchmark_model ran (exit 255: adb's own "
-                              f"error, or benchmark_model exited 255); its last lines: {last}")
+        return AdbError(f"adb failed while benchmark_model ran (exit 255: adb's own "
+                        f"error, or benchmark_model exited 255); its last lines: {last}")
     if returncode > 128:
         try:
             name = signal.Signals(returncode - 128).name
@@ -127,10 +128,10 @@ def _failure(returncode: int, output: str) -> RuntimeFailure:
         return RuntimeFailure(f"benchmark_model crashed on the device ({name}); its last "
                               f"lines: {last}")
     if returncode == 126:
-        return RuntimeFailure(f"the device cannot execute benchmark_model (exit 126): {last}")
+        return AdbError(f"the device cannot execute benchmark_model (exit 126): {last}")
     if returncode == 127:
-        return RuntimeFailure(f"the device shell could not start benchmark_model (exit 127; a "
-                              f"missing file or library): {last}")
+        return AdbError(f"the device shell could not start benchmark_model (exit 127; a "
+                        f"missing file or library): {last}")
     return RuntimeFailure(f"benchmark_model failed (exit {returncode}); its last lines: {last}")
 
 

@@ -642,8 +642,8 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
             except RuntimeFailure as exc:
                 title = TARGETS[runtime].title
                 if runtime == runner:
-                    raise _unverified(f"cannot check the optimized model in {title} ({which} "
-                                      f"model), so it is not written: {exc}") from exc
+                    raise RuntimeFailure(f"cannot check the optimized model in {title} ({which} "
+                                         f"model), so it is not written: {exc}") from exc
                 notes.append(f"outputs not compared in {title} ({which} model): {exc}")
                 break
         if len(runs) < 2:
@@ -651,7 +651,7 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
         same, diff = compare_outputs(runs[0].outputs, runs[1].outputs)
         identical[runtime] = same
         if not same:
-            raise _unverified(
+            raise RuntimeFailure(
                 f"the optimized model's outputs differ from the original's in {runtime} "
                 f"(max |diff| {diff:g}); nothing written. This is a devicefit bug: "
                 "please report it with the model")
@@ -673,14 +673,6 @@ def _verify(original: bytes, optimized: bytes, report: OptimizeReport,
             *notes, f"TFLM measured a head of {_b(after)}, predicted "
                     f"{_b(report.head_after_bytes)} (host pointer width)"])
     return report
-
-
-def _unverified(message: str) -> RuntimeFailure:
-    """The runtime could not run a file (crash, refusal, timeout): exit 1, the model failed in
-    the runtime, as ``simulate --run`` says of it, not 2 (bad input)."""
-    failure = RuntimeFailure(message)
-    failure.exit_code = 1
-    return failure
 
 
 def _no_gain(report: OptimizeReport, before: int, after: int) -> OptimizeReport:

@@ -22,8 +22,8 @@ command one clear message, never the CLI process. It writes, for ``model.tflite`
 Vela leaves an operator it cannot run on the NPU to the CPU, but refuses a model whose
 operators break its semantic checks (a float HARD_SWISH: "IFM has to be 8bit");
 that refusal is raised as :class:`~simulator.errors.CompilerRefused` with Vela's words, a
-finding about the model. Vela rejecting its configuration, crashing or hanging stays a
-:class:`RuntimeFailure`.
+finding about the model. Vela rejecting its configuration, crashing or hanging is a
+:class:`~simulator.errors.ToolFailure` (exit 2).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from devicefit.simulator.errors import (
     CompileRefusal,
     CompilerRefused,
     MissingExtra,
-    RuntimeFailure,
+    ToolFailure,
 )
 from devicefit.simulator.infra.fileio import temporary_folder
 from devicefit.simulator.run import zygote
@@ -165,7 +165,7 @@ def require_vela() -> str:
 
 def run_vela(model_bytes: bytes, config: VelaConfig, name: str = "model") -> VelaRun:
     """Compile ``model_bytes`` with Vela for ``config``; raise :class:`CompilerRefused` if
-    Vela refuses the model, :class:`RuntimeFailure` with Vela's last words if it fails
+    Vela refuses the model, :class:`ToolFailure` with Vela's last words if it fails
     otherwise or exceeds ``config.timeout_s``."""
     found = require_vela()
     with temporary_folder("devicefit-vela-") as tmp:
@@ -181,7 +181,7 @@ def run_vela(model_bytes: bytes, config: VelaConfig, name: str = "model") -> Vel
         run = zygote.run(_LAUNCH, [*options, str(src)], preload=_PRELOAD,
                          env=zygote.child_env(), timeout_s=config.timeout_s, work=work, cwd=work)
         if run.code is None:
-            raise RuntimeFailure(f"Vela {found} did not finish within {config.timeout_s:g} s "
+            raise ToolFailure(f"Vela {found} did not finish within {config.timeout_s:g} s "
                                  f"(profile key ethos_u.timeout)")
         stdout, stderr = run.stdout.decode(errors="replace"), run.stderr.decode(errors="replace")
         if run.code == REFUSED_EXIT and REFUSED_MARK in stderr:
@@ -196,15 +196,15 @@ def run_vela(model_bytes: bytes, config: VelaConfig, name: str = "model") -> Vel
         if run.code != 0 or not compiled.is_file():
             # Not the model's fault as far as Vela says (a configuration it rejects, a
             # crash): a failure of the tool, not a finding.
-            raise RuntimeFailure(f"Vela {found} failed (exit {run.code}): "
+            raise ToolFailure(f"Vela {found} failed (exit {run.code}): "
                                  f"{_last_words(stderr, stdout)}")
         summaries = sorted(out.glob(f"{name}_summary_*.csv"))
         if len(summaries) != 1:
-            raise RuntimeFailure(f"Vela {found} wrote {len(summaries)} summary CSVs, expected 1")
+            raise ToolFailure(f"Vela {found} wrote {len(summaries)} summary CSVs, expected 1")
         layers, sources = read_database(out / f"{name}{DATABASE_SUFFIX}", found)
         summary_rows = _csv_rows(summaries[0].read_text())
         if len(summary_rows) != 1:
-            raise RuntimeFailure(f"Vela {found}: summary CSV has {len(summary_rows)} rows")
+            raise ToolFailure(f"Vela {found}: summary CSV has {len(summary_rows)} rows")
         return VelaRun(
             compiled=compiled.read_bytes(), summary=summary_rows[0], layers=layers,
             sources=sources,
@@ -249,7 +249,7 @@ def read_database(path: Path, found: str) -> tuple[tuple[VelaLayer, ...], tuple[
         tables = json.loads(path.read_text(encoding="utf-8"))
         return database_layers(tables), database_sources(tables)
     except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
-        raise RuntimeFailure(f"Vela {found}: its operator database is missing or unreadable "
+        raise ToolFailure(f"Vela {found}: its operator database is missing or unreadable "
                              f"({exc})") from exc
 
 

@@ -16,7 +16,7 @@ from types import ModuleType
 
 import numpy as np
 
-from devicefit.simulator.errors import RuntimeFailure
+from devicefit.simulator.errors import UsageError
 from devicefit.simulator.types import RunOptions, RunResult
 
 
@@ -27,8 +27,8 @@ def interpreter_module() -> ModuleType:
         try:
             from tflite_runtime import interpreter
         except ImportError as exc:
-            raise RuntimeFailure("LiteRT is not installed: pip install ai-edge-litert "
-                                 "(devicefit's base dependency)") from exc
+            raise UsageError("LiteRT is not installed: pip install ai-edge-litert "
+                             "(devicefit's base dependency)") from exc
     return interpreter
 
 

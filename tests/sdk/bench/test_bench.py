@@ -262,17 +262,19 @@ def test_device_errors(phones, model, arm64_binary, capsys, devices, extra, mess
     assert message in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("behaviour, message", [
-    ({"crash": True}, "benchmark_model crashed on the device (SIGSEGV)"),
-    ({"vanish": True}, "device FAKE01 disconnected while benchmark_model ran"),
-    ({"garbage": True}, "benchmark_model printed no inference timings; its last lines: "),
-    ({"noexec": True}, "the device cannot execute benchmark_model (exit 126): /system/bin/sh: "
-                       "/data/local/tmp/devicefit/benchmark_model: can't execute: Permission"),
+@pytest.mark.parametrize("behaviour, code, message", [
+    # The model crashed the runtime on the phone: a verdict on the model, as a failed budget.
+    ({"crash": True}, 1, "benchmark_model crashed on the device (SIGSEGV)"),
+    # The phone, the binary or its output failed: nothing was learnt about the model.
+    ({"vanish": True}, 2, "device FAKE01 disconnected while benchmark_model ran"),
+    ({"garbage": True}, 2, "benchmark_model printed no inference timings; its last lines: "),
+    ({"noexec": True}, 2, "the device cannot execute benchmark_model (exit 126): /system/bin/sh: "
+                          "/data/local/tmp/devicefit/benchmark_model: can't execute: Permission"),
 ], ids=["crash", "device-gone-mid-run", "unparseable", "not-executable"])
 def test_run_failures_are_one_line_and_clean_up(phones, model, arm64_binary, capsys,
-                                                behaviour, message) -> None:
+                                                behaviour, code, message) -> None:
     storage = phones.add("FAKE01", **behaviour)
-    assert main(_run_cli(model, arm64_binary, str(phones.adb))) == 2
+    assert main(_run_cli(model, arm64_binary, str(phones.adb))) == code
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     if not behaviour.get("noexec"):
@@ -436,7 +438,7 @@ def test_a_device_printing_a_flood_keeps_its_results(phones, model, arm64_binary
 def test_a_device_error_is_quoted_briefly(phones, model, arm64_binary, capsys) -> None:
     """20 MB on one stderr line and a failure (a FAKE phone): one short line quotes it."""
     phones.add("FAKE01", flood=20 << 20, flood_stderr=True, flood_exit=1)
-    assert main(_run_cli(model, arm64_binary, str(phones.adb))) == 2
+    assert main(_run_cli(model, arm64_binary, str(phones.adb))) == 1  # the model failed there
     err = capsys.readouterr().err
     assert "benchmark_model failed (exit 1)" in err
     assert "more)" in err and len(err) < 2000
