@@ -50,9 +50,8 @@ CPU_DELEGATE = "xnnpack"
 
 class GpuUnavailable(RuntimeFailure):
     """The phone's GPU delegate could not run the model (no OpenCL and no OpenGL ES 3.1, or
-    it failed on the model): the model does not run on that GPU, a finding (exit 1)."""
-
-    exit_code = 1
+    it failed on the model): the model does not run on that GPU, a finding (exit 1, as
+    every :class:`RuntimeFailure`)."""
 
 
 def default_delegate(profile: Profile) -> str | None:
