@@ -28,9 +28,13 @@ from devicefit.simulator.report.report import Report
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.target import target_for
 
-#: Rules under which a supported operator is left on the CPU: not a refusal, so the
-#: delegate does not list it among the operations it does not support.
-NOT_REFUSED = ("GetOpsToReplace: GetNodesOfFirstNLargestPartitions", "FP16GraphPartitionHelper")
+#: The rule under which a supported operator is left on the CPU (its partition is not among
+#: the largest): not a refusal, so the delegate does not list it among the operations it
+#: does not support. An fp16 weights' DEQUANTIZE left on the CPU is listed, with no reason
+#: ("DEQUANTIZE: ", ``FP16GraphPartitionHelper::IsNodeSupported`` answers no for it).
+NOT_REFUSED = "GetOpsToReplace: GetNodesOfFirstNLargestPartitions"
+#: The rule of that DEQUANTIZE (:mod:`simulator.targets.gpu.partition`).
+FP16_DEQUANTIZE = "FP16GraphPartitionHelper"
 
 
 def predicted_partition(report: Report | None) -> dict[str, Any] | None:

@@ -97,7 +97,7 @@ def gpu_partition(graph: str, args: dict[str, str], how: str
                 sorted(answer.unsupported))
     import dataclasses
 
-    from devicefit.sdk.bench.compare import NOT_REFUSED
+    from devicefit.sdk.bench.compare import FP16_DEQUANTIZE, NOT_REFUSED
     from devicefit.simulator.profiles import load_profile
     from devicefit.simulator.targets.gpu.partition import partition, subsets
     from devicefit.simulator.targets.gpu.settings import GpuSettings
@@ -110,7 +110,10 @@ def gpu_partition(graph: str, args: dict[str, str], how: str
                                   target_settings=settings)
     cut = partition(model, profile)
     on = {op.index for op in cut.ops if op.device == "gpu"}
-    refused = sorted({f"{op.op.replace(':', ' ', 1)}: {op.reason}" for op in cut.ops
+    # The delegate's words: an fp16 weights' DEQUANTIZE it leaves has no reason.
+    refused = sorted({f"{op.op.replace(':', ' ', 1)}: "
+                      f"{'' if op.rule.startswith(FP16_DEQUANTIZE) else op.reason}"
+                      for op in cut.ops
                       if op.device == "cpu" and not op.rule.startswith(NOT_REFUSED)})
     pieces = len(subsets(model.main, [i in on for i in range(total)]))
     return len(on), total, len(cut.partitions), pieces, refused

@@ -133,6 +133,36 @@ def test_the_profiles_delegate_options_reach_the_phone(phones, arm64_binary,  # 
     assert cut["partitions"] > 2
 
 
+def test_fp16_weights_dequantize_is_listed_as_the_delegate_lists_it(
+        phones, arm64_binary, tmp_path, capsys) -> None:  # noqa: F811
+    """chain_float16 with its SOFTMAX made a LOG_SOFTMAX (no GPU parser): the delegate takes
+    part of the graph, so its fp16 weights' DEQUANTIZE ops stay on the CPU and it lists them
+    with no reason ("DEQUANTIZE: ", as a Mali G31's capture shows), and the prediction
+    counts them among the refused types."""
+    from ai_edge_litert import schema_py_generated as fb
+
+    from devicefit.simulator.read.writer import pack
+
+    m = fb.ModelT.InitFromPackedBuf(model_path("chain_float16").read_bytes(), 0)
+    code = fb.OperatorCodeT()
+    code.builtinCode = code.deprecatedBuiltinCode = fb.BuiltinOperator.LOG_SOFTMAX
+    code.version = 1
+    m.operatorCodes.append(code)
+    last = m.subgraphs[0].operators[-1]
+    last.opcodeIndex, last.builtinOptionsType, last.builtinOptions = len(
+        m.operatorCodes) - 1, 0, None
+    model = tmp_path / "chain_logsoftmax.tflite"
+    model.write_bytes(pack(m))
+    phones.add("FAKE01")
+    assert main(_argv(model, GPU, arm64_binary, phones.adb, "--json")) == 0
+    b = json.loads(capsys.readouterr().out)["bench"]
+    assert sorted(b["results"]["gpu"]["refused"]) == [
+        "DEQUANTIZE:", "LOG_SOFTMAX: Operation is not supported."]
+    p = b["partition"]
+    assert p["predicted_refused"] == p["measured_refused"] == ["DEQUANTIZE", "LOG_SOFTMAX"]
+    assert p["measured_gpu_ops"] == p["predicted_gpu_ops"] == 7
+
+
 def test_the_phone_disagreeing_with_the_prediction_is_said(phones, arm64_binary,  # noqa: F811
                                                           capsys) -> None:
     """The phone's delegate is LiteRT's GPU accelerator on this machine: on the int16x8
