@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
+    import numpy as np
+
     from devicefit.simulator.infra.schema import Leaf
     from devicefit.simulator.profile_types import Profile
     from devicefit.simulator.read.model import Model
@@ -143,6 +145,22 @@ class CrossChecker(Protocol):
 
     def __call__(self, model: Model, profile: Profile, setup: ModelRuns, host: RunResult,
                  /) -> tuple[CrossCheck | None, list[str]]: ...
+
+
+class AcceleratorAsk(Protocol):
+    """The target's accelerator asked itself about the model, where one runs on this
+    machine: its section back with the answers beside the prediction, and notes."""
+
+    def __call__(self, section: TargetSection, model: Model, profile: Profile,
+                 setup: ModelRuns, /) -> tuple[TargetSection, list[str]]: ...
+
+
+class AcceleratorEval(Protocol):
+    """The target's accelerator asked about a model ``convert`` wrote, on the evaluation
+    data (``x`` the first input's samples, ``labels`` or None): its section."""
+
+    def __call__(self, path: Path, profile: Profile, x: np.ndarray,
+                 labels: np.ndarray | None, /) -> TargetSection: ...
 
 
 class OnDevice(Protocol):
@@ -332,6 +350,18 @@ class Target:
         ``(model, profile, setup, host) -> (CrossCheck | None, notes)``: a check the target
         runs on any profile's model it can run (TFLM against LiteRT's reference kernels, bit
         for bit on integer models); None from the hook: it does not apply to this model.
+    ``ask_accelerator``
+        ``(section, model, profile, setup) -> (section, notes)``: ``--run`` asks the
+        target's accelerator itself where one runs on this machine (the phone GPU: LiteRT's
+        GPU delegate on a Vulkan adapter, its partition and its outputs against the CPU's)
+        and gives its section back with the answers, or with why it was not asked; run by
+        :mod:`simulator.run.measure` after the host run. None: nothing to ask.
+    ``accelerator_eval``
+        ``(path, profile, x, labels) -> section``: ``convert --eval`` asks the target's
+        accelerator about the written model on the evaluation data, as ``ask_accelerator``
+        does in ``--run`` (the phone GPU: fp16's and the GPU path's accuracy beside the
+        CPU's fp32); ``convert`` prints the section's ``summary_lines()`` in place of
+        ``after_convert``'s. None: nothing to ask.
     ``device_build``
         ``(request, profile) -> measure``, raising a one-line :class:`InputError` when the
         device's build cannot be made from ``request.checkout``; ``measure(measured, model,
@@ -394,6 +424,8 @@ class Target:
     second_opinion: str | None = None
     read_run: RunReader | None = None
     cross_check: CrossChecker | None = None
+    ask_accelerator: AcceleratorAsk | None = None
+    accelerator_eval: AcceleratorEval | None = None
     device_build: DeviceBuild | None = None
     code_size: CodeSize | None = None
     export: Exporter | None = None

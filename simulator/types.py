@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -280,6 +280,8 @@ class ModelRuns(Protocol):
     def timeout_s(self) -> float: ...
 
     def run(self, runtime: str, options: RunOptions) -> RunResult: ...
+
+    def input_request(self, work: Path) -> dict[str, Any]: ...
 
 
 class Runner(Protocol):

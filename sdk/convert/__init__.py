@@ -114,7 +114,7 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
             report.warnings.append(sim.warning)
         elif sim.report is not None and sim.report.compile_refusal is None:
             # (A refusal of the target's compiler is in the simulation's failed verdict.)
-            report.target_extra = pipeline.after_convert(job)
+            report.target_extra = pipeline.after_convert(job, done.evaluation)
     timer.start(None)
     report.stages = timer.stages
     return report

@@ -381,10 +381,14 @@ def simulate(job: Job, layers: dict[str, str]) -> Simulated:
     return out
 
 
-def after_convert(job: Job) -> Any:
+def after_convert(job: Job, evaluation: data.Dataset | None = None) -> Any:
     """What the profile's target adds on the written model (``Target.after_convert``: the
-    Edge TPU's predicted partition), or None."""
-    hook = target_for(job.profile).after_convert
+    Edge TPU's predicted partition; with evaluation data, ``Target.accelerator_eval``: the
+    phone GPU's delegate and fp16 accuracy), or None."""
+    target = target_for(job.profile)
+    if target.accelerator_eval is not None and evaluation is not None:
+        return target.accelerator_eval(job.output, job.profile, evaluation.x, evaluation.y)
+    hook = target.after_convert
     return None if hook is None else hook(job.output, job.profile)
 
 

@@ -12,6 +12,9 @@ op support otherwise — and the driver judges it whole (:mod:`simulator.judge.v
   TFLM's arena, from its RecordingMicroAllocator);
 - the cross-check of a target that has one (``Target.cross_check``: for integer models,
   TFLM against LiteRT's reference kernels on the same inputs, bit for bit);
+- the target's accelerator itself, where one runs here (``Target.ask_accelerator``: the
+  phone GPU's delegate, its partition beside the predicted one and its outputs against the
+  CPU's);
 - with ``options.target_build``, the profile's target's device build (``Target.device_build``: TFLM
   built for the device's core and kernels, under QEMU), whose arena then wins.
 
@@ -118,6 +121,10 @@ def measure(model: Model, profile: Profile, target: Target, report: Report,
     if options.cross_check:
         measured, checked = _cross_checked(measured, model, profile, setup, main)
         notes += checked
+    if target.ask_accelerator is not None and after.section is not None:
+        section, asked = target.ask_accelerator(after.section, model, profile, setup)
+        after = dataclasses.replace(after, section=section)
+        notes += asked
     measured, built = _on_device(on_device, measured, model, profile, setup, main, memory)
     return dataclasses.replace(report, compatibility=after, latency=latency,
                                measured=measured, notes=[*notes, *built])

@@ -26,6 +26,7 @@ import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -171,6 +172,21 @@ class RunSetup:
     def __post_init__(self) -> None:
         _check_timeout(self.timeout_s)
 
+    def input_request(self, work: Path) -> dict[str, Any]:
+        """Where a child in the folder ``work`` takes this setup's inputs from (its
+        :func:`worker_inputs` makes or checks them, without reading the model); given
+        inputs are written into ``work``."""
+        if self.inputs is not None:
+            np.savez(work / "inputs.npz", *self.inputs)
+            source: dict[str, Any] = {"given": True}
+        elif self.input_path is not None:
+            source = {"file": str(Path(self.input_path).resolve())}
+        else:
+            source = {"seed": INPUT_SEED,
+                      "shapes": {k: list(v) for k, v in (self.input_shapes or {}).items()}}
+        source["specs"] = [asdict(spec) for spec in input_specs(self.model)]
+        return source
+
     def run(self, runtime: str, options: RunOptions) -> RunResult:
         """Run the model in ``runtime`` (a key of :data:`RUNNERS`) in a child process.
 
@@ -189,19 +205,9 @@ class RunSetup:
                                       arena_size=options.arena_size or starting_arena(model))
         with temporary_folder("devicefit-run-") as tmp:
             work = Path(tmp)
-            if self.inputs is not None:
-                np.savez(work / "inputs.npz", *self.inputs)
-                source: dict = {"given": True}
-            elif self.input_path is not None:
-                source = {"file": str(Path(self.input_path).resolve())}
-            else:
-                source = {"seed": INPUT_SEED,
-                          "shapes": {k: list(v) for k, v in (self.input_shapes or {}).items()}}
-            # The child makes or checks the inputs from these, without reading the model.
-            source["specs"] = [asdict(spec) for spec in input_specs(model)]
             request = {"runtime": name, "model": str(Path(model.path).resolve()),
                        "num_outputs": len(model.main.outputs), "options": asdict(options),
-                       "dir": str(work), "inputs": source,
+                       "dir": str(work), "inputs": self.input_request(work),
                        "memory_bytes": WORKER_MEMORY_BYTES}
             (work / "request.json").write_text(json.dumps(request))
             proc, timed_out = spawn(work, timeout_s)

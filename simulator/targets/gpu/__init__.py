@@ -2,14 +2,17 @@
 
 The delegate takes the operators its rules accept, in its largest partition(s); the rest
 run on the CPU (XNNPACK). So the arena is LiteRT's, op support is the host LiteRT's (an op
-the delegate refuses still runs, on the CPU), ``--run`` runs the CPU reference in LiteRT,
-and the target's own section is the predicted partition, the CPU↔GPU traffic at its
+the delegate refuses still runs, on the CPU), ``--run`` runs the CPU reference in LiteRT
+and then asks the delegate itself where a GPU adapter is present (:mod:`.runner`), and the
+target's own section is the predicted partition, the CPU↔GPU traffic at its
 boundaries and the GPU memory (:mod:`simulator.targets.gpu.partition`).
 """
 
 from __future__ import annotations
 
 from devicefit.simulator.target import (
+    AcceleratorAsk,
+    AcceleratorEval,
     OpTable,
     Planner,
     SectionMaker,
@@ -39,4 +42,7 @@ TARGET = Target(
     bench_tool="benchmark_model",
     profile_keys=PROFILE_KEYS,
     settings=GpuSettings.from_values,
+    ask_accelerator=lazy(AcceleratorAsk, "devicefit.simulator.targets.gpu.runner:ask"),
+    accelerator_eval=lazy(AcceleratorEval,
+                          "devicefit.simulator.targets.gpu.runner:convert_check"),
 )

@@ -55,22 +55,34 @@ class DelegateAnswer:
 
 def ask_delegate(model: Path, icd: str | None, timeout: float = 180) -> DelegateAnswer:
     """The delegate's own partition of ``model``, from its log, on the Vulkan driver ``icd``."""
-    env = dict(os.environ)
-    if icd:
-        env["VK_ICD_FILENAMES"] = env["VK_DRIVER_FILES"] = icd
     try:
-        done = subprocess.run([sys.executable, "-c", CHILD, str(model)], env=env,
+        done = subprocess.run([sys.executable, "-c", CHILD, str(model)], env=vulkan_env(icd),
                               capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return DelegateAnswer(False, f"timed out after {timeout:.0f} s", "", None, frozenset())
-    log = done.stdout + done.stderr
+    return read_answer(done.stdout, done.stderr, done.returncode)
+
+
+def vulkan_env(icd: str | None) -> dict[str, str]:
+    """This process's environment with the Vulkan loader pointed at the driver ``icd``
+    (None: the loader's own choice)."""
+    env = dict(os.environ)
+    if icd:
+        env["VK_ICD_FILENAMES"] = env["VK_DRIVER_FILES"] = icd
+    return env
+
+
+def read_answer(stdout: str, stderr: str, returncode: int) -> DelegateAnswer:
+    """The partition a child that compiled a model for GPU|CPU logged: its stdout holds
+    ``FULLY_ACCELERATED`` once the compilation succeeded, its stderr the delegate's log."""
+    log = stdout + stderr
     adapter = ADAPTER.search(log)
     found = adapter.group(1) if adapter else ""
-    if "FULLY_ACCELERATED" not in done.stdout:
+    if "FULLY_ACCELERATED" not in stdout:
         # The runtime's own reason, not the missing vendor plug-ins it also logs.
         why = [line for line in log.splitlines() if any(w in line for w in WHY)
                and "compiler_plugin" not in line and "openvino" not in line]
-        return DelegateAnswer(False, (why[0] if why else f"exit {done.returncode}").strip(),
+        return DelegateAnswer(False, (why[0] if why else f"exit {returncode}").strip(),
                               found, None, frozenset())
     block = log.split("Following operations are not supported by GPU delegate:")
     if len(block) == 1:

@@ -25,6 +25,7 @@ from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.read.model import Model, Subgraph
 from devicefit.simulator.report.display import Row, SectionDisplay, Table
 from devicefit.simulator.report.report import LatencyReport
+from devicefit.simulator.targets.gpu.live import LiveDelegate, live_lines, live_summary
 from devicefit.simulator.targets.gpu.rules import SOURCE, verdict
 from devicefit.simulator.targets.gpu.settings import gpu_settings
 from devicefit.simulator.types import UnsupportedOp
@@ -81,6 +82,8 @@ class GpuReport:
     partitions: tuple[GpuPartition, ...]
     ops: tuple[GpuOp, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: What ``--run`` asked the delegate itself (:mod:`.runner`); None: not run.
+    live: LiveDelegate | None = None
 
     @property
     def boundary_bytes(self) -> int:
@@ -101,7 +104,8 @@ class GpuReport:
 
     def summary_lines(self) -> list[str]:
         return [f"GPU delegate: {self.gpu_ops}/{self.total_ops} ops on the GPU in "
-                f"{len(self.partitions)} partition(s); {self.cpu_ops} on the CPU"]
+                f"{len(self.partitions)} partition(s); {self.cpu_ops} on the CPU",
+                *live_summary(self.live)]
 
     def supported_line(self) -> str:
         # Ops the delegate refuses still run, on the CPU.
@@ -299,6 +303,7 @@ def text_lines(section: GpuReport) -> list[str]:
     for (name, reason), at in fallbacks.items():
         lines.append(f"  on CPU       {name} (op{'s' if len(at) > 1 else ''} "
                      f"{_span(tuple(at))}): {reason}")
+    lines += live_lines(section.live)
     lines += [f"  note         {n}" for n in section.notes]
     return lines
 
