@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -63,6 +64,8 @@ def main() -> int:
     parser.add_argument("--rules", action="store_true",
                         help="the stand-in's delegate follows devicefit's rules")
     args = parser.parse_args()
+    # Stopped (a CI job cancelled), the temporary folder and the stand-in's files go too.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     profile = load_profile(PROFILE)
     rows, agree, compared, failed = [], 0, 0, []
     with tempfile.TemporaryDirectory(prefix="devicefit-gpubench-") as tmp:
