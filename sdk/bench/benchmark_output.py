@@ -26,6 +26,12 @@ Formats handled (``tensorflow/lite/tools/benchmark/benchmark_model.cc`` and
   partitions``, the older ``Replacing N node(s) with delegate (D) node, yielding K
   partitions``, ``D delegate: N nodes delegated out of M nodes with K partitions``, and
   the GPU/NNAPI "will (not) be executed by the delegate" notices.
+- the GPU delegate's own lines (``tflite/delegates/gpu/delegate.cc``,
+  ``common/model_builder.cc``): ``Created N GPU delegate kernels.``, ``Initialized
+  OpenCL-based API.``, and its partition: ``Following operations are not supported by GPU
+  delegate:`` with one ``OP: reason`` line each, then ``N operations will run on the GPU,
+  and the remaining M operations will run on the CPU.`` (or ``No operations will run on the
+  GPU, and all M ...``); when it could not run, why (:func:`gpu_failure`).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from devicefit.simulator.errors import ToolFailure
 from devicefit.simulator.report.benchmark import (
     BenchmarkOutput,
     DelegateCoverage,
+    GpuDelegateLog,
     OpProfileRow,
     OpTypeSummary,
     RunStats,
@@ -69,8 +76,22 @@ _DELEGATED_OUT_OF = re.compile(
     r"(\S+) delegate: (\d+) nodes delegated out of (\d+) nodes(?: with (\d+) partitions)?")
 _WHOLE_GRAPH = re.compile(
     r"(?:Explicitly applied|Though) (\w+) delegate(?: is explicitly applied)?, "
-    r"(?:and )?the model graph will (not )?be (?:completely )?executed by the delegate")
+    r"(?:and )?the model graph will (not )?be (completely |partially )?executed by the delegate")
 _CREATED = re.compile(r"Created TensorFlow Lite (?:(\w+) )?delegate for (\w+)")
+_GPU_KERNELS = re.compile(r"Created (\d+) GPU delegate kernels")
+_GPU_API = re.compile(r"Initialized (OpenCL|OpenGL)-based API")
+_GPU_REFUSED = "Following operations are not supported by GPU delegate:"
+_GPU_SPLIT = re.compile(r"(?:(\d+) operations will run on the GPU, and the remaining (\d+)"
+                        r"|No operations will run on the GPU, and all (\d+)) operations will "
+                        r"run on the CPU")
+#: The GPU delegate's kernel name in TFLite's "Replacing N out of T node(s)" line.
+GPU_KERNEL_NAME = "TfLiteGpuDelegateV2"
+#: Lines that say why the GPU delegate could not run (``delegate.cc``: its kernel's Init
+#: and Prepare; ``opencl_wrapper.cc``; ``gl/api2.cc``), and benchmark_model's own words
+#: when it gave up on the delegate (``benchmark_tflite_model.cc``).
+_GPU_WHY = re.compile(r"TfLiteGpuDelegate (?:Init|Prepare|Invoke)(?: \(async\))?: (?!delegate "
+                      r"is not initialized)(.+)")
+_GPU_GAVE_UP = re.compile(r"Failed to apply GPU delegate")
 _TABLE_TITLE = re.compile(r"^=+ (.+?) =+$")
 _HEADER_CELL = re.compile(r"\[([^\]]+)\]")
 
@@ -221,7 +242,8 @@ def _figures(line: str, found: dict[str, Any], coverage: dict[str, dict[str, Any
             nodes_delegated=int(m.group(2)), nodes_total=int(m.group(3)),
             partitions=_i(m.group(4)))
     elif m := _WHOLE_GRAPH.search(line):
-        coverage.setdefault(m.group(1), {})["whole_graph"] = m.group(2) is None
+        coverage.setdefault(m.group(1), {})["whole_graph"] = (
+            m.group(2) is None and m.group(3) != "partially ")
     elif m := _CREATED.search(line):
         if (name := m.group(1) or m.group(2)) not in created:
             created.append(name)
@@ -251,13 +273,63 @@ def parse_benchmark_output(text: str) -> BenchmarkOutput:
     out = BenchmarkOutput(
         **found, warmup=warmup, inference=inference, delegates_created=created,
         delegate_coverage=[DelegateCoverage(name, **c) for name, c in coverage.items()],
-        op_profile=op_profile, op_summary=op_summary)
+        op_profile=op_profile, op_summary=op_summary,
+        gpu=parse_gpu_log(raw_lines, coverage.get(GPU_KERNEL_NAME, {})))
     if out.inference_avg_ms is None:
         raise BenchmarkOutputError(
             "benchmark_model printed no inference timings; its last lines: "
             + tail(text))
     _check_figures(out)
     return out
+
+
+#: The most "OP: reason" lines kept: the delegate lists each pair once, so a real one has a
+#: few dozen at most.
+MAX_REFUSED = 500
+
+
+def parse_gpu_log(raw_lines: list[str], replacing: dict[str, Any]) -> GpuDelegateLog | None:
+    """The GPU delegate's own lines; ``replacing``: TFLite's "Replacing" line for its kernel
+    (the operator counts when the delegate took every operator and so listed none)."""
+    found: dict[str, Any] = {}
+    refused: list[str] = []
+    in_refused = False
+    for raw in raw_lines:
+        line = strip_prefix(raw).strip()
+        if _GPU_REFUSED in line:
+            in_refused, refused = True, []
+        elif m := _GPU_SPLIT.search(line):
+            in_refused = False
+            on_gpu = int(m[1]) if m[1] is not None else 0
+            found["ops_on_gpu"] = on_gpu
+            found["ops_total"] = on_gpu + int(m[2] if m[1] is not None else m[3])
+        elif in_refused and line:
+            refused.append(brief(line))
+        elif m := _GPU_KERNELS.search(line):
+            found["kernels"] = int(m[1])
+        elif m := _GPU_API.search(line):
+            found["backend"] = m[1]
+    if not found and not refused:
+        return None
+    if len(refused) > MAX_REFUSED:  # a device printing without end; the delegate lists a set
+        refused = [*refused[:MAX_REFUSED], f"… {len(refused) - MAX_REFUSED:,} more lines"]
+    if "ops_on_gpu" not in found and replacing.get("nodes_delegated") is not None:
+        found["ops_on_gpu"] = replacing["nodes_delegated"]
+        found["ops_total"] = replacing.get("nodes_total")
+    return GpuDelegateLog(**found, refused=refused)
+
+
+def gpu_failure(text: str) -> str | None:
+    """Why the GPU delegate could not run the model, in its own words, when benchmark_model
+    gave up on it ("Failed to apply GPU delegate."); None when it did not."""
+    lines = [strip_prefix(ln).strip() for ln in text[-256 * 1024:].splitlines()]
+    if not any(_GPU_GAVE_UP.search(ln) for ln in lines):
+        return None
+    why = [m[1] for ln in lines if (m := _GPU_WHY.search(ln))]
+    # The first reason is the cause; OpenCL's failure comes before its OpenGL fallback's.
+    opencl = [ln for ln in lines if ln.startswith("Can not open OpenCL library")]
+    said = "; ".join(brief(w) for w in [*opencl[:1], *why[:1]]) or "no reason given"
+    return f"{said} (benchmark_model: Failed to apply GPU delegate.)"
 
 
 #: Figures that are differences and may be negative (memory freed since the tool started).

@@ -3,10 +3,16 @@
 Steps: pick the device, check the binary's architecture against the device ABIs, push the
 binary and the model (skipped when the device already holds the same bytes), run with the
 profile's threads/delegate unless overridden, parse the output, remove what was pushed.
+
+On the phone's GPU (``gpu=True``, or a profile whose first delegate is the GPU's) it runs
+twice: ``--use_gpu=true`` with the profile's delegate options (its ``gpu:`` keys as
+benchmark_model's flags), and the CPU beside it (XNNPACK), so the GPU's time is seen against
+the CPU's on the same phone. The profile's own run is the result; the other is ``beside``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import shlex
@@ -15,12 +21,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from devicefit.sdk.bench.adb import AdbClient, AdbError, DeviceGone, check_binary_arch, find_adb
-from devicefit.sdk.bench.benchmark_output import parse_benchmark_output, tail
+from devicefit.sdk.bench.benchmark_output import gpu_failure, parse_benchmark_output, tail
 from devicefit.sdk.console import step
 from devicefit.simulator.errors import InputError, RuntimeFailure, UsageError
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
-from devicefit.simulator.report.benchmark import BenchResult, BenchSettings
+from devicefit.simulator.report.benchmark import (
+    BenchmarkOutput,
+    BenchResult,
+    BenchSettings,
+    DeviceRun,
+)
 from devicefit.simulator.target import TARGETS, target_for
 
 log = logging.getLogger(__name__)
@@ -33,6 +44,14 @@ _DELEGATE_FLAGS = {"xnnpack": "--use_xnnpack=true", "gpu": "--use_gpu=true",
                    "nnapi": "--use_nnapi=true", None: "--use_xnnpack=false"}
 _CPU_MASK = re.compile(r"^(0x)?[0-9a-fA-F]+$")
 DEFAULT_RUN_TIMEOUT_S = 600.0
+#: The CPU run beside a GPU run.
+CPU_DELEGATE = "xnnpack"
+
+
+class GpuUnavailable(RuntimeFailure):
+    """The phone's GPU delegate could not run the model (no OpenCL and no OpenGL ES 3.1, or
+    it failed on the model): the model does not run on that GPU, a finding (exit 1, as
+    every :class:`RuntimeFailure`)."""
 
 
 def default_delegate(profile: Profile) -> str | None:
@@ -60,10 +79,26 @@ def _settings(profile: Profile, threads: int | None, delegate: str | None, runs:
                          warmup_runs=warmup, cpu_mask=cpu_mask, op_profiling=op_profiling)
 
 
-def _command(s: BenchSettings, remote_binary: str, remote_model: str) -> str:
+def gpu_flags(profile: Profile) -> list[str]:
+    """benchmark_model's GPU delegate options as the profile's ``gpu:`` keys set them
+    (``tflite/tools/delegates/gpu_delegate_provider.cc``, ``default_execution_provider.cc``);
+    a key the profile leaves out keeps the tool's default, which is the delegate's (1
+    partition, precision loss allowed), as devicefit's prediction assumes too."""
+    keys = profile.resolved.get("gpu") or {}
+    flags = []
+    if "max_partitions" in keys:
+        flags.append(f"--max_delegated_partitions={int(keys['max_partitions'])}")
+    if "precision" in keys:
+        flags.append("--gpu_precision_loss_allowed="
+                     + ("true" if keys["precision"] == "fp16" else "false"))
+    return flags
+
+
+def _command(s: BenchSettings, remote_binary: str, remote_model: str,
+             delegate_flags: Sequence[str] = ()) -> str:
     args = [remote_binary, f"--graph={remote_model}", f"--num_threads={s.threads}",
             f"--warmup_runs={s.warmup_runs}", f"--num_runs={s.runs}",
-            _DELEGATE_FLAGS[s.delegate], "--report_peak_memory_footprint=true"]
+            _DELEGATE_FLAGS[s.delegate], *delegate_flags, "--report_peak_memory_footprint=true"]
     if s.op_profiling:
         args.append("--enable_op_profiling=true")
     if s.cpu_mask:
@@ -102,13 +137,15 @@ def _failure(returncode: int, output: str) -> RuntimeFailure:
 def bench(model: str | Path, profile: Profile | str, *, benchmark_binary: str | Path | None,
           serial: str | None = None, adb: str | None = None, runs: int = 50, warmup: int = 1,
           threads: int | None = None, delegate: str | None = None, cpu_mask: str | None = None,
-          op_profiling: bool = False, keep: bool = False,
+          op_profiling: bool = False, keep: bool = False, gpu: bool = False,
           timeout_s: float = DEFAULT_RUN_TIMEOUT_S,
           profiles_dirs: Sequence[str | Path] = ()) -> BenchResult:
     """Benchmark ``model`` on an Android device over adb; see the module docstring.
 
     ``profile`` is a :class:`Profile`, or a profile name or ``.yaml`` path looked up in
-    ``profiles_dirs`` and the built-in profiles, as everywhere in the API.
+    ``profiles_dirs`` and the built-in profiles, as everywhere in the API. ``gpu``: run
+    on the GPU and on the CPU beside it (a GPU profile does without asking, unless
+    ``delegate`` names one).
     """
     if not isinstance(profile, Profile):
         profile = load_profile(profile, list(profiles_dirs))
@@ -122,7 +159,18 @@ def bench(model: str | Path, profile: Profile | str, *, benchmark_binary: str | 
     binary = Path(benchmark_binary)
     if not binary.is_file():
         raise InputError(f"benchmark binary not found: {binary}")
+    if gpu and delegate is not None:
+        raise UsageError(f"--gpu runs the model on the GPU and on the CPU beside it: leave out "
+                         f"--delegate {delegate}")
     settings = _settings(profile, threads, delegate, runs, warmup, cpu_mask, op_profiling)
+    # Both runs when asked, or when the profile's own is the GPU's: its time means little
+    # without the CPU's beside it (a partial GPU partition can be slower than the CPU).
+    pair = gpu or (delegate is None and settings.delegate == "gpu")
+    if pair:
+        primary = "gpu" if settings.delegate == "gpu" else CPU_DELEGATE
+        settings = dataclasses.replace(settings, delegate=primary)
+        other = dataclasses.replace(settings,
+                                    delegate=CPU_DELEGATE if primary == "gpu" else "gpu")
 
     client = AdbClient(find_adb(adb))
     entry = client.select(serial)
@@ -132,7 +180,13 @@ def bench(model: str | Path, profile: Profile | str, *, benchmark_binary: str | 
 
     remote_binary = f"{REMOTE_DIR}/{REMOTE_BINARY}"
     remote_model = f"{REMOTE_DIR}/{_remote_name(model)}"
-    command = _command(settings, remote_binary, remote_model)
+    flags = gpu_flags(profile)
+
+    def command_of(s: BenchSettings) -> str:
+        return _command(s, remote_binary, remote_model, flags if s.delegate == "gpu" else ())
+
+    command = command_of(settings)
+    beside: DeviceRun | None = None
     pushed: list[str] = []
     already: list[str] = []
     removed: list[str] = []
@@ -146,17 +200,12 @@ def bench(model: str | Path, profile: Profile | str, *, benchmark_binary: str | 
                 client.push(local, remote)
                 pushed.append(remote)
         client.chmod_executable(remote_binary)
-        log.info("running on %s: %s", entry.serial, command)
-        step(f"running benchmark_model on {device_model or entry.serial}")
-        run = client.shell(command, timeout=timeout_s, what="benchmark_model")
-        output = run.stdout + ("\n" + run.stderr if run.stderr.strip() else "")
-        if run.returncode != 0:
-            if not client.is_online():
-                raise DeviceGone(f"device {entry.serial} disconnected while benchmark_model "
-                                 f"ran; its last lines: {tail(output)}; reconnect it and run "
-                                 "again")
-            raise _failure(run.returncode, output)
-        results = parse_benchmark_output(output)
+        where = device_model or entry.serial
+        results, output = _run(client, command, settings, where, timeout_s)
+        if pair:
+            other_command = command_of(other)
+            other_results, _ = _run(client, other_command, other, where, timeout_s)
+            beside = DeviceRun(other, other_command, other_results)
     finally:
         if not keep:
             removed = _cleanup(client, pushed)
@@ -164,7 +213,27 @@ def bench(model: str | Path, profile: Profile | str, *, benchmark_binary: str | 
                        device_model=device_model, abis=abis, binary_arch=arch,
                        settings=settings, command=command, results=results, pushed=pushed,
                        already_on_device=already, removed=removed,
-                       output_tail=[ln for ln in output.splitlines() if ln.strip()][-40:])
+                       output_tail=[ln for ln in output.splitlines() if ln.strip()][-40:],
+                       beside=beside)
+
+
+def _run(client: AdbClient, command: str, settings: BenchSettings, where: str,
+         timeout_s: float) -> tuple[BenchmarkOutput, str]:
+    """One benchmark_model run on the device: its figures and its whole output."""
+    on = "the GPU" if settings.delegate == "gpu" else "the CPU"
+    log.info("running on %s: %s", client.serial, command)
+    step(f"running benchmark_model on {where} ({on})")
+    run = client.shell(command, timeout=timeout_s, what="benchmark_model")
+    output = run.stdout + ("\n" + run.stderr if run.stderr.strip() else "")
+    if run.returncode != 0:
+        if not client.is_online():
+            raise DeviceGone(f"device {client.serial} disconnected while benchmark_model "
+                             f"ran; its last lines: {tail(output)}; reconnect it and run "
+                             "again")
+        if settings.delegate == "gpu" and (why := gpu_failure(output)) is not None:
+            raise GpuUnavailable(f"the model does not run on the GPU of {where}: {why}")
+        raise _failure(run.returncode, output)
+    return parse_benchmark_output(output), output
 
 
 def _cleanup(client: AdbClient, pushed: list[str]) -> list[str]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from rich.console import Console
 from rich.markup import escape
 
+from devicefit.sdk.bench.benchmark_output import brief
 from devicefit.sdk.console import make_console, print_json, table
 from devicefit.sdk.options import (
     add_layer_options,
@@ -45,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, help="CPU threads (default: the profile's)")
     p.add_argument("--delegate", choices=["xnnpack", "gpu", "nnapi"],
                    help="delegate (default: the profile's)")
+    p.add_argument("--gpu", action="store_true",
+                   help="run on the phone's GPU (--use_gpu=true) and on its CPU beside it "
+                        "(XNNPACK); a GPU profile does both without it")
     p.add_argument("--cpu-mask", metavar="HEX",
                    help="run under 'taskset HEX', e.g. f0 for the big cores")
     p.add_argument("--op-profiling", action="store_true", help="per-operator timings")
@@ -58,7 +63,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from devicefit.sdk.bench import bench
+    from devicefit.sdk.bench.compare import compare
     from devicefit.simulator.profiles import load_profile
     from devicefit.simulator.simulate import bench_section, simulate
 
@@ -68,7 +76,8 @@ def _bench(args: argparse.Namespace) -> int:
     result = bench(args.model, profile, benchmark_binary=args.benchmark_binary,
                    serial=args.serial, adb=args.adb, runs=args.runs, warmup=args.warmup,
                    threads=args.threads, delegate=args.delegate, cpu_mask=args.cpu_mask,
-                   op_profiling=args.op_profiling, keep=args.keep, timeout_s=args.timeout)
+                   op_profiling=args.op_profiling, keep=args.keep, gpu=args.gpu,
+                   timeout_s=args.timeout)
     # The report judges the budgets with the latency the phone measured.
     report: Report | None
     try:
@@ -76,8 +85,11 @@ def _bench(args: argparse.Namespace) -> int:
         why = ""
     except DevicefitError as exc:
         report, why = None, f"simulate failed: {exc}"
-    section = report.bench if report is not None and report.bench is not None \
-        else bench_section(result, None, why)
+    result = compare(result, report, profile, args.profiles_dir)
+    section = dataclasses.replace(report.bench, result=result) \
+        if report is not None and report.bench is not None else bench_section(result, None, why)
+    if report is not None:
+        report = dataclasses.replace(report, bench=section)
     if report is not None:
         write_pictures(args, [(f"{args.model} on {result.serial}", report)], inputs=[args.model])
         write_layers(args, report, inputs=[args.model])
@@ -138,7 +150,7 @@ def _print(args: argparse.Namespace, result: BenchResult, comparison: BenchCompa
     rows += [("memory delta init / overall",
               f"{format_size(r.memory_init_bytes)} / {format_size(r.memory_overall_bytes)}"),
              ("memory peak", format_size(r.memory_peak_bytes))]
-    for c in r.delegate_coverage:
+    for c in r.delegate_coverage if r.gpu is None else ():  # the GPU's: _print_gpu
         nodes = (f"{c.nodes_delegated}/{c.nodes_total or '?'} nodes, {c.partitions} partitions"
                  if c.nodes_delegated is not None else
                  "whole graph" if c.whole_graph else "not used")
@@ -159,6 +171,74 @@ def _print(args: argparse.Namespace, result: BenchResult, comparison: BenchCompa
     else:
         con.print(f"measured {format_time_ms(comparison.measured_ms)}; simulator estimate "
                   f"unavailable ({comparison.estimate_unavailable})")
+    if result.partition is not None or r.gpu is not None:
+        _print_gpu(con, result)
+    if result.beside is not None:
+        _print_beside(con, result)
     kept = "kept on the device" if args.keep else "removed from the device"
     if result.pushed:
         con.print(f"pushed {', '.join(result.pushed)} ({kept})")
+
+
+#: How many of the delegate's "OP: reason" lines the terminal shows.
+SHOWN_REFUSALS = 12
+
+
+def _partition_text(gpu_ops: int | None, total: int | None, partitions: int | None) -> str:
+    return (f"{'?' if gpu_ops is None else gpu_ops} of {'?' if total is None else total} ops "
+            f"on the GPU in {'?' if partitions is None else partitions} partition(s)")
+
+
+def _print_gpu(con: Console, result: BenchResult) -> None:
+    """The partition the phone's GPU delegate made (its log), beside devicefit's."""
+    gpu, check = result.results.gpu, result.partition
+    backend = f", {gpu.backend}" if gpu is not None and gpu.backend else ""
+    measured = ("the delegate logged no partition" if gpu is None else
+                _partition_text(gpu.ops_on_gpu, gpu.ops_total, gpu.kernels))
+    con.print(f"GPU delegate on the phone (measured{backend}): {measured}")
+    if gpu is not None:
+        # A device's own lines: each bounded, and not a screenful of them.
+        for line in gpu.refused[:SHOWN_REFUSALS]:
+            con.print(f"  refused: {escape(brief(line))}")
+        if len(gpu.refused) > SHOWN_REFUSALS:
+            con.print(f"  refused: … {len(gpu.refused) - SHOWN_REFUSALS} more (--json has all)")
+    if check is None:
+        con.print("  predicted: none (the profile is not a GPU profile)")
+        return
+    predicted = _partition_text(check.predicted_gpu_ops, check.total_ops,
+                                check.predicted_partitions)
+    refuses = f"; refuses {', '.join(check.predicted_refused)}" if check.predicted_refused else ""
+    con.print(f"GPU delegate predicted by devicefit: {predicted}{refuses}")
+    if check.agree is None:
+        con.print("  partition not compared: the phone's log does not say how many ops and "
+                  "partitions the GPU took")
+    elif check.agree:
+        con.print("  the phone's partition agrees with the prediction")
+    else:
+        differ = [f"{name} {m} on the phone, {p} predicted" for name, m, p in (
+            ("ops on the GPU", check.measured_gpu_ops, check.predicted_gpu_ops),
+            ("partitions", check.measured_partitions, check.predicted_partitions),
+            ("refused op types", ", ".join(check.measured_refused) or "none",
+             ", ".join(check.predicted_refused) or "none")) if m != p]
+        con.print(f"  [bold]the phone's partition differs from the prediction[/bold]: "
+                  f"{escape('; '.join(differ))}")
+
+
+def _print_beside(con: Console, result: BenchResult) -> None:
+    """The run beside the profile's own on the same phone, and its estimate."""
+    run = result.beside
+    assert run is not None  # the caller checks
+    on = "GPU" if run.settings.delegate == "gpu" else f"CPU ({run.settings.delegate})"
+    measured = run.results.inference_avg_ms
+    con.print(f"beside it on the {on}, {run.settings.threads} threads: inference avg "
+              f"{format_time_ms(measured)} (measured)")
+    vs = run.vs_estimate
+    if vs is not None and vs.ratio is not None:
+        con.print(f"  vs estimate {format_time_ms(vs.estimated_ms)} on {run.estimate_profile}: "
+                  f"ratio {vs.ratio:.2f}x (measured / estimated)")
+    elif vs is not None:
+        con.print(f"  estimate unavailable ({escape(vs.estimate_unavailable or '')})")
+    main = result.results.inference_avg_ms
+    if main and measured:
+        gpu, cpu = (main, measured) if result.settings.delegate == "gpu" else (measured, main)
+        con.print(f"  GPU / CPU on this phone: {gpu / cpu:.2f}x (measured, both runs)")

@@ -224,6 +224,8 @@ def _print_summary(console: Console, report: ConversionReport) -> None:
 
     s = report.settings
     console.print(_size_line(report))
+    if report.scheme_reason:
+        console.print(f"why: {escape(report.scheme_reason)}")
     if report.pruned_layers:
         console.print(table("Channels removed", ["layer", "op", "before", "after"],
                             [(p.name, p.op, p.before, p.after) for p in report.pruned_layers]))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from devicefit.sdk.convert import lowbit, pipeline, stages
+from devicefit.sdk.convert import gpu, lowbit, pipeline, stages
 from devicefit.sdk.convert.data import RANDOM_WARNING
 from devicefit.sdk.convert.pipeline import StageTimer, check_output, verify_scheme
 from devicefit.sdk.convert.report import ConversionReport, ConversionSettings
@@ -87,7 +87,10 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
         float_weight_bytes=result.float_weight_bytes or None, weights=weights,
         pruned_layers=done.sparsity.pruned_layers, nm_skipped=done.sparsity.skipped,
         fine_tune=done.sparsity.fine_tune, memory_optimization=memory, low_bit=low_bit,
-        layers=result.layers)
+        layers=result.layers,
+        scheme_reason=gpu.scheme_reason(prof, job.quant.scheme, spec.scheme is not None))
+    if io := gpu.io_warning(prof, job.quant.io_type):
+        report.warnings.append(io)
     if done.calibration is not None and done.calibration.random:
         report.warnings.append(RANDOM_WARNING)
     if any(kind.kind == "n:m" for kind in spec.sparsity):

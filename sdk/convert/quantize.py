@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from devicefit.sdk.convert import traced
+from devicefit.sdk.convert import gpu, traced
 from devicefit.sdk.convert.loading import LoadedModel
 from devicefit.sdk.types import Progress
 from devicefit.simulator.errors import UsageError
@@ -59,8 +59,10 @@ def resolve(profile: Profile, scheme: str | None, io_type: str | None) -> QuantS
     # The profile loader keeps q.schemes within what the target executes
     # (``Target.quant_schemes``), so a scheme the profile allows runs on it.
     if scheme not in q.schemes:
+        why = gpu.refused_scheme(profile, scheme)
         raise UsageError(f"profile {profile.name} does not allow --scheme {scheme} "
-                         f"(its runtime takes: {', '.join(q.schemes)})")
+                         f"(its runtime takes: {', '.join(q.schemes)})"
+                         + (f": {why}" if why else ""))
     possible = SCHEME_IO_TYPES[scheme]
     allowed = tuple(q.io_types)
     if scheme == "int16x8" and "int16" not in allowed and target_for(profile).int16_io \

@@ -67,6 +67,9 @@ class ConversionReport:
     runtime: str
     settings: ConversionSettings
     output_bytes: int
+    #: Why this scheme for the profile's device, where the device has a reason of its own
+    #: (a phone's GPU: :mod:`sdk.convert.gpu`); None elsewhere.
+    scheme_reason: str | None = None
     #: The input model converted without pruning or quantization (the "before" size;
     #: only with ``float_baseline``: it costs a second conversion).
     float_tflite_bytes: int | None = None

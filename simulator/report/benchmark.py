@@ -77,6 +77,31 @@ def _bytes(mb: float | None, size: float) -> float | None:
 
 
 @dataclass(frozen=True)
+class GpuDelegateLog:
+    """What LiteRT's GPU delegate said in benchmark_model's output: its own log lines
+    (``tflite/delegates/gpu/delegate.cc``, ``common/model_builder.cc``) and TFLite's
+    (``tflite/core/subgraph.cc``)."""
+
+    #: "Created N GPU delegate kernels.": one kernel per partition the GPU runs.
+    kernels: int | None = None
+    #: Operators on the GPU and in the graph: "N operations will run on the GPU, and the
+    #: remaining M ..." or "Replacing N out of T node(s) with delegate (TfLiteGpuDelegateV2)".
+    ops_on_gpu: int | None = None
+    ops_total: int | None = None
+    #: The "OP: reason" lines under "Following operations are not supported by GPU delegate:".
+    refused: list[str] = field(default_factory=list)
+    #: "OpenCL" or "OpenGL": the API it initialised ("Initialized OpenCL-based API.").
+    backend: str | None = None
+
+    @property
+    def refused_types(self) -> list[str]:
+        """The operator types it refused, each once, in its (sorted) order (a bounded list
+        ends in "… N more lines", no type)."""
+        return list(dict.fromkeys(line.split(":", 1)[0].strip() for line in self.refused
+                                  if ":" in line))
+
+
+@dataclass(frozen=True)
 class BenchmarkOutput:
     """The tool's figures in its own units (ms, its "MB"); the ``*_bytes`` properties give
     the sizes in bytes, for the views to print like every other size."""
@@ -95,6 +120,8 @@ class BenchmarkOutput:
     delegate_coverage: list[DelegateCoverage] = field(default_factory=list)
     op_profile: list[OpProfileRow] = field(default_factory=list)
     op_summary: list[OpTypeSummary] = field(default_factory=list)
+    #: None when the GPU delegate logged nothing (it was not asked for).
+    gpu: GpuDelegateLog | None = None
 
     @property
     def model_size_bytes(self) -> float | None:
@@ -142,7 +169,10 @@ class BenchResult:
     already_on_device: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     output_tail: list[str] = field(default_factory=list)
-
+    #: The run beside this one on the same phone (``bench --gpu``: the CPU with XNNPACK).
+    beside: DeviceRun | None = None
+    #: The phone's GPU partition beside devicefit's prediction (a GPU run of a GPU profile).
+    partition: PartitionCheck | None = None
 
 
 @dataclass(frozen=True)
@@ -161,3 +191,40 @@ class BenchComparison:
            why: str | None = None) -> BenchComparison:
         ratio = measured_ms / estimated_ms if measured_ms and estimated_ms else None
         return cls(measured_ms, estimated_ms, ratio, why or None)
+
+
+@dataclass(frozen=True)
+class DeviceRun:
+    """A second benchmark_model run on the phone (``bench --gpu``: the CPU beside the GPU)
+    and its comparison with the estimate of ``estimate_profile``, the profile whose runtime
+    that run is (None before ``devicefit bench`` compares it)."""
+
+    settings: BenchSettings
+    command: str
+    results: BenchmarkOutput
+    vs_estimate: BenchComparison | None = None
+    estimate_profile: str | None = None
+
+
+@dataclass(frozen=True)
+class PartitionCheck:
+    """How the phone's GPU delegate cut the model (measured: its log) beside the partition
+    devicefit predicted for it (``compatibility.gpu``), both in operators of the main graph."""
+
+    measured_gpu_ops: int | None
+    predicted_gpu_ops: int
+    measured_partitions: int | None
+    predicted_partitions: int
+    total_ops: int
+    #: Operator types the delegate refused, as the phone said and as predicted.
+    measured_refused: list[str] = field(default_factory=list)
+    predicted_refused: list[str] = field(default_factory=list)
+
+    @property
+    def agree(self) -> bool | None:
+        """Whether the phone cut the model as predicted; None when its log did not say."""
+        if self.measured_gpu_ops is None or self.measured_partitions is None:
+            return None
+        return (self.measured_gpu_ops == self.predicted_gpu_ops
+                and self.measured_partitions == self.predicted_partitions
+                and sorted(self.measured_refused) == sorted(self.predicted_refused))

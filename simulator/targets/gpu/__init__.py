@@ -43,6 +43,7 @@ TARGET = Target(
     section=lazy(SectionMaker, "devicefit.simulator.targets.gpu.partition:section"),
     section_type=lazy_class("devicefit.simulator.targets.gpu.partition:GpuReport"),
     cpu_kernels={"gpu": "xnnpack"},
+    bench_tool="benchmark_model",
     profile_keys=PROFILE_KEYS,
     settings=GpuSettings.from_values,
     ask_accelerator=lazy(AcceleratorAsk, "devicefit.simulator.targets.gpu.runner:ask"),

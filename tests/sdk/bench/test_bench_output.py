@@ -9,9 +9,12 @@ from devicefit.sdk.bench.benchmark_output import (
     BenchmarkOutputError,
     DelegateCoverage,
     RunStats,
+    gpu_failure,
     parse_benchmark_output,
+    parse_gpu_log,
     parse_stat_line,
 )
+from devicefit.simulator.report.benchmark import GpuDelegateLog
 from tests.paths import TESTS
 
 FIXTURES = TESTS / "fixtures" / "benchmark_model"
@@ -28,11 +31,12 @@ REAL = {
         model_size_mb=7.07479, init_ms=870.557, first_inference_ms=130.565,
         warmup_avg_ms=122.373, inference_avg_ms=119.375, delegates_created=["GPU"],
         delegate_coverage=[DelegateCoverage("GPU", whole_graph=True)],
+        gpu=GpuDelegateLog(kernels=1, backend="OpenCL"),
         inference=RunStats(50, 119.212, 118.055, 113.737, 124.776, 119.375, 1.948)),
     "xnnpack999_rpi_int8.txt": dict(
         model_size_mb=3.67827, init_ms=18.777, first_inference_ms=64.791,
         warmup_avg_ms=57.7582, inference_avg_ms=55.0432, memory_init_mb=8.97656,
-        memory_overall_mb=18.7227, delegates_created=["XNNPACK"]),
+        memory_overall_mb=18.7227, delegates_created=["XNNPACK"], gpu=None),
     "tf26736_android_cpu_2019.txt": dict(
         model_size_mb=None, init_ms=17.527, first_inference_ms=1058.871, warmup_avg_ms=None,
         inference_avg_ms=880.688,
@@ -137,3 +141,94 @@ def test_unparseable_output_shows_its_tail() -> None:
     msg = str(err.value)
     assert "no inference timings" in msg and "line 19 | Aborted" in msg
     assert "line 5" not in msg and "\n" not in msg
+
+
+def test_the_gpu_delegates_partition_message_from_a_real_device() -> None:
+    """TF 2.6 on a Mali G31 (issue 57907): its refusals, a blank line, then the count."""
+    lines = (FIXTURES / "tf57907_gpu_partition_mali_g31.txt").read_text().splitlines()
+    log = parse_gpu_log(lines, {})
+    assert (log.ops_on_gpu, log.ops_total, log.kernels) == (97, 297, None)
+    assert len(log.refused) == 11 and log.refused[3] == "DEQUANTIZE:"
+    assert log.refused_types == ["ARG_MAX", "CAST", "CONCATENATION", "DEQUANTIZE", "FLOOR_DIV",
+                                 "GATHER_ND", "MUL", "PACK", "RESHAPE", "SUB", "UNPACK"]
+
+
+LOGCAT = "06-18 10:11:07.713  4320  4320 E tflite  : "
+
+
+@pytest.mark.parametrize("prefix", ["", LOGCAT], ids=["stderr", "logcat"])
+def test_gpu_lines_in_the_wording_of_litert_sources(prefix: str) -> None:
+    """A partial delegation as LiteRT's sources word it (model_builder.cc, delegate.cc,
+    subgraph.cc, benchmark_tflite_model.cc), on stderr or in logcat, where every line of
+    the multi-line message carries its own header; TFLite's "Replacing" line counts every
+    subset of the cut (3 here), the kernels the GPU's partitions (1)."""
+    text = "\n".join(prefix + line for line in [
+        "INFO: Created TensorFlow Lite delegate for GPU.",
+        "ERROR: Following operations are not supported by GPU delegate:",
+        "CUSTOM TFLite_Detection_PostProcess: Operation is not supported.",
+        "IF: Operation is not supported.",
+        "41 operations will run on the GPU, and the remaining 2 operations will run on the CPU.",
+        "VERBOSE: Replacing 41 out of 43 node(s) with delegate (TfLiteGpuDelegateV2) node, "
+        "yielding 3 partitions for subgraph 0 (main).",
+        "INFO: Initialized OpenGL-based API.",
+        "INFO: Created 1 GPU delegate kernels.",
+        "INFO: Explicitly applied GPU delegate, and the model graph will be partially executed "
+        "by the delegate w/ 1 delegate kernels.",
+        "Inference timings in us: Init: 5, First inference: 7, Warmup (avg): 7, "
+        "Inference (avg): 6"])
+    out = parse_benchmark_output(text)
+    assert out.gpu == GpuDelegateLog(kernels=1, ops_on_gpu=41, ops_total=43, backend="OpenGL",
+                                     refused=["CUSTOM TFLite_Detection_PostProcess: Operation "
+                                              "is not supported.",
+                                              "IF: Operation is not supported."])
+    assert out.gpu.refused_types == ["CUSTOM TFLite_Detection_PostProcess", "IF"]
+    assert DelegateCoverage("TfLiteGpuDelegateV2", 41, 43, 3) in out.delegate_coverage
+    assert DelegateCoverage("GPU", whole_graph=False) in out.delegate_coverage
+
+
+def test_a_whole_graph_on_the_gpu_is_counted_from_tflites_line() -> None:
+    """The delegate lists nothing when it takes every operator: TFLite's line counts them."""
+    out = parse_benchmark_output(
+        "VERBOSE: Replacing 16 out of 16 node(s) with delegate (TfLiteGpuDelegateV2) node, "
+        "yielding 1 partitions for subgraph 0 (main).\nINFO: Created 1 GPU delegate kernels.\n"
+        "Inference timings in us: Init: 5, First inference: 7, Warmup (avg): 7, "
+        "Inference (avg): 6\n")
+    assert (out.gpu.ops_on_gpu, out.gpu.ops_total, out.gpu.kernels) == (16, 16, 1)
+
+
+def test_no_operation_on_the_gpu() -> None:
+    log = parse_gpu_log(["ERROR: Following operations are not supported by GPU delegate:",
+                         "SVDF: Operation is not supported.",
+                         "No operations will run on the GPU, and all 5 operations will run on "
+                         "the CPU.", "INFO: Created 0 GPU delegate kernels."], {})
+    assert (log.ops_on_gpu, log.ops_total, log.kernels) == (0, 5, 0)
+
+
+def test_the_delegates_failure_in_its_own_words() -> None:
+    """A phone with neither OpenCL nor OpenGL ES 3.1: the causes, not the consequences
+    ("delegate is not initialized", "failed to prepare")."""
+    text = "\n".join([
+        "INFO: Created TensorFlow Lite delegate for GPU.",
+        'ERROR: Can not open OpenCL library on this device - dlopen failed: library '
+        '"libOpenCL.so" not found',
+        "ERROR: Falling back to OpenGL",
+        "ERROR: TfLiteGpuDelegate Init: OpenGL ES 3.1 or above is required to use OpenGL "
+        "inference.",
+        "INFO: Created 0 GPU delegate kernels.",
+        "ERROR: TfLiteGpuDelegate Prepare: delegate is not initialized",
+        "ERROR: Node number 3 (TfLiteGpuDelegateV2) failed to prepare.",
+        "ERROR: Restored original execution plan after delegate application failure.",
+        "ERROR: Failed to apply GPU delegate.", "ERROR: Benchmarking failed."])
+    assert gpu_failure(text) == (
+        'Can not open OpenCL library on this device - dlopen failed: library "libOpenCL.so" '
+        "not found; OpenGL ES 3.1 or above is required to use OpenGL inference. "
+        "(benchmark_model: Failed to apply GPU delegate.)")
+    assert gpu_failure(text.replace("Failed to apply GPU delegate.", "")) is None
+
+
+def test_a_device_listing_refusals_without_end_is_bounded() -> None:
+    lines = ["ERROR: Following operations are not supported by GPU delegate:",
+             *(f"OP_{i}: {'x' * 5000}" for i in range(20_000))]
+    log = parse_gpu_log(lines, {})
+    assert len(log.refused) == 501 and log.refused[-1] == "… 19,500 more lines"
+    assert max(len(line) for line in log.refused) < 300
