@@ -379,7 +379,7 @@ def params_layout(pointer_bytes: int, core_family: str | None) -> str:
     return "arm-eabi" if core_family == "cortex-m" else "ilp32"
 
 
-def _params(op: Operator, layout: str) -> tuple[int, int]:
+def options_struct(op: Operator, layout: str) -> tuple[int, int]:
     """(sizeof, alignof) of the options struct ``op``'s parser allocates in ``layout``."""
     name = op.op_name
     if op.is_custom or name in _NOT_PARSED:
@@ -399,20 +399,26 @@ def builtin_options_bytes(model: Model, pointer_bytes: int = 8, layout: str | No
     layout = layout or ("lp64" if pointer_bytes >= 8 else "ilp32")
     used = 0
     for op in (op for sg in model.subgraphs for op in sg.operators):
-        size, alignment = _params(op, layout)
+        size, alignment = options_struct(op, layout)
         if size:
             used = align_up(used + size, alignment)
     return used
 
 
+def kernel_allocations(sg: Subgraph, op: Operator, pointer_bytes: int = 8,
+                       flavour: str = "reference") -> tuple[int, list[int]]:
+    """What ``op``'s kernel asks the arena's tail for, as requested (before alignment): the
+    OpData its Init keeps (0: none) and the buffers its Prepare adds."""
+    return _opdata(op, pointer_bytes, flavour), prepare_allocations(sg, op, pointer_bytes,
+                                                                      flavour)
+
+
 def _kernel_bytes(sg: Subgraph, op: Operator, pointer_bytes: int,
                   flavour: str = "reference") -> tuple[int, int]:
     """(bytes Init keeps, bytes Prepare adds) for ``op``, each allocation 16-byte aligned."""
-    opdata = _opdata(op, pointer_bytes, flavour)
-    init = align_up(opdata, _ALIGN) if opdata else 0
-    prepare = sum(align_up(s, _ALIGN)
-                  for s in prepare_allocations(sg, op, pointer_bytes, flavour))
-    return init, prepare
+    opdata, prepare = kernel_allocations(sg, op, pointer_bytes, flavour)
+    return (align_up(opdata, _ALIGN) if opdata else 0,
+            sum(align_up(s, _ALIGN) for s in prepare))
 
 
 def _resource_variables(model: Model, pointer_bytes: int) -> int:
