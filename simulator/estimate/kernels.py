@@ -93,6 +93,9 @@ class LowBitPath:
     spread: float
     #: What the figures rest on (a measurement and its kind, or the source read).
     basis: str
+    #: The library whose kernels run the layer instead, int4 path and all (ESP-NN's TFLM
+    #: wrappers hand int4 layers to the reference kernels); None: this one.
+    runs_on: str | None = None
 
 
 #: A library with no int4 entry: its int8 cost, an uncertainty as wide as an uncalibrated
@@ -241,13 +244,14 @@ def _low_bit(d: dict[str, Any]) -> LowBitPath:
     if spread < 1:
         raise ValueError(f"int4 spread {spread} is below 1")
     return LowBitPath({str(k): float(v) for k, v in (d.get("per_mac") or {}).items()},
-                      float(d.get("unpack_cycles_per_weight", 0)), spread, str(d["basis"]))
+                      float(d.get("unpack_cycles_per_weight", 0)), spread, str(d["basis"]),
+                      str(d["runs_on"]) if d.get("runs_on") else None)
 
 
 def load_kernels(data: dict[str, Any]) -> KernelData:
     """Kernel tables from a parsed ``kernels.yaml`` mapping (the fit script passes its own)."""
     try:
-        return KernelData(
+        out = KernelData(
             gamma=float(data["gamma"]), kinds={k: float(v) for k, v in data["kinds"].items()},
             libraries={n: _library(n, d) for n, d in data["libraries"].items()},
             versions=tuple(VersionRule(v["runtime"], v["library"], _one_version(v["before"]),
@@ -261,8 +265,15 @@ def load_kernels(data: dict[str, Any]) -> KernelData:
             decode=Decode(float(data["decode"]["cycles_per_value"]),
                           float(data["decode"]["spread"]), str(data["decode"]["basis"]))
             if data.get("decode") else None)
+        for lib in out.libraries.values():
+            for path in lib.int4.values():
+                if path.runs_on is not None and (path.runs_on == lib.name or any(
+                        p.runs_on for p in out.libraries[path.runs_on].int4.values())):
+                    raise ValueError(f"{lib.name}'s int4 runs_on '{path.runs_on}' must name "
+                                     f"another library that runs int4 itself")
     except (KeyError, TypeError, ValueError) as exc:
         raise ProfileError(f"{DATA_DIR / 'kernels.yaml'}: malformed kernel table: {exc}") from exc
+    return out
 
 
 FITTED = DATA_DIR / "kernels_fitted.yaml"
@@ -370,6 +381,9 @@ def op_cycles(data: KernelData, core: Core, library: str, runtime: str, version:
     dtype_cost = lib.dtypes.get(op.dtype)
     if dtype_cost is None:
         return None if op.macs else lib.op_overhead_cycles
+    low_bit = int4_path(data, core, library, runtime, version, op)
+    if low_bit is not None and low_bit.runs_on is not None:
+        return op_cycles(data, core, low_bit.runs_on, runtime, version, op)
     if op.kind == "decode" and data.decode is not None:
         # Plain C over every value it writes, on every Invoke.
         return ((op.outputs * data.decode.cycles_per_value + lib.op_overhead_cycles)
@@ -385,7 +399,6 @@ def op_cycles(data: KernelData, core: Core, library: str, runtime: str, version:
     soft = data.soft_float if op.dtype in FLOATS and core.fpu == "none" else 1.0
     cost_kind = path.kinds_as.get(op.kind, op.kind)
     kind = data.kinds.get(cost_kind, 1.0) * lib.kinds.get(cost_kind, 1.0)
-    low_bit = int4_path(data, core, library, runtime, version, op)
     if low_bit is not None:
         kind *= low_bit.per_mac.get(op.kind, 1.0)
     per_mac = (path.cycles_per_mac * kind * dtype_cost * soft

@@ -170,3 +170,29 @@ def test_decode_costs_a_pass_over_every_value_it_writes(lut, tmp_path):
     rest = sum(o.ms for o in el.per_op if o.op != "CUSTOM:TFLM_DECODE")
     assert rest == pytest.approx(ec.total_ms, rel=0.02)
     assert "DECODE:" in el.band_basis and el.band[1] > ec.band[1]
+
+
+def test_esp_nn_hands_int4_layers_to_the_reference_kernels(twins, tmp_path):
+    """ESP-NN's TFLM wrappers run an int4 layer on TFLM's reference kernels after the
+    unpack: on an ESP32-S3 such a layer costs what it costs with ``kernels: reference``,
+    many times its int8 twin on ESP-NN; the int8 layers keep ESP-NN's cost."""
+    esp = load_profile("esp32-s3")
+    path = tmp_path / "ref.yaml"
+    path.write_text("extends: esp32-s3\nruntime: {kernels: reference}\n")
+    reference = load_profile(path)
+    (m8, e8), (m4, e4) = (_per_op(p, esp) for p in twins)
+    _, r4 = _per_op(twins[1], reference)
+    for o8, o4, oref in zip(e8.per_op, e4.per_op, r4.per_op, strict=True):
+        shape = op_shape(m4.main, m4.main.operators[o4.op_index], o4.macs)
+        if shape.weight_dtype == "int4":
+            assert o4.cycles == pytest.approx(oref.cycles) and o4.cycles > 3 * o8.cycles
+        else:
+            assert o4.cycles == pytest.approx(o8.cycles)
+    assert "reference kernels after the unpack" in e4.band_basis
+
+
+def test_runs_on_must_name_another_library_that_runs_int4_itself():
+    tables = kernel_tables()
+    tables["libraries"]["reference"]["int4"]["default"]["runs_on"] = "reference"
+    with pytest.raises(ProfileError, match="runs_on"):
+        load_kernels(tables)
