@@ -40,6 +40,7 @@ from devicefit.simulator.plan.lifetimes import align_up, tflm_tensor_bytes
 from devicefit.simulator.read.model import Model, Operator, Subgraph, Tensor
 from devicefit.simulator.targets.tflm import cmsis_nn
 from devicefit.simulator.targets.tflm.cmsis_nn import FEATURES, Feature
+from devicefit.simulator.targets.tflm.ops import DECODE
 from devicefit.simulator.targets.tflm.scratch import (
     KERNEL_ALIASES,
     cmsis_fc_kernel_sums,
@@ -75,6 +76,8 @@ _OPDATA_64 = {
     "L2_NORMALIZATION": 12, "VAR_HANDLE": 4, "ASSIGN_VARIABLE": 4, "CALL_ONCE": 8, "IF": 8,
     "WHILE": 8, "ADD_N": 8, "CUMSUM": 8, "SVDF": 36, "UNIDIRECTIONAL_SEQUENCE_LSTM": 688,
     "EMBEDDING_LOOKUP": 8, "DETECTION_POSTPROCESS": 256,
+    # kernels/decode.cc registers no Init: its state is allocated in Prepare.
+    f"CUSTOM:{DECODE}": 0,
     # TFLM's Signal ops (signal/micro/kernels/*.cc), the params struct their Init keeps
     # (sizeof on x86-64); SignalFftAutoScale and SignalFilterBankSquareRoot have no Init.
     **{f"CUSTOM:Signal{name}": size for name, size in (
@@ -308,6 +311,11 @@ def rfft_state_bytes(fft_length: int, dtype: str, ptr: int) -> int:
     return 3 * ptr + sub + cpx * (nfft * 3 // 2)
 
 
+#: sizeof(DecodeStateLut) (kernels/decode_state_lut.h), by pointer width: x86-64 g++ 12 and
+#: arm-none-eabi-g++ 12.2 -mcpu=cortex-m4, TFLM 90b983c2.
+_DECODE_STATE_LUT = {8: 72, 4: 36}
+
+
 def prepare_allocations(sg: Subgraph, op: Operator, pointer_bytes: int = 8,
                         flavour: str = "reference") -> list[int]:
     """Sizes of the persistent buffers ``op``'s kernel allocates in Prepare (or, for the
@@ -317,6 +325,13 @@ def prepare_allocations(sg: Subgraph, op: Operator, pointer_bytes: int = 8,
     sizes: list[int] = []
     if name.startswith("CUSTOM:Signal"):
         return _signal_allocations(sg, op, pointer_bytes)
+    if name == f"CUSTOM:{DECODE}":
+        # decode.cc Prepare: an array of DecodeState pointers, one per output, then each
+        # output's state (decode_state.cc; look-up tables, what devicefit's convert and
+        # TFLM's tool write).
+        width = 8 if pointer_bytes >= 8 else 4
+        outputs = sum(1 for t in op.outputs if t >= 0)
+        return [width * outputs] + [_DECODE_STATE_LUT[width]] * outputs
     if name in _PER_CHANNEL:
         f, inp = _input(sg, op, 1), _input(sg, op, 2 if name == "TRANSPOSE_CONV" else 0)
         per_channel = f is not None and f.quantization is not None and f.quantization.per_channel
