@@ -1,4 +1,6 @@
-"""int4 models built in code from a zoo model: its filters stored as int4, two per byte.
+"""Below-8-bit models built in code from a zoo model: its filters stored as int4, two per
+byte (:func:`int4_twin`), or clustered and compressed with TFLM's look-up tables
+(:func:`lut_twin`).
 
 AI Edge Quantizer writes int4 models too (tests/sdk/convert/test_int4.py), but calibrates in
 LiteRT first; the tests that only need an int4 file and its int8 twin, alike in every other
@@ -38,3 +40,12 @@ def int4_twin(int8: bytes, ops: Collection[int] = (CONV_2D, FULLY_CONNECTED)) ->
         t.type = INT4
         done.add(t.buffer)
     return writer.pack(model)
+
+
+def lut_twin(int8: bytes) -> tuple[bytes, bytes]:
+    """``int8`` with its filters clustered to 16 values per channel, and the same compressed
+    by TFLM's own tool with 4-bit look-up tables (a ``TFLM_DECODE`` per filter)."""
+    from devicefit.sdk.convert.lut import compress, edit_filters
+
+    clustered, filters = edit_filters(int8, 4, prune=False)
+    return clustered, compress(clustered, filters, 4)

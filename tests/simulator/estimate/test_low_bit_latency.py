@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from devicefit.sdk.convert.lut import compress, edit_filters
 from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.estimate.kernels import (
     kernel_data,
@@ -28,7 +27,7 @@ from devicefit.simulator.estimate.latency import estimate_latency, op_shape, pro
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.simulate import static_report
-from tests.int4_models import int4_twin
+from tests.int4_models import int4_twin, lut_twin
 
 M4 = "stm32l4r5-cortex-m4"
 
@@ -140,10 +139,9 @@ def test_a_spread_under_one_is_refused():
 @pytest.fixture(scope="module")
 def lut(model_zoo, tmp_path_factory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("lut")
-    clustered, filters = edit_filters(model_zoo("chain_int8").read_bytes(), 4, prune=False)
     paths = folder / "clustered.tflite", folder / "lut.tflite"
-    paths[0].write_bytes(clustered)
-    paths[1].write_bytes(compress(clustered, filters, 4))
+    for path, data in zip(paths, lut_twin(model_zoo("chain_int8").read_bytes()), strict=True):
+        path.write_bytes(data)
     return paths
 
 

@@ -22,11 +22,10 @@ import pytest
 
 from benchmarks.tflm_tail_replay import RECORDING, replay
 from devicefit.sdk.cli import main
-from devicefit.sdk.convert.lut import compress, edit_filters
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.targets.tflm.tail import kernel_allocations
-from tests.int4_models import CONV_2D, int4_twin
+from tests.int4_models import CONV_2D, int4_twin, lut_twin
 from tests.simulator.targets.tflm.test_target_build import real_checkout
 
 pytestmark = pytest.mark.slow
@@ -79,9 +78,8 @@ def test_decode_keeps_its_state_in_the_tail_as_predicted(model_zoo, tmp_path, ca
     """TFLM's DECODE (look-up-table compression) allocates, in Prepare, an array of state
     pointers and one DecodeStateLut per output: the same checks on a compressed model."""
     tflm = real_checkout()
-    clustered, filters = edit_filters(model_zoo("chain_int8").read_bytes(), 4, prune=False)
     lut = tmp_path / "chain_lut.tflite"
-    lut.write_bytes(compress(clustered, filters, 4))
+    lut.write_bytes(lut_twin(model_zoo("chain_int8").read_bytes())[1])
     profile = tmp_path / "m4-lut.yaml"
     profile.write_text(f"extends: {M4}\nruntime: {{compression: true}}\n")
     report = measured_as_replayed(lut, str(profile), tflm, capsys)
