@@ -59,6 +59,10 @@ OP_KINDS = {
     "SVDF": "recurrent",
 }
 
+#: TFLM's DECODE operator (look-up-table compression) as the reader names it: a custom op
+#: (``TFLM_DECODE``, simulator/targets/tflm/ops.py), costed by ``decode`` below.
+DECODE_OP = "CUSTOM:TFLM_DECODE"
+
 
 @dataclass(frozen=True)
 class Path:
@@ -70,6 +74,44 @@ class Path:
     #: both through one kernel (CMSIS-NN's Helium path: k×k convolutions im2col in int8 into
     #: the 1×1 matrix kernel, where its DSP path widens them to int16 first).
     kinds_as: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LowBitPath:
+    """What one code path of a library does with int4 weights (int8 activations).
+
+    Either kernels of its own that read the packed weights (CMSIS-NN's ``*_s4``): the int8
+    cost per MAC times ``per_mac`` of the op kind; or a pass per Invoke that unpacks the
+    filter into int8 scratch before the int8 kernel runs (TFLM's reference kernels):
+    ``unpack_cycles_per_weight`` per filter element, plain scalar code. ``spread`` is how
+    far the real factor may lie from these figures: the band widens by it on the share of
+    the time that rests on them.
+    """
+
+    per_mac: dict[str, float]
+    unpack_cycles_per_weight: float
+    spread: float
+    #: What the figures rest on (a measurement and its kind, or the source read).
+    basis: str
+    #: The library whose kernels run the layer instead, int4 path and all (ESP-NN's TFLM
+    #: wrappers hand int4 layers to the reference kernels); None: this one.
+    runs_on: str | None = None
+
+
+#: A library with no int4 entry: its int8 cost, an uncertainty as wide as an uncalibrated
+#: table's.
+UNKNOWN_INT4 = LowBitPath({}, 0.0, 2.0, "no int4 figure for this library: timed as its "
+                          "int8 kernels")
+
+
+@dataclass(frozen=True)
+class Decode:
+    """TFLM's DECODE operator (look-up-table compression): plain C, the same on every
+    kernel library, run on every Invoke (nothing caches the decoded tensor)."""
+
+    cycles_per_value: float
+    spread: float
+    basis: str
 
 
 @dataclass(frozen=True)
@@ -95,6 +137,8 @@ class Library:
     calibrated: tuple[str, ...]
     #: This library's share of a wider core's extra peak (None: the tables' gamma).
     gamma: float | None = None
+    #: How it runs int4 weights, by code path ("default": any path not named).
+    int4: dict[str, LowBitPath] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -131,6 +175,8 @@ class KernelData:
     soft_float: float = 20.0
     #: The CoreMark/MHz the per-op, per-output and per-channel costs are stated for.
     reference_coremark_per_mhz: float = 4.02
+    #: TFLM's DECODE (None: the tables give no figure; it costs its dispatch only).
+    decode: Decode | None = None
 
 
 def parse_versions(text: str) -> dict[str, tuple[int, ...]]:
@@ -189,13 +235,23 @@ def _library(name: str, d: dict[str, Any]) -> Library:
         kinds={str(k): float(v) for k, v in (d.get("kinds") or {}).items()},
         band=(float(band[0]), float(band[1])),
         calibrated=tuple(str(t) for t in d.get("calibrated") or ()),
-        gamma=float(d["gamma"]) if d.get("gamma") is not None else None)
+        gamma=float(d["gamma"]) if d.get("gamma") is not None else None,
+        int4={str(k): _low_bit(v) for k, v in (d.get("int4") or {}).items()})
+
+
+def _low_bit(d: dict[str, Any]) -> LowBitPath:
+    spread = float(d["spread"])
+    if spread < 1:
+        raise ValueError(f"int4 spread {spread} is below 1")
+    return LowBitPath({str(k): float(v) for k, v in (d.get("per_mac") or {}).items()},
+                      float(d.get("unpack_cycles_per_weight", 0)), spread, str(d["basis"]),
+                      str(d["runs_on"]) if d.get("runs_on") else None)
 
 
 def load_kernels(data: dict[str, Any]) -> KernelData:
     """Kernel tables from a parsed ``kernels.yaml`` mapping (the fit script passes its own)."""
     try:
-        return KernelData(
+        out = KernelData(
             gamma=float(data["gamma"]), kinds={k: float(v) for k, v in data["kinds"].items()},
             libraries={n: _library(n, d) for n, d in data["libraries"].items()},
             versions=tuple(VersionRule(v["runtime"], v["library"], _one_version(v["before"]),
@@ -205,9 +261,19 @@ def load_kernels(data: dict[str, Any]) -> KernelData:
                                        tuple(v.get("scalar_kinds") or ()))
                            for v in data.get("versions", ())),
             soft_float=float(data.get("soft_float", 20.0)),
-            reference_coremark_per_mhz=float(data.get("reference_coremark_per_mhz", 4.02)))
+            reference_coremark_per_mhz=float(data.get("reference_coremark_per_mhz", 4.02)),
+            decode=Decode(float(data["decode"]["cycles_per_value"]),
+                          float(data["decode"]["spread"]), str(data["decode"]["basis"]))
+            if data.get("decode") else None)
+        for lib in out.libraries.values():
+            for path in lib.int4.values():
+                if path.runs_on is not None and (path.runs_on == lib.name or any(
+                        p.runs_on for p in out.libraries[path.runs_on].int4.values())):
+                    raise ValueError(f"{lib.name}'s int4 runs_on '{path.runs_on}' must name "
+                                     f"another library that runs int4 itself")
     except (KeyError, TypeError, ValueError) as exc:
         raise ProfileError(f"{DATA_DIR / 'kernels.yaml'}: malformed kernel table: {exc}") from exc
+    return out
 
 
 FITTED = DATA_DIR / "kernels_fitted.yaml"
@@ -248,6 +314,9 @@ class OpShape:
     outputs: int = 0
     #: Output channels (filters) of a MAC op, 0 for the rest.
     out_channels: int = 0
+    #: The dtype of its constant weights ("" when it has none), and their element count.
+    weight_dtype: str = ""
+    weight_elements: int = 0
 
 
 def lane_padding(channels: int, lanes: int) -> float:
@@ -288,6 +357,23 @@ def version_rules(data: KernelData, runtime: str, version: str | None, library: 
     return out
 
 
+def _path_name(lib: Library, rules: list[VersionRule], core: Core, kind: str) -> str:
+    """The code path ``lib`` runs ``kind`` on for ``core``: its SIMD path, else plain C."""
+    simd = core.simd in lib.paths and not any(kind in r.scalar_kinds for r in rules)
+    return core.simd if simd else "scalar"
+
+
+def int4_path(data: KernelData, core: Core, library: str, runtime: str, version: str | None,
+              op: OpShape) -> LowBitPath | None:
+    """How ``op``'s int4 weights are run on this core and library (None: they are not int4)."""
+    if op.weight_dtype != "int4" or not op.macs:
+        return None
+    lib = library_for(data, library, op.dtype)
+    rules = version_rules(data, runtime, version, lib.name, core.name)
+    name = _path_name(lib, rules, core, op.kind)
+    return lib.int4.get(name) or lib.int4.get("default") or UNKNOWN_INT4
+
+
 def op_cycles(data: KernelData, core: Core, library: str, runtime: str, version: str | None,
               op: OpShape) -> float | None:
     """Estimated cycles of one operator; None when no table covers its dtype ("no estimate")."""
@@ -295,9 +381,17 @@ def op_cycles(data: KernelData, core: Core, library: str, runtime: str, version:
     dtype_cost = lib.dtypes.get(op.dtype)
     if dtype_cost is None:
         return None if op.macs else lib.op_overhead_cycles
+    low_bit = int4_path(data, core, library, runtime, version, op)
+    if low_bit is not None and low_bit.runs_on is not None:
+        return op_cycles(data, core, low_bit.runs_on, runtime, version, op)
+    if op.kind == "decode" and data.decode is not None:
+        # Plain C over every value it writes, on every Invoke.
+        return ((op.outputs * data.decode.cycles_per_value + lib.op_overhead_cycles)
+                / scalar_speed(data, core))
     rules = version_rules(data, runtime, version, lib.name, core.name)
-    simd = core.simd in lib.paths and not any(op.kind in r.scalar_kinds for r in rules)
-    path = lib.paths[core.simd if simd else "scalar"]
+    name = _path_name(lib, rules, core, op.kind)
+    simd = name != "scalar"
+    path = lib.paths[name]
     # A SIMD core running plain C still issues one MAC per cycle at best.
     rate = core.int8_macs_per_cycle if simd or core.simd == "none" else 1.0
     speed = (rate / path.peak) ** (data.gamma if lib.gamma is None else lib.gamma)
@@ -305,10 +399,14 @@ def op_cycles(data: KernelData, core: Core, library: str, runtime: str, version:
     soft = data.soft_float if op.dtype in FLOATS and core.fpu == "none" else 1.0
     cost_kind = path.kinds_as.get(op.kind, op.kind)
     kind = data.kinds.get(cost_kind, 1.0) * lib.kinds.get(cost_kind, 1.0)
+    if low_bit is not None:
+        kind *= low_bit.per_mac.get(op.kind, 1.0)
     per_mac = (path.cycles_per_mac * kind * dtype_cost * soft
                * math.prod(r.kinds.get(op.kind, 1.0) for r in rules) / speed)
     bookkeeping = (op.outputs * lib.cycles_per_output * soft
-                   + op.out_channels * lib.cycles_per_channel + lib.op_overhead_cycles)
+                   + op.out_channels * lib.cycles_per_channel + lib.op_overhead_cycles
+                   + (op.weight_elements * low_bit.unpack_cycles_per_weight
+                      if low_bit is not None else 0.0))
     return (op.macs * pad * per_mac + bookkeeping / scalar_speed(data, core)
             + op.weight_bytes * core.flash_cycles_per_byte)
 

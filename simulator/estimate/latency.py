@@ -32,9 +32,12 @@ from dataclasses import dataclass, field
 from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.estimate.cores import Core, find_core
 from devicefit.simulator.estimate.kernels import (
+    DECODE_OP,
     OP_KINDS,
     KernelData,
+    LowBitPath,
     OpShape,
+    int4_path,
     kernel_data,
     library_for,
     op_cycles,
@@ -109,12 +112,17 @@ def cycles_per_mac(cost: CostModel, op: str, dtype: str) -> float | None:
     return None
 
 
-def op_shape(sg: Subgraph, op: Operator, macs: int) -> OpShape:
-    """Kind (1×1 convolutions apart), SIMD channel count and constant bytes of one op."""
-    kind = OP_KINDS.get(op.op_name, "elementwise")
-    weights = sg.tensors[op.inputs[1]] if len(op.inputs) > 1 and op.inputs[1] >= 0 else None
+def op_shape(sg: Subgraph, op: Operator, macs: int, decoded: frozenset[int] = frozenset()
+             ) -> OpShape:
+    """Kind (1×1 convolutions apart), SIMD channel count and constant bytes of one op;
+    ``decoded``: the tensors TFLM's DECODE writes (a filter kept compressed in flash is one:
+    its shape and dtype are the filter's, its bytes in the arena)."""
+    kind = "decode" if op.op_name == DECODE_OP else OP_KINDS.get(op.op_name, "elementwise")
+    ref = op.inputs[1] if len(op.inputs) > 1 else -1
+    weights = sg.tensors[ref] if ref >= 0 and (sg.tensors[ref].has_data or ref in decoded) \
+        else None
     channels = 0
-    if weights is not None and weights.has_data and weights.shape:
+    if weights is not None and weights.shape:
         # The SIMD loop runs over one output's dot product: kh·kw·in_channels for an im2col
         # convolution, the inputs of a fully connected layer, the channels of a depthwise one.
         channels = max(weights.shape[-1], 0)
@@ -122,13 +130,23 @@ def op_shape(sg: Subgraph, op: Operator, macs: int) -> OpShape:
             channels = max(weights.shape[1] * weights.shape[2] * weights.shape[3], 0)
             if tuple(weights.shape[1:3]) == (1, 1):
                 kind = "conv1x1"
-    weight_bytes = sum(sg.tensors[t].nbytes for t in op.inputs if t >= 0 and sg.tensors[t].has_data)
-    outputs = sum(sg.tensors[t].num_elements for t in op.outputs if t >= 0) if macs else 0
+    # What the kernel reads from flash: int4 constants packed two per byte.
+    weight_bytes = sum(sg.tensors[t].stored_bytes for t in op.inputs
+                       if t >= 0 and sg.tensors[t].has_data)
+    outputs = sum(sg.tensors[t].num_elements for t in op.outputs if t >= 0) \
+        if macs or kind == "decode" else 0
     # Filters: the last weight axis of a depthwise convolution, the first of the others.
     filters = (weights.shape[-1] if kind == "depthwise" else weights.shape[0]) \
-        if macs and weights is not None and weights.has_data and weights.shape else 0
+        if macs and weights is not None and weights.shape else 0
     return OpShape(op.op_name, op_dtype(sg, op), macs, kind, channels, weight_bytes, outputs,
-                   max(filters, 0))
+                   max(filters, 0), weights.dtype if weights is not None else "",
+                   weights.num_elements if weights is not None else 0)
+
+
+def decoded_tensors(sg: Subgraph) -> frozenset[int]:
+    """The tensors TFLM's DECODE operators write (:func:`op_shape`'s ``decoded``)."""
+    return frozenset(t for op in sg.operators if op.op_name == DECODE_OP
+                     for t in op.outputs if t >= 0)
 
 
 def profile_core(profile: Profile) -> Core | None:
@@ -167,8 +185,11 @@ def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile
     if (compiled := _compiled_elsewhere(per_op, profile)) is not None:
         return LatencyEstimate(total_ms=None, clock_hz=clock, threads=threads,
                                sources=list(cost.sources), no_estimate=compiled)
+    resting: list[tuple[float, float, str]] = []  # (cycles, spread, basis) of int4/DECODE
+    decoded = decoded_tensors(sg)
     for c in per_op:
-        shape = op_shape(sg, sg.operators[c.op_index], c.macs)
+        shape = op_shape(sg, sg.operators[c.op_index], c.macs, decoded)
+        low_bit: LowBitPath | None = None
         if core is None:
             per_mac = cycles_per_mac(cost, c.op, shape.dtype)
             if per_mac is None and c.macs:
@@ -181,15 +202,24 @@ def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile
             if found is None:
                 missing.append(f"{c.op}.{shape.dtype}")
             cycles = (found or 0.0) + c.bytes_moved * (cost.cycles_per_byte or 0.0)
+            low_bit = int4_path(data, core, library, profile.runtime.name,
+                                profile.runtime.version, shape)
         cycles *= cost.kernel_scale.get(f"{shape.kind}.{shape.dtype}",
                                         cost.kernel_scale.get("default", 1.0))
+        if low_bit is not None:
+            resting.append((cycles, low_bit.spread, f"int4 weights: {low_bit.basis}"))
+        elif shape.kind == "decode" and core is not None:
+            decode = data.decode
+            resting.append((cycles, decode.spread if decode else UNCALIBRATED_BAND[1],
+                            f"DECODE: {decode.basis}" if decode
+                            else "DECODE: no figure, its dispatch only"))
         ms = cycles / clock * 1e3 / speedup + cost.op_overhead_ms
         ops.append(OpLatency(c.op_index, c.op, shape.dtype, c.macs, c.bytes_moved, cycles, ms))
     band, basis = estimate_band(profile, core, data, model, library)
-    if any(t.dtype == "int4" and t.has_data for t in sg.tensors):
-        # The tables hold no int4 kernel: its layers are costed as the int8 ones (CMSIS-NN's
-        # int4 kernels unpack on the fly; their own timings are not measured yet).
-        basis += "; int4-weight layers timed as int8 kernels (no int4 timing measured)"
+    if core is None and any(t.dtype == "int4" and t.has_data for t in sg.tensors):
+        basis += ("; int4-weight layers timed by the profile's cycles_per_mac for their "
+                  "activations' dtype")
+    band, basis = _widened(band, basis, resting, sum(o.cycles for o in ops))
     total = sum(o.ms for o in ops)
     why = None
     if missing:
@@ -206,6 +236,25 @@ def estimate_latency(model: Model, per_op: Sequence[OpCompute], profile: Profile
                            band_basis=basis, no_estimate=why,
                            basis=LatencyBasis.PROFILE if core is None
                            else LatencyBasis.REGISTRY)
+
+
+def _widened(band: tuple[float, float], basis: str, resting: list[tuple[float, float, str]],
+             total_cycles: float) -> tuple[tuple[float, float], str]:
+    """``band`` widened for the time that rests on int4 and DECODE figures: a share ``s``
+    of the cycles whose factor may be off by ``spread`` either way moves the total by
+    ``1 - s + s / spread`` down to ``1 - s + s × spread`` up; ``basis`` names each figure."""
+    if not resting or total_cycles <= 0:
+        return band, basis
+    low = high = 1.0
+    for cycles, spread, _ in resting:
+        share = cycles / total_cycles
+        low -= share - share / spread
+        high += share * (spread - 1)
+    named = list(dict.fromkeys(why for _, _, why in resting))
+    share = sum(c for c, _, _ in resting) / total_cycles
+    return (band[0] * low, band[1] * high), (
+        f"{basis}; {share:.0%} of the time rests on " + "; ".join(named)
+        + f" (band widened to x{band[0] * low:.2f}-x{band[1] * high:.2f})")
 
 
 def _compiled_elsewhere(per_op: Sequence[OpCompute], profile: Profile) -> str | None:

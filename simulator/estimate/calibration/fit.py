@@ -50,6 +50,7 @@ from devicefit.simulator.estimate.calibration.logs import BoardLog
 from devicefit.simulator.estimate.compute import op_work
 from devicefit.simulator.estimate.kernels import KernelData, kernel_data
 from devicefit.simulator.estimate.latency import (
+    decoded_tensors,
     estimate_band,
     estimate_latency,
     op_shape,
@@ -157,7 +158,8 @@ def prior_of(model: Model, profile: Profile, data: KernelData | None = None) -> 
         raise InputError(f"profile '{profile.name}' gives this model no estimate to "
                          f"calibrate: {est.no_estimate}")
     sg = model.main
-    shapes = [op_shape(sg, sg.operators[c.op_index], c.macs) for c in per_op]
+    decoded = decoded_tensors(sg)
+    shapes = [op_shape(sg, sg.operators[c.op_index], c.macs, decoded) for c in per_op]
     overhead = profile.cost_model.op_overhead_ms
     return _Prior(tuple(group(s.kind, s.dtype) for s in shapes),
                   tuple(o.ms - overhead for o in est.per_op), overhead)

@@ -40,6 +40,7 @@ from devicefit.simulator.plan.lifetimes import align_up, tflm_tensor_bytes
 from devicefit.simulator.read.model import Model, Operator, Subgraph, Tensor
 from devicefit.simulator.targets.tflm import cmsis_nn
 from devicefit.simulator.targets.tflm.cmsis_nn import FEATURES, Feature
+from devicefit.simulator.targets.tflm.ops import DECODE
 from devicefit.simulator.targets.tflm.scratch import (
     KERNEL_ALIASES,
     cmsis_fc_kernel_sums,
@@ -75,6 +76,8 @@ _OPDATA_64 = {
     "L2_NORMALIZATION": 12, "VAR_HANDLE": 4, "ASSIGN_VARIABLE": 4, "CALL_ONCE": 8, "IF": 8,
     "WHILE": 8, "ADD_N": 8, "CUMSUM": 8, "SVDF": 36, "UNIDIRECTIONAL_SEQUENCE_LSTM": 688,
     "EMBEDDING_LOOKUP": 8, "DETECTION_POSTPROCESS": 256,
+    # kernels/decode.cc registers no Init: its state is allocated in Prepare.
+    f"CUSTOM:{DECODE}": 0,
     # TFLM's Signal ops (signal/micro/kernels/*.cc), the params struct their Init keeps
     # (sizeof on x86-64); SignalFftAutoScale and SignalFilterBankSquareRoot have no Init.
     **{f"CUSTOM:Signal{name}": size for name, size in (
@@ -308,6 +311,11 @@ def rfft_state_bytes(fft_length: int, dtype: str, ptr: int) -> int:
     return 3 * ptr + sub + cpx * (nfft * 3 // 2)
 
 
+#: sizeof(DecodeStateLut) (kernels/decode_state_lut.h), by pointer width: x86-64 g++ 12 and
+#: arm-none-eabi-g++ 12.2 -mcpu=cortex-m4, TFLM 90b983c2.
+_DECODE_STATE_LUT = {8: 72, 4: 36}
+
+
 def prepare_allocations(sg: Subgraph, op: Operator, pointer_bytes: int = 8,
                         flavour: str = "reference") -> list[int]:
     """Sizes of the persistent buffers ``op``'s kernel allocates in Prepare (or, for the
@@ -317,6 +325,13 @@ def prepare_allocations(sg: Subgraph, op: Operator, pointer_bytes: int = 8,
     sizes: list[int] = []
     if name.startswith("CUSTOM:Signal"):
         return _signal_allocations(sg, op, pointer_bytes)
+    if name == f"CUSTOM:{DECODE}":
+        # decode.cc Prepare: an array of DecodeState pointers, one per output, then each
+        # output's state (decode_state.cc; look-up tables, what devicefit's convert and
+        # TFLM's tool write).
+        width = 8 if pointer_bytes >= 8 else 4
+        outputs = sum(1 for t in op.outputs if t >= 0)
+        return [width * outputs] + [_DECODE_STATE_LUT[width]] * outputs
     if name in _PER_CHANNEL:
         f, inp = _input(sg, op, 1), _input(sg, op, 2 if name == "TRANSPOSE_CONV" else 0)
         per_channel = f is not None and f.quantization is not None and f.quantization.per_channel
@@ -379,7 +394,7 @@ def params_layout(pointer_bytes: int, core_family: str | None) -> str:
     return "arm-eabi" if core_family == "cortex-m" else "ilp32"
 
 
-def _params(op: Operator, layout: str) -> tuple[int, int]:
+def options_struct(op: Operator, layout: str) -> tuple[int, int]:
     """(sizeof, alignof) of the options struct ``op``'s parser allocates in ``layout``."""
     name = op.op_name
     if op.is_custom or name in _NOT_PARSED:
@@ -399,20 +414,26 @@ def builtin_options_bytes(model: Model, pointer_bytes: int = 8, layout: str | No
     layout = layout or ("lp64" if pointer_bytes >= 8 else "ilp32")
     used = 0
     for op in (op for sg in model.subgraphs for op in sg.operators):
-        size, alignment = _params(op, layout)
+        size, alignment = options_struct(op, layout)
         if size:
             used = align_up(used + size, alignment)
     return used
 
 
+def kernel_allocations(sg: Subgraph, op: Operator, pointer_bytes: int = 8,
+                       flavour: str = "reference") -> tuple[int, list[int]]:
+    """What ``op``'s kernel asks the arena's tail for, as requested (before alignment): the
+    OpData its Init keeps (0: none) and the buffers its Prepare adds."""
+    return _opdata(op, pointer_bytes, flavour), prepare_allocations(sg, op, pointer_bytes,
+                                                                      flavour)
+
+
 def _kernel_bytes(sg: Subgraph, op: Operator, pointer_bytes: int,
                   flavour: str = "reference") -> tuple[int, int]:
     """(bytes Init keeps, bytes Prepare adds) for ``op``, each allocation 16-byte aligned."""
-    opdata = _opdata(op, pointer_bytes, flavour)
-    init = align_up(opdata, _ALIGN) if opdata else 0
-    prepare = sum(align_up(s, _ALIGN)
-                  for s in prepare_allocations(sg, op, pointer_bytes, flavour))
-    return init, prepare
+    opdata, prepare = kernel_allocations(sg, op, pointer_bytes, flavour)
+    return (align_up(opdata, _ALIGN) if opdata else 0,
+            sum(align_up(s, _ALIGN) for s in prepare))
 
 
 def _resource_variables(model: Model, pointer_bytes: int) -> int:

@@ -72,7 +72,7 @@ def test_tflm_takes_int4_convs_per_channel_and_fully_connected_per_tensor(quanti
     assert result.arena_head_bytes is not None
     # The latency estimate says what it rests on for int4 layers.
     latency = simulate(path, "stm32l4r5-cortex-m4").latency
-    assert latency is not None and "int4-weight layers timed as int8" in latency.band_basis
+    assert latency is not None and "int4 weights: CMSIS-NN s4 kernels" in latency.band_basis
 
 
 def test_litert_keeps_per_channel_int4_and_the_file_is_smaller(quantized):

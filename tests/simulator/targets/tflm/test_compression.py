@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from devicefit.sdk.convert.lut import compress, edit_filters
 from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.read.reader import read_model
 from devicefit.simulator.simulate import simulate
 from devicefit.simulator.types import BuildRequest, MeasureOptions
+from tests.int4_models import lut_twin
 from tests.simulator.targets.tflm.test_target_build import real_checkout
 
 BASE = "stm32l4r5-cortex-m4"
@@ -39,10 +39,9 @@ def compressed(model_zoo, tmp_path_factory) -> tuple[Path, Path]:
     """(chain_int8 with its filters clustered to 16 values per channel, the same compressed
     with 4-bit look-up tables)."""
     folder = tmp_path_factory.mktemp("lut")
-    clustered, filters = edit_filters(model_zoo("chain_int8").read_bytes(), 4, prune=False)
     paths = folder / "clustered.tflite", folder / "lut.tflite"
-    paths[0].write_bytes(clustered)
-    paths[1].write_bytes(compress(clustered, filters, 4))
+    for path, data in zip(paths, lut_twin(model_zoo("chain_int8").read_bytes()), strict=True):
+        path.write_bytes(data)
     return paths
 
 
