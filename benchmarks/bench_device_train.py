@@ -12,10 +12,10 @@ base never saw — is split in half, stratified: adaptation data and held-out ev
   user = the test split (370 utterances, all nine speakers).
 
 For each update (biases, last:2, sparse:2) and batch size (8, 32): held-out accuracy before
-and after one epoch (LiteRT ``infer``), the train signature's memory measured in LiteRT (peak
+and after three epochs (SGD, learning rate 0.05) (LiteRT ``infer``), the train signature's memory measured in LiteRT (peak
 rise of the process; its tensors), the time per step on this host (1 thread, median), and
-an empty "planned" column for the simulator's plan of the same signature (issue 49's other
-half). Prints a Markdown table; ``--json FILE`` keeps the figures.
+the simulator's plan of the same signature where this checkout has the planner (issue 49's
+other half, ``simulator.plan.training.plan_training``; blank otherwise). Prints a Markdown table; ``--json FILE`` keeps the figures.
 
     .venv/bin/python benchmarks/bench_device_train.py [--sets digits,vowels] [--batches 8,32]
 """
@@ -78,16 +78,34 @@ def prepare(name: str, folder: Path) -> tuple[Path, Path, Path]:
     return path, folder / f"{name}_user.npz", folder / f"{name}_user_test.npz"
 
 
-def run(model: Path, data: Path, evaluation: Path, update: str, batch: int, lr: float,
-        folder: Path) -> dict:
+def run(model: Path, data: Path, evaluation: Path, update: str, batch: int,
+        args: argparse.Namespace, folder: Path) -> dict:
     out = folder / f"{model.stem}-{update.replace(':', '')}-b{batch}.tflite"
     cmd = [sys.executable, "-m", "devicefit", "adapt", str(model), "--profile",
            "android-arm64-cpu", "--update", update, "--batch", str(batch), "--data", str(data),
-           "--eval", str(evaluation), "--lr", str(lr), "-o", str(out), "--json"]
+           "--eval", str(evaluation), "--lr", str(args.lr), "--epochs", str(args.epochs),
+           "-o", str(out), "--json"]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return {"update": update, "batch": batch, "error": done.stderr.strip()[-300:]}
-    return json.loads(done.stdout)
+    return json.loads(done.stdout) | {"planned": _planned(out)}
+
+
+def _planned(model: Path) -> dict | None:
+    """The simulator's plan of the train signature, where this checkout has the planner
+    (issue 49's other half: ``plan_training``); None otherwise."""
+    try:
+        from devicefit.simulator.plan.training import plan_training
+    except ImportError:
+        return None
+    from devicefit.simulator.read.reader import read_model
+
+    plan = plan_training(read_model(model), signature="train")
+    return {"arena_bytes": plan.arena_bytes, "total_bytes": plan.total_bytes}
+
+
+def _kib(value: float) -> str:
+    return f"{value / 1024:,.0f} KiB"
 
 
 def main() -> int:
@@ -96,31 +114,38 @@ def main() -> int:
     parser.add_argument("--batches", default="8,32")
     parser.add_argument("--updates", default=",".join(UPDATES))
     parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--keep", metavar="DIR",
+                        help="keep the base models, data and trainable .tflite files here")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-device-train-") as tmp:
-        folder = Path(tmp)
+        folder = Path(args.keep or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
         for name in args.sets.split(","):
             model, data, evaluation = prepare(name, folder)
             for update in args.updates.split(","):
                 for batch in (int(b) for b in args.batches.split(",")):
-                    row = run(model, data, evaluation, update, batch, args.lr, folder)
+                    row = run(model, data, evaluation, update, batch, args, folder)
                     rows.append({"set": name} | row)
                     print(json.dumps(rows[-1]), file=sys.stderr)
-    print("| data | update | batch | trained params | accuracy before → after | "
-          "train memory measured: peak rise / tensors | planned | ms/step (host) |")
+    print("| data | update | batch | trained params | held-out accuracy before → after | "
+          "train memory, measured: arena (builtin kernels) / process peak rise (XNNPACK) | "
+          "planned: arena / total | ms/step (host) |")
     print("| --- | --- | ---: | ---: | --- | --- | --- | ---: |")
     for r in rows:
         if "error" in r:
             print(f"| {r['set']} | {r['update']} | {r['batch']} | refused: {r['error']} "
                   "| | | | |")
             continue
+        plan = r["planned"]
+        planned = "" if plan is None else \
+            f"{_kib(plan['arena_bytes'])} / {_kib(plan['total_bytes'])}"
         print(f"| {r['set']} | {r['update']} | {r['batch']} | {r['trained_parameters']:,} | "
               f"{r['accuracy_before']:.1%} → {r['accuracy_after']:.1%} | "
-              f"{r['train_peak_rise_bytes'] / 1024:,.0f} KiB / "
-              f"{r['train_tensor_bytes'] / 1024:,.0f} KiB | | "
-              f"{r['step_seconds_median'] * 1e3:.2f} |")
+              f"{_kib(r['train_tensor_bytes'])} / {_kib(r['train_peak_rise_bytes'])} | "
+              f"{planned} | {r['step_seconds_median'] * 1e3:.2f} |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
