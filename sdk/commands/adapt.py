@@ -86,7 +86,7 @@ def _handle(args: argparse.Namespace) -> int:
                    | result.to_dict())
         return 0
     console = make_console(args.no_color)
-    frozen = "float32" if args.float_frozen else "int8"
+    frozen = "float32" if args.float_frozen else "int8 where dynamic-range quantization takes them"
     console.print(f"{args.output}: train/infer/save/restore, builtin ops only; trains "
                   f"{len(result.trained)} tensors ({result.trained_parameters:,} parameters, "
                   f"float32, SGD), {result.frozen_parameters:,} frozen ({frozen}); "
@@ -96,9 +96,9 @@ def _handle(args: argparse.Namespace) -> int:
                   f"batch {result.batch} (loss {result.first_loss:.3f} -> "
                   f"{result.last_loss:.3f})")
     kernels = "XNNPACK" if result.xnnpack else "builtin kernels"
-    console.print(f"train signature memory, measured in LiteRT ({kernels}, this host's "
-                  f"wheel): peak rise [bold]{format_size(result.train_peak_rise_bytes)}"
-                  f"[/bold], its tensors {format_size(result.train_tensor_bytes)}")
+    console.print(f"train signature memory, measured in LiteRT (this host's wheel): tensors "
+                  f"[bold]{format_size(result.train_tensor_bytes)}[/bold] (builtin kernels), "
+                  f"process peak rise {format_size(result.train_peak_rise_bytes)} ({kernels})")
     console.print(f"time per step, measured on this host ({result.threads} thread, median): "
                   f"{result.step_seconds_median * 1e3:.2f} ms")
     return 0

@@ -51,8 +51,8 @@ class Adaptation:
     model_bytes: int
     #: The rise of the LiteRT process's peak resident memory to run ``train`` once.
     train_peak_rise_bytes: int
-    #: The union of the train signature's tensors' buffers with LiteRT's builtin kernels
-    #: (its arena as its planner lays it out, and the variables).
+    #: The union of the train signature's tensors' buffers with LiteRT's builtin kernels:
+    #: the arena bytes its tensors occupy (holes the planner leaves not counted).
     train_tensor_bytes: int
     accuracy_before: float
     accuracy_after: float

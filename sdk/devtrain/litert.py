@@ -8,9 +8,10 @@ Two jobs, each in a fresh process so that nothing else's memory is counted:
   rise of the peak (``VmHWM``) over the baseline is ``peak_rise_bytes``: everything LiteRT
   allocated and touched for it (tensor arena, variables, the XNNPACK delegate's packed
   weights and workspace, kernels' scratch). ``tensor_bytes`` is the union of the address
-  ranges of the signature's tensors outside the model's own buffer (LiteRT's arena as its
-  planner laid it out, overlapping tensors counted once; a delegate's internal buffers are
-  not tensors and are not in it).
+  ranges of the signature's tensors outside the model's own buffer: the bytes of LiteRT's
+  arena some tensor occupies (overlapping tensors counted once). Holes the arena planner
+  leaves that no tensor ever occupies are not in it (the arena's own size is not exposed to
+  Python), and neither are a delegate's internal buffers, which are not tensors.
 - ``adapt``: held-out accuracy through ``infer``, the ``train`` steps on the adaptation
   data (each timed), then the accuracy again.
 """
