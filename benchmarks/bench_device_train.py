@@ -12,10 +12,13 @@ base never saw — is split in half, stratified: adaptation data and held-out ev
   user = the test split (370 utterances, all nine speakers).
 
 For each update (biases, last:2, sparse:2) and batch size (8, 32): held-out accuracy before
-and after three epochs (SGD, learning rate 0.05) (LiteRT ``infer``), the train signature's memory measured in LiteRT (peak
-rise of the process; its tensors), the time per step on this host (1 thread, median), and
+and after three epochs of SGD at learning rate 0.05 (LiteRT ``infer``), the train signature's
+memory measured in LiteRT (the heap it holds and its tensors with builtin kernels; the
+process's peak rise with XNNPACK), the time per step on this host (1 thread, median), and
 the simulator's plan of the same signature where this checkout has the planner (issue 49's
-other half, ``simulator.plan.training.plan_training``; blank otherwise). Prints a Markdown table; ``--json FILE`` keeps the figures.
+other half, ``simulator.plan.training.plan_training``; blank otherwise). Prints a Markdown
+table; ``--json FILE`` keeps the figures. The vowels need sktime 1.2.0's wheel (the ``bench``
+extra).
 
     .venv/bin/python benchmarks/bench_device_train.py [--sets digits,vowels] [--batches 8,32]
 """
@@ -131,21 +134,22 @@ def main() -> int:
                     rows.append({"set": name} | row)
                     print(json.dumps(rows[-1]), file=sys.stderr)
     print("| data | update | batch | trained params | held-out accuracy before → after | "
-          "train memory, measured: arena (builtin kernels) / process peak rise (XNNPACK) | "
-          "planned: arena / total | ms/step (host) |")
-    print("| --- | --- | ---: | ---: | --- | --- | --- | ---: |")
+          "train memory measured, builtin kernels: heap / tensors | process peak rise "
+          "(XNNPACK) | planned total / heap | ms/step (host) |")
+    print("| --- | --- | ---: | ---: | --- | --- | ---: | --- | ---: |")
     for r in rows:
         if "error" in r:
             print(f"| {r['set']} | {r['update']} | {r['batch']} | refused: {r['error']} "
-                  "| | | | |")
+                  "| | | | | |")
             continue
         plan = r["planned"]
         planned = "" if plan is None else \
-            f"{_kib(plan['arena_bytes'])} / {_kib(plan['total_bytes'])}"
+            f"{_kib(plan['total_bytes'])} / {plan['total_bytes'] / r['train_heap_bytes']:.2f}"
         print(f"| {r['set']} | {r['update']} | {r['batch']} | {r['trained_parameters']:,} | "
               f"{r['accuracy_before']:.1%} → {r['accuracy_after']:.1%} | "
-              f"{_kib(r['train_tensor_bytes'])} / {_kib(r['train_peak_rise_bytes'])} | "
-              f"{planned} | {r['step_seconds_median'] * 1e3:.2f} |")
+              f"{_kib(r['train_heap_bytes'])} / {_kib(r['train_tensor_bytes'])} | "
+              f"{_kib(r['train_peak_rise_bytes'])} | {planned} | "
+              f"{r['step_seconds_median'] * 1e3:.2f} |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -96,9 +96,10 @@ def _handle(args: argparse.Namespace) -> int:
                   f"batch {result.batch} (loss {result.first_loss:.3f} -> "
                   f"{result.last_loss:.3f})")
     kernels = "XNNPACK" if result.xnnpack else "builtin kernels"
-    console.print(f"train signature memory, measured in LiteRT (this host's wheel): tensors "
-                  f"[bold]{format_size(result.train_tensor_bytes)}[/bold] (builtin kernels), "
-                  f"process peak rise {format_size(result.train_peak_rise_bytes)} ({kernels})")
+    console.print(f"train signature memory, measured in LiteRT (this host's wheel): heap "
+                  f"[bold]{format_size(result.train_heap_bytes)}[/bold], of which tensors "
+                  f"{format_size(result.train_tensor_bytes)} (builtin kernels); process peak "
+                  f"rise {format_size(result.train_peak_rise_bytes)} ({kernels})")
     console.print(f"time per step, measured on this host ({result.threads} thread, median): "
                   f"{result.step_seconds_median * 1e3:.2f} ms")
     return 0

@@ -51,6 +51,9 @@ class Adaptation:
     model_bytes: int
     #: The rise of the LiteRT process's peak resident memory to run ``train`` once.
     train_peak_rise_bytes: int
+    #: What the C allocator holds for the train signature with LiteRT's builtin kernels
+    #: (the arena as allocated, the variables, the kernels' data).
+    train_heap_bytes: int
     #: The union of the train signature's tensors' buffers with LiteRT's builtin kernels:
     #: the arena bytes its tensors occupy (holes the planner leaves not counted).
     train_tensor_bytes: int
@@ -147,15 +150,17 @@ def adapt(model: str, profile: Profile, data: str, evaluation: str, output: str,
         run_request = {"x_shape": [settings.batch, *shape], "threads": 1, "steps": steps,
                        "seed": settings.seed}
         step("measuring the train signature's memory in LiteRT (fresh processes)")
-        memory = {}
+        memory: dict[str, int] = {}
         # The process's rise with the profile's kernels; LiteRT's own tensors with its builtin
         # kernels, where no delegate hides them.
-        for kernels, key in ((xnnpack, "peak_rise_bytes"), (False, "tensor_bytes")):
+        for kernels, keys in ((xnnpack, ("peak_rise_bytes",)),
+                              (False, ("tensor_bytes", "heap_bytes"))):
             (folder / "litert_request.json").write_text(
                 json.dumps(run_request | {"xnnpack": kernels}))
             _child("devicefit.sdk.devtrain.litert", ["measure", str(folder)], folder,
                    "LiteRT's train signature")
-            memory[key] = json.loads((folder / "measure.json").read_text())[key]
+            measured = json.loads((folder / "measure.json").read_text())
+            memory.update({key: measured[key] for key in keys})
         (folder / "litert_request.json").write_text(json.dumps(run_request | {"xnnpack": xnnpack}))
         step(f"adapting in LiteRT: {steps} steps")
         _child("devicefit.sdk.devtrain.litert", ["adapt", str(folder)], folder,
@@ -168,7 +173,8 @@ def adapt(model: str, profile: Profile, data: str, evaluation: str, output: str,
         trained_parameters=info["trained_parameters"],
         frozen_parameters=info["frozen_parameters"], model_bytes=len(tflite),
         train_peak_rise_bytes=memory["peak_rise_bytes"],
-        train_tensor_bytes=memory["tensor_bytes"], accuracy_before=run["accuracy_before"],
+        train_tensor_bytes=memory["tensor_bytes"], train_heap_bytes=memory["heap_bytes"],
+        accuracy_before=run["accuracy_before"],
         accuracy_after=run["accuracy_after"], first_loss=run["first_loss"],
         last_loss=run["last_loss"], steps=run["steps"],
         step_seconds_median=run["step_seconds_median"], threads=1, xnnpack=xnnpack)
