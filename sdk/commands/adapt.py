@@ -91,6 +91,10 @@ def _handle(args: argparse.Namespace) -> int:
                   f"{len(result.trained)} tensors ({result.trained_parameters:,} parameters, "
                   f"float32, SGD), {result.frozen_parameters:,} frozen ({frozen}); "
                   f"{format_size(result.model_bytes)}")
+    if result.scores:
+        ranked = ", ".join(f"{path} {score:.3g}" for path, score in result.scores[:5])
+        console.print(f"sparse update ranked by |gradient| x |weight| on the first batches: "
+                      f"{ranked}{', ...' if len(result.scores) > 5 else ''}")
     console.print(f"held-out accuracy (LiteRT infer): {result.accuracy_before:.1%} before, "
                   f"[bold]{result.accuracy_after:.1%}[/bold] after {result.steps} steps of "
                   f"batch {result.batch} (loss {result.first_loss:.3f} -> "

@@ -48,6 +48,9 @@ class Adaptation:
     trained: tuple[str, ...]
     trained_parameters: int
     frozen_parameters: int
+    #: ``sparse``: every weight tensor's |gradient| x |weight| on the first batches, highest
+    #: first (what the choice was made by); empty for the other updates.
+    scores: tuple[tuple[str, float], ...]
     model_bytes: int
     #: The rise of the LiteRT process's peak resident memory to run ``train`` once.
     train_peak_rise_bytes: int
@@ -98,7 +101,10 @@ def _labelled(path: str, shape: tuple[int, ...], what: str) -> tuple[np.ndarray,
 def _child(module: str, args: list[str], folder: Path, what: str) -> None:
     """Run ``python -m module *args`` in ``folder``; its output goes to a log of its own,
     whose last line (the exception a child dies of) a failure quotes."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    # TensorFlow leaves __autograph_generated_file* in $TMPDIR, and a killed child cleans
+    # nothing: its temporary files go into the folder this process removes.
+    (folder / "tmp").mkdir(exist_ok=True)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(folder / "tmp"))
     log = folder / f"{'-'.join([module.rsplit('.', 1)[-1], *args[:-1]])}.log"
     with open(log, "wb") as out:
         try:
@@ -171,7 +177,8 @@ def adapt(model: str, profile: Profile, data: str, evaluation: str, output: str,
     return Adaptation(
         update=str(settings.update), batch=settings.batch, trained=tuple(info["trained"]),
         trained_parameters=info["trained_parameters"],
-        frozen_parameters=info["frozen_parameters"], model_bytes=len(tflite),
+        frozen_parameters=info["frozen_parameters"],
+        scores=tuple((path, score) for path, score in info["scores"]), model_bytes=len(tflite),
         train_peak_rise_bytes=memory["peak_rise_bytes"],
         train_tensor_bytes=memory["tensor_bytes"], train_heap_bytes=memory["heap_bytes"],
         accuracy_before=run["accuracy_before"],

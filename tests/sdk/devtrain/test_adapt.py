@@ -71,6 +71,30 @@ def test_update_choices_parse() -> None:
             Update.parse(bad)
 
 
+def test_what_each_update_trains() -> None:
+    from devicefit.sdk.devtrain.build import _loss, _ranked, choose
+
+    model = _model()
+    # In memory the paths carry the model's name (sequential_N/...), as Keras numbers them.
+    paths = [v.path for v in model.trainable_variables]
+    conv_kernel, conv_bias, dense_kernel, dense_bias = paths
+    assert conv_kernel.endswith("conv2d/kernel") and dense_bias.endswith("dense/bias")
+    assert choose(model, Update("biases"), []) == [conv_bias, dense_bias]
+    assert choose(model, Update("last", 1), []) == [dense_kernel, dense_bias]
+    x, y = _images(16, 4)
+    scores = _ranked(model, _loss(model), x, y, BATCH)
+    assert sorted(path for path, _ in scores) == sorted(paths)
+    assert [s for _, s in scores] == sorted((s for _, s in scores), reverse=True)
+    # An untrained model's biases are zero: |weight| = 0 ranks them last, whatever the
+    # gradient.
+    assert dict(scores)[conv_kernel] > 0 and dict(scores)[dense_kernel] > 0
+    assert dict(scores)[conv_bias] == dict(scores)[dense_bias] == 0
+    top = [path for path, _ in scores[:2]]
+    assert choose(model, Update("sparse", 2), scores) == [p for p in paths if p in top]
+    with pytest.raises(UsageError, match="the model has 2 layers with weights"):
+        choose(model, Update("last", 3), scores)
+
+
 @pytest.mark.parametrize(("profile", "words"), [
     ("stm32l4r5-cortex-m4", "TFLM has no training"),
     ("coral-edgetpu", "edgetpu has no training"),
