@@ -29,16 +29,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", help="Keras model (.keras) to adapt")
     p.add_argument("--profile", required=True, help="device profile name or .yaml path")
     p.add_argument("--update", required=True, type=_update, metavar="WHAT", help=UPDATE_HELP)
-    p.add_argument("--batch", required=True, type=_positive, metavar="B",
+    p.add_argument("--batch", required=True, type=int, metavar="B",
                    help="samples per training step: a fixed dimension of the train signature")
     p.add_argument("--data", required=True, metavar="DATA.npz",
                    help="the user's adaptation data (x, y)")
     p.add_argument("--eval", dest="eval_data", required=True, metavar="DATA.npz",
                    help="the same user's held-out data (x, y) for the accuracy")
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--epochs", type=_positive, default=1,
+    length.add_argument("--epochs", type=int, default=1,
                         help="passes over the adaptation data (default 1)")
-    length.add_argument("--steps", type=_positive, help="training steps (instead of epochs)")
+    length.add_argument("--steps", type=int, help="training steps (instead of epochs)")
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
     p.add_argument("--float-frozen", action="store_true",
                    help="store the frozen weights as float32 (default int8)")
@@ -54,16 +54,6 @@ def _update(text: str) -> Update:
         raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--update {text!r}: ")) from exc
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
 def _handle(args: argparse.Namespace) -> int:
     from devicefit.sdk.devtrain.adapt import AdaptSettings, adapt, refuse_untrainable
     from devicefit.simulator.profiles import load_profile
@@ -72,6 +62,10 @@ def _handle(args: argparse.Namespace) -> int:
     refuse_untrainable(profile)  # before TensorFlow is asked for
     require_extra("tensorflow", "devicefit adapt")
     require_extra("ai_edge_litert", "devicefit adapt")
+    for flag, value in (("--batch", args.batch), ("--epochs", args.epochs),
+                        ("--steps", args.steps)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be at least 1, got {value}")
     if not args.lr > 0 or args.lr == float("inf"):
         raise UsageError(f"--lr must be a positive number, got {args.lr}")
     check_outputs([("-o", args.output)], [("model", args.model), ("adaptation data", args.data),

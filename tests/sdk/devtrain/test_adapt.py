@@ -110,6 +110,7 @@ def test_profiles_without_training_are_refused(files, tmp_path, capsys, profile,
     (("--data", "missing.npz"), "not found"),
     (("--batch", "64"), "more than the 32 adaptation samples"),
     (("--lr", "nan"), "--lr must be a positive number"),
+    (("--steps", "0"), "--steps must be at least 1, got 0"),
     (("-o", "DATA"), "would replace an input")])
 def test_bad_input_is_one_line_and_exit_2(files, tmp_path, capsys, change, words) -> None:
     argv = _argv(files, tmp_path / "t.tflite", "--update", "biases")
