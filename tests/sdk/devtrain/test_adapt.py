@@ -39,8 +39,8 @@ def _model(strides: int = 1) -> keras.Model:
     keras.utils.set_random_seed(3)
     L = keras.layers
     return keras.Sequential([
-        keras.Input((6, 6, 1)), L.Conv2D(4, 3, strides=strides, padding="same"), L.ReLU(),
-        L.MaxPooling2D(), L.Flatten(), L.Dense(2, activation="softmax")])
+        keras.Input((6, 6, 1)), L.Conv2D(4, 3, strides=strides, padding="same", name="conv"),
+        L.ReLU(), L.MaxPooling2D(), L.Flatten(), L.Dense(2, activation="softmax", name="head")])
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +75,10 @@ def test_what_each_update_trains() -> None:
     from devicefit.sdk.devtrain.build import _loss, _ranked, choose
 
     model = _model()
-    # In memory the paths carry the model's name (sequential_N/...), as Keras numbers them.
+    # In memory the paths carry the model's name (sequential_N/...).
     paths = [v.path for v in model.trainable_variables]
     conv_kernel, conv_bias, dense_kernel, dense_bias = paths
-    assert conv_kernel.endswith("conv2d/kernel") and dense_bias.endswith("dense/bias")
+    assert conv_kernel.endswith("conv/kernel") and dense_bias.endswith("head/bias")
     assert choose(model, Update("biases"), []) == [conv_bias, dense_bias]
     assert choose(model, Update("last", 1), []) == [dense_kernel, dense_bias]
     x, y = _images(16, 4)
@@ -164,7 +164,7 @@ def test_the_adaptation_raises_held_out_accuracy(adapted) -> None:
     assert result["accuracy_after"] > result["accuracy_before"]
     assert result["last_loss"] < result["first_loss"]
     assert result["steps"] == 4 * (32 // BATCH)
-    assert result["trained"] == ["conv2d/kernel", "conv2d/bias", "dense/kernel", "dense/bias"]
+    assert result["trained"] == ["conv/kernel", "conv/bias", "head/kernel", "head/bias"]
     # The allocator holds the arena whole (holes included) and more: never less than the
     # bytes the tensors occupy in it.
     assert result["train_heap_bytes"] >= result["train_tensor_bytes"] > 0
