@@ -9,6 +9,8 @@ its line here.
 
 #: Command name (its module: the name with ``_`` for ``-``) -> its line in ``--help``.
 COMMANDS = {
+    "adapt": "train part of a model on the device's LiteRT with the user's data: "
+             "accuracy before/after, train memory measured",
     "bench": "run TFLite's benchmark_model on an Android phone over adb",
     "calibrate": "fit a profile's latency model to what your board measured",
     "check": "CI gate: every model of a project against its device budgets",

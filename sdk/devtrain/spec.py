@@ -1,0 +1,63 @@
+"""What the user asks ``adapt`` to train, and the request the children work from."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from devicefit.simulator.errors import UsageError
+
+#: ``--update`` kinds. ``sparse`` without a count updates this many weight tensors.
+UPDATE_KINDS = ("biases", "last", "sparse")
+SPARSE_DEFAULT = 2
+UPDATE_HELP = ("what to train: 'biases' (every bias and BatchNorm shift, TinyTL's bias-only "
+               "update), 'last:K' (all weights of the last K layers that have weights), "
+               "'sparse[:K]' (the K weight tensors of largest |gradient| x |weight| on the "
+               f"adaptation data, MCUNetV3-style sparse update; K={SPARSE_DEFAULT} by default)")
+
+
+@dataclass(frozen=True)
+class Update:
+    """``kind`` one of :data:`UPDATE_KINDS`; ``count`` K for ``last`` and ``sparse``."""
+
+    kind: str
+    count: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> Update:
+        match = re.fullmatch(r"(biases|last|sparse)(?::(\d+))?", text.strip())
+        if match is None:
+            raise UsageError(f"--update {text!r}: expected biases, last:K or sparse[:K]")
+        kind, count = match.group(1), match.group(2)
+        if kind == "biases":
+            if count is not None:
+                raise UsageError("--update biases takes no count")
+            return cls(kind)
+        if kind == "last" and count is None:
+            raise UsageError("--update last needs a count: last:K (the last K layers)")
+        value = SPARSE_DEFAULT if count is None else int(count)
+        if value < 1:
+            raise UsageError(f"--update {kind}:{value}: K must be at least 1")
+        return cls(kind, value)
+
+    def __str__(self) -> str:
+        return self.kind if self.kind == "biases" else f"{self.kind}:{self.count}"
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """What the TensorFlow child needs to write the trainable model (JSON between them)."""
+
+    model: str
+    update: str
+    batch: int
+    learning_rate: float
+    #: Store the frozen weights as int8 (dynamic-range quantization); float32 otherwise.
+    int8_frozen: bool
+    #: ``.npy`` of adaptation samples for the sparse update's ranking (first batches).
+    rank_x: str
+    rank_y: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
