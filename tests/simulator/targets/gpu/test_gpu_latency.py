@@ -125,12 +125,21 @@ def test_the_mali_profile_checks_gpu_memory_and_says_why_latency_is_not(model_zo
 
 
 def test_the_published_figures_cover_three_phones_and_the_benchmarks_models():
-    from benchmarks.bench_gpu_latency import BUILDERS
+    from benchmarks.bench_gpu_latency import BUILDERS, MIN_FIGURES, classes
 
     phones = load_published()
-    assert len(phones) >= 3 and sum(len(p.ms) for p in phones) >= 10
+    fitted = {name: figures for name, figures in classes(phones).items()
+              if len(figures) >= MIN_FIGURES}
+    assert sum(len(f) for f in fitted.values()) >= 10
+    assert len({f.phone.phone for figures in fitted.values() for f in figures}) >= 3
+    # Every figure's model is one the benchmark builds, and says which table it comes from.
     assert {m for p in phones for m in p.ms} <= {*BUILDERS, "mobilenet_v1"}
-    # Every class a built-in profile names is the one that profile is fitted to.
+    assert all(p.sources.keys() == p.ms.keys() and all(p.sources.values()) for p in phones)
+    # A built-in profile is fitted to an Android class with enough figures; a class too thin
+    # to fit (Mali) leaves its profile without constants.
     for p in phones:
         if p.profile is not None:
+            assert p.os.startswith("Android") and p.gpu_class in fitted
             assert load_profile(p.profile).target_settings.cost.macs_per_second is not None
+    assert "mali" in classes(phones) and "mali" not in fitted
+    assert load_profile("android-gpu-mali").target_settings.cost.macs_per_second is None
