@@ -3,11 +3,12 @@
 The figures (``simulator/targets/gpu/published.yaml``, each with its table) are TensorFlow
 Lite's own: its "Performance benchmarks for well known models" (``benchmark_model
 --use_gpu=true`` on a Pixel 3 and a Pixel 4, Adreno 630/640, Android 10; the iOS benchmark app
-with the GPU delegate on an iPhone XS, Apple A12 GPU, Metal; four float32 models) and its pose
-estimation page (PoseNet on the same three phones), plus one Mali figure (a Galaxy S8,
-listed, not fitted: a class needs ``MIN_FIGURES``). Their architectures are built here in code
-with random weights — MobileNet v1 (Keras, the file ``bench_latency`` also uses), SqueezeNet
-1.0, Inception v4 and PoseNet's MobileNet v1 body as their papers lay them out,
+with the GPU delegate on an iPhone XS, Apple A12 GPU, Metal; four float32 models), its pose
+estimation page (PoseNet on the same three phones) and tensorflow/tpu's EfficientNet-lite
+README (lite0-4, Pixel 4, fp16), plus one Mali figure (a Galaxy S8, listed, not fitted: a
+class needs ``MIN_FIGURES``). Their architectures are built here in code with random weights
+— MobileNet v1 (Keras, the file ``bench_latency`` also uses), SqueezeNet 1.0, Inception v4,
+PoseNet's MobileNet v1 body and EfficientNet-lite as their papers and READMEs lay them out,
 Inception-ResNet v2 from Keras — converted float32 with the real converter (cached), and
 partitioned by devicefit's GPU rules. Latency depends on shapes, not on weight values.
 
@@ -29,7 +30,7 @@ import os
 import statistics
 import sys
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -140,6 +141,45 @@ def _posenet_mobilenet_v1(k):
     return k.Model(inp, [L.Conv2D(n, 1)(x) for n in (17, 34, 32, 32)])
 
 
+#: EfficientNet-lite's (width, depth, resolution) per variant (tensorflow/tpu,
+#: ``efficientnet_lite_builder.efficientnet_lite_params``).
+LITE = {0: (1.0, 1.0, 224), 1: (1.0, 1.1, 240), 2: (1.1, 1.2, 260), 3: (1.2, 1.4, 280),
+        4: (1.4, 1.8, 300)}
+
+
+def _efficientnet_lite(k, scaling: tuple[float, float, int]):
+    """EfficientNet-lite (tensorflow/tpu ``efficientnet/lite``): B0's MBConv stages (Tan and
+    Le 2019, Table 1) without squeeze-and-excite, ReLU6 for swish, batch norm folded; scaled
+    by ``scaling`` (width, depth, resolution) except the stem (32), the head (1280) and the
+    first and last stages' repeats, which lite keeps fixed."""
+    import math
+
+    L = k.layers
+    width, depth, size = scaling
+
+    def filters(f: int) -> int:
+        scaled = max(8, int(f * width + 4) // 8 * 8)
+        return scaled + 8 if scaled < 0.9 * f * width else scaled
+
+    x = inp = k.Input((size, size, 3), batch_size=1)
+    x = L.Conv2D(32, 3, strides=2, padding="same", activation="relu6")(x)
+    stages = ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3),
+              (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1))
+    for i, (expand, kernel, stride, out, repeats) in enumerate(stages):
+        fixed = i in (0, len(stages) - 1)
+        for r in range(repeats if fixed else math.ceil(depth * repeats)):
+            inner = x
+            if expand != 1:
+                inner = L.Conv2D(x.shape[-1] * expand, 1, activation="relu6")(inner)
+            inner = L.DepthwiseConv2D(kernel, strides=stride if r == 0 else 1, padding="same",
+                                      activation="relu6")(inner)
+            inner = L.Conv2D(filters(out), 1)(inner)
+            x = L.Add()([x, inner]) if r > 0 or (stride == 1 and
+                                                 x.shape[-1] == filters(out)) else inner
+    x = L.GlobalAveragePooling2D()(L.Conv2D(1280, 1, activation="relu6")(x))
+    return k.Model(inp, L.Dense(1000, activation="softmax")(x))
+
+
 def _inception_resnet_v2(k):
     return k.applications.InceptionResNetV2(
         weights=None, input_tensor=k.Input((299, 299, 3), batch_size=1))
@@ -150,6 +190,7 @@ BUILDERS = {
     "inception_v4": _inception_v4,
     "inception_resnet_v2": _inception_resnet_v2,
     "posenet": _posenet_mobilenet_v1,
+    **{f"efficientnet_lite{v}": partial(_efficientnet_lite, scaling=LITE[v]) for v in LITE},
 }
 
 
@@ -160,7 +201,11 @@ def model_path(name: str) -> Path:
         from benchmarks.bench_latency import model_path as tiny_model
 
         return tiny_model("mobilenet_v1_f32")
-    source = inspect.getsource(BUILDERS[name]) + inspect.getsource(_conv)
+    builder = BUILDERS[name]
+    # A partial's source is its function's, and its arguments tell the variants apart.
+    source = inspect.getsource(getattr(builder, "func", builder)) + inspect.getsource(_conv)
+    if isinstance(builder, partial):
+        source += repr(builder.keywords)
     target = CACHE_ROOT / f"{name}-{hashlib.sha256(source.encode()).hexdigest()[:12]}.tflite"
     if target.exists():
         return target
@@ -170,7 +215,7 @@ def model_path(name: str) -> Path:
     from tests.zoo import convert_keras
 
     keras.utils.set_random_seed(0)
-    return write_atomic(target, convert_keras(BUILDERS[name](keras), quantize=False))
+    return write_atomic(target, convert_keras(builder(keras), quantize=False))
 
 
 # --------------------------------------------------------------------------- fit
