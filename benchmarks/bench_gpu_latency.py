@@ -1,11 +1,14 @@
 """Phone GPU latency: devicefit's estimate vs the published times of LiteRT's GPU delegate.
 
-The figures (``simulator/targets/gpu/published.yaml``) are TensorFlow Lite's own
-"Performance benchmarks for well known models": ``benchmark_model --use_gpu=true`` on a
-Pixel 3 and a Pixel 4 (Adreno 630/640, Android 10) and the iOS benchmark app with the GPU
-delegate on an iPhone XS (Apple A12 GPU, Metal), each of four float32 models. Their
-architectures are built here in code with random weights — MobileNet v1 (Keras, the file
-``bench_latency`` also uses), SqueezeNet 1.0 and Inception v4 as their papers lay them out,
+The figures (``simulator/targets/gpu/published.yaml``, each with its table) are TensorFlow
+Lite's own: its "Performance benchmarks for well known models" (``benchmark_model
+--use_gpu=true`` on a Pixel 3 and a Pixel 4, Adreno 630/640, Android 10; the iOS benchmark app
+with the GPU delegate on an iPhone XS, Apple A12 GPU, Metal; four float32 models), its pose
+estimation page (PoseNet on the same three phones) and tensorflow/tpu's EfficientNet-lite
+README (lite0-4, Pixel 4, fp16), plus one Mali figure (a Galaxy S8, listed, not fitted: a
+class needs ``MIN_FIGURES``). Their architectures are built here in code with random weights
+— MobileNet v1 (Keras, the file ``bench_latency`` also uses), SqueezeNet 1.0, Inception v4,
+PoseNet's MobileNet v1 body and EfficientNet-lite as their papers and READMEs lay them out,
 Inception-ResNet v2 from Keras — converted float32 with the real converter (cached), and
 partitioned by devicefit's GPU rules. Latency depends on shapes, not on weight values.
 
@@ -27,7 +30,7 @@ import os
 import statistics
 import sys
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -123,6 +126,60 @@ def _inception_v4(k):
     return k.Model(inp, L.Dense(1001, activation="softmax")(x))
 
 
+def _posenet_mobilenet_v1(k):
+    """PoseNet's multi-person model (``posenet_mobilenet_v1_100_257x257_multi_kpt_stripped``):
+    MobileNet v1 1.0's convolution body (Howard et al. 2017, Table 1: a 3x3/2 conv of 32, then
+    13 depthwise-separable blocks) at 257x257, output stride 32 (its 9x9 outputs), and four
+    1x1 heads: 17 keypoint heatmaps, 34 offsets, 32 forward and 32 backward displacements."""
+    L = k.layers
+    x = inp = k.Input((257, 257, 3), batch_size=1)
+    x = L.Conv2D(32, 3, strides=2, padding="same", activation="relu6")(x)
+    for filters, stride in ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2),
+                            *[(512, 1)] * 5, (1024, 2), (1024, 1)):
+        x = L.DepthwiseConv2D(3, strides=stride, padding="same", activation="relu6")(x)
+        x = L.Conv2D(filters, 1, activation="relu6")(x)
+    return k.Model(inp, [L.Conv2D(n, 1)(x) for n in (17, 34, 32, 32)])
+
+
+#: EfficientNet-lite's (width, depth, resolution) per variant (tensorflow/tpu,
+#: ``efficientnet_lite_builder.efficientnet_lite_params``).
+LITE = {0: (1.0, 1.0, 224), 1: (1.0, 1.1, 240), 2: (1.1, 1.2, 260), 3: (1.2, 1.4, 280),
+        4: (1.4, 1.8, 300)}
+
+
+def _efficientnet_lite(k, scaling: tuple[float, float, int]):
+    """EfficientNet-lite (tensorflow/tpu ``efficientnet/lite``): B0's MBConv stages (Tan and
+    Le 2019, Table 1) without squeeze-and-excite, ReLU6 for swish, batch norm folded; scaled
+    by ``scaling`` (width, depth, resolution) except the stem (32), the head (1280) and the
+    first and last stages' repeats, which lite keeps fixed."""
+    import math
+
+    L = k.layers
+    width, depth, size = scaling
+
+    def filters(f: int) -> int:
+        scaled = max(8, int(f * width + 4) // 8 * 8)
+        return scaled + 8 if scaled < 0.9 * f * width else scaled
+
+    x = inp = k.Input((size, size, 3), batch_size=1)
+    x = L.Conv2D(32, 3, strides=2, padding="same", activation="relu6")(x)
+    stages = ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3),
+              (6, 5, 1, 112, 3), (6, 5, 2, 192, 4), (6, 3, 1, 320, 1))
+    for i, (expand, kernel, stride, out, repeats) in enumerate(stages):
+        fixed = i in (0, len(stages) - 1)
+        for r in range(repeats if fixed else math.ceil(depth * repeats)):
+            inner = x
+            if expand != 1:
+                inner = L.Conv2D(x.shape[-1] * expand, 1, activation="relu6")(inner)
+            inner = L.DepthwiseConv2D(kernel, strides=stride if r == 0 else 1, padding="same",
+                                      activation="relu6")(inner)
+            inner = L.Conv2D(filters(out), 1)(inner)
+            x = L.Add()([x, inner]) if r > 0 or (stride == 1 and
+                                                 x.shape[-1] == filters(out)) else inner
+    x = L.GlobalAveragePooling2D()(L.Conv2D(1280, 1, activation="relu6")(x))
+    return k.Model(inp, L.Dense(1000, activation="softmax")(x))
+
+
 def _inception_resnet_v2(k):
     return k.applications.InceptionResNetV2(
         weights=None, input_tensor=k.Input((299, 299, 3), batch_size=1))
@@ -132,6 +189,8 @@ BUILDERS = {
     "squeezenet": _squeezenet_1_0,
     "inception_v4": _inception_v4,
     "inception_resnet_v2": _inception_resnet_v2,
+    "posenet": _posenet_mobilenet_v1,
+    **{f"efficientnet_lite{v}": partial(_efficientnet_lite, scaling=LITE[v]) for v in LITE},
 }
 
 
@@ -142,7 +201,11 @@ def model_path(name: str) -> Path:
         from benchmarks.bench_latency import model_path as tiny_model
 
         return tiny_model("mobilenet_v1_f32")
-    source = inspect.getsource(BUILDERS[name]) + inspect.getsource(_conv)
+    builder = BUILDERS[name]
+    # A partial's source is its function's, and its arguments tell the variants apart.
+    source = inspect.getsource(getattr(builder, "func", builder)) + inspect.getsource(_conv)
+    if isinstance(builder, partial):
+        source += repr(builder.keywords)
     target = CACHE_ROOT / f"{name}-{hashlib.sha256(source.encode()).hexdigest()[:12]}.tflite"
     if target.exists():
         return target
@@ -152,7 +215,7 @@ def model_path(name: str) -> Path:
     from tests.zoo import convert_keras
 
     keras.utils.set_random_seed(0)
-    return write_atomic(target, convert_keras(BUILDERS[name](keras), quantize=False))
+    return write_atomic(target, convert_keras(builder(keras), quantize=False))
 
 
 # --------------------------------------------------------------------------- fit
@@ -224,13 +287,42 @@ def held_out_coverage(figures: list[Figure]) -> int:
     return inside
 
 
+#: Fewer figures than this leave a class unfitted: a leave-one-out fit then rests on one or
+#: two figures for up to four constants.
+MIN_FIGURES = 3
+
+
+def _errors(pairs: list[tuple[Figure, float]]) -> list[float]:
+    return [max(e / f.ms, f.ms / e) for f, e in pairs]
+
+
+def _summary(label: str, pairs: list[tuple[Figure, float]]) -> str:
+    errors = _errors(pairs)
+    return (f"- {label}: {len(errors)} figures on {len({f.phone.phone for f, _ in pairs})} "
+            f"phone(s); leave-one-out error median {statistics.median(errors):.2f}x, worst "
+            f"{max(errors):.2f}x, {sum(e <= 2 for e in errors)}/{len(errors)} within 2x")
+
+
 def table(phones: list[Phone]) -> str:
     lines = ["| class | phone (GPU) | model | GPU ops | GPU GMACs | GPU MB moved | "
              "published ms | fitted ms | fitted / published | leave-one-out ms | "
              "leave-one-out / published |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     summary = []
-    every: list[float] = []
+    every: list[tuple[Figure, float]] = []
     for name, figures in classes(phones).items():
+        if len(figures) < MIN_FIGURES:
+            # Listed, not fitted; what the built-in profile's constants say of it.
+            cost = load_profile(PROFILE).target_settings.cost
+            for f in figures:
+                x = features(f.model)
+                lines.append(f"| {name} | {f.phone.phone} ({f.phone.gpu}) | {f.model} | "
+                             f"{x.gpu_ops} | {x.gpu_macs / 1e9:.2f} | {x.gpu_bytes / 1e6:.0f} | "
+                             f"{f.ms:g} | not fitted | | | |")
+                summary.append(f"- {name}: {len(figures)} figure(s), not fitted (a fit needs "
+                               f"{MIN_FIGURES}); {PROFILE}'s constants would give "
+                               f"{f.model} {predict_ms(x, cost):.1f} ms, published / that "
+                               f"{f.ms / predict_ms(x, cost):.2f}")
+            continue
         whole = class_fit(figures)
         loo = leave_one_out(figures)
         for f, est in zip(figures, loo):
@@ -239,19 +331,15 @@ def table(phones: list[Phone]) -> str:
             lines.append(f"| {name} | {f.phone.phone} ({f.phone.gpu}) | {f.model} | {x.gpu_ops} "
                          f"| {x.gpu_macs / 1e9:.2f} | {x.gpu_bytes / 1e6:.0f} | {f.ms:g} | "
                          f"{fitted:.1f} | {fitted / f.ms:.2f} | {est:.1f} | {est / f.ms:.2f} |")
-        errors = [max(e / f.ms, f.ms / e) for f, e in zip(figures, loo)]
-        every += errors
-        band = (min(f.ms / e for f, e in zip(figures, loo)),
-                max(f.ms / e for f, e in zip(figures, loo)))
-        summary.append(f"- {name}: {len(figures)} figures on "
-                       f"{len({f.phone.phone for f in figures})} phone(s); leave-one-out error "
-                       f"median {statistics.median(errors):.2f}x, worst {max(errors):.2f}x, "
-                       f"{sum(e <= 2 for e in errors)}/{len(errors)} within 2x; published / "
-                       f"estimate {band[0]:.2f}-{band[1]:.2f} (the band); held out of its "
-                       f"band: {held_out_coverage(figures)}/{len(figures)} inside")
-    summary.append(f"- all: {len(every)} figures on {len(phones)} phones; leave-one-out error "
-                   f"median {statistics.median(every):.2f}x, "
-                   f"{sum(e <= 2 for e in every)}/{len(every)} within 2x")
+        pairs = list(zip(figures, loo))
+        every += pairs
+        band = (min(f.ms / e for f, e in pairs), max(f.ms / e for f, e in pairs))
+        summary.append(f"{_summary(name, pairs)}; published / estimate {band[0]:.2f}-"
+                       f"{band[1]:.2f} (the band); held out of its band: "
+                       f"{held_out_coverage(figures)}/{len(figures)} inside")
+    summary.append(_summary("all fitted figures", every))
+    summary.append(_summary("Android figures (the profiles' phones)",
+                            [(f, e) for f, e in every if f.phone.os.startswith("Android")]))
     return "\n".join([*lines, "", *summary])
 
 
@@ -279,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.fit:
         for name, figures in classes(phones).items():
-            print(f"{name}: {constants(class_fit(figures))}")
+            if len(figures) >= MIN_FIGURES:
+                print(f"{name}: {constants(class_fit(figures))}")
         print(f"{PROFILE} sets {constants(load_profile(PROFILE).target_settings.cost)}")
         return 0
     print(table(phones))

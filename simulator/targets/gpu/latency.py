@@ -43,18 +43,22 @@ class Phone:
     gpu: str
     #: The phones fitted together to one set of constants.
     gpu_class: str
+    #: "Android 10", "iOS", …: the profiles target Android phones only.
+    os: str
     backend: str
     #: Model key → published ms per inference.
     ms: Mapping[str, float]
-    source: str
+    #: Model key → the table (or thread) its figure comes from.
+    sources: Mapping[str, str]
     #: The built-in profile of its class, if one is fitted to it.
     profile: str | None = None
 
 
 def load_published(path: Path = PUBLISHED) -> list[Phone]:
     data = load_own_data(path)
-    return [Phone(p["phone"], p["gpu"], p["class"], p["backend"],
-                  {m: float(v) for m, v in p["ms"].items()}, " ".join(p["source"].split()),
+    return [Phone(p["phone"], p["gpu"], p["class"], p["os"], p["backend"],
+                  {m: float(f["ms"]) for m, f in p["figures"].items()},
+                  {m: " ".join(f["source"].split()) for m, f in p["figures"].items()},
                   p.get("profile")) for p in data["phones"]]
 
 

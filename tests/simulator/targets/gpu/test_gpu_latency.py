@@ -2,7 +2,8 @@
 under constants set by hand (recomputed here from the tensors), fallbacks' crossings and
 their XNNPACK time, the budgets judged (AT RISK with the band), the profiles validated.
 The fit to published figures is ``benchmarks/bench_gpu_latency.py``'s (docs/benchmarks.md,
-"Phone GPU latency")."""
+"Phone GPU latency"); here its solver on figures made with known constants, and the published
+data: every figure's model one the benchmark builds, with its source."""
 
 from __future__ import annotations
 
@@ -125,12 +126,42 @@ def test_the_mali_profile_checks_gpu_memory_and_says_why_latency_is_not(model_zo
 
 
 def test_the_published_figures_cover_three_phones_and_the_benchmarks_models():
-    from benchmarks.bench_gpu_latency import BUILDERS
+    from benchmarks.bench_gpu_latency import BUILDERS, MIN_FIGURES, classes
 
     phones = load_published()
-    assert len(phones) >= 3 and sum(len(p.ms) for p in phones) >= 10
+    fitted = {name: figures for name, figures in classes(phones).items()
+              if len(figures) >= MIN_FIGURES}
+    assert sum(len(f) for f in fitted.values()) >= 10
+    assert len({f.phone.phone for figures in fitted.values() for f in figures}) >= 3
+    # Every figure's model is one the benchmark builds, and says which table it comes from.
     assert {m for p in phones for m in p.ms} <= {*BUILDERS, "mobilenet_v1"}
-    # Every class a built-in profile names is the one that profile is fitted to.
+    assert all(p.sources.keys() == p.ms.keys() and all(p.sources.values()) for p in phones)
+    # A built-in profile is fitted to an Android class with enough figures; a class too thin
+    # to fit (Mali) leaves its profile without constants.
     for p in phones:
         if p.profile is not None:
+            assert p.os.startswith("Android") and p.gpu_class in fitted
             assert load_profile(p.profile).target_settings.cost.macs_per_second is not None
+    assert "mali" in classes(phones) and "mali" not in fitted
+    assert load_profile("android-gpu-mali").target_settings.cost.macs_per_second is None
+
+
+def test_the_fit_recovers_the_constants_the_figures_were_made_with():
+    from benchmarks.bench_gpu_latency import PROFILE, fit
+    from devicefit.simulator.targets.gpu.latency import GpuCost, GpuFeatures, predict_ms
+
+    # Figures made with known constants (the boundary copy at the profile's rate, as the fit
+    # takes it): non-negative least squares on them gives those constants back.
+    transfer = load_profile(PROFILE).target_settings.cost.transfer_bytes_per_second
+    truth = GpuCost(sync_ms=1.5, op_ms=0.02, macs_per_second=2e11,
+                    memory_bytes_per_second=3e10, transfer_bytes_per_second=transfer)
+    rows = [GpuFeatures(gpu_ops=ops, gpu_macs=macs, gpu_bytes=moved, crossings=2,
+                        boundary_bytes=600_000, cpu_ms=cpu)
+            for ops, macs, moved, cpu in ((31, 5.7e8, 2.9e7, 0.0), (335, 1.3e10, 3.4e8, 0.0),
+                                          (61, 3.9e8, 9.8e7, 0.4), (189, 1.2e10, 2.3e8, 0.0),
+                                          (117, 2.6e9, 1.5e8, 1.1))]
+    got = fit([(f, predict_ms(f, truth)) for f in rows])
+    assert got.sync_ms == pytest.approx(truth.sync_ms, rel=1e-6)
+    assert got.op_ms == pytest.approx(truth.op_ms, rel=1e-6)
+    assert got.macs_per_second == pytest.approx(truth.macs_per_second, rel=1e-6)
+    assert got.memory_bytes_per_second == pytest.approx(truth.memory_bytes_per_second, rel=1e-6)
