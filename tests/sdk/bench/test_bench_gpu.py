@@ -54,12 +54,14 @@ def test_a_gpu_profile_runs_the_gpu_and_the_cpu_beside_it(phones, arm64_binary, 
         "measured_gpu_ops": 3, "predicted_gpu_ops": predicted["gpu_ops"],
         "measured_partitions": 1, "predicted_partitions": len(predicted["partitions"]),
         "total_ops": 4, "measured_refused": ["IF"], "predicted_refused": ["IF"]}
-    # The GPU run is judged (the profile's own); its estimate is the report's, if any.
+    # The GPU run is judged (the profile's own) and compared with the GPU estimate, its band.
     [latency] = [x for x in report["budgets"] if x["name"] == "latency"]
     assert latency["basis"] == "measured" and latency["value"] == b["results"]["inference_avg_ms"]
     vs = b["vs_estimate"]
-    assert vs["estimated_ms"] == report["latency"]["estimated_device_ms"]
-    assert (vs["estimated_ms"] is None) == bool(vs["estimate_unavailable"])
+    assert vs["estimated_ms"] == report["latency"]["estimated_device_ms"] > 0
+    assert report["latency"]["split"] == "compatibility.gpu.latency"
+    assert vs["band_ms"] == report["latency"]["band_ms"] and vs["estimate_unavailable"] is None
+    assert vs["ratio"] == pytest.approx(b["results"]["inference_avg_ms"] / vs["estimated_ms"])
     # The CPU beside it: XNNPACK, compared with the CPU profile the GPU profile extends.
     beside = b["beside"]
     assert "--use_xnnpack=true" in beside["command"].split()
@@ -76,6 +78,28 @@ def test_a_gpu_profile_runs_the_gpu_and_the_cpu_beside_it(phones, arm64_binary, 
     assert back.partition.agree is True and back.partition.measured_refused == ["IF"]
     assert back.beside.results.inference.count == 3
     assert back.beside.estimate_profile == "android-arm64-cpu"
+
+
+def test_a_gpu_profile_without_an_estimate_gives_its_own_reason(phones, arm64_binary,  # noqa: F811
+                                                                capsys) -> None:
+    """The Mali profile has no fitted GPU constants: the GPU run is measured and judged, and
+    the comparison gives the report's reason, not a generic one; the CPU run beside it is
+    still compared with the CPU profile's estimate and its band."""
+    phones.add("FAKE01")
+    model = model_path("if_float32")
+    assert main(_argv(model, "android-gpu-mali", arm64_binary, phones.adb, "--json")) == 0
+    report = json.loads(capsys.readouterr().out)
+    vs = report["bench"]["vs_estimate"]
+    why = report["latency"]["no_estimate"]
+    assert "sets no fitted GPU constants" in why
+    assert (vs["estimated_ms"], vs["ratio"], vs["band_ms"]) == (None, None, None)
+    assert vs["estimate_unavailable"] == why
+    beside = report["bench"]["beside"]["vs_estimate"]
+    cpu = simulate(model, load_profile("android-arm64-cpu")).latency
+    assert beside["band_ms"] == list(cpu.band_ms) and beside["estimated_ms"] > 0
+    assert main(_argv(model, "android-gpu-mali", arm64_binary, phones.adb)) == 0
+    out = capsys.readouterr().out
+    assert f"simulator estimate unavailable ({why})" in " ".join(out.split())
 
 
 def test_a_real_phones_whole_graph_counts_every_operator() -> None:
@@ -105,9 +129,11 @@ def test_the_text_says_what_was_measured_and_what_predicted(phones, arm64_binary
     assert ("GPU delegate predicted by devicefit: 3 of 4 ops on the GPU in 1 partition(s); "
             "refuses IF") in out
     assert "the phone's partition agrees with the prediction" in out
+    assert re.search(r"measured [\d.]+ [mu]s vs simulator estimate [\d.]+ [mu]s \(likely "
+                     r"[\d.]+ [mu]s–[\d.]+ [mu]s: measured (inside|outside)\): ratio", out)
     assert re.search(r"beside it on the CPU \(xnnpack\), 4 threads: inference avg [\d.]+ [mu]s "
-                     r"\(measured\)\n  vs estimate [\d.]+ [mu]s on android-arm64-cpu: ratio "
-                     r"[\d.]+x", out)
+                     r"\(measured\)\n  vs estimate [\d.]+ [mu]s \(likely [^)]*\) on "
+                     r"android-arm64-cpu: ratio [\d.]+x", out)
     assert re.search(r"GPU / CPU on this phone: [\d.]+x \(measured, both runs\)", out)
 
 
