@@ -10,6 +10,7 @@ compared with the CPU profile's estimate, and a phone whose GPU cannot run the d
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -80,8 +81,42 @@ def test_a_gpu_profile_runs_the_gpu_and_the_cpu_beside_it(phones, arm64_binary, 
     assert back.beside.estimate_profile == "android-arm64-cpu"
 
 
+def test_the_page_shows_the_phones_partition_and_the_cpu_run_beside_it(
+        phones, arm64_binary, tmp_path, capsys) -> None:  # noqa: F811
+    """``bench --html`` on a GPU profile: the GPU run against its estimate and band, the
+    delegate's partition on the phone beside the prediction, the CPU run beside it with its
+    own estimate, and the GPU section's partition naming each op's layer; laid out in
+    Chromium as every page is (tests/browser.py)."""
+    from tests.browser import LAYOUT, WIDE, layout_problems, measure
+
+    phones.add("FAKE01")
+    page = tmp_path / "bench.html"
+    assert main(_argv(model_path("if_float32"), GPU, arm64_binary, phones.adb, "--html",
+                      str(page))) == 0
+    capsys.readouterr()
+    text = page.read_text()
+    assert "<td>inference avg on the GPU (measured)</td>" in text
+    assert re.search(r"<td>likely band of the estimate</td><td>[\d.]+ [mu]s–[\d.]+ [mu]s</td>",
+                     text)
+    assert re.search(r"<td>measured inside the band</td><td>(inside|outside)</td>", text)
+    partition = text.split('<section class="bench-gpu">')[1].split("</section>")[0]
+    assert ("<tr><td>ops on the GPU</td><td>3 of 4</td><td>3 of 4</td></tr>"
+            "<tr><td>partitions</td><td>1</td><td>1</td></tr>"
+            "<tr><td>refused op types</td><td>IF</td><td>IF</td></tr>") in partition
+    assert "<p>the phone&#x27;s partition agrees with the prediction</p>" in partition
+    assert "<li>IF: Operation is not supported.</li>" in partition
+    beside = text.split('<section class="bench-beside">')[1].split("</section>")[0]
+    assert "<td>inference avg on the CPU (xnnpack), 4 threads (measured)</td>" in beside
+    assert "<td>estimated by simulate on android-arm64-cpu</td>" in beside
+    assert "GPU / CPU on this phone (measured, both runs)" in beside
+    assert "<th>output tensor (your layer)</th>" in text and "<td>Identity</td>" in text
+    shown, geometry = measure(tmp_path / "shown.html", text, LAYOUT, size=WIDE)
+    assert shown.console == [], shown.console
+    assert layout_problems(geometry) == []
+
+
 def test_a_gpu_profile_without_an_estimate_gives_its_own_reason(phones, arm64_binary,  # noqa: F811
-                                                                capsys) -> None:
+                                                                tmp_path, capsys) -> None:
     """The Mali profile has no fitted GPU constants: the GPU run is measured and judged, and
     the comparison gives the report's reason, not a generic one; the CPU run beside it is
     still compared with the CPU profile's estimate and its band."""
@@ -100,6 +135,12 @@ def test_a_gpu_profile_without_an_estimate_gives_its_own_reason(phones, arm64_bi
     assert main(_argv(model, "android-gpu-mali", arm64_binary, phones.adb)) == 0
     out = capsys.readouterr().out
     assert f"simulator estimate unavailable ({why})" in " ".join(out.split())
+    page = tmp_path / "bench.html"
+    assert main(_argv(model, "android-gpu-mali", arm64_binary, phones.adb, "--html",
+                      str(page))) == 0
+    # The page's cell says the same, tags and escapes aside.
+    shown = html.unescape(re.sub(r"<[^>]+>", "|", page.read_text()))
+    assert f"|estimated by the profile's cost model||unavailable: {why}|" in shown
 
 
 def test_a_real_phones_whole_graph_counts_every_operator() -> None:
