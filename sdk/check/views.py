@@ -182,8 +182,8 @@ def gpu_lines(o: Outcome) -> list[str]:
     fallbacks = [op["op"] for op in data["ops"] if op["device"] == "cpu"]
     kinds = list(dict.fromkeys(fallbacks))
     shown = ", ".join(kinds[:3]) + (f" and {len(kinds) - 3} more" if len(kinds) > 3 else "")
-    head = (f"GPU {data['gpu_ops']} of {data['total_ops']} ops in {len(data['partitions'])} "
-            f"partition(s), {len(fallbacks)} fallback(s) to the CPU"
+    head = (f"GPU {data['gpu_ops']}/{data['total_ops']} ops, {len(data['partitions'])} "
+            f"partition(s), {len(fallbacks)} CPU fallback(s)"
             + (f" ({shown})" if fallbacks else "") + " (predicted)")
     live = data["live"]
     if live is None:
@@ -191,10 +191,10 @@ def gpu_lines(o: Outcome) -> list[str]:
     elif live["not_asked"]:
         asked = f"GPU delegate not asked: {live['not_asked']}"
     elif not live["disagreements"]:
-        asked = "GPU delegate asked (measured): agrees with the prediction"
+        asked = "GPU delegate asked: agrees with the prediction"
     else:
-        asked = (f"GPU delegate asked (measured): {len(live['disagreements'])} "
-                 f"disagreement(s): {'; '.join(live['disagreements'])}")
+        asked = (f"GPU delegate asked: {len(live['disagreements'])} disagreement(s): "
+                 f"{'; '.join(live['disagreements'])}")
     return [head, asked]
 
 

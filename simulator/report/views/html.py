@@ -805,7 +805,7 @@ def _vs_rows(vs: BenchComparison | None, by: str) -> list[tuple[str, str]]:
     where = {True: "inside", False: "outside", None: "-"}[vs.in_band]
     return [(f"estimated by {by}", format_time_ms(vs.estimated_ms)),
             ("likely band of the estimate", band),
-            ("measured inside the band", where),
+            ("measured against the band", where),
             ("measured / estimated", "-" if vs.ratio is None else f"{vs.ratio:.2f}x")]
 
 

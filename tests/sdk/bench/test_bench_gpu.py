@@ -98,7 +98,7 @@ def test_the_page_shows_the_phones_partition_and_the_cpu_run_beside_it(
     assert "<td>inference avg on the GPU (measured)</td>" in text
     assert re.search(r"<td>likely band of the estimate</td><td>[\d.]+ [mu]s–[\d.]+ [mu]s</td>",
                      text)
-    assert re.search(r"<td>measured inside the band</td><td>(inside|outside)</td>", text)
+    assert re.search(r"<td>measured against the band</td><td>(inside|outside)</td>", text)
     partition = text.split('<section class="bench-gpu">')[1].split("</section>")[0]
     assert ("<tr><td>ops on the GPU</td><td>3 of 4</td><td>3 of 4</td></tr>"
             "<tr><td>partitions</td><td>1</td><td>1</td></tr>"

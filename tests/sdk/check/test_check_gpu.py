@@ -45,10 +45,10 @@ def test_a_static_check_counts_the_fallbacks_and_says_the_delegate_was_not_asked
     assert main(["check", str(_project(tmp_path))]) == 0
     out = capsys.readouterr().out
     assert _lines(out, "if_float32 @ android-gpu-adreno: ") == [
-        "GPU 3 of 4 ops in 1 partition(s), 1 fallback(s) to the CPU (IF) (predicted)",
+        "GPU 3/4 ops, 1 partition(s), 1 CPU fallback(s) (IF) (predicted)",
         "GPU delegate not asked (check --run asks it where a GPU adapter is present)"]
     assert _lines(out, "topk @ android-gpu-adreno: ")[0] == (
-        "GPU 1 of 2 ops in 1 partition(s), 1 fallback(s) to the CPU (TOPK_V2) (predicted)")
+        "GPU 1/2 ops, 1 partition(s), 1 CPU fallback(s) (TOPK_V2) (predicted)")
     assert _lines(out, "if_float32 @ android-arm64-cpu: ") == []  # not a GPU target
 
 
@@ -58,12 +58,11 @@ def test_check_run_says_whether_the_delegate_agrees(tmp_path, capsys) -> None:
     assert main(["check", str(_project(tmp_path)), "--run", "--html", str(page)]) == 0
     out = capsys.readouterr().out
     assert _lines(out, "if_float32 @ android-gpu-adreno: ")[1] == (
-        "GPU delegate asked (measured): agrees with the prediction")
+        "GPU delegate asked: agrees with the prediction")
     # TOPK_V2 has no parser in the TFLite delegate's rules; LiteRT's accelerator takes it.
     assert _lines(out, "topk @ android-gpu-adreno: ")[1] == (
-        "GPU delegate asked (measured): 2 disagreement(s): ops on the GPU: the delegate 2, "
-        "predicted 1; TOPK_V2: predicted on the CPU (Operation is not supported.); the "
-        "delegate takes it")
+        "GPU delegate asked: 2 disagreement(s): ops on the GPU: the delegate 2, predicted 1; "
+        "TOPK_V2: predicted on the CPU (Operation is not supported.); the delegate takes it")
     html = page.read_text()
     # Each GPU target's section: its partition with the layers, the delegate, the fp16 table.
     assert html.count('<section class="gpu-partition">') == 2
