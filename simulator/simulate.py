@@ -169,10 +169,15 @@ def device_model(source: Model, profile: Profile, target: Target,
 
 def bench_section(result: BenchResult, report: Report | None,
                   why: str = "no latency in the report") -> BenchSection:
-    """A device benchmark beside the report's estimate (``report`` None: none to compare)."""
-    estimate = report.latency.estimated_device_ms if report and report.latency else None
+    """A device benchmark beside the report's estimate and its band (``report`` None: none to
+    compare). Without an estimate the report's own reason is given (a GPU profile with no
+    fitted constants says so), ``why`` only when the report has no latency section at all."""
+    latency = report.latency if report else None
+    estimate = latency.estimated_device_ms if latency else None
+    reason = (latency.no_estimate if latency else None) or why
     return BenchSection(result, BenchComparison.of(result.results.inference_avg_ms, estimate,
-                                                   why if estimate is None else None))
+                                                   reason if estimate is None else None,
+                                                   latency.band_ms if latency else None))
 
 
 def static_report(model: Model, profile: Profile, order: Sequence[int] | None = None, *,

@@ -115,5 +115,6 @@ def _compared(run: DeviceRun, model: str, profile: Profile,
             measured, None, f"simulate on {cpu.name} failed: {exc}"), estimate_profile=cpu.name)
     estimate = latency.estimated_device_ms if latency is not None else None
     why = (latency.no_estimate if latency is not None else None) or "no latency estimate"
-    return dataclasses.replace(run, vs_estimate=BenchComparison.of(measured, estimate, why),
+    band = latency.band_ms if latency is not None else None
+    return dataclasses.replace(run, vs_estimate=BenchComparison.of(measured, estimate, why, band),
                                estimate_profile=cpu.name)

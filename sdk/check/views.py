@@ -170,6 +170,34 @@ def notes(result: CheckResult) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def gpu_lines(o: Outcome) -> list[str]:
+    """A phone GPU target in two short lines: the predicted partition with its fallbacks
+    counted, then whether ``--run`` asked LiteRT's GPU delegate and whether it agrees. Read
+    from the section's JSON form (``gpu_ops``, ``ops``, ``live``), its public face, as bench
+    reads it; [] for any other target."""
+    section = o.report.compatibility.section if o.report and o.report.compatibility else None
+    data = section.to_dict() if section is not None else {}
+    if not {"gpu_ops", "total_ops", "partitions", "ops", "live"} <= data.keys():
+        return []
+    fallbacks = [op["op"] for op in data["ops"] if op["device"] == "cpu"]
+    kinds = list(dict.fromkeys(fallbacks))
+    shown = ", ".join(kinds[:3]) + (f" and {len(kinds) - 3} more" if len(kinds) > 3 else "")
+    head = (f"GPU {data['gpu_ops']}/{data['total_ops']} ops, {len(data['partitions'])} "
+            f"partition(s), {len(fallbacks)} CPU fallback(s)"
+            + (f" ({shown})" if fallbacks else "") + " (predicted)")
+    live = data["live"]
+    if live is None:
+        asked = "GPU delegate not asked (check --run asks it where a GPU adapter is present)"
+    elif live["not_asked"]:
+        asked = f"GPU delegate not asked: {live['not_asked']}"
+    elif not live["disagreements"]:
+        asked = "GPU delegate asked: agrees with the prediction"
+    else:
+        asked = (f"GPU delegate asked: {len(live['disagreements'])} disagreement(s): "
+                 f"{'; '.join(live['disagreements'])}")
+    return [head, asked]
+
+
 def problems(o: Outcome) -> list[str]:
     """One line per failed budget, unsupported op set or regression, or the error."""
     if o.report is None:

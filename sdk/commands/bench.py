@@ -21,7 +21,7 @@ from devicefit.sdk.options import (
 )
 from devicefit.simulator.errors import DevicefitError
 from devicefit.simulator.infra.fileio import check_outputs
-from devicefit.simulator.infra.units import format_size, format_time_ms
+from devicefit.simulator.infra.units import format_band, format_size, format_time_ms
 from devicefit.simulator.report.benchmark import BenchComparison, BenchResult
 from devicefit.simulator.report.report import Report
 
@@ -166,7 +166,7 @@ def _print(args: argparse.Namespace, result: BenchResult, comparison: BenchCompa
                          for o in top]))
     if comparison.ratio is not None:
         con.print(f"measured {format_time_ms(comparison.measured_ms)} vs simulator estimate "
-                  f"{format_time_ms(comparison.estimated_ms)}: ratio "
+                  f"{format_time_ms(comparison.estimated_ms)}{_band(comparison)}: ratio "
                   f"{comparison.ratio:.2f}x (measured / estimated)")
     else:
         con.print(f"measured {format_time_ms(comparison.measured_ms)}; simulator estimate "
@@ -178,6 +178,14 @@ def _print(args: argparse.Namespace, result: BenchResult, comparison: BenchCompa
     kept = "kept on the device" if args.keep else "removed from the device"
     if result.pushed:
         con.print(f"pushed {', '.join(result.pushed)} ({kept})")
+
+
+def _band(vs: BenchComparison) -> str:
+    """`` (likely 2.70 ms–4.58 ms: measured inside)``, "" without a band."""
+    if vs.band_ms is None:
+        return ""
+    where = {True: "inside", False: "outside", None: "not compared"}[vs.in_band]
+    return f" (likely {format_band(vs.band_ms)}: measured {where})"
 
 
 #: How many of the delegate's "OP: reason" lines the terminal shows.
@@ -234,8 +242,8 @@ def _print_beside(con: Console, result: BenchResult) -> None:
               f"{format_time_ms(measured)} (measured)")
     vs = run.vs_estimate
     if vs is not None and vs.ratio is not None:
-        con.print(f"  vs estimate {format_time_ms(vs.estimated_ms)} on {run.estimate_profile}: "
-                  f"ratio {vs.ratio:.2f}x (measured / estimated)")
+        con.print(f"  vs estimate {format_time_ms(vs.estimated_ms)}{_band(vs)} on "
+                  f"{run.estimate_profile}: ratio {vs.ratio:.2f}x (measured / estimated)")
     elif vs is not None:
         con.print(f"  estimate unavailable ({escape(vs.estimate_unavailable or '')})")
     main = result.results.inference_avg_ms

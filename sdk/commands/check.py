@@ -327,12 +327,12 @@ def _table(result: CheckResult) -> FirstFit:
 
 def _print(console: Console, result: CheckResult, written: list[str], notes: bool) -> None:
     from devicefit.sdk.check import TargetStatus
-    from devicefit.sdk.check.views import baseline_text, problems
+    from devicefit.sdk.check.views import baseline_text, gpu_lines, problems
     from devicefit.sdk.check.views import notes as check_notes
 
     console.print(_table(result))
     for o in result.outcomes:
-        for line in problems(o):
+        for line in [*gpu_lines(o), *problems(o)]:
             console.print(f"{o.model} @ {o.profile}: {line}", markup=False, highlight=False)
     for note in check_notes(result) if notes else ():
         console.print(f"note: {note}", markup=False)

@@ -185,12 +185,23 @@ class BenchComparison:
     ratio: float | None
     #: Why there is no estimate to compare with.
     estimate_unavailable: str | None = None
+    #: The estimate's error band (ms, low, high); None without one.
+    band_ms: tuple[float, float] | None = None
 
     @classmethod
     def of(cls, measured_ms: float | None, estimated_ms: float | None,
-           why: str | None = None) -> BenchComparison:
+           why: str | None = None,
+           band_ms: tuple[float, float] | None = None) -> BenchComparison:
         ratio = measured_ms / estimated_ms if measured_ms and estimated_ms else None
-        return cls(measured_ms, estimated_ms, ratio, why or None)
+        return cls(measured_ms, estimated_ms, ratio, why or None,
+                   band_ms if estimated_ms is not None else None)
+
+    @property
+    def in_band(self) -> bool | None:
+        """Whether the measured time is inside the estimate's band; None: nothing to say."""
+        if self.measured_ms is None or self.band_ms is None:
+            return None
+        return self.band_ms[0] <= self.measured_ms <= self.band_ms[1]
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from functools import partial
 
 from devicefit.simulator.infra.escape import clean
 from devicefit.simulator.infra.units import format_band, format_size, format_time_ms
+from devicefit.simulator.report.benchmark import BenchComparison
 from devicefit.simulator.report.display import Note, Part, SectionDisplay, Split, Table, TimeChart
 from devicefit.simulator.report.layers import peak
 from devicefit.simulator.report.report import MemoryReport, PlannedBuffer, Report, TargetSection
@@ -771,19 +772,96 @@ def _per_op_svg(report: Report) -> str:
 
 
 def _bench(report: Report) -> str:
-    """Measured on a phone (``devicefit bench``) beside the simulator's estimate."""
+    """Measured on a phone (``devicefit bench``) beside the simulator's estimate and its
+    band; a GPU run with the delegate's partition beside the predicted one, and the run
+    beside it (``bench --gpu``: the CPU) with its own estimate."""
     if report.bench is None:
         return ""
     bench, vs = report.bench.result, report.bench.vs_estimate
     results = bench.results
+    on = _run_name(bench.settings.delegate)
     rows = [("device", f"{bench.serial} {bench.device_model or ''}".strip()),
-            ("inference avg (measured)", format_time_ms(results.inference_avg_ms)),
-            ("estimated by the profile's cost model", format_time_ms(vs.estimated_ms)),
-            ("measured / estimated", "-" if vs.ratio is None else f"{vs.ratio:.2f}x"),
+            (f"inference avg on the {on} (measured)", format_time_ms(results.inference_avg_ms)),
+            *_vs_rows(vs, "the profile's cost model"),
             ("init", format_time_ms(results.init_ms)),
             ("first inference", format_time_ms(results.first_inference_ms)),
             ("memory peak", format_size(results.memory_peak_bytes))]
-    return "<h3>Measured on the device (benchmark_model)</h3>" + html_table((), rows)
+    return ("<h3>Measured on the device (benchmark_model)</h3>" + html_table((), rows)
+            + _bench_partition(report) + _bench_beside(report))
+
+
+def _run_name(delegate: str | None) -> str:
+    return "GPU" if delegate == "gpu" else f"CPU ({delegate or 'no delegate'})"
+
+
+def _vs_rows(vs: BenchComparison | None, by: str) -> list[tuple[str, str]]:
+    """The estimate, its band and where the measured time falls, and the ratio; or why
+    there is no estimate."""
+    if vs is None:
+        return []
+    if vs.estimated_ms is None:
+        return [(f"estimated by {by}", f"unavailable: {vs.estimate_unavailable or '-'}")]
+    band = "-" if vs.band_ms is None else format_band(vs.band_ms)
+    where = {True: "inside", False: "outside", None: "-"}[vs.in_band]
+    return [(f"estimated by {by}", format_time_ms(vs.estimated_ms)),
+            ("likely band of the estimate", band),
+            ("measured against the band", where),
+            ("measured / estimated", "-" if vs.ratio is None else f"{vs.ratio:.2f}x")]
+
+
+def _bench_partition(report: Report) -> str:
+    """The GPU delegate's partition on the phone (its log) beside devicefit's prediction."""
+    assert report.bench is not None  # the caller checks
+    bench = report.bench.result
+    gpu, check = bench.results.gpu, bench.partition
+    if gpu is None and check is None:
+        return ""
+
+    def count(value: int | None) -> str:
+        return "-" if value is None else f"{value:,}"
+
+    rows = [("backend", (gpu.backend if gpu else None) or "-", "-")]
+    if check is not None:
+        rows += [("ops on the GPU", f"{count(check.measured_gpu_ops)} of {check.total_ops:,}",
+                  f"{check.predicted_gpu_ops:,} of {check.total_ops:,}"),
+                 ("partitions", count(check.measured_partitions),
+                  f"{check.predicted_partitions:,}"),
+                 ("refused op types", ", ".join(check.measured_refused) or "none",
+                  ", ".join(check.predicted_refused) or "none")]
+        agree = {True: "the phone's partition agrees with the prediction",
+                 False: "the phone's partition differs from the prediction",
+                 None: "not compared: the phone's log does not say how many ops and "
+                       "partitions the GPU took"}[check.agree]
+    else:
+        rows += [("ops on the GPU", f"{count(gpu.ops_on_gpu if gpu else None)} of "
+                                    f"{count(gpu.ops_total if gpu else None)}", "-")]
+        agree = "not compared: the profile is not a GPU profile, so nothing is predicted"
+    refused = "".join(f"<li>{escape(line)}</li>" for line in (gpu.refused if gpu else ()))
+    return ('<section class="bench-gpu"><h3>The GPU delegate\'s partition on the phone</h3>'
+            + html_table(("", "on the phone (measured: its log)", "predicted by devicefit"),
+                         rows)
+            + f"<p>{escape(agree)}</p>"
+            + (f"<p>What the phone's delegate refused, in its words:</p><ul>{refused}</ul>"
+               if refused else "") + "</section>")
+
+
+def _bench_beside(report: Report) -> str:
+    """The run beside the profile's own on the same phone (``bench --gpu``), its estimate."""
+    assert report.bench is not None  # the caller checks
+    bench = report.bench.result
+    run = bench.beside
+    if run is None:
+        return ""
+    measured, main = run.results.inference_avg_ms, bench.results.inference_avg_ms
+    rows = [(f"inference avg on the {_run_name(run.settings.delegate)}, "
+             f"{run.settings.threads} threads (measured)", format_time_ms(measured)),
+            *_vs_rows(run.vs_estimate, f"simulate on {run.estimate_profile}"
+                      if run.estimate_profile else "devicefit")]
+    if main and measured:
+        gpu, cpu = (main, measured) if bench.settings.delegate == "gpu" else (measured, main)
+        rows.append(("GPU / CPU on this phone (measured, both runs)", f"{gpu / cpu:.2f}x"))
+    return ('<section class="bench-beside"><h3>Beside it on the same phone</h3>'
+            + html_table((), rows) + "</section>")
 
 
 def _target_section(report: Report) -> TargetSection | None:

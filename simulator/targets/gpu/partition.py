@@ -25,7 +25,13 @@ from devicefit.simulator.read.model import Model, Subgraph
 from devicefit.simulator.report.display import Row, SectionDisplay, Split, Table
 from devicefit.simulator.report.report import LatencyReport
 from devicefit.simulator.targets.gpu.latency import GpuLatency, estimate
-from devicefit.simulator.targets.gpu.live import LiveDelegate, live_lines, live_summary
+from devicefit.simulator.targets.gpu.live import (
+    WAYS,
+    LiveDelegate,
+    PrecisionCheck,
+    live_lines,
+    live_summary,
+)
 from devicefit.simulator.targets.gpu.rules import SOURCE, verdict
 from devicefit.simulator.targets.gpu.settings import PRECISION_BYTES, gpu_settings
 from devicefit.simulator.types import UnsupportedOp
@@ -43,6 +49,9 @@ class GpuOp:
     rule: str = ""
     #: The GPU partition it runs in (0 = the largest), or None on the CPU.
     partition: int | None = None
+    #: Its first output tensor: the layer's name in the user's model ("" if it has none),
+    #: as the Ethos-U's partition names it.
+    layer: str = ""
 
 
 @dataclass(frozen=True)
@@ -246,8 +255,9 @@ def partition(model: Model, profile: Profile | None = None) -> GpuReport:
             reason = (f"supported, but in a partition beyond the delegate's "
                       f"{settings.max_partitions} largest (max_delegated_partitions)")
             rule = "GetOpsToReplace: GetNodesOfFirstNLargestPartitions"
+        layer = next((sg.tensors[i].name for i in op.outputs if i >= 0), "")
         ops.append(GpuOp(op.index, op.op_name, "gpu" if on_gpu else "cpu",
-                         "" if on_gpu else reason, rule, where.get(op.index)))
+                         "" if on_gpu else reason, rule, where.get(op.index), layer))
     element = PRECISION_BYTES[settings.precision]
     parts = tuple(_partition_figures(sg, nodes, element, fp16) for nodes in kept)
     gpu = sum(len(p.ops) for p in parts)
@@ -307,16 +317,28 @@ def text_lines(section: GpuReport) -> list[str]:
                      f"{format_time_ms(lat.cpu_ms)} (estimated)")
     elif section.no_latency:
         lines.append(f"  latency      {section.no_latency}")
-    fallbacks: dict[tuple[str, str], list[int]] = {}
+    fallbacks: dict[tuple[str, str], list[GpuOp]] = {}
     for op in section.ops:
         if op.device == "cpu":
-            fallbacks.setdefault((op.op, op.reason), []).append(op.index)
+            fallbacks.setdefault((op.op, op.reason), []).append(op)
     for (name, reason), at in fallbacks.items():
         lines.append(f"  on CPU       {name} (op{'s' if len(at) > 1 else ''} "
-                     f"{_span(tuple(at))}): {reason}")
+                     f"{_span(tuple(o.index for o in at))}{_layers(at)}): {reason}")
     lines += live_lines(section.live)
     lines += [f"  note         {n}" for n in section.notes]
     return lines
+
+
+def _layers(ops: list[GpuOp]) -> str:
+    """``, layer 'model/dense/MatMul'`` (the first 2, then a count), "" when none is named.
+    A converter names a fused op's output after each op fused (``a/Relu;a/convolution``):
+    the first names the layer, and the page's table has the whole name."""
+    named = [o.layer.split(";")[0] for o in ops if o.layer]
+    if not named:
+        return ""
+    shown = ", ".join(f"'{n}'" for n in named[:2])
+    more = f" and {len(named) - 2} more" if len(named) > 2 else ""
+    return f", layer{'s' if len(named) > 1 else ''} {shown}{more}"
 
 
 def _span(indices: tuple[int, ...]) -> str:
@@ -327,12 +349,14 @@ def _span(indices: tuple[int, ...]) -> str:
 def display(section: GpuReport) -> SectionDisplay:
     """``compatibility.gpu`` as a page shows it: its lines and the partition, op by op."""
     lines = text_lines(section)
+    # The output tensor last, as the Ethos-U's table: a converter's names run long.
     rows = tuple(Row((str(o.index), o.op, o.device.upper(),
                       "-" if o.partition is None else str(o.partition), o.reason or "-",
-                      o.rule if o.device == "cpu" and o.rule else "-"),
+                      o.rule if o.device == "cpu" and o.rule else "-", o.layer or "-"),
                      o.device, o.device == "cpu") for o in section.ops)
     table = Table(f"Partition: {section.gpu_ops} op(s) on the GPU, {section.cpu_ops} on the CPU",
-                  ("op", "type", "runs on", "partition", "why on the CPU", "rule"), rows)
+                  ("op", "type", "runs on", "partition", "why on the CPU", "rule",
+                   "output tensor (your layer)"), rows)
     lat = section.latency
     split: tuple[Split, ...] = ()
     if lat is not None:
@@ -342,5 +366,30 @@ def display(section: GpuReport) -> SectionDisplay:
              ("CPU ops", lat.cpu_ms)),
             "The estimate is made of these parts. The GPU and CPU ops are the per-op bars "
             "above; the transfers (a sync per crossing and the copy) are per inference."),)
-    return SectionDisplay("gpu-partition", lines[0], tuple(x.strip() for x in lines[1:]),
-                          (*split, table))
+    check = section.live.precision if section.live else None
+    # A measured fp16 check is its table (its heading line and the ways under it), not facts.
+    facts = tuple(x.strip() for x in lines[1:]
+                  if check is None or not x.startswith(("  fp16 ", " " * 17)))
+    return SectionDisplay("gpu-partition", lines[0], facts,
+                          (*split, *(() if check is None else (_fp16_table(check),)), table))
+
+
+def _fp16_table(check: PrecisionCheck) -> Table:
+    """The fp16 check as a table: one row per way the outputs were computed (measured)."""
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1%}"
+
+    rows = tuple(Row((w.way, w.error or "-", "-" if w.max_abs_diff is None
+                      else f"{w.max_abs_diff:.3g}",
+                      "identical" if w.sqnr_db is None and not w.error else
+                      "-" if w.sqnr_db is None else f"{w.sqnr_db:.1f} dB",
+                      pct(w.top1_agreement), pct(w.accuracy), f"{w.nonfinite:,}",
+                      f"{w.seconds:.2f} s"),
+                     "gpu" if w.way.startswith(WAYS["gpu"]) else "cpu",
+                     not w.way.startswith(WAYS["gpu"])) for w in check.ways)
+    ref = ("" if check.reference_accuracy is None
+           else f"; the fp32 reference's accuracy {check.reference_accuracy:.1%}")
+    return Table(f"fp16: outputs against the CPU's fp32 on {check.samples} sample(s) of "
+                 f"{check.inputs} (measured{ref})",
+                 ("computed as", "no outputs because", "max |diff|", "SQNR", "top-1 agreement",
+                  "accuracy", "overflows (inf/nan)", "time"), rows, numeric=(2, 3, 4, 5, 6, 7))

@@ -191,7 +191,8 @@ def test_cli_text_output(phones, model, arm64_binary, capsys) -> None:
     assert code == 0
     assert "inference avg" in out and "p5 / median / p95" in out
     assert "FAKE01" in out
-    assert re.search(r"measured [\d.]+ [mu]s vs simulator estimate [\d.]+ [mu]s: ratio [\d.]+x", out)
+    assert re.search(r"measured [\d.]+ [mu]s vs simulator estimate [\d.]+ [mu]s \(likely "
+                     r"[\d.]+ [mu]s–[\d.]+ [mu]s: measured (inside|outside)\): ratio [\d.]+x", out)
 
 
 def test_cli_html_shows_the_measurement_beside_the_estimate(phones, model, arm64_binary,

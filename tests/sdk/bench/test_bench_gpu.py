@@ -10,6 +10,7 @@ compared with the CPU profile's estimate, and a phone whose GPU cannot run the d
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -54,12 +55,14 @@ def test_a_gpu_profile_runs_the_gpu_and_the_cpu_beside_it(phones, arm64_binary, 
         "measured_gpu_ops": 3, "predicted_gpu_ops": predicted["gpu_ops"],
         "measured_partitions": 1, "predicted_partitions": len(predicted["partitions"]),
         "total_ops": 4, "measured_refused": ["IF"], "predicted_refused": ["IF"]}
-    # The GPU run is judged (the profile's own); its estimate is the report's, if any.
+    # The GPU run is judged (the profile's own) and compared with the GPU estimate, its band.
     [latency] = [x for x in report["budgets"] if x["name"] == "latency"]
     assert latency["basis"] == "measured" and latency["value"] == b["results"]["inference_avg_ms"]
     vs = b["vs_estimate"]
-    assert vs["estimated_ms"] == report["latency"]["estimated_device_ms"]
-    assert (vs["estimated_ms"] is None) == bool(vs["estimate_unavailable"])
+    assert vs["estimated_ms"] == report["latency"]["estimated_device_ms"] > 0
+    assert report["latency"]["split"] == "compatibility.gpu.latency"
+    assert vs["band_ms"] == report["latency"]["band_ms"] and vs["estimate_unavailable"] is None
+    assert vs["ratio"] == pytest.approx(b["results"]["inference_avg_ms"] / vs["estimated_ms"])
     # The CPU beside it: XNNPACK, compared with the CPU profile the GPU profile extends.
     beside = b["beside"]
     assert "--use_xnnpack=true" in beside["command"].split()
@@ -76,6 +79,68 @@ def test_a_gpu_profile_runs_the_gpu_and_the_cpu_beside_it(phones, arm64_binary, 
     assert back.partition.agree is True and back.partition.measured_refused == ["IF"]
     assert back.beside.results.inference.count == 3
     assert back.beside.estimate_profile == "android-arm64-cpu"
+
+
+def test_the_page_shows_the_phones_partition_and_the_cpu_run_beside_it(
+        phones, arm64_binary, tmp_path, capsys) -> None:  # noqa: F811
+    """``bench --html`` on a GPU profile: the GPU run against its estimate and band, the
+    delegate's partition on the phone beside the prediction, the CPU run beside it with its
+    own estimate, and the GPU section's partition naming each op's layer; laid out in
+    Chromium as every page is (tests/browser.py)."""
+    from tests.browser import LAYOUT, WIDE, layout_problems, measure
+
+    phones.add("FAKE01")
+    page = tmp_path / "bench.html"
+    assert main(_argv(model_path("if_float32"), GPU, arm64_binary, phones.adb, "--html",
+                      str(page))) == 0
+    capsys.readouterr()
+    text = page.read_text()
+    assert "<td>inference avg on the GPU (measured)</td>" in text
+    assert re.search(r"<td>likely band of the estimate</td><td>[\d.]+ [mu]s–[\d.]+ [mu]s</td>",
+                     text)
+    assert re.search(r"<td>measured against the band</td><td>(inside|outside)</td>", text)
+    partition = text.split('<section class="bench-gpu">')[1].split("</section>")[0]
+    assert ("<tr><td>ops on the GPU</td><td>3 of 4</td><td>3 of 4</td></tr>"
+            "<tr><td>partitions</td><td>1</td><td>1</td></tr>"
+            "<tr><td>refused op types</td><td>IF</td><td>IF</td></tr>") in partition
+    assert "<p>the phone&#x27;s partition agrees with the prediction</p>" in partition
+    assert "<li>IF: Operation is not supported.</li>" in partition
+    beside = text.split('<section class="bench-beside">')[1].split("</section>")[0]
+    assert "<td>inference avg on the CPU (xnnpack), 4 threads (measured)</td>" in beside
+    assert "<td>estimated by simulate on android-arm64-cpu</td>" in beside
+    assert "GPU / CPU on this phone (measured, both runs)" in beside
+    assert "<th>output tensor (your layer)</th>" in text and "<td>Identity</td>" in text
+    shown, geometry = measure(tmp_path / "shown.html", text, LAYOUT, size=WIDE)
+    assert shown.console == [], shown.console
+    assert layout_problems(geometry) == []
+
+
+def test_a_gpu_profile_without_an_estimate_gives_its_own_reason(phones, arm64_binary,  # noqa: F811
+                                                                tmp_path, capsys) -> None:
+    """The Mali profile has no fitted GPU constants: the GPU run is measured and judged, and
+    the comparison gives the report's reason, not a generic one; the CPU run beside it is
+    still compared with the CPU profile's estimate and its band."""
+    phones.add("FAKE01")
+    model = model_path("if_float32")
+    assert main(_argv(model, "android-gpu-mali", arm64_binary, phones.adb, "--json")) == 0
+    report = json.loads(capsys.readouterr().out)
+    vs = report["bench"]["vs_estimate"]
+    why = report["latency"]["no_estimate"]
+    assert "sets no fitted GPU constants" in why
+    assert (vs["estimated_ms"], vs["ratio"], vs["band_ms"]) == (None, None, None)
+    assert vs["estimate_unavailable"] == why
+    beside = report["bench"]["beside"]["vs_estimate"]
+    cpu = simulate(model, load_profile("android-arm64-cpu")).latency
+    assert beside["band_ms"] == list(cpu.band_ms) and beside["estimated_ms"] > 0
+    assert main(_argv(model, "android-gpu-mali", arm64_binary, phones.adb)) == 0
+    out = capsys.readouterr().out
+    assert f"simulator estimate unavailable ({why})" in " ".join(out.split())
+    page = tmp_path / "bench.html"
+    assert main(_argv(model, "android-gpu-mali", arm64_binary, phones.adb, "--html",
+                      str(page))) == 0
+    # The page's cell says the same, tags and escapes aside.
+    shown = html.unescape(re.sub(r"<[^>]+>", "|", page.read_text()))
+    assert f"|estimated by the profile's cost model||unavailable: {why}|" in shown
 
 
 def test_a_real_phones_whole_graph_counts_every_operator() -> None:
@@ -105,9 +170,11 @@ def test_the_text_says_what_was_measured_and_what_predicted(phones, arm64_binary
     assert ("GPU delegate predicted by devicefit: 3 of 4 ops on the GPU in 1 partition(s); "
             "refuses IF") in out
     assert "the phone's partition agrees with the prediction" in out
+    assert re.search(r"measured [\d.]+ [mu]s vs simulator estimate [\d.]+ [mu]s \(likely "
+                     r"[\d.]+ [mu]s–[\d.]+ [mu]s: measured (inside|outside)\): ratio", out)
     assert re.search(r"beside it on the CPU \(xnnpack\), 4 threads: inference avg [\d.]+ [mu]s "
-                     r"\(measured\)\n  vs estimate [\d.]+ [mu]s on android-arm64-cpu: ratio "
-                     r"[\d.]+x", out)
+                     r"\(measured\)\n  vs estimate [\d.]+ [mu]s \(likely [^)]*\) on "
+                     r"android-arm64-cpu: ratio [\d.]+x", out)
     assert re.search(r"GPU / CPU on this phone: [\d.]+x \(measured, both runs\)", out)
 
 

@@ -129,3 +129,32 @@ def test_a_bands_name_moves_off_the_lines_crossing_it_or_is_left_out():
     moved = baseline(band_label("tail", 100, 160, [130]))
     assert not moved - 11 <= 130 <= moved + 5 and 111 <= moved <= 156
     assert band_label("tail", 100, 120, [110]) == []
+
+
+def test_the_gpu_section_after_a_run_shows_and_lays_out_cleanly(tmp_path):
+    """simulate --run on a phone GPU profile: the latency split, the fp16 table (a row per
+    way the outputs were computed), the delegate's answer and each disagreement, and the
+    partition one row per operator with where it runs, why, and the layer it comes from."""
+    from devicefit.simulator.report.views.html import render as page_of
+    from devicefit.simulator.targets.gpu.delegate import ICDS
+    from devicefit.simulator.types import MeasureOptions
+    from tests.tflite_builder import topk_model
+
+    if not Path(str(ICDS["swiftshader"])).is_file():
+        pytest.skip("Chromium's SwiftShader Vulkan driver is not installed")
+    model = tmp_path / "topk.tflite"
+    model.write_bytes(topk_model())
+    report = simulate(model, "android-gpu-adreno", run=MeasureOptions(runs=1), probe=False)
+    page = page_of(report)
+    gpu = page.split('<section class="gpu-partition">')[1].split("</section>")[0]
+    assert "<h4>Latency split (estimated, per inference)</h4>" in gpu
+    table = gpu.split("<th>computed as</th>")[1].split("</table>")[0]
+    assert table.count("<tr ") == 2 and "CPU fp16 tensors (XNNPACK FORCE_FP16)" in table
+    assert "<li>delegate     asked (measured," in gpu
+    assert "<li>disagrees    TOPK_V2: predicted on the CPU" in gpu
+    assert ('<tr class="cpu" style="background:#fbe3d6"><td>1</td><td>TOPK_V2</td><td>CPU</td>'
+            "<td>-</td><td>Operation is not supported.</td>") in gpu
+    assert "<td>values</td></tr>" in gpu  # TOPK_V2's first output: its layer
+    shown, geometry = measure(tmp_path / "gpu.html", page, LAYOUT, size=WIDE)
+    assert shown.console == [], shown.console
+    assert layout_problems(geometry) == []

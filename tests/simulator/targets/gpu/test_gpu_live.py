@@ -74,7 +74,7 @@ def test_an_op_that_falls_back_is_where_the_delegate_puts_it(model_zoo):
     assert (live.gpu_ops, section.gpu_ops) == (3, 3)
     assert [line.split(":")[0] for line in live.refused] == ["IF"]
     assert live.disagreements == ()
-    assert "IF (op 3): Operation is not supported." in render("text", report)
+    assert "IF (op 3, layer 'Identity'): Operation is not supported." in render("text", report)
 
 
 @needs_swiftshader

@@ -19,7 +19,7 @@ import pytest
 from devicefit.simulator.errors import ProfileError
 from devicefit.simulator.profiles import load_profile
 from devicefit.simulator.read.reader import parse_model, read_model
-from devicefit.simulator.targets.gpu.partition import partition, subsets
+from devicefit.simulator.targets.gpu.partition import partition, subsets, text_lines
 from devicefit.simulator.targets.gpu.rules import NOT_SUPPORTED, TYPE_SHAPE
 from tests.paths import ROOT
 from tests.tflite_builder import custom_model
@@ -47,6 +47,9 @@ def test_control_flow_falls_back_and_its_operands_cross_back_to_the_cpu(
     # IF has no parser in NewOperationParser: the delegate's own words.
     (cpu,) = [o for o in report.ops if o.device == "cpu"]
     assert (cpu.op, cpu.reason) == ("IF", NOT_SUPPORTED)
+    # The layer each fallback comes from: its output tensor, as the Ethos-U's partition.
+    assert cpu.layer == sg.tensors[sg.operators[cpu.index].outputs[0]].name == "Identity"
+    assert all(o.layer for o in report.ops)
     assert (report.gpu_ops, report.cpu_ops, len(report.partitions)) == (3, 1, 1)
     (part,) = report.partitions
     # In: the graph input; out: what IF reads of the GPU ops' results.
@@ -74,6 +77,13 @@ def test_rank_5_tensors_cut_the_graph_and_only_the_largest_partition_is_kept(
     assert [len(p.ops) for p in report.partitions] == [4]
     left = [o for o in report.ops if o.device == "cpu" and o.reason.startswith("supported")]
     assert left and all(o.partition is None for o in left)
+    # Each fallback line names the Keras layers it comes from (a fused op: its first name).
+    [tiles] = [line for line in text_lines(report) if line.startswith("  on CPU       TILE")]
+    assert tiles.startswith("  on CPU       TILE (ops 4, 6, 11, 13, layers "
+                            "'functional_1_1/up_sampling2d_1/Repeat/Tile', "
+                            "'functional_1_1/up_sampling2d_1/Repeat_1/Tile' and 2 more): ")
+    [convs] = [line for line in text_lines(report) if line.startswith("  on CPU       CONV_2D")]
+    assert "'functional_1_1/conv2d_3_1/Relu', " in convs and ";" not in convs
     # With more partitions allowed, every supported op runs on the GPU.
     wide = tmp_path / "wide.yaml"
     wide.write_text(f"extends: {PROFILE}\nname: wide\ngpu:\n  max_partitions: 8\n")
@@ -131,7 +141,7 @@ def test_simulate_shows_the_partition_in_text_and_json(model_zoo):
            str(PROFILE)]
     text = subprocess.run(cli, capture_output=True, text=True, timeout=300)
     assert text.returncode == 0, text.stderr
-    assert "on CPU       IF (op 3): Operation is not supported." in text.stdout
+    assert "on CPU       IF (op 3, layer 'Identity'): Operation is not supported." in text.stdout
     # The one partition's two crossings (in, and back to IF) carry the profile's sync each.
     assert "(2 crossing(s), 65 B)" in text.stdout
     assert "Verdict: PASS\n" in text.stdout
