@@ -107,6 +107,8 @@ def _latency(report: Report) -> Figure | str:
     if on_device is not None:
         return Figure(float(on_device), Basis.MEASURED)
     lat = report.latency
+    if lat is not None and lat.estimated_device_ms is None and lat.no_estimate:
+        return lat.no_estimate  # the target's own reason (a Mali GPU: no fitted constants)
     if lat is None or lat.estimated_device_ms is None:
         return _missing(report, "latency estimate")
     return Figure(float(lat.estimated_device_ms), Basis.ESTIMATED, lat.band_ms)
