@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delegate", choices=["xnnpack", "gpu", "nnapi"],
                    help="delegate (default: the profile's)")
     p.add_argument("--gpu", action="store_true",
-                   help="run on the phone's GPU (--use_gpu=true) and on its CPU beside it "
+                   help="run on the phone's GPU (benchmark_model's use_gpu=true) and on its CPU beside it "
                         "(XNNPACK); a GPU profile does both without it")
     p.add_argument("--cpu-mask", metavar="HEX",
                    help="run under 'taskset HEX', e.g. f0 for the big cores")

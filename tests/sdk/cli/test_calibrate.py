@@ -140,12 +140,18 @@ def test_an_implausible_rate_exits_2(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_cutting_benchmark_model_lines_keeps_what_the_real_captures_say(capture: str) -> None:
     """The lines handed to the benchmark_model parser are cut (linear time); on the real
     captures the op profile and the latency are the same as from the whole text."""
-    from devicefit.sdk.bench.benchmark_output import parse_benchmark_output
+    from devicefit.sdk.bench.benchmark_output import BenchmarkOutputError, parse_benchmark_output
     from devicefit.sdk.commands.calibrate import _benchmark_text
 
     text = (Path(__file__).parents[2] / "fixtures" / "benchmark_model" / capture).read_text(
         errors="replace")
-    whole, cut = parse_benchmark_output(text), parse_benchmark_output(_benchmark_text(text, "x"))
+    try:
+        whole = parse_benchmark_output(text)
+    except BenchmarkOutputError:  # a capture of the GPU delegate's partition log, no timings
+        with pytest.raises(BenchmarkOutputError):
+            parse_benchmark_output(_benchmark_text(text, "x"))
+        return
+    cut = parse_benchmark_output(_benchmark_text(text, "x"))
     assert [(r.node_type, r.avg_ms) for r in cut.op_profile] == \
         [(r.node_type, r.avg_ms) for r in whole.op_profile]
     assert cut.inference_avg_ms == whole.inference_avg_ms
