@@ -107,6 +107,9 @@ def check(model: Any, profile: Profile, output: str | Path, spec: ConversionSpec
         raise UsageError(f"--optimize-memory writes an offline arena plan, which {target.title} "
                          f"does not take; profile '{profile.name}' runs '{profile.runtime.name}'")
     job = Job(model, profile, out, spec, quant)
+    if job.float_tflite and spec.qat is not None:
+        raise UsageError(f"--qat trains the Keras model, and {Path(model).name} is a .tflite: "
+                         "give the .keras or .h5 file it came from")
     if job.float_tflite:
         from devicefit.sdk.convert.lowbit import float_input_shape
 
