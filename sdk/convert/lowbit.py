@@ -467,9 +467,10 @@ def _version() -> str:
 
 def int4_as_before(float_tflite: bytes, trained_float: bytes, calibration: Dataset,
                    report: LowBitReport, name: str = "model") -> tuple[bytes, LowBitReport]:
-    """``trained_float`` (``float_tflite``'s model after ``convert --qat``) with int4
-    weights on the layers ``report`` wrote at 4 bits from ``float_tflite``, at the same
-    granularity, and nothing asked or measured again: QAT trained exactly those layers.
+    """``trained_float`` (``float_tflite``'s model after ``convert --qat``, or
+    ``float_tflite`` itself) with int4 weights on the layers ``report`` says are at 4 bits,
+    at the same granularity, and nothing asked or measured again: QAT trained exactly those
+    layers (search's screen passes a report with fewer of them at 4 bits).
     Training changes no operator, so the two graphs' operators with weights pair up in
     order; their tensor names may not (a trained model is a clone, named anew)."""
     before, after = _parse(float_tflite, name).main, _parse(trained_float, name).main
