@@ -2,8 +2,10 @@
 
     check → transform (TensorFlow: load → data → float reference → the conversion stages of
     :mod:`sdk.convert.stages`, sparsity (prune + fine-tune) → quantize → float baseline) →
-    verify → optimize memory (:func:`sdk.convert.stages.optimize_memory`) → write (metadata,
-    atomic write, weights read back) → evaluate → simulate
+    verify → int4 weights (``--weights int4|auto``; with ``--qat``, :func:`qat_int4`: PTQ
+    int4 measured, the 4-bit layers trained in TensorFlow again, quantized again) → optimize
+    memory (:func:`sdk.convert.stages.optimize_memory`) → write (metadata, atomic write,
+    weights read back) → evaluate → simulate
 
 :func:`sdk.convert.convert` runs them in this order and times each under its name
 (:class:`StageTimer`). ``transform`` runs in a child process for models given as paths
