@@ -19,7 +19,13 @@ from devicefit.sdk.commands.optimize import add_patch_arguments, patch_options
 from devicefit.sdk.console import make_console, table
 from devicefit.sdk.convert.data import RANDOM
 from devicefit.sdk.convert.sparsity import KINDS
-from devicefit.sdk.convert.spec import INT4_WEIGHTS, OPTIONS, WEIGHT_BITS, ConversionSpec
+from devicefit.sdk.convert.spec import (
+    INT4_WEIGHTS,
+    OPTIONS,
+    QAT_MODES,
+    WEIGHT_BITS,
+    ConversionSpec,
+)
 from devicefit.sdk.options import (
     add_firmware_options,
     add_picture_options,
@@ -46,6 +52,7 @@ from devicefit.simulator.report.views.messages import budget_format, decimal_bud
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from devicefit.sdk.convert.accuracy import AccuracyReport
     from devicefit.sdk.convert.lowbit import LowBitReport
     from devicefit.sdk.convert.report import ConversionReport
 
@@ -90,6 +97,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "values per channel, stored as TFLM's look-up-table compression (TFLM "
                         "profiles with runtime.compression: true; accuracy measured in the TFLM "
                         "wheel) (default int8)"),
+    p.add_argument("--qat", nargs="?", const="always", choices=QAT_MODES, default=None,
+                   help="with --weights int4|auto, --train and --eval: train the layers put at "
+                        "4 bits on the int4 grid (quantization-aware) for --epochs, quantize "
+                        "again, and report PTQ int4 against QAT int4 accuracy. --qat auto: "
+                        "train only when PTQ int4 loses more than 1 pp")
     p.add_argument("--optimize-memory", action="store_true", default=None,
                    help="tflm profiles: reorder operators and write an offline arena plan "
                         "(as 'devicefit optimize' does) so TFLM needs less RAM")
@@ -256,6 +268,8 @@ def _print_summary(console: Console, report: ConversionReport) -> None:
         console.print(line)
     if report.low_bit is not None:
         _print_low_bit(console, report.low_bit, list(report.layers))
+    if report.qat is not None:
+        console.print(_qat_line(report))
     if report.memory_optimization is not None:
         o = report.memory_optimization
         console.print(f"memory optimization: {o.summary} (TFLM head "
@@ -269,6 +283,27 @@ def _print_summary(console: Console, report: ConversionReport) -> None:
         console.print(escape(figures) + verdict)
     for w in report.warnings:
         console.print(f"[bold yellow]warning:[/bold yellow] {w}")
+
+
+def _qat_line(report: ConversionReport) -> str:
+    """``--qat``: PTQ int4 against the written model, and why QAT ran or not."""
+    q, written = report.qat, report.accuracy
+    assert q is not None
+
+    def score(acc: AccuracyReport | None) -> str:
+        if acc is None:
+            return "-"
+        if acc.converted_accuracy is not None:
+            return f"accuracy {format_percent(acc.converted_accuracy)}"
+        if acc.top1_agreement is not None:
+            return f"top-1 agreement {format_percent(acc.top1_agreement)}"
+        return "SQNR " + ("identical" if acc.sqnr_db is None else f"{acc.sqnr_db:.1f} dB")
+
+    if not q.trained:
+        return f"QAT int4: not run, {escape(q.why)}; PTQ int4 {score(q.ptq_accuracy)} (measured)"
+    return (f"QAT int4 ({q.epochs} epoch(s), {len(q.layers)} layer(s) on the int4 grid; "
+            f"{escape(q.why)}): {score(written)}, PTQ int4 {score(q.ptq_accuracy)} "
+            f"(both measured in LiteRT on {q.ptq_accuracy.samples} samples)")
 
 
 def _print_low_bit(console: Console, low: LowBitReport, layers: list[str]) -> None:

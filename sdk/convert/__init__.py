@@ -10,6 +10,7 @@ that need it, so ``import sdk.convert`` stays light.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,11 +62,15 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
     timer.start("verify")
     if spec.weights not in INT4_WEIGHTS:  # else the int4 stage's model replaces it
         verify_scheme(result.tflite, job.quant)
-    tflite, low_bit = result.tflite, None
+    tflite, low_bit, qat = result.tflite, None, None
     if spec.weights in INT4_WEIGHTS:
         timer.start("int4 weights")
         tflite, low_bit = pipeline.int4_weights(job, done)
         verify_scheme(tflite, job.quant)
+        if spec.qat is not None:
+            trained = pipeline.qat_int4(job, done, tflite, low_bit, timer, progress)
+            tflite, low_bit, qat = trained.tflite, trained.low_bit, trained.outcome
+            verify_scheme(tflite, job.quant)
     elif spec.weights == "lut4":
         from devicefit.sdk.convert.lut import lut_weights
 
@@ -74,6 +79,9 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
     if result.baseline is not None and baseline_output is not None:  # a before/after report
         write_atomic(baseline_output, result.baseline, inputs=pipeline.input_paths(model))
     settings = pipeline.settings_of(job, done)
+    if spec.qat is not None:  # the epochs that ran (none when --qat auto found no need)
+        settings = dataclasses.replace(settings, qat=bool(qat and qat.trained),
+                                       fine_tune_epochs=qat.epochs if qat else 0)
     memory = None
     if spec.optimize_memory is not None:
         timer.start("optimize memory")
@@ -87,7 +95,7 @@ def convert(model: Any, profile: str | Path | Profile, output: str | Path,
         float_weight_bytes=result.float_weight_bytes or None, weights=weights,
         pruned_layers=done.sparsity.pruned_layers, nm_skipped=done.sparsity.skipped,
         fine_tune=done.sparsity.fine_tune, memory_optimization=memory, low_bit=low_bit,
-        layers=result.layers,
+        qat=qat, layers=result.layers,
         scheme_reason=gpu.scheme_reason(prof, job.quant.scheme, spec.scheme is not None))
     if io := gpu.io_warning(prof, job.quant.io_type):
         report.warnings.append(io)

@@ -24,6 +24,7 @@ runtime's.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import logging
 import re
@@ -462,3 +463,28 @@ def _layers(model: Model, source: Subgraph, why: Mapping[int, str]) -> tuple[Lay
 
 def _version() -> str:
     return engine().rsplit(" ", 1)[-1]
+
+
+def int4_as_before(float_tflite: bytes, trained_float: bytes, calibration: Dataset,
+                   report: LowBitReport, name: str = "model") -> tuple[bytes, LowBitReport]:
+    """``trained_float`` (``float_tflite``'s model after ``convert --qat``, or
+    ``float_tflite`` itself) with int4 weights on the layers ``report`` says are at 4 bits,
+    at the same granularity, and nothing asked or measured again: QAT trained exactly those
+    layers (search's screen passes a report with fewer of them at 4 bits).
+    Training changes no operator, so the two graphs' operators with weights pair up in
+    order; their tensor names may not (a trained model is a clone, named anew)."""
+    before, after = _parse(float_tflite, name).main, _parse(trained_float, name).main
+    ops_before = [op for op in before.operators if _weights(before, op) is not None]
+    ops_after = [op for op in after.operators if _weights(after, op) is not None]
+    if [op.op_name for op in ops_before] != [op.op_name for op in ops_after]:
+        raise RuntimeFailure("the trained model's layers with weights differ from the "
+                             "model's: its int4 layers cannot be matched")
+    scopes = {_scope(before, a): _scope(after, b)
+              for a, b in zip(ops_before, ops_after, strict=True)}
+    steps = {label: step for step, label in GRANULARITY.items()}
+    recipe = {scopes[f"{w.layer};"]: steps[w.granularity] for w in report.layers if w.bits == 4}
+    data = _quantize(trained_float, _samples(trained_float, calibration), recipe)
+    # The written models pair up the same way; each layer keeps the first pass's reason.
+    layers = tuple(dataclasses.replace(new, why=old.why) for new, old in zip(
+        _layers(_parse(data, name), after, {}), report.layers, strict=True))
+    return data, dataclasses.replace(report, layers=layers)

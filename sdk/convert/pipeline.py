@@ -2,8 +2,10 @@
 
     check → transform (TensorFlow: load → data → float reference → the conversion stages of
     :mod:`sdk.convert.stages`, sparsity (prune + fine-tune) → quantize → float baseline) →
-    verify → optimize memory (:func:`sdk.convert.stages.optimize_memory`) → write (metadata,
-    atomic write, weights read back) → evaluate → simulate
+    verify → int4 weights (``--weights int4|auto``; with ``--qat``, :func:`qat_int4`: PTQ
+    int4 measured, the 4-bit layers trained in TensorFlow again, quantized again) → optimize
+    memory (:func:`sdk.convert.stages.optimize_memory`) → write (metadata, atomic write,
+    weights read back) → evaluate → simulate
 
 :func:`sdk.convert.convert` runs them in this order and times each under its name
 (:class:`StageTimer`). ``transform`` runs in a child process for models given as paths
@@ -33,7 +35,7 @@ from devicefit.sdk.convert import (
     tfprocess,
 )
 from devicefit.sdk.convert.diagnose import ConversionError
-from devicefit.sdk.convert.report import CalibrationInfo, ConversionSettings
+from devicefit.sdk.convert.report import CalibrationInfo, ConversionSettings, QATOutcome
 from devicefit.sdk.convert.spec import INT4_WEIGHTS, ConversionSpec
 from devicefit.sdk.convert.transform import DataBundle, TFRequest, TFResult
 from devicefit.sdk.types import Progress
@@ -107,6 +109,9 @@ def check(model: Any, profile: Profile, output: str | Path, spec: ConversionSpec
         raise UsageError(f"--optimize-memory writes an offline arena plan, which {target.title} "
                          f"does not take; profile '{profile.name}' runs '{profile.runtime.name}'")
     job = Job(model, profile, out, spec, quant)
+    if job.float_tflite and spec.qat is not None:
+        raise UsageError(f"--qat trains the Keras model, and {Path(model).name} is a .tflite: "
+                         "give the .keras or .h5 file it came from")
     if job.float_tflite:
         from devicefit.sdk.convert.lowbit import float_input_shape
 
@@ -172,13 +177,24 @@ def transform(job: Job, timer: StageTimer, progress: Progress | None = None, *,
         distill=bool(s.fine_tune and s.fine_tune.distill),
         # --weights int4 quantizes the float model with AI Edge Quantizer.
         baseline=s.float_baseline or baseline or s.weights in INT4_WEIGHTS)
+    result, loaded = _run(job, request, timer, progress)
+    outcome = sparsity.SparsityOutcome.from_dict(result.sparsity or {})
+    return Transformed(result, outcome, loaded.get("calibration"), loaded.get("evaluation"))
+
+
+def _run(job: Job, request: TFRequest, timer: StageTimer, progress: Progress | None,
+         evaluation: bool = True) -> tuple[TFResult, dict[str, data.Dataset | None]]:
+    """``request`` in TensorFlow (a child process for a model given as a path), with the
+    spec's data loaded for the model's input shape (without evaluation data, no float
+    reference is computed); the result and the data it got."""
+    s = job.spec
     loaded: dict[str, data.Dataset | None] = {}
 
     def supply(shape: tuple[int, ...]) -> DataBundle:
         bundle = DataBundle(
             calibration=(job.calibration[1] if job.calibration and job.calibration[0] == shape
                          else calibration_data(s.calibration, shape, job.quant)),
-            evaluation=None if s.eval_data is None else data.load_data(
+            evaluation=None if s.eval_data is None or not evaluation else data.load_data(
                 s.eval_data, shape, what="evaluation"),
             training=None if s.fine_tune is None else data.load_data(
                 s.fine_tune.train, shape, what="training"))
@@ -186,11 +202,8 @@ def transform(job: Job, timer: StageTimer, progress: Progress | None = None, *,
         return bundle
 
     if job.in_memory:
-        result = _in_process(request, job.model, supply, timer.start, progress)
-    else:
-        result = tfprocess.run_in_child(request, supply, timer.start, progress)
-    outcome = sparsity.SparsityOutcome.from_dict(result.sparsity or {})
-    return Transformed(result, outcome, loaded.get("calibration"), loaded.get("evaluation"))
+        return _in_process(request, job.model, supply, timer.start, progress), loaded
+    return tfprocess.run_in_child(request, supply, timer.start, progress), loaded
 
 
 def _float_tflite(job: Job, timer: StageTimer) -> Transformed:
@@ -305,6 +318,82 @@ def int4_weights(job: Job, done: Transformed) -> tuple[bytes, LowBitReport]:
     assert evaluation is not None and reference is not None  # check() asked for --eval
     return lowbit.int4_under_budget(float_tflite, calibration, evaluation, reference,
                                     job.profile, job.output.name)
+
+
+@dataclass(frozen=True)
+class QATInt4:
+    """What ``--qat`` made: the model to write and its weights' report (PTQ's when QAT did
+    not run), what the report says of it, and the trained float32 model (None then)."""
+
+    tflite: bytes
+    low_bit: LowBitReport
+    outcome: QATOutcome
+    trained_float: bytes | None = None
+
+
+def qat_int4(job: Job, done: Transformed, ptq: bytes, low_bit: LowBitReport,
+             timer: StageTimer, progress: Progress | None = None) -> QATInt4:
+    """``--qat``: PTQ int4 (``ptq``, which ``low_bit`` describes) measured in LiteRT on the
+    evaluation data; then, always or (``--qat auto``) when it lost more than the tolerance,
+    the Keras model trained with those 4-bit layers on the int4 grid (:mod:`sdk.convert.qat`)
+    in TensorFlow, and quantized again with int4 on exactly those layers."""
+    from devicefit.sdk.convert import lowbit, qat
+
+    s, result = job.spec, done.result
+    assert s.qat is not None and s.fine_tune is not None  # the spec refuses --qat without
+    assert result.baseline is not None and done.calibration is not None
+    timer.start("PTQ int4 accuracy")
+    ptq_accuracy = _measured(ptq, done)
+    lost = _loss(ptq_accuracy)
+    grid = qat.int4_layer_names([n for n, kind in result.layers.items()
+                                 if kind in qat.WEIGHT_LAYERS], low_bit)
+    skip = None
+    if not low_bit.int4_layers:
+        skip = f"--weights {s.weights} put no layer at 4 bits: nothing to train"
+    elif s.qat == "auto" and lowbit.costly(ptq_accuracy) is None:
+        skip = f"PTQ int4 lost {lost}, within the tolerance: no QAT (--qat auto)"
+    elif not grid:
+        skip = "no 4-bit layer matches a Conv/Dense layer of the Keras model: nothing to train"
+    if skip is not None:
+        return QATInt4(ptq, low_bit, QATOutcome(s.qat, False, skip, 0, (), ptq_accuracy))
+    why = "--qat" if s.qat == "always" else f"PTQ int4 lost {lost}, over the tolerance"
+    request = TFRequest(
+        model="<in-memory model>" if job.in_memory else str(job.model),
+        profile=job.profile.name, runtime=job.profile.runtime.name, scheme="float32",
+        io_type="float32", per_channel=job.quant.per_channel, unsafe=s.unsafe,
+        epochs=s.fine_tune.epochs, int8_training="qat", int4=sorted(grid.items()))
+    trained, _ = _run(job, request, timer, progress, evaluation=False)
+    timer.start("int4 weights after QAT")
+    tflite, report = lowbit.int4_as_before(result.baseline, trained.tflite, done.calibration,
+                                           low_bit, job.output.name)
+    return QATInt4(tflite, report, QATOutcome(s.qat, True, why, s.fine_tune.epochs,
+                                              tuple(sorted(grid)), ptq_accuracy),
+                   trained.tflite)
+
+
+def _measured(tflite: bytes, done: Transformed) -> accuracy.AccuracyReport:
+    """``tflite`` against the float model on the evaluation data, run in LiteRT."""
+    from devicefit.simulator.infra.fileio import temporary_folder
+
+    assert done.evaluation is not None and done.result.reference is not None
+    with temporary_folder("devicefit-ptq-") as tmp:
+        path = Path(tmp) / "ptq-int4.tflite"
+        path.write_bytes(tflite)
+        outputs = accuracy.run_tflite(path, done.evaluation.x)
+    return accuracy.compare(done.result.reference, outputs, done.evaluation.y)
+
+
+def _loss(measured: accuracy.AccuracyReport) -> str:
+    """What PTQ lost against the float model, in the terms of ``lowbit.costly``'s limits."""
+    from devicefit.sdk.convert import lowbit
+
+    if measured.accuracy_drop_pp is not None:
+        return f"{measured.accuracy_drop_pp:.2f} pp of accuracy (tolerance " \
+               f"{lowbit.COSTLY_DROP_PP:g} pp)"
+    if measured.top1_agreement is not None:
+        return f"top-1 agreement down to {measured.top1_agreement:.2%} (tolerance " \
+               f"{lowbit.COSTLY_AGREEMENT:.0%})"
+    return f"an SQNR of {measured.sqnr_db or 0:.1f} dB (tolerance {lowbit.COSTLY_SQNR_DB:g} dB)"
 
 
 # --------------------------------------------------------------------------- write

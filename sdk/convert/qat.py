@@ -91,7 +91,13 @@ def int4_layers(model: Any, report: LowBitReport) -> dict[str, bool]:
     model) wrote at 4 bits. The converter names a TFLite tensor after the Keras layers
     fused into it (``model_1/conv1_1/convolution;...``): a layer is matched by its name as
     a path segment, with the ``_N`` suffix the converter may add."""
-    names = [layer.name for layer in model.layers if type(layer).__name__ in WEIGHT_LAYERS]
+    return int4_layer_names([layer.name for layer in model.layers
+                             if type(layer).__name__ in WEIGHT_LAYERS], report)
+
+
+def int4_layer_names(names: list[str], report: LowBitReport) -> dict[str, bool]:
+    """:func:`int4_layers` for the Conv/Dense layer ``names`` of a model that is not loaded
+    here (``convert --qat`` knows its model's layers from the TensorFlow process)."""
     out: dict[str, bool] = {}
     for written in report.layers:
         if written.bits != 4:

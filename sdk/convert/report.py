@@ -51,12 +51,32 @@ class ConversionSettings:
     #: "int4": 4-bit weights where the runtime runs them (``ConversionReport.low_bit``);
     #: "lut4": TFLM look-up-table compression (:mod:`sdk.convert.lut`).
     weights: str = "int8"
+    #: The 4-bit layers trained on the int4 grid (``--qat``; fit's QAT candidates say so too).
+    qat: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         if self.weights == "int8":  # absent means int8, as in every file written before it
             del out["weights"]
+        if not self.qat:
+            del out["qat"]
         return out
+
+
+@dataclass(frozen=True)
+class QATOutcome:
+    """What ``--qat`` did: whether the 4-bit layers trained, and PTQ int4's accuracy to set
+    against the written (QAT) model's, both measured in LiteRT on the evaluation data."""
+
+    #: "always" or "auto" (``ConversionSpec.qat``).
+    mode: str
+    trained: bool
+    #: Why it trained or not, in words (PTQ's loss against the tolerance for "auto").
+    why: str
+    epochs: int
+    #: The Keras layers trained on the int4 grid.
+    layers: tuple[str, ...]
+    ptq_accuracy: AccuracyReport
 
 
 @dataclass
@@ -95,6 +115,8 @@ class ConversionReport:
     memory_optimization: OptimizeReport | None = None
     #: What ``--weights int4`` did, operator by operator.
     low_bit: LowBitReport | None = None
+    #: What ``--qat`` did, with PTQ int4's accuracy (``accuracy`` is the written model's).
+    qat: QATOutcome | None = None
     #: Keras layer name → class (names unsupported ops' layers in verdict lines).
     layers: dict[str, str] = field(default_factory=dict)
     #: Keras layer of each unsupported op, keyed "subgraph:op_index".
@@ -120,7 +142,7 @@ class ConversionReport:
         if extra is not None:
             out[self.runtime] = _plain(extra)
         for name in ("weights", "pruned_layers", "fine_tune", "accuracy", "memory_optimization",
-                     "low_bit"):
+                     "low_bit", "qat"):
             out[name] = _plain(out[name])
         del out["unsupported_layers"]
         if self.simulation is not None:  # the layer next to each unsupported op, as before

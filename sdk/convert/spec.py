@@ -18,6 +18,7 @@ flag                       ``convert()`` keyword           YAML key
 ``--train DATA``           ``train``                       ``fine_tune: {train: DATA, ...}``
 ``--epochs N``             ``epochs``                      ``fine_tune: {epochs: N}``
 ``--distill``              ``distill``                     ``fine_tune: {distill: true}``
+``--qat [auto]``           ``qat`` ("always" or "auto")    ``qat: always`` or ``qat: auto``
 ``--optimize-memory``      ``optimize_memory``             ``optimize_memory: true`` or a mapping
 ``--patches G``            ``patches``                     ``optimize_memory: {patches: G}``
 ``--max-mac-overhead P``   ``max_mac_overhead`` (P/100)    ``optimize_memory: {max_mac_overhead: P}``
@@ -54,7 +55,8 @@ DEFAULT_MAC_OVERHEAD = 0.2
 
 @dataclass(frozen=True)
 class FineTuning:
-    """Training after pruning (``--train``/``--epochs``/``--distill``)."""
+    """Training after pruning, or of the 4-bit layers (``--train``/``--epochs``/
+    ``--distill``)."""
 
     train: DataSource
     epochs: int
@@ -98,6 +100,10 @@ class ConversionSpec:
     #: pruning with N:M).
     sparsity: tuple[SparsitySpec, ...] = ()
     fine_tune: FineTuning | None = None
+    #: ``--qat``: the layers ``--weights int4|auto`` put at 4 bits train on the int4 grid on
+    #: ``fine_tune``'s data, then are quantized again; "always", or "auto": only when PTQ
+    #: int4 loses more than :data:`sdk.convert.lowbit.COSTLY_DROP_PP` (``pipeline.qat_int4``).
+    qat: str | None = None
     optimize_memory: MemoryOptimization | None = None
     #: Also convert the float32 model to report the size against (a second conversion).
     float_baseline: bool = False
@@ -126,18 +132,19 @@ class ConversionSpec:
             raise UsageError("--patches rewrites the graph as part of --optimize-memory: add it")
         if o["distill"] and train is None:
             raise UsageError("--distill fine-tunes with the original model as teacher: add --train")
-        if train is not None and not specs:
-            raise UsageError("--train fine-tunes after pruning: add " + " or ".join(
-                f"{k.flag} {k.metavar}" for k in sparsity.KINDS.values()))
         if o["weights"] not in WEIGHT_BITS:
             raise UsageError(f"--weights {o['weights']!r}: choose "
                              f"{', '.join(WEIGHT_BITS[:-1])} or {WEIGHT_BITS[-1]}")
+        _check_qat(o)
+        if train is not None and not specs and o["qat"] is None:
+            raise UsageError("--train fine-tunes after pruning: add " + " or ".join(
+                f"{k.flag} {k.metavar}" for k in sparsity.KINDS.values()) + ", or --qat")
         return cls(
             scheme=o["scheme"], io_type=o["io_type"], weights=o["weights"],
             calibration=o["calibration"],
             eval_data=o["eval_data"], sparsity=specs,
             fine_tune=None if train is None else FineTuning(train, epochs, bool(o["distill"])),
-            optimize_memory=MemoryOptimization(
+            qat=o["qat"], optimize_memory=MemoryOptimization(
                 o["patches"], o["max_mac_overhead"], o["patch_objective"])
             if o["optimize_memory"] else None,
             float_baseline=bool(o["float_baseline"]), unsafe=bool(o["unsafe"]))
@@ -147,7 +154,7 @@ class ConversionSpec:
         for specs flags can express: one sparsity kind without per-layer ratios)."""
         out = {**OPTIONS, "scheme": self.scheme, "io_type": self.io_type,
                "weights": self.weights, "calibration": self.calibration, "eval_data": self.eval_data,
-               "float_baseline": self.float_baseline, "unsafe": self.unsafe}
+               "float_baseline": self.float_baseline, "unsafe": self.unsafe, "qat": self.qat}
         for spec in self.sparsity:
             out[sparsity.KINDS[spec.kind].option] = spec.option_value()
         if self.fine_tune is not None:
@@ -191,7 +198,7 @@ class ConversionSpec:
         top = reader.mapping(data, (), SPEC_KEYS)
         options: dict[str, Any] = {}
         for key, allowed in (("scheme", tuple(SCHEME_IO_TYPES)), ("io_type", IO_TYPES),
-                             ("weights", WEIGHT_BITS)):
+                             ("weights", WEIGHT_BITS), ("qat", QAT_MODES)):
             if key in top:
                 options[key] = reader.choice(top[key], (key,), allowed)
         for key, option in (("calibration", "calibration"), ("eval", "eval_data")):
@@ -200,9 +207,10 @@ class ConversionSpec:
         if "float_baseline" in top:
             options["float_baseline"] = reader.boolean(top["float_baseline"], ("float_baseline",))
         if "fine_tune" in top:
-            if "sparsity" not in top:
+            if "sparsity" not in top and "qat" not in top:
                 reader.fail(("fine_tune",), "fine-tuning follows pruning: add a 'sparsity' "
-                                            "mapping (kind: " + " or ".join(sparsity.KINDS) + ")")
+                                            "mapping (kind: " + " or ".join(sparsity.KINDS) +
+                            "), or 'qat'")
             ft = reader.mapping(top["fine_tune"], ("fine_tune",), FINE_TUNE_KEYS)
             for key in ("train", "epochs"):
                 if key not in ft:
@@ -239,6 +247,8 @@ class ConversionSpec:
                 out[key] = str(value)
         if self.weights != "int8":
             out["weights"] = self.weights
+        if self.qat is not None:
+            out["qat"] = self.qat
         if self.sparsity:
             kinds = [spec.to_mapping() for spec in self.sparsity]
             out["sparsity"] = kinds[0] if len(kinds) == 1 else kinds
@@ -260,7 +270,7 @@ class ConversionSpec:
 OPTIONS: dict[str, Any] = {
     "scheme": None, "io_type": None, "weights": "int8", "calibration": None, "eval_data": None,
     **{k.option: None for k in sparsity.KINDS.values()},
-    "train": None, "epochs": 0, "distill": False,
+    "train": None, "epochs": 0, "distill": False, "qat": None,
     "optimize_memory": False, "patches": None, "max_mac_overhead": DEFAULT_MAC_OVERHEAD,
     "patch_objective": "arena", "float_baseline": False, "unsafe": False,
 }
@@ -268,10 +278,34 @@ OPTIONS: dict[str, Any] = {
 WEIGHT_BITS = ("int8", "int4", "auto", "lut4")
 #: The ``--weights`` that quantize the float model again with int4 layers.
 INT4_WEIGHTS = ("int4", "auto")
+#: ``--qat``: "always" trains the 4-bit layers; "auto" only when PTQ int4 loses too much.
+QAT_MODES = ("always", "auto")
 SPEC_KEYS = ("scheme", "io_type", "weights", "calibration", "eval", "sparsity", "fine_tune",
-             "optimize_memory", "float_baseline")
+             "qat", "optimize_memory", "float_baseline")
 FINE_TUNE_KEYS = ("train", "epochs", "distill")
 MEMORY_KEYS = ("patches", "max_mac_overhead", "patch_objective")
+
+
+def _check_qat(o: Mapping[str, Any]) -> None:
+    """``--qat`` trains the layers ``--weights int4|auto`` put at 4 bits and reports PTQ
+    against QAT: it needs those weights, labelled training data and evaluation data."""
+    mode = o["qat"]
+    if mode is None:
+        return
+    if mode not in QAT_MODES:
+        raise UsageError(f"--qat {mode!r}: give --qat (always) or --qat auto")
+    if o["weights"] not in INT4_WEIGHTS:
+        raise UsageError("--qat trains the layers 4-bit weights go to: add --weights int4 or "
+                         "--weights auto")
+    if o["train"] is None:
+        raise UsageError("--qat trains the 4-bit layers: add --train DATA (labelled) and "
+                         "--epochs N")
+    if o["eval_data"] is None:
+        raise UsageError("--qat measures PTQ int4 against QAT int4 in the runtime: add --eval "
+                         "DATA")
+    if o["distill"]:
+        raise UsageError("--distill teaches a pruned model; --qat trains with the labels: "
+                         "give one of them")
 
 
 def _refuse_unknown(options: Mapping[str, Any]) -> None:

@@ -120,6 +120,8 @@ def run(loaded: LoadedModel, stages: Stages, quant: quantize.QuantSettings,
         # Training works in place: never on the caller's model or a kept one.
         if not stages.sparsity or kept is not None:
             model = clone_model(model)
+        if stage is not None:
+            stage("QAT" if stages.int8_training == "qat" else "int8 training")
         runs += _int8_training(model, stages, training, calibration, loss, progress)
     if stage is not None:
         stage("quantize")

@@ -45,6 +45,11 @@ class TFRequest:
     distill: bool = False
     #: Also convert the unpruned float32 model (the "before" of a report).
     baseline: bool = False
+    #: ``--qat``: "qat" trains ``epochs`` on the int8 grid, the layers ``int4`` names (with
+    #: whether per channel) on the int4 grid (:mod:`sdk.convert.qat`); the request's scheme is
+    #: then float32, and AI Edge Quantizer quantizes the trained model.
+    int8_training: str | None = None
+    int4: list[tuple[str, bool]] = field(default_factory=list)
 
     @property
     def quant(self) -> quantize.QuantSettings:
@@ -54,7 +59,9 @@ class TFRequest:
     def stages(self) -> Stages:
         """The conversion stages this request asks for."""
         return Stages(tuple(sparsity.from_mapping(kind) for kind in self.sparsity),
-                      self.epochs, DistillSettings() if self.distill else None)
+                      self.epochs, DistillSettings() if self.distill else None,
+                      "qat" if self.int8_training == "qat" else None,
+                      tuple((name, bool(per_channel)) for name, per_channel in self.int4))
 
 
 @dataclass
@@ -93,9 +100,9 @@ def run(request: TFRequest, model: Any, supply: Callable[[tuple[int, ...]], Data
     import tensorflow as tf
 
     loaded = loading.load(request.model if model is None else model, unsafe=request.unsafe)
-    if request.sparsity and not loaded.is_keras:
-        raise UsageError(f"{loaded.source}: pruning needs a Keras model (.keras or .h5); a "
-                         "SavedModel can only be quantized")
+    if (request.sparsity or request.int8_training) and not loaded.is_keras:
+        raise UsageError(f"{loaded.source}: {'pruning' if request.sparsity else '--qat'} needs "
+                         "a Keras model (.keras or .h5); a SavedModel can only be quantized")
     layers = _layers(loaded)
     if on_layers is not None:
         on_layers(layers)

@@ -19,7 +19,9 @@ class ArchCandidate:
     family: str
     params: Params
     #: "int4": written with 4-bit weights on the layers the profile's runtime takes them
-    #: (:func:`sdk.convert.lowbit.int4_weights`), int8 on the others.
+    #: (:func:`sdk.convert.lowbit.int4_weights`), int8 on the others; "auto": on as few of
+    #: them as the flash budget needs (the screen counts bytes; the trained survivor is
+    #: converted by :func:`sdk.convert.lowbit.int4_under_budget`).
     weights: str = "int8"
 
     @property

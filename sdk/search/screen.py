@@ -21,6 +21,17 @@ AI Edge Quantizer writes them with 4-bit weights, asking the runtime per layer
 twin is judged like the others, listed right after its int8 row. So a wider net whose int8
 weights miss the flash budget may survive at 4 bits; its row and the report say which
 layers went to int4.
+
+When fewer int4 layers than all the runtime takes would bring the int8 flash figure within
+the budget (each layer at int4 saves its int4 bytes), an ``auto`` twin follows: int4 on
+those layers only, the largest first, as few as the budget needs by their bytes. With random
+weights nothing can say which layers cost accuracy, so the screen counts bytes; a survivor
+with auto weights is trained and then converted by ``--weights auto``'s rule
+(:func:`sdk.convert.lowbit.int4_under_budget`: the layers that cost least accuracy per byte,
+measured on the evaluation data, as few as the budget needs). Fewer int4 layers risk less
+accuracy and, on TFLM's reference kernels, need less arena (each int4 filter is unpacked into
+scratch), so an auto twin may fit where the all-int4 one does not. Its cost is bounded: one
+more AI Edge Quantizer run and one judging per int4 twin, no more conversions in TensorFlow.
 """
 
 from __future__ import annotations
@@ -146,14 +157,15 @@ def screen(candidates: Sequence[ArchCandidate], profile: Profile | str, *,
         results = [_judge(c, converted.get(i), prof, work, keep, memory)
                    for i, c in enumerate(candidates)]
         judge_seconds = time.perf_counter() - started
-        missed = [r.candidate for r in results if r.rejected_by == (Rejection.FLASH,)]
+        missed = [r for r in results if r.rejected_by == (Rejection.FLASH,)]
         if int4 and missed and int4_allowed(prof, quant.scheme, quant.io_type):
             twins, seconds = _int4_twins(missed, prof, work / "int4", keep, memory)
             child_seconds += seconds
             judge_seconds += sum(t.judge_seconds for t in twins)
-            of = {replace(t.candidate, weights="int8"): t for t in twins}
-            results = [r for own in results for r in (own, of.get(own.candidate))
-                       if r is not None]
+            of: dict[ArchCandidate, list[Screened]] = {}
+            for twin in twins:
+                of.setdefault(replace(twin.candidate, weights="int8"), []).append(twin)
+            results = [r for own in results for r in (own, *of.get(own.candidate, []))]
         return ScreenRun(tuple(results), child_seconds, judge_seconds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -171,32 +183,34 @@ def int4_allowed(profile: Profile, scheme: str, io_type: str) -> bool:
     return True
 
 
-def _int4_twins(candidates: Sequence[ArchCandidate], profile: Profile, work: Path,
+def _int4_twins(missed: Sequence[Screened], profile: Profile, work: Path,
                 keep: Path | None, memory: MemoryOptimization | None
                 ) -> tuple[list[Screened], float]:
-    """The int4 twins of ``candidates`` that have at least one int4 layer (the runtime
-    refusing int4 on every layer leaves none), judged, and the float child's wall time (the
-    twins' judge_seconds include AI Edge Quantizer's)."""
+    """The int4 twins of the ``missed`` candidates that have at least one int4 layer (the
+    runtime refusing int4 on every layer leaves none), each followed by its auto twin where
+    fewer layers would do (module doc), judged, and the float child's wall time (the twins'
+    judge_seconds include AI Edge Quantizer's)."""
     import numpy as np
 
     from devicefit.sdk.convert.data import Dataset
-    from devicefit.sdk.convert.lowbit import int4_weights
+    from devicefit.sdk.convert.lowbit import int4_as_before, int4_weights
 
     work.mkdir()
     started = time.perf_counter()
+    candidates = [r.candidate for r in missed]
     converted = _convert(candidates, "float32", True, work, float32=True)
     child_seconds = time.perf_counter() - started
     rng = np.random.default_rng(SEED)
     twins = []
-    for i, cand in enumerate(candidates):
+    for i, (cand, int8) in enumerate(zip(candidates, missed, strict=True)):
         line = converted.get(i)
         if line is None or "error" in line:
             continue  # converted to int8 a moment ago: the int8 row says enough
         started = time.perf_counter()
         samples = rng.standard_normal((CALIBRATION_SAMPLES, *cand.params.input_shape))
-        data, low_bit = int4_weights((work / f"{i:04d}.tflite").read_bytes(),
-                                     Dataset(samples.astype(np.float32), None, "random"),
-                                     profile, cand.label())
+        float_tflite = (work / f"{i:04d}.tflite").read_bytes()
+        calibration = Dataset(samples.astype(np.float32), None, "random")
+        data, low_bit = int4_weights(float_tflite, calibration, profile, cand.label())
         if not low_bit.int4_layers:
             continue
         twin = replace(cand, weights="int4")
@@ -206,7 +220,42 @@ def _int4_twins(candidates: Sequence[ArchCandidate], profile: Profile, work: Pat
         note = f"int4 on {low_bit.int4_layers} of {len(low_bit.layers)} layers"
         twins.append(replace(judged, low_bit=low_bit, note=judged.note or note,
                              judge_seconds=time.perf_counter() - started))
+        fewer = _fewer_int4(low_bit, int8.flash_bytes, profile.budgets.flash_bytes)
+        if fewer is None:
+            continue
+        started = time.perf_counter()
+        data, auto_bit = int4_as_before(float_tflite, float_tflite, calibration, fewer,
+                                        cand.label())
+        write_atomic(work / f"{i:04d}.auto.tflite", data)
+        judged = _judge(replace(cand, weights="auto"), {**line, "index": f"{i:04d}.auto"},
+                        profile, work, keep, memory)
+        note = (f"auto: int4 on {auto_bit.int4_layers} of {len(auto_bit.layers)} layers, the "
+                "largest, as few as the flash budget needs by their bytes")
+        twins.append(replace(judged, low_bit=auto_bit, note=judged.note or note,
+                             judge_seconds=time.perf_counter() - started))
     return twins, child_seconds
+
+
+def _fewer_int4(low_bit: LowBitReport, int8_flash: int | None, limit: int | None
+                ) -> LowBitReport | None:
+    """``low_bit`` with int4 on only the largest of its int4 layers whose savings (each its
+    int4 bytes: half its int8 bytes) bring ``int8_flash`` within ``limit``; None when that
+    takes all of them (the int4 twin is the auto one) or a figure is missing."""
+    if int8_flash is None or limit is None:
+        return None
+    four = sorted((w for w in low_bit.layers if w.bits == 4), key=lambda w: -w.weight_bytes)
+    chosen, saved = set(), 0
+    for w in four:
+        if int8_flash - saved <= limit:
+            break
+        chosen.add(w.op_index)
+        saved += w.weight_bytes
+    if len(chosen) == len(four):
+        return None
+    return replace(low_bit, layers=tuple(
+        w if w.bits != 4 or w.op_index in chosen else
+        replace(w, bits=8, why="not needed for the flash budget (by bytes)")
+        for w in low_bit.layers))
 
 
 def _convert(candidates: Sequence[ArchCandidate], io_type: str, per_channel: bool,

@@ -39,6 +39,7 @@ USER = candidate("tests.sdk.search.search_family:tiny", input_shape=[8, 8, 1], c
 BROKEN = candidate("tests.sdk.search.search_family:not_a_model", input_shape=[4])
 ALL = (SMALL_IMAGE, BIG_IMAGE, WIDE_MLP, AUDIO, SENSOR, USER, BROKEN)
 WIDE_MLP_INT4 = replace(WIDE_MLP, weights="int4")
+WIDE_MLP_AUTO = replace(WIDE_MLP, weights="auto")
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +59,10 @@ def screened(profile, tmp_path_factory):
 @pytest.mark.slow
 def test_screen_rejects_by_the_right_budget(screened):
     results, run = screened
-    # The int4 twin of the one candidate int8 rejects on flash alone follows it.
+    # The int4 twin of the one candidate int8 rejects on flash alone follows it, and its
+    # auto twin (fewer int4 layers do) follows that.
     assert [r.candidate for r in run.results] == [
-        *ALL[:3], WIDE_MLP_INT4, *ALL[3:]]
+        *ALL[:3], WIDE_MLP_INT4, WIDE_MLP_AUTO, *ALL[3:]]
     assert results[SMALL_IMAGE].fits and results[SMALL_IMAGE].rejected_by == ()
     assert results[USER].fits
     assert Rejection.ARENA in results[BIG_IMAGE].rejected_by
@@ -97,8 +99,29 @@ def test_a_flash_budget_int8_misses_keeps_the_candidate_at_int4(screened, profil
     weights = {t.dtype for t in read_model(Path(int4.path)).main.tensors if t.has_data}
     assert "int4" in weights
     # Candidates that miss any other budget, or none, get no twin.
-    assert {r.candidate.weights for r in results.values()} == {"int8", "int4"}
+    assert {r.candidate.weights for r in results.values()} == {"int8", "int4", "auto"}
     assert sum(r.candidate.weights == "int4" for r in results.values()) == 1
+    assert sum(r.candidate.weights == "auto" for r in results.values()) == 1
+
+
+@pytest.mark.slow
+def test_fewer_int4_layers_that_fit_get_an_auto_twin(screened):
+    results, _ = screened
+    int8, int4, auto = results[WIDE_MLP], results[WIDE_MLP_INT4], results[WIDE_MLP_AUTO]
+    assert auto.fits and auto.flash_bytes < _limit(BUDGETS["flash"]) < int8.flash_bytes
+    assert auto.low_bit is not None and int4.low_bit is not None
+    assert 1 <= auto.low_bit.int4_layers < int4.low_bit.int4_layers
+    # The largest layer went to int4 (bytes decide: random weights say nothing of accuracy),
+    # the others stayed int8 and say why; the file holds exactly that many int4 tensors.
+    biggest = max((w for w in int4.low_bit.layers if w.bits == 4), key=lambda w: w.weight_bytes)
+    [four] = [w for w in auto.low_bit.layers if w.bits == 4]
+    assert four.op_index == biggest.op_index and four.granularity == biggest.granularity
+    assert all("not needed for the flash budget" in w.why for w in auto.low_bit.layers
+               if w.bits == 8 and w.op_index != four.op_index and w.op == "FULLY_CONNECTED")
+    dtypes = [t.dtype for t in read_model(Path(auto.path)).main.tensors if t.has_data]
+    assert dtypes.count("int4") == 1
+    assert auto.flash_bytes > int4.flash_bytes  # fewer int4 layers: a bigger file
+    assert auto.note.startswith("auto: int4 on 1 of")
 
 
 def _limit(text: str) -> float:
@@ -204,11 +227,14 @@ def test_search_screen_command_prints_the_table(profile, capsys):
                  "--screen", "--param", "input_shape=128x3", "--param", "width=0.5,4",
                  "--param", "depth=1"])
     out = capsys.readouterr().out
-    assert code == 0  # w0.5 fits; w4 misses flash at int8 and fits with int4 weights
-    assert "2 of 3 fit" in out
+    # w0.5 fits; w4 misses flash at int8 and fits with int4 weights, and with int4 on its
+    # largest layer only (auto)
+    assert code == 0
+    assert "3 of 4 fit" in out
     rows = [line for line in out.splitlines() if "mlp 128x3" in line]
-    assert len(rows) == 3 and "pass" in rows[0] and "flash" in rows[1] and "fail" in rows[1]
+    assert len(rows) == 4 and "pass" in rows[0] and "flash" in rows[1] and "fail" in rows[1]
     assert "w4 d1 int4 weights" in rows[2] and "pass" in rows[2]
+    assert "w4 d1 auto weights" in rows[3] and "pass" in rows[3]
 
 
 @pytest.mark.parametrize(("argv", "says"), [
