@@ -248,6 +248,15 @@ def _transpose_conv(sg: Subgraph, op: Operator) -> list[KernelBuffer]:
             KernelBuffer("input offsets", 4 * rows, ARENA)]
 
 
+#: Heap LiteRT takes per operator of a subgraph when a signature first allocates and runs
+#: it, beyond the tensors, the kernels' buffers and ruy's workspace: the nodes' kernel data
+#: (``OpData``), temporaries' tensor records and shapes, ``ArenaPlanner``'s per-tensor and
+#: per-node tables, glibc's chunk headers. Measured (glibc ``mallinfo2``, LiteRT 2.3.0,
+#: x86-64) on the trainable fixture models of tests/trainable_models.py, not on the models
+#: it is checked against: the median over their six train steps of the heap the plan did not
+#: explain, per operator (504–565 B; ``benchmarks/bench_train_plan.py`` prints each).
+INTERPRETER_BYTES_PER_OP = 512
+
 #: ruy's ``Allocator`` rounds every request up to this (``kMinimalAlignment``).
 _RUY_ALIGNMENT = 64
 
@@ -330,8 +339,9 @@ def plan_subgraph(model: Model, subgraph: int) -> MemoryPlan:
     has an arena of its own), on the CPU with the builtin kernels, kernel temporaries
     included where :func:`kernel_buffers` knows them (estimate). The kernels' buffers
     outside the arena are the tail's ``kernel persistent`` (LiteRT's persistent arena, each
-    64-byte aligned), ``kernel dynamic`` (tensors the kernels malloc and keep) and ``ruy
-    workspace`` (:func:`ruy_workspace`)."""
+    64-byte aligned), ``kernel dynamic`` (tensors the kernels malloc and keep), ``ruy
+    workspace`` (:func:`ruy_workspace`) and ``interpreter`` (its per-operator structures,
+    :data:`INTERPRETER_BYTES_PER_OP`, measured)."""
     return _plan(model, subgraph, None, temporaries=True,
                  note="the buffers of the CONV_2D, FULLY_CONNECTED (hybrid), TRANSPOSE_CONV "
                       "and BATCH_MATMUL kernels and ruy's workspace for the hybrid products "
@@ -352,7 +362,8 @@ def _plan(model: Model, subgraph: int, order: Sequence[int] | None, *, temporari
         tail |= {"kernel persistent": sum(align_up(kb.size, LITERT_ALIGNMENT) for kb in kept
                                           if kb.place == PERSISTENT),
                  "kernel dynamic": sum(kb.size for kb in kept if kb.place == DYNAMIC),
-                 "ruy workspace": ruy_workspace(sg)}
+                 "ruy workspace": ruy_workspace(sg),
+                 "interpreter": INTERPRETER_BYTES_PER_OP * len(sg.operators)}
     return MemoryPlan(
         planner="litert-arena",
         buffers=tuple(buffers),
