@@ -82,8 +82,9 @@ def plan_training(model: Model, signature: str = TRAIN, target: Target | None = 
         signature=signature, subgraph=sig.subgraph, batch=first[0] if first else 1,
         arena_bytes=arena.head_bytes, variables_bytes=variables,
         total_bytes=arena.head_bytes + variables + sum(kept.values()), parts=parts, basis=Basis.ESTIMATED,
-        notes=(*arena.notes, "not included: the kernels' own data, the subgraph that "
-               "initialises the variables, the interpreter's structures and the model file"))
+        notes=(*arena.notes, "the interpreter's structures and the kernels' own data are a "
+               "per-operator figure measured on other models; not included: the subgraph that "
+               "initialises the variables and the model file"))
 
 
 def _handles(sg: Subgraph) -> dict[int, str]:
