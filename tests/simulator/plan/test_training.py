@@ -271,3 +271,25 @@ def test_outputs_share_their_input_in_place() -> None:
     # 1 takes no buffer of 0 (a subgraph input), 2 shares 1's (its only reader), 3 shares
     # 2's though 2 is read again; 4 and 6 are subgraph outputs.
     assert in_place_outputs(sg, ops, refs) == {2: 1, 3: 1}
+
+
+def test_ruy_s_workspace_grows_by_what_did_not_fit() -> None:
+    """Two hybrid dense layers, the larger second: ruy's buffer holds the first product's
+    packed operands (96x512 int8 weights + their sums, 8x512 input + its sums: 53,696 B);
+    the second's weights (128x512, 65,536 B) do not fit and are allocated aside, its other
+    operands do, so the buffer grows by the weights alone, past the 82,560 B the larger
+    product needs by itself (ruy/allocator.cc: FreeAll adds the blocks allocated aside)."""
+    from devicefit.simulator.read.model import Operator, Subgraph, Tensor
+    from devicefit.simulator.targets.litert.planner import ruy_workspace
+
+    shapes = [((8, 512), "float32"), ((96, 512), "int8"), ((8, 96), "float32"),
+              ((32, 512), "float32"), ((128, 512), "int8"), ((32, 128), "float32")]
+    tensors = tuple(Tensor(index=i, name=f"t{i}", shape=s, dtype=d, buffer=0,
+                           has_data=d == "int8") for i, (s, d) in enumerate(shapes))
+    ops = (Operator(index=0, op_name="FULLY_CONNECTED", version=1, inputs=(0, 1), outputs=(2,)),
+           Operator(index=1, op_name="FULLY_CONNECTED", version=1, inputs=(3, 4), outputs=(5,)))
+    sg = Subgraph(index=0, name="main", tensors=tensors, operators=ops, inputs=(0, 3),
+                  outputs=(2, 5))
+    assert ruy_workspace(sg) == 53_696 + 65_536
+    assert ruy_workspace(Subgraph(index=0, name="main", tensors=tensors, operators=ops[1:],
+                                  inputs=(3,), outputs=(5,))) == 82_560
