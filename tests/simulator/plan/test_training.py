@@ -73,6 +73,12 @@ def test_the_budget_passes_and_fails_on_the_plan(tmp_path: Path) -> None:
     assert read_report(over.to_dict()) == over  # the plan reads back from the JSON report
     assert check.status == Status.FAIL and check.value == total and over.exit_code == 1
     assert over.training is not None and over.training.total_bytes == total
+    # The report shows the total as the variables, the arena and what LiteRT keeps beside it.
+    from devicefit.simulator.report.views.messages import training_rows
+
+    rows = dict(training_rows(over))
+    assert rows["variables"] + rows["arena"] + rows["beside the arena"] == total
+    assert rows["  interpreter"] == plan_training(read_model(path)).parts["interpreter"] > 0
     assert [b.status for b in fits.budgets if b.name == BudgetName.TRAIN_MEMORY] == [Status.PASS]
 
 
