@@ -5,6 +5,8 @@ LiteRT (the TFLite interpreter) plans non-constant, non-variable tensors in one 
   outputs at the op's node; a tensor is freed at the node whose input use drops its
   reference count to 0; graph inputs (kept by ``preserve_inputs``), graph outputs, variables
   and outputs nobody reads are never freed;
+- in place: some kernels' output takes an input's buffer (:func:`in_place_outputs`), which
+  then lives until the output's last use;
 - order: tensors that live through the whole run first (by index), then by size descending,
   then by allocation node;
 - placement: *best fit* — of the gaps between already-placed, time-overlapping tensors that
@@ -12,9 +14,11 @@ LiteRT (the TFLite interpreter) plans non-constant, non-variable tensors in one 
   (``kDefaultTensorAlignment``).
 
 What it does not see, and why the figure is an estimate: kernel temporaries (im2col and
-the like, requested in ``Prepare``; :func:`plan_subgraph` adds those :func:`kernel_buffers`
-knows), the memory of delegates (XNNPACK packs weights and has
+the like, requested in ``Prepare``), the memory of delegates (XNNPACK packs weights and has
 its own workspace; the Edge TPU keeps parameters on the device), and the interpreter's heap.
+:func:`plan_subgraph` (a signature's subgraph, for the training plan) adds the kernels'
+buffers :func:`kernel_buffers` knows, ruy's workspace and a measured per-operator figure for
+the interpreter.
 """
 
 from __future__ import annotations
