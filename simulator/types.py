@@ -177,9 +177,11 @@ class TrainingPlan:
     arena and the model's resource variables (:func:`simulator.plan.training.plan_training`).
 
     ``parts`` name where the bytes go and add up to ``total_bytes``: the variables
-    (``trainable weights``, ``optimizer state``, ``other variables``) and the arena at its
+    (``trainable weights``, ``optimizer state``, ``other variables``), the arena at its
     fullest step (``batch``, ``saved activations``, ``gradients``, ``variable copies``,
-    ``kernel temporaries``, ``arena gaps``: what the placement leaves unused there).
+    ``kernel temporaries``, ``arena gaps``: what the placement leaves unused there) and what
+    the runtime keeps beside it (LiteRT: ``kernel persistent``, ``kernel dynamic``, ``ruy
+    workspace``, ``interpreter``).
     """
 
     signature: str

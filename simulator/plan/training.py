@@ -71,16 +71,20 @@ def plan_training(model: Model, signature: str = TRAIN, target: Target | None = 
     state = sum(sizes[v] for v in assigned - read)
     variables = sum(sizes.values())
     batch_tensors = [t for _, t in sig.inputs]
+    # What the kernels keep outside the arena (the planner's tail, the subgraph's own
+    # variable tensors aside: a trainable model's variables are resources, counted above).
+    kept = {k: v for k, v in arena.tail_breakdown.items() if k != "variables"}
     parts = {"trainable weights": trainable, "optimizer state": state,
              "other variables": variables - trainable - state,
-             **_arena_parts(arena, sg, batch_tensors, forward)}
+             **_arena_parts(arena, sg, batch_tensors, forward), **kept}
     first = sg.tensors[batch_tensors[0]].shape if batch_tensors else ()
     return TrainingPlan(
         signature=signature, subgraph=sig.subgraph, batch=first[0] if first else 1,
         arena_bytes=arena.head_bytes, variables_bytes=variables,
-        total_bytes=arena.head_bytes + variables, parts=parts, basis=Basis.ESTIMATED,
-        notes=(*arena.notes, "not included: the kernels' own data, the subgraph that "
-               "initialises the variables, the interpreter's structures and the model file"))
+        total_bytes=arena.head_bytes + variables + sum(kept.values()), parts=parts, basis=Basis.ESTIMATED,
+        notes=(*arena.notes, "the interpreter's structures and the kernels' own data are a "
+               "per-operator figure measured on other models; not included: the subgraph that "
+               "initialises the variables and the model file"))
 
 
 def _handles(sg: Subgraph) -> dict[int, str]:

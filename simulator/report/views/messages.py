@@ -45,19 +45,29 @@ def training_heading(report: Report) -> str | None:
 
 
 def training_rows(report: Report) -> list[tuple[str, int]]:
-    """The planned training memory as (label, bytes) rows: the total, the variables and the
-    arena, each followed by its non-zero parts (labels indented two spaces)."""
+    """The planned training memory as (label, bytes) rows: the total, the variables, the
+    arena and what the runtime keeps beside it, each followed by its non-zero parts (labels
+    indented two spaces)."""
     t = report.training
     if t is None:
         return []
     variables = [(f"  {k}", v) for k, v in t.parts.items() if k in VARIABLE_PARTS and v]
-    arena = [(f"  {k}", v) for k, v in t.parts.items() if k not in VARIABLE_PARTS and v]
+    beside = [(f"  {k}", v) for k, v in t.parts.items() if k in BESIDE_ARENA_PARTS and v]
+    arena = [(f"  {k}", v) for k, v in t.parts.items()
+             if k not in VARIABLE_PARTS | BESIDE_ARENA_PARTS and v]
+    rest = t.total_bytes - t.variables_bytes - t.arena_bytes
     return [("total", t.total_bytes), ("variables", t.variables_bytes), *variables,
-            ("arena", t.arena_bytes), *arena]
+            ("arena", t.arena_bytes), *arena,
+            *([("beside the arena", rest), *beside] if rest else [])]
 
 
-#: The training plan's parts that are resource variables (the others are its arena's).
+#: The training plan's parts that are resource variables.
 VARIABLE_PARTS = frozenset({"trainable weights", "optimizer state", "other variables"})
+#: The parts the runtime holds outside the arena and the variables (LiteRT's kernels'
+#: persistent and dynamic buffers, ruy's workspace, the interpreter); the others are the
+#: arena's.
+BESIDE_ARENA_PARTS = frozenset({"kernel persistent", "kernel dynamic", "ruy workspace",
+                                "interpreter"})
 
 
 def signature_line(report: Report) -> str | None:

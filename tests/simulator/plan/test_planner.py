@@ -221,9 +221,8 @@ print(json.dumps(out))
 @pytest.mark.parametrize("name", ["chain_int8", "residual_int8", "inception_int8"])
 def test_litert_estimate_spans_the_same_arena_as_litert(name: str) -> None:
     """LiteRT (reference kernels, in a child process) places the arena tensors over the same
-    extent devicefit predicts on these models. Not in general: individual offsets differ
-    (LiteRT shares some outputs with their inputs in place), and kernel temporaries, which
-    devicefit does not model, can push tensors up (two_heads_int8: +128 B)."""
+    extent devicefit predicts on these models. Not in general: kernel temporaries, which
+    the inference plan does not model, can push tensors up (two_heads_int8: +128 B)."""
     path = model_path(name)
     proc = subprocess.run([sys.executable, "-c", _LITERT_ADDRESSES, str(path)],
                           capture_output=True, text=True, timeout=120, check=True)
