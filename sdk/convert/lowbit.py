@@ -147,20 +147,22 @@ def int4_under_budget(float_tflite: bytes, calibration: Dataset, evaluation: Dat
                       reference: np.ndarray, profile: Profile, name: str = "model"
                       ) -> tuple[bytes, LowBitReport]:
     """``--weights auto`` (module doc): int4 on the layers that cost least accuracy per byte
-    saved, as few as bring the simulator's flash figure within the profile's budget (all the
-    runtime takes when even that is not enough: the verdict then says flash is over)."""
+    saved, as few as bring the simulator's flash figure within the profile's budget less
+    :data:`METADATA_ALLOWANCE` (all the runtime takes when even that is not enough: the
+    verdict then says flash is over)."""
     from devicefit.sdk.convert.accuracy import compare
 
     samples = _samples(float_tflite, calibration)
     asked = _ask(float_tflite, samples, profile, name)
     int8 = _quantize(float_tflite, samples, {})
-    limit, int8_flash = _flash(int8, profile, name)
+    budget, int8_flash = _flash(int8, profile, name)
+    limit = budget - METADATA_ALLOWANCE
     by_scope = {_scope(asked.sg, op): i for i, op in enumerate(asked.sg.operators)}
     if int8_flash <= limit or not asked.recipe:
         why = {**asked.why, **{by_scope[scope]: "int8 fits the flash budget"
                                for scope in asked.recipe}}
         return int8, LowBitReport(_layers(_parse(int8, name), asked.sg, why), engine(),
-                                  asked.rounds, (), limit, int8_flash)
+                                  asked.rounds, (), budget, int8_flash)
     base = _score(compare(reference, _outputs(int8, evaluation, name), evaluation.y))
     tried = []
     for scope, granularity in asked.recipe.items():
@@ -186,7 +188,7 @@ def int4_under_budget(float_tflite: bytes, calibration: Dataset, evaluation: Dat
     why = {**asked.why, **{by_scope[scope]: "not needed for the flash budget"
                            for scope in asked.recipe if scope not in chosen}}
     return data, LowBitReport(_layers(_parse(data, name), asked.sg, why), engine(),
-                              asked.rounds, sensitivity, limit, int8_flash)
+                              asked.rounds, sensitivity, budget, int8_flash)
 
 
 @dataclass(frozen=True)
@@ -263,6 +265,14 @@ def _flash(data: bytes, profile: Profile, name: str) -> tuple[int, int]:
         raise UsageError(f"--weights auto: profile '{profile.name}' has no flash budget "
                          "the simulator can judge; use --weights int4")
     return int(flash.limit), int(flash.value)
+
+
+#: Flash ``--weights auto`` leaves under the budget for what the caller adds to the bare
+#: model: devicefit's own metadata entry (480-500 B on the digits CNN and search's
+#: candidates: the conversion's settings as JSON and its flatbuffer table), with room for
+#: longer settings. Without it a file chosen 215 B under the budget came out 281 B over once
+#: written (search's auto twin, 2026-12-03).
+METADATA_ALLOWANCE = 1024
 
 
 #: What ``--weights int4`` may cost before ``convert`` warns: the issue's "at most 1 pp of
