@@ -55,7 +55,7 @@ def adapt(model: Path, data: Path, evaluation: Path, update: str, args: argparse
 def bench(name: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     model, data, evaluation = prepare(name, folder)
     out = folder / f"{name}-auto.tflite"
-    _, unbounded = adapt(model, data, evaluation, "auto", args, out, "--train-memory", "1TiB")
+    _, unbounded = adapt(model, data, evaluation, "auto", args, out, "--train-memory", "1024GiB")
     plans = {c["update"]: c["planned_bytes"] for c in unbounded["auto"]["candidates"]
              if c["planned_bytes"] is not None}
     budget = int(statistics.median(plans.values()))

@@ -119,14 +119,14 @@ def _handle(args: argparse.Namespace) -> int:
         console = make_console(args.no_color)
         _print_choice(console, chosen.choice)
         if chosen.adaptation is not None:
-            _print_adaptation(console, chosen.adaptation, args)
+            _print_adaptation(console, chosen.adaptation, args, chosen.adaptation.update)
         _print_verdict(console, chosen, args.output)
         return code
     result = adapt(args.model, profile, args.data, args.eval_data, args.output, settings)
     if args.json:
         print_json(head | result.to_dict())
         return 0
-    _print_adaptation(make_console(args.no_color), result, args)
+    _print_adaptation(make_console(args.no_color), result, args, args.output)
     return 0
 
 
@@ -168,9 +168,12 @@ def _print_verdict(console: Console, chosen: AutoResult, output: str) -> None:
                   f"{heap}, over the budget {budget}; nothing written")
 
 
-def _print_adaptation(console: Console, result: Adaptation, args: argparse.Namespace) -> None:
+def _print_adaptation(console: Console, result: Adaptation, args: argparse.Namespace,
+                      label: str) -> None:
+    """The trained model's figures, headed by ``label``: the file written, or with ``auto``
+    (which writes it only once verified) the chosen update."""
     frozen = "float32" if args.float_frozen else "int8 where dynamic-range quantization takes them"
-    console.print(f"{result.update}: train/infer/save/restore, builtin ops only; trains "
+    console.print(f"{label}: train/infer/save/restore, builtin ops only; trains "
                   f"{len(result.trained)} tensors ({result.trained_parameters:,} parameters, "
                   f"float32, SGD), {result.frozen_parameters:,} frozen ({frozen}); "
                   f"{format_size(result.model_bytes)}")
