@@ -120,6 +120,8 @@ class AutoChoice:
 
 @dataclass(frozen=True)
 class AutoResult:
+    """``--update auto``'s outcome: the choice, and the chosen model's verification."""
+
     choice: AutoChoice
     #: The chosen model adapted on all of ``--data`` and measured; None when none fits.
     adaptation: Adaptation | None
@@ -369,7 +371,7 @@ def adapt_auto(model: str, profile: Profile, data: str, evaluation: str, output:
         choice = AutoChoice(
             budget_bytes=budget, budget_from=source, fit_samples=fit_samples,
             validation_samples=validation_samples,
-            candidates=tuple(Candidate(info["update"], planned[i], i in accuracy,
+            candidates=tuple(Candidate(info["update"], planned[i], i in fitting,
                                        accuracy.get(i), info.get("error"))
                              for i, info in enumerate(built)),
             chosen=None if chosen is None else built[chosen]["update"])

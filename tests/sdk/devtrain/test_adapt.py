@@ -145,7 +145,7 @@ def test_a_bad_update_is_a_usage_error(files, tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as stop:
         main(_argv(files, tmp_path / "t.tflite", "--update", "everything"))
     assert stop.value.code == 2
-    assert "expected biases, last:K or sparse[:K]" in capsys.readouterr().err
+    assert "expected biases, last:K, sparse[:K] or auto" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
