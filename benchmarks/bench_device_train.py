@@ -98,16 +98,21 @@ def _kib(value: float) -> str:
     return f"{value / 1024:,.0f} KiB"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(parser: argparse.ArgumentParser) -> None:
+    """The options this benchmark shares with ``bench_device_train_auto.py``."""
     parser.add_argument("--sets", default="digits,vowels")
-    parser.add_argument("--batches", default="8,32")
-    parser.add_argument("--updates", default=",".join(UPDATES))
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--keep", metavar="DIR",
                         help="keep the base models, data and trainable .tflite files here")
     parser.add_argument("--json", metavar="FILE")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    arguments(parser)
+    parser.add_argument("--batches", default="8,32")
+    parser.add_argument("--updates", default=",".join(UPDATES))
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-device-train-") as tmp:

@@ -35,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_device_train import prepare  # noqa: E402
+from benchmarks.bench_device_train import _kib, arguments, prepare  # noqa: E402
 
 PHONE = "android-arm64-cpu"
 
@@ -76,10 +76,6 @@ def bench(name: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
             "gap_pp": 100 * (held_out[best] - held_out[auto["auto"]["chosen"]])}
 
 
-def _kib(value: float) -> str:
-    return f"{value / 1024:,.0f} KiB"
-
-
 def table(row: dict[str, Any]) -> str:
     lines = [f"**{row['set']}**, budget {_kib(row['budget_bytes'])} (the candidates' median "
              f"plan); auto chose `{row['chosen']}` (exit {row['exit']}, measured heap "
@@ -102,13 +98,8 @@ def table(row: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sets", default="digits,vowels")
+    arguments(parser)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--keep", metavar="DIR",
-                        help="keep the base models, data and trainable .tflite files here")
-    parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-device-train-auto-") as tmp:
