@@ -320,3 +320,19 @@ def test_a_budget_no_choice_meets_fails_with_the_closest_miss(unbounded, files,
                     f"{format_size(budget)}; closest miss: {closest['update']}, planned "
                     f"{format_size(closest['planned_bytes'])} (estimated) against "
                     f"{format_size(budget)}; nothing written")
+
+
+def test_auto_without_a_training_budget_is_refused(files, tmp_path, capsys) -> None:
+    phone = Path(__file__).resolve().parents[3] / "device_profiles" / f"{PHONE}.yaml"
+    lines = phone.read_text().splitlines()
+    assert any(line.strip().startswith("train_memory:") for line in lines)
+    unbudgeted = tmp_path / "no-train-budget.yaml"
+    unbudgeted.write_text("\n".join(
+        "name: no-train-budget" if line.startswith("name:") else line for line in lines
+        if not line.strip().startswith("train_memory:")) + "\n")
+    out = tmp_path / "t.tflite"
+    code, _ = _auto(files, out, profile=str(unbudgeted))
+    assert code == 2 and not out.exists()
+    err = capsys.readouterr().err
+    assert "profile no-train-budget sets no budgets.train_memory; give --train-memory" in err
+    assert "Traceback" not in err
