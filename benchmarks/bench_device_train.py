@@ -15,8 +15,8 @@ For each update (biases, last:2, sparse:2) and batch size (8, 32): held-out accu
 and after three epochs of SGD at learning rate 0.05 (LiteRT ``infer``), the train signature's
 memory measured in LiteRT (the heap it holds and its tensors with builtin kernels; the
 process's peak rise with XNNPACK), the time per step on this host (1 thread, median), and
-the simulator's plan of the same signature where this checkout has the planner (issue 49's
-other half, ``simulator.plan.training.plan_training``; blank otherwise). Prints a Markdown
+the simulator's plan of the same signature (``simulator.plan.training.plan_training``, which
+``adapt`` reports: estimated) and its ratio to the measured heap. Prints a Markdown
 table; ``--json FILE`` keeps the figures. The vowels need sktime 1.2.0's wheel (the ``bench``
 extra).
 
@@ -91,36 +91,28 @@ def run(model: Path, data: Path, evaluation: Path, update: str, batch: int,
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return {"update": update, "batch": batch, "error": done.stderr.strip()[-300:]}
-    return json.loads(done.stdout) | {"planned": _planned(out)}
-
-
-def _planned(model: Path) -> dict | None:
-    """The simulator's plan of the train signature, where this checkout has the planner
-    (issue 49's other half: ``plan_training``); None otherwise."""
-    try:
-        from devicefit.simulator.plan.training import plan_training
-    except ImportError:
-        return None
-    from devicefit.simulator.read.reader import read_model
-
-    plan = plan_training(read_model(model), signature="train")
-    return {"arena_bytes": plan.arena_bytes, "total_bytes": plan.total_bytes}
+    return dict(json.loads(done.stdout))
 
 
 def _kib(value: float) -> str:
     return f"{value / 1024:,.0f} KiB"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(parser: argparse.ArgumentParser) -> None:
+    """The options this benchmark shares with ``bench_device_train_auto.py``."""
     parser.add_argument("--sets", default="digits,vowels")
-    parser.add_argument("--batches", default="8,32")
-    parser.add_argument("--updates", default=",".join(UPDATES))
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--keep", metavar="DIR",
                         help="keep the base models, data and trainable .tflite files here")
     parser.add_argument("--json", metavar="FILE")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    arguments(parser)
+    parser.add_argument("--batches", default="8,32")
+    parser.add_argument("--updates", default=",".join(UPDATES))
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-device-train-") as tmp:
@@ -142,9 +134,7 @@ def main() -> int:
             print(f"| {r['set']} | {r['update']} | {r['batch']} | refused: {r['error']} "
                   "| | | | | |")
             continue
-        plan = r["planned"]
-        planned = "" if plan is None else \
-            f"{_kib(plan['total_bytes'])} / {plan['total_bytes'] / r['train_heap_bytes']:.2f}"
+        planned = f"{_kib(r['planned_bytes'])} / {r['planned_bytes'] / r['train_heap_bytes']:.2f}"
         print(f"| {r['set']} | {r['update']} | {r['batch']} | {r['trained_parameters']:,} | "
               f"{r['accuracy_before']:.1%} → {r['accuracy_after']:.1%} | "
               f"{_kib(r['train_heap_bytes'])} / {_kib(r['train_tensor_bytes'])} | "

@@ -244,10 +244,9 @@ def _module(model: Any, trained: list[str], batch: int, learning_rate: float) ->
 SIGNATURES = ("train", "infer", "save", "restore")
 
 
-def _convert(module: Any, folder: Path, int8_frozen: bool, update: str) -> bytes:
+def _convert(module: Any, saved: Path, int8_frozen: bool, update: str) -> bytes:
     import tensorflow as tf
 
-    saved = folder / "saved_model"
     tf.saved_model.save(module, str(saved), signatures={
         name: getattr(module, name).get_concrete_function() for name in SIGNATURES})
     converter = tf.lite.TFLiteConverter.from_saved_model(str(saved),
@@ -267,43 +266,79 @@ def _convert(module: Any, folder: Path, int8_frozen: bool, update: str) -> bytes
                          "by default; choose an update that leaves those layers frozen") from exc
 
 
-def build(request: BuildRequest, folder: Path) -> Built:
-    """Write ``folder/model.tflite`` for ``request``."""
+def _write(model: Any, update: Update, scores: list[tuple[str, float]],
+           request: BuildRequest, out: Path) -> Built:
+    """Write the trainable model for ``update`` to ``out``."""
     import keras
 
+    trained = choose(model, update, scores)
+    keras.utils.set_random_seed(0)
+    with builtin_gradients():
+        module = _module(model, trained, request.batch, request.learning_rate)
+        out.write_bytes(_convert(module, out.with_suffix(""), request.int8_frozen, str(update)))
+    sizes = {v.path: int(np.prod(v.shape)) for v in model.trainable_variables}
+    frozen = sum(int(np.prod(v.shape)) for v in model.weights) - sum(sizes[p] for p in trained)
+    return Built(tuple(trained), sum(sizes[p] for p in trained), frozen,
+                 tuple(scores) if update.kind == "sparse" else ())
+
+
+def candidates(model: Any) -> list[Update]:
+    """What ``--update auto`` weighs: biases, the last K layers for every K (the last of
+    them is full fine-tuning), and the sparse update of 1, 2, 4, ... weight tensors short
+    of all of them (doubling: K's neighbours differ little in memory or accuracy)."""
+    layers = len(_layers_with_weights(model))
+    tensors = len(model.trainable_variables)
+    sparse = [2 ** i for i in range(tensors.bit_length()) if 2 ** i < tensors]
+    return [Update("biases"), *(Update("last", k) for k in range(1, layers + 1)),
+            *(Update("sparse", k) for k in sparse)]
+
+
+def build(request: BuildRequest, folder: Path) -> list[tuple[Update, Built | UsageError]]:
+    """Write ``folder/model-<i>.tflite`` for each of ``request.updates`` (``auto``: each of
+    :func:`candidates`): what each trains, or why it cannot be written (an update that needs
+    a Flex op), in their order. One process for all: TensorFlow's import and the model's
+    load are paid once."""
     from devicefit.sdk.convert.loading import load
 
     loaded = load(request.model)
     if not loaded.is_keras:
         raise InputError(f"{request.model}: adapt needs a Keras model (.keras or .h5)")
     model = loaded.keras_model
-    loss = _loss(model)
-    update = Update.parse(request.update)
+    updates = [Update.parse(text) for text in request.updates]
+    if updates == [Update("auto")]:
+        updates = candidates(model)
     scores: list[tuple[str, float]] = []
-    if update.kind == "sparse":
-        scores = _ranked(model, loss, np.load(request.rank_x), np.load(request.rank_y),
-                         request.batch)
-    trained = choose(model, update, scores)
-    keras.utils.set_random_seed(0)
-    with builtin_gradients():
-        module = _module(model, trained, request.batch, request.learning_rate)
-        (folder / "model.tflite").write_bytes(
-            _convert(module, folder, request.int8_frozen, request.update))
-    sizes = {v.path: int(np.prod(v.shape)) for v in model.trainable_variables}
-    frozen = sum(int(np.prod(v.shape)) for v in model.weights) - sum(sizes[p] for p in trained)
-    return Built(tuple(trained), sum(sizes[p] for p in trained), frozen, tuple(scores))
+    if any(update.kind == "sparse" for update in updates):
+        scores = _ranked(model, _loss(model), np.load(request.rank_x),
+                         np.load(request.rank_y), request.batch)
+    written: list[tuple[Update, Built | UsageError]] = []
+    for index, update in enumerate(updates):
+        try:
+            written.append((update, _write(model, update, scores, request,
+                                           folder / model_file(index))))
+        except UsageError as exc:
+            written.append((update, exc))
+    return written
+
+
+def model_file(index: int) -> str:
+    """The file the builder writes the ``index``-th update's model to."""
+    return f"model-{index}.tflite"
 
 
 def main(folder: Path) -> int:
-    """Child entry: ``request.json`` in, ``model.tflite`` and :data:`RESULT` out (or its
-    error as ``{"error": {type, message}}``)."""
+    """Child entry: ``request.json`` in, the models and :data:`RESULT` out: per update what
+    it trains or ``{"update", "error": message}``; a model the child cannot read is
+    ``{"error": {type, message}}`` for the whole request."""
     request = BuildRequest(**json.loads((folder / "request.json").read_text()))
     try:
-        built = build(request, folder)
-        result: dict[str, Any] = {"built": {
-            "trained": list(built.trained), "trained_parameters": built.trained_parameters,
-            "frozen_parameters": built.frozen_parameters,
-            "scores": [list(s) for s in built.scores]}}
+        result: dict[str, Any] = {"built": [
+            {"update": str(update), "error": str(one)} if isinstance(one, UsageError) else {
+                "update": str(update), "trained": list(one.trained),
+                "trained_parameters": one.trained_parameters,
+                "frozen_parameters": one.frozen_parameters,
+                "scores": [list(s) for s in one.scores]}
+            for update, one in build(request, folder)]}
     except (UsageError, InputError) as exc:
         result = {"error": {"type": type(exc).__name__, "message": str(exc)}}
     except Exception:

@@ -18,6 +18,10 @@ Two jobs, each in a fresh process so that nothing else's memory is counted:
   data; the figure a plan of the arena and the variables is compared with.
 - ``adapt``: held-out accuracy through ``infer``, the ``train`` steps on the adaptation
   data (each timed), then the accuracy again.
+
+The request (a JSON file, the child's one argument after the job) names the model, the
+``.npy`` files of the data and where the result goes, so one work folder serves several
+candidate models and data splits (``--update auto``).
 """
 
 from __future__ import annotations
@@ -32,9 +36,6 @@ from typing import Any
 
 import numpy as np
 
-#: The child's result, in the work folder.
-RESULT = "{job}.json"
-
 
 def _status(key: str) -> int:
     with open("/proc/self/status") as status:
@@ -44,12 +45,12 @@ def _status(key: str) -> int:
     raise RuntimeError(f"/proc/self/status has no {key}")
 
 
-def _interpreter(model: Path, request: dict[str, Any]) -> Any:
+def _interpreter(request: dict[str, Any]) -> Any:
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     resolver = OpResolverType.AUTO if request["xnnpack"] else \
         OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-    content = model.read_bytes()
+    content = Path(request["model"]).read_bytes()
     return Interpreter(model_content=content, num_threads=request["threads"],
                        experimental_op_resolver_type=resolver), content
 
@@ -92,8 +93,8 @@ def _heap_in_use() -> int:
     return int(info.uordblks + info.hblkhd)
 
 
-def measure(model: Path, request: dict[str, Any]) -> dict[str, Any]:
-    interpreter, content = _interpreter(model, request)
+def measure(request: dict[str, Any]) -> dict[str, Any]:
+    interpreter, content = _interpreter(request)
     x = np.zeros(request["x_shape"], np.float32)
     y = np.zeros(request["x_shape"][0], np.int32)
     heap = _heap_in_use()
@@ -116,12 +117,11 @@ def _accuracy(infer: Any, x: np.ndarray, y: np.ndarray, batch: int) -> float:
     return right / len(x)
 
 
-def adapt(model: Path, request: dict[str, Any]) -> dict[str, Any]:
-    folder = model.parent
-    x, y = np.load(folder / "adapt_x.npy"), np.load(folder / "adapt_y.npy").astype(np.int32)
-    x_eval, y_eval = np.load(folder / "eval_x.npy"), np.load(folder / "eval_y.npy")
+def adapt(request: dict[str, Any]) -> dict[str, Any]:
+    x, y = np.load(request["adapt_x"]), np.load(request["adapt_y"]).astype(np.int32)
+    x_eval, y_eval = np.load(request["eval_x"]), np.load(request["eval_y"])
     batch = request["x_shape"][0]
-    interpreter, _ = _interpreter(model, request)
+    interpreter, _ = _interpreter(request)
     infer, train = interpreter.get_signature_runner("infer"), interpreter.get_signature_runner(
         "train")
     before = _accuracy(infer, x_eval, y_eval, batch)
@@ -145,14 +145,14 @@ def adapt(model: Path, request: dict[str, Any]) -> dict[str, Any]:
 JOBS = {"measure": measure, "adapt": adapt}
 
 
-def main(job: str, folder: Path) -> int:
-    request = json.loads((folder / "litert_request.json").read_text())
+def main(job: str, request_file: Path) -> int:
+    request = json.loads(request_file.read_text())
     try:
-        result = JOBS[job](folder / "model.tflite", request)
+        result = JOBS[job](request)
     except Exception:
         traceback.print_exc()  # to the child's log, which the parent names
         return 1
-    (folder / RESULT.format(job=job)).write_text(json.dumps(result))
+    Path(request["result"]).write_text(json.dumps(result))
     return 0
 
 

@@ -8,13 +8,16 @@ from typing import Any
 
 from devicefit.simulator.errors import UsageError
 
-#: ``--update`` kinds. ``sparse`` without a count updates this many weight tensors.
-UPDATE_KINDS = ("biases", "last", "sparse")
+#: ``--update`` kinds. ``sparse`` without a count updates this many weight tensors;
+#: ``auto`` lets devicefit choose one of the others under the training-memory budget.
+UPDATE_KINDS = ("biases", "last", "sparse", "auto")
 SPARSE_DEFAULT = 2
 UPDATE_HELP = ("what to train: 'biases' (every bias and BatchNorm shift, TinyTL's bias-only "
                "update), 'last:K' (all weights of the last K layers that have weights), "
                "'sparse[:K]' (the K weight tensors of largest |gradient| x |weight| on the "
-               f"adaptation data, MCUNetV3-style sparse update; K={SPARSE_DEFAULT} by default)")
+               f"adaptation data, MCUNetV3-style sparse update; K={SPARSE_DEFAULT} by default), "
+               "'auto' (devicefit plans every choice, keeps those under the training-memory "
+               "budget and picks the most accurate on a validation part of --data)")
 
 
 @dataclass(frozen=True)
@@ -26,13 +29,13 @@ class Update:
 
     @classmethod
     def parse(cls, text: str) -> Update:
-        match = re.fullmatch(r"(biases|last|sparse)(?::(\d+))?", text.strip())
+        match = re.fullmatch(r"(biases|last|sparse|auto)(?::(\d+))?", text.strip())
         if match is None:
-            raise UsageError(f"--update {text!r}: expected biases, last:K or sparse[:K]")
+            raise UsageError(f"--update {text!r}: expected biases, last:K, sparse[:K] or auto")
         kind, count = match.group(1), match.group(2)
-        if kind == "biases":
+        if kind in ("biases", "auto"):
             if count is not None:
-                raise UsageError("--update biases takes no count")
+                raise UsageError(f"--update {kind} takes no count")
             return cls(kind)
         if kind == "last" and count is None:
             raise UsageError("--update last needs a count: last:K (the last K layers)")
@@ -42,7 +45,7 @@ class Update:
         return cls(kind, value)
 
     def __str__(self) -> str:
-        return self.kind if self.kind == "biases" else f"{self.kind}:{self.count}"
+        return self.kind if self.kind in ("biases", "auto") else f"{self.kind}:{self.count}"
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,8 @@ class BuildRequest:
     """What the TensorFlow child needs to write the trainable model (JSON between them)."""
 
     model: str
-    update: str
+    #: One model is written per update (``model-<i>.tflite``), in one TensorFlow process.
+    updates: tuple[str, ...]
     batch: int
     learning_rate: float
     #: Store the frozen weights as int8 (dynamic-range quantization); float32 otherwise.

@@ -1,5 +1,8 @@
 """``devicefit adapt``: the trainable model's signatures in LiteRT (its gradients against
-TensorFlow's), a small adaptation end to end, and what is refused (exit 2)."""
+TensorFlow's), a small adaptation end to end, and what is refused (exit 2); ``--update
+auto``: every candidate planned, only those under the training-memory budget trained and
+chosen from, the choice verified by its measured memory, and a budget no candidate meets a
+FAIL (exit 1) naming the closest miss."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import contextlib
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +20,7 @@ keras = pytest.importorskip("keras")
 from devicefit.sdk.cli import main  # noqa: E402
 from devicefit.sdk.devtrain.spec import Update  # noqa: E402
 from devicefit.simulator.errors import UsageError  # noqa: E402
+from devicefit.simulator.infra.units import format_size  # noqa: E402
 from devicefit.simulator.read.reader import read_model  # noqa: E402
 
 PHONE = "android-arm64-cpu"
@@ -140,7 +145,7 @@ def test_a_bad_update_is_a_usage_error(files, tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as stop:
         main(_argv(files, tmp_path / "t.tflite", "--update", "everything"))
     assert stop.value.code == 2
-    assert "expected biases, last:K or sparse[:K]" in capsys.readouterr().err
+    assert "expected biases, last:K, sparse[:K] or auto" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
@@ -210,3 +215,124 @@ def test_a_gradient_litert_has_only_through_flex_is_refused(files, tmp_path, cap
     err = capsys.readouterr().err
     assert "Conv2DBackpropFilter, a Flex op" in err and "Traceback" not in err
     assert not out.exists()
+
+
+# --update auto
+
+def _auto(files: dict[str, Path], out: Path, *extra: str,
+          profile: str = PHONE) -> tuple[int, str]:
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["adapt", str(files["model"]), "--profile", profile, "--update", "auto",
+                     "--batch", str(BATCH), "--data", str(files["data"]), "--eval",
+                     str(files["eval"]), "--epochs", "4", "--lr", str(LR), "-o", str(out),
+                     *extra])
+    return code, printed.getvalue()
+
+
+def test_auto_weighs_biases_every_last_k_and_doubling_sparse() -> None:
+    from devicefit.sdk.devtrain.build import candidates
+
+    # Two layers with weights (conv, head), four weight tensors.
+    assert candidates(_model()) == [Update("biases"), Update("last", 1), Update("last", 2),
+                                    Update("sparse", 1), Update("sparse", 2)]
+    assert str(Update.parse("auto")) == "auto"
+    with pytest.raises(Exception, match="takes no count"):
+        Update.parse("auto:2")
+
+
+def test_train_memory_is_for_auto_only(files, tmp_path, capsys) -> None:
+    out = tmp_path / "t.tflite"
+    argv = ["adapt", str(files["model"]), "--profile", PHONE, "--update", "biases",
+            "--batch", str(BATCH), "--data", str(files["data"]), "--eval", str(files["eval"]),
+            "-o", str(out), "--train-memory", "1MiB"]
+    assert main(argv) == 2
+    assert "--train-memory is the budget --update auto chooses under" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def unbounded(files, tmp_path_factory) -> tuple[int, dict[str, Any], Path]:
+    """Every candidate under a budget none reaches: their plans and validation accuracies."""
+    out = tmp_path_factory.mktemp("auto") / "trainable.tflite"
+    code, printed = _auto(files, out, "--train-memory", "1GiB", "--json")
+    return code, json.loads(printed), out
+
+
+def _best(candidates: list[dict[str, Any]]) -> dict[str, Any]:
+    fitting = [c for c in candidates if c["fits"]]
+    return max(fitting, key=lambda c: (c["validation_accuracy"], -c["planned_bytes"]))
+
+
+@pytest.mark.slow
+def test_auto_chooses_the_most_accurate_that_fits(unbounded) -> None:
+    code, result, out = unbounded
+    auto = result["auto"]
+    assert code == 0 and result["status"] == "pass" and out.exists()
+    assert auto["budget_from"] == "--train-memory" and auto["budget_bytes"] == 2 ** 30
+    assert [c["update"] for c in auto["candidates"]] == ["biases", "last:1", "last:2",
+                                                          "sparse:1", "sparse:2"]
+    assert all(c["fits"] and c["planned_bytes"] > 0 for c in auto["candidates"])
+    assert auto["chosen"] == _best(auto["candidates"])["update"] == result["update"]
+    # The choice adapted on all of --data and measured: what the verification compares.
+    assert auto["measured_fits"] and 0 < result["train_heap_bytes"] <= auto["budget_bytes"]
+    assert result["planned_bytes"] == _best(auto["candidates"])["planned_bytes"]
+    # Validation never reads --eval: held out of --data (7 of the 32 samples here).
+    assert auto["validation_samples"] + auto["fit_samples"] == 32
+
+
+@pytest.mark.slow
+def test_a_budget_between_plans_never_picks_one_over_it(unbounded, files, tmp_path) -> None:
+    plans = sorted({c["planned_bytes"] for c in unbounded[1]["auto"]["candidates"]})
+    assert len(plans) >= 2
+    budget = (plans[0] + plans[1]) // 2  # only the smallest plan fits
+    out = tmp_path / "t.tflite"
+    code, printed = _auto(files, out, "--train-memory", f"{budget}B", "--json")
+    result = json.loads(printed)
+    auto = result["auto"]
+    for c in auto["candidates"]:
+        assert c["fits"] == (c["planned_bytes"] <= budget)
+        assert (c["validation_accuracy"] is None) == (not c["fits"])
+    assert any(not c["fits"] for c in auto["candidates"])
+    chosen = _best(auto["candidates"])
+    assert auto["chosen"] == chosen["update"] and chosen["planned_bytes"] <= budget
+    # The plan chose; LiteRT's measured heap verifies it: over the budget is a FAIL, and the
+    # model is then not written.
+    fits = result["train_heap_bytes"] <= budget
+    assert auto["measured_fits"] == fits and code == (0 if fits else 1)
+    assert result["status"] == ("pass" if fits else "fail") and out.exists() == fits
+
+
+@pytest.mark.slow
+def test_a_budget_no_choice_meets_fails_with_the_closest_miss(unbounded, files,
+                                                               tmp_path) -> None:
+    closest = min(unbounded[1]["auto"]["candidates"], key=lambda c: c["planned_bytes"])
+    budget = closest["planned_bytes"] - 1
+    # The profile's budget this time: a profile of the user's extending the phone's.
+    profile = tmp_path / "tight.yaml"
+    profile.write_text(f"name: tight\nextends: {PHONE}\nbudgets:\n  train_memory: {budget}B\n")
+    out = tmp_path / "t.tflite"
+    code, printed = _auto(files, out, profile=str(profile))
+    assert code == 1 and not out.exists()
+    assert "profile tight's budgets.train_memory" in printed
+    last = printed.strip().splitlines()[-1]
+    assert last == (f"FAIL: no choice of what to train fits the training-memory budget "
+                    f"{format_size(budget)}; closest miss: {closest['update']}, planned "
+                    f"{format_size(closest['planned_bytes'])} (estimated) against "
+                    f"{format_size(budget)}; nothing written")
+
+
+def test_auto_without_a_training_budget_is_refused(files, tmp_path, capsys) -> None:
+    phone = Path(__file__).resolve().parents[3] / "device_profiles" / f"{PHONE}.yaml"
+    lines = phone.read_text().splitlines()
+    assert any(line.strip().startswith("train_memory:") for line in lines)
+    unbudgeted = tmp_path / "no-train-budget.yaml"
+    unbudgeted.write_text("\n".join(
+        "name: no-train-budget" if line.startswith("name:") else line for line in lines
+        if not line.strip().startswith("train_memory:")) + "\n")
+    out = tmp_path / "t.tflite"
+    code, _ = _auto(files, out, profile=str(unbudgeted))
+    assert code == 2 and not out.exists()
+    err = capsys.readouterr().err
+    assert "profile no-train-budget sets no budgets.train_memory; give --train-memory" in err
+    assert "Traceback" not in err
