@@ -10,6 +10,7 @@ same ops on the GPU for these models (docs/benchmarks.md, "The phone GPU")."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,11 +80,14 @@ def test_rank_5_tensors_cut_the_graph_and_only_the_largest_partition_is_kept(
     assert left and all(o.partition is None for o in left)
     # Each fallback line names the Keras layers it comes from (a fused op: its first name).
     [tiles] = [line for line in text_lines(report) if line.startswith("  on CPU       TILE")]
-    assert tiles.startswith("  on CPU       TILE (ops 4, 6, 11, 13, layers "
-                            "'functional_1_1/up_sampling2d_1/Repeat/Tile', "
-                            "'functional_1_1/up_sampling2d_1/Repeat_1/Tile' and 2 more): ")
+    # Keras numbers its names per process (functional_1, functional_1_1, ...): the test is
+    # on the names' shape, not on how many models this worker built before.
+    assert re.match(r"  on CPU       TILE \(ops 4, 6, 11, 13, layers "
+                    r"'functional[\d_]*/up_sampling2d[\d_]*/Repeat/Tile', "
+                    r"'functional[\d_]*/up_sampling2d[\d_]*/Repeat_1/Tile' and 2 more\): ",
+                    tiles), tiles
     [convs] = [line for line in text_lines(report) if line.startswith("  on CPU       CONV_2D")]
-    assert "'functional_1_1/conv2d_3_1/Relu', " in convs and ";" not in convs
+    assert re.search(r"'functional[\d_]*/conv2d[\d_]*/Relu', ", convs) and ";" not in convs
     # With more partitions allowed, every supported op runs on the GPU.
     wide = tmp_path / "wide.yaml"
     wide.write_text(f"extends: {PROFILE}\nname: wide\ngpu:\n  max_partitions: 8\n")
