@@ -42,7 +42,7 @@ from devicefit.simulator.errors import InputError, UsageError
 
 #: Batches of the adaptation data the sparse update's ranking reads.
 RANK_BATCHES = 4
-#: The builder's result, beside ``model.tflite`` in the work folder.
+#: The builder's result, beside the ``model-<i>.tflite`` files in the work folder.
 RESULT = "build.json"
 
 

@@ -206,13 +206,13 @@ def hybrid(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
         L.Conv2D(16, 3, padding="same", name="c2"), L.ReLU(), L.MaxPooling2D(), L.Flatten(),
         L.Dense(64, name="d1"), L.ReLU(), L.Dense(2, activation="softmax", name="head"),
     ]).save(folder / "base.keras")
-    request = BuildRequest(model=str(folder / "base.keras"), update="biases",
+    request = BuildRequest(model=str(folder / "base.keras"), updates=("biases",),
                            batch=_HYBRID_BATCH, learning_rate=0.05, int8_frozen=True,
                            rank_x="", rank_y="")
     (folder / "request.json").write_text(json.dumps(request.to_json()))
     subprocess.run([sys.executable, "-m", "devicefit.sdk.devtrain.build", str(folder)],
                    check=True, capture_output=True, timeout=600, cwd=folder)
-    path = folder / "model.tflite"
+    path = folder / "model-0.tflite"  # the first (only) of request.updates
     proc = subprocess.run([sys.executable, "-c", _LITERT_TRAIN_STEP, str(path)],
                           capture_output=True, text=True, timeout=120, check=True)
     measured = json.loads(proc.stdout.strip().splitlines()[-1])
