@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING
 
 from devicefit.simulator.target import (
     OpTable,
-    Planner,
     SectionMaker,
-    SignaturePlanner,
     Target,
     lazy,
     lazy_class,
 )
 from devicefit.simulator.targets.edgetpu.cost import PROFILE_KEYS, EdgeTpuCost
+from devicefit.simulator.targets.litert import TARGET as LITERT
 
 if TYPE_CHECKING:
     from devicefit.simulator.profile_types import Profile
@@ -42,10 +41,9 @@ TARGET = Target(
     device_kinds=("edgetpu",),
     kernels=("edgetpu", "xnnpack", "reference"),
     delegates=("edgetpu", "xnnpack"),
-    planner=lazy(Planner, "devicefit.simulator.targets.litert.planner:plan_litert"),
+    planner=LITERT.planner,
     # The host's LiteRT runs a train signature on its CPU (the TPU runs compiled inference).
-    signature_planner=lazy(SignaturePlanner,
-                           "devicefit.simulator.targets.litert.planner:plan_subgraph"),
+    signature_planner=LITERT.signature_planner,
     check_ops=lazy(OpTable, "devicefit.simulator.targets.edgetpu.partition:check"),
     runner="litert",
     host_runtime=None,

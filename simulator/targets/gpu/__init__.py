@@ -14,14 +14,13 @@ from devicefit.simulator.target import (
     AcceleratorAsk,
     AcceleratorEval,
     OpTable,
-    Planner,
     SectionMaker,
-    SignaturePlanner,
     Target,
     lazy,
     lazy_class,
 )
 from devicefit.simulator.targets.gpu.settings import PROFILE_KEYS, GpuSettings
+from devicefit.simulator.targets.litert import TARGET as LITERT
 
 TARGET = Target(
     name="gpu",
@@ -29,10 +28,9 @@ TARGET = Target(
     device_kinds=("mobile-gpu",),
     kernels=("gpu", "xnnpack"),
     delegates=("gpu", "xnnpack"),
-    planner=lazy(Planner, "devicefit.simulator.targets.litert.planner:plan_litert"),
+    planner=LITERT.planner,
     # The phone's LiteRT runs a train signature on its CPU (the delegate has no training).
-    signature_planner=lazy(SignaturePlanner,
-                           "devicefit.simulator.targets.litert.planner:plan_subgraph"),
+    signature_planner=LITERT.signature_planner,
     check_ops=lazy(OpTable, "devicefit.simulator.targets.gpu.partition:check"),
     runner="litert",
     host_runtime=None,
