@@ -6,11 +6,14 @@ Lite's own: its "Performance benchmarks for well known models" (``benchmark_mode
 with the GPU delegate on an iPhone XS, Apple A12 GPU, Metal; four float32 models), its pose
 estimation page (PoseNet on the same three phones) and tensorflow/tpu's EfficientNet-lite
 README (lite0-4, Pixel 4, fp16), plus one Mali figure (a Galaxy S8, listed, not fitted: a
-class needs ``MIN_FIGURES``). Their architectures are built here in code with random weights
-— MobileNet v1 (Keras, the file ``bench_latency`` also uses), SqueezeNet 1.0, Inception v4,
-PoseNet's MobileNet v1 body and EfficientNet-lite as their papers and READMEs lay them out,
-Inception-ResNet v2 from Keras — converted float32 with the real converter (cached), and
-partitioned by devicefit's GPU rules. Latency depends on shapes, not on weight values.
+class needs ``MIN_FIGURES``) and three more Adreno phones timed by an app on the delegate's
+2019 preview (glDelegateBench: Pixel 2, Xiaomi Mi 9, Pixel 3a; ``speed: own``: predicted with
+the class's constants times a speed factor of the phone's own, from its other figure). Their
+architectures are built here in code with random weights — MobileNet v1 (Keras, the file
+``bench_latency`` also uses), SqueezeNet 1.0, Inception v4, PoseNet's MobileNet v1 bodies and
+EfficientNet-lite as their papers and READMEs lay them out, Inception-ResNet v2 from Keras —
+converted float32 with the real converter (cached), and partitioned by devicefit's GPU rules.
+Latency depends on shapes, not on weight values.
 
     .venv/bin/python benchmarks/bench_gpu_latency.py          # the leave-one-out table
     .venv/bin/python benchmarks/bench_gpu_latency.py --fit    # each phone's fitted constants
@@ -18,7 +21,9 @@ partitioned by devicefit's GPU rules. Latency depends on shapes, not on weight v
 The estimate (:mod:`devicefit.simulator.targets.gpu.latency`) is linear in its constants
 once the partition is known, so ``--fit`` solves a non-negative least-squares problem on
 the relative error of a phone's figures (each model weighs the same, 6 ms or 100 ms).
-The leave-one-out column refits that phone without the row and predicts it.
+The leave-one-out column refits that phone's class without the row and predicts it; for a
+``speed: own`` phone it keeps the class's constants and takes the speed factor from the
+phone's other figures only.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import inspect
+import math
 import os
 import statistics
 import sys
@@ -126,18 +132,30 @@ def _inception_v4(k):
     return k.Model(inp, L.Dense(1001, activation="softmax")(x))
 
 
-def _posenet_mobilenet_v1(k):
-    """PoseNet's multi-person model (``posenet_mobilenet_v1_100_257x257_multi_kpt_stripped``):
-    MobileNet v1 1.0's convolution body (Howard et al. 2017, Table 1: a 3x3/2 conv of 32, then
-    13 depthwise-separable blocks) at 257x257, output stride 32 (its 9x9 outputs), and four
-    1x1 heads: 17 keypoint heatmaps, 34 offsets, 32 forward and 32 backward displacements."""
+def _posenet(k, alpha: float, size: tuple[int, int], output_stride: int):
+    """PoseNet's multi-person model: MobileNet v1's convolution body (Howard et al. 2017,
+    Table 1: a 3x3/2 conv of 32, then 13 depthwise-separable blocks) with its channels times
+    ``alpha``, stopped striding at ``output_stride`` (the later strided blocks dilated
+    instead, as PoseNet's own MobileNet does), and four 1x1 heads: 17 keypoint heatmaps, 34
+    offsets, 32 forward and 32 backward displacements.
+    ``posenet_mobilenet_v1_100_257x257_multi_kpt_stripped``: 1.0 at 257x257, stride 32 (its
+    9x9 outputs); the delegate preview's ``multi_person_mobilenet_v1_075_float``: 0.75 at
+    353x257 (its 1,088,652-byte float input), stride 16."""
     L = k.layers
-    x = inp = k.Input((257, 257, 3), batch_size=1)
-    x = L.Conv2D(32, 3, strides=2, padding="same", activation="relu6")(x)
-    for filters, stride in ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2),
-                            *[(512, 1)] * 5, (1024, 2), (1024, 1)):
-        x = L.DepthwiseConv2D(3, strides=stride, padding="same", activation="relu6")(x)
-        x = L.Conv2D(filters, 1, activation="relu6")(x)
+    x = inp = k.Input((*size, 3), batch_size=1)
+    x = L.Conv2D(int(32 * alpha), 3, strides=2, padding="same", activation="relu6")(x)
+    stride, rate = 2, 1
+    for filters, step in ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2),
+                          *[(512, 1)] * 5, (1024, 2), (1024, 1)):
+        # tfjs-models' posenet ``toOutputStridedLayers``: at the output stride a block keeps
+        # the rate so far and the blocks after it dilate by its stride instead.
+        layer_rate = 1
+        if stride == output_stride:
+            layer_rate, rate, step = rate, rate * step, 1
+        stride *= step
+        x = L.DepthwiseConv2D(3, strides=step, dilation_rate=layer_rate, padding="same",
+                              activation="relu6")(x)
+        x = L.Conv2D(int(filters * alpha), 1, activation="relu6")(x)
     return k.Model(inp, [L.Conv2D(n, 1)(x) for n in (17, 34, 32, 32)])
 
 
@@ -189,7 +207,8 @@ BUILDERS = {
     "squeezenet": _squeezenet_1_0,
     "inception_v4": _inception_v4,
     "inception_resnet_v2": _inception_resnet_v2,
-    "posenet": _posenet_mobilenet_v1,
+    "posenet": partial(_posenet, alpha=1.0, size=(257, 257), output_stride=32),
+    "posenet_075": partial(_posenet, alpha=0.75, size=(353, 257), output_stride=16),
     **{f"efficientnet_lite{v}": partial(_efficientnet_lite, scaling=LITE[v]) for v in LITE},
 }
 
@@ -265,13 +284,47 @@ def classes(phones: list[Phone]) -> dict[str, list[Figure]]:
 
 
 def class_fit(figures: list[Figure]) -> GpuCost:
-    return fit([(features(f.model), f.ms) for f in figures])
+    """The constants of the figures' class, fitted to those of its phones that are not
+    ``speed: own``."""
+    return fit([(features(f.model), f.ms) for f in figures if not f.phone.own_speed])
+
+
+def own_speed_estimates(published: list[float], base: list[float]) -> list[float]:
+    """A ``speed: own`` phone's figures, each estimated as ``base`` (the class's constants)
+    times the phone's speed factor: the geometric mean of published / base over the phone's
+    *other* figures, so a figure never sets its own factor."""
+    logs = [math.log(p / b) for p, b in zip(published, base)]
+    return [b * math.exp(statistics.fmean(logs[:i] + logs[i + 1:]))
+            for i, b in enumerate(base)]
+
+
+def speed_factor(published: list[float], base: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(p / b) for p, b in zip(published, base)))
 
 
 def leave_one_out(figures: list[Figure]) -> list[float]:
-    """Each figure's estimate from the constants fitted to the rest of its class."""
+    """Each figure's estimate from the constants fitted to the rest of its class (all of
+    them fitted phones')."""
     return [predict_ms(features(f.model), class_fit([g for g in figures if g is not f]))
             for f in figures]
+
+
+#: A ``speed: own`` phone needs a figure besides the one left out to set its speed factor.
+MIN_OWN_SPEED_FIGURES = 2
+
+
+def own_speed_leave_one_out(figures: list[Figure], cost: GpuCost) -> list[float]:
+    """The ``speed: own`` phones' figures, each from ``cost`` (its class's) and the speed
+    factor of the phone's other figures."""
+    out: dict[int, float] = {}
+    for phone in dict.fromkeys(f.phone.phone for f in figures):
+        mine = [i for i, f in enumerate(figures) if f.phone.phone == phone]
+        if len(mine) < MIN_OWN_SPEED_FIGURES:
+            raise SystemExit(f"{phone} (speed: own) has {len(mine)} figure(s): its speed "
+                             f"factor needs {MIN_OWN_SPEED_FIGURES}, one left out")
+        base = [predict_ms(features(figures[i].model), cost) for i in mine]
+        out.update(zip(mine, own_speed_estimates([figures[i].ms for i in mine], base)))
+    return [out[i] for i in range(len(figures))]
 
 
 def held_out_coverage(figures: list[Figure]) -> int:
@@ -303,6 +356,13 @@ def _summary(label: str, pairs: list[tuple[Figure, float]]) -> str:
             f"{max(errors):.2f}x, {sum(e <= 2 for e in errors)}/{len(errors)} within 2x")
 
 
+def _row(name: str, f: Figure, fitted: float, est: float) -> str:
+    x = features(f.model)
+    return (f"| {name} | {f.phone.phone} ({f.phone.gpu}) | {f.model} | {x.gpu_ops} "
+            f"| {x.gpu_macs / 1e9:.2f} | {x.gpu_bytes / 1e6:.0f} | {f.ms:g} | "
+            f"{fitted:.1f} | {fitted / f.ms:.2f} | {est:.1f} | {est / f.ms:.2f} |")
+
+
 def table(phones: list[Phone]) -> str:
     lines = ["| class | phone (GPU) | model | GPU ops | GPU GMACs | GPU MB moved | "
              "published ms | fitted ms | fitted / published | leave-one-out ms | "
@@ -310,7 +370,8 @@ def table(phones: list[Phone]) -> str:
     summary = []
     every: list[tuple[Figure, float]] = []
     for name, figures in classes(phones).items():
-        if len(figures) < MIN_FIGURES:
+        fitted = [f for f in figures if not f.phone.own_speed]
+        if len(fitted) < MIN_FIGURES:
             # Listed, not fitted; what the built-in profile's constants say of it.
             cost = load_profile(PROFILE).target_settings.cost
             for f in figures:
@@ -324,20 +385,34 @@ def table(phones: list[Phone]) -> str:
                                f"{f.ms / predict_ms(x, cost):.2f}")
             continue
         whole = class_fit(figures)
-        loo = leave_one_out(figures)
-        for f, est in zip(figures, loo):
-            x = features(f.model)
-            fitted = predict_ms(x, whole)
-            lines.append(f"| {name} | {f.phone.phone} ({f.phone.gpu}) | {f.model} | {x.gpu_ops} "
-                         f"| {x.gpu_macs / 1e9:.2f} | {x.gpu_bytes / 1e6:.0f} | {f.ms:g} | "
-                         f"{fitted:.1f} | {fitted / f.ms:.2f} | {est:.1f} | {est / f.ms:.2f} |")
-        pairs = list(zip(figures, loo))
+        loo = leave_one_out(fitted)
+        for f, est in zip(fitted, loo):
+            lines.append(_row(name, f, predict_ms(features(f.model), whole), est))
+        pairs = list(zip(fitted, loo))
         every += pairs
         band = (min(f.ms / e for f, e in pairs), max(f.ms / e for f, e in pairs))
         summary.append(f"{_summary(name, pairs)}; published / estimate {band[0]:.2f}-"
                        f"{band[1]:.2f} (the band); held out of its band: "
-                       f"{held_out_coverage(figures)}/{len(figures)} inside")
-    summary.append(_summary("all fitted figures", every))
+                       f"{held_out_coverage(fitted)}/{len(fitted)} inside")
+        own = [f for f in figures if f.phone.own_speed]
+        if not own:
+            continue
+        own_loo = own_speed_leave_one_out(own, whole)
+        factors = []
+        for phone in dict.fromkeys(f.phone.phone for f in own):
+            mine = [f for f in own if f.phone.phone == phone]
+            base = [predict_ms(features(f.model), whole) for f in mine]
+            factor = speed_factor([f.ms for f in mine], base)
+            factors.append(f"{phone} {factor:.2f}")
+            for f, b in zip(mine, base):
+                lines.append(_row(name, f, b * factor, own_loo[own.index(f)]))
+        own_pairs = list(zip(own, own_loo))
+        every += own_pairs
+        inside = sum(band[0] <= f.ms / e <= band[1] for f, e in own_pairs)
+        summary.append(f"{_summary(name + ', speed: own phones', own_pairs)}; their speed "
+                       f"factors (published / the class's estimate): {', '.join(factors)}; "
+                       f"inside the class's band: {inside}/{len(own_pairs)}")
+    summary.append(_summary("all predicted figures", every))
     summary.append(_summary("Android figures (the profiles' phones)",
                             [(f, e) for f, e in every if f.phone.os.startswith("Android")]))
     return "\n".join([*lines, "", *summary])
@@ -367,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.fit:
         for name, figures in classes(phones).items():
-            if len(figures) >= MIN_FIGURES:
+            if sum(not f.phone.own_speed for f in figures) >= MIN_FIGURES:
                 print(f"{name}: {constants(class_fit(figures))}")
         print(f"{PROFILE} sets {constants(load_profile(PROFILE).target_settings.cost)}")
         return 0

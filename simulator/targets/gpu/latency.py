@@ -52,14 +52,23 @@ class Phone:
     sources: Mapping[str, str]
     #: The built-in profile of its class, if one is fitted to it.
     profile: str | None = None
+    #: ``speed: own``: left out of its class's fit (another harness, or a slower GPU of the
+    #: class); predicted with the class's constants times a speed factor of its own.
+    own_speed: bool = False
 
 
 def load_published(path: Path = PUBLISHED) -> list[Phone]:
     data = load_own_data(path)
-    return [Phone(p["phone"], p["gpu"], p["class"], p["os"], p["backend"],
-                  {m: float(f["ms"]) for m, f in p["figures"].items()},
-                  {m: " ".join(f["source"].split()) for m, f in p["figures"].items()},
-                  p.get("profile")) for p in data["phones"]]
+    phones = []
+    for p in data["phones"]:
+        if p.get("speed", "own") != "own":
+            raise ValueError(f"{path}: {p['phone']}: speed must be 'own' or absent, "
+                             f"not {p['speed']!r}")
+        phones.append(Phone(p["phone"], p["gpu"], p["class"], p["os"], p["backend"],
+                            {m: float(f["ms"]) for m, f in p["figures"].items()},
+                            {m: " ".join(f["source"].split()) for m, f in p["figures"].items()},
+                            p.get("profile"), p.get("speed") == "own"))
+    return phones
 
 
 class PlacedOp(Protocol):

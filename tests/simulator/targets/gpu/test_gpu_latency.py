@@ -126,13 +126,27 @@ def test_the_mali_profile_checks_gpu_memory_and_says_why_latency_is_not(model_zo
 
 
 def test_the_published_figures_cover_three_phones_and_the_benchmarks_models():
-    from benchmarks.bench_gpu_latency import BUILDERS, MIN_FIGURES, classes
+    from benchmarks.bench_gpu_latency import (
+        BUILDERS,
+        MIN_FIGURES,
+        MIN_OWN_SPEED_FIGURES,
+        classes,
+    )
 
     phones = load_published()
     fitted = {name: figures for name, figures in classes(phones).items()
-              if len(figures) >= MIN_FIGURES}
+              if sum(not f.phone.own_speed for f in figures) >= MIN_FIGURES}
     assert sum(len(f) for f in fitted.values()) >= 10
     assert len({f.phone.phone for figures in fitted.values() for f in figures}) >= 3
+    # The bar holds on Android phones alone (the iPhone is Metal's, no profile's).
+    android = {f.phone.phone for figures in fitted.values() for f in figures
+               if f.phone.os.startswith("Android")}
+    assert len(android) >= 3
+    # A phone with a speed factor of its own has a figure to set it besides the one left
+    # out, and no built-in profile is fitted to it.
+    for p in phones:
+        if p.own_speed:
+            assert len(p.ms) >= MIN_OWN_SPEED_FIGURES and p.profile is None
     # Every figure's model is one the benchmark builds, and says which table it comes from.
     assert {m for p in phones for m in p.ms} <= {*BUILDERS, "mobilenet_v1"}
     assert all(p.sources.keys() == p.ms.keys() and all(p.sources.values()) for p in phones)
@@ -165,3 +179,17 @@ def test_the_fit_recovers_the_constants_the_figures_were_made_with():
     assert got.op_ms == pytest.approx(truth.op_ms, rel=1e-6)
     assert got.macs_per_second == pytest.approx(truth.macs_per_second, rel=1e-6)
     assert got.memory_bytes_per_second == pytest.approx(truth.memory_bytes_per_second, rel=1e-6)
+
+
+def test_a_speed_factor_never_uses_the_figure_it_predicts():
+    from benchmarks.bench_gpu_latency import own_speed_estimates, speed_factor
+
+    base = [10.0, 20.0, 40.0]
+    # A phone exactly 2.5x the class's estimate on every model is predicted exactly.
+    assert own_speed_estimates([25.0, 50.0, 100.0], base) == pytest.approx([25.0, 50.0, 100.0])
+    assert speed_factor([25.0, 50.0, 100.0], base) == pytest.approx(2.5)
+    # The first figure's estimate rests on the others only: changing it changes nothing.
+    first = own_speed_estimates([25.0, 50.0, 100.0], base)[0]
+    assert own_speed_estimates([999.0, 50.0, 100.0], base)[0] == pytest.approx(first)
+    # Two figures: each predicted from the other's factor (geometric, not arithmetic).
+    assert own_speed_estimates([20.0, 80.0], [10.0, 20.0]) == pytest.approx([40.0, 40.0])
