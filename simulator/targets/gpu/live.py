@@ -309,7 +309,9 @@ def cpu_kernels_cause(run: LiveRun, model: Model, ways: list[OutputAgreement]) -
     if default is None or builtin is None or builtin.error:
         return ""
     chains = len(densified_fp16_weights(model))
-    if _noise_db(builtin) - _noise_db(default) < CPU_KERNELS_GAP_DB:
+    better, worse = _noise_db(builtin), _noise_db(default)
+    # Both lost to inf/nan (or both identical): the CPU's kernels are not the difference.
+    if better == -math.inf or not (worse == -math.inf or better - worse >= CPU_KERNELS_GAP_DB):
         return (f"the CPU's kernels change nothing measurable here: the GPU path gives the "
                 f"same outputs with XNNPACK and with LiteRT's builtin kernels (the model "
                 f"has {chains} DENSIFY → DEQUANTIZE weight chain(s))")
