@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,16 +31,22 @@ sys.path.insert(0, str(ROOT))
 
 from devicefit.simulator.targets.gpu.delegate import ICDS, vulkan_env  # noqa: E402
 
-#: (weights, consumer, channels, accelerator, CPU kernels): one child each.
+#: (weights, consumer, channels, compiled for, CPU kernels, GPU option set): one child each.
+#: "interpreter": the older Interpreter API with its default resolver (XNNPACK applied).
 CASES = (
-    ("fp16", "topk", 8, "cpu", "xnnpack"),
-    ("fp16", "topk", 8, "cpu", "builtin"),
-    ("fp32", "topk", 8, "cpu", "xnnpack"),
-    ("fp16", "conv", 8, "cpu", "xnnpack"),
-    ("fp16", "conv", 8, "gpu", "xnnpack"),
-    ("fp16", "conv", 6, "gpu", "xnnpack"),
-    ("fp16", "conv", 8, "gpu", "builtin"),
-    ("fp32", "conv", 8, "gpu", "xnnpack"),
+    ("fp16", "topk", 8, "cpu", "xnnpack", ""),
+    ("fp16", "topk", 8, "interpreter", "xnnpack", ""),
+    ("fp16", "topk", 8, "cpu", "builtin", ""),
+    ("fp32", "topk", 8, "cpu", "xnnpack", ""),
+    ("fp16", "conv", 8, "cpu", "xnnpack", ""),
+    ("fp16", "conv", 8, "gpu", "xnnpack", ""),
+    ("fp16", "conv", 8, "gpu", "xnnpack", ""),  # again: another process, other garbage
+    ("fp16", "conv", 6, "gpu", "xnnpack", ""),
+    *(("fp16", "conv", 8, "gpu", "xnnpack", flag) for flag in (
+        "benchmark_mode", "hint_waiting_for_completion", "allow_src_quantized_fc_conv_ops",
+        "infinite_float_capping", "constant_tensor_sharing")),
+    ("fp16", "conv", 8, "gpu", "builtin", ""),
+    ("fp32", "conv", 8, "gpu", "xnnpack", ""),
 )
 
 CHILD = """
@@ -50,19 +57,54 @@ from ai_edge_litert.options import (CpuKernelMode, CpuOptions, GpuOptions,
                                     HardwareAccelerator, Options)
 from tests.tflite_builder import sparse_weights_model
 
-weights, consumer, channels, accel, kernels, path = sys.argv[1:]
+weights, consumer, channels, accel, kernels, flag, path = sys.argv[1:]
 Path = __import__("pathlib").Path
 Path(path).write_bytes(sparse_weights_model(weights == "fp16", consumer, int(channels)))
 mode = {"xnnpack": None, "builtin": CpuKernelMode.BUILTIN,
         "reference": CpuKernelMode.REFERENCE}
 
 
-def compiled(accel, kernels):
+class Interpreted:
+    # The Interpreter API behind run()'s calls (its default resolver applies XNNPACK).
+
+    def __init__(self):
+        from ai_edge_litert.interpreter import Interpreter
+        self.it = Interpreter(path)
+        self.it.allocate_tensors()
+
+    def get_signature_list(self):
+        return {"": None}
+
+    def get_output_tensor_details(self, key):
+        return {d["name"]: d for d in self.it.get_output_details()[:1]}
+
+    def create_input_buffers(self, index):
+        return [self]
+
+    def create_output_buffers(self, index):
+        return [self]
+
+    def write(self, x):
+        self.it.set_tensor(self.it.get_input_details()[0]["index"], x)
+
+    def run_by_index(self, index, ins, outs):
+        self.it.invoke()
+
+    def read(self, n, dtype):
+        return self.it.get_tensor(self.it.get_output_details()[0]["index"]).ravel()[:n]
+
+
+def compiled(accel, kernels, flag=""):
     cpu = CpuOptions(num_threads=1, kernel_mode=mode[kernels])
+    if accel == "interpreter":
+        return Interpreted()
     if accel == "gpu":
+        gpu = GpuOptions(enforce_f32=True)
+        if flag:
+            setattr(gpu, flag, True)
         return CompiledModel.from_file(path, options=Options(
             HardwareAccelerator.GPU | HardwareAccelerator.CPU, cpu_options=cpu,
-            gpu_options=GpuOptions(enforce_f32=True)))
+            gpu_options=gpu))
     return CompiledModel.from_file(path, options=Options(HardwareAccelerator.CPU,
                                                          cpu_options=cpu))
 
@@ -79,7 +121,7 @@ def run(model, x):
 shape = (1, 4, 4, int(channels)) if consumer == "conv" else (1, 8)
 rng = np.random.default_rng(1)
 xs = [rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(3)]
-case = compiled(accel, kernels)  # first: no earlier model's freed memory to reuse
+case = compiled(accel, kernels, flag)  # first: no earlier model's freed memory to reuse
 got = [run(case, x) for x in xs]
 ref = [run(compiled("cpu", "reference"), x) for x in xs]
 diff = max(float(np.nanmax(np.abs(g - r), initial=0.0)) for g, r in zip(got, ref))
@@ -93,34 +135,40 @@ def main() -> int:
     have_gpu = bool(swiftshader) and Path(str(swiftshader)).is_file()
     env = {**vulkan_env(swiftshader if have_gpu else None),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    print(f"{'weights':8} {'read by':16} {'channels':>8}  {'compiled for':28} "
+    print(f"{'weights':8} {'read by':12} {'channels':>8}  {'compiled for':66} "
           f"max |diff| against LiteRT's reference kernels")
-    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
-    for weights, consumer, channels, accel, kernels in CASES:
-        reader = "CONV_2D 1x1" if consumer == "conv" else "TOPK_V2"
-        where = ("GPU|CPU, CPU ops on " if accel == "gpu" else "CPU on ") + (
-            "XNNPACK" if kernels == "xnnpack" else "builtin")
-        head = f"{weights:8} {reader:16} {channels:>8}  {where:28} "
-        if accel == "gpu" and not have_gpu:
-            print(head + "not run: Chromium's SwiftShader Vulkan driver is not installed")
-            continue
-        path = tmp / f"devicefit-repro-{os.getpid()}.tflite"
-        try:
-            done = subprocess.run([sys.executable, "-c", CHILD, weights, consumer,
-                                   str(channels), accel, kernels, str(path)], env=env,
-                                  capture_output=True, text=True, timeout=120)
-        finally:
-            path.unlink(missing_ok=True)
-        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        if done.returncode or not lines:
-            print(head + f"failed (exit {done.returncode})")
-            continue
-        r = json.loads(lines[-1])
-        verdict = "WRONG" if r["nan"] or r["max_abs_diff"] > 1e-3 * r["ref_max"] else "right"
-        nan = f", {r['nan']} nan" if r["nan"] else ""
-        print(head + f"{r['max_abs_diff']:>20.3g} (outputs up to {r['ref_max']:.2g}{nan})"
-              f"  {verdict}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="devicefit-repro-") as tmp:
+        for case in CASES:
+            print(one_row(case, env, have_gpu, Path(tmp) / "model.tflite"), flush=True)
     return 0
+
+
+def one_row(case: tuple[str, str, int, str, str, str], env: dict[str, str], have_gpu: bool,
+            path: Path) -> str:
+    """One case in a fresh child: the row's text."""
+    weights, consumer, channels, accel, kernels, flag = case
+    reader = "CONV_2D 1x1" if consumer == "conv" else "TOPK_V2"
+    cpu = "XNNPACK" if kernels == "xnnpack" else "builtin kernels"
+    where = {"gpu": f"GPU|CPU, GpuOptions.{flag}, CPU ops on {cpu}" if flag
+             else f"GPU|CPU, CPU ops on {cpu}",
+             "cpu": f"CPU on {cpu}", "interpreter": "CPU, Interpreter API"}[accel]
+    head = f"{weights:8} {reader:12} {channels:>8}  {where:66} "
+    if accel == "gpu" and not have_gpu:
+        return head + "not run: Chromium's SwiftShader Vulkan driver is not installed"
+    try:
+        done = subprocess.run([sys.executable, "-c", CHILD, weights, consumer,
+                               str(channels), accel, kernels, flag, str(path)],
+                              env=env, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return head + "no answer in 120 s"
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        return head + f"failed (exit {done.returncode})"
+    r = json.loads(lines[-1])
+    verdict = "WRONG" if r["nan"] or r["max_abs_diff"] > 1e-3 * r["ref_max"] else "right"
+    nan = f", {r['nan']} nan" if r["nan"] else ""
+    return head + (f"{r['max_abs_diff']:>10.3g} (outputs up to {r['ref_max']:.2g}{nan})"
+                   f"  {verdict}")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ def _cpu_case(tmp_path: Path, weights: str, kernels: str) -> dict[str, float]:
     """The reproduction's child on the CPU alone: max |diff| against the reference kernels."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", CHILD, weights, "topk", "8", "cpu", kernels,
-                           str(tmp_path / f"{weights}-{kernels}.tflite")],
+                           "", str(tmp_path / f"{weights}-{kernels}.tflite")],
                           env=env, capture_output=True, text=True, timeout=120, check=True)
     result: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
     return result
