@@ -190,7 +190,8 @@ def run_live(model: Model, inputs: Callable[[Path], dict[str, Any]], precision: 
     for the child's folder (``RunSetup.input_request``); ``work_files``: arrays written into the child's folder,
     ``"samples"`` (the first input's samples, in its dtype) in place of ``inputs``."""
     ways = ways_for(model)
-    timeout = timeout_s + SECONDS_PER_SAMPLE * samples * len(ways) / 3
+    # The caller's timeout is for three ways; a fourth compiles and runs once more.
+    timeout = (timeout_s + SECONDS_PER_SAMPLE * samples) * len(ways) / 3
     with temporary_folder("devicefit-gpu-") as tmp:
         work = Path(tmp)
         files = {}
@@ -312,9 +313,10 @@ def cpu_kernels_cause(run: LiveRun, model: Model, ways: list[OutputAgreement]) -
     better, worse = _noise_db(builtin), _noise_db(default)
     # Both lost to inf/nan (or both identical): the CPU's kernels are not the difference.
     if better == -math.inf or not (worse == -math.inf or better - worse >= CPU_KERNELS_GAP_DB):
-        return (f"the CPU's kernels change nothing measurable here: the GPU path gives the "
-                f"same outputs with XNNPACK and with LiteRT's builtin kernels (the model "
-                f"has {chains} DENSIFY → DEQUANTIZE weight chain(s))")
+        return (f"the CPU's kernels are not what makes the difference here: the GPU path is "
+                f"as far from the CPU's outputs with LiteRT's builtin kernels for the ops "
+                f"left on the CPU as with XNNPACK (the model has {chains} DENSIFY → "
+                f"DEQUANTIZE weight chain(s))")
     return (f"not the model, not the GPU: the GPU path matches the CPU once the ops left on "
             f"the CPU run on LiteRT's builtin kernels; with XNNPACK, LiteRT's default, its "
             f"{chains} DENSIFY → DEQUANTIZE weight chain(s) feed the GPU weights never "
