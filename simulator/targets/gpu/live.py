@@ -313,10 +313,10 @@ def cpu_kernels_cause(run: LiveRun, model: Model, ways: list[OutputAgreement]) -
     better, worse = _noise_db(builtin), _noise_db(default)
     # Both lost to inf/nan (or both identical): the CPU's kernels are not the difference.
     if better == -math.inf or not (worse == -math.inf or better - worse >= CPU_KERNELS_GAP_DB):
-        return (f"the CPU's kernels are not what makes the difference here: the GPU path is "
-                f"as far from the CPU's outputs with LiteRT's builtin kernels for the ops "
-                f"left on the CPU as with XNNPACK (the model has {chains} DENSIFY → "
-                f"DEQUANTIZE weight chain(s))")
+        return (f"not the CPU's kernels: with LiteRT's builtin kernels for the ops left on "
+                f"the CPU the GPU path comes no nearer the CPU's outputs (by "
+                f"{CPU_KERNELS_GAP_DB:.0f} dB or more) than with XNNPACK; the model has "
+                f"{chains} DENSIFY → DEQUANTIZE weight chain(s)")
     return (f"not the model, not the GPU: the GPU path matches the CPU once the ops left on "
             f"the CPU run on LiteRT's builtin kernels; with XNNPACK, LiteRT's default, its "
             f"{chains} DENSIFY → DEQUANTIZE weight chain(s) feed the GPU weights never "
