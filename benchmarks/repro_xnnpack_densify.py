@@ -10,11 +10,12 @@ then reads DENSIFY's output, never written (``tflite/delegates/xnnpack/xnnpack_d
 ``PrepareOpsToDelegate``: a skipped producer is given back only for the direct inputs of an
 op XNNPACK does not take). Each row is one fresh child process (uninitialised memory differs
 between processes): the model compiled as the row says, run three times on random inputs
-(seed 1), against the same model on LiteRT's reference kernels (``CpuKernelMode.REFERENCE``).
+(seed 1), against the same model on LiteRT's reference kernels (``CpuKernelMode.REFERENCE``);
+then the DEQUANTIZE's output itself, read after a run on the CPU.
 The GPU rows need Chromium's SwiftShader Vulkan driver (the adapter ``simulate --run``
 uses); without it they print why not.
 
-    .venv/bin/python benchmarks/repro_xnnpack_densify.py     # about 30 s
+    .venv/bin/python benchmarks/repro_xnnpack_densify.py     # about 40 s
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,7 +142,38 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="devicefit-repro-") as tmp:
         for case in CASES:
             print(one_row(case, env, have_gpu, Path(tmp) / "model.tflite"), flush=True)
+        print(dequantized_weights(Path(tmp) / "topk.tflite"))
     return 0
+
+
+def dequantized_weights(path: Path) -> str:
+    """The DEQUANTIZE's output itself after a run, every tensor kept apart (the Interpreter
+    API's ``experimental_preserve_all_tensors``: no arena sharing, so no other tensor's
+    values land in it): with XNNPACK it is not the weights, its input never written."""
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from tests.tflite_builder import sparse_weights_model
+
+    path.write_bytes(sparse_weights_model(True, "topk"))
+    found = []
+    for resolver, name in ((OpResolverType.AUTO, "XNNPACK (default resolver)"),
+                           (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, "builtin")):
+        with warnings.catch_warnings():  # its "for debugging only" warning: it is that
+            warnings.simplefilter("ignore")
+            it = Interpreter(str(path), experimental_op_resolver_type=resolver,
+                             experimental_preserve_all_tensors=True)
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], np.ones((1, 8), np.float32))
+        it.invoke()
+        (w,) = [d["index"] for d in it.get_tensor_details() if d["name"] == "w"]
+        values = it.get_tensor(w)
+        nan = int(np.isnan(values).sum())
+        found.append(f"{name}: {np.count_nonzero(values)} of {values.size} non-zero, "
+                     f"max |w| {np.nanmax(np.abs(values), initial=0.0):.3g}"
+                     + (f", {nan} nan" if nan else ""))
+    return "the DEQUANTIZE's output after a run (fp16 sparse weights, TOPK_V2 reader): " + (
+        "; ".join(found))
 
 
 def one_row(case: tuple[str, str, int, str, str, str], env: dict[str, str], have_gpu: bool,
