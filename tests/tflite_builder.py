@@ -272,3 +272,77 @@ def dense_chain_model(layers: int = 10, width: int = 8, reshape: bool = False) -
             prev = out
     return _model([_opcode(B.FULLY_CONNECTED), _opcode(B.RESHAPE)], tensors, buffers, ops,
                   [0], [prev])
+
+
+def _csr(dense: np.ndarray) -> tuple[fb.SparsityParametersT, np.ndarray]:
+    """``dense`` in TFLite's sparse format: every dimension dense but the last, in CSR (as
+    MediaPipe's sparse models store their 1×1 convolutions' filters); and its non-zeros."""
+    rows = dense.reshape(-1, dense.shape[-1])
+    segments, indices = [0], []
+    for row in rows:
+        indices += np.nonzero(row)[0].tolist()
+        segments.append(len(indices))
+    dims = []
+    for size in dense.shape[:-1]:
+        d = fb.DimensionMetadataT()
+        d.format, d.denseSize = fb.DimensionType.DENSE, size
+        dims.append(d)
+    last = fb.DimensionMetadataT()
+    last.format = fb.DimensionType.SPARSE_CSR
+    last.arraySegmentsType = last.arrayIndicesType = fb.SparseIndexVector.Int32Vector
+    last.arraySegments, last.arrayIndices = fb.Int32VectorT(), fb.Int32VectorT()
+    last.arraySegments.values, last.arrayIndices.values = segments, indices
+    sparsity = fb.SparsityParametersT()
+    sparsity.traversalOrder, sparsity.dimMetadata = list(range(dense.ndim)), [*dims, last]
+    return sparsity, dense[dense != 0]
+
+
+def sparse_weights_model(fp16: bool = True, consumer: str = "conv", channels: int = 8
+                         ) -> bytes:
+    """Weights stored sparse, made dense by DENSIFY (then DEQUANTIZE when ``fp16``), as
+    MediaPipe's sparse models store them. ``consumer`` "conv": x[1, 4, 4, channels] →
+    CONV_2D 1×1, 8 filters, reading them (the GPU delegate takes the CONV_2D and leaves the
+    DENSIFY and DEQUANTIZE to the CPU); "topk": the weights' two largest per filter
+    (TOPK_V2, an op XNNPACK does not take) beside x[1, 8] → RELU."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 1, 1, channels)).astype(np.float32)
+    w[np.abs(w) < 0.5] = 0  # about 60 % non-zero, as a pruned layer
+    stored = w.astype(np.float16) if fp16 else w
+    kind = fb.TensorType.FLOAT16 if fp16 else F32
+    sparsity, values = _csr(stored)
+    B = fb.BuiltinOperator
+    codes = [_opcode(B.DENSIFY), _opcode(B.DEQUANTIZE), _opcode(B.CONV_2D), _opcode(B.TOPK_V2),
+             _opcode(B.RELU)]
+    packed = _tensor("w_sparse", w.shape, kind, 1)
+    packed.sparsity = sparsity
+    tensors = [packed, _tensor("w_dense", w.shape, kind, 0)]
+    buffers = [_buffer(values)]
+    ops = [_operator(0, [0], [1])]
+    weights = 1
+    if fp16:
+        tensors.append(_tensor("w", w.shape, F32, 0))
+        ops.append(_operator(1, [1], [2]))
+        weights = 2
+
+    def add(t: fb.TensorT) -> int:
+        tensors.append(t)
+        return len(tensors) - 1
+
+    if consumer == "conv":
+        x = add(_tensor("x", (1, 4, 4, channels), F32, 0))
+        buffers.append(_buffer(np.zeros(8, np.float32)))
+        bias = add(_tensor("bias", (8,), F32, len(buffers)))
+        y = add(_tensor("y", (1, 4, 4, 8), F32, 0))
+        ops.append(_operator(2, [x, weights, bias], [y], *_options(
+            "Conv2D", padding=fb.Padding.VALID, strideW=1, strideH=1)))
+        return _model(codes, tensors, buffers, ops, [x], [y])
+    buffers.append(_buffer(np.array([2], np.int32)))
+    k = add(_tensor("k", (1,), I32, len(buffers)))
+    values_out = add(_tensor("top2", (8, 1, 1, 2), F32, 0))
+    indices_out = add(_tensor("top2_index", (8, 1, 1, 2), I32, 0))
+    x = add(_tensor("x", (1, 8), F32, 0))
+    relu = add(_tensor("relu", (1, 8), F32, 0))
+    ops += [_operator(3, [weights, k], [values_out, indices_out],
+                      fb.BuiltinOptions.TopKV2Options, fb.TopKV2OptionsT()),
+            _operator(4, [x], [relu])]
+    return _model(codes, tensors, buffers, ops, [x], [values_out, relu])

@@ -10,7 +10,9 @@ ways before it survive that):
   tensors where this CPU has fp16 kernels);
 - ``gpu``: GPU|CPU — the GPU accelerator, whose partition the delegate logs on stderr;
   ``FULLY_ACCELERATED`` goes to stdout once the compilation succeeded
-  (:func:`.delegate.read_answer` reads both).
+  (:func:`.delegate.read_answer` reads both);
+- ``gpu_builtin``, when the request lists it: GPU|CPU again, the ops left on the CPU on
+  LiteRT's builtin kernels instead of XNNPACK (:func:`.live.ways_for` says when and why).
 """
 
 from __future__ import annotations
@@ -31,16 +33,22 @@ from devicefit.simulator.run.runtimes._worker import exit_with_parent, limit_mem
 #: ``tflite/delegates/xnnpack/xnnpack_delegate.h``: the integer operators stay on XNNPACK
 #: as in the fp32 way, so only the float precision differs between the two.
 FORCE_FP16_FLAGS = 0x1 | 0x2 | 0x4
-WAYS = ("fp32", "fp16", "gpu")
 
 
 def compile_model(path: str, way: str, precision: str) -> Any:
     """The model compiled for ``way``; ``precision`` "fp32" sets the GPU's ``enforce_f32``."""
     from ai_edge_litert.compiled_model import CompiledModel
-    from ai_edge_litert.options import CpuOptions, GpuOptions, HardwareAccelerator, Options
+    from ai_edge_litert.options import (
+        CpuKernelMode,
+        CpuOptions,
+        GpuOptions,
+        HardwareAccelerator,
+        Options,
+    )
 
-    cpu = CpuOptions(num_threads=1, xnnpack_flags=FORCE_FP16_FLAGS if way == "fp16" else None)
-    if way == "gpu":
+    cpu = CpuOptions(num_threads=1, xnnpack_flags=FORCE_FP16_FLAGS if way == "fp16" else None,
+                     kernel_mode=CpuKernelMode.BUILTIN if way == "gpu_builtin" else None)
+    if way.startswith("gpu"):
         return CompiledModel.from_file(path, options=Options(
             HardwareAccelerator.GPU | HardwareAccelerator.CPU, cpu_options=cpu,
             gpu_options=GpuOptions(enforce_f32=precision == "fp32")))
@@ -84,7 +92,7 @@ def main(argv: list[str]) -> int:
     work = Path(request["dir"])
     limit_memory(request["memory_bytes"])
     samples = samples_of(request)
-    for way in WAYS:
+    for way in request["ways"]:
         start = time.perf_counter()
         try:
             model = compile_model(request["model"], way, request["precision"])

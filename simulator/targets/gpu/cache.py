@@ -26,8 +26,9 @@ from devicefit.simulator.targets.gpu.delegate import DelegateAnswer
 from devicefit.simulator.targets.gpu.live import PrecisionCheck, default_icd
 from devicefit.simulator.types import ModelRuns
 
-#: Part of every key: a change of what is stored, or of how the child computes, asks again.
-FORMAT = 1
+#: Part of every key: a change of what is stored, or of how the child computes, asks again
+#: (2: the builtin-kernel way and the cause, :func:`.live.ways_for`).
+FORMAT = 2
 MAX_ENTRY_BYTES = 256 * 1024
 
 

@@ -13,12 +13,23 @@ Why two fp16 answers: a phone's GPU delegate computes in fp16 unless told not to
 adapter with WebGPU's ``shader-f16``; on SwiftShader its outputs match the CPU's fp32 ones
 to fp32 rounding (measured: ``benchmarks/bench_gpu_live.py``), so the GPU path here checks
 the partition and the kernels, and XNNPACK's fp16 mode checks fp16 tensors.
+
+Why a fourth way on some models (:func:`ways_for`): LiteRT's XNNPACK, which runs the ops
+the GPU leaves on the CPU, skips a DENSIFY of constant sparse weights it means to unpack
+itself, but leaves the DEQUANTIZE after it (fp16 weights) to LiteRT's builtin kernel when
+a GPU op reads its output: that DEQUANTIZE then reads a tensor never written, and the GPU
+op computes with garbage weights (``tflite/delegates/xnnpack/xnnpack_delegate.cc``,
+``PrepareOpsToDelegate``: a producer is un-skipped only for the direct inputs of an op it
+does not take). MediaPipe's sparse models are made so. On such a model the GPU path runs a
+second time with the CPU's ops on LiteRT's builtin kernels, and the report says which of
+the two the difference comes from (measured: ``benchmarks/repro_xnnpack_densify.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -38,7 +49,12 @@ from devicefit.simulator.targets.gpu.delegate import ICDS, DelegateAnswer, read_
 #: The ways the child computes (:mod:`._live_worker`), with what each is, for the report.
 WAYS = {"fp32": "CPU fp32 (XNNPACK)",
         "fp16": "CPU fp16 tensors (XNNPACK FORCE_FP16)",
-        "gpu": "GPU path"}
+        "gpu": "GPU path",
+        "gpu_builtin": "Same GPU path, the ops left on the CPU on LiteRT's builtin kernels"}
+#: How much closer (in dB of SQNR) the GPU path must come with the builtin CPU kernels for
+#: its difference to be put down to XNNPACK: on the models measured the gap is over 100 dB
+#: (garbage weights), and a GPU kernel's own rounding moves both ways alike.
+CPU_KERNELS_GAP_DB = 20.0
 #: Seconds the child is given per sample, beside the caller's timeout for compiling.
 SECONDS_PER_SAMPLE = 2.0
 
@@ -65,8 +81,10 @@ class OutputAgreement:
     def line(self) -> str:
         if self.error:
             return f"{self.way}: no outputs: {self.error}"
+        # Garbage can be nan everywhere: no finite difference is not agreement then.
+        same = "identical" if not self.nonfinite else "equal where finite"
         figures = [f"max |diff| {_g(self.max_abs_diff)}",
-                   "identical" if self.sqnr_db is None else f"SQNR {self.sqnr_db:.1f} dB"]
+                   same if self.sqnr_db is None else f"SQNR {self.sqnr_db:.1f} dB"]
         if self.top1_agreement is not None:
             figures.append(f"top-1 agreement {self.top1_agreement:.1%}")
         if self.accuracy is not None:
@@ -85,6 +103,8 @@ class PrecisionCheck:
     #: Top-1 accuracy of the fp32 reference against the labels, when given.
     reference_accuracy: float | None
     ways: tuple[OutputAgreement, ...]
+    #: Where the GPU path's difference comes from, when the ways measured show it ("").
+    cause: str = ""
 
 
 @dataclass(frozen=True)
@@ -137,6 +157,30 @@ class LiveRun:
     outputs: dict[str, dict[str, np.ndarray]]
     errors: dict[str, str]
     way_seconds: dict[str, float]
+    #: The ways the child was asked to compute, in its order.
+    ways: tuple[str, ...] = ("fp32", "fp16", "gpu")
+
+
+def densified_fp16_weights(model: Model) -> tuple[int, ...]:
+    """The DEQUANTIZE ops that read a DENSIFY of constant sparse weights: the chain LiteRT's
+    XNNPACK leaves half-run when a GPU op reads the result (the module's docstring)."""
+    sg = model.main
+    producers = {t: op for op in sg.operators for t in op.outputs}
+    found = []
+    for op in sg.operators:
+        source = producers.get(op.inputs[0]) if op.op_name == "DEQUANTIZE" and op.inputs \
+            else None
+        if source is not None and source.op_name == "DENSIFY" and source.inputs \
+                and sg.tensors[source.inputs[0]].has_data:
+            found.append(op.index)
+    return tuple(found)
+
+
+def ways_for(model: Model) -> tuple[str, ...]:
+    """The ways the child computes for ``model``: the GPU path a second time, the CPU's
+    ops on LiteRT's builtin kernels, where its weights are made by DENSIFY → DEQUANTIZE."""
+    base = ("fp32", "fp16", "gpu")
+    return (*base, "gpu_builtin") if densified_fp16_weights(model) else base
 
 
 def run_live(model: Model, inputs: Callable[[Path], dict[str, Any]], precision: str,
@@ -145,7 +189,9 @@ def run_live(model: Model, inputs: Callable[[Path], dict[str, Any]], precision: 
     """Compile and run ``model`` the three ways in a child. ``inputs``: one sample's source
     for the child's folder (``RunSetup.input_request``); ``work_files``: arrays written into the child's folder,
     ``"samples"`` (the first input's samples, in its dtype) in place of ``inputs``."""
-    timeout = timeout_s + SECONDS_PER_SAMPLE * samples
+    ways = ways_for(model)
+    # The caller's timeout is for three ways; a fourth compiles and runs once more.
+    timeout = (timeout_s + SECONDS_PER_SAMPLE * samples) * len(ways) / 3
     with temporary_folder("devicefit-gpu-") as tmp:
         work = Path(tmp)
         files = {}
@@ -155,7 +201,7 @@ def run_live(model: Model, inputs: Callable[[Path], dict[str, Any]], precision: 
         names = [model.main.tensors[i].name for i in model.main.inputs]
         request = {**files, "inputs": inputs(work), "dir": str(work), "model": str(
             Path(model.path).resolve()), "precision": precision, "names": names,
-            "memory_bytes": WORKER_MEMORY_BYTES}
+            "ways": list(ways), "memory_bytes": WORKER_MEMORY_BYTES}
         (work / "request.json").write_text(json.dumps(request))
         start = time.perf_counter()
         try:
@@ -170,7 +216,7 @@ def run_live(model: Model, inputs: Callable[[Path], dict[str, Any]], precision: 
             code = -9
         seconds = time.perf_counter() - start
         outputs, errors, way_seconds = {}, {}, {}
-        for way in WAYS:
+        for way in ways:
             try:
                 result = json.loads((work / f"{way}.json").read_text())
             except (OSError, ValueError):
@@ -182,7 +228,8 @@ def run_live(model: Model, inputs: Callable[[Path], dict[str, Any]], precision: 
                 continue
             with np.load(work / f"{way}.npz", allow_pickle=False) as z:
                 outputs[way] = {name: z[f"arr_{k}"] for k, name in enumerate(result["names"])}
-    return LiveRun(read_answer(stdout, stderr, code), seconds, outputs, errors, way_seconds)
+    return LiveRun(read_answer(stdout, stderr, code), seconds, outputs, errors, way_seconds,
+                   ways)
 
 
 def _text(data: bytes | str | None) -> str:
@@ -233,19 +280,49 @@ def precision_check(run: LiveRun, model: Model, inputs: str, samples: int,
     if reference is None:
         return f"the CPU's fp32 reference did not run: {run.errors.get('fp32', '')}"
     ways = []
-    for way in ("fp16", "gpu"):
+    for way in run.ways[1:]:
         name = (f"{WAYS[way]} (LiteRT's GPU accelerator on {short(run.answer.adapter)})"
                 if way == "gpu" else WAYS[way])
         found = run.outputs.get(way)
         # Without an adapter the GPU way's own error is LiteRT's generic one: say why.
-        error = (run.answer.error if way == "gpu" and not run.answer.ok and run.answer.error
-                 else run.errors.get(way, "no outputs"))
+        error = (run.answer.error if way.startswith("gpu") and not run.answer.ok
+                 and run.answer.error else run.errors.get(way, "no outputs"))
         ways.append(dataclasses.replace(
             OutputAgreement(name, error=error)
             if found is None else agreement(name, reference, found, model, labels),
             seconds=run.way_seconds.get(way, 0.0)))
     ref_accuracy = agreement(WAYS["fp32"], reference, reference, model, labels).accuracy
-    return PrecisionCheck(inputs, samples, ref_accuracy, tuple(ways))
+    return PrecisionCheck(inputs, samples, ref_accuracy, tuple(ways),
+                          cpu_kernels_cause(run, model, ways))
+
+
+def _noise_db(way: OutputAgreement) -> float:
+    """SQNR as a number to compare: identical is best, outputs lost to inf/nan worst."""
+    if way.error or way.nonfinite:
+        return -math.inf
+    return math.inf if way.sqnr_db is None else way.sqnr_db
+
+
+def cpu_kernels_cause(run: LiveRun, model: Model, ways: list[OutputAgreement]) -> str:
+    """Where the GPU path's difference comes from, when the builtin-kernel way ran."""
+    by_way = dict(zip(run.ways[1:], ways, strict=True))
+    default, builtin = by_way.get("gpu"), by_way.get("gpu_builtin")
+    if default is None or builtin is None or builtin.error:
+        return ""
+    chains = len(densified_fp16_weights(model))
+    better, worse = _noise_db(builtin), _noise_db(default)
+    # Both lost to inf/nan (or both identical): the CPU's kernels are not the difference.
+    if better == -math.inf or not (worse == -math.inf or better - worse >= CPU_KERNELS_GAP_DB):
+        return (f"not the CPU's kernels: with LiteRT's builtin kernels for the ops left on "
+                f"the CPU the GPU path comes no nearer the CPU's outputs (by "
+                f"{CPU_KERNELS_GAP_DB:.0f} dB or more) than with XNNPACK; the model has "
+                f"{chains} DENSIFY → DEQUANTIZE weight chain(s)")
+    return (f"not the model, not the GPU: the GPU path matches the CPU once the ops left on "
+            f"the CPU run on LiteRT's builtin kernels; with XNNPACK, LiteRT's default, its "
+            f"{chains} DENSIFY → DEQUANTIZE weight chain(s) feed the GPU weights never "
+            f"written (XNNPACK skips the DENSIFY, the DEQUANTIZE runs without it; LiteRT's "
+            f"bug, expected wherever its CPU side is XNNPACK; a model with dense weights, or "
+            f"CpuOptions(kernel_mode=CpuKernelMode.BUILTIN), avoids it)")
 
 
 def live_lines(live: LiveDelegate | None) -> list[str]:
@@ -271,7 +348,8 @@ def live_lines(live: LiveDelegate | None) -> list[str]:
            else f"; reference accuracy {check.reference_accuracy:.1%}")
     lines.append(f"  fp16         outputs against the CPU's fp32 (XNNPACK) on {check.samples} "
                  f"sample(s) of {check.inputs} (measured{ref}):")
-    return [*lines, *(f"                 {w.line()}" for w in check.ways)]
+    lines += [f"                 {w.line()}" for w in check.ways]
+    return [*lines, f"  cause        {check.cause}"] if check.cause else lines
 
 
 def live_summary(live: LiveDelegate | None) -> list[str]:
@@ -287,4 +365,6 @@ def live_summary(live: LiveDelegate | None) -> list[str]:
     fp16 = next((w for w in check.ways if w.way.startswith(WAYS["fp16"])), None) if check \
         else None
     return [head, f"fp16 (measured): {fp16.line()}" if fp16 is not None
-            else "fp16 accuracy not checked"]
+            else "fp16 accuracy not checked",
+            *([f"GPU path's difference (measured): {check.cause}"] if check and check.cause
+              else [])]
