@@ -148,12 +148,13 @@ def test_a_real_phones_whole_graph_counts_every_operator() -> None:
     the whole graph (tests/fixtures/benchmark_model, TF issue 43541): "completely executed
     by the delegate" means every operator of the model, in one partition."""
     from devicefit.sdk.bench import parse_benchmark_output
-    from devicefit.sdk.bench.compare import partition_check, predicted_partition
+    from devicefit.sdk.bench.compare import partition_check
+    from devicefit.sdk.types import gpu_partition
 
     out = parse_benchmark_output((FIXTURES / "tf43541_android_gpu.txt").read_text())
     assert out.gpu.ops_on_gpu is None and out.gpu.kernels == 1
-    predicted = predicted_partition(simulate(model_path("chain_float32"), load_profile(GPU)))
-    assert predicted is not None and predicted["gpu_ops"] == predicted["total_ops"] == 8
+    predicted = gpu_partition(simulate(model_path("chain_float32"), load_profile(GPU)))
+    assert predicted is not None and predicted.gpu_ops == predicted.total_ops == 8
     whole = partition_check(out.gpu, predicted, whole_graph=True)
     assert (whole.measured_gpu_ops, whole.measured_partitions, whole.agree) == (8, 1, True)
     assert partition_check(out.gpu, predicted).agree is None  # nothing said: not compared
