@@ -285,6 +285,37 @@ def test_gpu_flag_on_a_cpu_profile(phones, arm64_binary, capsys) -> None:  # noq
            "nnapi\n" in capsys.readouterr().err
 
 
+def test_gpu_flag_on_a_cpu_profile_shows_the_gpu_runs_partition(
+        phones, arm64_binary, tmp_path, capsys) -> None:  # noqa: F811
+    """The GPU run beside the CPU profile's own: its delegate's partition (measured, its log)
+    is shown after it, in the text and on the page, with nothing predicted to compare it
+    with; laid out in Chromium as every page is."""
+    from tests.browser import LAYOUT, WIDE, layout_problems, measure
+
+    phones.add("FAKE01")
+    page = tmp_path / "bench.html"
+    assert main(_argv(model_path("if_float32"), "android-arm64-cpu", arm64_binary, phones.adb,
+                      "--gpu", "--html", str(page))) == 0
+    out = capsys.readouterr().out
+    beside = out.index("beside it on the GPU, 4 threads: inference avg")
+    shown = out.index("GPU delegate on the phone (measured, OpenCL): 3 of 4 ops on the GPU in 1 "
+                      "partition(s)\n  refused: IF: Operation is not supported.\n"
+                      "  predicted: none (the profile is not a GPU profile)\n")
+    assert beside < shown
+    text = page.read_text()
+    assert text.index('<section class="bench-beside">') < text.index(
+        '<section class="bench-gpu">')
+    partition = text.split('<section class="bench-gpu">')[1].split("</section>")[0]
+    assert ("<tr><td>backend</td><td>OpenCL</td><td>-</td></tr>"
+            "<tr><td>ops on the GPU</td><td>3 of 4</td><td>-</td></tr>") in partition
+    assert ("<p>not compared: the profile is not a GPU profile, so nothing is predicted</p>"
+            in partition)
+    assert "<li>IF: Operation is not supported.</li>" in partition
+    rendered, geometry = measure(tmp_path / "shown.html", text, LAYOUT, size=WIDE)
+    assert rendered.console == [], rendered.console
+    assert layout_problems(geometry) == []
+
+
 def test_an_explicit_delegate_runs_once(phones, arm64_binary, capsys) -> None:  # noqa: F811
     phones.add("FAKE01")
     assert main(_argv(model_path("if_float32"), GPU, arm64_binary, phones.adb, "--delegate",
