@@ -32,10 +32,13 @@ def _session_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     as its path must stay short: Chromium and PostgreSQL put Unix sockets in it (at most 107
     bytes), and pytest's base folder is deep. Others may pass through it (0o711): PostgreSQL
     runs as its own user when the suite runs as root (tests/postgres.py)."""
+    import multiprocessing.util
     import os
     import shutil
     import tempfile
 
+    # multiprocessing removes its own folder at exit, after the move: it is made first, here.
+    multiprocessing.util.get_temp_dir()
     folder = tempfile.mkdtemp(prefix="devicefit-tests-")
     os.chmod(folder, 0o711)
     before = os.environ.get("TMPDIR"), tempfile.tempdir
