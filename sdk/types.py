@@ -39,8 +39,9 @@ class GpuPartitionSummary:
 
     gpu_ops: int
     total_ops: int
+    #: How many partitions the delegate runs on the GPU (its largest, up to its limit).
     partitions: int
-    #: In the model's operator order.
+    #: The operators left on the CPU, in the model's order.
     fallbacks: tuple[GpuFallback, ...]
     #: None: the delegate was not asked (no ``--run``).
     asked: GpuAsked | None
