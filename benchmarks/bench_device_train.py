@@ -39,6 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from benchmarks.tables import Column, markdown_table  # noqa: E402
+
 UPDATES = ("biases", "last:2", "sparse:2")
 #: Classes the base model is trained on, per data set.
 BASE_CLASSES = {"digits": 8, "vowels": 6}
@@ -98,6 +100,32 @@ def _kib(value: float) -> str:
     return f"{value / 1024:,.0f} KiB"
 
 
+#: The table's columns: ``adapt --json``'s figures, measured but for the plan.
+COLUMNS = (Column("data"), Column("update"), Column("batch", right=True),
+           Column("trained params", right=True), Column("held-out accuracy before → after"),
+           Column("train memory measured, builtin kernels: heap / tensors"),
+           Column("process peak rise (XNNPACK)", right=True), Column("planned total / heap"),
+           Column("ms/step (host)", right=True))
+
+
+def table(rows: list[dict]) -> list[str]:
+    """The Markdown table of the runs; a run ``adapt`` refused says why in its fourth cell."""
+    cells = []
+    for r in rows:
+        if "error" in r:
+            cells.append([r["set"], r["update"], r["batch"], f"refused: {r['error']}",
+                          *[""] * (len(COLUMNS) - 4)])
+            continue
+        cells.append([
+            r["set"], r["update"], r["batch"], f"{r['trained_parameters']:,}",
+            f"{r['accuracy_before']:.1%} → {r['accuracy_after']:.1%}",
+            f"{_kib(r['train_heap_bytes'])} / {_kib(r['train_tensor_bytes'])}",
+            _kib(r["train_peak_rise_bytes"]),
+            f"{_kib(r['planned_bytes'])} / {r['planned_bytes'] / r['train_heap_bytes']:.2f}",
+            f"{r['step_seconds_median'] * 1e3:.2f}"])
+    return markdown_table(COLUMNS, cells)
+
+
 def arguments(parser: argparse.ArgumentParser) -> None:
     """The options this benchmark shares with ``bench_device_train_auto.py``."""
     parser.add_argument("--sets", default="digits,vowels")
@@ -125,21 +153,7 @@ def main() -> int:
                     row = run(model, data, evaluation, update, batch, args, folder)
                     rows.append({"set": name} | row)
                     print(json.dumps(rows[-1]), file=sys.stderr)
-    print("| data | update | batch | trained params | held-out accuracy before → after | "
-          "train memory measured, builtin kernels: heap / tensors | process peak rise "
-          "(XNNPACK) | planned total / heap | ms/step (host) |")
-    print("| --- | --- | ---: | ---: | --- | --- | ---: | --- | ---: |")
-    for r in rows:
-        if "error" in r:
-            print(f"| {r['set']} | {r['update']} | {r['batch']} | refused: {r['error']} "
-                  "| | | | | |")
-            continue
-        planned = f"{_kib(r['planned_bytes'])} / {r['planned_bytes'] / r['train_heap_bytes']:.2f}"
-        print(f"| {r['set']} | {r['update']} | {r['batch']} | {r['trained_parameters']:,} | "
-              f"{r['accuracy_before']:.1%} → {r['accuracy_after']:.1%} | "
-              f"{_kib(r['train_heap_bytes'])} / {_kib(r['train_tensor_bytes'])} | "
-              f"{_kib(r['train_peak_rise_bytes'])} | {planned} | "
-              f"{r['step_seconds_median'] * 1e3:.2f} |")
+    print("\n".join(table(rows)))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

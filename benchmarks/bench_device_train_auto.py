@@ -36,8 +36,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_device_train import _kib, arguments, prepare  # noqa: E402
+from benchmarks.tables import Column, markdown_table  # noqa: E402
 
 PHONE = "android-arm64-cpu"
+#: A data set's table: a row per candidate update.
+COLUMNS = (Column("update"), Column("planned (estimated)", right=True), Column("fits"),
+           Column("validation accuracy (auto's)", right=True),
+           Column("held-out accuracy after", right=True))
 
 
 def adapt(model: Path, data: Path, evaluation: Path, update: str, args: argparse.Namespace,
@@ -81,18 +86,15 @@ def table(row: dict[str, Any]) -> str:
              f"plan); auto chose `{row['chosen']}` (exit {row['exit']}, measured heap "
              f"{_kib(row['chosen_heap_bytes'])}), the best that fits on held-out data is "
              f"`{row['best']}`: gap **{row['gap_pp']:.1f} pp**",
-             "",
-             "| update | planned (estimated) | fits | validation accuracy (auto's) | "
-             "held-out accuracy after |",
-             "| --- | ---: | --- | ---: | ---: |"]
+             ""]
+    cells = []
     for update, plan in row["plans"].items():
-        fits = plan <= row["budget_bytes"]
         val = row["validation"].get(update)
         held = row["held_out"].get(update)
-        mark = " ← auto" if update == row["chosen"] else ""
-        lines.append(f"| {update}{mark} | {_kib(plan)} | {'yes' if fits else 'no'} | "
-                     f"{'' if val is None else f'{val:.1%}'} | "
-                     f"{'' if held is None else f'{held:.1%}'} |")
+        cells.append([f"{update}{' ← auto' if update == row['chosen'] else ''}", _kib(plan),
+                      "yes" if plan <= row["budget_bytes"] else "no",
+                      "" if val is None else f"{val:.1%}", "" if held is None else f"{held:.1%}"])
+    lines += markdown_table(COLUMNS, cells)
     return "\n".join(lines)
 
 

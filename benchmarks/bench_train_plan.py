@@ -20,22 +20,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.tables import Column, markdown_table
 from devicefit.simulator.plan.training import plan_training
 from devicefit.simulator.read.reader import read_model
 from tests.trainable_models import CHOICES, measure_train_step, trainable_path
 
+#: The fixtures' table: a row per trained part and batch size.
+FIXTURE_COLUMNS = tuple(Column(t) for t in (
+    "trained", "batch", "arena planned", "arena measured", "plan vs measured", "total planned",
+    "heap of the step (measured)", "total / heap",
+    "heap not planned without `interpreter`, per operator"))
+
 
 def fixtures() -> None:
-    print("| trained | batch | arena planned | arena measured | plan vs measured "
-          "| total planned | heap of the step (measured) | total / heap "
-          "| heap not planned without `interpreter`, per operator |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    rows = []
     for choice in CHOICES:
         for batch in (8, 32):
             path = trainable_path(choice, batch)
@@ -44,9 +47,11 @@ def fixtures() -> None:
             arena, heap = measured["arena"], measured["heap"]
             ops = len(read_model(path).subgraphs[plan.subgraph].operators)
             rest = (heap - plan.total_bytes + plan.parts["interpreter"]) / ops
-            print(f"| {choice} | {batch} | {plan.arena_bytes:,} B | {arena:,} B | "
-                  f"{(plan.arena_bytes - arena) / arena:+.1%} | {plan.total_bytes:,} B | "
-                  f"{heap:,} B | {plan.total_bytes / heap:.3f} | {rest:,.0f} B |")
+            rows.append([choice, batch, f"{plan.arena_bytes:,} B", f"{arena:,} B",
+                         f"{(plan.arena_bytes - arena) / arena:+.1%}",
+                         f"{plan.total_bytes:,} B", f"{heap:,} B",
+                         f"{plan.total_bytes / heap:.3f}", f"{rest:,.0f} B"])
+    print("\n".join(markdown_table(FIXTURE_COLUMNS, rows)))
 
 
 def _heap(model: Path) -> int:
@@ -56,28 +61,33 @@ def _heap(model: Path) -> int:
     shape = read_model(model).subgraphs[sig.subgraph].tensors[dict(sig.inputs)["x"]].shape
     with tempfile.TemporaryDirectory(prefix="bench-train-plan-") as tmp:
         folder = Path(tmp)
-        shutil.copy(model, folder / "model.tflite")
-        (folder / "litert_request.json").write_text(json.dumps(
-            {"x_shape": list(shape), "threads": 1, "xnnpack": False}))
+        request, result = folder / "request.json", folder / "measure.json"
+        request.write_text(json.dumps({"model": str(model), "x_shape": list(shape),
+                                       "threads": 1, "xnnpack": False, "result": str(result)}))
         subprocess.run([sys.executable, "-m", "devicefit.sdk.devtrain.litert", "measure",
-                        str(folder)], check=True, capture_output=True, timeout=300)
-        return int(json.loads((folder / "measure.json").read_text())["heap_bytes"])
+                        str(request)], check=True, capture_output=True, timeout=300)
+        return int(json.loads(result.read_text())["heap_bytes"])
+
+
+#: The adapted models' table: a row per model ``bench_device_train.py`` kept.
+ADAPTED_COLUMNS = (Column("model"), *(Column(t, right=True) for t in (
+    "batch", "arena planned", "kernels outside the arena (persistent + dynamic)",
+    "ruy workspace", "interpreter", "total planned", "heap of the step (measured)",
+    "total / heap")))
 
 
 def adapted(folder: Path) -> None:
-    print("| model | batch | arena planned | kernels outside the arena (persistent + dynamic) "
-          "| ruy workspace | interpreter | total planned | heap of the step (measured) "
-          "| total / heap |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = []
     for path in sorted(folder.glob("*-b*.tflite")):
         plan = plan_training(read_model(path))
         heap = _heap(path)
         p = plan.parts
         name, batch = path.stem.rsplit("-b", 1)
-        print(f"| {name} | {batch} | {plan.arena_bytes:,} B | "
-              f"{p['kernel persistent'] + p['kernel dynamic']:,} B | "
-              f"{p['ruy workspace']:,} B | {p['interpreter']:,} B | {plan.total_bytes:,} B | "
-              f"{heap:,} B | {plan.total_bytes / heap:.3f} |")
+        rows.append([name, batch, f"{plan.arena_bytes:,} B",
+                     f"{p['kernel persistent'] + p['kernel dynamic']:,} B",
+                     f"{p['ruy workspace']:,} B", f"{p['interpreter']:,} B",
+                     f"{plan.total_bytes:,} B", f"{heap:,} B", f"{plan.total_bytes / heap:.3f}"])
+    print("\n".join(markdown_table(ADAPTED_COLUMNS, rows)))
 
 
 def main() -> None:

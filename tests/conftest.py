@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,38 @@ import pytest
 
 from tests import zoo
 from tests.paths import TESTS
+
+
+# --- The session's own temporary folder ------------------------------------------------
+@pytest.fixture(autouse=True, scope="session")
+def _session_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Temporary files of the suite and of its child processes ($TMPDIR) go in a folder of
+    the session's, moved under pytest's base folder at the end: what a command keeps by
+    design (a failed conversion's log, for its user) and what a child leaves (TensorFlow's
+    autograph files) stay with pytest's own folders, of which it keeps the last three runs,
+    not in /tmp. While the session runs the folder sits in the system's temporary folder,
+    as its path must stay short: Chromium and PostgreSQL put Unix sockets in it (at most 107
+    bytes), and pytest's base folder is deep. Others may pass through it (0o711): PostgreSQL
+    runs as its own user when the suite runs as root (tests/postgres.py)."""
+    import multiprocessing.util
+    import os
+    import shutil
+    import tempfile
+
+    # multiprocessing removes its own folder at exit, after the move: it is made first, here.
+    multiprocessing.util.get_temp_dir()
+    folder = tempfile.mkdtemp(prefix="devicefit-tests-")
+    os.chmod(folder, 0o711)
+    before = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = tempfile.tempdir = folder
+    yield
+    if before[0] is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before[0]
+    tempfile.tempdir = before[1]
+    shutil.move(folder, tmp_path_factory.getbasetemp() / "tmp")
+# ---------------------------------------------------------------------------------------
 
 _BY_IMPORT = {"browser": "tests.browser", "postgres": "tests.postgres"}
 

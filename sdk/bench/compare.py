@@ -2,8 +2,7 @@
 against the one predicted (the report's ``compatibility.gpu``), and the CPU run beside it
 against the estimate of the CPU profile the GPU profile builds on.
 
-The predicted partition is read from the target section's JSON form (``gpu_ops``,
-``partitions``, ``ops``), the section's public face: the SDK reaches no target's package.
+The predicted partition is read by :func:`sdk.types.gpu_partition`, as ``check`` reads it.
 """
 
 from __future__ import annotations
@@ -11,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from devicefit.sdk.bench.runner import CPU_DELEGATE, REMOTE_BINARY, default_delegate
+from devicefit.sdk.types import GpuPartitionSummary, gpu_partition
 from devicefit.simulator.errors import DevicefitError
 from devicefit.simulator.profile_types import Profile
 from devicefit.simulator.profiles import load_profile
@@ -37,35 +36,27 @@ NOT_REFUSED = "GetOpsToReplace: GetNodesOfFirstNLargestPartitions"
 FP16_DEQUANTIZE = "FP16GraphPartitionHelper"
 
 
-def predicted_partition(report: Report | None) -> dict[str, Any] | None:
-    """The report's GPU partition as JSON, or None when its profile predicts none."""
-    section = report.compatibility.section if report and report.compatibility else None
-    data = section.to_dict() if section is not None else {}
-    return data if {"gpu_ops", "total_ops", "partitions", "ops"} <= data.keys() else None
-
-
 def _op_type(name: str) -> str:
     # The delegate names a custom op "CUSTOM name" (GetOpNameByRegistration); the reader
     # "CUSTOM:name".
     return name.replace(":", " ", 1) if name.startswith("CUSTOM:") else name
 
 
-def partition_check(measured: GpuDelegateLog | None, predicted: dict[str, Any],
+def partition_check(measured: GpuDelegateLog | None, predicted: GpuPartitionSummary,
                     whole_graph: bool | None = None) -> PartitionCheck:
     """The phone's partition (``measured`` None: its log said nothing of one) beside the
     predicted one. ``whole_graph``: benchmark_model said the graph runs "completely" on the
     GPU (an older build logs no count then: every operator is on the GPU)."""
-    refused = [_op_type(o["op"]) for o in predicted["ops"]
-               if o["device"] == "cpu" and not o["rule"].startswith(NOT_REFUSED)]
+    refused = [_op_type(f.op) for f in predicted.fallbacks if not f.rule.startswith(NOT_REFUSED)]
     on_gpu = measured.ops_on_gpu if measured else None
     if on_gpu is None and whole_graph:
-        on_gpu = predicted["total_ops"]
+        on_gpu = predicted.total_ops
     return PartitionCheck(
         measured_gpu_ops=on_gpu,
-        predicted_gpu_ops=predicted["gpu_ops"],
+        predicted_gpu_ops=predicted.gpu_ops,
         measured_partitions=measured.kernels if measured else None,
-        predicted_partitions=len(predicted["partitions"]),
-        total_ops=predicted["total_ops"],
+        predicted_partitions=predicted.partitions,
+        total_ops=predicted.total_ops,
         measured_refused=sorted(measured.refused_types) if measured else [],
         predicted_refused=sorted(set(refused)))
 
@@ -86,7 +77,7 @@ def compare(result: BenchResult, report: Report | None, profile: Profile,
     """``result`` with its GPU partition checked against ``report``'s (when the GPU run is
     the profile's own) and the run beside it compared with its own estimate."""
     partition = None
-    predicted = predicted_partition(report)
+    predicted = gpu_partition(report)
     if predicted is not None and result.settings.delegate == "gpu":
         said = next((c.whole_graph for c in result.results.delegate_coverage
                      if c.delegate == "GPU"), None)

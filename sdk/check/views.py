@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+from devicefit.sdk.types import gpu_partition
 from devicefit.simulator.infra import jsonout
 from devicefit.simulator.infra.escape import markdown as md_literal
 from devicefit.simulator.infra.escape import markdown_code as md_code
@@ -172,30 +173,27 @@ def notes(result: CheckResult) -> list[str]:
 
 def gpu_lines(o: Outcome) -> list[str]:
     """A phone GPU target in two short lines: the predicted partition with its fallbacks
-    counted, then whether ``--run`` asked LiteRT's GPU delegate and whether it agrees. Read
-    from the section's JSON form (``gpu_ops``, ``ops``, ``live``), its public face, as bench
-    reads it; [] for any other target."""
-    section = o.report.compatibility.section if o.report and o.report.compatibility else None
-    data = section.to_dict() if section is not None else {}
-    if not {"gpu_ops", "total_ops", "partitions", "ops", "live"} <= data.keys():
+    counted, then whether ``--run`` asked LiteRT's GPU delegate and whether it agrees; []
+    for any other target."""
+    gpu = gpu_partition(o.report)
+    if gpu is None:
         return []
-    fallbacks = [op["op"] for op in data["ops"] if op["device"] == "cpu"]
-    kinds = list(dict.fromkeys(fallbacks))
+    kinds = list(dict.fromkeys(f.op for f in gpu.fallbacks))
     shown = ", ".join(kinds[:3]) + (f" and {len(kinds) - 3} more" if len(kinds) > 3 else "")
-    head = (f"GPU {data['gpu_ops']}/{data['total_ops']} ops, {len(data['partitions'])} "
-            f"partition(s), {len(fallbacks)} CPU fallback(s)"
-            + (f" ({shown})" if fallbacks else "") + " (predicted)")
-    live = data["live"]
-    if live is None:
-        asked = "GPU delegate not asked (check --run asks it where a GPU adapter is present)"
-    elif live["not_asked"]:
-        asked = f"GPU delegate not asked: {live['not_asked']}"
-    elif not live["disagreements"]:
-        asked = "GPU delegate asked: agrees with the prediction"
+    head = (f"GPU {gpu.gpu_ops}/{gpu.total_ops} ops, {gpu.partitions} "
+            f"partition(s), {len(gpu.fallbacks)} CPU fallback(s)"
+            + (f" ({shown})" if gpu.fallbacks else "") + " (predicted)")
+    asked = gpu.asked
+    if asked is None:
+        said = "GPU delegate not asked (check --run asks it where a GPU adapter is present)"
+    elif asked.not_asked:
+        said = f"GPU delegate not asked: {asked.not_asked}"
+    elif not asked.disagreements:
+        said = "GPU delegate asked: agrees with the prediction"
     else:
-        asked = (f"GPU delegate asked: {len(live['disagreements'])} disagreement(s): "
-                 f"{'; '.join(live['disagreements'])}")
-    return [head, asked]
+        said = (f"GPU delegate asked: {len(asked.disagreements)} disagreement(s): "
+                f"{'; '.join(asked.disagreements)}")
+    return [head, said]
 
 
 def problems(o: Outcome) -> list[str]:

@@ -171,10 +171,14 @@ def _print(args: argparse.Namespace, result: BenchResult, comparison: BenchCompa
     else:
         con.print(f"measured {format_time_ms(comparison.measured_ms)}; simulator estimate "
                   f"unavailable ({comparison.estimate_unavailable})")
-    if result.partition is not None or r.gpu is not None:
+    # The GPU's partition follows the GPU's run: the profile's own, or the one beside it.
+    gpu_first = result.settings.delegate == "gpu"
+    if gpu_first:
         _print_gpu(con, result)
     if result.beside is not None:
         _print_beside(con, result)
+    if not gpu_first:
+        _print_gpu(con, result)
     kept = "kept on the device" if args.keep else "removed from the device"
     if result.pushed:
         con.print(f"pushed {', '.join(result.pushed)} ({kept})")
@@ -198,8 +202,11 @@ def _partition_text(gpu_ops: int | None, total: int | None, partitions: int | No
 
 
 def _print_gpu(con: Console, result: BenchResult) -> None:
-    """The partition the phone's GPU delegate made (its log), beside devicefit's."""
-    gpu, check = result.results.gpu, result.partition
+    """The partition the phone's GPU delegate made (its log), beside devicefit's; nothing
+    when no run was on the GPU."""
+    gpu, check = result.gpu_log, result.partition
+    if gpu is None and check is None:
+        return
     backend = f", {gpu.backend}" if gpu is not None and gpu.backend else ""
     measured = ("the delegate logged no partition" if gpu is None else
                 _partition_text(gpu.ops_on_gpu, gpu.ops_total, gpu.kernels))

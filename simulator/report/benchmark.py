@@ -174,6 +174,14 @@ class BenchResult:
     #: The phone's GPU partition beside devicefit's prediction (a GPU run of a GPU profile).
     partition: PartitionCheck | None = None
 
+    @property
+    def gpu_log(self) -> GpuDelegateLog | None:
+        """The GPU delegate's log of the run on the GPU: the profile's own, or the one beside
+        it (``bench --gpu`` on a CPU profile); None when no run logged one."""
+        if self.settings.delegate == "gpu":
+            return self.results.gpu
+        return self.beside.results.gpu if self.beside is not None else None
+
 
 @dataclass(frozen=True)
 class BenchComparison:

@@ -786,8 +786,11 @@ def _bench(report: Report) -> str:
             ("init", format_time_ms(results.init_ms)),
             ("first inference", format_time_ms(results.first_inference_ms)),
             ("memory peak", format_size(results.memory_peak_bytes))]
+    # The GPU's partition follows the GPU's run: the profile's own, or the one beside it.
+    gpu_first = bench.settings.delegate == "gpu"
+    partition, beside = _bench_partition(report), _bench_beside(report)
     return ("<h3>Measured on the device (benchmark_model)</h3>" + html_table((), rows)
-            + _bench_partition(report) + _bench_beside(report))
+            + (partition + beside if gpu_first else beside + partition))
 
 
 def _run_name(delegate: str | None) -> str:
@@ -813,7 +816,7 @@ def _bench_partition(report: Report) -> str:
     """The GPU delegate's partition on the phone (its log) beside devicefit's prediction."""
     assert report.bench is not None  # the caller checks
     bench = report.bench.result
-    gpu, check = bench.results.gpu, bench.partition
+    gpu, check = bench.gpu_log, bench.partition
     if gpu is None and check is None:
         return ""
 

@@ -148,12 +148,13 @@ def test_a_real_phones_whole_graph_counts_every_operator() -> None:
     the whole graph (tests/fixtures/benchmark_model, TF issue 43541): "completely executed
     by the delegate" means every operator of the model, in one partition."""
     from devicefit.sdk.bench import parse_benchmark_output
-    from devicefit.sdk.bench.compare import partition_check, predicted_partition
+    from devicefit.sdk.bench.compare import partition_check
+    from devicefit.sdk.types import gpu_partition
 
     out = parse_benchmark_output((FIXTURES / "tf43541_android_gpu.txt").read_text())
     assert out.gpu.ops_on_gpu is None and out.gpu.kernels == 1
-    predicted = predicted_partition(simulate(model_path("chain_float32"), load_profile(GPU)))
-    assert predicted is not None and predicted["gpu_ops"] == predicted["total_ops"] == 8
+    predicted = gpu_partition(simulate(model_path("chain_float32"), load_profile(GPU)))
+    assert predicted is not None and predicted.gpu_ops == predicted.total_ops == 8
     whole = partition_check(out.gpu, predicted, whole_graph=True)
     assert (whole.measured_gpu_ops, whole.measured_partitions, whole.agree) == (8, 1, True)
     assert partition_check(out.gpu, predicted).agree is None  # nothing said: not compared
@@ -282,6 +283,37 @@ def test_gpu_flag_on_a_cpu_profile(phones, arm64_binary, capsys) -> None:  # noq
                       "--delegate", "nnapi")) == 2
     assert "--gpu runs the model on the GPU and on the CPU beside it: leave out --delegate " \
            "nnapi\n" in capsys.readouterr().err
+
+
+def test_gpu_flag_on_a_cpu_profile_shows_the_gpu_runs_partition(
+        phones, arm64_binary, tmp_path, capsys) -> None:  # noqa: F811
+    """The GPU run beside the CPU profile's own: its delegate's partition (measured, its log)
+    is shown after it, in the text and on the page, with nothing predicted to compare it
+    with; laid out in Chromium as every page is."""
+    from tests.browser import LAYOUT, WIDE, layout_problems, measure
+
+    phones.add("FAKE01")
+    page = tmp_path / "bench.html"
+    assert main(_argv(model_path("if_float32"), "android-arm64-cpu", arm64_binary, phones.adb,
+                      "--gpu", "--html", str(page))) == 0
+    out = capsys.readouterr().out
+    beside = out.index("beside it on the GPU, 4 threads: inference avg")
+    shown = out.index("GPU delegate on the phone (measured, OpenCL): 3 of 4 ops on the GPU in 1 "
+                      "partition(s)\n  refused: IF: Operation is not supported.\n"
+                      "  predicted: none (the profile is not a GPU profile)\n")
+    assert beside < shown
+    text = page.read_text()
+    assert text.index('<section class="bench-beside">') < text.index(
+        '<section class="bench-gpu">')
+    partition = text.split('<section class="bench-gpu">')[1].split("</section>")[0]
+    assert ("<tr><td>backend</td><td>OpenCL</td><td>-</td></tr>"
+            "<tr><td>ops on the GPU</td><td>3 of 4</td><td>-</td></tr>") in partition
+    assert ("<p>not compared: the profile is not a GPU profile, so nothing is predicted</p>"
+            in partition)
+    assert "<li>IF: Operation is not supported.</li>" in partition
+    rendered, geometry = measure(tmp_path / "shown.html", text, LAYOUT, size=WIDE)
+    assert rendered.console == [], rendered.console
+    assert layout_problems(geometry) == []
 
 
 def test_an_explicit_delegate_runs_once(phones, arm64_binary, capsys) -> None:  # noqa: F811
