@@ -46,8 +46,15 @@ def project(tmp_path_factory):
                          ids=[f"{d}-{'group' if g else 'process'}" for d, g in MOMENTS])
 def test_sigterm_ends_check_jobs_with_143_and_nothing_left(project, share, group):
     work, cmd, seconds = project
-    code, err, _, left = bench._run_once(cmd, work, signal.SIGTERM, share * seconds, group,
-                                         after=_pool_started)
+    for _ in range(3):
+        code, err, _, left = bench._run_once(cmd, work, signal.SIGTERM, share * seconds,
+                                             group, after=_pool_started)
+        # Ended on its own (0 or 1): under load this run was quicker than the unsignalled
+        # one and the signal came after its end. Sooner, then; a command that ignores the
+        # signal ends 0 or 1 every time and still fails below.
+        if code not in (0, 1):
+            break
+        share /= 2
     assert code is not None, "no end 30 s after SIGTERM"
     assert (code, left) == (143, []), err[-2000:]
     assert err.strip().endswith("devicefit: stopped by SIGTERM")
