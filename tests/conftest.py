@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,61 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(marker)
         if TESTS / "public_models" in item.path.parents:
             item.add_marker("public_models")
+    _longest_first(items)
+
+
+#: Seconds each test module took (setup, call and teardown of its tests, on one worker) in
+#: a run of the whole suite: only the order below reads it. `pytest -n 2 --record-durations`
+#: rewrites the figures of the modules it ran.
+DURATIONS = TESTS / "durations.json"
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    """Modules in the order pytest-xdist hands them out under ``--dist loadfile`` (pyproject's
+    addopts): a module is one unit, so one worker builds its module-scoped fixtures (a fit, a
+    search: tens of seconds) once, and the longest go first, so the run ends with short
+    modules that keep both workers busy rather than one worker in a long fit while the other
+    idles. A module the file does not list yet goes first when it has ``slow`` tests (assumed
+    long), last otherwise. Without xdist only the order changes."""
+    seconds = json.loads(DURATIONS.read_text())
+    slow = {_module(t.nodeid) for t in items if t.get_closest_marker("slow")}
+
+    def cost(item: pytest.Item) -> float:
+        module = _module(item.nodeid)
+        return seconds.get(module, float("inf") if module in slow else 0.0)
+
+    items.sort(key=cost, reverse=True)  # stable: a module's tests keep their order
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--record-durations", action="store_true",
+                     help=f"write each module's seconds in this run to {DURATIONS.name}")
+
+
+_recorded: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _recorded[_module(report.nodeid)] = _recorded.get(_module(report.nodeid), 0.0) + \
+        report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    # xdist's workers report to the controller, which holds every module's figures.
+    if not config.getoption("record_durations") or hasattr(config, "workerinput"):
+        return
+    # A run of some modules updates theirs and keeps the others'.
+    figures = {**json.loads(DURATIONS.read_text()), **{m: round(s, 1) for m, s in
+                                                       _recorded.items()}}
+    text = json.dumps(dict(sorted(figures.items())), indent=1)
+    tmp = DURATIONS.with_name(f".{DURATIONS.name}.{os.getpid()}")
+    tmp.write_text(text + "\n")
+    os.replace(tmp, DURATIONS)
 
 
 @pytest.fixture(scope="session")
@@ -98,7 +154,6 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     (their base folders sit in the session's own, made new for every run): a signature one
     worker asked is not asked again by the other; each answer is one atomically written
     file, and the tests that count probes and cache hits use a cache of their own."""
-    import os
 
     base = tmp_path_factory.getbasetemp()
     folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "devicefit-cache"
@@ -121,7 +176,6 @@ def measure_once(monkeypatch: pytest.MonkeyPatch,
     ~10 s of CPU (TensorFlow's import). A request nobody made yet still starts its own child,
     so a plan's verification is always measured."""
     import inspect
-    import os
 
     from devicefit.sdk.train import calibrate, measure
 
