@@ -34,7 +34,6 @@ def _session_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     bytes), and pytest's base folder is deep. Others may pass through it (0o711): PostgreSQL
     runs as its own user when the suite runs as root (tests/postgres.py)."""
     import multiprocessing.util
-    import os
     import shutil
     import tempfile
 
