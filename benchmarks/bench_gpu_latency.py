@@ -283,10 +283,14 @@ def classes(phones: list[Phone]) -> dict[str, list[Figure]]:
     return out
 
 
+def fitted(figures: list[Figure]) -> list[Figure]:
+    """The figures a class is fitted to: its phones' that are not ``speed: own``."""
+    return [f for f in figures if not f.phone.own_speed]
+
+
 def class_fit(figures: list[Figure]) -> GpuCost:
-    """The constants of the figures' class, fitted to those of its phones that are not
-    ``speed: own``."""
-    return fit([(features(f.model), f.ms) for f in figures if not f.phone.own_speed])
+    """The constants of the figures' class."""
+    return fit([(features(f.model), f.ms) for f in fitted(figures)])
 
 
 def own_speed_estimates(published: list[float], base: list[float]) -> list[float]:
@@ -311,20 +315,6 @@ def leave_one_out(figures: list[Figure]) -> list[float]:
 
 #: A ``speed: own`` phone needs a figure besides the one left out to set its speed factor.
 MIN_OWN_SPEED_FIGURES = 2
-
-
-def own_speed_leave_one_out(figures: list[Figure], cost: GpuCost) -> list[float]:
-    """The ``speed: own`` phones' figures, each from ``cost`` (its class's) and the speed
-    factor of the phone's other figures."""
-    out: dict[int, float] = {}
-    for phone in dict.fromkeys(f.phone.phone for f in figures):
-        mine = [i for i, f in enumerate(figures) if f.phone.phone == phone]
-        if len(mine) < MIN_OWN_SPEED_FIGURES:
-            raise SystemExit(f"{phone} (speed: own) has {len(mine)} figure(s): its speed "
-                             f"factor needs {MIN_OWN_SPEED_FIGURES}, one left out")
-        base = [predict_ms(features(figures[i].model), cost) for i in mine]
-        out.update(zip(mine, own_speed_estimates([figures[i].ms for i in mine], base)))
-    return [out[i] for i in range(len(figures))]
 
 
 def held_out_coverage(figures: list[Figure]) -> int:
@@ -370,8 +360,8 @@ def table(phones: list[Phone]) -> str:
     summary = []
     every: list[tuple[Figure, float]] = []
     for name, figures in classes(phones).items():
-        fitted = [f for f in figures if not f.phone.own_speed]
-        if len(fitted) < MIN_FIGURES:
+        fit_on = fitted(figures)
+        if len(fit_on) < MIN_FIGURES:
             # Listed, not fitted; what the built-in profile's constants say of it.
             cost = load_profile(PROFILE).target_settings.cost
             for f in figures:
@@ -385,28 +375,31 @@ def table(phones: list[Phone]) -> str:
                                f"{f.ms / predict_ms(x, cost):.2f}")
             continue
         whole = class_fit(figures)
-        loo = leave_one_out(fitted)
-        for f, est in zip(fitted, loo):
+        loo = leave_one_out(fit_on)
+        for f, est in zip(fit_on, loo):
             lines.append(_row(name, f, predict_ms(features(f.model), whole), est))
-        pairs = list(zip(fitted, loo))
+        pairs = list(zip(fit_on, loo))
         every += pairs
         band = (min(f.ms / e for f, e in pairs), max(f.ms / e for f, e in pairs))
         summary.append(f"{_summary(name, pairs)}; published / estimate {band[0]:.2f}-"
                        f"{band[1]:.2f} (the band); held out of its band: "
-                       f"{held_out_coverage(fitted)}/{len(fitted)} inside")
-        own = [f for f in figures if f.phone.own_speed]
-        if not own:
-            continue
-        own_loo = own_speed_leave_one_out(own, whole)
+                       f"{held_out_coverage(fit_on)}/{len(fit_on)} inside")
+        own_pairs: list[tuple[Figure, float]] = []
         factors = []
-        for phone in dict.fromkeys(f.phone.phone for f in own):
-            mine = [f for f in own if f.phone.phone == phone]
+        for phone in dict.fromkeys(f.phone.phone for f in figures if f.phone.own_speed):
+            mine = [f for f in figures if f.phone.phone == phone]
+            if len(mine) < MIN_OWN_SPEED_FIGURES:
+                raise SystemExit(f"{phone} (speed: own) has {len(mine)} figure(s): its speed "
+                                 f"factor needs {MIN_OWN_SPEED_FIGURES}, one left out")
+            published = [f.ms for f in mine]
             base = [predict_ms(features(f.model), whole) for f in mine]
-            factor = speed_factor([f.ms for f in mine], base)
+            factor = speed_factor(published, base)
             factors.append(f"{phone} {factor:.2f}")
-            for f, b in zip(mine, base):
-                lines.append(_row(name, f, b * factor, own_loo[own.index(f)]))
-        own_pairs = list(zip(own, own_loo))
+            for f, b, est in zip(mine, base, own_speed_estimates(published, base)):
+                lines.append(_row(name, f, b * factor, est))
+                own_pairs.append((f, est))
+        if not own_pairs:
+            continue
         every += own_pairs
         inside = sum(band[0] <= f.ms / e <= band[1] for f, e in own_pairs)
         summary.append(f"{_summary(name + ', speed: own phones', own_pairs)}; their speed "
@@ -442,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.fit:
         for name, figures in classes(phones).items():
-            if sum(not f.phone.own_speed for f in figures) >= MIN_FIGURES:
+            if len(fitted(figures)) >= MIN_FIGURES:
                 print(f"{name}: {constants(class_fit(figures))}")
         print(f"{PROFILE} sets {constants(load_profile(PROFILE).target_settings.cost)}")
         return 0
