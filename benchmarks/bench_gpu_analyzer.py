@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.probe_gpu_paths import corpus_models, zoo_models  # noqa: E402
+from devicefit.simulator.read.model import Model  # noqa: E402
 from devicefit.simulator.read.reader import read_model  # noqa: E402
 from devicefit.simulator.targets.gpu.rules import verdict  # noqa: E402
 
@@ -97,12 +98,10 @@ def ask(tool: str, paths: list[Path]) -> dict[str, dict]:
     return {a["path"]: a for a in answers}
 
 
-def refused(path: Path) -> dict[int, list[str]]:
-    """devicefit's refusals, per subgraph: ``op_name: reason`` of each operator it refuses."""
-    model = read_model(path)
-    return {i: [f"{op.op_name}: {v.reason}" for op in sg.operators
-                if not (v := verdict(sg, op)).supported]
-            for i, sg in enumerate(model.subgraphs)}
+def refused(model: Model) -> list[str]:
+    """devicefit's refusals in every subgraph: ``op_name: reason`` of each operator."""
+    return [f"{op.op_name}: {v.reason}" for sg in model.subgraphs for op in sg.operators
+            if not (v := verdict(sg, op)).supported]
 
 
 def main() -> int:
@@ -114,9 +113,9 @@ def main() -> int:
     kinds: Counter[str] = Counter()
     said = {"litert": Counter[str](), "tensorflow": Counter[str]()}
     for path in models:
-        ours = refused(path)
-        n_ops = sum(len(sg.operators) for sg in read_model(path).subgraphs)
-        mine = [r for rs in ours.values() for r in rs]
+        model = read_model(path)
+        n_ops = sum(len(sg.operators) for sg in model.subgraphs)
+        mine = refused(model)
         ops += n_ops
         refusing_models += bool(mine)
         cells = []
@@ -153,7 +152,7 @@ def main() -> int:
             if "error" in c:
                 print(f"converter, GPU check on, {c['name']}: failed: {c['error']}")
                 continue
-            mine = [r for rs in refused(Path(c["path"])).values() for r in rs]
+            mine = refused(read_model(Path(c["path"])))
             print(f"converter, GPU check on, {c['name']}: converted without a GPU error; "
                   f"devicefit refuses {len(mine)}: {'; '.join(mine)}")
     return 0
