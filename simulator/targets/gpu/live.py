@@ -51,6 +51,8 @@ WAYS = {"fp32": "CPU fp32 (XNNPACK)",
         "fp16": "CPU fp16 tensors (XNNPACK FORCE_FP16)",
         "gpu": "GPU path",
         "gpu_builtin": "Same GPU path, the ops left on the CPU on LiteRT's builtin kernels"}
+#: The ways every model is computed; :func:`ways_for` adds ``gpu_builtin`` where needed.
+BASE_WAYS = ("fp32", "fp16", "gpu")
 #: How much closer (in dB of SQNR) the GPU path must come with the builtin CPU kernels for
 #: its difference to be put down to XNNPACK: on the models measured the gap is over 100 dB
 #: (garbage weights), and a GPU kernel's own rounding moves both ways alike.
@@ -158,7 +160,7 @@ class LiveRun:
     errors: dict[str, str]
     way_seconds: dict[str, float]
     #: The ways the child was asked to compute, in its order.
-    ways: tuple[str, ...] = ("fp32", "fp16", "gpu")
+    ways: tuple[str, ...] = BASE_WAYS
 
 
 def densified_fp16_weights(model: Model) -> tuple[int, ...]:
@@ -179,8 +181,7 @@ def densified_fp16_weights(model: Model) -> tuple[int, ...]:
 def ways_for(model: Model) -> tuple[str, ...]:
     """The ways the child computes for ``model``: the GPU path a second time, the CPU's
     ops on LiteRT's builtin kernels, where its weights are made by DENSIFY → DEQUANTIZE."""
-    base = ("fp32", "fp16", "gpu")
-    return (*base, "gpu_builtin") if densified_fp16_weights(model) else base
+    return (*BASE_WAYS, "gpu_builtin") if densified_fp16_weights(model) else BASE_WAYS
 
 
 def run_live(model: Model, inputs: Callable[[Path], dict[str, Any]], precision: str,
