@@ -31,6 +31,8 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +138,16 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="FILE")
 
 
+@contextmanager
+def work_folder(args: argparse.Namespace, prefix: str) -> Iterator[Path]:
+    """``--keep DIR`` (made if missing, left in place), else a temporary folder removed at
+    the end."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        folder = Path(args.keep or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        yield folder
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     arguments(parser)
@@ -143,9 +155,7 @@ def main() -> int:
     parser.add_argument("--updates", default=",".join(UPDATES))
     args = parser.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="bench-device-train-") as tmp:
-        folder = Path(args.keep or tmp)
-        folder.mkdir(parents=True, exist_ok=True)
+    with work_folder(args, "bench-device-train-") as folder:
         for name in args.sets.split(","):
             model, data, evaluation = prepare(name, folder)
             for update in args.updates.split(","):

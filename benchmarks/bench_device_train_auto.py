@@ -28,14 +28,18 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_device_train import _kib, arguments, prepare  # noqa: E402
+from benchmarks.bench_device_train import (  # noqa: E402
+    _kib,
+    arguments,
+    prepare,
+    work_folder,
+)
 from benchmarks.tables import Column, markdown_table  # noqa: E402
 
 PHONE = "android-arm64-cpu"
@@ -104,9 +108,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=8)
     args = parser.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="bench-device-train-auto-") as tmp:
-        folder = Path(args.keep or tmp)
-        folder.mkdir(parents=True, exist_ok=True)
+    with work_folder(args, "bench-device-train-auto-") as folder:
         for name in args.sets.split(","):
             rows.append(bench(name, args, folder))
             print(json.dumps(rows[-1]), file=sys.stderr)
